@@ -1,0 +1,261 @@
+//! Who may do what. A permission is granted to a role either for everything (`Scope::All`) or
+//! only within the caller's own tenant (`Scope::Tenant`). Services check the permission before
+//! any lookup (403), then scope every tenant-owned query; a foreign tenant's object is a 404.
+
+use paddock_types::TenantId;
+
+use crate::Error;
+
+/// The five roles of SPEC section 3.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Everything.
+    ProviderAdmin,
+    /// Read all; manage machines.
+    ProviderOperator,
+    /// Tenants and usage, read only.
+    BillingReader,
+    /// Own tenant: clusters, pools, credentials, usage, audit.
+    TenantAdmin,
+    /// Own tenant, read only, no credentials.
+    TenantMember,
+}
+
+impl Role {
+    /// Every role.
+    pub const ALL: [Role; 5] = [
+        Self::ProviderAdmin,
+        Self::ProviderOperator,
+        Self::BillingReader,
+        Self::TenantAdmin,
+        Self::TenantMember,
+    ];
+
+    /// The role's claim value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ProviderAdmin => "provider:admin",
+            Self::ProviderOperator => "provider:operator",
+            Self::BillingReader => "billing:reader",
+            Self::TenantAdmin => "tenant:admin",
+            Self::TenantMember => "tenant:member",
+        }
+    }
+
+    /// Parses a claim value; unknown roles are ignored by the caller.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    /// Whether the role acts within one tenant only.
+    pub fn is_tenant_role(self) -> bool {
+        matches!(self, Self::TenantAdmin | Self::TenantMember)
+    }
+}
+
+/// Something a caller may be allowed to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Permission {
+    /// Create, change, suspend, resume, delete tenants.
+    TenantWrite,
+    /// Read tenants.
+    TenantRead,
+    /// Create, change, delete machine classes.
+    MachineClassWrite,
+    /// Read machine classes.
+    MachineClassRead,
+    /// Enroll, change, maintain, retire machines.
+    MachineWrite,
+    /// Read the machine inventory (with BMC details, never passwords).
+    MachineRead,
+    /// Read operations.
+    OperationRead,
+    /// Read audit events.
+    AuditRead,
+}
+
+/// How far a granted permission reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Every tenant, and provider-side objects.
+    All,
+    /// Only this tenant's objects.
+    Tenant(TenantId),
+}
+
+impl Scope {
+    /// Checks that `tenant` is within reach; a foreign tenant is `NotFound`, like a missing one.
+    pub fn check(self, tenant: TenantId, kind: &'static str) -> Result<(), Error> {
+        match self {
+            Scope::All => Ok(()),
+            Scope::Tenant(own) if own == tenant => Ok(()),
+            Scope::Tenant(_) => Err(Error::NotFound { kind }),
+        }
+    }
+
+    /// The tenant a query must be limited to, `None` for all.
+    pub fn tenant(self) -> Option<TenantId> {
+        match self {
+            Scope::All => None,
+            Scope::Tenant(t) => Some(t),
+        }
+    }
+}
+
+/// Whether `role` holds `permission`, and how far.
+fn grant(role: Role, permission: Permission) -> Option<GrantReach> {
+    use GrantReach::{All, OwnTenant};
+    use Permission as P;
+    use Role as R;
+    match (role, permission) {
+        (R::ProviderAdmin, _) => Some(All),
+        (R::ProviderOperator, P::TenantRead | P::MachineClassRead | P::OperationRead) => Some(All),
+        (R::ProviderOperator, P::MachineWrite | P::MachineRead | P::AuditRead) => Some(All),
+        (R::BillingReader, P::TenantRead | P::MachineClassRead) => Some(All),
+        (R::TenantAdmin, P::TenantRead | P::OperationRead | P::AuditRead) => Some(OwnTenant),
+        (R::TenantMember, P::TenantRead | P::OperationRead) => Some(OwnTenant),
+        (R::TenantAdmin | R::TenantMember, P::MachineClassRead) => Some(All),
+        _ => None,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GrantReach {
+    All,
+    OwnTenant,
+}
+
+/// The authenticated caller.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Actor {
+    /// The token's `sub`.
+    pub subject: String,
+    /// Recognised roles.
+    pub roles: Vec<Role>,
+    /// The token's roles as given, unknown ones included (for the audit trail).
+    pub raw_roles: Vec<String>,
+    /// The tenant of tenant roles.
+    pub tenant_id: Option<TenantId>,
+}
+
+impl std::fmt::Debug for Actor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Actor")
+            .field("subject", &self.subject)
+            .field("roles", &self.raw_roles)
+            .field("tenant_id", &self.tenant_id)
+            .finish()
+    }
+}
+
+/// Why claims do not make an actor.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ActorError {
+    /// A tenant role without a `tenant_id` claim.
+    #[error("tenant roles need a tenant_id claim")]
+    MissingTenant,
+}
+
+impl Actor {
+    /// Builds an actor from verified claims. Unknown roles grant nothing.
+    pub fn from_claims(
+        subject: String,
+        raw_roles: Vec<String>,
+        tenant_id: Option<TenantId>,
+    ) -> Result<Self, ActorError> {
+        let mut roles: Vec<Role> = raw_roles.iter().filter_map(|r| Role::parse(r)).collect();
+        roles.dedup();
+        if tenant_id.is_none() && roles.iter().any(|r| r.is_tenant_role()) {
+            return Err(ActorError::MissingTenant);
+        }
+        Ok(Self { subject, roles, raw_roles, tenant_id })
+    }
+
+    /// Whether the actor holds `role`.
+    pub fn has(&self, role: Role) -> bool {
+        self.roles.contains(&role)
+    }
+
+    /// Checks `permission` before any lookup: 403 when no role grants it, else the widest scope.
+    pub fn authorize(&self, permission: Permission) -> Result<Scope, Error> {
+        let mut reach = None;
+        for role in &self.roles {
+            match grant(*role, permission) {
+                Some(GrantReach::All) => return Ok(Scope::All),
+                Some(GrantReach::OwnTenant) => reach = Some(GrantReach::OwnTenant),
+                None => {}
+            }
+        }
+        match (reach, self.tenant_id) {
+            (Some(GrantReach::OwnTenant), Some(tenant)) => Ok(Scope::Tenant(tenant)),
+            _ => Err(Error::Forbidden(format!(
+                "the roles of this token may not {}",
+                describe(permission)
+            ))),
+        }
+    }
+
+    /// Checks `permission` for one tenant: 403 without the permission, 404 for a foreign tenant.
+    pub fn authorize_tenant(
+        &self,
+        permission: Permission,
+        tenant: TenantId,
+        kind: &'static str,
+    ) -> Result<Scope, Error> {
+        let scope = self.authorize(permission)?;
+        scope.check(tenant, kind)?;
+        Ok(scope)
+    }
+}
+
+fn describe(permission: Permission) -> &'static str {
+    match permission {
+        Permission::TenantWrite => "change tenants",
+        Permission::TenantRead => "read tenants",
+        Permission::MachineClassWrite => "change machine classes",
+        Permission::MachineClassRead => "read machine classes",
+        Permission::MachineWrite => "change machines",
+        Permission::MachineRead => "read machines",
+        Permission::OperationRead => "read operations",
+        Permission::AuditRead => "read audit events",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn actor(role: Role, tenant: Option<TenantId>) -> Actor {
+        Actor::from_claims("u".into(), vec![role.as_str().into()], tenant).expect("valid actor")
+    }
+
+    #[test]
+    fn tenant_roles_without_tenant_claim_are_refused() {
+        let err = Actor::from_claims("u".into(), vec!["tenant:admin".into()], None);
+        assert_eq!(err, Err(ActorError::MissingTenant));
+    }
+
+    #[test]
+    fn tenant_admin_reads_only_its_own_tenant() {
+        let own = TenantId::new();
+        let a = actor(Role::TenantAdmin, Some(own));
+        assert!(a.authorize_tenant(Permission::TenantRead, own, "tenant").is_ok());
+        let foreign = a.authorize_tenant(Permission::TenantRead, TenantId::new(), "tenant");
+        assert!(matches!(foreign, Err(Error::NotFound { .. })));
+        assert!(matches!(a.authorize(Permission::TenantWrite), Err(Error::Forbidden(_))));
+    }
+
+    #[test]
+    fn operator_manages_machines_but_not_tenants() {
+        let a = actor(Role::ProviderOperator, None);
+        assert_eq!(a.authorize(Permission::MachineWrite).ok(), Some(Scope::All));
+        assert!(a.authorize(Permission::TenantWrite).is_err());
+        assert!(a.authorize(Permission::MachineClassWrite).is_err());
+    }
+
+    #[test]
+    fn unknown_roles_grant_nothing() {
+        let a = Actor::from_claims("u".into(), vec!["root".into()], None).expect("actor");
+        assert!(a.authorize(Permission::MachineClassRead).is_err());
+    }
+}

@@ -1,0 +1,85 @@
+//! The one error of the domain and service layers. The API maps each variant to HTTP once.
+
+use paddock_types::problem::FieldError;
+
+/// Result with the domain [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong, in terms a user of the API can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The object does not exist, or belongs to another tenant (the two are indistinguishable).
+    #[error("{kind} not found")]
+    NotFound {
+        /// Resource kind, e.g. `tenant`.
+        kind: &'static str,
+    },
+    /// The caller's role may never do this.
+    #[error("{0}")]
+    Forbidden(String),
+    /// Malformed request syntax that is not a body (a bad cursor, a bad header).
+    #[error("{message}")]
+    BadRequest {
+        /// Stable code.
+        code: &'static str,
+        /// Readable message.
+        message: String,
+    },
+    /// One or more fields are invalid.
+    #[error("the request has invalid fields")]
+    Invalid(Vec<FieldError>),
+    /// A conflict with the current state (a taken name, an object in use, a wrong state).
+    #[error("{message}")]
+    Conflict {
+        /// Stable code.
+        code: &'static str,
+        /// Readable message.
+        message: String,
+    },
+    /// A quota would be exceeded.
+    #[error("{0}")]
+    QuotaExceeded(String),
+    /// `If-Match` does not match the current etag.
+    #[error("the object changed: its etag is now \"{current}\"")]
+    PreconditionFailed {
+        /// The current generation.
+        current: i64,
+    },
+    /// A dependency (the database) is unavailable, or the process is draining.
+    #[error("the service is temporarily unavailable")]
+    Unavailable(#[source] Option<Box<dyn std::error::Error + Send + Sync>>),
+    /// A bug or an unexpected failure; the cause is logged, never shown.
+    #[error("internal error")]
+    Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl Error {
+    /// A conflict with a stable code.
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+        Self::Conflict { code, message: message.into() }
+    }
+
+    /// A single invalid field.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::Invalid(vec![FieldError { field: field.into(), message: message.into() }])
+    }
+
+    /// An internal error from any cause.
+    pub fn internal(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self::Internal(source.into())
+    }
+
+    /// The stable snake_case code of this error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::NotFound { .. } => "not_found",
+            Self::Forbidden(_) => "forbidden",
+            Self::BadRequest { code, .. } | Self::Conflict { code, .. } => code,
+            Self::Invalid(_) => "validation_failed",
+            Self::QuotaExceeded(_) => "quota_exceeded",
+            Self::PreconditionFailed { .. } => "precondition_failed",
+            Self::Unavailable(_) => "unavailable",
+            Self::Internal(_) => "internal",
+        }
+    }
+}

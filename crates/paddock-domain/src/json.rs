@@ -1,0 +1,186 @@
+//! JSON decoding with field paths, and RFC 7396 merge patch. Every body goes through `decode`, so
+//! syntax errors (400) and field errors (422, naming the field) look the same everywhere, and every
+//! PATCH goes through `apply_patch`, so all resources share one merge mechanism.
+
+use paddock_types::problem::FieldError;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::Error;
+
+/// Why a body did not decode.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// Not JSON at all (400).
+    #[error("the body is not valid JSON: {0}")]
+    Syntax(String),
+    /// JSON of the wrong shape (422).
+    #[error("invalid field {field}: {message}")]
+    Data {
+        /// Dotted path of the field.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl DecodeError {
+    /// The field error of a data error.
+    pub fn into_error(self) -> Error {
+        match self {
+            DecodeError::Syntax(message) => Error::BadRequest { code: "malformed_body", message },
+            DecodeError::Data { field, message } => Error::invalid(field, message),
+        }
+    }
+}
+
+/// Decodes `bytes` into `T`, naming the offending field on a shape error.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|e| DecodeError::Syntax(syntax_message(&e)))?;
+    from_value(value)
+}
+
+/// Decodes an already-parsed JSON value into `T`, naming the offending field.
+pub fn from_value<T: DeserializeOwned>(value: Value) -> Result<T, DecodeError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." { String::new() } else { path };
+        let message = e.into_inner().to_string();
+        // serde names the missing field in the message only; lift it into the path.
+        let field = match (field.is_empty(), missing_field(&message)) {
+            (true, Some(missing)) => missing.to_owned(),
+            (false, Some(missing)) => format!("{field}.{missing}"),
+            (_, None) => field,
+        };
+        let field = if field.is_empty() { "body".to_owned() } else { field };
+        DecodeError::Data { field, message: strip_position(&message) }
+    })
+}
+
+fn missing_field(message: &str) -> Option<&str> {
+    let rest = message.strip_prefix("missing field `")?;
+    rest.split('`').next()
+}
+
+fn syntax_message(e: &serde_json::Error) -> String {
+    format!("{} at line {} column {}", strip_position(&e.to_string()), e.line(), e.column())
+}
+
+/// serde_json appends " at line X column Y" to messages; a value-level message has no position.
+fn strip_position(message: &str) -> String {
+    match message.find(" at line ") {
+        Some(i) => message[..i].to_owned(),
+        None => message.to_owned(),
+    }
+}
+
+/// Applies an RFC 7396 merge patch to `target` in place.
+pub fn merge_patch(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(patch_map) => {
+            if !target.is_object() {
+                *target = Value::Object(serde_json::Map::new());
+            }
+            if let Value::Object(target_map) = target {
+                for (key, value) in patch_map {
+                    if value.is_null() {
+                        target_map.remove(key);
+                    } else {
+                        merge_patch(target_map.entry(key.clone()).or_insert(Value::Null), value);
+                    }
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
+
+/// Applies a merge patch to a spec: the patch must be an object, `immutable` top-level fields may
+/// be repeated unchanged but not altered, and the result must decode into the spec type again
+/// (unknown fields and wrong types are field errors).
+pub fn apply_patch<S: Serialize + DeserializeOwned>(
+    current: &S,
+    patch: &Value,
+    immutable: &[&str],
+) -> Result<S, Error> {
+    let Value::Object(patch_map) = patch else {
+        return Err(Error::invalid("body", "a merge patch must be a JSON object"));
+    };
+    let original = serde_json::to_value(current).map_err(Error::internal)?;
+    let mut errors = Vec::new();
+    for field in immutable {
+        if let Some(new) = patch_map.get(*field) {
+            if original.get(*field) != Some(new) {
+                errors.push(FieldError {
+                    field: (*field).to_owned(),
+                    message: "cannot be changed".to_owned(),
+                });
+            }
+        }
+    }
+    if !errors.is_empty() {
+        return Err(Error::Invalid(errors));
+    }
+    let mut merged = original;
+    merge_patch(&mut merged, patch);
+    from_value(merged).map_err(DecodeError::into_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+    use serde_json::json;
+
+    #[derive(Debug, Serialize, Deserialize, PartialEq)]
+    #[serde(deny_unknown_fields)]
+    struct Spec {
+        name: String,
+        #[serde(default)]
+        size: Option<u32>,
+        #[serde(default)]
+        labels: std::collections::BTreeMap<String, String>,
+    }
+
+    #[test]
+    fn merge_patch_follows_rfc_7396() {
+        let mut target = json!({"a": "b", "c": {"d": "e", "f": "g"}});
+        merge_patch(&mut target, &json!({"a": "z", "c": {"f": null}}));
+        assert_eq!(target, json!({"a": "z", "c": {"d": "e"}}));
+    }
+
+    #[test]
+    fn patch_removes_labels_and_resets_nullable_fields() {
+        let current = Spec { name: "x".into(), size: Some(3), labels: [("k".into(), "v".into())].into() };
+        let patched = apply_patch(&current, &json!({"size": null, "labels": {"k": null, "n": "m"}}), &["name"])
+            .expect("patch applies");
+        assert_eq!(patched, Spec { name: "x".into(), size: None, labels: [("n".into(), "m".into())].into() });
+    }
+
+    #[test]
+    fn patch_refuses_immutable_and_unknown_fields() {
+        let current = Spec { name: "x".into(), size: None, labels: Default::default() };
+        assert!(apply_patch(&current, &json!({"name": "x"}), &["name"]).is_ok());
+        let Err(Error::Invalid(errors)) = apply_patch(&current, &json!({"name": "y"}), &["name"]) else {
+            panic!("expected a field error");
+        };
+        assert_eq!(errors[0].field, "name");
+        let Err(Error::Invalid(errors)) = apply_patch(&current, &json!({"bogus": 1}), &["name"]) else {
+            panic!("expected a field error");
+        };
+        assert!(errors[0].message.contains("bogus"), "{errors:?}");
+    }
+
+    #[test]
+    fn decode_names_nested_fields() {
+        let err = decode::<Spec>(br#"{"name": "x", "size": "big"}"#).expect_err("wrong type");
+        let DecodeError::Data { field, .. } = err else { panic!("expected data error") };
+        assert_eq!(field, "size");
+        let err = decode::<Spec>(br#"{}"#).expect_err("missing");
+        let DecodeError::Data { field, .. } = err else { panic!("expected data error") };
+        assert_eq!(field, "name");
+        assert!(matches!(decode::<Spec>(b"{"), Err(DecodeError::Syntax(_))));
+    }
+}

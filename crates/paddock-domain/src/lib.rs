@@ -1,0 +1,14 @@
+//! The pure model of paddock: who may do what (`authz`), the domain `Error`, validation rules,
+//! JSON merge patch, opaque cursors, the machine lifecycle and the cipher for secrets at rest.
+//! No I/O: no sqlx, no HTTP. Every other crate builds on these rules so they exist once.
+
+pub mod authz;
+pub mod cursor;
+pub mod error;
+pub mod json;
+pub mod machine;
+pub mod secret;
+pub mod validate;
+
+pub use authz::{Actor, Permission, Role, Scope};
+pub use error::{Error, Result};

@@ -1,0 +1,210 @@
+//! Secrets at rest: AES-256-GCM under a configured key. Each value carries the id of the key that
+//! sealed it, and is bound to its table, column and row through the associated data, so a
+//! ciphertext copied to another row or column does not decrypt. Older keys stay readable for
+//! rotation; new values are always sealed with the current key.
+
+use aes_gcm::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
+use aes_gcm::{Aes256Gcm, Nonce};
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use sha2::{Digest, Sha256};
+
+/// Format version of a sealed value.
+const VERSION: u8 = 1;
+const KEY_ID_LEN: usize = 4;
+const NONCE_LEN: usize = 12;
+
+/// A string that never shows itself in logs.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretString(String);
+
+impl SecretString {
+    /// Wraps a secret.
+    pub fn new(value: String) -> Self {
+        Self(value)
+    }
+
+    /// The secret itself; call only where it is used.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SecretString {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+impl std::fmt::Display for SecretString {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+/// Why a key or a sealed value was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CipherError {
+    /// The configured key is not 32 bytes of base64.
+    #[error("encryption key must be 32 bytes, base64-encoded")]
+    BadKey,
+    /// No configured key has the id the value was sealed with.
+    #[error("no configured key matches the sealed value (key id {0})")]
+    UnknownKey(String),
+    /// The value is corrupt, or bound to another row.
+    #[error("sealed value does not verify")]
+    Corrupt,
+}
+
+struct Key {
+    id: [u8; KEY_ID_LEN],
+    aead: Aes256Gcm,
+}
+
+impl Key {
+    fn from_base64(encoded: &str) -> Result<Self, CipherError> {
+        let bytes = STANDARD.decode(encoded.trim()).map_err(|_| CipherError::BadKey)?;
+        if bytes.len() != 32 {
+            return Err(CipherError::BadKey);
+        }
+        let digest = Sha256::digest(&bytes);
+        let mut id = [0u8; KEY_ID_LEN];
+        id.copy_from_slice(&digest[..KEY_ID_LEN]);
+        let aead = Aes256Gcm::new_from_slice(&bytes).map_err(|_| CipherError::BadKey)?;
+        Ok(Self { id, aead })
+    }
+}
+
+/// Seals and opens secrets.
+pub struct Cipher {
+    current: Key,
+    old: Vec<Key>,
+}
+
+impl std::fmt::Debug for Cipher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Cipher([redacted])")
+    }
+}
+
+/// Where a sealed value lives; it becomes the associated data.
+#[derive(Debug, Clone, Copy)]
+pub struct Binding<'a> {
+    /// Table name.
+    pub table: &'a str,
+    /// Column name.
+    pub column: &'a str,
+    /// Row id.
+    pub row: uuid::Uuid,
+}
+
+impl Binding<'_> {
+    fn aad(&self) -> String {
+        format!("paddock:{}:{}:{}", self.table, self.column, self.row)
+    }
+}
+
+impl Cipher {
+    /// A cipher from the current key and older keys, each 32 bytes in base64.
+    pub fn new(current: &str, old: &[String]) -> Result<Self, CipherError> {
+        Ok(Self {
+            current: Key::from_base64(current)?,
+            old: old.iter().map(|k| Key::from_base64(k)).collect::<Result<_, _>>()?,
+        })
+    }
+
+    /// A fresh random key in the configuration's encoding (for `paddock dev` and tests).
+    pub fn generate_key() -> String {
+        STANDARD.encode(Aes256Gcm::generate_key(OsRng))
+    }
+
+    /// Seals `plaintext` for `binding` with the current key.
+    pub fn seal(&self, plaintext: &[u8], binding: Binding<'_>) -> Vec<u8> {
+        let nonce = Aes256Gcm::generate_nonce(&mut OsRng);
+        let aad = binding.aad();
+        // Encryption with a valid key and a fresh nonce cannot fail for inputs of this size.
+        let ciphertext = self
+            .current
+            .aead
+            .encrypt(&nonce, Payload { msg: plaintext, aad: aad.as_bytes() })
+            .unwrap_or_default();
+        let mut out = Vec::with_capacity(1 + KEY_ID_LEN + NONCE_LEN + ciphertext.len());
+        out.push(VERSION);
+        out.extend_from_slice(&self.current.id);
+        out.extend_from_slice(&nonce);
+        out.extend_from_slice(&ciphertext);
+        out
+    }
+
+    /// Opens a value sealed for `binding` by the current or an older key.
+    pub fn open(&self, sealed: &[u8], binding: Binding<'_>) -> Result<Vec<u8>, CipherError> {
+        if sealed.len() < 1 + KEY_ID_LEN + NONCE_LEN + 16 || sealed[0] != VERSION {
+            return Err(CipherError::Corrupt);
+        }
+        let key_id = &sealed[1..1 + KEY_ID_LEN];
+        let key = std::iter::once(&self.current)
+            .chain(&self.old)
+            .find(|k| k.id == key_id)
+            .ok_or_else(|| CipherError::UnknownKey(hex_id(key_id)))?;
+        let nonce = Nonce::from_slice(&sealed[1 + KEY_ID_LEN..1 + KEY_ID_LEN + NONCE_LEN]);
+        let aad = binding.aad();
+        key.aead
+            .decrypt(nonce, Payload { msg: &sealed[1 + KEY_ID_LEN + NONCE_LEN..], aad: aad.as_bytes() })
+            .map_err(|_| CipherError::Corrupt)
+    }
+
+    /// Whether `sealed` was sealed with an older key and should be re-sealed.
+    pub fn needs_rotation(&self, sealed: &[u8]) -> bool {
+        sealed.get(1..1 + KEY_ID_LEN).is_some_and(|id| id != self.current.id)
+    }
+}
+
+fn hex_id(id: &[u8]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn binding(row: uuid::Uuid) -> Binding<'static> {
+        Binding { table: "machines", column: "bmc_password_enc", row }
+    }
+
+    #[test]
+    fn seal_open_round_trip_and_row_binding() {
+        let cipher = Cipher::new(&Cipher::generate_key(), &[]).expect("key");
+        let row = uuid::Uuid::now_v7();
+        let sealed = cipher.seal(b"hunter2", binding(row));
+        assert_eq!(cipher.open(&sealed, binding(row)).expect("opens"), b"hunter2");
+        assert!(matches!(cipher.open(&sealed, binding(uuid::Uuid::now_v7())), Err(CipherError::Corrupt)));
+        let mut tampered = sealed.clone();
+        let last = tampered.len() - 1;
+        tampered[last] ^= 1;
+        assert!(cipher.open(&tampered, binding(row)).is_err());
+    }
+
+    #[test]
+    fn rotation_reads_old_keys() {
+        let old_key = Cipher::generate_key();
+        let old = Cipher::new(&old_key, &[]).expect("key");
+        let row = uuid::Uuid::now_v7();
+        let sealed = old.seal(b"s", binding(row));
+        let new = Cipher::new(&Cipher::generate_key(), &[old_key]).expect("keys");
+        assert_eq!(new.open(&sealed, binding(row)).expect("old key opens"), b"s");
+        assert!(new.needs_rotation(&sealed));
+        let without = Cipher::new(&Cipher::generate_key(), &[]).expect("key");
+        assert!(matches!(without.open(&sealed, binding(row)), Err(CipherError::UnknownKey(_))));
+    }
+
+    #[test]
+    fn bad_keys_are_refused() {
+        assert!(Cipher::new("short", &[]).is_err());
+        assert!(Cipher::new(&STANDARD.encode([0u8; 16]), &[]).is_err());
+    }
+
+    #[test]
+    fn secrets_do_not_print() {
+        assert_eq!(format!("{:?}", SecretString::new("pw".into())), "[redacted]");
+    }
+}

@@ -1,0 +1,213 @@
+//! Validation rules of request bodies. Each check adds to a list of field errors, so one answer
+//! names every invalid field at once. The bounds here match the schema attributes in
+//! `paddock-types`.
+
+use std::sync::LazyLock;
+
+use paddock_types::machine::{BmcCreate, MachineEnroll};
+use paddock_types::machine_class::MachineClassCreate;
+use paddock_types::problem::FieldError;
+use paddock_types::tenant::TenantCreate;
+use paddock_types::Labels;
+use regex::Regex;
+
+use crate::Error;
+
+static DNS_LABEL: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(paddock_types::DNS_LABEL_PATTERN).expect("static regex"));
+static LABEL_NAME: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new("^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$").expect("static regex"));
+static DNS_SUBDOMAIN: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new("^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+        .expect("static regex")
+});
+
+/// Most labels on one object.
+pub const MAX_LABELS: usize = 64;
+
+/// Collects field errors.
+#[derive(Debug, Default)]
+pub struct Checks(Vec<FieldError>);
+
+impl Checks {
+    /// No errors yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records an error on `field`.
+    pub fn fail(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.0.push(FieldError { field: field.into(), message: message.into() });
+    }
+
+    /// Records an error on `field` unless `ok`.
+    pub fn check(&mut self, ok: bool, field: &str, message: impl Into<String>) {
+        if !ok {
+            self.fail(field, message);
+        }
+    }
+
+    /// A DNS-1123 label of at most `max` characters.
+    pub fn dns_label(&mut self, field: &str, value: &str, max: usize) {
+        if value.is_empty() || value.len() > max || !DNS_LABEL.is_match(value) {
+            self.fail(
+                field,
+                format!(
+                    "must be a DNS-1123 label of at most {max} characters: lowercase letters, \
+                     digits and '-', starting and ending with a letter or digit"
+                ),
+            );
+        }
+    }
+
+    /// A string of at most `max` characters.
+    pub fn max_len(&mut self, field: &str, value: &str, max: usize) {
+        self.check(value.chars().count() <= max, field, format!("must be at most {max} characters"));
+    }
+
+    /// A non-empty string of at most `max` characters.
+    pub fn text(&mut self, field: &str, value: &str, max: usize) {
+        if value.is_empty() {
+            self.fail(field, "must not be empty");
+        } else {
+            self.max_len(field, value, max);
+        }
+    }
+
+    /// Kubernetes label syntax.
+    pub fn labels(&mut self, field: &str, labels: &Labels) {
+        if labels.len() > MAX_LABELS {
+            self.fail(field, format!("at most {MAX_LABELS} labels"));
+        }
+        for (key, value) in labels {
+            let (prefix, name) = match key.split_once('/') {
+                Some((prefix, name)) => (Some(prefix), name),
+                None => (None, key.as_str()),
+            };
+            let prefix_ok =
+                prefix.is_none_or(|p| !p.is_empty() && p.len() <= 253 && DNS_SUBDOMAIN.is_match(p));
+            if !prefix_ok || name.is_empty() || name.len() > 63 || !LABEL_NAME.is_match(name) {
+                self.fail(format!("{field}.{key}"), "is not a valid label key");
+            }
+            if value.len() > 63 || !(value.is_empty() || LABEL_NAME.is_match(value)) {
+                self.fail(format!("{field}.{key}"), "is not a valid label value (at most 63 characters)");
+            }
+        }
+    }
+
+    /// Ends the checks: `Invalid` with every error, or Ok.
+    pub fn finish(self) -> Result<(), Error> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Invalid(self.0))
+        }
+    }
+}
+
+/// Checks a tenant spec.
+pub fn tenant(spec: &TenantCreate) -> Result<(), Error> {
+    let mut c = Checks::new();
+    c.dns_label("name", &spec.name, 40);
+    c.max_len("display_name", &spec.display_name, 200);
+    c.labels("labels", &spec.labels);
+    for (field, value) in [
+        ("quotas.max_clusters", spec.quotas.max_clusters),
+        ("quotas.max_nodes", spec.quotas.max_nodes),
+        ("quotas.max_gpus", spec.quotas.max_gpus),
+    ] {
+        c.check(value.is_none_or(|v| v <= 1_000_000), field, "must be at most 1000000");
+    }
+    c.finish()
+}
+
+/// Checks a machine class spec.
+pub fn machine_class(spec: &MachineClassCreate) -> Result<(), Error> {
+    let mut c = Checks::new();
+    c.dns_label("name", &spec.name, 63);
+    c.check((1..=65536).contains(&spec.cpu_cores), "cpu_cores", "must be between 1 and 65536");
+    c.check((1..=1_048_576).contains(&spec.memory_gib), "memory_gib", "must be between 1 and 1048576");
+    c.max_len("gpu_model", &spec.gpu_model, 100);
+    c.check(spec.gpu_count <= 64, "gpu_count", "must be between 0 and 64");
+    c.check(
+        spec.gpu_count == 0 || !spec.gpu_model.is_empty(),
+        "gpu_model",
+        "must name the GPU model when gpu_count is above 0",
+    );
+    c.max_len("description", &spec.description, 1000);
+    c.finish()
+}
+
+/// Checks an enrollment.
+pub fn machine_enroll(spec: &MachineEnroll) -> Result<(), Error> {
+    let mut c = Checks::new();
+    c.dns_label("name", &spec.name, 63);
+    c.dns_label("machine_class", &spec.machine_class, 63);
+    c.labels("labels", &spec.labels);
+    bmc(&mut c, &spec.bmc);
+    c.finish()
+}
+
+/// Checks BMC access fields (also after a patch).
+pub fn bmc(c: &mut Checks, bmc: &BmcCreate) {
+    bmc_url(c, "bmc.url", &bmc.url);
+    if let Some(system_id) = &bmc.system_id {
+        c.text("bmc.system_id", system_id, 256);
+    }
+    c.text("bmc.username", &bmc.username, 256);
+    c.text("bmc.password", &bmc.password, 1024);
+    if let Some(ca) = &bmc.ca_cert {
+        c.max_len("bmc.ca_cert", ca, 65536);
+        c.check(
+            ca.contains("-----BEGIN CERTIFICATE-----"),
+            "bmc.ca_cert",
+            "must be a PEM certificate",
+        );
+    }
+    c.check(
+        !(bmc.insecure_tls && bmc.ca_cert.is_some()),
+        "bmc.insecure_tls",
+        "cannot be combined with ca_cert",
+    );
+}
+
+fn bmc_url(c: &mut Checks, field: &str, value: &str) {
+    if value.len() > 2048 {
+        c.fail(field, "must be at most 2048 characters");
+        return;
+    }
+    match url::Url::parse(value) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {}
+        Ok(u) if u.scheme() == "sim" && u.host_str().is_some_and(|h| !h.is_empty()) => {}
+        _ => c.fail(field, "must be an http(s) URL of the BMC (or sim://<name> for the simulated driver)"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dns_labels() {
+        for ok in ["a", "a-b", "abc123", "0a"] {
+            let mut c = Checks::new();
+            c.dns_label("n", ok, 40);
+            assert!(c.finish().is_ok(), "{ok}");
+        }
+        for bad in ["", "-a", "a-", "A", "a_b", "a.b", &"a".repeat(41)] {
+            let mut c = Checks::new();
+            c.dns_label("n", bad, 40);
+            assert!(c.finish().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn labels_follow_kubernetes_syntax() {
+        let mut c = Checks::new();
+        c.labels("labels", &[("example.com/team".into(), "a.b_c".into()), ("x".into(), "".into())].into());
+        assert!(c.finish().is_ok());
+        let mut c = Checks::new();
+        c.labels("labels", &[("bad key".into(), "v".into())].into());
+        assert!(c.finish().is_err());
+    }
+}
