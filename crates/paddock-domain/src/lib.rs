@@ -7,6 +7,8 @@ pub mod cursor;
 pub mod error;
 pub mod json;
 pub mod machine;
+pub mod model;
+pub mod precondition;
 pub mod secret;
 pub mod validate;
 

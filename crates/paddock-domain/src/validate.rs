@@ -148,27 +148,31 @@ pub fn machine_enroll(spec: &MachineEnroll) -> Result<(), Error> {
     c.finish()
 }
 
-/// Checks BMC access fields (also after a patch).
+/// Checks BMC access given at enrollment.
 pub fn bmc(c: &mut Checks, bmc: &BmcCreate) {
-    bmc_url(c, "bmc.url", &bmc.url);
-    if let Some(system_id) = &bmc.system_id {
+    bmc_access(c, &bmc.url, bmc.system_id.as_deref(), &bmc.username, bmc.ca_cert.as_deref(), bmc.insecure_tls);
+    c.text("bmc.password", &bmc.password, 1024);
+}
+
+/// Checks BMC access without the password (also after a patch).
+pub fn bmc_access(
+    c: &mut Checks,
+    url: &str,
+    system_id: Option<&str>,
+    username: &str,
+    ca_cert: Option<&str>,
+    insecure_tls: bool,
+) {
+    bmc_url(c, "bmc.url", url);
+    if let Some(system_id) = system_id {
         c.text("bmc.system_id", system_id, 256);
     }
-    c.text("bmc.username", &bmc.username, 256);
-    c.text("bmc.password", &bmc.password, 1024);
-    if let Some(ca) = &bmc.ca_cert {
+    c.text("bmc.username", username, 256);
+    if let Some(ca) = ca_cert {
         c.max_len("bmc.ca_cert", ca, 65536);
-        c.check(
-            ca.contains("-----BEGIN CERTIFICATE-----"),
-            "bmc.ca_cert",
-            "must be a PEM certificate",
-        );
+        c.check(ca.contains("-----BEGIN CERTIFICATE-----"), "bmc.ca_cert", "must be a PEM certificate");
     }
-    c.check(
-        !(bmc.insecure_tls && bmc.ca_cert.is_some()),
-        "bmc.insecure_tls",
-        "cannot be combined with ca_cert",
-    );
+    c.check(!(insecure_tls && ca_cert.is_some()), "bmc.insecure_tls", "cannot be combined with ca_cert");
 }
 
 fn bmc_url(c: &mut Checks, field: &str, value: &str) {

@@ -78,8 +78,8 @@ impl MachineState {
     }
 }
 
-/// BMC access given at enrollment.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+/// BMC access given at enrollment. `Debug` leaves the password out.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BmcCreate {
     /// Redfish service URL (`https://bmc.example:443`); `sim://<name>` with the simulated driver.
@@ -121,8 +121,8 @@ pub struct MachineEnroll {
     pub bmc: BmcCreate,
 }
 
-/// BMC fields of a machine patch.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+/// BMC fields of a machine patch. `Debug` leaves the password out.
+#[derive(Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BmcUpdate {
     /// Redfish service URL.
@@ -240,4 +240,28 @@ pub struct MachineAccepted {
     pub machine: MachineView,
     /// The operation to follow.
     pub operation: OperationView,
+}
+
+impl std::fmt::Debug for BmcCreate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BmcCreate")
+            .field("url", &self.url)
+            .field("system_id", &self.system_id)
+            .field("username", &self.username)
+            .field("password", &"[redacted]")
+            .field("insecure_tls", &self.insecure_tls)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for BmcUpdate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BmcUpdate")
+            .field("url", &self.url)
+            .field("system_id", &self.system_id)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "[redacted]"))
+            .field("insecure_tls", &self.insecure_tls)
+            .finish_non_exhaustive()
+    }
 }

@@ -1,0 +1,88 @@
+//! Bearer authentication. A middleware verifies the token once per request and leaves the result
+//! in the request's extensions: the `Caller` extractor turns it into the service context (or a
+//! 401), and the idempotency middleware scopes keys by it.
+
+use axum::extract::{FromRequestParts, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use http::request::Parts;
+use http::header;
+use paddock_domain::Actor;
+use paddock_service::Ctx;
+use paddock_types::TenantId;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::context;
+
+/// What authentication concluded about a request.
+#[derive(Clone, Debug)]
+pub enum Authn {
+    /// A verified caller.
+    Caller(Actor),
+    /// No token, or a token that does not verify.
+    Refused {
+        /// Stable code.
+        code: &'static str,
+        /// Safe message.
+        message: String,
+        /// The refusal is on our side (keys unavailable): 503, not 401.
+        server_side: bool,
+    },
+}
+
+/// Middleware: verifies the bearer token, if any.
+pub async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let outcome = match bearer(req.headers().get(header::AUTHORIZATION)) {
+        None => Authn::Refused {
+            code: "missing_token",
+            message: "this request needs an `Authorization: Bearer <token>` header".to_owned(),
+            server_side: false,
+        },
+        Some(Err(())) => Authn::Refused {
+            code: "invalid_token",
+            message: "the Authorization header is not a Bearer token".to_owned(),
+            server_side: false,
+        },
+        Some(Ok(token)) => match state.verifier.verify(token).await {
+            Ok(claims) => match Actor::from_claims(claims.sub, claims.roles, claims.tenant_id.map(TenantId)) {
+                Ok(actor) => Authn::Caller(actor),
+                Err(e) => Authn::Refused { code: "invalid_token", message: e.to_string(), server_side: false },
+            },
+            Err(e) => Authn::Refused { code: e.code(), message: e.to_string(), server_side: e.is_server_side() },
+        },
+    };
+    req.extensions_mut().insert(outcome);
+    next.run(req).await
+}
+
+/// The token of an `Authorization: Bearer` header; `Err` for another scheme or garbage.
+fn bearer(value: Option<&http::HeaderValue>) -> Option<Result<&str, ()>> {
+    let value = value?.to_str().map_err(|_| ());
+    Some(value.and_then(|v| {
+        let (scheme, token) = v.split_once(' ').ok_or(())?;
+        let token = token.trim();
+        if scheme.eq_ignore_ascii_case("bearer") && !token.is_empty() {
+            Ok(token)
+        } else {
+            Err(())
+        }
+    }))
+}
+
+/// The authenticated caller of a handler.
+#[derive(Debug, Clone)]
+pub struct Caller(pub Ctx);
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        match parts.extensions.get::<Authn>() {
+            Some(Authn::Caller(actor)) => Ok(Caller(Ctx { actor: actor.clone(), request_id: context::current().request_id })),
+            Some(Authn::Refused { server_side: true, .. }) => Err(ApiError::Domain(paddock_domain::Error::Unavailable(None))),
+            Some(Authn::Refused { code, message, .. }) => Err(ApiError::Unauthenticated { code, message: message.clone() }),
+            None => Err(ApiError::Unauthenticated { code: "missing_token", message: "authentication is required".to_owned() }),
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! Per-request facts every answer needs: the request id and the path. A middleware sets them in a
+//! task-local for the handler's future, so a Problem built anywhere below (extractor rejections
+//! included) carries `instance` and `request_id` without threading them through every call.
+
+use axum::extract::Request;
+use axum::middleware::Next;
+use axum::response::Response;
+use http::HeaderValue;
+
+/// The request id header.
+pub const REQUEST_ID: &str = "x-request-id";
+
+/// What a request is.
+#[derive(Debug, Clone, Default)]
+pub struct RequestInfo {
+    /// Accepted from the client when sane, else generated.
+    pub request_id: String,
+    /// The path, for `instance`.
+    pub path: String,
+    /// The query string, for `Link` headers.
+    pub query: Option<String>,
+}
+
+tokio::task_local! {
+    static REQUEST: RequestInfo;
+}
+
+/// The current request's facts (defaults outside a request).
+pub fn current() -> RequestInfo {
+    REQUEST.try_with(Clone::clone).unwrap_or_default()
+}
+
+/// Runs `fut` with `info` as the current request (also used where work moves to another task).
+pub async fn scope<F: std::future::Future>(info: RequestInfo, fut: F) -> F::Output {
+    REQUEST.scope(info, fut).await
+}
+
+/// A client's request id is kept when it is short, visible ASCII; otherwise a new one is made.
+fn accept_request_id(value: Option<&HeaderValue>) -> String {
+    value
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
+        .map(str::to_owned)
+        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string())
+}
+
+/// Middleware: sets the request id and path for the request, and echoes the id back.
+pub async fn request_context(mut req: Request, next: Next) -> Response {
+    let request_id = accept_request_id(req.headers().get(REQUEST_ID));
+    let info = RequestInfo {
+        request_id: request_id.clone(),
+        path: req.uri().path().to_owned(),
+        query: req.uri().query().map(str::to_owned),
+    };
+    if let Ok(value) = HeaderValue::from_str(&request_id) {
+        req.headers_mut().insert(REQUEST_ID, value);
+    }
+    let span = tracing::info_span!("request", request.id = %request_id, method = %req.method(), path = %info.path);
+    let mut response = tracing::Instrument::instrument(scope(info, next.run(req)), span).await;
+    if let Ok(value) = HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert(REQUEST_ID, value);
+    }
+    response
+}

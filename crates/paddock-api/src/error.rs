@@ -1,0 +1,171 @@
+//! The one mapping from errors to HTTP: RFC 9457 problem+json with a stable `code`, the request
+//! path as `instance` and the request id. A 5xx never shows its cause; the cause is logged once,
+//! here, under the same request id.
+
+use axum::response::{IntoResponse, Response};
+use http::{header, HeaderValue, StatusCode};
+use paddock_domain::Error;
+use paddock_types::problem::{FieldError, Problem};
+
+use crate::context;
+
+/// Seconds a client should wait before retrying a 503.
+const RETRY_AFTER_SECS: &str = "5";
+
+/// Everything a request can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// A domain or service error.
+    #[error(transparent)]
+    Domain(#[from] Error),
+    /// No usable bearer token.
+    #[error("{message}")]
+    Unauthenticated {
+        /// Stable code (`missing_token`, `invalid_token`, `token_expired`, ...).
+        code: &'static str,
+        /// Safe message.
+        message: String,
+    },
+    /// The body is not JSON of an accepted media type.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// The body is over the limit.
+    #[error("the request body is larger than {limit} bytes")]
+    PayloadTooLarge {
+        /// The limit.
+        limit: usize,
+    },
+    /// No such route.
+    #[error("no route matches {0}")]
+    RouteNotFound(String),
+    /// The route exists without this method.
+    #[error("this method is not allowed here")]
+    MethodNotAllowed,
+    /// The idempotency key was used with another body.
+    #[error("this Idempotency-Key was used with another request body")]
+    IdempotencyMismatch,
+    /// A request with the same idempotency key is still running.
+    #[error("a request with this Idempotency-Key is still in progress")]
+    IdempotencyInFlight,
+}
+
+impl ApiError {
+    /// A malformed path or query parameter.
+    pub fn bad_parameter(message: impl Into<String>) -> Self {
+        Self::Domain(Error::BadRequest { code: "invalid_parameter", message: message.into() })
+    }
+}
+
+struct Kind {
+    status: StatusCode,
+    slug: &'static str,
+    title: &'static str,
+}
+
+/// The problem kinds: one type URI and one title each.
+fn kind(e: &ApiError) -> Kind {
+    let k = |status, slug, title| Kind { status, slug, title };
+    match e {
+        ApiError::Domain(d) => match d {
+            Error::NotFound { .. } => k(StatusCode::NOT_FOUND, "not-found", "Not found"),
+            Error::Forbidden(_) => k(StatusCode::FORBIDDEN, "forbidden", "Forbidden"),
+            Error::BadRequest { .. } => k(StatusCode::BAD_REQUEST, "bad-request", "Bad request"),
+            Error::Invalid(_) => k(StatusCode::UNPROCESSABLE_ENTITY, "validation", "Invalid request"),
+            Error::Conflict { .. } => k(StatusCode::CONFLICT, "conflict", "Conflict"),
+            Error::QuotaExceeded(_) => k(StatusCode::CONFLICT, "quota-exceeded", "Quota exceeded"),
+            Error::PreconditionFailed { .. } => {
+                k(StatusCode::PRECONDITION_FAILED, "precondition-failed", "Precondition failed")
+            }
+            Error::Unavailable(_) => k(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "Service unavailable"),
+            Error::Internal(_) => k(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error"),
+        },
+        ApiError::Unauthenticated { .. } => k(StatusCode::UNAUTHORIZED, "unauthenticated", "Unauthenticated"),
+        ApiError::UnsupportedMediaType(_) => {
+            k(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported-media-type", "Unsupported media type")
+        }
+        ApiError::PayloadTooLarge { .. } => k(StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", "Payload too large"),
+        ApiError::RouteNotFound(_) => k(StatusCode::NOT_FOUND, "not-found", "Not found"),
+        ApiError::MethodNotAllowed => k(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", "Method not allowed"),
+        ApiError::IdempotencyMismatch => k(StatusCode::UNPROCESSABLE_ENTITY, "idempotency-key-reused", "Idempotency key reused"),
+        ApiError::IdempotencyInFlight => k(StatusCode::CONFLICT, "conflict", "Conflict"),
+    }
+}
+
+fn code(e: &ApiError) -> &'static str {
+    match e {
+        ApiError::Domain(d) => d.code(),
+        ApiError::Unauthenticated { code, .. } => code,
+        ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
+        ApiError::PayloadTooLarge { .. } => "payload_too_large",
+        ApiError::RouteNotFound(_) => "route_not_found",
+        ApiError::MethodNotAllowed => "method_not_allowed",
+        ApiError::IdempotencyMismatch => "idempotency_key_reused",
+        ApiError::IdempotencyInFlight => "idempotency_in_flight",
+    }
+}
+
+/// Base of the problem type URIs.
+pub const PROBLEM_BASE: &str = "https://paddock.dev/problems/";
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let info = context::current();
+        let kind = kind(&self);
+        let detail = if kind.status.is_server_error() {
+            if let ApiError::Domain(Error::Internal(source) | Error::Unavailable(Some(source))) = &self {
+                tracing::error!(error = source.as_ref() as &dyn std::error::Error, request.id = %info.request_id, "request failed: {}", error_chain(source.as_ref()));
+            }
+            match &self {
+                ApiError::Domain(Error::Unavailable(_)) => "the service is temporarily unavailable; retry later".to_owned(),
+                _ => format!("an internal error occurred; quote request id {} when reporting it", info.request_id),
+            }
+        } else {
+            self.to_string()
+        };
+        let errors: Vec<FieldError> = match &self {
+            ApiError::Domain(Error::Invalid(errors)) => errors.clone(),
+            _ => Vec::new(),
+        };
+        let problem = Problem {
+            type_: format!("{PROBLEM_BASE}{}", kind.slug),
+            title: kind.title.to_owned(),
+            status: kind.status.as_u16(),
+            detail,
+            instance: info.path,
+            code: code(&self).to_owned(),
+            request_id: info.request_id,
+            errors,
+        };
+        let body = serde_json::to_vec(&problem).unwrap_or_default();
+        let mut response = (kind.status, body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        match kind.status {
+            StatusCode::UNAUTHORIZED => {
+                let value = if matches!(&self, ApiError::Unauthenticated { code: "missing_token", .. }) {
+                    HeaderValue::from_static("Bearer realm=\"paddock\"")
+                } else {
+                    HeaderValue::from_static("Bearer realm=\"paddock\", error=\"invalid_token\"")
+                };
+                headers.insert(header::WWW_AUTHENTICATE, value);
+            }
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+/// The whole `source` chain in one line, for the log.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    out
+}

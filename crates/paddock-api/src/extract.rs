@@ -1,0 +1,111 @@
+//! Extractors whose rejections are Problems: the JSON body (media type, size), path and query
+//! parameters, and `If-Match`.
+
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::request::Parts;
+use http::{header, StatusCode};
+use paddock_domain::precondition::IfMatch;
+use paddock_service::Body;
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+
+/// Largest accepted body.
+pub const BODY_LIMIT: usize = 1024 * 1024;
+
+/// A JSON body, not yet decoded: services decode it after authorization. Accepts
+/// `application/json` and `application/merge-patch+json` (with parameters such as charset).
+#[derive(Debug)]
+pub struct JsonBody(pub Body);
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let media_type = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.split(';').next().unwrap_or_default().trim().to_ascii_lowercase());
+        match media_type.as_deref() {
+            Some("application/json" | "application/merge-patch+json") => {}
+            Some(other) => {
+                return Err(ApiError::UnsupportedMediaType(format!(
+                    "the body must be application/json or application/merge-patch+json, not {other}"
+                )))
+            }
+            None => {
+                return Err(ApiError::UnsupportedMediaType(
+                    "the body must be application/json; the Content-Type header is missing".to_owned(),
+                ))
+            }
+        }
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge { limit: BODY_LIMIT }
+            } else {
+                ApiError::Domain(paddock_domain::Error::BadRequest {
+                    code: "malformed_body",
+                    message: "the request body could not be read".to_owned(),
+                })
+            }
+        })?;
+        Ok(JsonBody(Body(bytes.to_vec())))
+    }
+}
+
+/// Path parameters; a malformed id is a 404 (no object has it), like a missing object.
+#[derive(Debug)]
+pub struct Path<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(value)) => Ok(Path(value)),
+            Err(_) => Err(ApiError::Domain(paddock_domain::Error::NotFound { kind: "resource" })),
+        }
+    }
+}
+
+/// Query parameters; malformed ones are a 400 naming the parameter.
+#[derive(Debug)]
+pub struct Query<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let query = parts.uri.query().unwrap_or_default();
+        let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+        serde_path_to_error::deserialize(de)
+            .map(Query)
+            .map_err(|e| ApiError::bad_parameter(format!("invalid query parameter {}: {}", e.path(), e.inner())))
+    }
+}
+
+/// The `If-Match` header.
+#[derive(Debug)]
+pub struct IfMatchHeader(pub IfMatch);
+
+impl<S: Send + Sync> FromRequestParts<S> for IfMatchHeader {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let value = parts.headers.get(header::IF_MATCH).map(|v| v.to_str().unwrap_or("\u{0}"));
+        Ok(IfMatchHeader(IfMatch::parse(value)))
+    }
+}
+
+/// Fallback of unknown routes.
+pub async fn route_not_found(uri: http::Uri) -> Response {
+    ApiError::RouteNotFound(uri.path().to_owned()).into_response()
+}
+
+/// Fallback of known routes with another method.
+pub async fn method_not_allowed() -> Response {
+    ApiError::MethodNotAllowed.into_response()
+}

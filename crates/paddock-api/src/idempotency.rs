@@ -1,0 +1,115 @@
+//! The `Idempotency-Key` middleware for `POST`. The first request with a key runs to completion
+//! in its own task (even when the client goes away), and its answer is stored and replayed; a
+//! server error releases the key so that a retry runs again.
+
+use axum::body::{to_bytes, Body};
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http::{header, HeaderName, HeaderValue, Method, StatusCode};
+use paddock_service::idempotency::key_scope;
+use paddock_store::idempotency::{Claim, StoredResponse};
+use sha2::{Digest, Sha256};
+
+use crate::auth::Authn;
+use crate::context;
+use crate::error::ApiError;
+use crate::extract::BODY_LIMIT;
+use crate::state::AppState;
+
+/// The request header.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// Headers of a stored answer that are replayed.
+const REPLAYED_HEADERS: [HeaderName; 3] = [header::CONTENT_TYPE, header::LOCATION, header::ETAG];
+
+/// Middleware: applies idempotency keys to authenticated `POST`s.
+pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let Some(key) = req.headers().get(IDEMPOTENCY_KEY) else {
+        return next.run(req).await;
+    };
+    if req.method() != Method::POST {
+        return next.run(req).await;
+    }
+    let Some(key) = key.to_str().ok().filter(|k| !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic())) else {
+        return ApiError::Domain(paddock_domain::Error::BadRequest {
+            code: "invalid_idempotency_key",
+            message: "Idempotency-Key must be 1 to 255 visible ASCII characters".to_owned(),
+        })
+        .into_response();
+    };
+    // Unauthenticated requests get their 401 from the handler; nothing to scope a key by.
+    let Some(Authn::Caller(actor)) = req.extensions().get::<Authn>() else {
+        return next.run(req).await;
+    };
+    let scope = key_scope(actor, req.method().as_str(), req.uri().path(), key);
+    let (parts, body) = req.into_parts();
+    let Ok(bytes) = to_bytes(body, BODY_LIMIT).await else {
+        return ApiError::PayloadTooLarge { limit: BODY_LIMIT }.into_response();
+    };
+    let hash = Sha256::digest(&bytes);
+    let services = &state.services;
+    match services.idempotency_claim(&scope, &hash).await {
+        Err(e) => ApiError::from(e).into_response(),
+        Ok(Claim::Mismatch) => ApiError::IdempotencyMismatch.into_response(),
+        Ok(Claim::InFlight) => ApiError::IdempotencyInFlight.into_response(),
+        Ok(Claim::Replay(stored)) => replay(stored),
+        Ok(Claim::Claimed) => {
+            let req = Request::from_parts(parts, Body::from(bytes));
+            let run = tokio::spawn(context::scope(context::current(), next.run(req)));
+            let response = match run.await {
+                Ok(response) => response,
+                Err(e) => ApiError::Domain(paddock_domain::Error::internal(e)).into_response(),
+            };
+            let (parts, body) = response.into_parts();
+            let body = match to_bytes(body, usize::MAX).await {
+                Ok(body) => body,
+                Err(e) => {
+                    let _ = services.idempotency_release(&scope).await;
+                    return ApiError::Domain(paddock_domain::Error::internal(e)).into_response();
+                }
+            };
+            let outcome = if parts.status.is_server_error() {
+                services.idempotency_release(&scope).await
+            } else {
+                let headers: serde_json::Map<String, serde_json::Value> = REPLAYED_HEADERS
+                    .iter()
+                    .filter_map(|name| {
+                        let value = parts.headers.get(name)?.to_str().ok()?;
+                        Some((name.as_str().to_owned(), value.into()))
+                    })
+                    .collect();
+                let stored = StoredResponse {
+                    response_status: i32::from(parts.status.as_u16()),
+                    response_headers: headers.into(),
+                    response_body: body.to_vec(),
+                };
+                services.idempotency_complete(&scope, &stored).await
+            };
+            if let Err(e) = outcome {
+                // The change itself was made; a retry will see 409 (in flight) until the key expires.
+                tracing::warn!(error = &e as &dyn std::error::Error, "could not record the idempotent response");
+            }
+            Response::from_parts(parts, Body::from(body))
+        }
+    }
+}
+
+fn replay(stored: StoredResponse) -> Response {
+    let status = u16::try_from(stored.response_status)
+        .ok()
+        .and_then(|s| StatusCode::from_u16(s).ok())
+        .unwrap_or(StatusCode::OK);
+    let mut response = (status, stored.response_body).into_response();
+    if let Some(headers) = stored.response_headers.as_object() {
+        for (name, value) in headers {
+            if let (Ok(name), Some(Ok(value))) =
+                (HeaderName::try_from(name.as_str()), value.as_str().map(HeaderValue::from_str))
+            {
+                response.headers_mut().insert(name, value);
+            }
+        }
+    }
+    response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
+    response
+}

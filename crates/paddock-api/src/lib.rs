@@ -1,0 +1,147 @@
+//! The HTTP edge of paddock: the axum router, handlers, extractors, Problem answers and the
+//! OpenAPI document. Routes and document come from one list (`api_routes`), so they cannot drift.
+//! Errors are mapped to HTTP exactly once, in `error`.
+
+pub mod auth;
+pub mod context;
+pub mod error;
+pub mod extract;
+pub mod idempotency;
+pub mod metrics;
+pub mod respond;
+pub mod routes;
+pub mod state;
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use axum::extract::DefaultBodyLimit;
+use axum::middleware::{from_fn, from_fn_with_state};
+use axum::Router;
+use http::{header, HeaderName, HeaderValue, Method};
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::openapi::OpenApi as OpenApiDoc;
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub use state::{ApiConfig, AppState};
+
+use routes::{audit, health, machine, machine_class, operation, tenant};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "paddock",
+        description = "Control plane for fully isolated managed Slurm and Kubernetes clusters on dedicated bare metal.",
+        license(name = "Apache-2.0", identifier = "Apache-2.0")
+    ),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "tenants", description = "The provider's customers"),
+        (name = "machine-classes", description = "Hardware profiles"),
+        (name = "machines", description = "The bare-metal inventory"),
+        (name = "operations", description = "Progress of asynchronous changes"),
+        (name = "audit", description = "Who did what"),
+        (name = "health", description = "Process endpoints")
+    )
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut OpenApiDoc) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        let mut scheme = Http::new(HttpAuthScheme::Bearer);
+        scheme.bearer_format = Some("JWT".to_owned());
+        components.add_security_scheme("bearer", SecurityScheme::Http(scheme));
+    }
+}
+
+/// The `/v1` routes, which need a bearer token.
+fn v1_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(tenant::tenant_create, tenant::tenant_list))
+        .routes(routes!(tenant::tenant_view, tenant::tenant_update, tenant::tenant_delete))
+        .routes(routes!(tenant::tenant_suspend))
+        .routes(routes!(tenant::tenant_resume))
+        .routes(routes!(machine_class::machine_class_create, machine_class::machine_class_list))
+        .routes(routes!(machine_class::machine_class_view, machine_class::machine_class_update, machine_class::machine_class_delete))
+        .routes(routes!(machine::machine_enroll, machine::machine_list))
+        .routes(routes!(machine::machine_view, machine::machine_update, machine::machine_retire))
+        .routes(routes!(machine::machine_maintenance_enter, machine::machine_maintenance_leave))
+        .routes(routes!(operation::operation_list))
+        .routes(routes!(operation::operation_view))
+        .routes(routes!(operation::tenant_operation_list))
+        .routes(routes!(operation::tenant_operation_view))
+        .routes(routes!(audit::audit_event_list))
+        .routes(routes!(audit::tenant_audit_event_list))
+}
+
+/// Every route with its documentation.
+fn api_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(v1_routes())
+        .routes(routes!(health::health_live))
+        .routes(routes!(health::health_ready))
+        .routes(routes!(health::metrics_view))
+        .routes(routes!(health::openapi_view))
+}
+
+/// The OpenAPI document, generated from the routes.
+pub fn openapi() -> OpenApiDoc {
+    api_routes().into_openapi()
+}
+
+static OPENAPI_JSON: LazyLock<String> =
+    LazyLock::new(|| openapi().to_pretty_json().unwrap_or_else(|_| "{}".to_owned()));
+
+/// The OpenAPI document as served and committed (pretty JSON, trailing newline).
+pub fn openapi_json() -> String {
+    format!("{}\n", *OPENAPI_JSON)
+}
+
+/// The application: routes, fallbacks and the middleware stack.
+pub fn router(state: AppState) -> Router {
+    let (v1, _) = OpenApiRouter::<AppState>::new()
+        .merge(v1_routes())
+        .layer(from_fn_with_state(state.clone(), idempotency::idempotency))
+        .layer(from_fn_with_state(state.clone(), auth::authenticate))
+        .split_for_parts();
+    let (public, _) = OpenApiRouter::<AppState>::new()
+        .routes(routes!(health::health_live))
+        .routes(routes!(health::health_ready))
+        .routes(routes!(health::metrics_view))
+        .routes(routes!(health::openapi_view))
+        .split_for_parts();
+    let mut app = v1
+        .merge(public)
+        .fallback(extract::route_not_found)
+        .method_not_allowed_fallback(extract::method_not_allowed)
+        .layer(DefaultBodyLimit::max(extract::BODY_LIMIT))
+        .layer(from_fn_with_state(state.clone(), metrics::track));
+    if let Some(cors) = cors(&state.config.cors_origins) {
+        app = app.layer(cors);
+    }
+    app.layer(from_fn(context::request_context)).with_state(state)
+}
+
+/// CORS for the portal's origins; none configured, no CORS headers at all.
+fn cors(origins: &[String]) -> Option<CorsLayer> {
+    let origins: Vec<HeaderValue> = origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()).collect();
+    if origins.is_empty() {
+        return None;
+    }
+    let request_id = HeaderName::from_static(context::REQUEST_ID);
+    let idempotency_key = HeaderName::from_static(idempotency::IDEMPOTENCY_KEY);
+    Some(
+        CorsLayer::new()
+            .allow_origin(AllowOrigin::list(origins))
+            .allow_methods([Method::GET, Method::POST, Method::PATCH, Method::DELETE])
+            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, header::IF_MATCH, idempotency_key, request_id.clone()])
+            .expose_headers([header::ETAG, header::LINK, header::LOCATION, header::RETRY_AFTER, request_id])
+            .max_age(Duration::from_secs(600)),
+    )
+}

@@ -1,0 +1,56 @@
+//! Unauthenticated process endpoints: liveness, readiness, metrics, the OpenAPI document.
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use http::{header, HeaderValue, StatusCode};
+use paddock_types::problem::Problem;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Liveness: the process answers.
+#[utoipa::path(get, path = "/healthz", operation_id = "health_live", tag = "health",
+    responses((status = 200, description = "The process is alive", body = String, content_type = "text/plain")),
+    security(()))]
+pub async fn health_live() -> &'static str {
+    "ok"
+}
+
+/// Readiness: the database is reachable and migrated, and the process is not draining.
+#[utoipa::path(get, path = "/readyz", operation_id = "health_ready", tag = "health",
+    responses(
+        (status = 200, description = "Ready", body = String, content_type = "text/plain"),
+        (status = 503, description = "Not ready", body = Problem, content_type = "application/problem+json")),
+    security(()))]
+pub async fn health_ready(State(s): State<AppState>) -> Response {
+    if !s.is_draining() && s.services.ready().await {
+        "ready".into_response()
+    } else {
+        ApiError::Domain(paddock_domain::Error::Unavailable(None)).into_response()
+    }
+}
+
+/// Prometheus metrics.
+#[utoipa::path(get, path = "/metrics", operation_id = "metrics_view", tag = "health",
+    responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain; version=0.0.4")),
+    security(()))]
+pub async fn metrics_view(State(s): State<AppState>) -> Response {
+    let mut out = String::new();
+    s.metrics.render(&mut out);
+    s.services.render_gauges(&mut out).await;
+    let mut response = (StatusCode::OK, out).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+    response
+}
+
+/// The OpenAPI document of this API.
+#[utoipa::path(get, path = "/openapi.json", operation_id = "openapi_view", tag = "health",
+    responses((status = 200, description = "OpenAPI 3.1 document", body = Object)),
+    security(()))]
+pub async fn openapi_view() -> Response {
+    let mut response = crate::openapi_json().into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}

@@ -1,0 +1,164 @@
+//! `/v1/machines`.
+
+use axum::extract::State;
+use axum::response::Response;
+use paddock_domain::cursor::PageRequest;
+use paddock_service::MachineChange;
+use paddock_store::machine::MachineFilter;
+use paddock_types::machine::{MachineAccepted, MachineEnroll, MachineState, MachineUpdate, MachineView, MaintenanceEnter};
+use paddock_types::problem::Problem;
+use paddock_types::{MachineId, TenantId};
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::{IfMatchHeader, JsonBody, Path, Query};
+use crate::respond;
+use crate::state::AppState;
+
+/// Query of the machine list.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct MachineListQuery {
+    /// Only machines in this state (default: every state but `retired`).
+    pub state: Option<MachineState>,
+    /// Only machines of this class.
+    #[param(max_length = 63)]
+    pub machine_class: Option<String>,
+    /// Only machines held by this tenant.
+    pub tenant_id: Option<TenantId>,
+    /// Page size.
+    #[param(minimum = 1, maximum = 1000, default = 100)]
+    pub limit: Option<u32>,
+    /// Opaque cursor from a previous page.
+    #[param(max_length = 512)]
+    pub cursor: Option<String>,
+}
+
+fn location(id: MachineId) -> String {
+    format!("/v1/machines/{id}")
+}
+
+/// 202 with the machine and its operation, or 200 with the machine for a synchronous change.
+fn change(change: MachineChange) -> Response {
+    let machine = change.machine.view();
+    let location = location(machine.id);
+    match change.operation {
+        Some(operation) => {
+            let etag = machine.etag.clone();
+            respond::accepted(&MachineAccepted { machine, operation }, &etag, &location)
+        }
+        None => respond::object(&machine, &machine.etag),
+    }
+}
+
+/// Enrolls a machine; the worker then inspects and cleans it.
+#[utoipa::path(post, path = "/v1/machines", operation_id = "machine_enroll", tag = "machines",
+    request_body = MachineEnroll,
+    params(("Idempotency-Key" = Option<String>, Header, description = "Replays the first answer for 24 h")),
+    responses(
+        (status = 202, description = "Accepted", body = MachineAccepted,
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The machine"))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn machine_enroll(State(s): State<AppState>, Caller(ctx): Caller, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
+    Ok(change(s.services.machine_enroll(&ctx, &body).await?))
+}
+
+/// Lists machines.
+#[utoipa::path(get, path = "/v1/machines", operation_id = "machine_list", tag = "machines",
+    params(MachineListQuery),
+    responses(
+        (status = 200, description = "A page of machines", body = inline(paddock_types::page::Page<MachineView>),
+            headers(("Link" = String, description = "The next page, rel=\"next\""))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn machine_list(State(s): State<AppState>, Caller(ctx): Caller, Query(q): Query<MachineListQuery>) -> Result<Response, ApiError> {
+    let page = PageRequest::parse(q.limit, q.cursor.as_deref())?;
+    let filter = MachineFilter { state: q.state, machine_class: q.machine_class, tenant_id: q.tenant_id };
+    let listed = s.services.machine_list(&ctx, &filter, page).await?;
+    Ok(respond::page(listed.items.iter().map(|m| m.view()).collect(), listed.next_cursor))
+}
+
+/// Reads a machine (never its BMC password).
+#[utoipa::path(get, path = "/v1/machines/{machine_id}", operation_id = "machine_view", tag = "machines",
+    params(("machine_id" = MachineId, Path, description = "Machine id")),
+    responses(
+        (status = 200, description = "The machine", body = MachineView, headers(("ETag" = String, description = "Generation etag"))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn machine_view(State(s): State<AppState>, Caller(ctx): Caller, Path(id): Path<MachineId>) -> Result<Response, ApiError> {
+    let machine = s.services.machine_get(&ctx, id).await?.view();
+    Ok(respond::object(&machine, &machine.etag))
+}
+
+/// Changes labels (200) or BMC access (202 with an operation).
+#[utoipa::path(patch, path = "/v1/machines/{machine_id}", operation_id = "machine_update", tag = "machines",
+    request_body(content = MachineUpdate, content_type = "application/merge-patch+json"),
+    params(("machine_id" = MachineId, Path, description = "Machine id"),
+        ("If-Match" = Option<String>, Header, description = "Etag the machine must still have")),
+    responses(
+        (status = 200, description = "Labels changed", body = MachineView, headers(("ETag" = String, description = "Generation etag"))),
+        (status = 202, description = "BMC access change accepted", body = MachineAccepted,
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The machine"))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn machine_update(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path(id): Path<MachineId>,
+    IfMatchHeader(if_match): IfMatchHeader,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    Ok(change(s.services.machine_update(&ctx, id, &body, &if_match).await?))
+}
+
+/// Retires a machine (only from available, maintenance or clean_failed).
+#[utoipa::path(delete, path = "/v1/machines/{machine_id}", operation_id = "machine_retire", tag = "machines",
+    params(("machine_id" = MachineId, Path, description = "Machine id"),
+        ("If-Match" = Option<String>, Header, description = "Etag the machine must still have")),
+    responses(
+        (status = 202, description = "Accepted", body = MachineAccepted,
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The machine"))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn machine_retire(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path(id): Path<MachineId>,
+    IfMatchHeader(if_match): IfMatchHeader,
+) -> Result<Response, ApiError> {
+    Ok(change(s.services.machine_retire(&ctx, id, &if_match).await?))
+}
+
+/// Takes a machine out of service.
+#[utoipa::path(post, path = "/v1/machines/{machine_id}/maintenance", operation_id = "machine_maintenance_enter", tag = "machines",
+    request_body = MaintenanceEnter,
+    params(("machine_id" = MachineId, Path, description = "Machine id"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Replays the first answer for 24 h")),
+    responses(
+        (status = 202, description = "Accepted", body = MachineAccepted,
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The machine"))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn machine_maintenance_enter(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path(id): Path<MachineId>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    Ok(change(s.services.machine_maintenance_enter(&ctx, id, &body).await?))
+}
+
+/// Returns a machine to service, through cleaning.
+#[utoipa::path(delete, path = "/v1/machines/{machine_id}/maintenance", operation_id = "machine_maintenance_leave", tag = "machines",
+    params(("machine_id" = MachineId, Path, description = "Machine id")),
+    responses(
+        (status = 202, description = "Accepted", body = MachineAccepted,
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The machine"))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn machine_maintenance_leave(State(s): State<AppState>, Caller(ctx): Caller, Path(id): Path<MachineId>) -> Result<Response, ApiError> {
+    Ok(change(s.services.machine_maintenance_leave(&ctx, id).await?))
+}

@@ -1,0 +1,8 @@
+//! Handlers: extract, call one service function, map the result to a view. Nothing else.
+
+pub mod audit;
+pub mod health;
+pub mod machine;
+pub mod machine_class;
+pub mod operation;
+pub mod tenant;

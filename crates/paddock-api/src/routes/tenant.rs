@@ -1,0 +1,122 @@
+//! `/v1/tenants`.
+
+use axum::extract::State;
+use axum::response::Response;
+use paddock_domain::cursor::PageRequest;
+use paddock_types::page::PageParams;
+use paddock_types::problem::Problem;
+use paddock_types::tenant::{TenantCreate, TenantUpdate, TenantView};
+use paddock_types::TenantId;
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::{IfMatchHeader, JsonBody, Path, Query};
+use crate::respond;
+use crate::state::AppState;
+
+/// Location of a tenant.
+pub fn location(id: TenantId) -> String {
+    format!("/v1/tenants/{id}")
+}
+
+/// Creates a tenant.
+#[utoipa::path(post, path = "/v1/tenants", operation_id = "tenant_create", tag = "tenants",
+    request_body = TenantCreate,
+    params(("Idempotency-Key" = Option<String>, Header, description = "Replays the first answer for 24 h")),
+    responses(
+        (status = 201, description = "Created", body = TenantView,
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The tenant"))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn tenant_create(State(s): State<AppState>, Caller(ctx): Caller, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
+    let tenant = s.services.tenant_create(&ctx, &body).await?.view();
+    Ok(respond::created(&tenant, &tenant.etag, &location(tenant.id)))
+}
+
+/// Lists tenants; a tenant token sees only its own.
+#[utoipa::path(get, path = "/v1/tenants", operation_id = "tenant_list", tag = "tenants",
+    params(PageParams),
+    responses(
+        (status = 200, description = "A page of tenants", body = inline(paddock_types::page::Page<TenantView>),
+            headers(("Link" = String, description = "The next page, rel=\"next\""))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn tenant_list(State(s): State<AppState>, Caller(ctx): Caller, Query(q): Query<PageParams>) -> Result<Response, ApiError> {
+    let page = PageRequest::parse(q.limit, q.cursor.as_deref())?;
+    let listed = s.services.tenant_list(&ctx, page).await?;
+    Ok(respond::page(listed.items.iter().map(|t| t.view()).collect(), listed.next_cursor))
+}
+
+/// Reads a tenant.
+#[utoipa::path(get, path = "/v1/tenants/{tenant_id}", operation_id = "tenant_view", tag = "tenants",
+    params(("tenant_id" = TenantId, Path, description = "Tenant id")),
+    responses(
+        (status = 200, description = "The tenant", body = TenantView, headers(("ETag" = String, description = "Generation etag"))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn tenant_view(State(s): State<AppState>, Caller(ctx): Caller, Path(id): Path<TenantId>) -> Result<Response, ApiError> {
+    let tenant = s.services.tenant_get(&ctx, id).await?.view();
+    Ok(respond::object(&tenant, &tenant.etag))
+}
+
+/// Changes a tenant (JSON merge patch).
+#[utoipa::path(patch, path = "/v1/tenants/{tenant_id}", operation_id = "tenant_update", tag = "tenants",
+    request_body(content = TenantUpdate, content_type = "application/merge-patch+json"),
+    params(("tenant_id" = TenantId, Path, description = "Tenant id"),
+        ("If-Match" = Option<String>, Header, description = "Etag the tenant must still have")),
+    responses(
+        (status = 200, description = "The changed tenant", body = TenantView, headers(("ETag" = String, description = "Generation etag"))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn tenant_update(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path(id): Path<TenantId>,
+    IfMatchHeader(if_match): IfMatchHeader,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let tenant = s.services.tenant_update(&ctx, id, &body, &if_match).await?.view();
+    Ok(respond::object(&tenant, &tenant.etag))
+}
+
+/// Deletes a tenant; 409 while it has clusters or machines.
+#[utoipa::path(delete, path = "/v1/tenants/{tenant_id}", operation_id = "tenant_delete", tag = "tenants",
+    params(("tenant_id" = TenantId, Path, description = "Tenant id"),
+        ("If-Match" = Option<String>, Header, description = "Etag the tenant must still have")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn tenant_delete(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path(id): Path<TenantId>,
+    IfMatchHeader(if_match): IfMatchHeader,
+) -> Result<Response, ApiError> {
+    s.services.tenant_delete(&ctx, id, &if_match).await?;
+    Ok(respond::no_content())
+}
+
+/// Suspends a tenant: its own writes get 409, its clusters keep running.
+#[utoipa::path(post, path = "/v1/tenants/{tenant_id}/suspend", operation_id = "tenant_suspend", tag = "tenants",
+    params(("tenant_id" = TenantId, Path, description = "Tenant id")),
+    responses(
+        (status = 200, description = "The tenant", body = TenantView, headers(("ETag" = String, description = "Generation etag"))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn tenant_suspend(State(s): State<AppState>, Caller(ctx): Caller, Path(id): Path<TenantId>) -> Result<Response, ApiError> {
+    let tenant = s.services.tenant_suspend(&ctx, id).await?.view();
+    Ok(respond::object(&tenant, &tenant.etag))
+}
+
+/// Resumes a suspended tenant.
+#[utoipa::path(post, path = "/v1/tenants/{tenant_id}/resume", operation_id = "tenant_resume", tag = "tenants",
+    params(("tenant_id" = TenantId, Path, description = "Tenant id")),
+    responses(
+        (status = 200, description = "The tenant", body = TenantView, headers(("ETag" = String, description = "Generation etag"))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn tenant_resume(State(s): State<AppState>, Caller(ctx): Caller, Path(id): Path<TenantId>) -> Result<Response, ApiError> {
+    let tenant = s.services.tenant_resume(&ctx, id).await?.view();
+    Ok(respond::object(&tenant, &tenant.etag))
+}

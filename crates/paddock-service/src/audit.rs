@@ -1,0 +1,116 @@
+//! The audit trail of one mutating call: a success event written inside the call's transaction,
+//! or a failure event written on its own when the call is refused.
+
+use paddock_domain::{Error, Result};
+use paddock_store::audit::{self, NewAuditEvent};
+use paddock_store::{Conn, Store};
+use paddock_types::audit::{AuditEventView, AuditFilter, AuditOutcome};
+use paddock_types::TenantId;
+use uuid::Uuid;
+
+use crate::{db, Ctx, Listed, Services};
+use paddock_domain::cursor::PageRequest;
+use paddock_domain::Permission;
+
+/// Audits one call.
+#[derive(Debug)]
+pub struct AuditTrail<'a> {
+    store: &'a Store,
+    ctx: &'a Ctx,
+    action: &'static str,
+    target_type: &'static str,
+    target_id: Option<Uuid>,
+    tenant_id: Option<TenantId>,
+}
+
+impl<'a> AuditTrail<'a> {
+    pub(crate) fn new(store: &'a Store, ctx: &'a Ctx, action: &'static str, target_type: &'static str) -> Self {
+        Self { store, ctx, action, target_type, target_id: None, tenant_id: None }
+    }
+
+    /// Names the target once it is known.
+    pub fn target(&mut self, id: Uuid, tenant: Option<TenantId>) {
+        self.target_id = Some(id);
+        self.tenant_id = tenant;
+    }
+
+    fn event(&self, outcome: AuditOutcome, code: Option<&'a str>, details: serde_json::Value) -> NewAuditEvent<'_> {
+        NewAuditEvent {
+            actor_sub: &self.ctx.actor.subject,
+            actor_roles: &self.ctx.actor.raw_roles,
+            tenant_id: self.tenant_id,
+            action: self.action,
+            target_type: self.target_type,
+            target_id: self.target_id,
+            request_id: &self.ctx.request_id,
+            outcome,
+            code,
+            details,
+        }
+    }
+
+    /// Records success inside the call's transaction.
+    pub async fn success(&self, conn: &mut Conn, details: serde_json::Value) -> Result<()> {
+        audit::insert(conn, &self.event(AuditOutcome::Success, None, details)).await.map_err(db)
+    }
+
+    /// Passes `result` through, recording a failure event when it is an error. A failure to write
+    /// the event is logged, never allowed to replace the caller's answer.
+    pub async fn finish<T>(self, result: Result<T>) -> Result<T> {
+        if let Err(err) = &result {
+            if matches!(err, Error::Unavailable(_)) {
+                // The database is down: nowhere to write, and nothing was changed.
+                return result;
+            }
+            let details = serde_json::json!({ "detail": public_detail(err) });
+            let written = match self.store.conn().await {
+                Ok(mut conn) => audit::insert(&mut conn, &self.event(AuditOutcome::Failure, Some(err.code()), details)).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = written {
+                tracing::warn!(error = &e as &dyn std::error::Error, action = self.action, "could not record a failed call in the audit trail");
+            }
+        }
+        result
+    }
+}
+
+fn public_detail(err: &Error) -> String {
+    match err {
+        Error::Internal(_) => "internal error".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+impl Services {
+    /// `GET /v1/audit-events`: every event, for providers.
+    pub async fn audit_list(&self, ctx: &Ctx, filter: &AuditFilter, page: PageRequest) -> Result<Listed<AuditEventView>> {
+        let scope = ctx.actor.authorize(Permission::AuditRead)?;
+        self.audit_page(scope.tenant(), filter, page).await
+    }
+
+    /// `GET /v1/tenants/{tenant_id}/audit-events`: one tenant's events.
+    pub async fn tenant_audit_list(
+        &self,
+        ctx: &Ctx,
+        tenant: TenantId,
+        filter: &AuditFilter,
+        page: PageRequest,
+    ) -> Result<Listed<AuditEventView>> {
+        ctx.actor.authorize_tenant(Permission::AuditRead, tenant, "tenant")?;
+        self.require_tenant(tenant).await?;
+        self.audit_page(Some(tenant), filter, page).await
+    }
+
+    async fn audit_page(&self, tenant: Option<TenantId>, filter: &AuditFilter, page: PageRequest) -> Result<Listed<AuditEventView>> {
+        if let (Some(from), Some(to)) = (filter.from, filter.to) {
+            if from >= to {
+                return Err(Error::invalid("from", "must be before `to`"));
+            }
+        }
+        let mut conn = self.store.conn().await.map_err(db)?;
+        let items = audit::list(&mut conn, tenant, filter, page.after, page.limit).await.map_err(db)?;
+        let next_cursor = page.next_cursor(&items, |e| e.id.uuid());
+        Ok(Listed { items, next_cursor })
+    }
+}

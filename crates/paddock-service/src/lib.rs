@@ -1,0 +1,99 @@
+//! Use-cases shared by the API and the worker. Each public function takes the caller's context,
+//! checks policy before any lookup (403), scopes every tenant-owned read (404 for a foreign
+//! tenant), checks preconditions (412) and state (409), validates (422), writes, and records an
+//! audit event in the same transaction. A refused call is audited too, as a failure.
+
+mod audit;
+mod gauges;
+pub mod idempotency;
+mod machine;
+mod machine_class;
+mod operation;
+mod tenant;
+
+use std::sync::Arc;
+
+pub use audit::AuditTrail;
+use paddock_domain::secret::Cipher;
+use paddock_domain::{Actor, Error, Result};
+use paddock_store::Store;
+pub use machine::MachineChange;
+use serde::de::DeserializeOwned;
+
+/// Who is calling, and which request this is.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    /// The authenticated caller.
+    pub actor: Actor,
+    /// The request id, recorded in audit events.
+    pub request_id: String,
+}
+
+/// A JSON request body, decoded only after the caller was authorized, so that the order of
+/// checks (403 before 404 before 422) holds for bodies too.
+#[derive(Debug, Clone)]
+pub struct Body(pub Vec<u8>);
+
+impl Body {
+    /// A body from a value (seeding, tests).
+    pub fn json(value: &impl serde::Serialize) -> Self {
+        Self(serde_json::to_vec(value).unwrap_or_default())
+    }
+
+    /// Decodes the body into a request type: 400 for bad syntax, 422 naming the field otherwise.
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T> {
+        paddock_domain::json::decode(&self.0).map_err(paddock_domain::json::DecodeError::into_error)
+    }
+
+    /// The body as a JSON value (merge patches).
+    pub fn value(&self) -> Result<serde_json::Value> {
+        self.decode()
+    }
+}
+
+/// A page of results and the cursor of the next one.
+#[derive(Debug)]
+pub struct Listed<T> {
+    /// The items.
+    pub items: Vec<T>,
+    /// The next page's cursor, `None` at the end.
+    pub next_cursor: Option<String>,
+}
+
+/// The services, cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Services {
+    store: Store,
+    cipher: Arc<Cipher>,
+}
+
+impl Services {
+    /// Services over a store, sealing secrets with `cipher`.
+    pub fn new(store: Store, cipher: Arc<Cipher>) -> Self {
+        Self { store, cipher }
+    }
+
+    /// The store (for the worker and health checks).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Whether the database answers and is migrated.
+    pub async fn ready(&self) -> bool {
+        self.store.ready().await.unwrap_or(false)
+    }
+
+    fn audit<'a>(&'a self, ctx: &'a Ctx, action: &'static str, target_type: &'static str) -> AuditTrail<'a> {
+        AuditTrail::new(&self.store, ctx, action, target_type)
+    }
+}
+
+/// Maps a store error into the domain error (the `?` conversion).
+pub(crate) fn db(e: paddock_store::StoreError) -> Error {
+    e.into()
+}
+
+/// Commits a transaction.
+pub(crate) async fn commit(tx: paddock_store::Tx) -> Result<()> {
+    tx.commit().await.map_err(|e| db(e.into()))
+}

@@ -1,0 +1,286 @@
+//! Machines: enrollment, inventory reads, BMC credential changes, maintenance and retirement.
+//! The BMC password is sealed (bound to the machine's row) before it reaches the store and is
+//! never returned. Changes the worker carries out answer with a pending operation; until the
+//! worker acts, the machine record carries the operator's intent.
+
+use paddock_domain::cursor::PageRequest;
+use paddock_domain::machine::RETIRABLE;
+use paddock_domain::model::{Bmc, Machine};
+use paddock_domain::precondition::IfMatch;
+use paddock_domain::secret::Binding;
+use paddock_domain::validate::{self, Checks};
+use paddock_domain::{json, Error, Permission, Result};
+use paddock_store::machine::{self as store, MachineFilter, NewMachine};
+use paddock_store::operation::{self as operation_store, NewOperation};
+use paddock_store::{machine_class, Conn};
+use paddock_types::machine::{MachineEnroll, MachineState, MaintenanceEnter};
+use paddock_types::operation::OperationView;
+use paddock_types::{Labels, MachineId};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::{commit, db, Body, Ctx, Listed, Services};
+
+const NOT_FOUND: Error = Error::NotFound { kind: "machine" };
+
+/// A machine and, for asynchronous changes, the operation that carries the change out.
+#[derive(Debug)]
+pub struct MachineChange {
+    /// The machine as it is now.
+    pub machine: Machine,
+    /// The operation; `None` for a synchronous change (labels only).
+    pub operation: Option<OperationView>,
+}
+
+/// What a merge patch may change: labels and BMC access (the password is handled apart, as it is
+/// never read back).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MachineSpec {
+    #[serde(default)]
+    labels: Labels,
+    bmc: BmcSpec,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BmcSpec {
+    url: String,
+    #[serde(default)]
+    system_id: Option<String>,
+    username: String,
+    #[serde(default)]
+    ca_cert: Option<String>,
+    #[serde(default)]
+    insecure_tls: bool,
+}
+
+fn password_binding(id: MachineId) -> Binding<'static> {
+    Binding { table: "machines", column: "bmc_password_enc", row: id.uuid() }
+}
+
+impl Services {
+    /// Enrolls a machine: recorded in `enrolling`, with a pending `machine_enroll` operation.
+    pub async fn machine_enroll(&self, ctx: &Ctx, body: &Body) -> Result<MachineChange> {
+        let mut audit = self.audit(ctx, "machine.enroll", "machine");
+        let result = async {
+            ctx.actor.authorize(Permission::MachineWrite)?;
+            let spec: MachineEnroll = body.decode()?;
+            validate::machine_enroll(&spec)?;
+            let id = MachineId::new();
+            audit.target(id.uuid(), None);
+            let mut tx = self.store.begin().await.map_err(db)?;
+            let class = machine_class::get_by_name(&mut tx, &spec.machine_class, false)
+                .await
+                .map_err(db)?
+                .ok_or_else(|| Error::invalid("machine_class", format!("no machine class is named {:?}", spec.machine_class)))?;
+            let bmc = Bmc {
+                url: spec.bmc.url.clone(),
+                system_id: spec.bmc.system_id.clone(),
+                username: spec.bmc.username.clone(),
+                password_enc: self.cipher.seal(spec.bmc.password.as_bytes(), password_binding(id)),
+                ca_cert: spec.bmc.ca_cert.clone(),
+                insecure_tls: spec.bmc.insecure_tls,
+            };
+            let new = NewMachine { id, name: &spec.name, machine_class_id: class.id, labels: &spec.labels, bmc: &bmc };
+            store::insert(&mut tx, &new).await.map_err(db)?;
+            let operation = machine_operation(&mut tx, id, 1, "machine_enroll", &[]).await?;
+            audit.success(&mut tx, json!({ "name": spec.name, "machine_class": spec.machine_class, "bmc_url": spec.bmc.url })).await?;
+            let machine = store::get(&mut tx, id, false).await.map_err(db)?.ok_or(NOT_FOUND)?;
+            commit(tx).await?;
+            Ok(MachineChange { machine, operation: Some(operation) })
+        }
+        .await;
+        audit.finish(result).await
+    }
+
+    /// Lists machines, filtered.
+    pub async fn machine_list(&self, ctx: &Ctx, filter: &MachineFilter, page: PageRequest) -> Result<Listed<Machine>> {
+        ctx.actor.authorize(Permission::MachineRead)?;
+        let mut conn = self.store.conn().await.map_err(db)?;
+        let items = store::list(&mut conn, filter, page.after, page.limit).await.map_err(db)?;
+        let next_cursor = page.next_cursor(&items, |m| m.id.uuid());
+        Ok(Listed { items, next_cursor })
+    }
+
+    /// Reads one machine.
+    pub async fn machine_get(&self, ctx: &Ctx, id: MachineId) -> Result<Machine> {
+        ctx.actor.authorize(Permission::MachineRead)?;
+        let mut conn = self.store.conn().await.map_err(db)?;
+        store::get(&mut conn, id, false).await.map_err(db)?.ok_or(NOT_FOUND)
+    }
+
+    /// Applies a merge patch to labels and BMC access. A BMC change is carried out by the worker
+    /// (a `machine_update_credentials` operation); a labels-only change is synchronous.
+    pub async fn machine_update(&self, ctx: &Ctx, id: MachineId, body: &Body, if_match: &IfMatch) -> Result<MachineChange> {
+        let mut audit = self.audit(ctx, "machine.update", "machine");
+        audit.target(id.uuid(), None);
+        let result = async {
+            ctx.actor.authorize(Permission::MachineWrite)?;
+            let mut tx = self.store.begin().await.map_err(db)?;
+            let current = self.machine_for_change(&mut tx, id).await?;
+            if_match.check(current.generation)?;
+            let mut patch = body.value()?;
+            let password = take_password(&mut patch)?;
+            let before = MachineSpec {
+                labels: current.labels.clone(),
+                bmc: BmcSpec {
+                    url: current.bmc.url.clone(),
+                    system_id: current.bmc.system_id.clone(),
+                    username: current.bmc.username.clone(),
+                    ca_cert: current.bmc.ca_cert.clone(),
+                    insecure_tls: current.bmc.insecure_tls,
+                },
+            };
+            let after: MachineSpec = json::apply_patch(&before, &patch, &[])?;
+            let mut c = Checks::new();
+            c.labels("labels", &after.labels);
+            let b = &after.bmc;
+            validate::bmc_access(&mut c, &b.url, b.system_id.as_deref(), &b.username, b.ca_cert.as_deref(), b.insecure_tls);
+            if let Some(password) = &password {
+                c.text("bmc.password", password, 1024);
+            }
+            c.finish()?;
+            let bmc_changed = after.bmc != before.bmc || password.is_some();
+            if !bmc_changed && after.labels == before.labels {
+                return Ok(MachineChange { machine: current, operation: None });
+            }
+            let bmc = Bmc {
+                url: after.bmc.url.clone(),
+                system_id: after.bmc.system_id.clone(),
+                username: after.bmc.username.clone(),
+                password_enc: match &password {
+                    Some(p) => self.cipher.seal(p.as_bytes(), password_binding(id)),
+                    None => current.bmc.password_enc.clone(),
+                },
+                ca_cert: after.bmc.ca_cert.clone(),
+                insecure_tls: after.bmc.insecure_tls,
+            };
+            store::update_spec(&mut tx, id, &after.labels, &bmc).await.map_err(db)?;
+            let operation = if bmc_changed {
+                Some(machine_operation(&mut tx, id, current.generation + 1, "machine_update_credentials", &[]).await?)
+            } else {
+                None
+            };
+            // The patch is recorded without the password: only that one was given.
+            audit.success(&mut tx, json!({ "patch": patch, "password_changed": password.is_some() })).await?;
+            let machine = store::get(&mut tx, id, false).await.map_err(db)?.ok_or(NOT_FOUND)?;
+            commit(tx).await?;
+            Ok(MachineChange { machine, operation })
+        }
+        .await;
+        audit.finish(result).await
+    }
+
+    /// Takes a machine out of service (any state but retired); the worker releases a machine that
+    /// holds a tenancy first. 409 when it is already in (or on its way to) maintenance.
+    pub async fn machine_maintenance_enter(&self, ctx: &Ctx, id: MachineId, body: &Body) -> Result<MachineChange> {
+        let mut audit = self.audit(ctx, "machine.maintenance_enter", "machine");
+        audit.target(id.uuid(), None);
+        let result = async {
+            ctx.actor.authorize(Permission::MachineWrite)?;
+            let mut tx = self.store.begin().await.map_err(db)?;
+            let current = self.machine_for_change(&mut tx, id).await?;
+            if current.state == MachineState::Maintenance || current.maintenance_reason.is_some() {
+                return Err(Error::conflict("already_in_maintenance", "the machine is already in maintenance or entering it"));
+            }
+            let request: MaintenanceEnter = body.decode()?;
+            let mut c = Checks::new();
+            c.text("reason", request.reason.trim(), 1000);
+            c.finish()?;
+            store::set_maintenance_intent(&mut tx, id, Some(request.reason.trim())).await.map_err(db)?;
+            let operation = machine_operation(&mut tx, id, current.generation + 1, "machine_maintenance_enter", &["machine_maintenance_leave"]).await?;
+            audit.success(&mut tx, json!({ "reason": request.reason.trim(), "state": current.state.as_str() })).await?;
+            let machine = store::get(&mut tx, id, false).await.map_err(db)?.ok_or(NOT_FOUND)?;
+            commit(tx).await?;
+            Ok(MachineChange { machine, operation: Some(operation) })
+        }
+        .await;
+        audit.finish(result).await
+    }
+
+    /// Returns a machine from maintenance; it always leaves through cleaning. A machine still
+    /// on its way into maintenance has that request cancelled.
+    pub async fn machine_maintenance_leave(&self, ctx: &Ctx, id: MachineId) -> Result<MachineChange> {
+        let mut audit = self.audit(ctx, "machine.maintenance_leave", "machine");
+        audit.target(id.uuid(), None);
+        let result = async {
+            ctx.actor.authorize(Permission::MachineWrite)?;
+            let mut tx = self.store.begin().await.map_err(db)?;
+            let current = self.machine_for_change(&mut tx, id).await?;
+            if current.state != MachineState::Maintenance && current.maintenance_reason.is_none() {
+                return Err(Error::conflict("not_in_maintenance", "the machine is not in maintenance"));
+            }
+            store::set_maintenance_intent(&mut tx, id, None).await.map_err(db)?;
+            let operation = machine_operation(&mut tx, id, current.generation + 1, "machine_maintenance_leave", &["machine_maintenance_enter"]).await?;
+            audit.success(&mut tx, json!({ "state": current.state.as_str() })).await?;
+            let machine = store::get(&mut tx, id, false).await.map_err(db)?.ok_or(NOT_FOUND)?;
+            commit(tx).await?;
+            Ok(MachineChange { machine, operation: Some(operation) })
+        }
+        .await;
+        audit.finish(result).await
+    }
+
+    /// Retires a machine: only from `available`, `maintenance` or `clean_failed`.
+    pub async fn machine_retire(&self, ctx: &Ctx, id: MachineId, if_match: &IfMatch) -> Result<MachineChange> {
+        let mut audit = self.audit(ctx, "machine.retire", "machine");
+        audit.target(id.uuid(), None);
+        let result = async {
+            ctx.actor.authorize(Permission::MachineWrite)?;
+            let mut tx = self.store.begin().await.map_err(db)?;
+            let current = self.machine_for_change(&mut tx, id).await?;
+            if_match.check(current.generation)?;
+            if !RETIRABLE.contains(&current.state) {
+                return Err(Error::conflict(
+                    "machine_busy",
+                    format!("a machine in state {} cannot be retired; only available, maintenance or clean_failed", current.state.as_str()),
+                ));
+            }
+            if store::retire_requested(&mut tx, id).await.map_err(db)? {
+                return Err(Error::conflict("retire_pending", "the machine is already being retired"));
+            }
+            store::set_retire_intent(&mut tx, id).await.map_err(db)?;
+            let operation = machine_operation(&mut tx, id, current.generation + 1, "machine_retire", &[]).await?;
+            audit.success(&mut tx, json!({ "state": current.state.as_str() })).await?;
+            let machine = store::get(&mut tx, id, false).await.map_err(db)?.ok_or(NOT_FOUND)?;
+            commit(tx).await?;
+            Ok(MachineChange { machine, operation: Some(operation) })
+        }
+        .await;
+        audit.finish(result).await
+    }
+
+    /// Locks a machine for a change; a retired one takes no more changes.
+    async fn machine_for_change(&self, conn: &mut Conn, id: MachineId) -> Result<Machine> {
+        let machine = store::get(conn, id, true).await.map_err(db)?.ok_or(NOT_FOUND)?;
+        if machine.state == MachineState::Retired {
+            return Err(Error::conflict("machine_retired", "the machine is retired"));
+        }
+        Ok(machine)
+    }
+}
+
+/// Pulls `bmc.password` out of a machine patch: it is sealed, never merged or recorded.
+fn take_password(patch: &mut Value) -> Result<Option<String>> {
+    let Some(bmc) = patch.get_mut("bmc").and_then(Value::as_object_mut) else {
+        return Ok(None);
+    };
+    match bmc.remove("password") {
+        None => Ok(None),
+        Some(Value::String(p)) => Ok(Some(p)),
+        Some(Value::Null) => Err(Error::invalid("bmc.password", "cannot be removed; give a new password")),
+        Some(_) => Err(Error::invalid("bmc.password", "must be a string")),
+    }
+}
+
+async fn machine_operation(
+    conn: &mut Conn,
+    id: MachineId,
+    generation: i64,
+    kind: &str,
+    supersedes: &[&str],
+) -> Result<OperationView> {
+    let op = NewOperation { kind, target_type: "machine", target_id: id.uuid(), tenant_id: None, target_generation: generation, supersedes };
+    operation_store::insert(conn, &op).await.map_err(db)
+}

@@ -1,0 +1,105 @@
+//! Machine classes: hardware profiles, readable by every role.
+
+use paddock_domain::cursor::PageRequest;
+use paddock_domain::model::MachineClass;
+use paddock_domain::precondition::IfMatch;
+use paddock_domain::{json, validate, Error, Permission, Result};
+use paddock_store::machine_class;
+use paddock_types::machine_class::MachineClassCreate;
+use paddock_types::MachineClassId;
+use serde_json::json;
+
+use crate::{commit, db, Body, Ctx, Listed, Services};
+
+const NOT_FOUND: Error = Error::NotFound { kind: "machine class" };
+
+impl Services {
+    /// Creates a class.
+    pub async fn machine_class_create(&self, ctx: &Ctx, body: &Body) -> Result<MachineClass> {
+        let mut audit = self.audit(ctx, "machine_class.create", "machine_class");
+        let result = async {
+            ctx.actor.authorize(Permission::MachineClassWrite)?;
+            let spec: MachineClassCreate = body.decode()?;
+            validate::machine_class(&spec)?;
+            let id = MachineClassId::new();
+            audit.target(id.uuid(), None);
+            let mut tx = self.store.begin().await.map_err(db)?;
+            let class = machine_class::insert(&mut tx, id, &spec).await.map_err(db)?;
+            audit.success(&mut tx, json!({ "name": spec.name })).await?;
+            commit(tx).await?;
+            Ok(class)
+        }
+        .await;
+        audit.finish(result).await
+    }
+
+    /// Lists classes.
+    pub async fn machine_class_list(&self, ctx: &Ctx, page: PageRequest) -> Result<Listed<MachineClass>> {
+        ctx.actor.authorize(Permission::MachineClassRead)?;
+        let mut conn = self.store.conn().await.map_err(db)?;
+        let items = machine_class::list(&mut conn, page.after, page.limit).await.map_err(db)?;
+        let next_cursor = page.next_cursor(&items, |c| c.id.uuid());
+        Ok(Listed { items, next_cursor })
+    }
+
+    /// Reads one class by name.
+    pub async fn machine_class_get(&self, ctx: &Ctx, name: &str) -> Result<MachineClass> {
+        ctx.actor.authorize(Permission::MachineClassRead)?;
+        let mut conn = self.store.conn().await.map_err(db)?;
+        machine_class::get_by_name(&mut conn, name, false).await.map_err(db)?.ok_or(NOT_FOUND)
+    }
+
+    /// Applies a merge patch. The hardware fields (`cpu_cores`, `memory_gib`, `gpu_count`) cannot
+    /// change while machines of the class exist: their inventory was checked against the old values.
+    pub async fn machine_class_update(&self, ctx: &Ctx, name: &str, body: &Body, if_match: &IfMatch) -> Result<MachineClass> {
+        let mut audit = self.audit(ctx, "machine_class.update", "machine_class");
+        let result = async {
+            ctx.actor.authorize(Permission::MachineClassWrite)?;
+            let mut tx = self.store.begin().await.map_err(db)?;
+            let current = machine_class::get_by_name(&mut tx, name, true).await.map_err(db)?.ok_or(NOT_FOUND)?;
+            audit.target(current.id.uuid(), None);
+            if_match.check(current.generation)?;
+            let patch = body.value()?;
+            let spec = json::apply_patch(&current.spec, &patch, &["name"])?;
+            validate::machine_class(&spec)?;
+            if spec == current.spec {
+                return Ok(current);
+            }
+            let hardware_changed = (spec.cpu_cores, spec.memory_gib, spec.gpu_count)
+                != (current.spec.cpu_cores, current.spec.memory_gib, current.spec.gpu_count);
+            if hardware_changed && machine_class::in_use(&mut tx, current.id).await.map_err(db)? {
+                return Err(Error::conflict(
+                    "machine_class_in_use",
+                    "cpu_cores, memory_gib and gpu_count cannot change while machines of this class exist",
+                ));
+            }
+            let updated = machine_class::update_spec(&mut tx, current.id, &spec).await.map_err(db)?;
+            audit.success(&mut tx, json!({ "patch": patch })).await?;
+            commit(tx).await?;
+            Ok(updated)
+        }
+        .await;
+        audit.finish(result).await
+    }
+
+    /// Deletes a class; 409 while any machine (retired ones included) refers to it.
+    pub async fn machine_class_delete(&self, ctx: &Ctx, name: &str, if_match: &IfMatch) -> Result<()> {
+        let mut audit = self.audit(ctx, "machine_class.delete", "machine_class");
+        let result = async {
+            ctx.actor.authorize(Permission::MachineClassWrite)?;
+            let mut tx = self.store.begin().await.map_err(db)?;
+            let current = machine_class::get_by_name(&mut tx, name, true).await.map_err(db)?.ok_or(NOT_FOUND)?;
+            audit.target(current.id.uuid(), None);
+            if_match.check(current.generation)?;
+            if machine_class::in_use(&mut tx, current.id).await.map_err(db)? {
+                return Err(Error::conflict("machine_class_in_use", "machines of this class exist; retire them first"));
+            }
+            machine_class::delete(&mut tx, current.id).await.map_err(db)?;
+            audit.success(&mut tx, json!({ "name": name })).await?;
+            commit(tx).await?;
+            Ok(())
+        }
+        .await;
+        audit.finish(result).await
+    }
+}

@@ -1,0 +1,139 @@
+//! Tenants: provider-managed customers.
+
+use paddock_domain::cursor::PageRequest;
+use paddock_domain::model::Tenant;
+use paddock_domain::precondition::IfMatch;
+use paddock_domain::{json, validate, Error, Permission, Result};
+use paddock_store::tenant;
+use paddock_types::tenant::{TenantCreate, TenantState};
+use paddock_types::TenantId;
+use serde_json::json;
+
+use crate::{commit, db, Body, Ctx, Listed, Services};
+
+/// Fills server defaults: the display name defaults to the name.
+fn normalize(mut spec: TenantCreate) -> TenantCreate {
+    if spec.display_name.trim().is_empty() {
+        spec.display_name = spec.name.clone();
+    }
+    spec
+}
+
+impl Services {
+    /// Creates a tenant.
+    pub async fn tenant_create(&self, ctx: &Ctx, body: &Body) -> Result<Tenant> {
+        let mut audit = self.audit(ctx, "tenant.create", "tenant");
+        let result = async {
+            ctx.actor.authorize(Permission::TenantWrite)?;
+            let spec = normalize(body.decode::<TenantCreate>()?);
+            validate::tenant(&spec)?;
+            let id = TenantId::new();
+            audit.target(id.uuid(), Some(id));
+            let mut tx = self.store.begin().await.map_err(db)?;
+            let tenant = tenant::insert(&mut tx, id, &spec).await.map_err(db)?;
+            audit.success(&mut tx, json!({ "name": spec.name })).await?;
+            commit(tx).await?;
+            Ok(tenant)
+        }
+        .await;
+        audit.finish(result).await
+    }
+
+    /// Lists tenants; a tenant token sees only its own tenant.
+    pub async fn tenant_list(&self, ctx: &Ctx, page: PageRequest) -> Result<Listed<Tenant>> {
+        let scope = ctx.actor.authorize(Permission::TenantRead)?;
+        let mut conn = self.store.conn().await.map_err(db)?;
+        let items = tenant::list(&mut conn, scope.tenant(), page.after, page.limit).await.map_err(db)?;
+        let next_cursor = page.next_cursor(&items, |t| t.id.uuid());
+        Ok(Listed { items, next_cursor })
+    }
+
+    /// Reads one tenant.
+    pub async fn tenant_get(&self, ctx: &Ctx, id: TenantId) -> Result<Tenant> {
+        ctx.actor.authorize_tenant(Permission::TenantRead, id, "tenant")?;
+        let mut conn = self.store.conn().await.map_err(db)?;
+        tenant::get(&mut conn, id).await.map_err(db)?.ok_or(Error::NotFound { kind: "tenant" })
+    }
+
+    /// 404 unless the tenant exists (and is not deleted).
+    pub(crate) async fn require_tenant(&self, id: TenantId) -> Result<Tenant> {
+        let mut conn = self.store.conn().await.map_err(db)?;
+        tenant::get(&mut conn, id).await.map_err(db)?.ok_or(Error::NotFound { kind: "tenant" })
+    }
+
+    /// Applies a JSON merge patch to a tenant's spec. A patch that changes nothing keeps the
+    /// generation (and so the etag).
+    pub async fn tenant_update(&self, ctx: &Ctx, id: TenantId, body: &Body, if_match: &IfMatch) -> Result<Tenant> {
+        let mut audit = self.audit(ctx, "tenant.update", "tenant");
+        audit.target(id.uuid(), Some(id));
+        let result = async {
+            ctx.actor.authorize(Permission::TenantWrite)?;
+            let mut tx = self.store.begin().await.map_err(db)?;
+            let current = tenant::get_for_update(&mut tx, id).await.map_err(db)?.ok_or(Error::NotFound { kind: "tenant" })?;
+            if_match.check(current.generation)?;
+            let patch = body.value()?;
+            let spec = normalize(json::apply_patch(&current.spec, &patch, &["name"])?);
+            validate::tenant(&spec)?;
+            if spec == current.spec {
+                return Ok(current);
+            }
+            let updated = tenant::update_spec(&mut tx, id, &spec).await.map_err(db)?;
+            audit.success(&mut tx, json!({ "patch": patch })).await?;
+            commit(tx).await?;
+            Ok(updated)
+        }
+        .await;
+        audit.finish(result).await
+    }
+
+    /// Suspends a tenant: its own writes get 409; its clusters keep running. Idempotent.
+    pub async fn tenant_suspend(&self, ctx: &Ctx, id: TenantId) -> Result<Tenant> {
+        self.tenant_set_state(ctx, id, TenantState::Suspended, "tenant.suspend").await
+    }
+
+    /// Resumes a suspended tenant. Idempotent.
+    pub async fn tenant_resume(&self, ctx: &Ctx, id: TenantId) -> Result<Tenant> {
+        self.tenant_set_state(ctx, id, TenantState::Active, "tenant.resume").await
+    }
+
+    async fn tenant_set_state(&self, ctx: &Ctx, id: TenantId, state: TenantState, action: &'static str) -> Result<Tenant> {
+        let mut audit = self.audit(ctx, action, "tenant");
+        audit.target(id.uuid(), Some(id));
+        let result = async {
+            ctx.actor.authorize(Permission::TenantWrite)?;
+            let mut tx = self.store.begin().await.map_err(db)?;
+            let current = tenant::get_for_update(&mut tx, id).await.map_err(db)?.ok_or(Error::NotFound { kind: "tenant" })?;
+            let tenant = if current.state == state {
+                current
+            } else {
+                tenant::set_state(&mut tx, id, state).await.map_err(db)?
+            };
+            audit.success(&mut tx, json!({ "state": state.as_str() })).await?;
+            commit(tx).await?;
+            Ok(tenant)
+        }
+        .await;
+        audit.finish(result).await
+    }
+
+    /// Deletes a tenant; 409 while it still holds clusters or machines.
+    pub async fn tenant_delete(&self, ctx: &Ctx, id: TenantId, if_match: &IfMatch) -> Result<()> {
+        let mut audit = self.audit(ctx, "tenant.delete", "tenant");
+        audit.target(id.uuid(), Some(id));
+        let result = async {
+            ctx.actor.authorize(Permission::TenantWrite)?;
+            let mut tx = self.store.begin().await.map_err(db)?;
+            let current = tenant::get_for_update(&mut tx, id).await.map_err(db)?.ok_or(Error::NotFound { kind: "tenant" })?;
+            if_match.check(current.generation)?;
+            if tenant::has_holdings(&mut tx, id).await.map_err(db)? {
+                return Err(Error::conflict("tenant_not_empty", "the tenant still has clusters or machines; delete them first"));
+            }
+            tenant::mark_deleted(&mut tx, id).await.map_err(db)?;
+            audit.success(&mut tx, json!({ "name": current.spec.name })).await?;
+            commit(tx).await?;
+            Ok(())
+        }
+        .await;
+        audit.finish(result).await
+    }
+}

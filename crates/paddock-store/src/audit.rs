@@ -1,0 +1,130 @@
+//! Audit events: append-only.
+
+use chrono::{DateTime, Utc};
+use paddock_types::audit::{AuditActor, AuditEventView, AuditFilter, AuditOutcome, AuditTarget};
+use paddock_types::{AuditEventId, TenantId};
+use uuid::Uuid;
+
+use crate::{parse_state, Conn, StoreError};
+
+/// An event to append.
+#[derive(Debug)]
+pub struct NewAuditEvent<'a> {
+    /// Subject of the caller.
+    pub actor_sub: &'a str,
+    /// Roles of the caller.
+    pub actor_roles: &'a [String],
+    /// Tenant concerned.
+    pub tenant_id: Option<TenantId>,
+    /// Action, e.g. `tenant.create`.
+    pub action: &'a str,
+    /// Target type.
+    pub target_type: &'a str,
+    /// Target id.
+    pub target_id: Option<Uuid>,
+    /// Request id.
+    pub request_id: &'a str,
+    /// Outcome.
+    pub outcome: AuditOutcome,
+    /// Problem code of a failure.
+    pub code: Option<&'a str>,
+    /// Extra facts; never secrets.
+    pub details: serde_json::Value,
+}
+
+/// Appends an event.
+pub async fn insert(conn: &mut Conn, e: &NewAuditEvent<'_>) -> Result<(), StoreError> {
+    let outcome = match e.outcome {
+        AuditOutcome::Success => "success",
+        AuditOutcome::Failure => "failure",
+    };
+    sqlx::query(
+        "insert into audit_events (id, actor_sub, actor_roles, tenant_id, action, target_type, \
+         target_id, request_id, outcome, code, details) values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+    )
+    .bind(AuditEventId::new().uuid())
+    .bind(e.actor_sub)
+    .bind(e.actor_roles)
+    .bind(e.tenant_id.map(TenantId::uuid))
+    .bind(e.action)
+    .bind(e.target_type)
+    .bind(e.target_id)
+    .bind(e.request_id)
+    .bind(outcome)
+    .bind(e.code)
+    .bind(&e.details)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+#[derive(sqlx::FromRow)]
+struct AuditRow {
+    id: Uuid,
+    at: DateTime<Utc>,
+    actor_sub: String,
+    actor_roles: Vec<String>,
+    tenant_id: Option<Uuid>,
+    action: String,
+    target_type: String,
+    target_id: Option<Uuid>,
+    request_id: String,
+    outcome: String,
+    code: Option<String>,
+    details: serde_json::Value,
+}
+
+/// Events after `after`, by id; `tenant` (from the caller's scope) overrides the filter's tenant.
+pub async fn list(
+    conn: &mut Conn,
+    tenant: Option<TenantId>,
+    filter: &AuditFilter,
+    after: Option<Uuid>,
+    limit: u32,
+) -> Result<Vec<AuditEventView>, StoreError> {
+    let outcome = filter.outcome.map(|o| match o {
+        AuditOutcome::Success => "success",
+        AuditOutcome::Failure => "failure",
+    });
+    let rows: Vec<AuditRow> = sqlx::query_as(
+        "select id, at, actor_sub, actor_roles, tenant_id, action, target_type, target_id, request_id, \
+         outcome, code, details from audit_events \
+         where ($1::uuid is null or tenant_id = $1) and ($2::text is null or action = $2) \
+         and ($3::uuid is null or target_id = $3) and ($4::text is null or actor_sub = $4) \
+         and ($5::text is null or outcome = $5) and ($6::timestamptz is null or at >= $6) \
+         and ($7::timestamptz is null or at < $7) and ($8::uuid is null or id > $8) \
+         order by id limit $9",
+    )
+    .bind(tenant.or(filter.tenant_id).map(TenantId::uuid))
+    .bind(&filter.action)
+    .bind(filter.target_id)
+    .bind(&filter.actor)
+    .bind(outcome)
+    .bind(filter.from)
+    .bind(filter.to)
+    .bind(after)
+    .bind(i64::from(limit))
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter()
+        .map(|r| {
+            let outcome = parse_state(&r.outcome, |s| match s {
+                "success" => Some(AuditOutcome::Success),
+                "failure" => Some(AuditOutcome::Failure),
+                _ => None,
+            })?;
+            Ok(AuditEventView {
+                id: AuditEventId(r.id),
+                at: r.at,
+                actor: AuditActor { sub: r.actor_sub, roles: r.actor_roles },
+                tenant_id: r.tenant_id.map(TenantId),
+                action: r.action,
+                target: AuditTarget { type_: r.target_type, id: r.target_id },
+                request_id: r.request_id,
+                outcome,
+                code: r.code,
+                details: r.details,
+            })
+        })
+        .collect()
+}

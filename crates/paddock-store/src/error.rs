@@ -1,0 +1,82 @@
+//! Store errors, and their one mapping to the domain error.
+
+use paddock_domain::Error;
+
+/// What went wrong talking to PostgreSQL.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database cannot be reached (pool timeout, connection refused, server shutting down).
+    #[error("database unavailable")]
+    Unavailable(#[source] sqlx::Error),
+    /// A unique constraint refused the write.
+    #[error("unique constraint {constraint} violated")]
+    Unique {
+        /// The constraint (index) name.
+        constraint: String,
+        /// The database error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// Any other failing query.
+    #[error("database query failed")]
+    Query(#[source] sqlx::Error),
+    /// The database URL is malformed.
+    #[error("invalid database URL")]
+    Config(#[source] sqlx::Error),
+    /// Migrations failed.
+    #[error("migrating the database failed")]
+    Migrate(#[source] sqlx::migrate::MigrateError),
+    /// A stored value the code cannot read.
+    #[error("stored data is invalid: {0}")]
+    Corrupt(String),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        match &e {
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::WorkerCrashed => StoreError::Unavailable(e),
+            sqlx::Error::Database(db) => {
+                let code = db.code().unwrap_or_default().to_string();
+                if code == "23505" {
+                    let constraint = db.constraint().unwrap_or_default().to_owned();
+                    StoreError::Unique { constraint, source: e }
+                } else if code.starts_with("08") || code == "57P01" || code == "57P03" {
+                    // connection exceptions, admin shutdown, cannot connect now
+                    StoreError::Unavailable(e)
+                } else {
+                    StoreError::Query(e)
+                }
+            }
+            _ => StoreError::Query(e),
+        }
+    }
+}
+
+/// Conflicts by constraint name: the one table of what a taken name means.
+fn conflict_for(constraint: &str) -> Option<(&'static str, &'static str)> {
+    Some(match constraint {
+        "tenants_name_key" => ("tenant_name_taken", "a tenant with this name already exists"),
+        "machine_classes_name_key" => {
+            ("machine_class_name_taken", "a machine class with this name already exists")
+        }
+        "machines_name_key" => ("machine_name_taken", "a machine with this name is already enrolled"),
+        _ => return None,
+    })
+}
+
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(source) => Error::Unavailable(Some(Box::new(source))),
+            StoreError::Unique { constraint, source } => match conflict_for(&constraint) {
+                Some((code, message)) => Error::conflict(code, message),
+                None => Error::internal(source),
+            },
+            other => Error::internal(other),
+        }
+    }
+}

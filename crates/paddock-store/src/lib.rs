@@ -1,0 +1,98 @@
+//! PostgreSQL access: the only place with SQL. `Store` owns the pool; each module holds the
+//! queries of one resource as free functions over a connection, so a service composes them in one
+//! transaction (`let mut tx = store.begin().await?; ...; tx.commit().await?`).
+//! Tenant-owned rows are always read with the tenant in the `where` clause.
+
+pub mod audit;
+mod error;
+pub mod idempotency;
+pub mod machine;
+pub mod machine_class;
+pub mod metrics;
+pub mod operation;
+pub mod tenant;
+
+use std::time::Duration;
+
+pub use error::StoreError;
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgPool, Postgres};
+
+/// The embedded migrations; every process and test uses this one static.
+pub static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
+
+/// A transaction.
+pub type Tx = sqlx::Transaction<'static, Postgres>;
+/// A connection, as the query functions take it (`&mut *tx` or `&mut *pooled`).
+pub use sqlx::PgConnection as Conn;
+
+/// The database.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: PgPool,
+}
+
+impl Store {
+    /// Connects lazily: the process starts (and `/readyz` reports) even while the database is down.
+    pub fn connect_lazy(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+        let options: PgConnectOptions = url.parse().map_err(StoreError::Config)?;
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_lazy_with(options.application_name("paddock"));
+        Ok(Self { pool })
+    }
+
+    /// Wraps an existing pool (tests).
+    pub fn from_pool(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Applies pending migrations. Safe when several processes start at once: sqlx holds an
+    /// advisory lock while it migrates.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.pool).await.map_err(StoreError::Migrate)
+    }
+
+    /// Starts a transaction.
+    pub async fn begin(&self) -> Result<Tx, StoreError> {
+        Ok(self.pool.begin().await?)
+    }
+
+    /// A pooled connection for reads outside a transaction.
+    pub async fn conn(&self) -> Result<sqlx::pool::PoolConnection<Postgres>, StoreError> {
+        Ok(self.pool.acquire().await?)
+    }
+
+    /// Whether the database answers and every embedded migration is applied.
+    pub async fn ready(&self) -> Result<bool, StoreError> {
+        let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+        let applied: Option<i64> = sqlx::query_scalar(
+            "select max(version) from _sqlx_migrations where success",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .or_else(|e| match &e {
+            // No migrations table yet: reachable but not migrated.
+            sqlx::Error::Database(db) if db.code().as_deref() == Some("42P01") => Ok(None),
+            _ => Err(e),
+        })?;
+        Ok(applied.is_some_and(|v| v >= latest))
+    }
+}
+
+/// Decodes a stored enum spelling; a value the code does not know means the row is corrupt.
+fn parse_state<T>(value: &str, parse: impl Fn(&str) -> Option<T>) -> Result<T, StoreError> {
+    parse(value).ok_or_else(|| StoreError::Corrupt(format!("unknown state {value:?}")))
+}
+
+/// Decodes a stored JSON column.
+fn from_json<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, StoreError> {
+    serde_json::from_value(value).map_err(|e| StoreError::Corrupt(e.to_string()))
+}

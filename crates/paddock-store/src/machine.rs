@@ -1,0 +1,243 @@
+//! Machines. The BMC password arrives sealed (see `paddock_domain::secret`) and is stored as is.
+
+use chrono::{DateTime, Utc};
+use paddock_domain::model::{Bmc, Machine};
+use paddock_types::machine::{LastError, MachineState};
+use paddock_types::{ClusterId, Labels, MachineClassId, MachineId, NodePoolId, TenantId};
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use crate::{from_json, parse_state, Conn, StoreError};
+
+#[derive(sqlx::FromRow)]
+struct MachineRow {
+    id: Uuid,
+    name: String,
+    machine_class_id: Uuid,
+    machine_class: String,
+    labels: Json<Labels>,
+    state: String,
+    last_error: Option<serde_json::Value>,
+    tenant_id: Option<Uuid>,
+    cluster_id: Option<Uuid>,
+    node_pool_id: Option<Uuid>,
+    node_name: Option<String>,
+    system_uuid: Option<String>,
+    inventory: serde_json::Value,
+    maintenance_reason: Option<String>,
+    bmc_url: String,
+    bmc_system_id: Option<String>,
+    bmc_username: String,
+    bmc_password_enc: Vec<u8>,
+    bmc_ca_cert: Option<String>,
+    bmc_insecure_tls: bool,
+    generation: i64,
+    status_version: i64,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+const SELECT: &str = "select m.id, m.name, m.machine_class_id, c.name as machine_class, m.labels, \
+     m.state, m.last_error, m.tenant_id, m.cluster_id, m.node_pool_id, m.node_name, m.system_uuid, \
+     m.inventory, m.maintenance_reason, m.bmc_url, m.bmc_system_id, m.bmc_username, \
+     m.bmc_password_enc, m.bmc_ca_cert, m.bmc_insecure_tls, m.generation, m.status_version, \
+     m.created_at, m.updated_at \
+     from machines m join machine_classes c on c.id = m.machine_class_id";
+
+impl TryFrom<MachineRow> for Machine {
+    type Error = StoreError;
+    fn try_from(r: MachineRow) -> Result<Self, StoreError> {
+        let last_error: Option<LastError> = r.last_error.map(from_json).transpose()?;
+        Ok(Machine {
+            id: MachineId(r.id),
+            name: r.name,
+            machine_class_id: MachineClassId(r.machine_class_id),
+            machine_class: r.machine_class,
+            labels: r.labels.0,
+            state: parse_state(&r.state, MachineState::parse)?,
+            last_error,
+            tenant_id: r.tenant_id.map(TenantId),
+            cluster_id: r.cluster_id.map(ClusterId),
+            node_pool_id: r.node_pool_id.map(NodePoolId),
+            node_name: r.node_name,
+            system_uuid: r.system_uuid,
+            inventory: r.inventory,
+            maintenance_reason: r.maintenance_reason,
+            bmc: Bmc {
+                url: r.bmc_url,
+                system_id: r.bmc_system_id,
+                username: r.bmc_username,
+                password_enc: r.bmc_password_enc,
+                ca_cert: r.bmc_ca_cert,
+                insecure_tls: r.bmc_insecure_tls,
+            },
+            generation: r.generation,
+            status_version: r.status_version,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        })
+    }
+}
+
+/// What enrollment writes.
+#[derive(Debug)]
+pub struct NewMachine<'a> {
+    /// Id, decided before sealing the password (the row id is part of the seal).
+    pub id: MachineId,
+    /// Unique name.
+    pub name: &'a str,
+    /// Its class.
+    pub machine_class_id: MachineClassId,
+    /// Labels.
+    pub labels: &'a Labels,
+    /// BMC access, password sealed.
+    pub bmc: &'a Bmc,
+}
+
+/// Inserts a machine in `enrolling`.
+pub async fn insert(conn: &mut Conn, m: &NewMachine<'_>) -> Result<(), StoreError> {
+    sqlx::query(
+        "insert into machines (id, name, machine_class_id, labels, state, bmc_url, bmc_system_id, \
+         bmc_username, bmc_password_enc, bmc_ca_cert, bmc_insecure_tls) \
+         values ($1, $2, $3, $4, 'enrolling', $5, $6, $7, $8, $9, $10)",
+    )
+    .bind(m.id.uuid())
+    .bind(m.name)
+    .bind(m.machine_class_id.uuid())
+    .bind(Json(m.labels))
+    .bind(&m.bmc.url)
+    .bind(&m.bmc.system_id)
+    .bind(&m.bmc.username)
+    .bind(&m.bmc.password_enc)
+    .bind(&m.bmc.ca_cert)
+    .bind(m.bmc.insecure_tls)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// A machine (retired ones included: their record stays readable); `for_update` locks the row.
+pub async fn get(conn: &mut Conn, id: MachineId, for_update: bool) -> Result<Option<Machine>, StoreError> {
+    let lock = if for_update { " for update of m" } else { "" };
+    let row: Option<MachineRow> = sqlx::query_as(&format!("{SELECT} where m.id = $1{lock}"))
+        .bind(id.uuid())
+        .fetch_optional(conn)
+        .await?;
+    row.map(Machine::try_from).transpose()
+}
+
+/// Filters of the machine list.
+#[derive(Debug, Default, Clone)]
+pub struct MachineFilter {
+    /// Only this state; without it, every state but `retired`.
+    pub state: Option<MachineState>,
+    /// Only this class (by name).
+    pub machine_class: Option<String>,
+    /// Only machines held by this tenant.
+    pub tenant_id: Option<TenantId>,
+}
+
+/// Machines after `after`, by id.
+pub async fn list(
+    conn: &mut Conn,
+    filter: &MachineFilter,
+    after: Option<Uuid>,
+    limit: u32,
+) -> Result<Vec<Machine>, StoreError> {
+    let rows: Vec<MachineRow> = sqlx::query_as(&format!(
+        "{SELECT} where (($1::text is null and m.state <> 'retired') or m.state = $1) and ($2::text is null or c.name = $2) \
+         and ($3::uuid is null or m.tenant_id = $3) and ($4::uuid is null or m.id > $4) \
+         order by m.id limit $5"
+    ))
+    .bind(filter.state.map(MachineState::as_str))
+    .bind(&filter.machine_class)
+    .bind(filter.tenant_id.map(TenantId::uuid))
+    .bind(after)
+    .bind(i64::from(limit))
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter().map(Machine::try_from).collect()
+}
+
+/// Writes the spec fields (labels and BMC access) and bumps the generation. The caller holds the
+/// row lock.
+pub async fn update_spec(conn: &mut Conn, id: MachineId, labels: &Labels, bmc: &Bmc) -> Result<(), StoreError> {
+    sqlx::query(
+        "update machines set labels = $2, bmc_url = $3, bmc_system_id = $4, bmc_username = $5, \
+         bmc_password_enc = $6, bmc_ca_cert = $7, bmc_insecure_tls = $8, \
+         generation = generation + 1, updated_at = now() where id = $1",
+    )
+    .bind(id.uuid())
+    .bind(Json(labels))
+    .bind(&bmc.url)
+    .bind(&bmc.system_id)
+    .bind(&bmc.username)
+    .bind(&bmc.password_enc)
+    .bind(&bmc.ca_cert)
+    .bind(bmc.insecure_tls)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Records the operator's maintenance intent (a reason to enter, `None` to leave) and bumps the
+/// generation. The caller holds the row lock.
+pub async fn set_maintenance_intent(
+    conn: &mut Conn,
+    id: MachineId,
+    reason: Option<&str>,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "update machines set maintenance_reason = $2, generation = generation + 1, updated_at = now() \
+         where id = $1",
+    )
+    .bind(id.uuid())
+    .bind(reason)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Records the operator's intent to retire and bumps the generation. The caller holds the lock.
+pub async fn set_retire_intent(conn: &mut Conn, id: MachineId) -> Result<(), StoreError> {
+    sqlx::query(
+        "update machines set retire_requested_at = now(), generation = generation + 1, \
+         updated_at = now() where id = $1",
+    )
+    .bind(id.uuid())
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Whether a retirement was already requested.
+pub async fn retire_requested(conn: &mut Conn, id: MachineId) -> Result<bool, StoreError> {
+    Ok(sqlx::query_scalar("select retire_requested_at is not null from machines where id = $1")
+        .bind(id.uuid())
+        .fetch_optional(conn)
+        .await?
+        .unwrap_or(false))
+}
+
+/// Moves a machine from one state to another, guarded on the current state and status version;
+/// false when someone else moved it first. Used by the worker and by tests that set up fixtures.
+pub async fn transition(
+    conn: &mut Conn,
+    id: MachineId,
+    from: MachineState,
+    status_version: i64,
+    to: MachineState,
+) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "update machines set state = $4, status_version = status_version + 1, updated_at = now(), \
+         retired_at = case when $4 = 'retired' then now() else retired_at end \
+         where id = $1 and state = $2 and status_version = $3",
+    )
+    .bind(id.uuid())
+    .bind(from.as_str())
+    .bind(status_version)
+    .bind(to.as_str())
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}

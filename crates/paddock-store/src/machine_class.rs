@@ -1,0 +1,139 @@
+//! Machine classes.
+
+use chrono::{DateTime, Utc};
+use paddock_domain::model::MachineClass;
+use paddock_types::machine_class::MachineClassCreate;
+use paddock_types::MachineClassId;
+use uuid::Uuid;
+
+use crate::{Conn, StoreError};
+
+#[derive(sqlx::FromRow)]
+struct MachineClassRow {
+    id: Uuid,
+    name: String,
+    cpu_cores: i32,
+    memory_gib: i32,
+    gpu_model: String,
+    gpu_count: i32,
+    description: String,
+    generation: i64,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+const COLUMNS: &str =
+    "id, name, cpu_cores, memory_gib, gpu_model, gpu_count, description, generation, created_at, updated_at";
+
+fn unsigned(v: i32) -> u32 {
+    // The table's check constraints keep these non-negative.
+    u32::try_from(v).unwrap_or(0)
+}
+
+fn signed(v: u32) -> i32 {
+    // Validation bounds these far below i32::MAX.
+    i32::try_from(v).unwrap_or(i32::MAX)
+}
+
+impl From<MachineClassRow> for MachineClass {
+    fn from(r: MachineClassRow) -> Self {
+        MachineClass {
+            id: MachineClassId(r.id),
+            spec: MachineClassCreate {
+                name: r.name,
+                cpu_cores: unsigned(r.cpu_cores),
+                memory_gib: unsigned(r.memory_gib),
+                gpu_model: r.gpu_model,
+                gpu_count: unsigned(r.gpu_count),
+                description: r.description,
+            },
+            generation: r.generation,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+/// Inserts a class.
+pub async fn insert(
+    conn: &mut Conn,
+    id: MachineClassId,
+    spec: &MachineClassCreate,
+) -> Result<MachineClass, StoreError> {
+    let row: MachineClassRow = sqlx::query_as(&format!(
+        "insert into machine_classes (id, name, cpu_cores, memory_gib, gpu_model, gpu_count, description) \
+         values ($1, $2, $3, $4, $5, $6, $7) returning {COLUMNS}"
+    ))
+    .bind(id.uuid())
+    .bind(&spec.name)
+    .bind(signed(spec.cpu_cores))
+    .bind(signed(spec.memory_gib))
+    .bind(&spec.gpu_model)
+    .bind(signed(spec.gpu_count))
+    .bind(&spec.description)
+    .fetch_one(conn)
+    .await?;
+    Ok(row.into())
+}
+
+/// A class by name; `for_update` locks it until the transaction ends.
+pub async fn get_by_name(
+    conn: &mut Conn,
+    name: &str,
+    for_update: bool,
+) -> Result<Option<MachineClass>, StoreError> {
+    let lock = if for_update { " for update" } else { "" };
+    let row: Option<MachineClassRow> =
+        sqlx::query_as(&format!("select {COLUMNS} from machine_classes where name = $1{lock}"))
+            .bind(name)
+            .fetch_optional(conn)
+            .await?;
+    Ok(row.map(Into::into))
+}
+
+/// Classes after `after`, by id.
+pub async fn list(conn: &mut Conn, after: Option<Uuid>, limit: u32) -> Result<Vec<MachineClass>, StoreError> {
+    let rows: Vec<MachineClassRow> = sqlx::query_as(&format!(
+        "select {COLUMNS} from machine_classes where ($1::uuid is null or id > $1) order by id limit $2"
+    ))
+    .bind(after)
+    .bind(i64::from(limit))
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(Into::into).collect())
+}
+
+/// Writes a new spec and bumps the generation. The caller holds the row lock.
+pub async fn update_spec(
+    conn: &mut Conn,
+    id: MachineClassId,
+    spec: &MachineClassCreate,
+) -> Result<MachineClass, StoreError> {
+    let row: MachineClassRow = sqlx::query_as(&format!(
+        "update machine_classes set cpu_cores = $2, memory_gib = $3, gpu_model = $4, gpu_count = $5, \
+         description = $6, generation = generation + 1, updated_at = now() where id = $1 returning {COLUMNS}"
+    ))
+    .bind(id.uuid())
+    .bind(signed(spec.cpu_cores))
+    .bind(signed(spec.memory_gib))
+    .bind(&spec.gpu_model)
+    .bind(signed(spec.gpu_count))
+    .bind(&spec.description)
+    .fetch_one(conn)
+    .await?;
+    Ok(row.into())
+}
+
+/// Whether any machine, retired ones included (their custody history names the class), uses it.
+pub async fn in_use(conn: &mut Conn, id: MachineClassId) -> Result<bool, StoreError> {
+    Ok(sqlx::query_scalar("select exists (select 1 from machines where machine_class_id = $1)")
+        .bind(id.uuid())
+        .fetch_one(conn)
+        .await?)
+}
+
+/// Deletes a class.
+pub async fn delete(conn: &mut Conn, id: MachineClassId) -> Result<(), StoreError> {
+    sqlx::query("delete from machine_classes where id = $1").bind(id.uuid()).execute(conn).await?;
+    Ok(())
+}

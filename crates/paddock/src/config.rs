@@ -1,0 +1,191 @@
+//! The one configuration of a paddock process: parsed once (flags with environment fallbacks, the
+//! names of SPEC section 9), validated, then passed down as typed parts. No other code reads the
+//! environment.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use clap::{Args, ValueEnum};
+use paddock_auth::{Secret, VerifierConfig};
+use paddock_domain::secret::Cipher;
+
+/// Kubernetes driver choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KubeDriver {
+    /// The platform cluster through the Kubernetes API.
+    Kubernetes,
+    /// In-process simulation (dev, demos, benchmarks).
+    Simulated,
+    /// No driver: jobs that need one wait with `driver_not_configured`.
+    None,
+}
+
+/// BMC driver choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BmcDriver {
+    /// Redfish over HTTPS.
+    Redfish,
+    /// In-process simulation (dev, demos, benchmarks).
+    Simulated,
+    /// No driver: jobs that need one wait with `driver_not_configured`.
+    None,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable.
+    Pretty,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Settings shared by every command.
+#[derive(Debug, Clone, Args)]
+pub struct Settings {
+    /// PostgreSQL URL.
+    #[arg(long, env = "PADDOCK_DATABASE_URL", hide_env_values = true, global = true)]
+    pub database_url: Option<String>,
+    /// Most database connections per process.
+    #[arg(long, env = "PADDOCK_DATABASE_MAX_CONNECTIONS", default_value_t = 32, global = true)]
+    pub database_max_connections: u32,
+    /// API listen address.
+    #[arg(long, env = "PADDOCK_LISTEN", default_value = "127.0.0.1:8080", global = true)]
+    pub listen: SocketAddr,
+    /// Shared secret for HS256 tokens.
+    #[arg(long, env = "PADDOCK_JWT_HS256_SECRET", hide_env_values = true, global = true)]
+    pub jwt_hs256_secret: Option<String>,
+    /// File holding the HS256 secret.
+    #[arg(long, env = "PADDOCK_JWT_HS256_SECRET_FILE", global = true)]
+    pub jwt_hs256_secret_file: Option<PathBuf>,
+    /// PEM public keys (RS256/ES256/EdDSA): a file or a directory of .pem files.
+    #[arg(long, env = "PADDOCK_JWT_PUBLIC_KEYS", global = true)]
+    pub jwt_public_keys: Option<PathBuf>,
+    /// JWKS endpoint of the provider's identity service.
+    #[arg(long, env = "PADDOCK_JWT_JWKS_URL", global = true)]
+    pub jwt_jwks_url: Option<url::Url>,
+    /// Required `iss`.
+    #[arg(long, env = "PADDOCK_JWT_ISSUER", default_value = "paddock", global = true)]
+    pub jwt_issuer: String,
+    /// Required `aud`.
+    #[arg(long, env = "PADDOCK_JWT_AUDIENCE", default_value = "paddock", global = true)]
+    pub jwt_audience: String,
+    /// 32-byte key, base64, for secrets at rest.
+    #[arg(long, env = "PADDOCK_ENCRYPTION_KEY", hide_env_values = true, global = true)]
+    pub encryption_key: Option<String>,
+    /// File holding the encryption key.
+    #[arg(long, env = "PADDOCK_ENCRYPTION_KEY_FILE", global = true)]
+    pub encryption_key_file: Option<PathBuf>,
+    /// Older encryption keys still accepted for reading, comma-separated.
+    #[arg(long, env = "PADDOCK_ENCRYPTION_OLD_KEYS", hide_env_values = true, value_delimiter = ',', global = true)]
+    pub encryption_old_keys: Vec<String>,
+    /// HMAC key of the custody ledger.
+    #[arg(long, env = "PADDOCK_LEDGER_KEY", hide_env_values = true, global = true)]
+    pub ledger_key: Option<String>,
+    /// File holding the ledger key.
+    #[arg(long, env = "PADDOCK_LEDGER_KEY_FILE", global = true)]
+    pub ledger_key_file: Option<PathBuf>,
+    /// Kubernetes driver.
+    #[arg(long, env = "PADDOCK_KUBE_DRIVER", value_enum, default_value = "none", global = true)]
+    pub kube_driver: KubeDriver,
+    /// BMC driver.
+    #[arg(long, env = "PADDOCK_BMC_DRIVER", value_enum, default_value = "none", global = true)]
+    pub bmc_driver: BmcDriver,
+    /// Kubeconfig of the platform cluster (default: in-cluster configuration).
+    #[arg(long, env = "PADDOCK_KUBECONFIG", global = true)]
+    pub kubeconfig: Option<PathBuf>,
+    /// URL machines use to reach `/v1/agent/...` (default: http:// + the listen address).
+    #[arg(long, env = "PADDOCK_AGENT_BASE_URL", global = true)]
+    pub agent_base_url: Option<url::Url>,
+    /// The provider's wipe image.
+    #[arg(long, env = "PADDOCK_WIPE_IMAGE_URL", global = true)]
+    pub wipe_image_url: Option<url::Url>,
+    /// The node OS image.
+    #[arg(long, env = "PADDOCK_OS_IMAGE_URL", global = true)]
+    pub os_image_url: Option<url::Url>,
+    /// Directory of upstream stack manifests, by stack version.
+    #[arg(long, env = "PADDOCK_STACKS_DIR", global = true)]
+    pub stacks_dir: Option<PathBuf>,
+    /// Lifetime of agent tokens, seconds.
+    #[arg(long, env = "PADDOCK_AGENT_TOKEN_TTL", default_value_t = 3600, global = true)]
+    pub agent_token_ttl: u64,
+    /// Origins allowed for the portal, comma-separated.
+    #[arg(long, env = "PADDOCK_CORS_ORIGINS", value_delimiter = ',', global = true)]
+    pub cors_origins: Vec<String>,
+    /// Log filter.
+    #[arg(long, env = "PADDOCK_LOG", default_value = "info", global = true)]
+    pub log: String,
+    /// Log format.
+    #[arg(long, env = "PADDOCK_LOG_FORMAT", value_enum, default_value = "pretty", global = true)]
+    pub log_format: LogFormat,
+}
+
+/// A secret given directly or through a `_FILE` variant (trailing newline removed).
+fn secret_value(direct: &Option<String>, file: &Option<PathBuf>, name: &str) -> anyhow::Result<Option<String>> {
+    match (direct, file) {
+        (Some(_), Some(_)) => bail!("set {name} or {name}_FILE, not both"),
+        (Some(v), None) => Ok(Some(v.clone())),
+        (None, Some(path)) => {
+            let v = std::fs::read_to_string(path).with_context(|| format!("reading {name}_FILE {}", path.display()))?;
+            Ok(Some(v.trim_end_matches(['\n', '\r']).to_owned()))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+impl Settings {
+    /// The database URL, required by every command that talks to PostgreSQL.
+    pub fn database_url(&self) -> anyhow::Result<&str> {
+        self.database_url.as_deref().context("PADDOCK_DATABASE_URL is required (or run `paddock dev`)")
+    }
+
+    /// The HS256 secret, if configured.
+    pub fn hs256_secret(&self) -> anyhow::Result<Option<Secret>> {
+        Ok(secret_value(&self.jwt_hs256_secret, &self.jwt_hs256_secret_file, "PADDOCK_JWT_HS256_SECRET")?
+            .map(|s| Secret::new(s.into_bytes())))
+    }
+
+    /// Token verification settings; the verifier itself refuses a configuration without keys.
+    pub fn verifier(&self) -> anyhow::Result<VerifierConfig> {
+        Ok(VerifierConfig {
+            hs256_secret: self.hs256_secret()?,
+            public_keys_pem: self.jwt_public_keys.clone(),
+            jwks_url: self.jwt_jwks_url.clone(),
+            issuer: self.jwt_issuer.clone(),
+            audience: self.jwt_audience.clone(),
+            ..VerifierConfig::default()
+        })
+    }
+
+    /// The cipher for secrets at rest; required by every process that writes or reads them.
+    pub fn cipher(&self) -> anyhow::Result<Arc<Cipher>> {
+        let key = secret_value(&self.encryption_key, &self.encryption_key_file, "PADDOCK_ENCRYPTION_KEY")?
+            .context("PADDOCK_ENCRYPTION_KEY (or PADDOCK_ENCRYPTION_KEY_FILE) is required: 32 bytes, base64 (`openssl rand -base64 32`)")?;
+        let cipher = Cipher::new(&key, &self.encryption_old_keys)
+            .context("PADDOCK_ENCRYPTION_KEY or PADDOCK_ENCRYPTION_OLD_KEYS is malformed")?;
+        Ok(Arc::new(cipher))
+    }
+
+    /// Checks the settings that later stages use, so a bad value stops the process at start.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if let Some(key) = secret_value(&self.ledger_key, &self.ledger_key_file, "PADDOCK_LEDGER_KEY")? {
+            if key.len() < 32 {
+                bail!("PADDOCK_LEDGER_KEY must be at least 32 characters");
+            }
+        }
+        if self.agent_token_ttl == 0 || self.agent_token_ttl > 7 * 24 * 3600 {
+            bail!("PADDOCK_AGENT_TOKEN_TTL must be between 1 and 604800 seconds");
+        }
+        if self.bmc_driver == BmcDriver::Redfish && self.wipe_image_url.is_none() {
+            bail!("PADDOCK_BMC_DRIVER=redfish needs PADDOCK_WIPE_IMAGE_URL (the provider's wipe image)");
+        }
+        if let Some(dir) = &self.stacks_dir {
+            if !dir.is_dir() {
+                bail!("PADDOCK_STACKS_DIR {} is not a directory", dir.display());
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,180 @@
+//! `paddock dev`: the embedded default. A private PostgreSQL from the machine's server binaries in
+//! a local data directory, migrations, demo data (machine classes and a tenant), generated secrets
+//! kept beside the data so tokens survive restarts, a provider-admin token and curl examples, and
+//! the API with the worker on 127.0.0.1:8080. Ctrl-C stops everything it started.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use clap::Args;
+use paddock_domain::secret::Cipher;
+use paddock_domain::{Actor, Error, Role};
+use paddock_pgembed::{find_binaries, PgCluster, PgOptions};
+use paddock_service::{Body, Ctx, Services};
+use paddock_types::machine_class::MachineClassCreate;
+use paddock_types::tenant::{Quotas, TenantCreate};
+use rand::RngCore;
+use serde_json::json;
+
+use crate::config::{BmcDriver, KubeDriver, Settings};
+use crate::server::{self, Roles};
+
+/// Options of `paddock dev`.
+#[derive(Debug, Clone, Args)]
+pub struct DevArgs {
+    /// Where the private PostgreSQL cluster and the generated secrets live.
+    #[arg(long, default_value = ".paddock-dev")]
+    pub data_dir: PathBuf,
+    /// Directory of the PostgreSQL server binaries (initdb, pg_ctl), if not found on their own.
+    #[arg(long, env = "PADDOCK_PG_BIN_DIR")]
+    pub pg_bin_dir: Option<PathBuf>,
+}
+
+/// Reads a generated secret, or makes and keeps it.
+fn kept_secret(dir: &Path, name: &str, make: impl FnOnce() -> String) -> anyhow::Result<String> {
+    let path = dir.join(name);
+    if let Ok(value) = std::fs::read_to_string(&path) {
+        return Ok(value.trim().to_owned());
+    }
+    let value = make();
+    std::fs::write(&path, &value).with_context(|| format!("writing {}", path.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(value)
+}
+
+fn random_base64(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    rand::rng().fill_bytes(&mut buf);
+    STANDARD.encode(buf)
+}
+
+/// Runs the dev environment until Ctrl-C.
+pub fn run(mut settings: Settings, args: DevArgs) -> anyhow::Result<()> {
+    let bin = find_binaries(args.pg_bin_dir.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
+    let data_dir = std::path::absolute(&args.data_dir)?;
+    let secrets = data_dir.join("secrets");
+    std::fs::create_dir_all(&secrets)?;
+    eprintln!("paddock dev: starting PostgreSQL {} from {}", bin.version, bin.bin_dir.display());
+    let pg = PgCluster::start(PgOptions { data_dir: data_dir.join("pgdata"), port: None, bin })
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    pg.create_database("paddock").map_err(|e| anyhow::anyhow!("{e}"))?;
+
+    // Explicit settings win; otherwise dev makes (and keeps) its own.
+    if settings.database_url.is_none() {
+        settings.database_url = Some(pg.url("paddock"));
+    }
+    if settings.jwt_hs256_secret.is_none() && settings.jwt_hs256_secret_file.is_none() {
+        settings.jwt_hs256_secret = Some(kept_secret(&secrets, "jwt-hs256-secret", || random_base64(48))?);
+    }
+    if settings.encryption_key.is_none() && settings.encryption_key_file.is_none() {
+        settings.encryption_key = Some(kept_secret(&secrets, "encryption-key", Cipher::generate_key)?);
+    }
+    if settings.ledger_key.is_none() && settings.ledger_key_file.is_none() {
+        settings.ledger_key = Some(kept_secret(&secrets, "ledger-key", || random_base64(32))?);
+    }
+    if settings.kube_driver == KubeDriver::None {
+        settings.kube_driver = KubeDriver::Simulated;
+    }
+    if settings.bmc_driver == BmcDriver::None {
+        settings.bmc_driver = BmcDriver::Simulated;
+    }
+    settings.validate()?;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let result = runtime.block_on(async {
+        let services = server::services(&settings, settings.database_url()?).await?;
+        services.store().migrate().await.context("migrating the dev database")?;
+        let tenant = seed(&services).await?;
+        print_welcome(&settings, tenant)?;
+        server::run(&settings, services, Roles { api: true, worker: true, migrate: false }, server::shutdown_signal()).await
+    });
+    drop(runtime);
+    eprintln!("paddock dev: stopping PostgreSQL");
+    pg.stop().map_err(|e| anyhow::anyhow!("{e}"))?;
+    result
+}
+
+/// Demo data: three machine classes and a tenant. Already present is fine (a restart).
+async fn seed(services: &Services) -> anyhow::Result<uuid::Uuid> {
+    let ctx = Ctx {
+        actor: Actor::from_claims("paddock-dev".into(), vec![Role::ProviderAdmin.as_str().into()], None)?,
+        request_id: "paddock-dev-seed".into(),
+    };
+    let classes = [
+        ("cpu-standard", 64, 512, "", 0, "Dual-socket CPU server"),
+        ("gpu-h100x8", 112, 2048, "NVIDIA H100 80GB SXM", 8, "HGX H100 8-GPU server"),
+        ("gpu-l40sx4", 64, 768, "NVIDIA L40S", 4, "PCIe L40S inference server"),
+    ];
+    for (name, cpu_cores, memory_gib, gpu_model, gpu_count, description) in classes {
+        let spec = MachineClassCreate {
+            name: name.into(),
+            cpu_cores,
+            memory_gib,
+            gpu_model: gpu_model.into(),
+            gpu_count,
+            description: description.into(),
+        };
+        ignore_taken(services.machine_class_create(&ctx, &Body::json(&spec)).await.map(|_| ()))?;
+    }
+    let spec = TenantCreate {
+        name: "acme".into(),
+        display_name: "ACME Research".into(),
+        labels: [("plan".to_owned(), "demo".to_owned())].into(),
+        quotas: Quotas { max_clusters: Some(5), max_nodes: Some(32), max_gpus: Some(128) },
+    };
+    ignore_taken(services.tenant_create(&ctx, &Body::json(&spec)).await.map(|_| ()))?;
+    let page = paddock_domain::cursor::PageRequest::parse(Some(1000), None)?;
+    let tenants = services.tenant_list(&ctx, page).await?;
+    let acme = tenants.items.iter().find(|t| t.spec.name == "acme").context("the demo tenant is missing")?;
+    Ok(acme.id.uuid())
+}
+
+fn ignore_taken(result: Result<(), Error>) -> anyhow::Result<()> {
+    match result {
+        Ok(()) | Err(Error::Conflict { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn print_welcome(settings: &Settings, tenant: uuid::Uuid) -> anyhow::Result<()> {
+    let secret = settings.hs256_secret()?.context("dev always has an HS256 secret")?;
+    let ttl = 24 * 3600;
+    let admin = crate::mint(&secret, settings, "dev-admin".into(), vec!["provider:admin".into()], None, ttl)?;
+    let tenant_admin = crate::mint(&secret, settings, "dev-tenant".into(), vec!["tenant:admin".into()], Some(tenant), ttl)?;
+    let base = format!("http://{}", settings.listen);
+    let enroll = json!({
+        "name": "node-001", "machine_class": "gpu-h100x8",
+        "bmc": {"url": "sim://node-001", "username": "admin", "password": "secret"}
+    });
+    println!(
+        r#"
+paddock dev is running on {base}  (Ctrl-C stops it and its PostgreSQL)
+  database   {db}
+  drivers    kube=simulated bmc=simulated
+
+Provider admin token (24 h):
+  export TOKEN={admin}
+Tenant admin token for the demo tenant `acme` ({tenant}):
+  export TENANT_TOKEN={tenant_admin}
+
+Try:
+  curl -s {base}/v1/tenants -H "Authorization: Bearer $TOKEN"
+  curl -s {base}/v1/machine-classes -H "Authorization: Bearer $TOKEN"
+  curl -s -X POST {base}/v1/machines -H "Authorization: Bearer $TOKEN" \
+       -H 'Content-Type: application/json' -d '{enroll}'
+  curl -s {base}/v1/tenants/{tenant} -H "Authorization: Bearer $TENANT_TOKEN"
+  curl -s {base}/openapi.json | head
+More tokens: paddock token --role provider:operator   (with PADDOCK_JWT_HS256_SECRET from {secrets})
+"#,
+        db = settings.database_url.as_deref().unwrap_or_default(),
+        secrets = "<data-dir>/secrets/jwt-hs256-secret",
+    );
+    Ok(())
+}

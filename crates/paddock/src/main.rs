@@ -1,0 +1,135 @@
+//! `paddock`: one binary for every process of the control plane.
+//! `serve` (API and worker), `api`, `worker`, `migrate`, `openapi`, `token`, `dev`.
+
+mod config;
+mod dev;
+mod server;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use paddock_auth::Claims;
+
+use config::{LogFormat, Settings};
+
+#[derive(Debug, Parser)]
+#[command(name = "paddock", version, about = "Control plane for fully isolated managed clusters on bare metal")]
+struct Cli {
+    #[command(flatten)]
+    settings: Settings,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Migrate, then run the API and the worker in one process.
+    Serve,
+    /// Run the API only (any number of API processes may share one database).
+    Api,
+    /// Run the worker only (any number of workers may share one database).
+    Worker,
+    /// Apply the database migrations and exit.
+    Migrate,
+    /// Write the OpenAPI document.
+    Openapi {
+        /// Where to write it; `-` for standard output.
+        #[arg(long, short, default_value = "openapi/openapi.json")]
+        output: PathBuf,
+    },
+    /// Mint a token with the configured HS256 secret.
+    Token {
+        /// Role (repeatable): provider:admin, provider:operator, billing:reader, tenant:admin, tenant:member.
+        #[arg(long = "role", required = true)]
+        roles: Vec<String>,
+        /// Tenant id, for tenant roles.
+        #[arg(long)]
+        tenant: Option<uuid::Uuid>,
+        /// Subject.
+        #[arg(long, default_value = "operator")]
+        sub: String,
+        /// Lifetime in seconds.
+        #[arg(long, default_value_t = 3600)]
+        ttl: i64,
+    },
+    /// Run paddock on its embedded default: a private PostgreSQL, demo data, simulated drivers.
+    Dev(dev::DevArgs),
+}
+
+fn init_logging(settings: &Settings) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&settings.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match settings.log_format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Pretty => builder.init(),
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let settings = cli.settings;
+    match cli.command {
+        Command::Openapi { output } => write_openapi(&output),
+        Command::Token { roles, tenant, sub, ttl } => {
+            let secret = settings.hs256_secret()?.context("`paddock token` needs PADDOCK_JWT_HS256_SECRET")?;
+            println!("{}", mint(&secret, &settings, sub, roles, tenant, ttl)?);
+            Ok(())
+        }
+        Command::Dev(args) => {
+            init_logging(&settings);
+            dev::run(settings, args)
+        }
+        command => {
+            init_logging(&settings);
+            settings.validate()?;
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            runtime.block_on(async {
+                match command {
+                    Command::Serve => server::serve(&settings, server::Roles { api: true, worker: true, migrate: true }).await,
+                    Command::Api => server::serve(&settings, server::Roles { api: true, worker: false, migrate: false }).await,
+                    Command::Worker => server::serve(&settings, server::Roles { api: false, worker: true, migrate: false }).await,
+                    Command::Migrate => server::migrate(&settings).await,
+                    _ => unreachable!("handled above"),
+                }
+            })
+        }
+    }
+}
+
+fn write_openapi(output: &std::path::Path) -> anyhow::Result<()> {
+    let json = paddock_api::openapi_json();
+    if output.as_os_str() == "-" {
+        use std::io::Write;
+        // A closed pipe (`| head`) is not an error worth a panic.
+        let _ = std::io::stdout().write_all(json.as_bytes());
+    } else {
+        std::fs::write(output, json).with_context(|| format!("writing {}", output.display()))?;
+        eprintln!("wrote {}", output.display());
+    }
+    Ok(())
+}
+
+/// Mints an HS256 token for `paddock token` and `paddock dev`.
+pub(crate) fn mint(
+    secret: &paddock_auth::Secret,
+    settings: &Settings,
+    sub: String,
+    roles: Vec<String>,
+    tenant: Option<uuid::Uuid>,
+    ttl: i64,
+) -> anyhow::Result<String> {
+    let now = chrono::Utc::now().timestamp();
+    let claims = Claims {
+        sub,
+        roles,
+        tenant_id: tenant,
+        exp: now + ttl,
+        nbf: Some(now - 5),
+        iat: Some(now),
+        iss: settings.jwt_issuer.clone(),
+        aud: serde_json::Value::String(settings.jwt_audience.clone()),
+    };
+    paddock_auth::mint_hs256(secret, &claims).context("minting the token")
+}

@@ -1,0 +1,126 @@
+//! Running the API and the worker, with graceful shutdown: on SIGTERM or Ctrl-C the process
+//! reports not-ready, stops accepting, and finishes the requests in flight.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use paddock_api::{ApiConfig, AppState};
+use paddock_auth::Verifier;
+use paddock_service::Services;
+use paddock_store::Store;
+use tokio::sync::watch;
+
+use crate::config::Settings;
+
+/// Which parts a process runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Roles {
+    /// Serve the HTTP API.
+    pub api: bool,
+    /// Run the worker.
+    pub worker: bool,
+    /// Apply migrations first.
+    pub migrate: bool,
+}
+
+/// `paddock migrate`.
+pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
+    let store = Store::connect_lazy(settings.database_url()?, 2)?;
+    store.migrate().await?;
+    tracing::info!("database migrated");
+    Ok(())
+}
+
+/// Builds the services from the settings.
+pub async fn services(settings: &Settings, database_url: &str) -> anyhow::Result<Services> {
+    let store = Store::connect_lazy(database_url, settings.database_max_connections)?;
+    Ok(Services::new(store, settings.cipher()?))
+}
+
+/// Runs the chosen parts until a shutdown signal.
+pub async fn serve(settings: &Settings, roles: Roles) -> anyhow::Result<()> {
+    let services = services(settings, settings.database_url()?).await?;
+    run(settings, services, roles, shutdown_signal()).await
+}
+
+/// Runs the chosen parts over ready services until `shutdown` completes.
+pub async fn run(
+    settings: &Settings,
+    services: Services,
+    roles: Roles,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    if roles.migrate {
+        services.store().migrate().await.context("migrating the database")?;
+    }
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let worker = roles.worker.then(|| tokio::spawn(worker(services.clone(), stop_rx.clone())));
+    let result = if roles.api {
+        let verifier = Verifier::new(settings.verifier()?).await.context("JWT configuration")?;
+        let state = AppState::new(services, verifier, ApiConfig { cors_origins: settings.cors_origins.clone() });
+        let listener = tokio::net::TcpListener::bind(settings.listen)
+            .await
+            .with_context(|| format!("listening on {}", settings.listen))?;
+        tracing::info!(listen = %settings.listen, "API listening on http://{}", settings.listen);
+        let draining = state.clone();
+        let app = paddock_api::router(state);
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                draining.start_draining();
+                tracing::info!("shutting down: finishing requests in flight");
+            })
+            .await
+            .context("serving the API")
+    } else {
+        shutdown.await;
+        Ok(())
+    };
+    let _ = stop_tx.send(true);
+    if let Some(worker) = worker {
+        let _ = worker.await;
+    }
+    result
+}
+
+/// The worker. Until the job queue exists its one duty is housekeeping: forgetting idempotency
+/// keys older than 24 hours.
+async fn worker(services: Services, mut stop: watch::Receiver<bool>) {
+    tracing::info!("worker started");
+    let mut tick = tokio::time::interval(Duration::from_secs(600));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                match services.purge_expired_idempotency_keys().await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(count = n, "forgot {n} expired idempotency keys"),
+                    Err(e) => tracing::warn!(error = &e as &dyn std::error::Error, "purging idempotency keys failed"),
+                }
+            }
+            _ = stop.changed() => break,
+        }
+    }
+    tracing::info!("worker stopped");
+}
+
+/// Completes on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
