@@ -1,1 +1,15 @@
+//! Black-box tests of the HTTP API: the real router with its whole middleware stack over a real
+//! PostgreSQL (one fresh database per test). Run with `scripts/test`.
 
+mod authz;
+mod bad_input;
+mod common;
+mod idempotency;
+mod jwt;
+mod machine;
+mod machine_class;
+mod openapi;
+mod operation;
+mod pagination;
+mod platform;
+mod tenant;

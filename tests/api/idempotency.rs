@@ -1,0 +1,102 @@
+//! `Idempotency-Key` on POST: replay, mismatch, in flight, scoping.
+
+use paddock_testkit::{admin, TestApp};
+use serde_json::json;
+
+#[tokio::test]
+async fn same_key_and_body_replays_the_first_answer() {
+    let app = TestApp::new().await;
+    let send = || app.post("/v1/tenants").token(&admin()).header("idempotency-key", "k-1").json(&json!({ "name": "acme" })).send();
+    let first = send().await.expect(201);
+    let second = send().await.expect(201);
+    assert_eq!(first.body, second.body);
+    assert_eq!(first.header("location"), second.header("location"));
+    assert_eq!(first.header("etag"), second.header("etag"));
+    assert_eq!(second.header("idempotent-replayed"), Some("true"));
+    assert_eq!(app.count("tenants").await, 1);
+    let creates = app.get("/v1/audit-events?action=tenant.create").token(&admin()).send().await.expect(200).json();
+    assert_eq!(creates["items"].as_array().expect("items").len(), 1, "a replay is not a second change");
+}
+
+#[tokio::test]
+async fn same_key_with_another_body_is_422() {
+    let app = TestApp::new().await;
+    app.post("/v1/tenants").token(&admin()).header("idempotency-key", "k-1").json(&json!({ "name": "acme" })).send().await.expect(201);
+    app.post("/v1/tenants")
+        .token(&admin())
+        .header("idempotency-key", "k-1")
+        .json(&json!({ "name": "other" }))
+        .send()
+        .await
+        .problem(422, "idempotency_key_reused");
+    assert_eq!(app.count("tenants").await, 1);
+}
+
+#[tokio::test]
+async fn a_refused_answer_is_replayed_too() {
+    let app = TestApp::new().await;
+    crate::common::tenant(&app, "acme").await;
+    let send = || app.post("/v1/tenants").token(&admin()).header("idempotency-key", "k-2").json(&json!({ "name": "acme" })).send();
+    send().await.problem(409, "tenant_name_taken");
+    let first = app.get("/v1/audit-events?outcome=failure").token(&admin()).send().await.expect(200).json();
+    let replay = send().await.expect(409);
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert_eq!(replay.header("content-type"), Some("application/problem+json"));
+    // The replay is the first answer, byte for byte (its request_id included).
+    assert_eq!(replay.json()["code"], "tenant_name_taken");
+    let after = app.get("/v1/audit-events?outcome=failure").token(&admin()).send().await.expect(200).json();
+    assert_eq!(first["items"].as_array().map(Vec::len), after["items"].as_array().map(Vec::len), "a replay is not audited again");
+}
+
+#[tokio::test]
+async fn a_duplicate_in_flight_is_409() {
+    let app = TestApp::new().await;
+    // The first request with this key claimed it and has not answered yet.
+    let body = serde_json::to_vec(&json!({ "name": "acme" })).expect("json");
+    let hash = <sha2::Sha256 as sha2::Digest>::digest(&body).to_vec();
+    sqlx::query(
+        "insert into idempotency_keys (subject, tenant_scope, method, path, key, request_hash) \
+         values ('test-user', '00000000-0000-0000-0000-000000000000', 'POST', '/v1/tenants', 'k-3', $1)",
+    )
+    .bind(hash)
+    .execute(&app.db.pool)
+    .await
+    .expect("claim");
+    app.post("/v1/tenants")
+        .token(&admin())
+        .header("idempotency-key", "k-3")
+        .header("content-type", "application/json")
+        .raw(body)
+        .send()
+        .await
+        .problem(409, "idempotency_in_flight");
+    assert_eq!(app.count("tenants").await, 0);
+}
+
+#[tokio::test]
+async fn keys_are_scoped_by_subject_and_path_and_expire_after_a_day() {
+    let app = TestApp::new().await;
+    let other_admin = paddock_testkit::token_with(|c| c.sub = "someone-else".into());
+    app.post("/v1/tenants").token(&admin()).header("idempotency-key", "k").json(&json!({ "name": "a" })).send().await.expect(201);
+    app.post("/v1/tenants").token(&other_admin).header("idempotency-key", "k").json(&json!({ "name": "b" })).send().await.expect(201);
+    let class = json!({ "name": "c", "cpu_cores": 1, "memory_gib": 1, "gpu_count": 0 });
+    app.post("/v1/machine-classes").token(&admin()).header("idempotency-key", "k").json(&class).send().await.expect(201);
+    assert_eq!(app.count("tenants").await, 2);
+
+    sqlx::query("update idempotency_keys set created_at = now() - interval '25 hours'").execute(&app.db.pool).await.expect("age");
+    app.post("/v1/tenants").token(&admin()).header("idempotency-key", "k").json(&json!({ "name": "a2" })).send().await.expect(201);
+    assert_eq!(app.count("tenants").await, 3);
+}
+
+#[tokio::test]
+async fn an_invalid_key_is_400() {
+    let app = TestApp::new().await;
+    app.post("/v1/tenants")
+        .token(&admin())
+        .header("idempotency-key", &"k".repeat(300))
+        .json(&json!({ "name": "a" }))
+        .send()
+        .await
+        .problem(400, "invalid_idempotency_key");
+    assert_eq!(app.count("tenants").await, 0);
+}

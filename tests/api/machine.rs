@@ -1,0 +1,189 @@
+//! Machines: enroll, read, patch labels and credentials, maintenance, retire. BMC passwords are
+//! sealed at rest, bound to their row, and never shown.
+
+use paddock_domain::secret::Binding;
+use paddock_testkit::{admin, token, TestApp};
+use serde_json::json;
+
+use crate::common::{enroll_body, id, machine, machine_class, set_machine_state};
+
+async fn sealed_password(app: &TestApp, machine_id: &str) -> Vec<u8> {
+    sqlx::query_scalar("select bmc_password_enc from machines where id = $1::uuid")
+        .bind(machine_id)
+        .fetch_one(&app.db.pool)
+        .await
+        .expect("password column")
+}
+
+fn binding(machine_id: &str) -> Binding<'static> {
+    Binding { table: "machines", column: "bmc_password_enc", row: machine_id.parse().expect("uuid") }
+}
+
+#[tokio::test]
+async fn machine_enroll_returns_202_with_a_pending_operation() {
+    let app = TestApp::new().await;
+    machine_class(&app, "gpu", 8).await;
+    let resp = app.post("/v1/machines").token(&admin()).json(&enroll_body("node-1", "gpu")).send().await.expect(202);
+    let body = resp.json();
+    let machine = &body["machine"];
+    let operation = &body["operation"];
+    assert_eq!(resp.header("location"), Some(format!("/v1/machines/{}", id(machine)).as_str()));
+    assert_eq!(machine["state"], "enrolling");
+    assert_eq!(machine["machine_class"], "gpu");
+    assert_eq!(machine["bmc"], json!({ "url": "https://bmc-node-1.example:443", "system_id": null, "username": "admin", "insecure_tls": false, "has_ca_cert": false }));
+    assert_eq!(operation["state"], "pending");
+    assert_eq!(operation["kind"], "machine_enroll");
+    assert_eq!(operation["target"], json!({ "type": "machine", "id": machine["id"] }));
+    let fetched = app.get(format!("/v1/operations/{}", id(operation))).token(&admin()).send().await.expect(200).json();
+    assert_eq!(fetched["state"], "pending");
+}
+
+#[tokio::test]
+async fn bmc_password_is_sealed_bound_to_its_row_and_never_shown() {
+    let app = TestApp::new().await;
+    machine_class(&app, "gpu", 8).await;
+    let a = machine(&app, "node-a", "gpu").await;
+    let b = machine(&app, "node-b", "gpu").await;
+    let sealed = sealed_password(&app, &id(&a)).await;
+    assert!(!sealed.windows(9).any(|w| w == b"s3cret-pw"), "the password is stored in clear");
+    assert_eq!(app.cipher.open(&sealed, binding(&id(&a))).expect("opens for its row"), b"s3cret-pw");
+    // A ciphertext copied into another row does not open there.
+    assert!(app.cipher.open(&sealed, binding(&id(&b))).is_err());
+
+    for path in [format!("/v1/machines/{}", id(&a)), "/v1/machines".to_owned(), "/v1/audit-events".to_owned(), "/v1/operations".to_owned()] {
+        let body = app.get(&path).token(&admin()).send().await.expect(200);
+        assert!(!String::from_utf8_lossy(&body.body).contains("s3cret-pw"), "{path} shows the password");
+    }
+}
+
+#[tokio::test]
+async fn machine_patch_of_labels_is_synchronous_and_of_credentials_asynchronous() {
+    let app = TestApp::new().await;
+    machine_class(&app, "gpu", 8).await;
+    let m = machine(&app, "node-1", "gpu").await;
+    let path = format!("/v1/machines/{}", id(&m));
+    let body = app.patch(&path).token(&admin()).json(&json!({ "labels": { "rack": null, "row": "7" } })).send().await.expect(200).json();
+    assert_eq!(body["labels"], json!({ "row": "7" }));
+    assert_eq!(app.count("operations").await, 1, "a labels change starts no operation");
+
+    let resp = app
+        .patch(&path)
+        .token(&token(&["provider:operator"], None))
+        .header("if-match", "\"2\"")
+        .json(&json!({ "bmc": { "password": "n3w-secret", "username": "root" } }))
+        .send()
+        .await
+        .expect(202);
+    let body = resp.json();
+    assert_eq!(body["operation"]["kind"], "machine_update_credentials");
+    assert_eq!(body["machine"]["bmc"]["username"], "root");
+    assert_eq!(body["machine"]["generation"], 3);
+    let sealed = sealed_password(&app, &id(&m)).await;
+    assert_eq!(app.cipher.open(&sealed, binding(&id(&m))).expect("opens"), b"n3w-secret");
+    let events = app.get("/v1/audit-events?action=machine.update").token(&admin()).send().await.expect(200);
+    let text = String::from_utf8_lossy(&events.body);
+    assert!(!text.contains("n3w-secret"), "audit shows the password: {text}");
+    assert!(text.contains("\"password_changed\":true"));
+
+    app.patch(&path).token(&admin()).json(&json!({ "bmc": { "password": null } })).send().await.problem(422, "validation_failed");
+    app.patch(&path).token(&admin()).json(&json!({ "name": "x" })).send().await.problem(422, "validation_failed");
+}
+
+#[tokio::test]
+async fn machine_list_filters_by_state_class_and_tenant_and_hides_retired() {
+    let app = TestApp::new().await;
+    machine_class(&app, "gpu", 8).await;
+    machine_class(&app, "cpu", 0).await;
+    let a = machine(&app, "a", "gpu").await;
+    let b = machine(&app, "b", "cpu").await;
+    let c = machine(&app, "c", "cpu").await;
+    set_machine_state(&app, &id(&b), "available").await;
+    set_machine_state(&app, &id(&c), "retired").await;
+    let names = |v: serde_json::Value| -> Vec<String> {
+        v["items"].as_array().expect("items").iter().map(|m| m["name"].as_str().expect("name").to_owned()).collect()
+    };
+    let all = app.get("/v1/machines").token(&admin()).send().await.expect(200).json();
+    assert_eq!(names(all), ["a", "b"]);
+    let cpu = app.get("/v1/machines?machine_class=cpu").token(&admin()).send().await.expect(200).json();
+    assert_eq!(names(cpu), ["b"]);
+    let available = app.get("/v1/machines?state=available").token(&admin()).send().await.expect(200).json();
+    assert_eq!(names(available), ["b"]);
+    let retired = app.get("/v1/machines?state=retired").token(&admin()).send().await.expect(200).json();
+    assert_eq!(names(retired), ["c"]);
+    let t = crate::common::tenant(&app, "acme").await;
+    sqlx::query("update machines set tenant_id = $2::uuid where id = $1::uuid").bind(id(&a)).bind(id(&t)).execute(&app.db.pool).await.expect("hold");
+    let held = app.get(format!("/v1/machines?tenant_id={}", id(&t))).token(&admin()).send().await.expect(200).json();
+    assert_eq!(names(held), ["a"]);
+    app.get("/v1/machines?state=bogus").token(&admin()).send().await.problem(400, "invalid_parameter");
+}
+
+#[tokio::test]
+async fn maintenance_enter_and_leave() {
+    let app = TestApp::new().await;
+    machine_class(&app, "gpu", 8).await;
+    let m = machine(&app, "node-1", "gpu").await;
+    let path = format!("/v1/machines/{}/maintenance", id(&m));
+    app.delete(&path).token(&admin()).send().await.problem(409, "not_in_maintenance");
+    let body = app.post(&path).token(&admin()).json(&json!({ "reason": "replace DIMM B2" })).send().await.expect(202).json();
+    assert_eq!(body["machine"]["maintenance_reason"], "replace DIMM B2");
+    assert_eq!(body["operation"]["kind"], "machine_maintenance_enter");
+    let enter_op = id(&body["operation"]);
+    app.post(&path).token(&admin()).json(&json!({ "reason": "again" })).send().await.problem(409, "already_in_maintenance");
+    app.post(&path).token(&admin()).json(&json!({ "reason": "  " })).send().await.expect(409);
+
+    let body = app.delete(&path).token(&admin()).send().await.expect(202).json();
+    assert_eq!(body["operation"]["kind"], "machine_maintenance_leave");
+    assert_eq!(body["machine"]["maintenance_reason"], json!(null));
+    let enter = app.get(format!("/v1/operations/{enter_op}")).token(&admin()).send().await.expect(200).json();
+    assert_eq!(enter["state"], "superseded", "leaving replaces the pending enter");
+    let events = app.get(format!("/v1/audit-events?target_id={}", id(&m))).token(&admin()).send().await.expect(200).json();
+    let reasons: Vec<&serde_json::Value> = events["items"].as_array().expect("items").iter().map(|e| &e["details"]["reason"]).collect();
+    assert!(reasons.contains(&&json!("replace DIMM B2")), "{events}");
+}
+
+#[tokio::test]
+async fn maintenance_reason_is_required() {
+    let app = TestApp::new().await;
+    machine_class(&app, "gpu", 8).await;
+    let m = machine(&app, "node-1", "gpu").await;
+    set_machine_state(&app, &id(&m), "available").await;
+    let problem = app
+        .post(format!("/v1/machines/{}/maintenance", id(&m)))
+        .token(&admin())
+        .json(&json!({ "reason": "" }))
+        .send()
+        .await
+        .problem(422, "validation_failed");
+    assert_eq!(problem["errors"][0]["field"], "reason");
+}
+
+#[tokio::test]
+async fn retire_only_from_retirable_states() {
+    let app = TestApp::new().await;
+    machine_class(&app, "gpu", 8).await;
+    let m = machine(&app, "node-1", "gpu").await;
+    let path = format!("/v1/machines/{}", id(&m));
+    app.delete(&path).token(&admin()).send().await.problem(409, "machine_busy");
+    for busy in ["active", "allocated", "cleaning", "releasing"] {
+        set_machine_state(&app, &id(&m), busy).await;
+        app.delete(&path).token(&admin()).send().await.problem(409, "machine_busy");
+    }
+    set_machine_state(&app, &id(&m), "available").await;
+    let body = app.delete(&path).token(&admin()).send().await.expect(202).json();
+    assert_eq!(body["operation"]["kind"], "machine_retire");
+    app.delete(&path).token(&admin()).send().await.problem(409, "retire_pending");
+    set_machine_state(&app, &id(&m), "retired").await;
+    app.patch(&path).token(&admin()).json(&json!({ "labels": { "a": "b" } })).send().await.problem(409, "machine_retired");
+    // The retired machine's name may be enrolled again (a rebuilt server).
+    machine(&app, "node-1", "gpu").await;
+}
+
+#[tokio::test]
+async fn machine_enroll_with_taken_name_returns_409_and_writes_nothing() {
+    let app = TestApp::new().await;
+    machine_class(&app, "gpu", 8).await;
+    machine(&app, "node-1", "gpu").await;
+    app.post("/v1/machines").token(&admin()).json(&enroll_body("node-1", "gpu")).send().await.problem(409, "machine_name_taken");
+    assert_eq!(app.count("machines").await, 1);
+    assert_eq!(app.count("operations").await, 1);
+}

@@ -1,0 +1,47 @@
+//! The committed OpenAPI document is what the code generates, and it is complete.
+
+use paddock_testkit::TestApp;
+use serde_json::Value;
+
+const REGENERATE: &str = "cargo run --bin paddock -- openapi   (writes openapi/openapi.json)";
+
+#[test]
+fn committed_openapi_document_matches_the_code() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi/openapi.json");
+    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    let generated = paddock_api::openapi_json();
+    if committed != generated {
+        let line = committed.lines().zip(generated.lines()).position(|(a, b)| a != b).unwrap_or(0) + 1;
+        panic!("openapi/openapi.json is out of date (first difference at line {line}); regenerate it with:\n    {REGENERATE}");
+    }
+}
+
+#[test]
+fn every_operation_has_an_id_responses_and_security() {
+    let doc: Value = serde_json::from_str(&paddock_api::openapi_json()).expect("json");
+    assert_eq!(doc["openapi"], "3.1.0");
+    let mut ids = std::collections::HashSet::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for (method, op) in item.as_object().expect("item") {
+            let id = op["operationId"].as_str().unwrap_or_else(|| panic!("{method} {path} has no operationId"));
+            assert!(ids.insert(id.to_owned()), "duplicate operationId {id}");
+            let responses = op["responses"].as_object().expect("responses");
+            assert!(responses.keys().any(|s| s.starts_with('2')), "{id} lists no success response");
+            assert!(op.get("security").is_some(), "{id} declares no security requirement");
+            if path.starts_with("/v1/") {
+                let default = &responses["default"]["content"]["application/problem+json"]["schema"];
+                assert_eq!(default["$ref"], "#/components/schemas/Problem", "{id} lacks the Problem default response");
+                assert_eq!(op["security"][0]["bearer"], serde_json::json!([]), "{id} must require a bearer token");
+            }
+        }
+    }
+    assert!(ids.len() >= 28, "only {} operations documented", ids.len());
+}
+
+#[tokio::test]
+async fn the_served_document_is_the_generated_one() {
+    let app = TestApp::new().await;
+    let resp = app.get("/openapi.json").send().await.expect(200);
+    assert_eq!(resp.header("content-type"), Some("application/json"));
+    assert_eq!(resp.body, paddock_api::openapi_json().as_bytes());
+}
