@@ -56,15 +56,15 @@ fn random_base64(bytes: usize) -> String {
 
 /// Runs the dev environment until Ctrl-C.
 pub fn run(mut settings: Settings, args: DevArgs) -> anyhow::Result<()> {
-    let bin = find_binaries(args.pg_bin_dir.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let bin = find_binaries(args.pg_bin_dir.as_deref())?;
     std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
     let data_dir = std::path::absolute(&args.data_dir)?;
     let secrets = data_dir.join("secrets");
     std::fs::create_dir_all(&secrets)?;
     eprintln!("paddock dev: starting PostgreSQL {} from {}", bin.version, bin.bin_dir.display());
-    let pg = PgCluster::start(PgOptions { data_dir: data_dir.join("pgdata"), port: None, bin })
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    pg.create_database("paddock").map_err(|e| anyhow::anyhow!("{e}"))?;
+    let pg = PgCluster::start(PgOptions { data_dir: data_dir.join("pgdata"), port: None, bin })?;
+    eprintln!("paddock dev: PostgreSQL data in {}", pg.data_dir().display());
+    pg.create_database("paddock")?;
 
     // Explicit settings win; otherwise dev makes (and keeps) its own.
     if settings.database_url.is_none() {
@@ -97,7 +97,7 @@ pub fn run(mut settings: Settings, args: DevArgs) -> anyhow::Result<()> {
     });
     drop(runtime);
     eprintln!("paddock dev: stopping PostgreSQL");
-    pg.stop().map_err(|e| anyhow::anyhow!("{e}"))?;
+    pg.stop()?;
     result
 }
 
