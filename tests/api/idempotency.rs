@@ -100,3 +100,17 @@ async fn an_invalid_key_is_400() {
         .problem(400, "invalid_idempotency_key");
     assert_eq!(app.count("tenants").await, 0);
 }
+
+#[tokio::test]
+async fn the_worker_forgets_keys_older_than_a_day() {
+    let app = TestApp::new().await;
+    for key in ["old", "new"] {
+        app.post("/v1/tenants").token(&admin()).header("idempotency-key", key).json(&json!({ "name": key })).send().await.expect(201);
+    }
+    sqlx::query("update idempotency_keys set created_at = now() - interval '25 hours' where key = 'old'")
+        .execute(&app.db.pool)
+        .await
+        .expect("age");
+    assert_eq!(app.services.purge_expired_idempotency_keys().await.expect("purge"), 1);
+    assert_eq!(app.count("idempotency_keys").await, 1);
+}

@@ -83,3 +83,28 @@ async fn cors_allows_the_portal_origin_and_exposes_the_contract_headers() {
     let resp = app.get("/v1/tenants").token(&admin()).header("origin", "https://evil.example").send().await.expect(200);
     assert_eq!(resp.header("access-control-allow-origin"), None);
 }
+
+#[tokio::test]
+async fn several_processes_may_migrate_one_database_at_once() {
+    let db = paddock_testkit::TestDb::empty().await;
+    let runs = (0..4).map(|_| {
+        let url = db.url.clone();
+        tokio::spawn(async move {
+            // Each "process" has its own pool, as separate `paddock serve` processes would.
+            let store = paddock_store::Store::connect_lazy(&url, 2).expect("store");
+            store.migrate().await
+        })
+    });
+    for run in futures::future::join_all(runs).await {
+        run.expect("task").expect("every concurrent migration succeeds");
+    }
+    let store = paddock_store::Store::from_pool(db.pool.clone());
+    assert!(store.ready().await.expect("ready check"), "migrated and ready");
+}
+
+#[tokio::test]
+async fn readyz_is_false_before_migrations() {
+    let db = paddock_testkit::TestDb::empty().await;
+    let store = paddock_store::Store::from_pool(db.pool.clone());
+    assert!(!store.ready().await.expect("ready check"));
+}

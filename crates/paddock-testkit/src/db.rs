@@ -86,7 +86,18 @@ impl TestDb {
         let options: PgConnectOptions = admin_url().parse().expect("url");
         let options = options.database(&name);
         let pool = PgPoolOptions::new().max_connections(16).connect_with(options.clone()).await.expect("connect");
-        let url = format!("{}", admin_url().rsplit_once('/').map_or(admin_url(), |(base, _)| format!("{base}/{name}")));
+        let url = admin_url().rsplit_once('/').map_or(admin_url(), |(base, _)| format!("{base}/{name}"));
+        TestDb { name, url, pool }
+    }
+
+    /// A fresh database with no schema at all (for migration tests).
+    pub async fn empty() -> TestDb {
+        let name = format!("e_{}", uuid::Uuid::new_v4().simple());
+        let mut conn = admin_conn().await;
+        sqlx::query(&format!("create database {name}")).execute(&mut conn).await.expect("create database");
+        let options: PgConnectOptions = admin_url().parse().expect("url");
+        let pool = PgPoolOptions::new().max_connections(16).connect_with(options.database(&name)).await.expect("connect");
+        let url = admin_url().rsplit_once('/').map_or(admin_url(), |(base, _)| format!("{base}/{name}"));
         TestDb { name, url, pool }
     }
 
