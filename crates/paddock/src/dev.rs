@@ -92,7 +92,7 @@ pub fn run(mut settings: Settings, args: DevArgs) -> anyhow::Result<()> {
         let services = server::services(&settings, settings.database_url()?).await?;
         services.store().migrate().await.context("migrating the dev database")?;
         let tenant = seed(&services).await?;
-        print_welcome(&settings, tenant)?;
+        print_welcome(&settings, tenant, &secrets)?;
         server::run(&settings, services, Roles { api: true, worker: true, migrate: false }, server::shutdown_signal()).await
     });
     drop(runtime);
@@ -143,7 +143,7 @@ fn ignore_taken(result: Result<(), Error>) -> anyhow::Result<()> {
     }
 }
 
-fn print_welcome(settings: &Settings, tenant: uuid::Uuid) -> anyhow::Result<()> {
+fn print_welcome(settings: &Settings, tenant: uuid::Uuid, secrets: &Path) -> anyhow::Result<()> {
     let secret = settings.hs256_secret()?.context("dev always has an HS256 secret")?;
     let ttl = 24 * 3600;
     let admin = crate::mint(&secret, settings, "dev-admin".into(), vec!["provider:admin".into()], None, ttl)?;
@@ -171,10 +171,10 @@ Try:
        -H 'Content-Type: application/json' -d '{enroll}'
   curl -s {base}/v1/tenants/{tenant} -H "Authorization: Bearer $TENANT_TOKEN"
   curl -s {base}/openapi.json | head
-More tokens: paddock token --role provider:operator   (with PADDOCK_JWT_HS256_SECRET from {secrets})
+More tokens: PADDOCK_JWT_HS256_SECRET_FILE={secrets}/jwt-hs256-secret paddock token --role provider:operator
 "#,
         db = settings.database_url.as_deref().unwrap_or_default(),
-        secrets = "<data-dir>/secrets/jwt-hs256-secret",
+        secrets = secrets.display(),
     );
     Ok(())
 }
