@@ -116,6 +116,7 @@ pub struct MachineEnroll {
     pub machine_class: String,
     /// Labels.
     #[serde(default)]
+    #[schema(value_type = std::collections::HashMap<String, String>)]
     pub labels: Labels,
     /// BMC access.
     pub bmc: BmcCreate,
@@ -150,7 +151,7 @@ pub struct BmcUpdate {
 #[serde(deny_unknown_fields)]
 pub struct MachineUpdate {
     /// Labels to set; a null value removes that label.
-    #[schema(value_type = Option<std::collections::BTreeMap<String, Option<String>>>)]
+    #[schema(value_type = Option<std::collections::HashMap<String, Option<String>>>)]
     pub labels: Option<serde_json::Value>,
     /// BMC access to change.
     pub bmc: Option<BmcUpdate>,
@@ -201,6 +202,7 @@ pub struct MachineView {
     /// Name of its class.
     pub machine_class: String,
     /// Labels.
+    #[schema(value_type = std::collections::HashMap<String, String>)]
     pub labels: Labels,
     /// Lifecycle state.
     pub state: MachineState,

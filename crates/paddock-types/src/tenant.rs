@@ -57,6 +57,7 @@ pub struct TenantCreate {
     pub display_name: String,
     /// Free-form labels (Kubernetes label syntax).
     #[serde(default)]
+    #[schema(value_type = std::collections::HashMap<String, String>)]
     pub labels: Labels,
     /// Quotas; all unlimited by default.
     #[serde(default)]
@@ -71,7 +72,7 @@ pub struct TenantUpdate {
     #[schema(max_length = 200)]
     pub display_name: Option<String>,
     /// Labels to set; a null value removes that label.
-    #[schema(value_type = Option<std::collections::BTreeMap<String, Option<String>>>)]
+    #[schema(value_type = Option<std::collections::HashMap<String, Option<String>>>)]
     pub labels: Option<serde_json::Value>,
     /// Quotas to change; a null value means unlimited.
     pub quotas: Option<Quotas>,
@@ -87,6 +88,7 @@ pub struct TenantView {
     /// Human-readable name.
     pub display_name: String,
     /// Labels.
+    #[schema(value_type = std::collections::HashMap<String, String>)]
     pub labels: Labels,
     /// Quotas.
     pub quotas: Quotas,

@@ -64,7 +64,7 @@ impl AuditListQuery {
 #[utoipa::path(get, path = "/v1/audit-events", operation_id = "audit_event_list", tag = "audit",
     params(AuditListQuery),
     responses(
-        (status = 200, description = "A page of events, oldest first", body = inline(paddock_types::page::Page<AuditEventView>),
+        (status = 200, description = "A page of events, oldest first", body = paddock_types::page::Page<AuditEventView>,
             headers(("Link" = String, description = "The next page, rel=\"next\""))),
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
@@ -78,7 +78,7 @@ pub async fn audit_event_list(State(s): State<AppState>, Caller(ctx): Caller, Qu
 #[utoipa::path(get, path = "/v1/tenants/{tenant_id}/audit-events", operation_id = "tenant_audit_event_list", tag = "audit",
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), AuditListQuery),
     responses(
-        (status = 200, description = "A page of events, oldest first", body = inline(paddock_types::page::Page<AuditEventView>),
+        (status = 200, description = "A page of events, oldest first", body = paddock_types::page::Page<AuditEventView>,
             headers(("Link" = String, description = "The next page, rel=\"next\""))),
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]

@@ -70,7 +70,7 @@ pub async fn machine_enroll(State(s): State<AppState>, Caller(ctx): Caller, Json
 #[utoipa::path(get, path = "/v1/machines", operation_id = "machine_list", tag = "machines",
     params(MachineListQuery),
     responses(
-        (status = 200, description = "A page of machines", body = inline(paddock_types::page::Page<MachineView>),
+        (status = 200, description = "A page of machines", body = paddock_types::page::Page<MachineView>,
             headers(("Link" = String, description = "The next page, rel=\"next\""))),
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]

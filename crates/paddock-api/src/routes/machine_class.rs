@@ -31,7 +31,7 @@ pub async fn machine_class_create(State(s): State<AppState>, Caller(ctx): Caller
 #[utoipa::path(get, path = "/v1/machine-classes", operation_id = "machine_class_list", tag = "machine-classes",
     params(PageParams),
     responses(
-        (status = 200, description = "A page of classes", body = inline(paddock_types::page::Page<MachineClassView>),
+        (status = 200, description = "A page of classes", body = paddock_types::page::Page<MachineClassView>,
             headers(("Link" = String, description = "The next page, rel=\"next\""))),
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]

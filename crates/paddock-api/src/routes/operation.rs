@@ -45,7 +45,7 @@ impl OperationListQuery {
 #[utoipa::path(get, path = "/v1/operations", operation_id = "operation_list", tag = "operations",
     params(OperationListQuery),
     responses(
-        (status = 200, description = "A page of operations", body = inline(paddock_types::page::Page<OperationView>),
+        (status = 200, description = "A page of operations", body = paddock_types::page::Page<OperationView>,
             headers(("Link" = String, description = "The next page, rel=\"next\""))),
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
@@ -71,7 +71,7 @@ pub async fn operation_view(State(s): State<AppState>, Caller(ctx): Caller, Path
 #[utoipa::path(get, path = "/v1/tenants/{tenant_id}/operations", operation_id = "tenant_operation_list", tag = "operations",
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), OperationListQuery),
     responses(
-        (status = 200, description = "A page of operations", body = inline(paddock_types::page::Page<OperationView>),
+        (status = 200, description = "A page of operations", body = paddock_types::page::Page<OperationView>,
             headers(("Link" = String, description = "The next page, rel=\"next\""))),
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]

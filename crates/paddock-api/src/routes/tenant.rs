@@ -37,7 +37,7 @@ pub async fn tenant_create(State(s): State<AppState>, Caller(ctx): Caller, JsonB
 #[utoipa::path(get, path = "/v1/tenants", operation_id = "tenant_list", tag = "tenants",
     params(PageParams),
     responses(
-        (status = 200, description = "A page of tenants", body = inline(paddock_types::page::Page<TenantView>),
+        (status = 200, description = "A page of tenants", body = paddock_types::page::Page<TenantView>,
             headers(("Link" = String, description = "The next page, rel=\"next\""))),
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
