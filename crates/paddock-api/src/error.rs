@@ -26,15 +26,6 @@ pub enum ApiError {
         /// Safe message.
         message: String,
     },
-    /// The body is not JSON of an accepted media type.
-    #[error("{0}")]
-    UnsupportedMediaType(String),
-    /// The body is over the limit.
-    #[error("the request body is larger than {limit} bytes")]
-    PayloadTooLarge {
-        /// The limit.
-        limit: usize,
-    },
     /// No such route.
     #[error("no route matches {0}")]
     RouteNotFound(String),
@@ -71,6 +62,10 @@ fn kind(e: &ApiError) -> Kind {
             Error::Forbidden(_) => k(StatusCode::FORBIDDEN, "forbidden", "Forbidden"),
             Error::BadRequest { .. } => k(StatusCode::BAD_REQUEST, "bad-request", "Bad request"),
             Error::Invalid(_) => k(StatusCode::UNPROCESSABLE_ENTITY, "validation", "Invalid request"),
+            Error::UnsupportedMediaType(_) => {
+                k(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported-media-type", "Unsupported media type")
+            }
+            Error::PayloadTooLarge { .. } => k(StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", "Payload too large"),
             Error::Conflict { .. } => k(StatusCode::CONFLICT, "conflict", "Conflict"),
             Error::QuotaExceeded(_) => k(StatusCode::CONFLICT, "quota-exceeded", "Quota exceeded"),
             Error::PreconditionFailed { .. } => {
@@ -80,10 +75,6 @@ fn kind(e: &ApiError) -> Kind {
             Error::Internal(_) => k(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error"),
         },
         ApiError::Unauthenticated { .. } => k(StatusCode::UNAUTHORIZED, "unauthenticated", "Unauthenticated"),
-        ApiError::UnsupportedMediaType(_) => {
-            k(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported-media-type", "Unsupported media type")
-        }
-        ApiError::PayloadTooLarge { .. } => k(StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", "Payload too large"),
         ApiError::RouteNotFound(_) => k(StatusCode::NOT_FOUND, "not-found", "Not found"),
         ApiError::MethodNotAllowed => k(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", "Method not allowed"),
         ApiError::IdempotencyMismatch => k(StatusCode::UNPROCESSABLE_ENTITY, "idempotency-key-reused", "Idempotency key reused"),
@@ -95,8 +86,6 @@ fn code(e: &ApiError) -> &'static str {
     match e {
         ApiError::Domain(d) => d.code(),
         ApiError::Unauthenticated { code, .. } => code,
-        ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
-        ApiError::PayloadTooLarge { .. } => "payload_too_large",
         ApiError::RouteNotFound(_) => "route_not_found",
         ApiError::MethodNotAllowed => "method_not_allowed",
         ApiError::IdempotencyMismatch => "idempotency_key_reused",

@@ -1,12 +1,13 @@
 //! Extractors whose rejections are Problems: the JSON body (media type, size), path and query
 //! parameters, and `If-Match`.
 
-use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::extract::{FromRequest, FromRequestParts, RawPathParams, Request};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::request::Parts;
 use http::{header, StatusCode};
 use paddock_domain::precondition::IfMatch;
+use paddock_domain::Error;
 use paddock_service::Body;
 use serde::de::DeserializeOwned;
 
@@ -23,40 +24,39 @@ pub struct JsonBody(pub Body);
 impl<S: Send + Sync> FromRequest<S> for JsonBody {
     type Rejection = ApiError;
 
+    /// Never rejects: a refusal travels inside the body and is raised when the service decodes
+    /// it, after authorization.
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let media_type = req
             .headers()
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .map(|v| v.split(';').next().unwrap_or_default().trim().to_ascii_lowercase());
-        match media_type.as_deref() {
-            Some("application/json" | "application/merge-patch+json") => {}
-            Some(other) => {
-                return Err(ApiError::UnsupportedMediaType(format!(
-                    "the body must be application/json or application/merge-patch+json, not {other}"
-                )))
-            }
-            None => {
-                return Err(ApiError::UnsupportedMediaType(
-                    "the body must be application/json; the Content-Type header is missing".to_owned(),
-                ))
-            }
+        let refusal = match media_type.as_deref() {
+            Some("application/json" | "application/merge-patch+json") => None,
+            Some(other) => Some(format!("the body must be application/json or application/merge-patch+json, not {other}")),
+            None => Some("the body must be application/json; the Content-Type header is missing".to_owned()),
+        };
+        if let Some(message) = refusal {
+            return Ok(JsonBody(Body::refused(Error::UnsupportedMediaType(message))));
         }
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge { limit: BODY_LIMIT }
-            } else {
-                ApiError::Domain(paddock_domain::Error::BadRequest {
-                    code: "malformed_body",
-                    message: "the request body could not be read".to_owned(),
-                })
+        Ok(JsonBody(match Bytes::from_request(req, state).await {
+            Ok(bytes) => Body::bytes(bytes.to_vec()),
+            Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                Body::refused(Error::PayloadTooLarge { limit: BODY_LIMIT })
             }
-        })?;
-        Ok(JsonBody(Body(bytes.to_vec())))
+            Err(_) => Body::refused(Error::BadRequest {
+                code: "malformed_body",
+                message: "the request body could not be read".to_owned(),
+            }),
+        }))
     }
 }
 
-/// Path parameters; a malformed id is a 404 (no object has it), like a missing object.
+/// Path parameters. A malformed id (a `*_id` parameter that is not a UUID) names no object: it
+/// is replaced by the max UUID, which paddock never issues, so the request still reaches its
+/// service and gets the answers a well-formed missing id gets, in the same order (403 for a role
+/// that may never do this, else 404), and a refused write is audited like any other.
 #[derive(Debug)]
 pub struct Path<T>(pub T);
 
@@ -64,10 +64,21 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T>
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
-            Ok(axum::extract::Path(value)) => Ok(Path(value)),
-            Err(_) => Err(ApiError::Domain(paddock_domain::Error::NotFound { kind: "resource" })),
-        }
+        let not_found = || ApiError::Domain(paddock_domain::Error::NotFound { kind: "resource" });
+        let raw = RawPathParams::from_request_parts(parts, state).await.map_err(|_| not_found())?;
+        let mut values: Vec<serde_json::Value> = raw
+            .iter()
+            .map(|(key, value)| {
+                let value = if key.ends_with("_id") && uuid::Uuid::parse_str(value).is_err() {
+                    uuid::Uuid::max().to_string()
+                } else {
+                    value.to_owned()
+                };
+                serde_json::Value::String(value)
+            })
+            .collect();
+        let value = if values.len() == 1 { values.remove(0) } else { serde_json::Value::Array(values) };
+        serde_json::from_value(value).map(Path).map_err(|_| not_found())
     }
 }
 

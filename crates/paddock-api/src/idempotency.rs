@@ -45,7 +45,7 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
     let scope = key_scope(actor, req.method().as_str(), req.uri().path(), key);
     let (parts, body) = req.into_parts();
     let Ok(bytes) = to_bytes(body, BODY_LIMIT).await else {
-        return ApiError::PayloadTooLarge { limit: BODY_LIMIT }.into_response();
+        return ApiError::Domain(paddock_domain::Error::PayloadTooLarge { limit: BODY_LIMIT }).into_response();
     };
     let hash = Sha256::digest(&bytes);
     let services = &state.services;

@@ -43,15 +43,26 @@ pub struct PageRequest {
 }
 
 impl PageRequest {
-    /// Validates `limit` (1..=1000, default 100; above the maximum is 422) and the cursor.
-    pub fn parse(limit: Option<u32>, cursor: Option<&str>) -> Result<Self, Error> {
-        let limit = limit.unwrap_or(paddock_types::page::DEFAULT_LIMIT);
-        if limit == 0 || limit > paddock_types::page::MAX_LIMIT {
-            return Err(Error::invalid(
-                "limit",
-                format!("must be between 1 and {}", paddock_types::page::MAX_LIMIT),
-            ));
-        }
+    /// Validates `limit` (1..=1000, default 100; any integer out of range is 422, something that
+    /// is not an integer 400) and the cursor.
+    pub fn parse(limit: Option<&str>, cursor: Option<&str>) -> Result<Self, Error> {
+        let max = paddock_types::page::MAX_LIMIT;
+        let limit = match limit {
+            None => paddock_types::page::DEFAULT_LIMIT,
+            Some(text) => {
+                let digits = text.strip_prefix('-').unwrap_or(text);
+                if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(Error::BadRequest {
+                        code: "invalid_parameter",
+                        message: format!("limit must be an integer, not {text:?}"),
+                    });
+                }
+                match text.parse::<u32>() {
+                    Ok(n) if (1..=max).contains(&n) => n,
+                    _ => return Err(Error::invalid("limit", format!("must be between 1 and {max}"))),
+                }
+            }
+        };
         let after = cursor.map(decode::<After>).transpose()?.map(|a| a.after);
         Ok(Self { limit, after })
     }
@@ -72,11 +83,15 @@ mod tests {
     #[test]
     fn cursor_round_trips_and_rejects_garbage() {
         let id = Uuid::now_v7();
-        let page = PageRequest::parse(Some(2), Some(&encode(&After { after: id }))).expect("parse");
+        let page = PageRequest::parse(Some("2"), Some(&encode(&After { after: id }))).expect("parse");
         assert_eq!(page.after, Some(id));
         assert!(matches!(PageRequest::parse(None, Some("!!")), Err(Error::BadRequest { .. })));
         assert!(matches!(PageRequest::parse(None, Some("e30")), Err(Error::BadRequest { .. })));
-        assert!(matches!(PageRequest::parse(Some(1001), None), Err(Error::Invalid(_))));
-        assert!(matches!(PageRequest::parse(Some(0), None), Err(Error::Invalid(_))));
+        for out_of_range in ["1001", "0", "-1", "99999999999999999999"] {
+            assert!(matches!(PageRequest::parse(Some(out_of_range), None), Err(Error::Invalid(_))), "{out_of_range}");
+        }
+        for malformed in ["abc", "", "1.5", "-"] {
+            assert!(matches!(PageRequest::parse(Some(malformed), None), Err(Error::BadRequest { .. })), "{malformed}");
+        }
     }
 }

@@ -25,6 +25,15 @@ pub enum Error {
         /// Readable message.
         message: String,
     },
+    /// The body is not of an accepted media type (JSON or JSON merge patch).
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// The body is larger than the limit.
+    #[error("the request body is larger than {limit} bytes")]
+    PayloadTooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
     /// One or more fields are invalid.
     #[error("the request has invalid fields")]
     Invalid(Vec<FieldError>),
@@ -69,6 +78,17 @@ impl Error {
         Self::Internal(source.into())
     }
 
+    /// A copy of a refusal of the request itself (media type, size, syntax); other errors, which
+    /// carry sources, become internal errors and are never copied this way.
+    pub fn clone_refusal(&self) -> Self {
+        match self {
+            Self::UnsupportedMediaType(m) => Self::UnsupportedMediaType(m.clone()),
+            Self::PayloadTooLarge { limit } => Self::PayloadTooLarge { limit: *limit },
+            Self::BadRequest { code, message } => Self::BadRequest { code, message: message.clone() },
+            other => Self::internal(other.to_string()),
+        }
+    }
+
     /// The stable snake_case code of this error.
     pub fn code(&self) -> &'static str {
         match self {
@@ -76,6 +96,8 @@ impl Error {
             Self::Forbidden(_) => "forbidden",
             Self::BadRequest { code, .. } | Self::Conflict { code, .. } => code,
             Self::Invalid(_) => "validation_failed",
+            Self::UnsupportedMediaType(_) => "unsupported_media_type",
+            Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::QuotaExceeded(_) => "quota_exceeded",
             Self::PreconditionFailed { .. } => "precondition_failed",
             Self::Unavailable(_) => "unavailable",

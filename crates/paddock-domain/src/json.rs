@@ -36,14 +36,43 @@ impl DecodeError {
 }
 
 /// Decodes `bytes` into `T`, naming the offending field on a shape error.
-pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
+pub fn decode<T: DeserializeOwned + Serialize>(bytes: &[u8]) -> Result<T, DecodeError> {
     let value: Value =
         serde_json::from_slice(bytes).map_err(|e| DecodeError::Syntax(syntax_message(&e)))?;
     from_value(value)
 }
 
-/// Decodes an already-parsed JSON value into `T`, naming the offending field.
-pub fn from_value<T: DeserializeOwned>(value: Value) -> Result<T, DecodeError> {
+/// Decodes an already-parsed JSON value into `T`, naming the offending field. serde lets a JSON
+/// array stand for a struct (its fields in order); the API does not, so the decoded value is
+/// compared with the input and an array where an object belongs is refused.
+pub fn from_value<T: DeserializeOwned + Serialize>(value: Value) -> Result<T, DecodeError> {
+    let decoded: T = decode_value(value.clone())?;
+    let shape = serde_json::to_value(&decoded).unwrap_or(Value::Null);
+    match array_for_object(&value, &shape, "") {
+        None => Ok(decoded),
+        Some(field) => Err(DecodeError::Data {
+            field: if field.is_empty() { "body".to_owned() } else { field },
+            message: "must be a JSON object, not an array".to_owned(),
+        }),
+    }
+}
+
+/// The path of the first place where `input` has an array and the decoded `output` an object.
+fn array_for_object(input: &Value, output: &Value, path: &str) -> Option<String> {
+    let join = |key: &str| if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") };
+    match (input, output) {
+        (Value::Array(_), Value::Object(_)) => Some(path.to_owned()),
+        (Value::Object(i), Value::Object(o)) => {
+            i.iter().find_map(|(k, v)| o.get(k).and_then(|ov| array_for_object(v, ov, &join(k))))
+        }
+        (Value::Array(i), Value::Array(o)) => {
+            i.iter().zip(o).enumerate().find_map(|(n, (iv, ov))| array_for_object(iv, ov, &join(&n.to_string())))
+        }
+        _ => None,
+    }
+}
+
+fn decode_value<T: DeserializeOwned>(value: Value) -> Result<T, DecodeError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let field = if path == "." { String::new() } else { path };
@@ -171,6 +200,18 @@ mod tests {
             panic!("expected a field error");
         };
         assert!(errors[0].message.contains("bogus"), "{errors:?}");
+    }
+
+    #[test]
+    fn arrays_do_not_stand_for_objects() {
+        let err = decode::<Spec>(br#"["x"]"#).expect_err("array for the body");
+        assert!(matches!(err, DecodeError::Data { ref field, .. } if field == "body"), "{err:?}");
+        #[derive(Debug, Serialize, Deserialize)]
+        struct Outer {
+            inner: Spec,
+        }
+        let err = decode::<Outer>(br#"{"inner": ["x"]}"#).expect_err("array for a nested object");
+        assert!(matches!(err, DecodeError::Data { ref field, .. } if field == "inner"), "{err:?}");
     }
 
     #[test]

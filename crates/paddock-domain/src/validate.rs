@@ -170,9 +170,30 @@ pub fn bmc_access(
     c.text("bmc.username", username, 256);
     if let Some(ca) = ca_cert {
         c.max_len("bmc.ca_cert", ca, 65536);
-        c.check(ca.contains("-----BEGIN CERTIFICATE-----"), "bmc.ca_cert", "must be a PEM certificate");
+        c.check(is_pem_certificates(ca), "bmc.ca_cert", "must be one or more PEM certificates");
     }
     c.check(!(insecure_tls && ca_cert.is_some()), "bmc.insecure_tls", "cannot be combined with ca_cert");
+}
+
+/// Whether `text` is one or more complete PEM `CERTIFICATE` blocks whose bodies decode to DER
+/// (an ASN.1 SEQUENCE), with nothing but whitespace around them.
+fn is_pem_certificates(text: &str) -> bool {
+    use base64::Engine;
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let mut rest = text.trim();
+    let mut blocks = 0;
+    while !rest.is_empty() {
+        let Some(body) = rest.strip_prefix(BEGIN) else { return false };
+        let Some((body, after)) = body.split_once(END) else { return false };
+        let body: String = body.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+        match base64::engine::general_purpose::STANDARD.decode(body) {
+            Ok(der) if der.first() == Some(&0x30) && der.len() > 16 => blocks += 1,
+            _ => return false,
+        }
+        rest = after.trim_start();
+    }
+    blocks > 0
 }
 
 fn bmc_url(c: &mut Checks, field: &str, value: &str) {
@@ -203,6 +224,20 @@ mod tests {
             c.dns_label("n", bad, 40);
             assert!(c.finish().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn ca_certificates_must_be_complete_pem_blocks() {
+        use base64::Engine;
+        let der = [0x30u8; 64];
+        let body = base64::engine::general_purpose::STANDARD.encode(der);
+        let pem = format!("-----BEGIN CERTIFICATE-----\n{body}\n-----END CERTIFICATE-----\n");
+        assert!(is_pem_certificates(&pem));
+        assert!(is_pem_certificates(&format!("{pem}{pem}")));
+        assert!(!is_pem_certificates("-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----"));
+        assert!(!is_pem_certificates(&format!("-----BEGIN CERTIFICATE-----\n{body}\n")));
+        assert!(!is_pem_certificates(&format!("junk {pem}")));
+        assert!(!is_pem_certificates(""));
     }
 
     #[test]

@@ -56,20 +56,28 @@ impl<'a> AuditTrail<'a> {
 
     /// Passes `result` through, recording a failure event when it is an error. A failure to write
     /// the event is logged, never allowed to replace the caller's answer.
-    pub async fn finish<T>(self, result: Result<T>) -> Result<T> {
-        if let Err(err) = &result {
-            if matches!(err, Error::Unavailable(_)) {
-                // The database is down: nowhere to write, and nothing was changed.
-                return result;
+    pub async fn finish<T>(mut self, result: Result<T>) -> Result<T> {
+        let Err(err) = &result else { return result };
+        if matches!(err, Error::Unavailable(_)) {
+            // The database is down: nowhere to write, and nothing was changed.
+            return result;
+        }
+        // A tenant user's refused call on another tenant is that user's tenant's business: the
+        // target tenant's admins must not see (or be flooded with) foreign subjects, and the
+        // caller's tenant must not learn more about the foreign object than its user sent.
+        if let (Some(own), Some(target)) = (self.ctx.actor.tenant_id, self.tenant_id) {
+            if own != target {
+                self.tenant_id = Some(own);
+                self.target_id = None;
             }
-            let details = serde_json::json!({ "detail": public_detail(err) });
-            let written = match self.store.conn().await {
-                Ok(mut conn) => audit::insert(&mut conn, &self.event(AuditOutcome::Failure, Some(err.code()), details)).await,
-                Err(e) => Err(e),
-            };
-            if let Err(e) = written {
-                tracing::warn!(error = &e as &dyn std::error::Error, action = self.action, "could not record a failed call in the audit trail");
-            }
+        }
+        let details = serde_json::json!({ "detail": public_detail(err) });
+        let written = match self.store.conn().await {
+            Ok(mut conn) => audit::insert(&mut conn, &self.event(AuditOutcome::Failure, Some(err.code()), details)).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            tracing::warn!(error = &e as &dyn std::error::Error, action = self.action, "could not record a failed call in the audit trail");
         }
         result
     }

@@ -30,19 +30,34 @@ pub struct Ctx {
 }
 
 /// A JSON request body, decoded only after the caller was authorized, so that the order of
-/// checks (403 before 404 before 422) holds for bodies too.
-#[derive(Debug, Clone)]
-pub struct Body(pub Vec<u8>);
+/// checks (401, 403, 404, 412/409, then the body: 413, 415, 400, 422) holds for bodies too. A body
+/// the edge could not accept (wrong media type, too large) carries that refusal until decoded.
+#[derive(Debug)]
+pub struct Body(std::result::Result<Vec<u8>, Error>);
 
 impl Body {
+    /// A body of these bytes.
+    pub fn bytes(bytes: Vec<u8>) -> Self {
+        Self(Ok(bytes))
+    }
+
+    /// A body the edge refused; decoding it yields `error`.
+    pub fn refused(error: Error) -> Self {
+        Self(Err(error))
+    }
+
     /// A body from a value (seeding, tests).
     pub fn json(value: &impl serde::Serialize) -> Self {
-        Self(serde_json::to_vec(value).unwrap_or_default())
+        Self::bytes(serde_json::to_vec(value).unwrap_or_default())
     }
 
     /// Decodes the body into a request type: 400 for bad syntax, 422 naming the field otherwise.
-    pub fn decode<T: DeserializeOwned>(&self) -> Result<T> {
-        paddock_domain::json::decode(&self.0).map_err(paddock_domain::json::DecodeError::into_error)
+    pub fn decode<T: DeserializeOwned + serde::Serialize>(&self) -> Result<T> {
+        let bytes = match &self.0 {
+            Ok(bytes) => bytes,
+            Err(refusal) => return Err(refusal.clone_refusal()),
+        };
+        paddock_domain::json::decode(bytes).map_err(paddock_domain::json::DecodeError::into_error)
     }
 
     /// The body as a JSON value (merge patches).

@@ -143,6 +143,9 @@ impl Services {
             c.finish()?;
             let bmc_changed = after.bmc != before.bmc || password.is_some();
             if !bmc_changed && after.labels == before.labels {
+                // Nothing changes: same generation and etag, but the call is audited.
+                audit.success(&mut tx, json!({ "patch": patch, "changed": false })).await?;
+                commit(tx).await?;
                 return Ok(MachineChange { machine: current, operation: None });
             }
             let bmc = Bmc {

@@ -62,7 +62,10 @@ impl Services {
             let patch = body.value()?;
             let spec = json::apply_patch(&current.spec, &patch, &["name"])?;
             validate::machine_class(&spec)?;
+            // A patch that changes nothing keeps the generation (and the etag), but is audited.
             if spec == current.spec {
+                audit.success(&mut tx, json!({ "patch": patch, "changed": false })).await?;
+                commit(tx).await?;
                 return Ok(current);
             }
             let hardware_changed = (spec.cpu_cores, spec.memory_gib, spec.gpu_count)
@@ -74,7 +77,7 @@ impl Services {
                 ));
             }
             let updated = machine_class::update_spec(&mut tx, current.id, &spec).await.map_err(db)?;
-            audit.success(&mut tx, json!({ "patch": patch })).await?;
+            audit.success(&mut tx, json!({ "patch": patch, "changed": true })).await?;
             commit(tx).await?;
             Ok(updated)
         }

@@ -74,13 +74,12 @@ impl Services {
             let patch = body.value()?;
             let spec = normalize(json::apply_patch(&current.spec, &patch, &["name"])?);
             validate::tenant(&spec)?;
-            if spec == current.spec {
-                return Ok(current);
-            }
-            let updated = tenant::update_spec(&mut tx, id, &spec).await.map_err(db)?;
-            audit.success(&mut tx, json!({ "patch": patch })).await?;
+            // A patch that changes nothing keeps the generation (and the etag), but is audited.
+            let changed = spec != current.spec;
+            let tenant = if changed { tenant::update_spec(&mut tx, id, &spec).await.map_err(db)? } else { current };
+            audit.success(&mut tx, json!({ "patch": patch, "changed": changed })).await?;
             commit(tx).await?;
-            Ok(updated)
+            Ok(tenant)
         }
         .await;
         audit.finish(result).await

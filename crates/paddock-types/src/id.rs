@@ -61,4 +61,6 @@ typed_id!(
     ClusterId,
     /// Id of a node pool.
     NodePoolId,
+    /// Id of a job of the worker's queue.
+    JobId,
 );

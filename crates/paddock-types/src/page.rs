@@ -21,9 +21,9 @@ pub struct Page<T> {
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct PageParams {
-    /// Page size.
-    #[param(minimum = 1, maximum = 1000, default = 100)]
-    pub limit: Option<u32>,
+    /// Page size. Kept as text until validated, so that any integer out of range is a 422.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000, default = 100)]
+    pub limit: Option<String>,
     /// Opaque cursor from a previous page's `next_cursor`.
     #[param(max_length = 512)]
     pub cursor: Option<String>,

@@ -130,7 +130,7 @@ async fn seed(services: &Services) -> anyhow::Result<uuid::Uuid> {
         quotas: Quotas { max_clusters: Some(5), max_nodes: Some(32), max_gpus: Some(128) },
     };
     ignore_taken(services.tenant_create(&ctx, &Body::json(&spec)).await.map(|_| ()))?;
-    let page = paddock_domain::cursor::PageRequest::parse(Some(1000), None)?;
+    let page = paddock_domain::cursor::PageRequest::parse(Some("1000"), None)?;
     let tenants = services.tenant_list(&ctx, page).await?;
     let acme = tenants.items.iter().find(|t| t.spec.name == "acme").context("the demo tenant is missing")?;
     Ok(acme.id.uuid())

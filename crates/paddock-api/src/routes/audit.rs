@@ -36,9 +36,9 @@ pub struct AuditListQuery {
     pub from: Option<DateTime<Utc>>,
     /// Events before this time (RFC 3339).
     pub to: Option<DateTime<Utc>>,
-    /// Page size.
-    #[param(minimum = 1, maximum = 1000, default = 100)]
-    pub limit: Option<u32>,
+    /// Page size (text until validated: out of range is 422, not an integer 400).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000, default = 100)]
+    pub limit: Option<String>,
     /// Opaque cursor from a previous page.
     #[param(max_length = 512)]
     pub cursor: Option<String>,
@@ -46,7 +46,7 @@ pub struct AuditListQuery {
 
 impl AuditListQuery {
     fn split(self) -> Result<(AuditFilter, PageRequest), ApiError> {
-        let page = PageRequest::parse(self.limit, self.cursor.as_deref())?;
+        let page = PageRequest::parse(self.limit.as_deref(), self.cursor.as_deref())?;
         let filter = AuditFilter {
             tenant_id: self.tenant_id,
             action: self.action,

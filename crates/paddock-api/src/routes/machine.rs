@@ -28,9 +28,9 @@ pub struct MachineListQuery {
     pub machine_class: Option<String>,
     /// Only machines held by this tenant.
     pub tenant_id: Option<TenantId>,
-    /// Page size.
-    #[param(minimum = 1, maximum = 1000, default = 100)]
-    pub limit: Option<u32>,
+    /// Page size (text until validated: out of range is 422, not an integer 400).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000, default = 100)]
+    pub limit: Option<String>,
     /// Opaque cursor from a previous page.
     #[param(max_length = 512)]
     pub cursor: Option<String>,
@@ -75,7 +75,7 @@ pub async fn machine_enroll(State(s): State<AppState>, Caller(ctx): Caller, Json
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 pub async fn machine_list(State(s): State<AppState>, Caller(ctx): Caller, Query(q): Query<MachineListQuery>) -> Result<Response, ApiError> {
-    let page = PageRequest::parse(q.limit, q.cursor.as_deref())?;
+    let page = PageRequest::parse(q.limit.as_deref(), q.cursor.as_deref())?;
     let filter = MachineFilter { state: q.state, machine_class: q.machine_class, tenant_id: q.tenant_id };
     let listed = s.services.machine_list(&ctx, &filter, page).await?;
     Ok(respond::page(listed.items.iter().map(|m| m.view()).collect(), listed.next_cursor))

@@ -36,7 +36,7 @@ pub async fn machine_class_create(State(s): State<AppState>, Caller(ctx): Caller
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 pub async fn machine_class_list(State(s): State<AppState>, Caller(ctx): Caller, Query(q): Query<PageParams>) -> Result<Response, ApiError> {
-    let page = PageRequest::parse(q.limit, q.cursor.as_deref())?;
+    let page = PageRequest::parse(q.limit.as_deref(), q.cursor.as_deref())?;
     let listed = s.services.machine_class_list(&ctx, page).await?;
     Ok(respond::page(listed.items.iter().map(|c| c.view()).collect(), listed.next_cursor))
 }

@@ -26,9 +26,9 @@ pub struct OperationListQuery {
     pub state: Option<OperationState>,
     /// Only this tenant's operations (provider list).
     pub tenant_id: Option<TenantId>,
-    /// Page size.
-    #[param(minimum = 1, maximum = 1000, default = 100)]
-    pub limit: Option<u32>,
+    /// Page size (text until validated: out of range is 422, not an integer 400).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000, default = 100)]
+    pub limit: Option<String>,
     /// Opaque cursor from a previous page.
     #[param(max_length = 512)]
     pub cursor: Option<String>,
@@ -36,7 +36,7 @@ pub struct OperationListQuery {
 
 impl OperationListQuery {
     fn split(self) -> Result<(OperationFilter, PageRequest), ApiError> {
-        let page = PageRequest::parse(self.limit, self.cursor.as_deref())?;
+        let page = PageRequest::parse(self.limit.as_deref(), self.cursor.as_deref())?;
         Ok((OperationFilter { tenant_id: self.tenant_id, target_id: self.target_id, state: self.state }, page))
     }
 }

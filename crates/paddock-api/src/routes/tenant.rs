@@ -42,7 +42,7 @@ pub async fn tenant_create(State(s): State<AppState>, Caller(ctx): Caller, JsonB
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 pub async fn tenant_list(State(s): State<AppState>, Caller(ctx): Caller, Query(q): Query<PageParams>) -> Result<Response, ApiError> {
-    let page = PageRequest::parse(q.limit, q.cursor.as_deref())?;
+    let page = PageRequest::parse(q.limit.as_deref(), q.cursor.as_deref())?;
     let listed = s.services.tenant_list(&ctx, page).await?;
     Ok(respond::page(listed.items.iter().map(|t| t.view()).collect(), listed.next_cursor))
 }
