@@ -1,0 +1,152 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/keyutil"
+)
+
+// serverFiles are the generated credentials of one API server, all inside its
+// own directory.
+type serverFiles struct {
+	CAFile         string // CA that signed the serving certificate (kubeconfig trusts it)
+	CAData         []byte
+	ServingCert    string // serving certificate for 127.0.0.1, ::1 and localhost
+	ServingKey     string
+	SAKeyFile      string // service-account signing key (ECDSA P-256, private: also verifies)
+	TokenAuthFile  string // static token file: the admin token, group system:masters
+	KubeconfigFile string
+}
+
+// generateServerFiles writes a fresh CA, serving certificate, service-account
+// key and token auth file for one API server into dir.
+func generateServerFiles(dir, name, token string) (*serverFiles, error) {
+	f := &serverFiles{
+		CAFile:         filepath.Join(dir, "ca.crt"),
+		ServingCert:    filepath.Join(dir, "serving.crt"),
+		ServingKey:     filepath.Join(dir, "serving.key"),
+		SAKeyFile:      filepath.Join(dir, "sa.key"),
+		TokenAuthFile:  filepath.Join(dir, "tokens.csv"),
+		KubeconfigFile: filepath.Join(dir, "kubeconfig"),
+	}
+
+	now := time.Now()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber:          randomSerial(),
+		Subject:               pkix.Name{CommonName: "kube-harness-ca-" + name},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
+	if err != nil {
+		return nil, err
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return nil, err
+	}
+	f.CAData = pemCert(caDER)
+
+	servingKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	servingTmpl := &x509.Certificate{
+		SerialNumber: randomSerial(),
+		Subject:      pkix.Name{CommonName: "kube-apiserver"},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames: []string{"localhost", "kubernetes", "kubernetes.default",
+			"kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback},
+	}
+	servingDER, err := x509.CreateCertificate(rand.Reader, servingTmpl, caCert, servingKey.Public(), caKey)
+	if err != nil {
+		return nil, err
+	}
+
+	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+
+	writes := []struct {
+		path string
+		data func() ([]byte, error)
+	}{
+		{f.CAFile, func() ([]byte, error) { return f.CAData, nil }},
+		{filepath.Join(dir, "ca.key"), func() ([]byte, error) { return keyutil.MarshalPrivateKeyToPEM(caKey) }},
+		{f.ServingCert, func() ([]byte, error) { return pemCert(servingDER), nil }},
+		{f.ServingKey, func() ([]byte, error) { return keyutil.MarshalPrivateKeyToPEM(servingKey) }},
+		{f.SAKeyFile, func() ([]byte, error) { return keyutil.MarshalPrivateKeyToPEM(saKey) }},
+		// Static token file format: token,user,uid,"group1,group2".
+		{f.TokenAuthFile, func() ([]byte, error) {
+			return []byte(fmt.Sprintf("%s,%s,%s,\"system:masters\"\n", token, adminUser, adminUser)), nil
+		}},
+	}
+	for _, w := range writes {
+		data, err := w.data()
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(w.path, data, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// writeKubeconfig writes a self-contained kubeconfig (CA embedded, static
+// admin token) for the API server at url.
+func writeKubeconfig(path, name, url string, caData []byte, token string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[name] = &clientcmdapi.Cluster{Server: url, CertificateAuthorityData: caData}
+	cfg.AuthInfos[adminUser] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: adminUser}
+	cfg.CurrentContext = name
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+func pemCert(der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+func randomSerial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		panic(err)
+	}
+	return n.Add(n, big.NewInt(1))
+}
+
+// randomToken returns 32 random hex characters.
+func randomToken() string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
