@@ -34,6 +34,11 @@ const ENROLL: &str = r#"{"name": "node-{n}", "machine_class": "gpu-h100",
     "bmc": {"url": "https://bmc-{n}.example:443", "username": "admin", "password": "s3cret-pw"}}"#;
 const MACHINE_PATCH: &str = r#"{"labels": {"rack": "r{n}"}}"#;
 const REASON: &str = r#"{"reason": "fan replacement {n}"}"#;
+const CLUSTER_CREATE: &str = r#"{"name": "cluster-{n}", "kind": "kubernetes", "isolation": "private-nodes",
+    "node_pools": [{"name": "gpu", "machine_class": "gpu-h100", "count": 1}]}"#;
+const CLUSTER_PATCH: &str = r#"{"kubernetes_version": "v1.36.{n}"}"#;
+const POOL_CREATE: &str = r#"{"name": "pool-{n}", "machine_class": "gpu-h100", "count": 1}"#;
+const POOL_PATCH: &str = r#"{"labels": {"batch": "b{n}"}}"#;
 
 /// One route on concrete objects, and the status each role must get (in `ROLES` order).
 ///
@@ -45,7 +50,10 @@ const REASON: &str = r#"{"reason": "fan replacement {n}"}"#;
 ///   `{fresh_machine}` (available, made for this call), `{fresh_maint_machine}` (in maintenance,
 ///   made for this call);
 /// - operations: `{own_op}`, `{foreign_op}` (of the two tenants), `{machine_op}` (provider-side,
-///   no tenant), `{missing_op}`.
+///   no tenant), `{missing_op}`;
+/// - clusters: `{own_cluster}`, `{foreign_cluster}` (one per tenant), `{fresh_cluster}` (in the
+///   own tenant, made for this call); node pools: `{own_pool}`, `{foreign_pool}` (of those
+///   clusters), `{fresh_pool}` (in the own cluster, made for this call).
 struct Row {
     method: Method,
     path: &'static str,
@@ -138,9 +146,41 @@ fn matrix() -> Vec<Row> {
         get("/v1/tenants/{own}/audit-events",                               [200,   200,   403,  200,   403]),
         get("/v1/tenants/{foreign}/audit-events",                           [200,   200,   403,  404,   403]),
         get("/v1/tenants/{missing}/audit-events",                           [404,   404,   403,  404,   403]),
-        // Last, as they remove the tenants every row above uses.
-        delete("/v1/tenants/{foreign}",                                     [204,   403,   403,  403,   403]),
-        delete("/v1/tenants/{own}",                                         [204,   403,   403,  403,   403]),
+        // Clusters: provider:admin and tenant:admin write, tenant:member and the operator read.
+        post("/v1/tenants/{own}/clusters", Some(CLUSTER_CREATE),            [202,   403,   403,  202,   403]),
+        post("/v1/tenants/{foreign}/clusters", Some(CLUSTER_CREATE),        [202,   403,   403,  404,   403]),
+        post("/v1/tenants/{missing}/clusters", Some(CLUSTER_CREATE),        [404,   403,   403,  404,   403]),
+        get("/v1/tenants/{own}/clusters",                                   [200,   200,   403,  200,   200]),
+        get("/v1/tenants/{foreign}/clusters",                               [200,   200,   403,  404,   404]),
+        get("/v1/tenants/{missing}/clusters",                               [404,   404,   403,  404,   404]),
+        get("/v1/tenants/{own}/clusters/{own_cluster}",                     [200,   200,   403,  200,   200]),
+        get("/v1/tenants/{foreign}/clusters/{foreign_cluster}",             [200,   200,   403,  404,   404]),
+        get("/v1/tenants/{own}/clusters/{foreign_cluster}",                 [404,   404,   403,  404,   404]),
+        get("/v1/tenants/{own}/clusters/{missing}",                         [404,   404,   403,  404,   404]),
+        patch("/v1/tenants/{own}/clusters/{own_cluster}", CLUSTER_PATCH,    [202,   403,   403,  202,   403]),
+        patch("/v1/tenants/{foreign}/clusters/{foreign_cluster}", CLUSTER_PATCH, [202, 403, 403,  404,   403]),
+        patch("/v1/tenants/{own}/clusters/{missing}", CLUSTER_PATCH,        [404,   403,   403,  404,   403]),
+        delete("/v1/tenants/{own}/clusters/{fresh_cluster}",                [202,   403,   403,  202,   403]),
+        delete("/v1/tenants/{own}/clusters/{missing}",                      [404,   403,   403,  404,   403]),
+        get("/v1/tenants/{own}/clusters/{own_cluster}/events",              [200,   200,   403,  200,   200]),
+        get("/v1/tenants/{foreign}/clusters/{foreign_cluster}/events",      [200,   200,   403,  404,   404]),
+        // Node pools.
+        post("/v1/tenants/{own}/clusters/{own_cluster}/node-pools", Some(POOL_CREATE), [202, 403, 403, 202, 403]),
+        post("/v1/tenants/{foreign}/clusters/{foreign_cluster}/node-pools", Some(POOL_CREATE), [202, 403, 403, 404, 403]),
+        get("/v1/tenants/{own}/clusters/{own_cluster}/node-pools",          [200,   200,   403,  200,   200]),
+        get("/v1/tenants/{foreign}/clusters/{foreign_cluster}/node-pools",  [200,   200,   403,  404,   404]),
+        get("/v1/tenants/{own}/clusters/{own_cluster}/node-pools/{own_pool}", [200, 200,   403,  200,   200]),
+        get("/v1/tenants/{foreign}/clusters/{foreign_cluster}/node-pools/{foreign_pool}", [200, 200, 403, 404, 404]),
+        get("/v1/tenants/{own}/clusters/{own_cluster}/node-pools/{foreign_pool}", [404, 404, 403, 404, 404]),
+        patch("/v1/tenants/{own}/clusters/{own_cluster}/node-pools/{own_pool}", POOL_PATCH, [202, 403, 403, 202, 403]),
+        patch("/v1/tenants/{foreign}/clusters/{foreign_cluster}/node-pools/{foreign_pool}", POOL_PATCH, [202, 403, 403, 404, 403]),
+        delete("/v1/tenants/{own}/clusters/{own_cluster}/node-pools/{fresh_pool}", [202, 403, 403, 202, 403]),
+        delete("/v1/tenants/{own}/clusters/{own_cluster}/node-pools/{missing}", [404, 403, 403, 404, 403]),
+        get("/v1/tenants/{own}/clusters/{own_cluster}/node-pools/{own_pool}/machines", [200, 200, 403, 200, 200]),
+        get("/v1/tenants/{foreign}/clusters/{foreign_cluster}/node-pools/{foreign_pool}/machines", [200, 200, 403, 404, 404]),
+        // Last, as they concern the tenants every row above uses: they still hold clusters.
+        delete("/v1/tenants/{foreign}",                                     [409,   403,   403,  403,   403]),
+        delete("/v1/tenants/{own}",                                         [409,   403,   403,  403,   403]),
     ]
 }
 
@@ -173,6 +213,17 @@ async fn tenant_operation(app: &TestApp, tenant: &str) -> String {
     op.to_string()
 }
 
+/// Creates a kubernetes cluster with one pool in `tenant`; returns the cluster and pool ids.
+async fn cluster_in(app: &TestApp, tenant: &str, name: &str) -> (String, String) {
+    let body = json!({
+        "name": name, "kind": "kubernetes", "isolation": "private-nodes",
+        "node_pools": [{ "name": "gpu", "machine_class": CLASS, "count": 1 }]
+    });
+    let resp = app.post(format!("/v1/tenants/{tenant}/clusters")).token(&admin()).json(&body).send().await.expect(202).json();
+    let cluster = &resp["cluster"];
+    (id(cluster), id(&cluster["node_pools"][0]))
+}
+
 /// Enrolls a machine in `state`; returns its id.
 async fn machine_in(app: &TestApp, name: &str, state: &str) -> String {
     let machine = id(&common::machine(app, name, CLASS).await);
@@ -198,6 +249,8 @@ impl World {
         let foreign_op = tenant_operation(app, &foreign).await;
         let missing = Uuid::now_v7().to_string();
         let missing_op = Uuid::now_v7().to_string();
+        let (own_cluster, own_pool) = cluster_in(app, &own, "own").await;
+        let (foreign_cluster, foreign_pool) = cluster_in(app, &foreign, "foreign").await;
         let vars = vec![
             ("{own}", own.clone()),
             ("{foreign}", foreign.clone()),
@@ -211,6 +264,10 @@ impl World {
             ("{foreign_op}", foreign_op.clone()),
             ("{machine_op}", id(&enrolled["operation"])),
             ("{missing_op}", missing_op.clone()),
+            ("{own_cluster}", own_cluster),
+            ("{own_pool}", own_pool),
+            ("{foreign_cluster}", foreign_cluster),
+            ("{foreign_pool}", foreign_pool),
         ];
         World { own, foreign, own_op, foreign_op, missing, missing_op, vars }
     }
@@ -245,6 +302,22 @@ impl World {
         if s.contains("{fresh_machine}") {
             let machine = machine_in(app, &format!("fresh-{n}"), "available").await;
             s = s.replace("{fresh_machine}", &machine);
+        }
+        if s.contains("{fresh_cluster}") {
+            let (cluster, _) = cluster_in(app, &self.own, &format!("fresh-{n}")).await;
+            s = s.replace("{fresh_cluster}", &cluster);
+        }
+        if s.contains("{fresh_pool}") {
+            let cluster = self.fill("{own_cluster}", n);
+            let pool = app
+                .post(format!("/v1/tenants/{}/clusters/{cluster}/node-pools", self.own))
+                .token(&admin())
+                .json(&json!({ "name": format!("fresh-{n}"), "machine_class": CLASS, "count": 1 }))
+                .send()
+                .await
+                .expect(202)
+                .json();
+            s = s.replace("{fresh_pool}", &id(&pool["node_pool"]));
         }
         if s.contains("{fresh_maint_machine}") {
             let machine = machine_in(app, &format!("fresh-maint-{n}"), "maintenance").await;
@@ -428,11 +501,15 @@ fn matrix_routes() -> BTreeSet<String> {
             &["{machine}", "{maint_machine}", "{missing_machine}", "{fresh_machine}", "{fresh_maint_machine}"][..],
         ),
         ("{operation_id}", &["{own_op}", "{foreign_op}", "{machine_op}", "{missing_op}"][..]),
+        ("{cluster_id}", &["{own_cluster}", "{foreign_cluster}", "{fresh_cluster}"][..]),
+        ("{pool_id}", &["{own_pool}", "{foreign_pool}", "{fresh_pool}"][..]),
     ];
     matrix()
         .iter()
         .map(|row| {
             let mut path = row.path.split('?').next().unwrap_or_default().to_owned();
+            // `{missing}` stands for a missing tenant, cluster or pool: its position names it.
+            path = path.replace("clusters/{missing}", "clusters/{cluster_id}").replace("node-pools/{missing}", "node-pools/{pool_id}");
             for (param, placeholders) in params {
                 for placeholder in placeholders {
                     path = path.replace(placeholder, param);
@@ -479,7 +556,9 @@ async fn every_v1_route_without_a_token_is_401_missing_token() {
             .replace("{fresh_tenant}", "{missing}")
             .replace("{fresh_class}", "{missing_class}")
             .replace("{fresh_machine}", "{missing_machine}")
-            .replace("{fresh_maint_machine}", "{missing_machine}");
+            .replace("{fresh_maint_machine}", "{missing_machine}")
+            .replace("{fresh_cluster}", "{missing}")
+            .replace("{fresh_pool}", "{missing}");
         let path = w.fill(&template, cases);
         assert!(!path.contains('{'), "unresolved placeholder in {path}");
         let body = row.body.map(|b| w.fill(b, cases));
@@ -565,8 +644,9 @@ async fn tenant_tokens_list_only_their_own_tenants_objects() {
         all["items"].as_array().expect("items").iter().map(|t| t["id"].as_str().expect("id")).collect();
     assert!(ids.contains(own) && ids.contains(foreign), "provider list: {all}");
     let ops = app.get(format!("/v1/operations?tenant_id={foreign}")).token(&admin()).send().await.expect(200).json();
-    assert_eq!(ops["items"].as_array().map(Vec::len), Some(1), "provider filter by tenant: {ops}");
-    assert_eq!(ops["items"][0]["id"], w.foreign_op.as_str());
+    let op_ids: Vec<&str> = ops["items"].as_array().expect("items").iter().filter_map(|o| o["id"].as_str()).collect();
+    assert!(op_ids.contains(&w.foreign_op.as_str()), "provider filter by tenant: {ops}");
+    assert!(ops["items"].as_array().expect("items").iter().all(|o| o["tenant_id"] == foreign), "provider filter by tenant: {ops}");
 
     for role in ["tenant:admin", "tenant:member"] {
         let token = w.token(role);
@@ -582,9 +662,10 @@ async fn tenant_tokens_list_only_their_own_tenants_objects() {
         ] {
             let ops = app.get(path.as_str()).token(&token).send().await.expect(200).json();
             let items = ops["items"].as_array().expect("items");
-            assert_eq!(items.len(), 1, "{role}: GET {path}: only the own tenant's operation: {ops}");
-            assert_eq!(items[0]["id"], w.own_op.as_str(), "{role}: GET {path}: {ops}");
-            assert_eq!(items[0]["tenant_id"], own, "{role}: GET {path}: {ops}");
+            assert!(items.iter().any(|o| o["id"] == w.own_op.as_str()), "{role}: GET {path}: {ops}");
+            for op in items {
+                assert_eq!(op["tenant_id"], own, "{role}: GET {path}: only the own tenant's operations: {ops}");
+            }
         }
     }
     let token = w.token("tenant:admin");

@@ -3,6 +3,7 @@
 
 mod authz;
 mod bad_input;
+mod cluster;
 mod common;
 mod idempotency;
 mod jwt;

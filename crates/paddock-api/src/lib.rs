@@ -28,7 +28,7 @@ use utoipa_axum::routes;
 
 pub use state::{ApiConfig, AppState};
 
-use routes::{audit, health, machine, machine_class, operation, tenant};
+use routes::{audit, cluster, health, machine, machine_class, operation, tenant};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -40,6 +40,7 @@ use routes::{audit, health, machine, machine_class, operation, tenant};
     modifiers(&BearerAuth),
     tags(
         (name = "tenants", description = "The provider's customers"),
+        (name = "clusters", description = "Tenant clusters and their node pools"),
         (name = "machine-classes", description = "Hardware profiles"),
         (name = "machines", description = "The bare-metal inventory"),
         (name = "operations", description = "Progress of asynchronous changes"),
@@ -67,6 +68,12 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(tenant::tenant_view, tenant::tenant_update, tenant::tenant_delete))
         .routes(routes!(tenant::tenant_suspend))
         .routes(routes!(tenant::tenant_resume))
+        .routes(routes!(cluster::cluster_create, cluster::cluster_list))
+        .routes(routes!(cluster::cluster_view, cluster::cluster_update, cluster::cluster_delete))
+        .routes(routes!(cluster::cluster_event_list))
+        .routes(routes!(cluster::node_pool_create, cluster::node_pool_list))
+        .routes(routes!(cluster::node_pool_view, cluster::node_pool_update, cluster::node_pool_delete))
+        .routes(routes!(cluster::node_pool_machine_list))
         .routes(routes!(machine_class::machine_class_create, machine_class::machine_class_list))
         .routes(routes!(machine_class::machine_class_view, machine_class::machine_class_update, machine_class::machine_class_delete))
         .routes(routes!(machine::machine_enroll, machine::machine_list))

@@ -72,6 +72,10 @@ pub enum Permission {
     OperationRead,
     /// Read audit events.
     AuditRead,
+    /// Create, change, scale and delete clusters and node pools.
+    ClusterWrite,
+    /// Read clusters, node pools, their machines and events.
+    ClusterRead,
 }
 
 /// How far a granted permission reaches.
@@ -115,6 +119,9 @@ fn grant(role: Role, permission: Permission) -> Option<GrantReach> {
         (R::TenantAdmin, P::TenantRead | P::OperationRead | P::AuditRead) => Some(OwnTenant),
         (R::TenantMember, P::TenantRead | P::OperationRead) => Some(OwnTenant),
         (R::TenantAdmin | R::TenantMember, P::MachineClassRead) => Some(All),
+        (R::ProviderOperator, P::ClusterRead) => Some(All),
+        (R::TenantAdmin, P::ClusterWrite | P::ClusterRead) => Some(OwnTenant),
+        (R::TenantMember, P::ClusterRead) => Some(OwnTenant),
         _ => None,
     }
 }
@@ -218,6 +225,8 @@ fn describe(permission: Permission) -> &'static str {
         Permission::MachineRead => "read machines",
         Permission::OperationRead => "read operations",
         Permission::AuditRead => "read audit events",
+        Permission::ClusterWrite => "change clusters",
+        Permission::ClusterRead => "read clusters",
     }
 }
 

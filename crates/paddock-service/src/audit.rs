@@ -28,6 +28,11 @@ impl<'a> AuditTrail<'a> {
         Self { store, ctx, action, target_type, target_id: None, tenant_id: None }
     }
 
+    /// Names the tenant before the target is known (a create), so a refusal is filed under it.
+    pub fn target_tenant(&mut self, tenant: TenantId) {
+        self.tenant_id = Some(tenant);
+    }
+
     /// Names the target once it is known.
     pub fn target(&mut self, id: Uuid, tenant: Option<TenantId>) {
         self.target_id = Some(id);
@@ -47,6 +52,11 @@ impl<'a> AuditTrail<'a> {
             code,
             details,
         }
+    }
+
+    /// The success event, for a store write that appends it in its own statement.
+    pub fn success_event(&self, details: serde_json::Value) -> NewAuditEvent<'_> {
+        self.event(AuditOutcome::Success, None, details)
     }
 
     /// Records success inside the call's transaction.

@@ -4,6 +4,7 @@
 //! audit event in the same transaction. A refused call is audited too, as a failure.
 
 mod audit;
+pub mod cluster;
 mod gauges;
 pub mod idempotency;
 mod machine;

@@ -12,6 +12,7 @@ use paddock_domain::validate::{self, Checks};
 use paddock_domain::{json, Error, Permission, Result};
 use paddock_store::machine::{self as store, MachineFilter, NewMachine};
 use paddock_store::operation::{self as operation_store, NewOperation};
+use paddock_store::job::{self, NewJob};
 use paddock_store::{machine_class, Conn};
 use paddock_types::machine::{MachineEnroll, MachineState, MaintenanceEnter};
 use paddock_types::operation::OperationView;
@@ -84,11 +85,8 @@ impl Services {
             };
             let new = NewMachine { id, name: &spec.name, machine_class_id: class.id, labels: &spec.labels, bmc: &bmc };
             store::insert(&mut tx, &new).await.map_err(db)?;
-            let operation = machine_operation(&mut tx, id, 1, "machine_enroll", &[]).await?;
-            audit.success(&mut tx, json!({ "name": spec.name, "machine_class": spec.machine_class, "bmc_url": spec.bmc.url })).await?;
-            let machine = store::get(&mut tx, id, false).await.map_err(db)?.ok_or(NOT_FOUND)?;
-            commit(tx).await?;
-            Ok(MachineChange { machine, operation: Some(operation) })
+            let details = json!({ "name": spec.name, "machine_class": spec.machine_class, "bmc_url": spec.bmc.url });
+            accept(tx, &audit, id, 1, "machine_enroll", &[], details).await
         }
         .await;
         audit.finish(result).await
@@ -160,16 +158,15 @@ impl Services {
                 insecure_tls: after.bmc.insecure_tls,
             };
             store::update_spec(&mut tx, id, &after.labels, &bmc).await.map_err(db)?;
-            let operation = if bmc_changed {
-                Some(machine_operation(&mut tx, id, current.generation + 1, "machine_update_credentials", &[]).await?)
-            } else {
-                None
-            };
             // The patch is recorded without the password: only that one was given.
-            audit.success(&mut tx, json!({ "patch": patch, "password_changed": password.is_some() })).await?;
+            let details = json!({ "patch": patch, "password_changed": password.is_some() });
+            if bmc_changed {
+                return accept(tx, &audit, id, current.generation + 1, "machine_update_credentials", &[], details).await;
+            }
+            audit.success(&mut tx, details).await?;
             let machine = store::get(&mut tx, id, false).await.map_err(db)?.ok_or(NOT_FOUND)?;
             commit(tx).await?;
-            Ok(MachineChange { machine, operation })
+            Ok(MachineChange { machine, operation: None })
         }
         .await;
         audit.finish(result).await
@@ -192,11 +189,9 @@ impl Services {
             c.text("reason", request.reason.trim(), 1000);
             c.finish()?;
             store::set_maintenance_intent(&mut tx, id, Some(request.reason.trim())).await.map_err(db)?;
-            let operation = machine_operation(&mut tx, id, current.generation + 1, "machine_maintenance_enter", &["machine_maintenance_leave"]).await?;
-            audit.success(&mut tx, json!({ "reason": request.reason.trim(), "state": current.state.as_str() })).await?;
-            let machine = store::get(&mut tx, id, false).await.map_err(db)?.ok_or(NOT_FOUND)?;
-            commit(tx).await?;
-            Ok(MachineChange { machine, operation: Some(operation) })
+            let details = json!({ "reason": request.reason.trim(), "state": current.state.as_str() });
+            let kind = "machine_maintenance_enter";
+            accept(tx, &audit, id, current.generation + 1, kind, &["machine_maintenance_leave"], details).await
         }
         .await;
         audit.finish(result).await
@@ -215,11 +210,9 @@ impl Services {
                 return Err(Error::conflict("not_in_maintenance", "the machine is not in maintenance"));
             }
             store::set_maintenance_intent(&mut tx, id, None).await.map_err(db)?;
-            let operation = machine_operation(&mut tx, id, current.generation + 1, "machine_maintenance_leave", &["machine_maintenance_enter"]).await?;
-            audit.success(&mut tx, json!({ "state": current.state.as_str() })).await?;
-            let machine = store::get(&mut tx, id, false).await.map_err(db)?.ok_or(NOT_FOUND)?;
-            commit(tx).await?;
-            Ok(MachineChange { machine, operation: Some(operation) })
+            let details = json!({ "state": current.state.as_str() });
+            let kind = "machine_maintenance_leave";
+            accept(tx, &audit, id, current.generation + 1, kind, &["machine_maintenance_enter"], details).await
         }
         .await;
         audit.finish(result).await
@@ -244,11 +237,8 @@ impl Services {
                 return Err(Error::conflict("retire_pending", "the machine is already being retired"));
             }
             store::set_retire_intent(&mut tx, id).await.map_err(db)?;
-            let operation = machine_operation(&mut tx, id, current.generation + 1, "machine_retire", &[]).await?;
-            audit.success(&mut tx, json!({ "state": current.state.as_str() })).await?;
-            let machine = store::get(&mut tx, id, false).await.map_err(db)?.ok_or(NOT_FOUND)?;
-            commit(tx).await?;
-            Ok(MachineChange { machine, operation: Some(operation) })
+            let details = json!({ "state": current.state.as_str() });
+            accept(tx, &audit, id, current.generation + 1, "machine_retire", &[], details).await
         }
         .await;
         audit.finish(result).await
@@ -277,13 +267,33 @@ fn take_password(patch: &mut Value) -> Result<Option<String>> {
     }
 }
 
-async fn machine_operation(
-    conn: &mut Conn,
+/// The job kind that converges a machine to its record (lifecycle, operator intents).
+pub const MACHINE_RECONCILE: &str = "machine_reconcile";
+
+/// Records an accepted machine change and commits: the operation of `kind` for `generation`, the
+/// machine's reconcile job reporting to it, and the audit event, in the caller's transaction.
+async fn accept(
+    mut tx: paddock_store::Tx,
+    audit: &crate::AuditTrail<'_>,
     id: MachineId,
     generation: i64,
     kind: &str,
     supersedes: &[&str],
-) -> Result<OperationView> {
+    details: Value,
+) -> Result<MachineChange> {
     let op = NewOperation { kind, target_type: "machine", target_id: id.uuid(), tenant_id: None, target_generation: generation, supersedes };
-    operation_store::insert(conn, &op).await.map_err(db)
+    let operation = operation_store::insert(&mut tx, &op).await.map_err(db)?;
+    let job = NewJob {
+        kind: MACHINE_RECONCILE,
+        target_type: "machine",
+        target_id: id.uuid(),
+        payload: json!({ "machine_id": id }),
+        operation_id: Some(operation.id),
+        run_at: None,
+    };
+    job::enqueue(&mut tx, &job).await.map_err(db)?;
+    audit.success(&mut tx, details).await?;
+    let machine = store::get(&mut tx, id, false).await.map_err(db)?.ok_or(NOT_FOUND)?;
+    commit(tx).await?;
+    Ok(MachineChange { machine, operation: Some(operation) })
 }

@@ -29,11 +29,10 @@ impl Services {
             validate::tenant(&spec)?;
             let id = TenantId::new();
             audit.target(id.uuid(), Some(id));
-            let mut tx = self.store.begin().await.map_err(db)?;
-            let tenant = tenant::insert(&mut tx, id, &spec).await.map_err(db)?;
-            audit.success(&mut tx, json!({ "name": spec.name })).await?;
-            commit(tx).await?;
-            Ok(tenant)
+            // One statement writes the tenant and its audit event: no transaction needed.
+            let mut conn = self.store.conn().await.map_err(db)?;
+            let event = audit.success_event(json!({ "name": spec.name }));
+            tenant::insert(&mut conn, id, &spec, &event).await.map_err(db)
         }
         .await;
         audit.finish(result).await

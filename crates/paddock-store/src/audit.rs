@@ -32,29 +32,46 @@ pub struct NewAuditEvent<'a> {
     pub details: serde_json::Value,
 }
 
-/// Appends an event.
-pub async fn insert(conn: &mut Conn, e: &NewAuditEvent<'_>) -> Result<(), StoreError> {
-    let outcome = match e.outcome {
+/// The insert of an event, as a statement of its own or as a data-modifying `with` clause of
+/// another module's write (one statement, one round trip), with its parameters from `$first` on.
+pub(crate) fn insert_sql(first: usize) -> String {
+    let p: Vec<String> = (first..first + 11).map(|i| format!("${i}")).collect();
+    format!(
+        "insert into audit_events (id, actor_sub, actor_roles, tenant_id, action, target_type, \
+         target_id, request_id, outcome, code, details) values ({})",
+        p.join(", ")
+    )
+}
+
+/// Binds an event's parameters, in `insert_sql` order, after the ones already bound.
+pub(crate) fn bind<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    e: &'q NewAuditEvent<'q>,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    query
+        .bind(AuditEventId::new().uuid())
+        .bind(e.actor_sub)
+        .bind(e.actor_roles)
+        .bind(e.tenant_id.map(TenantId::uuid))
+        .bind(e.action)
+        .bind(e.target_type)
+        .bind(e.target_id)
+        .bind(e.request_id)
+        .bind(outcome(e.outcome))
+        .bind(e.code)
+        .bind(&e.details)
+}
+
+fn outcome(outcome: AuditOutcome) -> &'static str {
+    match outcome {
         AuditOutcome::Success => "success",
         AuditOutcome::Failure => "failure",
-    };
-    sqlx::query(
-        "insert into audit_events (id, actor_sub, actor_roles, tenant_id, action, target_type, \
-         target_id, request_id, outcome, code, details) values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-    )
-    .bind(AuditEventId::new().uuid())
-    .bind(e.actor_sub)
-    .bind(e.actor_roles)
-    .bind(e.tenant_id.map(TenantId::uuid))
-    .bind(e.action)
-    .bind(e.target_type)
-    .bind(e.target_id)
-    .bind(e.request_id)
-    .bind(outcome)
-    .bind(e.code)
-    .bind(&e.details)
-    .execute(conn)
-    .await?;
+    }
+}
+
+/// Appends an event.
+pub async fn insert(conn: &mut Conn, e: &NewAuditEvent<'_>) -> Result<(), StoreError> {
+    bind(sqlx::query(&insert_sql(1)), e).execute(conn).await?;
     Ok(())
 }
 
@@ -82,10 +99,7 @@ pub async fn list(
     after: Option<Uuid>,
     limit: u32,
 ) -> Result<Vec<AuditEventView>, StoreError> {
-    let outcome = filter.outcome.map(|o| match o {
-        AuditOutcome::Success => "success",
-        AuditOutcome::Failure => "failure",
-    });
+    let outcome = filter.outcome.map(outcome);
     let rows: Vec<AuditRow> = sqlx::query_as(
         "select id, at, actor_sub, actor_roles, tenant_id, action, target_type, target_id, request_id, \
          outcome, code, details from audit_events \

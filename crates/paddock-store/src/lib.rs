@@ -4,8 +4,10 @@
 //! Tenant-owned rows are always read with the tenant in the `where` clause.
 
 pub mod audit;
+pub mod cluster;
 mod error;
 pub mod idempotency;
+pub mod job;
 pub mod machine;
 pub mod machine_class;
 pub mod metrics;
@@ -37,8 +39,11 @@ impl Store {
     /// Connects lazily: the process starts (and `/readyz` reports) even while the database is down.
     pub fn connect_lazy(url: &str, max_connections: u32) -> Result<Self, StoreError> {
         let options: PgConnectOptions = url.parse().map_err(StoreError::Config)?;
+        // No ping before every acquire (sqlx's default): it doubles the round trips of a read. A
+        // connection that died is found by the query itself, which maps to 503 and is retried.
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
+            .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(5))
             .connect_lazy_with(options.application_name("paddock"));
         Ok(Self { pool })

@@ -8,6 +8,9 @@ use paddock_types::TenantId;
 use sqlx::types::Json;
 use uuid::Uuid;
 
+use sqlx::FromRow;
+
+use crate::audit::{self, NewAuditEvent};
 use crate::{parse_state, Conn, StoreError};
 
 #[derive(sqlx::FromRow)]
@@ -65,22 +68,30 @@ impl TryFrom<TenantRow> for Tenant {
     }
 }
 
-/// Inserts a tenant (state `active`, generation 1).
-pub async fn insert(conn: &mut Conn, id: TenantId, spec: &TenantCreate) -> Result<Tenant, StoreError> {
-    let row: TenantRow = sqlx::query_as(&format!(
-        "insert into tenants (id, name, display_name, labels, max_clusters, max_nodes, max_gpus) \
-         values ($1, $2, $3, $4, $5, $6, $7) returning {COLUMNS}"
-    ))
-    .bind(id.uuid())
-    .bind(&spec.name)
-    .bind(&spec.display_name)
-    .bind(Json(&spec.labels))
-    .bind(bind_quota(spec.quotas.max_clusters))
-    .bind(bind_quota(spec.quotas.max_nodes))
-    .bind(bind_quota(spec.quotas.max_gpus))
-    .fetch_one(conn)
-    .await?;
-    row.try_into()
+/// Inserts a tenant (state `active`, generation 1) and appends its audit event, in one statement:
+/// atomic without a transaction, and one round trip.
+pub async fn insert(
+    conn: &mut Conn,
+    id: TenantId,
+    spec: &TenantCreate,
+    event: &NewAuditEvent<'_>,
+) -> Result<Tenant, StoreError> {
+    let sql = format!(
+        "with t as (insert into tenants (id, name, display_name, labels, max_clusters, max_nodes, max_gpus) \
+         values ($1, $2, $3, $4, $5, $6, $7) returning {COLUMNS}), \
+         e as ({}) select * from t",
+        audit::insert_sql(8)
+    );
+    let query = sqlx::query(&sql)
+        .bind(id.uuid())
+        .bind(&spec.name)
+        .bind(&spec.display_name)
+        .bind(Json(&spec.labels))
+        .bind(bind_quota(spec.quotas.max_clusters))
+        .bind(bind_quota(spec.quotas.max_nodes))
+        .bind(bind_quota(spec.quotas.max_gpus));
+    let row = audit::bind(query, event).fetch_one(conn).await?;
+    TenantRow::from_row(&row)?.try_into()
 }
 
 /// A live tenant by id.
@@ -165,10 +176,11 @@ pub async fn mark_deleted(conn: &mut Conn, id: TenantId) -> Result<(), StoreErro
     Ok(())
 }
 
-/// Whether the tenant still holds anything that outlives it (machines today; clusters later).
+/// Whether the tenant still holds anything that outlives it: clusters (deleting ones included)
+/// or machines.
 pub async fn has_holdings(conn: &mut Conn, id: TenantId) -> Result<bool, StoreError> {
     let held: bool = sqlx::query_scalar(
-        "select exists (select 1 from machines where tenant_id = $1 and retired_at is null)",
+        "select exists (select 1 from clusters where tenant_id = $1 and deleted_at is null)          or exists (select 1 from machines where tenant_id = $1 and retired_at is null)",
     )
     .bind(id.uuid())
     .fetch_one(conn)

@@ -4,6 +4,7 @@
 //! enforces, so generated clients see the contract.
 
 pub mod audit;
+pub mod cluster;
 pub mod id;
 pub mod machine;
 pub mod machine_class;

@@ -49,7 +49,7 @@ pub struct Settings {
     #[arg(long, env = "PADDOCK_DATABASE_URL", hide_env_values = true, global = true)]
     pub database_url: Option<String>,
     /// Most database connections per process.
-    #[arg(long, env = "PADDOCK_DATABASE_MAX_CONNECTIONS", default_value_t = 32, global = true)]
+    #[arg(long, env = "PADDOCK_DATABASE_MAX_CONNECTIONS", default_value_t = 16, global = true)]
     pub database_max_connections: u32,
     /// API listen address.
     #[arg(long, env = "PADDOCK_LISTEN", default_value = "127.0.0.1:8080", global = true)]
@@ -122,6 +122,11 @@ pub struct Settings {
     pub log_format: LogFormat,
 }
 
+/// The configuration spelling of a choice.
+pub fn name(value: impl ValueEnum) -> String {
+    value.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_default()
+}
+
 /// A secret given directly or through a `_FILE` variant (trailing newline removed).
 fn secret_value(direct: &Option<String>, file: &Option<PathBuf>, name: &str) -> anyhow::Result<Option<String>> {
     match (direct, file) {
@@ -178,8 +183,13 @@ impl Settings {
         if self.agent_token_ttl == 0 || self.agent_token_ttl > 7 * 24 * 3600 {
             bail!("PADDOCK_AGENT_TOKEN_TTL must be between 1 and 604800 seconds");
         }
-        if self.bmc_driver == BmcDriver::Redfish && self.wipe_image_url.is_none() {
-            bail!("PADDOCK_BMC_DRIVER=redfish needs PADDOCK_WIPE_IMAGE_URL (the provider's wipe image)");
+        // The drivers are being built (Kubernetes, Redfish, simulation); until one exists, choosing
+        // it stops the process rather than pretending to drive anything.
+        if self.kube_driver != KubeDriver::None {
+            bail!("PADDOCK_KUBE_DRIVER={} is not available in this build yet; use `none` (jobs then wait with driver_not_configured)", name(self.kube_driver));
+        }
+        if self.bmc_driver != BmcDriver::None {
+            bail!("PADDOCK_BMC_DRIVER={} is not available in this build yet; use `none` (jobs then wait with driver_not_configured)", name(self.bmc_driver));
         }
         if let Some(dir) = &self.stacks_dir {
             if !dir.is_dir() {

@@ -18,7 +18,7 @@ use paddock_types::tenant::{Quotas, TenantCreate};
 use rand::RngCore;
 use serde_json::json;
 
-use crate::config::{BmcDriver, KubeDriver, Settings};
+use crate::config::Settings;
 use crate::server::{self, Roles};
 
 /// Options of `paddock dev`.
@@ -79,12 +79,8 @@ pub fn run(mut settings: Settings, args: DevArgs) -> anyhow::Result<()> {
     if settings.ledger_key.is_none() && settings.ledger_key_file.is_none() {
         settings.ledger_key = Some(kept_secret(&secrets, "ledger-key", || random_base64(32))?);
     }
-    if settings.kube_driver == KubeDriver::None {
-        settings.kube_driver = KubeDriver::Simulated;
-    }
-    if settings.bmc_driver == BmcDriver::None {
-        settings.bmc_driver = BmcDriver::Simulated;
-    }
+    // `dev` selects the simulated drivers once they exist; until then it runs with none, and
+    // machine and cluster jobs wait with `driver_not_configured`.
     settings.validate()?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -157,7 +153,7 @@ fn print_welcome(settings: &Settings, tenant: uuid::Uuid, secrets: &Path) -> any
         r#"
 paddock dev is running on {base}  (Ctrl-C stops it and its PostgreSQL)
   database   {db}
-  drivers    kube=simulated bmc=simulated
+  drivers    kube={kube} bmc={bmc} (the simulated drivers are not built yet: jobs wait)
 
 Provider admin token (24 h):
   export TOKEN={admin}
@@ -174,6 +170,8 @@ Try:
 More tokens: PADDOCK_JWT_HS256_SECRET_FILE={secrets}/jwt-hs256-secret paddock token --role provider:operator
 "#,
         db = settings.database_url.as_deref().unwrap_or_default(),
+        kube = crate::config::name(settings.kube_driver),
+        bmc = crate::config::name(settings.bmc_driver),
         secrets = secrets.display(),
     );
     Ok(())

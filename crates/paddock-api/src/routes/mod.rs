@@ -1,6 +1,7 @@
 //! Handlers: extract, call one service function, map the result to a view. Nothing else.
 
 pub mod audit;
+pub mod cluster;
 pub mod health;
 pub mod machine;
 pub mod machine_class;

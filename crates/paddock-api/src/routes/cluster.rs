@@ -1,0 +1,263 @@
+//! `/v1/tenants/{tenant_id}/clusters` and their node pools.
+
+use axum::extract::State;
+use axum::response::Response;
+use paddock_domain::cursor::PageRequest;
+use paddock_service::cluster::{ClusterChange, ClusterWithPools, NodePoolChange};
+use paddock_types::cluster::{
+    ClusterAccepted, ClusterCreate, ClusterEventView, ClusterUpdate, ClusterView, NodePoolAccepted, NodePoolCreate,
+    NodePoolUpdate, NodePoolView, PoolMachineView,
+};
+use paddock_types::page::PageParams;
+use paddock_types::problem::Problem;
+use paddock_types::{ClusterId, NodePoolId, TenantId};
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::{IfMatchHeader, JsonBody, Path, Query};
+use crate::respond;
+use crate::state::AppState;
+
+fn cluster_location(tenant: TenantId, id: ClusterId) -> String {
+    format!("/v1/tenants/{tenant}/clusters/{id}")
+}
+
+fn view(c: &ClusterWithPools) -> ClusterView {
+    c.cluster.view(&c.pools)
+}
+
+fn cluster_accepted(change: ClusterChange) -> Response {
+    let cluster = view(&change.cluster);
+    let (etag, location) = (cluster.etag.clone(), cluster_location(cluster.tenant_id, cluster.id));
+    respond::accepted(&ClusterAccepted { cluster, operation: change.operation }, &etag, &location)
+}
+
+fn pool_accepted(tenant: TenantId, change: NodePoolChange) -> Response {
+    let node_pool = change.pool.view();
+    let etag = node_pool.etag.clone();
+    let location = format!("{}/node-pools/{}", cluster_location(tenant, node_pool.cluster_id), node_pool.id);
+    respond::accepted(&NodePoolAccepted { node_pool, operation: change.operation }, &etag, &location)
+}
+
+/// Creates a cluster (with its node pools); the worker builds it.
+#[utoipa::path(post, path = "/v1/tenants/{tenant_id}/clusters", operation_id = "cluster_create", tag = "clusters",
+    request_body = ClusterCreate,
+    params(("tenant_id" = TenantId, Path, description = "Tenant id"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Replays the first answer for 24 h")),
+    responses(
+        (status = 202, description = "Accepted", body = ClusterAccepted,
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The cluster"))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn cluster_create(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path(tenant): Path<TenantId>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    Ok(cluster_accepted(s.services.cluster_create(&ctx, tenant, &body).await?))
+}
+
+/// Lists a tenant's clusters.
+#[utoipa::path(get, path = "/v1/tenants/{tenant_id}/clusters", operation_id = "cluster_list", tag = "clusters",
+    params(("tenant_id" = TenantId, Path, description = "Tenant id"), PageParams),
+    responses(
+        (status = 200, description = "A page of clusters", body = paddock_types::page::Page<ClusterView>,
+            headers(("Link" = String, description = "The next page, rel=\"next\""))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn cluster_list(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path(tenant): Path<TenantId>,
+    Query(q): Query<PageParams>,
+) -> Result<Response, ApiError> {
+    let page = PageRequest::parse(q.limit.as_deref(), q.cursor.as_deref())?;
+    let listed = s.services.cluster_list(&ctx, tenant, page).await?;
+    Ok(respond::page(listed.items.iter().map(view).collect(), listed.next_cursor))
+}
+
+/// Reads a cluster.
+#[utoipa::path(get, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}", operation_id = "cluster_view", tag = "clusters",
+    params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id")),
+    responses(
+        (status = 200, description = "The cluster", body = ClusterView, headers(("ETag" = String, description = "Generation etag"))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn cluster_view(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path((tenant, id)): Path<(TenantId, ClusterId)>,
+) -> Result<Response, ApiError> {
+    let cluster = view(&s.services.cluster_get(&ctx, tenant, id).await?);
+    Ok(respond::object(&cluster, &cluster.etag))
+}
+
+/// Changes a cluster (JSON merge patch): Kubernetes version, Slurm settings.
+#[utoipa::path(patch, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}", operation_id = "cluster_update", tag = "clusters",
+    request_body(content = ClusterUpdate, content_type = "application/merge-patch+json"),
+    params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"),
+        ("If-Match" = Option<String>, Header, description = "Etag the cluster must still have")),
+    responses(
+        (status = 202, description = "Accepted", body = ClusterAccepted,
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The cluster"))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn cluster_update(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path((tenant, id)): Path<(TenantId, ClusterId)>,
+    IfMatchHeader(if_match): IfMatchHeader,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    Ok(cluster_accepted(s.services.cluster_update(&ctx, tenant, id, &body, &if_match).await?))
+}
+
+/// Deletes a cluster; it answers 404 once every machine was released and every object is gone.
+#[utoipa::path(delete, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}", operation_id = "cluster_delete", tag = "clusters",
+    params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"),
+        ("If-Match" = Option<String>, Header, description = "Etag the cluster must still have")),
+    responses(
+        (status = 202, description = "Accepted", body = ClusterAccepted,
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The cluster"))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn cluster_delete(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path((tenant, id)): Path<(TenantId, ClusterId)>,
+    IfMatchHeader(if_match): IfMatchHeader,
+) -> Result<Response, ApiError> {
+    Ok(cluster_accepted(s.services.cluster_delete(&ctx, tenant, id, &if_match).await?))
+}
+
+/// Lists a cluster's events, oldest first.
+#[utoipa::path(get, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}/events", operation_id = "cluster_event_list", tag = "clusters",
+    params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"), PageParams),
+    responses(
+        (status = 200, description = "A page of events", body = paddock_types::page::Page<ClusterEventView>,
+            headers(("Link" = String, description = "The next page, rel=\"next\""))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn cluster_event_list(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path((tenant, id)): Path<(TenantId, ClusterId)>,
+    Query(q): Query<PageParams>,
+) -> Result<Response, ApiError> {
+    let page = PageRequest::parse(q.limit.as_deref(), q.cursor.as_deref())?;
+    let listed = s.services.cluster_events(&ctx, tenant, id, page).await?;
+    Ok(respond::page(listed.items, listed.next_cursor))
+}
+
+/// Adds a node pool.
+#[utoipa::path(post, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}/node-pools", operation_id = "node_pool_create", tag = "clusters",
+    request_body = NodePoolCreate,
+    params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Replays the first answer for 24 h")),
+    responses(
+        (status = 202, description = "Accepted", body = NodePoolAccepted,
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The node pool"))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn node_pool_create(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path((tenant, cluster)): Path<(TenantId, ClusterId)>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    Ok(pool_accepted(tenant, s.services.node_pool_create(&ctx, tenant, cluster, &body).await?))
+}
+
+/// Lists a cluster's node pools (at most 32: one page).
+#[utoipa::path(get, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}/node-pools", operation_id = "node_pool_list", tag = "clusters",
+    params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id")),
+    responses(
+        (status = 200, description = "The node pools", body = paddock_types::page::Page<NodePoolView>),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn node_pool_list(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path((tenant, cluster)): Path<(TenantId, ClusterId)>,
+) -> Result<Response, ApiError> {
+    let pools = s.services.node_pool_list(&ctx, tenant, cluster).await?;
+    Ok(respond::page(pools.iter().map(|p| p.view()).collect(), None))
+}
+
+/// Reads a node pool.
+#[utoipa::path(get, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}/node-pools/{pool_id}", operation_id = "node_pool_view", tag = "clusters",
+    params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"),
+        ("pool_id" = NodePoolId, Path, description = "Node pool id")),
+    responses(
+        (status = 200, description = "The node pool", body = NodePoolView, headers(("ETag" = String, description = "Generation etag"))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn node_pool_view(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path((tenant, cluster, id)): Path<(TenantId, ClusterId, NodePoolId)>,
+) -> Result<Response, ApiError> {
+    let pool = s.services.node_pool_get(&ctx, tenant, cluster, id).await?.view();
+    Ok(respond::object(&pool, &pool.etag))
+}
+
+/// Scales a node pool or changes its labels and taints (JSON merge patch).
+#[utoipa::path(patch, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}/node-pools/{pool_id}", operation_id = "node_pool_update", tag = "clusters",
+    request_body(content = NodePoolUpdate, content_type = "application/merge-patch+json"),
+    params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"),
+        ("pool_id" = NodePoolId, Path, description = "Node pool id"),
+        ("If-Match" = Option<String>, Header, description = "Etag the node pool must still have")),
+    responses(
+        (status = 202, description = "Accepted", body = NodePoolAccepted,
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The node pool"))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn node_pool_update(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path((tenant, cluster, id)): Path<(TenantId, ClusterId, NodePoolId)>,
+    IfMatchHeader(if_match): IfMatchHeader,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    Ok(pool_accepted(tenant, s.services.node_pool_update(&ctx, tenant, cluster, id, &body, &if_match).await?))
+}
+
+/// Deletes a node pool; its machines are released and cleaned.
+#[utoipa::path(delete, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}/node-pools/{pool_id}", operation_id = "node_pool_delete", tag = "clusters",
+    params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"),
+        ("pool_id" = NodePoolId, Path, description = "Node pool id"),
+        ("If-Match" = Option<String>, Header, description = "Etag the node pool must still have")),
+    responses(
+        (status = 202, description = "Accepted", body = NodePoolAccepted,
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The node pool"))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn node_pool_delete(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path((tenant, cluster, id)): Path<(TenantId, ClusterId, NodePoolId)>,
+    IfMatchHeader(if_match): IfMatchHeader,
+) -> Result<Response, ApiError> {
+    Ok(pool_accepted(tenant, s.services.node_pool_delete(&ctx, tenant, cluster, id, &if_match).await?))
+}
+
+/// Lists the machines of a node pool (never BMC details).
+#[utoipa::path(get, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}/node-pools/{pool_id}/machines", operation_id = "node_pool_machine_list", tag = "clusters",
+    params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"),
+        ("pool_id" = NodePoolId, Path, description = "Node pool id"), PageParams),
+    responses(
+        (status = 200, description = "A page of machines", body = paddock_types::page::Page<PoolMachineView>,
+            headers(("Link" = String, description = "The next page, rel=\"next\""))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn node_pool_machine_list(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path((tenant, cluster, id)): Path<(TenantId, ClusterId, NodePoolId)>,
+    Query(q): Query<PageParams>,
+) -> Result<Response, ApiError> {
+    let page = PageRequest::parse(q.limit.as_deref(), q.cursor.as_deref())?;
+    let listed = s.services.node_pool_machines(&ctx, tenant, cluster, id, page).await?;
+    Ok(respond::page(listed.items, listed.next_cursor))
+}

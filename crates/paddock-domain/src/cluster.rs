@@ -1,0 +1,404 @@
+//! Clusters and node pools: spec normalisation, validation, partitions and quotas. The desired
+//! counts of node pools are what quotas are checked against (SPEC section 2), at the API, in the
+//! same transaction that writes them, with the tenant row locked so that concurrent requests of
+//! one tenant cannot both pass.
+
+use std::collections::HashSet;
+use std::sync::LazyLock;
+
+use chrono::{DateTime, Utc};
+use paddock_types::cluster::{
+    ClusterCreate, ClusterKind, ClusterStatus, ClusterView, Isolation, NodePoolCreate, NodePoolStatus,
+    NodePoolSummary, NodePoolView, Partition, SlurmSpec, Taint, DEFAULT_KUBERNETES_VERSION,
+};
+use paddock_types::tenant::Quotas;
+use paddock_types::{ClusterId, Labels, MachineClassId, NodePoolId, TenantId};
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+
+use crate::model::etag;
+use crate::validate::Checks;
+use crate::Error;
+
+static KUBERNETES_VERSION: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^v1\.[0-9]{2}(\.[0-9]{1,3})?$").expect("static regex"));
+static SLURM_VERSION: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[0-9]{2}\.[0-9]{2}(\.[0-9]{1,3})?$").expect("static regex"));
+static SLURM_TIME: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^(UNLIMITED|INFINITE|[0-9]{1,6}|[0-9]{1,4}:[0-9]{2}(:[0-9]{2})?|[0-9]{1,4}-[0-9]{1,2}(:[0-9]{2}(:[0-9]{2})?)?)$")
+        .expect("static regex")
+});
+static SSH_KEY: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com) [A-Za-z0-9+/]+={0,3}( [^\r\n]{0,256})?$")
+        .expect("static regex")
+});
+
+/// Most machines one pool may ask for.
+pub const MAX_POOL_COUNT: u32 = 10_000;
+/// Most pools per cluster.
+pub const MAX_POOLS: usize = 32;
+
+/// The spec of a cluster a merge patch applies to: what `ClusterCreate` asks for, defaults filled,
+/// pools apart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSpec {
+    /// Name, unique within the tenant.
+    pub name: String,
+    /// Kind.
+    pub kind: ClusterKind,
+    /// Isolation.
+    pub isolation: Isolation,
+    /// Kubernetes version.
+    pub kubernetes_version: String,
+    /// Slurm settings, for `slurm` clusters.
+    #[serde(default)]
+    pub slurm: Option<SlurmSpec>,
+}
+
+impl ClusterSpec {
+    /// Splits a create request into the cluster spec (defaults filled) and its pools.
+    pub fn from_create(create: ClusterCreate) -> (ClusterSpec, Vec<NodePoolCreate>) {
+        let slurm = match create.kind {
+            ClusterKind::Slurm => Some(create.slurm.unwrap_or_default()),
+            // A `slurm` section on a kubernetes cluster is refused by `validate`, so keep it.
+            ClusterKind::Kubernetes => create.slurm,
+        };
+        let spec = ClusterSpec {
+            name: create.name,
+            kind: create.kind,
+            isolation: create.isolation,
+            kubernetes_version: create.kubernetes_version.unwrap_or_else(|| DEFAULT_KUBERNETES_VERSION.to_owned()),
+            slurm,
+        };
+        (spec, create.node_pools)
+    }
+}
+
+/// The spec of a node pool a merge patch applies to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodePoolSpec {
+    /// Name.
+    pub name: String,
+    /// Machine class name.
+    pub machine_class: String,
+    /// Desired machines.
+    pub count: u32,
+    /// Node labels.
+    #[serde(default)]
+    pub labels: Labels,
+    /// Node taints.
+    #[serde(default)]
+    pub taints: Vec<Taint>,
+}
+
+impl From<NodePoolCreate> for NodePoolSpec {
+    fn from(p: NodePoolCreate) -> Self {
+        Self { name: p.name, machine_class: p.machine_class, count: p.count, labels: p.labels, taints: p.taints }
+    }
+}
+
+/// Checks a cluster spec against its pools (names and counts of the pools it will have).
+pub fn validate_cluster(spec: &ClusterSpec, pools: &[NodePoolSpec]) -> Result<(), Error> {
+    let mut c = Checks::new();
+    c.dns_label("name", &spec.name, 40);
+    c.check(
+        KUBERNETES_VERSION.is_match(&spec.kubernetes_version),
+        "kubernetes_version",
+        "must be a Kubernetes version such as v1.35 or v1.35.0",
+    );
+    c.check(pools.len() <= MAX_POOLS, "node_pools", format!("at most {MAX_POOLS} node pools"));
+    let mut names = HashSet::new();
+    for (i, pool) in pools.iter().enumerate() {
+        validate_pool_into(&mut c, &format!("node_pools.{i}."), pool);
+        c.check(names.insert(pool.name.as_str()), &format!("node_pools.{i}.name"), "is used by another pool of this cluster");
+    }
+    match (spec.kind, &spec.slurm) {
+        (ClusterKind::Kubernetes, Some(_)) => c.fail("slurm", "only `slurm` clusters have Slurm settings"),
+        (ClusterKind::Slurm, Some(slurm)) => {
+            validate_slurm(&mut c, slurm, &names);
+            // Slurm's own control pods run on the tenant's nodes.
+            c.check(
+                pools.iter().map(|p| u64::from(p.count)).sum::<u64>() >= 1,
+                "node_pools",
+                "a slurm cluster needs at least one node in total",
+            );
+        }
+        _ => {}
+    }
+    c.finish()
+}
+
+fn validate_slurm(c: &mut Checks, slurm: &SlurmSpec, pools: &HashSet<&str>) {
+    c.check(SLURM_VERSION.is_match(&slurm.version), "slurm.version", "must be a Slurm release such as 25.05");
+    c.check(slurm.partitions.len() <= 64, "slurm.partitions", "at most 64 partitions");
+    let mut names = HashSet::new();
+    for (i, p) in slurm.partitions.iter().enumerate() {
+        let field = format!("slurm.partitions.{i}");
+        c.dns_label(&format!("{field}.name"), &p.name, 30);
+        c.check(names.insert(p.name.as_str()), &format!("{field}.name"), "is used by another partition");
+        c.check(!p.node_pools.is_empty(), &format!("{field}.node_pools"), "must name at least one node pool");
+        for pool in &p.node_pools {
+            c.check(pools.contains(pool.as_str()), &format!("{field}.node_pools"), format!("no node pool is named {pool:?}"));
+        }
+        if let Some(t) = &p.max_time {
+            c.check(SLURM_TIME.is_match(t), &format!("{field}.max_time"), "must be a Slurm time limit such as 2-00:00:00 or UNLIMITED");
+        }
+    }
+    c.check(
+        slurm.partitions.iter().filter(|p| p.default).count() <= 1,
+        "slurm.partitions",
+        "at most one partition may be the default",
+    );
+    c.check(slurm.login.replicas <= 10, "slurm.login.replicas", "must be between 0 and 10");
+    c.check(slurm.login.ssh_authorized_keys.len() <= 64, "slurm.login.ssh_authorized_keys", "at most 64 keys");
+    for (i, key) in slurm.login.ssh_authorized_keys.iter().enumerate() {
+        c.check(SSH_KEY.is_match(key.trim()), &format!("slurm.login.ssh_authorized_keys.{i}"), "must be an OpenSSH public key line");
+    }
+}
+
+/// Orders Kubernetes versions (`v1.35` < `v1.35.1` < `v1.36.0`); unparseable parts count as 0.
+pub fn version_key(version: &str) -> (u32, u32, u32) {
+    let mut parts = version.trim_start_matches('v').split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+/// Checks a node pool spec.
+pub fn validate_pool(pool: &NodePoolSpec) -> Result<(), Error> {
+    let mut c = Checks::new();
+    validate_pool_into(&mut c, "", pool);
+    c.finish()
+}
+
+fn validate_pool_into(c: &mut Checks, prefix: &str, pool: &NodePoolSpec) {
+    c.dns_label(&format!("{prefix}name"), &pool.name, 30);
+    c.dns_label(&format!("{prefix}machine_class"), &pool.machine_class, 63);
+    c.check(pool.count <= MAX_POOL_COUNT, &format!("{prefix}count"), format!("must be between 0 and {MAX_POOL_COUNT}"));
+    c.labels(&format!("{prefix}labels"), &pool.labels);
+    c.check(pool.taints.len() <= 32, &format!("{prefix}taints"), "at most 32 taints");
+    let mut seen = HashSet::new();
+    for (i, t) in pool.taints.iter().enumerate() {
+        let mut as_label = Labels::new();
+        as_label.insert(t.key.clone(), t.value.clone());
+        c.labels(&format!("{prefix}taints.{i}"), &as_label);
+        c.check(seen.insert((t.key.as_str(), t.effect)), &format!("{prefix}taints.{i}"), "duplicates another taint's key and effect");
+    }
+}
+
+/// The partitions a Slurm cluster gets: those of the spec, or one per pool (the first the default).
+pub fn resolved_partitions(slurm: &SlurmSpec, pools: &[&str]) -> Vec<Partition> {
+    if !slurm.partitions.is_empty() {
+        return slurm.partitions.clone();
+    }
+    pools
+        .iter()
+        .enumerate()
+        .map(|(i, pool)| Partition { name: (*pool).to_owned(), node_pools: vec![(*pool).to_owned()], default: i == 0, max_time: None })
+        .collect()
+}
+
+/// What a tenant asks for in total.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Demand {
+    /// Live clusters.
+    pub clusters: u64,
+    /// Desired nodes over all pools.
+    pub nodes: u64,
+    /// Desired GPUs over all pools.
+    pub gpus: u64,
+}
+
+/// Checks a tenant's demand after a change against its quotas (409 `quota_exceeded`).
+pub fn check_quotas(quotas: &Quotas, demand: Demand) -> Result<(), Error> {
+    for (what, limit, asked) in [
+        ("clusters", quotas.max_clusters, demand.clusters),
+        ("nodes", quotas.max_nodes, demand.nodes),
+        ("GPUs", quotas.max_gpus, demand.gpus),
+    ] {
+        if let Some(limit) = limit {
+            if asked > u64::from(limit) {
+                return Err(Error::QuotaExceeded(format!(
+                    "this change would bring the tenant to {asked} {what}; its quota is {limit}"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A cluster.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    /// Id.
+    pub id: ClusterId,
+    /// Owner.
+    pub tenant_id: TenantId,
+    /// Desired state.
+    pub spec: ClusterSpec,
+    /// Observed state.
+    pub status: ClusterStatus,
+    /// Spec generation.
+    pub generation: i64,
+    /// Status guard of the worker's writes.
+    pub status_version: i64,
+    /// Whether deletion was requested.
+    pub deleting: bool,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A node pool.
+#[derive(Debug, Clone)]
+pub struct NodePool {
+    /// Id.
+    pub id: NodePoolId,
+    /// Owner.
+    pub tenant_id: TenantId,
+    /// Its cluster.
+    pub cluster_id: ClusterId,
+    /// Its machine class.
+    pub machine_class_id: MachineClassId,
+    /// Desired state.
+    pub spec: NodePoolSpec,
+    /// GPUs per machine of its class.
+    pub gpu_count: u32,
+    /// Observed state.
+    pub status: NodePoolStatus,
+    /// Spec generation.
+    pub generation: i64,
+    /// Whether deletion was requested.
+    pub deleting: bool,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+}
+
+impl NodePool {
+    /// The API view.
+    pub fn view(&self) -> NodePoolView {
+        NodePoolView {
+            id: self.id,
+            cluster_id: self.cluster_id,
+            name: self.spec.name.clone(),
+            machine_class: self.spec.machine_class.clone(),
+            count: self.spec.count,
+            labels: self.spec.labels.clone(),
+            taints: self.spec.taints.clone(),
+            status: self.status.clone(),
+            generation: self.generation,
+            etag: etag(self.generation),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+}
+
+impl Cluster {
+    /// The API view, with its live pools and resolved partitions.
+    pub fn view(&self, pools: &[NodePool]) -> ClusterView {
+        let live: Vec<&NodePool> = pools.iter().filter(|p| !p.deleting).collect();
+        let names: Vec<&str> = live.iter().map(|p| p.spec.name.as_str()).collect();
+        let slurm = self.spec.slurm.as_ref().map(|s| SlurmSpec { partitions: resolved_partitions(s, &names), ..s.clone() });
+        ClusterView {
+            id: self.id,
+            tenant_id: self.tenant_id,
+            name: self.spec.name.clone(),
+            kind: self.spec.kind,
+            isolation: self.spec.isolation,
+            kubernetes_version: self.spec.kubernetes_version.clone(),
+            slurm,
+            node_pools: live
+                .iter()
+                .map(|p| NodePoolSummary { id: p.id, name: p.spec.name.clone(), machine_class: p.spec.machine_class.clone(), count: p.spec.count })
+                .collect(),
+            status: self.status.clone(),
+            generation: self.generation,
+            etag: etag(self.generation),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use paddock_types::cluster::{LoginSpec, TaintEffect};
+
+    fn pool(name: &str, count: u32) -> NodePoolSpec {
+        NodePoolSpec { name: name.into(), machine_class: "gpu".into(), count, labels: Labels::new(), taints: vec![] }
+    }
+
+    fn slurm_spec(slurm: SlurmSpec) -> ClusterSpec {
+        ClusterSpec {
+            name: "c".into(),
+            kind: ClusterKind::Slurm,
+            isolation: Isolation::PrivateNodes,
+            kubernetes_version: "v1.35.0".into(),
+            slurm: Some(slurm),
+        }
+    }
+
+    #[test]
+    fn kubernetes_versions_order_numerically() {
+        assert!(version_key("v1.35") < version_key("v1.35.1"));
+        assert!(version_key("v1.35.9") < version_key("v1.36.0"));
+        assert!(version_key("v1.9.0") < version_key("v1.10.0"));
+    }
+
+    #[test]
+    fn slurm_clusters_need_a_node() {
+        assert!(validate_cluster(&slurm_spec(SlurmSpec::default()), &[pool("a", 0)]).is_err());
+        assert!(validate_cluster(&slurm_spec(SlurmSpec::default()), &[pool("a", 1)]).is_ok());
+    }
+
+    #[test]
+    fn partitions_must_name_existing_pools_and_one_default() {
+        let partition = |name: &str, pools: &[&str], default| Partition {
+            name: name.into(),
+            node_pools: pools.iter().map(|p| (*p).to_owned()).collect(),
+            default,
+            max_time: Some("1-00:00:00".into()),
+        };
+        let ok = SlurmSpec { partitions: vec![partition("p", &["a"], true)], ..SlurmSpec::default() };
+        assert!(validate_cluster(&slurm_spec(ok), &[pool("a", 1)]).is_ok());
+        let unknown = SlurmSpec { partitions: vec![partition("p", &["zz"], true)], ..SlurmSpec::default() };
+        assert!(validate_cluster(&slurm_spec(unknown), &[pool("a", 1)]).is_err());
+        let two = SlurmSpec { partitions: vec![partition("p", &["a"], true), partition("q", &["a"], true)], ..SlurmSpec::default() };
+        assert!(validate_cluster(&slurm_spec(two), &[pool("a", 1)]).is_err());
+    }
+
+    #[test]
+    fn default_partitions_are_one_per_pool() {
+        let parts = resolved_partitions(&SlurmSpec::default(), &["cpu", "gpu"]);
+        assert_eq!(parts.len(), 2);
+        assert!(parts[0].default && !parts[1].default);
+        assert_eq!(parts[1].node_pools, ["gpu"]);
+    }
+
+    #[test]
+    fn ssh_keys_and_taints_are_checked() {
+        let login = LoginSpec { replicas: 1, ssh_authorized_keys: vec!["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIH alice@laptop".into()] };
+        assert!(validate_cluster(&slurm_spec(SlurmSpec { login, ..SlurmSpec::default() }), &[pool("a", 1)]).is_ok());
+        let login = LoginSpec { replicas: 1, ssh_authorized_keys: vec!["rm -rf /".into()] };
+        assert!(validate_cluster(&slurm_spec(SlurmSpec { login, ..SlurmSpec::default() }), &[pool("a", 1)]).is_err());
+        let mut tainted = pool("a", 1);
+        tainted.taints = vec![
+            Taint { key: "nvidia.com/gpu".into(), value: "present".into(), effect: TaintEffect::NoSchedule },
+            Taint { key: "nvidia.com/gpu".into(), value: "other".into(), effect: TaintEffect::NoSchedule },
+        ];
+        assert!(validate_pool(&tainted).is_err());
+    }
+
+    #[test]
+    fn quotas_compare_the_demand_after_the_change() {
+        let quotas = Quotas { max_clusters: Some(1), max_nodes: Some(4), max_gpus: None };
+        assert!(check_quotas(&quotas, Demand { clusters: 1, nodes: 4, gpus: 999 }).is_ok());
+        assert!(matches!(check_quotas(&quotas, Demand { clusters: 2, nodes: 0, gpus: 0 }), Err(Error::QuotaExceeded(_))));
+        assert!(matches!(check_quotas(&quotas, Demand { clusters: 1, nodes: 5, gpus: 0 }), Err(Error::QuotaExceeded(_))));
+    }
+}

@@ -1,0 +1,34 @@
+//! Integration tests of the Redfish client against the real sushy-tools emulator started by
+//! `scripts/test` (`scripts/redfish-start`): a main emulator (HTTP, basic auth, 16 systems) and a
+//! TLS one (HTTPS, private CA, 1 system, 2 s power delay). Fault tests put the test-only proxy of
+//! `tests/support/proxy.rs` in front of the main emulator.
+//!
+//! Each test that changes state owns one system of the main emulator (`node-NNN`, see the table
+//! below), so tests run in parallel and in any order:
+//!
+//! | system   | owner                                   |
+//! | -------- | --------------------------------------- |
+//! | node-000 | power::on_and_off_converge              |
+//! | node-001 | boot::boot_once_sets_the_target         |
+//! | node-002 | media::insert_and_eject_round_trip      |
+//! | node-003 | guard::uuid_mismatch_* (never changed)  |
+//! | node-004 | faults::lost_reset_is_reissued_once     |
+//! | node-005 | faults::task_monitor_is_followed        |
+//! | node-006 | media::virtual_media_through_the_manager|
+//! | node-007 | media::missing_image_is_rejected        |
+//! | node-008 | faults: lost resets, capability gaps    |
+//! | node-009 | faults::failed_task_is_an_error         |
+//! | node-012 | media::unknown_device_*                 |
+//! | node-010, node-011, node-013..015 | read-only tests |
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod boot;
+mod discovery;
+mod faults;
+mod guard;
+mod limits;
+mod media;
+mod power;
+mod tls;

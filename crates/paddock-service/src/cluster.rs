@@ -1,0 +1,457 @@
+//! Clusters and node pools: what tenants (and providers on their behalf) ask for. Each change is
+//! checked (403, 404, suspended tenant 409, 412, 422, quota 409), written with its operation, its
+//! cluster event and its audit event, and enqueues the cluster's reconcile job, all in one
+//! transaction. The tenant row is locked first, so concurrent requests of one tenant are checked
+//! against quotas one after the other.
+//!
+//! Operations of clusters and pools complete when the reconciler's observed generation reaches
+//! the generation they were created for (SPEC section 4); jobs therefore carry no operation.
+
+use paddock_domain::cluster::{self as rules, Cluster, ClusterSpec, NodePool, NodePoolSpec};
+use paddock_domain::cursor::PageRequest;
+use paddock_domain::model::Tenant;
+use paddock_domain::precondition::IfMatch;
+use paddock_domain::{json, Error, Permission, Result, Scope};
+use paddock_store::job::{self, NewJob};
+use paddock_store::operation::{self as operation_store, NewOperation};
+use paddock_store::{cluster as store, machine_class, tenant, Conn};
+use paddock_types::cluster::{ClusterCreate, ClusterEventView, NodePoolCreate, PoolMachineView};
+use paddock_types::operation::OperationView;
+use paddock_types::tenant::TenantState;
+use paddock_types::{ClusterId, NodePoolId, TenantId};
+use serde_json::json;
+
+use crate::{commit, db, Body, Ctx, Listed, Services};
+
+const CLUSTER_NOT_FOUND: Error = Error::NotFound { kind: "cluster" };
+const POOL_NOT_FOUND: Error = Error::NotFound { kind: "node pool" };
+/// The job kind that converges a cluster (and its pools) to its spec.
+pub const CLUSTER_RECONCILE: &str = "cluster_reconcile";
+
+/// A cluster with its pools.
+#[derive(Debug)]
+pub struct ClusterWithPools {
+    /// The cluster.
+    pub cluster: Cluster,
+    /// Its live pools (deleting ones included).
+    pub pools: Vec<NodePool>,
+}
+
+/// A cluster change and the operation that follows it.
+#[derive(Debug)]
+pub struct ClusterChange {
+    /// The cluster as it is now.
+    pub cluster: ClusterWithPools,
+    /// The operation.
+    pub operation: OperationView,
+}
+
+/// A node pool change and the operation that follows it.
+#[derive(Debug)]
+pub struct NodePoolChange {
+    /// The pool as it is now.
+    pub pool: NodePool,
+    /// The operation.
+    pub operation: OperationView,
+}
+
+impl Services {
+    /// Locks the tenant for a write of `scope`: 404 when missing, 409 when a tenant user writes
+    /// while the tenant is suspended (provider writes still work).
+    async fn tenant_for_write(&self, conn: &mut Conn, scope: Scope, id: TenantId) -> Result<Tenant> {
+        let tenant = tenant::get_for_update(conn, id).await.map_err(db)?.ok_or(Error::NotFound { kind: "tenant" })?;
+        if matches!(scope, Scope::Tenant(_)) && tenant.state == TenantState::Suspended {
+            return Err(Error::conflict("tenant_suspended", "the tenant is suspended; its clusters keep running but cannot change"));
+        }
+        Ok(tenant)
+    }
+
+    /// Creates a cluster with its pools; the worker builds it.
+    pub async fn cluster_create(&self, ctx: &Ctx, tenant_id: TenantId, body: &Body) -> Result<ClusterChange> {
+        let mut audit = self.audit(ctx, "cluster.create", "cluster");
+        audit.target_tenant(tenant_id);
+        let result = async {
+            let scope = ctx.actor.authorize_tenant(Permission::ClusterWrite, tenant_id, "tenant")?;
+            let mut tx = self.store.begin().await.map_err(db)?;
+            let tenant = self.tenant_for_write(&mut tx, scope, tenant_id).await?;
+            let (spec, pools) = ClusterSpec::from_create(body.decode::<ClusterCreate>()?);
+            let pools: Vec<NodePoolSpec> = pools.into_iter().map(NodePoolSpec::from).collect();
+            rules::validate_cluster(&spec, &pools)?;
+            let mut classes = Vec::with_capacity(pools.len());
+            for (i, pool) in pools.iter().enumerate() {
+                classes.push(class_of(&mut tx, &format!("node_pools.{i}.machine_class"), &pool.machine_class).await?);
+            }
+            let mut demand = store::demand(&mut tx, tenant_id, None).await.map_err(db)?;
+            demand.clusters += 1;
+            for (pool, (_, gpus)) in pools.iter().zip(&classes) {
+                demand.nodes += u64::from(pool.count);
+                demand.gpus += u64::from(pool.count) * u64::from(*gpus);
+            }
+            rules::check_quotas(&tenant.spec.quotas, demand)?;
+
+            let id = ClusterId::new();
+            audit.target(id.uuid(), Some(tenant_id));
+            store::insert(&mut tx, tenant_id, id, &spec).await.map_err(db)?;
+            for (pool, (class, _)) in pools.iter().zip(&classes) {
+                store::pool_insert(&mut tx, tenant_id, id, NodePoolId::new(), *class, pool).await.map_err(db)?;
+            }
+            let operation = operation(&mut tx, "cluster_create", "cluster", id.uuid(), tenant_id, 1, &[]).await?;
+            store::event_insert(&mut tx, tenant_id, id, "Normal", "ClusterCreated", &format!("cluster {} was requested", spec.name)).await.map_err(db)?;
+            enqueue_reconcile(&mut tx, id).await?;
+            audit.success(&mut tx, json!({ "name": spec.name, "kind": spec.kind.as_str() })).await?;
+            let cluster = cluster_with_pools(&mut tx, tenant_id, id).await?;
+            commit(tx).await?;
+            Ok(ClusterChange { cluster, operation })
+        }
+        .await;
+        audit.finish(result).await
+    }
+
+    /// Lists a tenant's clusters.
+    pub async fn cluster_list(&self, ctx: &Ctx, tenant_id: TenantId, page: PageRequest) -> Result<Listed<ClusterWithPools>> {
+        ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "tenant")?;
+        self.require_tenant(tenant_id).await?;
+        let mut conn = self.store.conn().await.map_err(db)?;
+        let clusters = store::list(&mut conn, tenant_id, page.after, page.limit).await.map_err(db)?;
+        let ids: Vec<uuid::Uuid> = clusters.iter().map(|c| c.id.uuid()).collect();
+        let mut pools = store::pools_of_many(&mut conn, tenant_id, &ids).await.map_err(db)?;
+        let next_cursor = page.next_cursor(&clusters, |c| c.id.uuid());
+        let items = clusters
+            .into_iter()
+            .map(|cluster| {
+                let (own, rest): (Vec<NodePool>, Vec<NodePool>) = pools.drain(..).partition(|p| p.cluster_id == cluster.id);
+                pools = rest;
+                ClusterWithPools { cluster, pools: own }
+            })
+            .collect();
+        Ok(Listed { items, next_cursor })
+    }
+
+    /// Reads a cluster.
+    pub async fn cluster_get(&self, ctx: &Ctx, tenant_id: TenantId, id: ClusterId) -> Result<ClusterWithPools> {
+        ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "cluster")?;
+        let mut conn = self.store.conn().await.map_err(db)?;
+        cluster_with_pools(&mut conn, tenant_id, id).await
+    }
+
+    /// Applies a merge patch to a cluster (Kubernetes version, Slurm settings).
+    pub async fn cluster_update(&self, ctx: &Ctx, tenant_id: TenantId, id: ClusterId, body: &Body, if_match: &IfMatch) -> Result<ClusterChange> {
+        let mut audit = self.audit(ctx, "cluster.update", "cluster");
+        audit.target(id.uuid(), Some(tenant_id));
+        let result = async {
+            let scope = ctx.actor.authorize_tenant(Permission::ClusterWrite, tenant_id, "cluster")?;
+            let mut tx = self.store.begin().await.map_err(db)?;
+            self.tenant_for_write(&mut tx, scope, tenant_id).await?;
+            let current = cluster_for_change(&mut tx, tenant_id, id).await?;
+            if_match.check(current.generation)?;
+            let patch = body.value()?;
+            let spec: ClusterSpec = json::apply_patch(&current.spec, &patch, &["name", "kind", "isolation"])?;
+            let pools: Vec<NodePoolSpec> =
+                store::pools_of(&mut tx, tenant_id, id).await.map_err(db)?.into_iter().filter(|p| !p.deleting).map(|p| p.spec).collect();
+            rules::validate_cluster(&spec, &pools)?;
+            if rules::version_key(&spec.kubernetes_version) < rules::version_key(&current.spec.kubernetes_version) {
+                return Err(Error::invalid("kubernetes_version", "a cluster's Kubernetes version can only go up"));
+            }
+            let changed = spec != current.spec;
+            let generation = if changed {
+                store::update_spec(&mut tx, tenant_id, id, &spec).await.map_err(db)?;
+                store::event_insert(&mut tx, tenant_id, id, "Normal", "ClusterUpdated", "the cluster's spec changed").await.map_err(db)?;
+                enqueue_reconcile(&mut tx, id).await?;
+                current.generation + 1
+            } else {
+                current.generation
+            };
+            let operation = operation(&mut tx, "cluster_update", "cluster", id.uuid(), tenant_id, generation, &["cluster_create"]).await?;
+            audit.success(&mut tx, json!({ "patch": patch, "changed": changed })).await?;
+            let cluster = cluster_with_pools(&mut tx, tenant_id, id).await?;
+            commit(tx).await?;
+            Ok(ClusterChange { cluster, operation })
+        }
+        .await;
+        audit.finish(result).await
+    }
+
+    /// Deletes a cluster: every machine goes back through cleaning, then Slurm, the control plane
+    /// and the namespace go; the cluster answers 404 once all of that is confirmed.
+    pub async fn cluster_delete(&self, ctx: &Ctx, tenant_id: TenantId, id: ClusterId, if_match: &IfMatch) -> Result<ClusterChange> {
+        let mut audit = self.audit(ctx, "cluster.delete", "cluster");
+        audit.target(id.uuid(), Some(tenant_id));
+        let result = async {
+            let scope = ctx.actor.authorize_tenant(Permission::ClusterWrite, tenant_id, "cluster")?;
+            let mut tx = self.store.begin().await.map_err(db)?;
+            self.tenant_for_write(&mut tx, scope, tenant_id).await?;
+            let current = cluster_for_change(&mut tx, tenant_id, id).await?;
+            if_match.check(current.generation)?;
+            store::request_deletion(&mut tx, tenant_id, id).await.map_err(db)?;
+            let operation = operation(
+                &mut tx,
+                "cluster_delete",
+                "cluster",
+                id.uuid(),
+                tenant_id,
+                current.generation + 1,
+                &["cluster_create", "cluster_update"],
+            )
+            .await?;
+            store::event_insert(&mut tx, tenant_id, id, "Normal", "DeletionRequested", "the cluster is being deleted").await.map_err(db)?;
+            enqueue_reconcile(&mut tx, id).await?;
+            audit.success(&mut tx, json!({ "name": current.spec.name })).await?;
+            let cluster = cluster_with_pools(&mut tx, tenant_id, id).await?;
+            commit(tx).await?;
+            Ok(ClusterChange { cluster, operation })
+        }
+        .await;
+        audit.finish(result).await
+    }
+
+    /// A cluster's events, oldest first.
+    pub async fn cluster_events(&self, ctx: &Ctx, tenant_id: TenantId, id: ClusterId, page: PageRequest) -> Result<Listed<ClusterEventView>> {
+        ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "cluster")?;
+        let mut conn = self.store.conn().await.map_err(db)?;
+        store::get(&mut conn, tenant_id, id, false).await.map_err(db)?.ok_or(CLUSTER_NOT_FOUND)?;
+        let items = store::events(&mut conn, tenant_id, id, page.after, page.limit).await.map_err(db)?;
+        let next_cursor = page.next_cursor(&items, |e| e.id);
+        Ok(Listed { items, next_cursor })
+    }
+
+    /// Adds a node pool to a cluster.
+    pub async fn node_pool_create(&self, ctx: &Ctx, tenant_id: TenantId, cluster_id: ClusterId, body: &Body) -> Result<NodePoolChange> {
+        let mut audit = self.audit(ctx, "node_pool.create", "node_pool");
+        audit.target_tenant(tenant_id);
+        let result = async {
+            let scope = ctx.actor.authorize_tenant(Permission::ClusterWrite, tenant_id, "cluster")?;
+            let mut tx = self.store.begin().await.map_err(db)?;
+            let tenant = self.tenant_for_write(&mut tx, scope, tenant_id).await?;
+            cluster_for_change(&mut tx, tenant_id, cluster_id).await?;
+            let spec = NodePoolSpec::from(body.decode::<NodePoolCreate>()?);
+            rules::validate_pool(&spec)?;
+            let (class, gpus) = class_of(&mut tx, "machine_class", &spec.machine_class).await?;
+            let mut demand = store::demand(&mut tx, tenant_id, None).await.map_err(db)?;
+            demand.nodes += u64::from(spec.count);
+            demand.gpus += u64::from(spec.count) * u64::from(gpus);
+            rules::check_quotas(&tenant.spec.quotas, demand)?;
+            let id = NodePoolId::new();
+            audit.target(id.uuid(), Some(tenant_id));
+            store::pool_insert(&mut tx, tenant_id, cluster_id, id, class, &spec).await.map_err(db)?;
+            store::touch(&mut tx, tenant_id, cluster_id).await.map_err(db)?;
+            let operation = operation(&mut tx, "node_pool_create", "node_pool", id.uuid(), tenant_id, 1, &[]).await?;
+            let message = format!("node pool {} of {} {} machines was added", spec.name, spec.count, spec.machine_class);
+            store::event_insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolCreated", &message).await.map_err(db)?;
+            enqueue_reconcile(&mut tx, cluster_id).await?;
+            audit.success(&mut tx, json!({ "cluster_id": cluster_id, "name": spec.name, "count": spec.count })).await?;
+            let pool = store::pool_get(&mut tx, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
+            commit(tx).await?;
+            Ok(NodePoolChange { pool, operation })
+        }
+        .await;
+        audit.finish(result).await
+    }
+
+    /// Lists a cluster's node pools.
+    pub async fn node_pool_list(&self, ctx: &Ctx, tenant_id: TenantId, cluster_id: ClusterId) -> Result<Vec<NodePool>> {
+        ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "cluster")?;
+        let mut conn = self.store.conn().await.map_err(db)?;
+        store::get(&mut conn, tenant_id, cluster_id, false).await.map_err(db)?.ok_or(CLUSTER_NOT_FOUND)?;
+        store::pools_of(&mut conn, tenant_id, cluster_id).await.map_err(db)
+    }
+
+    /// Reads a node pool.
+    pub async fn node_pool_get(&self, ctx: &Ctx, tenant_id: TenantId, cluster_id: ClusterId, id: NodePoolId) -> Result<NodePool> {
+        ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "node pool")?;
+        let mut conn = self.store.conn().await.map_err(db)?;
+        store::pool_get(&mut conn, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)
+    }
+
+    /// Scales a pool or changes its labels and taints (JSON merge patch).
+    pub async fn node_pool_update(
+        &self,
+        ctx: &Ctx,
+        tenant_id: TenantId,
+        cluster_id: ClusterId,
+        id: NodePoolId,
+        body: &Body,
+        if_match: &IfMatch,
+    ) -> Result<NodePoolChange> {
+        let mut audit = self.audit(ctx, "node_pool.update", "node_pool");
+        audit.target(id.uuid(), Some(tenant_id));
+        let result = async {
+            let scope = ctx.actor.authorize_tenant(Permission::ClusterWrite, tenant_id, "node pool")?;
+            let mut tx = self.store.begin().await.map_err(db)?;
+            let tenant = self.tenant_for_write(&mut tx, scope, tenant_id).await?;
+            let cluster = cluster_for_change(&mut tx, tenant_id, cluster_id).await?;
+            let current = pool_for_change(&mut tx, tenant_id, cluster_id, id).await?;
+            if_match.check(current.generation)?;
+            let patch = body.value()?;
+            let spec: NodePoolSpec = json::apply_patch(&current.spec, &patch, &["name", "machine_class"])?;
+            rules::validate_pool(&spec)?;
+            self.check_slurm_keeps_a_node(&mut tx, &cluster, id, spec.count).await?;
+            let mut demand = store::demand(&mut tx, tenant_id, Some(id)).await.map_err(db)?;
+            demand.nodes += u64::from(spec.count);
+            demand.gpus += u64::from(spec.count) * u64::from(current.gpu_count);
+            // Shrinking is always allowed, even over a quota lowered in the meantime.
+            if spec.count > current.spec.count {
+                rules::check_quotas(&tenant.spec.quotas, demand)?;
+            }
+            let changed = spec != current.spec;
+            let generation = if changed {
+                store::pool_update_spec(&mut tx, tenant_id, id, &spec).await.map_err(db)?;
+                store::touch(&mut tx, tenant_id, cluster_id).await.map_err(db)?;
+                if spec.count != current.spec.count {
+                    let message = format!("node pool {} scaled from {} to {}", spec.name, current.spec.count, spec.count);
+                    store::event_insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolScaled", &message).await.map_err(db)?;
+                }
+                enqueue_reconcile(&mut tx, cluster_id).await?;
+                current.generation + 1
+            } else {
+                current.generation
+            };
+            let operation =
+                operation(&mut tx, "node_pool_update", "node_pool", id.uuid(), tenant_id, generation, &["node_pool_create"]).await?;
+            audit.success(&mut tx, json!({ "cluster_id": cluster_id, "patch": patch, "changed": changed })).await?;
+            let pool = store::pool_get(&mut tx, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
+            commit(tx).await?;
+            Ok(NodePoolChange { pool, operation })
+        }
+        .await;
+        audit.finish(result).await
+    }
+
+    /// Deletes a pool: its machines are released (Slurm nodes drained first) and cleaned.
+    pub async fn node_pool_delete(
+        &self,
+        ctx: &Ctx,
+        tenant_id: TenantId,
+        cluster_id: ClusterId,
+        id: NodePoolId,
+        if_match: &IfMatch,
+    ) -> Result<NodePoolChange> {
+        let mut audit = self.audit(ctx, "node_pool.delete", "node_pool");
+        audit.target(id.uuid(), Some(tenant_id));
+        let result = async {
+            let scope = ctx.actor.authorize_tenant(Permission::ClusterWrite, tenant_id, "node pool")?;
+            let mut tx = self.store.begin().await.map_err(db)?;
+            self.tenant_for_write(&mut tx, scope, tenant_id).await?;
+            let cluster = cluster_for_change(&mut tx, tenant_id, cluster_id).await?;
+            let current = pool_for_change(&mut tx, tenant_id, cluster_id, id).await?;
+            if_match.check(current.generation)?;
+            self.check_slurm_keeps_a_node(&mut tx, &cluster, id, 0).await?;
+            store::pool_request_deletion(&mut tx, tenant_id, id).await.map_err(db)?;
+            store::touch(&mut tx, tenant_id, cluster_id).await.map_err(db)?;
+            let operation = operation(
+                &mut tx,
+                "node_pool_delete",
+                "node_pool",
+                id.uuid(),
+                tenant_id,
+                current.generation + 1,
+                &["node_pool_create", "node_pool_update"],
+            )
+            .await?;
+            let message = format!("node pool {} is being deleted", current.spec.name);
+            store::event_insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolDeletionRequested", &message).await.map_err(db)?;
+            enqueue_reconcile(&mut tx, cluster_id).await?;
+            audit.success(&mut tx, json!({ "cluster_id": cluster_id, "name": current.spec.name })).await?;
+            let pool = store::pool_get(&mut tx, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
+            commit(tx).await?;
+            Ok(NodePoolChange { pool, operation })
+        }
+        .await;
+        audit.finish(result).await
+    }
+
+    /// The machines a pool holds: name, class, state, node name; never BMC details.
+    pub async fn node_pool_machines(
+        &self,
+        ctx: &Ctx,
+        tenant_id: TenantId,
+        cluster_id: ClusterId,
+        id: NodePoolId,
+        page: PageRequest,
+    ) -> Result<Listed<PoolMachineView>> {
+        ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "node pool")?;
+        let mut conn = self.store.conn().await.map_err(db)?;
+        store::pool_get(&mut conn, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
+        let rows = store::pool_machines(&mut conn, tenant_id, id, page.after, page.limit).await.map_err(db)?;
+        let next_cursor = page.next_cursor(&rows, |(id, _)| *id);
+        Ok(Listed { items: rows.into_iter().map(|(_, m)| m).collect(), next_cursor })
+    }
+
+    /// A slurm cluster needs at least one node in total: 422 when a change of `pool` to `count`
+    /// would leave none.
+    async fn check_slurm_keeps_a_node(&self, conn: &mut Conn, cluster: &Cluster, pool: NodePoolId, count: u32) -> Result<()> {
+        if cluster.spec.kind != paddock_types::cluster::ClusterKind::Slurm {
+            return Ok(());
+        }
+        let others: u64 = store::pools_of(conn, cluster.tenant_id, cluster.id)
+            .await
+            .map_err(db)?
+            .iter()
+            .filter(|p| !p.deleting && p.id != pool)
+            .map(|p| u64::from(p.spec.count))
+            .sum();
+        if others + u64::from(count) == 0 {
+            return Err(Error::invalid("count", "a slurm cluster needs at least one node in total"));
+        }
+        Ok(())
+    }
+}
+
+/// A machine class by name for a pool: its id and GPUs per machine; 422 naming `field` if missing.
+async fn class_of(conn: &mut Conn, field: &str, name: &str) -> Result<(paddock_types::MachineClassId, u32)> {
+    let class = machine_class::get_by_name(conn, name, false)
+        .await
+        .map_err(db)?
+        .ok_or_else(|| Error::invalid(field, format!("no machine class is named {name:?}")))?;
+    Ok((class.id, class.spec.gpu_count))
+}
+
+async fn cluster_with_pools(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<ClusterWithPools> {
+    let cluster = store::get(conn, tenant, id, false).await.map_err(db)?.ok_or(CLUSTER_NOT_FOUND)?;
+    let pools = store::pools_of(conn, tenant, id).await.map_err(db)?;
+    Ok(ClusterWithPools { cluster, pools })
+}
+
+/// Locks a cluster for a change; one being deleted takes no more changes.
+async fn cluster_for_change(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<Cluster> {
+    let cluster = store::get(conn, tenant, id, true).await.map_err(db)?.ok_or(CLUSTER_NOT_FOUND)?;
+    if cluster.deleting {
+        return Err(Error::conflict("cluster_deleting", "the cluster is being deleted"));
+    }
+    Ok(cluster)
+}
+
+/// Locks a pool for a change; one being deleted takes no more changes.
+async fn pool_for_change(conn: &mut Conn, tenant: TenantId, cluster: ClusterId, id: NodePoolId) -> Result<NodePool> {
+    let pool = store::pool_get(conn, tenant, cluster, id, true).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
+    if pool.deleting {
+        return Err(Error::conflict("node_pool_deleting", "the node pool is being deleted"));
+    }
+    Ok(pool)
+}
+
+async fn operation(
+    conn: &mut Conn,
+    kind: &str,
+    target_type: &str,
+    target_id: uuid::Uuid,
+    tenant: TenantId,
+    generation: i64,
+    supersedes: &[&str],
+) -> Result<OperationView> {
+    let op = NewOperation { kind, target_type, target_id, tenant_id: Some(tenant), target_generation: generation, supersedes };
+    operation_store::insert(conn, &op).await.map_err(db)
+}
+
+/// Enqueues the cluster's reconcile job in the caller's transaction (merged with one already queued).
+async fn enqueue_reconcile(conn: &mut Conn, id: ClusterId) -> Result<()> {
+    let job = NewJob {
+        kind: CLUSTER_RECONCILE,
+        target_type: "cluster",
+        target_id: id.uuid(),
+        payload: json!({ "cluster_id": id }),
+        operation_id: None,
+        run_at: None,
+    };
+    job::enqueue(conn, &job).await.map_err(db)?;
+    Ok(())
+}

@@ -1,0 +1,421 @@
+//! Clusters, node pools and cluster events. Every query takes the tenant and filters on it.
+
+use chrono::{DateTime, Utc};
+use paddock_domain::cluster::{Cluster, ClusterSpec, Demand, NodePool, NodePoolSpec};
+use paddock_types::cluster::{
+    ClusterEventView, ClusterKind, ClusterPhase, ClusterStatus, Condition, Endpoints, Isolation, NodePoolStatus,
+    PoolMachineView, SlurmSpec, Taint,
+};
+use paddock_types::machine::MachineState;
+use paddock_types::{ClusterId, Labels, MachineClassId, NodePoolId, TenantId};
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use crate::{from_json, parse_state, Conn, StoreError};
+
+#[derive(sqlx::FromRow)]
+struct ClusterRow {
+    id: Uuid,
+    tenant_id: Uuid,
+    name: String,
+    kind: String,
+    kubernetes_version: String,
+    slurm: Option<serde_json::Value>,
+    generation: i64,
+    status_version: i64,
+    phase: String,
+    conditions: serde_json::Value,
+    observed_generation: i64,
+    endpoints: serde_json::Value,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    deletion_requested_at: Option<DateTime<Utc>>,
+}
+
+const CLUSTER_COLUMNS: &str = "id, tenant_id, name, kind, kubernetes_version, slurm, generation, status_version, \
+     phase, conditions, observed_generation, endpoints, created_at, updated_at, deletion_requested_at";
+
+impl TryFrom<ClusterRow> for Cluster {
+    type Error = StoreError;
+    fn try_from(r: ClusterRow) -> Result<Self, StoreError> {
+        let kind = parse_state(&r.kind, |s| match s {
+            "slurm" => Some(ClusterKind::Slurm),
+            "kubernetes" => Some(ClusterKind::Kubernetes),
+            _ => None,
+        })?;
+        let slurm: Option<SlurmSpec> = r.slurm.map(from_json).transpose()?;
+        let conditions: Vec<Condition> = from_json(r.conditions)?;
+        let endpoints: Endpoints = from_json(r.endpoints)?;
+        Ok(Cluster {
+            id: ClusterId(r.id),
+            tenant_id: TenantId(r.tenant_id),
+            spec: ClusterSpec {
+                name: r.name,
+                kind,
+                isolation: Isolation::PrivateNodes,
+                kubernetes_version: r.kubernetes_version,
+                slurm,
+            },
+            status: ClusterStatus {
+                phase: parse_state(&r.phase, ClusterPhase::parse)?,
+                conditions,
+                observed_generation: r.observed_generation,
+                endpoints,
+            },
+            generation: r.generation,
+            status_version: r.status_version,
+            deleting: r.deletion_requested_at.is_some(),
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        })
+    }
+}
+
+/// Inserts a cluster (phase `pending`).
+pub async fn insert(conn: &mut Conn, tenant: TenantId, id: ClusterId, spec: &ClusterSpec) -> Result<(), StoreError> {
+    sqlx::query(
+        "insert into clusters (id, tenant_id, name, kind, isolation, kubernetes_version, slurm) \
+         values ($1, $2, $3, $4, 'private-nodes', $5, $6)",
+    )
+    .bind(id.uuid())
+    .bind(tenant.uuid())
+    .bind(&spec.name)
+    .bind(spec.kind.as_str())
+    .bind(&spec.kubernetes_version)
+    .bind(spec.slurm.as_ref().map(Json))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// A tenant's live cluster; `for_update` locks the row.
+pub async fn get(conn: &mut Conn, tenant: TenantId, id: ClusterId, for_update: bool) -> Result<Option<Cluster>, StoreError> {
+    let lock = if for_update { " for update" } else { "" };
+    let row: Option<ClusterRow> = sqlx::query_as(&format!(
+        "select {CLUSTER_COLUMNS} from clusters where tenant_id = $1 and id = $2 and deleted_at is null{lock}"
+    ))
+    .bind(tenant.uuid())
+    .bind(id.uuid())
+    .fetch_optional(conn)
+    .await?;
+    row.map(Cluster::try_from).transpose()
+}
+
+/// A tenant's live clusters after `after`, by id.
+pub async fn list(conn: &mut Conn, tenant: TenantId, after: Option<Uuid>, limit: u32) -> Result<Vec<Cluster>, StoreError> {
+    let rows: Vec<ClusterRow> = sqlx::query_as(&format!(
+        "select {CLUSTER_COLUMNS} from clusters where tenant_id = $1 and deleted_at is null \
+         and ($2::uuid is null or id > $2) order by id limit $3"
+    ))
+    .bind(tenant.uuid())
+    .bind(after)
+    .bind(i64::from(limit))
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter().map(Cluster::try_from).collect()
+}
+
+/// Writes a new spec and bumps the generation. The caller holds the row lock.
+pub async fn update_spec(conn: &mut Conn, tenant: TenantId, id: ClusterId, spec: &ClusterSpec) -> Result<(), StoreError> {
+    sqlx::query(
+        "update clusters set kubernetes_version = $3, slurm = $4, generation = generation + 1, updated_at = now() \
+         where tenant_id = $1 and id = $2",
+    )
+    .bind(tenant.uuid())
+    .bind(id.uuid())
+    .bind(&spec.kubernetes_version)
+    .bind(spec.slurm.as_ref().map(Json))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Bumps the generation after a change of one of its pools (the cluster's desired state changed).
+pub async fn touch(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<i64, StoreError> {
+    Ok(sqlx::query_scalar(
+        "update clusters set generation = generation + 1, updated_at = now() where tenant_id = $1 and id = $2 \
+         returning generation",
+    )
+    .bind(tenant.uuid())
+    .bind(id.uuid())
+    .fetch_one(conn)
+    .await?)
+}
+
+/// Asks for deletion: bumps the generation and shows the `deleting` phase at once.
+pub async fn request_deletion(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<(), StoreError> {
+    sqlx::query(
+        "update clusters set deletion_requested_at = now(), phase = 'deleting', generation = generation + 1, \
+         status_version = status_version + 1, updated_at = now() \
+         where tenant_id = $1 and id = $2 and deletion_requested_at is null",
+    )
+    .bind(tenant.uuid())
+    .bind(id.uuid())
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// What a tenant asks for in total (live clusters and their live pools' desired counts), with
+/// the demand of one pool (`except`) left out, for a change that replaces it.
+pub async fn demand(conn: &mut Conn, tenant: TenantId, except: Option<NodePoolId>) -> Result<Demand, StoreError> {
+    let (clusters, nodes, gpus): (i64, i64, i64) = sqlx::query_as(
+        "select (select count(*) from clusters where tenant_id = $1 and deleted_at is null and deletion_requested_at is null), \
+                coalesce(sum(p.count), 0)::bigint, coalesce(sum(p.count::bigint * mc.gpu_count), 0)::bigint \
+         from node_pools p join machine_classes mc on mc.id = p.machine_class_id \
+         join clusters c on c.id = p.cluster_id \
+         where p.tenant_id = $1 and p.deleted_at is null and p.deletion_requested_at is null \
+           and c.deletion_requested_at is null and ($2::uuid is null or p.id <> $2)",
+    )
+    .bind(tenant.uuid())
+    .bind(except.map(NodePoolId::uuid))
+    .fetch_one(conn)
+    .await?;
+    let unsigned = |v: i64| u64::try_from(v).unwrap_or(0);
+    Ok(Demand { clusters: unsigned(clusters), nodes: unsigned(nodes), gpus: unsigned(gpus) })
+}
+
+#[derive(sqlx::FromRow)]
+struct PoolRow {
+    id: Uuid,
+    tenant_id: Uuid,
+    cluster_id: Uuid,
+    name: String,
+    machine_class_id: Uuid,
+    machine_class: String,
+    gpu_count: i32,
+    count: i32,
+    labels: Json<Labels>,
+    taints: Json<Vec<Taint>>,
+    generation: i64,
+    ready: i32,
+    allocated: i32,
+    conditions: serde_json::Value,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    deletion_requested_at: Option<DateTime<Utc>>,
+}
+
+const POOL_SELECT: &str = "select p.id, p.tenant_id, p.cluster_id, p.name, p.machine_class_id, mc.name as machine_class, \
+     mc.gpu_count, p.count, p.labels, p.taints, p.generation, p.ready, p.allocated, p.conditions, p.created_at, \
+     p.updated_at, p.deletion_requested_at from node_pools p join machine_classes mc on mc.id = p.machine_class_id";
+
+fn unsigned(v: i32) -> u32 {
+    // Check constraints and validation keep these non-negative.
+    u32::try_from(v).unwrap_or(0)
+}
+
+impl TryFrom<PoolRow> for NodePool {
+    type Error = StoreError;
+    fn try_from(r: PoolRow) -> Result<Self, StoreError> {
+        Ok(NodePool {
+            id: NodePoolId(r.id),
+            tenant_id: TenantId(r.tenant_id),
+            cluster_id: ClusterId(r.cluster_id),
+            machine_class_id: MachineClassId(r.machine_class_id),
+            spec: NodePoolSpec {
+                name: r.name,
+                machine_class: r.machine_class,
+                count: unsigned(r.count),
+                labels: r.labels.0,
+                taints: r.taints.0,
+            },
+            gpu_count: unsigned(r.gpu_count),
+            status: NodePoolStatus { ready: unsigned(r.ready), allocated: unsigned(r.allocated), conditions: from_json(r.conditions)? },
+            generation: r.generation,
+            deleting: r.deletion_requested_at.is_some(),
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        })
+    }
+}
+
+/// Inserts a node pool.
+pub async fn pool_insert(
+    conn: &mut Conn,
+    tenant: TenantId,
+    cluster: ClusterId,
+    id: NodePoolId,
+    class: MachineClassId,
+    spec: &NodePoolSpec,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "insert into node_pools (id, tenant_id, cluster_id, name, machine_class_id, count, labels, taints) \
+         values ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(id.uuid())
+    .bind(tenant.uuid())
+    .bind(cluster.uuid())
+    .bind(&spec.name)
+    .bind(class.uuid())
+    .bind(i32::try_from(spec.count).unwrap_or(i32::MAX))
+    .bind(Json(&spec.labels))
+    .bind(Json(&spec.taints))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The live pools of a cluster (deleting ones included), by id.
+pub async fn pools_of(conn: &mut Conn, tenant: TenantId, cluster: ClusterId) -> Result<Vec<NodePool>, StoreError> {
+    let rows: Vec<PoolRow> = sqlx::query_as(&format!(
+        "{POOL_SELECT} where p.tenant_id = $1 and p.cluster_id = $2 and p.deleted_at is null order by p.id"
+    ))
+    .bind(tenant.uuid())
+    .bind(cluster.uuid())
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter().map(NodePool::try_from).collect()
+}
+
+/// The live pools of many clusters of a tenant (for list views), by id.
+pub async fn pools_of_many(conn: &mut Conn, tenant: TenantId, clusters: &[Uuid]) -> Result<Vec<NodePool>, StoreError> {
+    let rows: Vec<PoolRow> = sqlx::query_as(&format!(
+        "{POOL_SELECT} where p.tenant_id = $1 and p.cluster_id = any($2) and p.deleted_at is null order by p.id"
+    ))
+    .bind(tenant.uuid())
+    .bind(clusters)
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter().map(NodePool::try_from).collect()
+}
+
+/// One live pool of a cluster; `for_update` locks it.
+pub async fn pool_get(
+    conn: &mut Conn,
+    tenant: TenantId,
+    cluster: ClusterId,
+    id: NodePoolId,
+    for_update: bool,
+) -> Result<Option<NodePool>, StoreError> {
+    let lock = if for_update { " for update of p" } else { "" };
+    let row: Option<PoolRow> = sqlx::query_as(&format!(
+        "{POOL_SELECT} where p.tenant_id = $1 and p.cluster_id = $2 and p.id = $3 and p.deleted_at is null{lock}"
+    ))
+    .bind(tenant.uuid())
+    .bind(cluster.uuid())
+    .bind(id.uuid())
+    .fetch_optional(conn)
+    .await?;
+    row.map(NodePool::try_from).transpose()
+}
+
+/// Writes a pool's new count, labels and taints, bumping its generation.
+pub async fn pool_update_spec(conn: &mut Conn, tenant: TenantId, id: NodePoolId, spec: &NodePoolSpec) -> Result<(), StoreError> {
+    sqlx::query(
+        "update node_pools set count = $3, labels = $4, taints = $5, generation = generation + 1, updated_at = now() \
+         where tenant_id = $1 and id = $2",
+    )
+    .bind(tenant.uuid())
+    .bind(id.uuid())
+    .bind(i32::try_from(spec.count).unwrap_or(i32::MAX))
+    .bind(Json(&spec.labels))
+    .bind(Json(&spec.taints))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Asks for a pool's deletion.
+pub async fn pool_request_deletion(conn: &mut Conn, tenant: TenantId, id: NodePoolId) -> Result<(), StoreError> {
+    sqlx::query(
+        "update node_pools set deletion_requested_at = now(), generation = generation + 1, updated_at = now() \
+         where tenant_id = $1 and id = $2 and deletion_requested_at is null",
+    )
+    .bind(tenant.uuid())
+    .bind(id.uuid())
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+#[derive(sqlx::FromRow)]
+struct PoolMachineRow {
+    id: Uuid,
+    name: String,
+    machine_class: String,
+    state: String,
+    node_name: Option<String>,
+}
+
+/// The machines a pool holds, as its tenant may see them (never BMC details), after `after`.
+pub async fn pool_machines(
+    conn: &mut Conn,
+    tenant: TenantId,
+    pool: NodePoolId,
+    after: Option<Uuid>,
+    limit: u32,
+) -> Result<Vec<(Uuid, PoolMachineView)>, StoreError> {
+    let rows: Vec<PoolMachineRow> = sqlx::query_as(
+        "select m.id, m.name, c.name as machine_class, m.state, m.node_name from machines m \
+         join machine_classes c on c.id = m.machine_class_id \
+         where m.tenant_id = $1 and m.node_pool_id = $2 and ($3::uuid is null or m.id > $3) order by m.id limit $4",
+    )
+    .bind(tenant.uuid())
+    .bind(pool.uuid())
+    .bind(after)
+    .bind(i64::from(limit))
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter()
+        .map(|r| {
+            let state = parse_state(&r.state, MachineState::parse)?;
+            Ok((r.id, PoolMachineView { name: r.name, machine_class: r.machine_class, state, node_name: r.node_name }))
+        })
+        .collect()
+}
+
+/// Appends a cluster event.
+pub async fn event_insert(
+    conn: &mut Conn,
+    tenant: TenantId,
+    cluster: ClusterId,
+    type_: &str,
+    reason: &str,
+    message: &str,
+) -> Result<(), StoreError> {
+    sqlx::query("insert into cluster_events (id, tenant_id, cluster_id, type, reason, message) values ($1, $2, $3, $4, $5, $6)")
+        .bind(Uuid::now_v7())
+        .bind(tenant.uuid())
+        .bind(cluster.uuid())
+        .bind(type_)
+        .bind(reason)
+        .bind(message)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+#[derive(sqlx::FromRow)]
+struct EventRow {
+    id: Uuid,
+    at: DateTime<Utc>,
+    #[sqlx(rename = "type")]
+    type_: String,
+    reason: String,
+    message: String,
+}
+
+/// A cluster's events after `after`, oldest first.
+pub async fn events(
+    conn: &mut Conn,
+    tenant: TenantId,
+    cluster: ClusterId,
+    after: Option<Uuid>,
+    limit: u32,
+) -> Result<Vec<ClusterEventView>, StoreError> {
+    let rows: Vec<EventRow> = sqlx::query_as(
+        "select id, at, type, reason, message from cluster_events where tenant_id = $1 and cluster_id = $2 \
+         and ($3::uuid is null or id > $3) order by id limit $4",
+    )
+    .bind(tenant.uuid())
+    .bind(cluster.uuid())
+    .bind(after)
+    .bind(i64::from(limit))
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| ClusterEventView { id: r.id, at: r.at, type_: r.type_, reason: r.reason, message: r.message })
+        .collect())
+}

@@ -1,0 +1,426 @@
+//! Clusters and node pools: a tenant's cluster with its own control plane and dedicated machines.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::{ClusterId, Labels, NodePoolId, TenantId};
+
+/// Default Kubernetes version of new clusters.
+pub const DEFAULT_KUBERNETES_VERSION: &str = "v1.35.0";
+/// Default Slurm version of new Slurm clusters.
+pub const DEFAULT_SLURM_VERSION: &str = "25.05";
+
+/// What a cluster runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ClusterKind {
+    /// Kubernetes with Slurm on top (Slinky).
+    Slurm,
+    /// Plain Kubernetes.
+    Kubernetes,
+}
+
+impl ClusterKind {
+    /// The stored and wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Slurm => "slurm",
+            Self::Kubernetes => "kubernetes",
+        }
+    }
+}
+
+/// How a cluster is isolated; only dedicated machines exist today.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub enum Isolation {
+    /// Dedicated machines, wiped before and after the tenancy.
+    #[serde(rename = "private-nodes")]
+    PrivateNodes,
+}
+
+/// Where a cluster is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ClusterPhase {
+    /// Accepted, nothing built yet (or waiting for machines).
+    Pending,
+    /// Being built.
+    Provisioning,
+    /// Everything converged.
+    Ready,
+    /// A spec change is being applied.
+    Updating,
+    /// Running, but something is not ready.
+    Degraded,
+    /// Being deleted; gone (404) once deletion completes.
+    Deleting,
+    /// Stopped on a permanent error (see conditions).
+    Failed,
+}
+
+impl ClusterPhase {
+    /// Every phase.
+    pub const ALL: [ClusterPhase; 7] =
+        [Self::Pending, Self::Provisioning, Self::Ready, Self::Updating, Self::Degraded, Self::Deleting, Self::Failed];
+
+    /// The stored and wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Provisioning => "provisioning",
+            Self::Ready => "ready",
+            Self::Updating => "updating",
+            Self::Degraded => "degraded",
+            Self::Deleting => "deleting",
+            Self::Failed => "failed",
+        }
+    }
+
+    /// Parses the stored spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+}
+
+/// The effect of a taint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+pub enum TaintEffect {
+    /// Pods without a toleration are not scheduled.
+    NoSchedule,
+    /// The scheduler avoids the node.
+    PreferNoSchedule,
+    /// Pods without a toleration are evicted.
+    NoExecute,
+}
+
+/// A Kubernetes taint put on every node of a pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Taint {
+    /// Taint key (label key syntax).
+    #[schema(min_length = 1, max_length = 316)]
+    pub key: String,
+    /// Taint value (label value syntax).
+    #[serde(default)]
+    #[schema(max_length = 63)]
+    pub value: String,
+    /// Effect.
+    pub effect: TaintEffect,
+}
+
+/// Body of `POST .../node-pools`, and a pool within `ClusterCreate`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NodePoolCreate {
+    /// DNS-1123 label, unique in the cluster; also names the Slurm NodeSet and default partition.
+    #[schema(min_length = 1, max_length = 30, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+    pub name: String,
+    /// Name of the machine class every node of the pool has.
+    #[schema(min_length = 1, max_length = 63)]
+    pub machine_class: String,
+    /// Desired number of machines.
+    #[schema(minimum = 0, maximum = 10000)]
+    pub count: u32,
+    /// Labels put on every node.
+    #[serde(default)]
+    #[schema(value_type = std::collections::HashMap<String, String>)]
+    pub labels: Labels,
+    /// Taints put on every node.
+    #[serde(default)]
+    #[schema(max_items = 32)]
+    pub taints: Vec<Taint>,
+}
+
+/// Body of `PATCH .../node-pools/{pool_id}` (JSON merge patch): `count`, `labels`, `taints`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NodePoolUpdate {
+    /// Desired number of machines.
+    #[schema(minimum = 0, maximum = 10000)]
+    pub count: Option<u32>,
+    /// Labels to set; a null value removes that label.
+    #[schema(value_type = Option<std::collections::HashMap<String, Option<String>>>)]
+    pub labels: Option<serde_json::Value>,
+    /// The new taints (replaces the list).
+    #[schema(max_items = 32)]
+    pub taints: Option<Vec<Taint>>,
+}
+
+/// A Slurm partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Partition {
+    /// Partition name (DNS-1123 label).
+    #[schema(min_length = 1, max_length = 30, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+    pub name: String,
+    /// Names of the node pools in the partition.
+    #[schema(min_items = 1, max_items = 64)]
+    pub node_pools: Vec<String>,
+    /// Whether this is the default partition (at most one).
+    #[serde(default)]
+    pub default: bool,
+    /// Slurm time limit (`UNLIMITED`, `minutes`, `hours:minutes:seconds`, `days-hours[:minutes[:seconds]]`).
+    #[serde(default)]
+    #[schema(max_length = 32, example = "2-00:00:00")]
+    pub max_time: Option<String>,
+}
+
+/// Login nodes of a Slurm cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoginSpec {
+    /// Login pods.
+    #[serde(default = "one")]
+    #[schema(minimum = 0, maximum = 10, default = 1)]
+    pub replicas: u32,
+    /// OpenSSH public keys allowed to log in as root.
+    #[serde(default)]
+    #[schema(max_items = 64)]
+    pub ssh_authorized_keys: Vec<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Default for LoginSpec {
+    fn default() -> Self {
+        Self { replicas: 1, ssh_authorized_keys: Vec::new() }
+    }
+}
+
+/// Slurm settings of a `slurm` cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmSpec {
+    /// Slurm version.
+    #[serde(default = "default_slurm_version")]
+    #[schema(max_length = 32, default = "25.05")]
+    pub version: String,
+    /// Partitions; default: one per node pool, the first pool's the default.
+    #[serde(default)]
+    #[schema(max_items = 64)]
+    pub partitions: Vec<Partition>,
+    /// Login nodes.
+    #[serde(default)]
+    pub login: LoginSpec,
+}
+
+fn default_slurm_version() -> String {
+    DEFAULT_SLURM_VERSION.to_owned()
+}
+
+impl Default for SlurmSpec {
+    fn default() -> Self {
+        Self { version: default_slurm_version(), partitions: Vec::new(), login: LoginSpec::default() }
+    }
+}
+
+/// Body of `POST /v1/tenants/{tenant_id}/clusters`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterCreate {
+    /// DNS-1123 label, unique within the tenant.
+    #[schema(min_length = 1, max_length = 40, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+    pub name: String,
+    /// What the cluster runs.
+    pub kind: ClusterKind,
+    /// Isolation; only `private-nodes` today.
+    pub isolation: Isolation,
+    /// Kubernetes version of the tenant control plane.
+    #[serde(default)]
+    #[schema(max_length = 32, example = "v1.35.0")]
+    pub kubernetes_version: Option<String>,
+    /// Slurm settings (`slurm` clusters only).
+    #[serde(default)]
+    pub slurm: Option<SlurmSpec>,
+    /// Node pools created with the cluster.
+    #[serde(default)]
+    #[schema(max_items = 32)]
+    pub node_pools: Vec<NodePoolCreate>,
+}
+
+/// Body of `PATCH /v1/tenants/{tenant_id}/clusters/{cluster_id}` (JSON merge patch). Node pools
+/// change through their own endpoints; `name`, `kind` and `isolation` never change.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterUpdate {
+    /// Kubernetes version (upgrades only).
+    #[schema(max_length = 32)]
+    pub kubernetes_version: Option<String>,
+    /// Slurm settings.
+    pub slurm: Option<SlurmSpec>,
+}
+
+/// A condition of a cluster or node pool (positive types: `MachinesAllocated`, `ControlPlaneReady`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Condition {
+    /// Condition type.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// Machine-readable reason, e.g. `InsufficientCapacity`.
+    pub reason: String,
+    /// Human-readable message.
+    pub message: String,
+    /// When the status last changed.
+    pub last_transition_time: DateTime<Utc>,
+}
+
+/// Where the cluster answers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Endpoints {
+    /// The tenant Kubernetes API server.
+    pub kubernetes_api: Option<String>,
+    /// slurmrestd.
+    pub slurm_rest_api: Option<String>,
+    /// SSH address of the login nodes.
+    pub login_ssh: Option<String>,
+}
+
+/// The observed state of a cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ClusterStatus {
+    /// Phase.
+    pub phase: ClusterPhase,
+    /// Conditions.
+    pub conditions: Vec<Condition>,
+    /// The generation the status describes.
+    pub observed_generation: i64,
+    /// Endpoints, once known.
+    pub endpoints: Endpoints,
+}
+
+/// A node pool as listed in its cluster.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct NodePoolSummary {
+    /// Id.
+    pub id: NodePoolId,
+    /// Name.
+    pub name: String,
+    /// Machine class.
+    pub machine_class: String,
+    /// Desired machines.
+    pub count: u32,
+}
+
+/// A cluster as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ClusterView {
+    /// Id.
+    pub id: ClusterId,
+    /// Owning tenant.
+    pub tenant_id: TenantId,
+    /// Name.
+    pub name: String,
+    /// Kind.
+    pub kind: ClusterKind,
+    /// Isolation.
+    pub isolation: Isolation,
+    /// Kubernetes version.
+    pub kubernetes_version: String,
+    /// Slurm settings with defaults filled (partitions resolved); null for `kubernetes`.
+    pub slurm: Option<SlurmSpec>,
+    /// Its node pools.
+    pub node_pools: Vec<NodePoolSummary>,
+    /// Observed state.
+    pub status: ClusterStatus,
+    /// Bumped by every spec change.
+    pub generation: i64,
+    /// `"<generation>"`, also the `ETag` header.
+    pub etag: String,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// The observed state of a node pool.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct NodePoolStatus {
+    /// Ready nodes.
+    pub ready: u32,
+    /// Machines allocated to the pool.
+    pub allocated: u32,
+    /// Conditions.
+    pub conditions: Vec<Condition>,
+}
+
+/// A node pool as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct NodePoolView {
+    /// Id.
+    pub id: NodePoolId,
+    /// Its cluster.
+    pub cluster_id: ClusterId,
+    /// Name.
+    pub name: String,
+    /// Machine class.
+    pub machine_class: String,
+    /// Desired machines.
+    pub count: u32,
+    /// Node labels.
+    #[schema(value_type = std::collections::HashMap<String, String>)]
+    pub labels: Labels,
+    /// Node taints.
+    pub taints: Vec<Taint>,
+    /// Observed state.
+    pub status: NodePoolStatus,
+    /// Bumped by every spec change.
+    pub generation: i64,
+    /// `"<generation>"`, also the `ETag` header.
+    pub etag: String,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A machine as a tenant sees it in its pool: never BMC details.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PoolMachineView {
+    /// Machine name.
+    pub name: String,
+    /// Machine class.
+    pub machine_class: String,
+    /// Lifecycle state.
+    pub state: crate::machine::MachineState,
+    /// Kubernetes node name, once joined.
+    pub node_name: Option<String>,
+}
+
+/// A cluster event: what happened to it, for people.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ClusterEventView {
+    /// Id (time-ordered).
+    pub id: uuid::Uuid,
+    /// When.
+    pub at: DateTime<Utc>,
+    /// `Normal` or `Warning`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// Machine-readable reason, e.g. `NodePoolScaled`.
+    pub reason: String,
+    /// Human-readable message.
+    pub message: String,
+}
+
+/// A 202 answer about a cluster.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ClusterAccepted {
+    /// The cluster as it is now.
+    pub cluster: ClusterView,
+    /// The operation to follow.
+    pub operation: crate::operation::OperationView,
+}
+
+/// A 202 answer about a node pool.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct NodePoolAccepted {
+    /// The node pool as it is now.
+    pub node_pool: NodePoolView,
+    /// The operation to follow.
+    pub operation: crate::operation::OperationView,
+}

@@ -1,0 +1,596 @@
+//! The claim loop, the runs with their lease watchdogs, and the graceful stop.
+//!
+//! One loop per worker claims jobs while it has free slots and otherwise sleeps until a run ends,
+//! a `paddock_jobs` notification arrives, or the poll interval passes. Each run is a task: the
+//! handler's future races a lease watchdog (which renews the lease every third of its length and
+//! declares it lost when a renewal is refused or cannot be made before the lease would end) and
+//! the forced stop of a shutdown.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use paddock_store::job::{self, Job, JobError, Requeue, RetryPolicy, NOTIFY_CHANNEL};
+use paddock_store::{Store, StoreError};
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::PgListener;
+use sqlx::Postgres;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::{debug, error, info, info_span, warn, Instrument};
+
+use crate::metrics::JobMetrics;
+use crate::{JobHandler, Outcome};
+
+/// Settings of a [`Worker`].
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Jobs run at once by this worker. Its store's pool needs about `concurrency + 2`
+    /// connections (runs, the claim, the `LISTEN` connection).
+    pub concurrency: usize,
+    /// Length of a lease; renewed every third of it while a job runs. A crashed worker's jobs are
+    /// taken over this long after its last renewal.
+    pub lease: Duration,
+    /// How often an idle worker looks for due jobs (the fallback of notifications, and the way
+    /// jobs whose `run_at` comes due are found).
+    pub poll_interval: Duration,
+    /// Failed attempts after which a job fails.
+    pub max_attempts: u32,
+    /// Retry delay after the first failure (doubled per failure, with jitter).
+    pub backoff_base: Duration,
+    /// Largest retry delay.
+    pub backoff_cap: Duration,
+    /// On shutdown, how long running jobs may take to finish before they are given back to the
+    /// queue (without using up an attempt).
+    pub shutdown_grace: Duration,
+    /// Wake on `paddock_jobs` notifications (`LISTEN`); without it the worker only polls.
+    pub listen: bool,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            concurrency: 8,
+            lease: Duration::from_secs(30),
+            poll_interval: Duration::from_secs(1),
+            max_attempts: 10,
+            backoff_base: Duration::from_secs(2),
+            backoff_cap: Duration::from_secs(300),
+            shutdown_grace: Duration::from_secs(30),
+            listen: true,
+        }
+    }
+}
+
+/// A worker that cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// A setting is out of range.
+    #[error("invalid worker setting {setting}: {reason}")]
+    Config {
+        /// The setting.
+        setting: &'static str,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// Two handlers claim the same job kind.
+    #[error("two handlers for job kind {0}")]
+    DuplicateKind(&'static str),
+}
+
+/// A unique worker id for this process: `worker-<pid>-<random>`. Leases are held by worker id,
+/// so two live workers must never share one.
+pub fn default_worker_id() -> String {
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("worker-{}-{}", std::process::id(), &random[..8])
+}
+
+/// Claims and runs jobs until told to stop. Cheap to clone.
+#[derive(Clone)]
+pub struct Worker {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("id", &self.inner.id)
+            .field("kinds", &self.inner.kinds)
+            .finish()
+    }
+}
+
+struct Inner {
+    store: Store,
+    id: String,
+    handlers: HashMap<&'static str, Arc<dyn JobHandler>>,
+    kinds: Vec<&'static str>,
+    config: WorkerConfig,
+    policy: RetryPolicy,
+    metrics: Arc<JobMetrics>,
+}
+
+impl Worker {
+    /// A worker named `worker_id` (unique among live workers: see [`default_worker_id`]) running
+    /// the kinds of `handlers`.
+    pub fn new(
+        store: Store,
+        worker_id: impl Into<String>,
+        handlers: Vec<Arc<dyn JobHandler>>,
+        config: WorkerConfig,
+    ) -> Result<Self, WorkerError> {
+        let invalid = |setting, reason| Err(WorkerError::Config { setting, reason });
+        if config.concurrency == 0 {
+            return invalid("concurrency", "must be at least 1");
+        }
+        if config.lease < Duration::from_millis(300) {
+            return invalid("lease", "must be at least 300 ms");
+        }
+        if config.poll_interval.is_zero() {
+            return invalid("poll_interval", "must be positive");
+        }
+        if config.max_attempts == 0 {
+            return invalid("max_attempts", "must be at least 1");
+        }
+        if config.backoff_base.is_zero() || config.backoff_cap < config.backoff_base {
+            return invalid("backoff_base", "must be positive and at most backoff_cap");
+        }
+        let id = worker_id.into();
+        if id.is_empty() {
+            return invalid("worker_id", "must not be empty");
+        }
+        let mut by_kind = HashMap::new();
+        for handler in handlers {
+            let kind = handler.kind();
+            if by_kind.insert(kind, handler).is_some() {
+                return Err(WorkerError::DuplicateKind(kind));
+            }
+        }
+        let mut kinds: Vec<&'static str> = by_kind.keys().copied().collect();
+        kinds.sort_unstable();
+        let policy = RetryPolicy {
+            max_attempts: config.max_attempts,
+            base: config.backoff_base,
+            cap: config.backoff_cap,
+        };
+        let metrics = Arc::new(JobMetrics::new(&kinds));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                store,
+                id,
+                handlers: by_kind,
+                kinds,
+                config,
+                policy,
+                metrics,
+            }),
+        })
+    }
+
+    /// The worker id written to `locked_by`.
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// The outcome counters of this worker.
+    pub fn metrics(&self) -> Arc<JobMetrics> {
+        self.inner.metrics.clone()
+    }
+
+    /// Claims and runs jobs until `shutdown` completes; then stops claiming, lets running jobs
+    /// finish for up to [`WorkerConfig::shutdown_grace`], gives the rest back to the queue and
+    /// returns. Database outages are logged and waited out, never returned.
+    pub async fn run(&self, shutdown: impl Future<Output = ()> + Send) {
+        let inner = &self.inner;
+        let concurrency = inner.config.concurrency;
+        tokio::pin!(shutdown);
+        let wake = Arc::new(Notify::new());
+        let listener = inner
+            .config
+            .listen
+            .then(|| tokio::spawn(listen(inner.clone(), wake.clone())));
+        // Flipped when the grace period ends: runs still going give their job back.
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut runs = JoinSet::new();
+        let mut claim_conn = None;
+        let mut failures: u32 = 0;
+        info!(worker.id = %inner.id, kinds = ?inner.kinds, "worker {} started for {:?}", inner.id, inner.kinds);
+        loop {
+            // Reap every run that already ended, so a burst of short jobs is claimed as one batch.
+            while let Some(ended) = runs.try_join_next() {
+                report_panic(ended);
+            }
+            let free = concurrency.saturating_sub(runs.len());
+            if free > 0 {
+                match inner.claim(&mut claim_conn, free).await {
+                    Ok((claimed_at, jobs)) => {
+                        if failures > 0 {
+                            info!(worker.id = %inner.id, "the job queue is reachable again");
+                        }
+                        failures = 0;
+                        for job in jobs {
+                            runs.spawn(run_one(inner.clone(), job, claimed_at, stop_rx.clone()));
+                        }
+                    }
+                    Err(e) => {
+                        // Logged once per outage, then quietly retried with backoff.
+                        if failures == 0 {
+                            warn!(worker.id = %inner.id, error = &e as &dyn std::error::Error, "claiming jobs failed: {}", chain(&e));
+                        }
+                        failures = failures.saturating_add(1);
+                    }
+                }
+            }
+            let pause = if failures > 0 {
+                inner
+                    .config
+                    .poll_interval
+                    .max(Duration::from_millis(100 << failures.min(6)))
+            } else {
+                inner.config.poll_interval
+            };
+            tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                Some(ended) = runs.join_next(), if !runs.is_empty() => report_panic(ended),
+                () = wake.notified(), if failures == 0 => {}
+                () = tokio::time::sleep(pause) => {}
+            }
+        }
+
+        // Back to the pool: the runs may need it to record their ends.
+        drop(claim_conn);
+        let grace = inner.config.shutdown_grace;
+        info!(worker.id = %inner.id, running = runs.len(), "worker {} stopping: no new claims, waiting up to {grace:?} for {} running jobs", inner.id, runs.len());
+        if let Some(listener) = listener {
+            listener.abort();
+        }
+        let deadline = tokio::time::sleep(grace);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                ended = runs.join_next() => match ended {
+                    Some(ended) => report_panic(ended),
+                    None => break,
+                },
+                () = &mut deadline => {
+                    warn!(worker.id = %inner.id, running = runs.len(), "grace period over: giving {} running jobs back to the queue", runs.len());
+                    let _ = stop_tx.send(true);
+                    while let Some(ended) = runs.join_next().await {
+                        report_panic(ended);
+                    }
+                    break;
+                }
+            }
+        }
+        info!(worker.id = %inner.id, "worker {} stopped", inner.id);
+    }
+}
+
+/// A run's task only ends by panicking when the worker itself has a bug (handler panics are
+/// caught in `run_one`); the job's lease then expires and another worker takes it over.
+fn report_panic(ended: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = ended {
+        error!(
+            error = &e as &dyn std::error::Error,
+            "a job run's task failed: {e}"
+        );
+    }
+}
+
+/// The whole `source` chain in one line, for logs.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    out
+}
+
+impl Inner {
+    /// Claims up to `limit` jobs on the loop's own connection (kept between claims: taking one
+    /// from the pool each time costs a health-check round trip; dropped on any error, so a broken
+    /// one is replaced). Also returns when the claim was sent, the latest instant the leases can
+    /// have started (the watchdogs count from there).
+    async fn claim(
+        &self,
+        conn: &mut Option<PoolConnection<Postgres>>,
+        limit: usize,
+    ) -> Result<(Instant, Vec<Job>), StoreError> {
+        let c = match conn {
+            Some(c) => c,
+            None => conn.insert(self.store.conn().await?),
+        };
+        let limit = u32::try_from(limit).unwrap_or(u32::MAX);
+        let sent = Instant::now();
+        match job::claim(c, &self.id, &self.kinds, self.config.lease, limit).await {
+            Ok(jobs) => Ok((sent, jobs)),
+            Err(e) => {
+                *conn = None;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Listens on `paddock_jobs` and wakes the claim loop for the kinds this worker runs. After a
+/// (re)connection it wakes it anyway: notifications sent meanwhile are lost.
+async fn listen(inner: Arc<Inner>, wake: Arc<Notify>) {
+    // Consecutive failed (re)connections: the pause before the next one grows with them, and only
+    // the first of an outage is logged as a warning.
+    let mut failures: u32 = 0;
+    loop {
+        if failures > 0 {
+            tokio::time::sleep(Duration::from_millis(100 << failures.min(7))).await;
+        }
+        let connected = async {
+            let mut listener = PgListener::connect_with(inner.store.pool()).await?;
+            listener.listen(NOTIFY_CHANNEL).await?;
+            Ok::<_, sqlx::Error>(listener)
+        };
+        let mut listener = match connected.await {
+            Ok(listener) => listener,
+            Err(e) => {
+                if failures == 0 {
+                    warn!(worker.id = %inner.id, error = &e as &dyn std::error::Error, "LISTEN {NOTIFY_CHANNEL} failed, polling only until it works: {e}");
+                }
+                failures = failures.saturating_add(1);
+                continue;
+            }
+        };
+        failures = 0;
+        wake.notify_one();
+        let lost = loop {
+            match listener.try_recv().await {
+                Ok(Some(n)) => {
+                    if inner.handlers.contains_key(n.payload()) {
+                        wake.notify_one();
+                    }
+                }
+                // The connection dropped and sqlx reconnects; whatever was sent meanwhile is lost.
+                Ok(None) => wake.notify_one(),
+                Err(e) => break e,
+            }
+        };
+        debug!(worker.id = %inner.id, error = &lost as &dyn std::error::Error, "LISTEN connection lost, reconnecting: {lost}");
+        // Pause before reconnecting, but warn if that fails too: it is a new outage.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// How a run ended, before it is written back.
+enum Ended {
+    Outcome(Outcome),
+    LeaseLost,
+    Stopped,
+}
+
+/// Runs one claimed job: the handler against the lease watchdog and the forced stop, then writes
+/// the outcome back.
+async fn run_one(
+    inner: Arc<Inner>,
+    job: Job,
+    claimed_at: Instant,
+    mut stop: watch::Receiver<bool>,
+) {
+    let span = info_span!("job", job.id = %job.id, job.kind = %job.kind, job.attempt = job.attempts + 1, target.id = %job.target_id);
+    async move {
+        let started = Instant::now();
+        inner.metrics.add(&job.kind, "claimed");
+        // The claim that took over an expired lease wrote `lease_expired` at the same `now()`
+        // as `started_at`.
+        let taken_over =
+            job.last_error.as_ref().is_some_and(|e| e.code == "lease_expired" && Some(e.at) == job.started_at);
+        if taken_over {
+            inner.metrics.add(&job.kind, "reclaimed");
+            warn!(job.id = %job.id, job.kind = %job.kind, "took over job {} {} after its worker's lease expired", job.kind, job.id);
+        }
+        // A job that keeps killing its workers (each takeover counts as a failed attempt) is failed
+        // rather than run again.
+        if job.attempts >= inner.config.max_attempts {
+            let last = job.last_error.as_ref().map_or_else(
+                || JobError::new("lease_expired", "its worker stopped renewing the lease"),
+                |e| JobError::new(e.code.clone(), e.message.clone()),
+            );
+            let problem = job::retries_exhausted(&job, &last);
+            let written = persist(&inner, &job, &Write::Fail(&problem)).await;
+            finish_log(&inner, &job, started, written.map(|w| w.label("exhausted")));
+            return;
+        }
+        let Some(handler) = inner.handlers.get(job.kind.as_str()).cloned() else {
+            // Unreachable: the claim asks only for kinds with a handler.
+            error!(job.id = %job.id, job.kind = %job.kind, "no handler for job kind {}", job.kind);
+            return;
+        };
+
+        let (lost_tx, mut lost_rx) = watch::channel(false);
+        let watchdog = tokio::spawn(watchdog(inner.clone(), job.id, claimed_at, lost_tx));
+        let ended = {
+            // A panicking handler is a transient failure of this attempt, not of the worker.
+            let run = AssertUnwindSafe(handler.run(&job)).catch_unwind();
+            tokio::select! {
+                outcome = run => Ended::Outcome(outcome.unwrap_or_else(|_| {
+                    Outcome::retry("handler_panicked", "the job handler panicked")
+                })),
+                Ok(_) = lost_rx.wait_for(|lost| *lost) => Ended::LeaseLost,
+                Ok(_) = stop.wait_for(|stop| *stop) => Ended::Stopped,
+            }
+        };
+        watchdog.abort();
+
+        let written = match &ended {
+            Ended::LeaseLost => Ok("lease_lost"),
+            Ended::Stopped => {
+                // Given back at once, without using up an attempt: the next run starts from the top.
+                let reason = JobError::new("worker_stopped", format!("worker {} stopped during the run", inner.id));
+                persist(&inner, &job, &Write::Wait(&reason, Duration::ZERO)).await.map(|w| w.label("released"))
+            }
+            Ended::Outcome(Outcome::Done) => persist(&inner, &job, &Write::Complete).await.map(|w| w.label("succeeded")),
+            Ended::Outcome(Outcome::Wait { after, reason }) => {
+                let w = persist(&inner, &job, &Write::Wait(reason, *after)).await;
+                if let Ok(Written::Requeue(Requeue::Queued { run_at, .. })) = &w {
+                    debug!(job.id = %job.id, "job {} waits until {run_at}: {} ({})", job.id, reason.message, reason.code);
+                }
+                w.map(|w| w.label("waited"))
+            }
+            Ended::Outcome(Outcome::Retry { error: e }) => {
+                let w = persist(&inner, &job, &Write::Retry(e)).await;
+                match &w {
+                    Ok(Written::Requeue(Requeue::Queued { run_at, attempts })) => warn!(
+                        job.id = %job.id, job.kind = %job.kind, job.attempts = attempts, code = %e.code,
+                        "job {} {} failed (attempt {attempts} of {}), retrying at {run_at}: {}",
+                        job.kind, job.id, inner.config.max_attempts, e.message
+                    ),
+                    Ok(Written::Requeue(Requeue::Failed { attempts })) => error!(
+                        job.id = %job.id, job.kind = %job.kind, job.attempts = attempts, code = %e.code,
+                        "job {} {} gave up after {attempts} attempts: {}", job.kind, job.id, e.message
+                    ),
+                    _ => {}
+                }
+                w.map(|w| w.label("retried"))
+            }
+            Ended::Outcome(Outcome::Fail { problem }) => {
+                warn!(job.id = %job.id, job.kind = %job.kind, code = %problem.code, "job {} {} failed permanently: {}", job.kind, job.id, problem.detail);
+                persist(&inner, &job, &Write::Fail(problem)).await.map(|w| w.label("failed"))
+            }
+        };
+        finish_log(&inner, &job, started, written);
+    }
+    .instrument(span)
+    .await;
+}
+
+/// The end of a run, to be written back.
+enum Write<'a> {
+    Complete,
+    Fail(&'a paddock_types::problem::Problem),
+    Retry(&'a JobError),
+    Wait(&'a JobError, Duration),
+}
+
+/// What the store said.
+enum Written {
+    /// `complete` / `fail`: whether the lease was still held.
+    Held(bool),
+    /// `retry` / `wait`.
+    Requeue(Requeue),
+}
+
+impl Written {
+    /// The metric label: `ok` when it went as asked.
+    fn label(&self, ok: &'static str) -> &'static str {
+        match self {
+            Written::Held(true) | Written::Requeue(Requeue::Queued { .. }) => ok,
+            Written::Held(false) | Written::Requeue(Requeue::LeaseLost) => "lease_lost",
+            Written::Requeue(Requeue::Failed { .. }) => "exhausted",
+            Written::Requeue(Requeue::HandedOver { .. }) => "handed_over",
+        }
+    }
+}
+
+/// Writes a run's end, retrying a few times while the database is unreachable (the lease still
+/// protects the job meanwhile; if every try fails, the lease expires and the job runs again).
+async fn persist(inner: &Inner, job: &Job, write: &Write<'_>) -> Result<Written, StoreError> {
+    let mut delay = Duration::from_millis(100);
+    let mut turn = 0;
+    loop {
+        turn += 1;
+        let result = async {
+            let mut conn = inner.store.conn().await?;
+            let (id, worker) = (job.id, inner.id.as_str());
+            Ok(match write {
+                Write::Complete => Written::Held(job::complete(&mut conn, id, worker).await?),
+                Write::Fail(problem) => {
+                    Written::Held(job::fail(&mut conn, id, worker, problem).await?)
+                }
+                Write::Retry(e) => {
+                    Written::Requeue(job::retry(&mut conn, id, worker, e, &inner.policy).await?)
+                }
+                Write::Wait(reason, after) => {
+                    Written::Requeue(job::wait(&mut conn, id, worker, reason, *after).await?)
+                }
+            })
+        }
+        .await;
+        match result {
+            Err(e @ StoreError::Unavailable(_)) if turn < 4 => {
+                debug!(job.id = %job.id, error = &e as &dyn std::error::Error, "recording the end of job {} failed, retrying: {e}", job.id);
+                tokio::time::sleep(delay).await;
+                delay *= 4;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Counts and logs how a run ended, with its duration.
+fn finish_log(
+    inner: &Inner,
+    job: &Job,
+    started: Instant,
+    written: Result<&'static str, StoreError>,
+) {
+    let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    match written {
+        Ok(outcome) => {
+            inner.metrics.add(&job.kind, outcome);
+            match outcome {
+                "lease_lost" => warn!(
+                    job.id = %job.id, job.kind = %job.kind, duration_ms,
+                    "lost the lease of job {} {}: its run was dropped, another worker owns it now", job.kind, job.id
+                ),
+                _ => info!(
+                    job.id = %job.id, job.kind = %job.kind, duration_ms, outcome,
+                    "job {} {} {outcome} after {duration_ms} ms", job.kind, job.id
+                ),
+            }
+        }
+        // The lease will expire and another worker runs the job again from the top.
+        Err(e) => error!(
+            job.id = %job.id, job.kind = %job.kind, duration_ms, error = &e as &dyn std::error::Error,
+            "could not record the end of job {} {}; it runs again after its lease expires: {}", job.kind, job.id, chain(&e)
+        ),
+    }
+}
+
+/// Renews the lease every third of its length; sets `lost` when the worker no longer holds it or
+/// could not renew it in time. The local deadline (send time of the last successful renewal plus
+/// the lease) never ends after the lease in the database, which starts later, at the server's
+/// `now()`: the run is dropped before anyone else can take the job over.
+async fn watchdog(
+    inner: Arc<Inner>,
+    id: paddock_types::JobId,
+    claimed_at: Instant,
+    lost: watch::Sender<bool>,
+) {
+    let lease = inner.config.lease;
+    let every = lease / 3;
+    let mut deadline = claimed_at + lease;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            () = tokio::time::sleep_until(deadline) => break,
+        }
+        let sent = Instant::now();
+        let renewal = async {
+            let mut conn = inner.store.conn().await?;
+            job::heartbeat(&mut conn, id, &inner.id, lease).await
+        };
+        match tokio::time::timeout_at(deadline, renewal).await {
+            Ok(Ok(true)) => deadline = sent + lease,
+            Ok(Ok(false)) => break,
+            Ok(Err(e)) => {
+                warn!(job.id = %id, error = &e as &dyn std::error::Error, "renewing the lease of job {id} failed: {}", chain(&e));
+            }
+            Err(_elapsed) => break,
+        }
+    }
+    let _ = lost.send(true);
+}

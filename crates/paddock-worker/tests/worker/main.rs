@@ -1,0 +1,10 @@
+//! Tests of the durable job queue (`paddock_store::job`) and the worker loop, against a real
+//! PostgreSQL: one fresh database per test (`paddock_testkit::TestDb`).
+//!
+//! Run with `scripts/test -p paddock-worker`. `RUST_LOG=paddock_worker=debug` shows the worker's
+//! logs.
+
+mod crash;
+mod queue;
+mod support;
+mod worker;
