@@ -219,7 +219,8 @@ async fn cluster_in(app: &TestApp, tenant: &str, name: &str) -> (String, String)
         "name": name, "kind": "kubernetes", "isolation": "private-nodes",
         "node_pools": [{ "name": "gpu", "machine_class": CLASS, "count": 1 }]
     });
-    let resp = app.post(format!("/v1/tenants/{tenant}/clusters")).token(&admin()).json(&body).send().await.expect(202).json();
+    let resp =
+        app.post(format!("/v1/tenants/{tenant}/clusters")).token(&admin()).json(&body).send().await.expect(202).json();
     let cluster = &resp["cluster"];
     (id(cluster), id(&cluster["node_pools"][0]))
 }
@@ -509,7 +510,9 @@ fn matrix_routes() -> BTreeSet<String> {
         .map(|row| {
             let mut path = row.path.split('?').next().unwrap_or_default().to_owned();
             // `{missing}` stands for a missing tenant, cluster or pool: its position names it.
-            path = path.replace("clusters/{missing}", "clusters/{cluster_id}").replace("node-pools/{missing}", "node-pools/{pool_id}");
+            path = path
+                .replace("clusters/{missing}", "clusters/{cluster_id}")
+                .replace("node-pools/{missing}", "node-pools/{pool_id}");
             for (param, placeholders) in params {
                 for placeholder in placeholders {
                     path = path.replace(placeholder, param);
@@ -646,7 +649,10 @@ async fn tenant_tokens_list_only_their_own_tenants_objects() {
     let ops = app.get(format!("/v1/operations?tenant_id={foreign}")).token(&admin()).send().await.expect(200).json();
     let op_ids: Vec<&str> = ops["items"].as_array().expect("items").iter().filter_map(|o| o["id"].as_str()).collect();
     assert!(op_ids.contains(&w.foreign_op.as_str()), "provider filter by tenant: {ops}");
-    assert!(ops["items"].as_array().expect("items").iter().all(|o| o["tenant_id"] == foreign), "provider filter by tenant: {ops}");
+    assert!(
+        ops["items"].as_array().expect("items").iter().all(|o| o["tenant_id"] == foreign),
+        "provider filter by tenant: {ops}"
+    );
 
     for role in ["tenant:admin", "tenant:member"] {
         let token = w.token(role);

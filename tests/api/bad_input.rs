@@ -94,7 +94,13 @@ async fn malformed_json_in_a_patch_is_400_and_changes_nothing() {
     let t = tenant(&app, "acme").await;
     let path = format!("/v1/tenants/{}", id(&t));
     for content_type in ["application/json", "application/merge-patch+json"] {
-        let resp = app.patch(&path).token(&admin()).header("content-type", content_type).raw(&b"{\"display_name\": "[..]).send().await;
+        let resp = app
+            .patch(&path)
+            .token(&admin())
+            .header("content-type", content_type)
+            .raw(&b"{\"display_name\": "[..])
+            .send()
+            .await;
         resp.problem(400, "malformed_body");
     }
     let now = app.get(&path).token(&admin()).send().await.expect(200).json();
@@ -128,7 +134,8 @@ async fn a_wrong_or_missing_content_type_is_415() {
     }
     // The same for the other writers.
     let class = serde_json::to_vec(&class_body("cpu")).expect("json");
-    let resp = app.post("/v1/machine-classes").token(&admin()).header("content-type", "text/plain").raw(class).send().await;
+    let resp =
+        app.post("/v1/machine-classes").token(&admin()).header("content-type", "text/plain").raw(class).send().await;
     resp.problem(415, "unsupported_media_type");
     let enroll = serde_json::to_vec(&enroll_body("m1", "cpu")).expect("json");
     let resp = app.post("/v1/machines").token(&admin()).raw(enroll).send().await;
@@ -140,8 +147,20 @@ async fn a_wrong_or_missing_content_type_is_415() {
 async fn json_media_types_with_parameters_and_any_case_are_accepted() {
     let app = TestApp::new().await;
     let body = |name: &str| serde_json::to_vec(&json!({ "name": name })).expect("json");
-    app.post("/v1/tenants").token(&admin()).header("content-type", "application/json; charset=utf-8").raw(body("a1")).send().await.expect(201);
-    app.post("/v1/tenants").token(&admin()).header("content-type", "Application/JSON").raw(body("a2")).send().await.expect(201);
+    app.post("/v1/tenants")
+        .token(&admin())
+        .header("content-type", "application/json; charset=utf-8")
+        .raw(body("a1"))
+        .send()
+        .await
+        .expect(201);
+    app.post("/v1/tenants")
+        .token(&admin())
+        .header("content-type", "Application/JSON")
+        .raw(body("a2"))
+        .send()
+        .await
+        .expect(201);
     assert_eq!(app.count("tenants").await, 2);
 }
 
@@ -171,14 +190,25 @@ async fn a_body_over_one_mib_is_413() {
     let resp = app.post("/v1/tenants").token(&admin()).json(&big).send().await;
     resp.problem(413, "payload_too_large");
     // Not JSON at all, over the limit: still 413, not a syntax error.
-    let resp = app.post("/v1/machine-classes").token(&admin()).header("content-type", "application/json").raw(vec![b'['; 1024 * 1024 + 1]).send().await;
+    let resp = app
+        .post("/v1/machine-classes")
+        .token(&admin())
+        .header("content-type", "application/json")
+        .raw(vec![b'['; 1024 * 1024 + 1])
+        .send()
+        .await;
     resp.problem(413, "payload_too_large");
     // With an idempotency key (its middleware reads the body first).
     let resp = app.post("/v1/tenants").token(&admin()).header("idempotency-key", "big-1").json(&big).send().await;
     resp.problem(413, "payload_too_large");
     // A PATCH too.
     let t = tenant(&app, "small").await;
-    let resp = app.patch(format!("/v1/tenants/{}", id(&t))).token(&admin()).json(&json!({ "display_name": "y".repeat(1024 * 1024 + 10) })).send().await;
+    let resp = app
+        .patch(format!("/v1/tenants/{}", id(&t)))
+        .token(&admin())
+        .json(&json!({ "display_name": "y".repeat(1024 * 1024 + 10) }))
+        .send()
+        .await;
     resp.problem(413, "payload_too_large");
     assert_eq!(app.count("tenants").await, before[0].1 + 1);
     assert_eq!(app.count("machine_classes").await, before[1].1);
@@ -193,7 +223,8 @@ async fn a_body_of_exactly_the_limit_is_not_413() {
     let pad = 1024 * 1024 - skeleton.len();
     let body = json!({ "name": "acme", "display_name": "x".repeat(pad) }).to_string();
     assert_eq!(body.len(), 1024 * 1024);
-    let resp = app.post("/v1/tenants").token(&admin()).header("content-type", "application/json").raw(body).send().await;
+    let resp =
+        app.post("/v1/tenants").token(&admin()).header("content-type", "application/json").raw(body).send().await;
     invalid(resp, "display_name");
     assert_eq!(app.count("tenants").await, 0);
 }
@@ -209,17 +240,29 @@ async fn unknown_fields_are_422_naming_the_field() {
     let cases = [
         ("/v1/tenants", json!({ "name": "acme", "bogus": 1 }), "bogus"),
         ("/v1/tenants", json!({ "name": "acme", "quotas": { "max_cpus": 3 } }), "quotas.max_cpus"),
-        ("/v1/machine-classes", json!({ "name": "gpu", "cpu_cores": 1, "memory_gib": 1, "gpu_count": 0, "colour": "red" }), "colour"),
-        ("/v1/machines", {
-            let mut b = enroll_body("m1", "cpu");
-            b["bmc"]["port"] = json!(623);
-            b
-        }, "bmc.port"),
-        ("/v1/machines", {
-            let mut b = enroll_body("m1", "cpu");
-            b["state"] = json!("available");
-            b
-        }, "state"),
+        (
+            "/v1/machine-classes",
+            json!({ "name": "gpu", "cpu_cores": 1, "memory_gib": 1, "gpu_count": 0, "colour": "red" }),
+            "colour",
+        ),
+        (
+            "/v1/machines",
+            {
+                let mut b = enroll_body("m1", "cpu");
+                b["bmc"]["port"] = json!(623);
+                b
+            },
+            "bmc.port",
+        ),
+        (
+            "/v1/machines",
+            {
+                let mut b = enroll_body("m1", "cpu");
+                b["state"] = json!("available");
+                b
+            },
+            "state",
+        ),
     ];
     for (path, body, field) in cases {
         let resp = app.post(path).token(&admin()).json(&body).send().await;
@@ -262,18 +305,34 @@ async fn wrong_types_are_422_naming_the_nested_field() {
         ("/v1/tenants", json!({ "name": "acme", "labels": ["a"] }), "labels"),
         ("/v1/tenants", json!({ "name": "acme", "labels": { "team": 7 } }), "labels.team"),
         ("/v1/tenants", json!({ "name": "acme", "display_name": false }), "display_name"),
-        ("/v1/machine-classes", json!({ "name": "gpu", "cpu_cores": "64", "memory_gib": 1, "gpu_count": 0 }), "cpu_cores"),
-        ("/v1/machine-classes", json!({ "name": "gpu", "cpu_cores": 64, "memory_gib": 1, "gpu_count": -2 }), "gpu_count"),
-        ("/v1/machines", {
-            let mut b = enroll_body("m1", "cpu");
-            b["bmc"]["insecure_tls"] = json!("yes");
-            b
-        }, "bmc.insecure_tls"),
-        ("/v1/machines", {
-            let mut b = enroll_body("m1", "cpu");
-            b["bmc"] = json!("https://bmc.example");
-            b
-        }, "bmc"),
+        (
+            "/v1/machine-classes",
+            json!({ "name": "gpu", "cpu_cores": "64", "memory_gib": 1, "gpu_count": 0 }),
+            "cpu_cores",
+        ),
+        (
+            "/v1/machine-classes",
+            json!({ "name": "gpu", "cpu_cores": 64, "memory_gib": 1, "gpu_count": -2 }),
+            "gpu_count",
+        ),
+        (
+            "/v1/machines",
+            {
+                let mut b = enroll_body("m1", "cpu");
+                b["bmc"]["insecure_tls"] = json!("yes");
+                b
+            },
+            "bmc.insecure_tls",
+        ),
+        (
+            "/v1/machines",
+            {
+                let mut b = enroll_body("m1", "cpu");
+                b["bmc"] = json!("https://bmc.example");
+                b
+            },
+            "bmc",
+        ),
     ];
     for (path, body, field) in cases {
         let resp = app.post(path).token(&admin()).json(&body).send().await;
@@ -300,7 +359,8 @@ async fn arrays_are_not_accepted_in_place_of_objects() {
     resp.problem(422, "validation_failed");
     // A nested object as an array.
     for quotas in [json!([]), json!([1, 2, 3])] {
-        let resp = app.post("/v1/tenants").token(&admin()).json(&json!({ "name": "beta", "quotas": quotas })).send().await;
+        let resp =
+            app.post("/v1/tenants").token(&admin()).json(&json!({ "name": "beta", "quotas": quotas })).send().await;
         status_is(&resp, 422, &format!("quotas {quotas}"));
         invalid(resp, "quotas");
     }
@@ -348,7 +408,11 @@ async fn missing_required_fields_are_422_naming_them() {
     let before = counts(&app).await;
     invalid(app.post("/v1/tenants").token(&admin()).json(&json!({})).send().await, "name");
     invalid(
-        app.post("/v1/machine-classes").token(&admin()).json(&json!({ "name": "gpu", "cpu_cores": 1, "memory_gib": 1 })).send().await,
+        app.post("/v1/machine-classes")
+            .token(&admin())
+            .json(&json!({ "name": "gpu", "cpu_cores": 1, "memory_gib": 1 }))
+            .send()
+            .await,
         "gpu_count",
     );
     let mut no_bmc = enroll_body("m1", "cpu");
@@ -370,7 +434,8 @@ async fn missing_required_fields_are_422_naming_them() {
 async fn invalid_tenant_names_are_422_on_name() {
     let app = TestApp::new().await;
     let forty_one = "a".repeat(41);
-    for name in ["Acme", "ACME", forty_one.as_str(), "-acme", "acme-", "", "ac_me", "ac.me", "ac me", "acmé", " acme"] {
+    for name in ["Acme", "ACME", forty_one.as_str(), "-acme", "acme-", "", "ac_me", "ac.me", "ac me", "acmé", " acme"]
+    {
         let resp = app.post("/v1/tenants").token(&admin()).json(&json!({ "name": name })).send().await;
         status_is(&resp, 422, &format!("name {name:?}"));
         invalid(resp, "name");
@@ -435,12 +500,16 @@ async fn invalid_labels_are_422_naming_the_label() {
         (json!({ "team": "-edge" }), "labels.team".into()),
     ];
     for (labels, field) in cases {
-        let resp = app.post("/v1/tenants").token(&admin()).json(&json!({ "name": "acme", "labels": labels })).send().await;
+        let resp =
+            app.post("/v1/tenants").token(&admin()).json(&json!({ "name": "acme", "labels": labels })).send().await;
         status_is(&resp, 422, &format!("labels {labels}"));
         invalid(resp, &field);
     }
     let too_many: serde_json::Map<String, Value> = (0..65).map(|i| (format!("k{i}"), json!("v"))).collect();
-    invalid(app.post("/v1/tenants").token(&admin()).json(&json!({ "name": "acme", "labels": too_many })).send().await, "labels");
+    invalid(
+        app.post("/v1/tenants").token(&admin()).json(&json!({ "name": "acme", "labels": too_many })).send().await,
+        "labels",
+    );
     // Machines check labels the same way.
     machine_class(&app, "cpu", 0).await;
     let mut body = enroll_body("m1", "cpu");
@@ -550,9 +619,15 @@ async fn enrolling_with_an_unknown_machine_class_is_422_on_machine_class() {
     machine_class(&app, "cpu", 0).await;
     let before = counts(&app).await;
     let ops = app.count("operations").await;
-    let problem = invalid(app.post("/v1/machines").token(&admin()).json(&enroll_body("m1", "nope")).send().await, "machine_class");
+    let problem = invalid(
+        app.post("/v1/machines").token(&admin()).json(&enroll_body("m1", "nope")).send().await,
+        "machine_class",
+    );
     assert_eq!(fields(&problem), vec!["machine_class".to_owned()]);
-    invalid(app.post("/v1/machines").token(&admin()).json(&enroll_body("m1", "Not A Class")).send().await, "machine_class");
+    invalid(
+        app.post("/v1/machines").token(&admin()).json(&enroll_body("m1", "Not A Class")).send().await,
+        "machine_class",
+    );
     assert_eq!(counts(&app).await, before);
     assert_eq!(app.count("operations").await, ops, "no operation for a refused enrollment");
 }
@@ -588,11 +663,17 @@ async fn bad_bmc_access_is_422_on_the_bmc_field() {
         (with(&|b| b["bmc"]["password"] = json!("p".repeat(1025))), "bmc.password"),
         (with(&|b| b["bmc"]["username"] = json!("")), "bmc.username"),
         (with(&|b| b["bmc"]["ca_cert"] = json!("not a certificate")), "bmc.ca_cert"),
-        (with(&|b| b["bmc"]["ca_cert"] = json!("-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n")), "bmc.ca_cert"),
-        (with(&|b| {
-            b["bmc"]["ca_cert"] = json!(CERTIFICATE_PEM);
-            b["bmc"]["insecure_tls"] = json!(true);
-        }), "bmc.insecure_tls"),
+        (
+            with(&|b| b["bmc"]["ca_cert"] = json!("-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n")),
+            "bmc.ca_cert",
+        ),
+        (
+            with(&|b| {
+                b["bmc"]["ca_cert"] = json!(CERTIFICATE_PEM);
+                b["bmc"]["insecure_tls"] = json!(true);
+            }),
+            "bmc.insecure_tls",
+        ),
         (with(&|b| b["bmc"]["system_id"] = json!("")), "bmc.system_id"),
     ];
     for (body, field) in cases {
@@ -626,7 +707,8 @@ async fn a_patch_that_is_not_an_object_is_422_and_changes_nothing() {
     let t = tenant(&app, "acme").await;
     machine_class(&app, "cpu", 0).await;
     let m = machine(&app, "m1", "cpu").await;
-    let targets = [format!("/v1/tenants/{}", id(&t)), "/v1/machine-classes/cpu".to_owned(), format!("/v1/machines/{}", id(&m))];
+    let targets =
+        [format!("/v1/tenants/{}", id(&t)), "/v1/machine-classes/cpu".to_owned(), format!("/v1/machines/{}", id(&m))];
     for path in &targets {
         for body in [json!([]), json!([{ "display_name": "x" }]), json!("x"), json!(1), json!(true), json!(null)] {
             for ct in ["application/merge-patch+json", "application/json"] {
@@ -650,12 +732,20 @@ async fn a_patch_changing_the_immutable_name_is_422_on_name() {
     let t = tenant(&app, "acme").await;
     let path = format!("/v1/tenants/{}", id(&t));
     let problem = invalid(
-        app.patch(&path).token(&admin()).header("content-type", "application/merge-patch+json").json(&json!({ "name": "other" })).send().await,
+        app.patch(&path)
+            .token(&admin())
+            .header("content-type", "application/merge-patch+json")
+            .json(&json!({ "name": "other" }))
+            .send()
+            .await,
         "name",
     );
     assert_eq!(fields(&problem), vec!["name".to_owned()]);
     // Not even alongside a valid change: the whole patch is refused.
-    invalid(app.patch(&path).token(&admin()).json(&json!({ "name": "other", "display_name": "Other" })).send().await, "name");
+    invalid(
+        app.patch(&path).token(&admin()).json(&json!({ "name": "other", "display_name": "Other" })).send().await,
+        "name",
+    );
     // Nor removed with null.
     invalid(app.patch(&path).token(&admin()).json(&json!({ "name": null })).send().await, "name");
     let now = app.get(&path).token(&admin()).send().await.expect(200).json();
@@ -686,7 +776,13 @@ async fn patch_field_errors_name_the_field_and_change_nothing() {
         (json!({ "state": "suspended" }), "state"),
         (json!({ "generation": 9 }), "generation"),
     ] {
-        let resp = app.patch(&path).token(&admin()).header("content-type", "application/merge-patch+json").json(&patch).send().await;
+        let resp = app
+            .patch(&path)
+            .token(&admin())
+            .header("content-type", "application/merge-patch+json")
+            .json(&patch)
+            .send()
+            .await;
         status_is(&resp, 422, &format!("patch {patch}"));
         invalid(resp, field);
     }
@@ -721,7 +817,14 @@ async fn a_merge_patch_content_type_is_accepted() {
     let t = tenant(&app, "acme").await;
     let path = format!("/v1/tenants/{}", id(&t));
     let body = serde_json::to_vec(&json!({ "display_name": "Acme Corp", "labels": { "tier": "gold" } })).expect("json");
-    let resp = app.patch(&path).token(&admin()).header("content-type", "application/merge-patch+json").raw(body).send().await.expect(200);
+    let resp = app
+        .patch(&path)
+        .token(&admin())
+        .header("content-type", "application/merge-patch+json")
+        .raw(body)
+        .send()
+        .await
+        .expect(200);
     let view = resp.json();
     assert_eq!(view["display_name"], "Acme Corp");
     assert_eq!(view["labels"]["tier"], "gold");
@@ -747,14 +850,27 @@ async fn a_merge_patch_content_type_is_accepted() {
 async fn an_unknown_route_is_404_route_not_found() {
     let app = TestApp::new().await;
     let before = counts(&app).await;
-    for path in ["/v1/nope", "/nope", "/v2/tenants", "/v1/tenant", "/v1/tenants/", "/v1/Tenants", "/v1/machine-classes/cpu/extra"] {
+    for path in [
+        "/v1/nope",
+        "/nope",
+        "/v2/tenants",
+        "/v1/tenant",
+        "/v1/tenants/",
+        "/v1/Tenants",
+        "/v1/machine-classes/cpu/extra",
+    ] {
         let resp = app.get(path).token(&admin()).send().await;
         status_is(&resp, 404, path);
         let problem = resp.problem(404, "route_not_found");
         assert_eq!(problem["instance"], path);
     }
     // Writes to unknown routes write nothing; without a token it is still a 404 of the route.
-    app.post("/v1/tenant").token(&admin()).json(&json!({ "name": "acme" })).send().await.problem(404, "route_not_found");
+    app.post("/v1/tenant")
+        .token(&admin())
+        .json(&json!({ "name": "acme" }))
+        .send()
+        .await
+        .problem(404, "route_not_found");
     app.post("/v1/nope").json(&json!({ "name": "acme" })).send().await.problem(404, "route_not_found");
     assert_eq!(counts(&app).await, before);
 }
@@ -839,7 +955,8 @@ async fn bad_input_is_refused_after_authentication_and_authorization() {
     let member = paddock_testkit::token(&["tenant:member"], Some(tid));
     let resp = app.post("/v1/tenants").token(&member).json(&json!({ "name": "Bad Name", "bogus": 1 })).send().await;
     resp.problem(403, "forbidden");
-    let resp = app.post("/v1/tenants").token(&member).header("content-type", "application/json").raw(&b"{"[..]).send().await;
+    let resp =
+        app.post("/v1/tenants").token(&member).header("content-type", "application/json").raw(&b"{"[..]).send().await;
     resp.problem(403, "forbidden");
     assert_eq!(app.count("tenants").await, 1);
 }

@@ -27,18 +27,26 @@ async fn world(app: &TestApp) -> (String, String) {
 }
 
 async fn reconcile_jobs(app: &TestApp, cluster: &str) -> i64 {
-    sqlx::query_scalar("select count(*) from jobs where target_id = $1::uuid and kind = 'cluster_reconcile' and state = 'queued'")
-        .bind(cluster)
-        .fetch_one(&app.db.pool)
-        .await
-        .expect("jobs")
+    sqlx::query_scalar(
+        "select count(*) from jobs where target_id = $1::uuid and kind = 'cluster_reconcile' and state = 'queued'",
+    )
+    .bind(cluster)
+    .fetch_one(&app.db.pool)
+    .await
+    .expect("jobs")
 }
 
 #[tokio::test]
 async fn cluster_create_fills_defaults_and_enqueues_its_reconcile_job() {
     let app = TestApp::new().await;
     let (tenant_id, t) = world(&app).await;
-    let resp = app.post(format!("/v1/tenants/{tenant_id}/clusters")).token(&t).json(&slurm_cluster("hpc")).send().await.expect(202);
+    let resp = app
+        .post(format!("/v1/tenants/{tenant_id}/clusters"))
+        .token(&t)
+        .json(&slurm_cluster("hpc"))
+        .send()
+        .await
+        .expect(202);
     let body = resp.json();
     let cluster = &body["cluster"];
     assert_eq!(resp.header("location"), Some(format!("/v1/tenants/{tenant_id}/clusters/{}", id(cluster)).as_str()));
@@ -57,7 +65,13 @@ async fn cluster_create_fills_defaults_and_enqueues_its_reconcile_job() {
 
     let ops = app.get(format!("/v1/tenants/{tenant_id}/operations")).token(&t).send().await.expect(200).json();
     assert_eq!(ops["items"][0]["id"], body["operation"]["id"]);
-    let events = app.get(format!("/v1/tenants/{tenant_id}/clusters/{}/events", id(cluster))).token(&t).send().await.expect(200).json();
+    let events = app
+        .get(format!("/v1/tenants/{tenant_id}/clusters/{}/events", id(cluster)))
+        .token(&t)
+        .send()
+        .await
+        .expect(200)
+        .json();
     assert_eq!(events["items"][0]["reason"], "ClusterCreated");
 }
 
@@ -67,21 +81,43 @@ async fn invalid_clusters_are_422_and_write_nothing() {
     let (tenant_id, t) = world(&app).await;
     let path = format!("/v1/tenants/{tenant_id}/clusters");
     let cases = [
-        (json!({ "name": "a", "kind": "slurm", "isolation": "private-nodes", "node_pools": [{ "name": "p", "machine_class": "cpu", "count": 0 }] }), "node_pools"),
+        (
+            json!({ "name": "a", "kind": "slurm", "isolation": "private-nodes", "node_pools": [{ "name": "p", "machine_class": "cpu", "count": 0 }] }),
+            "node_pools",
+        ),
         (json!({ "name": "a", "kind": "slurm", "isolation": "shared" }), "isolation"),
         (json!({ "name": "a", "kind": "kubernetes", "isolation": "private-nodes", "slurm": {} }), "slurm"),
-        (json!({ "name": "a", "kind": "kubernetes", "isolation": "private-nodes", "node_pools": [{ "name": "p", "machine_class": "nope", "count": 1 }] }), "node_pools.0.machine_class"),
-        (json!({ "name": "a", "kind": "kubernetes", "isolation": "private-nodes", "node_pools": [{ "name": "p", "machine_class": "cpu", "count": 1 }, { "name": "p", "machine_class": "cpu", "count": 1 }] }), "node_pools.1.name"),
-        (json!({ "name": "a", "kind": "kubernetes", "isolation": "private-nodes", "kubernetes_version": "latest" }), "kubernetes_version"),
-        (json!({ "name": "a", "kind": "slurm", "isolation": "private-nodes", "node_pools": [{ "name": "p", "machine_class": "cpu", "count": 1 }],
-                 "slurm": { "partitions": [{ "name": "x", "node_pools": ["q"] }] } }), "slurm.partitions.0.node_pools"),
-        (json!({ "name": "a", "kind": "slurm", "isolation": "private-nodes", "node_pools": [{ "name": "p", "machine_class": "cpu", "count": 1 }],
-                 "slurm": { "login": { "ssh_authorized_keys": ["not a key"] } } }), "slurm.login.ssh_authorized_keys.0"),
-        (json!({ "name": "a", "kind": "kubernetes", "isolation": "private-nodes", "node_pools": [{ "name": "p", "machine_class": "cpu", "count": 10001 }] }), "node_pools.0.count"),
+        (
+            json!({ "name": "a", "kind": "kubernetes", "isolation": "private-nodes", "node_pools": [{ "name": "p", "machine_class": "nope", "count": 1 }] }),
+            "node_pools.0.machine_class",
+        ),
+        (
+            json!({ "name": "a", "kind": "kubernetes", "isolation": "private-nodes", "node_pools": [{ "name": "p", "machine_class": "cpu", "count": 1 }, { "name": "p", "machine_class": "cpu", "count": 1 }] }),
+            "node_pools.1.name",
+        ),
+        (
+            json!({ "name": "a", "kind": "kubernetes", "isolation": "private-nodes", "kubernetes_version": "latest" }),
+            "kubernetes_version",
+        ),
+        (
+            json!({ "name": "a", "kind": "slurm", "isolation": "private-nodes", "node_pools": [{ "name": "p", "machine_class": "cpu", "count": 1 }],
+                 "slurm": { "partitions": [{ "name": "x", "node_pools": ["q"] }] } }),
+            "slurm.partitions.0.node_pools",
+        ),
+        (
+            json!({ "name": "a", "kind": "slurm", "isolation": "private-nodes", "node_pools": [{ "name": "p", "machine_class": "cpu", "count": 1 }],
+                 "slurm": { "login": { "ssh_authorized_keys": ["not a key"] } } }),
+            "slurm.login.ssh_authorized_keys.0",
+        ),
+        (
+            json!({ "name": "a", "kind": "kubernetes", "isolation": "private-nodes", "node_pools": [{ "name": "p", "machine_class": "cpu", "count": 10001 }] }),
+            "node_pools.0.count",
+        ),
     ];
     for (body, field) in cases {
         let problem = app.post(&path).token(&t).json(&body).send().await.problem(422, "validation_failed");
-        let fields: Vec<&str> = problem["errors"].as_array().expect("errors").iter().filter_map(|e| e["field"].as_str()).collect();
+        let fields: Vec<&str> =
+            problem["errors"].as_array().expect("errors").iter().filter_map(|e| e["field"].as_str()).collect();
         assert!(fields.contains(&field), "{body}: expected an error on {field}, got {problem}");
     }
     assert_eq!(app.count("clusters").await, 0);
@@ -127,10 +163,16 @@ async fn quotas_are_checked_against_desired_counts() {
 async fn concurrent_creates_never_exceed_the_cluster_quota() {
     let app = TestApp::new().await;
     let (tenant_id, t) = world(&app).await;
-    app.patch(format!("/v1/tenants/{tenant_id}")).token(&admin()).json(&json!({ "quotas": { "max_clusters": 1 } })).send().await.expect(200);
+    app.patch(format!("/v1/tenants/{tenant_id}"))
+        .token(&admin())
+        .json(&json!({ "quotas": { "max_clusters": 1 } }))
+        .send()
+        .await
+        .expect(200);
     let path = format!("/v1/tenants/{tenant_id}/clusters");
-    let bodies: Vec<Value> =
-        (0..6).map(|i| json!({ "name": format!("c{i}"), "kind": "kubernetes", "isolation": "private-nodes" })).collect();
+    let bodies: Vec<Value> = (0..6)
+        .map(|i| json!({ "name": format!("c{i}"), "kind": "kubernetes", "isolation": "private-nodes" }))
+        .collect();
     let sends = bodies.iter().map(|b| app.post(&path).token(&t).json(b).send());
     let statuses: Vec<u16> = futures::future::join_all(sends).await.iter().map(|r| r.status.as_u16()).collect();
     assert_eq!(statuses.iter().filter(|s| **s == 202).count(), 1, "{statuses:?}");
@@ -157,7 +199,14 @@ async fn a_suspended_tenant_cannot_change_its_clusters_but_the_provider_can() {
 async fn cluster_patch_upgrades_and_refuses_immutable_fields_and_downgrades() {
     let app = TestApp::new().await;
     let (tenant_id, t) = world(&app).await;
-    let created = app.post(format!("/v1/tenants/{tenant_id}/clusters")).token(&t).json(&slurm_cluster("hpc")).send().await.expect(202).json();
+    let created = app
+        .post(format!("/v1/tenants/{tenant_id}/clusters"))
+        .token(&t)
+        .json(&slurm_cluster("hpc"))
+        .send()
+        .await
+        .expect(202)
+        .json();
     let path = format!("/v1/tenants/{tenant_id}/clusters/{}", id(&created["cluster"]));
     let body = app
         .patch(&path)
@@ -171,12 +220,24 @@ async fn cluster_patch_upgrades_and_refuses_immutable_fields_and_downgrades() {
     assert_eq!(body["cluster"]["generation"], 2);
     assert_eq!(body["cluster"]["slurm"]["login"]["replicas"], 2);
     assert_eq!(body["operation"]["kind"], "cluster_update");
-    app.patch(&path).token(&t).header("if-match", "\"1\"").json(&json!({ "kubernetes_version": "v1.35.3" })).send().await.problem(412, "precondition_failed");
-    app.patch(&path).token(&t).json(&json!({ "kubernetes_version": "v1.34.0" })).send().await.problem(422, "validation_failed");
+    app.patch(&path)
+        .token(&t)
+        .header("if-match", "\"1\"")
+        .json(&json!({ "kubernetes_version": "v1.35.3" }))
+        .send()
+        .await
+        .problem(412, "precondition_failed");
+    app.patch(&path)
+        .token(&t)
+        .json(&json!({ "kubernetes_version": "v1.34.0" }))
+        .send()
+        .await
+        .problem(422, "validation_failed");
     app.patch(&path).token(&t).json(&json!({ "kind": "kubernetes" })).send().await.problem(422, "validation_failed");
     app.patch(&path).token(&t).json(&json!({ "node_pools": [] })).send().await.problem(422, "validation_failed");
     // The first operation was superseded by the newer change.
-    let first = app.get(format!("/v1/operations/{}", id(&created["operation"]))).token(&t).send().await.expect(200).json();
+    let first =
+        app.get(format!("/v1/operations/{}", id(&created["operation"]))).token(&t).send().await.expect(200).json();
     assert_eq!(first["state"], "superseded");
     assert_eq!(reconcile_jobs(&app, &id(&created["cluster"])).await, 1, "queued requests merge into one job");
 }
@@ -185,19 +246,41 @@ async fn cluster_patch_upgrades_and_refuses_immutable_fields_and_downgrades() {
 async fn cluster_delete_marks_it_deleting_and_refuses_further_changes() {
     let app = TestApp::new().await;
     let (tenant_id, t) = world(&app).await;
-    let created = app.post(format!("/v1/tenants/{tenant_id}/clusters")).token(&t).json(&slurm_cluster("hpc")).send().await.expect(202).json();
+    let created = app
+        .post(format!("/v1/tenants/{tenant_id}/clusters"))
+        .token(&t)
+        .json(&slurm_cluster("hpc"))
+        .send()
+        .await
+        .expect(202)
+        .json();
     let path = format!("/v1/tenants/{tenant_id}/clusters/{}", id(&created["cluster"]));
     let body = app.delete(&path).token(&t).send().await.expect(202).json();
     assert_eq!(body["cluster"]["status"]["phase"], "deleting");
     assert_eq!(body["operation"]["kind"], "cluster_delete");
-    app.patch(&path).token(&t).json(&json!({ "kubernetes_version": "v1.36.0" })).send().await.problem(409, "cluster_deleting");
+    app.patch(&path)
+        .token(&t)
+        .json(&json!({ "kubernetes_version": "v1.36.0" }))
+        .send()
+        .await
+        .problem(409, "cluster_deleting");
     app.delete(&path).token(&t).send().await.problem(409, "cluster_deleting");
     // Until the worker confirms every object gone, the cluster is still there and holds the tenant.
     app.get(&path).token(&t).send().await.expect(200);
     app.delete(format!("/v1/tenants/{tenant_id}")).token(&admin()).send().await.problem(409, "tenant_not_empty");
     // A deleting cluster no longer counts against the cluster quota.
-    app.patch(format!("/v1/tenants/{tenant_id}")).token(&admin()).json(&json!({ "quotas": { "max_clusters": 1 } })).send().await.expect(200);
-    app.post(format!("/v1/tenants/{tenant_id}/clusters")).token(&t).json(&slurm_cluster("next")).send().await.expect(202);
+    app.patch(format!("/v1/tenants/{tenant_id}"))
+        .token(&admin())
+        .json(&json!({ "quotas": { "max_clusters": 1 } }))
+        .send()
+        .await
+        .expect(200);
+    app.post(format!("/v1/tenants/{tenant_id}/clusters"))
+        .token(&t)
+        .json(&slurm_cluster("next"))
+        .send()
+        .await
+        .expect(202);
 }
 
 #[tokio::test]
@@ -218,22 +301,38 @@ async fn node_pools_scale_and_a_slurm_cluster_keeps_a_node() {
     app.patch(&only).token(&t).json(&json!({ "count": 0 })).send().await.problem(422, "validation_failed");
     app.delete(&only).token(&t).send().await.problem(422, "validation_failed");
 
-    let added = app.post(&pools).token(&t).json(&json!({ "name": "gpu", "machine_class": "gpu", "count": 2 })).send().await.expect(202).json();
+    let added = app
+        .post(&pools)
+        .token(&t)
+        .json(&json!({ "name": "gpu", "machine_class": "gpu", "count": 2 }))
+        .send()
+        .await
+        .expect(202)
+        .json();
     assert_eq!(added["node_pool"]["status"], json!({ "ready": 0, "allocated": 0, "conditions": [] }));
-    app.post(&pools).token(&t).json(&json!({ "name": "gpu", "machine_class": "gpu", "count": 1 })).send().await.problem(409, "node_pool_name_taken");
+    app.post(&pools)
+        .token(&t)
+        .json(&json!({ "name": "gpu", "machine_class": "gpu", "count": 1 }))
+        .send()
+        .await
+        .problem(409, "node_pool_name_taken");
     let gpu = format!("{pools}/{}", id(&added["node_pool"]));
-    let scaled = app.patch(&gpu).token(&t).json(&json!({ "count": 4, "machine_class": "gpu" })).send().await.expect(202).json();
+    let scaled =
+        app.patch(&gpu).token(&t).json(&json!({ "count": 4, "machine_class": "gpu" })).send().await.expect(202).json();
     assert_eq!(scaled["node_pool"]["count"], 4);
     app.patch(&gpu).token(&t).json(&json!({ "machine_class": "cpu" })).send().await.problem(422, "validation_failed");
     // With the GPU pool there, the CPU pool may go.
     app.delete(&only).token(&t).send().await.expect(202);
     app.patch(&only).token(&t).json(&json!({ "count": 2 })).send().await.problem(409, "node_pool_deleting");
     let view = app.get(format!("/v1/tenants/{tenant_id}/clusters/{cluster}")).token(&t).send().await.expect(200).json();
-    let names: Vec<&str> = view["node_pools"].as_array().expect("pools").iter().filter_map(|p| p["name"].as_str()).collect();
+    let names: Vec<&str> =
+        view["node_pools"].as_array().expect("pools").iter().filter_map(|p| p["name"].as_str()).collect();
     assert_eq!(names, ["gpu"], "a deleting pool leaves the cluster's view");
     assert_eq!(view["slurm"]["partitions"][0]["name"], "gpu");
-    let events = app.get(format!("/v1/tenants/{tenant_id}/clusters/{cluster}/events")).token(&t).send().await.expect(200).json();
-    let reasons: Vec<&str> = events["items"].as_array().expect("items").iter().filter_map(|e| e["reason"].as_str()).collect();
+    let events =
+        app.get(format!("/v1/tenants/{tenant_id}/clusters/{cluster}/events")).token(&t).send().await.expect(200).json();
+    let reasons: Vec<&str> =
+        events["items"].as_array().expect("items").iter().filter_map(|e| e["reason"].as_str()).collect();
     assert_eq!(reasons, ["ClusterCreated", "NodePoolCreated", "NodePoolScaled", "NodePoolDeletionRequested"]);
 }
 
@@ -241,7 +340,14 @@ async fn node_pools_scale_and_a_slurm_cluster_keeps_a_node() {
 async fn pool_machines_show_no_bmc_details() {
     let app = TestApp::new().await;
     let (tenant_id, t) = world(&app).await;
-    let created = app.post(format!("/v1/tenants/{tenant_id}/clusters")).token(&t).json(&slurm_cluster("hpc")).send().await.expect(202).json();
+    let created = app
+        .post(format!("/v1/tenants/{tenant_id}/clusters"))
+        .token(&t)
+        .json(&slurm_cluster("hpc"))
+        .send()
+        .await
+        .expect(202)
+        .json();
     let cluster = id(&created["cluster"]);
     let pool = id(&created["cluster"]["node_pools"][1]);
     let m = machine(&app, "node-7", "gpu").await;
@@ -253,8 +359,16 @@ async fn pool_machines_show_no_bmc_details() {
         .execute(&app.db.pool)
         .await
         .expect("allocate");
-    let resp = app.get(format!("/v1/tenants/{tenant_id}/clusters/{cluster}/node-pools/{pool}/machines")).token(&t).send().await.expect(200);
+    let resp = app
+        .get(format!("/v1/tenants/{tenant_id}/clusters/{cluster}/node-pools/{pool}/machines"))
+        .token(&t)
+        .send()
+        .await
+        .expect(200);
     let body = resp.json();
-    assert_eq!(body["items"], json!([{ "name": "node-7", "machine_class": "gpu", "state": "active", "node_name": "node-7" }]));
+    assert_eq!(
+        body["items"],
+        json!([{ "name": "node-7", "machine_class": "gpu", "state": "active", "node_name": "node-7" }])
+    );
     assert!(!String::from_utf8_lossy(&resp.body).contains("bmc"), "BMC details leak to the tenant");
 }

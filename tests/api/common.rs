@@ -48,9 +48,9 @@ pub async fn set_machine_state(app: &TestApp, machine_id: &str, state: &str) {
         "update machines set state = $2, \
          retired_at = case when $2 = 'retired' then now() else retired_at end where id = $1::uuid",
     )
-        .bind(machine_id)
-        .bind(state)
-        .execute(&app.db.pool)
-        .await
-        .expect("setting the machine state");
+    .bind(machine_id)
+    .bind(state)
+    .execute(&app.db.pool)
+    .await
+    .expect("setting the machine state");
 }

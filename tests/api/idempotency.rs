@@ -6,7 +6,9 @@ use serde_json::json;
 #[tokio::test]
 async fn same_key_and_body_replays_the_first_answer() {
     let app = TestApp::new().await;
-    let send = || app.post("/v1/tenants").token(&admin()).header("idempotency-key", "k-1").json(&json!({ "name": "acme" })).send();
+    let send = || {
+        app.post("/v1/tenants").token(&admin()).header("idempotency-key", "k-1").json(&json!({ "name": "acme" })).send()
+    };
     let first = send().await.expect(201);
     let second = send().await.expect(201);
     assert_eq!(first.body, second.body);
@@ -21,7 +23,13 @@ async fn same_key_and_body_replays_the_first_answer() {
 #[tokio::test]
 async fn same_key_with_another_body_is_422() {
     let app = TestApp::new().await;
-    app.post("/v1/tenants").token(&admin()).header("idempotency-key", "k-1").json(&json!({ "name": "acme" })).send().await.expect(201);
+    app.post("/v1/tenants")
+        .token(&admin())
+        .header("idempotency-key", "k-1")
+        .json(&json!({ "name": "acme" }))
+        .send()
+        .await
+        .expect(201);
     app.post("/v1/tenants")
         .token(&admin())
         .header("idempotency-key", "k-1")
@@ -36,7 +44,9 @@ async fn same_key_with_another_body_is_422() {
 async fn a_refused_answer_is_replayed_too() {
     let app = TestApp::new().await;
     crate::common::tenant(&app, "acme").await;
-    let send = || app.post("/v1/tenants").token(&admin()).header("idempotency-key", "k-2").json(&json!({ "name": "acme" })).send();
+    let send = || {
+        app.post("/v1/tenants").token(&admin()).header("idempotency-key", "k-2").json(&json!({ "name": "acme" })).send()
+    };
     send().await.problem(409, "tenant_name_taken");
     let first = app.get("/v1/audit-events?outcome=failure").token(&admin()).send().await.expect(200).json();
     let replay = send().await.expect(409);
@@ -45,7 +55,11 @@ async fn a_refused_answer_is_replayed_too() {
     // The replay is the first answer, byte for byte (its request_id included).
     assert_eq!(replay.json()["code"], "tenant_name_taken");
     let after = app.get("/v1/audit-events?outcome=failure").token(&admin()).send().await.expect(200).json();
-    assert_eq!(first["items"].as_array().map(Vec::len), after["items"].as_array().map(Vec::len), "a replay is not audited again");
+    assert_eq!(
+        first["items"].as_array().map(Vec::len),
+        after["items"].as_array().map(Vec::len),
+        "a replay is not audited again"
+    );
 }
 
 #[tokio::test]
@@ -77,14 +91,41 @@ async fn a_duplicate_in_flight_is_409() {
 async fn keys_are_scoped_by_subject_and_path_and_expire_after_a_day() {
     let app = TestApp::new().await;
     let other_admin = paddock_testkit::token_with(|c| c.sub = "someone-else".into());
-    app.post("/v1/tenants").token(&admin()).header("idempotency-key", "k").json(&json!({ "name": "a" })).send().await.expect(201);
-    app.post("/v1/tenants").token(&other_admin).header("idempotency-key", "k").json(&json!({ "name": "b" })).send().await.expect(201);
+    app.post("/v1/tenants")
+        .token(&admin())
+        .header("idempotency-key", "k")
+        .json(&json!({ "name": "a" }))
+        .send()
+        .await
+        .expect(201);
+    app.post("/v1/tenants")
+        .token(&other_admin)
+        .header("idempotency-key", "k")
+        .json(&json!({ "name": "b" }))
+        .send()
+        .await
+        .expect(201);
     let class = json!({ "name": "c", "cpu_cores": 1, "memory_gib": 1, "gpu_count": 0 });
-    app.post("/v1/machine-classes").token(&admin()).header("idempotency-key", "k").json(&class).send().await.expect(201);
+    app.post("/v1/machine-classes")
+        .token(&admin())
+        .header("idempotency-key", "k")
+        .json(&class)
+        .send()
+        .await
+        .expect(201);
     assert_eq!(app.count("tenants").await, 2);
 
-    sqlx::query("update idempotency_keys set created_at = now() - interval '25 hours'").execute(&app.db.pool).await.expect("age");
-    app.post("/v1/tenants").token(&admin()).header("idempotency-key", "k").json(&json!({ "name": "a2" })).send().await.expect(201);
+    sqlx::query("update idempotency_keys set created_at = now() - interval '25 hours'")
+        .execute(&app.db.pool)
+        .await
+        .expect("age");
+    app.post("/v1/tenants")
+        .token(&admin())
+        .header("idempotency-key", "k")
+        .json(&json!({ "name": "a2" }))
+        .send()
+        .await
+        .expect(201);
     assert_eq!(app.count("tenants").await, 3);
 }
 
@@ -105,7 +146,13 @@ async fn an_invalid_key_is_400() {
 async fn the_worker_forgets_keys_older_than_a_day() {
     let app = TestApp::new().await;
     for key in ["old", "new"] {
-        app.post("/v1/tenants").token(&admin()).header("idempotency-key", key).json(&json!({ "name": key })).send().await.expect(201);
+        app.post("/v1/tenants")
+            .token(&admin())
+            .header("idempotency-key", key)
+            .json(&json!({ "name": key }))
+            .send()
+            .await
+            .expect(201);
     }
     sqlx::query("update idempotency_keys set created_at = now() - interval '25 hours' where key = 'old'")
         .execute(&app.db.pool)

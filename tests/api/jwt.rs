@@ -12,8 +12,7 @@ use serde_json::{json, Value};
 const OTHER_SECRET: &[u8] = b"some-other-secret-that-is-also-32-bytes-long";
 
 /// The test RSA private key (the API has no RSA key configured).
-const RSA_PRIVATE_PEM: &str =
-    include_str!("../../crates/paddock-auth/tests/keys/rsa_a_TEST_ONLY_private.pem");
+const RSA_PRIVATE_PEM: &str = include_str!("../../crates/paddock-auth/tests/keys/rsa_a_TEST_ONLY_private.pem");
 
 fn now() -> i64 {
     chrono::Utc::now().timestamp()
@@ -128,15 +127,23 @@ fn bad_tokens() -> Vec<(&'static str, String, &'static str)> {
     let crit = hand_signed(r#"{"alg":"HS256","crit":["exp"],"exp":1}"#, &claims());
 
     vec![
-        ("expired beyond the leeway", token_with(|c| {
-            c.exp = now - 120;
-            c.nbf = Some(now - 3600);
-            c.iat = Some(now - 3600);
-        }), "token_expired"),
-        ("nbf beyond the leeway", token_with(|c| {
-            c.nbf = Some(now + 300);
-            c.iat = Some(now);
-        }), "token_not_yet_valid"),
+        (
+            "expired beyond the leeway",
+            token_with(|c| {
+                c.exp = now - 120;
+                c.nbf = Some(now - 3600);
+                c.iat = Some(now - 3600);
+            }),
+            "token_expired",
+        ),
+        (
+            "nbf beyond the leeway",
+            token_with(|c| {
+                c.nbf = Some(now + 300);
+                c.iat = Some(now);
+            }),
+            "token_not_yet_valid",
+        ),
         ("wrong issuer", token_with(|c| c.iss = "someone-else".to_owned()), "invalid_token"),
         ("wrong audience", token_with(|c| c.aud = json!("another-service")), "invalid_token"),
         ("audience list without ours", token_with(|c| c.aud = json!(["a", "b"])), "invalid_token"),
@@ -146,14 +153,36 @@ fn bad_tokens() -> Vec<(&'static str, String, &'static str)> {
         ("alg none, a signature of another token", format!("{none_header}.{none_payload}.{s}"), "invalid_token"),
         ("RS256 with the test RSA key", sign(&Header::new(Algorithm::RS256), &claims(), &rsa), "invalid_token"),
         ("HS256 with another secret", hs256(&claims(), OTHER_SECRET), "invalid_token"),
-        ("unknown kid, another secret", sign(&kid_header, &claims(), &EncodingKey::from_secret(OTHER_SECRET)), "invalid_token"),
+        (
+            "unknown kid, another secret",
+            sign(&kid_header, &claims(), &EncodingKey::from_secret(OTHER_SECRET)),
+            "invalid_token",
+        ),
         ("tampered signature", tampered_signature, "invalid_token"),
         ("signature stripped", format!("{h}.{p}."), "invalid_token"),
         ("no exp claim", hs256(&without_exp, TEST_SECRET), "invalid_token"),
         ("empty sub", hs256(&empty_sub, TEST_SECRET), "invalid_token"),
-        ("no sub", edited(&|c| { c.as_object_mut().expect("object").remove("sub"); }), "invalid_token"),
-        ("no iss", edited(&|c| { c.as_object_mut().expect("object").remove("iss"); }), "invalid_token"),
-        ("no aud", edited(&|c| { c.as_object_mut().expect("object").remove("aud"); }), "invalid_token"),
+        (
+            "no sub",
+            edited(&|c| {
+                c.as_object_mut().expect("object").remove("sub");
+            }),
+            "invalid_token",
+        ),
+        (
+            "no iss",
+            edited(&|c| {
+                c.as_object_mut().expect("object").remove("iss");
+            }),
+            "invalid_token",
+        ),
+        (
+            "no aud",
+            edited(&|c| {
+                c.as_object_mut().expect("object").remove("aud");
+            }),
+            "invalid_token",
+        ),
         ("exp as a string", edited(&|c| c["exp"] = json!((now + 3600).to_string())), "invalid_token"),
         ("roles as a string", edited(&|c| c["roles"] = json!("provider:admin")), "invalid_token"),
         ("aud as a number", edited(&|c| c["aud"] = json!(42)), "invalid_token"),
@@ -200,7 +229,9 @@ async fn bad_tokens_write_nothing() {
         let resp = app.post("/v1/tenants").token(&token).json(&json!({ "name": "acme" })).send().await;
         assert_eq!(resp.status.as_u16(), 401, "{what}: {}", String::from_utf8_lossy(&resp.body));
         unauthorized(resp, code);
-        let resp = app.post("/v1/machine-classes").token(&token)
+        let resp = app
+            .post("/v1/machine-classes")
+            .token(&token)
             .json(&json!({ "name": "cpu", "cpu_cores": 8, "memory_gib": 32, "gpu_count": 0 }))
             .send()
             .await;
@@ -254,7 +285,12 @@ async fn alg_none_is_refused_even_with_valid_claims() {
         let header = b64(json!({ "alg": alg, "typ": "JWT" }).to_string().as_bytes());
         let payload = b64(claims().to_string().as_bytes());
         unauthorized(list_with(&app, &format!("{header}.{payload}.")).await, "invalid_token");
-        let resp = app.post("/v1/tenants").token(&format!("{header}.{payload}.")).json(&json!({ "name": "acme" })).send().await;
+        let resp = app
+            .post("/v1/tenants")
+            .token(&format!("{header}.{payload}."))
+            .json(&json!({ "name": "acme" }))
+            .send()
+            .await;
         unauthorized(resp, "invalid_token");
     }
     assert_eq!(app.count("tenants").await, 0);

@@ -30,7 +30,10 @@ async fn machine_enroll_returns_202_with_a_pending_operation() {
     assert_eq!(resp.header("location"), Some(format!("/v1/machines/{}", id(machine)).as_str()));
     assert_eq!(machine["state"], "enrolling");
     assert_eq!(machine["machine_class"], "gpu");
-    assert_eq!(machine["bmc"], json!({ "url": "https://bmc-node-1.example:443", "system_id": null, "username": "admin", "insecure_tls": false, "has_ca_cert": false }));
+    assert_eq!(
+        machine["bmc"],
+        json!({ "url": "https://bmc-node-1.example:443", "system_id": null, "username": "admin", "insecure_tls": false, "has_ca_cert": false })
+    );
     assert_eq!(operation["state"], "pending");
     assert_eq!(operation["kind"], "machine_enroll");
     assert_eq!(operation["target"], json!({ "type": "machine", "id": machine["id"] }));
@@ -50,7 +53,12 @@ async fn bmc_password_is_sealed_bound_to_its_row_and_never_shown() {
     // A ciphertext copied into another row does not open there.
     assert!(app.cipher.open(&sealed, binding(&id(&b))).is_err());
 
-    for path in [format!("/v1/machines/{}", id(&a)), "/v1/machines".to_owned(), "/v1/audit-events".to_owned(), "/v1/operations".to_owned()] {
+    for path in [
+        format!("/v1/machines/{}", id(&a)),
+        "/v1/machines".to_owned(),
+        "/v1/audit-events".to_owned(),
+        "/v1/operations".to_owned(),
+    ] {
         let body = app.get(&path).token(&admin()).send().await.expect(200);
         assert!(!String::from_utf8_lossy(&body.body).contains("s3cret-pw"), "{path} shows the password");
     }
@@ -62,7 +70,14 @@ async fn machine_patch_of_labels_is_synchronous_and_of_credentials_asynchronous(
     machine_class(&app, "gpu", 8).await;
     let m = machine(&app, "node-1", "gpu").await;
     let path = format!("/v1/machines/{}", id(&m));
-    let body = app.patch(&path).token(&admin()).json(&json!({ "labels": { "rack": null, "row": "7" } })).send().await.expect(200).json();
+    let body = app
+        .patch(&path)
+        .token(&admin())
+        .json(&json!({ "labels": { "rack": null, "row": "7" } }))
+        .send()
+        .await
+        .expect(200)
+        .json();
     assert_eq!(body["labels"], json!({ "row": "7" }));
     assert_eq!(app.count("operations").await, 1, "a labels change starts no operation");
 
@@ -85,7 +100,12 @@ async fn machine_patch_of_labels_is_synchronous_and_of_credentials_asynchronous(
     assert!(!text.contains("n3w-secret"), "audit shows the password: {text}");
     assert!(text.contains("\"password_changed\":true"));
 
-    app.patch(&path).token(&admin()).json(&json!({ "bmc": { "password": null } })).send().await.problem(422, "validation_failed");
+    app.patch(&path)
+        .token(&admin())
+        .json(&json!({ "bmc": { "password": null } }))
+        .send()
+        .await
+        .problem(422, "validation_failed");
     app.patch(&path).token(&admin()).json(&json!({ "name": "x" })).send().await.problem(422, "validation_failed");
 }
 
@@ -111,7 +131,12 @@ async fn machine_list_filters_by_state_class_and_tenant_and_hides_retired() {
     let retired = app.get("/v1/machines?state=retired").token(&admin()).send().await.expect(200).json();
     assert_eq!(names(retired), ["c"]);
     let t = crate::common::tenant(&app, "acme").await;
-    sqlx::query("update machines set tenant_id = $2::uuid where id = $1::uuid").bind(id(&a)).bind(id(&t)).execute(&app.db.pool).await.expect("hold");
+    sqlx::query("update machines set tenant_id = $2::uuid where id = $1::uuid")
+        .bind(id(&a))
+        .bind(id(&t))
+        .execute(&app.db.pool)
+        .await
+        .expect("hold");
     let held = app.get(format!("/v1/machines?tenant_id={}", id(&t))).token(&admin()).send().await.expect(200).json();
     assert_eq!(names(held), ["a"]);
     app.get("/v1/machines?state=bogus").token(&admin()).send().await.problem(400, "invalid_parameter");
@@ -124,11 +149,17 @@ async fn maintenance_enter_and_leave() {
     let m = machine(&app, "node-1", "gpu").await;
     let path = format!("/v1/machines/{}/maintenance", id(&m));
     app.delete(&path).token(&admin()).send().await.problem(409, "not_in_maintenance");
-    let body = app.post(&path).token(&admin()).json(&json!({ "reason": "replace DIMM B2" })).send().await.expect(202).json();
+    let body =
+        app.post(&path).token(&admin()).json(&json!({ "reason": "replace DIMM B2" })).send().await.expect(202).json();
     assert_eq!(body["machine"]["maintenance_reason"], "replace DIMM B2");
     assert_eq!(body["operation"]["kind"], "machine_maintenance_enter");
     let enter_op = id(&body["operation"]);
-    app.post(&path).token(&admin()).json(&json!({ "reason": "again" })).send().await.problem(409, "already_in_maintenance");
+    app.post(&path)
+        .token(&admin())
+        .json(&json!({ "reason": "again" }))
+        .send()
+        .await
+        .problem(409, "already_in_maintenance");
     app.post(&path).token(&admin()).json(&json!({ "reason": "  " })).send().await.expect(409);
 
     let body = app.delete(&path).token(&admin()).send().await.expect(202).json();
@@ -136,8 +167,10 @@ async fn maintenance_enter_and_leave() {
     assert_eq!(body["machine"]["maintenance_reason"], json!(null));
     let enter = app.get(format!("/v1/operations/{enter_op}")).token(&admin()).send().await.expect(200).json();
     assert_eq!(enter["state"], "superseded", "leaving replaces the pending enter");
-    let events = app.get(format!("/v1/audit-events?target_id={}", id(&m))).token(&admin()).send().await.expect(200).json();
-    let reasons: Vec<&serde_json::Value> = events["items"].as_array().expect("items").iter().map(|e| &e["details"]["reason"]).collect();
+    let events =
+        app.get(format!("/v1/audit-events?target_id={}", id(&m))).token(&admin()).send().await.expect(200).json();
+    let reasons: Vec<&serde_json::Value> =
+        events["items"].as_array().expect("items").iter().map(|e| &e["details"]["reason"]).collect();
     assert!(reasons.contains(&&json!("replace DIMM B2")), "{events}");
 }
 
@@ -173,7 +206,12 @@ async fn retire_only_from_retirable_states() {
     assert_eq!(body["operation"]["kind"], "machine_retire");
     app.delete(&path).token(&admin()).send().await.problem(409, "retire_pending");
     set_machine_state(&app, &id(&m), "retired").await;
-    app.patch(&path).token(&admin()).json(&json!({ "labels": { "a": "b" } })).send().await.problem(409, "machine_retired");
+    app.patch(&path)
+        .token(&admin())
+        .json(&json!({ "labels": { "a": "b" } }))
+        .send()
+        .await
+        .problem(409, "machine_retired");
     // The retired machine's name may be enrolled again (a rebuilt server).
     machine(&app, "node-1", "gpu").await;
 }
@@ -183,7 +221,12 @@ async fn machine_enroll_with_taken_name_returns_409_and_writes_nothing() {
     let app = TestApp::new().await;
     machine_class(&app, "gpu", 8).await;
     machine(&app, "node-1", "gpu").await;
-    app.post("/v1/machines").token(&admin()).json(&enroll_body("node-1", "gpu")).send().await.problem(409, "machine_name_taken");
+    app.post("/v1/machines")
+        .token(&admin())
+        .json(&enroll_body("node-1", "gpu"))
+        .send()
+        .await
+        .problem(409, "machine_name_taken");
     assert_eq!(app.count("machines").await, 1);
     assert_eq!(app.count("operations").await, 1);
 }

@@ -11,9 +11,17 @@ async fn machine_class_crud() {
     let class = machine_class(&app, "gpu-h100", 8).await;
     assert_eq!(class["gpu_count"], 8);
     assert_eq!(class["description"], "");
-    let resp = app.get("/v1/machine-classes/gpu-h100").token(&token(&["billing:reader"], None)).send().await.expect(200);
+    let resp =
+        app.get("/v1/machine-classes/gpu-h100").token(&token(&["billing:reader"], None)).send().await.expect(200);
     assert_eq!(resp.header("etag"), Some("\"1\""));
-    let patched = app.patch("/v1/machine-classes/gpu-h100").token(&admin()).json(&json!({ "description": "HGX" })).send().await.expect(200).json();
+    let patched = app
+        .patch("/v1/machine-classes/gpu-h100")
+        .token(&admin())
+        .json(&json!({ "description": "HGX" }))
+        .send()
+        .await
+        .expect(200)
+        .json();
     assert_eq!(patched["description"], "HGX");
     assert_eq!(patched["generation"], 2);
     app.delete("/v1/machine-classes/gpu-h100").token(&admin()).send().await.expect(204);
@@ -26,9 +34,19 @@ async fn machine_class_in_use_cannot_be_deleted_or_change_hardware() {
     machine_class(&app, "gpu", 8).await;
     let m = machine(&app, "node-1", "gpu").await;
     app.delete("/v1/machine-classes/gpu").token(&admin()).send().await.problem(409, "machine_class_in_use");
-    app.patch("/v1/machine-classes/gpu").token(&admin()).json(&json!({ "gpu_count": 4 })).send().await.problem(409, "machine_class_in_use");
+    app.patch("/v1/machine-classes/gpu")
+        .token(&admin())
+        .json(&json!({ "gpu_count": 4 }))
+        .send()
+        .await
+        .problem(409, "machine_class_in_use");
     // Descriptive fields may still change.
-    app.patch("/v1/machine-classes/gpu").token(&admin()).json(&json!({ "description": "rack 4" })).send().await.expect(200);
+    app.patch("/v1/machine-classes/gpu")
+        .token(&admin())
+        .json(&json!({ "description": "rack 4" }))
+        .send()
+        .await
+        .expect(200);
     // Even a retired machine keeps the class in use: its custody history names it.
     set_machine_state(&app, m["id"].as_str().expect("id"), "retired").await;
     app.delete("/v1/machine-classes/gpu").token(&admin()).send().await.problem(409, "machine_class_in_use");

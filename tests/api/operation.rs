@@ -32,7 +32,11 @@ async fn tenants_see_only_their_own_operations() {
     let ids: Vec<&str> = list["items"].as_array().expect("items").iter().filter_map(|o| o["id"].as_str()).collect();
     assert_eq!(ids, [op_a.as_str()]);
     app.get(format!("/v1/tenants/{}/operations/{op_a}", id(&a))).token(&member_a).send().await.expect(200);
-    app.get(format!("/v1/tenants/{}/operations/{op_b}", id(&a))).token(&member_a).send().await.problem(404, "not_found");
+    app.get(format!("/v1/tenants/{}/operations/{op_b}", id(&a)))
+        .token(&member_a)
+        .send()
+        .await
+        .problem(404, "not_found");
     app.get(format!("/v1/tenants/{}/operations", id(&b))).token(&member_a).send().await.problem(404, "not_found");
     app.get(format!("/v1/operations/{op_b}")).token(&member_a).send().await.problem(404, "not_found");
     let list = app.get("/v1/operations").token(&member_a).send().await.expect(200).json();
@@ -40,7 +44,8 @@ async fn tenants_see_only_their_own_operations() {
 
     let all = app.get("/v1/operations").token(&admin()).send().await.expect(200).json();
     assert_eq!(all["items"].as_array().expect("items").len(), 2);
-    let only_b = app.get(format!("/v1/operations?tenant_id={}", id(&b))).token(&admin()).send().await.expect(200).json();
+    let only_b =
+        app.get(format!("/v1/operations?tenant_id={}", id(&b))).token(&admin()).send().await.expect(200).json();
     assert_eq!(only_b["items"][0]["id"], op_b.as_str());
 }
 

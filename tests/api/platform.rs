@@ -50,8 +50,14 @@ async fn metrics_count_requests_by_route_template_and_report_gauges() {
     app.get(format!("/v1/tenants/{}", crate::common::id(&tenant))).token(&admin()).send().await.expect(200);
     let resp = app.get("/metrics").send().await.expect(200);
     let text = String::from_utf8(resp.body.to_vec()).expect("utf8");
-    assert!(text.contains(r#"paddock_http_requests_total{method="GET",route="/v1/tenants/{tenant_id}",status="200"} 1"#), "{text}");
-    assert!(text.contains(r#"paddock_http_requests_total{method="POST",route="/v1/tenants",status="201"} 1"#), "{text}");
+    assert!(
+        text.contains(r#"paddock_http_requests_total{method="GET",route="/v1/tenants/{tenant_id}",status="200"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"paddock_http_requests_total{method="POST",route="/v1/tenants",status="201"} 1"#),
+        "{text}"
+    );
     assert!(!text.contains(&crate::common::id(&tenant)), "raw ids must not become labels");
     assert!(text.contains("paddock_http_request_duration_seconds_bucket"));
     assert!(text.contains(r#"paddock_machines{state="available"} 0"#), "{text}");
@@ -75,7 +81,8 @@ async fn cors_allows_the_portal_origin_and_exposes_the_contract_headers() {
     for h in ["authorization", "if-match", "idempotency-key"] {
         assert!(allowed.contains(h), "{h} not allowed: {allowed}");
     }
-    let resp = app.get("/v1/tenants").token(&admin()).header("origin", "https://portal.example").send().await.expect(200);
+    let resp =
+        app.get("/v1/tenants").token(&admin()).header("origin", "https://portal.example").send().await.expect(200);
     let exposed = resp.header("access-control-expose-headers").unwrap_or_default().to_ascii_lowercase();
     for h in ["etag", "link", "location", "retry-after", "x-request-id"] {
         assert!(exposed.contains(h), "{h} not exposed: {exposed}");

@@ -38,7 +38,12 @@ async fn tenant_create_returns_201_with_location_etag_and_defaults() {
 async fn tenant_create_with_taken_name_returns_409() {
     let app = TestApp::new().await;
     tenant(&app, "acme").await;
-    app.post("/v1/tenants").token(&admin()).json(&json!({ "name": "acme" })).send().await.problem(409, "tenant_name_taken");
+    app.post("/v1/tenants")
+        .token(&admin())
+        .json(&json!({ "name": "acme" }))
+        .send()
+        .await
+        .problem(409, "tenant_name_taken");
     assert_eq!(app.count("tenants").await, 1);
 }
 
@@ -62,7 +67,10 @@ async fn tenant_patch_merges_and_bumps_the_etag_only_on_change() {
         .patch(&path)
         .token(&admin())
         .header("content-type", "application/merge-patch+json")
-        .raw(json!({ "display_name": "ACME", "labels": { "a": "1", "b": "2" }, "quotas": { "max_gpus": 16 } }).to_string())
+        .raw(
+            json!({ "display_name": "ACME", "labels": { "a": "1", "b": "2" }, "quotas": { "max_gpus": 16 } })
+                .to_string(),
+        )
         .send()
         .await
         .expect(200);
@@ -85,7 +93,8 @@ async fn tenant_patch_merges_and_bumps_the_etag_only_on_change() {
     assert_eq!(body["generation"], 3);
 
     // a patch that changes nothing keeps the etag
-    let body = app.patch(&path).token(&admin()).json(&json!({ "labels": { "b": "2" } })).send().await.expect(200).json();
+    let body =
+        app.patch(&path).token(&admin()).json(&json!({ "labels": { "b": "2" } })).send().await.expect(200).json();
     assert_eq!(body["generation"], 3);
 }
 
@@ -94,7 +103,13 @@ async fn tenant_patch_with_stale_if_match_returns_412_and_changes_nothing() {
     let app = TestApp::new().await;
     let t = tenant(&app, "acme").await;
     let path = format!("/v1/tenants/{}", id(&t));
-    app.patch(&path).token(&admin()).header("if-match", "\"1\"").json(&json!({ "display_name": "one" })).send().await.expect(200);
+    app.patch(&path)
+        .token(&admin())
+        .header("if-match", "\"1\"")
+        .json(&json!({ "display_name": "one" }))
+        .send()
+        .await
+        .expect(200);
     let problem = app
         .patch(&path)
         .token(&admin())
@@ -106,7 +121,13 @@ async fn tenant_patch_with_stale_if_match_returns_412_and_changes_nothing() {
     assert!(problem["detail"].as_str().expect("detail").contains("\"2\""));
     let now = app.get(&path).token(&admin()).send().await.expect(200).json();
     assert_eq!(now["display_name"], "one");
-    app.patch(&path).token(&admin()).header("if-match", "\"2\"").json(&json!({ "display_name": "two" })).send().await.expect(200);
+    app.patch(&path)
+        .token(&admin())
+        .header("if-match", "\"2\"")
+        .json(&json!({ "display_name": "two" }))
+        .send()
+        .await
+        .expect(200);
     app.delete(&path).token(&admin()).header("if-match", "\"2\"").send().await.problem(412, "precondition_failed");
 }
 

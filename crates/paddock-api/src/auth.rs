@@ -5,15 +5,15 @@
 use axum::extract::{FromRequestParts, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
-use http::request::Parts;
 use http::header;
+use http::request::Parts;
 use paddock_domain::Actor;
 use paddock_service::Ctx;
 use paddock_types::TenantId;
 
+use crate::context;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::context;
 
 /// What authentication concluded about a request.
 #[derive(Clone, Debug)]
@@ -79,10 +79,19 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         match parts.extensions.get::<Authn>() {
-            Some(Authn::Caller(actor)) => Ok(Caller(Ctx { actor: actor.clone(), request_id: context::current().request_id })),
-            Some(Authn::Refused { server_side: true, .. }) => Err(ApiError::Domain(paddock_domain::Error::Unavailable(None))),
-            Some(Authn::Refused { code, message, .. }) => Err(ApiError::Unauthenticated { code, message: message.clone() }),
-            None => Err(ApiError::Unauthenticated { code: "missing_token", message: "authentication is required".to_owned() }),
+            Some(Authn::Caller(actor)) => {
+                Ok(Caller(Ctx { actor: actor.clone(), request_id: context::current().request_id }))
+            }
+            Some(Authn::Refused { server_side: true, .. }) => {
+                Err(ApiError::Domain(paddock_domain::Error::Unavailable(None)))
+            }
+            Some(Authn::Refused { code, message, .. }) => {
+                Err(ApiError::Unauthenticated { code, message: message.clone() })
+            }
+            None => Err(ApiError::Unauthenticated {
+                code: "missing_token",
+                message: "authentication is required".to_owned(),
+            }),
         }
     }
 }

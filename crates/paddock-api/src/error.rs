@@ -77,7 +77,9 @@ fn kind(e: &ApiError) -> Kind {
         ApiError::Unauthenticated { .. } => k(StatusCode::UNAUTHORIZED, "unauthenticated", "Unauthenticated"),
         ApiError::RouteNotFound(_) => k(StatusCode::NOT_FOUND, "not-found", "Not found"),
         ApiError::MethodNotAllowed => k(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", "Method not allowed"),
-        ApiError::IdempotencyMismatch => k(StatusCode::UNPROCESSABLE_ENTITY, "idempotency-key-reused", "Idempotency key reused"),
+        ApiError::IdempotencyMismatch => {
+            k(StatusCode::UNPROCESSABLE_ENTITY, "idempotency-key-reused", "Idempotency key reused")
+        }
         ApiError::IdempotencyInFlight => k(StatusCode::CONFLICT, "conflict", "Conflict"),
     }
 }
@@ -105,7 +107,9 @@ impl IntoResponse for ApiError {
                 tracing::error!(error = source.as_ref() as &dyn std::error::Error, request.id = %info.request_id, "request failed: {}", error_chain(source.as_ref()));
             }
             match &self {
-                ApiError::Domain(Error::Unavailable(_)) => "the service is temporarily unavailable; retry later".to_owned(),
+                ApiError::Domain(Error::Unavailable(_)) => {
+                    "the service is temporarily unavailable; retry later".to_owned()
+                }
                 _ => format!("an internal error occurred; quote request id {} when reporting it", info.request_id),
             }
         } else {

@@ -34,7 +34,9 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
             .map(|v| v.split(';').next().unwrap_or_default().trim().to_ascii_lowercase());
         let refusal = match media_type.as_deref() {
             Some("application/json" | "application/merge-patch+json") => None,
-            Some(other) => Some(format!("the body must be application/json or application/merge-patch+json, not {other}")),
+            Some(other) => {
+                Some(format!("the body must be application/json or application/merge-patch+json, not {other}"))
+            }
             None => Some("the body must be application/json; the Content-Type header is missing".to_owned()),
         };
         if let Some(message) = refusal {

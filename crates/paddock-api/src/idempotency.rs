@@ -31,7 +31,9 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
     if req.method() != Method::POST {
         return next.run(req).await;
     }
-    let Some(key) = key.to_str().ok().filter(|k| !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic())) else {
+    let Some(key) =
+        key.to_str().ok().filter(|k| !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()))
+    else {
         return ApiError::Domain(paddock_domain::Error::BadRequest {
             code: "invalid_idempotency_key",
             message: "Idempotency-Key must be 1 to 255 visible ASCII characters".to_owned(),
@@ -96,10 +98,8 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
 }
 
 fn replay(stored: StoredResponse) -> Response {
-    let status = u16::try_from(stored.response_status)
-        .ok()
-        .and_then(|s| StatusCode::from_u16(s).ok())
-        .unwrap_or(StatusCode::OK);
+    let status =
+        u16::try_from(stored.response_status).ok().and_then(|s| StatusCode::from_u16(s).ok()).unwrap_or(StatusCode::OK);
     let mut response = (status, stored.response_body).into_response();
     if let Some(headers) = stored.response_headers.as_object() {
         for (name, value) in headers {

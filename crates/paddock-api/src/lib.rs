@@ -75,7 +75,11 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(cluster::node_pool_view, cluster::node_pool_update, cluster::node_pool_delete))
         .routes(routes!(cluster::node_pool_machine_list))
         .routes(routes!(machine_class::machine_class_create, machine_class::machine_class_list))
-        .routes(routes!(machine_class::machine_class_view, machine_class::machine_class_update, machine_class::machine_class_delete))
+        .routes(routes!(
+            machine_class::machine_class_view,
+            machine_class::machine_class_update,
+            machine_class::machine_class_delete
+        ))
         .routes(routes!(machine::machine_enroll, machine::machine_list))
         .routes(routes!(machine::machine_view, machine::machine_update, machine::machine_retire))
         .routes(routes!(machine::machine_maintenance_enter, machine::machine_maintenance_leave))
@@ -147,7 +151,13 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
         CorsLayer::new()
             .allow_origin(AllowOrigin::list(origins))
             .allow_methods([Method::GET, Method::POST, Method::PATCH, Method::DELETE])
-            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, header::IF_MATCH, idempotency_key, request_id.clone()])
+            .allow_headers([
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                header::IF_MATCH,
+                idempotency_key,
+                request_id.clone(),
+            ])
             .expose_headers([header::ETAG, header::LINK, header::LOCATION, header::RETRY_AFTER, request_id])
             .max_age(Duration::from_secs(600)),
     )

@@ -59,7 +59,10 @@ impl Metrics {
         out.push_str("# TYPE paddock_http_requests_total counter\n");
         if let Ok(requests) = self.requests.lock() {
             for ((method, route, status), n) in requests.iter() {
-                let _ = writeln!(out, "paddock_http_requests_total{{method=\"{method}\",route=\"{route}\",status=\"{status}\"}} {n}");
+                let _ = writeln!(
+                    out,
+                    "paddock_http_requests_total{{method=\"{method}\",route=\"{route}\",status=\"{status}\"}} {n}"
+                );
             }
         }
         out.push_str("# HELP paddock_http_request_duration_seconds HTTP request latency.\n");
@@ -68,9 +71,13 @@ impl Metrics {
             for ((method, route), h) in latency.iter() {
                 let labels = format!("method=\"{method}\",route=\"{route}\"");
                 for (bound, count) in BUCKETS.iter().zip(h.counts) {
-                    let _ = writeln!(out, "paddock_http_request_duration_seconds_bucket{{{labels},le=\"{bound}\"}} {count}");
+                    let _ = writeln!(
+                        out,
+                        "paddock_http_request_duration_seconds_bucket{{{labels},le=\"{bound}\"}} {count}"
+                    );
                 }
-                let _ = writeln!(out, "paddock_http_request_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
+                let _ =
+                    writeln!(out, "paddock_http_request_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
                 let _ = writeln!(out, "paddock_http_request_duration_seconds_sum{{{labels}}} {}", h.sum);
                 let _ = writeln!(out, "paddock_http_request_duration_seconds_count{{{labels}}} {}", h.count);
             }
@@ -81,10 +88,7 @@ impl Metrics {
 /// Middleware: counts and times every request under its route template (never its raw path,
 /// which could carry ids or agent tokens).
 pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let route = req.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
     let method = req.method().as_str().to_owned();
     let started = Instant::now();
     let response = next.run(req).await;

@@ -40,14 +40,10 @@ pub(crate) struct Expectations<'a> {
 
 impl Claims {
     /// Validates a (signature-verified) payload and builds the claims.
-    pub(crate) fn from_payload(
-        mut payload: Map<String, Value>,
-        expect: &Expectations<'_>,
-    ) -> Result<Self, AuthError> {
+    pub(crate) fn from_payload(mut payload: Map<String, Value>, expect: &Expectations<'_>) -> Result<Self, AuthError> {
         // Time first: an expired token is reported as expired whatever else is wrong with it,
         // which tells a client the one useful thing (get a new token).
-        let exp = numeric_date(take(&mut payload, "exp"), "exp")?
-            .ok_or(AuthError::MissingClaim("exp"))?;
+        let exp = numeric_date(take(&mut payload, "exp"), "exp")?.ok_or(AuthError::MissingClaim("exp"))?;
         if expect.now >= exp.saturating_add(expect.leeway) {
             return Err(AuthError::Expired);
         }
@@ -89,16 +85,7 @@ impl Claims {
             Some(_) => return Err(AuthError::InvalidClaim("tenant_id")),
         };
 
-        Ok(Self {
-            sub,
-            roles,
-            tenant_id,
-            exp,
-            nbf,
-            iat,
-            iss,
-            aud,
-        })
+        Ok(Self { sub, roles, tenant_id, exp, nbf, iat, iss, aud })
     }
 }
 
@@ -128,9 +115,7 @@ fn numeric_date(value: Option<Value>, name: &'static str) -> Result<Option<i64>,
     }
     match number.as_f64() {
         // Truncate fractions toward the past; the range check keeps the cast exact enough.
-        Some(seconds) if seconds.is_finite() && seconds.abs() < 1e15 => {
-            Ok(Some(seconds.floor() as i64))
-        }
+        Some(seconds) if seconds.is_finite() && seconds.abs() < 1e15 => Ok(Some(seconds.floor() as i64)),
         _ => Err(AuthError::InvalidClaim(name)),
     }
 }

@@ -47,12 +47,8 @@ pub(crate) enum KeyError {
 
 /// Reads one TLV at the start of `input`: returns (tag, contents, rest).
 fn read_tlv(input: &[u8]) -> Result<(u8, &[u8], &[u8]), KeyError> {
-    let (&tag, rest) = input
-        .split_first()
-        .ok_or(KeyError::Malformed("truncated DER"))?;
-    let (&first, mut rest) = rest
-        .split_first()
-        .ok_or(KeyError::Malformed("truncated DER"))?;
+    let (&tag, rest) = input.split_first().ok_or(KeyError::Malformed("truncated DER"))?;
+    let (&first, mut rest) = rest.split_first().ok_or(KeyError::Malformed("truncated DER"))?;
     let len = if first < 0x80 {
         usize::from(first)
     } else {
@@ -63,9 +59,7 @@ fn read_tlv(input: &[u8]) -> Result<(u8, &[u8], &[u8]), KeyError> {
         }
         let (len_bytes, after) = rest.split_at(count);
         rest = after;
-        len_bytes
-            .iter()
-            .fold(0usize, |acc, &b| (acc << 8) | usize::from(b))
+        len_bytes.iter().fold(0usize, |acc, &b| (acc << 8) | usize::from(b))
     };
     if rest.len() < len {
         return Err(KeyError::Malformed("truncated DER"));
@@ -75,11 +69,7 @@ fn read_tlv(input: &[u8]) -> Result<(u8, &[u8], &[u8]), KeyError> {
 }
 
 /// Reads one TLV that must have `tag`.
-fn expect<'a>(
-    input: &'a [u8],
-    tag: u8,
-    what: &'static str,
-) -> Result<(&'a [u8], &'a [u8]), KeyError> {
+fn expect<'a>(input: &'a [u8], tag: u8, what: &'static str) -> Result<(&'a [u8], &'a [u8]), KeyError> {
     let (found, contents, rest) = read_tlv(input)?;
     if found != tag {
         return Err(KeyError::Malformed(what));
@@ -124,11 +114,7 @@ pub(crate) fn parse_spki(der: &[u8]) -> Result<PublicKey, KeyError> {
     // The first byte of a BIT STRING counts unused bits; keys are whole bytes.
     let key = match bits.split_first() {
         Some((0, key)) => key,
-        _ => {
-            return Err(KeyError::Malformed(
-                "public key bit string is not byte-aligned",
-            ))
-        }
+        _ => return Err(KeyError::Malformed("public key bit string is not byte-aligned")),
     };
     let (oid, params) = expect(alg_id, TAG_OID, "missing algorithm identifier")?;
     if oid == OID_RSA {
@@ -149,9 +135,7 @@ pub(crate) fn parse_spki(der: &[u8]) -> Result<PublicKey, KeyError> {
             )));
         }
         if key.len() != 65 || key.first() != Some(&0x04) {
-            return Err(KeyError::Unsupported(
-                "EC P-256 key is not an uncompressed point".to_owned(),
-            ));
+            return Err(KeyError::Unsupported("EC P-256 key is not an uncompressed point".to_owned()));
         }
         Ok(PublicKey::EcP256(key.to_vec()))
     } else if oid == OID_ED25519 {
@@ -160,10 +144,7 @@ pub(crate) fn parse_spki(der: &[u8]) -> Result<PublicKey, KeyError> {
         }
         Ok(PublicKey::Ed25519(key.to_vec()))
     } else {
-        Err(KeyError::Unsupported(format!(
-            "key algorithm {}",
-            algorithm_name(oid)
-        )))
+        Err(KeyError::Unsupported(format!("key algorithm {}", algorithm_name(oid))))
     }
 }
 
@@ -197,9 +178,7 @@ fn rsa_bits(n: &[u8]) -> usize {
         return 0;
     };
     let significant = &n[start..];
-    let lead = significant
-        .first()
-        .map_or(0, |b| b.leading_zeros() as usize);
+    let lead = significant.first().map_or(0, |b| b.leading_zeros() as usize);
     significant.len() * 8 - lead
 }
 
@@ -246,17 +225,8 @@ mod tests {
     #[test]
     fn truncated_and_garbage_der_is_malformed() {
         assert!(matches!(parse_spki(&[]), Err(KeyError::Malformed(_))));
-        assert!(matches!(
-            parse_spki(&[0x30, 0x82, 0xff]),
-            Err(KeyError::Malformed(_))
-        ));
-        assert!(matches!(
-            parse_spki(&[0x30, 0x80, 0x00, 0x00]),
-            Err(KeyError::Malformed(_))
-        ));
-        assert!(matches!(
-            parse_spki(b"garbage"),
-            Err(KeyError::Malformed(_))
-        ));
+        assert!(matches!(parse_spki(&[0x30, 0x82, 0xff]), Err(KeyError::Malformed(_))));
+        assert!(matches!(parse_spki(&[0x30, 0x80, 0x00, 0x00]), Err(KeyError::Malformed(_))));
+        assert!(matches!(parse_spki(b"garbage"), Err(KeyError::Malformed(_))));
     }
 }

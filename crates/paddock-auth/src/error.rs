@@ -80,10 +80,7 @@ impl AuthError {
     /// Returns whether the failure is on the server's side (keys unavailable, signing failed)
     /// rather than the token's: the API answers 503 (or 500) instead of 401 for these.
     pub fn is_server_side(&self) -> bool {
-        matches!(
-            self,
-            Self::KeysUnavailable | Self::SigningSecretTooShort | Self::Signing { .. }
-        )
+        matches!(self, Self::KeysUnavailable | Self::SigningSecretTooShort | Self::Signing { .. })
     }
 }
 
@@ -92,17 +89,13 @@ impl AuthError {
 #[non_exhaustive]
 pub enum AuthConfigError {
     /// No key source at all.
-    #[error(
-        "no JWT key configured: set PADDOCK_JWT_HS256_SECRET, PADDOCK_JWT_PUBLIC_KEYS or PADDOCK_JWT_JWKS_URL"
-    )]
+    #[error("no JWT key configured: set PADDOCK_JWT_HS256_SECRET, PADDOCK_JWT_PUBLIC_KEYS or PADDOCK_JWT_JWKS_URL")]
     NoKeyConfigured,
     /// The HS256 secret is empty.
     #[error("PADDOCK_JWT_HS256_SECRET is empty")]
     Hs256SecretEmpty,
     /// The HS256 secret is shorter than [`crate::MIN_HS256_SECRET_LEN`] bytes.
-    #[error(
-        "PADDOCK_JWT_HS256_SECRET is too short: {len} bytes, at least 32 random bytes are required"
-    )]
+    #[error("PADDOCK_JWT_HS256_SECRET is too short: {len} bytes, at least 32 random bytes are required")]
     Hs256SecretTooShort {
         /// The length that was configured.
         len: usize,

@@ -78,15 +78,9 @@ pub(crate) struct Jwks {
 
 impl Jwks {
     /// Checks the URL and builds the HTTP client; does not fetch.
-    pub(crate) fn new(
-        url: Url,
-        refresh_every: Duration,
-        min_interval: Duration,
-    ) -> Result<Self, AuthConfigError> {
+    pub(crate) fn new(url: Url, refresh_every: Duration, min_interval: Duration) -> Result<Self, AuthConfigError> {
         if !matches!(url.scheme(), "http" | "https") {
-            return Err(AuthConfigError::JwksUrlScheme {
-                scheme: url.scheme().to_owned(),
-            });
+            return Err(AuthConfigError::JwksUrlScheme { scheme: url.scheme().to_owned() });
         }
         let client = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
@@ -136,10 +130,7 @@ impl Jwks {
             // Another caller fetched while we waited for the lock: share its result.
             return current;
         }
-        if current
-            .last_attempt
-            .is_some_and(|at| at.elapsed() < self.min_interval)
-        {
+        if current.last_attempt.is_some_and(|at| at.elapsed() < self.min_interval) {
             // Rate limit: a flood of tokens with unknown kids must not become a flood of fetches.
             return current;
         }
@@ -179,10 +170,7 @@ impl Jwks {
     /// Starts a background refresh when the keys are older than the refresh period (or were never
     /// loaded), so periodic refreshes never delay a request. At most one runs at a time.
     pub(crate) fn refresh_if_stale(self: &Arc<Self>) {
-        let stale = self
-            .snapshot()
-            .loaded_at
-            .is_none_or(|at| at.elapsed() >= self.refresh_every);
+        let stale = self.snapshot().loaded_at.is_none_or(|at| at.elapsed() >= self.refresh_every);
         if !stale {
             return;
         }
@@ -216,10 +204,7 @@ impl Jwks {
         if !response.status().is_success() {
             return Err(FetchError::Status(response.status().as_u16()));
         }
-        if response
-            .content_length()
-            .is_some_and(|len| len > MAX_JWKS_BYTES as u64)
-        {
+        if response.content_length().is_some_and(|len| len > MAX_JWKS_BYTES as u64) {
             return Err(FetchError::TooLarge);
         }
         let mut body = Vec::new();
@@ -270,11 +255,7 @@ pub(crate) fn parse_jwks(body: &[u8]) -> Result<Vec<VerifyKey>, serde_json::Erro
             Ok(key) => keys.push(key),
             Err(reason) => {
                 let kid = jwk.get("kid").and_then(Value::as_str).unwrap_or("");
-                tracing::debug!(
-                    jwks.index = index,
-                    jwks.kid = kid,
-                    "skipping JWKS key: {reason}"
-                );
+                tracing::debug!(jwks.index = index, jwks.kid = kid, "skipping JWKS key: {reason}");
             }
         }
     }
@@ -292,9 +273,7 @@ fn jwk_to_key(jwk: &Value) -> Result<VerifyKey, String> {
     };
     let bytes = |name: &str| -> Result<Vec<u8>, String> {
         let value = text(name)?.ok_or_else(|| format!("`{name}` is missing"))?;
-        B64URL
-            .decode(value)
-            .map_err(|_| format!("`{name}` is not base64url"))
+        B64URL.decode(value).map_err(|_| format!("`{name}` is not base64url"))
     };
     if !jwk.is_object() {
         return Err("not a JSON object".to_owned());
@@ -306,9 +285,7 @@ fn jwk_to_key(jwk: &Value) -> Result<VerifyKey, String> {
         }
     }
     if let Some(ops) = jwk.get("key_ops") {
-        let verifies = ops
-            .as_array()
-            .is_some_and(|ops| ops.iter().any(|op| op == "verify"));
+        let verifies = ops.as_array().is_some_and(|ops| ops.iter().any(|op| op == "verify"));
         if !verifies {
             return Err("`key_ops` does not include `verify`".to_owned());
         }

@@ -55,11 +55,7 @@ pub(crate) struct VerifyKey {
 impl VerifyKey {
     /// Wraps the HS256 secret.
     pub(crate) fn hs256(secret: &[u8]) -> Self {
-        Self {
-            alg: KeyAlg::Hs256,
-            kid: None,
-            key: DecodingKey::from_secret(secret),
-        }
+        Self { alg: KeyAlg::Hs256, kid: None, key: DecodingKey::from_secret(secret) }
     }
 
     /// Wraps a classified public key; its type decides its algorithm.
@@ -74,11 +70,7 @@ impl VerifyKey {
 
     /// Wraps RSA components from a JWK (already size-checked).
     pub(crate) fn rsa_components(n: &[u8], e: &[u8], kid: Option<String>) -> Self {
-        Self {
-            alg: KeyAlg::Rs256,
-            kid,
-            key: DecodingKey::from_rsa_raw_components(n, e),
-        }
+        Self { alg: KeyAlg::Rs256, kid, key: DecodingKey::from_rsa_raw_components(n, e) }
     }
 
     /// Checks `signature` (base64url) over `message` with this key's own algorithm.
@@ -98,9 +90,6 @@ impl VerifyKey {
 
 impl std::fmt::Debug for VerifyKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("VerifyKey")
-            .field("alg", &self.alg)
-            .field("kid", &self.kid)
-            .finish_non_exhaustive()
+        f.debug_struct("VerifyKey").field("alg", &self.alg).field("kid", &self.kid).finish_non_exhaustive()
     }
 }

@@ -17,10 +17,6 @@ pub fn mint_hs256(secret: &Secret, claims: &Claims) -> Result<String, AuthError>
     if secret.len() < MIN_HS256_SECRET_LEN {
         return Err(AuthError::SigningSecretTooShort);
     }
-    jsonwebtoken::encode(
-        &Header::new(Algorithm::HS256),
-        claims,
-        &EncodingKey::from_secret(secret.expose()),
-    )
-    .map_err(|source| AuthError::Signing { source })
+    jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, &EncodingKey::from_secret(secret.expose()))
+        .map_err(|source| AuthError::Signing { source })
 }

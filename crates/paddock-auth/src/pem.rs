@@ -19,10 +19,7 @@ struct Block {
 /// name). PEM keys have no `kid`.
 pub(crate) fn load_public_keys(path: &Path) -> Result<Vec<VerifyKey>, AuthConfigError> {
     // Start-up only: blocking file I/O on a handful of small files is fine here.
-    let read_err = |source| AuthConfigError::PublicKeysRead {
-        path: path.to_owned(),
-        source,
-    };
+    let read_err = |source| AuthConfigError::PublicKeysRead { path: path.to_owned(), source };
     let meta = std::fs::metadata(path).map_err(read_err)?;
     if !meta.is_dir() {
         return load_file(path);
@@ -49,14 +46,9 @@ pub(crate) fn load_public_keys(path: &Path) -> Result<Vec<VerifyKey>, AuthConfig
 }
 
 fn load_file(path: &Path) -> Result<Vec<VerifyKey>, AuthConfigError> {
-    let malformed = |reason: String| AuthConfigError::PublicKeysMalformed {
-        path: path.to_owned(),
-        reason,
-    };
-    let bytes = std::fs::read(path).map_err(|source| AuthConfigError::PublicKeysRead {
-        path: path.to_owned(),
-        source,
-    })?;
+    let malformed = |reason: String| AuthConfigError::PublicKeysMalformed { path: path.to_owned(), reason };
+    let bytes =
+        std::fs::read(path).map_err(|source| AuthConfigError::PublicKeysRead { path: path.to_owned(), source })?;
     let text = String::from_utf8(bytes).map_err(|_| malformed("not a PEM text file".to_owned()))?;
     let blocks = parse_blocks(&text).map_err(malformed)?;
     if blocks.is_empty() {
@@ -65,33 +57,23 @@ fn load_file(path: &Path) -> Result<Vec<VerifyKey>, AuthConfigError> {
     let mut keys = Vec::with_capacity(blocks.len());
     for (i, block) in blocks.into_iter().enumerate() {
         let index = i + 1;
-        let unsupported = |kind: String| AuthConfigError::PublicKeyUnsupported {
-            path: path.to_owned(),
-            index,
-            kind,
-        };
+        let unsupported = |kind: String| AuthConfigError::PublicKeyUnsupported { path: path.to_owned(), index, kind };
         let parsed = match block.label.as_str() {
             "PUBLIC KEY" => der::parse_spki(&block.der),
             "RSA PUBLIC KEY" => der::parse_rsa_pkcs1(&block.der),
             "CERTIFICATE" => {
                 return Err(unsupported(
-                    "an X.509 certificate; extract its key with `openssl x509 -pubkey -noout`"
-                        .to_owned(),
+                    "an X.509 certificate; extract its key with `openssl x509 -pubkey -noout`".to_owned(),
                 ))
             }
             label if label.contains("PRIVATE KEY") => {
-                return Err(AuthConfigError::PrivateKeyConfigured {
-                    path: path.to_owned(),
-                    index,
-                })
+                return Err(AuthConfigError::PrivateKeyConfigured { path: path.to_owned(), index })
             }
             label => return Err(unsupported(format!("a `{label}` PEM block"))),
         };
         match parsed {
             Ok(key) => keys.push(VerifyKey::public(key, None)),
-            Err(KeyError::Malformed(reason)) => {
-                return Err(malformed(format!("key #{index}: {reason}")))
-            }
+            Err(KeyError::Malformed(reason)) => return Err(malformed(format!("key #{index}: {reason}"))),
             Err(KeyError::Unsupported(kind)) => return Err(unsupported(kind)),
         }
     }

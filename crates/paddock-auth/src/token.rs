@@ -57,36 +57,23 @@ impl<'a> ParsedToken<'a> {
             return Err(AuthError::Malformed("the token is too long"));
         }
         let (signing_input, signature) = token.rsplit_once('.').ok_or(THREE_SEGMENTS)?;
-        let (header_b64, payload_b64) = signing_input
-            .split_once('.')
-            .filter(|(_, payload)| !payload.contains('.'))
-            .ok_or(THREE_SEGMENTS)?;
+        let (header_b64, payload_b64) =
+            signing_input.split_once('.').filter(|(_, payload)| !payload.contains('.')).ok_or(THREE_SEGMENTS)?;
 
-        let header = URL_SAFE_NO_PAD
-            .decode(header_b64)
-            .map_err(|_| AuthError::Malformed("the header is not base64url"))?;
-        let header = RawHeader::from_json(&header).ok_or(AuthError::Malformed(
-            "the header is not a JSON object with an `alg`",
-        ))?;
+        let header =
+            URL_SAFE_NO_PAD.decode(header_b64).map_err(|_| AuthError::Malformed("the header is not base64url"))?;
+        let header = RawHeader::from_json(&header)
+            .ok_or(AuthError::Malformed("the header is not a JSON object with an `alg`"))?;
         // RFC 7515 §4.1.11: extensions listed in `crit` must be understood; we understand none.
         if header.crit.is_some() {
-            return Err(AuthError::Malformed(
-                "critical header extensions are not supported",
-            ));
+            return Err(AuthError::Malformed("critical header extensions are not supported"));
         }
-        let payload = URL_SAFE_NO_PAD
-            .decode(payload_b64)
-            .map_err(|_| AuthError::Malformed("the payload is not base64url"))?;
+        let payload =
+            URL_SAFE_NO_PAD.decode(payload_b64).map_err(|_| AuthError::Malformed("the payload is not base64url"))?;
         if URL_SAFE_NO_PAD.decode(signature).is_err() {
             return Err(AuthError::Malformed("the signature is not base64url"));
         }
-        Ok(Self {
-            alg: header.alg,
-            kid: header.kid,
-            signing_input,
-            signature,
-            payload,
-        })
+        Ok(Self { alg: header.alg, kid: header.kid, signing_input, signature, payload })
     }
 }
 
@@ -120,22 +107,13 @@ mod tests {
             format!("{h}.e30.c2ln.a.b"),
             "a".repeat(MAX_TOKEN_LEN + 1),
         ] {
-            assert!(
-                matches!(ParsedToken::parse(&token), Err(AuthError::Malformed(_))),
-                "{token:.40}"
-            );
+            assert!(matches!(ParsedToken::parse(&token), Err(AuthError::Malformed(_))), "{token:.40}");
         }
     }
 
     #[test]
     fn crit_header_is_refused() {
-        let token = format!(
-            "{}.e30.c2ln",
-            b64(r#"{"alg":"HS256","crit":["b64"],"b64":false}"#)
-        );
-        assert!(matches!(
-            ParsedToken::parse(&token),
-            Err(AuthError::Malformed(_))
-        ));
+        let token = format!("{}.e30.c2ln", b64(r#"{"alg":"HS256","crit":["b64"],"b64":false}"#));
+        assert!(matches!(ParsedToken::parse(&token), Err(AuthError::Malformed(_))));
     }
 }

@@ -149,18 +149,12 @@ impl Verifier {
         let alg = KeyAlg::from_header(&parsed.alg).ok_or(AuthError::UnsupportedAlgorithm)?;
         self.check_signature(&parsed, alg).await?;
         // Only now is the payload trusted enough to look at.
-        let payload: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_slice(&parsed.payload)
-                .map_err(|_| AuthError::Malformed("the payload is not a JSON object"))?;
+        let payload: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&parsed.payload)
+            .map_err(|_| AuthError::Malformed("the payload is not a JSON object"))?;
         let inner = &self.inner;
         Claims::from_payload(
             payload,
-            &Expectations {
-                issuer: &inner.issuer,
-                audience: &inner.audience,
-                leeway: inner.leeway,
-                now: unix_now(),
-            },
+            &Expectations { issuer: &inner.issuer, audience: &inner.audience, leeway: inner.leeway, now: unix_now() },
         )
     }
 
@@ -176,11 +170,7 @@ impl Verifier {
         // A JWKS never provides HS256 keys (we drop `oct` keys), so it cannot help an HS256 token.
         let jwks_may_help = alg != KeyAlg::Hs256;
         let mut snapshot = jwks.snapshot();
-        if jwks_may_help
-            && candidates(&inner.static_keys, &snapshot, alg, kid)
-                .next()
-                .is_none()
-        {
+        if jwks_may_help && candidates(&inner.static_keys, &snapshot, alg, kid).next().is_none() {
             // Unknown kid, or no key of this algorithm: the keys may have rotated. `refresh`
             // is rate-limited and shared between concurrent callers.
             snapshot = jwks.refresh().await;
@@ -193,9 +183,7 @@ impl Verifier {
             return Err(AuthError::KeysUnavailable);
         }
         match kid {
-            Some(kid) if !snapshot.keys.iter().any(|k| k.kid.as_deref() == Some(kid)) => {
-                Err(AuthError::UnknownKey)
-            }
+            Some(kid) if !snapshot.keys.iter().any(|k| k.kid.as_deref() == Some(kid)) => Err(AuthError::UnknownKey),
             _ => Err(AuthError::UnsupportedAlgorithm),
         }
     }
@@ -210,16 +198,11 @@ fn candidates<'a>(
     kid: Option<&'a str>,
 ) -> impl Iterator<Item = &'a VerifyKey> + 'a {
     let statics = static_keys.iter().filter(move |_| kid.is_none());
-    statics
-        .chain(&snapshot.keys)
-        .filter(move |k| k.alg == alg && (kid.is_none() || k.kid.as_deref() == kid))
+    statics.chain(&snapshot.keys).filter(move |k| k.alg == alg && (kid.is_none() || k.kid.as_deref() == kid))
 }
 
 /// Succeeds when any of `keys` verifies the token's signature.
-fn try_keys<'a>(
-    mut keys: impl Iterator<Item = &'a VerifyKey>,
-    token: &ParsedToken<'_>,
-) -> Result<(), AuthError> {
+fn try_keys<'a>(mut keys: impl Iterator<Item = &'a VerifyKey>, token: &ParsedToken<'_>) -> Result<(), AuthError> {
     let mut tried = false;
     let verified = keys.any(|key| {
         tried = true;
@@ -234,7 +217,5 @@ fn try_keys<'a>(
 
 /// Seconds since the Unix epoch. A clock before 1970 reads as 0, which fails every `exp`.
 fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }

@@ -23,13 +23,8 @@ pub enum Role {
 
 impl Role {
     /// Every role.
-    pub const ALL: [Role; 5] = [
-        Self::ProviderAdmin,
-        Self::ProviderOperator,
-        Self::BillingReader,
-        Self::TenantAdmin,
-        Self::TenantMember,
-    ];
+    pub const ALL: [Role; 5] =
+        [Self::ProviderAdmin, Self::ProviderOperator, Self::BillingReader, Self::TenantAdmin, Self::TenantMember];
 
     /// The role's claim value.
     pub fn as_str(self) -> &'static str {
@@ -195,10 +190,7 @@ impl Actor {
         }
         match (reach, self.tenant_id) {
             (Some(GrantReach::OwnTenant), Some(tenant)) => Ok(Scope::Tenant(tenant)),
-            _ => Err(Error::Forbidden(format!(
-                "the roles of this token may not {}",
-                describe(permission)
-            ))),
+            _ => Err(Error::Forbidden(format!("the roles of this token may not {}", describe(permission)))),
         }
     }
 

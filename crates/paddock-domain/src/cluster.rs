@@ -8,8 +8,8 @@ use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
 use paddock_types::cluster::{
-    ClusterCreate, ClusterKind, ClusterStatus, ClusterView, Isolation, NodePoolCreate, NodePoolStatus,
-    NodePoolSummary, NodePoolView, Partition, SlurmSpec, Taint, DEFAULT_KUBERNETES_VERSION,
+    ClusterCreate, ClusterKind, ClusterStatus, ClusterView, Isolation, NodePoolCreate, NodePoolStatus, NodePoolSummary,
+    NodePoolView, Partition, SlurmSpec, Taint, DEFAULT_KUBERNETES_VERSION,
 };
 use paddock_types::tenant::Quotas;
 use paddock_types::{ClusterId, Labels, MachineClassId, NodePoolId, TenantId};
@@ -112,7 +112,11 @@ pub fn validate_cluster(spec: &ClusterSpec, pools: &[NodePoolSpec]) -> Result<()
     let mut names = HashSet::new();
     for (i, pool) in pools.iter().enumerate() {
         validate_pool_into(&mut c, &format!("node_pools.{i}."), pool);
-        c.check(names.insert(pool.name.as_str()), &format!("node_pools.{i}.name"), "is used by another pool of this cluster");
+        c.check(
+            names.insert(pool.name.as_str()),
+            &format!("node_pools.{i}.name"),
+            "is used by another pool of this cluster",
+        );
     }
     match (spec.kind, &spec.slurm) {
         (ClusterKind::Kubernetes, Some(_)) => c.fail("slurm", "only `slurm` clusters have Slurm settings"),
@@ -140,10 +144,18 @@ fn validate_slurm(c: &mut Checks, slurm: &SlurmSpec, pools: &HashSet<&str>) {
         c.check(names.insert(p.name.as_str()), &format!("{field}.name"), "is used by another partition");
         c.check(!p.node_pools.is_empty(), &format!("{field}.node_pools"), "must name at least one node pool");
         for pool in &p.node_pools {
-            c.check(pools.contains(pool.as_str()), &format!("{field}.node_pools"), format!("no node pool is named {pool:?}"));
+            c.check(
+                pools.contains(pool.as_str()),
+                &format!("{field}.node_pools"),
+                format!("no node pool is named {pool:?}"),
+            );
         }
         if let Some(t) = &p.max_time {
-            c.check(SLURM_TIME.is_match(t), &format!("{field}.max_time"), "must be a Slurm time limit such as 2-00:00:00 or UNLIMITED");
+            c.check(
+                SLURM_TIME.is_match(t),
+                &format!("{field}.max_time"),
+                "must be a Slurm time limit such as 2-00:00:00 or UNLIMITED",
+            );
         }
     }
     c.check(
@@ -154,7 +166,11 @@ fn validate_slurm(c: &mut Checks, slurm: &SlurmSpec, pools: &HashSet<&str>) {
     c.check(slurm.login.replicas <= 10, "slurm.login.replicas", "must be between 0 and 10");
     c.check(slurm.login.ssh_authorized_keys.len() <= 64, "slurm.login.ssh_authorized_keys", "at most 64 keys");
     for (i, key) in slurm.login.ssh_authorized_keys.iter().enumerate() {
-        c.check(SSH_KEY.is_match(key.trim()), &format!("slurm.login.ssh_authorized_keys.{i}"), "must be an OpenSSH public key line");
+        c.check(
+            SSH_KEY.is_match(key.trim()),
+            &format!("slurm.login.ssh_authorized_keys.{i}"),
+            "must be an OpenSSH public key line",
+        );
     }
 }
 
@@ -182,7 +198,11 @@ fn validate_pool_into(c: &mut Checks, prefix: &str, pool: &NodePoolSpec) {
         let mut as_label = Labels::new();
         as_label.insert(t.key.clone(), t.value.clone());
         c.labels(&format!("{prefix}taints.{i}"), &as_label);
-        c.check(seen.insert((t.key.as_str(), t.effect)), &format!("{prefix}taints.{i}"), "duplicates another taint's key and effect");
+        c.check(
+            seen.insert((t.key.as_str(), t.effect)),
+            &format!("{prefix}taints.{i}"),
+            "duplicates another taint's key and effect",
+        );
     }
 }
 
@@ -194,7 +214,12 @@ pub fn resolved_partitions(slurm: &SlurmSpec, pools: &[&str]) -> Vec<Partition> 
     pools
         .iter()
         .enumerate()
-        .map(|(i, pool)| Partition { name: (*pool).to_owned(), node_pools: vec![(*pool).to_owned()], default: i == 0, max_time: None })
+        .map(|(i, pool)| Partition {
+            name: (*pool).to_owned(),
+            node_pools: vec![(*pool).to_owned()],
+            default: i == 0,
+            max_time: None,
+        })
         .collect()
 }
 
@@ -302,7 +327,8 @@ impl Cluster {
     pub fn view(&self, pools: &[NodePool]) -> ClusterView {
         let live: Vec<&NodePool> = pools.iter().filter(|p| !p.deleting).collect();
         let names: Vec<&str> = live.iter().map(|p| p.spec.name.as_str()).collect();
-        let slurm = self.spec.slurm.as_ref().map(|s| SlurmSpec { partitions: resolved_partitions(s, &names), ..s.clone() });
+        let slurm =
+            self.spec.slurm.as_ref().map(|s| SlurmSpec { partitions: resolved_partitions(s, &names), ..s.clone() });
         ClusterView {
             id: self.id,
             tenant_id: self.tenant_id,
@@ -313,7 +339,12 @@ impl Cluster {
             slurm,
             node_pools: live
                 .iter()
-                .map(|p| NodePoolSummary { id: p.id, name: p.spec.name.clone(), machine_class: p.spec.machine_class.clone(), count: p.spec.count })
+                .map(|p| NodePoolSummary {
+                    id: p.id,
+                    name: p.spec.name.clone(),
+                    machine_class: p.spec.machine_class.clone(),
+                    count: p.spec.count,
+                })
                 .collect(),
             status: self.status.clone(),
             generation: self.generation,
@@ -368,7 +399,10 @@ mod tests {
         assert!(validate_cluster(&slurm_spec(ok), &[pool("a", 1)]).is_ok());
         let unknown = SlurmSpec { partitions: vec![partition("p", &["zz"], true)], ..SlurmSpec::default() };
         assert!(validate_cluster(&slurm_spec(unknown), &[pool("a", 1)]).is_err());
-        let two = SlurmSpec { partitions: vec![partition("p", &["a"], true), partition("q", &["a"], true)], ..SlurmSpec::default() };
+        let two = SlurmSpec {
+            partitions: vec![partition("p", &["a"], true), partition("q", &["a"], true)],
+            ..SlurmSpec::default()
+        };
         assert!(validate_cluster(&slurm_spec(two), &[pool("a", 1)]).is_err());
     }
 
@@ -382,7 +416,10 @@ mod tests {
 
     #[test]
     fn ssh_keys_and_taints_are_checked() {
-        let login = LoginSpec { replicas: 1, ssh_authorized_keys: vec!["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIH alice@laptop".into()] };
+        let login = LoginSpec {
+            replicas: 1,
+            ssh_authorized_keys: vec!["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIH alice@laptop".into()],
+        };
         assert!(validate_cluster(&slurm_spec(SlurmSpec { login, ..SlurmSpec::default() }), &[pool("a", 1)]).is_ok());
         let login = LoginSpec { replicas: 1, ssh_authorized_keys: vec!["rm -rf /".into()] };
         assert!(validate_cluster(&slurm_spec(SlurmSpec { login, ..SlurmSpec::default() }), &[pool("a", 1)]).is_err());
@@ -398,7 +435,13 @@ mod tests {
     fn quotas_compare_the_demand_after_the_change() {
         let quotas = Quotas { max_clusters: Some(1), max_nodes: Some(4), max_gpus: None };
         assert!(check_quotas(&quotas, Demand { clusters: 1, nodes: 4, gpus: 999 }).is_ok());
-        assert!(matches!(check_quotas(&quotas, Demand { clusters: 2, nodes: 0, gpus: 0 }), Err(Error::QuotaExceeded(_))));
-        assert!(matches!(check_quotas(&quotas, Demand { clusters: 1, nodes: 5, gpus: 0 }), Err(Error::QuotaExceeded(_))));
+        assert!(matches!(
+            check_quotas(&quotas, Demand { clusters: 2, nodes: 0, gpus: 0 }),
+            Err(Error::QuotaExceeded(_))
+        ));
+        assert!(matches!(
+            check_quotas(&quotas, Demand { clusters: 1, nodes: 5, gpus: 0 }),
+            Err(Error::QuotaExceeded(_))
+        ));
     }
 }

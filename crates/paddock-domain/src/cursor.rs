@@ -25,10 +25,8 @@ pub fn encode<T: Serialize>(cursor: &T) -> String {
 
 /// Decodes a cursor; anything that is not one of ours is a 400.
 pub fn decode<T: DeserializeOwned>(cursor: &str) -> Result<T, Error> {
-    let bad = || Error::BadRequest {
-        code: "invalid_cursor",
-        message: "the cursor is not one this list returned".to_owned(),
-    };
+    let bad =
+        || Error::BadRequest { code: "invalid_cursor", message: "the cursor is not one this list returned".to_owned() };
     let bytes = URL_SAFE_NO_PAD.decode(cursor.as_bytes()).map_err(|_| bad())?;
     serde_json::from_slice(&bytes).map_err(|_| bad())
 }

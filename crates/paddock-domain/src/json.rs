@@ -37,8 +37,7 @@ impl DecodeError {
 
 /// Decodes `bytes` into `T`, naming the offending field on a shape error.
 pub fn decode<T: DeserializeOwned + Serialize>(bytes: &[u8]) -> Result<T, DecodeError> {
-    let value: Value =
-        serde_json::from_slice(bytes).map_err(|e| DecodeError::Syntax(syntax_message(&e)))?;
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| DecodeError::Syntax(syntax_message(&e)))?;
     from_value(value)
 }
 
@@ -142,10 +141,7 @@ pub fn apply_patch<S: Serialize + DeserializeOwned>(
     for field in immutable {
         if let Some(new) = patch_map.get(*field) {
             if original.get(*field) != Some(new) {
-                errors.push(FieldError {
-                    field: (*field).to_owned(),
-                    message: "cannot be changed".to_owned(),
-                });
+                errors.push(FieldError { field: (*field).to_owned(), message: "cannot be changed".to_owned() });
             }
         }
     }

@@ -50,10 +50,7 @@ mod tests {
         for from in MachineState::ALL.into_iter().filter(|s| holds_tenancy(*s)) {
             for to in MachineState::ALL {
                 if can_transition(from, to) && !holds_tenancy(to) {
-                    assert!(
-                        matches!(to, S::Cleaning | S::Maintenance),
-                        "{from:?} -> {to:?} skips cleaning"
-                    );
+                    assert!(matches!(to, S::Cleaning | S::Maintenance), "{from:?} -> {to:?} skips cleaning");
                 }
             }
         }

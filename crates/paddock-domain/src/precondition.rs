@@ -27,9 +27,7 @@ impl IfMatch {
                 .split(',')
                 .map(|tag| {
                     let tag = tag.trim();
-                    tag.strip_prefix('"')
-                        .and_then(|t| t.strip_suffix('"'))
-                        .and_then(|t| t.parse::<i64>().ok())
+                    tag.strip_prefix('"').and_then(|t| t.strip_suffix('"')).and_then(|t| t.parse::<i64>().ok())
                 })
                 .collect(),
         )

@@ -123,11 +123,8 @@ impl Cipher {
         let nonce = Aes256Gcm::generate_nonce(&mut OsRng);
         let aad = binding.aad();
         // Encryption with a valid key and a fresh nonce cannot fail for inputs of this size.
-        let ciphertext = self
-            .current
-            .aead
-            .encrypt(&nonce, Payload { msg: plaintext, aad: aad.as_bytes() })
-            .unwrap_or_default();
+        let ciphertext =
+            self.current.aead.encrypt(&nonce, Payload { msg: plaintext, aad: aad.as_bytes() }).unwrap_or_default();
         let mut out = Vec::with_capacity(1 + KEY_ID_LEN + NONCE_LEN + ciphertext.len());
         out.push(VERSION);
         out.extend_from_slice(&self.current.id);

@@ -18,8 +18,7 @@ static DNS_LABEL: LazyLock<Regex> =
 static LABEL_NAME: LazyLock<Regex> =
     LazyLock::new(|| Regex::new("^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$").expect("static regex"));
 static DNS_SUBDOMAIN: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new("^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-        .expect("static regex")
+    Regex::new("^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$").expect("static regex")
 });
 
 /// Most labels on one object.
@@ -84,8 +83,7 @@ impl Checks {
                 Some((prefix, name)) => (Some(prefix), name),
                 None => (None, key.as_str()),
             };
-            let prefix_ok =
-                prefix.is_none_or(|p| !p.is_empty() && p.len() <= 253 && DNS_SUBDOMAIN.is_match(p));
+            let prefix_ok = prefix.is_none_or(|p| !p.is_empty() && p.len() <= 253 && DNS_SUBDOMAIN.is_match(p));
             if !prefix_ok || name.is_empty() || name.len() > 63 || !LABEL_NAME.is_match(name) {
                 self.fail(format!("{field}.{key}"), "is not a valid label key");
             }

@@ -23,25 +23,16 @@ impl PgBinaries {
     /// Checks that `dir` holds the server programs and reads their version.
     pub fn from_dir(dir: &Path) -> Result<PgBinaries, PgError> {
         if let Some(missing) = REQUIRED.into_iter().find(|p| !dir.join(p).is_file()) {
-            return Err(PgError::IncompleteBinDir {
-                dir: dir.to_path_buf(),
-                missing,
-            });
+            return Err(PgError::IncompleteBinDir { dir: dir.to_path_buf(), missing });
         }
         let postgres = dir.join("postgres");
         let mut cmd = Command::new(&postgres);
         scrub(&mut cmd);
         // `--version` is answered before PostgreSQL's "do not run as root" check.
-        let out = run(
-            cmd.arg("--version"),
-            &format!("{} --version", postgres.display()),
-        )?;
+        let out = run(cmd.arg("--version"), &format!("{} --version", postgres.display()))?;
         let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
         let version = parse_version(&text).ok_or(PgError::UnknownVersion { output: text })?;
-        Ok(PgBinaries {
-            bin_dir: dir.to_path_buf(),
-            version,
-        })
+        Ok(PgBinaries { bin_dir: dir.to_path_buf(), version })
     }
 
     /// The path of a program in the binary directory, e.g. `program("pg_ctl")`.
@@ -86,20 +77,13 @@ fn candidates() -> Vec<PathBuf> {
             if pg_ctl.is_file() {
                 // /usr/local/bin/pg_ctl may be a symlink into the real bin dir, which is the one
                 // that also holds initdb and postgres.
-                if let Some(parent) = fs::canonicalize(&pg_ctl)
-                    .ok()
-                    .and_then(|p| p.parent().map(Path::to_path_buf))
-                {
+                if let Some(parent) = fs::canonicalize(&pg_ctl).ok().and_then(|p| p.parent().map(Path::to_path_buf)) {
                     out.push(parent);
                 }
             }
         }
     }
-    out.extend(
-        versioned_dirs(Path::new("/usr/lib/postgresql"), |name| Some(name))
-            .into_iter()
-            .map(|d| d.join("bin")),
-    );
+    out.extend(versioned_dirs(Path::new("/usr/lib/postgresql"), |name| Some(name)).into_iter().map(|d| d.join("bin")));
     out.push(PathBuf::from("/usr/local/pgsql/bin"));
     for brew in ["/opt/homebrew/opt", "/usr/local/opt"] {
         let dirs = versioned_dirs(Path::new(brew), |name| {
@@ -153,18 +137,9 @@ mod tests {
 
     #[test]
     fn parse_version_reads_distribution_and_plain_output() {
-        assert_eq!(
-            parse_version("postgres (PostgreSQL) 15.13 (Debian 15.13-0+deb12u1)").as_deref(),
-            Some("15.13")
-        );
-        assert_eq!(
-            parse_version("postgres (PostgreSQL) 17.2").as_deref(),
-            Some("17.2")
-        );
-        assert_eq!(
-            parse_version("postgres (PostgreSQL) 18beta1").as_deref(),
-            Some("18beta1")
-        );
+        assert_eq!(parse_version("postgres (PostgreSQL) 15.13 (Debian 15.13-0+deb12u1)").as_deref(), Some("15.13"));
+        assert_eq!(parse_version("postgres (PostgreSQL) 17.2").as_deref(), Some("17.2"));
+        assert_eq!(parse_version("postgres (PostgreSQL) 18beta1").as_deref(), Some("18beta1"));
         assert_eq!(parse_version("something else"), None);
     }
 
@@ -172,10 +147,7 @@ mod tests {
     fn version_key_orders_numerically() {
         let mut v = vec![version_key("9.6"), version_key("15"), version_key("10")];
         v.sort();
-        assert_eq!(
-            v,
-            vec![version_key("9.6"), version_key("10"), version_key("15")]
-        );
+        assert_eq!(v, vec![version_key("9.6"), version_key("10"), version_key("15")]);
         assert_eq!(version_key("main"), None);
     }
 

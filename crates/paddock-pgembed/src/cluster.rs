@@ -104,13 +104,8 @@ impl Layout {
                 reason: "it must be a directory owned by root and writable only by root",
             });
         }
-        let name = requested
-            .file_name()
-            .map_or_else(|| "data".into(), |n| n.to_string_lossy().into_owned());
-        let dir = base.join(format!(
-            "{:016x}",
-            fnv1a64(requested.as_os_str().as_encoded_bytes())
-        ));
+        let name = requested.file_name().map_or_else(|| "data".into(), |n| n.to_string_lossy().into_owned());
+        let dir = base.join(format!("{:016x}", fnv1a64(requested.as_os_str().as_encoded_bytes())));
         create_dirs(&dir)?;
         Layout::beside(dir.join(name))
     }
@@ -146,15 +141,7 @@ impl PgCluster {
             layout = fallback;
         }
 
-        let mut cluster = PgCluster {
-            bin: opts.bin,
-            layout,
-            runner,
-            port: 0,
-            pid: 0,
-            adopted: false,
-            running: false,
-        };
+        let mut cluster = PgCluster { bin: opts.bin, layout, runner, port: 0, pid: 0, adopted: false, running: false };
         if let Some((pid, port)) = cluster.live_server()? {
             // A server left running on this data directory (say by a killed `paddock dev`):
             // reuse it instead of failing on the lock, and stop it when we are done.
@@ -179,11 +166,7 @@ impl PgCluster {
 
     /// A connection URL for `database` as the `postgres` superuser (trust auth, no password).
     pub fn url(&self, database: &str) -> String {
-        format!(
-            "postgres://postgres@127.0.0.1:{}/{}",
-            self.port,
-            percent_encode(database)
-        )
+        format!("postgres://postgres@127.0.0.1:{}/{}", self.port, percent_encode(database))
     }
 
     /// The TCP port the server listens on (127.0.0.1 only).
@@ -219,19 +202,14 @@ impl PgCluster {
     /// Creates the database `name` unless it exists already (existing is success).
     pub fn create_database(&self, name: &str) -> Result<(), PgError> {
         validate_db_name(name)?;
-        let exists = self.psql(&format!(
-            "select 1 from pg_database where datname = {}",
-            sql_literal(name)
-        ))?;
+        let exists = self.psql(&format!("select 1 from pg_database where datname = {}", sql_literal(name)))?;
         if exists.trim() == "1" {
             return Ok(());
         }
         match self.psql(&format!("create database {}", sql_ident(name))) {
             Ok(_) => Ok(()),
             // Another client created it between our check and our create: that is what we wanted.
-            Err(PgError::CommandFailed { output, .. }) if output.contains("already exists") => {
-                Ok(())
-            }
+            Err(PgError::CommandFailed { output, .. }) if output.contains("already exists") => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -249,15 +227,10 @@ impl PgCluster {
         self.running = false;
         let pg_ctl = self.bin.program("pg_ctl");
         let mut cmd = self.runner.command(&pg_ctl);
-        cmd.args(["stop", "-m", "fast", "-w", "-t", PG_CTL_TIMEOUT_SECS, "-D"])
-            .arg(&self.layout.data_dir);
+        cmd.args(["stop", "-m", "fast", "-w", "-t", PG_CTL_TIMEOUT_SECS, "-D"]).arg(&self.layout.data_dir);
         match run(&mut cmd, &describe(&pg_ctl, "stop")) {
             Ok(_) => {
-                tracing::info!(
-                    pg.port = self.port,
-                    "stopped PostgreSQL on port {}",
-                    self.port
-                );
+                tracing::info!(pg.port = self.port, "stopped PostgreSQL on port {}", self.port);
                 Ok(())
             }
             // Already stopped (by someone else, or it died): the state we wanted.
@@ -279,10 +252,7 @@ impl PgCluster {
         let status = cmd
             .stdin(std::process::Stdio::null())
             .output()
-            .map_err(|source| PgError::Spawn {
-                program: describe(&pg_ctl, "status"),
-                source,
-            })?;
+            .map_err(|source| PgError::Spawn { program: describe(&pg_ctl, "status"), source })?;
         // Exit 0: running. 3: not running (a stale postmaster.pid, which the server replaces).
         if !status.status.success() {
             return Ok(None);
@@ -298,9 +268,7 @@ impl PgCluster {
         }
         if let Ok(mut entries) = fs::read_dir(&l.data_dir) {
             if entries.next().is_some() {
-                return Err(PgError::NotADataDir {
-                    path: l.data_dir.clone(),
-                });
+                return Err(PgError::NotADataDir { path: l.data_dir.clone() });
             }
         }
         // A leftover from an interrupted first start: it never became the data directory.
@@ -317,12 +285,10 @@ impl PgCluster {
             path: l.init_dir.clone(),
             source,
         })?;
-        fs::set_permissions(&l.init_dir, fs::Permissions::from_mode(0o700)).map_err(|source| {
-            PgError::Io {
-                action: "setting mode 0700 on",
-                path: l.init_dir.clone(),
-                source,
-            }
+        fs::set_permissions(&l.init_dir, fs::Permissions::from_mode(0o700)).map_err(|source| PgError::Io {
+            action: "setting mode 0700 on",
+            path: l.init_dir.clone(),
+            source,
         })?;
         self.runner.give(&l.init_dir)?;
 
@@ -346,14 +312,11 @@ impl PgCluster {
         self.runner.give(&hba)?;
         // Per-start settings live in paddock.conf, included last so that they win.
         let conf = l.init_dir.join("postgresql.conf");
-        let mut f = OpenOptions::new()
-            .append(true)
-            .open(&conf)
-            .map_err(|source| PgError::Io {
-                action: "opening",
-                path: conf.clone(),
-                source,
-            })?;
+        let mut f = OpenOptions::new().append(true).open(&conf).map_err(|source| PgError::Io {
+            action: "opening",
+            path: conf.clone(),
+            source,
+        })?;
         io::Write::write_all(&mut f, b"\n# paddock-pgembed: per-start settings (address, port, socket directory).\ninclude_if_exists = 'paddock.conf'\n")
             .map_err(|source| PgError::Io { action: "writing", path: conf.clone(), source })?;
 
@@ -374,23 +337,17 @@ impl PgCluster {
                 path: l.run_dir.clone(),
                 source,
             })?;
-            fs::set_permissions(&l.run_dir, fs::Permissions::from_mode(0o700)).map_err(
-                |source| PgError::Io {
-                    action: "setting mode 0700 on",
-                    path: l.run_dir.clone(),
-                    source,
-                },
-            )?;
-        }
-        OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&l.log_file)
-            .map_err(|source| PgError::Io {
-                action: "creating",
-                path: l.log_file.clone(),
+            fs::set_permissions(&l.run_dir, fs::Permissions::from_mode(0o700)).map_err(|source| PgError::Io {
+                action: "setting mode 0700 on",
+                path: l.run_dir.clone(),
                 source,
             })?;
+        }
+        OpenOptions::new().create(true).append(true).open(&l.log_file).map_err(|source| PgError::Io {
+            action: "creating",
+            path: l.log_file.clone(),
+            source,
+        })?;
         let server_uid = self.runner.server_uid()?;
         for p in [&l.run_dir, &l.log_file] {
             if owner_of(p) != Some(server_uid) {
@@ -408,7 +365,10 @@ impl PgCluster {
                 Some(p) if attempt == 0 && port_is_free(p) => p,
                 Some(p) if attempt == 0 => {
                     let free = free_port()?;
-                    tracing::warn!(pg.port = free, "port {p} on 127.0.0.1 is taken; starting PostgreSQL on port {free} instead");
+                    tracing::warn!(
+                        pg.port = free,
+                        "port {p} on 127.0.0.1 is taken; starting PostgreSQL on port {free} instead"
+                    );
                     free
                 }
                 _ => free_port()?,
@@ -425,10 +385,7 @@ impl PgCluster {
             let out = cmd
                 .stdin(std::process::Stdio::null())
                 .output()
-                .map_err(|source| PgError::Spawn {
-                    program: describe(&pg_ctl, "start"),
-                    source,
-                })?;
+                .map_err(|source| PgError::Spawn { program: describe(&pg_ctl, "start"), source })?;
             if out.status.success() {
                 let (pid, _) = read_pid_file(&self.layout.data_dir.join("postmaster.pid"))?;
                 self.port = port;
@@ -449,23 +406,15 @@ impl PgCluster {
                 log_tail = output_text(&out);
             }
             let lost_port = log_tail.contains("Address already in use");
-            let err = PgError::StartFailed {
-                port,
-                log: self.layout.log_file.clone(),
-                log_tail,
-            };
+            let err = PgError::StartFailed { port, log: self.layout.log_file.clone(), log_tail };
             if !lost_port {
                 // `-w` may have given up while the server still comes up: do not leave it behind.
                 let mut stop = self.runner.command(&pg_ctl);
-                stop.args(["stop", "-m", "immediate", "-D"])
-                    .arg(&self.layout.data_dir);
+                stop.args(["stop", "-m", "immediate", "-D"]).arg(&self.layout.data_dir);
                 let _ignored = stop.stdin(std::process::Stdio::null()).output();
                 return Err(err);
             }
-            tracing::warn!(
-                pg.port = port,
-                "port {port} was taken before PostgreSQL could bind it; trying another"
-            );
+            tracing::warn!(pg.port = port, "port {port} was taken before PostgreSQL could bind it; trying another");
             last = Some(err);
         }
         Err(last.unwrap_or(PgError::NoFreePort { source: None }))
@@ -475,18 +424,11 @@ impl PgCluster {
     fn write_settings(&self, port: u16) -> Result<(), PgError> {
         let run_dir = self.layout.run_dir.to_string_lossy();
         // A too-long socket path makes the server fail; TCP is all we use, so drop the socket.
-        let sockets = if run_dir.len() + "/.s.PGSQL.65535".len() <= MAX_SOCKET_PATH {
-            conf_quote(&run_dir)
-        } else {
-            "''".into()
-        };
-        let mut text = String::from(
-            "# Written by paddock-pgembed before every start; edits are overwritten.\n",
-        );
-        let _infallible = write!(
-            text,
-            "listen_addresses = '127.0.0.1'\nport = {port}\nunix_socket_directories = {sockets}\n"
-        );
+        let sockets =
+            if run_dir.len() + "/.s.PGSQL.65535".len() <= MAX_SOCKET_PATH { conf_quote(&run_dir) } else { "''".into() };
+        let mut text = String::from("# Written by paddock-pgembed before every start; edits are overwritten.\n");
+        let _infallible =
+            write!(text, "listen_addresses = '127.0.0.1'\nport = {port}\nunix_socket_directories = {sockets}\n");
         let path = self.layout.data_dir.join("paddock.conf");
         write_file(&path, &text)?;
         self.runner.give(&path)
@@ -501,10 +443,7 @@ impl PgCluster {
                 return Ok(());
             }
             if Instant::now() >= deadline {
-                return Err(PgError::NotReady {
-                    data_dir: self.layout.data_dir.clone(),
-                    port: self.port,
-                });
+                return Err(PgError::NotReady { data_dir: self.layout.data_dir.clone(), port: self.port });
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -514,15 +453,14 @@ impl PgCluster {
     fn psql(&self, sql: &str) -> Result<String, PgError> {
         let bundled = self.bin.program("psql");
         // Debian ships psql in the server's bin dir; elsewhere it may only be on PATH.
-        let psql = if bundled.is_file() {
-            bundled
-        } else {
-            PathBuf::from("psql")
-        };
+        let psql = if bundled.is_file() { bundled } else { PathBuf::from("psql") };
         let mut cmd = Command::new(&psql);
         scrub(&mut cmd);
         cmd.args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d"])
-            .arg(format!("host=127.0.0.1 port={} user=postgres dbname=postgres sslmode=disable connect_timeout=10", self.port))
+            .arg(format!(
+                "host=127.0.0.1 port={} user=postgres dbname=postgres sslmode=disable connect_timeout=10",
+                self.port
+            ))
             .arg("-c")
             .arg(sql);
         let out = run(&mut cmd, &describe(&psql, "-c ..."))?;
@@ -533,12 +471,7 @@ impl PgCluster {
 impl Drop for PgCluster {
     fn drop(&mut self) {
         if let Err(e) = self.shutdown() {
-            tracing::warn!(
-                pg.port = self.port,
-                "could not stop PostgreSQL on port {}: {}",
-                self.port,
-                error_chain(&e)
-            );
+            tracing::warn!(pg.port = self.port, "could not stop PostgreSQL on port {}: {}", self.port, error_chain(&e));
         }
     }
 }
@@ -555,9 +488,7 @@ fn read_pid_file(path: &Path) -> Result<(u32, u16), PgError> {
     let port = lines.get(3).and_then(|l| l.trim().parse().ok());
     match (pid, port) {
         (Some(pid), Some(port)) => Ok((pid, port)),
-        _ => Err(PgError::BadPidFile {
-            path: path.to_path_buf(),
-        }),
+        _ => Err(PgError::BadPidFile { path: path.to_path_buf() }),
     }
 }
 
@@ -569,12 +500,8 @@ fn port_is_free(port: u16) -> bool {
 /// A port the kernel considers free on 127.0.0.1 (it may be taken again before the server binds
 /// it; `start_server` retries when that happens).
 fn free_port() -> Result<u16, PgError> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .map_err(|e| PgError::NoFreePort { source: Some(e) })?;
-    let port = listener
-        .local_addr()
-        .map_err(|e| PgError::NoFreePort { source: Some(e) })?
-        .port();
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| PgError::NoFreePort { source: Some(e) })?;
+    let port = listener.local_addr().map_err(|e| PgError::NoFreePort { source: Some(e) })?.port();
     Ok(port)
 }
 
@@ -593,11 +520,7 @@ fn read_from(path: &Path, offset: u64) -> String {
 }
 
 fn write_file(path: &Path, text: &str) -> Result<(), PgError> {
-    fs::write(path, text).map_err(|source| PgError::Io {
-        action: "writing",
-        path: path.to_path_buf(),
-        source,
-    })
+    fs::write(path, text).map_err(|source| PgError::Io { action: "writing", path: path.to_path_buf(), source })
 }
 
 fn validate_db_name(name: &str) -> Result<(), PgError> {
@@ -610,10 +533,7 @@ fn validate_db_name(name: &str) -> Result<(), PgError> {
     } else {
         return Ok(());
     };
-    Err(PgError::InvalidDatabaseName {
-        name: name.to_owned(),
-        reason,
-    })
+    Err(PgError::InvalidDatabaseName { name: name.to_owned(), reason })
 }
 
 /// A SQL string literal (standard_conforming_strings is on by default).
@@ -647,9 +567,7 @@ fn percent_encode(s: &str) -> String {
 /// FNV-1a, 64 bit: a hash that, unlike std's `DefaultHasher`, is stable across Rust releases,
 /// so the root fallback directory for a path never moves.
 fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// `outer: inner: innermost`, for the one place an error is logged instead of returned.

@@ -34,12 +34,7 @@ pub(crate) enum Runner {
     /// As the current (non-root) user.
     Direct,
     /// We are root: run as `user` through `runuser` (or `su` where `runuser` is missing).
-    AsUser {
-        user: &'static str,
-        uid: u32,
-        gid: u32,
-        runuser: Option<PathBuf>,
-    },
+    AsUser { user: &'static str, uid: u32, gid: u32, runuser: Option<PathBuf> },
 }
 
 impl Runner {
@@ -50,21 +45,11 @@ impl Runner {
         }
         let uid = id_of(&["-u", SERVER_USER])?.ok_or(PgError::NoPostgresUser)?;
         let gid = id_of(&["-g", SERVER_USER])?.ok_or(PgError::NoPostgresUser)?;
-        let runuser = [
-            "/usr/sbin/runuser",
-            "/sbin/runuser",
-            "/usr/bin/runuser",
-            "/bin/runuser",
-        ]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file());
-        Ok(Runner::AsUser {
-            user: SERVER_USER,
-            uid,
-            gid,
-            runuser,
-        })
+        let runuser = ["/usr/sbin/runuser", "/sbin/runuser", "/usr/bin/runuser", "/bin/runuser"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.is_file());
+        Ok(Runner::AsUser { user: SERVER_USER, uid, gid, runuser })
     }
 
     /// True when the server runs as another user than this process.
@@ -76,25 +61,16 @@ impl Runner {
     pub(crate) fn command(&self, program: &Path) -> Command {
         let mut cmd = match self {
             Runner::Direct => Command::new(program),
-            Runner::AsUser {
-                user,
-                runuser: Some(runuser),
-                ..
-            } => {
+            Runner::AsUser { user, runuser: Some(runuser), .. } => {
                 let mut c = Command::new(runuser);
                 c.args(["-u", user, "--"]).arg(program);
                 c
             }
-            Runner::AsUser {
-                user,
-                runuser: None,
-                ..
-            } => {
+            Runner::AsUser { user, runuser: None, .. } => {
                 // `su USER -c CMD ARG0 ARGS...` hands ARG0 and ARGS to the shell as $0 and $@,
                 // so no argument is ever re-parsed by a shell.
                 let mut c = Command::new("su");
-                c.args(["-s", "/bin/sh", user, "-c", r#"exec "$0" "$@""#])
-                    .arg(program);
+                c.args(["-s", "/bin/sh", user, "-c", r#"exec "$0" "$@""#]).arg(program);
                 c
             }
         };
@@ -125,10 +101,7 @@ impl Runner {
                 // (groups, ACLs): `test -x` on a directory means search permission, and the
                 // path lookup itself needs search permission on every ancestor.
                 let mut cmd = self.command(Path::new("test"));
-                cmd.arg("-x")
-                    .arg(dir)
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null());
+                cmd.arg("-x").arg(dir).stdout(Stdio::null()).stderr(Stdio::null());
                 let status = cmd.status().map_err(|source| PgError::Spawn {
                     program: format!("test -x {} (as {SERVER_USER})", dir.display()),
                     source,
@@ -156,21 +129,12 @@ pub(crate) fn scrub(cmd: &mut Command) {
 
 /// Runs `cmd` to completion and turns a non-zero exit into [`PgError::CommandFailed`].
 pub(crate) fn run(cmd: &mut Command, what: &str) -> Result<Output, PgError> {
-    let output = cmd
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|source| PgError::Spawn {
-            program: what.to_owned(),
-            source,
-        })?;
+    let output =
+        cmd.stdin(Stdio::null()).output().map_err(|source| PgError::Spawn { program: what.to_owned(), source })?;
     if output.status.success() {
         Ok(output)
     } else {
-        Err(PgError::CommandFailed {
-            program: what.to_owned(),
-            status: output.status,
-            output: output_text(&output),
-        })
+        Err(PgError::CommandFailed { program: what.to_owned(), status: output.status, output: output_text(&output) })
     }
 }
 
@@ -201,8 +165,7 @@ pub(crate) fn effective_uid() -> Result<u32, PgError> {
     }
     let out = run(Command::new("id").arg("-u"), "id -u")?;
     let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    text.parse()
-        .map_err(|_| PgError::UnknownUid { output: text })
+    text.parse().map_err(|_| PgError::UnknownUid { output: text })
 }
 
 /// Runs `id ARGS`; `None` when `id` reports that the user does not exist.
@@ -211,10 +174,7 @@ fn id_of(args: &[&str]) -> Result<Option<u32>, PgError> {
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .map_err(|source| PgError::Spawn {
-            program: format!("id {}", args.join(" ")),
-            source,
-        })?;
+        .map_err(|source| PgError::Spawn { program: format!("id {}", args.join(" ")), source })?;
     if !out.status.success() {
         return Ok(None);
     }
@@ -239,20 +199,12 @@ pub(crate) fn create_dirs(dir: &Path) -> Result<(), PgError> {
             Ok(()) => {}
             // Someone else created it in the meantime: fine, we only need it to exist.
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(source) => {
-                return Err(PgError::Io {
-                    action: "creating",
-                    path: d.to_path_buf(),
-                    source,
-                })
-            }
+            Err(source) => return Err(PgError::Io { action: "creating", path: d.to_path_buf(), source }),
         }
-        fs::set_permissions(d, fs::Permissions::from_mode(0o755)).map_err(|source| {
-            PgError::Io {
-                action: "setting mode 0755 on",
-                path: d.to_path_buf(),
-                source,
-            }
+        fs::set_permissions(d, fs::Permissions::from_mode(0o755)).map_err(|source| PgError::Io {
+            action: "setting mode 0755 on",
+            path: d.to_path_buf(),
+            source,
         })?;
     }
     Ok(())
@@ -265,9 +217,6 @@ pub(crate) fn owner_of(path: &Path) -> Option<u32> {
 
 /// A display form of a program invocation for error messages.
 pub(crate) fn describe(program: &Path, step: impl AsRef<OsStr>) -> String {
-    let name = program
-        .file_name()
-        .unwrap_or(program.as_os_str())
-        .to_string_lossy();
+    let name = program.file_name().unwrap_or(program.as_os_str()).to_string_lossy();
     format!("{name} {}", step.as_ref().to_string_lossy())
 }

@@ -83,11 +83,17 @@ impl<'a> AuditTrail<'a> {
         }
         let details = serde_json::json!({ "detail": public_detail(err) });
         let written = match self.store.conn().await {
-            Ok(mut conn) => audit::insert(&mut conn, &self.event(AuditOutcome::Failure, Some(err.code()), details)).await,
+            Ok(mut conn) => {
+                audit::insert(&mut conn, &self.event(AuditOutcome::Failure, Some(err.code()), details)).await
+            }
             Err(e) => Err(e),
         };
         if let Err(e) = written {
-            tracing::warn!(error = &e as &dyn std::error::Error, action = self.action, "could not record a failed call in the audit trail");
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                action = self.action,
+                "could not record a failed call in the audit trail"
+            );
         }
         result
     }
@@ -102,7 +108,12 @@ fn public_detail(err: &Error) -> String {
 
 impl Services {
     /// `GET /v1/audit-events`: every event, for providers.
-    pub async fn audit_list(&self, ctx: &Ctx, filter: &AuditFilter, page: PageRequest) -> Result<Listed<AuditEventView>> {
+    pub async fn audit_list(
+        &self,
+        ctx: &Ctx,
+        filter: &AuditFilter,
+        page: PageRequest,
+    ) -> Result<Listed<AuditEventView>> {
         let scope = ctx.actor.authorize(Permission::AuditRead)?;
         self.audit_page(scope.tenant(), filter, page).await
     }
@@ -120,7 +131,12 @@ impl Services {
         self.audit_page(Some(tenant), filter, page).await
     }
 
-    async fn audit_page(&self, tenant: Option<TenantId>, filter: &AuditFilter, page: PageRequest) -> Result<Listed<AuditEventView>> {
+    async fn audit_page(
+        &self,
+        tenant: Option<TenantId>,
+        filter: &AuditFilter,
+        page: PageRequest,
+    ) -> Result<Listed<AuditEventView>> {
         if let (Some(from), Some(to)) = (filter.from, filter.to) {
             if from >= to {
                 return Err(Error::invalid("from", "must be before `to`"));

@@ -61,7 +61,10 @@ impl Services {
     async fn tenant_for_write(&self, conn: &mut Conn, scope: Scope, id: TenantId) -> Result<Tenant> {
         let tenant = tenant::get_for_update(conn, id).await.map_err(db)?.ok_or(Error::NotFound { kind: "tenant" })?;
         if matches!(scope, Scope::Tenant(_)) && tenant.state == TenantState::Suspended {
-            return Err(Error::conflict("tenant_suspended", "the tenant is suspended; its clusters keep running but cannot change"));
+            return Err(Error::conflict(
+                "tenant_suspended",
+                "the tenant is suspended; its clusters keep running but cannot change",
+            ));
         }
         Ok(tenant)
     }
@@ -96,7 +99,16 @@ impl Services {
                 store::pool_insert(&mut tx, tenant_id, id, NodePoolId::new(), *class, pool).await.map_err(db)?;
             }
             let operation = operation(&mut tx, "cluster_create", "cluster", id.uuid(), tenant_id, 1, &[]).await?;
-            store::event_insert(&mut tx, tenant_id, id, "Normal", "ClusterCreated", &format!("cluster {} was requested", spec.name)).await.map_err(db)?;
+            store::event_insert(
+                &mut tx,
+                tenant_id,
+                id,
+                "Normal",
+                "ClusterCreated",
+                &format!("cluster {} was requested", spec.name),
+            )
+            .await
+            .map_err(db)?;
             enqueue_reconcile(&mut tx, id).await?;
             audit.success(&mut tx, json!({ "name": spec.name, "kind": spec.kind.as_str() })).await?;
             let cluster = cluster_with_pools(&mut tx, tenant_id, id).await?;
@@ -108,7 +120,12 @@ impl Services {
     }
 
     /// Lists a tenant's clusters.
-    pub async fn cluster_list(&self, ctx: &Ctx, tenant_id: TenantId, page: PageRequest) -> Result<Listed<ClusterWithPools>> {
+    pub async fn cluster_list(
+        &self,
+        ctx: &Ctx,
+        tenant_id: TenantId,
+        page: PageRequest,
+    ) -> Result<Listed<ClusterWithPools>> {
         ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "tenant")?;
         self.require_tenant(tenant_id).await?;
         let mut conn = self.store.conn().await.map_err(db)?;
@@ -119,7 +136,8 @@ impl Services {
         let items = clusters
             .into_iter()
             .map(|cluster| {
-                let (own, rest): (Vec<NodePool>, Vec<NodePool>) = pools.drain(..).partition(|p| p.cluster_id == cluster.id);
+                let (own, rest): (Vec<NodePool>, Vec<NodePool>) =
+                    pools.drain(..).partition(|p| p.cluster_id == cluster.id);
                 pools = rest;
                 ClusterWithPools { cluster, pools: own }
             })
@@ -135,7 +153,14 @@ impl Services {
     }
 
     /// Applies a merge patch to a cluster (Kubernetes version, Slurm settings).
-    pub async fn cluster_update(&self, ctx: &Ctx, tenant_id: TenantId, id: ClusterId, body: &Body, if_match: &IfMatch) -> Result<ClusterChange> {
+    pub async fn cluster_update(
+        &self,
+        ctx: &Ctx,
+        tenant_id: TenantId,
+        id: ClusterId,
+        body: &Body,
+        if_match: &IfMatch,
+    ) -> Result<ClusterChange> {
         let mut audit = self.audit(ctx, "cluster.update", "cluster");
         audit.target(id.uuid(), Some(tenant_id));
         let result = async {
@@ -146,8 +171,13 @@ impl Services {
             if_match.check(current.generation)?;
             let patch = body.value()?;
             let spec: ClusterSpec = json::apply_patch(&current.spec, &patch, &["name", "kind", "isolation"])?;
-            let pools: Vec<NodePoolSpec> =
-                store::pools_of(&mut tx, tenant_id, id).await.map_err(db)?.into_iter().filter(|p| !p.deleting).map(|p| p.spec).collect();
+            let pools: Vec<NodePoolSpec> = store::pools_of(&mut tx, tenant_id, id)
+                .await
+                .map_err(db)?
+                .into_iter()
+                .filter(|p| !p.deleting)
+                .map(|p| p.spec)
+                .collect();
             rules::validate_cluster(&spec, &pools)?;
             if rules::version_key(&spec.kubernetes_version) < rules::version_key(&current.spec.kubernetes_version) {
                 return Err(Error::invalid("kubernetes_version", "a cluster's Kubernetes version can only go up"));
@@ -155,13 +185,17 @@ impl Services {
             let changed = spec != current.spec;
             let generation = if changed {
                 store::update_spec(&mut tx, tenant_id, id, &spec).await.map_err(db)?;
-                store::event_insert(&mut tx, tenant_id, id, "Normal", "ClusterUpdated", "the cluster's spec changed").await.map_err(db)?;
+                store::event_insert(&mut tx, tenant_id, id, "Normal", "ClusterUpdated", "the cluster's spec changed")
+                    .await
+                    .map_err(db)?;
                 enqueue_reconcile(&mut tx, id).await?;
                 current.generation + 1
             } else {
                 current.generation
             };
-            let operation = operation(&mut tx, "cluster_update", "cluster", id.uuid(), tenant_id, generation, &["cluster_create"]).await?;
+            let operation =
+                operation(&mut tx, "cluster_update", "cluster", id.uuid(), tenant_id, generation, &["cluster_create"])
+                    .await?;
             audit.success(&mut tx, json!({ "patch": patch, "changed": changed })).await?;
             let cluster = cluster_with_pools(&mut tx, tenant_id, id).await?;
             commit(tx).await?;
@@ -173,7 +207,13 @@ impl Services {
 
     /// Deletes a cluster: every machine goes back through cleaning, then Slurm, the control plane
     /// and the namespace go; the cluster answers 404 once all of that is confirmed.
-    pub async fn cluster_delete(&self, ctx: &Ctx, tenant_id: TenantId, id: ClusterId, if_match: &IfMatch) -> Result<ClusterChange> {
+    pub async fn cluster_delete(
+        &self,
+        ctx: &Ctx,
+        tenant_id: TenantId,
+        id: ClusterId,
+        if_match: &IfMatch,
+    ) -> Result<ClusterChange> {
         let mut audit = self.audit(ctx, "cluster.delete", "cluster");
         audit.target(id.uuid(), Some(tenant_id));
         let result = async {
@@ -193,7 +233,9 @@ impl Services {
                 &["cluster_create", "cluster_update"],
             )
             .await?;
-            store::event_insert(&mut tx, tenant_id, id, "Normal", "DeletionRequested", "the cluster is being deleted").await.map_err(db)?;
+            store::event_insert(&mut tx, tenant_id, id, "Normal", "DeletionRequested", "the cluster is being deleted")
+                .await
+                .map_err(db)?;
             enqueue_reconcile(&mut tx, id).await?;
             audit.success(&mut tx, json!({ "name": current.spec.name })).await?;
             let cluster = cluster_with_pools(&mut tx, tenant_id, id).await?;
@@ -205,7 +247,13 @@ impl Services {
     }
 
     /// A cluster's events, oldest first.
-    pub async fn cluster_events(&self, ctx: &Ctx, tenant_id: TenantId, id: ClusterId, page: PageRequest) -> Result<Listed<ClusterEventView>> {
+    pub async fn cluster_events(
+        &self,
+        ctx: &Ctx,
+        tenant_id: TenantId,
+        id: ClusterId,
+        page: PageRequest,
+    ) -> Result<Listed<ClusterEventView>> {
         ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "cluster")?;
         let mut conn = self.store.conn().await.map_err(db)?;
         store::get(&mut conn, tenant_id, id, false).await.map_err(db)?.ok_or(CLUSTER_NOT_FOUND)?;
@@ -215,7 +263,13 @@ impl Services {
     }
 
     /// Adds a node pool to a cluster.
-    pub async fn node_pool_create(&self, ctx: &Ctx, tenant_id: TenantId, cluster_id: ClusterId, body: &Body) -> Result<NodePoolChange> {
+    pub async fn node_pool_create(
+        &self,
+        ctx: &Ctx,
+        tenant_id: TenantId,
+        cluster_id: ClusterId,
+        body: &Body,
+    ) -> Result<NodePoolChange> {
         let mut audit = self.audit(ctx, "node_pool.create", "node_pool");
         audit.target_tenant(tenant_id);
         let result = async {
@@ -235,11 +289,15 @@ impl Services {
             store::pool_insert(&mut tx, tenant_id, cluster_id, id, class, &spec).await.map_err(db)?;
             store::touch(&mut tx, tenant_id, cluster_id).await.map_err(db)?;
             let operation = operation(&mut tx, "node_pool_create", "node_pool", id.uuid(), tenant_id, 1, &[]).await?;
-            let message = format!("node pool {} of {} {} machines was added", spec.name, spec.count, spec.machine_class);
-            store::event_insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolCreated", &message).await.map_err(db)?;
+            let message =
+                format!("node pool {} of {} {} machines was added", spec.name, spec.count, spec.machine_class);
+            store::event_insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolCreated", &message)
+                .await
+                .map_err(db)?;
             enqueue_reconcile(&mut tx, cluster_id).await?;
             audit.success(&mut tx, json!({ "cluster_id": cluster_id, "name": spec.name, "count": spec.count })).await?;
-            let pool = store::pool_get(&mut tx, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
+            let pool =
+                store::pool_get(&mut tx, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
             commit(tx).await?;
             Ok(NodePoolChange { pool, operation })
         }
@@ -256,7 +314,13 @@ impl Services {
     }
 
     /// Reads a node pool.
-    pub async fn node_pool_get(&self, ctx: &Ctx, tenant_id: TenantId, cluster_id: ClusterId, id: NodePoolId) -> Result<NodePool> {
+    pub async fn node_pool_get(
+        &self,
+        ctx: &Ctx,
+        tenant_id: TenantId,
+        cluster_id: ClusterId,
+        id: NodePoolId,
+    ) -> Result<NodePool> {
         ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "node pool")?;
         let mut conn = self.store.conn().await.map_err(db)?;
         store::pool_get(&mut conn, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)
@@ -297,18 +361,30 @@ impl Services {
                 store::pool_update_spec(&mut tx, tenant_id, id, &spec).await.map_err(db)?;
                 store::touch(&mut tx, tenant_id, cluster_id).await.map_err(db)?;
                 if spec.count != current.spec.count {
-                    let message = format!("node pool {} scaled from {} to {}", spec.name, current.spec.count, spec.count);
-                    store::event_insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolScaled", &message).await.map_err(db)?;
+                    let message =
+                        format!("node pool {} scaled from {} to {}", spec.name, current.spec.count, spec.count);
+                    store::event_insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolScaled", &message)
+                        .await
+                        .map_err(db)?;
                 }
                 enqueue_reconcile(&mut tx, cluster_id).await?;
                 current.generation + 1
             } else {
                 current.generation
             };
-            let operation =
-                operation(&mut tx, "node_pool_update", "node_pool", id.uuid(), tenant_id, generation, &["node_pool_create"]).await?;
+            let operation = operation(
+                &mut tx,
+                "node_pool_update",
+                "node_pool",
+                id.uuid(),
+                tenant_id,
+                generation,
+                &["node_pool_create"],
+            )
+            .await?;
             audit.success(&mut tx, json!({ "cluster_id": cluster_id, "patch": patch, "changed": changed })).await?;
-            let pool = store::pool_get(&mut tx, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
+            let pool =
+                store::pool_get(&mut tx, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
             commit(tx).await?;
             Ok(NodePoolChange { pool, operation })
         }
@@ -348,10 +424,13 @@ impl Services {
             )
             .await?;
             let message = format!("node pool {} is being deleted", current.spec.name);
-            store::event_insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolDeletionRequested", &message).await.map_err(db)?;
+            store::event_insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolDeletionRequested", &message)
+                .await
+                .map_err(db)?;
             enqueue_reconcile(&mut tx, cluster_id).await?;
             audit.success(&mut tx, json!({ "cluster_id": cluster_id, "name": current.spec.name })).await?;
-            let pool = store::pool_get(&mut tx, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
+            let pool =
+                store::pool_get(&mut tx, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
             commit(tx).await?;
             Ok(NodePoolChange { pool, operation })
         }
@@ -378,7 +457,13 @@ impl Services {
 
     /// A slurm cluster needs at least one node in total: 422 when a change of `pool` to `count`
     /// would leave none.
-    async fn check_slurm_keeps_a_node(&self, conn: &mut Conn, cluster: &Cluster, pool: NodePoolId, count: u32) -> Result<()> {
+    async fn check_slurm_keeps_a_node(
+        &self,
+        conn: &mut Conn,
+        cluster: &Cluster,
+        pool: NodePoolId,
+        count: u32,
+    ) -> Result<()> {
         if cluster.spec.kind != paddock_types::cluster::ClusterKind::Slurm {
             return Ok(());
         }
@@ -438,7 +523,14 @@ async fn operation(
     generation: i64,
     supersedes: &[&str],
 ) -> Result<OperationView> {
-    let op = NewOperation { kind, target_type, target_id, tenant_id: Some(tenant), target_generation: generation, supersedes };
+    let op = NewOperation {
+        kind,
+        target_type,
+        target_id,
+        tenant_id: Some(tenant),
+        target_generation: generation,
+        supersedes,
+    };
     operation_store::insert(conn, &op).await.map_err(db)
 }
 

@@ -27,7 +27,9 @@ impl Services {
             let n = machines.iter().find(|(s, _)| s == state.as_str()).map_or(0, |(_, n)| *n);
             let _ = writeln!(out, "paddock_machines{{state=\"{}\"}} {n}", state.as_str());
         }
-        out.push_str("# HELP paddock_queue_depth Operations not yet finished, by state.\n# TYPE paddock_queue_depth gauge\n");
+        out.push_str(
+            "# HELP paddock_queue_depth Operations not yet finished, by state.\n# TYPE paddock_queue_depth gauge\n",
+        );
         for state in ["pending", "running"] {
             let n = operations.iter().find(|(s, _)| s == state).map_or(0, |(_, n)| *n);
             let _ = writeln!(out, "paddock_queue_depth{{state=\"{state}\"}} {n}");

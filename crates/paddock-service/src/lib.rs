@@ -15,10 +15,10 @@ mod tenant;
 use std::sync::Arc;
 
 pub use audit::AuditTrail;
+pub use machine::MachineChange;
 use paddock_domain::secret::Cipher;
 use paddock_domain::{Actor, Error, Result};
 use paddock_store::Store;
-pub use machine::MachineChange;
 use serde::de::DeserializeOwned;
 
 /// Who is calling, and which request this is.

@@ -10,9 +10,9 @@ use paddock_domain::precondition::IfMatch;
 use paddock_domain::secret::Binding;
 use paddock_domain::validate::{self, Checks};
 use paddock_domain::{json, Error, Permission, Result};
+use paddock_store::job::{self, NewJob};
 use paddock_store::machine::{self as store, MachineFilter, NewMachine};
 use paddock_store::operation::{self as operation_store, NewOperation};
-use paddock_store::job::{self, NewJob};
 use paddock_store::{machine_class, Conn};
 use paddock_types::machine::{MachineEnroll, MachineState, MaintenanceEnter};
 use paddock_types::operation::OperationView;
@@ -71,10 +71,9 @@ impl Services {
             let id = MachineId::new();
             audit.target(id.uuid(), None);
             let mut tx = self.store.begin().await.map_err(db)?;
-            let class = machine_class::get_by_name(&mut tx, &spec.machine_class, false)
-                .await
-                .map_err(db)?
-                .ok_or_else(|| Error::invalid("machine_class", format!("no machine class is named {:?}", spec.machine_class)))?;
+            let class = machine_class::get_by_name(&mut tx, &spec.machine_class, false).await.map_err(db)?.ok_or_else(
+                || Error::invalid("machine_class", format!("no machine class is named {:?}", spec.machine_class)),
+            )?;
             let bmc = Bmc {
                 url: spec.bmc.url.clone(),
                 system_id: spec.bmc.system_id.clone(),
@@ -110,7 +109,13 @@ impl Services {
 
     /// Applies a merge patch to labels and BMC access. A BMC change is carried out by the worker
     /// (a `machine_update_credentials` operation); a labels-only change is synchronous.
-    pub async fn machine_update(&self, ctx: &Ctx, id: MachineId, body: &Body, if_match: &IfMatch) -> Result<MachineChange> {
+    pub async fn machine_update(
+        &self,
+        ctx: &Ctx,
+        id: MachineId,
+        body: &Body,
+        if_match: &IfMatch,
+    ) -> Result<MachineChange> {
         let mut audit = self.audit(ctx, "machine.update", "machine");
         audit.target(id.uuid(), None);
         let result = async {
@@ -134,7 +139,14 @@ impl Services {
             let mut c = Checks::new();
             c.labels("labels", &after.labels);
             let b = &after.bmc;
-            validate::bmc_access(&mut c, &b.url, b.system_id.as_deref(), &b.username, b.ca_cert.as_deref(), b.insecure_tls);
+            validate::bmc_access(
+                &mut c,
+                &b.url,
+                b.system_id.as_deref(),
+                &b.username,
+                b.ca_cert.as_deref(),
+                b.insecure_tls,
+            );
             if let Some(password) = &password {
                 c.text("bmc.password", password, 1024);
             }
@@ -161,7 +173,8 @@ impl Services {
             // The patch is recorded without the password: only that one was given.
             let details = json!({ "patch": patch, "password_changed": password.is_some() });
             if bmc_changed {
-                return accept(tx, &audit, id, current.generation + 1, "machine_update_credentials", &[], details).await;
+                return accept(tx, &audit, id, current.generation + 1, "machine_update_credentials", &[], details)
+                    .await;
             }
             audit.success(&mut tx, details).await?;
             let machine = store::get(&mut tx, id, false).await.map_err(db)?.ok_or(NOT_FOUND)?;
@@ -182,7 +195,10 @@ impl Services {
             let mut tx = self.store.begin().await.map_err(db)?;
             let current = self.machine_for_change(&mut tx, id).await?;
             if current.state == MachineState::Maintenance || current.maintenance_reason.is_some() {
-                return Err(Error::conflict("already_in_maintenance", "the machine is already in maintenance or entering it"));
+                return Err(Error::conflict(
+                    "already_in_maintenance",
+                    "the machine is already in maintenance or entering it",
+                ));
             }
             let request: MaintenanceEnter = body.decode()?;
             let mut c = Checks::new();
@@ -230,7 +246,10 @@ impl Services {
             if !RETIRABLE.contains(&current.state) {
                 return Err(Error::conflict(
                     "machine_busy",
-                    format!("a machine in state {} cannot be retired; only available, maintenance or clean_failed", current.state.as_str()),
+                    format!(
+                        "a machine in state {} cannot be retired; only available, maintenance or clean_failed",
+                        current.state.as_str()
+                    ),
                 ));
             }
             if store::retire_requested(&mut tx, id).await.map_err(db)? {
@@ -281,7 +300,14 @@ async fn accept(
     supersedes: &[&str],
     details: Value,
 ) -> Result<MachineChange> {
-    let op = NewOperation { kind, target_type: "machine", target_id: id.uuid(), tenant_id: None, target_generation: generation, supersedes };
+    let op = NewOperation {
+        kind,
+        target_type: "machine",
+        target_id: id.uuid(),
+        tenant_id: None,
+        target_generation: generation,
+        supersedes,
+    };
     let operation = operation_store::insert(&mut tx, &op).await.map_err(db)?;
     let job = NewJob {
         kind: MACHINE_RECONCILE,

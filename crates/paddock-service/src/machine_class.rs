@@ -51,7 +51,13 @@ impl Services {
 
     /// Applies a merge patch. The hardware fields (`cpu_cores`, `memory_gib`, `gpu_count`) cannot
     /// change while machines of the class exist: their inventory was checked against the old values.
-    pub async fn machine_class_update(&self, ctx: &Ctx, name: &str, body: &Body, if_match: &IfMatch) -> Result<MachineClass> {
+    pub async fn machine_class_update(
+        &self,
+        ctx: &Ctx,
+        name: &str,
+        body: &Body,
+        if_match: &IfMatch,
+    ) -> Result<MachineClass> {
         let mut audit = self.audit(ctx, "machine_class.update", "machine_class");
         let result = async {
             ctx.actor.authorize(Permission::MachineClassWrite)?;

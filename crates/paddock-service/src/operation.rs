@@ -12,7 +12,12 @@ const NOT_FOUND: Error = Error::NotFound { kind: "operation" };
 
 impl Services {
     /// `GET /v1/operations`: every operation for providers; a tenant token sees its own.
-    pub async fn operation_list(&self, ctx: &Ctx, filter: OperationFilter, page: PageRequest) -> Result<Listed<OperationView>> {
+    pub async fn operation_list(
+        &self,
+        ctx: &Ctx,
+        filter: OperationFilter,
+        page: PageRequest,
+    ) -> Result<Listed<OperationView>> {
         let scope = ctx.actor.authorize(Permission::OperationRead)?;
         let filter = OperationFilter { tenant_id: scope.tenant().or(filter.tenant_id), ..filter };
         self.operation_page(&filter, page).await

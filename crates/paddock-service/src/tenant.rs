@@ -68,7 +68,8 @@ impl Services {
         let result = async {
             ctx.actor.authorize(Permission::TenantWrite)?;
             let mut tx = self.store.begin().await.map_err(db)?;
-            let current = tenant::get_for_update(&mut tx, id).await.map_err(db)?.ok_or(Error::NotFound { kind: "tenant" })?;
+            let current =
+                tenant::get_for_update(&mut tx, id).await.map_err(db)?.ok_or(Error::NotFound { kind: "tenant" })?;
             if_match.check(current.generation)?;
             let patch = body.value()?;
             let spec = normalize(json::apply_patch(&current.spec, &patch, &["name"])?);
@@ -94,13 +95,20 @@ impl Services {
         self.tenant_set_state(ctx, id, TenantState::Active, "tenant.resume").await
     }
 
-    async fn tenant_set_state(&self, ctx: &Ctx, id: TenantId, state: TenantState, action: &'static str) -> Result<Tenant> {
+    async fn tenant_set_state(
+        &self,
+        ctx: &Ctx,
+        id: TenantId,
+        state: TenantState,
+        action: &'static str,
+    ) -> Result<Tenant> {
         let mut audit = self.audit(ctx, action, "tenant");
         audit.target(id.uuid(), Some(id));
         let result = async {
             ctx.actor.authorize(Permission::TenantWrite)?;
             let mut tx = self.store.begin().await.map_err(db)?;
-            let current = tenant::get_for_update(&mut tx, id).await.map_err(db)?.ok_or(Error::NotFound { kind: "tenant" })?;
+            let current =
+                tenant::get_for_update(&mut tx, id).await.map_err(db)?.ok_or(Error::NotFound { kind: "tenant" })?;
             let tenant = if current.state == state {
                 current
             } else {
@@ -121,10 +129,14 @@ impl Services {
         let result = async {
             ctx.actor.authorize(Permission::TenantWrite)?;
             let mut tx = self.store.begin().await.map_err(db)?;
-            let current = tenant::get_for_update(&mut tx, id).await.map_err(db)?.ok_or(Error::NotFound { kind: "tenant" })?;
+            let current =
+                tenant::get_for_update(&mut tx, id).await.map_err(db)?.ok_or(Error::NotFound { kind: "tenant" })?;
             if_match.check(current.generation)?;
             if tenant::has_holdings(&mut tx, id).await.map_err(db)? {
-                return Err(Error::conflict("tenant_not_empty", "the tenant still has clusters or machines; delete them first"));
+                return Err(Error::conflict(
+                    "tenant_not_empty",
+                    "the tenant still has clusters or machines; delete them first",
+                ));
             }
             tenant::mark_deleted(&mut tx, id).await.map_err(db)?;
             audit.success(&mut tx, json!({ "name": current.spec.name })).await?;

@@ -89,7 +89,12 @@ pub async fn insert(conn: &mut Conn, tenant: TenantId, id: ClusterId, spec: &Clu
 }
 
 /// A tenant's live cluster; `for_update` locks the row.
-pub async fn get(conn: &mut Conn, tenant: TenantId, id: ClusterId, for_update: bool) -> Result<Option<Cluster>, StoreError> {
+pub async fn get(
+    conn: &mut Conn,
+    tenant: TenantId,
+    id: ClusterId,
+    for_update: bool,
+) -> Result<Option<Cluster>, StoreError> {
     let lock = if for_update { " for update" } else { "" };
     let row: Option<ClusterRow> = sqlx::query_as(&format!(
         "select {CLUSTER_COLUMNS} from clusters where tenant_id = $1 and id = $2 and deleted_at is null{lock}"
@@ -102,7 +107,12 @@ pub async fn get(conn: &mut Conn, tenant: TenantId, id: ClusterId, for_update: b
 }
 
 /// A tenant's live clusters after `after`, by id.
-pub async fn list(conn: &mut Conn, tenant: TenantId, after: Option<Uuid>, limit: u32) -> Result<Vec<Cluster>, StoreError> {
+pub async fn list(
+    conn: &mut Conn,
+    tenant: TenantId,
+    after: Option<Uuid>,
+    limit: u32,
+) -> Result<Vec<Cluster>, StoreError> {
     let rows: Vec<ClusterRow> = sqlx::query_as(&format!(
         "select {CLUSTER_COLUMNS} from clusters where tenant_id = $1 and deleted_at is null \
          and ($2::uuid is null or id > $2) order by id limit $3"
@@ -116,7 +126,12 @@ pub async fn list(conn: &mut Conn, tenant: TenantId, after: Option<Uuid>, limit:
 }
 
 /// Writes a new spec and bumps the generation. The caller holds the row lock.
-pub async fn update_spec(conn: &mut Conn, tenant: TenantId, id: ClusterId, spec: &ClusterSpec) -> Result<(), StoreError> {
+pub async fn update_spec(
+    conn: &mut Conn,
+    tenant: TenantId,
+    id: ClusterId,
+    spec: &ClusterSpec,
+) -> Result<(), StoreError> {
     sqlx::query(
         "update clusters set kubernetes_version = $3, slurm = $4, generation = generation + 1, updated_at = now() \
          where tenant_id = $1 and id = $2",
@@ -196,7 +211,8 @@ struct PoolRow {
     deletion_requested_at: Option<DateTime<Utc>>,
 }
 
-const POOL_SELECT: &str = "select p.id, p.tenant_id, p.cluster_id, p.name, p.machine_class_id, mc.name as machine_class, \
+const POOL_SELECT: &str =
+    "select p.id, p.tenant_id, p.cluster_id, p.name, p.machine_class_id, mc.name as machine_class, \
      mc.gpu_count, p.count, p.labels, p.taints, p.generation, p.ready, p.allocated, p.conditions, p.created_at, \
      p.updated_at, p.deletion_requested_at from node_pools p join machine_classes mc on mc.id = p.machine_class_id";
 
@@ -221,7 +237,11 @@ impl TryFrom<PoolRow> for NodePool {
                 taints: r.taints.0,
             },
             gpu_count: unsigned(r.gpu_count),
-            status: NodePoolStatus { ready: unsigned(r.ready), allocated: unsigned(r.allocated), conditions: from_json(r.conditions)? },
+            status: NodePoolStatus {
+                ready: unsigned(r.ready),
+                allocated: unsigned(r.allocated),
+                conditions: from_json(r.conditions)?,
+            },
             generation: r.generation,
             deleting: r.deletion_requested_at.is_some(),
             created_at: r.created_at,
@@ -301,7 +321,12 @@ pub async fn pool_get(
 }
 
 /// Writes a pool's new count, labels and taints, bumping its generation.
-pub async fn pool_update_spec(conn: &mut Conn, tenant: TenantId, id: NodePoolId, spec: &NodePoolSpec) -> Result<(), StoreError> {
+pub async fn pool_update_spec(
+    conn: &mut Conn,
+    tenant: TenantId,
+    id: NodePoolId,
+    spec: &NodePoolSpec,
+) -> Result<(), StoreError> {
     sqlx::query(
         "update node_pools set count = $3, labels = $4, taints = $5, generation = generation + 1, updated_at = now() \
          where tenant_id = $1 and id = $2",
@@ -374,15 +399,17 @@ pub async fn event_insert(
     reason: &str,
     message: &str,
 ) -> Result<(), StoreError> {
-    sqlx::query("insert into cluster_events (id, tenant_id, cluster_id, type, reason, message) values ($1, $2, $3, $4, $5, $6)")
-        .bind(Uuid::now_v7())
-        .bind(tenant.uuid())
-        .bind(cluster.uuid())
-        .bind(type_)
-        .bind(reason)
-        .bind(message)
-        .execute(conn)
-        .await?;
+    sqlx::query(
+        "insert into cluster_events (id, tenant_id, cluster_id, type, reason, message) values ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(Uuid::now_v7())
+    .bind(tenant.uuid())
+    .bind(cluster.uuid())
+    .bind(type_)
+    .bind(reason)
+    .bind(message)
+    .execute(conn)
+    .await?;
     Ok(())
 }
 

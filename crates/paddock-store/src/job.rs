@@ -91,15 +91,9 @@ impl JobState {
 
     /// Parses the stored spelling.
     pub fn parse(s: &str) -> Option<Self> {
-        [
-            Self::Queued,
-            Self::Running,
-            Self::Succeeded,
-            Self::Failed,
-            Self::Cancelled,
-        ]
-        .into_iter()
-        .find(|state| state.as_str() == s)
+        [Self::Queued, Self::Running, Self::Succeeded, Self::Failed, Self::Cancelled]
+            .into_iter()
+            .find(|state| state.as_str() == s)
     }
 }
 
@@ -127,10 +121,7 @@ pub struct JobError {
 impl JobError {
     /// An error with a code and a message.
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            code: code.into(),
-            message: message.into(),
-        }
+        Self { code: code.into(), message: message.into() }
     }
 }
 
@@ -255,10 +246,7 @@ impl RetryPolicy {
     /// The bounds of the delay after the `attempt`-th failure (1-based): `[d / 2, d]`.
     pub fn delay_bounds(&self, attempt: u32) -> (Duration, Duration) {
         let exp = attempt.saturating_sub(1).min(40);
-        let nominal = self
-            .base
-            .saturating_mul(2u32.saturating_pow(exp.min(31)))
-            .min(self.cap);
+        let nominal = self.base.saturating_mul(2u32.saturating_pow(exp.min(31))).min(self.cap);
         (nominal / 2, nominal)
     }
 }
@@ -329,11 +317,7 @@ pub async fn enqueue(conn: &mut Conn, job: &NewJob<'_>) -> Result<JobId, StoreEr
              returning id, run_at <= now()",
             // On the last turn a plain insert, so a lost race surfaces as the real unique
             // violation instead of an invented error (practically unreachable).
-            if last_turn {
-                ""
-            } else {
-                "on conflict (target_id, kind) where state = 'queued' do nothing"
-            }
+            if last_turn { "" } else { "on conflict (target_id, kind) where state = 'queued' do nothing" }
         );
         let inserted: Option<(Uuid, bool)> = sqlx::query_as(&insert)
             .bind(JobId::new().uuid())
@@ -389,9 +373,7 @@ pub async fn enqueue(conn: &mut Conn, job: &NewJob<'_>) -> Result<JobId, StoreEr
 /// The last turn of [`enqueue`] either inserts or fails with the unique violation, so the loop
 /// never falls through; this keeps the compiler satisfied without a panic.
 fn unreachable_race() -> Result<JobId, StoreError> {
-    Err(StoreError::Corrupt(
-        "enqueue lost every race on jobs_queued_key".to_owned(),
-    ))
+    Err(StoreError::Corrupt("enqueue lost every race on jobs_queued_key".to_owned()))
 }
 
 async fn supersede(conn: &mut Conn, operation: Uuid) -> Result<(), StoreError> {
@@ -406,11 +388,7 @@ async fn supersede(conn: &mut Conn, operation: Uuid) -> Result<(), StoreError> {
 }
 
 async fn notify(conn: &mut Conn, kind: &str) -> Result<(), StoreError> {
-    sqlx::query("select pg_notify($1, $2)")
-        .bind(NOTIFY_CHANNEL)
-        .bind(kind)
-        .execute(conn)
-        .await?;
+    sqlx::query("select pg_notify($1, $2)").bind(NOTIFY_CHANNEL).bind(kind).execute(conn).await?;
     Ok(())
 }
 
@@ -494,12 +472,7 @@ pub async fn claim(
 
 /// Renews the lease of a running job; `false` when `worker` no longer holds it (the job was
 /// taken over after the lease expired, or ended): the caller must stop working on it.
-pub async fn heartbeat(
-    conn: &mut Conn,
-    id: JobId,
-    worker: &str,
-    lease: Duration,
-) -> Result<bool, StoreError> {
+pub async fn heartbeat(conn: &mut Conn, id: JobId, worker: &str, lease: Duration) -> Result<bool, StoreError> {
     let done = sqlx::query(
         "update jobs set locked_until = now() + $3 * interval '1 millisecond' \
          where id = $1 and locked_by = $2 and state = 'running'",
@@ -534,25 +507,16 @@ pub async fn complete(conn: &mut Conn, id: JobId, worker: &str) -> Result<bool, 
          ), {WAKE} \
          select (select count(*) from done), (select count(*) from wake)"
     );
-    let (done, _woken): (i64, i64) = sqlx::query_as(&sql)
-        .bind(id.uuid())
-        .bind(worker)
-        .fetch_one(conn)
-        .await?;
+    let (done, _woken): (i64, i64) = sqlx::query_as(&sql).bind(id.uuid()).bind(worker).fetch_one(conn).await?;
     Ok(done == 1)
 }
 
 /// Marks a run permanently failed and its operation (if still open) `failed` with `problem` as
 /// its error; `instance` (the operation's path) and `request_id` (the job id, the key of the
 /// worker's log lines) are filled in here. `false` when `worker` no longer holds the lease.
-pub async fn fail(
-    conn: &mut Conn,
-    id: JobId,
-    worker: &str,
-    problem: &Problem,
-) -> Result<bool, StoreError> {
-    let problem_json = serde_json::to_value(problem)
-        .map_err(|e| StoreError::Corrupt(format!("problem is not JSON: {e}")))?;
+pub async fn fail(conn: &mut Conn, id: JobId, worker: &str, problem: &Problem) -> Result<bool, StoreError> {
+    let problem_json =
+        serde_json::to_value(problem).map_err(|e| StoreError::Corrupt(format!("problem is not JSON: {e}")))?;
     let sql = format!(
         "with done as ( \
              update jobs set state = 'failed', locked_by = null, locked_until = null, \
@@ -586,14 +550,8 @@ pub fn retries_exhausted(job: &Job, last: &JobError) -> Problem {
         type_: format!("{PROBLEM_BASE}{EXHAUSTED_SLUG}"),
         title: EXHAUSTED_TITLE.to_owned(),
         status: EXHAUSTED_STATUS,
-        detail: format!(
-            "gave up after {} attempts; last error: {}",
-            job.attempts, last.message
-        ),
-        instance: job
-            .operation_id
-            .map(|op| format!("/v1/operations/{op}"))
-            .unwrap_or_default(),
+        detail: format!("gave up after {} attempts; last error: {}", job.attempts, last.message),
+        instance: job.operation_id.map(|op| format!("/v1/operations/{op}")).unwrap_or_default(),
         code: last.code.clone(),
         request_id: job.id.to_string(),
         errors: Vec::new(),
@@ -620,8 +578,7 @@ pub async fn retry(
              * (0.5 + random() * 0.5) * interval '1 millisecond' else j.run_at end, \
          finished_at = case when f.id is not null or j.attempts + 1 >= $3 then now() end, \
          last_error = jsonb_build_object('code', $6::text, 'message', $7::text, 'at', now())";
-    let failed_error =
-        "jsonb_build_object('type', $8::text, 'title', $9::text, 'status', $10::int, \
+    let failed_error = "jsonb_build_object('type', $8::text, 'title', $9::text, 'status', $10::int, \
          'detail', format('gave up after %s attempts; last error: %s', d.attempts, $7::text), \
          'instance', '/v1/operations/' || o.id, 'code', $6::text, 'request_id', d.id::text)";
     let policy_max = i32::try_from(policy.max_attempts.max(1)).unwrap_or(i32::MAX);
@@ -653,9 +610,7 @@ pub async fn wait(
          finished_at = case when f.id is not null then now() end, \
          last_error = jsonb_build_object('code', $4::text, 'message', $5::text, 'at', now())";
     requeue(conn, id, worker, set, "null::jsonb", |q| {
-        q.bind(millis(after))
-            .bind(reason.code.clone())
-            .bind(reason.message.clone())
+        q.bind(millis(after)).bind(reason.code.clone()).bind(reason.message.clone())
     })
     .await
 }
@@ -713,11 +668,7 @@ async fn requeue(
          cross join (select count(*) from wake) w"
     );
     for _ in 0..RACE_TURNS {
-        let q = bind(
-            sqlx::query_as::<_, RequeueRow>(&sql)
-                .bind(id.uuid())
-                .bind(worker),
-        );
+        let q = bind(sqlx::query_as::<_, RequeueRow>(&sql).bind(id.uuid()).bind(worker));
         let row = match q.fetch_optional(&mut *conn).await.map_err(StoreError::from) {
             Ok(row) => row,
             // A follow-up was enqueued after this statement's snapshot: the statement was undone;
@@ -729,22 +680,12 @@ async fn requeue(
             return Ok(Requeue::LeaseLost);
         };
         let attempts = u32::try_from(row.attempts).unwrap_or(0);
-        return Ok(
-            match (parse_state(&row.state, JobState::parse)?, row.follow_id) {
-                (JobState::Cancelled, Some(to)) => Requeue::HandedOver { to: JobId(to) },
-                (JobState::Failed, _) => Requeue::Failed { attempts },
-                (JobState::Queued, _) => Requeue::Queued {
-                    run_at: row.run_at,
-                    attempts,
-                },
-                (state, _) => {
-                    return Err(StoreError::Corrupt(format!(
-                        "requeue left job {id} {}",
-                        state.as_str()
-                    )))
-                }
-            },
-        );
+        return Ok(match (parse_state(&row.state, JobState::parse)?, row.follow_id) {
+            (JobState::Cancelled, Some(to)) => Requeue::HandedOver { to: JobId(to) },
+            (JobState::Failed, _) => Requeue::Failed { attempts },
+            (JobState::Queued, _) => Requeue::Queued { run_at: row.run_at, attempts },
+            (state, _) => return Err(StoreError::Corrupt(format!("requeue left job {id} {}", state.as_str()))),
+        });
     }
     Ok(Requeue::LeaseLost)
 }
@@ -752,11 +693,7 @@ async fn requeue(
 /// Cancels the queued jobs of a target (all kinds, or only `kinds`); a running job is left to
 /// finish. Returns how many were cancelled. Their operations are left alone: the caller
 /// supersedes them with the operation that explains why (a deletion, say).
-pub async fn cancel_queued(
-    conn: &mut Conn,
-    target_id: Uuid,
-    kinds: Option<&[&str]>,
-) -> Result<u64, StoreError> {
+pub async fn cancel_queued(conn: &mut Conn, target_id: Uuid, kinds: Option<&[&str]>) -> Result<u64, StoreError> {
     let done = sqlx::query(
         "update jobs set state = 'cancelled', finished_at = now(), updated_at = now() \
          where target_id = $1 and state = 'queued' and ($2::text[] is null or kind = any($2))",
@@ -779,12 +716,10 @@ pub async fn get(conn: &mut Conn, id: JobId) -> Result<Option<Job>, StoreError> 
 
 /// The jobs of a target, oldest first (its history).
 pub async fn list_for_target(conn: &mut Conn, target_id: Uuid) -> Result<Vec<Job>, StoreError> {
-    let rows: Vec<JobRow> = sqlx::query_as(&format!(
-        "select {COLUMNS} from jobs where target_id = $1 order by id"
-    ))
-    .bind(target_id)
-    .fetch_all(conn)
-    .await?;
+    let rows: Vec<JobRow> = sqlx::query_as(&format!("select {COLUMNS} from jobs where target_id = $1 order by id"))
+        .bind(target_id)
+        .fetch_all(conn)
+        .await?;
     rows.into_iter().map(Job::try_from).collect()
 }
 
@@ -818,31 +753,12 @@ mod tests {
 
     #[test]
     fn delay_bounds_double_per_attempt_and_stop_at_the_cap() {
-        let policy = RetryPolicy {
-            max_attempts: 10,
-            base: Duration::from_secs(1),
-            cap: Duration::from_secs(60),
-        };
-        assert_eq!(
-            policy.delay_bounds(1),
-            (Duration::from_millis(500), Duration::from_secs(1))
-        );
-        assert_eq!(
-            policy.delay_bounds(2),
-            (Duration::from_secs(1), Duration::from_secs(2))
-        );
-        assert_eq!(
-            policy.delay_bounds(6),
-            (Duration::from_secs(16), Duration::from_secs(32))
-        );
-        assert_eq!(
-            policy.delay_bounds(7),
-            (Duration::from_secs(30), Duration::from_secs(60))
-        );
-        assert_eq!(
-            policy.delay_bounds(500),
-            (Duration::from_secs(30), Duration::from_secs(60))
-        );
+        let policy = RetryPolicy { max_attempts: 10, base: Duration::from_secs(1), cap: Duration::from_secs(60) };
+        assert_eq!(policy.delay_bounds(1), (Duration::from_millis(500), Duration::from_secs(1)));
+        assert_eq!(policy.delay_bounds(2), (Duration::from_secs(1), Duration::from_secs(2)));
+        assert_eq!(policy.delay_bounds(6), (Duration::from_secs(16), Duration::from_secs(32)));
+        assert_eq!(policy.delay_bounds(7), (Duration::from_secs(30), Duration::from_secs(60)));
+        assert_eq!(policy.delay_bounds(500), (Duration::from_secs(30), Duration::from_secs(60)));
     }
 
     #[test]

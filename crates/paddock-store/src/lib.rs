@@ -78,16 +78,14 @@ impl Store {
     /// Whether the database answers and every embedded migration is applied.
     pub async fn ready(&self) -> Result<bool, StoreError> {
         let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
-        let applied: Option<i64> = sqlx::query_scalar(
-            "select max(version) from _sqlx_migrations where success",
-        )
-        .fetch_one(&self.pool)
-        .await
-        .or_else(|e| match &e {
-            // No migrations table yet: reachable but not migrated.
-            sqlx::Error::Database(db) if db.code().as_deref() == Some("42P01") => Ok(None),
-            _ => Err(e),
-        })?;
+        let applied: Option<i64> = sqlx::query_scalar("select max(version) from _sqlx_migrations where success")
+            .fetch_one(&self.pool)
+            .await
+            .or_else(|e| match &e {
+                // No migrations table yet: reachable but not migrated.
+                sqlx::Error::Database(db) if db.code().as_deref() == Some("42P01") => Ok(None),
+                _ => Err(e),
+            })?;
         Ok(applied.is_some_and(|v| v >= latest))
     }
 }

@@ -119,10 +119,8 @@ pub async fn insert(conn: &mut Conn, m: &NewMachine<'_>) -> Result<(), StoreErro
 /// A machine (retired ones included: their record stays readable); `for_update` locks the row.
 pub async fn get(conn: &mut Conn, id: MachineId, for_update: bool) -> Result<Option<Machine>, StoreError> {
     let lock = if for_update { " for update of m" } else { "" };
-    let row: Option<MachineRow> = sqlx::query_as(&format!("{SELECT} where m.id = $1{lock}"))
-        .bind(id.uuid())
-        .fetch_optional(conn)
-        .await?;
+    let row: Option<MachineRow> =
+        sqlx::query_as(&format!("{SELECT} where m.id = $1{lock}")).bind(id.uuid()).fetch_optional(conn).await?;
     row.map(Machine::try_from).transpose()
 }
 
@@ -182,11 +180,7 @@ pub async fn update_spec(conn: &mut Conn, id: MachineId, labels: &Labels, bmc: &
 
 /// Records the operator's maintenance intent (a reason to enter, `None` to leave) and bumps the
 /// generation. The caller holds the row lock.
-pub async fn set_maintenance_intent(
-    conn: &mut Conn,
-    id: MachineId,
-    reason: Option<&str>,
-) -> Result<(), StoreError> {
+pub async fn set_maintenance_intent(conn: &mut Conn, id: MachineId, reason: Option<&str>) -> Result<(), StoreError> {
     sqlx::query(
         "update machines set maintenance_reason = $2, generation = generation + 1, updated_at = now() \
          where id = $1",

@@ -77,11 +77,7 @@ pub async fn insert(
 }
 
 /// A class by name; `for_update` locks it until the transaction ends.
-pub async fn get_by_name(
-    conn: &mut Conn,
-    name: &str,
-    for_update: bool,
-) -> Result<Option<MachineClass>, StoreError> {
+pub async fn get_by_name(conn: &mut Conn, name: &str, for_update: bool) -> Result<Option<MachineClass>, StoreError> {
     let lock = if for_update { " for update" } else { "" };
     let row: Option<MachineClassRow> =
         sqlx::query_as(&format!("select {COLUMNS} from machine_classes where name = $1{lock}"))

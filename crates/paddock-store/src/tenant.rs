@@ -96,23 +96,21 @@ pub async fn insert(
 
 /// A live tenant by id.
 pub async fn get(conn: &mut Conn, id: TenantId) -> Result<Option<Tenant>, StoreError> {
-    let row: Option<TenantRow> = sqlx::query_as(&format!(
-        "select {COLUMNS} from tenants where id = $1 and deleted_at is null"
-    ))
-    .bind(id.uuid())
-    .fetch_optional(conn)
-    .await?;
+    let row: Option<TenantRow> =
+        sqlx::query_as(&format!("select {COLUMNS} from tenants where id = $1 and deleted_at is null"))
+            .bind(id.uuid())
+            .fetch_optional(conn)
+            .await?;
     row.map(Tenant::try_from).transpose()
 }
 
 /// A live tenant by id, locked for update until the transaction ends.
 pub async fn get_for_update(conn: &mut Conn, id: TenantId) -> Result<Option<Tenant>, StoreError> {
-    let row: Option<TenantRow> = sqlx::query_as(&format!(
-        "select {COLUMNS} from tenants where id = $1 and deleted_at is null for update"
-    ))
-    .bind(id.uuid())
-    .fetch_optional(conn)
-    .await?;
+    let row: Option<TenantRow> =
+        sqlx::query_as(&format!("select {COLUMNS} from tenants where id = $1 and deleted_at is null for update"))
+            .bind(id.uuid())
+            .fetch_optional(conn)
+            .await?;
     row.map(Tenant::try_from).transpose()
 }
 

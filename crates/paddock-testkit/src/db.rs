@@ -55,7 +55,10 @@ async fn template() -> &'static str {
                 paddock_store::MIGRATOR.run(&pool).await.expect("migrating the template");
                 pool.close().await;
                 // Renamed only when complete, so a crashed run never leaves a half-migrated template.
-                sqlx::query(&format!("alter database {building} rename to {name}")).execute(&mut conn).await.expect("rename");
+                sqlx::query(&format!("alter database {building} rename to {name}"))
+                    .execute(&mut conn)
+                    .await
+                    .expect("rename");
             }
             sqlx::query("select pg_advisory_unlock(727274)").execute(&mut conn).await.expect("unlock");
             name
@@ -96,7 +99,8 @@ impl TestDb {
         let mut conn = admin_conn().await;
         sqlx::query(&format!("create database {name}")).execute(&mut conn).await.expect("create database");
         let options: PgConnectOptions = admin_url().parse().expect("url");
-        let pool = PgPoolOptions::new().max_connections(16).connect_with(options.database(&name)).await.expect("connect");
+        let pool =
+            PgPoolOptions::new().max_connections(16).connect_with(options.database(&name)).await.expect("connect");
         let url = admin_url().rsplit_once('/').map_or(admin_url(), |(base, _)| format!("{base}/{name}"));
         TestDb { name, url, pool }
     }

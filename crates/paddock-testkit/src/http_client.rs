@@ -88,12 +88,7 @@ impl Resp {
     /// Asserts the status, printing the body on mismatch, and returns self.
     #[track_caller]
     pub fn expect(self, status: u16) -> Self {
-        assert_eq!(
-            self.status.as_u16(),
-            status,
-            "unexpected status; body: {}",
-            String::from_utf8_lossy(&self.body)
-        );
+        assert_eq!(self.status.as_u16(), status, "unexpected status; body: {}", String::from_utf8_lossy(&self.body));
         self
     }
 

@@ -40,9 +40,7 @@ fn usage() -> ! {
 }
 
 fn arg<T: std::str::FromStr>(args: &[String], i: usize) -> T {
-    args.get(i)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| usage())
+    args.get(i).and_then(|a| a.parse().ok()).unwrap_or_else(|| usage())
 }
 
 #[tokio::main]
@@ -55,8 +53,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             paddock_store::MIGRATOR.run(&pool).await?;
         }
         Some("run") => {
-            let (jobs, workers, concurrency): (u64, usize, usize) =
-                (arg(&args, 3), arg(&args, 4), arg(&args, 5));
+            let (jobs, workers, concurrency): (u64, usize, usize) = (arg(&args, 3), arg(&args, 4), arg(&args, 5));
             run(url, jobs, workers, concurrency).await?;
         }
         _ => usage(),
@@ -64,12 +61,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-async fn run(
-    url: &str,
-    jobs: u64,
-    workers: usize,
-    concurrency: usize,
-) -> Result<(), Box<dyn std::error::Error>> {
+async fn run(url: &str, jobs: u64, workers: usize, concurrency: usize) -> Result<(), Box<dyn std::error::Error>> {
     let config = WorkerConfig {
         concurrency,
         lease: Duration::from_secs(30),
@@ -87,12 +79,7 @@ async fn run(
         }
         drop(warm);
         let handlers: Vec<Arc<dyn JobHandler>> = vec![Arc::new(Noop)];
-        all.push(Worker::new(
-            store,
-            format!("bench-{i}"),
-            handlers,
-            config.clone(),
-        )?);
+        all.push(Worker::new(store, format!("bench-{i}"), handlers, config.clone())?);
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let started = Instant::now();
@@ -109,12 +96,7 @@ async fn run(
         })
         .collect();
     let metrics: Vec<_> = all.iter().map(Worker::metrics).collect();
-    let done = || {
-        metrics
-            .iter()
-            .map(|m| m.get(KIND, "succeeded"))
-            .sum::<u64>()
-    };
+    let done = || metrics.iter().map(|m| m.get(KIND, "succeeded")).sum::<u64>();
     while done() < jobs {
         tokio::time::sleep(Duration::from_millis(1)).await;
         if started.elapsed() > Duration::from_secs(600) {
@@ -126,14 +108,8 @@ async fn run(
     for t in tasks {
         t.await?;
     }
-    let per_worker: Vec<String> = metrics
-        .iter()
-        .map(|m| m.get(KIND, "succeeded").to_string())
-        .collect();
-    let failed: u64 = metrics
-        .iter()
-        .map(|m| m.total("lease_lost") + m.total("failed"))
-        .sum();
+    let per_worker: Vec<String> = metrics.iter().map(|m| m.get(KIND, "succeeded").to_string()).collect();
+    let failed: u64 = metrics.iter().map(|m| m.total("lease_lost") + m.total("failed")).sum();
     println!(
         "jobs={} seconds={seconds:.3} jobs_per_second={:.0} per_worker={} anomalies={failed}",
         done(),

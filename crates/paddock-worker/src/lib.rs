@@ -72,17 +72,12 @@ pub enum Outcome {
 impl Outcome {
     /// [`Outcome::Wait`] with a reason code and message.
     pub fn wait(after: Duration, code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::Wait {
-            after,
-            reason: JobError::new(code, message),
-        }
+        Self::Wait { after, reason: JobError::new(code, message) }
     }
 
     /// [`Outcome::Retry`] with an error code and message.
     pub fn retry(code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::Retry {
-            error: JobError::new(code, message),
-        }
+        Self::Retry { error: JobError::new(code, message) }
     }
 
     /// [`Outcome::Fail`] with an `operation-failed` problem (status 422: the request cannot be
@@ -92,11 +87,7 @@ impl Outcome {
     }
 
     /// [`Outcome::Fail`] with an `operation-failed` problem and an explicit status.
-    pub fn fail_with_status(
-        status: u16,
-        code: impl Into<String>,
-        detail: impl Into<String>,
-    ) -> Self {
+    pub fn fail_with_status(status: u16, code: impl Into<String>, detail: impl Into<String>) -> Self {
         Self::Fail {
             problem: Problem {
                 type_: format!("{PROBLEM_BASE}{FAILED_SLUG}"),

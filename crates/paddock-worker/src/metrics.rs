@@ -40,9 +40,7 @@ pub struct JobMetrics {
 
 impl JobMetrics {
     pub(crate) fn new(kinds: &[&'static str]) -> Self {
-        Self {
-            by_kind: kinds.iter().map(|k| (*k, Default::default())).collect(),
-        }
+        Self { by_kind: kinds.iter().map(|k| (*k, Default::default())).collect() }
     }
 
     /// Adds one to `outcome` of `kind` (ignored for a kind or outcome the worker does not know).
@@ -64,10 +62,7 @@ impl JobMetrics {
 
     /// The sum of one outcome over all kinds.
     pub fn total(&self, outcome: &str) -> u64 {
-        self.by_kind
-            .keys()
-            .map(|kind| self.get(kind, outcome))
-            .sum()
+        self.by_kind.keys().map(|kind| self.get(kind, outcome)).sum()
     }
 
     /// Every counter, by kind then outcome.
@@ -75,14 +70,11 @@ impl JobMetrics {
         self.by_kind
             .iter()
             .flat_map(|(kind, counters)| {
-                OUTCOMES
-                    .iter()
-                    .zip(counters)
-                    .map(|(outcome, count)| OutcomeCount {
-                        kind,
-                        outcome,
-                        count: count.load(Ordering::Relaxed),
-                    })
+                OUTCOMES.iter().zip(counters).map(|(outcome, count)| OutcomeCount {
+                    kind,
+                    outcome,
+                    count: count.load(Ordering::Relaxed),
+                })
             })
             .collect()
     }

@@ -97,10 +97,7 @@ pub struct Worker {
 
 impl std::fmt::Debug for Worker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Worker")
-            .field("id", &self.inner.id)
-            .field("kinds", &self.inner.kinds)
-            .finish()
+        f.debug_struct("Worker").field("id", &self.inner.id).field("kinds", &self.inner.kinds).finish()
     }
 }
 
@@ -152,23 +149,10 @@ impl Worker {
         }
         let mut kinds: Vec<&'static str> = by_kind.keys().copied().collect();
         kinds.sort_unstable();
-        let policy = RetryPolicy {
-            max_attempts: config.max_attempts,
-            base: config.backoff_base,
-            cap: config.backoff_cap,
-        };
+        let policy =
+            RetryPolicy { max_attempts: config.max_attempts, base: config.backoff_base, cap: config.backoff_cap };
         let metrics = Arc::new(JobMetrics::new(&kinds));
-        Ok(Self {
-            inner: Arc::new(Inner {
-                store,
-                id,
-                handlers: by_kind,
-                kinds,
-                config,
-                policy,
-                metrics,
-            }),
-        })
+        Ok(Self { inner: Arc::new(Inner { store, id, handlers: by_kind, kinds, config, policy, metrics }) })
     }
 
     /// The worker id written to `locked_by`.
@@ -189,10 +173,7 @@ impl Worker {
         let concurrency = inner.config.concurrency;
         tokio::pin!(shutdown);
         let wake = Arc::new(Notify::new());
-        let listener = inner
-            .config
-            .listen
-            .then(|| tokio::spawn(listen(inner.clone(), wake.clone())));
+        let listener = inner.config.listen.then(|| tokio::spawn(listen(inner.clone(), wake.clone())));
         // Flipped when the grace period ends: runs still going give their job back.
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut runs = JoinSet::new();
@@ -226,10 +207,7 @@ impl Worker {
                 }
             }
             let pause = if failures > 0 {
-                inner
-                    .config
-                    .poll_interval
-                    .max(Duration::from_millis(100 << failures.min(6)))
+                inner.config.poll_interval.max(Duration::from_millis(100 << failures.min(6)))
             } else {
                 inner.config.poll_interval
             };
@@ -275,10 +253,7 @@ impl Worker {
 /// caught in `run_one`); the job's lease then expires and another worker takes it over.
 fn report_panic(ended: Result<(), tokio::task::JoinError>) {
     if let Err(e) = ended {
-        error!(
-            error = &e as &dyn std::error::Error,
-            "a job run's task failed: {e}"
-        );
+        error!(error = &e as &dyn std::error::Error, "a job run's task failed: {e}");
     }
 }
 
@@ -374,12 +349,7 @@ enum Ended {
 
 /// Runs one claimed job: the handler against the lease watchdog and the forced stop, then writes
 /// the outcome back.
-async fn run_one(
-    inner: Arc<Inner>,
-    job: Job,
-    claimed_at: Instant,
-    mut stop: watch::Receiver<bool>,
-) {
+async fn run_one(inner: Arc<Inner>, job: Job, claimed_at: Instant, mut stop: watch::Receiver<bool>) {
     let span = info_span!("job", job.id = %job.id, job.kind = %job.kind, job.attempt = job.attempts + 1, target.id = %job.target_id);
     async move {
         let started = Instant::now();
@@ -507,15 +477,9 @@ async fn persist(inner: &Inner, job: &Job, write: &Write<'_>) -> Result<Written,
             let (id, worker) = (job.id, inner.id.as_str());
             Ok(match write {
                 Write::Complete => Written::Held(job::complete(&mut conn, id, worker).await?),
-                Write::Fail(problem) => {
-                    Written::Held(job::fail(&mut conn, id, worker, problem).await?)
-                }
-                Write::Retry(e) => {
-                    Written::Requeue(job::retry(&mut conn, id, worker, e, &inner.policy).await?)
-                }
-                Write::Wait(reason, after) => {
-                    Written::Requeue(job::wait(&mut conn, id, worker, reason, *after).await?)
-                }
+                Write::Fail(problem) => Written::Held(job::fail(&mut conn, id, worker, problem).await?),
+                Write::Retry(e) => Written::Requeue(job::retry(&mut conn, id, worker, e, &inner.policy).await?),
+                Write::Wait(reason, after) => Written::Requeue(job::wait(&mut conn, id, worker, reason, *after).await?),
             })
         }
         .await;
@@ -531,12 +495,7 @@ async fn persist(inner: &Inner, job: &Job, write: &Write<'_>) -> Result<Written,
 }
 
 /// Counts and logs how a run ended, with its duration.
-fn finish_log(
-    inner: &Inner,
-    job: &Job,
-    started: Instant,
-    written: Result<&'static str, StoreError>,
-) {
+fn finish_log(inner: &Inner, job: &Job, started: Instant, written: Result<&'static str, StoreError>) {
     let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     match written {
         Ok(outcome) => {
@@ -564,12 +523,7 @@ fn finish_log(
 /// could not renew it in time. The local deadline (send time of the last successful renewal plus
 /// the lease) never ends after the lease in the database, which starts later, at the server's
 /// `now()`: the run is dropped before anyone else can take the job over.
-async fn watchdog(
-    inner: Arc<Inner>,
-    id: paddock_types::JobId,
-    claimed_at: Instant,
-    lost: watch::Sender<bool>,
-) {
+async fn watchdog(inner: Arc<Inner>, id: paddock_types::JobId, claimed_at: Instant, lost: watch::Sender<bool>) {
     let lease = inner.config.lease;
     let every = lease / 3;
     let mut deadline = claimed_at + lease;

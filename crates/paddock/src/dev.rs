@@ -89,7 +89,8 @@ pub fn run(mut settings: Settings, args: DevArgs) -> anyhow::Result<()> {
         services.store().migrate().await.context("migrating the dev database")?;
         let tenant = seed(&services).await?;
         print_welcome(&settings, tenant, &secrets)?;
-        server::run(&settings, services, Roles { api: true, worker: true, migrate: false }, server::shutdown_signal()).await
+        server::run(&settings, services, Roles { api: true, worker: true, migrate: false }, server::shutdown_signal())
+            .await
     });
     drop(runtime);
     eprintln!("paddock dev: stopping PostgreSQL");
@@ -143,7 +144,8 @@ fn print_welcome(settings: &Settings, tenant: uuid::Uuid, secrets: &Path) -> any
     let secret = settings.hs256_secret()?.context("dev always has an HS256 secret")?;
     let ttl = 24 * 3600;
     let admin = crate::mint(&secret, settings, "dev-admin".into(), vec!["provider:admin".into()], None, ttl)?;
-    let tenant_admin = crate::mint(&secret, settings, "dev-tenant".into(), vec!["tenant:admin".into()], Some(tenant), ttl)?;
+    let tenant_admin =
+        crate::mint(&secret, settings, "dev-tenant".into(), vec!["tenant:admin".into()], Some(tenant), ttl)?;
     let base = format!("http://{}", settings.listen);
     let enroll = json!({
         "name": "node-001", "machine_class": "gpu-h100x8",

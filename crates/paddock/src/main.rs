@@ -87,9 +87,15 @@ fn main() -> anyhow::Result<()> {
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             runtime.block_on(async {
                 match command {
-                    Command::Serve => server::serve(&settings, server::Roles { api: true, worker: true, migrate: true }).await,
-                    Command::Api => server::serve(&settings, server::Roles { api: true, worker: false, migrate: false }).await,
-                    Command::Worker => server::serve(&settings, server::Roles { api: false, worker: true, migrate: false }).await,
+                    Command::Serve => {
+                        server::serve(&settings, server::Roles { api: true, worker: true, migrate: true }).await
+                    }
+                    Command::Api => {
+                        server::serve(&settings, server::Roles { api: true, worker: false, migrate: false }).await
+                    }
+                    Command::Worker => {
+                        server::serve(&settings, server::Roles { api: false, worker: true, migrate: false }).await
+                    }
                     Command::Migrate => server::migrate(&settings).await,
                     _ => unreachable!("handled above"),
                 }

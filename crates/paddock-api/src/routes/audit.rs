@@ -68,7 +68,11 @@ impl AuditListQuery {
             headers(("Link" = String, description = "The next page, rel=\"next\""))),
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
-pub async fn audit_event_list(State(s): State<AppState>, Caller(ctx): Caller, Query(q): Query<AuditListQuery>) -> Result<Response, ApiError> {
+pub async fn audit_event_list(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Query(q): Query<AuditListQuery>,
+) -> Result<Response, ApiError> {
     let (filter, page) = q.split()?;
     let listed = s.services.audit_list(&ctx, &filter, page).await?;
     Ok(respond::page(listed.items, listed.next_cursor))

@@ -5,7 +5,9 @@ use axum::response::Response;
 use paddock_domain::cursor::PageRequest;
 use paddock_service::MachineChange;
 use paddock_store::machine::MachineFilter;
-use paddock_types::machine::{MachineAccepted, MachineEnroll, MachineState, MachineUpdate, MachineView, MaintenanceEnter};
+use paddock_types::machine::{
+    MachineAccepted, MachineEnroll, MachineState, MachineUpdate, MachineView, MaintenanceEnter,
+};
 use paddock_types::problem::Problem;
 use paddock_types::{MachineId, TenantId};
 use serde::Deserialize;
@@ -62,7 +64,11 @@ fn change(change: MachineChange) -> Response {
             headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The machine"))),
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
-pub async fn machine_enroll(State(s): State<AppState>, Caller(ctx): Caller, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
+pub async fn machine_enroll(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
     Ok(change(s.services.machine_enroll(&ctx, &body).await?))
 }
 
@@ -74,7 +80,11 @@ pub async fn machine_enroll(State(s): State<AppState>, Caller(ctx): Caller, Json
             headers(("Link" = String, description = "The next page, rel=\"next\""))),
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
-pub async fn machine_list(State(s): State<AppState>, Caller(ctx): Caller, Query(q): Query<MachineListQuery>) -> Result<Response, ApiError> {
+pub async fn machine_list(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Query(q): Query<MachineListQuery>,
+) -> Result<Response, ApiError> {
     let page = PageRequest::parse(q.limit.as_deref(), q.cursor.as_deref())?;
     let filter = MachineFilter { state: q.state, machine_class: q.machine_class, tenant_id: q.tenant_id };
     let listed = s.services.machine_list(&ctx, &filter, page).await?;
@@ -88,7 +98,11 @@ pub async fn machine_list(State(s): State<AppState>, Caller(ctx): Caller, Query(
         (status = 200, description = "The machine", body = MachineView, headers(("ETag" = String, description = "Generation etag"))),
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
-pub async fn machine_view(State(s): State<AppState>, Caller(ctx): Caller, Path(id): Path<MachineId>) -> Result<Response, ApiError> {
+pub async fn machine_view(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path(id): Path<MachineId>,
+) -> Result<Response, ApiError> {
     let machine = s.services.machine_get(&ctx, id).await?.view();
     Ok(respond::object(&machine, &machine.etag))
 }
@@ -159,6 +173,10 @@ pub async fn machine_maintenance_enter(
             headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The machine"))),
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
-pub async fn machine_maintenance_leave(State(s): State<AppState>, Caller(ctx): Caller, Path(id): Path<MachineId>) -> Result<Response, ApiError> {
+pub async fn machine_maintenance_leave(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path(id): Path<MachineId>,
+) -> Result<Response, ApiError> {
     Ok(change(s.services.machine_maintenance_leave(&ctx, id).await?))
 }

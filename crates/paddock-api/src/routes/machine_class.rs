@@ -22,7 +22,11 @@ use crate::state::AppState;
             headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The class"))),
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
-pub async fn machine_class_create(State(s): State<AppState>, Caller(ctx): Caller, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
+pub async fn machine_class_create(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
     let class = s.services.machine_class_create(&ctx, &body).await?.view();
     Ok(respond::created(&class, &class.etag, &format!("/v1/machine-classes/{}", class.name)))
 }
@@ -35,7 +39,11 @@ pub async fn machine_class_create(State(s): State<AppState>, Caller(ctx): Caller
             headers(("Link" = String, description = "The next page, rel=\"next\""))),
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
-pub async fn machine_class_list(State(s): State<AppState>, Caller(ctx): Caller, Query(q): Query<PageParams>) -> Result<Response, ApiError> {
+pub async fn machine_class_list(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Query(q): Query<PageParams>,
+) -> Result<Response, ApiError> {
     let page = PageRequest::parse(q.limit.as_deref(), q.cursor.as_deref())?;
     let listed = s.services.machine_class_list(&ctx, page).await?;
     Ok(respond::page(listed.items.iter().map(|c| c.view()).collect(), listed.next_cursor))
@@ -48,7 +56,11 @@ pub async fn machine_class_list(State(s): State<AppState>, Caller(ctx): Caller, 
         (status = 200, description = "The class", body = MachineClassView, headers(("ETag" = String, description = "Generation etag"))),
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
-pub async fn machine_class_view(State(s): State<AppState>, Caller(ctx): Caller, Path(name): Path<String>) -> Result<Response, ApiError> {
+pub async fn machine_class_view(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
     let class = s.services.machine_class_get(&ctx, &name).await?.view();
     Ok(respond::object(&class, &class.etag))
 }

@@ -49,7 +49,11 @@ impl OperationListQuery {
             headers(("Link" = String, description = "The next page, rel=\"next\""))),
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
-pub async fn operation_list(State(s): State<AppState>, Caller(ctx): Caller, Query(q): Query<OperationListQuery>) -> Result<Response, ApiError> {
+pub async fn operation_list(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Query(q): Query<OperationListQuery>,
+) -> Result<Response, ApiError> {
     let (filter, page) = q.split()?;
     let listed = s.services.operation_list(&ctx, filter, page).await?;
     Ok(respond::page(listed.items, listed.next_cursor))
@@ -62,7 +66,11 @@ pub async fn operation_list(State(s): State<AppState>, Caller(ctx): Caller, Quer
         (status = 200, description = "The operation", body = OperationView),
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
-pub async fn operation_view(State(s): State<AppState>, Caller(ctx): Caller, Path(id): Path<OperationId>) -> Result<Response, ApiError> {
+pub async fn operation_view(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path(id): Path<OperationId>,
+) -> Result<Response, ApiError> {
     let op = s.services.operation_get(&ctx, id).await?;
     Ok(respond::ok(&op))
 }

@@ -28,7 +28,11 @@ pub fn location(id: TenantId) -> String {
             headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The tenant"))),
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
-pub async fn tenant_create(State(s): State<AppState>, Caller(ctx): Caller, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
+pub async fn tenant_create(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
     let tenant = s.services.tenant_create(&ctx, &body).await?.view();
     Ok(respond::created(&tenant, &tenant.etag, &location(tenant.id)))
 }
@@ -41,7 +45,11 @@ pub async fn tenant_create(State(s): State<AppState>, Caller(ctx): Caller, JsonB
             headers(("Link" = String, description = "The next page, rel=\"next\""))),
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
-pub async fn tenant_list(State(s): State<AppState>, Caller(ctx): Caller, Query(q): Query<PageParams>) -> Result<Response, ApiError> {
+pub async fn tenant_list(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Query(q): Query<PageParams>,
+) -> Result<Response, ApiError> {
     let page = PageRequest::parse(q.limit.as_deref(), q.cursor.as_deref())?;
     let listed = s.services.tenant_list(&ctx, page).await?;
     Ok(respond::page(listed.items.iter().map(|t| t.view()).collect(), listed.next_cursor))
@@ -54,7 +62,11 @@ pub async fn tenant_list(State(s): State<AppState>, Caller(ctx): Caller, Query(q
         (status = 200, description = "The tenant", body = TenantView, headers(("ETag" = String, description = "Generation etag"))),
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
-pub async fn tenant_view(State(s): State<AppState>, Caller(ctx): Caller, Path(id): Path<TenantId>) -> Result<Response, ApiError> {
+pub async fn tenant_view(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path(id): Path<TenantId>,
+) -> Result<Response, ApiError> {
     let tenant = s.services.tenant_get(&ctx, id).await?.view();
     Ok(respond::object(&tenant, &tenant.etag))
 }
@@ -104,7 +116,11 @@ pub async fn tenant_delete(
         (status = 200, description = "The tenant", body = TenantView, headers(("ETag" = String, description = "Generation etag"))),
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
-pub async fn tenant_suspend(State(s): State<AppState>, Caller(ctx): Caller, Path(id): Path<TenantId>) -> Result<Response, ApiError> {
+pub async fn tenant_suspend(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path(id): Path<TenantId>,
+) -> Result<Response, ApiError> {
     let tenant = s.services.tenant_suspend(&ctx, id).await?.view();
     Ok(respond::object(&tenant, &tenant.etag))
 }
@@ -116,7 +132,11 @@ pub async fn tenant_suspend(State(s): State<AppState>, Caller(ctx): Caller, Path
         (status = 200, description = "The tenant", body = TenantView, headers(("ETag" = String, description = "Generation etag"))),
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
-pub async fn tenant_resume(State(s): State<AppState>, Caller(ctx): Caller, Path(id): Path<TenantId>) -> Result<Response, ApiError> {
+pub async fn tenant_resume(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path(id): Path<TenantId>,
+) -> Result<Response, ApiError> {
     let tenant = s.services.tenant_resume(&ctx, id).await?.view();
     Ok(respond::object(&tenant, &tenant.etag))
 }

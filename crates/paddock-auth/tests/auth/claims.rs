@@ -6,28 +6,18 @@ use serde_json::{json, Value};
 
 use crate::common::*;
 
-async fn verify_claims(
-    cfg: VerifierConfig,
-    claims: Value,
-) -> Result<paddock_auth::Claims, AuthError> {
+async fn verify_claims(cfg: VerifierConfig, claims: Value) -> Result<paddock_auth::Claims, AuthError> {
     let verifier = verifier(cfg).await;
-    verifier
-        .verify(&sign(Algorithm::HS256, None, &claims))
-        .await
+    verifier.verify(&sign(Algorithm::HS256, None, &claims)).await
 }
 
 fn with_leeway(leeway_secs: u64) -> VerifierConfig {
-    VerifierConfig {
-        leeway_secs,
-        ..hs_config()
-    }
+    VerifierConfig { leeway_secs, ..hs_config() }
 }
 
 #[tokio::test]
 async fn expired_token_is_rejected() {
-    let error = verify_claims(hs_config(), claims_with(json!({"exp": now() - 120})))
-        .await
-        .expect_err("expired");
+    let error = verify_claims(hs_config(), claims_with(json!({"exp": now() - 120}))).await.expect_err("expired");
     assert!(matches!(error, AuthError::Expired), "{error:?}");
     assert_eq!(error.code(), "token_expired");
     assert!(!error.is_server_side());
@@ -35,9 +25,7 @@ async fn expired_token_is_rejected() {
 
 #[tokio::test]
 async fn not_yet_valid_token_is_rejected() {
-    let error = verify_claims(hs_config(), claims_with(json!({"nbf": now() + 120})))
-        .await
-        .expect_err("not yet valid");
+    let error = verify_claims(hs_config(), claims_with(json!({"nbf": now() + 120}))).await.expect_err("not yet valid");
     assert!(matches!(error, AuthError::NotYetValid), "{error:?}");
     assert_eq!(error.code(), "token_not_yet_valid");
 }
@@ -46,9 +34,7 @@ async fn not_yet_valid_token_is_rejected() {
 async fn leeway_tolerates_small_clock_skew_on_exp_and_nbf() {
     // 10 s past expiry / 10 s before nbf: inside the default 30 s leeway.
     let skewed = claims_with(json!({"exp": now() - 10, "nbf": now() + 10}));
-    let claims = verify_claims(hs_config(), skewed.clone())
-        .await
-        .expect("within leeway");
+    let claims = verify_claims(hs_config(), skewed.clone()).await.expect("within leeway");
     assert_eq!(Some(claims.exp), skewed["exp"].as_i64());
     assert_eq!(claims.nbf, skewed["nbf"].as_i64());
 
@@ -59,36 +45,24 @@ async fn leeway_tolerates_small_clock_skew_on_exp_and_nbf() {
     assert!(matches!(early, Err(AuthError::NotYetValid)), "{early:?}");
 
     // A larger leeway stretches further.
-    verify_claims(with_leeway(300), claims_with(json!({"exp": now() - 200})))
-        .await
-        .expect("within a 300 s leeway");
+    verify_claims(with_leeway(300), claims_with(json!({"exp": now() - 200}))).await.expect("within a 300 s leeway");
 }
 
 #[tokio::test]
 async fn exp_is_required_and_must_be_a_number() {
     let missing = verify_claims(hs_config(), claims_with(json!({"exp": null}))).await;
-    assert!(
-        matches!(missing, Err(AuthError::MissingClaim("exp"))),
-        "{missing:?}"
-    );
+    assert!(matches!(missing, Err(AuthError::MissingClaim("exp"))), "{missing:?}");
     let text = verify_claims(hs_config(), claims_with(json!({"exp": "tomorrow"}))).await;
-    assert!(
-        matches!(text, Err(AuthError::InvalidClaim("exp"))),
-        "{text:?}"
-    );
+    assert!(matches!(text, Err(AuthError::InvalidClaim("exp"))), "{text:?}");
     let nbf = verify_claims(hs_config(), claims_with(json!({"nbf": "now"}))).await;
-    assert!(
-        matches!(nbf, Err(AuthError::InvalidClaim("nbf"))),
-        "{nbf:?}"
-    );
+    assert!(matches!(nbf, Err(AuthError::InvalidClaim("nbf"))), "{nbf:?}");
 }
 
 #[tokio::test]
 async fn fractional_numeric_dates_are_accepted() {
     let exp = now() + 600;
-    let claims = verify_claims(hs_config(), claims_with(json!({"exp": exp as f64 + 0.5})))
-        .await
-        .expect("fractional exp");
+    let claims =
+        verify_claims(hs_config(), claims_with(json!({"exp": exp as f64 + 0.5}))).await.expect("fractional exp");
     assert_eq!(claims.exp, exp);
 }
 
@@ -97,21 +71,10 @@ async fn wrong_or_missing_issuer_is_rejected() {
     let wrong = verify_claims(hs_config(), claims_with(json!({"iss": "someone-else"}))).await;
     assert!(matches!(wrong, Err(AuthError::WrongIssuer)), "{wrong:?}");
     let missing = verify_claims(hs_config(), claims_with(json!({"iss": null}))).await;
-    assert!(
-        matches!(missing, Err(AuthError::MissingClaim("iss"))),
-        "{missing:?}"
-    );
+    assert!(matches!(missing, Err(AuthError::MissingClaim("iss"))), "{missing:?}");
 
-    let custom = VerifierConfig {
-        issuer: "https://id.example.com".to_owned(),
-        ..hs_config()
-    };
-    verify_claims(
-        custom,
-        claims_with(json!({"iss": "https://id.example.com"})),
-    )
-    .await
-    .expect("configured issuer");
+    let custom = VerifierConfig { issuer: "https://id.example.com".to_owned(), ..hs_config() };
+    verify_claims(custom, claims_with(json!({"iss": "https://id.example.com"}))).await.expect("configured issuer");
 }
 
 #[tokio::test]
@@ -119,96 +82,55 @@ async fn wrong_or_missing_audience_is_rejected() {
     let wrong = verify_claims(hs_config(), claims_with(json!({"aud": "other-service"}))).await;
     assert!(matches!(wrong, Err(AuthError::WrongAudience)), "{wrong:?}");
     let missing = verify_claims(hs_config(), claims_with(json!({"aud": null}))).await;
-    assert!(
-        matches!(missing, Err(AuthError::MissingClaim("aud"))),
-        "{missing:?}"
-    );
+    assert!(matches!(missing, Err(AuthError::MissingClaim("aud"))), "{missing:?}");
     let number = verify_claims(hs_config(), claims_with(json!({"aud": 7}))).await;
-    assert!(
-        matches!(number, Err(AuthError::InvalidClaim("aud"))),
-        "{number:?}"
-    );
+    assert!(matches!(number, Err(AuthError::InvalidClaim("aud"))), "{number:?}");
 }
 
 #[tokio::test]
 async fn audience_array_must_contain_the_configured_audience() {
-    let claims = verify_claims(
-        hs_config(),
-        claims_with(json!({"aud": ["billing", "paddock"]})),
-    )
-    .await
-    .expect("audience in array");
+    let claims = verify_claims(hs_config(), claims_with(json!({"aud": ["billing", "paddock"]})))
+        .await
+        .expect("audience in array");
     assert_eq!(claims.aud, json!(["billing", "paddock"]));
 
-    let absent = verify_claims(
-        hs_config(),
-        claims_with(json!({"aud": ["billing", "portal"]})),
-    )
-    .await;
-    assert!(
-        matches!(absent, Err(AuthError::WrongAudience)),
-        "{absent:?}"
-    );
+    let absent = verify_claims(hs_config(), claims_with(json!({"aud": ["billing", "portal"]}))).await;
+    assert!(matches!(absent, Err(AuthError::WrongAudience)), "{absent:?}");
     let empty = verify_claims(hs_config(), claims_with(json!({"aud": []}))).await;
     assert!(matches!(empty, Err(AuthError::WrongAudience)), "{empty:?}");
     let mixed = verify_claims(hs_config(), claims_with(json!({"aud": ["paddock", 1]}))).await;
-    assert!(
-        matches!(mixed, Err(AuthError::InvalidClaim("aud"))),
-        "{mixed:?}"
-    );
+    assert!(matches!(mixed, Err(AuthError::InvalidClaim("aud"))), "{mixed:?}");
 }
 
 #[tokio::test]
 async fn subject_is_required_and_not_empty() {
     for sub in [json!(null), json!("")] {
         let result = verify_claims(hs_config(), claims_with(json!({ "sub": sub }))).await;
-        assert!(
-            matches!(result, Err(AuthError::MissingClaim("sub"))),
-            "{result:?}"
-        );
+        assert!(matches!(result, Err(AuthError::MissingClaim("sub"))), "{result:?}");
     }
     let number = verify_claims(hs_config(), claims_with(json!({"sub": 42}))).await;
-    assert!(
-        matches!(number, Err(AuthError::InvalidClaim("sub"))),
-        "{number:?}"
-    );
+    assert!(matches!(number, Err(AuthError::InvalidClaim("sub"))), "{number:?}");
 }
 
 #[tokio::test]
 async fn roles_must_be_an_array_of_strings_and_default_to_none() {
-    let none = verify_claims(hs_config(), claims_with(json!({"roles": null})))
-        .await
-        .expect("roles optional");
+    let none = verify_claims(hs_config(), claims_with(json!({"roles": null}))).await.expect("roles optional");
     assert!(none.roles.is_empty());
-    let several = verify_claims(hs_config(), claims_with(json!({"roles": ["a", "b"]})))
-        .await
-        .expect("roles array");
+    let several = verify_claims(hs_config(), claims_with(json!({"roles": ["a", "b"]}))).await.expect("roles array");
     assert_eq!(several.roles, vec!["a".to_owned(), "b".to_owned()]);
-    for bad in [
-        json!("provider:admin"),
-        json!(["ok", 1]),
-        json!({"role": "x"}),
-    ] {
+    for bad in [json!("provider:admin"), json!(["ok", 1]), json!({"role": "x"})] {
         let result = verify_claims(hs_config(), claims_with(json!({ "roles": bad }))).await;
-        assert!(
-            matches!(result, Err(AuthError::InvalidClaim("roles"))),
-            "{result:?}"
-        );
+        assert!(matches!(result, Err(AuthError::InvalidClaim("roles"))), "{result:?}");
     }
 }
 
 #[tokio::test]
 async fn tenant_id_must_be_a_uuid_when_present() {
-    let absent = verify_claims(hs_config(), claims_with(json!({"tenant_id": null})))
-        .await
-        .expect("tenant optional");
+    let absent = verify_claims(hs_config(), claims_with(json!({"tenant_id": null}))).await.expect("tenant optional");
     assert_eq!(absent.tenant_id, None);
     for bad in [json!("tenant-1"), json!(7)] {
         let result = verify_claims(hs_config(), claims_with(json!({ "tenant_id": bad }))).await;
-        assert!(
-            matches!(result, Err(AuthError::InvalidClaim("tenant_id"))),
-            "{result:?}"
-        );
+        assert!(matches!(result, Err(AuthError::InvalidClaim("tenant_id"))), "{result:?}");
     }
 }
 

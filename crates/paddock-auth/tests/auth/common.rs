@@ -19,9 +19,7 @@ pub const SECRET: &[u8] = b"paddock-auth-TEST-ONLY-secret-0123456789";
 pub const TENANT: &str = "0190f0a8-6c3e-7b4e-9a55-3f1e2d4c5b6a";
 
 pub fn key_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/keys")
-        .join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/keys").join(name)
 }
 
 pub fn read_key(name: &str) -> Vec<u8> {
@@ -38,10 +36,7 @@ pub fn scratch_dir(name: &str) -> PathBuf {
 }
 
 pub fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_secs() as i64
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock after 1970").as_secs() as i64
 }
 
 /// Claims the default [`VerifierConfig`] accepts.
@@ -78,12 +73,8 @@ pub fn encoding_key(alg: Algorithm) -> EncodingKey {
         Algorithm::RS256 | Algorithm::RS512 | Algorithm::PS256 => {
             EncodingKey::from_rsa_pem(&read_key("rsa_a_TEST_ONLY_private.pem")).expect("rsa key")
         }
-        Algorithm::ES256 => {
-            EncodingKey::from_ec_pem(&read_key("ec_p256_TEST_ONLY_private.pem")).expect("ec key")
-        }
-        Algorithm::EdDSA => {
-            EncodingKey::from_ed_pem(&read_key("ed25519_TEST_ONLY_private.pem")).expect("ed key")
-        }
+        Algorithm::ES256 => EncodingKey::from_ec_pem(&read_key("ec_p256_TEST_ONLY_private.pem")).expect("ec key"),
+        Algorithm::EdDSA => EncodingKey::from_ed_pem(&read_key("ed25519_TEST_ONLY_private.pem")).expect("ed key"),
         other => panic!("no test key for {other:?}"),
     }
 }
@@ -109,25 +100,15 @@ pub fn b64(bytes: impl AsRef<[u8]>) -> String {
 
 /// Builds a token from raw parts, for tokens no honest library would make.
 pub fn forge(header: &Value, claims: &Value, signature: &str) -> String {
-    format!(
-        "{}.{}.{signature}",
-        b64(header.to_string()),
-        b64(claims.to_string())
-    )
+    format!("{}.{}.{signature}", b64(header.to_string()), b64(claims.to_string()))
 }
 
 pub fn hs_config() -> VerifierConfig {
-    VerifierConfig {
-        hs256_secret: Some(Secret::new(SECRET.to_vec())),
-        ..VerifierConfig::default()
-    }
+    VerifierConfig { hs256_secret: Some(Secret::new(SECRET.to_vec())), ..VerifierConfig::default() }
 }
 
 pub fn pem_config(file: &str) -> VerifierConfig {
-    VerifierConfig {
-        public_keys_pem: Some(key_path(file)),
-        ..VerifierConfig::default()
-    }
+    VerifierConfig { public_keys_pem: Some(key_path(file)), ..VerifierConfig::default() }
 }
 
 pub async fn verifier(cfg: VerifierConfig) -> Verifier {
@@ -183,16 +164,12 @@ impl JwksServer {
         let app = axum::Router::new()
             .route("/.well-known/jwks.json", axum::routing::get(serve_jwks))
             .with_state(Arc::clone(&state));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let task = tokio::spawn(async move {
             axum::serve(listener, app).await.expect("serve");
         });
-        let url = format!("http://{addr}/.well-known/jwks.json")
-            .parse()
-            .expect("url");
+        let url = format!("http://{addr}/.well-known/jwks.json").parse().expect("url");
         Self { url, state, task }
     }
 
@@ -209,10 +186,7 @@ impl JwksServer {
     }
 
     pub fn config(&self) -> VerifierConfig {
-        VerifierConfig {
-            jwks_url: Some(self.url.clone()),
-            ..VerifierConfig::default()
-        }
+        VerifierConfig { jwks_url: Some(self.url.clone()), ..VerifierConfig::default() }
     }
 }
 

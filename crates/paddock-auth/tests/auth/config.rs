@@ -14,10 +14,7 @@ async fn refuse(cfg: VerifierConfig) -> AuthConfigError {
 }
 
 fn pem_file(path: &Path) -> VerifierConfig {
-    VerifierConfig {
-        public_keys_pem: Some(path.to_owned()),
-        ..VerifierConfig::default()
-    }
+    VerifierConfig { public_keys_pem: Some(path.to_owned()), ..VerifierConfig::default() }
 }
 
 fn scratch_pem(contents: &str) -> PathBuf {
@@ -38,39 +35,23 @@ async fn no_key_source_is_refused() {
 
 #[tokio::test]
 async fn empty_or_short_hs256_secret_is_refused() {
-    let with_secret = |bytes: &[u8]| VerifierConfig {
-        hs256_secret: Some(Secret::new(bytes.to_vec())),
-        ..VerifierConfig::default()
-    };
+    let with_secret =
+        |bytes: &[u8]| VerifierConfig { hs256_secret: Some(Secret::new(bytes.to_vec())), ..VerifierConfig::default() };
     let empty = refuse(with_secret(b"")).await;
-    assert!(
-        matches!(empty, AuthConfigError::Hs256SecretEmpty),
-        "{empty:?}"
-    );
+    assert!(matches!(empty, AuthConfigError::Hs256SecretEmpty), "{empty:?}");
     let short = refuse(with_secret(&[7u8; 31])).await;
-    assert!(
-        matches!(short, AuthConfigError::Hs256SecretTooShort { len: 31 }),
-        "{short:?}"
-    );
+    assert!(matches!(short, AuthConfigError::Hs256SecretTooShort { len: 31 }), "{short:?}");
     for error in [empty, short] {
-        assert!(
-            error.to_string().contains("PADDOCK_JWT_HS256_SECRET"),
-            "{error}"
-        );
+        assert!(error.to_string().contains("PADDOCK_JWT_HS256_SECRET"), "{error}");
     }
-    Verifier::new(with_secret(&[7u8; 32]))
-        .await
-        .expect("32 bytes is enough");
+    Verifier::new(with_secret(&[7u8; 32])).await.expect("32 bytes is enough");
 }
 
 #[tokio::test]
 async fn missing_pem_file_is_refused_naming_setting_and_file() {
     let path = scratch_dir("missing").join("nope.pem");
     let error = refuse(pem_file(&path)).await;
-    assert!(
-        matches!(error, AuthConfigError::PublicKeysRead { .. }),
-        "{error:?}"
-    );
+    assert!(matches!(error, AuthConfigError::PublicKeysRead { .. }), "{error:?}");
     let text = error.to_string();
     assert!(text.contains("PADDOCK_JWT_PUBLIC_KEYS"), "{text}");
     assert!(text.contains(&path.display().to_string()), "{text}");
@@ -89,10 +70,7 @@ async fn malformed_pem_files_are_refused_naming_setting_and_file() {
     for contents in cases {
         let path = scratch_pem(contents);
         let error = refuse(pem_file(&path)).await;
-        assert!(
-            matches!(error, AuthConfigError::PublicKeysMalformed { .. }),
-            "{contents:?}: {error:?}"
-        );
+        assert!(matches!(error, AuthConfigError::PublicKeysMalformed { .. }), "{contents:?}: {error:?}");
         let text = error.to_string();
         assert!(text.contains("PADDOCK_JWT_PUBLIC_KEYS"), "{text}");
         assert!(text.contains(&path.display().to_string()), "{text}");
@@ -103,10 +81,7 @@ async fn malformed_pem_files_are_refused_naming_setting_and_file() {
 async fn directory_without_pem_files_is_refused() {
     let dir = scratch_dir("empty-dir");
     let error = refuse(pem_file(&dir)).await;
-    assert!(
-        matches!(error, AuthConfigError::PublicKeysMalformed { .. }),
-        "{error:?}"
-    );
+    assert!(matches!(error, AuthConfigError::PublicKeysMalformed { .. }), "{error:?}");
 }
 
 #[tokio::test]
@@ -118,19 +93,10 @@ async fn unsupported_key_types_are_refused() {
         ("unsupported_certificate.pem", "certificate"),
     ] {
         let error = refuse(pem_config(file)).await;
-        assert!(
-            matches!(
-                error,
-                AuthConfigError::PublicKeyUnsupported { index: 1, .. }
-            ),
-            "{file}: {error:?}"
-        );
+        assert!(matches!(error, AuthConfigError::PublicKeyUnsupported { index: 1, .. }), "{file}: {error:?}");
         let text = error.to_string();
         assert!(text.contains(expected), "{text}");
-        assert!(
-            text.contains("PADDOCK_JWT_PUBLIC_KEYS") && text.contains(file),
-            "{text}"
-        );
+        assert!(text.contains("PADDOCK_JWT_PUBLIC_KEYS") && text.contains(file), "{text}");
     }
 }
 
@@ -139,27 +105,14 @@ async fn unsupported_key_after_a_good_one_is_refused_with_its_position() {
     let mut text = String::from_utf8(read_key("rsa_a_public.pem")).expect("utf-8");
     text.push_str(&String::from_utf8(read_key("unsupported_ec_p384_public.pem")).expect("utf-8"));
     let error = refuse(pem_file(&scratch_pem(&text))).await;
-    assert!(
-        matches!(
-            error,
-            AuthConfigError::PublicKeyUnsupported { index: 2, .. }
-        ),
-        "{error:?}"
-    );
+    assert!(matches!(error, AuthConfigError::PublicKeyUnsupported { index: 2, .. }), "{error:?}");
 }
 
 #[tokio::test]
 async fn private_keys_in_the_public_key_file_are_refused() {
-    for file in [
-        "rsa_a_TEST_ONLY_private.pem",
-        "ec_p256_TEST_ONLY_private.pem",
-        "ed25519_TEST_ONLY_private.pem",
-    ] {
+    for file in ["rsa_a_TEST_ONLY_private.pem", "ec_p256_TEST_ONLY_private.pem", "ed25519_TEST_ONLY_private.pem"] {
         let error = refuse(pem_config(file)).await;
-        assert!(
-            matches!(error, AuthConfigError::PrivateKeyConfigured { .. }),
-            "{file}: {error:?}"
-        );
+        assert!(matches!(error, AuthConfigError::PrivateKeyConfigured { .. }), "{file}: {error:?}");
         // The message names the file but never prints key material.
         assert!(!error.to_string().contains("MII"), "{error}");
     }
@@ -167,44 +120,20 @@ async fn private_keys_in_the_public_key_file_are_refused() {
 
 #[tokio::test]
 async fn jwks_url_must_be_http_or_https() {
-    for url in [
-        "file:///etc/passwd",
-        "ftp://id.example.com/jwks",
-        "unix:/run/jwks.sock",
-    ] {
-        let error = refuse(VerifierConfig {
-            jwks_url: Some(url.parse().expect("url")),
-            ..VerifierConfig::default()
-        })
-        .await;
-        assert!(
-            matches!(error, AuthConfigError::JwksUrlScheme { .. }),
-            "{url}: {error:?}"
-        );
-        assert!(
-            error.to_string().contains("PADDOCK_JWT_JWKS_URL"),
-            "{error}"
-        );
+    for url in ["file:///etc/passwd", "ftp://id.example.com/jwks", "unix:/run/jwks.sock"] {
+        let error =
+            refuse(VerifierConfig { jwks_url: Some(url.parse().expect("url")), ..VerifierConfig::default() }).await;
+        assert!(matches!(error, AuthConfigError::JwksUrlScheme { .. }), "{url}: {error:?}");
+        assert!(error.to_string().contains("PADDOCK_JWT_JWKS_URL"), "{error}");
     }
 }
 
 #[tokio::test]
 async fn empty_issuer_or_audience_is_refused() {
-    let issuer = refuse(VerifierConfig {
-        issuer: String::new(),
-        ..hs_config()
-    })
-    .await;
+    let issuer = refuse(VerifierConfig { issuer: String::new(), ..hs_config() }).await;
     assert!(matches!(issuer, AuthConfigError::IssuerEmpty), "{issuer:?}");
-    let audience = refuse(VerifierConfig {
-        audience: String::new(),
-        ..hs_config()
-    })
-    .await;
-    assert!(
-        matches!(audience, AuthConfigError::AudienceEmpty),
-        "{audience:?}"
-    );
+    let audience = refuse(VerifierConfig { audience: String::new(), ..hs_config() }).await;
+    assert!(matches!(audience, AuthConfigError::AudienceEmpty), "{audience:?}");
 }
 
 #[test]

@@ -30,10 +30,7 @@ async fn hs256_token_signed_with_another_secret_is_a_bad_signature() {
     let other = EncodingKey::from_secret(b"another-TEST-ONLY-secret-of-enough-length");
     let token = sign_with(Algorithm::HS256, &other, None, &valid_claims());
 
-    assert!(matches!(
-        reject(&verifier, &token).await,
-        AuthError::BadSignature
-    ));
+    assert!(matches!(reject(&verifier, &token).await, AuthError::BadSignature));
 }
 
 #[tokio::test]
@@ -56,18 +53,11 @@ async fn tampered_payload_is_rejected() {
     let verifier = verifier(hs_config()).await;
     let token = sign(Algorithm::HS256, None, &valid_claims());
     let mut parts = token.split('.');
-    let (header, _, signature) = (
-        parts.next().expect("header"),
-        parts.next(),
-        parts.next().expect("signature"),
-    );
+    let (header, _, signature) = (parts.next().expect("header"), parts.next(), parts.next().expect("signature"));
     let escalated = claims_with(json!({"roles": ["provider:admin"]}));
     let tampered = format!("{header}.{}.{signature}", b64(escalated.to_string()));
 
-    assert!(matches!(
-        reject(&verifier, &tampered).await,
-        AuthError::BadSignature
-    ));
+    assert!(matches!(reject(&verifier, &tampered).await, AuthError::BadSignature));
 }
 
 #[tokio::test]

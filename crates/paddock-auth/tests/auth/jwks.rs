@@ -10,9 +10,7 @@ use crate::common::*;
 
 /// A verifier that may refetch the JWKS at any time (no rate limit).
 async fn eager_verifier(cfg: VerifierConfig) -> Verifier {
-    Verifier::with_jwks_min_refresh_interval(cfg, Duration::ZERO)
-        .await
-        .expect("valid verifier config")
+    Verifier::with_jwks_min_refresh_interval(cfg, Duration::ZERO).await.expect("valid verifier config")
 }
 
 fn rsa_b_token(kid: Option<&str>) -> String {
@@ -23,19 +21,11 @@ fn rsa_b_token(kid: Option<&str>) -> String {
 async fn jwks_keys_verify_rs256_es256_and_eddsa_tokens_by_kid() {
     let server = JwksServer::start(Some(vec![jwk("rsa_a"), jwk("ec_p256"), jwk("ed25519")])).await;
     let verifier = verifier(server.config()).await;
-    for (alg, kid) in [
-        (Algorithm::RS256, "rsa-a"),
-        (Algorithm::ES256, "ec-1"),
-        (Algorithm::EdDSA, "ed-1"),
-    ] {
+    for (alg, kid) in [(Algorithm::RS256, "rsa-a"), (Algorithm::ES256, "ec-1"), (Algorithm::EdDSA, "ed-1")] {
         let token = sign(alg, Some(kid), &valid_claims());
         assert_eq!(accept(&verifier, &token).await.sub, "user-1", "{alg:?}");
     }
-    assert_eq!(
-        server.hits(),
-        1,
-        "everything was served from the start-up fetch"
-    );
+    assert_eq!(server.hits(), 1, "everything was served from the start-up fetch");
 }
 
 #[tokio::test]
@@ -61,11 +51,7 @@ async fn unknown_kid_refreshes_the_jwks_once_then_fails() {
     let verifier = eager_verifier(server.config()).await;
     assert_eq!(server.hits(), 1);
 
-    let error = reject(
-        &verifier,
-        &sign(Algorithm::RS256, Some("nobody"), &valid_claims()),
-    )
-    .await;
+    let error = reject(&verifier, &sign(Algorithm::RS256, Some("nobody"), &valid_claims())).await;
 
     assert!(matches!(error, AuthError::UnknownKey), "{error:?}");
     assert_eq!(error.code(), "invalid_token");
@@ -76,11 +62,7 @@ async fn unknown_kid_refreshes_the_jwks_once_then_fails() {
 async fn rotated_key_verifies_after_the_unknown_kid_refresh() {
     let server = JwksServer::start(Some(vec![jwk("rsa_a")])).await;
     let verifier = eager_verifier(server.config()).await;
-    accept(
-        &verifier,
-        &sign(Algorithm::RS256, Some("rsa-a"), &valid_claims()),
-    )
-    .await;
+    accept(&verifier, &sign(Algorithm::RS256, Some("rsa-a"), &valid_claims())).await;
 
     // The identity service rotates: key B in, key A out.
     server.serve(vec![jwk("rsa_b")]);
@@ -89,11 +71,7 @@ async fn rotated_key_verifies_after_the_unknown_kid_refresh() {
     assert_eq!(claims.sub, "user-1");
     assert_eq!(server.hits(), 2);
     // The retired key is gone after the refresh.
-    let error = reject(
-        &verifier,
-        &sign(Algorithm::RS256, Some("rsa-a"), &valid_claims()),
-    )
-    .await;
+    let error = reject(&verifier, &sign(Algorithm::RS256, Some("rsa-a"), &valid_claims())).await;
     assert!(matches!(error, AuthError::UnknownKey), "{error:?}");
 }
 
@@ -188,17 +166,9 @@ async fn token_with_kid_is_not_checked_against_static_keys_when_a_jwks_is_config
         ..server.config()
     })
     .await;
-    let hs = reject(
-        &verifier,
-        &sign(Algorithm::HS256, Some("ops"), &valid_claims()),
-    )
-    .await;
+    let hs = reject(&verifier, &sign(Algorithm::HS256, Some("ops"), &valid_claims())).await;
     assert!(matches!(hs, AuthError::UnknownKey), "{hs:?}");
-    let es = reject(
-        &verifier,
-        &sign(Algorithm::ES256, Some("pem"), &valid_claims()),
-    )
-    .await;
+    let es = reject(&verifier, &sign(Algorithm::ES256, Some("pem"), &valid_claims())).await;
     assert!(matches!(es, AuthError::UnknownKey), "{es:?}");
     // Without a kid both static keys are used.
     accept(&verifier, &sign(Algorithm::HS256, None, &valid_claims())).await;
@@ -218,13 +188,7 @@ async fn symmetric_jwks_keys_are_never_used() {
     for kid in [Some("sym"), None] {
         let token = sign_with(Algorithm::HS256, &key, kid, &valid_claims());
         let error = reject(&verifier, &token).await;
-        assert!(
-            matches!(
-                error,
-                AuthError::UnknownKey | AuthError::UnsupportedAlgorithm
-            ),
-            "{kid:?}: {error:?}"
-        );
+        assert!(matches!(error, AuthError::UnknownKey | AuthError::UnsupportedAlgorithm), "{kid:?}: {error:?}");
     }
     assert_eq!(server.hits(), 1, "HS256 tokens never trigger a JWKS fetch");
 }
@@ -236,17 +200,9 @@ async fn hs256_token_naming_an_rsa_jwks_kid_is_rejected() {
     // The attacker knows key A's public bytes (PEM and raw modulus) and its kid.
     let modulus = jwk("rsa_a")["n"].as_str().expect("n").to_owned();
     for secret in [read_key("rsa_a_public.pem"), modulus.into_bytes()] {
-        let token = sign_with(
-            Algorithm::HS256,
-            &EncodingKey::from_secret(&secret),
-            Some("rsa-a"),
-            &valid_claims(),
-        );
+        let token = sign_with(Algorithm::HS256, &EncodingKey::from_secret(&secret), Some("rsa-a"), &valid_claims());
         let error = reject(&verifier, &token).await;
-        assert!(
-            matches!(error, AuthError::UnsupportedAlgorithm),
-            "{error:?}"
-        );
+        assert!(matches!(error, AuthError::UnsupportedAlgorithm), "{error:?}");
     }
 }
 
@@ -262,21 +218,13 @@ async fn unsupported_jwks_keys_are_skipped_and_the_rest_used() {
         jwk("ec_p256"),
     ]}));
     let verifier = verifier(server.config()).await;
-    accept(
-        &verifier,
-        &sign(Algorithm::ES256, Some("ec-1"), &valid_claims()),
-    )
-    .await;
+    accept(&verifier, &sign(Algorithm::ES256, Some("ec-1"), &valid_claims())).await;
 }
 
 #[tokio::test]
 async fn jwks_is_refreshed_periodically_when_used() {
     let server = JwksServer::start(Some(vec![jwk("rsa_a")])).await;
-    let verifier = eager_verifier(VerifierConfig {
-        jwks_refresh: Duration::ZERO,
-        ..server.config()
-    })
-    .await;
+    let verifier = eager_verifier(VerifierConfig { jwks_refresh: Duration::ZERO, ..server.config() }).await;
     server.serve(vec![jwk("rsa_b")]);
     // No kid, and key A is still loaded: only the periodic (background) refresh can pick up B.
     let token = rsa_b_token(None);
@@ -302,10 +250,6 @@ async fn invalid_jwks_document_keeps_the_previous_keys() {
     // The unknown kid forces a refresh, which fails; key A stays usable.
     let error = reject(&verifier, &rsa_b_token(Some("rsa-b"))).await;
     assert!(matches!(error, AuthError::KeysUnavailable), "{error:?}");
-    accept(
-        &verifier,
-        &sign(Algorithm::RS256, Some("rsa-a"), &valid_claims()),
-    )
-    .await;
+    accept(&verifier, &sign(Algorithm::RS256, Some("rsa-a"), &valid_claims())).await;
     assert_eq!(server.hits(), 2);
 }

@@ -32,10 +32,7 @@ async fn malformed_token_strings_are_rejected_as_malformed() {
     ];
     for token in cases {
         let error = reject(&verifier, &token).await;
-        assert!(
-            matches!(error, AuthError::Malformed(_)),
-            "{token:.60}: {error:?}"
-        );
+        assert!(matches!(error, AuthError::Malformed(_)), "{token:.60}: {error:?}");
         assert_eq!(error.code(), "invalid_token");
     }
 }
@@ -43,15 +40,8 @@ async fn malformed_token_strings_are_rejected_as_malformed() {
 #[tokio::test]
 async fn crit_header_extensions_are_refused() {
     let verifier = verifier(hs_config()).await;
-    let token = forge(
-        &json!({"alg": "HS256", "crit": ["exp"], "exp": 1}),
-        &valid_claims(),
-        "c2ln",
-    );
-    assert!(matches!(
-        reject(&verifier, &token).await,
-        AuthError::Malformed(_)
-    ));
+    let token = forge(&json!({"alg": "HS256", "crit": ["exp"], "exp": 1}), &valid_claims(), "c2ln");
+    assert!(matches!(reject(&verifier, &token).await, AuthError::Malformed(_)));
 }
 
 #[tokio::test]
@@ -59,32 +49,12 @@ async fn error_messages_never_echo_token_contents() {
     let verifier = verifier(hs_config()).await;
     let marker = "SECRET-MARKER-in-token";
     let tokens = [
-        sign(
-            Algorithm::HS256,
-            None,
-            &claims_with(json!({"sub": marker, "exp": now() - 999})),
-        ),
-        sign(
-            Algorithm::HS256,
-            None,
-            &claims_with(json!({"sub": marker, "iss": marker})),
-        ),
-        sign(
-            Algorithm::HS256,
-            None,
-            &claims_with(json!({"sub": marker, "aud": marker})),
-        ),
-        sign(
-            Algorithm::HS256,
-            None,
-            &claims_with(json!({"sub": marker, "roles": marker})),
-        ),
+        sign(Algorithm::HS256, None, &claims_with(json!({"sub": marker, "exp": now() - 999}))),
+        sign(Algorithm::HS256, None, &claims_with(json!({"sub": marker, "iss": marker}))),
+        sign(Algorithm::HS256, None, &claims_with(json!({"sub": marker, "aud": marker}))),
+        sign(Algorithm::HS256, None, &claims_with(json!({"sub": marker, "roles": marker}))),
         forge(&json!({"alg": marker}), &valid_claims(), "c2ln"),
-        forge(
-            &json!({"alg": "HS256", "kid": marker}),
-            &valid_claims(),
-            "c2ln",
-        ),
+        forge(&json!({"alg": "HS256", "kid": marker}), &valid_claims(), "c2ln"),
         marker.to_owned(),
     ];
     for token in tokens {

@@ -16,10 +16,7 @@ struct TempDir(PathBuf);
 impl TempDir {
     fn new(test: &str) -> TempDir {
         static N: AtomicU32 = AtomicU32::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .expect("clock")
-            .subsec_nanos();
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").subsec_nanos();
         let dir = std::env::temp_dir().join(format!(
             "pgembed-{test}-{}-{nanos}-{}",
             std::process::id(),
@@ -27,8 +24,7 @@ impl TempDir {
         ));
         std::fs::create_dir_all(&dir).expect("create temp dir");
         // Mode 0755 whatever the umask, so that a root test run's postgres user can enter it.
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
-            .expect("chmod temp dir");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod temp dir");
         TempDir(dir)
     }
 }
@@ -40,45 +36,22 @@ impl Drop for TempDir {
 }
 
 fn binaries() -> PgBinaries {
-    find_binaries(None).expect(
-        "PostgreSQL server binaries are required for these tests (scripts/pg-start installs them)",
-    )
+    find_binaries(None)
+        .expect("PostgreSQL server binaries are required for these tests (scripts/pg-start installs them)")
 }
 
 fn options(data_dir: PathBuf) -> PgOptions {
-    PgOptions {
-        data_dir,
-        port: None,
-        bin: binaries(),
-    }
+    PgOptions { data_dir, port: None, bin: binaries() }
 }
 
 /// Runs `sql` through psql against `url` and returns the trimmed output.
 fn psql(bin: &PgBinaries, url: &str, sql: &str) -> String {
-    let psql = if bin.program("psql").is_file() {
-        bin.program("psql")
-    } else {
-        PathBuf::from("psql")
-    };
+    let psql = if bin.program("psql").is_file() { bin.program("psql") } else { PathBuf::from("psql") };
     let out = Command::new(psql)
-        .args([
-            "-X",
-            "-A",
-            "-t",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-d",
-            url,
-            "-c",
-            sql,
-        ])
+        .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql])
         .output()
         .expect("run psql");
-    assert!(
-        out.status.success(),
-        "psql {sql:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "psql {sql:?} failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
@@ -86,17 +59,11 @@ fn psql(bin: &PgBinaries, url: &str, sql: &str) -> String {
 fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // Field 3 (after the parenthesised command name) is the state.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest.trim_start())
-            .is_some_and(|s| !s.starts_with('Z')),
+        Ok(stat) => stat.rsplit_once(')').map(|(_, rest)| rest.trim_start()).is_some_and(|s| !s.starts_with('Z')),
         // /proc exists but not this pid: gone.
         Err(_) if Path::new("/proc/self").exists() => false,
         // No /proc (macOS): ask kill -0.
-        Err(_) => Command::new("kill")
-            .args(["-0", &pid.to_string()])
-            .status()
-            .is_ok_and(|s| s.success()),
+        Err(_) => Command::new("kill").args(["-0", &pid.to_string()]).status().is_ok_and(|s| s.success()),
     }
 }
 
@@ -118,58 +85,27 @@ fn start_create_database_connect_stop_and_restart_keeps_data() {
     let data_dir = tmp.0.join("pg");
     let cluster = PgCluster::start(options(data_dir.clone())).expect("start");
     assert!(!cluster.adopted());
-    assert_eq!(
-        cluster.data_dir(),
-        data_dir,
-        "a traversable directory is used as given"
-    );
+    assert_eq!(cluster.data_dir(), data_dir, "a traversable directory is used as given");
     assert!(data_dir.join("PG_VERSION").is_file());
-    assert!(
-        tmp.0.join("pg.log").is_file(),
-        "the log lives beside the data dir"
-    );
-    assert!(
-        tmp.0.join("pg.run").is_dir(),
-        "the socket dir lives beside the data dir"
-    );
-    assert!(
-        !tmp.0.join(".pg.initdb").exists(),
-        "the initdb scratch dir was renamed into place"
-    );
+    assert!(tmp.0.join("pg.log").is_file(), "the log lives beside the data dir");
+    assert!(tmp.0.join("pg.run").is_dir(), "the socket dir lives beside the data dir");
+    assert!(!tmp.0.join(".pg.initdb").exists(), "the initdb scratch dir was renamed into place");
     let hba = std::fs::read_to_string(data_dir.join("pg_hba.conf")).expect("pg_hba.conf");
-    assert!(
-        !hba.contains("::1") && hba.contains("127.0.0.1/32"),
-        "trust is limited to loopback: {hba}"
-    );
+    assert!(!hba.contains("::1") && hba.contains("127.0.0.1/32"), "trust is limited to loopback: {hba}");
 
     cluster.create_database("app").expect("create database");
-    cluster
-        .create_database("app")
-        .expect("creating an existing database is fine");
+    cluster.create_database("app").expect("creating an existing database is fine");
     let url = cluster.url("app");
-    assert_eq!(
-        url,
-        format!("postgres://postgres@127.0.0.1:{}/app", cluster.port())
-    );
+    assert_eq!(url, format!("postgres://postgres@127.0.0.1:{}/app", cluster.port()));
     assert_eq!(psql(cluster.binaries(), &url, "select 1"), "1");
-    psql(
-        cluster.binaries(),
-        &url,
-        "create table kept (v int); insert into kept values (42)",
-    );
+    psql(cluster.binaries(), &url, "create table kept (v int); insert into kept values (42)");
     let first_pid = cluster.pid();
     cluster.stop().expect("stop");
-    assert!(
-        gone_within(first_pid, Duration::from_secs(10)),
-        "postmaster {first_pid} still runs after stop"
-    );
+    assert!(gone_within(first_pid, Duration::from_secs(10)), "postmaster {first_pid} still runs after stop");
 
     let again = PgCluster::start(options(data_dir)).expect("restart on the same data dir");
     assert!(!again.adopted());
-    assert_eq!(
-        psql(again.binaries(), &again.url("app"), "select v from kept"),
-        "42"
-    );
+    assert_eq!(psql(again.binaries(), &again.url("app"), "select v from kept"), "42");
     again.stop().expect("stop again");
 }
 
@@ -180,10 +116,7 @@ fn dropping_the_cluster_stops_the_server() {
     let pid = cluster.pid();
     assert!(alive(pid), "postmaster {pid} should run");
     drop(cluster);
-    assert!(
-        gone_within(pid, Duration::from_secs(10)),
-        "postmaster {pid} still runs after drop"
-    );
+    assert!(gone_within(pid, Duration::from_secs(10)), "postmaster {pid} still runs after drop");
 }
 
 #[test]
@@ -194,15 +127,10 @@ fn start_adopts_a_server_already_running_on_the_data_dir() {
     assert!(second.adopted());
     assert_eq!(second.port(), first.port());
     assert_eq!(second.pid(), first.pid());
-    assert_eq!(
-        psql(second.binaries(), &second.url("postgres"), "select 1"),
-        "1"
-    );
+    assert_eq!(psql(second.binaries(), &second.url("postgres"), "select 1"), "1");
     second.stop().expect("the adopted server stops");
     assert!(gone_within(first.pid(), Duration::from_secs(10)));
-    first
-        .stop()
-        .expect("stopping a server that is already gone is fine");
+    first.stop().expect("stopping a server that is already gone is fine");
 }
 
 #[test]
@@ -210,34 +138,19 @@ fn a_taken_port_is_replaced_by_a_free_one() {
     let tmp = TempDir::new("port");
     let squatter = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
     let taken = squatter.local_addr().expect("addr").port();
-    let cluster = PgCluster::start(PgOptions {
-        data_dir: tmp.0.join("pg"),
-        port: Some(taken),
-        bin: binaries(),
-    })
-    .expect("start despite the taken port");
+    let cluster = PgCluster::start(PgOptions { data_dir: tmp.0.join("pg"), port: Some(taken), bin: binaries() })
+        .expect("start despite the taken port");
     assert_ne!(cluster.port(), taken);
-    assert_eq!(
-        psql(cluster.binaries(), &cluster.url("postgres"), "select 1"),
-        "1"
-    );
+    assert_eq!(psql(cluster.binaries(), &cluster.url("postgres"), "select 1"), "1");
     cluster.stop().expect("stop");
 }
 
 #[test]
 fn an_explicit_port_is_used_when_free() {
     let tmp = TempDir::new("explicit-port");
-    let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
-    let cluster = PgCluster::start(PgOptions {
-        data_dir: tmp.0.join("pg"),
-        port: Some(port),
-        bin: binaries(),
-    })
-    .expect("start");
+    let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind").local_addr().expect("addr").port();
+    let cluster =
+        PgCluster::start(PgOptions { data_dir: tmp.0.join("pg"), port: Some(port), bin: binaries() }).expect("start");
     assert_eq!(cluster.port(), port);
     cluster.stop().expect("stop");
 }
@@ -256,21 +169,9 @@ fn a_non_empty_foreign_directory_is_refused() {
 fn an_explicit_bin_dir_without_server_programs_is_rejected() {
     let tmp = TempDir::new("bindir");
     let err = find_binaries(Some(&tmp.0)).expect_err("empty dir");
-    assert!(
-        matches!(
-            err,
-            PgError::IncompleteBinDir {
-                missing: "pg_ctl",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert!(matches!(err, PgError::IncompleteBinDir { missing: "pg_ctl", .. }), "{err}");
     let found = binaries();
-    assert_eq!(
-        find_binaries(Some(&found.bin_dir)).expect("explicit dir"),
-        found
-    );
+    assert_eq!(find_binaries(Some(&found.bin_dir)).expect("explicit dir"), found);
     assert!(found.major().is_some(), "version {} parses", found.version);
 }
 
@@ -287,16 +188,9 @@ fn as_root_an_unreachable_data_dir_falls_back_to_var_tmp() {
     std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).expect("chmod 0700");
     let cluster = PgCluster::start(options(private.join("pg"))).expect("start with fallback");
     let used = cluster.data_dir().to_path_buf();
-    assert!(
-        used.starts_with("/var/tmp/paddock-pg"),
-        "fallback dir used: {}",
-        used.display()
-    );
+    assert!(used.starts_with("/var/tmp/paddock-pg"), "fallback dir used: {}", used.display());
     assert!(used.ends_with("pg"));
-    assert_eq!(
-        psql(cluster.binaries(), &cluster.url("postgres"), "select 1"),
-        "1"
-    );
+    assert_eq!(psql(cluster.binaries(), &cluster.url("postgres"), "select 1"), "1");
     cluster.stop().expect("stop");
     // The same request maps to the same fallback, so data persists across runs.
     let again = PgCluster::start(options(private.join("pg"))).expect("restart with fallback");

@@ -15,40 +15,27 @@ use crate::support::*;
 const LEASE: Duration = Duration::from_secs(30);
 
 fn policy(max_attempts: u32) -> RetryPolicy {
-    RetryPolicy {
-        max_attempts,
-        base: Duration::from_secs(1),
-        cap: Duration::from_secs(8),
-    }
+    RetryPolicy { max_attempts, base: Duration::from_secs(1), cap: Duration::from_secs(8) }
 }
 
 #[tokio::test]
 async fn enqueue_in_a_rolled_back_transaction_leaves_no_job_and_sends_no_notification() {
     let (db, store) = db().await;
-    let mut listener = PgListener::connect_with(store.pool())
-        .await
-        .expect("listener");
+    let mut listener = PgListener::connect_with(store.pool()).await.expect("listener");
     listener.listen(job::NOTIFY_CHANNEL).await.expect("listen");
 
     let target = Uuid::now_v7();
     let mut tx = store.begin().await.expect("begin");
-    job::enqueue(&mut tx, &new_job("machine_enroll", target))
-        .await
-        .expect("enqueue");
+    job::enqueue(&mut tx, &new_job("machine_enroll", target)).await.expect("enqueue");
     tx.rollback().await.expect("rollback");
     assert_eq!(db.count("jobs").await, 0);
 
     // The committed one notifies, with its kind as payload; the rolled-back one never did.
     let mut tx = store.begin().await.expect("begin");
-    job::enqueue(&mut tx, &new_job("machine_inspect", target))
-        .await
-        .expect("enqueue");
+    job::enqueue(&mut tx, &new_job("machine_inspect", target)).await.expect("enqueue");
     tx.commit().await.expect("commit");
     assert_eq!(db.count("jobs").await, 1);
-    let n = tokio::time::timeout(Duration::from_secs(10), listener.recv())
-        .await
-        .expect("notified")
-        .expect("recv");
+    let n = tokio::time::timeout(Duration::from_secs(10), listener.recv()).await.expect("notified").expect("recv");
     assert_eq!(n.payload(), "machine_inspect");
 }
 
@@ -66,26 +53,14 @@ async fn enqueue_commits_with_the_state_change_that_needs_it() {
             target_generation: 1,
             supersedes: &[],
         };
-        paddock_store::operation::insert(&mut tx, &new)
-            .await
-            .expect("operation")
-            .id
+        paddock_store::operation::insert(&mut tx, &new).await.expect("operation").id
     };
-    let id = job::enqueue(
-        &mut tx,
-        &NewJob {
-            operation_id: Some(op),
-            ..new_job("machine_enroll", target)
-        },
-    )
-    .await
-    .expect("enqueue");
+    let id = job::enqueue(&mut tx, &NewJob { operation_id: Some(op), ..new_job("machine_enroll", target) })
+        .await
+        .expect("enqueue");
     tx.commit().await.expect("commit");
     let j = get(&store, id).await;
-    assert_eq!(
-        (j.state, j.operation_id, j.attempts),
-        (JobState::Queued, Some(op), 0)
-    );
+    assert_eq!((j.state, j.operation_id, j.attempts), (JobState::Queued, Some(op), 0));
     assert_eq!(j.payload, serde_json::json!({ "machine_id": target }));
 }
 
@@ -94,23 +69,9 @@ async fn a_second_enqueue_while_queued_returns_the_same_job_and_keeps_the_earlie
     let (db, store) = db().await;
     let target = Uuid::now_v7();
     let later = Utc::now() + chrono::Duration::hours(1);
-    let first = enqueue(
-        &store,
-        &NewJob {
-            run_at: Some(later),
-            ..new_job("cluster_provision", target)
-        },
-    )
-    .await;
+    let first = enqueue(&store, &NewJob { run_at: Some(later), ..new_job("cluster_provision", target) }).await;
     let second = enqueue(&store, &new_job("cluster_provision", target)).await;
-    let third = enqueue(
-        &store,
-        &NewJob {
-            run_at: Some(later),
-            ..new_job("cluster_provision", target)
-        },
-    )
-    .await;
+    let third = enqueue(&store, &NewJob { run_at: Some(later), ..new_job("cluster_provision", target) }).await;
     assert_eq!(first, second);
     assert_eq!(first, third);
     assert_eq!(db.count("jobs").await, 1);
@@ -128,22 +89,8 @@ async fn a_newer_operation_merged_into_a_queued_job_supersedes_the_older_one() {
     let target = Uuid::now_v7();
     let op1 = operation(&store, "machine_enroll", target).await;
     let op2 = operation(&store, "machine_update_credentials", target).await;
-    let id = enqueue(
-        &store,
-        &NewJob {
-            operation_id: Some(op1),
-            ..new_job("machine_reconcile", target)
-        },
-    )
-    .await;
-    let same = enqueue(
-        &store,
-        &NewJob {
-            operation_id: Some(op2),
-            ..new_job("machine_reconcile", target)
-        },
-    )
-    .await;
+    let id = enqueue(&store, &NewJob { operation_id: Some(op1), ..new_job("machine_reconcile", target) }).await;
+    let same = enqueue(&store, &NewJob { operation_id: Some(op2), ..new_job("machine_reconcile", target) }).await;
     assert_eq!(id, same);
     assert_eq!(get(&store, id).await.operation_id, Some(op2));
     assert_eq!(op(&store, op1).await.state, OperationState::Superseded);
@@ -162,29 +109,16 @@ async fn an_enqueue_while_running_adds_one_follow_up_that_starts_after_the_run()
     assert_eq!(claimed.len(), 1);
 
     let follow_up = enqueue(&store, &new_job("machine_enroll", target)).await;
-    assert_ne!(
-        follow_up, first,
-        "a request during the run must not merge into the running job"
-    );
-    assert_eq!(
-        enqueue(&store, &new_job("machine_enroll", target)).await,
-        follow_up
-    );
+    assert_ne!(follow_up, first, "a request during the run must not merge into the running job");
+    assert_eq!(enqueue(&store, &new_job("machine_enroll", target)).await, follow_up);
     assert_eq!(db.count("jobs").await, 2);
 
     // The follow-up is due, but its target is busy.
-    assert!(claim(&store, "w2", &["machine_enroll"], LEASE, 10)
-        .await
-        .is_empty());
+    assert!(claim(&store, "w2", &["machine_enroll"], LEASE, 10).await.is_empty());
     let mut conn = store.conn().await.expect("conn");
-    assert!(job::complete(&mut conn, first, "w1")
-        .await
-        .expect("complete"));
+    assert!(job::complete(&mut conn, first, "w1").await.expect("complete"));
     let next = claim(&store, "w2", &["machine_enroll"], LEASE, 10).await;
-    assert_eq!(
-        next.iter().map(|j| j.id).collect::<Vec<_>>(),
-        vec![follow_up]
-    );
+    assert_eq!(next.iter().map(|j| j.id).collect::<Vec<_>>(), vec![follow_up]);
 }
 
 #[tokio::test]
@@ -192,27 +126,15 @@ async fn claim_takes_only_due_jobs_of_its_kinds() {
     let (_db, store) = db().await;
     let due = enqueue(&store, &new_job("machine_enroll", Uuid::now_v7())).await;
     let later = Utc::now() + chrono::Duration::hours(1);
-    enqueue(
-        &store,
-        &NewJob {
-            run_at: Some(later),
-            ..new_job("machine_enroll", Uuid::now_v7())
-        },
-    )
-    .await;
+    enqueue(&store, &NewJob { run_at: Some(later), ..new_job("machine_enroll", Uuid::now_v7()) }).await;
     enqueue(&store, &new_job("cluster_provision", Uuid::now_v7())).await;
 
     let claimed = claim(&store, "w1", &["machine_enroll"], LEASE, 10).await;
     assert_eq!(claimed.iter().map(|j| j.id).collect::<Vec<_>>(), vec![due]);
     let j = &claimed[0];
-    assert_eq!(
-        (j.state, j.locked_by.as_deref()),
-        (JobState::Running, Some("w1"))
-    );
+    assert_eq!((j.state, j.locked_by.as_deref()), (JobState::Running, Some("w1")));
     assert!(j.locked_until.expect("lease") > Utc::now() + chrono::Duration::seconds(20));
-    assert!(claim(&store, "w1", &["machine_enroll"], LEASE, 10)
-        .await
-        .is_empty());
+    assert!(claim(&store, "w1", &["machine_enroll"], LEASE, 10).await.is_empty());
     assert!(claim(&store, "w1", &[], LEASE, 10).await.is_empty());
 }
 
@@ -227,17 +149,9 @@ async fn claim_starts_at_most_one_job_per_target_whatever_the_kinds() {
     let other = enqueue(&store, &new_job("a_kind", Uuid::now_v7())).await;
 
     let claimed = claim(&store, "w1", &kinds, LEASE, 10).await;
-    assert_eq!(
-        claimed.len(),
-        2,
-        "one job of the shared target and the other target's job"
-    );
+    assert_eq!(claimed.len(), 2, "one job of the shared target and the other target's job");
     assert!(claimed.iter().any(|j| j.id == other));
-    let busy = claimed
-        .iter()
-        .find(|j| j.target_id == target)
-        .expect("one of the target")
-        .id;
+    let busy = claimed.iter().find(|j| j.target_id == target).expect("one of the target").id;
     assert!(claim(&store, "w2", &kinds, LEASE, 10).await.is_empty());
 
     // The schema itself refuses a second running job for the target.
@@ -257,14 +171,10 @@ async fn claim_starts_at_most_one_job_per_target_whatever_the_kinds() {
 
     // Each completion frees the target for the next kind.
     let mut conn = store.conn().await.expect("conn");
-    assert!(job::complete(&mut conn, busy, "w1")
-        .await
-        .expect("complete"));
+    assert!(job::complete(&mut conn, busy, "w1").await.expect("complete"));
     let next = claim(&store, "w2", &kinds, LEASE, 10).await;
     assert_eq!(next.len(), 1);
-    assert!(job::complete(&mut conn, next[0].id, "w2")
-        .await
-        .expect("complete"));
+    assert!(job::complete(&mut conn, next[0].id, "w2").await.expect("complete"));
     assert_eq!(claim(&store, "w2", &kinds, LEASE, 10).await.len(), 1);
 }
 
@@ -273,14 +183,7 @@ async fn claim_marks_the_operation_running_and_complete_marks_it_succeeded() {
     let (_db, store) = db().await;
     let target = Uuid::now_v7();
     let op_id = operation(&store, "machine_enroll", target).await;
-    let id = enqueue(
-        &store,
-        &NewJob {
-            operation_id: Some(op_id),
-            ..new_job("machine_enroll", target)
-        },
-    )
-    .await;
+    let id = enqueue(&store, &NewJob { operation_id: Some(op_id), ..new_job("machine_enroll", target) }).await;
     assert_eq!(op(&store, op_id).await.state, OperationState::Pending);
 
     claim(&store, "w1", &["machine_enroll"], LEASE, 1).await;
@@ -289,10 +192,7 @@ async fn claim_marks_the_operation_running_and_complete_marks_it_succeeded() {
     let mut conn = store.conn().await.expect("conn");
     assert!(job::complete(&mut conn, id, "w1").await.expect("complete"));
     let (j, o) = (get(&store, id).await, op(&store, op_id).await);
-    assert_eq!(
-        (j.state, j.locked_by, j.locked_until),
-        (JobState::Succeeded, None, None)
-    );
+    assert_eq!((j.state, j.locked_by, j.locked_until), (JobState::Succeeded, None, None));
     assert!(j.finished_at.is_some());
     assert_eq!(o.state, OperationState::Succeeded);
     assert!(o.finished_at.is_some());
@@ -305,14 +205,7 @@ async fn a_superseded_operation_stays_superseded() {
     let (_db, store) = db().await;
     let target = Uuid::now_v7();
     let op1 = operation(&store, "machine_enroll", target).await;
-    let id = enqueue(
-        &store,
-        &NewJob {
-            operation_id: Some(op1),
-            ..new_job("machine_enroll", target)
-        },
-    )
-    .await;
+    let id = enqueue(&store, &NewJob { operation_id: Some(op1), ..new_job("machine_enroll", target) }).await;
     claim(&store, "w1", &["machine_enroll"], LEASE, 1).await;
     // A newer change of the same kind supersedes it while the job runs.
     let op2 = operation(&store, "machine_enroll", target).await;
@@ -330,14 +223,7 @@ async fn an_expired_lease_is_taken_over_by_another_worker() {
     let target = Uuid::now_v7();
     let id = enqueue(&store, &new_job("machine_enroll", target)).await;
     // Worker 1 claims with a 1 ms lease and "crashes": it never renews nor completes.
-    let claimed = claim(
-        &store,
-        "w1",
-        &["machine_enroll"],
-        Duration::from_millis(1),
-        1,
-    )
-    .await;
+    let claimed = claim(&store, "w1", &["machine_enroll"], Duration::from_millis(1), 1).await;
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].attempts, 0);
 
@@ -349,11 +235,7 @@ async fn an_expired_lease_is_taken_over_by_another_worker() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     let j = &taken[0];
-    assert_eq!(
-        (j.id, j.locked_by.as_deref(), j.attempts),
-        (id, Some("w2"), 1),
-        "the crash counts as an attempt"
-    );
+    assert_eq!((j.id, j.locked_by.as_deref(), j.attempts), (id, Some("w2"), 1), "the crash counts as an attempt");
     let last = j.last_error.as_ref().expect("last_error");
     assert_eq!(last.code, "lease_expired");
     assert!(last.message.contains("w1"), "{}", last.message);
@@ -366,64 +248,27 @@ async fn a_stale_worker_cannot_end_a_run_after_losing_its_lease() {
     let (_db, store) = db().await;
     let target = Uuid::now_v7();
     let op_id = operation(&store, "machine_enroll", target).await;
-    let id = enqueue(
-        &store,
-        &NewJob {
-            operation_id: Some(op_id),
-            ..new_job("machine_enroll", target)
-        },
-    )
-    .await;
+    let id = enqueue(&store, &NewJob { operation_id: Some(op_id), ..new_job("machine_enroll", target) }).await;
     claim(&store, "stale", &["machine_enroll"], LEASE, 1).await;
     expire_lease(&store, id).await;
-    assert_eq!(
-        claim(&store, "fresh", &["machine_enroll"], LEASE, 1)
-            .await
-            .len(),
-        1
-    );
+    assert_eq!(claim(&store, "fresh", &["machine_enroll"], LEASE, 1).await.len(), 1);
 
     let mut conn = store.conn().await.expect("conn");
     let error = JobError::new("boom", "stale failure");
     let problem = problem("stale_problem");
-    assert!(!job::heartbeat(&mut conn, id, "stale", LEASE)
-        .await
-        .expect("heartbeat"));
-    assert!(!job::complete(&mut conn, id, "stale")
-        .await
-        .expect("complete"));
-    assert!(!job::fail(&mut conn, id, "stale", &problem)
-        .await
-        .expect("fail"));
-    assert_eq!(
-        job::retry(&mut conn, id, "stale", &error, &policy(3))
-            .await
-            .expect("retry"),
-        Requeue::LeaseLost
-    );
-    assert_eq!(
-        job::wait(&mut conn, id, "stale", &error, LEASE)
-            .await
-            .expect("wait"),
-        Requeue::LeaseLost
-    );
+    assert!(!job::heartbeat(&mut conn, id, "stale", LEASE).await.expect("heartbeat"));
+    assert!(!job::complete(&mut conn, id, "stale").await.expect("complete"));
+    assert!(!job::fail(&mut conn, id, "stale", &problem).await.expect("fail"));
+    assert_eq!(job::retry(&mut conn, id, "stale", &error, &policy(3)).await.expect("retry"), Requeue::LeaseLost);
+    assert_eq!(job::wait(&mut conn, id, "stale", &error, LEASE).await.expect("wait"), Requeue::LeaseLost);
     let j = get(&store, id).await;
-    assert_eq!(
-        (j.state, j.locked_by.as_deref(), j.attempts),
-        (JobState::Running, Some("fresh"), 1)
-    );
+    assert_eq!((j.state, j.locked_by.as_deref(), j.attempts), (JobState::Running, Some("fresh"), 1));
     assert_eq!(op(&store, op_id).await.state, OperationState::Running);
 
     // The current holder's result stands, and the stale one still cannot touch it.
-    assert!(job::heartbeat(&mut conn, id, "fresh", LEASE)
-        .await
-        .expect("heartbeat"));
-    assert!(job::complete(&mut conn, id, "fresh")
-        .await
-        .expect("complete"));
-    assert!(!job::fail(&mut conn, id, "stale", &problem)
-        .await
-        .expect("fail"));
+    assert!(job::heartbeat(&mut conn, id, "fresh", LEASE).await.expect("heartbeat"));
+    assert!(job::complete(&mut conn, id, "fresh").await.expect("complete"));
+    assert!(!job::fail(&mut conn, id, "stale", &problem).await.expect("fail"));
     assert_eq!(get(&store, id).await.state, JobState::Succeeded);
     assert_eq!(op(&store, op_id).await.state, OperationState::Succeeded);
 }
@@ -432,36 +277,18 @@ async fn a_stale_worker_cannot_end_a_run_after_losing_its_lease() {
 async fn a_heartbeat_keeps_the_lease_from_expiring() {
     let (_db, store) = db().await;
     let id = enqueue(&store, &new_job("machine_enroll", Uuid::now_v7())).await;
-    claim(
-        &store,
-        "w1",
-        &["machine_enroll"],
-        Duration::from_millis(1),
-        1,
-    )
-    .await;
+    claim(&store, "w1", &["machine_enroll"], Duration::from_millis(1), 1).await;
     let mut conn = store.conn().await.expect("conn");
     // Renewed (even after the old lease ran out, as nobody took the job over meanwhile).
-    assert!(job::heartbeat(&mut conn, id, "w1", LEASE)
-        .await
-        .expect("heartbeat"));
-    assert!(
-        get(&store, id).await.locked_until.expect("lease")
-            > Utc::now() + chrono::Duration::seconds(20)
-    );
-    assert!(claim(&store, "w2", &["machine_enroll"], LEASE, 1)
-        .await
-        .is_empty());
+    assert!(job::heartbeat(&mut conn, id, "w1", LEASE).await.expect("heartbeat"));
+    assert!(get(&store, id).await.locked_until.expect("lease") > Utc::now() + chrono::Duration::seconds(20));
+    assert!(claim(&store, "w2", &["machine_enroll"], LEASE, 1).await.is_empty());
 }
 
 #[tokio::test]
 async fn retry_backoff_doubles_is_capped_and_jittered() {
     let (_db, store) = db().await;
-    let policy = RetryPolicy {
-        max_attempts: 100,
-        base: Duration::from_secs(1),
-        cap: Duration::from_secs(8),
-    };
+    let policy = RetryPolicy { max_attempts: 100, base: Duration::from_secs(1), cap: Duration::from_secs(8) };
     let mut conn = store.conn().await.expect("conn");
     // Eight jobs retried seven times each: delays after attempt n lie in [d/2, d], d = min(8 s, 2^(n-1) s).
     let mut delays: Vec<Vec<f64>> = vec![Vec::new(); 7];
@@ -469,26 +296,13 @@ async fn retry_backoff_doubles_is_capped_and_jittered() {
         let id = enqueue(&store, &new_job("machine_enroll", Uuid::now_v7())).await;
         for n in 1..=7u32 {
             make_due(&store, id).await;
-            assert_eq!(
-                claim(&store, "w1", &["machine_enroll"], LEASE, 1)
-                    .await
-                    .len(),
-                1
-            );
+            assert_eq!(claim(&store, "w1", &["machine_enroll"], LEASE, 1).await.len(), 1);
             let before = Utc::now();
-            let r = job::retry(
-                &mut conn,
-                id,
-                "w1",
-                &JobError::new("bmc_unreachable", "no route to the BMC"),
-                &policy,
-            )
-            .await
-            .expect("retry");
+            let r = job::retry(&mut conn, id, "w1", &JobError::new("bmc_unreachable", "no route to the BMC"), &policy)
+                .await
+                .expect("retry");
             let after = Utc::now();
-            let Requeue::Queued { run_at, attempts } = r else {
-                panic!("requeued, not {r:?}")
-            };
+            let Requeue::Queued { run_at, attempts } = r else { panic!("requeued, not {r:?}") };
             assert_eq!(attempts, n);
             let (lo, hi) = policy.delay_bounds(n);
             let slack = chrono::Duration::milliseconds(50);
@@ -510,8 +324,7 @@ async fn retry_backoff_doubles_is_capped_and_jittered() {
         assert!(ds.iter().all(|d| *d <= 8.05), "attempt {}: {ds:?}", n + 1);
     }
     for (n, ds) in delays.iter().enumerate() {
-        let spread = ds.iter().cloned().fold(f64::MIN, f64::max)
-            - ds.iter().cloned().fold(f64::MAX, f64::min);
+        let spread = ds.iter().cloned().fold(f64::MIN, f64::max) - ds.iter().cloned().fold(f64::MAX, f64::min);
         assert!(spread > 0.0, "attempt {}: no jitter in {ds:?}", n + 1);
     }
 }
@@ -521,23 +334,11 @@ async fn wait_reschedules_without_using_up_an_attempt() {
     let (_db, store) = db().await;
     let target = Uuid::now_v7();
     let op_id = operation(&store, "machine_enroll", target).await;
-    let id = enqueue(
-        &store,
-        &NewJob {
-            operation_id: Some(op_id),
-            ..new_job("machine_enroll", target)
-        },
-    )
-    .await;
+    let id = enqueue(&store, &NewJob { operation_id: Some(op_id), ..new_job("machine_enroll", target) }).await;
     let mut conn = store.conn().await.expect("conn");
     for _ in 0..5 {
         make_due(&store, id).await;
-        assert_eq!(
-            claim(&store, "w1", &["machine_enroll"], LEASE, 1)
-                .await
-                .len(),
-            1
-        );
+        assert_eq!(claim(&store, "w1", &["machine_enroll"], LEASE, 1).await.len(), 1);
         let before = Utc::now();
         let r = job::wait(
             &mut conn,
@@ -548,9 +349,7 @@ async fn wait_reschedules_without_using_up_an_attempt() {
         )
         .await
         .expect("wait");
-        let Requeue::Queued { run_at, attempts } = r else {
-            panic!("requeued, not {r:?}")
-        };
+        let Requeue::Queued { run_at, attempts } = r else { panic!("requeued, not {r:?}") };
         assert_eq!(attempts, 0);
         assert!(run_at >= before + chrono::Duration::seconds(59));
     }
@@ -566,45 +365,23 @@ async fn the_last_allowed_failure_fails_the_job_and_its_operation_with_a_readabl
     let (_db, store) = db().await;
     let target = Uuid::now_v7();
     let op_id = operation(&store, "machine_enroll", target).await;
-    let id = enqueue(
-        &store,
-        &NewJob {
-            operation_id: Some(op_id),
-            ..new_job("machine_enroll", target)
-        },
-    )
-    .await;
+    let id = enqueue(&store, &NewJob { operation_id: Some(op_id), ..new_job("machine_enroll", target) }).await;
     let mut conn = store.conn().await.expect("conn");
     let error = JobError::new("bmc_unreachable", "the BMC at bmc-7 did not answer");
     for n in 1..=3u32 {
         make_due(&store, id).await;
-        assert_eq!(
-            claim(&store, "w1", &["machine_enroll"], LEASE, 1)
-                .await
-                .len(),
-            1
-        );
-        let r = job::retry(&mut conn, id, "w1", &error, &policy(3))
-            .await
-            .expect("retry");
+        assert_eq!(claim(&store, "w1", &["machine_enroll"], LEASE, 1).await.len(), 1);
+        let r = job::retry(&mut conn, id, "w1", &error, &policy(3)).await.expect("retry");
         if n < 3 {
-            assert!(
-                matches!(r, Requeue::Queued { attempts, .. } if attempts == n),
-                "{r:?}"
-            );
+            assert!(matches!(r, Requeue::Queued { attempts, .. } if attempts == n), "{r:?}");
         } else {
             assert_eq!(r, Requeue::Failed { attempts: 3 });
         }
     }
     let j = get(&store, id).await;
-    assert_eq!(
-        (j.state, j.attempts, j.locked_by.as_deref()),
-        (JobState::Failed, 3, None)
-    );
+    assert_eq!((j.state, j.attempts, j.locked_by.as_deref()), (JobState::Failed, 3, None));
     assert!(j.finished_at.is_some());
-    assert!(claim(&store, "w1", &["machine_enroll"], LEASE, 1)
-        .await
-        .is_empty());
+    assert!(claim(&store, "w1", &["machine_enroll"], LEASE, 1).await.is_empty());
 
     let o = op(&store, op_id).await;
     assert_eq!(o.state, OperationState::Failed);
@@ -614,18 +391,12 @@ async fn the_last_allowed_failure_fails_the_job_and_its_operation_with_a_readabl
     assert_eq!(p.title, "Retries exhausted");
     assert_eq!(p.status, 503);
     assert_eq!(p.code, "bmc_unreachable");
-    assert_eq!(
-        p.detail,
-        "gave up after 3 attempts; last error: the BMC at bmc-7 did not answer"
-    );
+    assert_eq!(p.detail, "gave up after 3 attempts; last error: the BMC at bmc-7 did not answer");
     assert_eq!(p.instance, format!("/v1/operations/{op_id}"));
     assert_eq!(p.request_id, id.to_string());
     // The Rust helper writes the same shape.
     let same = job::retries_exhausted(&j, &error);
-    assert_eq!(
-        (same.type_, same.detail, same.instance),
-        (p.type_, p.detail, p.instance)
-    );
+    assert_eq!((same.type_, same.detail, same.instance), (p.type_, p.detail, p.instance));
 }
 
 fn problem(code: &str) -> Problem {
@@ -646,21 +417,10 @@ async fn fail_ends_the_job_and_fails_its_operation_with_the_problem() {
     let (_db, store) = db().await;
     let target = Uuid::now_v7();
     let op_id = operation(&store, "machine_enroll", target).await;
-    let id = enqueue(
-        &store,
-        &NewJob {
-            operation_id: Some(op_id),
-            ..new_job("machine_enroll", target)
-        },
-    )
-    .await;
+    let id = enqueue(&store, &NewJob { operation_id: Some(op_id), ..new_job("machine_enroll", target) }).await;
     claim(&store, "w1", &["machine_enroll"], LEASE, 1).await;
     let mut conn = store.conn().await.expect("conn");
-    assert!(
-        job::fail(&mut conn, id, "w1", &problem("inventory_mismatch"))
-            .await
-            .expect("fail")
-    );
+    assert!(job::fail(&mut conn, id, "w1", &problem("inventory_mismatch")).await.expect("fail"));
 
     let j = get(&store, id).await;
     assert_eq!((j.state, j.attempts), (JobState::Failed, 0));
@@ -669,10 +429,7 @@ async fn fail_ends_the_job_and_fails_its_operation_with_the_problem() {
     assert_eq!(o.state, OperationState::Failed);
     let p = o.error.expect("problem");
     assert_eq!((p.code.as_str(), p.status), ("inventory_mismatch", 422));
-    assert_eq!(
-        p.detail,
-        "the machine class asks for 8 GPUs; the BMC reports 4"
-    );
+    assert_eq!(p.detail, "the machine class asks for 8 GPUs; the BMC reports 4");
     assert_eq!(p.instance, format!("/v1/operations/{op_id}"));
     assert_eq!(p.request_id, id.to_string());
 }
@@ -682,28 +439,15 @@ async fn a_run_that_would_requeue_hands_over_to_a_follow_up_of_its_kind() {
     let (db, store) = db().await;
     let target = Uuid::now_v7();
     let op1 = operation(&store, "machine_enroll", target).await;
-    let first = enqueue(
-        &store,
-        &NewJob {
-            operation_id: Some(op1),
-            ..new_job("machine_enroll", target)
-        },
-    )
-    .await;
+    let first = enqueue(&store, &NewJob { operation_id: Some(op1), ..new_job("machine_enroll", target) }).await;
     claim(&store, "w1", &["machine_enroll"], LEASE, 1).await;
     // Requested again during the run, without an operation of its own.
     let follow = enqueue(&store, &new_job("machine_enroll", target)).await;
 
     let mut conn = store.conn().await.expect("conn");
-    let r = job::retry(
-        &mut conn,
-        first,
-        "w1",
-        &JobError::new("bmc_unreachable", "timeout"),
-        &policy(5),
-    )
-    .await
-    .expect("retry");
+    let r = job::retry(&mut conn, first, "w1", &JobError::new("bmc_unreachable", "timeout"), &policy(5))
+        .await
+        .expect("retry");
     assert_eq!(r, Requeue::HandedOver { to: follow });
     let j = get(&store, first).await;
     assert_eq!(j.state, JobState::Cancelled);
@@ -718,23 +462,8 @@ async fn a_run_that_would_requeue_hands_over_to_a_follow_up_of_its_kind() {
     let claimed = claim(&store, "w1", &["machine_enroll"], LEASE, 1).await;
     assert_eq!(claimed[0].id, follow);
     let op2 = operation(&store, "machine_update_credentials", target).await;
-    let follow2 = enqueue(
-        &store,
-        &NewJob {
-            operation_id: Some(op2),
-            ..new_job("machine_enroll", target)
-        },
-    )
-    .await;
-    let r = job::wait(
-        &mut conn,
-        follow,
-        "w1",
-        &JobError::new("bmc_booting", "booting"),
-        LEASE,
-    )
-    .await
-    .expect("wait");
+    let follow2 = enqueue(&store, &NewJob { operation_id: Some(op2), ..new_job("machine_enroll", target) }).await;
+    let r = job::wait(&mut conn, follow, "w1", &JobError::new("bmc_booting", "booting"), LEASE).await.expect("wait");
     assert_eq!(r, Requeue::HandedOver { to: follow2 });
     assert_eq!(op(&store, op1).await.state, OperationState::Superseded);
     assert_eq!(op(&store, op2).await.state, OperationState::Pending);
@@ -752,60 +481,21 @@ async fn cancel_depth_and_purge() {
 
     let mut conn = store.conn().await.expect("conn");
     let depth = job::depth(&mut conn).await.expect("depth");
-    let depth: Vec<_> = depth
-        .iter()
-        .map(|d| (d.kind.as_str(), d.state.as_str(), d.count))
-        .collect();
-    assert_eq!(
-        depth,
-        vec![
-            ("machine_enroll", "running", 2),
-            ("machine_inspect", "queued", 1)
-        ]
-    );
+    let depth: Vec<_> = depth.iter().map(|d| (d.kind.as_str(), d.state.as_str(), d.count)).collect();
+    assert_eq!(depth, vec![("machine_enroll", "running", 2), ("machine_inspect", "queued", 1)]);
 
     // Only queued jobs are cancelled; the running one finishes.
-    assert_eq!(
-        job::cancel_queued(&mut conn, target, Some(&["machine_inspect"][..]))
-            .await
-            .expect("cancel"),
-        1
-    );
-    assert_eq!(
-        job::cancel_queued(&mut conn, target, None)
-            .await
-            .expect("cancel"),
-        0
-    );
+    assert_eq!(job::cancel_queued(&mut conn, target, Some(&["machine_inspect"][..])).await.expect("cancel"), 1);
+    assert_eq!(job::cancel_queued(&mut conn, target, None).await.expect("cancel"), 0);
     for j in &running {
-        assert!(job::complete(&mut conn, j.id, "w1")
-            .await
-            .expect("complete"));
+        assert!(job::complete(&mut conn, j.id, "w1").await.expect("complete"));
     }
     assert!(job::depth(&mut conn).await.expect("depth").is_empty());
 
-    assert_eq!(
-        job::purge_finished(&mut conn, Duration::from_secs(3600), 100)
-            .await
-            .expect("purge"),
-        0
-    );
-    sqlx::query("update jobs set finished_at = now() - interval '2 hours'")
-        .execute(store.pool())
-        .await
-        .expect("age");
-    assert_eq!(
-        job::purge_finished(&mut conn, Duration::from_secs(3600), 2)
-            .await
-            .expect("purge"),
-        2
-    );
-    assert_eq!(
-        job::purge_finished(&mut conn, Duration::from_secs(3600), 2)
-            .await
-            .expect("purge"),
-        1
-    );
+    assert_eq!(job::purge_finished(&mut conn, Duration::from_secs(3600), 100).await.expect("purge"), 0);
+    sqlx::query("update jobs set finished_at = now() - interval '2 hours'").execute(store.pool()).await.expect("age");
+    assert_eq!(job::purge_finished(&mut conn, Duration::from_secs(3600), 2).await.expect("purge"), 2);
+    assert_eq!(job::purge_finished(&mut conn, Duration::from_secs(3600), 2).await.expect("purge"), 1);
     assert_eq!(db.count("jobs").await, 0);
 }
 

@@ -33,11 +33,7 @@ pub async fn db() -> (TestDb, Store) {
 
 /// A store with its own pool, as another worker process would have.
 pub async fn own_store(db: &TestDb, connections: u32) -> Store {
-    let pool = PgPoolOptions::new()
-        .max_connections(connections)
-        .connect(&db.url)
-        .await
-        .expect("connect");
+    let pool = PgPoolOptions::new().max_connections(connections).connect(&db.url).await.expect("connect");
     Store::from_pool(pool)
 }
 
@@ -70,42 +66,25 @@ pub async fn operation(store: &Store, kind: &str, target: Uuid) -> OperationId {
         target_generation: 1,
         supersedes: &[],
     };
-    operation::insert(&mut conn, &new)
-        .await
-        .expect("operation")
-        .id
+    operation::insert(&mut conn, &new).await.expect("operation").id
 }
 
 /// An operation as the API would show it.
 pub async fn op(store: &Store, id: OperationId) -> OperationView {
     let mut conn = store.conn().await.expect("conn");
-    operation::get(&mut conn, None, id)
-        .await
-        .expect("get operation")
-        .expect("operation exists")
+    operation::get(&mut conn, None, id).await.expect("get operation").expect("operation exists")
 }
 
 /// A job as stored.
 pub async fn get(store: &Store, id: JobId) -> Job {
     let mut conn = store.conn().await.expect("conn");
-    job::get(&mut conn, id)
-        .await
-        .expect("get job")
-        .expect("job exists")
+    job::get(&mut conn, id).await.expect("get job").expect("job exists")
 }
 
 /// Claims for `worker`.
-pub async fn claim(
-    store: &Store,
-    worker: &str,
-    kinds: &[&str],
-    lease: Duration,
-    limit: u32,
-) -> Vec<Job> {
+pub async fn claim(store: &Store, worker: &str, kinds: &[&str], lease: Duration, limit: u32) -> Vec<Job> {
     let mut conn = store.conn().await.expect("conn");
-    job::claim(&mut conn, worker, kinds, lease, limit)
-        .await
-        .expect("claim")
+    job::claim(&mut conn, worker, kinds, lease, limit).await.expect("claim")
 }
 
 /// Ends the lease of a running job now, as if its worker had died `lease` ago.
@@ -208,10 +187,7 @@ where
         if check().await {
             return;
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting until {what}"
-        );
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

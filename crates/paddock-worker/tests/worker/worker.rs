@@ -28,24 +28,14 @@ async fn a_worker_runs_jobs_to_completion_and_counts_them() {
     });
     let target = Uuid::now_v7();
     let op_id = operation(&store, "machine_enroll", target).await;
-    let with_op = enqueue(
-        &store,
-        &NewJob {
-            operation_id: Some(op_id),
-            ..new_job("machine_enroll", target)
-        },
-    )
-    .await;
+    let with_op = enqueue(&store, &NewJob { operation_id: Some(op_id), ..new_job("machine_enroll", target) }).await;
     let mut ids = vec![with_op];
     for _ in 0..9 {
         ids.push(enqueue(&store, &new_job("machine_enroll", Uuid::now_v7())).await);
     }
     let worker = Worker::new(store.clone(), "w1", vec![h], config()).expect("worker");
     let running = Running::start(worker);
-    until("every job succeeded", || async {
-        db.count("jobs where state = 'succeeded'").await == 10
-    })
-    .await;
+    until("every job succeeded", || async { db.count("jobs where state = 'succeeded'").await == 10 }).await;
     let metrics = running.worker.metrics();
     running.stop().await;
 
@@ -98,10 +88,8 @@ async fn workers_racing_never_run_two_jobs_of_one_target_at_once(workers: usize)
                         let _active = Active(race.clone(), job.target_id);
                         *race.runs.lock().expect("lock").entry(job.id).or_default() += 1;
                         // A few milliseconds of "work", different per job.
-                        tokio::time::sleep(Duration::from_millis(
-                            2 + u64::from(job.id.uuid().as_bytes()[15] % 8),
-                        ))
-                        .await;
+                        tokio::time::sleep(Duration::from_millis(2 + u64::from(job.id.uuid().as_bytes()[15] % 8)))
+                            .await;
                         Outcome::Done
                     }
                 })
@@ -110,17 +98,8 @@ async fn workers_racing_never_run_two_jobs_of_one_target_at_once(workers: usize)
     };
     let mut running = Vec::new();
     for i in 0..workers {
-        let cfg = WorkerConfig {
-            concurrency: 3,
-            ..config()
-        };
-        let w = Worker::new(
-            own_store(&db, 6).await,
-            format!("w{i}"),
-            handlers(race.clone()),
-            cfg,
-        )
-        .expect("worker");
+        let cfg = WorkerConfig { concurrency: 3, ..config() };
+        let w = Worker::new(own_store(&db, 6).await, format!("w{i}"), handlers(race.clone()), cfg).expect("worker");
         running.push(Running::start(w));
     }
 
@@ -133,43 +112,26 @@ async fn workers_racing_never_run_two_jobs_of_one_target_at_once(workers: usize)
         let mut tx = store.begin().await.expect("begin");
         for target in &targets {
             for kind in kinds {
-                requested.push(
-                    paddock_store::job::enqueue(&mut tx, &new_job(kind, *target))
-                        .await
-                        .expect("enqueue"),
-                );
+                requested.push(paddock_store::job::enqueue(&mut tx, &new_job(kind, *target)).await.expect("enqueue"));
             }
         }
         tx.commit().await.expect("commit");
     }
-    until("the queue is drained", || async {
-        db.count("jobs where state in ('queued', 'running')").await == 0
-    })
-    .await;
+    until("the queue is drained", || async { db.count("jobs where state in ('queued', 'running')").await == 0 }).await;
     for r in running {
         r.stop().await;
     }
 
-    assert_eq!(
-        race.overlaps.load(Ordering::SeqCst),
-        0,
-        "two jobs of one target ran at once"
-    );
+    assert_eq!(race.overlaps.load(Ordering::SeqCst), 0, "two jobs of one target ran at once");
     let runs = race.runs.lock().expect("lock").clone();
     let total = db.count("jobs").await;
     assert_eq!(db.count("jobs where state = 'succeeded'").await, total);
     assert_eq!(runs.len() as i64, total, "every job ran");
-    assert!(
-        runs.values().all(|n| *n == 1),
-        "every job ran exactly once: {runs:?}"
-    );
+    assert!(runs.values().all(|n| *n == 1), "every job ran exactly once: {runs:?}");
     // No request was lost: the job each enqueue returned ran (after the request, as it was still
     // queued or was a fresh follow-up then).
     assert!(requested.iter().all(|id| runs.contains_key(id)));
-    assert!(
-        total < requested.len() as i64,
-        "some requests merged into queued jobs"
-    );
+    assert!(total < requested.len() as i64, "some requests merged into queued jobs");
 }
 
 #[tokio::test]
@@ -196,29 +158,11 @@ async fn a_failing_job_is_retried_then_fails_with_its_operation() {
     });
     let target = Uuid::now_v7();
     let op_id = operation(&store, "machine_enroll", target).await;
-    let id = enqueue(
-        &store,
-        &NewJob {
-            operation_id: Some(op_id),
-            ..new_job("machine_enroll", target)
-        },
-    )
-    .await;
-    let worker = Worker::new(
-        store.clone(),
-        "w1",
-        vec![h],
-        WorkerConfig {
-            max_attempts: 3,
-            ..config()
-        },
-    )
-    .expect("worker");
+    let id = enqueue(&store, &NewJob { operation_id: Some(op_id), ..new_job("machine_enroll", target) }).await;
+    let worker =
+        Worker::new(store.clone(), "w1", vec![h], WorkerConfig { max_attempts: 3, ..config() }).expect("worker");
     let running = Running::start(worker);
-    until("the job failed", || async {
-        state(&store, id).await == JobState::Failed
-    })
-    .await;
+    until("the job failed", || async { state(&store, id).await == JobState::Failed }).await;
     let metrics = running.worker.metrics();
     running.stop().await;
 
@@ -227,60 +171,28 @@ async fn a_failing_job_is_retried_then_fails_with_its_operation() {
     let o = op(&store, op_id).await;
     assert_eq!(o.state, OperationState::Failed);
     let p = o.error.expect("problem");
-    assert_eq!(
-        (p.title.as_str(), p.code.as_str()),
-        ("Retries exhausted", "bmc_unreachable")
-    );
-    assert_eq!(
-        p.detail,
-        "gave up after 3 attempts; last error: the BMC did not answer"
-    );
-    assert_eq!(
-        (
-            metrics.get("machine_enroll", "retried"),
-            metrics.get("machine_enroll", "exhausted")
-        ),
-        (2, 1)
-    );
+    assert_eq!((p.title.as_str(), p.code.as_str()), ("Retries exhausted", "bmc_unreachable"));
+    assert_eq!(p.detail, "gave up after 3 attempts; last error: the BMC did not answer");
+    assert_eq!((metrics.get("machine_enroll", "retried"), metrics.get("machine_enroll", "exhausted")), (2, 1));
 }
 
 #[tokio::test]
 async fn a_permanent_failure_fails_the_operation_with_the_handlers_problem() {
     let (_db, store) = db().await;
     let h = handler("machine_enroll", |_job| async {
-        Outcome::fail(
-            "inventory_mismatch",
-            "the class asks for 8 GPUs; the BMC reports 4",
-        )
+        Outcome::fail("inventory_mismatch", "the class asks for 8 GPUs; the BMC reports 4")
     });
     let target = Uuid::now_v7();
     let op_id = operation(&store, "machine_enroll", target).await;
-    let id = enqueue(
-        &store,
-        &NewJob {
-            operation_id: Some(op_id),
-            ..new_job("machine_enroll", target)
-        },
-    )
-    .await;
-    let running =
-        Running::start(Worker::new(store.clone(), "w1", vec![h], config()).expect("worker"));
-    until("the job failed", || async {
-        state(&store, id).await == JobState::Failed
-    })
-    .await;
+    let id = enqueue(&store, &NewJob { operation_id: Some(op_id), ..new_job("machine_enroll", target) }).await;
+    let running = Running::start(Worker::new(store.clone(), "w1", vec![h], config()).expect("worker"));
+    until("the job failed", || async { state(&store, id).await == JobState::Failed }).await;
     let metrics = running.worker.metrics();
     running.stop().await;
 
     let p = op(&store, op_id).await.error.expect("problem");
-    assert_eq!(
-        p.type_,
-        format!("{}operation-failed", paddock_api::error::PROBLEM_BASE)
-    );
-    assert_eq!(
-        (p.title.as_str(), p.status, p.code.as_str()),
-        ("Operation failed", 422, "inventory_mismatch")
-    );
+    assert_eq!(p.type_, format!("{}operation-failed", paddock_api::error::PROBLEM_BASE));
+    assert_eq!((p.title.as_str(), p.status, p.code.as_str()), ("Operation failed", 422, "inventory_mismatch"));
     assert_eq!(p.detail, "the class asks for 8 GPUs; the BMC reports 4");
     assert_eq!(p.instance, format!("/v1/operations/{op_id}"));
     assert_eq!(get(&store, id).await.attempts, 0);
@@ -289,10 +201,7 @@ async fn a_permanent_failure_fails_the_operation_with_the_handlers_problem() {
 
 #[tokio::test]
 async fn the_queue_writes_problems_under_the_apis_type_uris() {
-    assert_eq!(
-        paddock_store::job::PROBLEM_BASE,
-        paddock_api::error::PROBLEM_BASE
-    );
+    assert_eq!(paddock_store::job::PROBLEM_BASE, paddock_api::error::PROBLEM_BASE);
 }
 
 #[tokio::test]
@@ -304,11 +213,7 @@ async fn waiting_runs_do_not_use_up_attempts() {
         let r = r.clone();
         async move {
             if r.fetch_add(1, Ordering::SeqCst) < 4 {
-                Outcome::wait(
-                    Duration::from_millis(10),
-                    "bmc_booting",
-                    "the BMC is still booting",
-                )
+                Outcome::wait(Duration::from_millis(10), "bmc_booting", "the BMC is still booting")
             } else {
                 Outcome::Done
             }
@@ -316,15 +221,9 @@ async fn waiting_runs_do_not_use_up_attempts() {
     });
     let id = enqueue(&store, &new_job("machine_enroll", Uuid::now_v7())).await;
     // Fewer attempts allowed than waits made: waits must not count.
-    let cfg = WorkerConfig {
-        max_attempts: 2,
-        ..config()
-    };
+    let cfg = WorkerConfig { max_attempts: 2, ..config() };
     let running = Running::start(Worker::new(store.clone(), "w1", vec![h], cfg).expect("worker"));
-    until("the job succeeded", || async {
-        state(&store, id).await == JobState::Succeeded
-    })
-    .await;
+    until("the job succeeded", || async { state(&store, id).await == JobState::Succeeded }).await;
     let metrics = running.worker.metrics();
     running.stop().await;
     assert_eq!(runs.load(Ordering::SeqCst), 5);
@@ -347,12 +246,8 @@ async fn a_panicking_handler_costs_one_attempt_not_the_worker() {
         }
     });
     let id = enqueue(&store, &new_job("machine_enroll", Uuid::now_v7())).await;
-    let running =
-        Running::start(Worker::new(store.clone(), "w1", vec![h], config()).expect("worker"));
-    until("the job succeeded", || async {
-        state(&store, id).await == JobState::Succeeded
-    })
-    .await;
+    let running = Running::start(Worker::new(store.clone(), "w1", vec![h], config()).expect("worker"));
+    until("the job succeeded", || async { state(&store, id).await == JobState::Succeeded }).await;
     running.stop().await;
     let j = get(&store, id).await;
     assert_eq!(j.attempts, 1);
@@ -379,8 +274,7 @@ async fn a_job_requested_again_while_running_runs_again_after() {
     });
     let target = Uuid::now_v7();
     let first = enqueue(&store, &new_job("cluster_provision", target)).await;
-    let running =
-        Running::start(Worker::new(store.clone(), "w1", vec![h], config()).expect("worker"));
+    let running = Running::start(Worker::new(store.clone(), "w1", vec![h], config()).expect("worker"));
     assert_eq!(started.recv().await, Some(first));
 
     // The desired state changes during the run: the request must not be lost.
@@ -389,22 +283,11 @@ async fn a_job_requested_again_while_running_runs_again_after() {
     gate.add_permits(1);
     assert_eq!(started.recv().await, Some(again));
     gate.add_permits(1);
-    until("the second run succeeded", || async {
-        state(&store, again).await == JobState::Succeeded
-    })
-    .await;
+    until("the second run succeeded", || async { state(&store, again).await == JobState::Succeeded }).await;
     running.stop().await;
 
     let events = events.lock().expect("lock").clone();
-    assert_eq!(
-        events,
-        vec![
-            ("start", first),
-            ("end", first),
-            ("start", again),
-            ("end", again)
-        ]
-    );
+    assert_eq!(events, vec![("start", first), ("end", first), ("start", again), ("end", again)]);
     let (a, b) = (get(&store, first).await, get(&store, again).await);
     assert_eq!(a.state, JobState::Succeeded);
     assert!(b.started_at.expect("started") >= a.finished_at.expect("finished"));
@@ -424,27 +307,16 @@ async fn shutdown_stops_claiming_and_lets_the_running_job_finish() {
     });
     let a = enqueue(&store, &new_job("machine_enroll", Uuid::now_v7())).await;
     let b = enqueue(&store, &new_job("machine_enroll", Uuid::now_v7())).await;
-    let cfg = WorkerConfig {
-        concurrency: 1,
-        ..config()
-    };
+    let cfg = WorkerConfig { concurrency: 1, ..config() };
     let running = Running::start(Worker::new(store.clone(), "w1", vec![h], cfg).expect("worker"));
     let first = started.recv().await.expect("a run started");
     let second = if first == a { b } else { a };
 
     // `stop` returns once `run` has returned.
     running.stop().await;
-    assert_eq!(
-        state(&store, first).await,
-        JobState::Succeeded,
-        "the running job finished"
-    );
+    assert_eq!(state(&store, first).await, JobState::Succeeded, "the running job finished");
     let j = get(&store, second).await;
-    assert_eq!(
-        (j.state, j.locked_by),
-        (JobState::Queued, None),
-        "nothing new was claimed"
-    );
+    assert_eq!((j.state, j.locked_by), (JobState::Queued, None), "nothing new was claimed");
 }
 
 #[tokio::test]
@@ -460,10 +332,7 @@ async fn shutdown_gives_back_a_job_still_running_after_the_grace_period() {
         }
     });
     let id = enqueue(&store, &new_job("machine_enroll", Uuid::now_v7())).await;
-    let cfg = WorkerConfig {
-        shutdown_grace: Duration::from_millis(200),
-        ..config()
-    };
+    let cfg = WorkerConfig { shutdown_grace: Duration::from_millis(200), ..config() };
     let running = Running::start(Worker::new(store.clone(), "w1", vec![h], cfg).expect("worker"));
     started.recv().await.expect("started");
     let metrics = running.worker.metrics();
@@ -476,10 +345,7 @@ async fn shutdown_gives_back_a_job_still_running_after_the_grace_period() {
         "given back without using up an attempt"
     );
     assert_eq!(j.last_error.expect("reason").code, "worker_stopped");
-    assert!(
-        j.run_at <= chrono::Utc::now(),
-        "due at once for another worker"
-    );
+    assert!(j.run_at <= chrono::Utc::now(), "due at once for another worker");
     assert_eq!(metrics.get("machine_enroll", "released"), 1);
 }
 
@@ -505,10 +371,7 @@ async fn a_run_whose_lease_is_taken_over_is_dropped() {
         }
     });
     let id = enqueue(&store, &new_job("machine_enroll", Uuid::now_v7())).await;
-    let cfg = WorkerConfig {
-        lease: Duration::from_millis(600),
-        ..config()
-    };
+    let cfg = WorkerConfig { lease: Duration::from_millis(600), ..config() };
     let running = Running::start(Worker::new(store.clone(), "w1", vec![h], cfg).expect("worker"));
     started.recv().await.expect("started");
     // Another worker owns the job now (as after an expiry and a takeover).
@@ -517,15 +380,9 @@ async fn a_run_whose_lease_is_taken_over_is_dropped() {
         .execute(store.pool())
         .await
         .expect("steal");
-    until("the run was dropped", || async {
-        dropped.load(Ordering::SeqCst) == 1
-    })
-    .await;
+    until("the run was dropped", || async { dropped.load(Ordering::SeqCst) == 1 }).await;
     let metrics = running.worker.metrics();
-    until("the loss was counted", || async {
-        metrics.get("machine_enroll", "lease_lost") == 1
-    })
-    .await;
+    until("the loss was counted", || async { metrics.get("machine_enroll", "lease_lost") == 1 }).await;
     running.stop().await;
     let j = get(&store, id).await;
     assert_eq!(
@@ -539,28 +396,21 @@ async fn a_run_whose_lease_is_taken_over_is_dropped() {
 async fn a_notification_wakes_an_idle_worker_long_before_its_next_poll() {
     let (db, store) = db().await;
     let h = handler("machine_enroll", |_job| async { Outcome::Done });
-    let cfg = WorkerConfig {
-        poll_interval: Duration::from_secs(3600),
-        ..config()
-    };
+    let cfg = WorkerConfig { poll_interval: Duration::from_secs(3600), ..config() };
     let running = Running::start(Worker::new(store.clone(), "w1", vec![h], cfg).expect("worker"));
     until("the worker listens", || async {
-        let listening: i64 = sqlx::query_scalar(
-            "select count(*) from pg_stat_activity where datname = $1 and query like 'LISTEN%'",
-        )
-        .bind(&db.name)
-        .fetch_one(store.pool())
-        .await
-        .expect("pg_stat_activity");
+        let listening: i64 =
+            sqlx::query_scalar("select count(*) from pg_stat_activity where datname = $1 and query like 'LISTEN%'")
+                .bind(&db.name)
+                .fetch_one(store.pool())
+                .await
+                .expect("pg_stat_activity");
         listening == 1
     })
     .await;
     // The worker has claimed (nothing) and now sleeps for an hour unless notified.
     let id = enqueue(&store, &new_job("machine_enroll", Uuid::now_v7())).await;
-    until("the job succeeded", || async {
-        state(&store, id).await == JobState::Succeeded
-    })
-    .await;
+    until("the job succeeded", || async { state(&store, id).await == JobState::Succeeded }).await;
     running.stop().await;
 }
 
@@ -568,53 +418,13 @@ async fn a_notification_wakes_an_idle_worker_long_before_its_next_poll() {
 async fn a_worker_refuses_bad_settings_and_duplicate_kinds() {
     let (_db, store) = db().await;
     let h = || handler("machine_enroll", |_job| async { Outcome::Done });
-    let err = Worker::new(
-        store.clone(),
-        "w1",
-        vec![h()],
-        WorkerConfig {
-            concurrency: 0,
-            ..config()
-        },
-    )
-    .expect_err("zero");
-    assert!(
-        matches!(
-            err,
-            WorkerError::Config {
-                setting: "concurrency",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    let err =
+        Worker::new(store.clone(), "w1", vec![h()], WorkerConfig { concurrency: 0, ..config() }).expect_err("zero");
+    assert!(matches!(err, WorkerError::Config { setting: "concurrency", .. }), "{err}");
     let err = Worker::new(store.clone(), "w1", vec![h(), h()], config()).expect_err("dup");
-    assert!(
-        matches!(err, WorkerError::DuplicateKind("machine_enroll")),
-        "{err}"
-    );
-    let err = Worker::new(
-        store,
-        "w1",
-        vec![h()],
-        WorkerConfig {
-            backoff_cap: Duration::ZERO,
-            ..config()
-        },
-    )
-    .expect_err("cap");
-    assert!(
-        matches!(
-            err,
-            WorkerError::Config {
-                setting: "backoff_base",
-                ..
-            }
-        ),
-        "{err}"
-    );
-    assert_ne!(
-        paddock_worker::default_worker_id(),
-        paddock_worker::default_worker_id()
-    );
+    assert!(matches!(err, WorkerError::DuplicateKind("machine_enroll")), "{err}");
+    let err =
+        Worker::new(store, "w1", vec![h()], WorkerConfig { backoff_cap: Duration::ZERO, ..config() }).expect_err("cap");
+    assert!(matches!(err, WorkerError::Config { setting: "backoff_base", .. }), "{err}");
+    assert_ne!(paddock_worker::default_worker_id(), paddock_worker::default_worker_id());
 }
