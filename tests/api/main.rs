@@ -14,3 +14,4 @@ mod operation;
 mod pagination;
 mod platform;
 mod tenant;
+mod worker;

@@ -8,8 +8,8 @@ use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
 use paddock_types::cluster::{
-    ClusterCreate, ClusterKind, ClusterStatus, ClusterView, Isolation, NodePoolCreate, NodePoolStatus, NodePoolSummary,
-    NodePoolView, Partition, SlurmSpec, Taint, DEFAULT_KUBERNETES_VERSION,
+    ClusterCreate, ClusterKind, ClusterStatus, ClusterView, Condition, Isolation, NodePoolCreate, NodePoolStatus,
+    NodePoolSummary, NodePoolView, Partition, SlurmSpec, Taint, DEFAULT_KUBERNETES_VERSION,
 };
 use paddock_types::tenant::Quotas;
 use paddock_types::{ClusterId, Labels, MachineClassId, NodePoolId, TenantId};
@@ -252,6 +252,40 @@ pub fn check_quotas(quotas: &Quotas, demand: Demand) -> Result<(), Error> {
     Ok(())
 }
 
+/// Sets the condition of `type_` in `conditions` (added when missing). Its transition time moves
+/// only when its status changes. Returns whether anything changed.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    now: DateTime<Utc>,
+) -> bool {
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) if c.status == status && c.reason == reason && c.message == message => false,
+        Some(c) => {
+            if c.status != status {
+                c.last_transition_time = now;
+            }
+            c.status = status.to_owned();
+            c.reason = reason.to_owned();
+            c.message = message.to_owned();
+            true
+        }
+        None => {
+            conditions.push(Condition {
+                type_: type_.to_owned(),
+                status: status.to_owned(),
+                reason: reason.to_owned(),
+                message: message.to_owned(),
+                last_transition_time: now,
+            });
+            true
+        }
+    }
+}
+
 /// A cluster.
 #[derive(Debug, Clone)]
 pub struct Cluster {
@@ -372,6 +406,20 @@ mod tests {
             kubernetes_version: "v1.35.0".into(),
             slurm: Some(slurm),
         }
+    }
+
+    #[test]
+    fn conditions_move_their_transition_time_only_on_a_status_change() {
+        let t0 = DateTime::<Utc>::from_timestamp(1_000, 0).expect("time");
+        let t1 = DateTime::<Utc>::from_timestamp(2_000, 0).expect("time");
+        let mut conditions = Vec::new();
+        assert!(set_condition(&mut conditions, "Ready", "False", "Waiting", "m", t0));
+        assert!(!set_condition(&mut conditions, "Ready", "False", "Waiting", "m", t1));
+        assert!(set_condition(&mut conditions, "Ready", "False", "Other", "m2", t1));
+        assert_eq!(conditions[0].last_transition_time, t0);
+        assert!(set_condition(&mut conditions, "Ready", "True", "Done", "", t1));
+        assert_eq!(conditions[0].last_transition_time, t1);
+        assert_eq!(conditions.len(), 1);
     }
 
     #[test]

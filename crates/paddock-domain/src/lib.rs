@@ -6,6 +6,7 @@ pub mod authz;
 pub mod cluster;
 pub mod cursor;
 pub mod error;
+pub mod job_kind;
 pub mod json;
 pub mod machine;
 pub mod model;

@@ -9,6 +9,7 @@
 
 use paddock_domain::cluster::{self as rules, Cluster, ClusterSpec, NodePool, NodePoolSpec};
 use paddock_domain::cursor::PageRequest;
+use paddock_domain::job_kind::CLUSTER_RECONCILE;
 use paddock_domain::model::Tenant;
 use paddock_domain::precondition::IfMatch;
 use paddock_domain::{json, Error, Permission, Result, Scope};
@@ -25,8 +26,6 @@ use crate::{commit, db, Body, Ctx, Listed, Services};
 
 const CLUSTER_NOT_FOUND: Error = Error::NotFound { kind: "cluster" };
 const POOL_NOT_FOUND: Error = Error::NotFound { kind: "node pool" };
-/// The job kind that converges a cluster (and its pools) to its spec.
-pub const CLUSTER_RECONCILE: &str = "cluster_reconcile";
 
 /// A cluster with its pools.
 #[derive(Debug)]
@@ -109,7 +108,7 @@ impl Services {
             )
             .await
             .map_err(db)?;
-            enqueue_reconcile(&mut tx, id).await?;
+            enqueue_reconcile(&mut tx, tenant_id, id).await?;
             audit.success(&mut tx, json!({ "name": spec.name, "kind": spec.kind.as_str() })).await?;
             let cluster = cluster_with_pools(&mut tx, tenant_id, id).await?;
             commit(tx).await?;
@@ -188,7 +187,7 @@ impl Services {
                 store::event_insert(&mut tx, tenant_id, id, "Normal", "ClusterUpdated", "the cluster's spec changed")
                     .await
                     .map_err(db)?;
-                enqueue_reconcile(&mut tx, id).await?;
+                enqueue_reconcile(&mut tx, tenant_id, id).await?;
                 current.generation + 1
             } else {
                 current.generation
@@ -236,7 +235,7 @@ impl Services {
             store::event_insert(&mut tx, tenant_id, id, "Normal", "DeletionRequested", "the cluster is being deleted")
                 .await
                 .map_err(db)?;
-            enqueue_reconcile(&mut tx, id).await?;
+            enqueue_reconcile(&mut tx, tenant_id, id).await?;
             audit.success(&mut tx, json!({ "name": current.spec.name })).await?;
             let cluster = cluster_with_pools(&mut tx, tenant_id, id).await?;
             commit(tx).await?;
@@ -294,7 +293,7 @@ impl Services {
             store::event_insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolCreated", &message)
                 .await
                 .map_err(db)?;
-            enqueue_reconcile(&mut tx, cluster_id).await?;
+            enqueue_reconcile(&mut tx, tenant_id, cluster_id).await?;
             audit.success(&mut tx, json!({ "cluster_id": cluster_id, "name": spec.name, "count": spec.count })).await?;
             let pool =
                 store::pool_get(&mut tx, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
@@ -367,7 +366,7 @@ impl Services {
                         .await
                         .map_err(db)?;
                 }
-                enqueue_reconcile(&mut tx, cluster_id).await?;
+                enqueue_reconcile(&mut tx, tenant_id, cluster_id).await?;
                 current.generation + 1
             } else {
                 current.generation
@@ -427,7 +426,7 @@ impl Services {
             store::event_insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolDeletionRequested", &message)
                 .await
                 .map_err(db)?;
-            enqueue_reconcile(&mut tx, cluster_id).await?;
+            enqueue_reconcile(&mut tx, tenant_id, cluster_id).await?;
             audit.success(&mut tx, json!({ "cluster_id": cluster_id, "name": current.spec.name })).await?;
             let pool =
                 store::pool_get(&mut tx, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
@@ -535,12 +534,12 @@ async fn operation(
 }
 
 /// Enqueues the cluster's reconcile job in the caller's transaction (merged with one already queued).
-async fn enqueue_reconcile(conn: &mut Conn, id: ClusterId) -> Result<()> {
+async fn enqueue_reconcile(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<()> {
     let job = NewJob {
         kind: CLUSTER_RECONCILE,
         target_type: "cluster",
         target_id: id.uuid(),
-        payload: json!({ "cluster_id": id }),
+        payload: json!({ "tenant_id": tenant, "cluster_id": id }),
         operation_id: None,
         run_at: None,
     };

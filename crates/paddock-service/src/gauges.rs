@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use paddock_store::metrics;
+use paddock_store::{job, metrics};
 use paddock_types::machine::MachineState;
 
 use crate::Services;
@@ -14,25 +14,29 @@ impl Services {
         let read = async {
             let mut conn = self.store.conn().await?;
             let machines = metrics::machines_by_state(&mut conn).await?;
-            let operations = metrics::open_operations(&mut conn).await?;
-            Ok::<_, paddock_store::StoreError>((machines, operations))
+            let jobs = job::depth(&mut conn).await?;
+            Ok::<_, paddock_store::StoreError>((machines, jobs))
         };
-        let Ok((machines, operations)) = read.await else {
-            out.push_str("# HELP paddock_database_up Whether the database answered the scrape.\n# TYPE paddock_database_up gauge\npaddock_database_up 0\n");
+        out.push_str("# HELP paddock_database_up Whether the database answered the scrape.\n");
+        out.push_str("# TYPE paddock_database_up gauge\n");
+        let Ok((machines, jobs)) = read.await else {
+            out.push_str("paddock_database_up 0\n");
             return;
         };
-        out.push_str("# HELP paddock_database_up Whether the database answered the scrape.\n# TYPE paddock_database_up gauge\npaddock_database_up 1\n");
+        out.push_str("paddock_database_up 1\n");
         out.push_str("# HELP paddock_machines Machines by lifecycle state.\n# TYPE paddock_machines gauge\n");
         for state in MachineState::ALL {
             let n = machines.iter().find(|(s, _)| s == state.as_str()).map_or(0, |(_, n)| *n);
             let _ = writeln!(out, "paddock_machines{{state=\"{}\"}} {n}", state.as_str());
         }
-        out.push_str(
-            "# HELP paddock_queue_depth Operations not yet finished, by state.\n# TYPE paddock_queue_depth gauge\n",
-        );
-        for state in ["pending", "running"] {
-            let n = operations.iter().find(|(s, _)| s == state).map_or(0, |(_, n)| *n);
-            let _ = writeln!(out, "paddock_queue_depth{{state=\"{state}\"}} {n}");
+        out.push_str("# HELP paddock_queue_depth Jobs of the durable queue not yet finished, by kind and state.\n");
+        out.push_str("# TYPE paddock_queue_depth gauge\n");
+        for depth in &jobs {
+            let _ = writeln!(
+                out,
+                "paddock_queue_depth{{kind=\"{}\",state=\"{}\"}} {}",
+                depth.kind, depth.state, depth.count
+            );
         }
     }
 }

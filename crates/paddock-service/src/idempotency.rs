@@ -36,11 +36,3 @@ impl Services {
         store::release(&mut conn, key).await.map_err(db)
     }
 }
-
-impl Services {
-    /// Forgets keys older than 24 hours (worker housekeeping); returns how many.
-    pub async fn purge_expired_idempotency_keys(&self) -> Result<u64> {
-        let mut conn = self.store.conn().await.map_err(db)?;
-        store::purge_expired(&mut conn).await.map_err(db)
-    }
-}

@@ -6,6 +6,7 @@
 mod audit;
 pub mod cluster;
 mod gauges;
+mod housekeeping;
 pub mod idempotency;
 mod machine;
 mod machine_class;

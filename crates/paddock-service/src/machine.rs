@@ -4,6 +4,7 @@
 //! worker acts, the machine record carries the operator's intent.
 
 use paddock_domain::cursor::PageRequest;
+use paddock_domain::job_kind::MACHINE_RECONCILE;
 use paddock_domain::machine::RETIRABLE;
 use paddock_domain::model::{Bmc, Machine};
 use paddock_domain::precondition::IfMatch;
@@ -285,9 +286,6 @@ fn take_password(patch: &mut Value) -> Result<Option<String>> {
         Some(_) => Err(Error::invalid("bmc.password", "must be a string")),
     }
 }
-
-/// The job kind that converges a machine to its record (lifecycle, operator intents).
-pub const MACHINE_RECONCILE: &str = "machine_reconcile";
 
 /// Records an accepted machine change and commits: the operation of `kind` for `generation`, the
 /// machine's reconcile job reporting to it, and the audit event, in the caller's transaction.

@@ -446,3 +446,25 @@ pub async fn events(
         .map(|r| ClusterEventView { id: r.id, at: r.at, type_: r.type_, reason: r.reason, message: r.message })
         .collect())
 }
+
+/// Writes a cluster's conditions, guarded on the status version read with them; false when
+/// someone else wrote the status first (re-read and decide again). Never bumps the generation.
+pub async fn set_conditions(
+    conn: &mut Conn,
+    tenant: TenantId,
+    id: ClusterId,
+    status_version: i64,
+    conditions: &[Condition],
+) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "update clusters set conditions = $4, status_version = status_version + 1, updated_at = now() \
+         where tenant_id = $1 and id = $2 and status_version = $3",
+    )
+    .bind(tenant.uuid())
+    .bind(id.uuid())
+    .bind(status_version)
+    .bind(Json(conditions))
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}

@@ -235,3 +235,19 @@ pub async fn transition(
     .await?;
     Ok(done.rows_affected() == 1)
 }
+
+/// Records a machine's most recent error (`None` clears it); a status write that never bumps the
+/// generation. Writes nothing when the error is already the same code and message, so a job that
+/// waits again and again does not churn the row. Returns whether it wrote.
+pub async fn set_last_error(conn: &mut Conn, id: MachineId, error: Option<&LastError>) -> Result<bool, StoreError> {
+    let error = error.map(|e| serde_json::json!({ "code": e.code, "message": e.message, "at": e.at }));
+    let done = sqlx::query(
+        "update machines set last_error = $2, status_version = status_version + 1, updated_at = now() \
+         where id = $1 and (last_error->>'code', last_error->>'message') is distinct from ($2::jsonb->>'code', $2::jsonb->>'message')",
+    )
+    .bind(id.uuid())
+    .bind(error)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}

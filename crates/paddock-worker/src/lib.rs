@@ -18,6 +18,7 @@
 //! at once through `LISTEN paddock_jobs`.
 
 mod metrics;
+pub mod reconcile;
 mod worker;
 
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! Running the API and the worker, with graceful shutdown: on SIGTERM or Ctrl-C the process
 //! reports not-ready, stops accepting, and finishes the requests in flight.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -8,6 +9,8 @@ use paddock_api::{ApiConfig, AppState};
 use paddock_auth::Verifier;
 use paddock_service::Services;
 use paddock_store::Store;
+use paddock_worker::reconcile::{ClusterReconciler, MachineReconciler};
+use paddock_worker::{default_worker_id, JobHandler, Worker, WorkerConfig};
 use tokio::sync::watch;
 
 use crate::config::Settings;
@@ -83,24 +86,48 @@ pub async fn run(
     result
 }
 
-/// The worker. Until the job queue exists its one duty is housekeeping: forgetting idempotency
-/// keys older than 24 hours.
+/// The worker: runs the reconcile jobs of the durable queue, and does the housekeeping.
 async fn worker(services: Services, mut stop: watch::Receiver<bool>) {
-    tracing::info!("worker started");
-    let mut tick = tokio::time::interval(Duration::from_secs(600));
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {
-                match services.purge_expired_idempotency_keys().await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::info!(count = n, "forgot {n} expired idempotency keys"),
-                    Err(e) => tracing::warn!(error = &e as &dyn std::error::Error, "purging idempotency keys failed"),
-                }
-            }
-            _ = stop.changed() => break,
+    let store = services.store().clone();
+    let handlers: Vec<Arc<dyn JobHandler>> =
+        vec![Arc::new(MachineReconciler::new(store.clone())), Arc::new(ClusterReconciler::new(store.clone()))];
+    let worker = match Worker::new(store, default_worker_id(), handlers, WorkerConfig::default()) {
+        Ok(worker) => worker,
+        Err(e) => {
+            tracing::error!(error = &e as &dyn std::error::Error, "the worker cannot start");
+            return;
         }
-    }
+    };
+    tracing::info!(worker.id = worker.id(), "worker {} started", worker.id());
+    let mut jobs_stop = stop.clone();
+    let jobs = worker.run(async move {
+        let _ = jobs_stop.changed().await;
+    });
+    let housekeeping = async {
+        let mut tick = tokio::time::interval(Duration::from_secs(600));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => housekeeping(&services).await,
+                _ = stop.changed() => break,
+            }
+        }
+    };
+    tokio::join!(jobs, housekeeping);
     tracing::info!("worker stopped");
+}
+
+/// Forgets expired idempotency keys and long-finished jobs.
+async fn housekeeping(services: &Services) {
+    match services.purge_expired_idempotency_keys().await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(count = n, "forgot {n} expired idempotency keys"),
+        Err(e) => tracing::warn!(error = &e as &dyn std::error::Error, "purging idempotency keys failed"),
+    }
+    match services.purge_finished_jobs().await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(count = n, "deleted {n} jobs finished over a week ago"),
+        Err(e) => tracing::warn!(error = &e as &dyn std::error::Error, "purging finished jobs failed"),
+    }
 }
 
 /// Completes on SIGTERM or Ctrl-C.
