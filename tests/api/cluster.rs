@@ -372,3 +372,23 @@ async fn pool_machines_show_no_bmc_details() {
     );
     assert!(!String::from_utf8_lossy(&resp.body).contains("bmc"), "BMC details leak to the tenant");
 }
+
+#[tokio::test]
+async fn a_machine_class_used_by_a_node_pool_cannot_be_deleted_or_change_hardware() {
+    let app = TestApp::new().await;
+    let (tenant_id, t) = world(&app).await;
+    app.post(format!("/v1/tenants/{tenant_id}/clusters"))
+        .token(&t)
+        .json(&slurm_cluster("hpc"))
+        .send()
+        .await
+        .expect(202);
+    app.delete("/v1/machine-classes/gpu").token(&admin()).send().await.problem(409, "machine_class_in_use");
+    app.patch("/v1/machine-classes/gpu")
+        .token(&admin())
+        .json(&json!({ "gpu_count": 4 }))
+        .send()
+        .await
+        .problem(409, "machine_class_in_use");
+    assert_eq!(app.count("machine_classes").await, 2);
+}

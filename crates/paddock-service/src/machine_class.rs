@@ -79,7 +79,7 @@ impl Services {
             if hardware_changed && machine_class::in_use(&mut tx, current.id).await.map_err(db)? {
                 return Err(Error::conflict(
                     "machine_class_in_use",
-                    "cpu_cores, memory_gib and gpu_count cannot change while machines of this class exist",
+                    "cpu_cores, memory_gib and gpu_count cannot change while machines or node pools use this class",
                 ));
             }
             let updated = machine_class::update_spec(&mut tx, current.id, &spec).await.map_err(db)?;
@@ -91,7 +91,7 @@ impl Services {
         audit.finish(result).await
     }
 
-    /// Deletes a class; 409 while any machine (retired ones included) refers to it.
+    /// Deletes a class; 409 while any machine or node pool (retired or deleted ones included) refers to it.
     pub async fn machine_class_delete(&self, ctx: &Ctx, name: &str, if_match: &IfMatch) -> Result<()> {
         let mut audit = self.audit(ctx, "machine_class.delete", "machine_class");
         let result = async {
@@ -101,7 +101,10 @@ impl Services {
             audit.target(current.id.uuid(), None);
             if_match.check(current.generation)?;
             if machine_class::in_use(&mut tx, current.id).await.map_err(db)? {
-                return Err(Error::conflict("machine_class_in_use", "machines of this class exist; retire them first"));
+                return Err(Error::conflict(
+                    "machine_class_in_use",
+                    "machines or node pools use this class; retire or delete them first",
+                ));
             }
             machine_class::delete(&mut tx, current.id).await.map_err(db)?;
             audit.success(&mut tx, json!({ "name": name })).await?;

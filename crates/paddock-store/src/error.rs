@@ -17,6 +17,16 @@ pub enum StoreError {
         #[source]
         source: sqlx::Error,
     },
+    /// A foreign key refused the write: what it refers to was deleted meanwhile (a race with a
+    /// concurrent delete; the services check references before they write).
+    #[error("foreign key {constraint} violated")]
+    ForeignKey {
+        /// The constraint name.
+        constraint: String,
+        /// The database error.
+        #[source]
+        source: sqlx::Error,
+    },
     /// Any other failing query.
     #[error("database query failed")]
     Query(#[source] sqlx::Error),
@@ -44,6 +54,9 @@ impl From<sqlx::Error> for StoreError {
                 if code == "23505" {
                     let constraint = db.constraint().unwrap_or_default().to_owned();
                     StoreError::Unique { constraint, source: e }
+                } else if code == "23503" {
+                    let constraint = db.constraint().unwrap_or_default().to_owned();
+                    StoreError::ForeignKey { constraint, source: e }
                 } else if code.starts_with("08") || code == "57P01" || code == "57P03" {
                     // connection exceptions, admin shutdown, cannot connect now
                     StoreError::Unavailable(e)
@@ -76,6 +89,10 @@ impl From<StoreError> for Error {
                 Some((code, message)) => Error::conflict(code, message),
                 None => Error::internal(source),
             },
+            StoreError::ForeignKey { .. } => Error::conflict(
+                "reference_changed",
+                "an object this request refers to was changed or deleted at the same time; retry",
+            ),
             other => Error::internal(other),
         }
     }

@@ -120,12 +120,16 @@ pub async fn update_spec(
     Ok(row.into())
 }
 
-/// Whether any machine, retired ones included (their custody history names the class), uses it.
+/// Whether any machine (retired ones included: their custody history names the class) or any
+/// node pool (deleted ones included: their usage history does) refers to the class.
 pub async fn in_use(conn: &mut Conn, id: MachineClassId) -> Result<bool, StoreError> {
-    Ok(sqlx::query_scalar("select exists (select 1 from machines where machine_class_id = $1)")
-        .bind(id.uuid())
-        .fetch_one(conn)
-        .await?)
+    Ok(sqlx::query_scalar(
+        "select exists (select 1 from machines where machine_class_id = $1) \
+         or exists (select 1 from node_pools where machine_class_id = $1)",
+    )
+    .bind(id.uuid())
+    .fetch_one(conn)
+    .await?)
 }
 
 /// Deletes a class.
