@@ -1,0 +1,84 @@
+//! `paddock dev` as a newcomer runs it: a private PostgreSQL from the machine's binaries, demo
+//! data, a token that works, and Ctrl-C stopping everything it started.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+#[tokio::test]
+async fn paddock_dev_serves_demo_data_and_stops_its_postgres_on_ctrl_c() {
+    let dir = std::env::temp_dir().join(format!("paddock-dev-test-{}", uuid::Uuid::new_v4().simple()));
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_paddock"))
+        .args(["dev", "--data-dir"])
+        .arg(&dir)
+        .env("PADDOCK_LISTEN", format!("127.0.0.1:{port}"))
+        .env("PADDOCK_LOG", "warn")
+        .env_remove("PADDOCK_DATABASE_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("paddock dev starts");
+
+    // The welcome text carries the provider-admin token.
+    let stdout = child.stdout.take().expect("stdout");
+    let token = tokio::task::spawn_blocking(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|line| line.trim().strip_prefix("export TOKEN=").map(str::to_owned))
+    })
+    .await
+    .expect("reader")
+    .expect("paddock dev prints a provider token");
+
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if client.get(format!("{base}/readyz")).send().await.is_ok_and(|r| r.status().is_success()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "paddock dev did not become ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let classes: serde_json::Value = client
+        .get(format!("{base}/v1/machine-classes"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    let names: Vec<&str> =
+        classes["items"].as_array().expect("items").iter().filter_map(|c| c["name"].as_str()).collect();
+    assert!(names.contains(&"gpu-h100x8"), "demo machine classes: {classes}");
+    let tenants: serde_json::Value = client
+        .get(format!("{base}/v1/tenants"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(tenants["items"][0]["name"], "acme");
+
+    // Ctrl-C (SIGINT) stops the API, the worker and the PostgreSQL dev started.
+    let pid = child.id().to_string();
+    Command::new("kill").args(["-INT", &pid]).status().expect("kill -INT");
+    let status = tokio::task::spawn_blocking(move || child.wait()).await.expect("join").expect("wait");
+    assert!(status.success(), "paddock dev exits cleanly: {status}");
+    let pg_running = Command::new("pgrep")
+        .args(["-f", &format!("postgres -D {}", dir.display())])
+        .output()
+        .map(|o| !o.stdout.is_empty())
+        .unwrap_or(false);
+    assert!(!pg_running, "the dev PostgreSQL is still running");
+    let _ = std::fs::remove_dir_all(&dir);
+}
