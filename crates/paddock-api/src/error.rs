@@ -104,7 +104,7 @@ impl IntoResponse for ApiError {
         let kind = kind(&self);
         let detail = if kind.status.is_server_error() {
             if let ApiError::Domain(Error::Internal(source) | Error::Unavailable(Some(source))) = &self {
-                tracing::error!(error = source.as_ref() as &dyn std::error::Error, request.id = %info.request_id, "request failed: {}", error_chain(source.as_ref()));
+                tracing::error!(error = source.as_ref() as &dyn std::error::Error, request.id = %info.request_id, "request failed: {}", paddock_domain::error::chain(source.as_ref()));
             }
             match &self {
                 ApiError::Domain(Error::Unavailable(_)) => {
@@ -149,16 +149,4 @@ impl IntoResponse for ApiError {
         }
         response
     }
-}
-
-/// The whole `source` chain in one line, for the log.
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        next = cause.source();
-    }
-    out
 }

@@ -105,3 +105,16 @@ impl Error {
         }
     }
 }
+
+/// The whole `source` chain of an error in one line (`outer: cause: root cause`), for the one log
+/// line written where an error is handled.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    out
+}

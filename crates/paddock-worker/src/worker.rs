@@ -200,7 +200,7 @@ impl Worker {
                     Err(e) => {
                         // Logged once per outage, then quietly retried with backoff.
                         if failures == 0 {
-                            warn!(worker.id = %inner.id, error = &e as &dyn std::error::Error, "claiming jobs failed: {}", chain(&e));
+                            warn!(worker.id = %inner.id, error = &e as &dyn std::error::Error, "claiming jobs failed: {}", paddock_domain::error::chain(&e));
                         }
                         failures = failures.saturating_add(1);
                     }
@@ -255,18 +255,6 @@ fn report_panic(ended: Result<(), tokio::task::JoinError>) {
     if let Err(e) = ended {
         error!(error = &e as &dyn std::error::Error, "a job run's task failed: {e}");
     }
-}
-
-/// The whole `source` chain in one line, for logs.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        next = cause.source();
-    }
-    out
 }
 
 impl Inner {
@@ -514,7 +502,7 @@ fn finish_log(inner: &Inner, job: &Job, started: Instant, written: Result<&'stat
         // The lease will expire and another worker runs the job again from the top.
         Err(e) => error!(
             job.id = %job.id, job.kind = %job.kind, duration_ms, error = &e as &dyn std::error::Error,
-            "could not record the end of job {} {}; it runs again after its lease expires: {}", job.kind, job.id, chain(&e)
+            "could not record the end of job {} {}; it runs again after its lease expires: {}", job.kind, job.id, paddock_domain::error::chain(&e)
         ),
     }
 }
@@ -541,7 +529,7 @@ async fn watchdog(inner: Arc<Inner>, id: paddock_types::JobId, claimed_at: Insta
             Ok(Ok(true)) => deadline = sent + lease,
             Ok(Ok(false)) => break,
             Ok(Err(e)) => {
-                warn!(job.id = %id, error = &e as &dyn std::error::Error, "renewing the lease of job {id} failed: {}", chain(&e));
+                warn!(job.id = %id, error = &e as &dyn std::error::Error, "renewing the lease of job {id} failed: {}", paddock_domain::error::chain(&e));
             }
             Err(_elapsed) => break,
         }
