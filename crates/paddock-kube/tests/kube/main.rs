@@ -1,0 +1,14 @@
+//! Integration tests of paddock-kube against real kube-apiservers (with etcd and the namespace,
+//! service-account and resource-quota controllers) of the kube-harness, started by `scripts/test`
+//! (`scripts/kube-start`). See `support` for how a test gets its API server.
+//!
+//! Most tests share one API server and isolate themselves by namespace (each makes fresh cluster
+//! ids, hence fresh namespaces). `faults::a_stopped_api_server_gives_a_transient_error` and
+//! `kamaji::*` get their own API server, named after the test.
+
+mod support;
+
+mod faults;
+mod isolation;
+mod kamaji;
+mod removal;

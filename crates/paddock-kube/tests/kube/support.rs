@@ -1,0 +1,206 @@
+//! Test support: real kube-apiservers from the kube-harness (tests/kube-harness).
+//!
+//! The harness is the one `scripts/test` started (`scripts/kube-start`, control endpoint in
+//! `PADDOCK_TEST_KUBE_CONTROL`); without it, the harness binary (`PADDOCK_KUBE_HARNESS_BIN`, or
+//! the default `~/.cache/paddock/kube-harness/kube-harness` that `tests/kube-harness/build.sh`
+//! writes) is started for this test process, and stops when the process exits (stdin EOF). Without
+//! either, a test is skipped with a notice, except on CI (`CI=true`) where that is a failure.
+//!
+//! Tests share one API server per test process ([`shared`], isolated by namespace: every test
+//! makes fresh cluster ids), except those that stop theirs or need CRDs ([`dedicated`]).
+
+use std::future::Future;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use paddock_kube::{ClusterRef, KubePlatform};
+use paddock_types::{ClusterId, TenantId};
+use serde::Deserialize;
+
+/// One API server of the harness, as `POST /apiservers` describes it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ApiServer {
+    /// Its name in the harness.
+    pub name: String,
+    /// `https://127.0.0.1:<port>`.
+    #[expect(dead_code, reason = "kept for debugging output")]
+    pub url: String,
+    /// A self-contained kubeconfig (CA embedded, admin token).
+    pub kubeconfig: PathBuf,
+    /// The admin token (to check that errors do not leak it).
+    pub token: String,
+}
+
+impl ApiServer {
+    /// A driver connected through the kubeconfig, as `PADDOCK_KUBECONFIG` would.
+    pub async fn platform(&self) -> KubePlatform {
+        KubePlatform::connect(Some(&self.kubeconfig)).await.expect("connect with the harness kubeconfig")
+    }
+
+    /// A plain client, for reading objects back.
+    pub async fn client(&self) -> kube::Client {
+        self.platform().await.client().clone()
+    }
+}
+
+fn on_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// The harness's control endpoint (`http://127.0.0.1:<port>`), or None (test skipped).
+fn control() -> Option<String> {
+    static CONTROL: OnceLock<Option<String>> = OnceLock::new();
+    CONTROL
+        .get_or_init(|| {
+            if let Some(url) = std::env::var("PADDOCK_TEST_KUBE_CONTROL").ok().filter(|v| !v.is_empty()) {
+                return Some(url.trim_end_matches('/').to_owned());
+            }
+            let msg = "the kube-harness is not running: run the tests with `scripts/test -p paddock-kube`, which \
+                       starts it (scripts/kube-start) and exports PADDOCK_TEST_KUBE_CONTROL";
+            assert!(!on_ci(), "{msg} (CI=true: missing test servers are a failure)");
+            match spawn_harness() {
+                Ok(url) => Some(url),
+                Err(e) => {
+                    eprintln!("SKIPPED: {msg}; starting it here failed too: {e}");
+                    None
+                }
+            }
+        })
+        .clone()
+}
+
+/// Keeps the harness we started alive (its stdin open) for the rest of the process.
+static OWN_HARNESS: Mutex<Option<(Child, ChildStdin)>> = Mutex::new(None);
+
+fn spawn_harness() -> Result<String, String> {
+    let bin = match std::env::var("PADDOCK_KUBE_HARNESS_BIN").ok().filter(|v| !v.is_empty()) {
+        Some(b) => PathBuf::from(b),
+        None => PathBuf::from(std::env::var("HOME").map_err(|_| "HOME is not set")?)
+            .join(".cache/paddock/kube-harness/kube-harness"),
+    };
+    if !bin.is_file() {
+        return Err(format!("{} does not exist (build it with tests/kube-harness/build.sh)", bin.display()));
+    }
+    let log = std::env::temp_dir().join(format!("paddock-kube-harness-{}.log", std::process::id()));
+    let stderr = std::fs::File::create(&log).map_err(|e| format!("creating {}: {e}", log.display()))?;
+    let mut child = Command::new(&bin)
+        .arg("--exit-on-stdin-eof")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", bin.display()))?;
+    let stdin = child.stdin.take().ok_or("no stdin pipe")?;
+    let stdout = child.stdout.take().ok_or("no stdout pipe")?;
+    let mut addr = None;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.map_err(|e| format!("reading the harness's stdout: {e}"))?;
+        if let Some(a) = line.strip_prefix("CONTROL_ADDR=") {
+            addr = Some(a.to_owned());
+        } else if line == "READY" {
+            break;
+        }
+    }
+    let addr = addr.ok_or_else(|| format!("the harness exited before READY (log: {})", log.display()))?;
+    eprintln!("started {} for this test process (log: {})", bin.display(), log.display());
+    *OWN_HARNESS.lock().map_err(|_| "poisoned")? = Some((child, stdin));
+    Ok(format!("http://{addr}"))
+}
+
+fn http() -> reqwest::Client {
+    // API server starts get slow when tests run in parallel on 2 cores (README: use >= 120 s).
+    reqwest::Client::builder().timeout(Duration::from_secs(180)).build().expect("reqwest client")
+}
+
+/// A harness name for `test`, unique per test process (harnesses may be shared between runs).
+fn server_name(test: &str) -> String {
+    let mut name = format!("{}-{}", test.replace('_', "-"), std::process::id());
+    name.truncate(63);
+    name.trim_end_matches('-').to_owned()
+}
+
+async fn create(name: &str, crds: &[PathBuf]) -> ApiServer {
+    let control = control().expect("checked by the caller");
+    let rsp = http()
+        .post(format!("{control}/apiservers"))
+        .json(&serde_json::json!({ "name": name, "crds": crds }))
+        .send()
+        .await
+        .expect("POST /apiservers");
+    let status = rsp.status();
+    let body = rsp.text().await.expect("POST /apiservers body");
+    assert_eq!(status.as_u16(), 201, "creating API server {name}: {body}");
+    serde_json::from_str(&body).expect("API server info")
+}
+
+/// The API server shared by the tests of this process, or None when there is no harness.
+pub async fn shared() -> Option<ApiServer> {
+    static SHARED: tokio::sync::OnceCell<ApiServer> = tokio::sync::OnceCell::const_new();
+    control()?;
+    // The OnceCell holds plain data only: each test (own tokio runtime) makes its own clients.
+    Some(SHARED.get_or_init(|| async { create(&server_name("shared"), &[]).await }).await.clone())
+}
+
+/// An API server for `test` alone (with `crds` installed); delete it with [`delete`].
+pub async fn dedicated(test: &str, crds: &[PathBuf]) -> Option<ApiServer> {
+    control()?;
+    Some(create(&server_name(test), crds).await)
+}
+
+/// Stops and forgets an API server of the harness.
+pub async fn delete(server: &ApiServer) {
+    let control = control().expect("a server exists, so the harness does");
+    let rsp = http().delete(format!("{control}/apiservers/{}", server.name)).send().await.expect("DELETE");
+    assert!(rsp.status().is_success(), "deleting API server {}: {}", server.name, rsp.status());
+}
+
+/// A fresh cluster of a fresh tenant, names taken from the test.
+pub fn cluster(tenant_name: &str, cluster_name: &str) -> ClusterRef {
+    ClusterRef {
+        tenant_id: TenantId::new(),
+        cluster_id: ClusterId::new(),
+        tenant_name: tenant_name.to_owned(),
+        cluster_name: cluster_name.to_owned(),
+    }
+}
+
+/// Polls `probe` until it returns Some, failing the test after `deadline`.
+pub async fn eventually<T, F, Fut>(deadline: Duration, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let end = Instant::now() + deadline;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(Instant::now() < end, "timed out after {deadline:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The Kamaji CRDs of the shared directory (`PADDOCK_SHARED`, default `../shared` beside the
+/// repository), or None when they are not there (not on CI: `.ci/run` fails without them).
+pub fn kamaji_crds() -> Option<Vec<PathBuf>> {
+    let shared = match std::env::var("PADDOCK_SHARED").ok().filter(|v| !v.is_empty()) {
+        Some(s) => PathBuf::from(s),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
+    };
+    let dir = shared.join("crds/kamaji");
+    let files: Vec<PathBuf> = ["kamaji.clastix.io_tenantcontrolplanes.yaml", "kamaji.clastix.io_datastores.yaml"]
+        .iter()
+        .map(|f| dir.join(f))
+        .collect();
+    if files.iter().all(|f| f.is_file()) {
+        // The harness wants absolute paths.
+        Some(files.into_iter().map(|f| f.canonicalize().expect("canonical CRD path")).collect())
+    } else {
+        assert!(!on_ci(), "the Kamaji CRDs are missing in {} (CI=true)", dir.display());
+        eprintln!("SKIPPED: the Kamaji CRDs are not in {}", dir.display());
+        None
+    }
+}
