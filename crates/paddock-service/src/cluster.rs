@@ -55,17 +55,28 @@ pub struct NodePoolChange {
 }
 
 impl Services {
-    /// Locks the tenant for a write of `scope`: 404 when missing, 409 when a tenant user writes
-    /// while the tenant is suspended (provider writes still work).
-    async fn tenant_for_write(&self, conn: &mut Conn, scope: Scope, id: TenantId) -> Result<Tenant> {
-        let tenant = tenant::get_for_update(conn, id).await.map_err(db)?.ok_or(Error::NotFound { kind: "tenant" })?;
+    /// Starts a tenant-side write: checks the caller may change clusters of this tenant (403, or
+    /// 404 for a foreign tenant, `kind` naming what the caller asked for), opens the transaction
+    /// and locks the tenant row (404 when missing; 409 when a tenant user writes while the tenant
+    /// is suspended: provider writes still work). The lock also serializes the tenant's quota
+    /// checks.
+    async fn begin_tenant_write(
+        &self,
+        ctx: &Ctx,
+        tenant_id: TenantId,
+        kind: &'static str,
+    ) -> Result<(paddock_store::Tx, Tenant)> {
+        let scope = ctx.actor.authorize_tenant(Permission::ClusterWrite, tenant_id, kind)?;
+        let mut tx = self.store.begin().await.map_err(db)?;
+        let tenant =
+            tenant::get_for_update(&mut tx, tenant_id).await.map_err(db)?.ok_or(Error::NotFound { kind: "tenant" })?;
         if matches!(scope, Scope::Tenant(_)) && tenant.state == TenantState::Suspended {
             return Err(Error::conflict(
                 "tenant_suspended",
                 "the tenant is suspended; its clusters keep running but cannot change",
             ));
         }
-        Ok(tenant)
+        Ok((tx, tenant))
     }
 
     /// Creates a cluster with its pools; the worker builds it.
@@ -73,9 +84,7 @@ impl Services {
         let mut audit = self.audit(ctx, "cluster.create", "cluster");
         audit.target_tenant(tenant_id);
         let result = async {
-            let scope = ctx.actor.authorize_tenant(Permission::ClusterWrite, tenant_id, "tenant")?;
-            let mut tx = self.store.begin().await.map_err(db)?;
-            let tenant = self.tenant_for_write(&mut tx, scope, tenant_id).await?;
+            let (mut tx, tenant) = self.begin_tenant_write(ctx, tenant_id, "tenant").await?;
             let (spec, pools) = ClusterSpec::from_create(body.decode::<ClusterCreate>()?);
             let pools: Vec<NodePoolSpec> = pools.into_iter().map(NodePoolSpec::from).collect();
             rules::validate_cluster(&spec, &pools)?;
@@ -163,9 +172,7 @@ impl Services {
         let mut audit = self.audit(ctx, "cluster.update", "cluster");
         audit.target(id.uuid(), Some(tenant_id));
         let result = async {
-            let scope = ctx.actor.authorize_tenant(Permission::ClusterWrite, tenant_id, "cluster")?;
-            let mut tx = self.store.begin().await.map_err(db)?;
-            self.tenant_for_write(&mut tx, scope, tenant_id).await?;
+            let (mut tx, _) = self.begin_tenant_write(ctx, tenant_id, "cluster").await?;
             let current = cluster_for_change(&mut tx, tenant_id, id).await?;
             if_match.check(current.generation)?;
             let patch = body.value()?;
@@ -216,9 +223,7 @@ impl Services {
         let mut audit = self.audit(ctx, "cluster.delete", "cluster");
         audit.target(id.uuid(), Some(tenant_id));
         let result = async {
-            let scope = ctx.actor.authorize_tenant(Permission::ClusterWrite, tenant_id, "cluster")?;
-            let mut tx = self.store.begin().await.map_err(db)?;
-            self.tenant_for_write(&mut tx, scope, tenant_id).await?;
+            let (mut tx, _) = self.begin_tenant_write(ctx, tenant_id, "cluster").await?;
             let current = cluster_for_change(&mut tx, tenant_id, id).await?;
             if_match.check(current.generation)?;
             store::request_deletion(&mut tx, tenant_id, id).await.map_err(db)?;
@@ -272,9 +277,7 @@ impl Services {
         let mut audit = self.audit(ctx, "node_pool.create", "node_pool");
         audit.target_tenant(tenant_id);
         let result = async {
-            let scope = ctx.actor.authorize_tenant(Permission::ClusterWrite, tenant_id, "cluster")?;
-            let mut tx = self.store.begin().await.map_err(db)?;
-            let tenant = self.tenant_for_write(&mut tx, scope, tenant_id).await?;
+            let (mut tx, tenant) = self.begin_tenant_write(ctx, tenant_id, "cluster").await?;
             cluster_for_change(&mut tx, tenant_id, cluster_id).await?;
             let spec = NodePoolSpec::from(body.decode::<NodePoolCreate>()?);
             rules::validate_pool(&spec)?;
@@ -338,9 +341,7 @@ impl Services {
         let mut audit = self.audit(ctx, "node_pool.update", "node_pool");
         audit.target(id.uuid(), Some(tenant_id));
         let result = async {
-            let scope = ctx.actor.authorize_tenant(Permission::ClusterWrite, tenant_id, "node pool")?;
-            let mut tx = self.store.begin().await.map_err(db)?;
-            let tenant = self.tenant_for_write(&mut tx, scope, tenant_id).await?;
+            let (mut tx, tenant) = self.begin_tenant_write(ctx, tenant_id, "node pool").await?;
             let cluster = cluster_for_change(&mut tx, tenant_id, cluster_id).await?;
             let current = pool_for_change(&mut tx, tenant_id, cluster_id, id).await?;
             if_match.check(current.generation)?;
@@ -403,9 +404,7 @@ impl Services {
         let mut audit = self.audit(ctx, "node_pool.delete", "node_pool");
         audit.target(id.uuid(), Some(tenant_id));
         let result = async {
-            let scope = ctx.actor.authorize_tenant(Permission::ClusterWrite, tenant_id, "node pool")?;
-            let mut tx = self.store.begin().await.map_err(db)?;
-            self.tenant_for_write(&mut tx, scope, tenant_id).await?;
+            let (mut tx, _) = self.begin_tenant_write(ctx, tenant_id, "node pool").await?;
             let cluster = cluster_for_change(&mut tx, tenant_id, cluster_id).await?;
             let current = pool_for_change(&mut tx, tenant_id, cluster_id, id).await?;
             if_match.check(current.generation)?;
