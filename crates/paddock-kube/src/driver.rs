@@ -129,7 +129,7 @@ impl PlatformDriver for KubePlatform {
 
 /// A namespace with our derived name but another cluster's label is not ours to touch. (A missing
 /// label is treated the same: paddock always sets it, so someone else made that namespace.)
-fn check_ours(ns: &Namespace, cluster: &ClusterRef) -> Result<(), KubeError> {
+pub(crate) fn check_ours(ns: &Namespace, cluster: &ClusterRef) -> Result<(), KubeError> {
     let label = ns.metadata.labels.as_ref().and_then(|l| l.get(LABEL_CLUSTER_ID));
     if label.map(String::as_str) == Some(cluster.cluster_id.to_string().as_str()) {
         Ok(())

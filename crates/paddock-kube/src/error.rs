@@ -51,6 +51,12 @@ pub enum KubeError {
         /// The namespace.
         namespace: String,
     },
+    /// The cluster's namespace does not exist (yet): isolation must be ensured first.
+    #[error("namespace {namespace} does not exist")]
+    NamespaceMissing {
+        /// The namespace.
+        namespace: String,
+    },
     /// A namespace with the derived name exists but is labelled for another cluster: paddock
     /// neither adopts nor deletes it.
     #[error("namespace {namespace} exists but does not belong to cluster {cluster_id}")]
@@ -79,6 +85,8 @@ impl KubeError {
             }
             // The namespace finishes terminating by itself; ensuring again then recreates it.
             Self::NamespaceTerminating { .. } => true,
+            // The reconciler ensures isolation before the control plane; the next run creates it.
+            Self::NamespaceMissing { .. } => true,
             Self::Api { source, .. } => source_is_transient(source),
         }
     }

@@ -30,12 +30,12 @@ pub struct Isolation {
     pub changed: bool,
 }
 
-/// Where the removal of a cluster's isolation stands.
+/// Where the removal of a cluster's isolation (or of its control plane) stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Removal {
-    /// The namespace and everything in it are gone.
+    /// The object (the namespace and everything in it, or the control plane) is gone.
     Gone,
-    /// The namespace is terminating; ask again later.
+    /// The object is being deleted (terminating, or waiting for finalizers); ask again later.
     Deleting,
 }
 

@@ -4,10 +4,12 @@
 //!
 //! Most tests share one API server and isolate themselves by namespace (each makes fresh cluster
 //! ids, hence fresh namespaces). `faults::a_stopped_api_server_gives_a_transient_error` and
-//! `kamaji::*` get their own API server, named after the test.
+//! `kamaji::*` get their own API server, named after the test; `control_plane::*` share one with
+//! the Kamaji CRDs installed.
 
 mod support;
 
+mod control_plane;
 mod faults;
 mod isolation;
 mod kamaji;

@@ -144,6 +144,15 @@ pub async fn shared() -> Option<ApiServer> {
     Some(SHARED.get_or_init(|| async { create(&server_name("shared"), &[]).await }).await.clone())
 }
 
+/// The API server with the Kamaji CRDs shared by the control-plane tests of this process (each
+/// isolates itself by namespace), or None when there is no harness or there are no CRDs.
+pub async fn kamaji() -> Option<ApiServer> {
+    static KAMAJI: tokio::sync::OnceCell<ApiServer> = tokio::sync::OnceCell::const_new();
+    let crds = kamaji_crds()?;
+    control()?;
+    Some(KAMAJI.get_or_init(|| async { create(&server_name("kamaji-shared"), &crds).await }).await.clone())
+}
+
 /// An API server for `test` alone (with `crds` installed); delete it with [`delete`].
 pub async fn dedicated(test: &str, crds: &[PathBuf]) -> Option<ApiServer> {
     control()?;
