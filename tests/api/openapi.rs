@@ -28,7 +28,10 @@ fn every_operation_has_an_id_responses_and_security() {
             let responses = op["responses"].as_object().expect("responses");
             assert!(responses.keys().any(|s| s.starts_with('2')), "{id} lists no success response");
             assert!(op.get("security").is_some(), "{id} declares no security requirement");
-            if path.starts_with("/v1/") {
+            if path.starts_with("/v1/agent/") {
+                // Machine-facing: the one-time token in the path is the credential.
+                assert_eq!(op["security"], serde_json::json!([{}]), "{id} must not ask for a bearer token");
+            } else if path.starts_with("/v1/") {
                 let default = &responses["default"]["content"]["application/problem+json"]["schema"];
                 assert_eq!(default["$ref"], "#/components/schemas/Problem", "{id} lacks the Problem default response");
                 assert_eq!(op["security"][0]["bearer"], serde_json::json!([]), "{id} must require a bearer token");

@@ -15,7 +15,7 @@ pub const REQUEST_ID: &str = "x-request-id";
 pub struct RequestInfo {
     /// Accepted from the client when sane, else generated.
     pub request_id: String,
-    /// The path, for `instance`.
+    /// The path, for `instance` and the logs (credentials redacted).
     pub path: String,
     /// The query string, for `Link` headers.
     pub query: Option<String>,
@@ -44,12 +44,24 @@ fn accept_request_id(value: Option<&HeaderValue>) -> String {
         .unwrap_or_else(|| uuid::Uuid::now_v7().to_string())
 }
 
+/// The path as it may be logged and shown: an agent's one-time token is a credential, so
+/// `/v1/agent/{token}/...` keeps only its shape.
+fn redact(path: &str) -> String {
+    match path.strip_prefix("/v1/agent/") {
+        Some(rest) => match rest.split_once('/') {
+            Some((_, tail)) => format!("/v1/agent/[redacted]/{tail}"),
+            None => "/v1/agent/[redacted]".to_owned(),
+        },
+        None => path.to_owned(),
+    }
+}
+
 /// Middleware: sets the request id and path for the request, and echoes the id back.
 pub async fn request_context(mut req: Request, next: Next) -> Response {
     let request_id = accept_request_id(req.headers().get(REQUEST_ID));
     let info = RequestInfo {
         request_id: request_id.clone(),
-        path: req.uri().path().to_owned(),
+        path: redact(req.uri().path()),
         query: req.uri().query().map(str::to_owned),
     };
     if let Ok(value) = HeaderValue::from_str(&request_id) {

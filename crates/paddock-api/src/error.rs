@@ -68,6 +68,7 @@ fn kind(e: &ApiError) -> Kind {
             Error::PayloadTooLarge { .. } => k(StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", "Payload too large"),
             Error::Conflict { .. } => k(StatusCode::CONFLICT, "conflict", "Conflict"),
             Error::QuotaExceeded(_) => k(StatusCode::CONFLICT, "quota-exceeded", "Quota exceeded"),
+            Error::Gone { .. } => k(StatusCode::GONE, "gone", "Gone"),
             Error::PreconditionFailed { .. } => {
                 k(StatusCode::PRECONDITION_FAILED, "precondition-failed", "Precondition failed")
             }

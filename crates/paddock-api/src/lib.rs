@@ -28,7 +28,7 @@ use utoipa_axum::routes;
 
 pub use state::{ApiConfig, AppState};
 
-use routes::{audit, cluster, health, machine, machine_class, operation, tenant};
+use routes::{agent, audit, cluster, health, machine, machine_class, operation, tenant};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -45,6 +45,7 @@ use routes::{audit, cluster, health, machine, machine_class, operation, tenant};
         (name = "machines", description = "The bare-metal inventory"),
         (name = "operations", description = "Progress of asynchronous changes"),
         (name = "audit", description = "Who did what"),
+        (name = "agent", description = "Machine-facing endpoints of the wipe and provisioning agents (one-time tokens, no JWT)"),
         (name = "health", description = "Process endpoints")
     )
 )]
@@ -93,8 +94,16 @@ fn v1_routes() -> OpenApiRouter<AppState> {
 
 /// Every route with its documentation.
 fn api_routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .merge(v1_routes())
+    OpenApiRouter::with_openapi(ApiDoc::openapi()).merge(v1_routes()).merge(public_routes())
+}
+
+/// Routes without a bearer token: the agents' (their token is in the path) and the process
+/// endpoints.
+fn public_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(agent::agent_config_view))
+        .routes(routes!(agent::agent_seed_view))
+        .routes(routes!(agent::agent_report))
         .routes(routes!(health::health_live))
         .routes(routes!(health::health_ready))
         .routes(routes!(health::metrics_view))
@@ -121,12 +130,7 @@ pub fn router(state: AppState) -> Router {
         .layer(from_fn_with_state(state.clone(), idempotency::idempotency))
         .layer(from_fn_with_state(state.clone(), auth::authenticate))
         .split_for_parts();
-    let (public, _) = OpenApiRouter::<AppState>::new()
-        .routes(routes!(health::health_live))
-        .routes(routes!(health::health_ready))
-        .routes(routes!(health::metrics_view))
-        .routes(routes!(health::openapi_view))
-        .split_for_parts();
+    let (public, _) = public_routes().split_for_parts();
     let mut app = v1
         .merge(public)
         .fallback(extract::route_not_found)

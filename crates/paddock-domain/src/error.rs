@@ -48,6 +48,14 @@ pub enum Error {
     /// A quota would be exceeded.
     #[error("{0}")]
     QuotaExceeded(String),
+    /// The object existed and is gone for good (an expired one-time token).
+    #[error("{message}")]
+    Gone {
+        /// Stable code.
+        code: &'static str,
+        /// Readable message.
+        message: String,
+    },
     /// `If-Match` does not match the current etag.
     #[error("the object changed: its etag is now \"{current}\"")]
     PreconditionFailed {
@@ -94,7 +102,7 @@ impl Error {
         match self {
             Self::NotFound { .. } => "not_found",
             Self::Forbidden(_) => "forbidden",
-            Self::BadRequest { code, .. } | Self::Conflict { code, .. } => code,
+            Self::BadRequest { code, .. } | Self::Conflict { code, .. } | Self::Gone { code, .. } => code,
             Self::Invalid(_) => "validation_failed",
             Self::UnsupportedMediaType(_) => "unsupported_media_type",
             Self::PayloadTooLarge { .. } => "payload_too_large",

@@ -3,6 +3,7 @@
 //! tenant), checks preconditions (412) and state (409), validates (422), writes, and records an
 //! audit event in the same transaction. A refused call is audited too, as a failure.
 
+pub mod agent;
 mod audit;
 pub mod cluster;
 mod gauges;
@@ -82,12 +83,19 @@ pub struct Listed<T> {
 pub struct Services {
     store: Store,
     cipher: Arc<Cipher>,
+    agent_base_url: Arc<str>,
 }
 
 impl Services {
     /// Services over a store, sealing secrets with `cipher`.
     pub fn new(store: Store, cipher: Arc<Cipher>) -> Self {
-        Self { store, cipher }
+        Self { store, cipher, agent_base_url: Arc::from("http://127.0.0.1:8080") }
+    }
+
+    /// Sets the URL machines reach the agent endpoints at (`PADDOCK_AGENT_BASE_URL`).
+    pub fn with_agent_base_url(mut self, url: &str) -> Self {
+        self.agent_base_url = Arc::from(url.trim_end_matches('/'));
+        self
     }
 
     /// The store (for the worker and health checks).

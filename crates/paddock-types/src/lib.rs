@@ -3,6 +3,7 @@
 //! Every type here derives `ToSchema`, and the schema attributes carry the same bounds the domain
 //! enforces, so generated clients see the contract.
 
+pub mod agent;
 pub mod audit;
 pub mod cluster;
 pub mod id;

@@ -37,7 +37,11 @@ pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
 /// Builds the services from the settings.
 pub async fn services(settings: &Settings, database_url: &str) -> anyhow::Result<Services> {
     let store = Store::connect_lazy(database_url, settings.database_max_connections)?;
-    Ok(Services::new(store, settings.cipher()?))
+    let agent_base_url = match &settings.agent_base_url {
+        Some(url) => url.to_string(),
+        None => format!("http://{}", settings.listen),
+    };
+    Ok(Services::new(store, settings.cipher()?).with_agent_base_url(&agent_base_url))
 }
 
 /// Runs the chosen parts until a shutdown signal.

@@ -1,5 +1,6 @@
 //! Handlers: extract, call one service function, map the result to a view. Nothing else.
 
+pub mod agent;
 pub mod audit;
 pub mod cluster;
 pub mod health;
