@@ -3,6 +3,7 @@
 //! No I/O: no sqlx, no HTTP. Every other crate builds on these rules so they exist once.
 
 pub mod authz;
+pub mod bmc;
 pub mod cluster;
 pub mod cursor;
 pub mod error;

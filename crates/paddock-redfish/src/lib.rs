@@ -35,6 +35,7 @@
 
 mod client;
 mod config;
+pub mod driver;
 mod error;
 mod limiter;
 mod model;
@@ -42,6 +43,7 @@ mod transport;
 
 pub use client::RedfishClient;
 pub use config::{Backoff, Password, PowerPolicy, RedfishConfig, TaskPolicy};
+pub use driver::RedfishBmc;
 pub use error::RedfishError;
 pub use limiter::{BmcLimiter, BmcPermit};
 pub use model::{

@@ -251,3 +251,81 @@ pub async fn set_last_error(conn: &mut Conn, id: MachineId, error: Option<&LastE
     .await?;
     Ok(done.rows_affected() == 1)
 }
+
+/// Records what inspection read from the BMC (system UUID and inventory JSON), guarded on the
+/// state and the status version; a status write that never bumps the generation. False when
+/// someone else moved the machine first.
+pub async fn set_inventory(
+    conn: &mut Conn,
+    id: MachineId,
+    state: MachineState,
+    status_version: i64,
+    system_uuid: &str,
+    inventory: &serde_json::Value,
+) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "update machines set system_uuid = $4, inventory = $5, status_version = status_version + 1, \
+         updated_at = now() where id = $1 and state = $2 and status_version = $3",
+    )
+    .bind(id.uuid())
+    .bind(state.as_str())
+    .bind(status_version)
+    .bind(system_uuid)
+    .bind(inventory)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Records a machine's most recent error like [`set_last_error`], but only while the machine is
+/// still in `state` at `status_version`. Writes nothing when the same code and message are
+/// already recorded. Returns whether it wrote.
+pub async fn set_last_error_guarded(
+    conn: &mut Conn,
+    id: MachineId,
+    state: MachineState,
+    status_version: i64,
+    error: Option<&LastError>,
+) -> Result<bool, StoreError> {
+    let error = error.map(|e| serde_json::json!({ "code": e.code, "message": e.message, "at": e.at }));
+    let done = sqlx::query(
+        "update machines set last_error = $4, status_version = status_version + 1, updated_at = now() \
+         where id = $1 and state = $2 and status_version = $3 \
+         and (last_error->>'code', last_error->>'message') is distinct from ($4::jsonb->>'code', $4::jsonb->>'message')",
+    )
+    .bind(id.uuid())
+    .bind(state.as_str())
+    .bind(status_version)
+    .bind(error)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Moves a machine from `from` to `to` like [`transition`], clearing `last_error`; with
+/// `maintenance_reason`, records it too (the worker's reason for sending the machine to
+/// maintenance). A status write: the generation does not change. False when someone else moved
+/// the machine first.
+pub async fn advance(
+    conn: &mut Conn,
+    id: MachineId,
+    from: MachineState,
+    status_version: i64,
+    to: MachineState,
+    maintenance_reason: Option<&str>,
+) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "update machines set state = $4, last_error = null, \
+         maintenance_reason = coalesce($5, maintenance_reason), \
+         status_version = status_version + 1, updated_at = now() \
+         where id = $1 and state = $2 and status_version = $3",
+    )
+    .bind(id.uuid())
+    .bind(from.as_str())
+    .bind(status_version)
+    .bind(to.as_str())
+    .bind(maintenance_reason)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}

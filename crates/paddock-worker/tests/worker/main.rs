@@ -5,6 +5,7 @@
 //! logs.
 
 mod crash;
+mod inspect;
 mod queue;
 mod support;
 mod worker;

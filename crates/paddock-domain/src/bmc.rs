@@ -1,0 +1,290 @@
+//! The BMC seam of the machine lifecycle (SPEC section 5): the [`BmcDriver`] trait the worker
+//! calls, the values it exchanges, and the pure rule that checks an inspected machine against its
+//! class. No HTTP here: the Redfish implementation lives in `paddock_redfish::driver`.
+//!
+//! What the BMC does not report is *unverified*, never a mismatch; only a reported value that
+//! contradicts the class is a mismatch (and sends the machine to maintenance).
+
+use std::future::Future;
+use std::pin::Pin;
+
+use paddock_types::machine_class::MachineClassCreate;
+use paddock_types::MachineId;
+use serde::{Deserialize, Serialize};
+
+use crate::secret::SecretString;
+
+/// A boxed, sendable future (the same type as `futures::future::BoxFuture`).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Everything a driver needs to reach one machine's BMC; the password is already opened.
+#[derive(Debug, Clone)]
+pub struct BmcAccess {
+    /// The machine: the key of the one-call-per-machine bound.
+    pub machine_id: MachineId,
+    /// BMC service URL.
+    pub url: String,
+    /// The system's `Id` or `UUID`; required when the BMC lists several systems.
+    pub system_id: Option<String>,
+    /// User name.
+    pub username: String,
+    /// Password (never printed).
+    pub password: SecretString,
+    /// PEM of the CA that signed the BMC's certificate.
+    pub ca_cert: Option<String>,
+    /// Accept any certificate.
+    pub insecure_tls: bool,
+}
+
+/// A drive as the BMC reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InventoryDrive {
+    /// The drive's id at the BMC.
+    pub id: String,
+    /// Capacity, when reported.
+    pub capacity_bytes: Option<u64>,
+    /// Model, when reported.
+    pub model: Option<String>,
+}
+
+/// What inspection read from the BMC. `None` means "not reported", never zero.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inventory {
+    /// The system UUID (always reported: without it the machine cannot be guarded).
+    pub system_uuid: String,
+    /// Serial number.
+    pub serial: Option<String>,
+    /// Model.
+    pub model: Option<String>,
+    /// Manufacturer.
+    pub manufacturer: Option<String>,
+    /// Whether the system is powered on (`None` while transitioning or unreported).
+    pub power_on: Option<bool>,
+    /// CPU cores.
+    pub cpu_cores: Option<u32>,
+    /// Memory in GiB.
+    pub memory_gib: Option<u32>,
+    /// Drives; `None` when the BMC has no storage inventory.
+    pub drives: Option<Vec<InventoryDrive>>,
+}
+
+/// How a BMC call failed, for the worker's decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BmcErrorKind {
+    /// Wrong credentials: wait until they are patched (no retry storm).
+    AuthFailed,
+    /// Several systems and no (matching) `system_id`: wait until it is patched.
+    AmbiguousSystem,
+    /// Worth another try later (unreachable, timeout, 5xx).
+    Transient,
+    /// The BMC lacks a feature the step needs.
+    CapabilityGap,
+    /// Anything else that will not heal by itself.
+    Permanent,
+}
+
+/// A failed BMC call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct BmcError {
+    /// Classification.
+    pub kind: BmcErrorKind,
+    /// Stable snake_case code for `last_error.code` (`bmc_auth_failed`).
+    pub code: String,
+    /// Readable message (never a secret).
+    pub message: String,
+}
+
+impl BmcError {
+    /// An error of `kind` with `code` and `message`.
+    pub fn new(kind: BmcErrorKind, code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { kind, code: code.into(), message: message.into() }
+    }
+}
+
+/// The operations the machine lifecycle needs from a BMC. Object-safe: the worker holds an
+/// `Arc<dyn BmcDriver>`.
+pub trait BmcDriver: Send + Sync {
+    /// Reads the system's identity and inventory. Read-only.
+    fn inspect<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Inventory, BmcError>>;
+}
+
+/// Field names of the verification section.
+pub mod field {
+    /// CPU cores against the class.
+    pub const CPU_CORES: &str = "cpu_cores";
+    /// Memory against the class.
+    pub const MEMORY_GIB: &str = "memory_gib";
+    /// GPUs against the class (no BMC we drive reports them yet).
+    pub const GPU: &str = "gpu";
+    /// Drives, verified by being reported.
+    pub const DRIVES: &str = "drives";
+    /// Serial number, verified by being reported.
+    pub const SERIAL: &str = "serial";
+    /// Model, verified by being reported.
+    pub const MODEL: &str = "model";
+    /// Manufacturer, verified by being reported.
+    pub const MANUFACTURER: &str = "manufacturer";
+    /// Power state, verified by being reported.
+    pub const POWER_STATE: &str = "power_state";
+}
+
+/// The result of checking an inventory against a class.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InspectionVerdict {
+    /// Fields the BMC reported (and, for class fields, that match the class).
+    pub verified: Vec<String>,
+    /// Fields the BMC did not report: neither confirmed nor contradicted.
+    pub unverified: Vec<String>,
+    /// Readable contradictions with the class; non-empty sends the machine to maintenance.
+    pub mismatches: Vec<String>,
+}
+
+impl InspectionVerdict {
+    /// Whether the machine matches its class as far as the BMC can tell.
+    pub fn matches(&self) -> bool {
+        self.mismatches.is_empty()
+    }
+
+    /// The maintenance reason for the mismatches (`None` when it matches).
+    pub fn maintenance_reason(&self) -> Option<String> {
+        if self.matches() {
+            None
+        } else {
+            Some(format!("inventory does not match the machine class: {}", self.mismatches.join("; ")))
+        }
+    }
+}
+
+/// Checks `inv` against `class`: CPU cores and memory must equal the class exactly when reported;
+/// what is not reported is unverified. GPUs cannot be read from the BMC yet: always unverified.
+pub fn check_against_class(inv: &Inventory, class: &MachineClassCreate) -> InspectionVerdict {
+    let mut v = InspectionVerdict::default();
+    let mut exact = |name: &str, reported: Option<u32>, wanted: u32, unit: &str| match reported {
+        None => v.unverified.push(name.to_owned()),
+        Some(got) if got == wanted => v.verified.push(name.to_owned()),
+        Some(got) => {
+            v.mismatches.push(format!("{name}: the class requires {wanted}{unit}, the BMC reports {got}{unit}"))
+        }
+    };
+    exact(field::CPU_CORES, inv.cpu_cores, class.cpu_cores, "");
+    exact(field::MEMORY_GIB, inv.memory_gib, class.memory_gib, " GiB");
+    v.unverified.push(field::GPU.to_owned());
+    let reported = [
+        (field::DRIVES, inv.drives.is_some()),
+        (field::SERIAL, inv.serial.is_some()),
+        (field::MODEL, inv.model.is_some()),
+        (field::MANUFACTURER, inv.manufacturer.is_some()),
+        (field::POWER_STATE, inv.power_on.is_some()),
+    ];
+    for (name, is_reported) in reported {
+        if is_reported {
+            v.verified.push(name.to_owned());
+        } else {
+            v.unverified.push(name.to_owned());
+        }
+    }
+    v
+}
+
+/// The machine's `inventory` JSON: what was read plus the `verification` section.
+pub fn inventory_json(inv: &Inventory, verdict: &InspectionVerdict) -> serde_json::Value {
+    let mut value = serde_json::to_value(inv).unwrap_or_else(|_| serde_json::json!({}));
+    if let Some(map) = value.as_object_mut() {
+        map.insert(
+            "verification".to_owned(),
+            serde_json::json!({
+                "verified": verdict.verified,
+                "unverified": verdict.unverified,
+                "mismatches": verdict.mismatches,
+            }),
+        );
+    }
+    value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn class(cpu: u32, mem: u32) -> MachineClassCreate {
+        MachineClassCreate {
+            name: "c".into(),
+            cpu_cores: cpu,
+            memory_gib: mem,
+            gpu_model: String::new(),
+            gpu_count: 0,
+            description: String::new(),
+        }
+    }
+
+    fn inv() -> Inventory {
+        Inventory {
+            system_uuid: "u".into(),
+            serial: None,
+            model: None,
+            manufacturer: Some("Sushy Emulator".into()),
+            power_on: Some(false),
+            cpu_cores: None,
+            memory_gib: None,
+            drives: Some(vec![InventoryDrive { id: "nvme0".into(), capacity_bytes: Some(1), model: None }]),
+        }
+    }
+
+    #[test]
+    fn unreported_is_unverified_not_a_mismatch() {
+        let v = check_against_class(&inv(), &class(32, 256));
+        assert!(v.matches());
+        for f in ["cpu_cores", "memory_gib", "gpu", "serial", "model"] {
+            assert!(v.unverified.contains(&f.to_owned()), "{f}: {v:?}");
+        }
+        for f in ["drives", "manufacturer", "power_state"] {
+            assert!(v.verified.contains(&f.to_owned()), "{f}: {v:?}");
+        }
+        assert_eq!(v.maintenance_reason(), None);
+    }
+
+    #[test]
+    fn reported_values_are_compared_exactly() {
+        let mut i = inv();
+        i.cpu_cores = Some(32);
+        i.memory_gib = Some(255);
+        let v = check_against_class(&i, &class(32, 256));
+        assert!(v.verified.contains(&"cpu_cores".to_owned()));
+        assert_eq!(v.mismatches, ["memory_gib: the class requires 256 GiB, the BMC reports 255 GiB"]);
+        assert!(v.maintenance_reason().expect("reason").contains("memory_gib"));
+        i.cpu_cores = Some(16);
+        i.memory_gib = Some(256);
+        let v = check_against_class(&i, &class(32, 256));
+        assert_eq!(v.mismatches.len(), 1);
+        assert!(v.mismatches[0].starts_with("cpu_cores"));
+    }
+
+    #[test]
+    fn gpu_is_always_unverified() {
+        let mut c = class(1, 1);
+        c.gpu_count = 4;
+        c.gpu_model = "H100".into();
+        let v = check_against_class(&inv(), &c);
+        assert!(v.unverified.contains(&"gpu".to_owned()));
+        assert!(v.matches());
+    }
+
+    #[test]
+    fn inventory_json_carries_the_verification() {
+        let i = inv();
+        let v = check_against_class(&i, &class(2, 2));
+        let json = inventory_json(&i, &v);
+        assert_eq!(json["system_uuid"], "u");
+        assert_eq!(json["drives"][0]["id"], "nvme0");
+        assert_eq!(json["cpu_cores"], serde_json::Value::Null);
+        assert!(json["verification"]["unverified"].as_array().expect("array").contains(&"cpu_cores".into()));
+        assert!(json["verification"]["verified"].as_array().expect("array").contains(&"drives".into()));
+    }
+
+    #[test]
+    fn the_driver_trait_is_object_safe() {
+        fn takes(_: Option<std::sync::Arc<dyn BmcDriver>>) {}
+        takes(None);
+    }
+}
