@@ -151,7 +151,10 @@ fn print_welcome(settings: &Settings, tenant: uuid::Uuid, secrets: &Path) -> any
         "name": "node-001", "machine_class": "gpu-h100x8",
         "bmc": {"url": "sim://node-001", "username": "admin", "password": "secret"}
     });
-    println!(
+    // A closed stdout (a pipe whose reader went away) is no reason to stop serving.
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stdout(),
         r#"
 paddock dev is running on {base}  (Ctrl-C stops it and its PostgreSQL)
   database   {db}

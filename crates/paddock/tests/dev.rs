@@ -24,21 +24,25 @@ async fn paddock_dev_serves_demo_data_and_stops_its_postgres_on_ctrl_c() {
         .spawn()
         .expect("paddock dev starts");
 
-    // The welcome text carries the provider-admin token.
+    // The welcome text carries the provider-admin token. The reader keeps draining stdout after
+    // it, so paddock never writes into a closed pipe.
     let stdout = child.stdout.take().expect("stdout");
-    let token = tokio::task::spawn_blocking(move || {
-        BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .find_map(|line| line.trim().strip_prefix("export TOKEN=").map(str::to_owned))
-    })
-    .await
-    .expect("reader")
-    .expect("paddock dev prints a provider token");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(token) = line.trim().strip_prefix("export TOKEN=") {
+                let _ = tx.send(token.to_owned());
+            }
+        }
+    });
+    let token = tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(120)))
+        .await
+        .expect("reader")
+        .expect("paddock dev prints a provider token");
 
     let base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         if client.get(format!("{base}/readyz")).send().await.is_ok_and(|r| r.status().is_success()) {
             break;
