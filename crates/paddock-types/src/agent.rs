@@ -103,3 +103,8 @@ pub struct AgentReport {
     /// When it finished.
     pub finished_at: DateTime<Utc>,
 }
+
+/// The bytes of a file, for the OpenAPI document (a binary string).
+#[derive(Debug, Clone, ToSchema)]
+#[schema(value_type = String, format = Binary)]
+pub struct BinaryFile(pub Vec<u8>);

@@ -5,7 +5,7 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use http::{header, HeaderValue, StatusCode};
-use paddock_types::agent::{AgentConfigView, AgentReport};
+use paddock_types::agent::{AgentConfigView, AgentReport, BinaryFile};
 use paddock_types::problem::Problem;
 
 use crate::context;
@@ -29,7 +29,7 @@ pub async fn agent_config_view(State(s): State<AppState>, Path(token): Path<Stri
 #[utoipa::path(get, path = "/v1/agent/{token}/seed.iso", operation_id = "agent_seed_view", tag = "agent",
     params(("token" = String, Path, description = "The run's one-time token")),
     responses(
-        (status = 200, description = "The seed image", content_type = "application/x-iso9660-image", body = Vec<u8>),
+        (status = 200, description = "The seed image", content_type = "application/x-iso9660-image", body = BinaryFile),
         (status = "default", description = "Problem (404 unknown, 409 used, 410 expired)", body = Problem, content_type = "application/problem+json")),
     security(()))]
 pub async fn agent_seed_view(State(s): State<AppState>, Path(token): Path<String>) -> Result<Response, ApiError> {
