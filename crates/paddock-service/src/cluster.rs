@@ -106,19 +106,16 @@ impl Services {
             for (pool, (class, _)) in pools.iter().zip(&classes) {
                 store::pool_insert(&mut tx, tenant_id, id, NodePoolId::new(), *class, pool).await.map_err(db)?;
             }
-            let operation = operation(&mut tx, "cluster_create", "cluster", id.uuid(), tenant_id, 1, &[]).await?;
-            store::event_insert(
-                &mut tx,
-                tenant_id,
-                id,
-                "Normal",
-                "ClusterCreated",
-                &format!("cluster {} was requested", spec.name),
-            )
-            .await
-            .map_err(db)?;
-            enqueue_reconcile(&mut tx, tenant_id, id).await?;
-            audit.success(&mut tx, json!({ "name": spec.name, "kind": spec.kind.as_str() })).await?;
+            let change = Accepted {
+                kind: "cluster_create",
+                target: id.uuid(),
+                generation: 1,
+                supersedes: &[],
+                event: Some(("ClusterCreated", format!("cluster {} was requested", spec.name))),
+                reconcile: true,
+                details: json!({ "name": spec.name, "kind": spec.kind.as_str() }),
+            };
+            let operation = accept(&mut tx, &audit, tenant_id, id, change).await?;
             let cluster = cluster_with_pools(&mut tx, tenant_id, id).await?;
             commit(tx).await?;
             Ok(ClusterChange { cluster, operation })
@@ -189,20 +186,19 @@ impl Services {
                 return Err(Error::invalid("kubernetes_version", "a cluster's Kubernetes version can only go up"));
             }
             let changed = spec != current.spec;
-            let generation = if changed {
+            if changed {
                 store::update_spec(&mut tx, tenant_id, id, &spec).await.map_err(db)?;
-                store::event_insert(&mut tx, tenant_id, id, "Normal", "ClusterUpdated", "the cluster's spec changed")
-                    .await
-                    .map_err(db)?;
-                enqueue_reconcile(&mut tx, tenant_id, id).await?;
-                current.generation + 1
-            } else {
-                current.generation
+            }
+            let change = Accepted {
+                kind: "cluster_update",
+                target: id.uuid(),
+                generation: current.generation + i64::from(changed),
+                supersedes: &["cluster_create"],
+                event: changed.then(|| ("ClusterUpdated", "the cluster's spec changed".to_owned())),
+                reconcile: changed,
+                details: json!({ "patch": patch, "changed": changed }),
             };
-            let operation =
-                operation(&mut tx, "cluster_update", "cluster", id.uuid(), tenant_id, generation, &["cluster_create"])
-                    .await?;
-            audit.success(&mut tx, json!({ "patch": patch, "changed": changed })).await?;
+            let operation = accept(&mut tx, &audit, tenant_id, id, change).await?;
             let cluster = cluster_with_pools(&mut tx, tenant_id, id).await?;
             commit(tx).await?;
             Ok(ClusterChange { cluster, operation })
@@ -227,21 +223,16 @@ impl Services {
             let current = cluster_for_change(&mut tx, tenant_id, id).await?;
             if_match.check(current.generation)?;
             store::request_deletion(&mut tx, tenant_id, id).await.map_err(db)?;
-            let operation = operation(
-                &mut tx,
-                "cluster_delete",
-                "cluster",
-                id.uuid(),
-                tenant_id,
-                current.generation + 1,
-                &["cluster_create", "cluster_update"],
-            )
-            .await?;
-            store::event_insert(&mut tx, tenant_id, id, "Normal", "DeletionRequested", "the cluster is being deleted")
-                .await
-                .map_err(db)?;
-            enqueue_reconcile(&mut tx, tenant_id, id).await?;
-            audit.success(&mut tx, json!({ "name": current.spec.name })).await?;
+            let change = Accepted {
+                kind: "cluster_delete",
+                target: id.uuid(),
+                generation: current.generation + 1,
+                supersedes: &["cluster_create", "cluster_update"],
+                event: Some(("DeletionRequested", "the cluster is being deleted".to_owned())),
+                reconcile: true,
+                details: json!({ "name": current.spec.name }),
+            };
+            let operation = accept(&mut tx, &audit, tenant_id, id, change).await?;
             let cluster = cluster_with_pools(&mut tx, tenant_id, id).await?;
             commit(tx).await?;
             Ok(ClusterChange { cluster, operation })
@@ -290,14 +281,18 @@ impl Services {
             audit.target(id.uuid(), Some(tenant_id));
             store::pool_insert(&mut tx, tenant_id, cluster_id, id, class, &spec).await.map_err(db)?;
             store::touch(&mut tx, tenant_id, cluster_id).await.map_err(db)?;
-            let operation = operation(&mut tx, "node_pool_create", "node_pool", id.uuid(), tenant_id, 1, &[]).await?;
             let message =
                 format!("node pool {} of {} {} machines was added", spec.name, spec.count, spec.machine_class);
-            store::event_insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolCreated", &message)
-                .await
-                .map_err(db)?;
-            enqueue_reconcile(&mut tx, tenant_id, cluster_id).await?;
-            audit.success(&mut tx, json!({ "cluster_id": cluster_id, "name": spec.name, "count": spec.count })).await?;
+            let change = Accepted {
+                kind: "node_pool_create",
+                target: id.uuid(),
+                generation: 1,
+                supersedes: &[],
+                event: Some(("NodePoolCreated", message)),
+                reconcile: true,
+                details: json!({ "cluster_id": cluster_id, "name": spec.name, "count": spec.count }),
+            };
+            let operation = accept(&mut tx, &audit, tenant_id, cluster_id, change).await?;
             let pool =
                 store::pool_get(&mut tx, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
             commit(tx).await?;
@@ -357,32 +352,24 @@ impl Services {
                 rules::check_quotas(&tenant.spec.quotas, demand)?;
             }
             let changed = spec != current.spec;
-            let generation = if changed {
+            if changed {
                 store::pool_update_spec(&mut tx, tenant_id, id, &spec).await.map_err(db)?;
                 store::touch(&mut tx, tenant_id, cluster_id).await.map_err(db)?;
-                if spec.count != current.spec.count {
-                    let message =
-                        format!("node pool {} scaled from {} to {}", spec.name, current.spec.count, spec.count);
-                    store::event_insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolScaled", &message)
-                        .await
-                        .map_err(db)?;
-                }
-                enqueue_reconcile(&mut tx, tenant_id, cluster_id).await?;
-                current.generation + 1
-            } else {
-                current.generation
+            }
+            let scaled = (spec.count != current.spec.count).then(|| {
+                let message = format!("node pool {} scaled from {} to {}", spec.name, current.spec.count, spec.count);
+                ("NodePoolScaled", message)
+            });
+            let change = Accepted {
+                kind: "node_pool_update",
+                target: id.uuid(),
+                generation: current.generation + i64::from(changed),
+                supersedes: &["node_pool_create"],
+                event: scaled,
+                reconcile: changed,
+                details: json!({ "cluster_id": cluster_id, "patch": patch, "changed": changed }),
             };
-            let operation = operation(
-                &mut tx,
-                "node_pool_update",
-                "node_pool",
-                id.uuid(),
-                tenant_id,
-                generation,
-                &["node_pool_create"],
-            )
-            .await?;
-            audit.success(&mut tx, json!({ "cluster_id": cluster_id, "patch": patch, "changed": changed })).await?;
+            let operation = accept(&mut tx, &audit, tenant_id, cluster_id, change).await?;
             let pool =
                 store::pool_get(&mut tx, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
             commit(tx).await?;
@@ -411,22 +398,16 @@ impl Services {
             self.check_slurm_keeps_a_node(&mut tx, &cluster, id, 0).await?;
             store::pool_request_deletion(&mut tx, tenant_id, id).await.map_err(db)?;
             store::touch(&mut tx, tenant_id, cluster_id).await.map_err(db)?;
-            let operation = operation(
-                &mut tx,
-                "node_pool_delete",
-                "node_pool",
-                id.uuid(),
-                tenant_id,
-                current.generation + 1,
-                &["node_pool_create", "node_pool_update"],
-            )
-            .await?;
-            let message = format!("node pool {} is being deleted", current.spec.name);
-            store::event_insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolDeletionRequested", &message)
-                .await
-                .map_err(db)?;
-            enqueue_reconcile(&mut tx, tenant_id, cluster_id).await?;
-            audit.success(&mut tx, json!({ "cluster_id": cluster_id, "name": current.spec.name })).await?;
+            let change = Accepted {
+                kind: "node_pool_delete",
+                target: id.uuid(),
+                generation: current.generation + 1,
+                supersedes: &["node_pool_create", "node_pool_update"],
+                event: Some(("NodePoolDeletionRequested", format!("node pool {} is being deleted", current.spec.name))),
+                reconcile: true,
+                details: json!({ "cluster_id": cluster_id, "name": current.spec.name }),
+            };
+            let operation = accept(&mut tx, &audit, tenant_id, cluster_id, change).await?;
             let pool =
                 store::pool_get(&mut tx, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
             commit(tx).await?;
@@ -512,24 +493,51 @@ async fn pool_for_change(conn: &mut Conn, tenant: TenantId, cluster: ClusterId, 
     Ok(pool)
 }
 
-async fn operation(
-    conn: &mut Conn,
-    kind: &str,
-    target_type: &str,
-    target_id: uuid::Uuid,
-    tenant: TenantId,
+/// What an accepted change of a cluster or pool records besides its own writes.
+struct Accepted<'a> {
+    /// Operation kind.
+    kind: &'a str,
+    /// The cluster or pool the operation follows.
+    target: uuid::Uuid,
+    /// The target's generation the operation completes at.
     generation: i64,
-    supersedes: &[&str],
+    /// Open operations of these kinds on the target are superseded.
+    supersedes: &'a [&'a str],
+    /// The cluster event (reason, message), if the change is worth one.
+    event: Option<(&'a str, String)>,
+    /// Whether the desired state changed, so the cluster's reconcile job must run.
+    reconcile: bool,
+    /// Audit details.
+    details: serde_json::Value,
+}
+
+/// Records an accepted change in the caller's transaction: its operation, its cluster event, the
+/// cluster's reconcile job when the desired state changed, and the audit event.
+async fn accept(
+    tx: &mut paddock_store::Tx,
+    audit: &crate::AuditTrail<'_>,
+    tenant: TenantId,
+    cluster: ClusterId,
+    change: Accepted<'_>,
 ) -> Result<OperationView> {
+    let target_type = if change.target == cluster.uuid() { "cluster" } else { "node_pool" };
     let op = NewOperation {
-        kind,
+        kind: change.kind,
         target_type,
-        target_id,
+        target_id: change.target,
         tenant_id: Some(tenant),
-        target_generation: generation,
-        supersedes,
+        target_generation: change.generation,
+        supersedes: change.supersedes,
     };
-    operation_store::insert(conn, &op).await.map_err(db)
+    let operation = operation_store::insert(tx, &op).await.map_err(db)?;
+    if let Some((reason, message)) = &change.event {
+        store::event_insert(tx, tenant, cluster, "Normal", reason, message).await.map_err(db)?;
+    }
+    if change.reconcile {
+        enqueue_reconcile(tx, tenant, cluster).await?;
+    }
+    audit.success(tx, change.details).await?;
+    Ok(operation)
 }
 
 /// Enqueues the cluster's reconcile job in the caller's transaction (merged with one already queued).
