@@ -351,14 +351,12 @@ async fn pool_machines_show_no_bmc_details() {
     let cluster = id(&created["cluster"]);
     let pool = id(&created["cluster"]["node_pools"][1]);
     let m = machine(&app, "node-7", "gpu").await;
-    sqlx::query("update machines set state = 'active', tenant_id = $2::uuid, cluster_id = $3::uuid, node_pool_id = $4::uuid, node_name = 'node-7' where id = $1::uuid")
+    crate::common::hold_machine(&app, &id(&m), Some((&tenant_id, Some((&cluster, &pool)))), "active").await;
+    sqlx::query("update machines set node_name = 'node-7' where id = $1::uuid")
         .bind(id(&m))
-        .bind(&tenant_id)
-        .bind(&cluster)
-        .bind(&pool)
         .execute(&app.db.pool)
         .await
-        .expect("allocate");
+        .expect("node name");
     let resp = app
         .get(format!("/v1/tenants/{tenant_id}/clusters/{cluster}/node-pools/{pool}/machines"))
         .token(&t)

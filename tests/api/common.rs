@@ -41,16 +41,85 @@ pub async fn machine(app: &TestApp, name: &str, class: &str) -> Value {
     body["machine"].clone()
 }
 
-/// Moves a machine to `state` directly in the database, as the worker would (the worker comes
-/// with the job queue; until then tests set the lifecycle state themselves).
+/// Moves a machine to `state` directly in the database, as the worker would, keeping the
+/// schema's invariants: an available machine gets a fixture clean; a tenancy state gets a
+/// fixture holder (a tenant, cluster and pool of its own) unless it already has one; leaving a
+/// tenancy closes the allocation.
 pub async fn set_machine_state(app: &TestApp, machine_id: &str, state: &str) {
+    hold_machine(app, machine_id, None, state).await;
+}
+
+/// Like [`set_machine_state`], for a tenancy state with the holder `(tenant, cluster, pool)`;
+/// `None` parts are made up (a fixture cluster and pool in the tenant, or a fixture tenant).
+pub async fn hold_machine(app: &TestApp, machine_id: &str, holder: Option<(&str, Option<(&str, &str)>)>, state: &str) {
+    let pool = &app.db.pool;
+    let tenancy = ["allocated", "provisioning", "active", "releasing", "provision_failed"].contains(&state);
+    let held: Option<uuid::Uuid> = sqlx::query_scalar("select allocation_id from machines where id = $1::uuid")
+        .bind(machine_id)
+        .fetch_one(pool)
+        .await
+        .expect("machine");
+    if tenancy && held.is_none() {
+        let tenant: String = match holder {
+            Some((t, _)) => t.to_owned(),
+            None => sqlx::query_scalar(
+                "insert into tenants (id, name, display_name) values (gen_random_uuid(), \
+                 'fx-' || substr(md5(random()::text), 1, 10), 'fixture') returning id::text",
+            )
+            .fetch_one(pool)
+            .await
+            .expect("fixture tenant"),
+        };
+        let (cluster, node_pool): (String, String) = match holder.and_then(|(_, c)| c) {
+            Some((c, p)) => (c.to_owned(), p.to_owned()),
+            None => sqlx::query_as(
+                "with c as (insert into clusters (id, tenant_id, name, kind, isolation, kubernetes_version) \
+                   values (gen_random_uuid(), $1::uuid, 'fx-' || substr(md5(random()::text), 1, 10), 'kubernetes', \
+                   'private-nodes', 'v1.34.1') returning id) \
+                 insert into node_pools (id, tenant_id, cluster_id, name, machine_class_id, count) \
+                 select gen_random_uuid(), $1::uuid, c.id, 'fx', m.machine_class_id, 0 from c, machines m \
+                 where m.id = $2::uuid returning cluster_id::text, id::text",
+            )
+            .bind(&tenant)
+            .bind(machine_id)
+            .fetch_one(pool)
+            .await
+            .expect("fixture cluster"),
+        };
+        sqlx::query(
+            "with cl as (insert into machine_cleans (id, machine_id, run_id, method, evidence) \
+               values (gen_random_uuid(), $1::uuid, gen_random_uuid(), 'fixture', '{}') returning id), \
+             a as (insert into machine_allocations (id, machine_id, clean_id, tenant_id, cluster_id, node_pool_id) \
+               select gen_random_uuid(), $1::uuid, cl.id, $3::uuid, $4::uuid, $5::uuid from cl returning id) \
+             update machines set state = $2, allocation_id = a.id, tenant_id = $3::uuid, cluster_id = $4::uuid, \
+               node_pool_id = $5::uuid, clean_id = null from a where machines.id = $1::uuid",
+        )
+        .bind(machine_id)
+        .bind(state)
+        .bind(&tenant)
+        .bind(&cluster)
+        .bind(&node_pool)
+        .execute(pool)
+        .await
+        .expect("holding the machine");
+        return;
+    }
+    // Leaving a tenancy closes the allocation and clears the holder in the same statement.
     sqlx::query(
-        "update machines set state = $2, \
+        "with a as (update machine_allocations set released_at = now() where $3 and id = \
+           (select allocation_id from machines where id = $1::uuid)), \
+         clean as (insert into machine_cleans (id, machine_id, run_id, method, evidence) \
+           select gen_random_uuid(), $1::uuid, gen_random_uuid(), 'fixture', '{}' where $2 = 'available' returning id) \
+         update machines set state = $2, clean_id = (select id from clean), \
+         allocation_id = case when $3 then null else allocation_id end, \
+         tenant_id = case when $3 then null else tenant_id end, cluster_id = case when $3 then null else cluster_id end, \
+         node_pool_id = case when $3 then null else node_pool_id end, \
          retired_at = case when $2 = 'retired' then now() else retired_at end where id = $1::uuid",
     )
     .bind(machine_id)
     .bind(state)
-    .execute(&app.db.pool)
+    .bind(!tenancy && held.is_some())
+    .execute(pool)
     .await
     .expect("setting the machine state");
 }

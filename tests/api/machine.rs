@@ -131,12 +131,7 @@ async fn machine_list_filters_by_state_class_and_tenant_and_hides_retired() {
     let retired = app.get("/v1/machines?state=retired").token(&admin()).send().await.expect(200).json();
     assert_eq!(names(retired), ["c"]);
     let t = crate::common::tenant(&app, "acme").await;
-    sqlx::query("update machines set tenant_id = $2::uuid where id = $1::uuid")
-        .bind(id(&a))
-        .bind(id(&t))
-        .execute(&app.db.pool)
-        .await
-        .expect("hold");
+    crate::common::hold_machine(&app, &id(&a), Some((&id(&t), None)), "active").await;
     let held = app.get(format!("/v1/machines?tenant_id={}", id(&t))).token(&admin()).send().await.expect(200).json();
     assert_eq!(names(held), ["a"]);
     app.get("/v1/machines?state=bogus").token(&admin()).send().await.problem(400, "invalid_parameter");

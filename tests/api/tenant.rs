@@ -164,12 +164,7 @@ async fn tenant_holding_machines_cannot_be_deleted() {
     let t = tenant(&app, "acme").await;
     crate::common::machine_class(&app, "gpu", 8).await;
     let m = crate::common::machine(&app, "node-1", "gpu").await;
-    sqlx::query("update machines set tenant_id = $2::uuid, state = 'active' where id = $1::uuid")
-        .bind(id(&m))
-        .bind(id(&t))
-        .execute(&app.db.pool)
-        .await
-        .expect("allocate");
+    crate::common::hold_machine(&app, &id(&m), Some((&id(&t), None)), "active").await;
     app.delete(format!("/v1/tenants/{}", id(&t))).token(&admin()).send().await.problem(409, "tenant_not_empty");
     app.get(format!("/v1/tenants/{}", id(&t))).token(&admin()).send().await.expect(200);
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use paddock_testkit::{admin, eventually, token, TestApp};
-use paddock_worker::reconcile::{ClusterReconciler, MachineReconciler};
+use paddock_worker::reconcile::{ClusterReconciler, Drivers, MachineReconciler, Settings};
 use paddock_worker::{JobHandler, Worker, WorkerConfig};
 use serde_json::json;
 
@@ -29,8 +29,11 @@ async fn without_drivers_jobs_wait_with_driver_not_configured() {
         .json();
 
     let store = app.services.store().clone();
-    let handlers: Vec<Arc<dyn JobHandler>> =
-        vec![Arc::new(MachineReconciler::new(store.clone())), Arc::new(ClusterReconciler::new(store.clone()))];
+    let (services, none) = (app.services.clone(), Drivers::default());
+    let handlers: Vec<Arc<dyn JobHandler>> = vec![
+        Arc::new(MachineReconciler::new(services.clone(), none.clone(), Settings::default())),
+        Arc::new(ClusterReconciler::new(services, none, Settings::default())),
+    ];
     let config = WorkerConfig { poll_interval: Duration::from_millis(50), ..WorkerConfig::default() };
     let worker = Worker::new(store, "test-worker", handlers, config).expect("worker");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

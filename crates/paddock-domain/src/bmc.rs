@@ -34,6 +34,28 @@ pub struct BmcAccess {
     pub ca_cert: Option<String>,
     /// Accept any certificate.
     pub insecure_tls: bool,
+    /// The system UUID inspection recorded. Every destructive call first checks that the BMC's
+    /// system still reports it (and refuses without one).
+    pub system_uuid: Option<String>,
+}
+
+/// What a boot from virtual media inserts: the image as a CD and the run's NoCloud seed as the
+/// second device.
+#[derive(Debug, Clone)]
+pub struct BootMedia {
+    /// The image to boot (the provider's wipe image, or the node OS installer).
+    pub image_url: String,
+    /// The run's seed image (`/v1/agent/{token}/seed.iso`): holds a token, so never printed.
+    pub seed_url: SecretString,
+}
+
+/// What a machine does after its media are ejected and its boot device is set back to disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterBoot {
+    /// Stay (or be) powered off: the end of a wipe.
+    PowerOff,
+    /// Boot from disk now: the end of a provisioning boot (the installed OS comes up and joins).
+    BootFromDisk,
 }
 
 /// A drive as the BMC reports it.
@@ -107,7 +129,29 @@ impl BmcError {
 pub trait BmcDriver: Send + Sync {
     /// Reads the system's identity and inventory. Read-only.
     fn inspect<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Inventory, BmcError>>;
+
+    /// Boots the system once from `media`: checks the system UUID, powers off, ejects whatever is
+    /// inserted, inserts the image (CD) and the seed (second device), sets a one-time boot from
+    /// CD and powers on. Idempotent: repeating it restarts the boot. A BMC with a single virtual
+    /// media device answers [`BmcErrorKind::CapabilityGap`] with code
+    /// [`NO_SECOND_VIRTUAL_MEDIA`].
+    fn boot_from_media<'a>(&'a self, access: &'a BmcAccess, media: &'a BootMedia)
+        -> BoxFuture<'a, Result<(), BmcError>>;
+
+    /// Ends a media boot: checks the system UUID, powers off (for [`AfterBoot::PowerOff`]),
+    /// ejects every medium, sets the boot device back to disk, and for
+    /// [`AfterBoot::BootFromDisk`] restarts the system from disk. Idempotent.
+    fn finish_boot<'a>(&'a self, access: &'a BmcAccess, after: AfterBoot) -> BoxFuture<'a, Result<(), BmcError>>;
+
+    /// Powers the system off (checking the system UUID first); already off is success.
+    fn power_off<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<(), BmcError>>;
 }
+
+/// The `last_error.code` and maintenance reason of a BMC that can insert only one medium.
+pub const NO_SECOND_VIRTUAL_MEDIA: &str = "no_second_virtual_media";
+
+/// The code of a BMC whose system reports another UUID than the one on record.
+pub const SYSTEM_UUID_MISMATCH: &str = "system_uuid_mismatch";
 
 /// Field names of the verification section.
 pub mod field {

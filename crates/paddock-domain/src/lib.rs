@@ -6,6 +6,7 @@ pub mod authz;
 pub mod bmc;
 pub mod cluster;
 pub mod cursor;
+pub mod driver;
 pub mod error;
 pub mod job_kind;
 pub mod json;

@@ -143,6 +143,8 @@ pub struct Machine {
     pub inventory: serde_json::Value,
     /// Why it is in maintenance.
     pub maintenance_reason: Option<String>,
+    /// Whether an operator asked to retire it.
+    pub retire_requested: bool,
     /// BMC access.
     pub bmc: Bmc,
     /// Spec generation.

@@ -1,5 +1,8 @@
 //! `KubePlatform`: the [`PlatformDriver`] on a real platform cluster, through kube-rs.
 //!
+//! The inherent methods return [`KubeError`] (tests and callers can look at the exact failure);
+//! the trait implementation converts it into a [`DriverError`] at the boundary.
+//!
 //! Every write is a server-side apply with the one field manager [`MANAGER`], forced: paddock
 //! owns these objects outright, so a field another manager took over is taken back rather than
 //! failing the run forever. Whether an apply changed anything is read from the object's
@@ -8,7 +11,6 @@
 use std::fmt::Debug;
 use std::path::Path;
 
-use futures::future::BoxFuture;
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -16,10 +18,10 @@ use k8s_openapi::NamespaceResourceScope;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, Resource};
+use paddock_domain::driver::{BoxFuture, ClusterRef, DriverError, Isolation, PlatformDriver, Removal};
 use tracing::{debug, info, instrument};
 
 use crate::isolation::{self, IsolationSettings, LABEL_CLUSTER_ID, MANAGER};
-use crate::platform::{ClusterRef, Isolation, PlatformDriver, Removal};
 use crate::KubeError;
 
 /// The platform cluster, reached with one kube-rs client.
@@ -118,12 +120,12 @@ impl KubePlatform {
 }
 
 impl PlatformDriver for KubePlatform {
-    fn ensure_isolation<'a>(&'a self, cluster: &'a ClusterRef) -> BoxFuture<'a, Result<Isolation, KubeError>> {
-        KubePlatform::ensure_isolation(self, cluster).boxed()
+    fn ensure_isolation<'a>(&'a self, cluster: &'a ClusterRef) -> BoxFuture<'a, Result<Isolation, DriverError>> {
+        KubePlatform::ensure_isolation(self, cluster).map(|r| r.map_err(DriverError::from)).boxed()
     }
 
-    fn remove_isolation<'a>(&'a self, cluster: &'a ClusterRef) -> BoxFuture<'a, Result<Removal, KubeError>> {
-        KubePlatform::remove_isolation(self, cluster).boxed()
+    fn remove_isolation<'a>(&'a self, cluster: &'a ClusterRef) -> BoxFuture<'a, Result<Removal, DriverError>> {
+        KubePlatform::remove_isolation(self, cluster).map(|r| r.map_err(DriverError::from)).boxed()
     }
 }
 

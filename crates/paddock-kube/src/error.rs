@@ -6,6 +6,9 @@
 
 use std::path::PathBuf;
 
+use paddock_domain::driver::DriverError;
+use paddock_types::ClusterId;
+
 /// A failure of the Kubernetes driver.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeError {
@@ -66,6 +69,34 @@ pub enum KubeError {
         /// The cluster that was expected in its label.
         cluster_id: paddock_types::ClusterId,
     },
+    /// The admin kubeconfig of a tenant cluster did not yield a usable configuration.
+    #[error("loading the admin kubeconfig of tenant cluster {cluster_id}")]
+    TenantKubeconfig {
+        /// The tenant cluster.
+        cluster_id: ClusterId,
+        /// Why. Never shown beyond this level by [`DriverError::from`]: a YAML error may quote
+        /// the text around it, which is a credential here.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// The admin kubeconfig of a tenant cluster asks for something paddock does not do with a
+    /// tenant's kubeconfig: run a program (`exec`, `auth-provider`) or read local files.
+    #[error("the admin kubeconfig of tenant cluster {cluster_id} is refused: {reason}")]
+    TenantKubeconfigRefused {
+        /// The tenant cluster.
+        cluster_id: ClusterId,
+        /// What is refused (a field name, no value).
+        reason: &'static str,
+    },
+    /// The admin kubeconfig of a tenant cluster names no usable CA certificate, so no CA pin
+    /// can be given to joining machines.
+    #[error("the admin kubeconfig of tenant cluster {cluster_id} has no usable CA certificate: {reason}")]
+    TenantCa {
+        /// The tenant cluster.
+        cluster_id: ClusterId,
+        /// What is wrong (no secret: the CA certificate is public).
+        reason: String,
+    },
 }
 
 impl KubeError {
@@ -80,15 +111,58 @@ impl KubeError {
     /// malformed) and configuration problems are permanent.
     pub fn is_transient(&self) -> bool {
         match self {
-            Self::Kubeconfig { .. } | Self::InCluster { .. } | Self::Client { .. } | Self::ForeignNamespace { .. } => {
-                false
-            }
+            Self::Kubeconfig { .. }
+            | Self::InCluster { .. }
+            | Self::Client { .. }
+            | Self::ForeignNamespace { .. }
+            | Self::TenantKubeconfigRefused { .. }
+            | Self::TenantCa { .. } => false,
+            // Kamaji rewrites a broken admin kubeconfig when it reconciles; paddock re-reads it
+            // from the control plane on every run. Until then, retrying the same one is useless.
+            Self::TenantKubeconfig { .. } => false,
             // The namespace finishes terminating by itself; ensuring again then recreates it.
             Self::NamespaceTerminating { .. } => true,
             // The reconciler ensures isolation before the control plane; the next run creates it.
             Self::NamespaceMissing { .. } => true,
             Self::Api { source, .. } => source_is_transient(source),
         }
+    }
+
+    /// The stable snake_case code of this kind of failure (a [`DriverError`]'s `code`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Kubeconfig { .. } => "kubeconfig_invalid",
+            Self::InCluster { .. } => "in_cluster_config_invalid",
+            Self::Client { .. } => "kube_client_error",
+            Self::Api { .. } => "kube_api_error",
+            Self::NamespaceTerminating { .. } => "namespace_terminating",
+            Self::NamespaceMissing { .. } => "namespace_missing",
+            Self::ForeignNamespace { .. } => "foreign_namespace",
+            Self::TenantKubeconfig { .. } => "tenant_kubeconfig_invalid",
+            Self::TenantKubeconfigRefused { .. } => "tenant_kubeconfig_refused",
+            Self::TenantCa { .. } => "tenant_ca_invalid",
+        }
+    }
+
+    /// The message of the error and its causes, `: `-separated. Kubeconfig parse errors stop at
+    /// this crate's level: YAML and PEM errors may quote the surrounding text, which holds keys
+    /// and tokens.
+    pub fn message_chain(&self) -> String {
+        let mut message = self.to_string();
+        if matches!(self, Self::Kubeconfig { .. } | Self::TenantKubeconfig { .. }) {
+            return message;
+        }
+        let mut source = std::error::Error::source(self);
+        while let Some(e) = source {
+            let text = e.to_string();
+            // kube-rs' errors often repeat their source's message in their own; say it once.
+            if !text.is_empty() && !message.ends_with(&text) {
+                message.push_str(": ");
+                message.push_str(&text);
+            }
+            source = e.source();
+        }
+        message
     }
 
     /// The HTTP status the API server answered with, if it answered.
@@ -99,6 +173,19 @@ impl KubeError {
                 _ => None,
             },
             _ => None,
+        }
+    }
+}
+
+impl From<KubeError> for DriverError {
+    /// Transient per [`KubeError::is_transient`], [`KubeError::code`], and the whole chain as the
+    /// message (never a credential: see [`KubeError::message_chain`]).
+    fn from(e: KubeError) -> Self {
+        let (code, message) = (e.code(), e.message_chain());
+        if e.is_transient() {
+            DriverError::transient(code, message)
+        } else {
+            DriverError::permanent(code, message)
         }
     }
 }
@@ -146,5 +233,36 @@ mod tests {
     #[test]
     fn message_names_only_its_own_level() {
         assert_eq!(api(500).to_string(), "apply Namespace pc-x");
+    }
+
+    #[test]
+    fn driver_errors_keep_the_classification_a_code_and_the_chain() {
+        let e = DriverError::from(api(503));
+        assert!(e.is_transient());
+        assert_eq!(e.code, "kube_api_error");
+        assert!(e.message.starts_with("apply Namespace pc-x: "), "{}", e.message);
+        assert!(e.message.contains('m'), "the API server's message is kept: {}", e.message);
+
+        let e = DriverError::from(api(422));
+        assert!(!e.is_transient());
+
+        let e = DriverError::from(KubeError::ForeignNamespace {
+            namespace: "pc-x".to_owned(),
+            cluster_id: ClusterId::new(),
+        });
+        assert_eq!((e.code.as_str(), e.is_transient()), ("foreign_namespace", false));
+        let e = DriverError::from(KubeError::NamespaceTerminating { namespace: "pc-x".to_owned() });
+        assert_eq!((e.code.as_str(), e.is_transient()), ("namespace_terminating", true));
+        assert_eq!(e.message, "namespace pc-x is being deleted");
+    }
+
+    #[test]
+    fn kubeconfig_errors_do_not_quote_the_kubeconfig() {
+        let text = "users: [ {name: a, user: {token: SECRET-TOKEN}} ]\nclusters: 12";
+        let source = kube::config::Kubeconfig::from_yaml(text).expect_err("malformed");
+        let e = DriverError::from(KubeError::TenantKubeconfig { cluster_id: ClusterId::new(), source });
+        assert_eq!(e.code, "tenant_kubeconfig_invalid");
+        assert!(!e.message.contains("SECRET"), "{}", e.message);
+        assert!(!e.is_transient());
     }
 }

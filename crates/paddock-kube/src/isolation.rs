@@ -42,7 +42,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use paddock_types::ClusterId;
 
-use crate::platform::ClusterRef;
+use paddock_domain::driver::ClusterRef;
 
 /// Label with the owning tenant's id.
 pub const LABEL_TENANT_ID: &str = "paddock.dev/tenant-id";

@@ -24,18 +24,18 @@
 
 use std::fmt::Debug;
 
-use futures::future::BoxFuture;
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Api, Client};
+use paddock_domain::driver::{
+    BoxFuture, ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, DriverError, Removal,
+};
 use paddock_types::ClusterId;
 use serde_json::{json, Value};
 use tracing::{debug, info, instrument};
 
-use crate::control_plane::{ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus};
 use crate::isolation::{self, ANNOTATION_CLUSTER_NAME, ANNOTATION_TENANT_NAME, MANAGER};
-use crate::platform::{ClusterRef, Removal};
 use crate::KubeError;
 
 /// Kamaji's API group.
@@ -272,12 +272,12 @@ impl ControlPlaneBackend for KamajiBackend {
     fn ensure_control_plane<'a>(
         &'a self,
         spec: &'a ControlPlaneSpec,
-    ) -> BoxFuture<'a, Result<ControlPlaneStatus, KubeError>> {
-        KamajiBackend::ensure_control_plane(self, spec).boxed()
+    ) -> BoxFuture<'a, Result<ControlPlaneStatus, DriverError>> {
+        KamajiBackend::ensure_control_plane(self, spec).map(|r| r.map_err(DriverError::from)).boxed()
     }
 
-    fn delete_control_plane<'a>(&'a self, cluster: &'a ClusterRef) -> BoxFuture<'a, Result<Removal, KubeError>> {
-        KamajiBackend::delete_control_plane(self, cluster).boxed()
+    fn delete_control_plane<'a>(&'a self, cluster: &'a ClusterRef) -> BoxFuture<'a, Result<Removal, DriverError>> {
+        KamajiBackend::delete_control_plane(self, cluster).map(|r| r.map_err(DriverError::from)).boxed()
     }
 }
 
@@ -288,8 +288,9 @@ mod tests {
     use k8s_openapi::ByteString;
     use paddock_types::TenantId;
 
+    use paddock_domain::driver::ServiceType;
+
     use super::*;
-    use crate::control_plane::ServiceType;
 
     fn spec(datastore: Option<&str>) -> ControlPlaneSpec {
         ControlPlaneSpec {

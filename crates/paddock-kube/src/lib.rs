@@ -1,28 +1,35 @@
-//! The Kubernetes driver of paddock (kube-rs + k8s-openapi): what the worker does on the
-//! **platform** cluster for each tenant cluster (SPEC section 6).
+//! The Kubernetes drivers of paddock (kube-rs + k8s-openapi): what the worker does on the
+//! **platform** cluster and inside each **tenant** cluster (SPEC section 6). The traits they
+//! implement live in [`paddock_domain::driver`].
 //!
-//! This first piece owns step 1, isolation: one namespace per tenant cluster, named from the
-//! cluster id, with default-deny NetworkPolicies plus the flows a Kamaji tenant control plane
-//! needs, a ResourceQuota and a LimitRange ([`isolation`] documents each object and default).
-//! Invariants: object names derive from our ids only; every write is a server-side apply with the
-//! one field manager `paddock`; a namespace labelled for another cluster is never touched.
+//! - Step 1, isolation: [`KubePlatform`] implements [`PlatformDriver`]: one namespace per tenant
+//!   cluster, named from the cluster id, with default-deny NetworkPolicies plus the flows a Kamaji
+//!   tenant control plane needs, a ResourceQuota and a LimitRange ([`isolation`] documents each
+//!   object and default).
+//! - Step 2, the tenant control plane: [`KamajiBackend`] implements [`ControlPlaneBackend`] with
+//!   Kamaji's `TenantControlPlane` ([`kamaji`]).
+//! - Step 3, joining machines: [`KubeTenantNodes`] implements [`TenantNodes`] against the tenant
+//!   cluster's own API server, reached with the admin kubeconfig Kamaji wrote ([`nodes`]).
 //!
-//! Step 2, the tenant control plane, sits behind [`ControlPlaneBackend`] ([`control_plane`]),
-//! implemented with Kamaji's `TenantControlPlane` by [`KamajiBackend`] ([`kamaji`]).
+//! Invariants: object names derive from our ids only; every write of a converged object is a
+//! server-side apply with the one field manager `paddock`; a namespace labelled for another
+//! cluster is never touched. Failures are [`KubeError`]s inside the crate and become
+//! [`DriverError`]s (transient or permanent, a stable code) at the trait boundary.
 //!
-//! The [`PlatformDriver`] and [`ControlPlaneBackend`] traits are defined here for now and move to
-//! `paddock-domain` later.
+//! [`PlatformDriver`]: paddock_domain::driver::PlatformDriver
+//! [`ControlPlaneBackend`]: paddock_domain::driver::ControlPlaneBackend
+//! [`TenantNodes`]: paddock_domain::driver::TenantNodes
+//! [`DriverError`]: paddock_domain::driver::DriverError
 
-pub mod control_plane;
+mod der;
 mod driver;
 mod error;
 pub mod isolation;
 pub mod kamaji;
-pub mod platform;
+pub mod nodes;
 
-pub use control_plane::{ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, ServiceType};
 pub use driver::KubePlatform;
 pub use error::KubeError;
 pub use isolation::IsolationSettings;
 pub use kamaji::KamajiBackend;
-pub use platform::{ClusterRef, Isolation, PlatformDriver, Removal};
+pub use nodes::KubeTenantNodes;

@@ -180,6 +180,8 @@ impl Services {
                 let used = || Error::conflict("agent_token_used", "this run already reported; its token is used up");
                 return Err(self.agent_token(token).await.err().unwrap_or_else(used));
             }
+            // The machine's reconciler carries on at once (it also looks again by itself).
+            paddock_store::lifecycle::enqueue_machine(&mut tx, MachineId(found.machine_id)).await.map_err(db)?;
             audit
                 .success(&mut tx, json!({ "run_id": found.run_id, "purpose": found.purpose, "verified": verified }))
                 .await?;

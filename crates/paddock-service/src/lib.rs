@@ -103,6 +103,16 @@ impl Services {
         &self.store
     }
 
+    /// The cipher of secrets at rest (for the worker, which opens BMC passwords and kubeconfigs).
+    pub fn cipher(&self) -> &Arc<Cipher> {
+        &self.cipher
+    }
+
+    /// The URL machines reach the agent endpoints at.
+    pub fn agent_base_url(&self) -> &str {
+        &self.agent_base_url
+    }
+
     /// Whether the database answers and is migrated.
     pub async fn ready(&self) -> bool {
         self.store.ready().await.unwrap_or(false)

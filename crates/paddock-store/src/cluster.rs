@@ -468,3 +468,144 @@ pub async fn set_conditions(
     .await?;
     Ok(done.rows_affected() == 1)
 }
+
+/// A cluster's observed state as the reconciler writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusWrite<'a> {
+    /// Phase.
+    pub phase: ClusterPhase,
+    /// Conditions.
+    pub conditions: &'a [Condition],
+    /// Endpoints.
+    pub endpoints: &'a Endpoints,
+    /// The generation the status describes.
+    pub observed_generation: i64,
+}
+
+/// Writes a cluster's status, guarded on the status version read before; false when someone else
+/// wrote first. Writes nothing (and answers true) when nothing changed, so a cluster at rest does
+/// not churn its row. Never bumps the generation.
+pub async fn set_status(
+    conn: &mut Conn,
+    tenant: TenantId,
+    id: ClusterId,
+    status_version: i64,
+    status: &StatusWrite<'_>,
+) -> Result<bool, StoreError> {
+    let (phase, conditions, endpoints) = (status.phase.as_str(), Json(status.conditions), Json(status.endpoints));
+    let done = sqlx::query(
+        "update clusters set phase = $4, conditions = $5, endpoints = $6, observed_generation = $7, \
+         status_version = status_version + 1, updated_at = now() \
+         where tenant_id = $1 and id = $2 and status_version = $3 \
+           and (phase, conditions, endpoints, observed_generation) is distinct from ($4, $5::jsonb, $6::jsonb, $7)",
+    )
+    .bind(tenant.uuid())
+    .bind(id.uuid())
+    .bind(status_version)
+    .bind(phase)
+    .bind(&conditions)
+    .bind(&endpoints)
+    .bind(status.observed_generation)
+    .execute(&mut *conn)
+    .await?;
+    if done.rows_affected() == 1 {
+        return Ok(true);
+    }
+    // Unchanged, or lost the guard: only the latter is a lost race.
+    let current: Option<i64> =
+        sqlx::query_scalar("select status_version from clusters where tenant_id = $1 and id = $2")
+            .bind(tenant.uuid())
+            .bind(id.uuid())
+            .fetch_optional(conn)
+            .await?;
+    Ok(current == Some(status_version))
+}
+
+/// Writes a pool's observed state (only the cluster's reconcile job writes it, one at a time), and
+/// its observed generation when given. Writes nothing when nothing changed.
+pub async fn set_pool_status(
+    conn: &mut Conn,
+    tenant: TenantId,
+    id: NodePoolId,
+    status: &NodePoolStatus,
+    observed_generation: Option<i64>,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "update node_pools set ready = $3, allocated = $4, conditions = $5, \
+         observed_generation = coalesce($6, observed_generation), \
+         status_version = status_version + 1, updated_at = now() \
+         where tenant_id = $1 and id = $2 and (ready, allocated, conditions, observed_generation) \
+           is distinct from ($3, $4, $5::jsonb, coalesce($6, observed_generation))",
+    )
+    .bind(tenant.uuid())
+    .bind(id.uuid())
+    .bind(i32::try_from(status.ready).unwrap_or(i32::MAX))
+    .bind(i32::try_from(status.allocated).unwrap_or(i32::MAX))
+    .bind(Json(&status.conditions))
+    .bind(observed_generation)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The sealed admin kubeconfig of a cluster's control plane, if stored.
+pub async fn admin_kubeconfig(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<Option<Vec<u8>>, StoreError> {
+    Ok(sqlx::query_scalar::<_, Option<Vec<u8>>>(
+        "select admin_kubeconfig_enc from clusters where tenant_id = $1 and id = $2",
+    )
+    .bind(tenant.uuid())
+    .bind(id.uuid())
+    .fetch_optional(conn)
+    .await?
+    .flatten())
+}
+
+/// Stores the sealed admin kubeconfig (bound to `clusters`, `admin_kubeconfig_enc`, the id).
+pub async fn set_admin_kubeconfig(
+    conn: &mut Conn,
+    tenant: TenantId,
+    id: ClusterId,
+    sealed: Option<&[u8]>,
+) -> Result<(), StoreError> {
+    sqlx::query("update clusters set admin_kubeconfig_enc = $3 where tenant_id = $1 and id = $2")
+        .bind(tenant.uuid())
+        .bind(id.uuid())
+        .bind(sealed)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Marks a pool deleted (every machine released): it answers 404 from now on.
+pub async fn pool_mark_deleted(conn: &mut Conn, tenant: TenantId, id: NodePoolId) -> Result<(), StoreError> {
+    sqlx::query(
+        "update node_pools set deleted_at = now(), updated_at = now() \
+         where tenant_id = $1 and id = $2 and deleted_at is null",
+    )
+    .bind(tenant.uuid())
+    .bind(id.uuid())
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Marks a cluster and its pools deleted (every external object confirmed gone): they answer 404
+/// from now on. Forgets the admin kubeconfig. Returns the ids of the pools it marked.
+pub async fn mark_deleted(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<Vec<Uuid>, StoreError> {
+    sqlx::query(
+        "update clusters set deleted_at = now(), waiting_since = null, admin_kubeconfig_enc = null, \
+         updated_at = now() where tenant_id = $1 and id = $2 and deleted_at is null",
+    )
+    .bind(tenant.uuid())
+    .bind(id.uuid())
+    .execute(&mut *conn)
+    .await?;
+    Ok(sqlx::query_scalar(
+        "update node_pools set deleted_at = now(), updated_at = now() \
+         where tenant_id = $1 and cluster_id = $2 and deleted_at is null returning id",
+    )
+    .bind(tenant.uuid())
+    .bind(id.uuid())
+    .fetch_all(conn)
+    .await?)
+}

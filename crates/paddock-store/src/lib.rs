@@ -9,6 +9,7 @@ pub mod cluster;
 mod error;
 pub mod idempotency;
 pub mod job;
+pub mod lifecycle;
 pub mod machine;
 pub mod machine_class;
 pub mod metrics;

@@ -25,6 +25,7 @@ struct MachineRow {
     system_uuid: Option<String>,
     inventory: serde_json::Value,
     maintenance_reason: Option<String>,
+    retire_requested: bool,
     bmc_url: String,
     bmc_system_id: Option<String>,
     bmc_username: String,
@@ -39,7 +40,7 @@ struct MachineRow {
 
 const SELECT: &str = "select m.id, m.name, m.machine_class_id, c.name as machine_class, m.labels, \
      m.state, m.last_error, m.tenant_id, m.cluster_id, m.node_pool_id, m.node_name, m.system_uuid, \
-     m.inventory, m.maintenance_reason, m.bmc_url, m.bmc_system_id, m.bmc_username, \
+     m.inventory, m.maintenance_reason, m.retire_requested_at is not null as retire_requested, m.bmc_url, m.bmc_system_id, m.bmc_username, \
      m.bmc_password_enc, m.bmc_ca_cert, m.bmc_insecure_tls, m.generation, m.status_version, \
      m.created_at, m.updated_at \
      from machines m join machine_classes c on c.id = m.machine_class_id";
@@ -63,6 +64,7 @@ impl TryFrom<MachineRow> for Machine {
             system_uuid: r.system_uuid,
             inventory: r.inventory,
             maintenance_reason: r.maintenance_reason,
+            retire_requested: r.retire_requested,
             bmc: Bmc {
                 url: r.bmc_url,
                 system_id: r.bmc_system_id,

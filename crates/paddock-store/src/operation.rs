@@ -138,3 +138,65 @@ pub async fn list(
     .await?;
     rows.into_iter().map(OperationView::try_from).collect()
 }
+
+/// Records progress on the open operations of `targets`: `running`, with their steps and current
+/// step. Writes nothing for an operation that already shows exactly this.
+pub async fn progress(
+    conn: &mut Conn,
+    targets: &[Uuid],
+    steps: &serde_json::Value,
+    current_step: Option<&str>,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "update operations set state = 'running', steps = $2, current_step = $3, updated_at = now() \
+         where target_id = any($1) and state in ('pending', 'running') \
+           and (state, steps, current_step) is distinct from ('running', $2, $3)",
+    )
+    .bind(targets)
+    .bind(steps)
+    .bind(current_step)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Completes the open operations on `target` created for a generation up to `generation` (or all
+/// of them with `None`: the target is gone). SPEC section 4: an operation succeeds when its
+/// target observed the generation it was created for, or the target is gone.
+pub async fn succeed(
+    conn: &mut Conn,
+    target: Uuid,
+    generation: Option<i64>,
+    steps: &serde_json::Value,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "update operations set state = 'succeeded', steps = $3, current_step = null, finished_at = now(), \
+         updated_at = now() where target_id = $1 and state in ('pending', 'running') \
+           and ($2::bigint is null or target_generation <= $2)",
+    )
+    .bind(target)
+    .bind(generation)
+    .bind(steps)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Fails the open operations on `targets` with `problem` (its `instance` is set per operation).
+pub async fn fail_open(
+    conn: &mut Conn,
+    targets: &[Uuid],
+    problem: &paddock_types::problem::Problem,
+) -> Result<(), StoreError> {
+    let problem = serde_json::to_value(problem).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    sqlx::query(
+        "update operations set state = 'failed', error = jsonb_set($2, '{instance}', \
+           to_jsonb('/v1/operations/' || id::text)), finished_at = now(), updated_at = now() \
+         where target_id = any($1) and state in ('pending', 'running')",
+    )
+    .bind(targets)
+    .bind(problem)
+    .execute(conn)
+    .await?;
+    Ok(())
+}

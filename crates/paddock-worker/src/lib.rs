@@ -89,17 +89,20 @@ impl Outcome {
 
     /// [`Outcome::Fail`] with an `operation-failed` problem and an explicit status.
     pub fn fail_with_status(status: u16, code: impl Into<String>, detail: impl Into<String>) -> Self {
-        Self::Fail {
-            problem: Problem {
-                type_: format!("{PROBLEM_BASE}{FAILED_SLUG}"),
-                title: FAILED_TITLE.to_owned(),
-                status,
-                detail: detail.into(),
-                instance: String::new(),
-                code: code.into(),
-                request_id: String::new(),
-                errors: Vec::new(),
-            },
-        }
+        Self::Fail { problem: failed_problem(status, code.into(), detail.into()) }
+    }
+}
+
+/// An `operation-failed` problem (`instance` and `request_id` are filled in by the store).
+pub(crate) fn failed_problem(status: u16, code: String, detail: String) -> Problem {
+    Problem {
+        type_: format!("{PROBLEM_BASE}{FAILED_SLUG}"),
+        title: FAILED_TITLE.to_owned(),
+        status,
+        detail,
+        instance: String::new(),
+        code,
+        request_id: String::new(),
+        errors: Vec::new(),
     }
 }

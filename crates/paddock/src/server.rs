@@ -9,7 +9,7 @@ use paddock_api::{ApiConfig, AppState};
 use paddock_auth::Verifier;
 use paddock_service::Services;
 use paddock_store::Store;
-use paddock_worker::reconcile::{ClusterReconciler, MachineReconciler};
+use paddock_worker::reconcile::{self, ClusterReconciler, Drivers, MachineReconciler};
 use paddock_worker::{default_worker_id, JobHandler, Worker, WorkerConfig};
 use tokio::sync::watch;
 
@@ -61,7 +61,12 @@ pub async fn run(
         services.store().migrate().await.context("migrating the database")?;
     }
     let (stop_tx, stop_rx) = watch::channel(false);
-    let worker = roles.worker.then(|| tokio::spawn(worker(services.clone(), stop_rx.clone())));
+    let worker = if roles.worker {
+        let (drivers, lifecycle) = (drivers(settings).await?, lifecycle(settings));
+        Some(tokio::spawn(worker(services.clone(), drivers, lifecycle, stop_rx.clone())))
+    } else {
+        None
+    };
     let result = if roles.api {
         let verifier = Verifier::new(settings.verifier()?).await.context("JWT configuration")?;
         let state = AppState::new(services, verifier, ApiConfig { cors_origins: settings.cors_origins.clone() });
@@ -91,10 +96,12 @@ pub async fn run(
 }
 
 /// The worker: runs the reconcile jobs of the durable queue, and does the housekeeping.
-async fn worker(services: Services, mut stop: watch::Receiver<bool>) {
+async fn worker(services: Services, drivers: Drivers, lifecycle: reconcile::Settings, mut stop: watch::Receiver<bool>) {
     let store = services.store().clone();
-    let handlers: Vec<Arc<dyn JobHandler>> =
-        vec![Arc::new(MachineReconciler::new(store.clone())), Arc::new(ClusterReconciler::new(store.clone()))];
+    let handlers: Vec<Arc<dyn JobHandler>> = vec![
+        Arc::new(MachineReconciler::new(services.clone(), drivers.clone(), lifecycle.clone())),
+        Arc::new(ClusterReconciler::new(services.clone(), drivers, lifecycle)),
+    ];
     let worker = match Worker::new(store, default_worker_id(), handlers, WorkerConfig::default()) {
         Ok(worker) => worker,
         Err(e) => {
@@ -118,6 +125,22 @@ async fn worker(services: Services, mut stop: watch::Receiver<bool>) {
     };
     tokio::join!(jobs, housekeeping);
     tracing::info!("worker stopped");
+}
+
+/// The drivers the settings choose.
+async fn drivers(settings: &Settings) -> anyhow::Result<Drivers> {
+    let _ = settings;
+    Ok(Drivers::default())
+}
+
+/// The lifecycle settings from the configuration.
+fn lifecycle(settings: &Settings) -> reconcile::Settings {
+    reconcile::Settings {
+        wipe_image_url: settings.wipe_image_url.as_ref().map(ToString::to_string),
+        os_image_url: settings.os_image_url.as_ref().map(ToString::to_string),
+        agent_token_ttl: Duration::from_secs(settings.agent_token_ttl),
+        ..reconcile::Settings::default()
+    }
 }
 
 /// Forgets expired idempotency keys and long-finished jobs.

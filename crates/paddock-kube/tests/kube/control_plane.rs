@@ -10,11 +10,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::ByteString;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::Api;
-use paddock_kube::kamaji::{self, ADMIN_KUBECONFIG_KEY};
-use paddock_kube::{
-    isolation, ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, KamajiBackend, KubeError,
-    KubePlatform, Removal, ServiceType,
+use paddock_domain::driver::{
+    ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, Removal, ServiceType,
 };
+use paddock_kube::kamaji::{self, ADMIN_KUBECONFIG_KEY};
+use paddock_kube::{isolation, KamajiBackend, KubeError, KubePlatform};
 use serde_json::{json, Value};
 
 use crate::support::{self, eventually, ApiServer};
@@ -295,4 +295,11 @@ async fn ensure_control_plane_before_isolation_is_a_transient_error() {
     assert!(matches!(err, KubeError::NamespaceMissing { .. }), "{err:?}");
     assert!(err.is_transient());
     assert!(!format!("{err:?} {err}").contains(&w.server.token), "no credential in the error");
+
+    // Through the trait, as the worker sees it.
+    let backend: &dyn ControlPlaneBackend = &w.backend;
+    let err = backend.ensure_control_plane(&w.spec("v1.34.1")).await.expect_err("no namespace yet");
+    assert!(err.is_transient(), "{err:?}");
+    assert_eq!(err.code, "namespace_missing");
+    assert!(err.message.contains(&isolation::namespace_name(w.cluster.cluster_id)), "{}", err.message);
 }

@@ -1,5 +1,6 @@
 //! Failures of the API server itself.
 
+use paddock_domain::driver::PlatformDriver;
 use paddock_kube::KubeError;
 
 use crate::support;
@@ -28,4 +29,13 @@ async fn a_stopped_api_server_gives_a_transient_error() {
 
     let err = platform.remove_isolation(&c).await.expect_err("still gone");
     assert!(err.is_transient(), "{err:?}");
+
+    // Through the trait, as the worker sees it: transient, the chain in the message, no token.
+    let driver: &dyn PlatformDriver = &platform;
+    let err = driver.ensure_isolation(&c).await.expect_err("still gone");
+    assert!(err.is_transient(), "{err:?}");
+    assert_eq!(err.code, "kube_api_error");
+    assert!(err.message.starts_with("get Namespace "), "{}", err.message);
+    assert!(err.message.len() > "get Namespace ".len() + 40, "the cause is in the message: {}", err.message);
+    assert!(!format!("{err:?}").contains(&server.token), "the error leaks the token: {err:?}");
 }

@@ -8,8 +8,9 @@ use k8s_openapi::api::core::v1::{Container, LimitRange, Namespace, Pod, PodSpec,
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, Resource};
+use paddock_domain::driver::ClusterRef;
 use paddock_kube::isolation::{self, IsolationSettings};
-use paddock_kube::{ClusterRef, KubePlatform};
+use paddock_kube::KubePlatform;
 
 use crate::support::{self, eventually};
 
@@ -72,7 +73,7 @@ async fn ensure_isolation_twice_changes_nothing_the_second_time() {
     assert_eq!(before.len(), 7, "namespace, 4 policies, quota, limit range: {:?}", names(&before));
 
     let second = platform.ensure_isolation(&c).await.expect("second ensure");
-    assert_eq!(second, paddock_kube::Isolation { namespace: first.namespace.clone(), changed: false });
+    assert_eq!(second, paddock_domain::driver::Isolation { namespace: first.namespace.clone(), changed: false });
     let after = stored(&client, &c).await;
     let versions = |rows: &[(String, String, BTreeMap<String, String>, String)]| {
         rows.iter().map(|r| (r.0.clone(), r.1.clone())).collect::<Vec<_>>()
@@ -286,6 +287,11 @@ async fn a_foreign_namespace_with_the_derived_name_is_left_alone() {
     assert!(!err.is_transient());
     let err = platform.remove_isolation(&c).await.expect_err("not ours to delete");
     assert!(matches!(err, paddock_kube::KubeError::ForeignNamespace { .. }), "{err:?}");
+    // Through the trait, as the worker sees it: permanent, with a stable code.
+    let driver: &dyn paddock_domain::driver::PlatformDriver = &platform;
+    let err = driver.ensure_isolation(&c).await.expect_err("not ours");
+    assert_eq!((err.code.as_str(), err.is_transient()), ("foreign_namespace", false), "{err:?}");
+    assert!(err.message.contains(&ns_name), "{}", err.message);
     let still = namespaces.get(&ns_name).await.expect("still there");
     assert!(still.metadata.deletion_timestamp.is_none());
     assert!(!still.metadata.labels.unwrap_or_default().contains_key("paddock.dev/cluster-id"), "not adopted");

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::Api;
-use paddock_kube::{isolation, Removal};
+use paddock_domain::driver::Removal;
+use paddock_kube::isolation;
 use serde_json::json;
 
 use crate::support::{self, eventually};

@@ -5,7 +5,7 @@
 //! Most tests share one API server and isolate themselves by namespace (each makes fresh cluster
 //! ids, hence fresh namespaces). `faults::a_stopped_api_server_gives_a_transient_error` and
 //! `kamaji::*` get their own API server, named after the test; `control_plane::*` share one with
-//! the Kamaji CRDs installed.
+//! the Kamaji CRDs installed. `nodes::*` use the shared API server as a tenant cluster.
 
 mod support;
 
@@ -13,4 +13,5 @@ mod control_plane;
 mod faults;
 mod isolation;
 mod kamaji;
+mod nodes;
 mod removal;

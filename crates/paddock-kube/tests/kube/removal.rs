@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
-use paddock_kube::{isolation, KubeError, Removal};
+use paddock_domain::driver::Removal;
+use paddock_kube::{isolation, KubeError};
 
 use crate::support::{self, eventually};
 

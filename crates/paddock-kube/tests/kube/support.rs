@@ -16,7 +16,8 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use paddock_kube::{ClusterRef, KubePlatform};
+use paddock_domain::driver::ClusterRef;
+use paddock_kube::KubePlatform;
 use paddock_types::{ClusterId, TenantId};
 use serde::Deserialize;
 
@@ -26,7 +27,6 @@ pub struct ApiServer {
     /// Its name in the harness.
     pub name: String,
     /// `https://127.0.0.1:<port>`.
-    #[expect(dead_code, reason = "kept for debugging output")]
     pub url: String,
     /// A self-contained kubeconfig (CA embedded, admin token).
     pub kubeconfig: PathBuf,

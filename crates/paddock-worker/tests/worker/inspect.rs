@@ -7,7 +7,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use paddock_domain::bmc::{BmcAccess, BmcDriver, BmcError, BoxFuture, Inventory, InventoryDrive};
+use paddock_domain::bmc::{
+    AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, BoxFuture, Inventory, InventoryDrive,
+};
 use paddock_domain::job_kind::MACHINE_RECONCILE;
 use paddock_domain::model::{Bmc, Machine};
 use paddock_domain::secret::{Binding, Cipher};
@@ -16,7 +18,7 @@ use paddock_store::{machine, machine_class, Store};
 use paddock_types::machine::MachineState;
 use paddock_types::machine_class::MachineClassCreate;
 use paddock_types::{Labels, MachineClassId, MachineId};
-use paddock_worker::reconcile::{MachineReconciler, BMC_FIX_WAIT};
+use paddock_worker::reconcile::{Drivers, MachineReconciler, Settings, BMC_FIX_WAIT};
 use paddock_worker::{JobHandler, Outcome};
 
 use crate::support::*;
@@ -86,6 +88,13 @@ impl Emulator {
         let inv = RedfishClient::new(self.config(Some(&id))).expect("client").system().await.expect("system");
         inv.uuid.expect("the emulator reports UUIDs").as_str().to_owned()
     }
+}
+
+/// The machine reconciler with `bmc` as its only driver and no wipe image configured: inspected
+/// machines stop in cleaning with `wipe_image_not_configured`.
+fn reconciler(store: &Store, cipher: &Arc<Cipher>, bmc: Arc<dyn BmcDriver>) -> MachineReconciler {
+    let services = paddock_service::Services::new(store.clone(), cipher.clone());
+    MachineReconciler::new(services, Drivers { bmc: Some(bmc), kube: None }, Settings::default())
 }
 
 fn cipher() -> Arc<Cipher> {
@@ -172,14 +181,14 @@ async fn enrolling_machine_is_inspected_and_waits_in_cleaning() {
     class(&store, 64, 512).await;
     let uuid = emu.uuid_of(13).await;
     let id = enroll(&store, &cipher, &emu.url, Some(&uuid.to_uppercase()), &emu.user, &emu.password).await;
-    let reconciler = MachineReconciler::with_bmc(store.clone(), cipher.clone(), redfish());
+    let reconciler = reconciler(&store, &cipher, redfish());
 
     let outcome = run(&reconciler, &store, id).await;
-    assert_eq!(wait_code(&outcome).1, "wipe_not_implemented");
+    assert_eq!(wait_code(&outcome).1, "wipe_image_not_configured");
     let m = load(&store, id).await;
     assert_eq!(m.state, MachineState::Cleaning);
     assert_eq!(m.system_uuid.as_deref(), Some(uuid.as_str()));
-    assert_eq!(m.last_error, None);
+    assert_eq!(m.last_error.as_ref().map(|e| e.code.as_str()), Some("wipe_image_not_configured"));
     assert_eq!(m.inventory["system_uuid"], uuid.as_str());
     let drives: Vec<&str> =
         m.inventory["drives"].as_array().expect("drives").iter().map(|d| d["id"].as_str().expect("id")).collect();
@@ -191,13 +200,14 @@ async fn enrolling_machine_is_inspected_and_waits_in_cleaning() {
         assert!(unverified.contains(&f.to_owned()), "{f} in {unverified:?}");
     }
     assert!(strings(&m.inventory["verification"]["mismatches"]).is_empty());
-    // enrolling -> (inventory) -> inspecting -> cleaning: three guarded status writes.
-    assert_eq!(m.status_version, 4);
+    // enrolling -> (inventory) -> inspecting -> cleaning, the wipe run, the missing image: five
+    // guarded status writes.
+    assert_eq!(m.status_version, 6);
     assert_eq!(m.generation, 1, "status writes never bump the generation");
 
     // Again, from the top: nothing changes, and the job waits again.
     let outcome = run(&reconciler, &store, id).await;
-    assert_eq!(wait_code(&outcome).1, "wipe_not_implemented");
+    assert_eq!(wait_code(&outcome).1, "wipe_image_not_configured");
     let again = load(&store, id).await;
     assert_eq!(again.state, MachineState::Cleaning);
     assert_eq!(again.status_version, m.status_version);
@@ -219,9 +229,9 @@ async fn a_crash_after_inspecting_resumes() {
         .await
         .expect("transition"));
     drop(conn);
-    let reconciler = MachineReconciler::with_bmc(store.clone(), cipher.clone(), redfish());
+    let reconciler = reconciler(&store, &cipher, redfish());
     let outcome = run(&reconciler, &store, id).await;
-    assert_eq!(wait_code(&outcome).1, "wipe_not_implemented");
+    assert_eq!(wait_code(&outcome).1, "wipe_image_not_configured");
     let m = load(&store, id).await;
     assert_eq!(m.state, MachineState::Cleaning);
     assert_eq!(m.system_uuid.as_deref(), Some(uuid.as_str()));
@@ -239,7 +249,7 @@ async fn wrong_password_keeps_the_machine_enrolling_without_a_retry_storm() {
     class(&store, 64, 512).await;
     let uuid = emu.uuid_of(13).await;
     let id = enroll(&store, &cipher, &emu.url, Some(&uuid), &emu.user, "not-the-password").await;
-    let reconciler = MachineReconciler::with_bmc(store.clone(), cipher.clone(), redfish());
+    let reconciler = reconciler(&store, &cipher, redfish());
 
     let outcome = run(&reconciler, &store, id).await;
     let (after, code) = wait_code(&outcome);
@@ -263,7 +273,7 @@ async fn several_systems_without_system_id_is_ambiguous() {
     let cipher = cipher();
     class(&store, 64, 512).await;
     let id = enroll(&store, &cipher, &emu.url, None, &emu.user, &emu.password).await;
-    let reconciler = MachineReconciler::with_bmc(store.clone(), cipher.clone(), redfish());
+    let reconciler = reconciler(&store, &cipher, redfish());
 
     let outcome = run(&reconciler, &store, id).await;
     let (after, code) = wait_code(&outcome);
@@ -280,6 +290,18 @@ struct Fixed(Inventory);
 impl BmcDriver for Fixed {
     fn inspect<'a>(&'a self, _: &'a BmcAccess) -> BoxFuture<'a, Result<Inventory, BmcError>> {
         Box::pin(async move { Ok(self.0.clone()) })
+    }
+
+    fn boot_from_media<'a>(&'a self, _: &'a BmcAccess, _: &'a BootMedia) -> BoxFuture<'a, Result<(), BmcError>> {
+        Box::pin(async { Err(BmcError::new(BmcErrorKind::Permanent, "not_in_this_test", "inspection only")) })
+    }
+
+    fn finish_boot<'a>(&'a self, _: &'a BmcAccess, _: AfterBoot) -> BoxFuture<'a, Result<(), BmcError>> {
+        Box::pin(async { Err(BmcError::new(BmcErrorKind::Permanent, "not_in_this_test", "inspection only")) })
+    }
+
+    fn power_off<'a>(&'a self, _: &'a BmcAccess) -> BoxFuture<'a, Result<(), BmcError>> {
+        Box::pin(async { Err(BmcError::new(BmcErrorKind::Permanent, "not_in_this_test", "inspection only")) })
     }
 }
 
@@ -299,7 +321,7 @@ async fn inventory_contradicting_the_class_goes_to_maintenance() {
         memory_gib: Some(512),
         drives: Some(vec![InventoryDrive { id: "d0".into(), capacity_bytes: Some(1), model: None }]),
     };
-    let reconciler = MachineReconciler::with_bmc(store.clone(), cipher.clone(), Arc::new(Fixed(inventory)));
+    let reconciler = reconciler(&store, &cipher, Arc::new(Fixed(inventory)));
     let outcome = run(&reconciler, &store, id).await;
     assert!(matches!(outcome, Outcome::Done), "{outcome:?}");
     let m = load(&store, id).await;
@@ -320,7 +342,7 @@ async fn an_unreachable_bmc_is_transient_and_retried() {
     class(&store, 64, 512).await;
     // Nothing listens on the discard port of the loopback address: connection refused.
     let id = enroll(&store, &cipher, "http://127.0.0.1:9", None, "u", "p").await;
-    let reconciler = MachineReconciler::with_bmc(store.clone(), cipher.clone(), redfish());
+    let reconciler = reconciler(&store, &cipher, redfish());
     match run(&reconciler, &store, id).await {
         Outcome::Retry { error } => assert_eq!(error.code, "bmc_unreachable"),
         other => panic!("expected a retry, got {other:?}"),

@@ -1,0 +1,398 @@
+//! The cluster side's driver seams (SPEC section 6): what the cluster and machine reconcilers ask
+//! of the platform cluster, of whatever runs tenant control planes, of a tenant cluster's own API
+//! (nodes, the base stack) and of Slurm. The BMC seam is [`crate::bmc`].
+//!
+//! Every method is idempotent and starts from the observed state, so a crashed or repeated run
+//! just converges again; names of external objects derive from our ids only. Not being ready is
+//! never an error (it is a [`Readiness`]); failing to talk to the system is a [`DriverError`].
+//!
+//! Implementations: `paddock_kube` (the real platform and tenant clusters, Kamaji, Slinky) and
+//! `paddock_sim` (simulated, its world in PostgreSQL). Boxed futures, so the worker holds
+//! `Arc<dyn ...>`.
+
+use std::fmt;
+use std::sync::Arc;
+
+use paddock_types::cluster::{SlurmSpec, Taint};
+use paddock_types::{ClusterId, Labels, MachineId, NodePoolId, TenantId};
+
+pub use crate::bmc::BoxFuture;
+use crate::secret::SecretString;
+
+/// How a driver call failed, for the reconciler's decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriverErrorKind {
+    /// Worth another try later (unreachable, timeout, 5xx, a conflict with a concurrent writer).
+    Transient,
+    /// Will not heal by itself (rejected object, missing permission, a foreign object in the way):
+    /// the run fails visibly until someone fixes the cause.
+    Permanent,
+}
+
+/// A failed driver call. The message names the object and the verb, never a credential.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct DriverError {
+    /// Classification.
+    pub kind: DriverErrorKind,
+    /// Stable snake_case code (`platform_unreachable`, `foreign_namespace`).
+    pub code: String,
+    /// Readable message, safe to show to the tenant's operators.
+    pub message: String,
+}
+
+impl DriverError {
+    /// A transient error.
+    pub fn transient(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { kind: DriverErrorKind::Transient, code: code.into(), message: message.into() }
+    }
+
+    /// A permanent error.
+    pub fn permanent(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { kind: DriverErrorKind::Permanent, code: code.into(), message: message.into() }
+    }
+
+    /// Whether retrying later may succeed.
+    pub fn is_transient(&self) -> bool {
+        self.kind == DriverErrorKind::Transient
+    }
+}
+
+/// The tenant cluster an external object belongs to. Object names derive from the ids only; the
+/// names are informational (labels, annotations) and may change without renaming anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterRef {
+    /// The owning tenant.
+    pub tenant_id: TenantId,
+    /// The tenant cluster.
+    pub cluster_id: ClusterId,
+    /// The tenant's name, for people reading the platform cluster.
+    pub tenant_name: String,
+    /// The cluster's name, for people reading the platform cluster.
+    pub cluster_name: String,
+}
+
+/// Whether something is ready, and if not, why (for a condition's message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Readiness {
+    /// Every readiness condition holds.
+    pub ready: bool,
+    /// Why it is not ready (readable; empty when ready).
+    pub reason: String,
+}
+
+impl Readiness {
+    /// Ready.
+    pub fn ready() -> Self {
+        Self { ready: true, reason: String::new() }
+    }
+
+    /// Not ready, because `reason`.
+    pub fn waiting(reason: impl Into<String>) -> Self {
+        Self { ready: false, reason: reason.into() }
+    }
+}
+
+/// Where the removal of an external object stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// The object (and everything it owned) no longer exists.
+    Gone,
+    /// The object is being deleted (terminating, finalizers); ask again later.
+    Deleting,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Step 1: the platform cluster.
+
+/// What `ensure_isolation` found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Isolation {
+    /// The cluster's namespace on the platform cluster.
+    pub namespace: String,
+    /// Whether any object was created or modified (false: everything already held).
+    pub changed: bool,
+}
+
+/// The platform cluster: one namespace per tenant cluster with its isolation objects.
+pub trait PlatformDriver: Send + Sync {
+    /// Converges the cluster's namespace, NetworkPolicies, ResourceQuota and LimitRange.
+    fn ensure_isolation<'a>(&'a self, cluster: &'a ClusterRef) -> BoxFuture<'a, Result<Isolation, DriverError>>;
+
+    /// Deletes the cluster's namespace and everything in it. `Gone` only once it no longer exists.
+    fn remove_isolation<'a>(&'a self, cluster: &'a ClusterRef) -> BoxFuture<'a, Result<Removal, DriverError>>;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Step 2: the tenant control plane.
+
+/// How the tenant API server (and konnectivity) is exposed on the platform cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ServiceType {
+    /// A load balancer address (the default for machines outside the platform cluster).
+    LoadBalancer,
+    /// A port on every platform node.
+    NodePort,
+    /// Reachable from inside the platform cluster only.
+    ClusterIP,
+}
+
+impl ServiceType {
+    /// The Kubernetes Service type, as Kamaji's `serviceType` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::LoadBalancer => "LoadBalancer",
+            Self::NodePort => "NodePort",
+            Self::ClusterIP => "ClusterIP",
+        }
+    }
+}
+
+impl fmt::Display for ServiceType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The desired tenant control plane of one cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlPlaneSpec {
+    /// The tenant cluster (names derive from its id; it lives in the cluster's namespace).
+    pub cluster: ClusterRef,
+    /// The tenant's Kubernetes version, e.g. `v1.34.1`.
+    pub kubernetes_version: String,
+    /// API server replicas.
+    pub replicas: u32,
+    /// How the API server is exposed.
+    pub service_type: ServiceType,
+    /// A dedicated DataStore by name; None lets the backend choose its default. Once set it
+    /// cannot be unset.
+    pub datastore: Option<String>,
+}
+
+/// What the backend reports about a control plane after ensuring it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ControlPlaneStatus {
+    /// Every readiness condition holds.
+    pub ready: bool,
+    /// Why it is not ready (every missing condition, `; `-separated); empty when ready.
+    pub reason: String,
+    /// The API server endpoint as the backend publishes it (`host:port`), when known.
+    pub endpoint: Option<String>,
+    /// The admin kubeconfig, when the backend has written it. A secret: paddock stores it
+    /// encrypted and never logs it ([`fmt::Debug`] prints its length only).
+    pub admin_kubeconfig: Option<Vec<u8>>,
+}
+
+impl fmt::Debug for ControlPlaneStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kubeconfig = self.admin_kubeconfig.as_ref().map(|k| format!("[redacted, {} bytes]", k.len()));
+        f.debug_struct("ControlPlaneStatus")
+            .field("ready", &self.ready)
+            .field("reason", &self.reason)
+            .field("endpoint", &self.endpoint)
+            .field("admin_kubeconfig", &kubeconfig)
+            .finish()
+    }
+}
+
+/// Runs tenant control planes (Kamaji).
+pub trait ControlPlaneBackend: Send + Sync {
+    /// Applies the desired control plane (a no-op when it already matches) and reports whether it
+    /// is ready.
+    fn ensure_control_plane<'a>(
+        &'a self,
+        spec: &'a ControlPlaneSpec,
+    ) -> BoxFuture<'a, Result<ControlPlaneStatus, DriverError>>;
+
+    /// Deletes the cluster's control plane. `Gone` only once it no longer exists.
+    fn delete_control_plane<'a>(&'a self, cluster: &'a ClusterRef) -> BoxFuture<'a, Result<Removal, DriverError>>;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inside a tenant cluster: nodes, the base stack, Slurm.
+
+/// How paddock reaches a tenant cluster's own API server: with the admin kubeconfig the control
+/// plane backend wrote (stored encrypted, opened only for the call).
+#[derive(Debug, Clone)]
+pub struct TenantAccess {
+    /// The tenant cluster.
+    pub cluster: ClusterRef,
+    /// The API server endpoint (`host:port`).
+    pub endpoint: String,
+    /// The admin kubeconfig (YAML).
+    pub admin_kubeconfig: SecretString,
+}
+
+/// The machine a node is made from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRef {
+    /// The machine.
+    pub machine_id: MachineId,
+    /// Its node pool.
+    pub node_pool_id: NodePoolId,
+    /// The pool's name (nodes are labelled with it; it names the Slurm NodeSet).
+    pub pool_name: String,
+    /// The node name the machine registers with (derived from the machine, stable).
+    pub node_name: String,
+    /// The machine's system UUID: how a registered Node is matched to the machine.
+    pub system_uuid: String,
+    /// Labels the node must carry (the pool's).
+    pub labels: Labels,
+    /// Taints the node must carry (the pool's).
+    pub taints: Vec<Taint>,
+}
+
+/// A node of a tenant cluster as its API server reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeStatus {
+    /// The Node's name.
+    pub name: String,
+    /// Whether its `Ready` condition is `True`.
+    pub ready: bool,
+}
+
+/// The configuration a machine needs to join a tenant cluster: endpoint, CA pin and a bootstrap
+/// token. A secret as a whole (it goes into the machine's sealed agent configuration).
+#[derive(Clone, PartialEq, Eq)]
+pub struct JoinConfig(pub serde_json::Value);
+
+impl fmt::Debug for JoinConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("JoinConfig([redacted])")
+    }
+}
+
+/// A tenant cluster's nodes: joining machines and matching them to Nodes.
+pub trait TenantNodes: Send + Sync {
+    /// A join configuration for `node` (a fresh bootstrap token, valid for `ttl_seconds`).
+    fn join_config<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+        ttl_seconds: u64,
+    ) -> BoxFuture<'a, Result<JoinConfig, DriverError>>;
+
+    /// The registered Node whose `systemUUID` is `node.system_uuid`, if any; also converges its
+    /// labels and taints to the pool's.
+    fn node<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<Option<NodeStatus>, DriverError>>;
+
+    /// Removes the machine's Node from the tenant cluster. `Gone` once it no longer exists.
+    fn remove_node<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<Removal, DriverError>>;
+}
+
+/// The tenant base stack (SPEC section 6 step 4): a CNI, the NVIDIA device plugin, a storage
+/// class, Slinky's CRDs and operator, applied in order from digest-pinned manifests.
+pub trait TenantStack: Send + Sync {
+    /// Applies the stack (a no-op when it already matches) and reports whether it is ready.
+    fn ensure_stack<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<Readiness, DriverError>>;
+}
+
+/// A node pool as Slurm sees it: one NodeSet pinned to the pool's nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlurmPool {
+    /// The pool.
+    pub node_pool_id: NodePoolId,
+    /// The pool's name (the NodeSet's and the default partition's).
+    pub name: String,
+    /// Desired node count.
+    pub count: u32,
+    /// The Node names currently held by the pool.
+    pub node_names: Vec<String>,
+}
+
+/// The desired Slurm of one cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlurmDesired {
+    /// The cluster's Slurm section.
+    pub spec: SlurmSpec,
+    /// Its pools.
+    pub pools: Vec<SlurmPool>,
+}
+
+/// Slurm in a tenant cluster through Slinky (SPEC section 6 step 5).
+pub trait SlurmDriver: Send + Sync {
+    /// Applies the cluster's Slurm (secrets generated once, accounting, controller, REST API,
+    /// login, one NodeSet per pool, partitions) and reports whether it is ready, including a
+    /// slurmrestd ping.
+    fn ensure_slurm<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        desired: &'a SlurmDesired,
+    ) -> BoxFuture<'a, Result<Readiness, DriverError>>;
+
+    /// Drains the Slurm node on `node_name` before its machine is released; true once drained (or
+    /// when Slurm does not know the node).
+    fn drain_node<'a>(&'a self, tenant: &'a TenantAccess, node_name: &'a str) -> BoxFuture<'a, Result<bool, DriverError>>;
+
+    /// Deletes the cluster's Slurm. `Gone` once every Slurm object no longer exists.
+    fn remove_slurm<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<Removal, DriverError>>;
+}
+
+/// The cluster-side drivers the reconcilers use, chosen together by `PADDOCK_KUBE_DRIVER`.
+#[derive(Clone)]
+pub struct KubeDrivers {
+    /// Step 1.
+    pub platform: Arc<dyn PlatformDriver>,
+    /// Step 2.
+    pub control_plane: Arc<dyn ControlPlaneBackend>,
+    /// Step 3: joining machines.
+    pub nodes: Arc<dyn TenantNodes>,
+    /// Step 4.
+    pub stack: Arc<dyn TenantStack>,
+    /// Step 5.
+    pub slurm: Arc<dyn SlurmDriver>,
+}
+
+impl fmt::Debug for KubeDrivers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KubeDrivers").finish_non_exhaustive()
+    }
+}
+
+/// The Node name of a machine: derived from the machine's id, so it is stable across
+/// re-provisioning and never collides between clusters.
+pub fn node_name(machine: MachineId) -> String {
+    format!("m-{}", machine.uuid().simple())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_secrets() {
+        let status = ControlPlaneStatus {
+            ready: true,
+            reason: String::new(),
+            endpoint: Some("10.0.0.1:6443".to_owned()),
+            admin_kubeconfig: Some(b"client-key-data: SECRET".to_vec()),
+        };
+        let shown = format!("{status:?}");
+        assert!(!shown.contains("SECRET"), "{shown}");
+        assert!(shown.contains("redacted, 23 bytes"), "{shown}");
+        let join = JoinConfig(serde_json::json!({"token": "abcdef.0123456789abcdef"}));
+        assert!(!format!("{join:?}").contains("abcdef"));
+    }
+
+    #[test]
+    fn the_traits_are_object_safe() {
+        fn takes(_: Option<KubeDrivers>) {}
+        takes(None);
+    }
+
+    #[test]
+    fn node_names_are_dns_labels() {
+        let name = node_name(MachineId(uuid::Uuid::now_v7()));
+        assert_eq!(name.len(), 34);
+        assert!(name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'));
+    }
+}

@@ -1,0 +1,329 @@
+//! `KubeTenantNodes` against a real API server playing the tenant cluster (the shared one, reached
+//! through its admin kubeconfig as Kamaji's would be). The tests play the kubelet: they create
+//! Node objects and write their status through the `/status` subresource.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+use base64::Engine;
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus as KubeNodeStatus, NodeSystemInfo, Secret};
+use k8s_openapi::chrono::{DateTime, Utc};
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::config::Kubeconfig;
+use kube::{Api, Client};
+use paddock_domain::driver::{NodeRef, NodeStatus, Removal, TenantAccess, TenantNodes};
+use paddock_domain::secret::SecretString;
+use paddock_kube::nodes::{ANNOTATION_TAINTS, LABEL_MACHINE_ID, LABEL_NODE_POOL};
+use paddock_kube::KubeTenantNodes;
+use paddock_types::cluster::{Taint, TaintEffect};
+use paddock_types::{MachineId, NodePoolId};
+use serde_json::{json, Value};
+
+use crate::support::{self, ApiServer};
+
+/// The tenant cluster as the worker reaches it: the API server's admin kubeconfig.
+fn access(server: &ApiServer) -> TenantAccess {
+    let kubeconfig = std::fs::read_to_string(&server.kubeconfig).expect("read the harness kubeconfig");
+    TenantAccess {
+        cluster: support::cluster("nodes", "tenant"),
+        endpoint: server.url.trim_start_matches("https://").to_owned(),
+        admin_kubeconfig: SecretString::new(kubeconfig),
+    }
+}
+
+fn taint(key: &str, value: &str, effect: TaintEffect) -> Taint {
+    Taint { key: key.to_owned(), value: value.to_owned(), effect }
+}
+
+/// A machine of pool `gpu` with a fresh id, UUID and node name.
+fn machine() -> NodeRef {
+    let machine_id = MachineId::new();
+    NodeRef {
+        machine_id,
+        node_pool_id: NodePoolId::new(),
+        pool_name: "gpu".to_owned(),
+        node_name: paddock_domain::driver::node_name(machine_id),
+        system_uuid: uuid::Uuid::new_v4().to_string(),
+        labels: BTreeMap::from([("example.com/team".to_owned(), "ml".to_owned())]),
+        taints: vec![taint("example.com/gpu", "true", TaintEffect::NoSchedule)],
+    }
+}
+
+/// Plays the kubelet: registers a Node named `name` reporting `system_uuid`, then its readiness.
+async fn register(client: &Client, name: &str, system_uuid: &str, ready: bool) -> Node {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = Node {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(BTreeMap::from([("kubernetes.io/hostname".to_owned(), name.to_owned())])),
+            ..ObjectMeta::default()
+        },
+        spec: Some(NodeSpec {
+            taints: Some(vec![k8s_openapi::api::core::v1::Taint {
+                key: "example.com/kubelet".to_owned(),
+                effect: "PreferNoSchedule".to_owned(),
+                ..Default::default()
+            }]),
+            ..NodeSpec::default()
+        }),
+        ..Node::default()
+    };
+    nodes.create(&PostParams::default(), &node).await.expect("register the Node");
+    set_ready(client, name, system_uuid, ready).await
+}
+
+async fn set_ready(client: &Client, name: &str, system_uuid: &str, ready: bool) -> Node {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let status = KubeNodeStatus {
+        node_info: Some(NodeSystemInfo {
+            system_uuid: system_uuid.to_owned(),
+            machine_id: "m".to_owned(),
+            boot_id: "b".to_owned(),
+            kernel_version: "6.8.0".to_owned(),
+            os_image: "Ubuntu 24.04".to_owned(),
+            container_runtime_version: "containerd://2.0.0".to_owned(),
+            kubelet_version: "v1.34.1".to_owned(),
+            kube_proxy_version: String::new(),
+            operating_system: "linux".to_owned(),
+            architecture: "amd64".to_owned(),
+            ..NodeSystemInfo::default()
+        }),
+        conditions: Some(vec![NodeCondition {
+            type_: "Ready".to_owned(),
+            status: if ready { "True" } else { "False" }.to_owned(),
+            reason: Some(if ready { "KubeletReady" } else { "KubeletNotReady" }.to_owned()),
+            ..NodeCondition::default()
+        }]),
+        ..KubeNodeStatus::default()
+    };
+    let patch = json!({ "status": status });
+    nodes.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("write the Node's status")
+}
+
+fn taints_of(node: &Node) -> Vec<(String, Option<String>, String)> {
+    let taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+    taints.into_iter().map(|t| (t.key, t.value, t.effect)).collect()
+}
+
+fn has_taint(node: &Node, key: &str, value: Option<&str>, effect: &str) -> bool {
+    taints_of(node).iter().any(|(k, v, e)| k == key && v.as_deref() == value && e == effect)
+}
+
+#[tokio::test]
+async fn join_config_mints_a_bootstrap_token_and_pins_the_ca() {
+    let Some(server) = support::shared().await else { return };
+    let client = server.client().await;
+    let tenant = access(&server);
+    let m = machine();
+    let nodes = KubeTenantNodes::new();
+    let driver: &dyn TenantNodes = &nodes;
+
+    let before = Utc::now();
+    let config = driver.join_config(&tenant, &m, 3600).await.expect("join config").0;
+    assert_eq!(config["api_server_endpoint"], json!(tenant.endpoint));
+    assert_eq!(config["node_name"], json!(m.node_name));
+    assert_eq!(config["cluster_id"], json!(tenant.cluster.cluster_id.to_string()));
+    assert_eq!(
+        config["node_labels"],
+        json!({ "example.com/team": "ml", LABEL_NODE_POOL: "gpu", LABEL_MACHINE_ID: m.machine_id.to_string() })
+    );
+    assert_eq!(config["node_taints"], json!([{ "key": "example.com/gpu", "value": "true", "effect": "NoSchedule" }]));
+
+    // The token: `<6 chars>.<16 chars>` of [a-z0-9].
+    let token = config["token"].as_str().expect("token").to_owned();
+    let (id, secret) = token.split_once('.').expect("id.secret");
+    assert_eq!((id.len(), secret.len()), (6, 16), "{id}");
+    assert!(token.bytes().all(|b| b == b'.' || b.is_ascii_lowercase() || b.is_ascii_digit()));
+
+    // The Secret kubeadm's bootstrap authenticator reads.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "kube-system");
+    let stored = secrets.get(&format!("bootstrap-token-{id}")).await.expect("the token secret exists");
+    assert_eq!(stored.type_.as_deref(), Some("bootstrap.kubernetes.io/token"));
+    let data: BTreeMap<String, String> = stored
+        .data
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, String::from_utf8(v.0).expect("utf-8")))
+        .collect();
+    assert_eq!(data["token-id"], id);
+    assert_eq!(data["token-secret"], secret);
+    assert_eq!(data["usage-bootstrap-authentication"], "true");
+    assert_eq!(data["usage-bootstrap-signing"], "true");
+    assert_eq!(data["auth-extra-groups"], "system:bootstrappers:kubeadm:default-node-token");
+    assert!(data["description"].contains(&m.machine_id.to_string()), "{}", data["description"]);
+    let expiration: DateTime<Utc> = data["expiration"].parse().expect("RFC 3339 expiration");
+    assert!(data["expiration"].ends_with('Z'), "{}", data["expiration"]);
+    let ttl = (expiration - before).num_seconds();
+    assert!((3598..=3620).contains(&ttl), "expires in {ttl} s");
+    let labels = stored.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels.get(LABEL_MACHINE_ID), Some(&m.machine_id.to_string()));
+
+    // The CA pin equals an independent computation on the kubeconfig's CA (openssl).
+    let kubeconfig = Kubeconfig::read_from(&server.kubeconfig).expect("kubeconfig");
+    let ca_b64 = kubeconfig.clusters[0].cluster.as_ref().and_then(|c| c.certificate_authority_data.clone());
+    let ca_pem = base64::engine::general_purpose::STANDARD.decode(ca_b64.expect("CA data")).expect("base64");
+    let dir = std::env::temp_dir().join(format!("paddock-ca-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let ca_file = dir.join("ca.crt");
+    std::fs::write(&ca_file, &ca_pem).expect("write CA");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "openssl x509 -in '{}' -pubkey -noout | openssl pkey -pubin -outform der | sha256sum",
+            ca_file.display()
+        ))
+        .output()
+        .expect("run openssl");
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(out.status.success(), "openssl: {}", String::from_utf8_lossy(&out.stderr));
+    let expected = String::from_utf8(out.stdout).expect("utf-8");
+    let expected = format!("sha256:{}", expected.split_whitespace().next().expect("hash"));
+    assert_eq!(expected.len(), "sha256:".len() + 64, "{expected}");
+    assert_eq!(config["ca_cert_hashes"], json!([expected]));
+
+    // Each call mints a fresh token; the earlier one stays until it expires.
+    let again = driver.join_config(&tenant, &m, 600).await.expect("join config again").0;
+    let id2 = again["token"].as_str().and_then(|t| t.split_once('.')).map(|(i, _)| i.to_owned()).expect("token");
+    assert_ne!(id2, id);
+    assert!(secrets.get_opt(&format!("bootstrap-token-{id}")).await.expect("get").is_some());
+    assert!(secrets.get_opt(&format!("bootstrap-token-{id2}")).await.expect("get").is_some());
+    assert_eq!(again["ca_cert_hashes"], config["ca_cert_hashes"]);
+}
+
+#[tokio::test]
+async fn node_is_found_by_system_uuid_and_gets_the_pool_labels_and_taints() {
+    let Some(server) = support::shared().await else { return };
+    let client = server.client().await;
+    let tenant = access(&server);
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    let driver = KubeTenantNodes::new();
+    let mut m = machine();
+
+    // Not registered yet; another Node with another UUID is not it.
+    assert_eq!(driver.node(&tenant, &m).await.expect("node"), None);
+    let other = machine();
+    register(&client, &other.node_name, &other.system_uuid, true).await;
+    assert_eq!(driver.node(&tenant, &m).await.expect("node"), None);
+
+    // The kubelet registers (under another name, and the UUID in upper case), not ready yet.
+    let registered_name = format!("{}-host", m.node_name);
+    register(&client, &registered_name, &m.system_uuid.to_uppercase(), false).await;
+    let status = driver.node(&tenant, &m).await.expect("node");
+    assert_eq!(status, Some(NodeStatus { name: registered_name.clone(), ready: false }));
+
+    let node = nodes_api.get(&registered_name).await.expect("the Node");
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels.get("example.com/team").map(String::as_str), Some("ml"));
+    assert_eq!(labels.get(LABEL_NODE_POOL).map(String::as_str), Some("gpu"));
+    assert_eq!(labels.get(LABEL_MACHINE_ID), Some(&m.machine_id.to_string()));
+    assert_eq!(labels.get("kubernetes.io/hostname"), Some(&registered_name), "the kubelet's label stays");
+    assert!(has_taint(&node, "example.com/gpu", Some("true"), "NoSchedule"), "{:?}", taints_of(&node));
+    assert!(
+        has_taint(&node, "example.com/kubelet", None, "PreferNoSchedule"),
+        "not ours, kept: {:?}",
+        taints_of(&node)
+    );
+    let managers: Vec<_> = node.metadata.managed_fields.iter().flatten().filter_map(|f| f.manager.clone()).collect();
+    assert!(managers.iter().any(|m| m == "paddock"), "{managers:?}");
+
+    // Ready once the kubelet says so; nothing is written when everything already holds.
+    set_ready(&client, &registered_name, &m.system_uuid, true).await;
+    let version = nodes_api.get(&registered_name).await.expect("the Node").metadata.resource_version;
+    let status = driver.node(&tenant, &m).await.expect("node");
+    assert_eq!(status, Some(NodeStatus { name: registered_name.clone(), ready: true }));
+    let node = nodes_api.get(&registered_name).await.expect("the Node");
+    assert_eq!(node.metadata.resource_version, version, "a converged Node is not written");
+
+    // The pool changes: a label and a taint go, another taint comes; others' taints stay.
+    m.labels.clear();
+    m.taints = vec![taint("example.com/ib", "", TaintEffect::NoExecute)];
+    driver.node(&tenant, &m).await.expect("node").expect("found");
+    let node = nodes_api.get(&registered_name).await.expect("the Node");
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    assert!(!labels.contains_key("example.com/team"), "{labels:?}");
+    assert_eq!(labels.get(LABEL_NODE_POOL).map(String::as_str), Some("gpu"));
+    assert!(!has_taint(&node, "example.com/gpu", Some("true"), "NoSchedule"), "{:?}", taints_of(&node));
+    assert!(has_taint(&node, "example.com/ib", None, "NoExecute"), "{:?}", taints_of(&node));
+    assert!(has_taint(&node, "example.com/kubelet", None, "PreferNoSchedule"), "{:?}", taints_of(&node));
+    let annotations = node.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(annotations.get(ANNOTATION_TAINTS).map(String::as_str), Some("[\"example.com/ib:NoExecute\"]"));
+
+    // Someone else changes the labels paddock set: the next look converges them back.
+    let patch = json!({ "metadata": { "labels": { LABEL_NODE_POOL: "other" } } });
+    nodes_api.patch(&registered_name, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("tamper");
+    driver.node(&tenant, &m).await.expect("node").expect("found");
+    let node = nodes_api.get(&registered_name).await.expect("the Node");
+    assert_eq!(node.metadata.labels.unwrap_or_default().get(LABEL_NODE_POOL).map(String::as_str), Some("gpu"));
+}
+
+#[tokio::test]
+async fn remove_node_deletes_it_and_is_idempotent() {
+    let Some(server) = support::shared().await else { return };
+    let client = server.client().await;
+    let tenant = access(&server);
+    let driver: &dyn TenantNodes = &KubeTenantNodes::new();
+    let m = machine();
+    register(&client, &m.node_name, &m.system_uuid, true).await;
+    assert_eq!(
+        driver.node(&tenant, &m).await.expect("node"),
+        Some(NodeStatus { name: m.node_name.clone(), ready: true })
+    );
+
+    assert_eq!(driver.remove_node(&tenant, &m).await.expect("remove"), Removal::Gone);
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    assert!(nodes_api.get_opt(&m.node_name).await.expect("get").is_none());
+    assert_eq!(driver.node(&tenant, &m).await.expect("node"), None);
+    assert_eq!(driver.remove_node(&tenant, &m).await.expect("remove again"), Removal::Gone);
+
+    // A kubelet that registered under another name: found and removed by its system UUID.
+    let m = machine();
+    let host = format!("{}-host", m.node_name);
+    register(&client, &host, &m.system_uuid.to_uppercase(), false).await;
+    assert_eq!(driver.remove_node(&tenant, &m).await.expect("remove"), Removal::Gone);
+    assert!(nodes_api.get_opt(&host).await.expect("get").is_none());
+
+    // A Node held by a finalizer is Deleting until the finalizer goes.
+    let m = machine();
+    register(&client, &m.node_name, &m.system_uuid, true).await;
+    let patch = json!({ "metadata": { "finalizers": ["example.com/hold"] } });
+    nodes_api.patch(&m.node_name, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("finalizer");
+    assert_eq!(driver.remove_node(&tenant, &m).await.expect("remove"), Removal::Deleting);
+    assert_eq!(driver.remove_node(&tenant, &m).await.expect("remove again"), Removal::Deleting);
+    let patch = json!({ "metadata": { "finalizers": null } });
+    nodes_api.patch(&m.node_name, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("release");
+    support::eventually(Duration::from_secs(30), "the Node to go", || async {
+        (driver.remove_node(&tenant, &m).await.expect("remove") == Removal::Gone).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_broken_kubeconfig_is_a_permanent_error_that_quotes_nothing() {
+    let Some(server) = support::shared().await else { return };
+    let mut tenant = access(&server);
+    let driver: &dyn TenantNodes = &KubeTenantNodes::new();
+    let m = machine();
+    tenant.admin_kubeconfig =
+        SecretString::new(format!("users: [ {{ name: a, user: {{ token: {} }} }} ]\nclusters: 1", server.token));
+    let err = driver.node(&tenant, &m).await.expect_err("unusable kubeconfig");
+    assert_eq!((err.code.as_str(), err.is_transient()), ("tenant_kubeconfig_invalid", false), "{err:?}");
+    assert!(!format!("{err:?} {err}").contains(&server.token), "{err:?}");
+
+    // A kubeconfig without a CA cannot pin one for joining machines.
+    let text = std::fs::read_to_string(&server.kubeconfig).expect("kubeconfig");
+    let mut yaml: Value = serde_json::to_value(Kubeconfig::from_yaml(&text).expect("parse")).expect("json");
+    yaml["clusters"][0]["cluster"]["certificate-authority-data"] = Value::Null;
+    yaml["clusters"][0]["cluster"]["insecure-skip-tls-verify"] = json!(true);
+    tenant.admin_kubeconfig = SecretString::new(yaml.to_string());
+    let err = driver.join_config(&tenant, &m, 60).await.expect_err("no CA");
+    assert_eq!((err.code.as_str(), err.is_transient()), ("tenant_ca_invalid", false), "{err:?}");
+    assert!(!format!("{err:?}").contains(&server.token), "{err:?}");
+
+    // One that would run a program is refused before anything runs.
+    yaml["users"][0]["user"]["exec"] = json!({ "apiVersion": "client.authentication.k8s.io/v1", "command": "false" });
+    tenant.admin_kubeconfig = SecretString::new(yaml.to_string());
+    let err = driver.node(&tenant, &m).await.expect_err("exec refused");
+    assert_eq!((err.code.as_str(), err.is_transient()), ("tenant_kubeconfig_refused", false), "{err:?}");
+}

@@ -1,0 +1,319 @@
+//! The simulated agents: what a wipe image or an OS installer does once a machine booted from
+//! media, played against paddock's *real* agent endpoints. A boot is due when the machine is on,
+//! booted from CD with a seed inserted, `boot_latency` has passed and that boot was not reported
+//! yet. Several processes may run an agent over one world: a due boot is claimed with
+//! `for update skip locked` and a short lease (never held across the HTTP calls), and the
+//! one-time token makes a second report a 409 anyway.
+//!
+//! The seed URL is `<base>/v1/agent/<token>/seed.iso`; the agent fetches `<base>/v1/agent/<token>/config`
+//! and posts its report to the `report_url` it names. 2xx = done; 404/409/410 (or any other 4xx) =
+//! give up on that boot; 5xx and network errors = try again on the next tick. URLs are never
+//! logged: they hold the token.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+use sqlx::Row;
+use tokio::sync::watch;
+
+use crate::{micros, Inner, MachineFault, SimError};
+
+/// How long a claimed boot stays with the process that claimed it (a crash just lets it expire).
+const CLAIM_LEASE: Duration = Duration::from_secs(60);
+/// Due boots claimed per tick.
+const CLAIM_BATCH: i64 = 16;
+/// Timeout of each HTTP call.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The simulated agents of every machine; see [`crate::SimWorld::agent`].
+pub struct SimAgent {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) http: reqwest::Client,
+}
+
+impl std::fmt::Debug for SimAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimAgent").finish_non_exhaustive()
+    }
+}
+
+/// A due boot this process claimed.
+struct Boot {
+    bmc_url: String,
+    system_uuid: String,
+    seed_url: String,
+    boot_seq: i64,
+    booted_at: DateTime<Utc>,
+    drives: Vec<String>,
+    wipe_fails: bool,
+}
+
+/// How handling a boot ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// Reported (or given up on): never again for this boot.
+    Finished,
+    /// Try again on a later tick.
+    Retry,
+}
+
+/// Why an HTTP exchange did not succeed.
+enum Failure {
+    /// Network error or 5xx.
+    Retry,
+    /// A 4xx: the token is unknown, used or expired (or the request is refused).
+    GiveUp(u16),
+}
+
+impl SimAgent {
+    /// Reports due boots every `agent_poll` until `shutdown` turns true (or its sender is
+    /// dropped).
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        tracing::info!("simulated machine agents started");
+        loop {
+            if *shutdown.borrow() {
+                break;
+            }
+            if let Err(e) = self.tick().await {
+                tracing::warn!(error = %e, "the simulated agents could not look for due boots");
+            }
+            tokio::select! {
+                changed = shutdown.changed() => if changed.is_err() { break },
+                () = tokio::time::sleep(self.inner.config.agent_poll) => {}
+            }
+        }
+        tracing::info!("simulated machine agents stopped");
+    }
+
+    /// One pass: claims the due boots and handles each; returns how many it finished (reported or
+    /// gave up on). Boots to retry are released for the next pass.
+    pub async fn tick(&self) -> Result<usize, SimError> {
+        let boots = self.claim().await?;
+        let mut finished = 0;
+        for boot in boots {
+            let outcome = self.handle(&boot).await;
+            let mut conn = self.inner.store.conn().await?;
+            match outcome {
+                Outcome::Finished => {
+                    finished += 1;
+                    sqlx::query(
+                        "update sim_machines set reported_seq = greatest(reported_seq, $2), agent_claimed_until = null,
+                                updated_at = now()
+                         where bmc_url = $1",
+                    )
+                    .bind(&boot.bmc_url)
+                    .bind(boot.boot_seq)
+                    .execute(&mut *conn)
+                    .await?;
+                }
+                Outcome::Retry => {
+                    sqlx::query("update sim_machines set agent_claimed_until = null where bmc_url = $1")
+                        .bind(&boot.bmc_url)
+                        .execute(&mut *conn)
+                        .await?;
+                }
+            }
+        }
+        Ok(finished)
+    }
+
+    /// Claims due boots in one short statement; another process skips the rows this one locks
+    /// and, afterwards, the leased ones.
+    async fn claim(&self) -> Result<Vec<Boot>, SimError> {
+        let mut conn = self.inner.store.conn().await?;
+        let rows = sqlx::query(
+            "update sim_machines set agent_claimed_until = now() + $3 * interval '1 microsecond'
+             where bmc_url in (
+                 select bmc_url from sim_machines
+                 where boot_seq > reported_seq and power_on and boot_override = 'cd' and seed_url is not null
+                   and booted_at + $1 * interval '1 microsecond' <= now()
+                   and not ($2 = any (faults))
+                   and (agent_claimed_until is null or agent_claimed_until < now())
+                 order by booted_at
+                 limit $4
+                 for update skip locked)
+             returning bmc_url, system_uuid, seed_url, boot_seq, booted_at, drives, faults",
+        )
+        .bind(micros(self.inner.config.boot_latency))
+        .bind(MachineFault::NeverReports.as_str())
+        .bind(micros(CLAIM_LEASE))
+        .bind(CLAIM_BATCH)
+        .fetch_all(&mut *conn)
+        .await?;
+        rows.into_iter()
+            .map(|row| {
+                let drives: Value = row.try_get("drives")?;
+                let faults: Vec<String> = row.try_get("faults")?;
+                Ok(Boot {
+                    bmc_url: row.try_get("bmc_url")?,
+                    system_uuid: row.try_get("system_uuid")?,
+                    seed_url: row.try_get("seed_url")?,
+                    boot_seq: row.try_get("boot_seq")?,
+                    booted_at: row.try_get("booted_at")?,
+                    drives: drive_ids(&drives),
+                    wipe_fails: faults.iter().any(|f| f == MachineFault::WipeFails.as_str()),
+                })
+            })
+            .collect()
+    }
+
+    /// Plays one boot: fetch the configuration, do the work, report.
+    async fn handle(&self, boot: &Boot) -> Outcome {
+        let machine = boot.bmc_url.as_str();
+        let Some(base) = boot.seed_url.strip_suffix("/seed.iso") else {
+            tracing::warn!(machine, "the seed inserted in {machine} is not a paddock agent seed; nothing to report");
+            return Outcome::Finished;
+        };
+        let config = match self.get_json(&format!("{base}/config")).await {
+            Ok(config) => config,
+            Err(failure) => return self.failed(machine, "fetching its configuration", failure),
+        };
+        let Some(report_url) = config["report_url"].as_str() else {
+            tracing::warn!(machine, "the agent configuration of {machine} names no report URL");
+            return Outcome::Finished;
+        };
+        let started_at = boot.booted_at;
+        let (result, drives) = match config["purpose"].as_str() {
+            Some("wipe") => wipe(boot, &config["config"]),
+            Some("provision") => match self.provision(boot, &config["config"]).await {
+                Ok(true) => ("success", Vec::new()),
+                Ok(false) => ("failure", Vec::new()),
+                Err(e) => {
+                    tracing::warn!(machine, error = %e, "the simulated installer of {machine} could not write its node");
+                    return Outcome::Retry;
+                }
+            },
+            other => {
+                tracing::warn!(machine, purpose = ?other, "unknown agent purpose for {machine}");
+                return Outcome::Finished;
+            }
+        };
+        let finished_at = Utc::now().max(started_at);
+        let report = json!({
+            "result": result,
+            "drives": drives,
+            "started_at": started_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            "finished_at": finished_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        });
+        match self.post_json(report_url, &report).await {
+            Ok(()) => {
+                tracing::info!(machine, result, "the simulated agent of {machine} reported");
+                Outcome::Finished
+            }
+            Err(failure) => self.failed(machine, "posting its report", failure),
+        }
+    }
+
+    fn failed(&self, machine: &str, doing: &str, failure: Failure) -> Outcome {
+        match failure {
+            Failure::Retry => {
+                tracing::debug!(machine, "the simulated agent of {machine} failed {doing}; trying again");
+                Outcome::Retry
+            }
+            Failure::GiveUp(status) => {
+                if !matches!(status, 404 | 409 | 410) {
+                    tracing::warn!(machine, status, "the simulated agent of {machine} was refused {doing}");
+                }
+                Outcome::Finished
+            }
+        }
+    }
+
+    async fn get_json(&self, url: &str) -> Result<Value, Failure> {
+        let response = self.http.get(url).timeout(HTTP_TIMEOUT).send().await.map_err(|_| Failure::Retry)?;
+        let response = check(response)?;
+        response.json().await.map_err(|_| Failure::Retry)
+    }
+
+    async fn post_json(&self, url: &str, body: &Value) -> Result<(), Failure> {
+        let response = self.http.post(url).timeout(HTTP_TIMEOUT).json(body).send().await.map_err(|_| Failure::Retry)?;
+        check(response).map(drop)
+    }
+
+    /// The installer's work: the OS is on disk, configured to join the cluster its join
+    /// configuration names; the Node registers once the machine restarts from disk. Written
+    /// before the report, so a worker that acts on the report at once finds it. False when the
+    /// join configuration is unusable (the installer reports failure).
+    async fn provision(&self, boot: &Boot, config: &Value) -> Result<bool, SimError> {
+        // The join configuration `SimKube::join_config` wrote, as the run's whole configuration
+        // or under `join` / `join_config` (however the worker wraps it).
+        let join = [config, &config["join"], &config["join_config"]]
+            .into_iter()
+            .find(|c| c["cluster_id"].is_string())
+            .unwrap_or(config);
+        let cluster = join["cluster_id"].as_str().and_then(|c| uuid::Uuid::parse_str(c).ok());
+        let (Some(cluster), Some(node_name)) = (cluster, join["node_name"].as_str()) else {
+            tracing::warn!(machine = boot.bmc_url, "the join configuration names no cluster_id and node_name");
+            return Ok(false);
+        };
+        let labels = if join["labels"].is_object() { join["labels"].clone() } else { json!({}) };
+        let taints = if join["taints"].is_array() { join["taints"].clone() } else { json!([]) };
+        let mut tx = self.inner.store.begin().await?;
+        // The machine may have been this cluster's node under another name: one Node per machine.
+        sqlx::query("delete from sim_nodes where cluster_id = $1 and system_uuid = $2 and node_name <> $3")
+            .bind(cluster)
+            .bind(&boot.system_uuid)
+            .bind(node_name)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "insert into sim_nodes (cluster_id, node_name, system_uuid, labels, taints)
+             values ($1, $2, $3, $4, $5)
+             on conflict (cluster_id, node_name) do update set system_uuid = excluded.system_uuid,
+                 labels = excluded.labels, taints = excluded.taints, provisioned_at = now(),
+                 joined_at = null, ready_at = null",
+        )
+        .bind(cluster)
+        .bind(node_name)
+        .bind(&boot.system_uuid)
+        .bind(&labels)
+        .bind(&taints)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+}
+
+/// Sorts an answer: 2xx passes, 4xx gives up, anything else is retried.
+fn check(response: reqwest::Response) -> Result<reqwest::Response, Failure> {
+    let status = response.status();
+    if status.is_success() {
+        Ok(response)
+    } else if status.is_client_error() {
+        Err(Failure::GiveUp(status.as_u16()))
+    } else {
+        Err(Failure::Retry)
+    }
+}
+
+fn drive_ids(drives: &Value) -> Vec<String> {
+    drives
+        .as_array()
+        .map(|d| d.iter().filter_map(|d| d["id"].as_str().map(str::to_owned)).collect())
+        .unwrap_or_default()
+}
+
+/// The wipe image's work: every drive the configuration lists, overwritten; a drive the machine
+/// does not have fails, and with `wipe_fails` the first listed drive fails.
+fn wipe(boot: &Boot, config: &Value) -> (&'static str, Vec<Value>) {
+    let listed = drive_ids(&config["drives"]);
+    let drives: Vec<Value> = listed
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            if !boot.drives.contains(id) {
+                json!({"id": id, "method": "sim-overwrite", "result": "failure", "detail": "no such drive"})
+            } else if boot.wipe_fails && i == 0 {
+                json!({"id": id, "method": "sim-overwrite", "result": "failure",
+                       "detail": "simulated write error (fault wipe_fails)"})
+            } else {
+                json!({"id": id, "method": "sim-overwrite", "result": "success"})
+            }
+        })
+        .collect();
+    let all_ok = !drives.is_empty() && drives.iter().all(|d| d["result"] == "success");
+    (if all_ok { "success" } else { "failure" }, drives)
+}

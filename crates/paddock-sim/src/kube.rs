@@ -1,0 +1,543 @@
+//! The simulated platform cluster, tenant control planes and tenant clusters (`sim_clusters`,
+//! `sim_nodes`). Readiness is a matter of time since the first call that created a thing; removal
+//! answers `Deleting` until `delete_latency` has passed since the first removal call, then `Gone`.
+
+use std::sync::Arc;
+
+use paddock_domain::driver::{
+    BoxFuture, ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, DriverError, Isolation,
+    JoinConfig, NodeRef, NodeStatus, PlatformDriver, Readiness, Removal, SlurmDesired, SlurmDriver, TenantAccess,
+    TenantNodes, TenantStack,
+};
+use paddock_types::ClusterId;
+use rand::Rng;
+use sqlx::{PgConnection, Row};
+
+use crate::{micros, ClusterFault, Inner, MachineFault, SimError, SimNode};
+
+/// The simulated cluster-side drivers; see [`crate::SimWorld::kube`].
+#[derive(Clone)]
+pub struct SimKube {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SimKube {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimKube").finish_non_exhaustive()
+    }
+}
+
+/// The namespace of a tenant cluster on the simulated platform (the real driver's scheme).
+pub fn namespace_name(cluster: ClusterId) -> String {
+    format!("pc-{}", cluster.uuid().simple())
+}
+
+/// The API server endpoint of a simulated tenant control plane.
+pub fn endpoint(cluster: ClusterId) -> String {
+    format!("sim-{}.paddock.invalid:6443", cluster.uuid())
+}
+
+/// The simulation's own database failed: worth another try.
+fn unavailable(e: impl Into<SimError>) -> DriverError {
+    let e = e.into();
+    tracing::warn!(error = %e, "the simulated cluster drivers cannot reach their world");
+    DriverError::transient("sim_world_unavailable", "the simulated world's database is unavailable")
+}
+
+type Conn = sqlx::pool::PoolConnection<sqlx::Postgres>;
+
+/// What the world holds about one cluster, with the elapsed-time checks done by the database.
+struct ClusterRow {
+    namespace_exists: bool,
+    namespace_deleting: bool,
+    control_plane_exists: bool,
+    control_plane_deleting: bool,
+    faults: Vec<String>,
+}
+
+impl ClusterRow {
+    fn has(&self, fault: ClusterFault) -> bool {
+        self.faults.iter().any(|f| f == fault.as_str())
+    }
+}
+
+/// Where a removal stands after this call, decided in one statement from the database's clock:
+/// the first call stamps `deleting_at`; once `delete_latency` has passed the object is cleared
+/// (`clear` is the `set` list that erases it) and the call answers `Gone`. Nothing there: `Gone`.
+async fn remove(
+    conn: &mut PgConnection,
+    cluster: ClusterId,
+    exists_col: &str,
+    deleting_col: &str,
+    clear: &str,
+    latency_us: i64,
+) -> Result<Removal, SimError> {
+    // Stamp the start of the deletion once; a repeated call keeps the first stamp.
+    sqlx::query(&format!(
+        "update sim_clusters set {deleting_col} = coalesce({deleting_col}, now()), updated_at = now()
+         where cluster_id = $1 and {exists_col} is not null"
+    ))
+    .bind(cluster.uuid())
+    .execute(&mut *conn)
+    .await?;
+    let done = sqlx::query(&format!(
+        "update sim_clusters set {clear}, {deleting_col} = null, updated_at = now()
+         where cluster_id = $1 and {exists_col} is not null
+           and {deleting_col} + $2 * interval '1 microsecond' <= now()"
+    ))
+    .bind(cluster.uuid())
+    .bind(latency_us)
+    .execute(&mut *conn)
+    .await?;
+    let left: Option<bool> =
+        sqlx::query_scalar(&format!("select {exists_col} is not null from sim_clusters where cluster_id = $1"))
+            .bind(cluster.uuid())
+            .fetch_optional(&mut *conn)
+            .await?;
+    Ok(if done.rows_affected() > 0 || left != Some(true) { Removal::Gone } else { Removal::Deleting })
+}
+
+impl SimKube {
+    async fn conn(&self) -> Result<Conn, DriverError> {
+        self.inner.store.conn().await.map_err(unavailable)
+    }
+
+    /// The cluster's record, created empty on first contact.
+    async fn cluster(&self, conn: &mut PgConnection, cluster: ClusterId) -> Result<ClusterRow, DriverError> {
+        sqlx::query("insert into sim_clusters (cluster_id) values ($1) on conflict (cluster_id) do nothing")
+            .bind(cluster.uuid())
+            .execute(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+        let row = sqlx::query(
+            "select namespace_created_at is not null as ns, namespace_deleting_at is not null as ns_del,
+                    control_plane_created_at is not null as cp, control_plane_deleting_at is not null as cp_del,
+                    faults
+             from sim_clusters where cluster_id = $1",
+        )
+        .bind(cluster.uuid())
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+        let get = |col: &str| row.try_get::<bool, _>(col).map_err(unavailable);
+        Ok(ClusterRow {
+            namespace_exists: get("ns")?,
+            namespace_deleting: get("ns_del")?,
+            control_plane_exists: get("cp")?,
+            control_plane_deleting: get("cp_del")?,
+            faults: row.try_get("faults").map_err(unavailable)?,
+        })
+    }
+
+    /// Reaches a tenant cluster's API server: its control plane must exist (and not be going
+    /// away), and the cluster must not be cut off by a fault.
+    async fn tenant(&self, conn: &mut PgConnection, tenant: &TenantAccess) -> Result<(), DriverError> {
+        let id = tenant.cluster.cluster_id;
+        let row = self.cluster(conn, id).await?;
+        if row.has(ClusterFault::TenantUnreachable) {
+            return Err(DriverError::transient(
+                "tenant_unreachable",
+                format!("the simulated API server of cluster {id} does not answer"),
+            ));
+        }
+        if !row.control_plane_exists || row.control_plane_deleting {
+            return Err(DriverError::transient(
+                "tenant_unreachable",
+                format!("cluster {id} has no simulated control plane to answer at {}", tenant.endpoint),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Ready once `latency` has passed since `col` (a timestamp column) was first set.
+    async fn elapsed(
+        &self,
+        conn: &mut PgConnection,
+        cluster: ClusterId,
+        col: &str,
+        latency: std::time::Duration,
+    ) -> Result<bool, DriverError> {
+        let ready: Option<bool> = sqlx::query_scalar(&format!(
+            "select {col} + $2 * interval '1 microsecond' <= now() from sim_clusters where cluster_id = $1"
+        ))
+        .bind(cluster.uuid())
+        .bind(micros(latency))
+        .fetch_one(conn)
+        .await
+        .map_err(unavailable)?;
+        Ok(ready == Some(true))
+    }
+}
+
+impl PlatformDriver for SimKube {
+    fn ensure_isolation<'a>(&'a self, cluster: &'a ClusterRef) -> BoxFuture<'a, Result<Isolation, DriverError>> {
+        Box::pin(async move {
+            let mut conn = self.conn().await?;
+            let id = cluster.cluster_id;
+            let row = self.cluster(&mut conn, id).await?;
+            let namespace = namespace_name(id);
+            if row.namespace_deleting {
+                // As a terminating namespace refuses new objects.
+                return Err(DriverError::transient(
+                    "namespace_terminating",
+                    format!("namespace {namespace} is being deleted"),
+                ));
+            }
+            let created = sqlx::query(
+                "update sim_clusters set namespace = $2, namespace_created_at = now(), updated_at = now()
+                 where cluster_id = $1 and namespace_created_at is null",
+            )
+            .bind(id.uuid())
+            .bind(&namespace)
+            .execute(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+            Ok(Isolation { namespace, changed: created.rows_affected() > 0 })
+        })
+    }
+
+    fn remove_isolation<'a>(&'a self, cluster: &'a ClusterRef) -> BoxFuture<'a, Result<Removal, DriverError>> {
+        Box::pin(async move {
+            let mut conn = self.conn().await?;
+            self.cluster(&mut conn, cluster.cluster_id).await?;
+            // Everything in the namespace goes with it, the control plane (and so the tenant
+            // cluster's contents) included.
+            let removal = remove(
+                &mut conn,
+                cluster.cluster_id,
+                "namespace_created_at",
+                "namespace_deleting_at",
+                "namespace = null, namespace_created_at = null, control_plane_created_at = null,
+                 control_plane_deleting_at = null, stack_applied_at = null, slurm_applied_at = null,
+                 slurm_nodes_at = null, slurm_deleting_at = null",
+                micros(self.inner.config.delete_latency),
+            )
+            .await
+            .map_err(unavailable)?;
+            if removal == Removal::Gone {
+                nodes_clear(&mut conn, cluster.cluster_id).await?;
+            }
+            Ok(removal)
+        })
+    }
+}
+
+/// Forgets the Nodes of a tenant cluster that no longer exists.
+async fn nodes_clear(conn: &mut PgConnection, cluster: ClusterId) -> Result<(), DriverError> {
+    sqlx::query("delete from sim_nodes where cluster_id = $1")
+        .bind(cluster.uuid())
+        .execute(conn)
+        .await
+        .map_err(unavailable)?;
+    Ok(())
+}
+
+/// A small, fake admin kubeconfig of a simulated control plane (nothing can connect with it).
+fn admin_kubeconfig(cluster: ClusterId) -> Vec<u8> {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n  - name: sim-{id}\n    cluster:\n      server: https://{endpoint}\n\
+         contexts:\n  - name: admin@sim-{id}\n    context:\n      cluster: sim-{id}\n      user: admin\n\
+         current-context: admin@sim-{id}\nusers:\n  - name: admin\n    user:\n      token: sim-admin-{simple}\n",
+        id = cluster.uuid(),
+        endpoint = endpoint(cluster),
+        simple = cluster.uuid().simple(),
+    )
+    .into_bytes()
+}
+
+impl ControlPlaneBackend for SimKube {
+    fn ensure_control_plane<'a>(
+        &'a self,
+        spec: &'a ControlPlaneSpec,
+    ) -> BoxFuture<'a, Result<ControlPlaneStatus, DriverError>> {
+        Box::pin(async move {
+            let mut conn = self.conn().await?;
+            let id = spec.cluster.cluster_id;
+            let row = self.cluster(&mut conn, id).await?;
+            if !row.namespace_exists || row.namespace_deleting {
+                // The control plane lives in the cluster's namespace: step 1 comes first.
+                return Err(DriverError::transient(
+                    "namespace_missing",
+                    format!("namespace {} does not exist (or is terminating)", namespace_name(id)),
+                ));
+            }
+            if row.control_plane_deleting {
+                return Err(DriverError::transient(
+                    "control_plane_deleting",
+                    format!("the control plane of cluster {id} is being deleted"),
+                ));
+            }
+            sqlx::query(
+                "update sim_clusters set control_plane_created_at = coalesce(control_plane_created_at, now()),
+                        kubernetes_version = $2, updated_at = now()
+                 where cluster_id = $1",
+            )
+            .bind(id.uuid())
+            .bind(&spec.kubernetes_version)
+            .execute(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+            let started = self
+                .elapsed(&mut conn, id, "control_plane_created_at", self.inner.config.control_plane_latency)
+                .await?;
+            let ready = started && !row.has(ClusterFault::ControlPlaneNeverReady);
+            Ok(ControlPlaneStatus {
+                ready,
+                reason: if ready { String::new() } else { "the simulated control plane is starting".to_owned() },
+                endpoint: ready.then(|| endpoint(id)),
+                admin_kubeconfig: ready.then(|| admin_kubeconfig(id)),
+            })
+        })
+    }
+
+    fn delete_control_plane<'a>(&'a self, cluster: &'a ClusterRef) -> BoxFuture<'a, Result<Removal, DriverError>> {
+        Box::pin(async move {
+            let mut conn = self.conn().await?;
+            self.cluster(&mut conn, cluster.cluster_id).await?;
+            // The tenant cluster's contents (stack, Slurm, Nodes) go with its control plane.
+            let removal = remove(
+                &mut conn,
+                cluster.cluster_id,
+                "control_plane_created_at",
+                "control_plane_deleting_at",
+                "control_plane_created_at = null, stack_applied_at = null, slurm_applied_at = null,
+                 slurm_nodes_at = null, slurm_deleting_at = null",
+                micros(self.inner.config.delete_latency),
+            )
+            .await
+            .map_err(unavailable)?;
+            if removal == Removal::Gone {
+                nodes_clear(&mut conn, cluster.cluster_id).await?;
+            }
+            Ok(removal)
+        })
+    }
+}
+
+/// A kubeadm-shaped bootstrap token (`[a-z0-9]{6}.[a-z0-9]{16}`); fake, nothing checks it.
+fn bootstrap_token() -> String {
+    const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    let mut part =
+        |n: usize| -> String { (0..n).map(|_| char::from(CHARS[rng.random_range(0..CHARS.len())])).collect() };
+    format!("{}.{}", part(6), part(16))
+}
+
+/// The Nodes of a cluster, as tests see them.
+pub(crate) async fn nodes_list(conn: &mut PgConnection, cluster: ClusterId) -> Result<Vec<SimNode>, SimError> {
+    let rows = sqlx::query(
+        "select node_name, system_uuid, labels, taints, joined_at is not null as joined,
+                coalesce(ready_at <= now(), false) as ready
+         from sim_nodes where cluster_id = $1 order by node_name",
+    )
+    .bind(cluster.uuid())
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter()
+        .map(|row| {
+            Ok(SimNode {
+                cluster_id: cluster,
+                node_name: row.try_get("node_name")?,
+                system_uuid: row.try_get("system_uuid")?,
+                joined: row.try_get("joined")?,
+                ready: row.try_get("ready")?,
+                labels: row.try_get("labels")?,
+                taints: row.try_get("taints")?,
+            })
+        })
+        .collect()
+}
+
+impl TenantNodes for SimKube {
+    fn join_config<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+        ttl_seconds: u64,
+    ) -> BoxFuture<'a, Result<JoinConfig, DriverError>> {
+        Box::pin(async move {
+            let mut conn = self.conn().await?;
+            self.tenant(&mut conn, tenant).await?;
+            let ttl = i64::try_from(ttl_seconds).unwrap_or(i64::MAX).min(i64::from(u32::MAX));
+            let expires_at = chrono::Utc::now() + chrono::Duration::seconds(ttl);
+            // The simulated agent reads `cluster_id` and `node_name` to register the Node.
+            Ok(JoinConfig(serde_json::json!({
+                "simulated": true,
+                "cluster_id": tenant.cluster.cluster_id,
+                "api_server": endpoint(tenant.cluster.cluster_id),
+                "ca_cert_hash": "sha256:0000000000000000000000000000000000000000000000000000000000000000",
+                "bootstrap_token": bootstrap_token(),
+                "expires_at": expires_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                "node_name": node.node_name,
+                "system_uuid": node.system_uuid,
+                "pool": node.pool_name,
+                "labels": node.labels,
+                "taints": node.taints,
+            })))
+        })
+    }
+
+    fn node<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<Option<NodeStatus>, DriverError>> {
+        Box::pin(async move {
+            let mut conn = self.conn().await?;
+            self.tenant(&mut conn, tenant).await?;
+            // Maps of strings and plain structs: serializing them cannot fail.
+            let labels = serde_json::to_value(&node.labels).unwrap_or_else(|_| serde_json::json!({}));
+            let taints = serde_json::to_value(&node.taints).unwrap_or_else(|_| serde_json::json!([]));
+            // Converge the registered Node's labels and taints to the pool's, then read it. A
+            // machine with `never_joins` stays NotReady even if the fault came later.
+            let row = sqlx::query(
+                "update sim_nodes n set labels = $3, taints = $4
+                 where n.cluster_id = $1 and n.system_uuid = $2 and n.joined_at is not null
+                 returning n.node_name,
+                   coalesce(n.ready_at <= now(), false) and not exists (
+                       select 1 from sim_machines m where m.system_uuid = n.system_uuid and $5 = any (m.faults)
+                   ) as ready",
+            )
+            .bind(tenant.cluster.cluster_id.uuid())
+            .bind(&node.system_uuid)
+            .bind(&labels)
+            .bind(&taints)
+            .bind(MachineFault::NeverJoins.as_str())
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+            let Some(row) = row else { return Ok(None) };
+            Ok(Some(NodeStatus {
+                name: row.try_get("node_name").map_err(unavailable)?,
+                ready: row.try_get("ready").map_err(unavailable)?,
+            }))
+        })
+    }
+
+    fn remove_node<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<Removal, DriverError>> {
+        Box::pin(async move {
+            let mut conn = self.conn().await?;
+            self.tenant(&mut conn, tenant).await?;
+            // Not found counts as removed.
+            sqlx::query("delete from sim_nodes where cluster_id = $1 and (system_uuid = $2 or node_name = $3)")
+                .bind(tenant.cluster.cluster_id.uuid())
+                .bind(&node.system_uuid)
+                .bind(&node.node_name)
+                .execute(&mut *conn)
+                .await
+                .map_err(unavailable)?;
+            Ok(Removal::Gone)
+        })
+    }
+}
+
+impl TenantStack for SimKube {
+    fn ensure_stack<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<Readiness, DriverError>> {
+        Box::pin(async move {
+            let mut conn = self.conn().await?;
+            self.tenant(&mut conn, tenant).await?;
+            let id = tenant.cluster.cluster_id;
+            sqlx::query(
+                "update sim_clusters set stack_applied_at = coalesce(stack_applied_at, now()), updated_at = now()
+                 where cluster_id = $1",
+            )
+            .bind(id.uuid())
+            .execute(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+            Ok(if self.elapsed(&mut conn, id, "stack_applied_at", self.inner.config.stack_latency).await? {
+                Readiness::ready()
+            } else {
+                Readiness::waiting("the simulated base stack is rolling out")
+            })
+        })
+    }
+}
+
+impl SlurmDriver for SimKube {
+    fn ensure_slurm<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        desired: &'a SlurmDesired,
+    ) -> BoxFuture<'a, Result<Readiness, DriverError>> {
+        Box::pin(async move {
+            let mut conn = self.conn().await?;
+            self.tenant(&mut conn, tenant).await?;
+            let id = tenant.cluster.cluster_id;
+            let empty: Vec<&str> = desired
+                .pools
+                .iter()
+                .filter(|p| p.count > 0 && p.node_names.is_empty())
+                .map(|p| p.name.as_str())
+                .collect();
+            let pools: Vec<serde_json::Value> = desired
+                .pools
+                .iter()
+                .map(|p| serde_json::json!({"name": p.name, "count": p.count, "node_names": p.node_names}))
+                .collect();
+            // `slurm_nodes_at` is when every pool with a count first had a node; it is reset when
+            // one loses its last node, so readiness waits for the NodeSets again.
+            sqlx::query(
+                "update sim_clusters set slurm_applied_at = coalesce(slurm_applied_at, now()),
+                        slurm_nodes_at = case when $2 then coalesce(slurm_nodes_at, now()) else null end,
+                        slurm_deleting_at = null, slurm_pools = $3, updated_at = now()
+                 where cluster_id = $1",
+            )
+            .bind(id.uuid())
+            .bind(empty.is_empty())
+            .bind(serde_json::Value::Array(pools))
+            .execute(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+            if !empty.is_empty() {
+                return Ok(Readiness::waiting(format!("node pools without nodes: {}", empty.join(", "))));
+            }
+            Ok(if self.elapsed(&mut conn, id, "slurm_nodes_at", self.inner.config.slurm_latency).await? {
+                Readiness::ready()
+            } else {
+                Readiness::waiting("the simulated Slurm workloads are starting")
+            })
+        })
+    }
+
+    fn drain_node<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        _node_name: &'a str,
+    ) -> BoxFuture<'a, Result<bool, DriverError>> {
+        Box::pin(async move {
+            let mut conn = self.conn().await?;
+            self.tenant(&mut conn, tenant).await?;
+            // The simulated Slurm runs no jobs: every node drains at once.
+            Ok(true)
+        })
+    }
+
+    fn remove_slurm<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<Removal, DriverError>> {
+        Box::pin(async move {
+            let mut conn = self.conn().await?;
+            let id = tenant.cluster.cluster_id;
+            let row = self.cluster(&mut conn, id).await?;
+            if !row.control_plane_exists || row.control_plane_deleting {
+                // No tenant cluster (or one being deleted), no Slurm in it: it goes with the
+                // control plane, so a resumed deletion never waits on it.
+                return Ok(Removal::Gone);
+            }
+            self.tenant(&mut conn, tenant).await?;
+            remove(
+                &mut conn,
+                id,
+                "slurm_applied_at",
+                "slurm_deleting_at",
+                "slurm_applied_at = null, slurm_nodes_at = null, slurm_pools = null",
+                micros(self.inner.config.delete_latency),
+            )
+            .await
+            .map_err(unavailable)
+        })
+    }
+}

@@ -1,0 +1,681 @@
+//! The cluster reconciler: SPEC section 6, converged from the top on every run.
+//!
+//! 1. isolation on the platform cluster; 2. the tenant control plane (its admin kubeconfig stored
+//!    sealed); 3. machines: surplus released, shortfall allocated all or nothing, first come first
+//!    served (the cluster waits with `MachinesAllocated=False`/`InsufficientCapacity` and is woken
+//!    when machines free up), allocated machines provisioned by their own jobs; 4. the tenant base
+//!    stack; 5. Slurm (`kind: slurm`); 6. status: conditions, phase, endpoints, pool counts, and
+//!    `observed_generation` once everything is ready, which completes the operations created for
+//!    that generation (SPEC section 4).
+//!
+//! Deletion releases every machine (they go back through cleaning), then removes Slurm, the
+//! control plane and the namespace, and only when each is confirmed gone marks the cluster
+//! deleted (404 from then on).
+//!
+//! A run writes status with a guard on the version it read; allocation and releases happen in
+//! their own short transactions, each idempotent, so a crash anywhere repeats at most a driver
+//! call that converges anyway.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use paddock_domain::cluster::{set_condition, Cluster, NodePool};
+use paddock_domain::driver::{
+    ClusterRef, ControlPlaneSpec, DriverError, KubeDrivers, Removal, SlurmDesired, SlurmPool, TenantAccess,
+};
+use paddock_domain::job_kind::CLUSTER_RECONCILE;
+use paddock_service::Services;
+use paddock_store::lifecycle::{self, Allocation, HeldMachine, Need};
+use paddock_store::{cluster as store, operation, StoreError};
+use paddock_types::cluster::{ClusterKind, ClusterPhase, Condition, NodePoolStatus};
+use paddock_types::machine::MachineState;
+use paddock_types::{ClusterId, TenantId};
+use serde_json::{json, Value};
+
+use super::{
+    cluster_ref, kubeconfig_binding, store_error, tenant_access, Drivers, Settings, DRIVER_NOT_CONFIGURED, DRIVER_WAIT,
+};
+use crate::{failed_problem, Job, JobHandler, Outcome};
+
+/// How long a cluster waiting for machines sleeps at most: a machine that becomes available
+/// wakes the first waiting cluster of its class at once; this is the fallback.
+const CAPACITY_WAIT: Duration = Duration::from_secs(60);
+
+/// How long a cluster stopped on a permanent error waits before it tries again by itself (a
+/// spec change tries at once).
+const FAILED_WAIT: Duration = Duration::from_secs(3600);
+
+const CONTROL_PLANE_READY: &str = "ControlPlaneReady";
+const NAMESPACE_READY: &str = "NamespaceReady";
+const MACHINES_ALLOCATED: &str = "MachinesAllocated";
+const NODES_READY: &str = "NodesReady";
+const STACK_READY: &str = "StackReady";
+const SLURM_READY: &str = "SlurmReady";
+const READY: &str = "Ready";
+const MACHINES_RELEASED: &str = "MachinesReleased";
+
+/// Converges clusters and their node pools.
+#[derive(Clone)]
+pub struct ClusterReconciler {
+    services: Services,
+    drivers: Drivers,
+    settings: Arc<Settings>,
+}
+
+impl std::fmt::Debug for ClusterReconciler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterReconciler").field("drivers", &self.drivers).finish_non_exhaustive()
+    }
+}
+
+/// The status a run works out, written at its end in one guarded statement.
+struct Observed {
+    conditions: Vec<Condition>,
+    endpoints: paddock_types::cluster::Endpoints,
+    events: Vec<(&'static str, &'static str, String)>,
+    now: DateTime<Utc>,
+}
+
+impl Observed {
+    fn set(&mut self, type_: &str, ok: bool, reason: &str, message: &str) {
+        let status = if ok { "True" } else { "False" };
+        set_condition(&mut self.conditions, type_, status, reason, message, self.now);
+    }
+
+    fn is_true(&self, type_: &str) -> bool {
+        self.conditions.iter().any(|c| c.type_ == type_ && c.status == "True")
+    }
+
+    fn was_true(before: &[Condition], type_: &str) -> bool {
+        before.iter().any(|c| c.type_ == type_ && c.status == "True")
+    }
+}
+
+/// Why a run stops early.
+enum Stop {
+    /// A driver failed; the status shows it.
+    Driver(&'static str, DriverError),
+    /// The database failed.
+    Store(StoreError),
+}
+
+impl From<StoreError> for Stop {
+    fn from(e: StoreError) -> Self {
+        Stop::Store(e)
+    }
+}
+
+impl ClusterReconciler {
+    /// A reconciler over `services` with `drivers`.
+    pub fn new(services: Services, drivers: Drivers, settings: Settings) -> Self {
+        Self { services, drivers, settings: Arc::new(settings) }
+    }
+
+    async fn reconcile(&self, tenant: TenantId, id: ClusterId) -> Outcome {
+        let Some(kube) = self.drivers.kube.clone() else {
+            return self.no_driver(tenant, id).await;
+        };
+        let loaded = async {
+            let mut conn = self.services.store().conn().await?;
+            let Some(cluster) = store::get(&mut conn, tenant, id, false).await? else {
+                return Ok(None);
+            };
+            let pools = store::pools_of(&mut conn, tenant, id).await?;
+            let Some(reference) = cluster_ref(&mut conn, tenant, id, &cluster.spec.name).await? else {
+                return Ok(None);
+            };
+            let held = lifecycle::machines_of(&mut conn, tenant, id).await?;
+            Ok::<_, StoreError>(Some((cluster, pools, reference, held)))
+        }
+        .await;
+        let (cluster, pools, reference, held) = match loaded {
+            Ok(Some(found)) => found,
+            // Gone (deleted, or never existed): nothing to converge.
+            Ok(None) => return Outcome::Done,
+            Err(e) => return store_error(e),
+        };
+        let mut observed = Observed {
+            conditions: cluster.status.conditions.clone(),
+            endpoints: cluster.status.endpoints.clone(),
+            events: Vec::new(),
+            now: Utc::now(),
+        };
+        let result = if cluster.deleting {
+            self.delete(&kube, &cluster, &pools, &reference, &held, &mut observed).await
+        } else {
+            self.converge(&kube, &cluster, &pools, &reference, &held, &mut observed).await
+        };
+        match result {
+            Ok(outcome) => outcome,
+            Err(Stop::Store(e)) => store_error(e),
+            Err(Stop::Driver(step, e)) => self.driver_failed(&cluster, observed, step, e).await,
+        }
+    }
+
+    async fn converge(
+        &self,
+        kube: &KubeDrivers,
+        cluster: &Cluster,
+        pools: &[NodePool],
+        reference: &ClusterRef,
+        held: &[HeldMachine],
+        observed: &mut Observed,
+    ) -> Result<Outcome, Stop> {
+        // 1. Isolation.
+        kube.platform.ensure_isolation(reference).await.map_err(|e| Stop::Driver(NAMESPACE_READY, e))?;
+        observed.set(NAMESPACE_READY, true, "Ready", "");
+
+        // 2. The control plane.
+        let spec = ControlPlaneSpec {
+            cluster: reference.clone(),
+            kubernetes_version: cluster.spec.kubernetes_version.clone(),
+            replicas: self.settings.control_plane_replicas,
+            service_type: self.settings.service_type,
+            datastore: None,
+        };
+        let cp = kube.control_plane.ensure_control_plane(&spec).await.map_err(|e| Stop::Driver(CONTROL_PLANE_READY, e))?;
+        if let Some(kubeconfig) = &cp.admin_kubeconfig {
+            self.store_kubeconfig(cluster, kubeconfig).await?;
+        }
+        if let Some(endpoint) = &cp.endpoint {
+            observed.endpoints.kubernetes_api = Some(format!("https://{endpoint}"));
+        }
+        let reason = if cp.ready { "Ready" } else { "Provisioning" };
+        observed.set(CONTROL_PLANE_READY, cp.ready, reason, &cp.reason);
+
+        // 3. Machines: release the surplus, allocate the shortfall (all or nothing).
+        let waiting_for_capacity = self.machines(cluster, pools, held, observed).await?;
+        let access = if cp.ready {
+            let mut conn = self.services.store().conn().await?;
+            tenant_access(&mut conn, self.services.cipher(), reference.clone(), cp.endpoint.as_deref()).await?
+        } else {
+            None
+        };
+        if access.is_some() {
+            // Allocated machines wait for the control plane; it is up: go.
+            let waiting: Vec<_> = held.iter().filter(|m| m.state == MachineState::Allocated).map(|m| m.id).collect();
+            if !waiting.is_empty() {
+                let mut tx = self.services.store().begin().await?;
+                for machine in waiting {
+                    lifecycle::enqueue_machine(&mut tx, machine).await?;
+                }
+                tx.commit().await.map_err(StoreError::from)?;
+            }
+        }
+        let pool_status = pool_statuses(pools, held);
+        let (ready_nodes, wanted_nodes) = pool_status
+            .iter()
+            .filter(|(p, _)| !p.deleting)
+            .fold((0, 0), |(r, w), (p, s)| (r + s.ready.min(p.spec.count), w + p.spec.count));
+        let nodes_ready = ready_nodes == wanted_nodes && held.iter().all(|m| m.state == MachineState::Active);
+        observed.set(
+            NODES_READY,
+            nodes_ready,
+            if nodes_ready { "Ready" } else { "Provisioning" },
+            &format!("{ready_nodes} of {wanted_nodes} nodes ready"),
+        );
+
+        // 4. The tenant base stack, and 5. Slurm.
+        match &access {
+            Some(access) => {
+                let stack = kube.stack.ensure_stack(access).await.map_err(|e| Stop::Driver(STACK_READY, e))?;
+                observed.set(STACK_READY, stack.ready, if stack.ready { "Ready" } else { "Applying" }, &stack.reason);
+                if let (ClusterKind::Slurm, Some(slurm)) = (cluster.spec.kind, &cluster.spec.slurm) {
+                    if stack.ready {
+                        let desired = slurm_desired(slurm, pools, held);
+                        let ready = self.slurm(kube, access, &desired).await?;
+                        observed.set(SLURM_READY, ready.ready, if ready.ready { "Ready" } else { "Applying" }, &ready.reason);
+                    } else {
+                        observed.set(SLURM_READY, false, "WaitingForStack", "waiting for the tenant base stack");
+                    }
+                }
+            }
+            None => {
+                let message = "waiting for the control plane";
+                observed.set(STACK_READY, false, "WaitingForControlPlane", message);
+                if cluster.spec.kind == ClusterKind::Slurm {
+                    observed.set(SLURM_READY, false, "WaitingForControlPlane", message);
+                }
+            }
+        }
+
+        // 6. Status.
+        let mut required = vec![NAMESPACE_READY, CONTROL_PLANE_READY, MACHINES_ALLOCATED, NODES_READY, STACK_READY];
+        if cluster.spec.kind == ClusterKind::Slurm {
+            required.push(SLURM_READY);
+        }
+        let missing: Vec<&str> = required.iter().copied().filter(|t| !observed.is_true(t)).collect();
+        let ready = missing.is_empty();
+        let message = if ready { String::new() } else { format!("not ready: {}", missing.join(", ")) };
+        observed.set(READY, ready, if ready { "Ready" } else { "Reconciling" }, &message);
+        let before = cluster.status.observed_generation;
+        let (phase, observed_generation) = if ready {
+            (ClusterPhase::Ready, cluster.generation)
+        } else if before == 0 {
+            (ClusterPhase::Provisioning, 0)
+        } else if cluster.generation > before {
+            (ClusterPhase::Updating, before)
+        } else {
+            (ClusterPhase::Degraded, before)
+        };
+        if ready && !Observed::was_true(&cluster.status.conditions, READY) {
+            observed.events.push(("Normal", "ClusterReady", "the cluster is ready".to_owned()));
+        }
+        let steps = steps(&observed.conditions, &required);
+        let written = self.write(cluster, pools, &pool_status, observed, phase, observed_generation, &steps).await?;
+        if !written {
+            return Ok(Outcome::wait(Duration::ZERO, "status_conflict", "the status changed under the run; again"));
+        }
+        Ok(if ready {
+            Outcome::Done
+        } else if waiting_for_capacity && cp.ready {
+            Outcome::wait(CAPACITY_WAIT, "insufficient_capacity", "waiting for machines")
+        } else {
+            Outcome::wait(self.settings.poll, "converging", message)
+        })
+    }
+
+    /// Releases surplus machines and allocates the shortfall; true when the cluster waits for
+    /// capacity (or quota).
+    async fn machines(
+        &self,
+        cluster: &Cluster,
+        pools: &[NodePool],
+        held: &[HeldMachine],
+        observed: &mut Observed,
+    ) -> Result<bool, Stop> {
+        let mut release = Vec::new();
+        let mut needs = Vec::new();
+        let mut gone_pools = Vec::new();
+        for pool in pools {
+            let want = if pool.deleting { 0 } else { pool.spec.count as usize };
+            let mut holding: Vec<&HeldMachine> = held
+                .iter()
+                .filter(|m| m.node_pool_id == pool.id && lifecycle::HELD.contains(&m.state.as_str()))
+                .collect();
+            if holding.len() > want {
+                // Give back the machines that serve least first: not yet provisioned, then
+                // provisioning, then active; the newest first within each.
+                holding.sort_by_key(|m| (release_rank(m.state), std::cmp::Reverse(m.id.uuid())));
+                release.extend(holding.iter().take(holding.len() - want).map(|m| (*m).clone()));
+            } else if holding.len() < want {
+                let count = u32::try_from(want - holding.len()).unwrap_or(u32::MAX);
+                needs.push(Need {
+                    node_pool_id: pool.id,
+                    machine_class_id: pool.machine_class_id,
+                    gpu_count: pool.gpu_count,
+                    count,
+                });
+            }
+            if pool.deleting && !held.iter().any(|m| m.node_pool_id == pool.id) {
+                gone_pools.push(pool.id);
+            }
+        }
+        let mut tx = self.services.store().begin().await?;
+        for m in &release {
+            if lifecycle::begin_release(&mut tx, m.id, m.state, m.status_version).await? {
+                lifecycle::enqueue_machine(&mut tx, m.id).await?;
+            }
+        }
+        if !release.is_empty() {
+            let message = format!("{} machine(s) are being released", release.len());
+            observed.events.push(("Normal", "MachinesReleasing", message));
+        }
+        for pool in &gone_pools {
+            store::pool_mark_deleted(&mut tx, cluster.tenant_id, *pool).await?;
+            operation::succeed(&mut tx, pool.uuid(), None, &json!([])).await?;
+        }
+        let mut waiting = false;
+        if needs.is_empty() {
+            observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
+        } else {
+            match lifecycle::allocate(&mut tx, cluster.tenant_id, cluster.id, &needs).await? {
+                Allocation::Allocated(machines) => {
+                    observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
+                    let message = format!("{} machine(s) allocated", machines.len());
+                    observed.events.push(("Normal", "MachinesAllocated", message));
+                }
+                Allocation::Behind { .. } => {
+                    waiting = true;
+                    let message = "waiting for machines: an earlier request for the same machine class goes first";
+                    self.insufficient(observed, "InsufficientCapacity", message);
+                }
+                Allocation::Short { machine_class, needed, available } => {
+                    waiting = true;
+                    let message =
+                        format!("waiting for machines: needs {needed} {machine_class}, {available} available");
+                    self.insufficient(observed, "InsufficientCapacity", &message);
+                }
+                Allocation::OverQuota { quota, limit, would_hold } => {
+                    waiting = true;
+                    let message = format!("the tenant's {quota} quota ({limit}) would be exceeded ({would_hold})");
+                    self.insufficient(observed, "QuotaExceeded", &message);
+                }
+            }
+        }
+        tx.commit().await.map_err(StoreError::from)?;
+        Ok(waiting)
+    }
+
+    fn insufficient(&self, observed: &mut Observed, reason: &'static str, message: &str) {
+        let was = observed.conditions.iter().find(|c| c.type_ == MACHINES_ALLOCATED).map(|c| c.reason.clone());
+        observed.set(MACHINES_ALLOCATED, false, reason, message);
+        if was.as_deref() != Some(reason) {
+            observed.events.push(("Warning", reason, message.to_owned()));
+        }
+    }
+
+    async fn slurm(
+        &self,
+        kube: &KubeDrivers,
+        access: &TenantAccess,
+        desired: &SlurmDesired,
+    ) -> Result<paddock_domain::driver::Readiness, Stop> {
+        kube.slurm.ensure_slurm(access, desired).await.map_err(|e| Stop::Driver(SLURM_READY, e))
+    }
+
+    /// Deletion: every machine released to cleaning, then Slurm, the control plane and the
+    /// namespace removed; the cluster is marked deleted only when all of that is confirmed.
+    async fn delete(
+        &self,
+        kube: &KubeDrivers,
+        cluster: &Cluster,
+        pools: &[NodePool],
+        reference: &ClusterRef,
+        held: &[HeldMachine],
+        observed: &mut Observed,
+    ) -> Result<Outcome, Stop> {
+        if !held.is_empty() {
+            let mut tx = self.services.store().begin().await?;
+            for m in held.iter().filter(|m| lifecycle::HELD.contains(&m.state.as_str())) {
+                if lifecycle::begin_release(&mut tx, m.id, m.state, m.status_version).await? {
+                    lifecycle::enqueue_machine(&mut tx, m.id).await?;
+                }
+            }
+            tx.commit().await.map_err(StoreError::from)?;
+            let message = format!("{} machine(s) are still being released", held.len());
+            observed.set(MACHINES_RELEASED, false, "Releasing", &message);
+            return self.deleting(cluster, pools, observed, &message).await;
+        }
+        observed.set(MACHINES_RELEASED, true, "Released", "");
+        let access = {
+            let mut conn = self.services.store().conn().await?;
+            let endpoint = cluster.status.endpoints.kubernetes_api.clone();
+            tenant_access(&mut conn, self.services.cipher(), reference.clone(), endpoint.as_deref()).await?
+        };
+        if let (ClusterKind::Slurm, Some(access)) = (cluster.spec.kind, &access) {
+            match kube.slurm.remove_slurm(access).await.map_err(|e| Stop::Driver(SLURM_READY, e))? {
+                Removal::Gone => {}
+                Removal::Deleting => return self.deleting(cluster, pools, observed, "deleting Slurm").await,
+            }
+        }
+        let removal =
+            kube.control_plane.delete_control_plane(reference).await.map_err(|e| Stop::Driver(CONTROL_PLANE_READY, e))?;
+        if removal == Removal::Deleting {
+            return self.deleting(cluster, pools, observed, "deleting the control plane").await;
+        }
+        let removal = kube.platform.remove_isolation(reference).await.map_err(|e| Stop::Driver(NAMESPACE_READY, e))?;
+        if removal == Removal::Deleting {
+            return self.deleting(cluster, pools, observed, "deleting the namespace").await;
+        }
+        let mut tx = self.services.store().begin().await?;
+        let pool_ids = store::mark_deleted(&mut tx, cluster.tenant_id, cluster.id).await?;
+        store::event_insert(&mut tx, cluster.tenant_id, cluster.id, "Normal", "ClusterDeleted", "the cluster is gone")
+            .await?;
+        operation::succeed(&mut tx, cluster.id.uuid(), None, &json!([])).await?;
+        for pool in pool_ids {
+            operation::succeed(&mut tx, pool, None, &json!([])).await?;
+        }
+        tx.commit().await.map_err(StoreError::from)?;
+        Ok(Outcome::Done)
+    }
+
+    /// Writes the deleting status and waits.
+    async fn deleting(
+        &self,
+        cluster: &Cluster,
+        pools: &[NodePool],
+        observed: &mut Observed,
+        message: &str,
+    ) -> Result<Outcome, Stop> {
+        observed.set(READY, false, "Deleting", message);
+        let steps = json!([{ "name": "delete", "state": "running", "started_at": null, "finished_at": null }]);
+        let generation = cluster.status.observed_generation;
+        self.write(cluster, pools, &[], observed, ClusterPhase::Deleting, generation, &steps).await?;
+        Ok(Outcome::wait(self.settings.poll, "deleting", message.to_owned()))
+    }
+
+    /// Writes the run's status, pool counts, events and operation progress in one transaction;
+    /// false when the status guard was lost (nothing written).
+    #[allow(clippy::too_many_arguments)]
+    async fn write(
+        &self,
+        cluster: &Cluster,
+        pools: &[NodePool],
+        pool_status: &[(&NodePool, NodePoolStatus)],
+        observed: &Observed,
+        phase: ClusterPhase,
+        observed_generation: i64,
+        steps: &Value,
+    ) -> Result<bool, StoreError> {
+        let (tenant, id) = (cluster.tenant_id, cluster.id);
+        let mut tx = self.services.store().begin().await?;
+        let status = store::StatusWrite {
+            phase,
+            conditions: &observed.conditions,
+            endpoints: &observed.endpoints,
+            observed_generation,
+        };
+        if !store::set_status(&mut tx, tenant, id, cluster.status_version, &status).await? {
+            return Ok(false);
+        }
+        let ready = phase == ClusterPhase::Ready;
+        for (pool, status) in pool_status {
+            let pool_observed = ready.then_some(pool.generation);
+            store::set_pool_status(&mut tx, tenant, pool.id, status, pool_observed).await?;
+        }
+        for (type_, reason, message) in &observed.events {
+            store::event_insert(&mut tx, tenant, id, type_, reason, message).await?;
+        }
+        let mut targets = vec![id.uuid()];
+        targets.extend(pools.iter().map(|p| p.id.uuid()));
+        if ready {
+            operation::succeed(&mut tx, id.uuid(), Some(cluster.generation), steps).await?;
+            for pool in pools {
+                operation::succeed(&mut tx, pool.id.uuid(), Some(pool.generation), steps).await?;
+            }
+        } else {
+            let current = steps.as_array().and_then(|s| {
+                s.iter().find(|s| s["state"] == "running").and_then(|s| s["name"].as_str()).map(str::to_owned)
+            });
+            operation::progress(&mut tx, &targets, steps, current.as_deref()).await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Stores the control plane's admin kubeconfig sealed, when it changed.
+    async fn store_kubeconfig(&self, cluster: &Cluster, kubeconfig: &[u8]) -> Result<(), StoreError> {
+        let binding = kubeconfig_binding(cluster.id);
+        let mut conn = self.services.store().conn().await?;
+        let stored = store::admin_kubeconfig(&mut conn, cluster.tenant_id, cluster.id).await?;
+        let same = stored
+            .and_then(|sealed| self.services.cipher().open(&sealed, binding).ok())
+            .is_some_and(|opened| opened == kubeconfig);
+        if !same {
+            let sealed = self.services.cipher().seal(kubeconfig, binding);
+            store::set_admin_kubeconfig(&mut conn, cluster.tenant_id, cluster.id, Some(&sealed)).await?;
+        }
+        Ok(())
+    }
+
+    /// A driver failed at `condition`'s step: transient ones retry with backoff, permanent ones
+    /// stop the cluster in `failed` with the reason, failing its open operations.
+    async fn driver_failed(&self, cluster: &Cluster, mut observed: Observed, condition: &str, e: DriverError) -> Outcome {
+        observed.set(condition, false, &e.code, &e.message);
+        observed.set(READY, false, &e.code, &e.message);
+        let permanent = !e.is_transient();
+        let phase = if permanent {
+            observed.events.push(("Warning", "ReconcileFailed", e.message.clone()));
+            ClusterPhase::Failed
+        } else if cluster.deleting {
+            ClusterPhase::Deleting
+        } else {
+            cluster.status.phase
+        };
+        let result = async {
+            let generation = cluster.status.observed_generation;
+            let pools: Vec<NodePool> = Vec::new();
+            if !self.write(cluster, &pools, &[], &observed, phase, generation, &json!([])).await? {
+                return Ok(());
+            }
+            if permanent {
+                let mut conn = self.services.store().conn().await?;
+                let problem = failed_problem(422, e.code.clone(), e.message.clone());
+                let mut targets = vec![cluster.id.uuid()];
+                let pools = store::pools_of(&mut conn, cluster.tenant_id, cluster.id).await?;
+                targets.extend(pools.iter().map(|p| p.id.uuid()));
+                operation::fail_open(&mut conn, &targets, &problem).await?;
+            }
+            Ok::<_, StoreError>(())
+        }
+        .await;
+        if let Err(se) = result {
+            return store_error(se);
+        }
+        if permanent {
+            Outcome::wait(FAILED_WAIT, e.code, e.message)
+        } else {
+            Outcome::retry(e.code, e.message)
+        }
+    }
+
+    async fn no_driver(&self, tenant: TenantId, id: ClusterId) -> Outcome {
+        let message = "no Kubernetes driver is configured (PADDOCK_KUBE_DRIVER=none); the cluster waits";
+        let result = async {
+            let mut conn = self.services.store().conn().await?;
+            // A lost race on the status guard means another writer moved on: read again, once
+            // per attempt (the next run re-reads anyway).
+            for _ in 0..3 {
+                let Some(current) = store::get(&mut conn, tenant, id, false).await? else {
+                    return Ok(false);
+                };
+                let mut conditions = current.status.conditions.clone();
+                if !set_condition(&mut conditions, READY, "False", "DriverNotConfigured", message, Utc::now()) {
+                    return Ok(true);
+                }
+                if store::set_conditions(&mut conn, tenant, id, current.status_version, &conditions).await? {
+                    return Ok(true);
+                }
+            }
+            Ok(true)
+        }
+        .await;
+        match result {
+            Ok(false) => Outcome::Done,
+            Ok(true) => Outcome::wait(DRIVER_WAIT, DRIVER_NOT_CONFIGURED, message),
+            Err(e) => store_error(e),
+        }
+    }
+}
+
+/// The order in which surplus machines are given back.
+fn release_rank(state: MachineState) -> u8 {
+    match state {
+        MachineState::Allocated => 0,
+        MachineState::Provisioning => 1,
+        _ => 2,
+    }
+}
+
+/// Each pool's ready (active) and allocated (held) counts and its conditions.
+fn pool_statuses<'a>(pools: &'a [NodePool], held: &[HeldMachine]) -> Vec<(&'a NodePool, NodePoolStatus)> {
+    let now = Utc::now();
+    pools
+        .iter()
+        .map(|pool| {
+            let mine = held.iter().filter(|m| m.node_pool_id == pool.id);
+            let ready = mine.clone().filter(|m| m.state == MachineState::Active).count();
+            let allocated = mine.filter(|m| lifecycle::HELD.contains(&m.state.as_str())).count();
+            let mut conditions = pool.status.conditions.clone();
+            let want = pool.spec.count as usize;
+            let (status, reason) = if ready >= want { ("True", "Ready") } else { ("False", "Provisioning") };
+            let message = format!("{ready} of {want} nodes ready");
+            set_condition(&mut conditions, NODES_READY, status, reason, &message, now);
+            let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+            (pool, NodePoolStatus { ready: count(ready), allocated: count(allocated), conditions })
+        })
+        .collect()
+}
+
+fn slurm_desired(spec: &paddock_types::cluster::SlurmSpec, pools: &[NodePool], held: &[HeldMachine]) -> SlurmDesired {
+    let pools = pools
+        .iter()
+        .filter(|p| !p.deleting)
+        .map(|p| SlurmPool {
+            node_pool_id: p.id,
+            name: p.spec.name.clone(),
+            count: p.spec.count,
+            node_names: held
+                .iter()
+                .filter(|m| m.node_pool_id == p.id && m.state == MachineState::Active)
+                .filter_map(|m| m.node_name.clone())
+                .collect(),
+        })
+        .collect();
+    SlurmDesired { spec: spec.clone(), pools }
+}
+
+/// The operation steps, from the conditions: succeeded up to the first one not true, which is
+/// running; the rest pending.
+fn steps(conditions: &[Condition], required: &[&str]) -> Value {
+    let mut running_seen = false;
+    let steps: Vec<Value> = required
+        .iter()
+        .map(|type_| {
+            let condition = conditions.iter().find(|c| c.type_ == *type_);
+            let done = condition.is_some_and(|c| c.status == "True");
+            let name = step_name(type_);
+            if done && !running_seen {
+                let at = condition.map(|c| c.last_transition_time);
+                json!({ "name": name, "state": "succeeded", "started_at": null, "finished_at": at })
+            } else if !running_seen {
+                running_seen = true;
+                let at = condition.map(|c| c.last_transition_time);
+                json!({ "name": name, "state": "running", "started_at": at, "finished_at": null })
+            } else {
+                json!({ "name": name, "state": "pending", "started_at": null, "finished_at": null })
+            }
+        })
+        .collect();
+    Value::Array(steps)
+}
+
+fn step_name(condition: &str) -> &'static str {
+    match condition {
+        NAMESPACE_READY => "namespace",
+        CONTROL_PLANE_READY => "control_plane",
+        MACHINES_ALLOCATED => "machines",
+        NODES_READY => "nodes",
+        STACK_READY => "stack",
+        SLURM_READY => "slurm",
+        _ => "other",
+    }
+}
+
+impl JobHandler for ClusterReconciler {
+    fn kind(&self) -> &'static str {
+        CLUSTER_RECONCILE
+    }
+
+    fn run<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Outcome> {
+        let tenant = job.payload.get("tenant_id").and_then(|v| v.as_str()).and_then(|s| s.parse().ok());
+        match tenant {
+            Some(tenant) => self.reconcile(TenantId(tenant), ClusterId(job.target_id)).boxed(),
+            None => async { Outcome::fail("bad_job", "the job's payload lacks the cluster's tenant_id") }.boxed(),
+        }
+    }
+}

@@ -1,0 +1,794 @@
+//! The machine reconciler: the lifecycle of SPEC section 5, one guarded step at a time.
+//!
+//! ```text
+//! enrolling -> inspecting -> cleaning -> available -> allocated -> provisioning -> active
+//!                              ^  |                       |              |            |
+//!                              |  +-> clean_failed        +--------------+------------+-> releasing
+//!                              |                                         v                  |
+//!                              +----------------------------------- provision_failed <------+ (via cleaning)
+//! ```
+//!
+//! Agent runs (a wipe in `cleaning`, a provisioning boot in `provisioning`) are recorded on the
+//! machine before it boots: `run_id` first, then the boot (a fresh one-time token per boot; the
+//! tokens of a replaced boot are ended), then `run_booted_at`; the agent's report arrives through
+//! the API and wakes the job; then the media are ejected (`run_finished_at`); then the state moves
+//! on. A crash between any side effect and its write repeats the side effect, which is idempotent
+//! at the BMC (a repeated boot restarts the run's boot with a new token).
+//!
+//! Allocation is the cluster reconciler's (all or nothing, in one transaction); so is the start of
+//! a release (`releasing`). From there this reconciler drains and removes the node, powers the
+//! machine off and ends the tenancy in `cleaning`, which wipes it again before anyone else gets it.
+//! Operator intents: `maintenance_reason` set = take it out of service (a machine that holds a
+//! tenancy is released first), cleared while in maintenance = leave through cleaning;
+//! `retire_requested` = retire once it is available, in maintenance or clean_failed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use paddock_domain::bmc::{
+    check_against_class, inventory_json, AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia,
+    NO_SECOND_VIRTUAL_MEDIA, SYSTEM_UUID_MISMATCH,
+};
+use paddock_domain::driver::{node_name, DriverError, KubeDrivers, NodeRef, Removal, TenantAccess};
+use paddock_domain::job_kind::MACHINE_RECONCILE;
+use paddock_domain::machine::RETIRABLE;
+use paddock_domain::model::Machine;
+use paddock_domain::secret::SecretString;
+use paddock_service::agent::AgentRun;
+use paddock_service::Services;
+use paddock_store::lifecycle::{self, Run, RunPurpose};
+use paddock_store::{cluster, machine, machine_class, StoreError};
+use paddock_types::agent::AgentPurpose;
+use paddock_types::cluster::ClusterKind;
+use paddock_types::machine::{LastError, MachineState};
+use paddock_types::MachineId;
+use serde_json::json;
+
+use super::{cluster_ref, password_binding, store_error, tenant_access, Drivers, Settings, DRIVER_NOT_CONFIGURED, DRIVER_WAIT};
+use crate::{Job, JobHandler, Outcome};
+
+/// How long a machine waits after an error only a spec change fixes (wrong credentials, an
+/// ambiguous or unknown system): no retry storm against the BMC. The credentials PATCH enqueues a
+/// new `machine_reconcile` job, so a fix is picked up at once, not after this wait.
+pub const BMC_FIX_WAIT: Duration = Duration::from_secs(3600);
+
+/// Steps one run may take before it yields (each re-reads the machine).
+const STEPS_PER_RUN: usize = 16;
+
+/// What a step decided: stop with this outcome, or read the machine again and continue.
+enum Step {
+    Stop(Outcome),
+    Again,
+}
+
+impl From<StoreError> for Step {
+    fn from(e: StoreError) -> Self {
+        Step::Stop(store_error(e))
+    }
+}
+
+/// Converges machines through a BMC driver (and, for provisioning and release, the tenant
+/// cluster's nodes through the Kubernetes drivers).
+#[derive(Clone)]
+pub struct MachineReconciler {
+    services: Services,
+    drivers: Drivers,
+    settings: Arc<Settings>,
+}
+
+impl std::fmt::Debug for MachineReconciler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MachineReconciler").field("drivers", &self.drivers).finish_non_exhaustive()
+    }
+}
+
+impl MachineReconciler {
+    /// A reconciler over `services` (store, cipher, agent URL) with `drivers`.
+    pub fn new(services: Services, drivers: Drivers, settings: Settings) -> Self {
+        Self { services, drivers, settings: Arc::new(settings) }
+    }
+
+    async fn reconcile(&self, id: MachineId) -> Outcome {
+        match self.drivers.bmc.clone() {
+            None => self.no_driver(id).await,
+            Some(bmc) => self.converge(bmc.as_ref(), id).await,
+        }
+    }
+
+    async fn no_driver(&self, id: MachineId) -> Outcome {
+        let message = "no BMC driver is configured (PADDOCK_BMC_DRIVER=none); the machine waits";
+        let result = async {
+            let mut conn = self.services.store().conn().await?;
+            if machine::get(&mut conn, id, false).await?.is_none() {
+                return Ok(false);
+            }
+            let error =
+                LastError { code: DRIVER_NOT_CONFIGURED.to_owned(), message: message.to_owned(), at: Utc::now() };
+            machine::set_last_error(&mut conn, id, Some(&error)).await?;
+            Ok(true)
+        }
+        .await;
+        match result {
+            // A machine that is gone has nothing left to converge.
+            Ok(false) => Outcome::Done,
+            Ok(true) => Outcome::wait(DRIVER_WAIT, DRIVER_NOT_CONFIGURED, message),
+            Err(e) => store_error(e),
+        }
+    }
+
+    /// Runs the steps from the top; each step re-reads the machine.
+    async fn converge(&self, bmc: &dyn BmcDriver, id: MachineId) -> Outcome {
+        for _ in 0..STEPS_PER_RUN {
+            let current = {
+                let mut conn = match self.services.store().conn().await {
+                    Ok(c) => c,
+                    Err(e) => return store_error(e),
+                };
+                match machine::get(&mut conn, id, false).await {
+                    Ok(Some(m)) => m,
+                    Ok(None) => return Outcome::Done,
+                    Err(e) => return store_error(e),
+                }
+            };
+            match self.step(bmc, &current).await {
+                Step::Stop(outcome) => return outcome,
+                Step::Again => {}
+            }
+        }
+        Outcome::retry("machine_contended", "the machine kept changing under the reconciler; trying again")
+    }
+
+    async fn step(&self, bmc: &dyn BmcDriver, m: &Machine) -> Step {
+        use MachineState as S;
+        if m.retire_requested && RETIRABLE.contains(&m.state) {
+            return self.guarded(|c| machine::transition(c, m.id, m.state, m.status_version, S::Retired).boxed()).await;
+        }
+        if m.maintenance_reason.is_some() && m.state != S::Maintenance {
+            return self.enter_maintenance(bmc, m).await;
+        }
+        match m.state {
+            S::Enrolling | S::Inspecting => self.inspect(bmc, m).await,
+            S::Cleaning => self.clean(bmc, m).await,
+            S::Maintenance if m.maintenance_reason.is_none() => {
+                // The operator's maintenance ended: leave through cleaning.
+                self.guarded(|c| machine::advance(c, m.id, m.state, m.status_version, S::Cleaning, None).boxed()).await
+            }
+            S::Allocated | S::Provisioning => self.provision(bmc, m).await,
+            S::Releasing | S::ProvisionFailed => self.release(bmc, m).await,
+            // Converged: the cluster reconciler (allocation, release) or an operator (intents)
+            // moves the machine on, and enqueues this job again when it does.
+            S::Available | S::Active | S::Maintenance | S::CleanFailed | S::Retired => Step::Stop(Outcome::Done),
+        }
+    }
+
+    /// Runs one guarded write; lost or won, the next step reads the machine again.
+    async fn guarded<F>(&self, write: F) -> Step
+    where
+        F: for<'c> FnOnce(&'c mut paddock_store::Conn) -> BoxFuture<'c, Result<bool, StoreError>>,
+    {
+        let result = async {
+            let mut conn = self.services.store().conn().await?;
+            write(&mut conn).await
+        }
+        .await;
+        match result {
+            Ok(_) => Step::Again,
+            Err(e) => e.into(),
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Operator intents.
+
+    async fn enter_maintenance(&self, bmc: &dyn BmcDriver, m: &Machine) -> Step {
+        use MachineState as S;
+        match m.state {
+            // A tenancy ends through releasing and cleaning first; cleaning then sees the intent.
+            S::Allocated | S::Provisioning | S::Active => {
+                let result = async {
+                    let mut tx = self.services.store().begin().await?;
+                    if lifecycle::begin_release(&mut tx, m.id, m.state, m.status_version).await? {
+                        if let (Some(tenant), Some(cluster)) = (m.tenant_id, m.cluster_id) {
+                            lifecycle::enqueue_cluster(&mut tx, tenant, cluster).await?;
+                        }
+                    }
+                    tx.commit().await?;
+                    Ok::<_, StoreError>(())
+                }
+                .await;
+                match result {
+                    Ok(()) => Step::Again,
+                    Err(e) => e.into(),
+                }
+            }
+            S::Releasing | S::ProvisionFailed => self.release(bmc, m).await,
+            _ => {
+                // Abandon whatever run it was in; a machine that was booted into a wipe is
+                // powered off on its way out of service (best effort: it is leaving service).
+                if let Some(run) = self.run(m).await.ok().flatten() {
+                    if run.run_booted_at.is_some() {
+                        if let Ok(access) = self.access(m) {
+                            let _ = bmc.power_off(&access).await;
+                        }
+                    }
+                    if let Err(e) = self.expire_tokens(&run).await {
+                        return e.into();
+                    }
+                }
+                let to = S::Maintenance;
+                self.guarded(|c| lifecycle::end_run(c, m.id, m.state, m.status_version, to, None, None).boxed()).await
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Enrolling / inspecting.
+
+    /// Reads the BMC (no connection held meanwhile), records the inventory, then moves on, every
+    /// write guarded on the state and status version read before.
+    async fn inspect(&self, bmc: &dyn BmcDriver, m: &Machine) -> Step {
+        let access = match self.access(m) {
+            Ok(a) => a,
+            Err(step) => return step,
+        };
+        let inventory = match bmc.inspect(&access).await {
+            Ok(inv) => inv,
+            Err(e) => return self.bmc_failed(m, e).await,
+        };
+
+        let result = async {
+            let mut conn = self.services.store().conn().await?;
+            let Some(class) = machine_class::get_by_name(&mut conn, &m.machine_class, false).await? else {
+                // The class is restricted from deletion while in use: a race at most.
+                return Ok(Step::Again);
+            };
+            // A machine that already went through enrolling knows its UUID: another system
+            // answering now is a contradiction, never something to overwrite silently.
+            if m.state == MachineState::Inspecting {
+                if let Some(known) = &m.system_uuid {
+                    if !known.eq_ignore_ascii_case(&inventory.system_uuid) {
+                        let reason = format!(
+                            "the BMC now reports system UUID {} but inspection recorded {known}",
+                            inventory.system_uuid
+                        );
+                        let to = MachineState::Maintenance;
+                        machine::advance(&mut conn, m.id, m.state, m.status_version, to, Some(&reason)).await?;
+                        return Ok(Step::Again);
+                    }
+                }
+            }
+            let verdict = check_against_class(&inventory, &class.spec);
+            let json = inventory_json(&inventory, &verdict);
+            let mut version = m.status_version;
+            let mut state = m.state;
+            if m.system_uuid.as_deref() != Some(inventory.system_uuid.as_str()) || m.inventory != json {
+                if !machine::set_inventory(&mut conn, m.id, state, version, &inventory.system_uuid, &json).await? {
+                    return Ok(Step::Again);
+                }
+                version += 1;
+            }
+            if state == MachineState::Enrolling {
+                if !machine::advance(&mut conn, m.id, state, version, MachineState::Inspecting, None).await? {
+                    return Ok(Step::Again);
+                }
+                version += 1;
+                state = MachineState::Inspecting;
+            }
+            match verdict.maintenance_reason() {
+                Some(reason) => {
+                    machine::advance(&mut conn, m.id, state, version, MachineState::Maintenance, Some(&reason)).await?;
+                }
+                None => {
+                    machine::advance(&mut conn, m.id, state, version, MachineState::Cleaning, None).await?;
+                }
+            }
+            // Whether it moved or lost a race, the next step reads the machine again.
+            Ok::<_, StoreError>(Step::Again)
+        }
+        .await;
+        result.unwrap_or_else(Step::from)
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Cleaning.
+
+    /// The wipe (SPEC section 5): a run, a boot from the wipe image with the run's seed, the
+    /// agent's report, power off and eject, then `available` with the clean recorded, or
+    /// `clean_failed`. Nothing becomes available without every listed drive wiped.
+    async fn clean(&self, bmc: &dyn BmcDriver, m: &Machine) -> Step {
+        use MachineState as S;
+        let run = match self.run(m).await {
+            Ok(Some(run)) if run.run_purpose == RunPurpose::Wipe.as_str() => run,
+            Ok(_) => {
+                let (state, version) = (m.state, m.status_version);
+                return self
+                    .guarded(|c| lifecycle::start_run(c, m.id, state, version, S::Cleaning, RunPurpose::Wipe).boxed())
+                    .await;
+            }
+            Err(e) => return e.into(),
+        };
+        let access = match self.access(m) {
+            Ok(a) => a,
+            Err(step) => return step,
+        };
+        let Some(booted_at) = run.run_booted_at else {
+            let drives: Vec<serde_json::Value> = m.inventory["drives"]
+                .as_array()
+                .map(|d| d.iter().filter_map(|d| d["id"].as_str()).map(|id| json!({ "id": id })).collect())
+                .unwrap_or_default();
+            if drives.is_empty() {
+                let message = "the BMC reports no drives, so no wipe can be verified; fix the inventory and take the \
+                               machine through maintenance";
+                return self.end_run(m, S::CleanFailed, Some(("no_drive_inventory", message)), None).await;
+            }
+            let Some(image) = self.settings.wipe_image_url.clone() else {
+                let message = "no wipe image is configured (PADDOCK_WIPE_IMAGE_URL); the machine waits in cleaning";
+                return self.wait_for_fix(m, "wipe_image_not_configured", message).await;
+            };
+            return self.boot(bmc, m, &access, &run, AgentPurpose::Wipe, json!({ "drives": drives }), image).await;
+        };
+        let report = match self.report(m, &run).await {
+            Ok(r) => r,
+            Err(e) => return e.into(),
+        };
+        match report {
+            None => {
+                let deadline = booted_at + ttl(self.settings.agent_token_ttl);
+                if Utc::now() >= deadline {
+                    let message = "the wipe agent did not report before its token expired";
+                    return self.end_run(m, S::CleanFailed, Some(("wipe_timed_out", message)), None).await;
+                }
+                let left = (deadline - Utc::now()).to_std().unwrap_or_default();
+                Step::Stop(Outcome::wait(
+                    left.min(self.settings.report_wait),
+                    "waiting_for_agent",
+                    "the machine is wiping; waiting for its agent's report",
+                ))
+            }
+            Some(report) if !report.verified => {
+                // Quarantined: it leaves only through maintenance or retirement. Power it off
+                // on the way (best effort: it never serves anyone in this state).
+                let _ = bmc.finish_boot(&access, AfterBoot::PowerOff).await;
+                let failed: Vec<String> = report.report["drives"]
+                    .as_array()
+                    .map(|d| {
+                        d.iter()
+                            .filter(|d| d["result"] != "success")
+                            .filter_map(|d| d["id"].as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let message = if failed.is_empty() {
+                    "the wipe report does not show every listed drive wiped".to_owned()
+                } else {
+                    format!("the wipe failed on drive(s) {}", failed.join(", "))
+                };
+                self.end_run(m, S::CleanFailed, Some(("wipe_failed", &message)), None).await
+            }
+            Some(report) => {
+                if run.run_finished_at.is_none() {
+                    if let Err(e) = bmc.finish_boot(&access, AfterBoot::PowerOff).await {
+                        return self.bmc_failed(m, e).await;
+                    }
+                    let (state, version) = (m.state, m.status_version);
+                    return self.guarded(|c| lifecycle::mark_finished(c, m.id, state, version).boxed()).await;
+                }
+                let result = async {
+                    let mut tx = self.services.store().begin().await?;
+                    let evidence = json!({ "run_id": run.run_id, "report": report.report, "reported_at": report.used_at });
+                    lifecycle::complete_clean(&mut tx, m.id, m.status_version, run.run_id, "agent", &evidence).await?;
+                    tx.commit().await?;
+                    Ok::<_, StoreError>(())
+                }
+                .await;
+                match result {
+                    Ok(()) => Step::Again,
+                    Err(e) => e.into(),
+                }
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Provisioning.
+
+    /// From `allocated` (once the tenant control plane is up) through a provisioning boot with a
+    /// join configuration to `active`, when a Ready Node with the machine's system UUID exists.
+    async fn provision(&self, bmc: &dyn BmcDriver, m: &Machine) -> Step {
+        use MachineState as S;
+        let Some(kube) = self.drivers.kube.clone() else {
+            let message = "no Kubernetes driver is configured (PADDOCK_KUBE_DRIVER=none); the machine waits";
+            return self.wait_with(m, DRIVER_WAIT, DRIVER_NOT_CONFIGURED, message).await;
+        };
+        let (tenant_access, node) = match self.tenant_side(m).await {
+            Ok(Some(found)) => found,
+            Ok(None) => {
+                let message = "waiting for the cluster's control plane";
+                return self.wait_with(m, self.settings.poll, "waiting_for_control_plane", message).await;
+            }
+            Err(e) => return e.into(),
+        };
+        let run = match self.run(m).await {
+            Ok(Some(run)) if m.state == S::Provisioning && run.run_purpose == RunPurpose::Provision.as_str() => run,
+            Ok(_) => {
+                let (state, version) = (m.state, m.status_version);
+                let purpose = RunPurpose::Provision;
+                return self.guarded(|c| lifecycle::start_run(c, m.id, state, version, S::Provisioning, purpose).boxed()).await;
+            }
+            Err(e) => return e.into(),
+        };
+        let access = match self.access(m) {
+            Ok(a) => a,
+            Err(step) => return step,
+        };
+        let Some(booted_at) = run.run_booted_at else {
+            let Some(image) = self.settings.os_image_url.clone() else {
+                let message = "no node OS image is configured (PADDOCK_OS_IMAGE_URL); the machine waits";
+                return self.wait_for_fix(m, "os_image_not_configured", message).await;
+            };
+            let ttl_secs = self.settings.agent_token_ttl.as_secs().max(60);
+            let join = match kube.nodes.join_config(&tenant_access, &node, ttl_secs).await {
+                Ok(j) => j,
+                Err(e) => return self.driver_failed(m, e).await,
+            };
+            let config = json!({ "node_name": node.node_name, "join": join.0 });
+            return self.boot(bmc, m, &access, &run, AgentPurpose::Provision, config, image).await;
+        };
+        let report = match self.report(m, &run).await {
+            Ok(r) => r,
+            Err(e) => return e.into(),
+        };
+        let Some(report) = report else {
+            let deadline = booted_at + ttl(self.settings.agent_token_ttl);
+            if Utc::now() >= deadline {
+                return self.provision_failed(m, "provision_timed_out", "the machine did not report its first boot in time").await;
+            }
+            let left = (deadline - Utc::now()).to_std().unwrap_or_default();
+            return Step::Stop(Outcome::wait(
+                left.min(self.settings.report_wait),
+                "waiting_for_agent",
+                "the machine is installing; waiting for its first-boot report",
+            ));
+        };
+        if !report.verified {
+            return self.provision_failed(m, "provision_failed", "the machine reported a failed first boot").await;
+        }
+        let Some(finished_at) = run.run_finished_at else {
+            if let Err(e) = bmc.finish_boot(&access, AfterBoot::BootFromDisk).await {
+                return self.bmc_failed(m, e).await;
+            }
+            let (state, version) = (m.state, m.status_version);
+            return self.guarded(|c| lifecycle::mark_finished(c, m.id, state, version).boxed()).await;
+        };
+        match kube.nodes.node(&tenant_access, &node).await {
+            Ok(Some(status)) if status.ready => {
+                let result = async {
+                    let mut tx = self.services.store().begin().await?;
+                    if lifecycle::activate(&mut tx, m.id, m.status_version, &status.name).await? {
+                        if let (Some(tenant), Some(cluster)) = (m.tenant_id, m.cluster_id) {
+                            lifecycle::enqueue_cluster(&mut tx, tenant, cluster).await?;
+                        }
+                    }
+                    tx.commit().await?;
+                    Ok::<_, StoreError>(())
+                }
+                .await;
+                match result {
+                    Ok(()) => Step::Again,
+                    Err(e) => e.into(),
+                }
+            }
+            Ok(_) => {
+                if Utc::now() >= finished_at + ttl(self.settings.node_join_timeout) {
+                    return self
+                        .provision_failed(m, "node_never_ready", "the machine booted but never became a Ready node")
+                        .await;
+                }
+                Step::Stop(Outcome::wait(self.settings.poll, "waiting_for_node", "waiting for the node to become Ready"))
+            }
+            Err(e) => self.driver_failed(m, e).await,
+        }
+    }
+
+    async fn provision_failed(&self, m: &Machine, code: &str, message: &str) -> Step {
+        let result = async {
+            let mut tx = self.services.store().begin().await?;
+            let to = MachineState::ProvisionFailed;
+            if lifecycle::end_run(&mut tx, m.id, m.state, m.status_version, to, Some((code, message)), None).await? {
+                if let (Some(tenant), Some(cluster)) = (m.tenant_id, m.cluster_id) {
+                    // The cluster allocates a replacement.
+                    lifecycle::enqueue_cluster(&mut tx, tenant, cluster).await?;
+                }
+            }
+            tx.commit().await?;
+            Ok::<_, StoreError>(())
+        }
+        .await;
+        match result {
+            Ok(()) => Step::Again,
+            Err(e) => e.into(),
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Release.
+
+    /// `releasing` / `provision_failed` -> `cleaning`: drain the Slurm node, remove the Node,
+    /// power off, end the tenancy. Every step checks its postcondition, so a repeat is harmless.
+    async fn release(&self, bmc: &dyn BmcDriver, m: &Machine) -> Step {
+        if let Some(kube) = self.drivers.kube.clone() {
+            match self.tenant_side(m).await {
+                Ok(Some((tenant, node))) => {
+                    if let Some(step) = self.release_node(&kube, m, &tenant, &node).await {
+                        return step;
+                    }
+                }
+                // The control plane never came up (or is gone): no node to remove.
+                Ok(None) => {}
+                Err(e) => return e.into(),
+            }
+        }
+        let access = match self.access(m) {
+            Ok(a) => a,
+            Err(step) => return step,
+        };
+        // A machine that never got a UUID recorded was never booted by us: nothing to power off.
+        if access.system_uuid.is_some() {
+            if let Err(e) = bmc.power_off(&access).await {
+                return self.bmc_failed(m, e).await;
+            }
+        }
+        let result = async {
+            let mut tx = self.services.store().begin().await?;
+            if let Some(run) = lifecycle::run_of(&mut tx, m.id).await? {
+                lifecycle::expire_unused_tokens(&mut tx, run.run_id).await?;
+            }
+            lifecycle::finish_release(&mut tx, m.id, m.state, m.status_version).await?;
+            tx.commit().await?;
+            Ok::<_, StoreError>(())
+        }
+        .await;
+        match result {
+            Ok(()) => Step::Again,
+            Err(e) => e.into(),
+        }
+    }
+
+    /// Drains and removes the machine's node; `Some` to stop (waiting, or a failure).
+    async fn release_node(&self, kube: &KubeDrivers, m: &Machine, tenant: &TenantAccess, node: &NodeRef) -> Option<Step> {
+        let slurm = {
+            let mut conn = match self.services.store().conn().await {
+                Ok(c) => c,
+                Err(e) => return Some(e.into()),
+            };
+            let (Some(t), Some(c)) = (m.tenant_id, m.cluster_id) else { return None };
+            match cluster::get(&mut conn, t, c, false).await {
+                Ok(found) => found.is_some_and(|c| c.spec.kind == ClusterKind::Slurm),
+                Err(e) => return Some(e.into()),
+            }
+        };
+        if slurm && m.node_name.is_some() {
+            match kube.slurm.drain_node(tenant, &node.node_name).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    let message = "draining the Slurm node before the machine is released";
+                    return Some(Step::Stop(Outcome::wait(self.settings.poll, "draining", message)));
+                }
+                Err(e) => return Some(self.driver_failed(m, e).await),
+            }
+        }
+        match kube.nodes.remove_node(tenant, node).await {
+            Ok(Removal::Gone) => None,
+            Ok(Removal::Deleting) => {
+                Some(Step::Stop(Outcome::wait(self.settings.poll, "removing_node", "waiting for the node to go")))
+            }
+            Err(e) => Some(self.driver_failed(m, e).await),
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Shared pieces.
+
+    /// Issues the run's token and boots the machine from `image` with the run's seed; then
+    /// records the boot. The tokens of an earlier boot of the same run end first.
+    #[allow(clippy::too_many_arguments)]
+    async fn boot(
+        &self,
+        bmc: &dyn BmcDriver,
+        m: &Machine,
+        access: &BmcAccess,
+        run: &Run,
+        purpose: AgentPurpose,
+        config: serde_json::Value,
+        image_url: String,
+    ) -> Step {
+        if let Err(e) = self.expire_tokens(run).await {
+            return e.into();
+        }
+        let agent_run = AgentRun { machine_id: m.id, run_id: run.run_id, purpose, config };
+        let token = match self.services.agent_token_issue(&agent_run, self.settings.agent_token_ttl).await {
+            Ok(t) => t,
+            Err(e) => return Step::Stop(Outcome::retry("agent_token", format!("issuing the run's token failed: {e}"))),
+        };
+        let seed_url = SecretString::new(format!("{}/v1/agent/{token}/seed.iso", self.services.agent_base_url()));
+        let media = BootMedia { image_url, seed_url };
+        if let Err(e) = bmc.boot_from_media(access, &media).await {
+            return self.bmc_failed(m, e).await;
+        }
+        let (state, version) = (m.state, m.status_version);
+        self.guarded(|c| lifecycle::mark_booted(c, m.id, state, version).boxed()).await
+    }
+
+    async fn run(&self, m: &Machine) -> Result<Option<Run>, StoreError> {
+        let mut conn = self.services.store().conn().await?;
+        lifecycle::run_of(&mut conn, m.id).await
+    }
+
+    async fn report(&self, m: &Machine, run: &Run) -> Result<Option<lifecycle::RunReport>, StoreError> {
+        let mut conn = self.services.store().conn().await?;
+        lifecycle::run_report(&mut conn, m.id, run.run_id).await
+    }
+
+    async fn expire_tokens(&self, run: &Run) -> Result<(), StoreError> {
+        let mut conn = self.services.store().conn().await?;
+        lifecycle::expire_unused_tokens(&mut conn, run.run_id).await
+    }
+
+    async fn end_run(
+        &self,
+        m: &Machine,
+        to: MachineState,
+        error: Option<(&str, &str)>,
+        maintenance_reason: Option<&str>,
+    ) -> Step {
+        let (from, version) = (m.state, m.status_version);
+        let result = async {
+            let mut conn = self.services.store().conn().await?;
+            lifecycle::end_run(&mut conn, m.id, from, version, to, error, maintenance_reason).await
+        }
+        .await;
+        match result {
+            Ok(_) => Step::Again,
+            Err(e) => e.into(),
+        }
+    }
+
+    /// The tenant side of a machine that holds a tenancy: how to reach its cluster's API, and
+    /// its node there. `None` until the control plane published its endpoint and kubeconfig.
+    async fn tenant_side(&self, m: &Machine) -> Result<Option<(TenantAccess, NodeRef)>, StoreError> {
+        let (Some(tenant), Some(cluster_id), Some(pool_id)) = (m.tenant_id, m.cluster_id, m.node_pool_id) else {
+            return Ok(None);
+        };
+        let mut conn = self.services.store().conn().await?;
+        let Some(c) = cluster::get(&mut conn, tenant, cluster_id, false).await? else {
+            return Ok(None);
+        };
+        let Some(pool) = cluster::pool_get(&mut conn, tenant, cluster_id, pool_id, false).await? else {
+            return Ok(None);
+        };
+        let Some(reference) = cluster_ref(&mut conn, tenant, cluster_id, &c.spec.name).await? else {
+            return Ok(None);
+        };
+        let endpoint = c.status.endpoints.kubernetes_api.clone();
+        let Some(access) = tenant_access(&mut conn, self.services.cipher(), reference, endpoint.as_deref()).await? else {
+            return Ok(None);
+        };
+        let node = NodeRef {
+            machine_id: m.id,
+            node_pool_id: pool.id,
+            pool_name: pool.spec.name.clone(),
+            node_name: m.node_name.clone().unwrap_or_else(|| node_name(m.id)),
+            system_uuid: m.system_uuid.clone().unwrap_or_default(),
+            labels: pool.spec.labels.clone(),
+            taints: pool.spec.taints.clone(),
+        };
+        Ok(Some((access, node)))
+    }
+
+    /// The machine's BMC access with its password opened; a password that cannot be opened
+    /// waits for new credentials.
+    #[allow(clippy::result_large_err)]
+    fn access(&self, m: &Machine) -> Result<BmcAccess, Step> {
+        let password = self
+            .services
+            .cipher()
+            .open(&m.bmc.password_enc, password_binding(m))
+            .map_err(|e| format!("the BMC password cannot be opened ({e}); patch the credentials"))
+            .and_then(|bytes| String::from_utf8(bytes).map_err(|_| "the BMC password is not UTF-8".to_owned()));
+        match password {
+            Ok(p) => Ok(BmcAccess {
+                machine_id: m.id,
+                url: m.bmc.url.clone(),
+                system_id: m.bmc.system_id.clone(),
+                username: m.bmc.username.clone(),
+                password: SecretString::new(p),
+                ca_cert: m.bmc.ca_cert.clone(),
+                insecure_tls: m.bmc.insecure_tls,
+                system_uuid: m.system_uuid.clone(),
+            }),
+            Err(message) => {
+                // Recorded by the caller's next step; a long wait, no retry storm.
+                Err(Step::Stop(Outcome::wait(BMC_FIX_WAIT, "bmc_password_unreadable", message)))
+            }
+        }
+    }
+
+    /// Records `code` on the machine (guarded) and waits long: only a spec change fixes it.
+    async fn wait_for_fix(&self, m: &Machine, code: &str, message: &str) -> Step {
+        self.wait_with(m, BMC_FIX_WAIT, code, message).await
+    }
+
+    /// Records `code` on the machine (guarded) and waits `after`.
+    async fn wait_with(&self, m: &Machine, after: Duration, code: &str, message: &str) -> Step {
+        if let Err(e) = self.record_error(m, code, message).await {
+            return e.into();
+        }
+        Step::Stop(Outcome::wait(after, code, message))
+    }
+
+    async fn bmc_failed(&self, m: &Machine, e: BmcError) -> Step {
+        use MachineState as S;
+        // A BMC that cannot do what the lifecycle needs, or another system behind the BMC:
+        // out of service with the reason, through the path the state allows.
+        if e.code == NO_SECOND_VIRTUAL_MEDIA || e.code == SYSTEM_UUID_MISMATCH {
+            let reason = if e.code == NO_SECOND_VIRTUAL_MEDIA { NO_SECOND_VIRTUAL_MEDIA.to_owned() } else { e.message.clone() };
+            match m.state {
+                S::Cleaning | S::Enrolling | S::Inspecting => {
+                    return self.end_run(m, S::Maintenance, Some((&e.code, &e.message)), Some(&reason)).await;
+                }
+                S::Allocated | S::Provisioning => return self.provision_failed(m, &e.code, &e.message).await,
+                _ => {}
+            }
+        }
+        match e.kind {
+            // A retry cannot help: wait for the credentials or system_id PATCH (which enqueues
+            // a new job) and look again only after a long while.
+            BmcErrorKind::AuthFailed
+            | BmcErrorKind::AmbiguousSystem
+            | BmcErrorKind::CapabilityGap
+            | BmcErrorKind::Permanent => self.wait_for_fix(m, &e.code, &e.message).await,
+            BmcErrorKind::Transient => {
+                if let Err(se) = self.record_error(m, &e.code, &e.message).await {
+                    return se.into();
+                }
+                Step::Stop(Outcome::retry(e.code, e.message))
+            }
+        }
+    }
+
+    async fn driver_failed(&self, m: &Machine, e: DriverError) -> Step {
+        if let Err(se) = self.record_error(m, &e.code, &e.message).await {
+            return se.into();
+        }
+        if e.is_transient() {
+            Step::Stop(Outcome::retry(e.code, e.message))
+        } else {
+            Step::Stop(Outcome::wait(self.settings.poll.max(Duration::from_secs(60)), e.code, e.message))
+        }
+    }
+
+    async fn record_error(&self, m: &Machine, code: &str, message: &str) -> Result<(), StoreError> {
+        let mut conn = self.services.store().conn().await?;
+        let error = LastError { code: code.to_owned(), message: message.to_owned(), at: Utc::now() };
+        // Guarded: a machine someone else moved on keeps its own status.
+        machine::set_last_error_guarded(&mut conn, m.id, m.state, m.status_version, Some(&error)).await?;
+        Ok(())
+    }
+}
+
+fn ttl(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}
+
+impl JobHandler for MachineReconciler {
+    fn kind(&self) -> &'static str {
+        MACHINE_RECONCILE
+    }
+
+    fn run<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Outcome> {
+        self.reconcile(MachineId(job.target_id)).boxed()
+    }
+}

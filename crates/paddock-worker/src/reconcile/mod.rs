@@ -1,0 +1,140 @@
+//! The reconcile handlers of machines and clusters: the jobs' entry points. Each run starts from
+//! the top, re-reads the records, and converges them step by step through the drivers; every
+//! status write is guarded on the version read before it, so a run that lost a race re-reads, and
+//! a run repeated after a crash (at any await point) converges to the same result.
+//!
+//! Without a driver (`PADDOCK_BMC_DRIVER` / `PADDOCK_KUBE_DRIVER` = `none`), every run ends the
+//! way SPEC section 9 prescribes: the job waits, the machine shows
+//! `last_error.code = driver_not_configured` and the cluster a `Ready=False` condition with
+//! reason `DriverNotConfigured`; the API still serves.
+
+mod cluster;
+mod machine;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use cluster::ClusterReconciler;
+pub use machine::MachineReconciler;
+use paddock_domain::bmc::BmcDriver;
+use paddock_domain::driver::{ClusterRef, KubeDrivers, ServiceType, TenantAccess};
+use paddock_domain::model::Machine;
+use paddock_domain::secret::{Binding, Cipher, SecretString};
+use paddock_store::{cluster as cluster_store, tenant, Conn, StoreError};
+use paddock_types::{ClusterId, TenantId};
+
+use crate::Outcome;
+
+/// How long a job without a driver waits before it looks again. Configuring a driver means
+/// restarting the workers; a waiting job then runs at the latest this much later.
+pub const DRIVER_WAIT: Duration = Duration::from_secs(300);
+
+pub(crate) const DRIVER_NOT_CONFIGURED: &str = "driver_not_configured";
+
+/// The drivers the reconcilers use; `None` = `none`.
+#[derive(Clone, Default)]
+pub struct Drivers {
+    /// The BMC driver (`PADDOCK_BMC_DRIVER`).
+    pub bmc: Option<Arc<dyn BmcDriver>>,
+    /// The cluster-side drivers (`PADDOCK_KUBE_DRIVER`).
+    pub kube: Option<KubeDrivers>,
+}
+
+impl std::fmt::Debug for Drivers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Drivers").field("bmc", &self.bmc.is_some()).field("kube", &self.kube.is_some()).finish()
+    }
+}
+
+/// Settings of the machine lifecycle and the cluster reconciler.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The provider's wipe image (`PADDOCK_WIPE_IMAGE_URL`).
+    pub wipe_image_url: Option<String>,
+    /// The node OS image (`PADDOCK_OS_IMAGE_URL`).
+    pub os_image_url: Option<String>,
+    /// Lifetime of agent tokens (`PADDOCK_AGENT_TOKEN_TTL`); also how long a booted machine may
+    /// take to report before its run counts as timed out.
+    pub agent_token_ttl: Duration,
+    /// How long a provisioned machine may take to show up as a Ready node.
+    pub node_join_timeout: Duration,
+    /// How often a run that waits for the outside world (a control plane coming up, a node
+    /// joining, a namespace terminating) looks again.
+    pub poll: Duration,
+    /// How long a run waiting for an agent's report sleeps at most: the report wakes the job at
+    /// once, this is the fallback.
+    pub report_wait: Duration,
+    /// API server replicas of a tenant control plane.
+    pub control_plane_replicas: u32,
+    /// How tenant API servers are exposed.
+    pub service_type: ServiceType,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            wipe_image_url: None,
+            os_image_url: None,
+            agent_token_ttl: Duration::from_secs(3600),
+            node_join_timeout: Duration::from_secs(900),
+            poll: Duration::from_secs(5),
+            report_wait: Duration::from_secs(60),
+            control_plane_replicas: 2,
+            service_type: ServiceType::LoadBalancer,
+        }
+    }
+}
+
+fn store_error(e: StoreError) -> Outcome {
+    Outcome::retry("database", format!("{e}"))
+}
+
+/// The binding of a cluster's sealed admin kubeconfig.
+pub(crate) fn kubeconfig_binding(cluster: ClusterId) -> Binding<'static> {
+    Binding { table: "clusters", column: "admin_kubeconfig_enc", row: cluster.uuid() }
+}
+
+/// The binding of a machine's sealed BMC password.
+pub(crate) fn password_binding(m: &Machine) -> Binding<'static> {
+    Binding { table: "machines", column: "bmc_password_enc", row: m.id.uuid() }
+}
+
+/// The cluster's reference for the drivers (names for people, ids for everything else); `None`
+/// when the cluster or its tenant is gone.
+pub(crate) async fn cluster_ref(
+    conn: &mut Conn,
+    tenant_id: TenantId,
+    cluster_id: ClusterId,
+    cluster_name: &str,
+) -> Result<Option<ClusterRef>, StoreError> {
+    let Some(t) = tenant::get(conn, tenant_id).await? else {
+        return Ok(None);
+    };
+    Ok(Some(ClusterRef { tenant_id, cluster_id, tenant_name: t.spec.name, cluster_name: cluster_name.to_owned() }))
+}
+
+/// How paddock reaches a tenant cluster's own API: its endpoint and the opened admin kubeconfig;
+/// `None` until the control plane published both.
+pub(crate) async fn tenant_access(
+    conn: &mut Conn,
+    cipher: &Cipher,
+    cluster: ClusterRef,
+    endpoint: Option<&str>,
+) -> Result<Option<TenantAccess>, StoreError> {
+    let Some(endpoint) = endpoint else {
+        return Ok(None);
+    };
+    let Some(sealed) = cluster_store::admin_kubeconfig(conn, cluster.tenant_id, cluster.cluster_id).await? else {
+        return Ok(None);
+    };
+    let opened = cipher
+        .open(&sealed, kubeconfig_binding(cluster.cluster_id))
+        .map_err(|e| StoreError::Corrupt(format!("the admin kubeconfig of cluster {} cannot be opened: {e}", cluster.cluster_id)))?;
+    let kubeconfig = String::from_utf8(opened)
+        .map_err(|_| StoreError::Corrupt(format!("the admin kubeconfig of cluster {} is not UTF-8", cluster.cluster_id)))?;
+    Ok(Some(TenantAccess {
+        cluster,
+        endpoint: endpoint.trim_start_matches("https://").to_owned(),
+        admin_kubeconfig: SecretString::new(kubeconfig),
+    }))
+}
