@@ -135,8 +135,11 @@ pub trait BmcDriver: Send + Sync {
     /// CD and powers on. Idempotent: repeating it restarts the boot. A BMC with a single virtual
     /// media device answers [`BmcErrorKind::CapabilityGap`] with code
     /// [`NO_SECOND_VIRTUAL_MEDIA`].
-    fn boot_from_media<'a>(&'a self, access: &'a BmcAccess, media: &'a BootMedia)
-        -> BoxFuture<'a, Result<(), BmcError>>;
+    fn boot_from_media<'a>(
+        &'a self,
+        access: &'a BmcAccess,
+        media: &'a BootMedia,
+    ) -> BoxFuture<'a, Result<(), BmcError>>;
 
     /// Ends a media boot: checks the system UUID, powers off (for [`AfterBoot::PowerOff`]),
     /// ejects every medium, sets the boot device back to disk, and for

@@ -331,7 +331,11 @@ pub trait SlurmDriver: Send + Sync {
 
     /// Drains the Slurm node on `node_name` before its machine is released; true once drained (or
     /// when Slurm does not know the node).
-    fn drain_node<'a>(&'a self, tenant: &'a TenantAccess, node_name: &'a str) -> BoxFuture<'a, Result<bool, DriverError>>;
+    fn drain_node<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node_name: &'a str,
+    ) -> BoxFuture<'a, Result<bool, DriverError>>;
 
     /// Deletes the cluster's Slurm. `Gone` once every Slurm object no longer exists.
     fn remove_slurm<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<Removal, DriverError>>;

@@ -12,6 +12,8 @@
 
 use std::time::Instant;
 
+use paddock_domain::bmc::AfterBoot;
+use paddock_domain::secret::SecretString;
 use reqwest::Method;
 use serde_json::json;
 use tracing::{debug, info, instrument, warn};
@@ -21,10 +23,11 @@ use crate::config::{PowerPolicy, RedfishConfig};
 use crate::error::RedfishError;
 use crate::limiter::{BmcLimiter, BmcPermit};
 use crate::model::{
-    ActionInfoRes, ActionRes, BootOverride, BootTarget, ChangeOutcome, Collection, DriveInventory, DriveRes, Link,
-    ManagerRes, PowerOutcome, PowerState, ReportedPowerState, ServiceRoot, ServiceRootRes, StorageRes, SystemInventory,
-    SystemRes, SystemUuid, VirtualMediaDevice, VirtualMediaRes,
+    media_class, ActionInfoRes, ActionRes, BootOverride, BootTarget, ChangeOutcome, Collection, DriveInventory,
+    DriveRes, Link, ManagerRes, MediaClass, PowerOutcome, PowerState, ReportedPowerState, RestartOutcome, ServiceRoot,
+    ServiceRootRes, StorageRes, SystemInventory, SystemRes, SystemUuid, VirtualMediaDevice, VirtualMediaRes,
 };
+use crate::redact::Redactor;
 use crate::transport::Transport;
 
 /// The service root path, the one URL every Redfish service has.
@@ -48,10 +51,128 @@ struct SystemRead {
     etag: Option<String>,
 }
 
-/// A virtual media device as read, with where it lives.
+/// A virtual media device as read, with where it lives and its `ETag`.
 struct DeviceRead {
     path: String,
     res: VirtualMediaRes,
+    etag: Option<String>,
+}
+
+impl DeviceRead {
+    /// The device's `Id` (the last segment of its URI when it reports none).
+    fn id(&self) -> String {
+        self.res.id.clone().unwrap_or_else(|| last_segment(&self.path).to_owned())
+    }
+
+    /// Whether the device holds (or names) an image.
+    fn is_loaded(&self) -> bool {
+        self.res.inserted == Some(true) || self.res.image.is_some()
+    }
+}
+
+/// `ResetType`s that restart a running system, in order of preference.
+const RESTART_TYPES: &[&str] = &["ForceRestart", "GracefulRestart", "PowerCycle"];
+
+/// The first of `preferred` that `allowed` lists; without a list, the first (the BMC answers).
+fn pick_reset_type(allowed: Option<&[String]>, preferred: &'static [&'static str]) -> Option<&'static str> {
+    match allowed {
+        None => preferred.first().copied(),
+        Some(values) => preferred.iter().copied().find(|t| values.iter().any(|v| v == t)),
+    }
+}
+
+fn allowed_list(allowed: Option<&[String]>) -> String {
+    allowed.map(|v| format!(" (allowed: {})", v.join(", "))).unwrap_or_default()
+}
+
+/// Fails with `UuidMismatch` unless `system` reports `expected`.
+fn check_uuid(system: &SystemRead, expected: &SystemUuid) -> Result<(), RedfishError> {
+    let actual = system.res.uuid.as_deref().map(SystemUuid::new);
+    if actual.as_ref() != Some(expected) {
+        warn!(system.uuid.actual = ?actual, "refusing a destructive call: system UUID mismatch");
+        return Err(RedfishError::UuidMismatch {
+            expected: expected.to_string(),
+            actual: actual.map(|u| u.to_string()),
+        });
+    }
+    Ok(())
+}
+
+/// A boot override to send, checked against what the system advertises.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum BootPlan {
+    /// `BootSourceOverrideTarget` with `BootSourceOverrideEnabled`.
+    Target { target: BootTarget, enabled: &'static str },
+    /// `BootSourceOverrideEnabled: Disabled`: the system's own boot order.
+    Disabled,
+}
+
+impl BootPlan {
+    /// A one-time boot from `target`.
+    fn once(system: &SystemRead, target: BootTarget) -> Result<Self, RedfishError> {
+        let boot = system.res.boot.as_ref().ok_or_else(|| gap("boot source override"))?;
+        if let Some(allowed) = &boot.target_allowable {
+            if !allowed.iter().any(|v| v == target.as_str()) {
+                return Err(gap(&format!("boot source override to {target} (allowed: {})", allowed.join(", "))));
+            }
+        }
+        if let Some(allowed) = &boot.enabled_allowable {
+            if !allowed.iter().any(|v| v == "Once") {
+                return Err(gap(&format!("a one-time boot override (allowed: {})", allowed.join(", "))));
+            }
+        }
+        Ok(Self::Target { target, enabled: "Once" })
+    }
+
+    /// Back to the disk: `Hdd` `Continuous`, else `Hdd` `Once`, else the override disabled.
+    fn disk(system: &SystemRead) -> Result<Self, RedfishError> {
+        let boot = system.res.boot.as_ref().ok_or_else(|| gap("boot source override"))?;
+        let enabled_ok = |v: &str| boot.enabled_allowable.as_ref().is_none_or(|a| a.iter().any(|x| x == v));
+        let hdd_ok = boot.target_allowable.as_ref().is_none_or(|a| a.iter().any(|x| x == BootTarget::Hdd.as_str()));
+        if hdd_ok {
+            for enabled in ["Continuous", "Once"] {
+                if enabled_ok(enabled) {
+                    return Ok(Self::Target { target: BootTarget::Hdd, enabled });
+                }
+            }
+        }
+        if enabled_ok("Disabled") {
+            return Ok(Self::Disabled);
+        }
+        Err(gap("a boot override to the disk (neither Hdd nor Disabled is allowed)"))
+    }
+
+    fn body(&self) -> serde_json::Value {
+        match self {
+            Self::Target { target, enabled } => {
+                json!({ "Boot": { "BootSourceOverrideTarget": target.as_str(), "BootSourceOverrideEnabled": enabled } })
+            }
+            Self::Disabled => json!({ "Boot": { "BootSourceOverrideEnabled": "Disabled" } }),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Self::Target { target, enabled } => format!("{target} ({enabled})"),
+            Self::Disabled => "disabled".to_owned(),
+        }
+    }
+
+    /// Whether the reported override already is this one.
+    fn is_shown(&self, target: Option<&str>, enabled: Option<&str>) -> bool {
+        match self {
+            Self::Target { target: t, enabled: e } => target == Some(t.as_str()) && enabled == Some(*e),
+            Self::Disabled => enabled == Some("Disabled"),
+        }
+    }
+
+    /// Whether the read-back shows the change (the target only, see `apply_boot`).
+    fn is_applied(&self, target: Option<&str>, enabled: Option<&str>) -> bool {
+        match self {
+            Self::Target { target: t, .. } => target == Some(t.as_str()),
+            Self::Disabled => enabled == Some("Disabled"),
+        }
+    }
 }
 
 impl RedfishClient {
@@ -134,61 +255,30 @@ impl RedfishClient {
         self.guarded_system(expected).await.map(drop)
     }
 
-    /// Converges the power state: already there is success; otherwise sends `Reset` (`On` or
-    /// `ForceOff`, as advertised), polls until the state is read back, and re-sends once when the
-    /// first request looks lost. Checks the UUID first.
+    /// Converges the power state: already there is success; otherwise sends `Reset` with the first
+    /// advertised type that reaches it (`On`/`ForceOn`, `ForceOff`/`GracefulShutdown`, the power
+    /// button last), polls until the state is read back, and re-sends once when the first request
+    /// looks lost. Checks the UUID first.
     #[instrument(skip_all, fields(bmc.host = %self.host_key(), system.uuid = %expected, power.target = %target))]
     pub async fn power(&self, expected: &SystemUuid, target: PowerState) -> Result<PowerOutcome, RedfishError> {
         let _slot = self.operation().await;
         let system = self.guarded_system(expected).await?;
-        let current = system.res.power_state().ok_or_else(|| missing(&system.path, "PowerState"))?;
-        if current.settled() == Some(target) {
-            debug!("power already {target}");
-            return Ok(PowerOutcome::AlreadyThere);
-        }
-        let action = system.res.actions.as_ref().and_then(|a| a.reset.clone()).unwrap_or_default();
-        let Some(action_target) = action.target.clone() else {
-            return Err(gap("ComputerSystem.Reset"));
-        };
-        let reset_type = self.reset_type(&action, target).await?;
-        let body = json!({ "ResetType": reset_type });
-        let what = format!("ComputerSystem.Reset with ResetType {reset_type}");
+        self.converge_power(system, target).await
+    }
 
-        let started = Instant::now();
-        info!(power.reset_type = reset_type, "powering {target} with Reset {reset_type}");
-        self.transport.change(Method::POST, &action_target, &body, None, &what).await?;
-        let (mut reissued, mut polls) = (false, 0u32);
-        let mut last = None;
-        loop {
-            let remaining = self.power.timeout.saturating_sub(started.elapsed());
-            if remaining.is_zero() {
-                return Err(RedfishError::PowerTimeout {
-                    wanted: target.to_string(),
-                    last: last.map(|s: ReportedPowerState| s.as_str().to_owned()),
-                    timeout: self.power.timeout,
-                });
-            }
-            tokio::time::sleep(self.power.poll_interval.min(remaining)).await;
-            polls += 1;
-            let now = self.read_system_at(&system.path).await?.res.power_state();
-            if now.as_ref().and_then(|s| s.settled()) == Some(target) {
-                info!(polls, reissued, "power reached {target}");
-                return Ok(PowerOutcome::Changed { reissued, polls });
-            }
-            // Still in the old settled state long after the request: the BMC dropped it (BMCs
-            // busy with a previous change do). A state in transition is left alone.
-            let unchanged = now.as_ref().and_then(|s| s.settled()).is_some_and(|s| s != target);
-            if !reissued && unchanged && started.elapsed() >= self.power.reissue_after {
-                warn!("power still not {target} after {:?}; sending Reset {reset_type} once more", started.elapsed());
-                self.transport.change(Method::POST, &action_target, &body, None, &what).await?;
-                reissued = true;
-            }
-            last = now;
-        }
+    /// Restarts the system from its current boot source: a system that is off is powered on;
+    /// otherwise a restart `Reset` is sent (`ForceRestart`, else `GracefulRestart` or
+    /// `PowerCycle`, as advertised) and the state polled until it reads `On`; a BMC without any
+    /// restart gets off and on. Checks the UUID first.
+    #[instrument(skip_all, fields(bmc.host = %self.host_key(), system.uuid = %expected))]
+    pub async fn restart(&self, expected: &SystemUuid) -> Result<RestartOutcome, RedfishError> {
+        let _slot = self.operation().await;
+        let system = self.guarded_system(expected).await?;
+        self.restart_system(system, expected).await
     }
 
     /// Sets a one-time boot override (`BootSourceOverrideEnabled: Once`). Checks the UUID first;
-    /// a target not in the advertised allowable values is a `CapabilityGap`.
+    /// a target or mode not in the advertised allowable values is a `CapabilityGap`.
     #[instrument(skip_all, fields(bmc.host = %self.host_key(), system.uuid = %expected, boot.target = %target))]
     pub async fn set_boot_once(
         &self,
@@ -197,35 +287,24 @@ impl RedfishClient {
     ) -> Result<ChangeOutcome, RedfishError> {
         let _slot = self.operation().await;
         let system = self.guarded_system(expected).await?;
-        let Some(boot) = &system.res.boot else {
-            return Err(gap("boot source override"));
-        };
-        if let Some(allowed) = &boot.target_allowable {
-            if !allowed.iter().any(|v| v == target.as_str()) {
-                return Err(gap(&format!("boot source override to {target} (allowed: {})", allowed.join(", "))));
-            }
-        }
-        if boot.target.as_deref() == Some(target.as_str()) && boot.enabled.as_deref() == Some("Once") {
-            return Ok(ChangeOutcome::AlreadyDone);
-        }
-        let body =
-            json!({ "Boot": { "BootSourceOverrideTarget": target.as_str(), "BootSourceOverrideEnabled": "Once" } });
-        // If-Match with the ETag we read: a BMC that uses ETags refuses a PATCH without one.
-        let what = format!("PATCH of Boot.BootSourceOverrideTarget to {target}");
-        self.transport.change(Method::PATCH, &system.path, &body, system.etag.as_deref(), &what).await?;
-        // Read back the target. `BootSourceOverrideEnabled` is not checked: some BMCs (and
-        // sushy-tools) keep reporting `Continuous` after accepting `Once`.
-        let after = self.read_system_at(&system.path).await?;
-        if after.res.boot.and_then(|b| b.target).as_deref() != Some(target.as_str()) {
-            return Err(RedfishError::NotApplied { what: format!("boot override to {target}") });
-        }
-        info!("boot override set to {target} once");
-        Ok(ChangeOutcome::Applied)
+        let plan = BootPlan::once(&system, target)?;
+        self.apply_boot(&system, &plan).await
+    }
+
+    /// Points the boot back at the local disk: `BootSourceOverrideTarget` `Hdd`, `Continuous`
+    /// (`Once` where only that is advertised), so that the machine boots its disk until the next
+    /// media boot whatever its boot order says; where `Hdd` is not an allowed target, the
+    /// override is disabled instead. Checks the UUID first.
+    #[instrument(skip_all, fields(bmc.host = %self.host_key(), system.uuid = %expected))]
+    pub async fn set_boot_disk(&self, expected: &SystemUuid) -> Result<ChangeOutcome, RedfishError> {
+        let _slot = self.operation().await;
+        let system = self.guarded_system(expected).await?;
+        let plan = BootPlan::disk(&system)?;
+        self.apply_boot(&system, &plan).await
     }
 
     /// Lists the virtual media devices, found under the system or else under its managers
-    /// (`Links.ManagedBy`). Empty when the BMC has none. A single device means no second device
-    /// for the seed: the caller decides (`no_second_virtual_media`).
+    /// (`Links.ManagedBy`). Empty when the BMC has none.
     #[instrument(skip_all, fields(bmc.host = %self.host_key()))]
     pub async fn virtual_media_devices(&self) -> Result<Vec<VirtualMediaDevice>, RedfishError> {
         let _slot = self.operation().await;
@@ -234,7 +313,7 @@ impl RedfishClient {
         Ok(devices
             .into_iter()
             .map(|d| VirtualMediaDevice {
-                id: d.res.id.unwrap_or_else(|| last_segment(&d.path).to_owned()),
+                id: d.id(),
                 name: d.res.name,
                 media_types: d.res.media_types,
                 inserted: d.res.inserted,
@@ -260,22 +339,14 @@ impl RedfishClient {
         if found.res.inserted == Some(true) && found.res.image.as_deref() == Some(image) {
             return Ok(ChangeOutcome::AlreadyDone);
         }
-        if found.res.inserted == Some(true) || found.res.image.is_some() {
+        let found = if found.is_loaded() {
             info!("ejecting the previous image from {device} first");
-            self.eject(&found, device).await?;
-        }
-        let action = found.res.actions.as_ref().and_then(|a| a.insert.as_ref()).and_then(|a| a.target.clone());
-        let Some(action) = action else {
-            return Err(gap(&format!("VirtualMedia.InsertMedia on {device}")));
+            self.eject(&found).await?;
+            self.reread(&found).await?
+        } else {
+            found
         };
-        let body = json!({ "Image": image, "Inserted": true, "WriteProtected": true });
-        self.transport
-            .change(Method::POST, &action, &body, None, &format!("VirtualMedia.InsertMedia on {device}"))
-            .await?;
-        let after: VirtualMediaRes = self.transport.get(&found.path).await?;
-        if after.inserted == Some(false) || (after.inserted.is_none() && after.image.is_none()) {
-            return Err(RedfishError::NotApplied { what: format!("insert of media into {device}") });
-        }
+        self.insert_into(&found, image, None).await?;
         info!("inserted media into {device}");
         Ok(ChangeOutcome::Applied)
     }
@@ -286,12 +357,83 @@ impl RedfishClient {
         let _slot = self.operation().await;
         let system = self.guarded_system(expected).await?;
         let found = self.device(&system.res, device).await?;
-        if found.res.inserted != Some(true) && found.res.image.is_none() {
+        if !found.is_loaded() {
             return Ok(ChangeOutcome::AlreadyDone);
         }
-        self.eject(&found, device).await?;
+        self.eject(&found).await?;
         info!("ejected media from {device}");
         Ok(ChangeOutcome::Applied)
+    }
+
+    /// Ejects every inserted medium of the system. Nothing inserted is success. Checks the UUID
+    /// first.
+    #[instrument(skip_all, fields(bmc.host = %self.host_key(), system.uuid = %expected))]
+    pub async fn eject_all_media(&self, expected: &SystemUuid) -> Result<ChangeOutcome, RedfishError> {
+        let _slot = self.operation().await;
+        let system = self.guarded_system(expected).await?;
+        self.eject_all(&system.res).await
+    }
+
+    /// Boots the system once from virtual media, as one operation (one machine slot): checks the
+    /// UUID, checks that the BMC can do it all (a CD for `image`, a second device for `seed`, a
+    /// one-time boot from `Cd`) before changing anything, then powers off, ejects every medium,
+    /// inserts the image and the seed, sets a one-time boot from `Cd` and powers on. Repeating it
+    /// restarts the boot. The seed URL holds a token: it is sent to the BMC and nowhere else (the
+    /// BMC's answers to its insert are scrubbed of it).
+    #[instrument(skip_all, fields(bmc.host = %self.host_key(), system.uuid = %expected))]
+    pub async fn boot_from_media(
+        &self,
+        expected: &SystemUuid,
+        image: &Url,
+        seed: &SecretString,
+    ) -> Result<(), RedfishError> {
+        let _slot = self.operation().await;
+        let redactor = Redactor::for_url(seed.expose());
+        let system = self.guarded_system(expected).await?;
+        let path = system.path.clone();
+        let (cd, second) = self.media_plan(&system.res).await?;
+        let boot = BootPlan::once(&system, BootTarget::Cd)?;
+        info!(media.image_device = %cd.id(), media.seed_device = %second.id(), "booting from virtual media");
+
+        self.converge_power(system, PowerState::Off).await?;
+        let system = self.reread_guarded(&path, expected).await?;
+        self.eject_all(&system.res).await?;
+        self.insert_into(&self.reread(&cd).await?, image.as_str(), None).await?;
+        self.insert_into(&self.reread(&second).await?, seed.expose(), Some(&redactor)).await?;
+        let system = self.reread_guarded(&path, expected).await?;
+        self.apply_boot(&system, &boot).await?;
+        let system = self.reread_guarded(&path, expected).await?;
+        self.converge_power(system, PowerState::On).await?;
+        info!("booting once from virtual media");
+        Ok(())
+    }
+
+    /// Ends a media boot, as one operation: checks the UUID, powers off (for
+    /// [`AfterBoot::PowerOff`]), ejects every medium, points the boot at the disk
+    /// ([`set_boot_disk`](Self::set_boot_disk)), and for [`AfterBoot::BootFromDisk`] restarts the
+    /// system. Repeating `PowerOff` sends nothing; repeating `BootFromDisk` restarts again (a
+    /// restart that happened cannot be told from one that did not).
+    #[instrument(skip_all, fields(bmc.host = %self.host_key(), system.uuid = %expected, after = ?after))]
+    pub async fn finish_boot(&self, expected: &SystemUuid, after: AfterBoot) -> Result<(), RedfishError> {
+        let _slot = self.operation().await;
+        let system = self.guarded_system(expected).await?;
+        let path = system.path.clone();
+        let boot = BootPlan::disk(&system)?;
+        let system = match after {
+            AfterBoot::PowerOff => {
+                self.converge_power(system, PowerState::Off).await?;
+                self.reread_guarded(&path, expected).await?
+            }
+            AfterBoot::BootFromDisk => system,
+        };
+        self.eject_all(&system.res).await?;
+        let system = self.reread_guarded(&path, expected).await?;
+        self.apply_boot(&system, &boot).await?;
+        if after == AfterBoot::BootFromDisk {
+            let system = self.reread_guarded(&path, expected).await?;
+            self.restart_system(system, expected).await?;
+        }
+        Ok(())
     }
 
     /// Polls a task monitor (e.g. one named by a `TaskTimeout` error) until the task ends.
@@ -303,13 +445,240 @@ impl RedfishClient {
 
     // ------------------------------------------------------------------ internals (no permits)
 
-    async fn eject(&self, found: &DeviceRead, device: &str) -> Result<(), RedfishError> {
-        let what = format!("VirtualMedia.EjectMedia on {device}");
-        let action = found.res.actions.as_ref().and_then(|a| a.eject.as_ref()).and_then(|a| a.target.clone());
-        let Some(action) = action else {
-            return Err(gap(&what));
+    /// The power convergence of [`power`](Self::power), on a system already read and checked.
+    async fn converge_power(&self, system: SystemRead, target: PowerState) -> Result<PowerOutcome, RedfishError> {
+        let current = system.res.power_state().ok_or_else(|| missing(&system.path, "PowerState"))?;
+        if current.settled() == Some(target) {
+            debug!("power already {target}");
+            return Ok(PowerOutcome::AlreadyThere);
+        }
+        let action = system.res.actions.as_ref().and_then(|a| a.reset.clone()).unwrap_or_default();
+        let Some(action_target) = action.target.clone() else {
+            return Err(gap("ComputerSystem.Reset"));
         };
-        self.transport.change(Method::POST, &action, &json!({}), None, &what).await?;
+        let allowed = self.allowed_reset_types(&action).await?;
+        let reset_type = pick_reset_type(allowed.as_deref(), target.reset_types())
+            .ok_or_else(|| gap(&format!("ComputerSystem.Reset to {target}{}", allowed_list(allowed.as_deref()))))?;
+        let body = json!({ "ResetType": reset_type });
+        let what = format!("ComputerSystem.Reset with ResetType {reset_type}");
+        // Already on its way there: wait rather than send (the emulator, for one, drops a request
+        // made while a change is pending). The power button toggles, so it is only pressed from
+        // the opposite settled state.
+        let on_its_way = matches!(
+            (&current, target),
+            (ReportedPowerState::PoweringOn, PowerState::On) | (ReportedPowerState::PoweringOff, PowerState::Off)
+        );
+        let send_now = !on_its_way && (reset_type != "PushPowerButton" || current.settled().is_some());
+
+        let started = Instant::now();
+        let mut sent = false;
+        if send_now {
+            info!(power.reset_type = reset_type, "powering {target} with Reset {reset_type}");
+            self.transport.change(Method::POST, &action_target, &body, None, &what).await?;
+            sent = true;
+        }
+        let (mut reissued, mut polls) = (false, 0u32);
+        let mut last = None;
+        loop {
+            let remaining = self.power.timeout.saturating_sub(started.elapsed());
+            if remaining.is_zero() {
+                return Err(RedfishError::PowerTimeout {
+                    wanted: target.to_string(),
+                    last: last.map(|s: ReportedPowerState| s.as_str().to_owned()),
+                    timeout: self.power.timeout,
+                });
+            }
+            tokio::time::sleep(self.power.poll_interval.min(remaining)).await;
+            polls += 1;
+            let now = self.read_system_at(&system.path).await?.res.power_state();
+            if now.as_ref().and_then(|s| s.settled()) == Some(target) {
+                info!(polls, reissued, "power reached {target}");
+                return Ok(PowerOutcome::Changed { reissued, polls });
+            }
+            // Still in the old settled state long after the request: the BMC dropped it (BMCs
+            // busy with a previous change do). A state in transition is left alone.
+            let unchanged = now.as_ref().and_then(|s| s.settled()).is_some_and(|s| s != target);
+            if !reissued && unchanged && started.elapsed() >= self.power.reissue_after {
+                if sent {
+                    warn!(
+                        "power still not {target} after {:?}; sending Reset {reset_type} once more",
+                        started.elapsed()
+                    );
+                    reissued = true;
+                } else {
+                    info!(
+                        power.reset_type = reset_type,
+                        "power settled away from {target}; sending Reset {reset_type}"
+                    );
+                }
+                self.transport.change(Method::POST, &action_target, &body, None, &what).await?;
+                sent = true;
+            }
+            last = now;
+        }
+    }
+
+    /// The restart of [`restart`](Self::restart), on a system already read and checked.
+    async fn restart_system(&self, system: SystemRead, expected: &SystemUuid) -> Result<RestartOutcome, RedfishError> {
+        let current = system.res.power_state().ok_or_else(|| missing(&system.path, "PowerState"))?;
+        if matches!(current, ReportedPowerState::Off | ReportedPowerState::PoweringOff) {
+            self.converge_power(system, PowerState::On).await?;
+            return Ok(RestartOutcome::PoweredOn);
+        }
+        let action = system.res.actions.as_ref().and_then(|a| a.reset.clone()).unwrap_or_default();
+        let Some(action_target) = action.target.clone() else {
+            return Err(gap("ComputerSystem.Reset"));
+        };
+        let allowed = self.allowed_reset_types(&action).await?;
+        if let Some(reset_type) = pick_reset_type(allowed.as_deref(), RESTART_TYPES) {
+            let what = format!("ComputerSystem.Reset with ResetType {reset_type}");
+            info!(power.reset_type = reset_type, "restarting with Reset {reset_type}");
+            let body = json!({ "ResetType": reset_type });
+            match self.transport.change(Method::POST, &action_target, &body, None, &what).await {
+                Ok(()) => {
+                    // A restart cannot be told from a lost request by the state alone (a quick
+                    // one reads `On` throughout): wait for `On`, which some BMCs only show again
+                    // once the restart is through.
+                    self.wait_power(&system.path, PowerState::On).await?;
+                    return Ok(RestartOutcome::Restarted);
+                }
+                // Advertised but refused as unsupported: off and on does the same.
+                Err(RedfishError::CapabilityGap { status: Some(_), .. }) => {
+                    warn!("the BMC refused Reset {reset_type}; restarting by powering off and on")
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let path = system.path.clone();
+        self.converge_power(system, PowerState::Off).await?;
+        let system = self.reread_guarded(&path, expected).await?;
+        self.converge_power(system, PowerState::On).await?;
+        Ok(RestartOutcome::OffAndOn)
+    }
+
+    /// Polls until the power state reads `target` (bounded by the power timeout); sends nothing.
+    async fn wait_power(&self, path: &str, target: PowerState) -> Result<u32, RedfishError> {
+        let started = Instant::now();
+        let (mut polls, mut last) = (0u32, None);
+        loop {
+            let remaining = self.power.timeout.saturating_sub(started.elapsed());
+            if remaining.is_zero() {
+                return Err(RedfishError::PowerTimeout {
+                    wanted: target.to_string(),
+                    last: last.map(|s: ReportedPowerState| s.as_str().to_owned()),
+                    timeout: self.power.timeout,
+                });
+            }
+            tokio::time::sleep(self.power.poll_interval.min(remaining)).await;
+            polls += 1;
+            let now = self.read_system_at(path).await?.res.power_state();
+            if now.as_ref().and_then(|s| s.settled()) == Some(target) {
+                return Ok(polls);
+            }
+            last = now;
+        }
+    }
+
+    /// Sends a boot override unless the system already shows it, and reads it back.
+    async fn apply_boot(&self, system: &SystemRead, plan: &BootPlan) -> Result<ChangeOutcome, RedfishError> {
+        let boot = system.res.boot.as_ref();
+        let (target, enabled) = (boot.and_then(|b| b.target.as_deref()), boot.and_then(|b| b.enabled.as_deref()));
+        if plan.is_shown(target, enabled) {
+            return Ok(ChangeOutcome::AlreadyDone);
+        }
+        // If-Match with the ETag we read: a BMC that uses ETags refuses a PATCH without one.
+        let what = format!("PATCH of the boot override to {}", plan.describe());
+        self.transport.change(Method::PATCH, &system.path, &plan.body(), system.etag.as_deref(), &what).await?;
+        // Read back the target. `BootSourceOverrideEnabled` is not checked when a target is set:
+        // some BMCs (and sushy-tools) keep reporting `Continuous` after accepting `Once`.
+        let after = self.read_system_at(&system.path).await?;
+        let after = after.res.boot.as_ref();
+        if !plan.is_applied(after.and_then(|b| b.target.as_deref()), after.and_then(|b| b.enabled.as_deref())) {
+            return Err(RedfishError::NotApplied { what: format!("boot override to {}", plan.describe()) });
+        }
+        info!("boot override set to {}", plan.describe());
+        Ok(ChangeOutcome::Applied)
+    }
+
+    /// The devices for a media boot: a CD for the image and a second usable device for the seed
+    /// (another CD first, then a USB stick or removable disk, then a floppy).
+    async fn media_plan(&self, system: &SystemRes) -> Result<(DeviceRead, DeviceRead), RedfishError> {
+        let devices = self.devices(system).await?;
+        let mut usable: Vec<(MediaClass, DeviceRead)> = devices
+            .into_iter()
+            .map(|d| (media_class(&d.res.media_types), d))
+            .filter(|(class, _)| *class != MediaClass::Unsuitable)
+            .collect();
+        if usable.len() < 2 {
+            return Err(RedfishError::NoSecondVirtualMedia { usable: usable.iter().map(|(_, d)| d.id()).collect() });
+        }
+        let Some(cd) = usable.iter().position(|(class, _)| *class == MediaClass::Cd) else {
+            let ids: Vec<String> = usable.iter().map(|(_, d)| d.id()).collect();
+            return Err(gap(&format!("a CD/DVD virtual media device for the image (devices: {})", ids.join(", "))));
+        };
+        let (_, cd) = usable.remove(cd);
+        // Stable: among equals, the BMC's order.
+        usable.sort_by_key(|(class, _)| *class);
+        let (_, second) = usable.remove(0);
+        Ok((cd, second))
+    }
+
+    /// Ejects every loaded device.
+    async fn eject_all(&self, system: &SystemRes) -> Result<ChangeOutcome, RedfishError> {
+        let mut outcome = ChangeOutcome::AlreadyDone;
+        for device in self.devices(system).await? {
+            if device.is_loaded() {
+                self.eject(&device).await?;
+                info!(media.device = %device.id(), "ejected media");
+                outcome = ChangeOutcome::Applied;
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Inserts `image` (`InsertMedia`, or a PATCH of `Image` on a BMC without the action) and
+    /// checks that the device shows media. With `redact`, the BMC's answers are scrubbed of it.
+    async fn insert_into(
+        &self,
+        found: &DeviceRead,
+        image: &str,
+        redact: Option<&Redactor>,
+    ) -> Result<(), RedfishError> {
+        let device = found.id();
+        let action = found.res.actions.as_ref().and_then(|a| a.insert.as_ref()).and_then(|a| a.target.clone());
+        let body = json!({ "Image": image, "Inserted": true, "WriteProtected": true });
+        let (method, link, if_match, what) = match &action {
+            Some(action) => (Method::POST, action.as_str(), None, format!("VirtualMedia.InsertMedia on {device}")),
+            None => (Method::PATCH, found.path.as_str(), found.etag.as_deref(), format!("PATCH of Image on {device}")),
+        };
+        match redact {
+            Some(r) => self.transport.change_redacted(method, link, &body, if_match, &what, r).await?,
+            None => self.transport.change(method, link, &body, if_match, &what).await?,
+        }
+        let after: VirtualMediaRes = self.transport.get(&found.path).await?;
+        if after.inserted == Some(false) || (after.inserted.is_none() && after.image.is_none()) {
+            return Err(RedfishError::NotApplied { what: format!("insert of media into {device}") });
+        }
+        debug!(media.device = %device, "inserted media");
+        Ok(())
+    }
+
+    /// Ejects (`EjectMedia`, or a PATCH of `Image`/`Inserted` on a BMC without the action) and
+    /// checks that the device shows no media.
+    async fn eject(&self, found: &DeviceRead) -> Result<(), RedfishError> {
+        let device = found.id();
+        let action = found.res.actions.as_ref().and_then(|a| a.eject.as_ref()).and_then(|a| a.target.clone());
+        match &action {
+            Some(action) => {
+                let what = format!("VirtualMedia.EjectMedia on {device}");
+                self.transport.change(Method::POST, action, &json!({}), None, &what).await?;
+            }
+            None => {
+                let what = format!("PATCH of Image on {device}");
+                let body = json!({ "Image": null, "Inserted": false });
+                self.transport.change(Method::PATCH, &found.path, &body, found.etag.as_deref(), &what).await?;
+            }
+        }
         let after: VirtualMediaRes = self.transport.get(&found.path).await?;
         if after.inserted == Some(true) {
             return Err(RedfishError::NotApplied { what: format!("eject of media from {device}") });
@@ -317,18 +686,31 @@ impl RedfishClient {
         Ok(())
     }
 
+    /// The device read again (fresh state and `ETag`).
+    async fn reread(&self, found: &DeviceRead) -> Result<DeviceRead, RedfishError> {
+        let (res, etag) = self.transport.get_tagged::<VirtualMediaRes>(&found.path).await?;
+        Ok(DeviceRead { path: found.path.clone(), res, etag })
+    }
+
+    /// The system read again within an operation, its UUID checked again (it costs nothing: the
+    /// read is needed anyway).
+    async fn reread_guarded(&self, path: &str, expected: &SystemUuid) -> Result<SystemRead, RedfishError> {
+        let system = self.read_system_at(path).await?;
+        check_uuid(&system, expected)?;
+        Ok(system)
+    }
+
     /// The system, after checking its UUID.
     async fn guarded_system(&self, expected: &SystemUuid) -> Result<SystemRead, RedfishError> {
         let system = self.read_system().await?;
-        let actual = system.res.uuid.as_deref().map(SystemUuid::new);
-        if actual.as_ref() != Some(expected) {
-            warn!(system.uuid.actual = ?actual, "refusing a destructive call: system UUID mismatch");
-            return Err(RedfishError::UuidMismatch {
-                expected: expected.to_string(),
-                actual: actual.map(|u| u.to_string()),
-            });
-        }
+        check_uuid(&system, expected)?;
         Ok(system)
+    }
+
+    /// The UUID the system reports, read without any check (for messages).
+    pub async fn reported_uuid(&self) -> Result<Option<SystemUuid>, RedfishError> {
+        let _slot = self.operation().await;
+        Ok(self.read_system().await?.res.uuid.as_deref().map(SystemUuid::new))
     }
 
     async fn read_system(&self) -> Result<SystemRead, RedfishError> {
@@ -376,8 +758,8 @@ impl RedfishClient {
     }
 
     /// Allowed `ResetType`s, inline or through `@Redfish.ActionInfo`; `None` = not advertised.
-    async fn reset_type(&self, action: &ActionRes, target: PowerState) -> Result<&'static str, RedfishError> {
-        let allowed = match (&action.reset_type_allowable, &action.action_info) {
+    async fn allowed_reset_types(&self, action: &ActionRes) -> Result<Option<Vec<String>>, RedfishError> {
+        Ok(match (&action.reset_type_allowable, &action.action_info) {
             (Some(values), _) => Some(values.clone()),
             (None, Some(info)) => {
                 let info: ActionInfoRes = self.transport.get(info).await?;
@@ -387,17 +769,7 @@ impl RedfishClient {
                     .and_then(|p| p.allowable_values)
             }
             (None, None) => None,
-        };
-        let preferred = target.reset_types();
-        match allowed {
-            // Not advertised: send the standard value and let the BMC answer.
-            None => Ok(preferred[0]),
-            Some(values) => preferred
-                .iter()
-                .copied()
-                .find(|t| values.iter().any(|v| v == t))
-                .ok_or_else(|| gap(&format!("ComputerSystem.Reset to {target} (allowed: {})", values.join(", ")))),
-        }
+        })
     }
 
     /// Drives under `Storage`; `None` when the BMC has no readable storage inventory.
@@ -467,8 +839,8 @@ impl RedfishClient {
         let members = self.transport.get::<Collection>(&collection).await?.members;
         let mut devices = Vec::with_capacity(members.len());
         for member in members {
-            let res: VirtualMediaRes = self.transport.get(&member.id).await?;
-            devices.push(DeviceRead { path: member.id, res });
+            let (res, etag) = self.transport.get_tagged::<VirtualMediaRes>(&member.id).await?;
+            devices.push(DeviceRead { path: member.id, res, etag });
         }
         Ok(devices)
     }
@@ -484,10 +856,10 @@ impl RedfishClient {
             members.iter().filter(|m| last_segment(&m.id).eq_ignore_ascii_case(device)).collect();
         ordered.extend(members.iter().filter(|m| !last_segment(&m.id).eq_ignore_ascii_case(device)));
         for member in ordered {
-            let res: VirtualMediaRes = self.transport.get(&member.id).await?;
+            let (res, etag) = self.transport.get_tagged::<VirtualMediaRes>(&member.id).await?;
             let id = res.id.clone().unwrap_or_else(|| last_segment(&member.id).to_owned());
             if id.eq_ignore_ascii_case(device) {
-                return Ok(DeviceRead { path: member.id.clone(), res });
+                return Ok(DeviceRead { path: member.id.clone(), res, etag });
             }
         }
         Err(RedfishError::NoSuchVirtualMedia {
@@ -513,6 +885,67 @@ fn missing(path: &str, property: &str) -> RedfishError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn system(boot: serde_json::Value) -> SystemRead {
+        let res: SystemRes = serde_json::from_value(json!({ "Id": "1", "Boot": boot })).expect("system");
+        SystemRead { path: "/redfish/v1/Systems/1".into(), res, etag: None }
+    }
+
+    #[test]
+    fn boot_back_to_disk_prefers_hdd_continuous_and_honours_the_advertised_values() {
+        let plan = |boot| BootPlan::disk(&system(boot)).map_err(|e| e.to_string());
+        let hdd = |enabled| Ok(BootPlan::Target { target: BootTarget::Hdd, enabled });
+        assert_eq!(plan(json!({})), hdd("Continuous"));
+        assert_eq!(plan(json!({"BootSourceOverrideTarget@Redfish.AllowableValues": ["Cd", "Hdd"]})), hdd("Continuous"));
+        assert_eq!(
+            plan(json!({"BootSourceOverrideEnabled@Redfish.AllowableValues": ["Once", "Disabled"]})),
+            hdd("Once")
+        );
+        assert_eq!(
+            plan(json!({"BootSourceOverrideTarget@Redfish.AllowableValues": ["Pxe", "Cd"]})),
+            Ok(BootPlan::Disabled)
+        );
+        assert!(plan(json!({
+            "BootSourceOverrideTarget@Redfish.AllowableValues": ["Cd"],
+            "BootSourceOverrideEnabled@Redfish.AllowableValues": ["Once"]
+        }))
+        .is_err());
+        assert_eq!(BootPlan::Disabled.body(), json!({"Boot": {"BootSourceOverrideEnabled": "Disabled"}}));
+    }
+
+    #[test]
+    fn a_one_time_boot_needs_the_target_and_once_advertised() {
+        let plan = |boot| BootPlan::once(&system(boot), BootTarget::Cd).map_err(|e| e.to_string());
+        assert_eq!(plan(json!({})), Ok(BootPlan::Target { target: BootTarget::Cd, enabled: "Once" }));
+        assert!(plan(json!({"BootSourceOverrideTarget@Redfish.AllowableValues": ["Pxe", "Hdd"]})).is_err());
+        assert!(plan(json!({"BootSourceOverrideEnabled@Redfish.AllowableValues": ["Continuous"]})).is_err());
+        let gap = BootPlan::once(&system(json!(null)), BootTarget::Cd).expect_err("no Boot at all");
+        assert!(matches!(gap, RedfishError::CapabilityGap { .. }));
+    }
+
+    #[test]
+    fn reset_types_follow_the_preference_within_what_is_allowed() {
+        let allowed = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(pick_reset_type(None, PowerState::Off.reset_types()), Some("ForceOff"));
+        let graceful = allowed(&["On", "GracefulShutdown", "GracefulRestart"]);
+        assert_eq!(pick_reset_type(Some(&graceful), PowerState::Off.reset_types()), Some("GracefulShutdown"));
+        assert_eq!(pick_reset_type(Some(&graceful), RESTART_TYPES), Some("GracefulRestart"));
+        let button = allowed(&["PushPowerButton", "PowerCycle"]);
+        assert_eq!(pick_reset_type(Some(&button), PowerState::On.reset_types()), Some("PushPowerButton"));
+        assert_eq!(pick_reset_type(Some(&button), RESTART_TYPES), Some("PowerCycle"));
+        assert_eq!(pick_reset_type(Some(&allowed(&["Nmi"])), PowerState::On.reset_types()), None);
+    }
+
+    #[test]
+    fn media_classes_rank_the_seed_carriers() {
+        let class = |v: &[&str]| media_class(&v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>());
+        assert_eq!(class(&["CD", "DVD"]), MediaClass::Cd);
+        assert_eq!(class(&["Floppy", "USBStick"]), MediaClass::Removable);
+        assert_eq!(class(&["Floppy"]), MediaClass::Floppy);
+        assert_eq!(class(&[]), MediaClass::Unknown);
+        assert_eq!(class(&["Tape"]), MediaClass::Unsuitable);
+        assert!(MediaClass::Cd < MediaClass::Removable && MediaClass::Floppy < MediaClass::Unknown);
+    }
 
     #[test]
     fn last_segment_ignores_a_trailing_slash() {

@@ -4,9 +4,14 @@
 //! process's [`BmcLimiter`] with the machine id as its machine key, so SPEC section 5's bounds (one
 //! call in flight per machine, a bound per BMC host) hold across all the worker's jobs.
 
-use paddock_domain::bmc::{BmcAccess, BmcDriver, BmcError, BmcErrorKind, BoxFuture, Inventory, InventoryDrive};
+use paddock_domain::bmc::{
+    AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, BoxFuture, Inventory, InventoryDrive,
+    NO_SECOND_VIRTUAL_MEDIA, SYSTEM_UUID_MISMATCH,
+};
 
-use crate::{BmcLimiter, Password, PowerState, RedfishClient, RedfishConfig, RedfishError, SystemInventory, Url};
+use crate::{
+    BmcLimiter, Password, PowerState, RedfishClient, RedfishConfig, RedfishError, SystemInventory, SystemUuid, Url,
+};
 
 /// Adjusts a client's config after it is built from the access.
 type Tune = std::sync::Arc<dyn Fn(&mut RedfishConfig) + Send + Sync>;
@@ -51,11 +56,43 @@ impl RedfishBmc {
         let client = RedfishClient::new(config).map_err(map_error)?;
         Ok(client.with_limiter(self.limiter.clone(), access.machine_id.to_string()))
     }
+
+    /// The client and the UUID on record; a machine without one is refused before any change
+    /// (naming what the BMC reports, when it can be read).
+    async fn guarded(&self, access: &BmcAccess) -> Result<(RedfishClient, SystemUuid), BmcError> {
+        let client = self.client(access)?;
+        match access.system_uuid.as_deref().map(str::trim).filter(|u| !u.is_empty()) {
+            Some(uuid) => Ok((client, SystemUuid::new(uuid))),
+            None => {
+                let reported = match client.reported_uuid().await {
+                    Ok(Some(uuid)) => uuid.to_string(),
+                    Ok(None) => "not reported".to_owned(),
+                    Err(_) => "unknown (unreadable)".to_owned(),
+                };
+                Err(BmcError::new(
+                    BmcErrorKind::Permanent,
+                    SYSTEM_UUID_MISMATCH,
+                    format!(
+                        "no system UUID is on record for this machine (the BMC's system UUID is {reported}); \
+                         destructive calls need one, recorded by inspection"
+                    ),
+                ))
+            }
+        }
+    }
 }
 
 /// Classifies a Redfish error for the worker.
 pub fn map_error(e: RedfishError) -> BmcError {
     let kind = match &e {
+        // The machine behind the BMC is not the one on record: nothing was changed, and nothing
+        // will be until someone looks.
+        RedfishError::UuidMismatch { .. } => {
+            return BmcError::new(BmcErrorKind::Permanent, SYSTEM_UUID_MISMATCH, e.to_string());
+        }
+        RedfishError::NoSecondVirtualMedia { .. } => {
+            return BmcError::new(BmcErrorKind::CapabilityGap, NO_SECOND_VIRTUAL_MEDIA, e.to_string());
+        }
         RedfishError::AuthFailed { .. } => BmcErrorKind::AuthFailed,
         RedfishError::AmbiguousSystem { .. } => BmcErrorKind::AmbiguousSystem,
         _ if e.is_transient() => BmcErrorKind::Transient,
@@ -105,6 +142,38 @@ impl BmcDriver for RedfishBmc {
             let client = self.client(access)?;
             let inv = client.system().await.map_err(map_error)?;
             to_inventory(inv)
+        })
+    }
+
+    fn boot_from_media<'a>(
+        &'a self,
+        access: &'a BmcAccess,
+        media: &'a BootMedia,
+    ) -> BoxFuture<'a, Result<(), BmcError>> {
+        Box::pin(async move {
+            let image = Url::parse(&media.image_url).map_err(|e| {
+                BmcError::new(
+                    BmcErrorKind::Permanent,
+                    "bmc_media_url_invalid",
+                    format!("the image URL does not parse: {e}"),
+                )
+            })?;
+            let (client, expected) = self.guarded(access).await?;
+            client.boot_from_media(&expected, &image, &media.seed_url).await.map_err(map_error)
+        })
+    }
+
+    fn finish_boot<'a>(&'a self, access: &'a BmcAccess, after: AfterBoot) -> BoxFuture<'a, Result<(), BmcError>> {
+        Box::pin(async move {
+            let (client, expected) = self.guarded(access).await?;
+            client.finish_boot(&expected, after).await.map_err(map_error)
+        })
+    }
+
+    fn power_off<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<(), BmcError>> {
+        Box::pin(async move {
+            let (client, expected) = self.guarded(access).await?;
+            client.power(&expected, PowerState::Off).await.map(drop).map_err(map_error)
         })
     }
 }

@@ -157,6 +157,12 @@ pub enum RedfishError {
         /// The devices listed.
         available: Vec<String>,
     },
+    /// The BMC cannot hold the image (a CD) and the seed (a second device) at once.
+    #[error("the BMC offers {} usable virtual media device(s) ({}); a boot needs a CD for the image and a second device for the seed", usable.len(), if usable.is_empty() { "none".to_owned() } else { usable.join(", ") })]
+    NoSecondVirtualMedia {
+        /// The `Id`s of the usable devices.
+        usable: Vec<String>,
+    },
     /// The power state did not reach the wanted one in time (the reset was sent, and re-sent once).
     #[error("the system did not reach power state {wanted} within {}s (last seen: {})", timeout.as_secs(), last.as_deref().unwrap_or("unknown"))]
     PowerTimeout {
@@ -216,6 +222,7 @@ impl RedfishError {
             | Self::NoSystems
             | Self::UuidMismatch { .. }
             | Self::NoSuchVirtualMedia { .. }
+            | Self::NoSecondVirtualMedia { .. }
             | Self::TaskFailed { .. } => false,
         }
     }
@@ -244,10 +251,37 @@ impl RedfishError {
             Self::SystemNotFound { .. } | Self::NoSystems => "bmc_system_not_found",
             Self::UuidMismatch { .. } => "bmc_uuid_mismatch",
             Self::NoSuchVirtualMedia { .. } => "bmc_no_such_virtual_media",
+            Self::NoSecondVirtualMedia { .. } => "no_second_virtual_media",
             Self::PowerTimeout { .. } => "bmc_power_timeout",
             Self::TaskTimeout { .. } => "bmc_task_timeout",
             Self::TaskFailed { .. } => "bmc_task_failed",
             Self::NotApplied { .. } => "bmc_change_not_applied",
+        }
+    }
+}
+
+impl RedfishError {
+    /// The error with `scrub` applied to every text that may carry what the BMC echoed of a
+    /// request (its messages) or what we named (paths, capabilities): used for requests that
+    /// carry a secret URL, so that neither the error nor its `Display` can leak it.
+    pub(crate) fn scrubbed(self, scrub: &dyn Fn(&str) -> String) -> Self {
+        let opt = |m: Option<String>| m.map(|m| scrub(&m));
+        match self {
+            Self::Status { method, path, status, message, retry_after } => {
+                Self::Status { method, path: scrub(&path), status, message: opt(message), retry_after }
+            }
+            Self::TaskFailed { task_uri, state, message } => {
+                Self::TaskFailed { task_uri: scrub(&task_uri), state: scrub(&state), message: opt(message) }
+            }
+            Self::CapabilityGap { what, status } => Self::CapabilityGap { what: scrub(&what), status },
+            Self::NotApplied { what } => Self::NotApplied { what: scrub(&what) },
+            Self::NotFound { path } => Self::NotFound { path: scrub(&path) },
+            Self::Missing { path, property } => Self::Missing { path: scrub(&path), property },
+            Self::ForeignLink { link, origin } => Self::ForeignLink { link: scrub(&link), origin },
+            Self::TaskTimeout { task_uri, timeout } => Self::TaskTimeout { task_uri: scrub(&task_uri), timeout },
+            Self::AuthFailed { status, path } => Self::AuthFailed { status, path: scrub(&path) },
+            // The rest name only our own paths, settings and the BMC's identity.
+            other => other,
         }
     }
 }

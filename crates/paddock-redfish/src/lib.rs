@@ -2,8 +2,10 @@
 //!
 //! [`RedfishClient`] talks to one system behind one BMC endpoint: service root discovery, the
 //! system chosen by `Id` or `UUID`, inventory, and the idempotent operations the machine lifecycle
-//! needs (power convergence, one-time boot, virtual media), each destructive one guarded by a
-//! system UUID check. [`BmcLimiter`] keeps SPEC §5's bounds: one call in flight per machine and a
+//! needs (power convergence, restart, one-time boot, boot back to disk, virtual media), each
+//! destructive one guarded by a system UUID check, and the two composite operations of the
+//! `BmcDriver` seam, `boot_from_media` and `finish_boot`, each one operation under one machine
+//! slot. The seed URL's token is never logged nor put into an error ([`mask_url`]). [`BmcLimiter`] keeps SPEC §5's bounds: one call in flight per machine and a
 //! configurable number per BMC host.
 //!
 //! Errors are [`RedfishError`], classified with [`RedfishError::is_transient`] and
@@ -39,6 +41,7 @@ pub mod driver;
 mod error;
 mod limiter;
 mod model;
+mod redact;
 mod transport;
 
 pub use client::RedfishClient;
@@ -47,7 +50,8 @@ pub use driver::RedfishBmc;
 pub use error::RedfishError;
 pub use limiter::{BmcLimiter, BmcPermit};
 pub use model::{
-    BootOverride, BootTarget, ChangeOutcome, DriveInventory, PowerOutcome, PowerState, ReportedPowerState, ServiceRoot,
-    SystemInventory, SystemUuid, VirtualMediaDevice,
+    BootOverride, BootTarget, ChangeOutcome, DriveInventory, PowerOutcome, PowerState, ReportedPowerState,
+    RestartOutcome, ServiceRoot, SystemInventory, SystemUuid, VirtualMediaDevice,
 };
+pub use redact::mask_url;
 pub use url::Url;

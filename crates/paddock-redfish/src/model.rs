@@ -49,11 +49,13 @@ impl PowerState {
         }
     }
 
-    /// `Reset` types that reach this state, in order of preference.
+    /// `Reset` types that reach this state, in order of preference: the immediate ones first,
+    /// then what a BMC without them offers (`GracefulShutdown`, the power button, which toggles
+    /// and so is only sent from the opposite settled state).
     pub(crate) fn reset_types(self) -> &'static [&'static str] {
         match self {
-            Self::On => &["On", "ForceOn"],
-            Self::Off => &["ForceOff"],
+            Self::On => &["On", "ForceOn", "PushPowerButton"],
+            Self::Off => &["ForceOff", "GracefulShutdown", "PushPowerButton"],
         }
     }
 }
@@ -222,8 +224,52 @@ pub struct VirtualMediaDevice {
 impl VirtualMediaDevice {
     /// Whether the device takes CD/DVD images.
     pub fn supports_cd(&self) -> bool {
-        self.media_types.iter().any(|t| t.eq_ignore_ascii_case("CD") || t.eq_ignore_ascii_case("DVD"))
+        media_class(&self.media_types) == MediaClass::Cd
     }
+}
+
+/// What a virtual media device takes, from its `MediaTypes`, best seed carrier first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum MediaClass {
+    /// `CD` or `DVD`: takes the ISO images paddock boots.
+    Cd,
+    /// `USBStick` or `RemovableDisk`: a block device, fine for the seed (an ISO 9660 `cidata`
+    /// volume is found by its label on any block device).
+    Removable,
+    /// `Floppy` only: the last resort for the seed.
+    Floppy,
+    /// No `MediaTypes` reported: assumed to take an image, ranked last.
+    Unknown,
+    /// Reported types that take no image paddock has.
+    Unsuitable,
+}
+
+/// The class of a device's `MediaTypes`.
+pub(crate) fn media_class(types: &[String]) -> MediaClass {
+    let has = |names: &[&str]| types.iter().any(|t| names.iter().any(|n| t.eq_ignore_ascii_case(n)));
+    if types.is_empty() {
+        MediaClass::Unknown
+    } else if has(&["CD", "DVD"]) {
+        MediaClass::Cd
+    } else if has(&["USBStick", "RemovableDisk"]) {
+        MediaClass::Removable
+    } else if has(&["Floppy"]) {
+        MediaClass::Floppy
+    } else {
+        MediaClass::Unsuitable
+    }
+}
+
+/// What the system does after `restart`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestartOutcome {
+    /// The system was off: it was powered on.
+    PoweredOn,
+    /// A `Reset` restart (`ForceRestart`, `GracefulRestart` or `PowerCycle`) was sent and the
+    /// system reads `On` again.
+    Restarted,
+    /// The BMC offers no restart: the system was powered off and on.
+    OffAndOn,
 }
 
 /// How `power` converged.
@@ -345,6 +391,8 @@ pub(crate) struct BootRes {
     pub enabled: Option<String>,
     #[serde(default, rename = "BootSourceOverrideTarget@Redfish.AllowableValues", deserialize_with = "lenient")]
     pub target_allowable: Option<Vec<String>>,
+    #[serde(default, rename = "BootSourceOverrideEnabled@Redfish.AllowableValues", deserialize_with = "lenient")]
+    pub enabled_allowable: Option<Vec<String>>,
 }
 
 /// An action: its target, and the allowed values when advertised inline or through ActionInfo.

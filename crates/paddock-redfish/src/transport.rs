@@ -20,6 +20,7 @@ use crate::config::{Backoff, Password, RedfishConfig, TaskPolicy};
 use crate::error::{status_is_retried, RedfishError};
 use crate::limiter::BmcLimiter;
 use crate::model::{ErrorBody, TaskRes};
+use crate::redact::Redactor;
 
 /// A final (not retried) answer.
 #[derive(Debug)]
@@ -153,7 +154,7 @@ impl Transport {
         link: &str,
     ) -> Result<(T, Option<String>), RedfishError> {
         let url = self.resolve(link)?;
-        let reply = self.exchange(Method::GET, url, None, None).await?;
+        let reply = self.exchange(Method::GET, url, None, None, None).await?;
         match reply.status.as_u16() {
             200..=299 => {
                 let value = serde_json::from_slice(&reply.body)
@@ -176,8 +177,36 @@ impl Transport {
         if_match: Option<&str>,
         what: &str,
     ) -> Result<(), RedfishError> {
+        self.change_inner(method, link, body, if_match, what, None).await
+    }
+
+    /// A change whose body carries a secret (the seed URL): the BMC's answers, as logged and as
+    /// returned, go through `redact` first.
+    pub(crate) async fn change_redacted(
+        &self,
+        method: Method,
+        link: &str,
+        body: &serde_json::Value,
+        if_match: Option<&str>,
+        what: &str,
+        redact: &Redactor,
+    ) -> Result<(), RedfishError> {
+        self.change_inner(method, link, body, if_match, what, Some(redact))
+            .await
+            .map_err(|e| e.scrubbed(&|text: &str| redact.scrub(text)))
+    }
+
+    async fn change_inner(
+        &self,
+        method: Method,
+        link: &str,
+        body: &serde_json::Value,
+        if_match: Option<&str>,
+        what: &str,
+        redact: Option<&Redactor>,
+    ) -> Result<(), RedfishError> {
         let url = self.resolve(link)?;
-        let reply = self.exchange(method.clone(), url, Some(body), if_match).await?;
+        let reply = self.exchange(method.clone(), url, Some(body), if_match, redact).await?;
         match reply.status.as_u16() {
             202 => match reply.headers.get(LOCATION).and_then(|v| v.to_str().ok()) {
                 Some(location) => {
@@ -211,7 +240,7 @@ impl Transport {
                 return Err(timeout());
             }
             tokio::time::sleep(wait).await;
-            let reply = self.exchange(Method::GET, url.clone(), None, None).await?;
+            let reply = self.exchange(Method::GET, url.clone(), None, None, None).await?;
             wait = reply.retry_after().unwrap_or(self.task.poll_interval).min(self.backoff.max_retry_after);
             let status = reply.status.as_u16();
             if status == 202 {
@@ -252,6 +281,7 @@ impl Transport {
         url: Url,
         body: Option<&serde_json::Value>,
         if_match: Option<&str>,
+        redact: Option<&Redactor>,
     ) -> Result<Reply, RedfishError> {
         let path = url.path().to_owned();
         let mut retry = 0u32;
@@ -299,8 +329,12 @@ impl Transport {
                 return Err(error);
             }
             retry += 1;
+            let shown = match redact {
+                Some(r) => r.scrub(&chain(&error)),
+                None => chain(&error),
+            };
             warn!(bmc.host = %self.host_key, http.method = %method, http.path = %path, attempt = retry,
-                wait_ms = wait.as_millis() as u64, error = %chain(&error), "BMC {method} {path} failed, retrying in {wait:?}");
+                wait_ms = wait.as_millis() as u64, error = %shown, "BMC {method} {path} failed, retrying in {wait:?}");
             tokio::time::sleep(wait).await;
         }
     }

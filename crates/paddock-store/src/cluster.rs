@@ -503,8 +503,8 @@ pub async fn set_status(
     .bind(id.uuid())
     .bind(status_version)
     .bind(phase)
-    .bind(&conditions)
-    .bind(&endpoints)
+    .bind(conditions)
+    .bind(endpoints)
     .bind(status.observed_generation)
     .execute(&mut *conn)
     .await?;

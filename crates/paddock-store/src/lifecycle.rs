@@ -131,12 +131,10 @@ pub async fn mark_finished(
 /// the lost one (its plain text existed only in the seed of a boot that is being replaced) can no
 /// longer report.
 pub async fn expire_unused_tokens(conn: &mut Conn, run_id: Uuid) -> Result<(), StoreError> {
-    sqlx::query(
-        "update agent_tokens set expires_at = least(expires_at, now()) where run_id = $1 and used_at is null",
-    )
-    .bind(run_id)
-    .execute(conn)
-    .await?;
+    sqlx::query("update agent_tokens set expires_at = least(expires_at, now()) where run_id = $1 and used_at is null")
+        .bind(run_id)
+        .execute(conn)
+        .await?;
     Ok(())
 }
 
@@ -582,7 +580,11 @@ pub struct HeldMachine {
 }
 
 /// Every machine a cluster holds (tenancy states, `releasing` included), by id.
-pub async fn machines_of(conn: &mut Conn, tenant: TenantId, cluster: ClusterId) -> Result<Vec<HeldMachine>, StoreError> {
+pub async fn machines_of(
+    conn: &mut Conn,
+    tenant: TenantId,
+    cluster: ClusterId,
+) -> Result<Vec<HeldMachine>, StoreError> {
     let rows: Vec<(Uuid, Uuid, String, i64, Option<String>)> = sqlx::query_as(
         "select id, node_pool_id, state, status_version, node_name from machines \
          where tenant_id = $1 and cluster_id = $2 order by id",

@@ -115,6 +115,11 @@ pub struct Settings {
     #[arg(long, env = "PADDOCK_CORS_ORIGINS", value_delimiter = ',', global = true)]
     pub cors_origins: Vec<String>,
     /// Log filter.
+    /// Scales every latency of the simulated drivers (1 = their dev defaults, 0 = none); for
+    /// demos, tests and benchmarks. Not part of the production configuration.
+    #[arg(long, env = "PADDOCK_SIM_LATENCY_SCALE", default_value_t = 1.0, global = true, hide = true)]
+    pub sim_latency_scale: f64,
+
     #[arg(long, env = "PADDOCK_LOG", default_value = "info", global = true)]
     pub log: String,
     /// Log format.
@@ -183,13 +188,22 @@ impl Settings {
         if self.agent_token_ttl == 0 || self.agent_token_ttl > 7 * 24 * 3600 {
             bail!("PADDOCK_AGENT_TOKEN_TTL must be between 1 and 604800 seconds");
         }
-        // The drivers are being built (Kubernetes, Redfish, simulation); until one exists, choosing
-        // it stops the process rather than pretending to drive anything.
-        if self.kube_driver != KubeDriver::None {
-            bail!("PADDOCK_KUBE_DRIVER={} is not available in this build yet; use `none` (jobs then wait with driver_not_configured)", name(self.kube_driver));
+        // Kubernetes: the platform side and tenant nodes exist; the tenant base stack and Slurm
+        // come with their own work. Until then choosing it stops the process rather than
+        // pretending to drive anything.
+        if self.kube_driver == KubeDriver::Kubernetes {
+            bail!("PADDOCK_KUBE_DRIVER=kubernetes is not available in this build yet (the tenant base stack and Slurm drivers are missing); use `simulated` or `none`");
         }
-        if self.bmc_driver != BmcDriver::None {
-            bail!("PADDOCK_BMC_DRIVER={} is not available in this build yet; use `none` (jobs then wait with driver_not_configured)", name(self.bmc_driver));
+        if self.bmc_driver == BmcDriver::Redfish {
+            if self.wipe_image_url.is_none() {
+                bail!("PADDOCK_BMC_DRIVER=redfish needs PADDOCK_WIPE_IMAGE_URL (the image machines boot to be wiped)");
+            }
+            if self.os_image_url.is_none() {
+                bail!("PADDOCK_BMC_DRIVER=redfish needs PADDOCK_OS_IMAGE_URL (the node OS image machines are provisioned with)");
+            }
+        }
+        if !(0.0..=100.0).contains(&self.sim_latency_scale) {
+            bail!("PADDOCK_SIM_LATENCY_SCALE must be between 0 and 100");
         }
         if let Some(dir) = &self.stacks_dir {
             if !dir.is_dir() {

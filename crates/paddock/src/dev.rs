@@ -18,7 +18,7 @@ use paddock_types::tenant::{Quotas, TenantCreate};
 use rand::RngCore;
 use serde_json::json;
 
-use crate::config::Settings;
+use crate::config::{BmcDriver, KubeDriver, Settings};
 use crate::server::{self, Roles};
 
 /// Options of `paddock dev`.
@@ -79,15 +79,24 @@ pub fn run(mut settings: Settings, args: DevArgs) -> anyhow::Result<()> {
     if settings.ledger_key.is_none() && settings.ledger_key_file.is_none() {
         settings.ledger_key = Some(kept_secret(&secrets, "ledger-key", || random_base64(32))?);
     }
-    // `dev` selects the simulated drivers once they exist; until then it runs with none, and
-    // machine and cluster jobs wait with `driver_not_configured`.
+    // `dev` runs on the simulated drivers unless a driver was chosen explicitly.
+    if std::env::var_os("PADDOCK_KUBE_DRIVER").is_none() && settings.kube_driver == KubeDriver::None {
+        settings.kube_driver = KubeDriver::Simulated;
+    }
+    if std::env::var_os("PADDOCK_BMC_DRIVER").is_none() && settings.bmc_driver == BmcDriver::None {
+        settings.bmc_driver = BmcDriver::Simulated;
+    }
+    if settings.bmc_driver == BmcDriver::Simulated {
+        settings.wipe_image_url.get_or_insert_with(|| sim_image("wipe.iso"));
+        settings.os_image_url.get_or_insert_with(|| sim_image("node-os.iso"));
+    }
     settings.validate()?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let result = runtime.block_on(async {
         let services = server::services(&settings, settings.database_url()?).await?;
         services.store().migrate().await.context("migrating the dev database")?;
-        let tenant = seed(&services).await?;
+        let tenant = seed(&services, settings.bmc_driver == BmcDriver::Simulated).await?;
         print_welcome(&settings, tenant, &secrets)?;
         server::run(&settings, services, Roles { api: true, worker: true, migrate: false }, server::shutdown_signal())
             .await
@@ -98,8 +107,26 @@ pub fn run(mut settings: Settings, args: DevArgs) -> anyhow::Result<()> {
     result
 }
 
-/// Demo data: three machine classes and a tenant. Already present is fine (a restart).
-async fn seed(services: &Services) -> anyhow::Result<uuid::Uuid> {
+/// An image URL the simulated BMCs accept (they never fetch it).
+fn sim_image(name: &str) -> url::Url {
+    url::Url::parse(&format!("http://images.paddock.invalid/{name}")).expect("a valid URL")
+}
+
+/// The simulated machines `dev` enrolls: (name, class).
+const SIM_MACHINES: [(&str, &str); 8] = [
+    ("node-001", "cpu-standard"),
+    ("node-002", "cpu-standard"),
+    ("node-003", "cpu-standard"),
+    ("node-004", "cpu-standard"),
+    ("node-101", "gpu-h100x8"),
+    ("node-102", "gpu-h100x8"),
+    ("node-103", "gpu-h100x8"),
+    ("node-104", "gpu-h100x8"),
+];
+
+/// Demo data: three machine classes, a tenant, and (with the simulated BMC) eight simulated
+/// machines. Already present is fine (a restart).
+async fn seed(services: &Services, simulated: bool) -> anyhow::Result<uuid::Uuid> {
     let ctx = Ctx {
         actor: Actor::from_claims("paddock-dev".into(), vec![Role::ProviderAdmin.as_str().into()], None)?,
         request_id: "paddock-dev-seed".into(),
@@ -127,6 +154,15 @@ async fn seed(services: &Services) -> anyhow::Result<uuid::Uuid> {
         quotas: Quotas { max_clusters: Some(5), max_nodes: Some(32), max_gpus: Some(128) },
     };
     ignore_taken(services.tenant_create(&ctx, &Body::json(&spec)).await.map(|_| ()))?;
+    if simulated {
+        for (name, class) in SIM_MACHINES {
+            let enroll = json!({
+                "name": name, "machine_class": class,
+                "bmc": { "url": format!("sim://{name}"), "username": "admin", "password": "simulated" }
+            });
+            ignore_taken(services.machine_enroll(&ctx, &Body::json(&enroll)).await.map(|_| ()))?;
+        }
+    }
     let page = paddock_domain::cursor::PageRequest::parse(Some("1000"), None)?;
     let tenants = services.tenant_list(&ctx, page).await?;
     let acme = tenants.items.iter().find(|t| t.spec.name == "acme").context("the demo tenant is missing")?;
@@ -148,9 +184,19 @@ fn print_welcome(settings: &Settings, tenant: uuid::Uuid, secrets: &Path) -> any
         crate::mint(&secret, settings, "dev-tenant".into(), vec!["tenant:admin".into()], Some(tenant), ttl)?;
     let base = format!("http://{}", settings.listen);
     let enroll = json!({
-        "name": "node-001", "machine_class": "gpu-h100x8",
-        "bmc": {"url": "sim://node-001", "username": "admin", "password": "secret"}
+        "name": "node-201", "machine_class": "gpu-l40sx4",
+        "bmc": {"url": "sim://node-201", "username": "admin", "password": "secret"}
     });
+    let cluster = json!({
+        "name": "hpc", "kind": "slurm", "isolation": "private-nodes",
+        "node_pools": [{"name": "gpu", "machine_class": "gpu-h100x8", "count": 2}]
+    });
+    let simulated = settings.kube_driver == KubeDriver::Simulated && settings.bmc_driver == BmcDriver::Simulated;
+    let note = if simulated {
+        "(simulated: eight sim:// machines are enrolled and get wiped in a few seconds)"
+    } else {
+        "(jobs that need a missing driver wait with driver_not_configured)"
+    };
     // A closed stdout (a pipe whose reader went away) is no reason to stop serving.
     use std::io::Write;
     let _ = writeln!(
@@ -158,7 +204,7 @@ fn print_welcome(settings: &Settings, tenant: uuid::Uuid, secrets: &Path) -> any
         r#"
 paddock dev is running on {base}  (Ctrl-C stops it and its PostgreSQL)
   database   {db}
-  drivers    kube={kube} bmc={bmc} (the simulated drivers are not built yet: jobs wait)
+  drivers    kube={kube} bmc={bmc} {note}
 
 Provider admin token (24 h):
   export TOKEN={admin}
@@ -170,7 +216,11 @@ Try:
   curl -s {base}/v1/machine-classes -H "Authorization: Bearer $TOKEN"
   curl -s -X POST {base}/v1/machines -H "Authorization: Bearer $TOKEN" \
        -H 'Content-Type: application/json' -d '{enroll}'
-  curl -s {base}/v1/tenants/{tenant} -H "Authorization: Bearer $TENANT_TOKEN"
+  curl -s {base}/v1/machines -H "Authorization: Bearer $TOKEN"
+Create a Slurm cluster as the tenant and watch it go ready:
+  curl -s -X POST {base}/v1/tenants/{tenant}/clusters -H "Authorization: Bearer $TENANT_TOKEN" \
+       -H 'Content-Type: application/json' -d '{cluster}'
+  curl -s {base}/v1/tenants/{tenant}/clusters -H "Authorization: Bearer $TENANT_TOKEN"
   curl -s {base}/openapi.json | head
 More tokens: PADDOCK_JWT_HS256_SECRET_FILE={secrets}/jwt-hs256-secret paddock token --role provider:operator
 "#,

@@ -13,7 +13,7 @@ use paddock_worker::reconcile::{self, ClusterReconciler, Drivers, MachineReconci
 use paddock_worker::{default_worker_id, JobHandler, Worker, WorkerConfig};
 use tokio::sync::watch;
 
-use crate::config::Settings;
+use crate::config::{BmcDriver, KubeDriver, Settings};
 
 /// Which parts a process runs.
 #[derive(Debug, Clone, Copy)]
@@ -62,8 +62,11 @@ pub async fn run(
     }
     let (stop_tx, stop_rx) = watch::channel(false);
     let worker = if roles.worker {
-        let (drivers, lifecycle) = (drivers(settings).await?, lifecycle(settings));
-        Some(tokio::spawn(worker(services.clone(), drivers, lifecycle, stop_rx.clone())))
+        let (drivers, agent) = drivers(settings, services.store())?;
+        if let Some(agent) = agent {
+            tokio::spawn(agent.run(stop_rx.clone()));
+        }
+        Some(tokio::spawn(worker(services.clone(), drivers, lifecycle(settings), stop_rx.clone())))
     } else {
         None
     };
@@ -127,10 +130,52 @@ async fn worker(services: Services, drivers: Drivers, lifecycle: reconcile::Sett
     tracing::info!("worker stopped");
 }
 
-/// The drivers the settings choose.
-async fn drivers(settings: &Settings) -> anyhow::Result<Drivers> {
-    let _ = settings;
-    Ok(Drivers::default())
+/// The drivers the settings choose, and the simulated machines' agent when the BMC is simulated.
+fn drivers(settings: &Settings, store: &Store) -> anyhow::Result<(Drivers, Option<paddock_sim::SimAgent>)> {
+    let simulated = (settings.kube_driver == KubeDriver::Simulated || settings.bmc_driver == BmcDriver::Simulated)
+        .then(|| paddock_sim::SimWorld::new(store.clone(), sim_config(settings.sim_latency_scale)));
+    let mut drivers = Drivers::default();
+    let mut agent = None;
+    match settings.kube_driver {
+        KubeDriver::Simulated => drivers.kube = simulated.as_ref().map(paddock_sim::SimWorld::kube),
+        KubeDriver::None => {}
+        KubeDriver::Kubernetes => anyhow::bail!("PADDOCK_KUBE_DRIVER=kubernetes is not available in this build yet"),
+    }
+    match settings.bmc_driver {
+        BmcDriver::Simulated => {
+            if let Some(world) = &simulated {
+                drivers.bmc = Some(world.bmc());
+                agent = Some(world.agent(reqwest::Client::new()));
+            }
+        }
+        BmcDriver::None => {}
+        BmcDriver::Redfish => {
+            // One limiter per process: at most one call in flight per machine, a few per BMC host.
+            let limiter = paddock_redfish::BmcLimiter::new(REDFISH_CALLS_PER_HOST);
+            drivers.bmc = Some(Arc::new(paddock_redfish::RedfishBmc::new(limiter)));
+        }
+    }
+    Ok((drivers, agent))
+}
+
+/// Redfish calls in flight at once per BMC host (a chassis manager may front many machines).
+const REDFISH_CALLS_PER_HOST: usize = 4;
+
+/// The simulated drivers' latencies, scaled (`PADDOCK_SIM_LATENCY_SCALE`).
+fn sim_config(scale: f64) -> paddock_sim::SimConfig {
+    let base = paddock_sim::SimConfig::default();
+    let f = |d: Duration| d.mul_f64(scale);
+    paddock_sim::SimConfig {
+        bmc_latency: f(base.bmc_latency),
+        boot_latency: f(base.boot_latency),
+        node_ready_latency: f(base.node_ready_latency),
+        control_plane_latency: f(base.control_plane_latency),
+        stack_latency: f(base.stack_latency),
+        slurm_latency: f(base.slurm_latency),
+        delete_latency: f(base.delete_latency),
+        // Polling stays reasonable whatever the scale.
+        agent_poll: f(base.agent_poll).max(Duration::from_millis(20)),
+    }
 }
 
 /// The lifecycle settings from the configuration.
@@ -139,6 +184,12 @@ fn lifecycle(settings: &Settings) -> reconcile::Settings {
         wipe_image_url: settings.wipe_image_url.as_ref().map(ToString::to_string),
         os_image_url: settings.os_image_url.as_ref().map(ToString::to_string),
         agent_token_ttl: Duration::from_secs(settings.agent_token_ttl),
+        // The simulated world answers at once; polling it often costs little.
+        poll: if settings.kube_driver == KubeDriver::Simulated {
+            Duration::from_secs(1).mul_f64(settings.sim_latency_scale.clamp(0.05, 5.0))
+        } else {
+            reconcile::Settings::default().poll
+        },
         ..reconcile::Settings::default()
     }
 }

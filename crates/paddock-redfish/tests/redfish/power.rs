@@ -5,7 +5,7 @@ use reqwest::Method;
 
 use crate::require;
 use crate::support::proxy::FaultProxy;
-use crate::support::{emulators, fast, tls_emulator};
+use crate::support::{emulators, fast, tls_emulator, tls_system_lock};
 
 #[tokio::test]
 async fn on_and_off_converge_and_already_there_sends_nothing() {
@@ -38,6 +38,7 @@ async fn on_and_off_converge_and_already_there_sends_nothing() {
 async fn delayed_power_change_is_polled_until_reached() {
     // The TLS emulator applies power changes 2 s after the request.
     let tls = require!(tls_emulator());
+    let _only_user = tls_system_lock().await;
     let mut config = fast(RedfishConfig::new(tls.url.clone(), "", Password::new("")));
     config.ca_cert_pem = Some(tls.ca_pem.clone());
     let client = RedfishClient::new(config).expect("client");

@@ -20,7 +20,10 @@ impl ImageServer {
     /// Serves `GET /images/{name}.iso` with 64 KiB of bytes for any name; anything else is 404.
     pub async fn start() -> ImageServer {
         let downloads = Arc::new(AtomicUsize::new(0));
-        let app = Router::new().route("/images/{name}", get(image)).with_state(downloads.clone());
+        let app = Router::new()
+            .route("/images/{name}", get(image))
+            .route("/v1/agent/{token}/{name}", get(seed))
+            .with_state(downloads.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind image server");
         let addr = listener.local_addr().expect("addr");
         tokio::spawn(async move {
@@ -32,6 +35,12 @@ impl ImageServer {
     /// The URL of image `name` (served when it ends with `.iso`).
     pub fn url(&self, name: &str) -> Url {
         self.base.join(&format!("images/{name}")).expect("image url")
+    }
+
+    /// A seed URL in the shape paddock hands out, `/v1/agent/{token}/seed.iso` (served for any
+    /// token).
+    pub fn seed_url(&self, token: &str) -> Url {
+        self.base.join(&format!("v1/agent/{token}/seed.iso")).expect("seed url")
     }
 
     /// How many images were downloaded.
@@ -46,4 +55,11 @@ async fn image(State(downloads): State<Arc<AtomicUsize>>, Path(name): Path<Strin
     }
     downloads.fetch_add(1, Ordering::SeqCst);
     Ok(vec![0x42; 64 * 1024])
+}
+
+async fn seed(
+    State(downloads): State<Arc<AtomicUsize>>,
+    Path((_token, name)): Path<(String, String)>,
+) -> Result<Vec<u8>, StatusCode> {
+    image(State(downloads), Path(name)).await
 }

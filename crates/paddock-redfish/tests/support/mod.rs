@@ -5,6 +5,7 @@
 //! TEST-ONLY code. Nothing here replaces the BMC: the proxy forwards to the real emulator.
 
 pub mod images;
+pub mod logs;
 pub mod proxy;
 
 use std::sync::OnceLock;
@@ -98,6 +99,13 @@ pub fn tls_emulator() -> Option<&'static TlsEmulator> {
         absent("PADDOCK_TEST_REDFISH_TLS_URL / PADDOCK_TEST_REDFISH_TLS_CA_CERT are not set");
     }
     emulators.tls.as_ref()
+}
+
+/// The TLS emulator has a single system: tests that change it take this lock, so that they do
+/// not interleave.
+pub async fn tls_system_lock() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
 }
 
 /// `let emu = require!(emulators());`: returns from the test when skipped.

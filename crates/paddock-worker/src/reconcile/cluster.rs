@@ -176,7 +176,8 @@ impl ClusterReconciler {
             service_type: self.settings.service_type,
             datastore: None,
         };
-        let cp = kube.control_plane.ensure_control_plane(&spec).await.map_err(|e| Stop::Driver(CONTROL_PLANE_READY, e))?;
+        let cp =
+            kube.control_plane.ensure_control_plane(&spec).await.map_err(|e| Stop::Driver(CONTROL_PLANE_READY, e))?;
         if let Some(kubeconfig) = &cp.admin_kubeconfig {
             self.store_kubeconfig(cluster, kubeconfig).await?;
         }
@@ -227,7 +228,12 @@ impl ClusterReconciler {
                     if stack.ready {
                         let desired = slurm_desired(slurm, pools, held);
                         let ready = self.slurm(kube, access, &desired).await?;
-                        observed.set(SLURM_READY, ready.ready, if ready.ready { "Ready" } else { "Applying" }, &ready.reason);
+                        observed.set(
+                            SLURM_READY,
+                            ready.ready,
+                            if ready.ready { "Ready" } else { "Applying" },
+                            &ready.reason,
+                        );
                     } else {
                         observed.set(SLURM_READY, false, "WaitingForStack", "waiting for the tenant base stack");
                     }
@@ -412,8 +418,11 @@ impl ClusterReconciler {
                 Removal::Deleting => return self.deleting(cluster, pools, observed, "deleting Slurm").await,
             }
         }
-        let removal =
-            kube.control_plane.delete_control_plane(reference).await.map_err(|e| Stop::Driver(CONTROL_PLANE_READY, e))?;
+        let removal = kube
+            .control_plane
+            .delete_control_plane(reference)
+            .await
+            .map_err(|e| Stop::Driver(CONTROL_PLANE_READY, e))?;
         if removal == Removal::Deleting {
             return self.deleting(cluster, pools, observed, "deleting the control plane").await;
         }
@@ -514,7 +523,13 @@ impl ClusterReconciler {
 
     /// A driver failed at `condition`'s step: transient ones retry with backoff, permanent ones
     /// stop the cluster in `failed` with the reason, failing its open operations.
-    async fn driver_failed(&self, cluster: &Cluster, mut observed: Observed, condition: &str, e: DriverError) -> Outcome {
+    async fn driver_failed(
+        &self,
+        cluster: &Cluster,
+        mut observed: Observed,
+        condition: &str,
+        e: DriverError,
+    ) -> Outcome {
         observed.set(condition, false, &e.code, &e.message);
         observed.set(READY, false, &e.code, &e.message);
         let permanent = !e.is_transient();

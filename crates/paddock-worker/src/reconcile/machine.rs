@@ -47,7 +47,9 @@ use paddock_types::machine::{LastError, MachineState};
 use paddock_types::MachineId;
 use serde_json::json;
 
-use super::{cluster_ref, password_binding, store_error, tenant_access, Drivers, Settings, DRIVER_NOT_CONFIGURED, DRIVER_WAIT};
+use super::{
+    cluster_ref, password_binding, store_error, tenant_access, Drivers, Settings, DRIVER_NOT_CONFIGURED, DRIVER_WAIT,
+};
 use crate::{Job, JobHandler, Outcome};
 
 /// How long a machine waits after an error only a spec change fixes (wrong credentials, an
@@ -378,7 +380,8 @@ impl MachineReconciler {
                 }
                 let result = async {
                     let mut tx = self.services.store().begin().await?;
-                    let evidence = json!({ "run_id": run.run_id, "report": report.report, "reported_at": report.used_at });
+                    let evidence =
+                        json!({ "run_id": run.run_id, "report": report.report, "reported_at": report.used_at });
                     lifecycle::complete_clean(&mut tx, m.id, m.status_version, run.run_id, "agent", &evidence).await?;
                     tx.commit().await?;
                     Ok::<_, StoreError>(())
@@ -416,7 +419,9 @@ impl MachineReconciler {
             Ok(_) => {
                 let (state, version) = (m.state, m.status_version);
                 let purpose = RunPurpose::Provision;
-                return self.guarded(|c| lifecycle::start_run(c, m.id, state, version, S::Provisioning, purpose).boxed()).await;
+                return self
+                    .guarded(|c| lifecycle::start_run(c, m.id, state, version, S::Provisioning, purpose).boxed())
+                    .await;
             }
             Err(e) => return e.into(),
         };
@@ -444,7 +449,9 @@ impl MachineReconciler {
         let Some(report) = report else {
             let deadline = booted_at + ttl(self.settings.agent_token_ttl);
             if Utc::now() >= deadline {
-                return self.provision_failed(m, "provision_timed_out", "the machine did not report its first boot in time").await;
+                return self
+                    .provision_failed(m, "provision_timed_out", "the machine did not report its first boot in time")
+                    .await;
             }
             let left = (deadline - Utc::now()).to_std().unwrap_or_default();
             return Step::Stop(Outcome::wait(
@@ -487,7 +494,11 @@ impl MachineReconciler {
                         .provision_failed(m, "node_never_ready", "the machine booted but never became a Ready node")
                         .await;
                 }
-                Step::Stop(Outcome::wait(self.settings.poll, "waiting_for_node", "waiting for the node to become Ready"))
+                Step::Stop(Outcome::wait(
+                    self.settings.poll,
+                    "waiting_for_node",
+                    "waiting for the node to become Ready",
+                ))
             }
             Err(e) => self.driver_failed(m, e).await,
         }
@@ -558,7 +569,13 @@ impl MachineReconciler {
     }
 
     /// Drains and removes the machine's node; `Some` to stop (waiting, or a failure).
-    async fn release_node(&self, kube: &KubeDrivers, m: &Machine, tenant: &TenantAccess, node: &NodeRef) -> Option<Step> {
+    async fn release_node(
+        &self,
+        kube: &KubeDrivers,
+        m: &Machine,
+        tenant: &TenantAccess,
+        node: &NodeRef,
+    ) -> Option<Step> {
         let slurm = {
             let mut conn = match self.services.store().conn().await {
                 Ok(c) => c,
@@ -673,7 +690,8 @@ impl MachineReconciler {
             return Ok(None);
         };
         let endpoint = c.status.endpoints.kubernetes_api.clone();
-        let Some(access) = tenant_access(&mut conn, self.services.cipher(), reference, endpoint.as_deref()).await? else {
+        let Some(access) = tenant_access(&mut conn, self.services.cipher(), reference, endpoint.as_deref()).await?
+        else {
             return Ok(None);
         };
         let node = NodeRef {
@@ -734,7 +752,8 @@ impl MachineReconciler {
         // A BMC that cannot do what the lifecycle needs, or another system behind the BMC:
         // out of service with the reason, through the path the state allows.
         if e.code == NO_SECOND_VIRTUAL_MEDIA || e.code == SYSTEM_UUID_MISMATCH {
-            let reason = if e.code == NO_SECOND_VIRTUAL_MEDIA { NO_SECOND_VIRTUAL_MEDIA.to_owned() } else { e.message.clone() };
+            let reason =
+                if e.code == NO_SECOND_VIRTUAL_MEDIA { NO_SECOND_VIRTUAL_MEDIA.to_owned() } else { e.message.clone() };
             match m.state {
                 S::Cleaning | S::Enrolling | S::Inspecting => {
                     return self.end_run(m, S::Maintenance, Some((&e.code, &e.message)), Some(&reason)).await;

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use cluster::ClusterReconciler;
-pub use machine::MachineReconciler;
+pub use machine::{MachineReconciler, BMC_FIX_WAIT};
 use paddock_domain::bmc::BmcDriver;
 use paddock_domain::driver::{ClusterRef, KubeDrivers, ServiceType, TenantAccess};
 use paddock_domain::model::Machine;
@@ -127,11 +127,12 @@ pub(crate) async fn tenant_access(
     let Some(sealed) = cluster_store::admin_kubeconfig(conn, cluster.tenant_id, cluster.cluster_id).await? else {
         return Ok(None);
     };
-    let opened = cipher
-        .open(&sealed, kubeconfig_binding(cluster.cluster_id))
-        .map_err(|e| StoreError::Corrupt(format!("the admin kubeconfig of cluster {} cannot be opened: {e}", cluster.cluster_id)))?;
-    let kubeconfig = String::from_utf8(opened)
-        .map_err(|_| StoreError::Corrupt(format!("the admin kubeconfig of cluster {} is not UTF-8", cluster.cluster_id)))?;
+    let opened = cipher.open(&sealed, kubeconfig_binding(cluster.cluster_id)).map_err(|e| {
+        StoreError::Corrupt(format!("the admin kubeconfig of cluster {} cannot be opened: {e}", cluster.cluster_id))
+    })?;
+    let kubeconfig = String::from_utf8(opened).map_err(|_| {
+        StoreError::Corrupt(format!("the admin kubeconfig of cluster {} is not UTF-8", cluster.cluster_id))
+    })?;
     Ok(Some(TenantAccess {
         cluster,
         endpoint: endpoint.trim_start_matches("https://").to_owned(),

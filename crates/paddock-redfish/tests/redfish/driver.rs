@@ -1,0 +1,362 @@
+//! `RedfishBmc`, the `BmcDriver` the worker calls: media boots, their end, power off, against the
+//! real emulator (basic auth on the main one, TLS with the private CA on the other). The proxy,
+//! where used, forwards to the real emulator; each perturbation it adds is named in a comment.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use paddock_domain::bmc::{
+    AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, NO_SECOND_VIRTUAL_MEDIA, SYSTEM_UUID_MISMATCH,
+};
+use paddock_domain::secret::SecretString;
+use paddock_redfish::{BmcLimiter, Password, RedfishBmc, RedfishClient, RedfishConfig, ReportedPowerState, Url};
+use reqwest::Method;
+use serde_json::Value;
+
+use crate::require;
+use crate::support::images::ImageServer;
+use crate::support::logs;
+use crate::support::proxy::{Fault, FaultProxy, Rule};
+use crate::support::{emulators, eventually, fast, tls_emulator, tls_system_lock, Emulators, Node, Raw};
+
+fn driver() -> RedfishBmc {
+    RedfishBmc::new(BmcLimiter::new(4)).with_tuning(|c: &mut RedfishConfig| *c = fast(c.clone()))
+}
+
+/// A driver that takes a lost `Reset` as lost after `after`.
+fn driver_reissuing_after(after: Duration) -> RedfishBmc {
+    RedfishBmc::new(BmcLimiter::new(4)).with_tuning(move |c: &mut RedfishConfig| {
+        *c = fast(c.clone());
+        c.power.reissue_after = after;
+    })
+}
+
+/// The machine's access as the worker builds it, reaching the BMC at `url` (the emulator or a
+/// proxy in front of it).
+fn access(emu: &Emulators, url: &Url, node: &Node) -> BmcAccess {
+    BmcAccess {
+        machine_id: Default::default(),
+        url: url.to_string(),
+        system_id: Some(node.uuid.clone()),
+        username: emu.user.clone(),
+        password: SecretString::new(emu.password.clone()),
+        ca_cert: None,
+        insecure_tls: false,
+        system_uuid: Some(node.uuid.clone()),
+    }
+}
+
+fn media(images: &ImageServer, token: &str) -> BootMedia {
+    BootMedia {
+        image_url: images.url("wipe.iso").to_string(),
+        seed_url: SecretString::new(images.seed_url(token).to_string()),
+    }
+}
+
+async fn device(raw: &Raw, node: &Node, id: &str) -> Value {
+    raw.get(&format!("{}/VirtualMedia/{id}", node.path)).await
+}
+
+/// The emulator shows a booted media boot: image in the CD, seed in the second device, a boot
+/// override to `Cd` (sushy-tools reads `Continuous` back whatever was sent), power on.
+async fn assert_media_booted(raw: &Raw, node: &Node, media: &BootMedia) {
+    let cd = device(raw, node, "Cd").await;
+    assert_eq!((cd["Inserted"].clone(), cd["Image"].clone()), (true.into(), media.image_url.clone().into()));
+    let second = device(raw, node, "Floppy").await;
+    assert_eq!(second["Inserted"], true);
+    assert_eq!(second["Image"], media.seed_url.expose());
+    let system = raw.system(node).await;
+    assert_eq!(system["Boot"]["BootSourceOverrideTarget"], "Cd");
+    assert_eq!(system["PowerState"], "On");
+}
+
+/// The emulator shows an ended media boot: nothing inserted, boot override back to `Hdd`, power
+/// as given.
+async fn assert_finished(raw: &Raw, node: &Node, power: &str) {
+    for id in ["Cd", "Floppy"] {
+        let d = device(raw, node, id).await;
+        assert_eq!(d["Inserted"], false, "{id}: {d}");
+        assert_eq!(d["Image"], "", "{id}: {d}");
+    }
+    let system = raw.system(node).await;
+    let boot = &system["Boot"];
+    assert!(
+        boot["BootSourceOverrideTarget"] == "Hdd" || boot["BootSourceOverrideEnabled"] == "Disabled",
+        "boot override still points away from the disk: {boot}"
+    );
+    assert_eq!(system["PowerState"], power);
+}
+
+fn posts(proxy: &FaultProxy, needle: &str) -> usize {
+    proxy.count(&Method::POST, needle)
+}
+
+#[tokio::test]
+async fn media_boot_and_its_end_converge_and_repeat_as_no_ops() {
+    let emu = require!(emulators());
+    let images = ImageServer::start().await;
+    let raw = emu.raw();
+    let node = raw.node("node-013").await;
+    // A machine left running, with something in its CD: both are cleared by the boot.
+    raw.force_power(&node, true).await;
+    let stale = serde_json::json!({"Image": images.url("stale.iso").as_str(), "Inserted": true});
+    assert_eq!(raw.post(&format!("{}/VirtualMedia/Cd/Actions/VirtualMedia.InsertMedia", node.path), stale).await, 204);
+    let proxy = FaultProxy::start(&emu.url).await; // transparent: counts requests only
+    let access = access(emu, &proxy.url, &node);
+    let bmc = driver();
+    let media = media(&images, "tok-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA");
+
+    bmc.boot_from_media(&access, &media).await.expect("boot from media");
+    assert_media_booted(&raw, &node, &media).await;
+    assert_eq!(posts(&proxy, "ComputerSystem.Reset"), 2, "off, then on");
+    assert_eq!(posts(&proxy, "EjectMedia"), 1, "the stale CD");
+    assert_eq!(posts(&proxy, "InsertMedia"), 2);
+
+    // Repeating it restarts the boot and ends in the same state.
+    bmc.boot_from_media(&access, &media).await.expect("boot from media again");
+    assert_media_booted(&raw, &node, &media).await;
+
+    // The end of a provisioning boot: media out, disk, a restart (the system stays on).
+    let resets = posts(&proxy, "ComputerSystem.Reset");
+    bmc.finish_boot(&access, AfterBoot::BootFromDisk).await.expect("finish: boot from disk");
+    assert_finished(&raw, &node, "On").await;
+    assert_eq!(posts(&proxy, "ComputerSystem.Reset"), resets + 1, "one ForceRestart");
+
+    // A wipe boot and its end: media out, disk, off.
+    bmc.boot_from_media(&access, &media).await.expect("boot from media once more");
+    assert_media_booted(&raw, &node, &media).await;
+    bmc.finish_boot(&access, AfterBoot::PowerOff).await.expect("finish: power off");
+    assert_finished(&raw, &node, "Off").await;
+
+    // Repeating the end, and powering off what is off, send nothing at all.
+    let changes = proxy.changes().len();
+    bmc.finish_boot(&access, AfterBoot::PowerOff).await.expect("finish again");
+    bmc.power_off(&access).await.expect("power off an off machine");
+    assert_eq!(proxy.changes().len(), changes, "{:?}", &proxy.changes()[changes..]);
+    assert_finished(&raw, &node, "Off").await;
+}
+
+#[tokio::test]
+async fn uuid_mismatch_or_none_on_record_changes_nothing() {
+    let emu = require!(emulators());
+    let images = ImageServer::start().await;
+    let raw = emu.raw();
+    let node = raw.node("node-003").await;
+    let before = (raw.system(&node).await, raw.cd(&node).await);
+    let proxy = FaultProxy::start(&emu.url).await;
+    let bmc = driver();
+    let token = "tok-BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB";
+    let media = media(&images, token);
+    // The record says another machine (the BMC address was reused for another box).
+    let other = raw.node("node-004").await.uuid;
+    let mut wrong = access(emu, &proxy.url, &node);
+    wrong.system_uuid = Some(other.to_uppercase());
+
+    let refused = |r: Result<(), BmcError>, names: &[&str]| {
+        let e = r.expect_err("refused");
+        assert_eq!((e.kind, e.code.as_str()), (BmcErrorKind::Permanent, SYSTEM_UUID_MISMATCH), "{e:?}");
+        for name in names {
+            assert!(e.message.to_lowercase().contains(name), "{name} not named in {e}");
+        }
+        assert!(!format!("{e} {e:?}").contains(token));
+    };
+    refused(bmc.boot_from_media(&wrong, &media).await, &[&node.uuid, &other]);
+    refused(bmc.finish_boot(&wrong, AfterBoot::PowerOff).await, &[&node.uuid, &other]);
+    refused(bmc.finish_boot(&wrong, AfterBoot::BootFromDisk).await, &[&node.uuid, &other]);
+    refused(bmc.power_off(&wrong).await, &[&node.uuid, &other]);
+
+    // No UUID on record (never inspected): refused too, naming what the BMC reports.
+    let mut unknown = access(emu, &proxy.url, &node);
+    unknown.system_uuid = None;
+    refused(bmc.boot_from_media(&unknown, &media).await, &[&node.uuid]);
+    refused(bmc.power_off(&unknown).await, &[&node.uuid]);
+
+    assert_eq!(proxy.changes().len(), 0, "{:?}", proxy.changes());
+    let after = (raw.system(&node).await, raw.cd(&node).await);
+    for field in ["PowerState", "Boot"] {
+        assert_eq!(after.0[field], before.0[field], "{field}");
+    }
+    assert_eq!(after.1, before.1);
+    assert_eq!(images.downloads(), 0);
+}
+
+#[tokio::test]
+async fn lost_or_failed_resets_still_converge() {
+    let emu = require!(emulators());
+    let images = ImageServer::start().await;
+    let raw = emu.raw();
+    let node = raw.node("node-014").await;
+    raw.force_power(&node, true).await;
+    let proxy = FaultProxy::start(&emu.url).await;
+    let access = access(emu, &proxy.url, &node);
+    let bmc = driver_reissuing_after(Duration::from_millis(500));
+
+    // Perturbation: the BMC answers 204 to the first Reset and then forgets it.
+    proxy.rule(Rule::containing(Some(Method::POST), "ComputerSystem.Reset", Fault::Drop).times(1));
+    bmc.power_off(&access).await.expect("converged after one re-issue");
+    assert_eq!(raw.system(&node).await["PowerState"], "Off");
+    assert_eq!(posts(&proxy, "ComputerSystem.Reset"), 2);
+
+    // Perturbation: the first Reset of the boot (on) fails with 503; the retry gets through.
+    let busy = Fault::Status { status: 503, retry_after: None };
+    proxy.rule(Rule::containing(Some(Method::POST), "ComputerSystem.Reset", busy).times(1));
+    let media = media(&images, "tok-CCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCC");
+    bmc.boot_from_media(&access, &media).await.expect("boot despite a 503");
+    assert_media_booted(&raw, &node, &media).await;
+    let statuses: Vec<u16> = proxy.seen().iter().filter(|s| s.path.contains("Reset")).map(|s| s.status).collect();
+    assert_eq!(statuses, [204, 204, 503, 204], "dropped + re-issued off, then 503 + retried on");
+
+    // Perturbation: a Reset that is never applied ends in a transient error, not a retry storm.
+    proxy.rule(Rule::containing(Some(Method::POST), "ComputerSystem.Reset", Fault::Drop));
+    let stubborn = RedfishBmc::new(BmcLimiter::new(4)).with_tuning(|c: &mut RedfishConfig| {
+        *c = fast(c.clone());
+        c.power.reissue_after = Duration::from_millis(200);
+        c.power.timeout = Duration::from_millis(900);
+    });
+    let resets = posts(&proxy, "ComputerSystem.Reset");
+    let e = stubborn.power_off(&access).await.expect_err("never off");
+    assert_eq!((e.kind, e.code.as_str()), (BmcErrorKind::Transient, "bmc_power_timeout"), "{e:?}");
+    assert_eq!(posts(&proxy, "ComputerSystem.Reset"), resets + 2, "sent, then re-issued once");
+}
+
+#[tokio::test]
+async fn accepted_reset_is_followed_through_its_task_monitor() {
+    let emu = require!(emulators());
+    let raw = emu.raw();
+    let node = raw.node("node-015").await;
+    raw.force_power(&node, true).await;
+    let proxy = FaultProxy::start(&emu.url).await;
+    // Perturbation: the BMC answers 202 with a task monitor (Running twice, then the result).
+    proxy.rule(Rule::containing(Some(Method::POST), "ComputerSystem.Reset", Fault::Accepted { polls: 2, fail: None }));
+    driver().power_off(&access(emu, &proxy.url, &node)).await.expect("power off");
+    assert_eq!(proxy.count(&Method::GET, "/TaskMonitors/"), 3);
+    assert_eq!(raw.system(&node).await["PowerState"], "Off");
+
+    // A task that fails is a failed call (and says why).
+    raw.force_power(&node, true).await;
+    let failing = FaultProxy::start(&emu.url).await;
+    failing.rule(Rule::containing(
+        Some(Method::POST),
+        "ComputerSystem.Reset",
+        Fault::Accepted { polls: 1, fail: Some("power controller busy".into()) },
+    ));
+    let e = driver().power_off(&access(emu, &failing.url, &node)).await.expect_err("task failed");
+    assert_eq!(e.code, "bmc_task_failed", "{e:?}");
+    assert!(e.message.contains("power controller busy"), "{e}");
+}
+
+#[tokio::test]
+async fn the_seed_token_never_appears_in_errors_or_logs() {
+    let emu = require!(emulators());
+    let images = ImageServer::start().await;
+    let raw = emu.raw();
+    let node = raw.node("node-010").await;
+    let bmc = driver();
+    let access = access(emu, &emu.url, &node);
+    let token = "tok-DDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDD";
+    let (logs, _guard) = logs::capture();
+
+    // A seed the emulator cannot fetch: it answers 500 with a message that quotes the URL (and
+    // its path on its own), which the client retries (logging each failure) and then reports.
+    let unreachable = BootMedia {
+        image_url: images.url("wipe.iso").to_string(),
+        seed_url: SecretString::new(format!("http://127.0.0.1:1/v1/agent/{token}/seed.iso")),
+    };
+    let e = bmc.boot_from_media(&access, &unreachable).await.expect_err("the seed cannot be fetched");
+    let shown = format!("{e} | {e:?}");
+    assert_eq!(e.kind, BmcErrorKind::Transient, "{shown}");
+    assert!(!shown.contains(token), "the token leaked into the error: {shown}");
+    assert!(shown.contains("http://127.0.0.1:1/v1/agent/[redacted]/seed.iso"), "masked URL expected: {shown}");
+
+    // A successful boot logs its steps, never the seed.
+    let media = media(&images, token);
+    bmc.boot_from_media(&access, &media).await.expect("boot");
+    assert_media_booted(&raw, &node, &media).await;
+    bmc.finish_boot(&access, AfterBoot::PowerOff).await.expect("finish");
+
+    let text = logs.text();
+    assert!(text.contains("retrying"), "the 500s were logged (capture works): {text}");
+    assert!(text.contains("booting from virtual media"), "{text}");
+    assert!(text.contains("/v1/agent/[redacted]/seed.iso"), "the BMC's message was logged, scrubbed: {text}");
+    assert!(!text.contains(token), "the token leaked into the logs");
+}
+
+#[tokio::test]
+async fn a_single_virtual_media_device_is_no_second_virtual_media() {
+    let emu = require!(emulators());
+    let images = ImageServer::start().await;
+    let raw = emu.raw();
+    let node = raw.node("node-011").await;
+    let proxy = FaultProxy::start(&emu.url).await;
+    // Perturbation: a BMC with one virtual media device (sushy-tools always has Cd and Floppy).
+    proxy.rule(Rule::exact(
+        Some(Method::GET),
+        &format!("{}/VirtualMedia", node.path),
+        Fault::Rewrite(Arc::new(|v: &mut Value| {
+            if let Some(members) = v["Members"].as_array_mut() {
+                members.truncate(1);
+            }
+            v["Members@odata.count"] = 1.into();
+        })),
+    ));
+    let before = raw.system(&node).await;
+    let e = driver()
+        .boot_from_media(&access(emu, &proxy.url, &node), &media(&images, "tok-EEEEEEEEEEEEEEEEEEEEEEEEEEEEEEEEEEEE"))
+        .await
+        .expect_err("one device");
+    assert_eq!((e.kind, e.code.as_str()), (BmcErrorKind::CapabilityGap, NO_SECOND_VIRTUAL_MEDIA), "{e:?}");
+    assert!(e.message.contains("Cd"), "{e}");
+    // Found out before anything changed.
+    assert!(proxy.changes().is_empty(), "{:?}", proxy.changes());
+    assert_eq!(raw.system(&node).await["PowerState"], before["PowerState"]);
+}
+
+#[tokio::test]
+async fn media_boot_over_tls_polls_the_delayed_power_changes() {
+    let tls = require!(tls_emulator());
+    let _only_user = tls_system_lock().await;
+    let images = ImageServer::start().await;
+    let bmc = driver();
+    let mut access = BmcAccess {
+        machine_id: Default::default(),
+        url: tls.url.to_string(),
+        system_id: None,
+        username: String::new(),
+        password: SecretString::new(String::new()),
+        ca_cert: Some(tls.ca_pem.clone()),
+        insecure_tls: false,
+        system_uuid: None,
+    };
+    access.system_uuid = Some(bmc.inspect(&access).await.expect("inspect").system_uuid);
+    let media = media(&images, "tok-FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF");
+
+    // Reads through a separate client (not the driver under test).
+    let mut config = fast(RedfishConfig::new(tls.url.clone(), "", Password::new("")));
+    config.ca_cert_pem = Some(tls.ca_pem.clone());
+    let reader = RedfishClient::new(config).expect("client");
+    let loaded = || async {
+        let devices = reader.virtual_media_devices().await.expect("devices");
+        devices.iter().map(|d| (d.id.clone(), d.inserted == Some(true))).collect::<Vec<_>>()
+    };
+
+    // This emulator applies power changes 2 s late (a restart reads Off meanwhile).
+    bmc.boot_from_media(&access, &media).await.expect("boot over TLS");
+    let inv = reader.system().await.expect("system");
+    assert_eq!(inv.power_state, Some(ReportedPowerState::On));
+    assert_eq!(inv.boot.and_then(|b| b.target).as_deref(), Some("Cd"));
+    assert_eq!(loaded().await, [("Cd".to_owned(), true), ("Floppy".to_owned(), true)]);
+    bmc.finish_boot(&access, AfterBoot::BootFromDisk).await.expect("restart from disk");
+    let inv = reader.system().await.expect("system");
+    assert_eq!(inv.power_state, Some(ReportedPowerState::On));
+    assert_eq!(inv.boot.and_then(|b| b.target).as_deref(), Some("Hdd"));
+    assert_eq!(loaded().await, [("Cd".to_owned(), false), ("Floppy".to_owned(), false)]);
+    bmc.finish_boot(&access, AfterBoot::PowerOff).await.expect("power off");
+    bmc.power_off(&access).await.expect("already off");
+    assert_eq!(bmc.inspect(&access).await.expect("inspect").power_on, Some(false));
+    // Off for good: no restart is still pending.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    eventually(Duration::from_secs(1), || async {
+        bmc.inspect(&access).await.expect("inspect").power_on == Some(false)
+    })
+    .await;
+}
