@@ -115,6 +115,15 @@ pub struct Settings {
     #[arg(long, env = "PADDOCK_CORS_ORIGINS", value_delimiter = ',', global = true)]
     pub cors_origins: Vec<String>,
     /// Log filter.
+    /// Jobs one worker process runs at once.
+    #[arg(long, env = "PADDOCK_WORKER_CONCURRENCY", default_value_t = 8, global = true)]
+    pub worker_concurrency: usize,
+
+    /// Seconds a running job's lease lasts (renewed every third of it); a crashed worker's jobs
+    /// are taken over this long after its last renewal.
+    #[arg(long, env = "PADDOCK_WORKER_LEASE", default_value_t = 30, global = true)]
+    pub worker_lease: u64,
+
     /// Scales every latency of the simulated drivers (1 = their dev defaults, 0 = none); for
     /// demos, tests and benchmarks. Not part of the production configuration.
     #[arg(long, env = "PADDOCK_SIM_LATENCY_SCALE", default_value_t = 1.0, global = true, hide = true)]
@@ -201,6 +210,12 @@ impl Settings {
             if self.os_image_url.is_none() {
                 bail!("PADDOCK_BMC_DRIVER=redfish needs PADDOCK_OS_IMAGE_URL (the node OS image machines are provisioned with)");
             }
+        }
+        if !(1..=256).contains(&self.worker_concurrency) {
+            bail!("PADDOCK_WORKER_CONCURRENCY must be between 1 and 256");
+        }
+        if !(3..=600).contains(&self.worker_lease) {
+            bail!("PADDOCK_WORKER_LEASE must be between 3 and 600 seconds");
         }
         if !(0.0..=100.0).contains(&self.sim_latency_scale) {
             bail!("PADDOCK_SIM_LATENCY_SCALE must be between 0 and 100");

@@ -66,7 +66,12 @@ pub async fn run(
         if let Some(agent) = agent {
             tokio::spawn(agent.run(stop_rx.clone()));
         }
-        Some(tokio::spawn(worker(services.clone(), drivers, lifecycle(settings), stop_rx.clone())))
+        let config = WorkerConfig {
+            concurrency: settings.worker_concurrency,
+            lease: Duration::from_secs(settings.worker_lease),
+            ..WorkerConfig::default()
+        };
+        Some(tokio::spawn(worker(services.clone(), drivers, lifecycle(settings), config, stop_rx.clone())))
     } else {
         None
     };
@@ -99,13 +104,19 @@ pub async fn run(
 }
 
 /// The worker: runs the reconcile jobs of the durable queue, and does the housekeeping.
-async fn worker(services: Services, drivers: Drivers, lifecycle: reconcile::Settings, mut stop: watch::Receiver<bool>) {
+async fn worker(
+    services: Services,
+    drivers: Drivers,
+    lifecycle: reconcile::Settings,
+    config: WorkerConfig,
+    mut stop: watch::Receiver<bool>,
+) {
     let store = services.store().clone();
     let handlers: Vec<Arc<dyn JobHandler>> = vec![
         Arc::new(MachineReconciler::new(services.clone(), drivers.clone(), lifecycle.clone())),
         Arc::new(ClusterReconciler::new(services.clone(), drivers, lifecycle)),
     ];
-    let worker = match Worker::new(store, default_worker_id(), handlers, WorkerConfig::default()) {
+    let worker = match Worker::new(store, default_worker_id(), handlers, config) {
         Ok(worker) => worker,
         Err(e) => {
             tracing::error!(error = &e as &dyn std::error::Error, "the worker cannot start");
