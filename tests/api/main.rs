@@ -8,6 +8,7 @@ mod cluster;
 mod common;
 mod idempotency;
 mod jwt;
+mod lifecycle;
 mod machine;
 mod machine_class;
 mod openapi;

@@ -29,6 +29,8 @@ pub struct TestApp {
     pub services: Services,
     /// The cipher of secrets at rest.
     pub cipher: Arc<Cipher>,
+    /// Where [`TestApp::served`] serves (`http://127.0.0.1:<port>`).
+    pub base_url: Option<String>,
 }
 
 impl TestApp {
@@ -37,11 +39,29 @@ impl TestApp {
         Self::with_config(ApiConfig::default()).await
     }
 
+    /// A fresh app that also serves on a loopback port (its URL in [`TestApp::base_url`]), for
+    /// clients outside the process's router calls: machines' agents posting their reports.
+    pub async fn served() -> TestApp {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding a loopback port");
+        let base = format!("http://{}", listener.local_addr().expect("local address"));
+        let app = Self::build(ApiConfig::default(), Some(&base)).await;
+        let router = app.router.clone();
+        tokio::spawn(async move { axum::serve(listener, router).await.expect("serving the test app") });
+        app
+    }
+
     /// A fresh app with API settings (CORS origins).
     pub async fn with_config(config: ApiConfig) -> TestApp {
+        Self::build(config, None).await
+    }
+
+    async fn build(config: ApiConfig, base_url: Option<&str>) -> TestApp {
         let db = TestDb::new().await;
         let cipher = Arc::new(Cipher::new(&Cipher::generate_key(), &[]).expect("generated key is valid"));
-        let services = Services::new(Store::from_pool(db.pool.clone()), cipher.clone());
+        let mut services = Services::new(Store::from_pool(db.pool.clone()), cipher.clone());
+        if let Some(base) = base_url {
+            services = services.with_agent_base_url(base);
+        }
         let verifier = Verifier::new(VerifierConfig {
             hs256_secret: Some(Secret::new(TEST_SECRET.to_vec())),
             ..VerifierConfig::default()
@@ -49,7 +69,7 @@ impl TestApp {
         .await
         .expect("test verifier");
         let router = paddock_api::router(AppState::new(services.clone(), verifier, config));
-        TestApp { router, db, services, cipher }
+        TestApp { router, db, services, cipher, base_url: base_url.map(str::to_owned) }
     }
 
     /// A request to the app.

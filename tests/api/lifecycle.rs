@@ -1,0 +1,679 @@
+//! The whole asynchronous flow through the API: machines enrolled, inspected and wiped, clusters
+//! created, made ready, scaled and deleted, capacity waits, faults, operator intents, and every
+//! side effect repeated after an injected crash. The worker runs in-process with the SIMULATED
+//! drivers (paddock-sim: their world in this test's database); the simulated machines' agent
+//! reports to the real API served on a port. This proves the reconcilers and the lifecycle, not
+//! the real drivers (those have their own tests against a real API server and a Redfish emulator).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, BoxFuture, Inventory};
+use paddock_domain::driver::{
+    ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, DriverError, Isolation, JoinConfig,
+    KubeDrivers, NodeRef, NodeStatus, PlatformDriver, Readiness, Removal, SlurmDesired, SlurmDriver, TenantAccess,
+    TenantNodes, TenantStack,
+};
+use paddock_sim::{ClusterFault, MachineFault, SimConfig, SimWorld};
+use paddock_store::Store;
+use paddock_testkit::{admin, eventually, token, TestApp};
+use paddock_types::ClusterId;
+use paddock_worker::reconcile::{ClusterReconciler, Drivers, MachineReconciler, Settings};
+use paddock_worker::{JobHandler, Worker, WorkerConfig};
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use crate::common::{id, machine_class, tenant};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The API on a port, a worker and the simulated machines' agent, over one database.
+struct Lab {
+    app: TestApp,
+    world: SimWorld,
+    stop: watch::Sender<bool>,
+    tenant: String,
+    tenant_token: String,
+}
+
+impl Lab {
+    async fn new() -> Lab {
+        Self::with(|drivers| drivers).await
+    }
+
+    /// A lab whose drivers pass through `wrap` (fault injection).
+    async fn with(wrap: impl FnOnce(Drivers) -> Drivers) -> Lab {
+        let app = TestApp::served().await;
+        let store = Store::from_pool(app.db.pool.clone());
+        let world = SimWorld::new(store.clone(), SimConfig::zero());
+        let drivers = wrap(Drivers { bmc: Some(world.bmc()), kube: Some(world.kube()) });
+        let settings = Settings {
+            wipe_image_url: Some("http://images.invalid/wipe.iso".into()),
+            os_image_url: Some("http://images.invalid/os.iso".into()),
+            poll: Duration::from_millis(50),
+            report_wait: Duration::from_secs(2),
+            ..Settings::default()
+        };
+        let handlers: Vec<Arc<dyn JobHandler>> = vec![
+            Arc::new(MachineReconciler::new(app.services.clone(), drivers.clone(), settings.clone())),
+            Arc::new(ClusterReconciler::new(app.services.clone(), drivers, settings)),
+        ];
+        let config = WorkerConfig {
+            concurrency: 8,
+            poll_interval: Duration::from_millis(50),
+            backoff_base: Duration::from_millis(10),
+            backoff_cap: Duration::from_millis(200),
+            max_attempts: 100,
+            ..WorkerConfig::default()
+        };
+        let worker = Worker::new(store, "lab-worker", handlers, config).expect("worker");
+        let (stop, stopped) = watch::channel(false);
+        let mut worker_stop = stopped.clone();
+        tokio::spawn(async move {
+            worker
+                .run(async move {
+                    let _ = worker_stop.changed().await;
+                })
+                .await
+        });
+        tokio::spawn(world.agent(reqwest_client()).run(stopped));
+        let t = tenant(&app, "acme").await;
+        let tenant_token = token(&["tenant:admin"], Some(id(&t).parse().expect("uuid")));
+        Lab { app, world, stop, tenant: id(&t), tenant_token }
+    }
+
+    /// Enrolls `sim://<name>` machines of `class`; returns their ids.
+    async fn enroll(&self, class: &str, names: &[&str]) -> Vec<String> {
+        let mut ids = Vec::new();
+        for name in names {
+            let body = json!({
+                "name": name, "machine_class": class,
+                "bmc": { "url": format!("sim://{name}"), "username": "admin", "password": "simulated" }
+            });
+            let created = self.app.post("/v1/machines").token(&admin()).json(&body).send().await.expect(202).json();
+            ids.push(id(&created["machine"]));
+        }
+        ids
+    }
+
+    async fn machine(&self, id: &str) -> Value {
+        self.app.get(format!("/v1/machines/{id}")).token(&admin()).send().await.expect(200).json()
+    }
+
+    async fn machine_in(&self, id: &str, state: &str) -> Value {
+        eventually(WAIT, || async {
+            let m = self.machine(id).await;
+            (m["state"] == state).then_some(m)
+        })
+        .await
+    }
+
+    async fn create(&self, body: Value) -> Value {
+        let path = format!("/v1/tenants/{}/clusters", self.tenant);
+        self.app.post(path).token(&self.tenant_token).json(&body).send().await.expect(202).json()
+    }
+
+    fn cluster_path(&self, cluster: &str) -> String {
+        format!("/v1/tenants/{}/clusters/{cluster}", self.tenant)
+    }
+
+    async fn cluster(&self, cluster: &str) -> Value {
+        self.app.get(self.cluster_path(cluster)).token(&self.tenant_token).send().await.expect(200).json()
+    }
+
+    /// Waits until the cluster is ready at its current generation.
+    async fn ready(&self, cluster: &str) -> Value {
+        eventually(WAIT, || async {
+            let c = self.cluster(cluster).await;
+            (c["status"]["phase"] == "ready" && c["status"]["observed_generation"] == c["generation"]).then_some(c)
+        })
+        .await
+    }
+
+    async fn gone(&self, cluster: &str) {
+        eventually(WAIT, || async {
+            let status =
+                self.app.get(self.cluster_path(cluster)).token(&self.tenant_token).send().await.status.as_u16();
+            (status == 404).then_some(())
+        })
+        .await
+    }
+
+    async fn operation(&self, op: &Value) -> Value {
+        self.app.get(format!("/v1/operations/{}", id(op))).token(&admin()).send().await.expect(200).json()
+    }
+
+    async fn scale(&self, cluster: &str, pool: &str, count: u32) -> Value {
+        let path = format!("{}/node-pools/{pool}", self.cluster_path(cluster));
+        self.app.patch(path).token(&self.tenant_token).json(&json!({ "count": count })).send().await.expect(202).json()
+    }
+
+    async fn delete(&self, cluster: &str) -> Value {
+        self.app.delete(self.cluster_path(cluster)).token(&self.tenant_token).send().await.expect(202).json()
+    }
+
+    async fn scalar(&self, sql: &str) -> i64 {
+        sqlx::query_scalar(sql).fetch_one(&self.app.db.pool).await.expect(sql)
+    }
+
+    /// The schema-level history invariants (SPEC section 5).
+    async fn check_invariants(&self) {
+        let overlapping = self
+            .scalar(
+                "select count(*) from machine_allocations a join machine_allocations b \
+                 on a.machine_id = b.machine_id and a.id < b.id \
+                 and tstzrange(a.allocated_at, coalesce(a.released_at, 'infinity')) && \
+                     tstzrange(b.allocated_at, coalesce(b.released_at, 'infinity'))",
+            )
+            .await;
+        assert_eq!(overlapping, 0, "a machine was in two live allocations");
+        // Every allocation used a clean completed after the machine's previous tenancy ended.
+        let unclean = self
+            .scalar(
+                "select count(*) from machine_allocations a join machine_cleans c on c.id = a.clean_id \
+                 where c.completed_at > a.allocated_at or exists (select 1 from machine_allocations p \
+                   where p.machine_id = a.machine_id and p.allocated_at < a.allocated_at \
+                   and (p.released_at is null or p.released_at > c.completed_at))",
+            )
+            .await;
+        assert_eq!(unclean, 0, "an allocation without a clean since the last tenancy");
+        let dirty_available = self
+            .scalar(
+                "select count(*) from machines m where m.state = 'available' and exists (\
+                   select 1 from machine_allocations a where a.machine_id = m.id and a.released_at is not null \
+                   and not exists (select 1 from machine_cleans c where c.machine_id = m.id \
+                                   and c.completed_at >= a.released_at))",
+            )
+            .await;
+        assert_eq!(dirty_available, 0, "a machine became available after a tenancy without a clean");
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+fn reqwest_client() -> reqwest::Client {
+    reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("client")
+}
+
+fn slurm(name: &str, pools: Value) -> Value {
+    json!({ "name": name, "kind": "slurm", "isolation": "private-nodes", "node_pools": pools })
+}
+
+fn conditions(cluster: &Value) -> Vec<(String, String, String)> {
+    cluster["status"]["conditions"]
+        .as_array()
+        .expect("conditions")
+        .iter()
+        .map(|c| {
+            let s = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+            (s("type"), s("status"), s("reason"))
+        })
+        .collect()
+}
+
+fn condition(cluster: &Value, type_: &str) -> Value {
+    cluster["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_).cloned())
+        .unwrap_or(Value::Null)
+}
+
+#[tokio::test]
+async fn a_slurm_cluster_goes_ready_scales_and_is_deleted_back_to_clean_machines() {
+    let lab = Lab::new().await;
+    machine_class(&lab.app, "gpu", 8).await;
+    let machines = lab.enroll("gpu", &["n1", "n2", "n3", "n4"]).await;
+    for m in &machines {
+        lab.machine_in(m, "available").await;
+    }
+    assert_eq!(lab.scalar("select count(*) from machine_cleans").await, 4, "one verified wipe each");
+
+    let created = lab.create(slurm("hpc", json!([{ "name": "gpu", "machine_class": "gpu", "count": 2 }]))).await;
+    let cluster = id(&created["cluster"]);
+    let pool = id(&created["cluster"]["node_pools"][0]);
+    let ready = lab.ready(&cluster).await;
+    for (type_, status, _) in conditions(&ready) {
+        assert_eq!(status, "True", "{type_}: {ready}");
+    }
+    assert!(ready["status"]["endpoints"]["kubernetes_api"].as_str().is_some_and(|e| e.starts_with("https://")));
+    let op = lab.operation(&created["operation"]).await;
+    assert_eq!(op["state"], "succeeded", "{op}");
+    let steps: Vec<&str> = op["steps"].as_array().expect("steps").iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(steps, ["namespace", "control_plane", "machines", "nodes", "stack", "slurm"]);
+    assert!(op["steps"].as_array().unwrap().iter().all(|s| s["state"] == "succeeded"), "{op}");
+    let held = lab.scalar("select count(*) from machines where state = 'active'").await;
+    assert_eq!(held, 2);
+    let pool_view = lab
+        .app
+        .get(format!("{}/node-pools/{pool}", lab.cluster_path(&cluster)))
+        .token(&lab.tenant_token)
+        .send()
+        .await
+        .expect(200)
+        .json();
+    assert_eq!((pool_view["status"]["ready"].as_u64(), pool_view["status"]["allocated"].as_u64()), (Some(2), Some(2)));
+    // Tenant-visible machine list never shows BMC details, and names the node.
+    let listed = lab
+        .app
+        .get(format!("{}/node-pools/{pool}/machines", lab.cluster_path(&cluster)))
+        .token(&lab.tenant_token)
+        .send()
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(listed["items"].as_array().map(Vec::len), Some(2));
+    assert!(listed["items"][0]["node_name"].as_str().is_some_and(|n| n.starts_with("m-")));
+    assert!(!listed.to_string().contains("sim://"));
+
+    // Scale up, then down: the pool converges and the operation completes at its generation.
+    let up = lab.scale(&cluster, &pool, 3).await;
+    lab.ready(&cluster).await;
+    assert_eq!(lab.operation(&up["operation"]).await["state"], "succeeded");
+    assert_eq!(lab.scalar("select count(*) from machines where state = 'active'").await, 3);
+    let down = lab.scale(&cluster, &pool, 1).await;
+    let after = lab.ready(&cluster).await;
+    assert_eq!(lab.operation(&down["operation"]).await["state"], "succeeded");
+    assert_eq!(after["node_pools"][0]["count"], 1);
+    eventually(WAIT, || async {
+        (lab.scalar("select count(*) from machines where state = 'available'").await == 3).then_some(())
+    })
+    .await;
+    // Released machines went back through a wipe: six cleans now (four first ones, two after release).
+    assert_eq!(lab.scalar("select count(*) from machine_cleans").await, 6);
+
+    // Delete: every machine back to available, through cleaning; then 404.
+    let deleted = lab.delete(&cluster).await;
+    assert_eq!(deleted["cluster"]["status"]["phase"], "deleting");
+    lab.gone(&cluster).await;
+    assert_eq!(lab.operation(&deleted["operation"]).await["state"], "succeeded");
+    eventually(WAIT, || async {
+        (lab.scalar("select count(*) from machines where state = 'available'").await == 4).then_some(())
+    })
+    .await;
+    assert_eq!(lab.scalar("select count(*) from machine_allocations where released_at is null").await, 0);
+    assert_eq!(lab.scalar("select count(*) from machine_cleans").await, 7);
+    assert!(lab.world.nodes(ClusterId(cluster.parse().unwrap())).await.expect("nodes").is_empty());
+    let events = lab
+        .app
+        .get(format!("{}/events", lab.cluster_path(&cluster)))
+        .token(&lab.tenant_token)
+        .send()
+        .await
+        .status
+        .as_u16();
+    assert_eq!(events, 404, "a deleted cluster's events are gone with it");
+    lab.check_invariants().await;
+}
+
+#[tokio::test]
+async fn demand_beyond_the_machines_waits_first_come_first_served_and_never_over_allocates() {
+    let lab = Lab::new().await;
+    machine_class(&lab.app, "gpu", 8).await;
+    for m in lab.enroll("gpu", &["n1", "n2", "n3"]).await {
+        lab.machine_in(&m, "available").await;
+    }
+    let pool = |count: u32| json!([{ "name": "gpu", "machine_class": "gpu", "count": count }]);
+    let a = id(&lab.create(slurm("a", pool(2))).await["cluster"]);
+    lab.ready(&a).await;
+    // B needs 2 of the 1 left: it waits, and takes nothing meanwhile (all or nothing).
+    let b = id(&lab.create(slurm("b", pool(2))).await["cluster"]);
+    let waiting = eventually(WAIT, || async {
+        let c = lab.cluster(&b).await;
+        (condition(&c, "MachinesAllocated")["reason"] == "InsufficientCapacity").then_some(c)
+    })
+    .await;
+    assert_eq!(condition(&waiting, "MachinesAllocated")["status"], "False");
+    assert_eq!(waiting["status"]["phase"], "provisioning");
+    // C needs only the 1 left, but came later: first come, first served.
+    let c = id(&lab.create(slurm("c", pool(1))).await["cluster"]);
+    let behind = eventually(WAIT, || async {
+        let v = lab.cluster(&c).await;
+        let m = condition(&v, "MachinesAllocated");
+        m["message"].as_str().is_some_and(|s| s.contains("earlier request")).then_some(v)
+    })
+    .await;
+    assert_eq!(condition(&behind, "MachinesAllocated")["reason"], "InsufficientCapacity");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        lab.scalar("select count(*) from machines where cluster_id is not null").await,
+        2,
+        "never over-allocated"
+    );
+    let events: Value = lab
+        .app
+        .get(format!("{}/events", lab.cluster_path(&b)))
+        .token(&lab.tenant_token)
+        .send()
+        .await
+        .expect(200)
+        .json();
+    assert!(events["items"].as_array().unwrap().iter().any(|e| e["reason"] == "InsufficientCapacity"), "{events}");
+
+    // A goes: its machines are wiped, then B (first in line) and then C get them.
+    lab.delete(&a).await;
+    lab.gone(&a).await;
+    lab.ready(&b).await;
+    lab.ready(&c).await;
+    assert_eq!(lab.scalar("select count(*) from machines where state = 'active'").await, 3);
+    lab.check_invariants().await;
+
+    // Quota: the API refuses what a tenant may never hold (409), before anything waits.
+    lab.app
+        .patch(format!("/v1/tenants/{}", lab.tenant))
+        .token(&admin())
+        .json(&json!({ "quotas": { "max_nodes": 3 } }))
+        .send()
+        .await
+        .expect(200);
+    lab.app
+        .post(format!("/v1/tenants/{}/clusters", lab.tenant))
+        .token(&lab.tenant_token)
+        .json(&slurm("d", pool(1)))
+        .send()
+        .await
+        .problem(409, "quota_exceeded");
+}
+
+#[tokio::test]
+async fn a_failed_wipe_quarantines_the_machine_until_maintenance_takes_it_back_through_cleaning() {
+    let lab = Lab::new().await;
+    machine_class(&lab.app, "gpu", 8).await;
+    lab.world.set_machine_fault("bad", MachineFault::WipeFails, true).await.expect("fault");
+    let ids = lab.enroll("gpu", &["bad"]).await;
+    let m = lab.machine_in(&ids[0], "clean_failed").await;
+    assert_eq!(m["last_error"]["code"], "wipe_failed", "{m}");
+    assert!(m["last_error"]["message"].as_str().unwrap().contains("disk"), "{m}");
+    assert_eq!(lab.scalar("select count(*) from machine_cleans").await, 0, "an unverified wipe is no clean");
+
+    // A cluster that wants it waits: a quarantined machine is never allocated.
+    let cluster =
+        id(&lab.create(slurm("hpc", json!([{ "name": "gpu", "machine_class": "gpu", "count": 1 }]))).await["cluster"]);
+    eventually(WAIT, || async {
+        (condition(&lab.cluster(&cluster).await, "MachinesAllocated")["reason"] == "InsufficientCapacity").then_some(())
+    })
+    .await;
+
+    // The operator takes it into maintenance, fixes it, and lets it go: it leaves through a wipe.
+    let path = format!("/v1/machines/{}/maintenance", ids[0]);
+    lab.app.post(&path).token(&admin()).json(&json!({ "reason": "replace disk1" })).send().await.expect(202);
+    lab.machine_in(&ids[0], "maintenance").await;
+    lab.world.set_machine_fault("bad", MachineFault::WipeFails, false).await.expect("fault");
+    lab.app.delete(&path).token(&admin()).send().await.expect(202);
+    lab.ready(&cluster).await;
+    assert_eq!(lab.scalar("select count(*) from machine_cleans").await, 1);
+    lab.check_invariants().await;
+}
+
+#[tokio::test]
+async fn bmc_and_control_plane_faults_end_in_their_documented_states() {
+    let lab = Lab::new().await;
+    machine_class(&lab.app, "gpu", 8).await;
+    lab.world.set_machine_fault("one-slot", MachineFault::SingleVirtualMedia, true).await.expect("fault");
+    lab.world.set_machine_fault("slow", MachineFault::BmcTimeout, true).await.expect("fault");
+    let ids = lab.enroll("gpu", &["one-slot", "slow", "good"]).await;
+    let m = lab.machine_in(&ids[0], "maintenance").await;
+    assert_eq!(m["maintenance_reason"], "no_second_virtual_media", "{m}");
+    let slow = eventually(WAIT, || async {
+        let m = lab.machine(&ids[1]).await;
+        (m["last_error"]["code"] == "bmc_timeout").then_some(m)
+    })
+    .await;
+    assert_eq!(slow["state"], "enrolling", "a BMC that times out keeps the machine where it was");
+    lab.machine_in(&ids[2], "available").await;
+    // Healed, the slow one carries on by itself (retries with backoff).
+    lab.world.set_machine_fault("slow", MachineFault::BmcTimeout, false).await.expect("heal");
+    lab.machine_in(&ids[1], "available").await;
+
+    // A control plane that never becomes ready: the cluster stays provisioning and says why;
+    // its operation runs at the control plane step.
+    let created = lab.create(slurm("stuck", json!([{ "name": "gpu", "machine_class": "gpu", "count": 1 }]))).await;
+    let cluster = id(&created["cluster"]);
+    lab.world
+        .set_cluster_fault(ClusterId(cluster.parse().unwrap()), ClusterFault::ControlPlaneNeverReady, true)
+        .await
+        .expect("fault");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let c = lab.cluster(&cluster).await;
+    assert_eq!(c["status"]["phase"], "provisioning", "{c}");
+    assert_eq!(condition(&c, "ControlPlaneReady")["status"], "False");
+    let op = lab.operation(&created["operation"]).await;
+    assert_eq!((op["state"].as_str(), op["current_step"].as_str()), (Some("running"), Some("control_plane")), "{op}");
+    // Healed: ready.
+    lab.world
+        .set_cluster_fault(ClusterId(cluster.parse().unwrap()), ClusterFault::ControlPlaneNeverReady, false)
+        .await
+        .expect("heal");
+    lab.ready(&cluster).await;
+    lab.check_invariants().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Crash injection: every driver call's side effect happens, then the run "crashes" before it can
+// record it (the call answers a transient error once per distinct call). The job runs again
+// from the top, repeats the side effect, and must converge to exactly the same end state.
+
+/// Remembers which calls already crashed once.
+#[derive(Default)]
+struct Crashes(Mutex<HashSet<String>>);
+
+impl Crashes {
+    /// True the first time `key` is seen: the caller crashes after its side effect.
+    fn first(&self, key: String) -> bool {
+        self.0.lock().expect("lock").insert(key)
+    }
+
+    fn count(&self) -> usize {
+        self.0.lock().expect("lock").len()
+    }
+}
+
+fn crash() -> DriverError {
+    DriverError::transient("injected_crash", "the run crashed after its side effect (test)")
+}
+
+fn bmc_crash() -> BmcError {
+    BmcError::new(BmcErrorKind::Transient, "injected_crash", "the run crashed after its side effect (test)")
+}
+
+struct CrashingBmc(Arc<dyn BmcDriver>, Arc<Crashes>);
+
+impl BmcDriver for CrashingBmc {
+    fn inspect<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Inventory, BmcError>> {
+        self.0.inspect(access)
+    }
+
+    fn boot_from_media<'a>(&'a self, a: &'a BmcAccess, media: &'a BootMedia) -> BoxFuture<'a, Result<(), BmcError>> {
+        Box::pin(async move {
+            self.0.boot_from_media(a, media).await?;
+            // Keyed by the seed: each boot of each run crashes once after booting.
+            let key = format!("boot:{}:{}", a.machine_id, media.image_url);
+            if self.1.first(key) {
+                Err(bmc_crash())
+            } else {
+                Ok(())
+            }
+        })
+    }
+
+    fn finish_boot<'a>(&'a self, a: &'a BmcAccess, after: AfterBoot) -> BoxFuture<'a, Result<(), BmcError>> {
+        Box::pin(async move {
+            self.0.finish_boot(a, after).await?;
+            if self.1.first(format!("finish:{}:{after:?}", a.machine_id)) {
+                Err(bmc_crash())
+            } else {
+                Ok(())
+            }
+        })
+    }
+
+    fn power_off<'a>(&'a self, a: &'a BmcAccess) -> BoxFuture<'a, Result<(), BmcError>> {
+        Box::pin(async move {
+            self.0.power_off(a).await?;
+            if self.1.first(format!("off:{}", a.machine_id)) {
+                Err(bmc_crash())
+            } else {
+                Ok(())
+            }
+        })
+    }
+}
+
+struct CrashingKube(KubeDrivers, Arc<Crashes>);
+
+impl CrashingKube {
+    fn after<T>(&self, key: String, result: Result<T, DriverError>) -> Result<T, DriverError> {
+        let value = result?;
+        if self.1.first(key) {
+            Err(crash())
+        } else {
+            Ok(value)
+        }
+    }
+}
+
+impl PlatformDriver for CrashingKube {
+    fn ensure_isolation<'a>(&'a self, c: &'a ClusterRef) -> BoxFuture<'a, Result<Isolation, DriverError>> {
+        Box::pin(async move { self.after(format!("iso:{}", c.cluster_id), self.0.platform.ensure_isolation(c).await) })
+    }
+
+    fn remove_isolation<'a>(&'a self, c: &'a ClusterRef) -> BoxFuture<'a, Result<Removal, DriverError>> {
+        Box::pin(
+            async move { self.after(format!("uniso:{}", c.cluster_id), self.0.platform.remove_isolation(c).await) },
+        )
+    }
+}
+
+impl ControlPlaneBackend for CrashingKube {
+    fn ensure_control_plane<'a>(
+        &'a self,
+        spec: &'a ControlPlaneSpec,
+    ) -> BoxFuture<'a, Result<ControlPlaneStatus, DriverError>> {
+        Box::pin(async move {
+            let result = self.0.control_plane.ensure_control_plane(spec).await;
+            self.after(format!("cp:{}", spec.cluster.cluster_id), result)
+        })
+    }
+
+    fn delete_control_plane<'a>(&'a self, c: &'a ClusterRef) -> BoxFuture<'a, Result<Removal, DriverError>> {
+        Box::pin(async move {
+            self.after(format!("uncp:{}", c.cluster_id), self.0.control_plane.delete_control_plane(c).await)
+        })
+    }
+}
+
+impl TenantNodes for CrashingKube {
+    fn join_config<'a>(
+        &'a self,
+        t: &'a TenantAccess,
+        node: &'a NodeRef,
+        ttl: u64,
+    ) -> BoxFuture<'a, Result<JoinConfig, DriverError>> {
+        Box::pin(async move {
+            self.after(format!("join:{}", node.machine_id), self.0.nodes.join_config(t, node, ttl).await)
+        })
+    }
+
+    fn node<'a>(
+        &'a self,
+        t: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<Option<NodeStatus>, DriverError>> {
+        self.0.nodes.node(t, node)
+    }
+
+    fn remove_node<'a>(
+        &'a self,
+        t: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<Removal, DriverError>> {
+        Box::pin(
+            async move { self.after(format!("unnode:{}", node.machine_id), self.0.nodes.remove_node(t, node).await) },
+        )
+    }
+}
+
+impl TenantStack for CrashingKube {
+    fn ensure_stack<'a>(&'a self, t: &'a TenantAccess) -> BoxFuture<'a, Result<Readiness, DriverError>> {
+        Box::pin(
+            async move { self.after(format!("stack:{}", t.cluster.cluster_id), self.0.stack.ensure_stack(t).await) },
+        )
+    }
+}
+
+impl SlurmDriver for CrashingKube {
+    fn ensure_slurm<'a>(
+        &'a self,
+        t: &'a TenantAccess,
+        d: &'a SlurmDesired,
+    ) -> BoxFuture<'a, Result<Readiness, DriverError>> {
+        Box::pin(
+            async move { self.after(format!("slurm:{}", t.cluster.cluster_id), self.0.slurm.ensure_slurm(t, d).await) },
+        )
+    }
+
+    fn drain_node<'a>(&'a self, t: &'a TenantAccess, node: &'a str) -> BoxFuture<'a, Result<bool, DriverError>> {
+        Box::pin(async move { self.after(format!("drain:{node}"), self.0.slurm.drain_node(t, node).await) })
+    }
+
+    fn remove_slurm<'a>(&'a self, t: &'a TenantAccess) -> BoxFuture<'a, Result<Removal, DriverError>> {
+        Box::pin(
+            async move { self.after(format!("unslurm:{}", t.cluster.cluster_id), self.0.slurm.remove_slurm(t).await) },
+        )
+    }
+}
+
+#[tokio::test]
+async fn a_crash_after_every_side_effect_repeats_it_and_converges_to_the_same_end() {
+    let crashes = Arc::new(Crashes::default());
+    let injected = crashes.clone();
+    let lab = Lab::with(move |drivers| {
+        let kube = Arc::new(CrashingKube(drivers.kube.expect("kube"), injected.clone()));
+        Drivers {
+            bmc: Some(Arc::new(CrashingBmc(drivers.bmc.expect("bmc"), injected))),
+            kube: Some(KubeDrivers {
+                platform: kube.clone(),
+                control_plane: kube.clone(),
+                nodes: kube.clone(),
+                stack: kube.clone(),
+                slurm: kube,
+            }),
+        }
+    })
+    .await;
+    machine_class(&lab.app, "gpu", 8).await;
+    let machines = lab.enroll("gpu", &["n1", "n2", "n3"]).await;
+    for m in &machines {
+        lab.machine_in(m, "available").await;
+    }
+    let created = lab.create(slurm("hpc", json!([{ "name": "gpu", "machine_class": "gpu", "count": 2 }]))).await;
+    let cluster = id(&created["cluster"]);
+    let pool = id(&created["cluster"]["node_pools"][0]);
+    lab.ready(&cluster).await;
+    lab.scale(&cluster, &pool, 1).await;
+    lab.ready(&cluster).await;
+    lab.delete(&cluster).await;
+    lab.gone(&cluster).await;
+    eventually(WAIT, || async {
+        (lab.scalar("select count(*) from machines where state = 'available'").await == 3).then_some(())
+    })
+    .await;
+    // The same end as without crashes: every machine wiped once per tenancy, nothing held.
+    assert_eq!(lab.scalar("select count(*) from machine_allocations").await, 2);
+    assert_eq!(lab.scalar("select count(*) from machine_cleans").await, 5);
+    assert_eq!(lab.scalar("select count(*) from machine_allocations where released_at is null").await, 0);
+    assert_eq!(lab.scalar("select count(*) from jobs where state = 'failed'").await, 0);
+    // Every kind of side effect crashed at least once.
+    let seen: Vec<String> = crashes.0.lock().unwrap().iter().map(|k| k.split(':').next().unwrap().to_owned()).collect();
+    for kind in
+        ["boot", "finish", "off", "iso", "cp", "join", "stack", "slurm", "drain", "unnode", "unslurm", "uncp", "uniso"]
+    {
+        assert!(seen.iter().any(|k| k == kind), "no crash injected after {kind}: {seen:?}");
+    }
+    assert!(crashes.count() > 20, "{} crashes", crashes.count());
+    lab.check_invariants().await;
+}
