@@ -1,4 +1,4 @@
-//! The worker runs the reconcile jobs the API enqueues. No driver exists yet, so a machine shows
+//! The worker runs the reconcile jobs the API enqueues. With the drivers set to `none`, a machine shows
 //! `driver_not_configured` and a cluster a `Ready=False` condition, the job waits (its attempts
 //! untouched), and the machine's operation is running: SPEC section 9 for a driver set to `none`.
 

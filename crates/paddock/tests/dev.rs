@@ -73,6 +73,28 @@ async fn paddock_dev_serves_demo_data_and_stops_its_postgres_on_ctrl_c() {
         .expect("json");
     assert_eq!(tenants["items"][0]["name"], "acme");
 
+    // On the simulated drivers, a Slurm cluster of two nodes goes ready (the printed curl).
+    let tenant = tenants["items"][0]["id"].as_str().expect("tenant id").to_owned();
+    let clusters = format!("{base}/v1/tenants/{tenant}/clusters");
+    let body = serde_json::json!({
+        "name": "hpc", "kind": "slurm", "isolation": "private-nodes",
+        "node_pools": [{"name": "gpu", "machine_class": "gpu-h100x8", "count": 2}]
+    });
+    let created = client.post(&clusters).bearer_auth(&token).json(&body).send().await.expect("create");
+    assert_eq!(created.status().as_u16(), 202);
+    let created: serde_json::Value = created.json().await.expect("json");
+    let cluster = format!("{clusters}/{}", created["cluster"]["id"].as_str().expect("cluster id"));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let c: serde_json::Value =
+            client.get(&cluster).bearer_auth(&token).send().await.expect("get").json().await.expect("json");
+        if c["status"]["phase"] == "ready" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the demo cluster did not become ready: {c}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
     // Ctrl-C (SIGINT) stops the API, the worker and the PostgreSQL dev started.
     let pid = child.id().to_string();
     Command::new("kill").args(["-INT", &pid]).status().expect("kill -INT");

@@ -408,9 +408,10 @@ impl MachineReconciler {
         };
         let (tenant_access, node) = match self.tenant_side(m).await {
             Ok(Some(found)) => found,
+            // The cluster reconciler enqueues this job again once its control plane is up.
             Ok(None) => {
                 let message = "waiting for the cluster's control plane";
-                return self.wait_with(m, self.settings.poll, "waiting_for_control_plane", message).await;
+                return Step::Stop(Outcome::wait(self.settings.poll, "waiting_for_control_plane", message));
             }
             Err(e) => return e.into(),
         };
