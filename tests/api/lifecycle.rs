@@ -12,9 +12,10 @@ use std::time::Duration;
 use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, BoxFuture, Inventory};
 use paddock_domain::driver::{
     ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, DriverError, Isolation, JoinConfig,
-    KubeDrivers, NodeRef, NodeStatus, PlatformDriver, Readiness, Removal, SlurmDesired, SlurmDriver, TenantAccess,
-    TenantNodes, TenantStack,
+    KubeDrivers, NodeRef, NodeStatus, PlatformDriver, Readiness, Removal, SlurmDesired, SlurmDriver, StackStatus,
+    TenantAccess, TenantCredentials, TenantNodes, TenantStack,
 };
+use paddock_domain::secret::SecretString;
 use paddock_sim::{ClusterFault, MachineFault, SimConfig, SimWorld};
 use paddock_store::Store;
 use paddock_testkit::{admin, eventually, token, TestApp};
@@ -598,10 +599,16 @@ impl TenantNodes for CrashingKube {
 }
 
 impl TenantStack for CrashingKube {
-    fn ensure_stack<'a>(&'a self, t: &'a TenantAccess) -> BoxFuture<'a, Result<Readiness, DriverError>> {
+    fn ensure_stack<'a>(&'a self, t: &'a TenantAccess) -> BoxFuture<'a, Result<StackStatus, DriverError>> {
         Box::pin(
             async move { self.after(format!("stack:{}", t.cluster.cluster_id), self.0.stack.ensure_stack(t).await) },
         )
+    }
+}
+
+impl TenantCredentials for CrashingKube {
+    fn tenant_kubeconfig<'a>(&'a self, t: &'a TenantAccess, ttl: u64) -> BoxFuture<'a, Result<SecretString, DriverError>> {
+        self.0.credentials.tenant_kubeconfig(t, ttl)
     }
 }
 
@@ -640,7 +647,8 @@ async fn a_crash_after_every_side_effect_repeats_it_and_converges_to_the_same_en
                 control_plane: kube.clone(),
                 nodes: kube.clone(),
                 stack: kube.clone(),
-                slurm: kube,
+                slurm: kube.clone(),
+                credentials: kube,
             }),
         }
     })

@@ -289,11 +289,35 @@ pub trait TenantNodes: Send + Sync {
     ) -> BoxFuture<'a, Result<Removal, DriverError>>;
 }
 
+/// Where a tenant's base stack stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackStatus {
+    /// Every component applied and ready.
+    pub ready: bool,
+    /// Why not (readable; empty when ready).
+    pub reason: String,
+    /// The stack version applied (the cluster records it).
+    pub version: String,
+}
+
 /// The tenant base stack (SPEC section 6 step 4): a CNI, the NVIDIA device plugin, a storage
 /// class, Slinky's CRDs and operator, applied in order from digest-pinned manifests.
 pub trait TenantStack: Send + Sync {
     /// Applies the stack (a no-op when it already matches) and reports whether it is ready.
-    fn ensure_stack<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<Readiness, DriverError>>;
+    fn ensure_stack<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<StackStatus, DriverError>>;
+}
+
+/// The tenant's own credentials for its cluster (SPEC section 6 step 2): a kubeconfig for a
+/// per-cluster ServiceAccount bound to cluster-admin in the tenant cluster, with a TokenRequest
+/// token of a bounded lifetime. Never the admin (or super-admin) credentials paddock itself uses.
+pub trait TenantCredentials: Send + Sync {
+    /// Ensures the ServiceAccount and its binding, requests a token valid for `ttl_seconds`, and
+    /// returns a kubeconfig (YAML) for the tenant API server at `tenant.endpoint`.
+    fn tenant_kubeconfig<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        ttl_seconds: u64,
+    ) -> BoxFuture<'a, Result<SecretString, DriverError>>;
 }
 
 /// A node pool as Slurm sees it: one NodeSet pinned to the pool's nodes.
@@ -354,6 +378,8 @@ pub struct KubeDrivers {
     pub stack: Arc<dyn TenantStack>,
     /// Step 5.
     pub slurm: Arc<dyn SlurmDriver>,
+    /// The tenant's kubeconfig.
+    pub credentials: Arc<dyn TenantCredentials>,
 }
 
 impl fmt::Debug for KubeDrivers {

@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use paddock_domain::driver::{
     BoxFuture, ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, DriverError, Isolation,
-    JoinConfig, NodeRef, NodeStatus, PlatformDriver, Readiness, Removal, SlurmDesired, SlurmDriver, TenantAccess,
-    TenantNodes, TenantStack,
+    JoinConfig, NodeRef, NodeStatus, PlatformDriver, Readiness, Removal, SlurmDesired, SlurmDriver, StackStatus,
+    TenantAccess, TenantCredentials, TenantNodes, TenantStack,
 };
+use paddock_domain::secret::SecretString;
 use paddock_types::ClusterId;
 use rand::Rng;
 use sqlx::{PgConnection, Row};
@@ -436,7 +437,7 @@ impl TenantNodes for SimKube {
 }
 
 impl TenantStack for SimKube {
-    fn ensure_stack<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<Readiness, DriverError>> {
+    fn ensure_stack<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<StackStatus, DriverError>> {
         Box::pin(async move {
             let mut conn = self.conn().await?;
             self.tenant(&mut conn, tenant).await?;
@@ -449,11 +450,37 @@ impl TenantStack for SimKube {
             .execute(&mut *conn)
             .await
             .map_err(unavailable)?;
-            Ok(if self.elapsed(&mut conn, id, "stack_applied_at", self.inner.config.stack_latency).await? {
-                Readiness::ready()
-            } else {
-                Readiness::waiting("the simulated base stack is rolling out")
-            })
+            let ready = self.elapsed(&mut conn, id, "stack_applied_at", self.inner.config.stack_latency).await?;
+            let reason = if ready { String::new() } else { "the simulated base stack is rolling out".to_owned() };
+            Ok(StackStatus { ready, reason, version: SIM_STACK_VERSION.to_owned() })
+        })
+    }
+}
+
+/// The version of the simulated base stack.
+pub const SIM_STACK_VERSION: &str = "sim-1";
+
+impl TenantCredentials for SimKube {
+    fn tenant_kubeconfig<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        ttl_seconds: u64,
+    ) -> BoxFuture<'a, Result<SecretString, DriverError>> {
+        Box::pin(async move {
+            let mut conn = self.conn().await?;
+            self.tenant(&mut conn, tenant).await?;
+            let id = tenant.cluster.cluster_id;
+            let mut raw = [0u8; 24];
+            rand::rng().fill(&mut raw);
+            let token: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+            let yaml = format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: {id}\n  cluster:\n    server: https://{endpoint}\n\
+                 contexts:\n- name: {id}\n  context:\n    cluster: {id}\n    user: paddock-tenant\n\
+                 current-context: {id}\nusers:\n- name: paddock-tenant\n  user:\n    token: sim-{token}\n\
+                 # simulated: expires in {ttl_seconds} s\n",
+                endpoint = tenant.endpoint,
+            );
+            Ok(SecretString::new(yaml))
         })
     }
 }

@@ -307,7 +307,8 @@ impl SimWorld {
             control_plane: kube.clone(),
             nodes: kube.clone(),
             stack: kube.clone(),
-            slurm: kube,
+            slurm: kube.clone(),
+            credentials: kube,
         }
     }
 

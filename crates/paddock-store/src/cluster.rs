@@ -609,3 +609,27 @@ pub async fn mark_deleted(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> R
     .fetch_all(conn)
     .await?)
 }
+
+/// Records the base stack version a cluster runs (writes nothing when it is already recorded).
+pub async fn set_stack_version(conn: &mut Conn, tenant: TenantId, id: ClusterId, version: &str) -> Result<(), StoreError> {
+    sqlx::query(
+        "update clusters set stack_version = $3 where tenant_id = $1 and id = $2 \
+         and stack_version is distinct from $3",
+    )
+    .bind(tenant.uuid())
+    .bind(id.uuid())
+    .bind(version)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The base stack version a cluster runs, once applied.
+pub async fn stack_version(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<Option<String>, StoreError> {
+    Ok(sqlx::query_scalar::<_, Option<String>>("select stack_version from clusters where tenant_id = $1 and id = $2")
+        .bind(tenant.uuid())
+        .bind(id.uuid())
+        .fetch_optional(conn)
+        .await?
+        .flatten())
+}

@@ -224,6 +224,8 @@ impl ClusterReconciler {
             Some(access) => {
                 let stack = kube.stack.ensure_stack(access).await.map_err(|e| Stop::Driver(STACK_READY, e))?;
                 observed.set(STACK_READY, stack.ready, if stack.ready { "Ready" } else { "Applying" }, &stack.reason);
+                let mut conn = self.services.store().conn().await?;
+                store::set_stack_version(&mut conn, cluster.tenant_id, cluster.id, &stack.version).await?;
                 if let (ClusterKind::Slurm, Some(slurm)) = (cluster.spec.kind, &cluster.spec.slurm) {
                     if stack.ready {
                         let desired = slurm_desired(slurm, pools, held);
