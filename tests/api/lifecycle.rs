@@ -12,7 +12,7 @@ use std::time::Duration;
 use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, BoxFuture, Inventory};
 use paddock_domain::driver::{
     ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, DriverError, Isolation, JoinConfig,
-    KubeDrivers, NodeRef, NodeStatus, PlatformDriver, Readiness, Removal, SlurmDesired, SlurmDriver, StackStatus,
+    KubeDrivers, NodeRef, NodeStatus, PlatformDriver, Removal, SlurmDesired, SlurmDriver, SlurmStatus, StackStatus,
     TenantAccess, TenantCredentials, TenantNodes, TenantStack,
 };
 use paddock_domain::secret::SecretString;
@@ -607,7 +607,11 @@ impl TenantStack for CrashingKube {
 }
 
 impl TenantCredentials for CrashingKube {
-    fn tenant_kubeconfig<'a>(&'a self, t: &'a TenantAccess, ttl: u64) -> BoxFuture<'a, Result<SecretString, DriverError>> {
+    fn tenant_kubeconfig<'a>(
+        &'a self,
+        t: &'a TenantAccess,
+        ttl: u64,
+    ) -> BoxFuture<'a, Result<SecretString, DriverError>> {
         self.0.credentials.tenant_kubeconfig(t, ttl)
     }
 }
@@ -617,7 +621,7 @@ impl SlurmDriver for CrashingKube {
         &'a self,
         t: &'a TenantAccess,
         d: &'a SlurmDesired,
-    ) -> BoxFuture<'a, Result<Readiness, DriverError>> {
+    ) -> BoxFuture<'a, Result<SlurmStatus, DriverError>> {
         Box::pin(
             async move { self.after(format!("slurm:{}", t.cluster.cluster_id), self.0.slurm.ensure_slurm(t, d).await) },
         )

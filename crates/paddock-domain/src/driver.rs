@@ -4,7 +4,8 @@
 //!
 //! Every method is idempotent and starts from the observed state, so a crashed or repeated run
 //! just converges again; names of external objects derive from our ids only. Not being ready is
-//! never an error (it is a [`Readiness`]); failing to talk to the system is a [`DriverError`].
+//! never an error (it is a status: [`ControlPlaneStatus`], [`StackStatus`], [`SlurmStatus`]); failing to
+//! talk to the system is a [`DriverError`].
 //!
 //! Implementations: `paddock_kube` (the real platform and tenant clusters, Kamaji, Slinky) and
 //! `paddock_sim` (simulated, its world in PostgreSQL). Boxed futures, so the worker holds
@@ -70,27 +71,6 @@ pub struct ClusterRef {
     pub tenant_name: String,
     /// The cluster's name, for people reading the platform cluster.
     pub cluster_name: String,
-}
-
-/// Whether something is ready, and if not, why (for a condition's message).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Readiness {
-    /// Every readiness condition holds.
-    pub ready: bool,
-    /// Why it is not ready (readable; empty when ready).
-    pub reason: String,
-}
-
-impl Readiness {
-    /// Ready.
-    pub fn ready() -> Self {
-        Self { ready: true, reason: String::new() }
-    }
-
-    /// Not ready, because `reason`.
-    pub fn waiting(reason: impl Into<String>) -> Self {
-        Self { ready: false, reason: reason.into() }
-    }
 }
 
 /// Where the removal of an external object stands.
@@ -331,15 +311,46 @@ pub struct SlurmPool {
     pub count: u32,
     /// The Node names currently held by the pool.
     pub node_names: Vec<String>,
+    /// GPUs per node (the machine class's): the NodeSet's GRES.
+    pub gpus_per_node: u32,
+    /// The pool's taints: the NodeSet's pods tolerate them.
+    pub taints: Vec<Taint>,
+}
+
+/// The secrets of one cluster's Slurm, generated once by paddock, stored sealed in its database
+/// and re-applied unchanged: a rotation is a deliberate act, never an accident of a reconcile.
+#[derive(Debug, Clone)]
+pub struct SlurmSecrets {
+    /// `slurm.key` (auth/slurm), base64 of 1024 random bytes.
+    pub slurm_key: SecretString,
+    /// The HS256 key slurmctld and slurmrestd sign JWTs with, base64 of 64 random bytes.
+    pub jwt_hs256_key: SecretString,
+    /// The accounting database password (alphanumeric).
+    pub database_password: SecretString,
 }
 
 /// The desired Slurm of one cluster.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct SlurmDesired {
     /// The cluster's Slurm section.
     pub spec: SlurmSpec,
     /// Its pools.
     pub pools: Vec<SlurmPool>,
+    /// Its secrets.
+    pub secrets: SlurmSecrets,
+}
+
+/// Where a cluster's Slurm stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlurmStatus {
+    /// Every Slurm workload ready and slurmrestd answering its ping.
+    pub ready: bool,
+    /// Why not (what it waits for, readable; empty when ready).
+    pub reason: String,
+    /// slurmrestd's address, once published.
+    pub rest_api: Option<String>,
+    /// The login nodes' SSH address, once published.
+    pub login_ssh: Option<String>,
 }
 
 /// Slurm in a tenant cluster through Slinky (SPEC section 6 step 5).
@@ -351,7 +362,7 @@ pub trait SlurmDriver: Send + Sync {
         &'a self,
         tenant: &'a TenantAccess,
         desired: &'a SlurmDesired,
-    ) -> BoxFuture<'a, Result<Readiness, DriverError>>;
+    ) -> BoxFuture<'a, Result<SlurmStatus, DriverError>>;
 
     /// Drains the Slurm node on `node_name` before its machine is released; true once drained (or
     /// when Slurm does not know the node).

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use paddock_domain::driver::{
     BoxFuture, ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, DriverError, Isolation,
-    JoinConfig, NodeRef, NodeStatus, PlatformDriver, Readiness, Removal, SlurmDesired, SlurmDriver, StackStatus,
+    JoinConfig, NodeRef, NodeStatus, PlatformDriver, Removal, SlurmDesired, SlurmDriver, SlurmStatus, StackStatus,
     TenantAccess, TenantCredentials, TenantNodes, TenantStack,
 };
 use paddock_domain::secret::SecretString;
@@ -490,7 +490,7 @@ impl SlurmDriver for SimKube {
         &'a self,
         tenant: &'a TenantAccess,
         desired: &'a SlurmDesired,
-    ) -> BoxFuture<'a, Result<Readiness, DriverError>> {
+    ) -> BoxFuture<'a, Result<SlurmStatus, DriverError>> {
         Box::pin(async move {
             let mut conn = self.conn().await?;
             self.tenant(&mut conn, tenant).await?;
@@ -520,13 +520,19 @@ impl SlurmDriver for SimKube {
             .execute(&mut *conn)
             .await
             .map_err(unavailable)?;
+            let status = |ready: bool, reason: String| SlurmStatus {
+                ready,
+                reason,
+                rest_api: Some(format!("http://slurmrestd.{}.paddock.invalid:6820", id.uuid().simple())),
+                login_ssh: Some(format!("login.{}.paddock.invalid:22", id.uuid().simple())),
+            };
             if !empty.is_empty() {
-                return Ok(Readiness::waiting(format!("node pools without nodes: {}", empty.join(", "))));
+                return Ok(status(false, format!("node pools without nodes: {}", empty.join(", "))));
             }
             Ok(if self.elapsed(&mut conn, id, "slurm_nodes_at", self.inner.config.slurm_latency).await? {
-                Readiness::ready()
+                status(true, String::new())
             } else {
-                Readiness::waiting("the simulated Slurm workloads are starting")
+                status(false, "the simulated Slurm workloads are starting".to_owned())
             })
         })
     }

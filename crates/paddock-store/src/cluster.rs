@@ -633,3 +633,29 @@ pub async fn stack_version(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> 
         .await?
         .flatten())
 }
+
+/// The sealed Slurm secrets of a cluster, if generated.
+pub async fn slurm_secrets(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<Option<Vec<u8>>, StoreError> {
+    Ok(sqlx::query_scalar::<_, Option<Vec<u8>>>(
+        "select slurm_secrets_enc from clusters where tenant_id = $1 and id = $2",
+    )
+    .bind(tenant.uuid())
+    .bind(id.uuid())
+    .fetch_optional(conn)
+    .await?
+    .flatten())
+}
+
+/// Stores a cluster's sealed Slurm secrets unless some are already stored (they are generated
+/// once: a second writer loses and reads the first one's).
+pub async fn init_slurm_secrets(conn: &mut Conn, tenant: TenantId, id: ClusterId, sealed: &[u8]) -> Result<(), StoreError> {
+    sqlx::query(
+        "update clusters set slurm_secrets_enc = $3 where tenant_id = $1 and id = $2 and slurm_secrets_enc is null",
+    )
+    .bind(tenant.uuid())
+    .bind(id.uuid())
+    .bind(sealed)
+    .execute(conn)
+    .await?;
+    Ok(())
+}

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use paddock_domain::bmc::AfterBoot;
-use paddock_domain::driver::{ControlPlaneSpec, Removal, ServiceType, SlurmDesired, SlurmPool};
+use paddock_domain::driver::{ControlPlaneSpec, Removal, ServiceType, SlurmDesired, SlurmPool, SlurmSecrets};
+use paddock_domain::secret::SecretString;
 use paddock_sim::{system_uuid, ClusterFault, MachineFault, SimConfig};
 use paddock_types::cluster::SlurmSpec;
 use paddock_types::NodePoolId;
@@ -31,8 +32,15 @@ fn slurm(pools: &[(&str, u32, &[&str])]) -> SlurmDesired {
                 name: (*name).to_owned(),
                 count: *count,
                 node_names: nodes.iter().map(|n| (*n).to_owned()).collect(),
+                gpus_per_node: 0,
+                taints: Vec::new(),
             })
             .collect(),
+        secrets: SlurmSecrets {
+            slurm_key: SecretString::new("k".into()),
+            jwt_hs256_key: SecretString::new("j".into()),
+            database_password: SecretString::new("p".into()),
+        },
     }
 }
 

@@ -24,9 +24,11 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use paddock_domain::cluster::{set_condition, Cluster, NodePool};
 use paddock_domain::driver::{
-    ClusterRef, ControlPlaneSpec, DriverError, KubeDrivers, Removal, SlurmDesired, SlurmPool, TenantAccess,
+    ClusterRef, ControlPlaneSpec, DriverError, KubeDrivers, Removal, SlurmDesired, SlurmPool, SlurmSecrets,
+    TenantAccess,
 };
 use paddock_domain::job_kind::CLUSTER_RECONCILE;
+use paddock_domain::secret::{Binding, SecretString};
 use paddock_service::Services;
 use paddock_store::lifecycle::{self, Allocation, HeldMachine, Need};
 use paddock_store::{cluster as store, operation, StoreError};
@@ -228,7 +230,8 @@ impl ClusterReconciler {
                 store::set_stack_version(&mut conn, cluster.tenant_id, cluster.id, &stack.version).await?;
                 if let (ClusterKind::Slurm, Some(slurm)) = (cluster.spec.kind, &cluster.spec.slurm) {
                     if stack.ready {
-                        let desired = slurm_desired(slurm, pools, held);
+                        let secrets = self.slurm_secrets(cluster).await?;
+                        let desired = slurm_desired(slurm, pools, held, secrets);
                         let ready = self.slurm(kube, access, &desired).await?;
                         observed.set(
                             SLURM_READY,
@@ -236,6 +239,8 @@ impl ClusterReconciler {
                             if ready.ready { "Ready" } else { "Applying" },
                             &ready.reason,
                         );
+                        observed.endpoints.slurm_rest_api = ready.rest_api;
+                        observed.endpoints.login_ssh = ready.login_ssh;
                     } else {
                         observed.set(SLURM_READY, false, "WaitingForStack", "waiting for the tenant base stack");
                     }
@@ -381,8 +386,40 @@ impl ClusterReconciler {
         kube: &KubeDrivers,
         access: &TenantAccess,
         desired: &SlurmDesired,
-    ) -> Result<paddock_domain::driver::Readiness, Stop> {
+    ) -> Result<paddock_domain::driver::SlurmStatus, Stop> {
         kube.slurm.ensure_slurm(access, desired).await.map_err(|e| Stop::Driver(SLURM_READY, e))
+    }
+
+    /// The cluster's Slurm secrets: generated once, stored sealed, then always the stored ones.
+    async fn slurm_secrets(&self, cluster: &Cluster) -> Result<SlurmSecrets, StoreError> {
+        let binding = Binding { table: "clusters", column: "slurm_secrets_enc", row: cluster.id.uuid() };
+        let mut conn = self.services.store().conn().await?;
+        if store::slurm_secrets(&mut conn, cluster.tenant_id, cluster.id).await?.is_none() {
+            let fresh = json!({
+                "slurm_key": random_base64(1024),
+                "jwt_hs256_key": random_base64(64),
+                "database_password": random_alphanumeric(32),
+            });
+            let sealed = self.services.cipher().seal(fresh.to_string().as_bytes(), binding);
+            store::init_slurm_secrets(&mut conn, cluster.tenant_id, cluster.id, &sealed).await?;
+        }
+        let sealed = store::slurm_secrets(&mut conn, cluster.tenant_id, cluster.id)
+            .await?
+            .ok_or_else(|| StoreError::Corrupt(format!("the Slurm secrets of cluster {} vanished", cluster.id)))?;
+        let corrupt = |what: &str| StoreError::Corrupt(format!("the Slurm secrets of cluster {}: {what}", cluster.id));
+        let opened = self.services.cipher().open(&sealed, binding).map_err(|e| corrupt(&e.to_string()))?;
+        let value: Value = serde_json::from_slice(&opened).map_err(|e| corrupt(&e.to_string()))?;
+        let field = |k: &str| {
+            value[k]
+                .as_str()
+                .map(|s| SecretString::new(s.to_owned()))
+                .ok_or_else(|| corrupt(&format!("{k} is missing")))
+        };
+        Ok(SlurmSecrets {
+            slurm_key: field("slurm_key")?,
+            jwt_hs256_key: field("jwt_hs256_key")?,
+            database_password: field("database_password")?,
+        })
     }
 
     /// Deletion: every machine released to cleaning, then Slurm, the control plane and the
@@ -628,7 +665,26 @@ fn pool_statuses<'a>(pools: &'a [NodePool], held: &[HeldMachine]) -> Vec<(&'a No
         .collect()
 }
 
-fn slurm_desired(spec: &paddock_types::cluster::SlurmSpec, pools: &[NodePool], held: &[HeldMachine]) -> SlurmDesired {
+fn random_base64(bytes: usize) -> String {
+    use base64::Engine;
+    let mut raw = vec![0u8; bytes];
+    rand::RngCore::fill_bytes(&mut rand::rng(), &mut raw);
+    base64::engine::general_purpose::STANDARD.encode(raw)
+}
+
+fn random_alphanumeric(len: usize) -> String {
+    use rand::Rng;
+    const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    let mut rng = rand::rng();
+    (0..len).map(|_| char::from(CHARS[rng.random_range(0..CHARS.len())])).collect()
+}
+
+fn slurm_desired(
+    spec: &paddock_types::cluster::SlurmSpec,
+    pools: &[NodePool],
+    held: &[HeldMachine],
+    secrets: SlurmSecrets,
+) -> SlurmDesired {
     let pools = pools
         .iter()
         .filter(|p| !p.deleting)
@@ -641,9 +697,11 @@ fn slurm_desired(spec: &paddock_types::cluster::SlurmSpec, pools: &[NodePool], h
                 .filter(|m| m.node_pool_id == p.id && m.state == MachineState::Active)
                 .filter_map(|m| m.node_name.clone())
                 .collect(),
+            gpus_per_node: p.gpu_count,
+            taints: p.spec.taints.clone(),
         })
         .collect();
-    SlurmDesired { spec: spec.clone(), pools }
+    SlurmDesired { spec: spec.clone(), pools, secrets }
 }
 
 /// The operation steps, from the conditions: succeeded up to the first one not true, which is
