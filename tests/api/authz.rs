@@ -126,6 +126,8 @@ fn matrix() -> Vec<Row> {
         delete("/v1/machines/{fresh_maint_machine}/maintenance",            [202,   202,   403,  403,   403]),
         delete("/v1/machines/{machine}/maintenance",                        [409,   409,   403,  403,   403]),
         delete("/v1/machines/{missing_machine}/maintenance",                [404,   404,   403,  403,   403]),
+        get("/v1/machines/{machine}/custody",                               [200,   200,   403,  403,   403]),
+        get("/v1/machines/{missing_machine}/custody",                       [404,   404,   403,  403,   403]),
         // Operations: billing reads none; tenant tokens only their own tenant's.
         get("/v1/operations",                                               [200,   200,   403,  200,   200]),
         get("/v1/operations?tenant_id={foreign}",                           [200,   200,   403,  200,   200]),
@@ -164,6 +166,14 @@ fn matrix() -> Vec<Row> {
         delete("/v1/tenants/{own}/clusters/{missing}",                      [404,   403,   403,  404,   403]),
         get("/v1/tenants/{own}/clusters/{own_cluster}/events",              [200,   200,   403,  200,   200]),
         get("/v1/tenants/{foreign}/clusters/{foreign_cluster}/events",      [200,   200,   403,  404,   404]),
+        // The isolation report: whoever reads the tenant's clusters.
+        get("/v1/tenants/{own}/isolation-report",                           [200,   200,   403,  200,   200]),
+        get("/v1/tenants/{foreign}/isolation-report",                       [200,   200,   403,  404,   404]),
+        get("/v1/tenants/{missing}/isolation-report",                       [404,   404,   403,  404,   404]),
+        // The tenant's kubeconfig: admins only. 409: the test app has no cluster driver.
+        get("/v1/tenants/{own}/clusters/{own_cluster}/kubeconfig",          [409,   403,   403,  409,   403]),
+        get("/v1/tenants/{foreign}/clusters/{foreign_cluster}/kubeconfig",  [409,   403,   403,  404,   403]),
+        get("/v1/tenants/{own}/clusters/{missing}/kubeconfig",              [404,   403,   403,  404,   403]),
         // Node pools.
         post("/v1/tenants/{own}/clusters/{own_cluster}/node-pools", Some(POOL_CREATE), [202, 403, 403, 202, 403]),
         post("/v1/tenants/{foreign}/clusters/{foreign_cluster}/node-pools", Some(POOL_CREATE), [202, 403, 403, 404, 403]),

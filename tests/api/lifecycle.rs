@@ -522,6 +522,15 @@ impl BmcDriver for CrashingBmc {
             }
         })
     }
+
+    // The power sync's calls pass through: these tests crash the lifecycle's steps only.
+    fn power_on<'a>(&'a self, a: &'a BmcAccess) -> BoxFuture<'a, Result<(), BmcError>> {
+        self.0.power_on(a)
+    }
+
+    fn power_state<'a>(&'a self, a: &'a BmcAccess) -> BoxFuture<'a, Result<Option<bool>, BmcError>> {
+        self.0.power_state(a)
+    }
 }
 
 struct CrashingKube(KubeDrivers, Arc<Crashes>);

@@ -2,12 +2,15 @@
 //! PostgreSQL (one fresh database per test). Run with `scripts/test`.
 
 mod agent;
+mod allocation;
 mod authz;
 mod bad_input;
 mod cluster;
 mod common;
+mod custody;
 mod idempotency;
 mod jwt;
+mod kubeconfig;
 mod lifecycle;
 mod machine;
 mod machine_class;

@@ -28,7 +28,7 @@ use utoipa_axum::routes;
 
 pub use state::{ApiConfig, AppState};
 
-use routes::{agent, audit, cluster, health, machine, machine_class, operation, tenant};
+use routes::{agent, audit, cluster, health, isolation, machine, machine_class, operation, tenant};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -72,6 +72,7 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(cluster::cluster_create, cluster::cluster_list))
         .routes(routes!(cluster::cluster_view, cluster::cluster_update, cluster::cluster_delete))
         .routes(routes!(cluster::cluster_event_list))
+        .routes(routes!(cluster::cluster_kubeconfig))
         .routes(routes!(cluster::node_pool_create, cluster::node_pool_list))
         .routes(routes!(cluster::node_pool_view, cluster::node_pool_update, cluster::node_pool_delete))
         .routes(routes!(cluster::node_pool_machine_list))
@@ -84,6 +85,8 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(machine::machine_enroll, machine::machine_list))
         .routes(routes!(machine::machine_view, machine::machine_update, machine::machine_retire))
         .routes(routes!(machine::machine_maintenance_enter, machine::machine_maintenance_leave))
+        .routes(routes!(machine::machine_custody_view))
+        .routes(routes!(isolation::isolation_report_view))
         .routes(routes!(operation::operation_list))
         .routes(routes!(operation::operation_view))
         .routes(routes!(operation::tenant_operation_list))
@@ -162,7 +165,14 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
                 idempotency_key,
                 request_id.clone(),
             ])
-            .expose_headers([header::ETAG, header::LINK, header::LOCATION, header::RETRY_AFTER, request_id])
+            .expose_headers([
+                header::ETAG,
+                header::LINK,
+                header::LOCATION,
+                header::RETRY_AFTER,
+                request_id,
+                HeaderName::from_static(routes::cluster::EXPIRES_AT),
+            ])
             .max_age(Duration::from_secs(600)),
     )
 }

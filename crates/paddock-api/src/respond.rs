@@ -75,3 +75,13 @@ fn next_link(cursor: &str) -> String {
     query.append_pair("cursor", cursor);
     format!("<{}?{}>; rel=\"next\"", info.path, query.finish())
 }
+
+/// 200 with a kubeconfig (YAML, a credential: never cached) and the header `expires_name` saying
+/// when its token expires.
+pub fn kubeconfig(yaml: &str, expires_name: &'static str, expires_at: &str) -> Response {
+    let mut response = (StatusCode::OK, yaml.to_owned()).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/yaml"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    with_header(response, header::HeaderName::from_static(expires_name), expires_at)
+}

@@ -71,6 +71,8 @@ pub enum Permission {
     ClusterWrite,
     /// Read clusters, node pools, their machines and events.
     ClusterRead,
+    /// Get a cluster's credentials (the tenant's kubeconfig).
+    ClusterCredentials,
 }
 
 /// How far a granted permission reaches.
@@ -115,7 +117,7 @@ fn grant(role: Role, permission: Permission) -> Option<GrantReach> {
         (R::TenantMember, P::TenantRead | P::OperationRead) => Some(OwnTenant),
         (R::TenantAdmin | R::TenantMember, P::MachineClassRead) => Some(All),
         (R::ProviderOperator, P::ClusterRead) => Some(All),
-        (R::TenantAdmin, P::ClusterWrite | P::ClusterRead) => Some(OwnTenant),
+        (R::TenantAdmin, P::ClusterWrite | P::ClusterRead | P::ClusterCredentials) => Some(OwnTenant),
         (R::TenantMember, P::ClusterRead) => Some(OwnTenant),
         _ => None,
     }
@@ -219,6 +221,7 @@ fn describe(permission: Permission) -> &'static str {
         Permission::AuditRead => "read audit events",
         Permission::ClusterWrite => "change clusters",
         Permission::ClusterRead => "read clusters",
+        Permission::ClusterCredentials => "get cluster credentials",
     }
 }
 
@@ -252,6 +255,18 @@ mod tests {
         assert_eq!(a.authorize(Permission::MachineWrite).ok(), Some(Scope::All));
         assert!(a.authorize(Permission::TenantWrite).is_err());
         assert!(a.authorize(Permission::MachineClassWrite).is_err());
+    }
+
+    #[test]
+    fn only_admins_get_cluster_credentials() {
+        let own = TenantId::new();
+        let p = Permission::ClusterCredentials;
+        assert_eq!(actor(Role::ProviderAdmin, None).authorize(p).ok(), Some(Scope::All));
+        assert_eq!(actor(Role::TenantAdmin, Some(own)).authorize(p).ok(), Some(Scope::Tenant(own)));
+        for role in [Role::ProviderOperator, Role::BillingReader, Role::TenantMember] {
+            let tenant = role.is_tenant_role().then_some(own);
+            assert!(matches!(actor(role, tenant).authorize(p), Err(Error::Forbidden(_))), "{role:?}");
+        }
     }
 
     #[test]

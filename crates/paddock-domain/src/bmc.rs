@@ -148,6 +148,44 @@ pub trait BmcDriver: Send + Sync {
 
     /// Powers the system off (checking the system UUID first); already off is success.
     fn power_off<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<(), BmcError>>;
+
+    /// Powers the system on from its current boot source (checking the system UUID first);
+    /// already on is success, and a system that is on is never restarted. Used by the power sync
+    /// for a machine that should be on (`active`). The default answers
+    /// [`BmcErrorKind::CapabilityGap`]: a driver that cannot do it says so instead of guessing.
+    fn power_on<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<(), BmcError>> {
+        let _ = access;
+        Box::pin(async {
+            Err(BmcError::new(
+                BmcErrorKind::CapabilityGap,
+                "bmc_power_on_unsupported",
+                "this BMC driver cannot power on",
+            ))
+        })
+    }
+
+    /// Reads whether the system is powered on (`None` while it is changing or unreported), after
+    /// checking that it still reports the UUID on record: the power sync acts only on the machine
+    /// it knows. Read-only. The default reads the whole inventory; drivers override it with a
+    /// cheaper read, since the power sync calls it periodically for every machine at rest.
+    fn power_state<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Option<bool>, BmcError>> {
+        Box::pin(async move {
+            let inventory = self.inspect(access).await?;
+            match access.system_uuid.as_deref() {
+                Some(known) if known.eq_ignore_ascii_case(&inventory.system_uuid) => Ok(inventory.power_on),
+                Some(known) => Err(BmcError::new(
+                    BmcErrorKind::Permanent,
+                    SYSTEM_UUID_MISMATCH,
+                    format!("the BMC reports system UUID {} but inspection recorded {known}", inventory.system_uuid),
+                )),
+                None => Err(BmcError::new(
+                    BmcErrorKind::Permanent,
+                    SYSTEM_UUID_MISMATCH,
+                    "no system UUID is on record for this machine; its power is not synchronized",
+                )),
+            }
+        })
+    }
 }
 
 /// The `last_error.code` and maintenance reason of a BMC that can insert only one medium.

@@ -10,6 +10,7 @@ pub mod driver;
 pub mod error;
 pub mod job_kind;
 pub mod json;
+pub mod ledger;
 pub mod machine;
 pub mod model;
 pub mod precondition;

@@ -97,6 +97,12 @@ pub enum KubeError {
         /// What is wrong (no secret: the CA certificate is public).
         reason: String,
     },
+    /// The TokenRequest of the tenant's ServiceAccount was answered without a token.
+    #[error("the API server of tenant cluster {cluster_id} answered a TokenRequest without a token")]
+    TenantToken {
+        /// The tenant cluster.
+        cluster_id: ClusterId,
+    },
 }
 
 impl KubeError {
@@ -116,7 +122,8 @@ impl KubeError {
             | Self::Client { .. }
             | Self::ForeignNamespace { .. }
             | Self::TenantKubeconfigRefused { .. }
-            | Self::TenantCa { .. } => false,
+            | Self::TenantCa { .. }
+            | Self::TenantToken { .. } => false,
             // Kamaji rewrites a broken admin kubeconfig when it reconciles; paddock re-reads it
             // from the control plane on every run. Until then, retrying the same one is useless.
             Self::TenantKubeconfig { .. } => false,
@@ -141,6 +148,7 @@ impl KubeError {
             Self::TenantKubeconfig { .. } => "tenant_kubeconfig_invalid",
             Self::TenantKubeconfigRefused { .. } => "tenant_kubeconfig_refused",
             Self::TenantCa { .. } => "tenant_ca_invalid",
+            Self::TenantToken { .. } => "tenant_token_missing",
         }
     }
 

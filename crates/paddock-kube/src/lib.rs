@@ -10,6 +10,9 @@
 //!   Kamaji's `TenantControlPlane` ([`kamaji`]).
 //! - Step 3, joining machines: [`KubeTenantNodes`] implements [`TenantNodes`] against the tenant
 //!   cluster's own API server, reached with the admin kubeconfig Kamaji wrote ([`nodes`]).
+//! - Step 2, the tenant's own kubeconfig: [`KubeTenantCredentials`] implements
+//!   [`TenantCredentials`]: a ServiceAccount bound to cluster-admin in the tenant cluster and a
+//!   TokenRequest token with a TTL ([`credentials`]).
 //!
 //! Invariants: object names derive from our ids only; every write of a converged object is a
 //! server-side apply with the one field manager `paddock`; a namespace labelled for another
@@ -19,17 +22,24 @@
 //! [`PlatformDriver`]: paddock_domain::driver::PlatformDriver
 //! [`ControlPlaneBackend`]: paddock_domain::driver::ControlPlaneBackend
 //! [`TenantNodes`]: paddock_domain::driver::TenantNodes
+//! [`TenantCredentials`]: paddock_domain::driver::TenantCredentials
 //! [`DriverError`]: paddock_domain::driver::DriverError
 
+pub mod credentials;
 mod der;
 mod driver;
 mod error;
 pub mod isolation;
 pub mod kamaji;
 pub mod nodes;
+pub mod slurm;
+pub mod stack;
 
+pub use credentials::KubeTenantCredentials;
 pub use driver::KubePlatform;
 pub use error::KubeError;
 pub use isolation::IsolationSettings;
 pub use kamaji::KamajiBackend;
 pub use nodes::KubeTenantNodes;
+pub use slurm::SlinkyDriver;
+pub use stack::KubeTenantStack;

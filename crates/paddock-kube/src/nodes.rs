@@ -226,6 +226,33 @@ fn refused(kubeconfig: &Kubeconfig) -> Option<&'static str> {
     None
 }
 
+/// The admin kubeconfig of a tenant cluster, parsed and checked ([`refused`]).
+pub(crate) fn admin_kubeconfig(tenant: &TenantAccess) -> Result<Kubeconfig, KubeError> {
+    let cluster_id = tenant.cluster.cluster_id;
+    let parsed = Kubeconfig::from_yaml(tenant.admin_kubeconfig.expose())
+        .map_err(|source| KubeError::TenantKubeconfig { cluster_id, source })?;
+    if let Some(reason) = refused(&parsed) {
+        return Err(KubeError::TenantKubeconfigRefused { cluster_id, reason });
+    }
+    Ok(parsed)
+}
+
+/// A client of a tenant cluster from its checked admin kubeconfig ([`admin_kubeconfig`]), and the
+/// CA bundle it trusts (DER certificates, never empty: a tenant API server is always verified).
+pub(crate) async fn admin_client(
+    cluster_id: ClusterId,
+    parsed: Kubeconfig,
+) -> Result<(Client, Vec<Vec<u8>>), KubeError> {
+    let bad = |source| KubeError::TenantKubeconfig { cluster_id, source };
+    let config = Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default()).await.map_err(bad)?;
+    let bundle = config.root_cert.clone().unwrap_or_default();
+    if bundle.is_empty() {
+        return Err(KubeError::TenantCa { cluster_id, reason: "no certificate-authority-data".to_owned() });
+    }
+    let client = Client::try_from(config).map_err(|source| KubeError::Client { source: Box::new(source) })?;
+    Ok((client, bundle))
+}
+
 /// A client for one tenant cluster, with what was derived from its kubeconfig.
 #[derive(Clone)]
 struct TenantClient {
@@ -263,19 +290,9 @@ impl KubeTenantNodes {
         if let Some(cached) = self.cache().get(&cluster_id).filter(|c| c.fingerprint == fingerprint) {
             return Ok(cached.clone());
         }
-        let bad = |source| KubeError::TenantKubeconfig { cluster_id, source };
-        let parsed = Kubeconfig::from_yaml(kubeconfig).map_err(bad)?;
-        if let Some(reason) = refused(&parsed) {
-            return Err(KubeError::TenantKubeconfigRefused { cluster_id, reason });
-        }
-        let config = Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default()).await.map_err(bad)?;
+        let (client, bundle) = admin_client(cluster_id, admin_kubeconfig(tenant)?).await?;
         let ca_err = |reason: &str| KubeError::TenantCa { cluster_id, reason: reason.to_owned() };
-        let bundle = config.root_cert.clone().unwrap_or_default();
-        if bundle.is_empty() {
-            return Err(ca_err("no certificate-authority-data"));
-        }
         let ca_hashes = bundle.iter().map(|c| ca_cert_hash(c)).collect::<Result<Vec<_>, _>>().map_err(ca_err)?;
-        let client = Client::try_from(config).map_err(|source| KubeError::Client { source: Box::new(source) })?;
         let entry = TenantClient { fingerprint, client, ca_hashes };
         self.cache().insert(cluster_id, entry.clone());
         debug!(cluster.id = %cluster_id, "built a client for tenant cluster {cluster_id}");

@@ -266,6 +266,16 @@ impl RedfishClient {
         self.converge_power(system, target).await
     }
 
+    /// Reads the system's settled power state (`None` while it is changing or unreported) with
+    /// one read of the system resource, after checking that it reports `expected`. Read-only; the
+    /// power sync's periodic check, so it skips the storage inventory [`Self::system`] reads.
+    #[instrument(skip_all, fields(bmc.host = %self.host_key(), system.uuid = %expected))]
+    pub async fn power_state(&self, expected: &SystemUuid) -> Result<Option<PowerState>, RedfishError> {
+        let _slot = self.operation().await;
+        let system = self.guarded_system(expected).await?;
+        Ok(system.res.power_state().and_then(|p| p.settled()))
+    }
+
     /// Restarts the system from its current boot source: a system that is off is powered on;
     /// otherwise a restart `Reset` is sent (`ForceRestart`, else `GracefulRestart` or
     /// `PowerCycle`, as advertised) and the state polled until it reads `On`; a BMC without any

@@ -176,4 +176,21 @@ impl BmcDriver for RedfishBmc {
             client.power(&expected, PowerState::Off).await.map(drop).map_err(map_error)
         })
     }
+
+    fn power_on<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<(), BmcError>> {
+        Box::pin(async move {
+            let (client, expected) = self.guarded(access).await?;
+            client.power(&expected, PowerState::On).await.map(drop).map_err(map_error)
+        })
+    }
+
+    fn power_state<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Option<bool>, BmcError>> {
+        Box::pin(async move {
+            // The UUID on record is required even for this read: the power sync acts on what it
+            // reads, and must never act on another system behind the same BMC.
+            let (client, expected) = self.guarded(access).await?;
+            let state = client.power_state(&expected).await.map_err(map_error)?;
+            Ok(state.map(|p| p == PowerState::On))
+        })
+    }
 }

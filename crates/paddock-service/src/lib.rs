@@ -6,6 +6,8 @@
 pub mod agent;
 mod audit;
 pub mod cluster;
+pub mod credentials;
+mod custody;
 mod gauges;
 mod housekeeping;
 pub mod idempotency;
@@ -18,6 +20,7 @@ use std::sync::Arc;
 
 pub use audit::AuditTrail;
 pub use machine::MachineChange;
+use paddock_domain::ledger::LedgerKey;
 use paddock_domain::secret::Cipher;
 use paddock_domain::{Actor, Error, Result};
 use paddock_store::Store;
@@ -84,12 +87,16 @@ pub struct Services {
     store: Store,
     cipher: Arc<Cipher>,
     agent_base_url: Arc<str>,
+    /// Issues tenant kubeconfigs; `None` without a cluster driver.
+    credentials: Option<credentials::CredentialsDriver>,
+    /// The custody ledger's HMAC key (see `custody`); `None` leaves entries unsealed.
+    ledger_key: Option<Arc<LedgerKey>>,
 }
 
 impl Services {
     /// Services over a store, sealing secrets with `cipher`.
     pub fn new(store: Store, cipher: Arc<Cipher>) -> Self {
-        Self { store, cipher, agent_base_url: Arc::from("http://127.0.0.1:8080") }
+        Self { store, cipher, agent_base_url: Arc::from("http://127.0.0.1:8080"), credentials: None, ledger_key: None }
     }
 
     /// Sets the URL machines reach the agent endpoints at (`PADDOCK_AGENT_BASE_URL`).

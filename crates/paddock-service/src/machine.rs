@@ -14,7 +14,7 @@ use paddock_domain::{json, Error, Permission, Result};
 use paddock_store::job::{self, NewJob};
 use paddock_store::machine::{self as store, MachineFilter, NewMachine};
 use paddock_store::operation::{self as operation_store, NewOperation};
-use paddock_store::{machine_class, Conn};
+use paddock_store::{custody, machine_class, Conn};
 use paddock_types::machine::{MachineEnroll, MachineState, MaintenanceEnter};
 use paddock_types::operation::OperationView;
 use paddock_types::{Labels, MachineId};
@@ -86,6 +86,14 @@ impl Services {
             let new = NewMachine { id, name: &spec.name, machine_class_id: class.id, labels: &spec.labels, bmc: &bmc };
             store::insert(&mut tx, &new).await.map_err(db)?;
             let details = json!({ "name": spec.name, "machine_class": spec.machine_class, "bmc_url": spec.bmc.url });
+            // The ledger's first entry, sealed in the enrollment's own transaction.
+            let evidence = json!({
+                "name": spec.name, "machine_class": spec.machine_class, "bmc_url": spec.bmc.url,
+                "request_id": ctx.request_id,
+            });
+            let (to, reason) = (MachineState::Enrolling, "enrolled");
+            custody::append(&mut tx, id, None, to, &ctx.actor.subject, reason, &evidence).await.map_err(db)?;
+            self.custody_seal(&mut tx, id).await.map_err(db)?;
             accept(tx, &audit, id, 1, "machine_enroll", &[], details).await
         }
         .await;

@@ -63,6 +63,10 @@ struct MachineRow {
     memory_gib: Option<i32>,
     drives: serde_json::Value,
     power_on: bool,
+    /// The one-time boot target, when set (`cd`).
+    boot_override: Option<String>,
+    /// The image in the CD, when inserted.
+    image_url: Option<String>,
     faults: Vec<String>,
 }
 
@@ -74,7 +78,7 @@ impl MachineRow {
 
 async fn machine_row(conn: &mut PgConnection, url: &str) -> Result<Option<MachineRow>, SimError> {
     let row = sqlx::query(
-        "select system_uuid, serial, model, cpu_cores, memory_gib, drives, power_on, faults
+        "select system_uuid, serial, model, cpu_cores, memory_gib, drives, power_on, boot_override, image_url, faults
          from sim_machines where bmc_url = $1",
     )
     .bind(url)
@@ -89,6 +93,8 @@ async fn machine_row(conn: &mut PgConnection, url: &str) -> Result<Option<Machin
         memory_gib: row.try_get("memory_gib")?,
         drives: row.try_get("drives")?,
         power_on: row.try_get("power_on")?,
+        boot_override: row.try_get("boot_override")?,
+        image_url: row.try_get("image_url")?,
         faults: row.try_get("faults")?,
     }))
 }
@@ -297,6 +303,37 @@ impl BmcDriver for SimBmc {
                 .map_err(|e| unavailable(e.into()))?;
             nodes_down(&mut conn, &row.system_uuid).await.map_err(unavailable)?;
             Ok(())
+        })
+    }
+
+    fn power_on<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<(), BmcError>> {
+        Box::pin(async move {
+            let (mut conn, row) = self.contact_guarded(access).await?;
+            // Already on is success, and a machine that is on is never restarted.
+            if row.power_on {
+                return Ok(());
+            }
+            if row.boot_override.is_none() && row.image_url.is_none() {
+                // Off and set to boot from disk: powering on boots the installed OS, whose Nodes
+                // come back like after any boot from disk.
+                boot_from_disk(&mut conn, &access.url, &row, micros(self.inner.config.node_ready_latency))
+                    .await
+                    .map_err(unavailable)?;
+            } else {
+                sqlx::query("update sim_machines set power_on = true, updated_at = now() where bmc_url = $1")
+                    .bind(&access.url)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(|e| unavailable(e.into()))?;
+            }
+            Ok(())
+        })
+    }
+
+    fn power_state<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Option<bool>, BmcError>> {
+        Box::pin(async move {
+            let (_conn, row) = self.contact_guarded(access).await?;
+            Ok(Some(row.power_on))
         })
     }
 }

@@ -611,7 +611,12 @@ pub async fn mark_deleted(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> R
 }
 
 /// Records the base stack version a cluster runs (writes nothing when it is already recorded).
-pub async fn set_stack_version(conn: &mut Conn, tenant: TenantId, id: ClusterId, version: &str) -> Result<(), StoreError> {
+pub async fn set_stack_version(
+    conn: &mut Conn,
+    tenant: TenantId,
+    id: ClusterId,
+    version: &str,
+) -> Result<(), StoreError> {
     sqlx::query(
         "update clusters set stack_version = $3 where tenant_id = $1 and id = $2 \
          and stack_version is distinct from $3",
@@ -648,7 +653,12 @@ pub async fn slurm_secrets(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> 
 
 /// Stores a cluster's sealed Slurm secrets unless some are already stored (they are generated
 /// once: a second writer loses and reads the first one's).
-pub async fn init_slurm_secrets(conn: &mut Conn, tenant: TenantId, id: ClusterId, sealed: &[u8]) -> Result<(), StoreError> {
+pub async fn init_slurm_secrets(
+    conn: &mut Conn,
+    tenant: TenantId,
+    id: ClusterId,
+    sealed: &[u8],
+) -> Result<(), StoreError> {
     sqlx::query(
         "update clusters set slurm_secrets_enc = $3 where tenant_id = $1 and id = $2 and slurm_secrets_enc is null",
     )

@@ -57,8 +57,17 @@ impl From<sqlx::Error> for StoreError {
                 } else if code == "23503" {
                     let constraint = db.constraint().unwrap_or_default().to_owned();
                     StoreError::ForeignKey { constraint, source: e }
-                } else if code.starts_with("08") || code == "57P01" || code == "57P03" {
-                    // connection exceptions, admin shutdown, cannot connect now
+                } else if code.starts_with("08")
+                    || code == "57P01"
+                    || code == "57P03"
+                    || code == "40P01"
+                    || code == "40001"
+                {
+                    // Connection exceptions, admin shutdown, cannot connect now; and a deadlock
+                    // or serialization failure that PostgreSQL resolved by aborting this
+                    // transaction: nothing was written, and the same request may succeed at
+                    // once, so the caller gets a retryable answer (503 with Retry-After), never
+                    // a 500.
                     StoreError::Unavailable(e)
                 } else {
                     StoreError::Query(e)

@@ -392,6 +392,22 @@ async fn notify(conn: &mut Conn, kind: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// How long until the next queued job of `kinds` whose target is free comes due; `None` when
+/// there is none. Walks the ready index from its start.
+pub async fn next_due_in(conn: &mut Conn, kinds: &[&str]) -> Result<Option<Duration>, StoreError> {
+    let millis: Option<f64> = sqlx::query_scalar(
+        "select greatest(extract(epoch from (j.run_at - now())) * 1000, 0)::float8 from jobs j \
+         where j.state = 'queued' and j.kind = any($1) \
+           and not exists (select 1 from jobs r where r.target_id = j.target_id and r.state = 'running') \
+         order by j.run_at limit 1",
+    )
+    .bind(kinds)
+    .fetch_optional(conn)
+    .await?;
+    // At least 20 ms, so a job that is due but not claimable yet never turns this into a spin.
+    Ok(millis.map(|ms| Duration::from_secs_f64(ms.max(0.0) / 1000.0) + Duration::from_millis(20)))
+}
+
 /// Claims up to `limit` due jobs of `kinds` for `worker`, leased for `lease`.
 ///
 /// Takes queued jobs whose `run_at` has come and whose target has no running job, and running
@@ -409,6 +425,9 @@ pub async fn claim(
     if limit == 0 || kinds.is_empty() {
         return Ok(Vec::new());
     }
+    // The run starts when the claim executes (`clock_timestamp()`), not when the statement arrived
+    // (`now()`): under load the two differ, and a run must never appear to start before the one it
+    // waited for finished.
     // `distinct on (target_id)` keeps one candidate per target (an expired running job before a
     // queued one: the running one holds the target's slot). `for update` cannot be combined with
     // `distinct`, so the rows are locked first and filtered after; the extra locks end with the
@@ -434,16 +453,18 @@ pub async fn claim(
                  order by target_id, pri, due \
              ) one_per_target \
              order by pri, due limit {limit} \
+         ), stamp as ( \
+             select clock_timestamp() as t \
          ), claimed as ( \
              update jobs j set state = 'running', \
                  attempts = j.attempts + case when j.state = 'running' then 1 else 0 end, \
                  last_error = case when j.state = 'running' then jsonb_build_object( \
                      'code', 'lease_expired', \
                      'message', 'the worker running it (' || j.locked_by || ') stopped renewing its lease', \
-                     'at', now()) else j.last_error end, \
-                 locked_by = $2, locked_until = now() + $3 * interval '1 millisecond', \
-                 started_at = now(), updated_at = now() \
-             from picked p where j.id = p.id \
+                     'at', s.t) else j.last_error end, \
+                 locked_by = $2, locked_until = s.t + $3 * interval '1 millisecond', \
+                 started_at = s.t, updated_at = s.t \
+             from picked p, stamp s where j.id = p.id \
              returning j.* \
          ), started as ( \
              update operations o set state = 'running', updated_at = now() \

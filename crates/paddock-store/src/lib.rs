@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod audit;
 pub mod cluster;
+pub mod custody;
 mod error;
 pub mod idempotency;
 pub mod job;
@@ -14,6 +15,7 @@ pub mod machine;
 pub mod machine_class;
 pub mod metrics;
 pub mod operation;
+pub mod power;
 pub mod tenant;
 
 use std::time::Duration;

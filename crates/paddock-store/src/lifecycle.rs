@@ -5,13 +5,18 @@
 //! race writes nothing and the caller re-reads. The schema keeps the invariants these functions
 //! rely on (see the migration `machine_lifecycle`): an available machine carries an unused verified
 //! clean; an allocation consumes one; a machine holds at most one live allocation.
+//!
+//! Every state transition also appends the machine's custody ledger entry (see `custody`), with
+//! its evidence, in the same transaction (a savepoint when the caller already holds one).
 
 use chrono::{DateTime, Utc};
 use paddock_types::machine::MachineState;
 use paddock_types::{ClusterId, MachineClassId, MachineId, NodePoolId, TenantId};
 use serde_json::{json, Value};
+use sqlx::Connection;
 use uuid::Uuid;
 
+use crate::custody::{self, WORKER_ACTOR};
 use crate::{job, Conn, StoreError};
 
 /// The states in which a machine serves (or is being given to) its pool: what a pool *holds*.
@@ -59,12 +64,16 @@ pub async fn run_of(conn: &mut Conn, id: MachineId) -> Result<Option<Run>, Store
     .await?)
 }
 
+/// A machine's holder as a transition returns it: allocation, tenant, cluster, pool, system UUID.
+type Holder = (Option<Uuid>, Option<Uuid>, Option<Uuid>, Option<Uuid>, Option<String>);
+
 fn error_json(code: &str, message: &str) -> Value {
     json!({ "code": code, "message": message, "at": Utc::now() })
 }
 
 /// Starts a run for a machine in `state` (decided before the machine boots, so a crash re-enters
-/// the same run), optionally moving it to `to` in the same write. Guarded.
+/// the same run), optionally moving it to `to` in the same write. Guarded. A move is recorded in
+/// the custody ledger in the same transaction.
 pub async fn start_run(
     conn: &mut Conn,
     id: MachineId,
@@ -73,20 +82,38 @@ pub async fn start_run(
     to: MachineState,
     purpose: RunPurpose,
 ) -> Result<bool, StoreError> {
-    let done = sqlx::query(
+    let run_id = Uuid::now_v7();
+    let mut tx = conn.begin().await?;
+    let holder: Option<Holder> = sqlx::query_as(
         "update machines set state = $4, run_id = $5, run_purpose = $6, run_booted_at = null, run_finished_at = null, \
          last_error = null, status_version = status_version + 1, updated_at = now() \
-         where id = $1 and state = $2 and status_version = $3",
+         where id = $1 and state = $2 and status_version = $3 \
+         returning allocation_id, tenant_id, cluster_id, node_pool_id, system_uuid",
     )
     .bind(id.uuid())
     .bind(state.as_str())
     .bind(status_version)
     .bind(to.as_str())
-    .bind(Uuid::now_v7())
+    .bind(run_id)
     .bind(purpose.as_str())
-    .execute(conn)
+    .fetch_optional(&mut *tx)
     .await?;
-    Ok(done.rows_affected() == 1)
+    let Some((allocation, tenant, cluster, pool, _)) = holder else {
+        return Ok(false);
+    };
+    if state != to {
+        let reason = match purpose {
+            RunPurpose::Wipe => "wipe started",
+            RunPurpose::Provision => "provisioning started: booting the node OS with the cluster's join configuration",
+        };
+        let evidence = json!({
+            "run_id": run_id, "purpose": purpose.as_str(), "allocation_id": allocation,
+            "tenant_id": tenant, "cluster_id": cluster, "node_pool_id": pool,
+        });
+        custody::append(&mut tx, id, Some(state), to, WORKER_ACTOR, reason, &evidence).await?;
+    }
+    tx.commit().await?;
+    Ok(true)
 }
 
 /// Records that the machine booted into its run's media (now). Guarded.
@@ -173,8 +200,8 @@ pub async fn complete_clean(
     evidence: &Value,
 ) -> Result<bool, StoreError> {
     sqlx::query(
-        "insert into machine_cleans (id, machine_id, run_id, method, evidence) values ($1, $2, $3, $4, $5) \
-         on conflict (run_id) do nothing",
+        "insert into machine_cleans (id, machine_id, run_id, method, evidence, completed_at) \
+         values ($1, $2, $3, $4, $5, clock_timestamp()) on conflict (run_id) do nothing",
     )
     .bind(Uuid::now_v7())
     .bind(id.uuid())
@@ -183,21 +210,34 @@ pub async fn complete_clean(
     .bind(evidence)
     .execute(&mut *conn)
     .await?;
-    let class: Option<Uuid> = sqlx::query_scalar(
+    let class: Option<(Uuid, Uuid, DateTime<Utc>)> = sqlx::query_as(
         "update machines m set state = 'available', clean_id = c.id, run_id = null, run_purpose = null, \
          run_booted_at = null, run_finished_at = null, last_error = null, status_version = m.status_version + 1, \
          updated_at = now() from machine_cleans c \
          where m.id = $1 and m.state = 'cleaning' and m.status_version = $2 and c.run_id = $3 and c.machine_id = m.id \
-         returning m.machine_class_id",
+         returning m.machine_class_id, c.id, c.completed_at",
     )
     .bind(id.uuid())
     .bind(status_version)
     .bind(run_id)
     .fetch_optional(&mut *conn)
     .await?;
-    let Some(class) = class else {
+    let Some((class, clean_id, completed_at)) = class else {
         return Ok(false);
     };
+    // The clean's record (with the agent's wipe report) is the evidence of the clean.
+    let mut record = match evidence {
+        Value::Object(fields) => fields.clone(),
+        other => serde_json::Map::from_iter([("report".to_owned(), other.clone())]),
+    };
+    record.insert("clean_id".to_owned(), json!(clean_id));
+    record.insert("run_id".to_owned(), json!(run_id));
+    record.insert("method".to_owned(), json!(method));
+    record.insert("completed_at".to_owned(), json!(completed_at));
+    let evidence = Value::Object(record);
+    let (from, to) = (MachineState::Cleaning, MachineState::Available);
+    custody::append(conn, id, Some(from), to, WORKER_ACTOR, "verified wipe: every listed drive wiped", &evidence)
+        .await?;
     wake_waiting(conn, &[MachineClassId(class)]).await?;
     Ok(true)
 }
@@ -214,11 +254,14 @@ pub async fn end_run(
     error: Option<(&str, &str)>,
     maintenance_reason: Option<&str>,
 ) -> Result<bool, StoreError> {
-    let done = sqlx::query(
-        "update machines set state = $4, run_id = null, run_purpose = null, run_booted_at = null, \
-         run_finished_at = null, last_error = $5, maintenance_reason = coalesce($6, maintenance_reason), \
-         status_version = status_version + 1, updated_at = now() \
-         where id = $1 and state = $2 and status_version = $3",
+    let mut tx = conn.begin().await?;
+    // `old` is the row as the statement found it: the run this ends.
+    let moved: Option<(Option<Uuid>, Option<String>, Option<Uuid>)> = sqlx::query_as(
+        "update machines m set state = $4, run_id = null, run_purpose = null, run_booted_at = null, \
+         run_finished_at = null, last_error = $5, maintenance_reason = coalesce($6, m.maintenance_reason), \
+         status_version = m.status_version + 1, updated_at = now() \
+         from machines old where old.id = m.id and m.id = $1 and m.state = $2 and m.status_version = $3 \
+         returning old.run_id, m.maintenance_reason, m.allocation_id",
     )
     .bind(id.uuid())
     .bind(from.as_str())
@@ -226,9 +269,25 @@ pub async fn end_run(
     .bind(to.as_str())
     .bind(error.map(|(code, message)| error_json(code, message)))
     .bind(maintenance_reason)
-    .execute(conn)
+    .fetch_optional(&mut *tx)
     .await?;
-    Ok(done.rows_affected() == 1)
+    let Some((run_id, reason_now, allocation)) = moved else {
+        return Ok(false);
+    };
+    let reason = match (error, to) {
+        (Some((_, message)), _) => message.to_owned(),
+        (None, MachineState::Maintenance) => reason_now.clone().unwrap_or_else(|| "taken out of service".to_owned()),
+        (None, _) => format!("moved from {} to {}", from.as_str(), to.as_str()),
+    };
+    let evidence = json!({
+        "run_id": run_id,
+        "error": error.map(|(code, message)| json!({ "code": code, "message": message })),
+        "maintenance_reason": reason_now,
+        "allocation_id": allocation,
+    });
+    custody::append(&mut tx, id, Some(from), to, WORKER_ACTOR, &reason, &evidence).await?;
+    tx.commit().await?;
+    Ok(true)
 }
 
 /// Makes a provisioned machine `active` as node `node_name` (from `provisioning`, guarded).
@@ -238,17 +297,31 @@ pub async fn activate(
     status_version: i64,
     node_name: &str,
 ) -> Result<bool, StoreError> {
-    let done = sqlx::query(
+    let mut tx = conn.begin().await?;
+    let holder: Option<Holder> = sqlx::query_as(
         "update machines set state = 'active', node_name = $3, run_id = null, run_purpose = null, \
          run_booted_at = null, run_finished_at = null, last_error = null, status_version = status_version + 1, \
-         updated_at = now() where id = $1 and state = 'provisioning' and status_version = $2",
+         updated_at = now() where id = $1 and state = 'provisioning' and status_version = $2 \
+         returning allocation_id, tenant_id, cluster_id, node_pool_id, system_uuid",
     )
     .bind(id.uuid())
     .bind(status_version)
     .bind(node_name)
-    .execute(conn)
+    .fetch_optional(&mut *tx)
     .await?;
-    Ok(done.rows_affected() == 1)
+    let Some((allocation, tenant, cluster, pool, system_uuid)) = holder else {
+        return Ok(false);
+    };
+    // The node that joined is the evidence: its name and the system UUID it was matched by.
+    let evidence = json!({
+        "node_name": node_name, "system_uuid": system_uuid, "allocation_id": allocation,
+        "tenant_id": tenant, "cluster_id": cluster, "node_pool_id": pool,
+    });
+    let reason = format!("node {node_name} joined the cluster and is Ready");
+    let (from, to) = (MachineState::Provisioning, MachineState::Active);
+    custody::append(&mut tx, id, Some(from), to, WORKER_ACTOR, &reason, &evidence).await?;
+    tx.commit().await?;
+    Ok(true)
 }
 
 /// Starts the release of a machine that holds a tenancy (`allocated`, `provisioning`, `active`
@@ -260,20 +333,35 @@ pub async fn begin_release(
     from: MachineState,
     status_version: i64,
 ) -> Result<bool, StoreError> {
-    let done = sqlx::query(
+    let mut tx = conn.begin().await?;
+    let done: Option<(Uuid, Uuid, Uuid, Uuid, Option<String>)> = sqlx::query_as(
         "with m as (update machines set state = 'releasing', status_version = status_version + 1, updated_at = now() \
            where id = $1 and state = $2 and status_version = $3 \
              and state in ('allocated', 'provisioning', 'active', 'provision_failed') \
-           returning allocation_id) \
-         update machine_allocations a set release_started_at = coalesce(a.release_started_at, now()) \
-         from m where a.id = m.allocation_id returning a.id",
+           returning allocation_id, maintenance_reason) \
+         update machine_allocations a set release_started_at = coalesce(a.release_started_at, clock_timestamp()) \
+         from m where a.id = m.allocation_id \
+         returning a.id, a.tenant_id, a.cluster_id, a.node_pool_id, m.maintenance_reason",
     )
     .bind(id.uuid())
     .bind(from.as_str())
     .bind(status_version)
-    .fetch_optional(conn)
+    .fetch_optional(&mut *tx)
     .await?;
-    Ok(done.is_some())
+    let Some((allocation, tenant, cluster, pool, maintenance)) = done else {
+        return Ok(false);
+    };
+    let reason = match &maintenance {
+        Some(r) => format!("tenancy ends for maintenance: {r}"),
+        None => "tenancy ends: the cluster released the machine".to_owned(),
+    };
+    let evidence = json!({
+        "allocation_id": allocation, "tenant_id": tenant, "cluster_id": cluster, "node_pool_id": pool,
+        "maintenance_reason": maintenance,
+    });
+    custody::append(&mut tx, id, Some(from), MachineState::Releasing, WORKER_ACTOR, &reason, &evidence).await?;
+    tx.commit().await?;
+    Ok(true)
 }
 
 /// Ends a machine's tenancy: from `releasing` (or `provision_failed`) to `cleaning`, closing its
@@ -284,26 +372,31 @@ pub async fn finish_release(
     from: MachineState,
     status_version: i64,
 ) -> Result<bool, StoreError> {
-    let left: Option<(Uuid, Uuid)> = sqlx::query_as(
+    let mut tx = conn.begin().await?;
+    let left: Option<(Uuid, Uuid, Uuid)> = sqlx::query_as(
         "with old as (select allocation_id, tenant_id, cluster_id from machines where id = $1), \
          m as (update machines set state = 'cleaning', allocation_id = null, tenant_id = null, cluster_id = null, \
              node_pool_id = null, node_name = null, run_id = null, run_purpose = null, run_booted_at = null, \
              run_finished_at = null, last_error = null, status_version = status_version + 1, updated_at = now() \
            where id = $1 and state = $2 and status_version = $3 and state in ('releasing', 'provision_failed') \
            returning id), \
-         a as (update machine_allocations set release_started_at = coalesce(release_started_at, now()), \
-             released_at = now() where id = (select allocation_id from old) and exists (select 1 from m) returning id) \
-         select old.tenant_id, old.cluster_id from old where exists (select 1 from a)",
+         a as (update machine_allocations set release_started_at = coalesce(release_started_at, clock_timestamp()), \
+             released_at = clock_timestamp() where id = (select allocation_id from old) and exists (select 1 from m) returning id) \
+         select old.tenant_id, old.cluster_id, old.allocation_id from old where exists (select 1 from a)",
     )
     .bind(id.uuid())
     .bind(from.as_str())
     .bind(status_version)
-    .fetch_optional(&mut *conn)
+    .fetch_optional(&mut *tx)
     .await?;
-    let Some((tenant, cluster)) = left else {
+    let Some((tenant, cluster, allocation)) = left else {
         return Ok(false);
     };
-    enqueue_cluster(conn, TenantId(tenant), ClusterId(cluster)).await?;
+    let evidence = json!({ "allocation_id": allocation, "tenant_id": tenant, "cluster_id": cluster });
+    let reason = "tenancy over: the machine is wiped before anyone else gets it";
+    custody::append(&mut tx, id, Some(from), MachineState::Cleaning, WORKER_ACTOR, reason, &evidence).await?;
+    enqueue_cluster(&mut tx, TenantId(tenant), ClusterId(cluster)).await?;
+    tx.commit().await?;
     Ok(true)
 }
 
@@ -414,7 +507,7 @@ pub async fn allocate(
     classes.sort();
     classes.dedup();
     let names: Vec<(Uuid, String)> =
-        sqlx::query_as("select id, name from machine_classes where id = any($1) order by id for update")
+        sqlx::query_as("select id, name from machine_classes where id = any($1) order by id for no key update")
             .bind(&classes)
             .fetch_all(&mut *conn)
             .await?;
@@ -437,7 +530,16 @@ pub async fn allocate(
             let classes: Vec<MachineClassId> = classes.into_iter().map(MachineClassId).collect();
             wake_waiting(conn, &classes).await?;
         }
-        _ => {
+        // Over its quota, a cluster waits for its own tenant, not in the line: it must not hold
+        // up other clusters of the class.
+        Allocation::OverQuota { .. } => {
+            sqlx::query("update clusters set waiting_since = null where tenant_id = $1 and id = $2")
+                .bind(tenant.uuid())
+                .bind(cluster.uuid())
+                .execute(&mut *conn)
+                .await?;
+        }
+        Allocation::Behind { .. } | Allocation::Short { .. } => {
             sqlx::query(
                 "update clusters set waiting_since = coalesce(waiting_since, $3) where tenant_id = $1 and id = $2",
             )
@@ -487,7 +589,8 @@ async fn try_allocate(
     if max_nodes.is_some() || max_gpus.is_some() {
         let (nodes, gpus): (i64, i64) = sqlx::query_as(
             "select count(*), coalesce(sum(c.gpu_count), 0)::bigint from machines m \
-             join machine_classes c on c.id = m.machine_class_id where m.tenant_id = $1",
+             join machine_classes c on c.id = m.machine_class_id where m.tenant_id = $1 \
+             and m.state in ('allocated', 'provisioning', 'active')",
         )
         .bind(tenant.uuid())
         .fetch_one(&mut *conn)
@@ -535,8 +638,8 @@ async fn try_allocate(
     let allocations: Vec<Uuid> = picked.iter().map(|_| Uuid::now_v7()).collect();
     let done = sqlx::query(
         "with pick as (select * from unnest($1::uuid[], $2::uuid[], $3::uuid[]) as t(machine_id, pool_id, alloc_id)), \
-         a as (insert into machine_allocations (id, machine_id, clean_id, tenant_id, cluster_id, node_pool_id) \
-               select pick.alloc_id, m.id, m.clean_id, $4, $5, pick.pool_id from pick \
+         a as (insert into machine_allocations (id, machine_id, clean_id, tenant_id, cluster_id, node_pool_id, \
+               allocated_at) select pick.alloc_id, m.id, m.clean_id, $4, $5, pick.pool_id, clock_timestamp() from pick \
                join machines m on m.id = pick.machine_id returning id, machine_id, node_pool_id) \
          update machines m set state = 'allocated', clean_id = null, allocation_id = a.id, tenant_id = $4, \
              cluster_id = $5, node_pool_id = a.node_pool_id, last_error = null, \
@@ -558,6 +661,23 @@ async fn try_allocate(
             picked.len()
         )));
     }
+    // One custody entry per machine, with the allocation and the clean it consumed as evidence.
+    let entries: Vec<Uuid> = picked.iter().map(|_| Uuid::now_v7()).collect();
+    sqlx::query(
+        "insert into custody_entries (id, machine_id, seq, actor, from_state, to_state, reason, evidence) \
+         select t.entry_id, m.id, \
+           (select coalesce(max(e.seq), 0) + 1 from custody_entries e where e.machine_id = m.id), \
+           $3, 'available', 'allocated', 'allocated to cluster ' || a.cluster_id || ' of tenant ' || a.tenant_id, \
+           jsonb_build_object('allocation_id', a.id, 'tenant_id', a.tenant_id, 'cluster_id', a.cluster_id, \
+             'node_pool_id', a.node_pool_id, 'clean_id', a.clean_id) \
+         from unnest($1::uuid[], $2::uuid[]) as t(entry_id, machine_id) \
+         join machines m on m.id = t.machine_id join machine_allocations a on a.id = m.allocation_id",
+    )
+    .bind(&entries)
+    .bind(&machines)
+    .bind(WORKER_ACTOR)
+    .execute(&mut *conn)
+    .await?;
     for (machine, _) in &picked {
         enqueue_machine(conn, *machine).await?;
     }

@@ -1,13 +1,16 @@
 //! Machines. The BMC password arrives sealed (see `paddock_domain::secret`) and is stored as is.
+//! Every state transition here also appends the machine's custody ledger entry (see `custody`)
+//! in the same transaction.
 
 use chrono::{DateTime, Utc};
 use paddock_domain::model::{Bmc, Machine};
 use paddock_types::machine::{LastError, MachineState};
 use paddock_types::{ClusterId, Labels, MachineClassId, MachineId, NodePoolId, TenantId};
 use sqlx::types::Json;
+use sqlx::Connection;
 use uuid::Uuid;
 
-use crate::{from_json, parse_state, Conn, StoreError};
+use crate::{custody, from_json, parse_state, Conn, StoreError};
 
 #[derive(sqlx::FromRow)]
 struct MachineRow {
@@ -216,7 +219,8 @@ pub async fn retire_requested(conn: &mut Conn, id: MachineId) -> Result<bool, St
 }
 
 /// Moves a machine from one state to another, guarded on the current state and status version;
-/// false when someone else moved it first. Used by the worker and by tests that set up fixtures.
+/// false when someone else moved it first. Used by the worker (retirement) and by tests that set
+/// up fixtures. Records the transition in the custody ledger in the same transaction.
 pub async fn transition(
     conn: &mut Conn,
     id: MachineId,
@@ -224,6 +228,9 @@ pub async fn transition(
     status_version: i64,
     to: MachineState,
 ) -> Result<bool, StoreError> {
+    // A savepoint inside the caller's transaction, a transaction on a bare connection: the move
+    // and its ledger entry commit together either way.
+    let mut tx = conn.begin().await?;
     let done = sqlx::query(
         "update machines set state = $4, status_version = status_version + 1, updated_at = now(), \
          retired_at = case when $4 = 'retired' then now() else retired_at end \
@@ -233,9 +240,18 @@ pub async fn transition(
     .bind(from.as_str())
     .bind(status_version)
     .bind(to.as_str())
-    .execute(conn)
+    .execute(&mut *tx)
     .await?;
-    Ok(done.rows_affected() == 1)
+    if done.rows_affected() != 1 {
+        return Ok(false);
+    }
+    let reason = match to {
+        MachineState::Retired => "retired at the operator's request".to_owned(),
+        _ => format!("moved from {} to {}", from.as_str(), to.as_str()),
+    };
+    custody::append(&mut tx, id, Some(from), to, custody::WORKER_ACTOR, &reason, &serde_json::json!({})).await?;
+    tx.commit().await?;
+    Ok(true)
 }
 
 /// Records a machine's most recent error (`None` clears it); a status write that never bumps the
@@ -307,7 +323,8 @@ pub async fn set_last_error_guarded(
 /// Moves a machine from `from` to `to` like [`transition`], clearing `last_error`; with
 /// `maintenance_reason`, records it too (the worker's reason for sending the machine to
 /// maintenance). A status write: the generation does not change. False when someone else moved
-/// the machine first.
+/// the machine first. Records the transition in the custody ledger in the same transaction, with
+/// the error it clears and the maintenance reason as evidence.
 pub async fn advance(
     conn: &mut Conn,
     id: MachineId,
@@ -316,18 +333,45 @@ pub async fn advance(
     to: MachineState,
     maintenance_reason: Option<&str>,
 ) -> Result<bool, StoreError> {
-    let done = sqlx::query(
-        "update machines set state = $4, last_error = null, \
-         maintenance_reason = coalesce($5, maintenance_reason), \
-         status_version = status_version + 1, updated_at = now() \
-         where id = $1 and state = $2 and status_version = $3",
+    let mut tx = conn.begin().await?;
+    // `old` is the row as the statement found it: the error this move clears.
+    let moved: Option<(Option<String>, Option<serde_json::Value>, Option<String>)> = sqlx::query_as(
+        "update machines m set state = $4, last_error = null, \
+         maintenance_reason = coalesce($5, m.maintenance_reason), \
+         status_version = m.status_version + 1, updated_at = now() \
+         from machines old where old.id = m.id \
+         and m.id = $1 and m.state = $2 and m.status_version = $3 \
+         returning m.maintenance_reason, old.last_error, m.system_uuid",
     )
     .bind(id.uuid())
     .bind(from.as_str())
     .bind(status_version)
     .bind(to.as_str())
     .bind(maintenance_reason)
-    .execute(conn)
+    .fetch_optional(&mut *tx)
     .await?;
-    Ok(done.rows_affected() == 1)
+    let Some((reason_now, cleared_error, system_uuid)) = moved else {
+        return Ok(false);
+    };
+    use MachineState as S;
+    let reason = match (from, to) {
+        (_, S::Maintenance) => reason_now.clone().unwrap_or_else(|| "taken out of service".to_owned()),
+        (S::Enrolling, S::Inspecting) => "the BMC answered; inspecting the machine".to_owned(),
+        (S::Inspecting, S::Cleaning) => "inspection matched the machine class; wiping before first use".to_owned(),
+        (S::Maintenance, S::Cleaning) => "maintenance ended; wiping before the machine serves again".to_owned(),
+        _ => format!("moved from {} to {}", from.as_str(), to.as_str()),
+    };
+    let mut evidence = serde_json::Map::new();
+    if let Some(error) = cleared_error {
+        evidence.insert("last_error".to_owned(), error);
+    }
+    if to == S::Maintenance {
+        evidence.insert("maintenance_reason".to_owned(), serde_json::json!(reason_now));
+    }
+    if to == S::Cleaning || to == S::Maintenance {
+        evidence.insert("system_uuid".to_owned(), serde_json::json!(system_uuid));
+    }
+    custody::append(&mut tx, id, Some(from), to, custody::WORKER_ACTOR, &reason, &evidence.into()).await?;
+    tx.commit().await?;
+    Ok(true)
 }

@@ -54,11 +54,26 @@ async fn template() -> &'static str {
                     .expect("connect template");
                 paddock_store::MIGRATOR.run(&pool).await.expect("migrating the template");
                 pool.close().await;
-                // Renamed only when complete, so a crashed run never leaves a half-migrated template.
-                sqlx::query(&format!("alter database {building} rename to {name}"))
-                    .execute(&mut conn)
-                    .await
-                    .expect("rename");
+                // `close` returns before the server has ended the session: end any session still
+                // on the database (ours, going away) and rename. Renamed only when complete, so a
+                // crashed run never leaves a half-migrated template.
+                let mut renamed = Err(None);
+                for _ in 0..50 {
+                    sqlx::query("select pg_terminate_backend(pid) from pg_stat_activity where datname = $1")
+                        .bind(&building)
+                        .execute(&mut conn)
+                        .await
+                        .expect("ending the template's sessions");
+                    match sqlx::query(&format!("alter database {building} rename to {name}")).execute(&mut conn).await {
+                        Ok(_) => {
+                            renamed = Ok(());
+                            break;
+                        }
+                        Err(e) => renamed = Err(Some(e)),
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                renamed.unwrap_or_else(|e| panic!("renaming the template: {e:?}"));
             }
             sqlx::query("select pg_advisory_unlock(727274)").execute(&mut conn).await.expect("unlock");
             name

@@ -16,6 +16,9 @@ use paddock_domain::secret::Cipher;
 use paddock_service::Services;
 use paddock_store::Store;
 
+/// The custody ledger key of test apps (`PADDOCK_LEDGER_KEY`).
+pub const TEST_LEDGER_KEY: &[u8] = b"paddock-test-ledger-key-of-32-bytes!";
+
 /// The HS256 secret of test apps.
 pub const TEST_SECRET: &[u8] = b"paddock-test-secret-of-at-least-32-bytes!";
 
@@ -58,7 +61,8 @@ impl TestApp {
     async fn build(config: ApiConfig, base_url: Option<&str>) -> TestApp {
         let db = TestDb::new().await;
         let cipher = Arc::new(Cipher::new(&Cipher::generate_key(), &[]).expect("generated key is valid"));
-        let mut services = Services::new(Store::from_pool(db.pool.clone()), cipher.clone());
+        let mut services = Services::new(Store::from_pool(db.pool.clone()), cipher.clone())
+            .with_ledger_key(paddock_domain::ledger::LedgerKey::new(TEST_LEDGER_KEY.to_vec()));
         if let Some(base) = base_url {
             services = services.with_agent_base_url(base);
         }

@@ -424,3 +424,20 @@ pub struct NodePoolAccepted {
     /// The operation to follow.
     pub operation: crate::operation::OperationView,
 }
+
+/// Default lifetime of a tenant kubeconfig's token, in seconds (8 h).
+pub const KUBECONFIG_TTL_DEFAULT: u64 = 8 * 3600;
+/// Shortest accepted lifetime of a tenant kubeconfig's token (Kubernetes' TokenRequest minimum).
+pub const KUBECONFIG_TTL_MIN: u64 = 600;
+/// Longest accepted lifetime of a tenant kubeconfig's token (24 h); longer is a 422, not clamped.
+pub const KUBECONFIG_TTL_MAX: u64 = 24 * 3600;
+
+/// The parameters of `GET .../clusters/{cluster_id}/kubeconfig`.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct KubeconfigParams {
+    /// Lifetime of the kubeconfig's token, in seconds. Kept as text until validated, so that any
+    /// integer out of range is a 422 and anything else a 400.
+    #[param(value_type = Option<u64>, minimum = 600, maximum = 86400, default = 28800)]
+    pub ttl: Option<String>,
+}

@@ -63,4 +63,10 @@ typed_id!(
     NodePoolId,
     /// Id of a job of the worker's queue.
     JobId,
+    /// Id of an entry of the custody ledger.
+    CustodyEntryId,
+    /// Id of a verified wipe of a machine.
+    CleanId,
+    /// Id of a machine's allocation to a tenant cluster.
+    AllocationId,
 );

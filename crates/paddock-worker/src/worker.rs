@@ -179,6 +179,7 @@ impl Worker {
         let mut runs = JoinSet::new();
         let mut claim_conn = None;
         let mut failures: u32 = 0;
+        let mut next_due: Option<Duration> = None;
         info!(worker.id = %inner.id, kinds = ?inner.kinds, "worker {} started for {:?}", inner.id, inner.kinds);
         loop {
             // Reap every run that already ended, so a burst of short jobs is claimed as one batch.
@@ -188,7 +189,8 @@ impl Worker {
             let free = concurrency.saturating_sub(runs.len());
             if free > 0 {
                 match inner.claim(&mut claim_conn, free).await {
-                    Ok((claimed_at, jobs)) => {
+                    Ok((claimed_at, jobs, due_in)) => {
+                        next_due = due_in;
                         if failures > 0 {
                             info!(worker.id = %inner.id, "the job queue is reachable again");
                         }
@@ -209,7 +211,7 @@ impl Worker {
             let pause = if failures > 0 {
                 inner.config.poll_interval.max(Duration::from_millis(100 << failures.min(6)))
             } else {
-                inner.config.poll_interval
+                next_due.take().map_or(inner.config.poll_interval, |due| due.min(inner.config.poll_interval))
             };
             tokio::select! {
                 biased;
@@ -266,15 +268,22 @@ impl Inner {
         &self,
         conn: &mut Option<PoolConnection<Postgres>>,
         limit: usize,
-    ) -> Result<(Instant, Vec<Job>), StoreError> {
+    ) -> Result<(Instant, Vec<Job>, Option<Duration>), StoreError> {
         let c = match conn {
             Some(c) => c,
             None => conn.insert(self.store.conn().await?),
         };
         let limit = u32::try_from(limit).unwrap_or(u32::MAX);
         let sent = Instant::now();
-        match job::claim(c, &self.id, &self.kinds, self.config.lease, limit).await {
-            Ok(jobs) => Ok((sent, jobs)),
+        let claimed = async {
+            let jobs = job::claim(c, &self.id, &self.kinds, self.config.lease, limit).await?;
+            // With room left, sleep no longer than until the next queued job comes due: a job
+            // waiting a fraction of the poll interval runs on time.
+            let next = if jobs.len() < limit as usize { job::next_due_in(c, &self.kinds).await? } else { None };
+            Ok::<_, StoreError>((jobs, next))
+        };
+        match claimed.await {
+            Ok((jobs, next)) => Ok((sent, jobs, next)),
             Err(e) => {
                 *conn = None;
                 Err(e)

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use paddock_auth::{Secret, VerifierConfig};
+use paddock_domain::ledger::LedgerKey;
 use paddock_domain::secret::Cipher;
 
 /// Kubernetes driver choice.
@@ -124,6 +125,12 @@ pub struct Settings {
     #[arg(long, env = "PADDOCK_WORKER_LEASE", default_value_t = 30, global = true)]
     pub worker_lease: u64,
 
+    /// Seconds between two power checks of a machine at rest (`available`, `maintenance`,
+    /// `clean_failed`: off; `active`: on); a drift is corrected, repeated drift takes the machine
+    /// out of service.
+    #[arg(long, env = "PADDOCK_POWER_SYNC_INTERVAL", default_value_t = 300, global = true)]
+    pub power_sync_interval: u64,
+
     /// Scales every latency of the simulated drivers (1 = their dev defaults, 0 = none); for
     /// demos, tests and benchmarks. Not part of the production configuration.
     #[arg(long, env = "PADDOCK_SIM_LATENCY_SCALE", default_value_t = 1.0, global = true, hide = true)]
@@ -187,6 +194,13 @@ impl Settings {
         Ok(Arc::new(cipher))
     }
 
+    /// The custody ledger's HMAC key (its UTF-8 bytes), if configured. Without one the ledger
+    /// still records every transition, unsealed, and verification says so.
+    pub fn ledger_key(&self) -> anyhow::Result<Option<LedgerKey>> {
+        let key = secret_value(&self.ledger_key, &self.ledger_key_file, "PADDOCK_LEDGER_KEY")?;
+        Ok(key.map(|k| LedgerKey::new(k.into_bytes())))
+    }
+
     /// Checks the settings that later stages use, so a bad value stops the process at start.
     pub fn validate(&self) -> anyhow::Result<()> {
         if let Some(key) = secret_value(&self.ledger_key, &self.ledger_key_file, "PADDOCK_LEDGER_KEY")? {
@@ -197,11 +211,8 @@ impl Settings {
         if self.agent_token_ttl == 0 || self.agent_token_ttl > 7 * 24 * 3600 {
             bail!("PADDOCK_AGENT_TOKEN_TTL must be between 1 and 604800 seconds");
         }
-        // Kubernetes: the platform side and tenant nodes exist; the tenant base stack and Slurm
-        // come with their own work. Until then choosing it stops the process rather than
-        // pretending to drive anything.
-        if self.kube_driver == KubeDriver::Kubernetes {
-            bail!("PADDOCK_KUBE_DRIVER=kubernetes is not available in this build yet (the tenant base stack and Slurm drivers are missing); use `simulated` or `none`");
+        if self.kube_driver == KubeDriver::Kubernetes && self.stacks_dir.is_none() {
+            bail!("PADDOCK_KUBE_DRIVER=kubernetes needs PADDOCK_STACKS_DIR (the tenant base stack's manifests; see scripts/stacks-fetch)");
         }
         if self.bmc_driver == BmcDriver::Redfish {
             if self.wipe_image_url.is_none() {
@@ -216,6 +227,9 @@ impl Settings {
         }
         if !(3..=600).contains(&self.worker_lease) {
             bail!("PADDOCK_WORKER_LEASE must be between 3 and 600 seconds");
+        }
+        if !(10..=86_400).contains(&self.power_sync_interval) {
+            bail!("PADDOCK_POWER_SYNC_INTERVAL must be between 10 and 86400 seconds");
         }
         if !(0.0..=100.0).contains(&self.sim_latency_scale) {
             bail!("PADDOCK_SIM_LATENCY_SCALE must be between 0 and 100");

@@ -9,7 +9,7 @@ use paddock_api::{ApiConfig, AppState};
 use paddock_auth::Verifier;
 use paddock_service::Services;
 use paddock_store::Store;
-use paddock_worker::reconcile::{self, ClusterReconciler, Drivers, MachineReconciler};
+use paddock_worker::reconcile::{self, ClusterReconciler, Drivers, MachineReconciler, PowerSync, PowerSyncSettings};
 use paddock_worker::{default_worker_id, JobHandler, Worker, WorkerConfig};
 use tokio::sync::watch;
 
@@ -41,7 +41,14 @@ pub async fn services(settings: &Settings, database_url: &str) -> anyhow::Result
         Some(url) => url.to_string(),
         None => format!("http://{}", settings.listen),
     };
-    Ok(Services::new(store, settings.cipher()?).with_agent_base_url(&agent_base_url))
+    let mut services = Services::new(store, settings.cipher()?).with_agent_base_url(&agent_base_url);
+    match settings.ledger_key()? {
+        Some(key) => services = services.with_ledger_key(key),
+        None => tracing::warn!(
+            "PADDOCK_LEDGER_KEY is not set: custody ledger entries are recorded but not sealed, and cannot be verified"
+        ),
+    }
+    Ok(services)
 }
 
 /// Runs the chosen parts until a shutdown signal.
@@ -61,8 +68,14 @@ pub async fn run(
         services.store().migrate().await.context("migrating the database")?;
     }
     let (stop_tx, stop_rx) = watch::channel(false);
+    // Both roles need the drivers: the worker all of them, the API the one that issues tenant
+    // kubeconfigs (`GET .../kubeconfig`).
+    let (drivers, agent) = drivers(settings, services.store()).await?;
+    let services = match &drivers.kube {
+        Some(kube) => services.with_credentials(kube.credentials.clone()),
+        None => services,
+    };
     let worker = if roles.worker {
-        let (drivers, agent) = drivers(settings, services.store())?;
         if let Some(agent) = agent {
             tokio::spawn(agent.run(stop_rx.clone()));
         }
@@ -71,7 +84,11 @@ pub async fn run(
             lease: Duration::from_secs(settings.worker_lease),
             ..WorkerConfig::default()
         };
-        Some(tokio::spawn(worker(services.clone(), drivers, lifecycle(settings), config, stop_rx.clone())))
+        let power_sync = PowerSyncSettings {
+            interval: Duration::from_secs(settings.power_sync_interval),
+            ..PowerSyncSettings::default()
+        };
+        Some(tokio::spawn(worker(services.clone(), drivers, lifecycle(settings), power_sync, config, stop_rx.clone())))
     } else {
         None
     };
@@ -108,14 +125,27 @@ async fn worker(
     services: Services,
     drivers: Drivers,
     lifecycle: reconcile::Settings,
+    power_sync: PowerSyncSettings,
     config: WorkerConfig,
     mut stop: watch::Receiver<bool>,
 ) {
     let store = services.store().clone();
     let handlers: Vec<Arc<dyn JobHandler>> = vec![
         Arc::new(MachineReconciler::new(services.clone(), drivers.clone(), lifecycle.clone())),
+        Arc::new(PowerSync::new(services.clone(), drivers.clone(), power_sync)),
         Arc::new(ClusterReconciler::new(services.clone(), drivers, lifecycle)),
     ];
+    // The power sync's one fleet-wide job: merged into the queued one when another worker (or an
+    // earlier start) enqueued it already, so this runs one check round now and costs nothing more.
+    // A failure is not fatal: the next start enqueues it again.
+    let enqueued = async {
+        let mut conn = store.conn().await?;
+        paddock_store::power::enqueue_fleet_job(&mut conn).await
+    }
+    .await;
+    if let Err(e) = enqueued {
+        tracing::warn!(error = &e as &dyn std::error::Error, "the power sync's job could not be enqueued");
+    }
     let worker = match Worker::new(store, default_worker_id(), handlers, config) {
         Ok(worker) => worker,
         Err(e) => {
@@ -142,7 +172,7 @@ async fn worker(
 }
 
 /// The drivers the settings choose, and the simulated machines' agent when the BMC is simulated.
-fn drivers(settings: &Settings, store: &Store) -> anyhow::Result<(Drivers, Option<paddock_sim::SimAgent>)> {
+async fn drivers(settings: &Settings, store: &Store) -> anyhow::Result<(Drivers, Option<paddock_sim::SimAgent>)> {
     let simulated = (settings.kube_driver == KubeDriver::Simulated || settings.bmc_driver == BmcDriver::Simulated)
         .then(|| paddock_sim::SimWorld::new(store.clone(), sim_config(settings.sim_latency_scale)));
     let mut drivers = Drivers::default();
@@ -150,7 +180,7 @@ fn drivers(settings: &Settings, store: &Store) -> anyhow::Result<(Drivers, Optio
     match settings.kube_driver {
         KubeDriver::Simulated => drivers.kube = simulated.as_ref().map(paddock_sim::SimWorld::kube),
         KubeDriver::None => {}
-        KubeDriver::Kubernetes => anyhow::bail!("PADDOCK_KUBE_DRIVER=kubernetes is not available in this build yet"),
+        KubeDriver::Kubernetes => drivers.kube = Some(kubernetes(settings).await?),
     }
     match settings.bmc_driver {
         BmcDriver::Simulated => {
@@ -167,6 +197,32 @@ fn drivers(settings: &Settings, store: &Store) -> anyhow::Result<(Drivers, Optio
         }
     }
     Ok((drivers, agent))
+}
+
+/// The real cluster-side drivers: the platform cluster from `PADDOCK_KUBECONFIG` (or in-cluster),
+/// Kamaji control planes, and inside tenant clusters their nodes, the base stack from
+/// `PADDOCK_STACKS_DIR`, Slurm through Slinky and the tenant's credentials.
+async fn kubernetes(settings: &Settings) -> anyhow::Result<paddock_domain::driver::KubeDrivers> {
+    let platform = paddock_kube::KubePlatform::connect(settings.kubeconfig.as_deref())
+        .await
+        .context("PADDOCK_KUBE_DRIVER=kubernetes: connecting to the platform cluster (PADDOCK_KUBECONFIG)")?;
+    let stacks_dir = settings.stacks_dir.clone().context("PADDOCK_KUBE_DRIVER=kubernetes needs PADDOCK_STACKS_DIR")?;
+    let version = paddock_kube::stack::latest_version().to_owned();
+    let stack = paddock_kube::KubeTenantStack::new(stacks_dir, version).context("PADDOCK_STACKS_DIR")?;
+    // A stack whose files are missing or do not match their pinned digests is not fatal here:
+    // each cluster shows it in its StackReady condition, and fixing the directory heals them.
+    if let Err(e) = stack.verify() {
+        tracing::warn!(error = %e, "the tenant base stack in PADDOCK_STACKS_DIR cannot be applied as it is");
+    }
+    let control_plane = paddock_kube::KamajiBackend::new(platform.client().clone());
+    Ok(paddock_domain::driver::KubeDrivers {
+        platform: Arc::new(platform),
+        control_plane: Arc::new(control_plane),
+        nodes: Arc::new(paddock_kube::KubeTenantNodes::new()),
+        stack: Arc::new(stack),
+        slurm: Arc::new(paddock_kube::SlinkyDriver::with_service_proxy(paddock_kube::slurm::SlinkySettings::default())),
+        credentials: Arc::new(paddock_kube::KubeTenantCredentials::new()),
+    })
 }
 
 /// Redfish calls in flight at once per BMC host (a chassis manager may front many machines).

@@ -2,11 +2,12 @@
 
 use axum::extract::State;
 use axum::response::Response;
+use chrono::SecondsFormat;
 use paddock_domain::cursor::PageRequest;
 use paddock_service::cluster::{ClusterChange, ClusterWithPools, NodePoolChange};
 use paddock_types::cluster::{
-    ClusterAccepted, ClusterCreate, ClusterEventView, ClusterUpdate, ClusterView, NodePoolAccepted, NodePoolCreate,
-    NodePoolUpdate, NodePoolView, PoolMachineView,
+    ClusterAccepted, ClusterCreate, ClusterEventView, ClusterUpdate, ClusterView, KubeconfigParams, NodePoolAccepted,
+    NodePoolCreate, NodePoolUpdate, NodePoolView, PoolMachineView,
 };
 use paddock_types::page::PageParams;
 use paddock_types::problem::Problem;
@@ -129,6 +130,36 @@ pub async fn cluster_delete(
     IfMatchHeader(if_match): IfMatchHeader,
 ) -> Result<Response, ApiError> {
     Ok(cluster_accepted(s.services.cluster_delete(&ctx, tenant, id, &if_match).await?))
+}
+
+/// The header of a kubeconfig answer naming when its token expires (RFC 3339, UTC).
+pub const EXPIRES_AT: &str = "x-paddock-expires-at";
+
+/// Issues the tenant's kubeconfig of a cluster.
+///
+/// The kubeconfig holds a token of a ServiceAccount bound to cluster-admin in the tenant
+/// cluster, valid for `ttl` seconds (never paddock's admin credentials). The body is the kubeconfig itself (`curl -o kubeconfig ...` works); only
+/// `tenant:admin` and `provider:admin` may ask, and every call is audited (`cluster.kubeconfig`).
+/// 409 `cluster_not_ready` until the cluster's control plane is ready (and while it is deleted),
+/// 409 `driver_not_configured` without a cluster driver, 409 `cluster_unreachable` when the
+/// cluster's API server does not answer.
+#[utoipa::path(get, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}/kubeconfig", operation_id = "cluster_kubeconfig", tag = "clusters",
+    params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"), KubeconfigParams),
+    responses(
+        (status = 200, description = "The kubeconfig (YAML)", body = String, content_type = "application/yaml",
+            headers(("x-paddock-expires-at" = String, description = "When the token expires (RFC 3339, UTC)"),
+                ("Cache-Control" = String, description = "`no-store`: the body is a credential"))),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn cluster_kubeconfig(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path((tenant, id)): Path<(TenantId, ClusterId)>,
+    Query(q): Query<KubeconfigParams>,
+) -> Result<Response, ApiError> {
+    let issued = s.services.cluster_kubeconfig(&ctx, tenant, id, q.ttl.as_deref()).await?;
+    let expires_at = issued.expires_at.to_rfc3339_opts(SecondsFormat::Secs, true);
+    Ok(respond::kubeconfig(issued.kubeconfig.expose(), EXPIRES_AT, &expires_at))
 }
 
 /// Lists a cluster's events, oldest first.

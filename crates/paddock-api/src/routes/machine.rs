@@ -5,6 +5,7 @@ use axum::response::Response;
 use paddock_domain::cursor::PageRequest;
 use paddock_service::MachineChange;
 use paddock_store::machine::MachineFilter;
+use paddock_types::custody::CustodyView;
 use paddock_types::machine::{
     MachineAccepted, MachineEnroll, MachineState, MachineUpdate, MachineView, MaintenanceEnter,
 };
@@ -179,4 +180,19 @@ pub async fn machine_maintenance_leave(
     Path(id): Path<MachineId>,
 ) -> Result<Response, ApiError> {
     Ok(change(s.services.machine_maintenance_leave(&ctx, id).await?))
+}
+
+/// Reads a machine's custody ledger, oldest first, with its HMAC chain recomputed.
+#[utoipa::path(get, path = "/v1/machines/{machine_id}/custody", operation_id = "machine_custody_view", tag = "machines",
+    params(("machine_id" = MachineId, Path, description = "Machine id")),
+    responses(
+        (status = 200, description = "The ledger and its verification", body = CustodyView),
+        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn machine_custody_view(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path(id): Path<MachineId>,
+) -> Result<Response, ApiError> {
+    Ok(respond::ok(&s.services.machine_custody(&ctx, id).await?))
 }

@@ -4,6 +4,7 @@ pub mod agent;
 pub mod audit;
 pub mod cluster;
 pub mod health;
+pub mod isolation;
 pub mod machine;
 pub mod machine_class;
 pub mod operation;

@@ -10,8 +10,11 @@
 mod support;
 
 mod control_plane;
+mod credentials;
 mod faults;
 mod isolation;
 mod kamaji;
 mod nodes;
 mod removal;
+mod slurm;
+mod stack;

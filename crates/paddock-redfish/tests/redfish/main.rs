@@ -8,7 +8,7 @@
 //!
 //! | system   | owner                                   |
 //! | -------- | --------------------------------------- |
-//! | node-000 | power::on_and_off_converge              |
+//! | node-000 | power::on_and_off_converge (and paddock-worker's power sync test, in its own test binary; ends Off) |
 //! | node-001 | boot::boot_once_sets_the_target         |
 //! | node-002 | media::insert_and_eject_round_trip      |
 //! | node-003 | guard::uuid_mismatch_* (never changed)  |

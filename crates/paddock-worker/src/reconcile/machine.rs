@@ -121,8 +121,14 @@ impl MachineReconciler {
         }
     }
 
-    /// Runs the steps from the top; each step re-reads the machine.
+    /// Runs the steps from the top; each step re-reads the machine. Custody entries that
+    /// transitions made without the ledger key (the cluster reconciler's allocation and release
+    /// start, which enqueue this job; inspection's moves) are sealed before the first step and
+    /// after every step.
     async fn converge(&self, bmc: &dyn BmcDriver, id: MachineId) -> Outcome {
+        if let Err(e) = self.services.custody_seal_pending(id).await {
+            return store_error(e);
+        }
         for _ in 0..STEPS_PER_RUN {
             let current = {
                 let mut conn = match self.services.store().conn().await {
@@ -135,7 +141,11 @@ impl MachineReconciler {
                     Err(e) => return store_error(e),
                 }
             };
-            match self.step(bmc, &current).await {
+            let step = self.step(bmc, &current).await;
+            if let Err(e) = self.services.custody_seal_pending(id).await {
+                return store_error(e);
+            }
+            match step {
                 Step::Stop(outcome) => return outcome,
                 Step::Again => {}
             }
@@ -145,8 +155,14 @@ impl MachineReconciler {
 
     async fn step(&self, bmc: &dyn BmcDriver, m: &Machine) -> Step {
         use MachineState as S;
+        // Retired is final: a maintenance reason left on the record must not bring it back.
+        if m.state == S::Retired {
+            return Step::Stop(Outcome::Done);
+        }
         if m.retire_requested && RETIRABLE.contains(&m.state) {
-            return self.guarded(|c| machine::transition(c, m.id, m.state, m.status_version, S::Retired).boxed()).await;
+            return self
+                .guarded(m.id, |c| machine::transition(c, m.id, m.state, m.status_version, S::Retired).boxed())
+                .await;
         }
         if m.maintenance_reason.is_some() && m.state != S::Maintenance {
             return self.enter_maintenance(bmc, m).await;
@@ -156,7 +172,8 @@ impl MachineReconciler {
             S::Cleaning => self.clean(bmc, m).await,
             S::Maintenance if m.maintenance_reason.is_none() => {
                 // The operator's maintenance ended: leave through cleaning.
-                self.guarded(|c| machine::advance(c, m.id, m.state, m.status_version, S::Cleaning, None).boxed()).await
+                self.guarded(m.id, |c| machine::advance(c, m.id, m.state, m.status_version, S::Cleaning, None).boxed())
+                    .await
             }
             S::Allocated | S::Provisioning => self.provision(bmc, m).await,
             S::Releasing | S::ProvisionFailed => self.release(bmc, m).await,
@@ -167,17 +184,22 @@ impl MachineReconciler {
     }
 
     /// Runs one guarded write; lost or won, the next step reads the machine again.
-    async fn guarded<F>(&self, write: F) -> Step
+    async fn guarded<F>(&self, id: MachineId, write: F) -> Step
     where
         F: for<'c> FnOnce(&'c mut paddock_store::Conn) -> BoxFuture<'c, Result<bool, StoreError>>,
     {
+        // The write and the seal of the custody entry it appended commit together.
         let result = async {
-            let mut conn = self.services.store().conn().await?;
-            write(&mut conn).await
+            let mut tx = self.services.store().begin().await?;
+            if write(&mut tx).await? {
+                self.services.custody_seal(&mut tx, id).await?;
+            }
+            tx.commit().await?;
+            Ok::<_, StoreError>(())
         }
         .await;
         match result {
-            Ok(_) => Step::Again,
+            Ok(()) => Step::Again,
             Err(e) => e.into(),
         }
     }
@@ -197,6 +219,7 @@ impl MachineReconciler {
                             lifecycle::enqueue_cluster(&mut tx, tenant, cluster).await?;
                         }
                     }
+                    self.services.custody_seal(&mut tx, m.id).await?;
                     tx.commit().await?;
                     Ok::<_, StoreError>(())
                 }
@@ -221,7 +244,8 @@ impl MachineReconciler {
                     }
                 }
                 let to = S::Maintenance;
-                self.guarded(|c| lifecycle::end_run(c, m.id, m.state, m.status_version, to, None, None).boxed()).await
+                self.guarded(m.id, |c| lifecycle::end_run(c, m.id, m.state, m.status_version, to, None, None).boxed())
+                    .await
             }
         }
     }
@@ -307,7 +331,9 @@ impl MachineReconciler {
             Ok(_) => {
                 let (state, version) = (m.state, m.status_version);
                 return self
-                    .guarded(|c| lifecycle::start_run(c, m.id, state, version, S::Cleaning, RunPurpose::Wipe).boxed())
+                    .guarded(m.id, |c| {
+                        lifecycle::start_run(c, m.id, state, version, S::Cleaning, RunPurpose::Wipe).boxed()
+                    })
                     .await;
             }
             Err(e) => return e.into(),
@@ -340,6 +366,9 @@ impl MachineReconciler {
             None => {
                 let deadline = booted_at + ttl(self.settings.agent_token_ttl);
                 if Utc::now() >= deadline {
+                    // Quarantined, powered off and ejected (best effort: the seed's token is
+                    // expired anyway, and the machine never serves anyone in this state).
+                    let _ = bmc.finish_boot(&access, AfterBoot::PowerOff).await;
                     let message = "the wipe agent did not report before its token expired";
                     return self.end_run(m, S::CleanFailed, Some(("wipe_timed_out", message)), None).await;
                 }
@@ -376,13 +405,14 @@ impl MachineReconciler {
                         return self.bmc_failed(m, e).await;
                     }
                     let (state, version) = (m.state, m.status_version);
-                    return self.guarded(|c| lifecycle::mark_finished(c, m.id, state, version).boxed()).await;
+                    return self.guarded(m.id, |c| lifecycle::mark_finished(c, m.id, state, version).boxed()).await;
                 }
                 let result = async {
                     let mut tx = self.services.store().begin().await?;
                     let evidence =
                         json!({ "run_id": run.run_id, "report": report.report, "reported_at": report.used_at });
                     lifecycle::complete_clean(&mut tx, m.id, m.status_version, run.run_id, "agent", &evidence).await?;
+                    self.services.custody_seal(&mut tx, m.id).await?;
                     tx.commit().await?;
                     Ok::<_, StoreError>(())
                 }
@@ -421,7 +451,7 @@ impl MachineReconciler {
                 let (state, version) = (m.state, m.status_version);
                 let purpose = RunPurpose::Provision;
                 return self
-                    .guarded(|c| lifecycle::start_run(c, m.id, state, version, S::Provisioning, purpose).boxed())
+                    .guarded(m.id, |c| lifecycle::start_run(c, m.id, state, version, S::Provisioning, purpose).boxed())
                     .await;
             }
             Err(e) => return e.into(),
@@ -469,7 +499,7 @@ impl MachineReconciler {
                 return self.bmc_failed(m, e).await;
             }
             let (state, version) = (m.state, m.status_version);
-            return self.guarded(|c| lifecycle::mark_finished(c, m.id, state, version).boxed()).await;
+            return self.guarded(m.id, |c| lifecycle::mark_finished(c, m.id, state, version).boxed()).await;
         };
         match kube.nodes.node(&tenant_access, &node).await {
             Ok(Some(status)) if status.ready => {
@@ -480,6 +510,7 @@ impl MachineReconciler {
                             lifecycle::enqueue_cluster(&mut tx, tenant, cluster).await?;
                         }
                     }
+                    self.services.custody_seal(&mut tx, m.id).await?;
                     tx.commit().await?;
                     Ok::<_, StoreError>(())
                 }
@@ -515,6 +546,7 @@ impl MachineReconciler {
                     lifecycle::enqueue_cluster(&mut tx, tenant, cluster).await?;
                 }
             }
+            self.services.custody_seal(&mut tx, m.id).await?;
             tx.commit().await?;
             Ok::<_, StoreError>(())
         }
@@ -559,6 +591,7 @@ impl MachineReconciler {
                 lifecycle::expire_unused_tokens(&mut tx, run.run_id).await?;
             }
             lifecycle::finish_release(&mut tx, m.id, m.state, m.status_version).await?;
+            self.services.custody_seal(&mut tx, m.id).await?;
             tx.commit().await?;
             Ok::<_, StoreError>(())
         }
@@ -637,7 +670,7 @@ impl MachineReconciler {
             return self.bmc_failed(m, e).await;
         }
         let (state, version) = (m.state, m.status_version);
-        self.guarded(|c| lifecycle::mark_booted(c, m.id, state, version).boxed()).await
+        self.guarded(m.id, |c| lifecycle::mark_booted(c, m.id, state, version).boxed()).await
     }
 
     async fn run(&self, m: &Machine) -> Result<Option<Run>, StoreError> {
@@ -664,8 +697,12 @@ impl MachineReconciler {
     ) -> Step {
         let (from, version) = (m.state, m.status_version);
         let result = async {
-            let mut conn = self.services.store().conn().await?;
-            lifecycle::end_run(&mut conn, m.id, from, version, to, error, maintenance_reason).await
+            let mut tx = self.services.store().begin().await?;
+            if lifecycle::end_run(&mut tx, m.id, from, version, to, error, maintenance_reason).await? {
+                self.services.custody_seal(&mut tx, m.id).await?;
+            }
+            tx.commit().await?;
+            Ok::<_, StoreError>(())
         }
         .await;
         match result {

@@ -1,4 +1,4 @@
-//! The reconcile handlers of machines and clusters: the jobs' entry points. Each run starts from
+//! The reconcile handlers of machines and clusters, and the power sync of machines at rest: the jobs' entry points. Each run starts from
 //! the top, re-reads the records, and converges them step by step through the drivers; every
 //! status write is guarded on the version read before it, so a run that lost a race re-reads, and
 //! a run repeated after a crash (at any await point) converges to the same result.
@@ -10,6 +10,7 @@
 
 mod cluster;
 mod machine;
+mod power;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,10 +18,13 @@ use std::time::Duration;
 pub use cluster::ClusterReconciler;
 pub use machine::{MachineReconciler, BMC_FIX_WAIT};
 use paddock_domain::bmc::BmcDriver;
-use paddock_domain::driver::{ClusterRef, KubeDrivers, ServiceType, TenantAccess};
+use paddock_domain::driver::{ClusterRef, KubeDrivers, ServiceType};
 use paddock_domain::model::Machine;
-use paddock_domain::secret::{Binding, Cipher, SecretString};
-use paddock_store::{cluster as cluster_store, tenant, Conn, StoreError};
+use paddock_domain::secret::Binding;
+pub use power::{PowerSync, PowerSyncSettings, POWER_DRIFT};
+// How the worker reaches a tenant cluster: the one mechanism, shared with the API.
+pub(crate) use paddock_service::credentials::{kubeconfig_binding, tenant_access};
+use paddock_store::{tenant, Conn, StoreError};
 use paddock_types::{ClusterId, TenantId};
 
 use crate::Outcome;
@@ -89,11 +93,6 @@ fn store_error(e: StoreError) -> Outcome {
     Outcome::retry("database", format!("{e}"))
 }
 
-/// The binding of a cluster's sealed admin kubeconfig.
-pub(crate) fn kubeconfig_binding(cluster: ClusterId) -> Binding<'static> {
-    Binding { table: "clusters", column: "admin_kubeconfig_enc", row: cluster.uuid() }
-}
-
 /// The binding of a machine's sealed BMC password.
 pub(crate) fn password_binding(m: &Machine) -> Binding<'static> {
     Binding { table: "machines", column: "bmc_password_enc", row: m.id.uuid() }
@@ -111,31 +110,4 @@ pub(crate) async fn cluster_ref(
         return Ok(None);
     };
     Ok(Some(ClusterRef { tenant_id, cluster_id, tenant_name: t.spec.name, cluster_name: cluster_name.to_owned() }))
-}
-
-/// How paddock reaches a tenant cluster's own API: its endpoint and the opened admin kubeconfig;
-/// `None` until the control plane published both.
-pub(crate) async fn tenant_access(
-    conn: &mut Conn,
-    cipher: &Cipher,
-    cluster: ClusterRef,
-    endpoint: Option<&str>,
-) -> Result<Option<TenantAccess>, StoreError> {
-    let Some(endpoint) = endpoint else {
-        return Ok(None);
-    };
-    let Some(sealed) = cluster_store::admin_kubeconfig(conn, cluster.tenant_id, cluster.cluster_id).await? else {
-        return Ok(None);
-    };
-    let opened = cipher.open(&sealed, kubeconfig_binding(cluster.cluster_id)).map_err(|e| {
-        StoreError::Corrupt(format!("the admin kubeconfig of cluster {} cannot be opened: {e}", cluster.cluster_id))
-    })?;
-    let kubeconfig = String::from_utf8(opened).map_err(|_| {
-        StoreError::Corrupt(format!("the admin kubeconfig of cluster {} is not UTF-8", cluster.cluster_id))
-    })?;
-    Ok(Some(TenantAccess {
-        cluster,
-        endpoint: endpoint.trim_start_matches("https://").to_owned(),
-        admin_kubeconfig: SecretString::new(kubeconfig),
-    }))
 }

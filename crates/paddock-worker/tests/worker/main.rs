@@ -6,6 +6,8 @@
 
 mod crash;
 mod inspect;
+mod lifecycle;
+mod power;
 mod queue;
 mod support;
 mod worker;

@@ -1,0 +1,238 @@
+//! Talking to slurmrestd: the [`SlurmProbe`] seam and its production implementation
+//! [`ServiceProxyProbe`], which goes through the tenant API server's service proxy
+//! (`/api/v1/namespaces/<ns>/services/<restapi service>:6820/proxy/...`), so paddock needs no
+//! network path into the tenant cluster beyond the API server it already reaches.
+//!
+//! slurmrestd authenticates with a JWT (`auth/jwt`): HS256 over the key in the Secret
+//! [`super::SECRET_JWT`] (read from the tenant cluster on every call, never logged), claims
+//! `iat`, `exp` (5 minutes) and `sun` (the Slurm user, [`SLURM_USER`]), sent as the
+//! `X-SLURM-USER-TOKEN` header (the API server strips `Authorization` before proxying, but passes
+//! other headers through).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use futures::FutureExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, Client};
+use paddock_domain::driver::{BoxFuture, DriverError, TenantAccess};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tracing::debug;
+
+use super::{NAMESPACE, RESTAPI_PORT, RESTAPI_SERVICE, SECRET_JWT, SECRET_JWT_KEY};
+use crate::nodes::{admin_client, admin_kubeconfig};
+use crate::KubeError;
+
+/// The Slurm user paddock's tokens are for (the operator's `SlurmUser`).
+pub const SLURM_USER: &str = "slurm";
+/// The slurmrestd data-parser version paddock speaks. Every Slurm release of
+/// [`super::SLURM_RELEASES`] serves it (Slurm keeps the three newest parsers: 24.11 serves
+/// v0.0.40-42, 25.05 v0.0.41-43, 25.11 v0.0.42-44).
+pub const REST_API_VERSION: &str = "v0.0.42";
+/// Lifetime of a token paddock signs.
+const TOKEN_TTL_SECONDS: u64 = 300;
+
+/// What paddock asks of slurmrestd. The production implementation is [`ServiceProxyProbe`];
+/// tests use stand-ins.
+pub trait SlurmProbe: Send + Sync {
+    /// Whether slurmrestd answers `GET /slurm/<v>/ping` with a responding controller.
+    fn ping<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<bool, DriverError>>;
+
+    /// Sets the Slurm node `slurm_node` to DRAIN (with `reason`) unless it already drains, and
+    /// reports whether it is drained now (no job left on it): `Some(true)`; still draining:
+    /// `Some(false)`; `None` when Slurm does not know the node.
+    fn drain<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        slurm_node: &'a str,
+        reason: &'a str,
+    ) -> BoxFuture<'a, Result<Option<bool>, DriverError>>;
+}
+
+/// slurmrestd through the tenant API server's service proxy (see the module documentation).
+#[derive(Debug, Clone)]
+pub struct ServiceProxyProbe {
+    namespace: String,
+}
+
+impl Default for ServiceProxyProbe {
+    fn default() -> Self {
+        Self::new(NAMESPACE)
+    }
+}
+
+#[derive(Deserialize)]
+struct PingAnswer {
+    #[serde(default)]
+    pings: Vec<Ping>,
+    #[serde(default)]
+    errors: Vec<Value>,
+}
+
+#[derive(Deserialize)]
+struct Ping {
+    #[serde(default)]
+    pinged: String,
+    #[serde(default)]
+    responding: Option<bool>,
+}
+
+/// Whether a ping answer shows a responding controller and no error.
+pub fn ping_succeeded(body: &str) -> bool {
+    let Ok(answer) = serde_json::from_str::<PingAnswer>(body) else { return false };
+    answer.errors.is_empty() && answer.pings.iter().any(|p| p.responding == Some(true) || p.pinged == "UP")
+}
+
+/// Whether a node's `state` flags (slurmrestd's `nodes[].state`) say drained: DRAIN set and no
+/// job on it any more (not ALLOCATED, MIXED or COMPLETING).
+pub fn node_drained(states: &[String]) -> bool {
+    let has = |s: &str| states.iter().any(|x| x.eq_ignore_ascii_case(s));
+    has("DRAIN") && !has("ALLOCATED") && !has("MIXED") && !has("COMPLETING")
+}
+
+fn node_states(body: &str) -> Option<Vec<String>> {
+    let v: Value = serde_json::from_str(body).ok()?;
+    let node = v.get("nodes")?.as_array()?.first()?;
+    let states = node.get("state")?.as_array()?;
+    Some(states.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect())
+}
+
+impl ServiceProxyProbe {
+    /// A probe for Slurm in `namespace` of the tenant clusters (the driver's namespace).
+    pub fn new(namespace: impl Into<String>) -> Self {
+        Self { namespace: namespace.into() }
+    }
+
+    async fn client(&self, tenant: &TenantAccess) -> Result<Client, KubeError> {
+        let (client, _) = admin_client(tenant.cluster.cluster_id, admin_kubeconfig(tenant)?).await?;
+        Ok(client)
+    }
+
+    /// A token for [`SLURM_USER`] signed with the cluster's JWT key (read from the tenant cluster).
+    async fn token(&self, client: &Client) -> Result<String, DriverError> {
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), &self.namespace);
+        let name = format!("{}/{SECRET_JWT}", self.namespace);
+        let secret = secrets
+            .get_opt(SECRET_JWT)
+            .await
+            .map_err(|source| KubeError::api("get", "Secret", name.as_str(), source))?;
+        let key = secret.and_then(|s| s.data).and_then(|mut d| d.remove(SECRET_JWT_KEY)).ok_or_else(|| {
+            DriverError::transient("slurm_jwt_key_missing", format!("Secret {name} has no {SECRET_JWT_KEY} (yet)"))
+        })?;
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default();
+        let claims = json!({ "iat": now, "exp": now + TOKEN_TTL_SECONDS, "sun": SLURM_USER });
+        let header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+        jsonwebtoken::encode(&header, &claims, &jsonwebtoken::EncodingKey::from_secret(&key.0))
+            .map_err(|e| DriverError::permanent("slurm_jwt_sign_failed", format!("signing a slurmrestd token: {e}")))
+    }
+
+    /// `method` `path` (below `/slurm/<version>/`) on slurmrestd; Ok(None) when it answers 404.
+    async fn call(
+        &self,
+        tenant: &TenantAccess,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Option<String>, DriverError> {
+        let client = self.client(tenant).await?;
+        let token = self.token(&client).await?;
+        let uri = format!(
+            "/api/v1/namespaces/{}/services/{RESTAPI_SERVICE}:{RESTAPI_PORT}/proxy/slurm/{REST_API_VERSION}/{path}",
+            self.namespace
+        );
+        let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
+        let request = http::Request::builder()
+            .method(method)
+            .uri(uri.as_str())
+            .header("X-SLURM-USER-NAME", SLURM_USER)
+            .header("X-SLURM-USER-TOKEN", token)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json")
+            .body(bytes)
+            .map_err(|e| DriverError::permanent("slurm_rest_request_invalid", format!("{method} {uri}: {e}")))?;
+        match client.request_text(request).await {
+            Ok(text) => Ok(Some(text)),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+            Err(source) => {
+                let what = format!("slurmrestd {method} /slurm/{REST_API_VERSION}/{path}");
+                Err(KubeError::api("proxy", "Service", what, source).into())
+            }
+        }
+    }
+
+    /// See [`SlurmProbe::ping`].
+    pub async fn ping(&self, tenant: &TenantAccess) -> Result<bool, DriverError> {
+        let answer = self.call(tenant, "GET", "ping", None).await?;
+        let ok = answer.as_deref().is_some_and(ping_succeeded);
+        debug!(cluster.id = %tenant.cluster.cluster_id, ok, "pinged slurmrestd");
+        Ok(ok)
+    }
+
+    /// See [`SlurmProbe::drain`].
+    pub async fn drain(
+        &self,
+        tenant: &TenantAccess,
+        slurm_node: &str,
+        reason: &str,
+    ) -> Result<Option<bool>, DriverError> {
+        let path = format!("node/{slurm_node}");
+        let Some(before) = self.call(tenant, "GET", &path, None).await? else { return Ok(None) };
+        let Some(states) = node_states(&before) else { return Ok(None) };
+        if states.iter().any(|s| s.eq_ignore_ascii_case("DRAIN")) {
+            return Ok(Some(node_drained(&states)));
+        }
+        let update = json!({ "state": ["DRAIN"], "reason": reason });
+        if self.call(tenant, "POST", &path, Some(&update)).await?.is_none() {
+            return Ok(None);
+        }
+        let after = self.call(tenant, "GET", &path, None).await?;
+        Ok(after.as_deref().and_then(node_states).map(|s| node_drained(&s)))
+    }
+}
+
+impl SlurmProbe for ServiceProxyProbe {
+    fn ping<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<bool, DriverError>> {
+        ServiceProxyProbe::ping(self, tenant).boxed()
+    }
+
+    fn drain<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        slurm_node: &'a str,
+        reason: &'a str,
+    ) -> BoxFuture<'a, Result<Option<bool>, DriverError>> {
+        ServiceProxyProbe::drain(self, tenant, slurm_node, reason).boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ping_succeeds_only_with_a_responding_controller_and_no_errors() {
+        let up = r#"{"pings":[{"hostname":"slurm-controller-0","pinged":"UP","latency":120,"mode":"primary",
+                     "primary":true,"responding":true}],"meta":{},"errors":[],"warnings":[]}"#;
+        assert!(ping_succeeded(up));
+        let down = r#"{"pings":[{"hostname":"slurm-controller-0","pinged":"DOWN","responding":false}],"errors":[]}"#;
+        assert!(!ping_succeeded(down));
+        let failed = r#"{"pings":[],"errors":[{"error":"Unable to contact slurmctld"}]}"#;
+        assert!(!ping_succeeded(failed));
+        assert!(!ping_succeeded("not json"));
+    }
+
+    #[test]
+    fn drained_means_drain_and_no_jobs() {
+        let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+        assert!(node_drained(&s(&["IDLE", "DRAIN"])));
+        assert!(node_drained(&s(&["DOWN", "DRAIN"])));
+        assert!(!node_drained(&s(&["ALLOCATED", "DRAIN"])));
+        assert!(!node_drained(&s(&["MIXED", "DRAIN"])));
+        assert!(!node_drained(&s(&["IDLE"])));
+        assert_eq!(
+            node_states(r#"{"nodes":[{"name":"cpu-0","state":["IDLE","DRAIN"]}]}"#),
+            Some(s(&["IDLE", "DRAIN"]))
+        );
+        assert_eq!(node_states(r#"{"nodes":[]}"#), None);
+    }
+}

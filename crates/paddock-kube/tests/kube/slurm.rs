@@ -1,0 +1,772 @@
+//! `SlinkyDriver` against a real API server playing the tenant cluster, with the real Slinky CRDs
+//! (`slinky.slurm.net/v1beta1`, from the shared directory) installed: every custom resource goes
+//! through the CRDs' schema validation by server-side apply.
+//!
+//! No Slinky operator runs here. Where readiness is tested, the test PLAYS THE OPERATOR: it
+//! creates the StatefulSets/Deployments/Services the operator would (same names) and writes their
+//! and the NodeSets' status through the `/status` subresources. slurmrestd is played by a
+//! stand-in [`SlurmProbe`], and, for the production probe, by a loopback STAND-IN HTTP server
+//! answering the real `/slurm/v0.0.42/...` JSON shapes behind a selector-less Service.
+//!
+//! The tests share one API server (CRDs installed once) and isolate themselves by namespace (the
+//! driver's namespace setting) and by unique pool names (Nodes are cluster-scoped).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine;
+use futures::FutureExt;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
+use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use paddock_domain::driver::{
+    BoxFuture, DriverError, Removal, SlurmDesired, SlurmDriver, SlurmPool, SlurmSecrets, SlurmStatus, TenantAccess,
+};
+use paddock_domain::secret::SecretString;
+use paddock_kube::nodes::LABEL_NODE_POOL;
+use paddock_kube::slurm::{
+    self, ServiceProxyProbe, SlinkySettings, SlurmProbe, ANNOTATION_CORDON_REASON, LABEL_POD_HOSTNAME, MARIADB,
+    SECRET_DB, SECRET_JWT, SECRET_JWT_KEY, SECRET_SLURM_KEY, SECRET_SSSD,
+};
+use paddock_kube::SlinkyDriver;
+use paddock_types::cluster::{LoginSpec, Partition, SlurmSpec, Taint, TaintEffect};
+use paddock_types::NodePoolId;
+use serde_json::{json, Value};
+
+use crate::support::{self, ApiServer};
+
+/// The Slinky CRDs of the shared directory, or None (test skipped; a failure on CI).
+fn slinky_crds() -> Option<Vec<PathBuf>> {
+    let shared = match std::env::var("PADDOCK_SHARED").ok().filter(|v| !v.is_empty()) {
+        Some(s) => PathBuf::from(s),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
+    };
+    let dir = shared.join("crds/slinky");
+    let files: Vec<PathBuf> = ["accountings", "controllers", "loginsets", "nodesets", "restapis", "tokens"]
+        .iter()
+        .map(|k| dir.join(format!("slinky.slurm.net_{k}.yaml")))
+        .collect();
+    if files.iter().all(|f| f.is_file()) {
+        Some(files.into_iter().map(|f| f.canonicalize().expect("canonical CRD path")).collect())
+    } else {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "the Slinky CRDs are missing in {}", dir.display());
+        eprintln!("SKIPPED: the Slinky CRDs are not in {}", dir.display());
+        None
+    }
+}
+
+/// The API server with the Slinky CRDs shared by these tests.
+async fn server() -> Option<ApiServer> {
+    static SLINKY: tokio::sync::OnceCell<Option<ApiServer>> = tokio::sync::OnceCell::const_new();
+    let crds = slinky_crds()?;
+    SLINKY.get_or_init(|| async { support::dedicated("slinky-shared", &crds).await }).await.clone()
+}
+
+fn access(server: &ApiServer) -> TenantAccess {
+    let kubeconfig = std::fs::read_to_string(&server.kubeconfig).expect("read the harness kubeconfig");
+    TenantAccess {
+        cluster: support::cluster("acme", "hpc"),
+        endpoint: server.url.trim_start_matches("https://").to_owned(),
+        admin_kubeconfig: SecretString::new(kubeconfig),
+    }
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
+}
+
+fn settings(namespace: &str) -> SlinkySettings {
+    SlinkySettings { namespace: namespace.to_owned(), storage_class: "fast-local".to_owned() }
+}
+
+/// STAND-IN for slurmrestd as the driver sees it through [`SlurmProbe`].
+#[derive(Default)]
+struct StandInProbe {
+    up: AtomicBool,
+    /// What `drain` answers; the nodes asked about are recorded.
+    drain_answer: Mutex<Option<bool>>,
+    drained: Mutex<Vec<String>>,
+}
+
+impl SlurmProbe for StandInProbe {
+    fn ping<'a>(&'a self, _: &'a TenantAccess) -> BoxFuture<'a, Result<bool, DriverError>> {
+        let up = self.up.load(Ordering::SeqCst);
+        async move { Ok(up) }.boxed()
+    }
+
+    fn drain<'a>(
+        &'a self,
+        _: &'a TenantAccess,
+        node: &'a str,
+        _: &'a str,
+    ) -> BoxFuture<'a, Result<Option<bool>, DriverError>> {
+        self.drained.lock().expect("lock").push(node.to_owned());
+        let answer = *self.drain_answer.lock().expect("lock");
+        async move { Ok(answer) }.boxed()
+    }
+}
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn random_bytes(n: usize) -> Vec<u8> {
+    (0..n.div_ceil(16)).flat_map(|_| *uuid::Uuid::new_v4().as_bytes()).take(n).collect()
+}
+
+fn secrets() -> SlurmSecrets {
+    SlurmSecrets {
+        slurm_key: SecretString::new(b64(&random_bytes(1024))),
+        jwt_hs256_key: SecretString::new(b64(&random_bytes(64))),
+        database_password: SecretString::new(uuid::Uuid::new_v4().simple().to_string()),
+    }
+}
+
+fn pool(name: &str, count: u32, gpus: u32, taints: Vec<Taint>) -> SlurmPool {
+    SlurmPool {
+        node_pool_id: NodePoolId::new(),
+        name: name.to_owned(),
+        count,
+        node_names: Vec::new(),
+        gpus_per_node: gpus,
+        taints,
+    }
+}
+
+fn desired(pools: Vec<SlurmPool>, secrets: &SlurmSecrets) -> SlurmDesired {
+    SlurmDesired {
+        spec: SlurmSpec {
+            version: "25.05".to_owned(),
+            partitions: Vec::new(),
+            login: LoginSpec {
+                replicas: 2,
+                ssh_authorized_keys: vec!["ssh-ed25519 AAAAC3Nza alice@example".to_owned()],
+            },
+        },
+        pools,
+        secrets: secrets.clone(),
+    }
+}
+
+fn gpu_taint() -> Taint {
+    Taint { key: "example.com/gpu".to_owned(), value: "true".to_owned(), effect: TaintEffect::NoSchedule }
+}
+
+fn slinky(client: &Client, ns: &str, kind: &str) -> Api<DynamicObject> {
+    let resource: ApiResource = slurm::api_resource(kind);
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
+async fn cr(client: &Client, ns: &str, kind: &str, name: &str) -> Option<DynamicObject> {
+    slinky(client, ns, kind).get_opt(name).await.expect("get a Slinky object")
+}
+
+async fn nodeset_spec(client: &Client, ns: &str, name: &str) -> Value {
+    cr(client, ns, "NodeSet", name).await.expect("the NodeSet").data["spec"].clone()
+}
+
+/// Registers a Node with `labels` and `taints` (cluster-scoped: names are unique per test).
+async fn register_node(client: &Client, name: &str, labels: &[(&str, &str)], taints: Value) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
+    let node: Node = serde_json::from_value(json!({
+        "metadata": { "name": name, "labels": labels },
+        "spec": { "taints": taints },
+    }))
+    .expect("a Node");
+    nodes.create(&PostParams::default(), &node).await.expect("register the Node");
+}
+
+#[tokio::test]
+async fn every_object_passes_the_crd_schemas_and_nodesets_pin_to_their_pools() {
+    let Some(server) = server().await else { return };
+    let client = server.client().await;
+    let tenant = access(&server);
+    let ns = unique("slurm");
+    let (cpu, gpu) = (unique("cpu"), unique("gpu"));
+    let secrets = secrets();
+    let driver = SlinkyDriver::new(settings(&ns), Arc::new(StandInProbe::default()));
+    let want = desired(vec![pool(&cpu, 2, 0, Vec::new()), pool(&gpu, 1, 4, vec![gpu_taint()])], &secrets);
+
+    let status = driver.ensure_slurm(&tenant, &want).await.expect("ensure Slurm (every object validated)");
+    assert!(!status.ready);
+    for waiting in
+        ["MariaDbReady", "SlurmAccountingReady", "SlurmControllerReady", "SlurmRestApiReady", "SlurmLoginReady"]
+    {
+        assert!(status.reason.contains(waiting), "{waiting} in {}", status.reason);
+    }
+    assert!(status.reason.contains(&format!("NodeSetsReady: {cpu} 0/2, {gpu} 0/1")), "{}", status.reason);
+    assert!(!status.reason.contains("SlurmRestApiPing"), "no ping before the workloads: {}", status.reason);
+
+    // Secrets: exactly the sealed values (the files hold the random bytes).
+    let secret_api: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let data = |s: Secret, key: &str| s.data.expect("data").remove(key).expect("key").0;
+    let slurm_key = secret_api.get(SECRET_SLURM_KEY).await.expect("slurm-key");
+    assert_eq!(b64(&data(slurm_key, "slurm.key")), secrets.slurm_key.expose());
+    let jwt = secret_api.get(SECRET_JWT).await.expect("jwt");
+    assert_eq!(b64(&data(jwt, SECRET_JWT_KEY)), secrets.jwt_hs256_key.expose());
+    let db = secret_api.get(SECRET_DB).await.expect("db");
+    assert_eq!(data(db, "password"), secrets.database_password.expose().as_bytes());
+    let sssd = secret_api.get(SECRET_SSSD).await.expect("sssd");
+    assert!(String::from_utf8(data(sssd, "sssd.conf")).expect("utf-8").contains("id_provider = files"));
+
+    // MariaDB: pinned image, the storage class, the password from the Secret.
+    let mariadb = Api::<StatefulSet>::namespaced(client.clone(), &ns).get(MARIADB).await.expect("MariaDB");
+    let mariadb = serde_json::to_value(mariadb).expect("json");
+    assert_eq!(mariadb["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"], "fast-local");
+    let container = &mariadb["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], slurm::MARIADB_IMAGE);
+    assert!(container["env"].to_string().contains(SECRET_DB));
+    Api::<Service>::namespaced(client.clone(), &ns).get(MARIADB).await.expect("MariaDB's Service");
+
+    // The Slinky objects.
+    let accounting = cr(&client, &ns, "Accounting", slurm::ACCOUNTING).await.expect("Accounting");
+    assert_eq!(accounting.data["spec"]["storageConfig"]["host"], MARIADB);
+    assert_eq!(accounting.data["spec"]["storageConfig"]["passwordKeyRef"]["name"], SECRET_DB);
+    let controller = cr(&client, &ns, "Controller", slurm::CONTROLLER).await.expect("Controller");
+    let spec = &controller.data["spec"];
+    assert_eq!(spec["clusterName"], slurm::cluster_name(tenant.cluster.cluster_id));
+    assert_eq!(spec["accountingRef"]["name"], slurm::ACCOUNTING);
+    assert_eq!(spec["slurmKeyRef"], json!({"name": SECRET_SLURM_KEY, "key": "slurm.key"}));
+    assert_eq!(spec["jwtHs256KeyRef"], json!({"name": SECRET_JWT, "key": SECRET_JWT_KEY}));
+    assert_eq!(spec["persistence"]["storageClassName"], "fast-local");
+    assert_eq!(spec["slurmctld"]["image"], "ghcr.io/slinkyproject/slurmctld:25.05-ubuntu24.04");
+    assert_eq!(spec["extraConf"], "GresTypes=gpu");
+    assert_eq!(spec["configFileRefs"][0]["name"], slurm::CONFIG_FILES);
+    Api::<ConfigMap>::namespaced(client.clone(), &ns).get(slurm::CONFIG_FILES).await.expect("gres.conf");
+    let restapi = cr(&client, &ns, "RestApi", slurm::RESTAPI).await.expect("RestApi");
+    assert_eq!(restapi.data["spec"]["controllerRef"]["name"], slurm::CONTROLLER);
+    let login = cr(&client, &ns, "LoginSet", slurm::LOGINSET).await.expect("LoginSet");
+    assert_eq!(login.data["spec"]["replicas"], 2);
+    assert_eq!(login.data["spec"]["rootSshAuthorizedKeys"], "ssh-ed25519 AAAAC3Nza alice@example\n");
+    assert_eq!(login.data["spec"]["sssdConfRef"], json!({"name": SECRET_SSSD, "key": "sssd.conf"}));
+
+    // NodeSets: one per pool, own partitions (the first the default), GRES on the GPU pool.
+    let cpu_spec = nodeset_spec(&client, &ns, &cpu).await;
+    let gpu_spec = nodeset_spec(&client, &ns, &gpu).await;
+    assert_eq!((cpu_spec["replicas"].as_i64(), gpu_spec["replicas"].as_i64()), (Some(2), Some(1)));
+    assert_eq!(cpu_spec["partition"], json!({"enabled": true, "config": "Default=YES State=UP"}));
+    assert_eq!(gpu_spec["partition"], json!({"enabled": true, "config": "Default=NO State=UP"}));
+    assert_eq!(gpu_spec["extraConf"], "Gres=gpu:4");
+    assert_eq!(gpu_spec["slurmd"]["resources"]["limits"]["nvidia.com/gpu"], 4);
+    assert!(cpu_spec.get("extraConf").is_none());
+
+    // Pinning: the API server's own label matching of each NodeSet's nodeSelector picks exactly
+    // the pool's Nodes, and the NodeSet tolerates every taint its Nodes carry.
+    let taints = json!([{"key": "example.com/gpu", "value": "true", "effect": "NoSchedule"}]);
+    let (cpu_nodes, gpu_nodes) = ([unique("n-cpu"), unique("n-cpu")], [unique("n-gpu")]);
+    for n in &cpu_nodes {
+        register_node(&client, n, &[(LABEL_NODE_POOL, &cpu)], json!([])).await;
+    }
+    register_node(&client, &gpu_nodes[0], &[(LABEL_NODE_POOL, &gpu)], taints.clone()).await;
+    register_node(&client, &unique("n-other"), &[(LABEL_NODE_POOL, "other")], json!([])).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (spec, expected) in [(&cpu_spec, cpu_nodes.to_vec()), (&gpu_spec, gpu_nodes.to_vec())] {
+        let selector = spec["template"]["spec"]["nodeSelector"].as_object().expect("a nodeSelector");
+        let selector: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={}", v.as_str().expect("str"))).collect();
+        let matched = nodes.list(&ListParams::default().labels(&selector.join(","))).await.expect("list Nodes");
+        let matched: BTreeSet<String> = matched.items.into_iter().filter_map(|n| n.metadata.name).collect();
+        assert_eq!(matched, expected.into_iter().collect::<BTreeSet<_>>());
+    }
+    let tolerations = gpu_spec["template"]["spec"]["tolerations"].as_array().expect("tolerations");
+    for t in taints.as_array().expect("taints") {
+        assert!(
+            tolerations.iter().any(|tol| tol["key"] == t["key"]
+                && tol["effect"] == t["effect"]
+                && (tol["operator"] == "Exists" || tol["value"] == t["value"])),
+            "{t} is not tolerated by {tolerations:?}"
+        );
+    }
+    assert_eq!(cpu_spec["template"]["spec"]["tolerations"], json!([]));
+}
+
+#[tokio::test]
+async fn secrets_are_never_rewritten_by_a_later_ensure() {
+    let Some(server) = server().await else { return };
+    let client = server.client().await;
+    let tenant = access(&server);
+    let ns = unique("slurm");
+    let secrets = secrets();
+    let want = desired(vec![pool(&unique("cpu"), 1, 0, Vec::new())], &secrets);
+    let versions = || async {
+        let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
+        let mut out = Vec::new();
+        for name in [SECRET_SLURM_KEY, SECRET_JWT, SECRET_DB, SECRET_SSSD] {
+            out.push(api.get(name).await.expect("secret").metadata.resource_version.expect("rv"));
+        }
+        out
+    };
+
+    let driver = SlinkyDriver::new(settings(&ns), Arc::new(StandInProbe::default()));
+    driver.ensure_slurm(&tenant, &want).await.expect("first ensure");
+    let first = versions().await;
+    driver.ensure_slurm(&tenant, &want).await.expect("second ensure");
+    assert_eq!(versions().await, first, "a second ensure rewrote a Secret");
+    let fresh = SlinkyDriver::new(settings(&ns), Arc::new(StandInProbe::default()));
+    fresh.ensure_slurm(&tenant, &want).await.expect("ensure by a new driver");
+    assert_eq!(versions().await, first, "a new driver instance rewrote a Secret");
+}
+
+/// PLAYS THE OPERATOR: a StatefulSet named like the operator's, its status ready.
+async fn play_statefulset(client: &Client, ns: &str, name: &str) {
+    let api: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let body = json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": { "name": name, "namespace": ns },
+        "spec": {
+            "replicas": 1, "serviceName": name,
+            "selector": { "matchLabels": { "app": name } },
+            "template": { "metadata": { "labels": { "app": name } },
+                          "spec": { "containers": [{ "name": "c", "image": "example.invalid/c:1" }] } },
+        },
+    });
+    let applied =
+        api.patch(name, &PatchParams::apply("slinky-operator-stand-in"), &Patch::Apply(&body)).await.expect("sts");
+    set_ready(&api, name, applied.metadata.generation.expect("generation"), 1).await;
+}
+
+/// PLAYS THE OPERATOR: a Deployment named like the operator's, its status ready.
+async fn play_deployment(client: &Client, ns: &str, name: &str, replicas: i32) {
+    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let body = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": { "name": name, "namespace": ns },
+        "spec": {
+            "replicas": replicas,
+            "selector": { "matchLabels": { "app": name } },
+            "template": { "metadata": { "labels": { "app": name } },
+                          "spec": { "containers": [{ "name": "c", "image": "example.invalid/c:1" }] } },
+        },
+    });
+    let applied =
+        api.patch(name, &PatchParams::apply("slinky-operator-stand-in"), &Patch::Apply(&body)).await.expect("deploy");
+    set_ready(&api, name, applied.metadata.generation.expect("generation"), replicas).await;
+}
+
+async fn set_ready<K>(api: &Api<K>, name: &str, generation: i64, replicas: i32)
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let status = json!({ "status": {
+        "observedGeneration": generation, "replicas": replicas, "readyReplicas": replicas,
+        "updatedReplicas": replicas, "availableReplicas": replicas,
+    }});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("status");
+}
+
+/// PLAYS THE OPERATOR: a NodeSet's status.
+async fn play_nodeset(client: &Client, ns: &str, name: &str, ready: i64) {
+    let api = slinky(client, ns, "NodeSet");
+    let generation = api.get(name).await.expect("NodeSet").metadata.generation.expect("generation");
+    let status = json!({ "status": {
+        "observedGeneration": generation, "replicas": ready, "readyReplicas": ready,
+        "nodeSetHash": "stand-in", "selector": format!("app={name}"),
+    }});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("NodeSet status");
+}
+
+/// PLAYS THE OPERATOR: a Service named like the operator's.
+async fn play_service(client: &Client, ns: &str, name: &str, port: u16, lb_ip: Option<&str>) {
+    let api: Api<Service> = Api::namespaced(client.clone(), ns);
+    let kind = if lb_ip.is_some() { "LoadBalancer" } else { "ClusterIP" };
+    let body = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": { "name": name, "namespace": ns },
+        "spec": { "type": kind, "selector": { "app": name }, "ports": [{ "port": port }] },
+    });
+    api.patch(name, &PatchParams::apply("slinky-operator-stand-in"), &Patch::Apply(&body)).await.expect("service");
+    if let Some(ip) = lb_ip {
+        let status = json!({ "status": { "loadBalancer": { "ingress": [{ "ip": ip }] } } });
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("LB status");
+    }
+}
+
+#[tokio::test]
+async fn readiness_follows_the_workloads_the_nodesets_and_the_ping() {
+    let Some(server) = server().await else { return };
+    let client = server.client().await;
+    let tenant = access(&server);
+    let ns = unique("slurm");
+    let (cpu, gpu) = (unique("cpu"), unique("gpu"));
+    let probe = Arc::new(StandInProbe::default());
+    let driver = SlinkyDriver::new(settings(&ns), probe.clone());
+    let want = desired(vec![pool(&cpu, 2, 0, Vec::new()), pool(&gpu, 1, 8, vec![gpu_taint()])], &secrets());
+    let ensure = || async { driver.ensure_slurm(&tenant, &want).await.expect("ensure") };
+
+    let status = ensure().await;
+    assert!(!status.ready && status.reason.starts_with("MariaDbReady; "), "{}", status.reason);
+    assert_eq!((status.rest_api.as_deref(), status.login_ssh.as_deref()), (None, None));
+
+    // The StatefulSet controller's part for MariaDB.
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let generation = sts.get(MARIADB).await.expect("MariaDB").metadata.generation.expect("generation");
+    set_ready(&sts, MARIADB, generation, 1).await;
+    let status = ensure().await;
+    assert!(status.reason.starts_with("SlurmAccountingReady; SlurmControllerReady"), "{}", status.reason);
+
+    // The operator's workloads and Services.
+    play_statefulset(&client, &ns, slurm::ACCOUNTING_WORKLOAD).await;
+    play_statefulset(&client, &ns, slurm::CONTROLLER_WORKLOAD).await;
+    play_deployment(&client, &ns, slurm::RESTAPI_SERVICE, 1).await;
+    play_deployment(&client, &ns, slurm::LOGIN_SERVICE, 2).await;
+    play_service(&client, &ns, slurm::RESTAPI_SERVICE, 6820, None).await;
+    play_service(&client, &ns, slurm::LOGIN_SERVICE, 22, Some("203.0.113.10")).await;
+    let status = ensure().await;
+    assert_eq!(status.reason, format!("NodeSetsReady: {cpu} 0/2, {gpu} 0/1"));
+    let restapi_ip = Api::<Service>::namespaced(client.clone(), &ns)
+        .get(slurm::RESTAPI_SERVICE)
+        .await
+        .expect("svc")
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .expect("a cluster IP");
+    assert_eq!(status.rest_api, Some(format!("{restapi_ip}:6820")));
+    assert_eq!(status.login_ssh.as_deref(), Some("203.0.113.10:22"));
+
+    play_nodeset(&client, &ns, &cpu, 2).await;
+    play_nodeset(&client, &ns, &gpu, 0).await;
+    assert_eq!(ensure().await.reason, format!("NodeSetsReady: {gpu} 0/1"));
+    play_nodeset(&client, &ns, &gpu, 1).await;
+    let status = ensure().await;
+    assert_eq!((status.ready, status.reason.as_str()), (false, "SlurmRestApiPing"));
+
+    probe.up.store(true, Ordering::SeqCst);
+    let status = ensure().await;
+    assert_eq!(
+        status,
+        SlurmStatus {
+            ready: true,
+            reason: String::new(),
+            rest_api: Some(format!("{restapi_ip}:6820")),
+            login_ssh: Some("203.0.113.10:22".to_owned()),
+        }
+    );
+}
+
+#[tokio::test]
+async fn scaling_changes_replicas_and_a_removed_pool_loses_its_nodeset() {
+    let Some(server) = server().await else { return };
+    let client = server.client().await;
+    let tenant = access(&server);
+    let ns = unique("slurm");
+    let (cpu, gpu) = (unique("cpu"), unique("gpu"));
+    let secrets = secrets();
+    let driver = SlinkyDriver::new(settings(&ns), Arc::new(StandInProbe::default()));
+
+    let mut want = desired(vec![pool(&cpu, 2, 0, Vec::new()), pool(&gpu, 1, 4, vec![gpu_taint()])], &secrets);
+    driver.ensure_slurm(&tenant, &want).await.expect("ensure");
+    play_nodeset(&client, &ns, &cpu, 2).await;
+
+    want.pools[0].count = 3;
+    let status = driver.ensure_slurm(&tenant, &want).await.expect("scale up");
+    assert_eq!(nodeset_spec(&client, &ns, &cpu).await["replicas"], 3);
+    assert!(status.reason.contains(&format!("{cpu} 2/3")), "{}", status.reason);
+
+    // Partitions from the spec: NodeSet partitions off, the lines in the Controller.
+    want.spec.partitions = vec![Partition {
+        name: "batch".to_owned(),
+        node_pools: vec![cpu.clone(), gpu.clone()],
+        default: true,
+        max_time: Some("1-00:00:00".to_owned()),
+    }];
+    driver.ensure_slurm(&tenant, &want).await.expect("partitions");
+    assert_eq!(nodeset_spec(&client, &ns, &cpu).await["partition"], json!({"enabled": false}));
+    let controller = cr(&client, &ns, "Controller", slurm::CONTROLLER).await.expect("Controller");
+    assert_eq!(
+        controller.data["spec"]["extraConf"],
+        format!("GresTypes=gpu\nPartitionName=batch Nodes={cpu},{gpu} Default=YES MaxTime=1-00:00:00 State=UP")
+    );
+
+    // The GPU pool is gone.
+    want.pools.truncate(1);
+    want.spec.partitions.clear();
+    driver.ensure_slurm(&tenant, &want).await.expect("pool removed");
+    support::eventually(Duration::from_secs(30), "the NodeSet of the removed pool to go", || async {
+        cr(&client, &ns, "NodeSet", &gpu).await.is_none().then_some(())
+    })
+    .await;
+    assert!(cr(&client, &ns, "NodeSet", &cpu).await.is_some(), "the remaining pool's NodeSet stays");
+    let controller = cr(&client, &ns, "Controller", slurm::CONTROLLER).await.expect("Controller");
+    assert!(controller.data["spec"].get("extraConf").is_none(), "{}", controller.data["spec"]);
+}
+
+#[tokio::test]
+async fn remove_slurm_deletes_everything_and_is_idempotent() {
+    let Some(server) = server().await else { return };
+    let client = server.client().await;
+    let tenant = access(&server);
+    let ns = unique("slurm");
+    let (cpu, gpu) = (unique("cpu"), unique("gpu"));
+    let driver = SlinkyDriver::new(settings(&ns), Arc::new(StandInProbe::default()));
+    let want = desired(vec![pool(&cpu, 1, 0, Vec::new()), pool(&gpu, 1, 2, Vec::new())], &secrets());
+    driver.ensure_slurm(&tenant, &want).await.expect("ensure");
+
+    support::eventually(Duration::from_secs(60), "Slurm to be gone", || async {
+        (driver.remove_slurm(&tenant).await.expect("remove") == Removal::Gone).then_some(())
+    })
+    .await;
+    for (kind, name) in [
+        ("NodeSet", cpu.as_str()),
+        ("NodeSet", gpu.as_str()),
+        ("LoginSet", slurm::LOGINSET),
+        ("RestApi", slurm::RESTAPI),
+        ("Controller", slurm::CONTROLLER),
+        ("Accounting", slurm::ACCOUNTING),
+    ] {
+        assert!(cr(&client, &ns, kind, name).await.is_none(), "{kind} {name} is left");
+    }
+    let secret_api: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    assert!(secret_api
+        .list(&ListParams::default().labels("paddock.dev/slurm=paddock"))
+        .await
+        .expect("list")
+        .items
+        .is_empty());
+    assert!(Api::<StatefulSet>::namespaced(client.clone(), &ns).get_opt(MARIADB).await.expect("get").is_none());
+    assert!(Api::<Service>::namespaced(client.clone(), &ns).get_opt(MARIADB).await.expect("get").is_none());
+    assert!(Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .get_opt(slurm::CONFIG_FILES)
+        .await
+        .expect("get")
+        .is_none());
+
+    assert_eq!(SlurmDriver::remove_slurm(&driver, &tenant).await.expect("again"), Removal::Gone);
+    let never = SlinkyDriver::new(settings(&unique("slurm")), Arc::new(StandInProbe::default()));
+    assert_eq!(never.remove_slurm(&tenant).await.expect("never ensured"), Removal::Gone);
+}
+
+#[tokio::test]
+async fn an_unknown_slurm_version_is_a_permanent_error() {
+    // No API server needed: the version is checked before anything is written.
+    let tenant = TenantAccess {
+        cluster: support::cluster("acme", "hpc"),
+        endpoint: "127.0.0.1:1".to_owned(),
+        admin_kubeconfig: SecretString::new(String::new()),
+    };
+    let driver = SlinkyDriver::new(SlinkySettings::default(), Arc::new(StandInProbe::default()));
+    let mut want = desired(Vec::new(), &secrets());
+    want.spec.version = "20.02".to_owned();
+    let e = driver.ensure_slurm(&tenant, &want).await.expect_err("unsupported");
+    assert_eq!((e.code.as_str(), e.is_transient()), ("slurm_version_unsupported", false));
+}
+
+#[tokio::test]
+async fn draining_cordons_the_node_and_drains_its_slurm_nodes() {
+    let Some(server) = server().await else { return };
+    let client = server.client().await;
+    let tenant = access(&server);
+    let ns = unique("slurm");
+    let probe = Arc::new(StandInProbe::default());
+    let driver = SlinkyDriver::new(settings(&ns), probe.clone());
+    let node = unique("n-drain");
+    register_node(&client, &node, &[(LABEL_NODE_POOL, "cpu")], json!([])).await;
+    driver
+        .ensure_slurm(&tenant, &desired(vec![pool(&unique("cpu"), 1, 0, Vec::new())], &secrets()))
+        .await
+        .expect("ensure");
+
+    // PLAYS THE OPERATOR: a NodeSet pod on the node (the Slurm node `cpu-0`), and another pod.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    for (name, labels) in [("cpu-0", json!({ LABEL_POD_HOSTNAME: "cpu-0" })), ("other", json!({ "app": "other" }))] {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": { "name": name, "labels": labels },
+            "spec": { "nodeName": node, "containers": [{ "name": "c", "image": "example.invalid/c:1" }] },
+        }))
+        .expect("pod");
+        // The namespace's default ServiceAccount appears shortly after the namespace.
+        support::eventually(Duration::from_secs(30), "a pod to be created", || async {
+            pods.create(&PostParams::default(), &pod).await.ok().map(|_| ())
+        })
+        .await;
+    }
+
+    *probe.drain_answer.lock().expect("lock") = Some(false);
+    assert!(!driver.drain_node(&tenant, &node).await.expect("drain"), "still draining");
+    let cordoned = Api::<Node>::all(client.clone()).get(&node).await.expect("node");
+    assert_eq!(cordoned.spec.and_then(|s| s.unschedulable), Some(true));
+    let annotations = cordoned.metadata.annotations.unwrap_or_default();
+    assert_eq!(annotations.get(ANNOTATION_CORDON_REASON).map(String::as_str), Some(slurm::DRAIN_REASON));
+    *probe.drain_answer.lock().expect("lock") = Some(true);
+    assert!(driver.drain_node(&tenant, &node).await.expect("drain"), "drained");
+    assert_eq!(*probe.drained.lock().expect("lock"), vec!["cpu-0".to_owned(), "cpu-0".to_owned()]);
+
+    // Unknown to Slurm, and no Node at all: nothing to wait for.
+    *probe.drain_answer.lock().expect("lock") = None;
+    assert!(driver.drain_node(&tenant, &node).await.expect("drain"));
+    assert!(driver.drain_node(&tenant, &unique("n-missing")).await.expect("drain a missing node"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The production probe through the API server's service proxy, against a STAND-IN slurmrestd.
+
+#[derive(Clone)]
+struct StandInRestd {
+    key: Vec<u8>,
+    /// Slurm node -> state flags.
+    nodes: Arc<Mutex<BTreeMap<String, Vec<String>>>>,
+}
+
+impl StandInRestd {
+    fn authorized(&self, headers: &axum::http::HeaderMap) -> bool {
+        let Some(token) = headers.get("X-SLURM-USER-TOKEN").and_then(|v| v.to_str().ok()) else { return false };
+        let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::HS256);
+        validation.set_required_spec_claims(&["exp"]);
+        let key = jsonwebtoken::DecodingKey::from_secret(&self.key);
+        jsonwebtoken::decode::<Value>(token, &key, &validation).is_ok_and(|t| t.claims["sun"] == "slurm")
+    }
+}
+
+async fn restd_router(restd: StandInRestd) -> axum::Router {
+    use axum::extract::{Path, State};
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::routing::get;
+    use axum::Json;
+
+    type Answer = (StatusCode, Json<Value>);
+    async fn ping(State(r): State<StandInRestd>, headers: HeaderMap) -> Answer {
+        if !r.authorized(&headers) {
+            return (StatusCode::UNAUTHORIZED, Json(json!({"errors": [{"error": "unauthorized"}]})));
+        }
+        // The shape of slurmrestd v0.0.42's `GET /slurm/v0.0.42/ping`.
+        let pings = json!([{ "hostname": "slurm-controller-0", "pinged": "UP", "latency": 93, "mode": "primary",
+                             "primary": true, "responding": true }]);
+        (StatusCode::OK, Json(json!({ "pings": pings, "meta": {}, "errors": [], "warnings": [] })))
+    }
+    async fn node_get(State(r): State<StandInRestd>, Path(name): Path<String>, headers: HeaderMap) -> Answer {
+        if !r.authorized(&headers) {
+            return (StatusCode::UNAUTHORIZED, Json(json!({})));
+        }
+        match r.nodes.lock().expect("lock").get(&name) {
+            Some(state) => (StatusCode::OK, Json(json!({ "nodes": [{ "name": name, "state": state }], "errors": [] }))),
+            None => (StatusCode::NOT_FOUND, Json(json!({ "nodes": [], "errors": [{ "error": "Invalid node name" }] }))),
+        }
+    }
+    async fn node_post(
+        State(r): State<StandInRestd>,
+        Path(name): Path<String>,
+        headers: HeaderMap,
+        Json(update): Json<Value>,
+    ) -> Answer {
+        if !r.authorized(&headers) {
+            return (StatusCode::UNAUTHORIZED, Json(json!({})));
+        }
+        let mut nodes = r.nodes.lock().expect("lock");
+        let Some(state) = nodes.get_mut(&name) else { return (StatusCode::NOT_FOUND, Json(json!({}))) };
+        if update["state"] == json!(["DRAIN"]) && !update["reason"].as_str().unwrap_or_default().is_empty() {
+            state.push("DRAIN".to_owned());
+        }
+        (StatusCode::OK, Json(json!({ "errors": [] })))
+    }
+    axum::Router::new()
+        .route("/slurm/v0.0.42/ping", get(ping))
+        .route("/slurm/v0.0.42/node/{name}", get(node_get).post(node_post))
+        .with_state(restd)
+}
+
+/// This host's address on its default route (the API server refuses to proxy to loopback).
+fn routable_ip() -> Option<std::net::IpAddr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("192.0.2.1:9").or_else(|_| socket.connect("10.255.255.1:9")).ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+#[tokio::test]
+async fn the_service_proxy_probe_pings_and_drains_through_the_api_server() {
+    let Some(server) = server().await else { return };
+    let Some(ip) = routable_ip() else {
+        eprintln!("SKIPPED: no non-loopback address for the slurmrestd stand-in");
+        return;
+    };
+    let client = server.client().await;
+    let tenant = access(&server);
+    let ns = unique("slurm");
+    let secrets = secrets();
+    // The production driver writes the JWT key Secret the probe reads.
+    let driver = SlinkyDriver::with_service_proxy(settings(&ns));
+    driver
+        .ensure_slurm(&tenant, &desired(vec![pool(&unique("cpu"), 1, 0, Vec::new())], &secrets))
+        .await
+        .expect("ensure");
+
+    let key = base64::engine::general_purpose::STANDARD.decode(secrets.jwt_hs256_key.expose()).expect("b64");
+    let nodes = Arc::new(Mutex::new(BTreeMap::from([("cpu-0".to_owned(), vec!["IDLE".to_owned()])])));
+    let restd = StandInRestd { key, nodes: nodes.clone() };
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await.expect("bind the stand-in");
+    let port = listener.local_addr().expect("addr").port();
+    let app = restd_router(restd).await;
+    tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
+
+    // PLAYS THE OPERATOR (and the kubelet): slurmrestd's pod, with the stand-in's address as its
+    // IP (the API server proxies only to endpoint addresses that are the IPs of their target pods).
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": { "name": "slurm-restapi-0" },
+        "spec": { "nodeName": unique("n-restd"), "containers": [{ "name": "slurmrestd", "image": "example.invalid/c:1" }] },
+    }))
+    .expect("pod");
+    support::eventually(Duration::from_secs(30), "slurmrestd's pod to be created", || async {
+        pods.create(&PostParams::default(), &pod).await.ok().map(|_| ())
+    })
+    .await;
+    let pod_status =
+        json!({ "status": { "phase": "Running", "podIP": ip.to_string(), "podIPs": [{ "ip": ip.to_string() }] } });
+    pods.patch_status("slurm-restapi-0", &PatchParams::default(), &Patch::Merge(&pod_status)).await.expect("pod IP");
+    let target = json!({ "kind": "Pod", "name": "slurm-restapi-0", "namespace": ns });
+
+    // PLAYS THE OPERATOR: the RestApi's Service, its endpoint the stand-in (selector-less).
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let svc = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": { "name": slurm::RESTAPI_SERVICE, "namespace": ns },
+        "spec": { "ports": [{ "name": "slurmrestd", "port": 6820, "targetPort": port }] },
+    });
+    services.patch(slurm::RESTAPI_SERVICE, &PatchParams::apply("stand-in"), &Patch::Apply(&svc)).await.expect("svc");
+    let endpoints: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("", "v1", "Endpoints")),
+    );
+    let ep = json!({
+        "apiVersion": "v1", "kind": "Endpoints",
+        "metadata": { "name": slurm::RESTAPI_SERVICE, "namespace": ns },
+        "subsets": [{ "addresses": [{ "ip": ip.to_string(), "targetRef": target }], "ports": [{ "name": "slurmrestd", "port": port }] }],
+    });
+    endpoints.patch(slurm::RESTAPI_SERVICE, &PatchParams::apply("stand-in"), &Patch::Apply(&ep)).await.expect("ep");
+    let slices: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("discovery.k8s.io", "v1", "EndpointSlice")),
+    );
+    let slice_name = format!("{}-stand-in", slurm::RESTAPI_SERVICE);
+    let slice = json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": { "name": slice_name, "namespace": ns,
+                      "labels": { "kubernetes.io/service-name": slurm::RESTAPI_SERVICE } },
+        "addressType": if ip.is_ipv4() { "IPv4" } else { "IPv6" },
+        "endpoints": [{ "addresses": [ip.to_string()], "conditions": { "ready": true }, "targetRef": target }],
+        "ports": [{ "name": "slurmrestd", "port": port, "protocol": "TCP" }],
+    });
+    slices.patch(&slice_name, &PatchParams::apply("stand-in"), &Patch::Apply(&slice)).await.expect("slice");
+
+    let probe = ServiceProxyProbe::new(ns.clone());
+    assert!(probe.ping(&tenant).await.expect("ping through the service proxy"));
+    assert_eq!(probe.drain(&tenant, "cpu-0", slurm::DRAIN_REASON).await.expect("drain"), Some(true));
+    assert_eq!(nodes.lock().expect("lock")["cpu-0"], vec!["IDLE".to_owned(), "DRAIN".to_owned()]);
+    assert_eq!(probe.drain(&tenant, "cpu-0", slurm::DRAIN_REASON).await.expect("again"), Some(true));
+    assert_eq!(probe.drain(&tenant, "unknown-7", slurm::DRAIN_REASON).await.expect("unknown"), None);
+
+    // A token signed with another key is refused by the stand-in: the ping is not a success.
+    let other = secrets_with_jwt(&secrets, b64(&random_bytes(64)));
+    driver.ensure_slurm(&tenant, &desired(vec![pool(&unique("cpu"), 1, 0, Vec::new())], &other)).await.expect("ensure");
+    let denied = probe.ping(&tenant).await;
+    assert!(!matches!(denied, Ok(true)), "a token of the old key was accepted: {denied:?}");
+}
+
+fn secrets_with_jwt(secrets: &SlurmSecrets, jwt: String) -> SlurmSecrets {
+    SlurmSecrets { jwt_hs256_key: SecretString::new(jwt), ..secrets.clone() }
+}

@@ -1,0 +1,141 @@
+//! The custody ledger of a machine and a tenant's isolation report (SPEC section 5).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::{AllocationId, CleanId, ClusterId, CustodyEntryId, MachineId, NodePoolId, TenantId};
+
+/// One transition of a machine, as the ledger recorded it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CustodyEntryView {
+    /// Id.
+    pub id: CustodyEntryId,
+    /// The machine.
+    pub machine_id: MachineId,
+    /// Position in the machine's chain: 1, 2, 3, ...
+    #[schema(minimum = 1)]
+    pub seq: i64,
+    /// When the transition happened (microsecond precision).
+    pub at: DateTime<Utc>,
+    /// Who made it: the token subject of an API call, or `paddock-worker`.
+    pub actor: String,
+    /// The state left (a machine state); null for enrollment.
+    pub from: Option<String>,
+    /// The state entered (a machine state).
+    pub to: String,
+    /// Why.
+    pub reason: String,
+    /// What proves it: the wipe report of a clean, the allocation (tenant, cluster, pool, clean),
+    /// the node that joined, the error or maintenance reason, the enrolling request.
+    #[schema(value_type = Object)]
+    pub evidence: serde_json::Value,
+    /// HMAC-SHA256 of the previous entry, hex; null for the first entry.
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    pub prev_mac: Option<String>,
+    /// HMAC-SHA256 over this entry's canonical JSON (RFC 8785) and `prev_mac`, hex; null while
+    /// the entry is not sealed yet.
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    pub mac: Option<String>,
+}
+
+/// A machine's custody ledger and the result of recomputing its chain.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CustodyView {
+    /// The machine.
+    pub machine_id: MachineId,
+    /// Every entry, oldest first.
+    pub items: Vec<CustodyEntryView>,
+    /// Every entry is sealed, every MAC checks, the sequence has no gap, and the last entry
+    /// leads to the machine's current state.
+    pub verified: bool,
+    /// The first entry that fails verification (edited, out of sequence, or not linked to the
+    /// one before it); null when verified, or when only the end is missing or not yet sealed.
+    pub first_bad_entry: Option<CustodyEntryId>,
+    /// Entries not sealed yet: written by a transition whose transaction did not hold the ledger
+    /// key, sealed by the worker right after.
+    #[schema(minimum = 0)]
+    pub unsealed: u64,
+    /// What is wrong, readable; null when verified.
+    pub finding: Option<String>,
+}
+
+/// The verified wipe that preceded an allocation.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct IsolationWipe {
+    /// The clean record.
+    pub clean_id: CleanId,
+    /// How the machine was wiped (`agent`: the wipe image's agent reported every drive).
+    pub method: String,
+    /// The wipe run.
+    #[schema(value_type = String, format = Uuid)]
+    pub run_id: uuid::Uuid,
+    /// When the wipe was verified.
+    pub completed_at: DateTime<Utc>,
+}
+
+/// A machine a cluster holds, with the evidence that it was clean when the tenant got it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct IsolationMachine {
+    /// The machine.
+    pub machine_id: MachineId,
+    /// Its name.
+    pub name: String,
+    /// Its state (a machine state).
+    pub state: String,
+    /// The node pool it serves.
+    pub node_pool_id: NodePoolId,
+    /// Its node name in the tenant cluster, once active.
+    pub node_name: Option<String>,
+    /// The allocation that gave it to the cluster.
+    pub allocation_id: AllocationId,
+    /// When.
+    pub allocated_at: DateTime<Utc>,
+    /// The clean the allocation consumed, as recorded; null when the record is missing.
+    pub wipe: Option<IsolationWipe>,
+    /// The wipe record exists, belongs to this machine, completed before the allocation, and no
+    /// other tenancy of the machine came between the two.
+    pub wipe_verified: bool,
+    /// The machine's custody ledger verifies (see `GET /v1/machines/{machine_id}/custody`).
+    pub ledger_verified: bool,
+}
+
+/// A live cluster of the tenant and the machines it holds.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct IsolationCluster {
+    /// The cluster.
+    pub cluster_id: ClusterId,
+    /// Its name.
+    pub name: String,
+    /// Its phase.
+    pub phase: String,
+    /// Its namespace on the platform cluster (`pc-<cluster id without dashes>`), holding its
+    /// control plane and nothing of any other tenant.
+    pub namespace: String,
+    /// Its own Kubernetes API endpoint, once published.
+    pub kubernetes_api: Option<String>,
+    /// The machines it holds (live allocations), by id.
+    pub machines: Vec<IsolationMachine>,
+}
+
+/// Evidence that a tenant's clusters run on machines no one else holds, each wiped before the
+/// tenant got it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct IsolationReport {
+    /// The tenant.
+    pub tenant_id: TenantId,
+    /// When the report was made; not part of the digest.
+    pub as_of: DateTime<Utc>,
+    /// Live clusters, by id.
+    pub clusters: Vec<IsolationCluster>,
+    /// Checked, not assumed: none of these machines is in a live allocation of anyone else (or
+    /// in two live allocations), and each machine's record names this tenant as its holder.
+    pub no_machine_shared: bool,
+    /// Every machine has a verified preceding wipe and a verified ledger, and no machine is
+    /// shared.
+    pub complete: bool,
+    /// SHA-256 (hex) of the canonical JSON (RFC 8785) of this report without `digest` and
+    /// `as_of`: the same state of the world gives the same digest.
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    pub digest: String,
+}

@@ -1,0 +1,901 @@
+//! The whole machine lifecycle of SPEC section 5 through the `MachineReconciler` with the REAL
+//! Redfish driver against the REAL Redfish emulator (sushy-tools, started by `scripts/test`,
+//! `PADDOCK_TEST_REDFISH_*`) and the real agent endpoints served on a loopback port:
+//!
+//! enroll -> inspect -> clean (wipe) -> available -> allocate -> provision -> active -> release ->
+//! cleaning -> wipe again -> available; a failed drive -> `clean_failed`; used (409) and expired
+//! (410) tokens.
+//!
+//! The test plays everything outside paddock: the wipe and first-boot agents (it reads the seed
+//! URL, token and all, back from the emulator's virtual media, as a booted machine would find it),
+//! and the tenant cluster's kubelet (`TenantStandIn`, a TEST STAND-IN for the tenant cluster's
+//! API: this test is about the BMC side). The emulator downloads every inserted image, so a tiny
+//! HTTP server serves the wipe and OS images, and the seed is downloaded from paddock's API.
+//!
+//! Systems of the main emulator owned here (see the table in paddock-redfish's tests): `node-011`
+//! (the full lifecycle) and `node-012` (the failed wipe). Both end Off, ejected, booting from disk,
+//! as the emulator starts them. Without the emulator these tests skip with a notice, except under
+//! `CI=true`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BootMedia, BoxFuture, Inventory};
+use paddock_domain::driver::{
+    ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, DriverError, Isolation, JoinConfig,
+    KubeDrivers, NodeRef, NodeStatus, PlatformDriver, Removal, SlurmDesired, SlurmDriver, SlurmStatus, StackStatus,
+    TenantAccess, TenantCredentials, TenantNodes, TenantStack,
+};
+use paddock_domain::job_kind::MACHINE_RECONCILE;
+use paddock_domain::model::Machine;
+use paddock_domain::secret::Binding;
+use paddock_redfish::{
+    BmcLimiter, Password, PowerState, RedfishBmc, RedfishClient, RedfishConfig, RedfishError, SystemUuid, Url,
+};
+use paddock_store::lifecycle::{self, Allocation, Need};
+use paddock_store::{cluster, machine, Store};
+use paddock_testkit::{admin, TestApp};
+use paddock_types::machine::MachineState;
+use paddock_types::{ClusterId, MachineClassId, MachineId, NodePoolId, TenantId};
+use paddock_worker::reconcile::{Drivers, MachineReconciler, Settings};
+use paddock_worker::{JobHandler, Outcome};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use uuid::Uuid;
+
+use crate::support::{enqueue, get, init_tracing, new_job};
+
+// ---------------------------------------------------------------------------------------------
+// The emulator.
+
+/// The main emulator: URL and credentials.
+#[derive(Clone)]
+struct Emulator {
+    url: String,
+    user: String,
+    password: String,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// The emulator, or `None` (skip, with a notice) outside CI when it is not configured.
+fn emulator() -> Option<Emulator> {
+    match var("PADDOCK_TEST_REDFISH_URL") {
+        Some(url) => Some(Emulator {
+            url,
+            user: var("PADDOCK_TEST_REDFISH_USER").unwrap_or_default(),
+            password: var("PADDOCK_TEST_REDFISH_PASSWORD").unwrap_or_default(),
+        }),
+        None => {
+            let msg = "PADDOCK_TEST_REDFISH_URL is not set: run `scripts/test -p paddock-worker`, which starts \
+                       the Redfish emulator";
+            assert!(
+                std::env::var("CI").map_or(true, |v| v != "true"),
+                "{msg} (CI=true: missing test servers are a failure)"
+            );
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "SKIPPED (lifecycle tests pass vacuously): {msg}");
+            None
+        }
+    }
+}
+
+macro_rules! require {
+    ($e:expr) => {
+        match $e {
+            Some(v) => v,
+            None => return,
+        }
+    };
+}
+
+/// What the emulator shows of a system: power, boot override target, virtual media.
+#[derive(Debug, Clone, PartialEq)]
+struct Seen {
+    power: Option<PowerState>,
+    boot_target: Option<String>,
+    /// Device id -> inserted image (`None` = empty).
+    media: HashMap<String, Option<String>>,
+}
+
+impl Seen {
+    fn image(&self, device: &str) -> Option<&str> {
+        self.media.get(device).and_then(|i| i.as_deref())
+    }
+
+    /// The image of the device that is not `Cd` (the seed's).
+    fn seed(&self) -> Option<&str> {
+        self.media.iter().filter(|(d, _)| d.as_str() != "Cd").find_map(|(_, i)| i.as_deref())
+    }
+
+    fn all_ejected(&self) -> bool {
+        self.media.values().all(Option::is_none)
+    }
+}
+
+impl Emulator {
+    fn config(&self, system_id: Option<&str>) -> RedfishConfig {
+        let mut config = RedfishConfig::new(
+            Url::parse(&self.url).expect("url"),
+            self.user.clone(),
+            Password::new(self.password.clone()),
+        );
+        config.system_id = system_id.map(str::to_owned);
+        config
+    }
+
+    fn client(&self, system: &str) -> RedfishClient {
+        RedfishClient::new(self.config(Some(system))).expect("client")
+    }
+
+    /// The UUID of the system named `name` (`node-NNN`): the client addresses systems by `Id` or
+    /// `UUID` only, so the systems are listed and read until the name matches.
+    async fn uuid_of(&self, name: &str) -> String {
+        let ids = match RedfishClient::new(self.config(None)).expect("client").system().await {
+            Err(RedfishError::AmbiguousSystem { ids }) => ids,
+            other => panic!("the emulator lists several systems: {other:?}"),
+        };
+        for id in ids {
+            let inv = self.client(&id).system().await.expect("system");
+            if inv.name.as_deref() == Some(name) {
+                return inv.uuid.expect("the emulator reports UUIDs").as_str().to_owned();
+            }
+        }
+        panic!("the emulator has no system named {name}");
+    }
+
+    /// Reads the system's state (read-only calls).
+    async fn seen(&self, uuid: &str) -> Seen {
+        let client = self.client(uuid);
+        let inv = client.system().await.expect("system");
+        let media = client
+            .virtual_media_devices()
+            .await
+            .expect("virtual media")
+            .into_iter()
+            .map(|d| {
+                let image = d.image.filter(|i| !i.is_empty() && d.inserted != Some(false));
+                (d.id, image)
+            })
+            .collect();
+        Seen { power: inv.power_state.and_then(|p| p.settled()), boot_target: inv.boot.and_then(|b| b.target), media }
+    }
+
+    /// Puts the system back the way the emulator starts it (Off, ejected, booting from disk).
+    async fn tidy(&self, uuid: &str) {
+        let _ = self.client(uuid).finish_boot(&SystemUuid::new(uuid), AfterBoot::PowerOff).await;
+    }
+}
+
+/// The token in a seed URL `<base>/v1/agent/<token>/seed.iso`.
+fn token_of(seed_url: &str) -> String {
+    let rest = seed_url.split("/v1/agent/").nth(1).unwrap_or_else(|| panic!("not a seed URL: {seed_url}"));
+    let token = rest.strip_suffix("/seed.iso").unwrap_or_else(|| panic!("not a seed URL: {seed_url}"));
+    token.to_owned()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The image server the emulator downloads the wipe and OS images from.
+
+/// Serves 64 KiB for `GET /images/<name>.iso`, 404 otherwise; counts downloads per path.
+struct Images {
+    base: String,
+    downloads: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Images {
+    async fn start() -> Images {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind image server");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let downloads: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+        let counts = downloads.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut socket, _)) = listener.accept().await else { return };
+                let counts = counts.clone();
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match socket.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&request).into_owned();
+                    let mut words = head.split_whitespace();
+                    let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or("").to_owned());
+                    let found = path.starts_with("/images/") && path.ends_with(".iso");
+                    let body = if found { vec![0x42u8; 64 * 1024] } else { Vec::new() };
+                    if found && method == "GET" {
+                        *counts.lock().expect("lock").entry(path).or_default() += 1;
+                    }
+                    let status = if found { "200 OK" } else { "404 Not Found" };
+                    let head = format!(
+                        "HTTP/1.1 {status}\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\n\
+                         Connection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = socket.write_all(head.as_bytes()).await;
+                    if method != "HEAD" {
+                        let _ = socket.write_all(&body).await;
+                    }
+                    let _ = socket.shutdown().await;
+                });
+            }
+        });
+        Images { base, downloads }
+    }
+
+    fn url(&self, name: &str) -> String {
+        format!("{}/images/{name}", self.base)
+    }
+
+    fn downloads(&self, name: &str) -> usize {
+        self.downloads.lock().expect("lock").get(&format!("/images/{name}")).copied().unwrap_or(0)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A TEST STAND-IN for the tenant cluster (its API server and the kubelet of the machine): hands
+// out a join configuration and reports a node Ready once the test "registers" it. Only
+// `TenantNodes` is used by the machine reconciler for a Kubernetes cluster; the other drivers
+// refuse, so a call to them fails the test visibly.
+
+#[derive(Default)]
+struct TenantStandIn {
+    /// System UUID -> registered node name.
+    nodes: Mutex<HashMap<String, String>>,
+    /// Join configurations handed out.
+    joins: AtomicUsize,
+    /// Node names removed.
+    removed: Mutex<Vec<String>>,
+}
+
+impl TenantStandIn {
+    /// The kubelet of the machine registers `name` with `system_uuid`, and it is Ready.
+    fn register(&self, system_uuid: &str, name: &str) {
+        self.nodes.lock().expect("lock").insert(system_uuid.to_ascii_lowercase(), name.to_owned());
+    }
+
+    fn has(&self, system_uuid: &str) -> bool {
+        self.nodes.lock().expect("lock").contains_key(&system_uuid.to_ascii_lowercase())
+    }
+}
+
+fn not_here<T>(what: &str) -> Result<T, DriverError> {
+    Err(DriverError::permanent("not_in_this_test", format!("{what} is not part of the machine lifecycle test")))
+}
+
+impl TenantNodes for TenantStandIn {
+    fn join_config<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+        ttl_seconds: u64,
+    ) -> BoxFuture<'a, Result<JoinConfig, DriverError>> {
+        Box::pin(async move {
+            self.joins.fetch_add(1, Ordering::SeqCst);
+            Ok(JoinConfig(json!({
+                "api_server": tenant.endpoint,
+                "bootstrap_token": "abcdef.0123456789abcdef",
+                "ca_cert_hashes": ["sha256:0000000000000000000000000000000000000000000000000000000000000000"],
+                "node_name": node.node_name,
+                "ttl_seconds": ttl_seconds,
+            })))
+        })
+    }
+
+    fn node<'a>(
+        &'a self,
+        _tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<Option<NodeStatus>, DriverError>> {
+        Box::pin(async move {
+            let nodes = self.nodes.lock().expect("lock");
+            Ok(nodes
+                .get(&node.system_uuid.to_ascii_lowercase())
+                .map(|name| NodeStatus { name: name.clone(), ready: true }))
+        })
+    }
+
+    fn remove_node<'a>(
+        &'a self,
+        _tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<Removal, DriverError>> {
+        Box::pin(async move {
+            if let Some(name) = self.nodes.lock().expect("lock").remove(&node.system_uuid.to_ascii_lowercase()) {
+                self.removed.lock().expect("lock").push(name);
+            }
+            Ok(Removal::Gone)
+        })
+    }
+}
+
+impl PlatformDriver for TenantStandIn {
+    fn ensure_isolation<'a>(&'a self, _: &'a ClusterRef) -> BoxFuture<'a, Result<Isolation, DriverError>> {
+        Box::pin(async { not_here("ensure_isolation") })
+    }
+
+    fn remove_isolation<'a>(&'a self, _: &'a ClusterRef) -> BoxFuture<'a, Result<Removal, DriverError>> {
+        Box::pin(async { not_here("remove_isolation") })
+    }
+}
+
+impl ControlPlaneBackend for TenantStandIn {
+    fn ensure_control_plane<'a>(
+        &'a self,
+        _: &'a ControlPlaneSpec,
+    ) -> BoxFuture<'a, Result<ControlPlaneStatus, DriverError>> {
+        Box::pin(async { not_here("ensure_control_plane") })
+    }
+
+    fn delete_control_plane<'a>(&'a self, _: &'a ClusterRef) -> BoxFuture<'a, Result<Removal, DriverError>> {
+        Box::pin(async { not_here("delete_control_plane") })
+    }
+}
+
+impl TenantStack for TenantStandIn {
+    fn ensure_stack<'a>(&'a self, _: &'a TenantAccess) -> BoxFuture<'a, Result<StackStatus, DriverError>> {
+        Box::pin(async { not_here("ensure_stack") })
+    }
+}
+
+impl TenantCredentials for TenantStandIn {
+    fn tenant_kubeconfig<'a>(
+        &'a self,
+        _: &'a TenantAccess,
+        _: u64,
+    ) -> BoxFuture<'a, Result<paddock_domain::secret::SecretString, DriverError>> {
+        Box::pin(async { not_here("tenant_kubeconfig") })
+    }
+}
+
+impl SlurmDriver for TenantStandIn {
+    fn ensure_slurm<'a>(
+        &'a self,
+        _: &'a TenantAccess,
+        _: &'a SlurmDesired,
+    ) -> BoxFuture<'a, Result<SlurmStatus, DriverError>> {
+        Box::pin(async { not_here("ensure_slurm") })
+    }
+
+    fn drain_node<'a>(&'a self, _: &'a TenantAccess, _: &'a str) -> BoxFuture<'a, Result<bool, DriverError>> {
+        Box::pin(async { not_here("drain_node") })
+    }
+
+    fn remove_slurm<'a>(&'a self, _: &'a TenantAccess) -> BoxFuture<'a, Result<Removal, DriverError>> {
+        Box::pin(async { not_here("remove_slurm") })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The BMC driver under test, with a log of its calls and what the emulator showed right after
+// each one (so that states a single reconciler run passes through can be asserted).
+
+struct Recording {
+    inner: RedfishBmc,
+    emu: Emulator,
+    log: Mutex<Vec<(String, Option<Seen>)>>,
+}
+
+impl Recording {
+    fn new(emu: &Emulator) -> Arc<Recording> {
+        let inner = RedfishBmc::new(BmcLimiter::new(4)).with_tuning(|c| {
+            c.connect_timeout = Duration::from_secs(2);
+            c.request_timeout = Duration::from_secs(10);
+            c.retries = 1;
+        });
+        Arc::new(Recording { inner, emu: emu.clone(), log: Mutex::default() })
+    }
+
+    async fn record(&self, call: String, access: &BmcAccess, ok: bool) {
+        let seen = match (&access.system_uuid, ok) {
+            (Some(uuid), true) => Some(self.emu.seen(uuid).await),
+            _ => None,
+        };
+        self.log.lock().expect("lock").push((call, seen));
+    }
+
+    /// The calls so far (names only), and clears the log.
+    fn take(&self) -> Vec<(String, Option<Seen>)> {
+        std::mem::take(&mut *self.log.lock().expect("lock"))
+    }
+}
+
+impl BmcDriver for Recording {
+    fn inspect<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Inventory, BmcError>> {
+        Box::pin(async move {
+            let r = self.inner.inspect(access).await;
+            self.log.lock().expect("lock").push(("inspect".to_owned(), None));
+            r
+        })
+    }
+
+    fn boot_from_media<'a>(
+        &'a self,
+        access: &'a BmcAccess,
+        media: &'a BootMedia,
+    ) -> BoxFuture<'a, Result<(), BmcError>> {
+        Box::pin(async move {
+            let r = self.inner.boot_from_media(access, media).await;
+            self.record("boot_from_media".to_owned(), access, r.is_ok()).await;
+            r
+        })
+    }
+
+    fn finish_boot<'a>(&'a self, access: &'a BmcAccess, after: AfterBoot) -> BoxFuture<'a, Result<(), BmcError>> {
+        Box::pin(async move {
+            let r = self.inner.finish_boot(access, after).await;
+            self.record(format!("finish_boot({after:?})"), access, r.is_ok()).await;
+            r
+        })
+    }
+
+    fn power_off<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<(), BmcError>> {
+        Box::pin(async move {
+            let r = self.inner.power_off(access).await;
+            self.record("power_off".to_owned(), access, r.is_ok()).await;
+            r
+        })
+    }
+}
+
+fn calls(log: &[(String, Option<Seen>)]) -> Vec<&str> {
+    log.iter().map(|(c, _)| c.as_str()).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The bench: the API served on a port (its services carry the agent base URL), images, drivers.
+
+struct Bench {
+    app: TestApp,
+    store: Store,
+    emu: Emulator,
+    images: Images,
+    bmc: Arc<Recording>,
+    tenant_side: Arc<TenantStandIn>,
+}
+
+impl Bench {
+    async fn new(emu: Emulator) -> Bench {
+        init_tracing();
+        let app = TestApp::served().await;
+        let store = Store::from_pool(app.db.pool.clone());
+        let images = Images::start().await;
+        let bmc = Recording::new(&emu);
+        Bench { app, store, emu, images, bmc, tenant_side: Arc::default() }
+    }
+
+    fn base_url(&self) -> &str {
+        self.app.base_url.as_deref().expect("served")
+    }
+
+    fn settings(&self, token_ttl: Duration) -> Settings {
+        Settings {
+            wipe_image_url: Some(self.images.url("wipe.iso")),
+            os_image_url: Some(self.images.url("node-os.iso")),
+            agent_token_ttl: token_ttl,
+            node_join_timeout: Duration::from_secs(600),
+            poll: Duration::from_millis(200),
+            report_wait: Duration::from_millis(500),
+            ..Settings::default()
+        }
+    }
+
+    fn reconciler(&self, token_ttl: Duration) -> MachineReconciler {
+        let s = self.tenant_side.clone();
+        let kube = KubeDrivers {
+            platform: s.clone(),
+            control_plane: s.clone(),
+            nodes: s.clone(),
+            stack: s.clone(),
+            slurm: s.clone(),
+            credentials: s,
+        };
+        let drivers = Drivers { bmc: Some(self.bmc.clone()), kube: Some(kube) };
+        MachineReconciler::new(self.app.services.clone(), drivers, self.settings(token_ttl))
+    }
+
+    /// A class the emulator cannot contradict (it reports neither CPU nor memory).
+    async fn class(&self) -> MachineClassId {
+        let body = json!({ "name": "metal", "cpu_cores": 64, "memory_gib": 512, "gpu_count": 0 });
+        let class = self.app.post("/v1/machine-classes").token(&admin()).json(&body).send().await.expect(201).json();
+        MachineClassId(uuid_in(&class["id"]))
+    }
+
+    /// Enrolls the emulator's system `uuid` through the API.
+    async fn enroll(&self, name: &str, uuid: &str) -> MachineId {
+        let body = json!({
+            "name": name,
+            "machine_class": "metal",
+            "bmc": { "url": self.emu.url, "system_id": uuid, "username": self.emu.user, "password": self.emu.password },
+        });
+        let view = self.app.post("/v1/machines").token(&admin()).json(&body).send().await.expect(202).json();
+        MachineId(uuid_in(&view["machine"]["id"]))
+    }
+
+    async fn load(&self, id: MachineId) -> Machine {
+        let mut conn = self.store.conn().await.expect("conn");
+        machine::get(&mut conn, id, false).await.expect("get").expect("machine")
+    }
+
+    /// Runs the handler once, as the worker would, on a job loaded from the queue.
+    async fn run(&self, r: &MachineReconciler, id: MachineId) -> Outcome {
+        let job_id = enqueue(&self.store, &new_job(MACHINE_RECONCILE, id.uuid())).await;
+        let job = get(&self.store, job_id).await;
+        tokio::time::timeout(Duration::from_secs(90), r.run(&job)).await.expect("the run ends")
+    }
+
+    /// Runs the handler until the machine is in `want` and the run stops with `code` (`None` =
+    /// `Done`), with a bounded number of runs and a deadline.
+    async fn drive(&self, r: &MachineReconciler, id: MachineId, want: MachineState, code: Option<&str>) -> Machine {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        let mut history = Vec::new();
+        for _ in 0..30 {
+            let outcome = self.run(r, id).await;
+            let m = self.load(id).await;
+            let stopped = match (&outcome, code) {
+                (Outcome::Done, None) => true,
+                (Outcome::Wait { reason, .. }, Some(code)) => reason.code == code,
+                _ => false,
+            };
+            if m.state == want && stopped {
+                return m;
+            }
+            history.push(format!("{:?} after {outcome:?} (last_error {:?})", m.state, m.last_error));
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the machine did not reach {want:?}/{code:?} in time: {history:#?}"
+            );
+            match outcome {
+                Outcome::Retry { .. } => tokio::time::sleep(Duration::from_millis(300)).await,
+                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+        panic!("the machine did not reach {want:?}/{code:?} within 30 runs: {history:#?}");
+    }
+
+    /// The token the machine's current boot carries, read from the emulator's second device.
+    async fn booted_token(&self, uuid: &str) -> String {
+        let seen = self.emu.seen(uuid).await;
+        let seed = seen.seed().unwrap_or_else(|| panic!("no seed inserted: {seen:?}"));
+        assert!(seed.starts_with(self.base_url()), "the seed comes from paddock's API: {seed}");
+        token_of(seed)
+    }
+
+    /// A tenant with a Kubernetes cluster and one pool of `metal` wanting `count`, its control
+    /// plane published (endpoint and a sealed admin kubeconfig), as the cluster reconciler leaves it.
+    async fn cluster(&self, name: &str, count: u32) -> (TenantId, ClusterId, NodePoolId) {
+        let t = self.app.post("/v1/tenants").token(&admin()).json(&json!({ "name": name })).send().await.expect(201);
+        let tenant = uuid_in(&t.json()["id"]);
+        let body = json!({
+            "name": name, "kind": "kubernetes", "isolation": "private-nodes",
+            "node_pools": [{ "name": "p", "machine_class": "metal", "count": count }],
+        });
+        self.app.post(format!("/v1/tenants/{tenant}/clusters")).token(&admin()).json(&body).send().await.expect(202);
+        let (cluster, pool): (Uuid, Uuid) = sqlx::query_as(
+            "select c.id, p.id from clusters c join node_pools p on p.cluster_id = c.id \
+             where c.tenant_id = $1 and c.name = $2",
+        )
+        .bind(tenant)
+        .bind(name)
+        .fetch_one(self.store.pool())
+        .await
+        .expect("cluster and pool");
+        sqlx::query("update clusters set endpoints = $2 where id = $1")
+            .bind(cluster)
+            .bind(json!({ "kubernetes_api": "https://10.0.0.1:6443", "slurm_rest_api": null, "login_ssh": null }))
+            .execute(self.store.pool())
+            .await
+            .expect("endpoints");
+        let binding = Binding { table: "clusters", column: "admin_kubeconfig_enc", row: cluster };
+        let sealed = self.app.cipher.seal(b"apiVersion: v1\nkind: Config\n", binding);
+        let mut conn = self.store.conn().await.expect("conn");
+        cluster::set_admin_kubeconfig(&mut conn, TenantId(tenant), ClusterId(cluster), Some(&sealed))
+            .await
+            .expect("kubeconfig");
+        (TenantId(tenant), ClusterId(cluster), NodePoolId(pool))
+    }
+
+    async fn allocate(&self, tenant: TenantId, cluster: ClusterId, need: Need) -> Allocation {
+        let mut tx = self.store.begin().await.expect("begin");
+        let outcome = lifecycle::allocate(&mut tx, tenant, cluster, &[need]).await.expect("allocate");
+        tx.commit().await.expect("commit");
+        outcome
+    }
+
+    async fn cleans(&self, id: MachineId) -> Vec<(Uuid, Uuid, String, Value)> {
+        sqlx::query_as(
+            "select id, run_id, method, evidence from machine_cleans where machine_id = $1 order by completed_at, id",
+        )
+        .bind(id.uuid())
+        .fetch_all(self.store.pool())
+        .await
+        .expect("cleans")
+    }
+
+    /// The agent: fetches the run's configuration and seed like a booted machine.
+    async fn agent_config(&self, token: &str) -> Value {
+        let config = self.app.get(format!("/v1/agent/{token}/config")).send().await.expect(200).json();
+        let seed = self.app.get(format!("/v1/agent/{token}/seed.iso")).send().await.expect(200);
+        assert_eq!(&seed.body[0x8001..0x8006], b"CD001", "an ISO 9660 seed");
+        assert_eq!(&seed.body[0x8028..0x802e], b"cidata", "the NoCloud label");
+        assert_eq!(config["report_url"], format!("{}/v1/agent/{token}/report", self.base_url()));
+        config
+    }
+
+    /// The agent's report: every drive with its result.
+    async fn report(&self, token: &str, result: &str, drives: Value) -> u16 {
+        let body = json!({
+            "result": result, "drives": drives,
+            "started_at": chrono::Utc::now() - chrono::Duration::minutes(5), "finished_at": chrono::Utc::now(),
+        });
+        self.app.post(format!("/v1/agent/{token}/report")).json(&body).send().await.status.as_u16()
+    }
+}
+
+fn uuid_in(v: &Value) -> Uuid {
+    Uuid::parse_str(v.as_str().unwrap_or_else(|| panic!("not an id: {v}"))).expect("uuid")
+}
+
+fn drive_ids(config: &Value) -> Vec<String> {
+    config["config"]["drives"]
+        .as_array()
+        .expect("drives")
+        .iter()
+        .map(|d| d["id"].as_str().expect("id").to_owned())
+        .collect()
+}
+
+fn wiped(ids: &[String]) -> Value {
+    ids.iter().map(|id| json!({ "id": id, "method": "nvme-format", "result": "success" })).collect()
+}
+
+/// The emulator after a media boot: on, the image in `Cd`, a seed in the other device, booting
+/// from `Cd`.
+fn assert_booted(seen: &Seen, image: &str) {
+    assert_eq!(seen.power, Some(PowerState::On), "{seen:?}");
+    assert_eq!(seen.image("Cd"), Some(image), "{seen:?}");
+    assert!(seen.seed().is_some_and(|s| s.ends_with("/seed.iso")), "{seen:?}");
+    assert_eq!(seen.boot_target.as_deref(), Some("Cd"), "{seen:?}");
+}
+
+/// The emulator after a run ended: everything ejected, booting from disk.
+fn assert_finished(seen: &Seen, power: PowerState) {
+    assert_eq!(seen.power, Some(power), "{seen:?}");
+    assert!(seen.all_ejected(), "{seen:?}");
+    assert_eq!(seen.boot_target.as_deref(), Some("Hdd"), "{seen:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_machine_goes_through_its_whole_lifecycle_on_the_emulator() {
+    let emu = require!(emulator());
+    let b = Bench::new(emu.clone()).await;
+    let class = b.class().await;
+    let uuid = emu.uuid_of("node-011").await;
+    let id = b.enroll("lc-1", &uuid).await;
+    let r = b.reconciler(Duration::from_secs(600));
+
+    // Enroll -> inspect -> cleaning: the wipe boots.
+    let m = b.drive(&r, id, MachineState::Cleaning, Some("waiting_for_agent")).await;
+    assert_eq!(m.system_uuid.as_deref(), Some(uuid.as_str()));
+    let inspected: Vec<&str> =
+        m.inventory["drives"].as_array().expect("drives").iter().map(|d| d["id"].as_str().expect("id")).collect();
+    assert_eq!(inspected, ["nvme0", "nvme1"]);
+    let log = b.bmc.take();
+    assert_eq!(calls(&log), ["inspect", "boot_from_media"]);
+    let seen = b.emu.seen(&uuid).await;
+    assert_booted(&seen, &b.images.url("wipe.iso"));
+    assert_eq!(b.images.downloads("wipe.iso"), 1, "the emulator fetched the wipe image");
+    let run1 = lifecycle::run_of(&mut b.store.conn().await.expect("conn"), id).await.expect("run").expect("a run");
+    assert_eq!(run1.run_purpose, "wipe");
+    assert!(run1.run_booted_at.is_some() && run1.run_finished_at.is_none());
+
+    // Waiting for the agent: another run changes nothing and boots nothing.
+    let token1 = b.booted_token(&uuid).await;
+    let version = b.load(id).await.status_version;
+    b.drive(&r, id, MachineState::Cleaning, Some("waiting_for_agent")).await;
+    assert!(b.bmc.take().is_empty(), "no BMC call while the agent works");
+    assert_eq!(b.load(id).await.status_version, version);
+    assert_eq!(b.booted_token(&uuid).await, token1);
+
+    // The wipe agent: config, seed, report of every listed drive.
+    let config = b.agent_config(&token1).await;
+    assert_eq!(config["purpose"], "wipe");
+    assert_eq!(config["machine"]["id"], id.to_string());
+    let drives = drive_ids(&config);
+    assert_eq!(drives, ["nvme0", "nvme1"]);
+    assert_eq!(b.report(&token1, "success", wiped(&drives)).await, 204);
+
+    // -> available, with the clean recorded: off, ejected, booting from disk.
+    let m = b.drive(&r, id, MachineState::Available, None).await;
+    assert_eq!(calls(&b.bmc.take()), ["finish_boot(PowerOff)"]);
+    assert_finished(&b.emu.seen(&uuid).await, PowerState::Off);
+    let cleans = b.cleans(id).await;
+    assert_eq!(cleans.len(), 1);
+    let (clean_id, clean_run, method, evidence) = &cleans[0];
+    assert_eq!(*clean_run, run1.run_id);
+    assert_eq!(method, "agent");
+    assert_eq!(evidence["run_id"], run1.run_id.to_string());
+    assert_eq!(evidence["report"]["drives"].as_array().expect("drives").len(), 2);
+    assert_eq!(m.last_error, None);
+    let machine_clean: Option<Uuid> = sqlx::query_scalar("select clean_id from machines where id = $1")
+        .bind(id.uuid())
+        .fetch_one(b.store.pool())
+        .await
+        .expect("clean_id");
+    assert_eq!(machine_clean, Some(*clean_id), "the available machine carries its unused clean");
+
+    // The token is used up: 409 at every endpoint.
+    b.app.get(format!("/v1/agent/{token1}/config")).send().await.problem(409, "agent_token_used");
+    b.app.get(format!("/v1/agent/{token1}/seed.iso")).send().await.problem(409, "agent_token_used");
+    assert_eq!(b.report(&token1, "success", wiped(&drives)).await, 409);
+
+    // Allocate (all or nothing, in one transaction) to a cluster whose control plane is up.
+    let (tenant, cluster_id, pool) = b.cluster("acme", 1).await;
+    let need = Need { node_pool_id: pool, machine_class_id: class, gpu_count: 0, count: 1 };
+    assert_eq!(b.allocate(tenant, cluster_id, need.clone()).await, Allocation::Allocated(vec![id]));
+    let m = b.load(id).await;
+    assert_eq!(m.state, MachineState::Allocated);
+    assert_eq!((m.tenant_id, m.cluster_id, m.node_pool_id), (Some(tenant), Some(cluster_id), Some(pool)));
+
+    // Provisioning: a join configuration, the OS image with the run's seed, power on.
+    let m = b.drive(&r, id, MachineState::Provisioning, Some("waiting_for_agent")).await;
+    assert_eq!(calls(&b.bmc.take()), ["boot_from_media"]);
+    assert_eq!(b.tenant_side.joins.load(Ordering::SeqCst), 1);
+    assert_booted(&b.emu.seen(&uuid).await, &b.images.url("node-os.iso"));
+    let token2 = b.booted_token(&uuid).await;
+    assert_ne!(token2, token1, "every boot has its own token");
+    let config = b.agent_config(&token2).await;
+    assert_eq!(config["purpose"], "provision");
+    assert_eq!(config["config"]["join"]["api_server"], "10.0.0.1:6443");
+    let node_name = config["config"]["node_name"].as_str().expect("node name").to_owned();
+    assert_eq!(node_name, paddock_domain::driver::node_name(id));
+    assert!(m.node_name.is_none());
+
+    // The first-boot report: eject, boot from disk; then the node must show up Ready.
+    assert_eq!(b.report(&token2, "success", json!([])).await, 204);
+    b.drive(&r, id, MachineState::Provisioning, Some("waiting_for_node")).await;
+    let log = b.bmc.take();
+    assert_eq!(calls(&log), ["finish_boot(BootFromDisk)"]);
+    assert_finished(&b.emu.seen(&uuid).await, PowerState::On);
+    b.app.get(format!("/v1/agent/{token2}/config")).send().await.problem(409, "agent_token_used");
+
+    // The kubelet registers the node: active.
+    b.tenant_side.register(&uuid, &node_name);
+    let m = b.drive(&r, id, MachineState::Active, None).await;
+    assert_eq!(m.node_name.as_deref(), Some(node_name.as_str()));
+    assert!(b.bmc.take().is_empty(), "activation needs no BMC call");
+
+    // Release: releasing -> (node removed, powered off, tenancy ended) cleaning -> wipe again.
+    let mut tx = b.store.begin().await.expect("begin");
+    assert!(lifecycle::begin_release(&mut tx, id, MachineState::Active, m.status_version).await.expect("release"));
+    tx.commit().await.expect("commit");
+    assert_eq!(b.load(id).await.state, MachineState::Releasing);
+    let m = b.drive(&r, id, MachineState::Cleaning, Some("waiting_for_agent")).await;
+    assert_eq!((m.tenant_id, m.cluster_id, m.node_pool_id, m.node_name.as_deref()), (None, None, None, None));
+    assert!(!b.tenant_side.has(&uuid));
+    assert_eq!(b.tenant_side.removed.lock().expect("lock").as_slice(), std::slice::from_ref(&node_name));
+    let log = b.bmc.take();
+    assert_eq!(calls(&log), ["power_off", "boot_from_media"], "powered off before the tenancy ends, then wiped");
+    let after_off = log[0].1.as_ref().expect("seen after power off");
+    assert_eq!(after_off.power, Some(PowerState::Off), "{after_off:?}");
+    let (released_at, release_started_at): (
+        Option<chrono::DateTime<chrono::Utc>>,
+        Option<chrono::DateTime<chrono::Utc>>,
+    ) = sqlx::query_as("select released_at, release_started_at from machine_allocations where machine_id = $1")
+        .bind(id.uuid())
+        .fetch_one(b.store.pool())
+        .await
+        .expect("allocation");
+    assert!(released_at.is_some() && release_started_at.is_some());
+    assert!(released_at >= release_started_at);
+
+    // The wipe again, a new run with a new token.
+    assert_booted(&b.emu.seen(&uuid).await, &b.images.url("wipe.iso"));
+    let token3 = b.booted_token(&uuid).await;
+    assert!(token3 != token1 && token3 != token2);
+    let config = b.agent_config(&token3).await;
+    assert_eq!(config["purpose"], "wipe");
+    let drives = drive_ids(&config);
+    assert_eq!(b.report(&token3, "success", wiped(&drives)).await, 204);
+    b.drive(&r, id, MachineState::Available, None).await;
+    assert_eq!(calls(&b.bmc.take()), ["finish_boot(PowerOff)"]);
+    assert_finished(&b.emu.seen(&uuid).await, PowerState::Off);
+    let cleans = b.cleans(id).await;
+    assert_eq!(cleans.len(), 2, "a second verified clean");
+    assert_ne!(cleans[1].1, run1.run_id);
+
+    // The machine can be allocated again (its new clean is unused), to anyone.
+    let (tenant2, cluster2, pool2) = b.cluster("beta", 1).await;
+    let need = Need { node_pool_id: pool2, machine_class_id: class, gpu_count: 0, count: 1 };
+    assert_eq!(b.allocate(tenant2, cluster2, need).await, Allocation::Allocated(vec![id]));
+    // Back where the emulator started it, for whoever uses node-011 next.
+    emu.tidy(&uuid).await;
+}
+
+#[tokio::test]
+async fn a_failed_drive_quarantines_the_machine_and_an_expired_token_is_refused() {
+    let emu = require!(emulator());
+    let b = Bench::new(emu.clone()).await;
+    let class = b.class().await;
+    let uuid = emu.uuid_of("node-012").await;
+    let id = b.enroll("lc-2", &uuid).await;
+    let r = b.reconciler(Duration::from_secs(600));
+
+    b.drive(&r, id, MachineState::Cleaning, Some("waiting_for_agent")).await;
+    assert_booted(&b.emu.seen(&uuid).await, &b.images.url("wipe.iso"));
+    b.bmc.take();
+    let token1 = b.booted_token(&uuid).await;
+    let config = b.agent_config(&token1).await;
+    let drives = drive_ids(&config);
+    assert_eq!(drives, ["nvme0", "nvme1"]);
+    let report = json!([
+        { "id": "nvme0", "method": "nvme-format", "result": "success" },
+        { "id": "nvme1", "method": "nvme-format", "result": "failure", "detail": "format failed: I/O error" },
+    ]);
+    assert_eq!(b.report(&token1, "failure", report).await, 204);
+
+    // clean_failed: quarantined, powered off and ejected, no clean recorded, nothing to allocate.
+    let m = b.drive(&r, id, MachineState::CleanFailed, None).await;
+    let error = m.last_error.expect("last error");
+    assert_eq!(error.code, "wipe_failed");
+    assert!(error.message.contains("nvme1") && !error.message.contains("nvme0"), "{}", error.message);
+    assert_eq!(calls(&b.bmc.take()), ["finish_boot(PowerOff)"]);
+    assert_finished(&b.emu.seen(&uuid).await, PowerState::Off);
+    assert!(b.cleans(id).await.is_empty(), "a failed wipe records no clean");
+    assert_eq!(b.report(&token1, "success", wiped(&drives)).await, 409, "a used token cannot report again");
+    // It stays quarantined: another run changes nothing.
+    let version = m.status_version;
+    b.drive(&r, id, MachineState::CleanFailed, None).await;
+    assert_eq!(b.load(id).await.status_version, version);
+    let (tenant, cluster_id, pool) = b.cluster("acme", 1).await;
+    let need = Need { node_pool_id: pool, machine_class_id: class, gpu_count: 0, count: 1 };
+    match b.allocate(tenant, cluster_id, need).await {
+        Allocation::Short { needed: 1, available: 0, .. } => {}
+        other => panic!("a clean_failed machine must not be allocated: {other:?}"),
+    }
+
+    // Out only through maintenance: enter, leave -> cleaning, a new wipe boot (short token TTL).
+    let body = json!({ "reason": "drive nvme1 replaced" });
+    let resp = b.app.post(format!("/v1/machines/{id}/maintenance")).token(&admin()).json(&body).send().await;
+    assert!(resp.status.is_success(), "{resp:?}");
+    b.drive(&r, id, MachineState::Maintenance, None).await;
+    let resp = b.app.delete(format!("/v1/machines/{id}/maintenance")).token(&admin()).send().await;
+    assert!(resp.status.is_success(), "{resp:?}");
+    let short = b.reconciler(Duration::from_secs(3));
+    b.drive(&short, id, MachineState::Cleaning, Some("waiting_for_agent")).await;
+    assert_booted(&b.emu.seen(&uuid).await, &b.images.url("wipe.iso"));
+    b.bmc.take();
+    let token2 = b.booted_token(&uuid).await;
+    assert_ne!(token2, token1);
+    b.app.get(format!("/v1/agent/{token2}/config")).send().await.expect(200);
+
+    // The agent never reports in time: its token expires (410 everywhere) and the wipe times out.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    b.app.get(format!("/v1/agent/{token2}/config")).send().await.problem(410, "agent_token_expired");
+    b.app.get(format!("/v1/agent/{token2}/seed.iso")).send().await.problem(410, "agent_token_expired");
+    assert_eq!(b.report(&token2, "success", wiped(&drives)).await, 410);
+    let m = b.drive(&short, id, MachineState::CleanFailed, None).await;
+    assert_eq!(m.last_error.map(|e| e.code), Some("wipe_timed_out".to_owned()));
+    assert!(b.cleans(id).await.is_empty(), "nothing reached available");
+    let state: (i64,) = sqlx::query_as("select count(*) from machine_allocations where machine_id = $1")
+        .bind(id.uuid())
+        .fetch_one(b.store.pool())
+        .await
+        .expect("allocations");
+    assert_eq!(state.0, 0);
+    // What the BMC shows after a timed-out wipe (see the report: the reconciler sends nothing).
+    let log = b.bmc.take();
+    let seen = b.emu.seen(&uuid).await;
+    eprintln!("after wipe_timed_out: BMC calls {:?}, emulator {seen:?}", calls(&log));
+    emu.tidy(&uuid).await;
+}
