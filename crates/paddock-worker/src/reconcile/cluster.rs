@@ -749,7 +749,10 @@ impl JobHandler for ClusterReconciler {
     fn run<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Outcome> {
         let tenant = job.payload.get("tenant_id").and_then(|v| v.as_str()).and_then(|s| s.parse().ok());
         match tenant {
-            Some(tenant) => self.reconcile(TenantId(tenant), ClusterId(job.target_id)).boxed(),
+            Some(tenant) => {
+                async move { super::patient(self.reconcile(TenantId(tenant), ClusterId(job.target_id)).await, job) }
+                    .boxed()
+            }
             None => async { Outcome::fail("bad_job", "the job's payload lacks the cluster's tenant_id") }.boxed(),
         }
     }

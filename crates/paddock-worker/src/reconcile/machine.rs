@@ -846,6 +846,6 @@ impl JobHandler for MachineReconciler {
     }
 
     fn run<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Outcome> {
-        self.reconcile(MachineId(job.target_id)).boxed()
+        async move { super::patient(self.reconcile(MachineId(job.target_id)).await, job) }.boxed()
     }
 }

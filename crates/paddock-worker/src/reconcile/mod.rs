@@ -89,6 +89,27 @@ impl Default for Settings {
     }
 }
 
+/// Failed attempts after which a reconciler stops retrying with backoff and waits
+/// [`OUTAGE_WAIT`] between tries instead.
+pub const QUICK_RETRIES: u32 = 5;
+
+/// How long a reconcile job waits between tries once its quick retries are spent.
+pub const OUTAGE_WAIT: Duration = Duration::from_secs(300);
+
+/// A reconciler never gives up on a transient failure: a BMC or an API server may be gone for an
+/// hour, and a machine half way through a wipe or a cluster half way through its deletion must
+/// carry on when it is back, without anyone re-queueing it. After [`QUICK_RETRIES`] failed
+/// attempts a retry becomes a wait (which uses up no attempt, so the job never fails for it);
+/// the last error stays on the job and on the machine or cluster.
+fn patient(outcome: Outcome, job: &crate::Job) -> Outcome {
+    match outcome {
+        Outcome::Retry { error } if job.attempts + 1 >= QUICK_RETRIES => {
+            Outcome::Wait { after: OUTAGE_WAIT, reason: error }
+        }
+        other => other,
+    }
+}
+
 fn store_error(e: StoreError) -> Outcome {
     Outcome::retry("database", format!("{e}"))
 }

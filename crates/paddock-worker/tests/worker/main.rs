@@ -7,6 +7,7 @@
 mod crash;
 mod inspect;
 mod lifecycle;
+mod outage;
 mod power;
 mod queue;
 mod support;
