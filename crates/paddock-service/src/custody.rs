@@ -2,10 +2,11 @@
 //!
 //! The store appends an unsealed entry in the transaction of every machine transition; the
 //! services hold the ledger key and seal. [`Services::custody_seal`] seals a machine's unsealed
-//! entries in the caller's transaction (the worker calls it in the transaction of its own
-//! transitions, enrollment in its own); [`Services::custody_seal_pending`] seals, in a short
-//! transaction of its own, what transitions made without the key left unsealed (the cluster
-//! reconciler's allocations and release starts, which enqueue the machine's job; that job seals).
+//! entries in the caller's transaction (the worker calls it in the transaction of each of its
+//! transitions, the cluster reconciler's allocations and release starts included; enrollment in
+//! its own); [`Services::custody_seal_pending`] seals, in a short transaction of its own, what was
+//! left unsealed (entries written while no key was configured, and the first entry the ledger's
+//! migration wrote for every machine), before the machine's job does anything else.
 //! Sealing holds the machine's row lock, so it never interleaves with an append or another seal.
 //!
 //! Verification recomputes the chain with the key: see `paddock_domain::ledger::verify`.

@@ -330,6 +330,8 @@ impl ClusterReconciler {
         let mut tx = self.services.store().begin().await?;
         for m in &release {
             if lifecycle::begin_release(&mut tx, m.id, m.state, m.status_version).await? {
+                // The custody entry is sealed in the transition's own transaction.
+                self.services.custody_seal(&mut tx, m.id).await?;
                 lifecycle::enqueue_machine(&mut tx, m.id).await?;
             }
         }
@@ -347,6 +349,9 @@ impl ClusterReconciler {
         } else {
             match lifecycle::allocate(&mut tx, cluster.tenant_id, cluster.id, &needs).await? {
                 Allocation::Allocated(machines) => {
+                    for machine in &machines {
+                        self.services.custody_seal(&mut tx, *machine).await?;
+                    }
                     observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
                     let message = format!("{} machine(s) allocated", machines.len());
                     observed.events.push(("Normal", "MachinesAllocated", message));
@@ -437,6 +442,7 @@ impl ClusterReconciler {
             let mut tx = self.services.store().begin().await?;
             for m in held.iter().filter(|m| lifecycle::HELD.contains(&m.state.as_str())) {
                 if lifecycle::begin_release(&mut tx, m.id, m.state, m.status_version).await? {
+                    self.services.custody_seal(&mut tx, m.id).await?;
                     lifecycle::enqueue_machine(&mut tx, m.id).await?;
                 }
             }
