@@ -8,8 +8,8 @@
 //!    `observed_generation` once everything is ready, which completes the operations created for
 //!    that generation (SPEC section 4).
 //!
-//! Deletion releases every machine (they go back through cleaning), then removes Slurm, the
-//! control plane and the namespace, and only when each is confirmed gone marks the cluster
+//! Deletion removes Slurm, releases every machine (they go back through cleaning), then removes
+//! the control plane and the namespace, and only when each is confirmed gone marks the cluster
 //! deleted (404 from then on).
 //!
 //! A run writes status with a guard on the version it read; allocation and releases happen in
@@ -427,7 +427,7 @@ impl ClusterReconciler {
         })
     }
 
-    /// Deletion: every machine released to cleaning, then Slurm, the control plane and the
+    /// Deletion: Slurm removed, every machine released to cleaning, then the control plane and the
     /// namespace removed; the cluster is marked deleted only when all of that is confirmed.
     async fn delete(
         &self,
@@ -438,6 +438,19 @@ impl ClusterReconciler {
         held: &[HeldMachine],
         observed: &mut Observed,
     ) -> Result<Outcome, Stop> {
+        // Slurm goes first, while its nodes still exist, so nothing of it outlives them; then the
+        // machines, through cleaning.
+        let access = {
+            let mut conn = self.services.store().conn().await?;
+            let endpoint = cluster.status.endpoints.kubernetes_api.clone();
+            tenant_access(&mut conn, self.services.cipher(), reference.clone(), endpoint.as_deref()).await?
+        };
+        if let (ClusterKind::Slurm, Some(access)) = (cluster.spec.kind, &access) {
+            match kube.slurm.remove_slurm(access).await.map_err(|e| Stop::Driver(SLURM_READY, e))? {
+                Removal::Gone => {}
+                Removal::Deleting => return self.deleting(cluster, pools, observed, "deleting Slurm").await,
+            }
+        }
         if !held.is_empty() {
             let mut tx = self.services.store().begin().await?;
             for m in held.iter().filter(|m| lifecycle::HELD.contains(&m.state.as_str())) {
@@ -452,17 +465,6 @@ impl ClusterReconciler {
             return self.deleting(cluster, pools, observed, &message).await;
         }
         observed.set(MACHINES_RELEASED, true, "Released", "");
-        let access = {
-            let mut conn = self.services.store().conn().await?;
-            let endpoint = cluster.status.endpoints.kubernetes_api.clone();
-            tenant_access(&mut conn, self.services.cipher(), reference.clone(), endpoint.as_deref()).await?
-        };
-        if let (ClusterKind::Slurm, Some(access)) = (cluster.spec.kind, &access) {
-            match kube.slurm.remove_slurm(access).await.map_err(|e| Stop::Driver(SLURM_READY, e))? {
-                Removal::Gone => {}
-                Removal::Deleting => return self.deleting(cluster, pools, observed, "deleting Slurm").await,
-            }
-        }
         let removal = kube
             .control_plane
             .delete_control_plane(reference)
