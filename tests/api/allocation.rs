@@ -301,7 +301,6 @@ async fn line(app: &TestApp) -> Vec<ClusterId> {
 /// A cluster its tenant's quota keeps from being served (the quota was lowered after the pool was
 /// made) must not hold up the line for everyone else: it cannot be served whatever frees up.
 #[tokio::test]
-#[ignore = "product bug: an over-quota cluster starts waiting and every later cluster of the class is Behind it"]
 async fn an_over_quota_cluster_does_not_hold_up_the_line() {
     let app = TestApp::new().await;
     let (_, askers) = world(&app).await;

@@ -212,22 +212,18 @@ impl MachineReconciler {
         match m.state {
             // A tenancy ends through releasing and cleaning first; cleaning then sees the intent.
             S::Allocated | S::Provisioning | S::Active => {
-                let result = async {
-                    let mut tx = self.services.store().begin().await?;
-                    if lifecycle::begin_release(&mut tx, m.id, m.state, m.status_version).await? {
-                        if let (Some(tenant), Some(cluster)) = (m.tenant_id, m.cluster_id) {
-                            lifecycle::enqueue_cluster(&mut tx, tenant, cluster).await?;
+                let (id, state, version, holder) = (m.id, m.state, m.status_version, m.tenant_id.zip(m.cluster_id));
+                self.guarded(id, move |c| {
+                    async move {
+                        let released = lifecycle::begin_release(c, id, state, version).await?;
+                        if let (true, Some((tenant, cluster))) = (released, holder) {
+                            lifecycle::enqueue_cluster(c, tenant, cluster).await?;
                         }
+                        Ok(released)
                     }
-                    self.services.custody_seal(&mut tx, m.id).await?;
-                    tx.commit().await?;
-                    Ok::<_, StoreError>(())
-                }
-                .await;
-                match result {
-                    Ok(()) => Step::Again,
-                    Err(e) => e.into(),
-                }
+                    .boxed()
+                })
+                .await
             }
             S::Releasing | S::ProvisionFailed => self.release(bmc, m).await,
             _ => {
@@ -407,20 +403,12 @@ impl MachineReconciler {
                     let (state, version) = (m.state, m.status_version);
                     return self.guarded(m.id, |c| lifecycle::mark_finished(c, m.id, state, version).boxed()).await;
                 }
-                let result = async {
-                    let mut tx = self.services.store().begin().await?;
-                    let evidence =
-                        json!({ "run_id": run.run_id, "report": report.report, "reported_at": report.used_at });
-                    lifecycle::complete_clean(&mut tx, m.id, m.status_version, run.run_id, "agent", &evidence).await?;
-                    self.services.custody_seal(&mut tx, m.id).await?;
-                    tx.commit().await?;
-                    Ok::<_, StoreError>(())
-                }
-                .await;
-                match result {
-                    Ok(()) => Step::Again,
-                    Err(e) => e.into(),
-                }
+                let (id, version, run_id) = (m.id, m.status_version, run.run_id);
+                let evidence = json!({ "run_id": run_id, "report": report.report, "reported_at": report.used_at });
+                self.guarded(id, move |c| {
+                    async move { lifecycle::complete_clean(c, id, version, run_id, "agent", &evidence).await }.boxed()
+                })
+                .await
             }
         }
     }
@@ -503,22 +491,18 @@ impl MachineReconciler {
         };
         match kube.nodes.node(&tenant_access, &node).await {
             Ok(Some(status)) if status.ready => {
-                let result = async {
-                    let mut tx = self.services.store().begin().await?;
-                    if lifecycle::activate(&mut tx, m.id, m.status_version, &status.name).await? {
-                        if let (Some(tenant), Some(cluster)) = (m.tenant_id, m.cluster_id) {
-                            lifecycle::enqueue_cluster(&mut tx, tenant, cluster).await?;
+                let (id, version, holder) = (m.id, m.status_version, m.tenant_id.zip(m.cluster_id));
+                self.guarded(id, move |c| {
+                    async move {
+                        let activated = lifecycle::activate(c, id, version, &status.name).await?;
+                        if let (true, Some((tenant, cluster))) = (activated, holder) {
+                            lifecycle::enqueue_cluster(c, tenant, cluster).await?;
                         }
+                        Ok(activated)
                     }
-                    self.services.custody_seal(&mut tx, m.id).await?;
-                    tx.commit().await?;
-                    Ok::<_, StoreError>(())
-                }
-                .await;
-                match result {
-                    Ok(()) => Step::Again,
-                    Err(e) => e.into(),
-                }
+                    .boxed()
+                })
+                .await
             }
             Ok(_) => {
                 if Utc::now() >= finished_at + ttl(self.settings.node_join_timeout) {
@@ -537,24 +521,21 @@ impl MachineReconciler {
     }
 
     async fn provision_failed(&self, m: &Machine, code: &str, message: &str) -> Step {
-        let result = async {
-            let mut tx = self.services.store().begin().await?;
-            let to = MachineState::ProvisionFailed;
-            if lifecycle::end_run(&mut tx, m.id, m.state, m.status_version, to, Some((code, message)), None).await? {
-                if let (Some(tenant), Some(cluster)) = (m.tenant_id, m.cluster_id) {
+        let (id, state, version, holder) = (m.id, m.state, m.status_version, m.tenant_id.zip(m.cluster_id));
+        let (code, message) = (code.to_owned(), message.to_owned());
+        self.guarded(id, move |c| {
+            async move {
+                let to = MachineState::ProvisionFailed;
+                let failed = lifecycle::end_run(c, id, state, version, to, Some((&code, &message)), None).await?;
+                if let (true, Some((tenant, cluster))) = (failed, holder) {
                     // The cluster allocates a replacement.
-                    lifecycle::enqueue_cluster(&mut tx, tenant, cluster).await?;
+                    lifecycle::enqueue_cluster(c, tenant, cluster).await?;
                 }
+                Ok(failed)
             }
-            self.services.custody_seal(&mut tx, m.id).await?;
-            tx.commit().await?;
-            Ok::<_, StoreError>(())
-        }
-        .await;
-        match result {
-            Ok(()) => Step::Again,
-            Err(e) => e.into(),
-        }
+            .boxed()
+        })
+        .await
     }
 
     // -----------------------------------------------------------------------------------------
@@ -585,21 +566,17 @@ impl MachineReconciler {
                 return self.bmc_failed(m, e).await;
             }
         }
-        let result = async {
-            let mut tx = self.services.store().begin().await?;
-            if let Some(run) = lifecycle::run_of(&mut tx, m.id).await? {
-                lifecycle::expire_unused_tokens(&mut tx, run.run_id).await?;
+        let (id, state, version) = (m.id, m.state, m.status_version);
+        self.guarded(id, move |c| {
+            async move {
+                if let Some(run) = lifecycle::run_of(c, id).await? {
+                    lifecycle::expire_unused_tokens(c, run.run_id).await?;
+                }
+                lifecycle::finish_release(c, id, state, version).await
             }
-            lifecycle::finish_release(&mut tx, m.id, m.state, m.status_version).await?;
-            self.services.custody_seal(&mut tx, m.id).await?;
-            tx.commit().await?;
-            Ok::<_, StoreError>(())
-        }
-        .await;
-        match result {
-            Ok(()) => Step::Again,
-            Err(e) => e.into(),
-        }
+            .boxed()
+        })
+        .await
     }
 
     /// Drains and removes the machine's node; `Some` to stop (waiting, or a failure).
@@ -695,20 +672,17 @@ impl MachineReconciler {
         error: Option<(&str, &str)>,
         maintenance_reason: Option<&str>,
     ) -> Step {
-        let (from, version) = (m.state, m.status_version);
-        let result = async {
-            let mut tx = self.services.store().begin().await?;
-            if lifecycle::end_run(&mut tx, m.id, from, version, to, error, maintenance_reason).await? {
-                self.services.custody_seal(&mut tx, m.id).await?;
+        let (id, from, version) = (m.id, m.state, m.status_version);
+        let error = error.map(|(code, message)| (code.to_owned(), message.to_owned()));
+        let reason = maintenance_reason.map(str::to_owned);
+        self.guarded(id, move |c| {
+            async move {
+                let error = error.as_ref().map(|(code, message)| (code.as_str(), message.as_str()));
+                lifecycle::end_run(c, id, from, version, to, error, reason.as_deref()).await
             }
-            tx.commit().await?;
-            Ok::<_, StoreError>(())
-        }
-        .await;
-        match result {
-            Ok(_) => Step::Again,
-            Err(e) => e.into(),
-        }
+            .boxed()
+        })
+        .await
     }
 
     /// The tenant side of a machine that holds a tenancy: how to reach its cluster's API, and
