@@ -132,3 +132,54 @@ pub(crate) async fn cluster_ref(
     };
     Ok(Some(ClusterRef { tenant_id, cluster_id, tenant_name: t.spec.name, cluster_name: cluster_name.to_owned() }))
 }
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+    use paddock_store::job::{JobError, JobState};
+    use paddock_types::JobId;
+
+    use super::*;
+
+    fn job(attempts: u32) -> crate::Job {
+        let now = Utc::now();
+        crate::Job {
+            id: JobId::new(),
+            kind: "machine_reconcile".into(),
+            target_type: "machine".into(),
+            target_id: uuid::Uuid::now_v7(),
+            payload: serde_json::json!({}),
+            operation_id: None,
+            state: JobState::Running,
+            attempts,
+            run_at: now,
+            locked_by: Some("w".into()),
+            locked_until: Some(now),
+            started_at: Some(now),
+            last_error: None,
+            created_at: now,
+            updated_at: now,
+            finished_at: None,
+        }
+    }
+
+    #[test]
+    fn transient_failures_retry_quickly_then_wait_without_ever_failing_the_job() {
+        let retry = || Outcome::Retry { error: JobError::new("bmc_unreachable", "gone") };
+        for attempts in 0..QUICK_RETRIES - 1 {
+            assert!(matches!(patient(retry(), &job(attempts)), Outcome::Retry { .. }), "attempt {attempts}");
+        }
+        for attempts in [QUICK_RETRIES - 1, QUICK_RETRIES, 50] {
+            match patient(retry(), &job(attempts)) {
+                Outcome::Wait { after, reason } => {
+                    assert_eq!(after, OUTAGE_WAIT);
+                    assert_eq!(reason.code, "bmc_unreachable");
+                }
+                other => panic!("attempt {attempts}: {other:?}"),
+            }
+        }
+        // Anything but a retry passes through untouched.
+        assert!(matches!(patient(Outcome::Done, &job(50)), Outcome::Done));
+        assert!(matches!(patient(Outcome::fail("x", "y"), &job(50)), Outcome::Fail { .. }));
+    }
+}
