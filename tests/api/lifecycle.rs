@@ -390,6 +390,19 @@ async fn a_failed_wipe_quarantines_the_machine_until_maintenance_takes_it_back_t
     assert_eq!(m["last_error"]["code"], "wipe_failed", "{m}");
     assert!(m["last_error"]["message"].as_str().unwrap().contains("disk"), "{m}");
     assert_eq!(lab.scalar("select count(*) from machine_cleans").await, 0, "an unverified wipe is no clean");
+    // The enrollment did not give the provider a usable machine: its operation failed, saying why.
+    let enroll: (String, Option<String>) = eventually(WAIT, || async {
+        let op: (String, Option<String>) = sqlx::query_as(
+            "select state, error->>'code' from operations where target_id = $1::uuid and kind = 'machine_enroll'",
+        )
+        .bind(&ids[0])
+        .fetch_one(&lab.app.db.pool)
+        .await
+        .expect("enroll operation");
+        (op.0 != "running" && op.0 != "pending").then_some(op)
+    })
+    .await;
+    assert_eq!(enroll, ("failed".to_owned(), Some("wipe_failed".to_owned())));
 
     // A cluster that wants it waits: a quarantined machine is never allocated.
     let cluster =

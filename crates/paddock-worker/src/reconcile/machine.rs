@@ -820,6 +820,42 @@ impl JobHandler for MachineReconciler {
     }
 
     fn run<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Outcome> {
-        async move { super::patient(self.reconcile(MachineId(job.target_id)).await, job) }.boxed()
+        async move {
+            let outcome = super::patient(self.reconcile(MachineId(job.target_id)).await, job);
+            match (&outcome, job.operation_id) {
+                (Outcome::Done, Some(operation)) => self.judge(MachineId(job.target_id), operation).await,
+                _ => outcome,
+            }
+        }
+        .boxed()
+    }
+}
+
+impl MachineReconciler {
+    /// A converged machine ends its operation. An enrollment or a return from maintenance is
+    /// meant to make the machine available: ending quarantined (`clean_failed`) fails it, with
+    /// the machine's own error as the problem.
+    async fn judge(&self, id: MachineId, operation: paddock_types::OperationId) -> Outcome {
+        let found = async {
+            let mut conn = self.services.store().conn().await?;
+            let op = paddock_store::operation::get(&mut conn, None, operation).await?;
+            let m = machine::get(&mut conn, id, false).await?;
+            Ok::<_, StoreError>((op, m))
+        }
+        .await;
+        match found {
+            Ok((Some(op), Some(m)))
+                if m.state == MachineState::CleanFailed
+                    && matches!(op.kind.as_str(), "machine_enroll" | "machine_maintenance_leave") =>
+            {
+                let (code, message) = m.last_error.map_or_else(
+                    || ("clean_failed".to_owned(), "the machine's wipe failed".to_owned()),
+                    |e| (e.code, e.message),
+                );
+                Outcome::fail_with_status(409, code, format!("the machine is quarantined (clean_failed): {message}"))
+            }
+            Ok(_) => Outcome::Done,
+            Err(e) => store_error(e),
+        }
     }
 }
