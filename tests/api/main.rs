@@ -11,6 +11,7 @@ mod custody;
 mod idempotency;
 mod jwt;
 mod kubeconfig;
+mod kubernetes;
 mod lifecycle;
 mod machine;
 mod machine_class;

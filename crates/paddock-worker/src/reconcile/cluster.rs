@@ -58,6 +58,7 @@ const STACK_READY: &str = "StackReady";
 const SLURM_READY: &str = "SlurmReady";
 const READY: &str = "Ready";
 const MACHINES_RELEASED: &str = "MachinesReleased";
+const SLURM_REMOVED: &str = "SlurmRemoved";
 
 /// Converges clusters and their node pools.
 #[derive(Clone)]
@@ -445,9 +446,16 @@ impl ClusterReconciler {
             let endpoint = cluster.status.endpoints.kubernetes_api.clone();
             tenant_access(&mut conn, self.services.cipher(), reference.clone(), endpoint.as_deref()).await?
         };
-        if let (ClusterKind::Slurm, Some(access)) = (cluster.spec.kind, &access) {
+        // Once removed, Slurm is not asked again: the control plane's deletion that follows takes
+        // the tenant API server with it, and a later run could not reach it.
+        let slurm_removed = observed.is_true(SLURM_REMOVED);
+        if let (ClusterKind::Slurm, Some(access), false) = (cluster.spec.kind, &access, slurm_removed) {
             match kube.slurm.remove_slurm(access).await.map_err(|e| Stop::Driver(SLURM_READY, e))? {
-                Removal::Gone => {}
+                Removal::Gone => {
+                    // Recorded before anything else goes, so a crash cannot lose it.
+                    observed.set(SLURM_REMOVED, true, "Removed", "");
+                    return self.deleting(cluster, pools, observed, "Slurm removed").await;
+                }
                 Removal::Deleting => return self.deleting(cluster, pools, observed, "deleting Slurm").await,
             }
         }

@@ -1,0 +1,1262 @@
+//! Issues #4 and #5 end to end through the HTTP API with the REAL Kubernetes drivers
+//! (`KubePlatform`, `KamajiBackend`, `KubeTenantNodes`, `KubeTenantStack`, `SlinkyDriver`,
+//! `KubeTenantCredentials`, assembled as `paddock serve` does with PADDOCK_KUBE_DRIVER=kubernetes)
+//! against REAL kube-apiservers of the kube-harness (`scripts/test` starts it; tests read
+//! `PADDOCK_TEST_KUBE_CONTROL`): one platform API server per test with the real Kamaji CRDs, and
+//! one more API server per tenant control plane. Only the BMC side is simulated (paddock-sim's
+//! BMC and its machines' agent, which reports to the API served on a port).
+//!
+//! Nothing runs in the harness but the API servers and a few kube-controller-manager controllers
+//! (namespace, service account, garbage collector, ...). So a background task of each test PLAYS,
+//! and only plays, what would run in a real installation:
+//! - KAMAJI: for each TenantControlPlane on the platform API server it starts a tenant API server
+//!   of the harness, adds a finalizer, writes the admin kubeconfig Secret (that server's admin
+//!   kubeconfig) and the status Kamaji writes after a reconciliation; when the object is deleted it
+//!   records what the tenant API server still holds, stops that server and drops the finalizer;
+//! - THE KUBELETS: a machine paddock reports `provisioning` registers a Node (its system UUID, a
+//!   Ready condition) in its cluster's tenant API server;
+//! - THE WORKLOAD CONTROLLERS (Deployment, DaemonSet, StatefulSet): their status becomes ready;
+//! - THE SLINKY OPERATOR: once a Controller exists, the StatefulSets, Deployments and Services it
+//!   would create; NodeSets report as many ready replicas as Ready Nodes their selector matches;
+//! - SLURMRESTD: a STAND-IN `SlurmProbe` answers the ping.
+//!
+//! The tenant base stack: Slinky's real CRDs (from the shared directory) plus labelled STAND-INS
+//! for Calico, the NVIDIA device plugin, local-path-provisioner and Slinky's operator (their
+//! upstream manifests cannot be downloaded here), pinned by digest in a test definition.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use futures::FutureExt;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, LimitRange, Namespace, Node, ResourceQuota, Secret, Service, ServiceAccount,
+};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config, Resource, ResourceExt};
+use paddock_api::{ApiConfig, AppState};
+use paddock_auth::{Secret as AuthSecret, Verifier, VerifierConfig};
+use paddock_domain::driver::{BoxFuture, DriverError, KubeDrivers, TenantAccess};
+use paddock_kube::isolation::{self, LABEL_CLUSTER_ID, LABEL_TENANT_ID};
+use paddock_kube::kamaji::{self, ADMIN_KUBECONFIG_KEY};
+use paddock_kube::nodes::LABEL_NODE_POOL;
+use paddock_kube::slurm::{self, SlinkySettings, SlurmProbe};
+use paddock_kube::stack::{ReadinessRule, StackComponent, StackDefinition, StackManifest};
+use paddock_kube::{
+    KamajiBackend, KubePlatform, KubeTenantCredentials, KubeTenantNodes, KubeTenantStack, SlinkyDriver,
+};
+use paddock_sim::{SimConfig, SimWorld};
+use paddock_store::Store;
+use paddock_testkit::{admin, eventually, token, TestApp, TEST_SECRET};
+use paddock_types::{ClusterId, MachineId, TenantId};
+use paddock_worker::reconcile::{ClusterReconciler, Drivers, MachineReconciler, Settings};
+use paddock_worker::{JobHandler, Worker, WorkerConfig};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+
+use crate::common::{id, machine_class, tenant};
+
+/// Real API servers start slowly when tests share 2 cores.
+const WAIT: Duration = Duration::from_secs(240);
+
+/// The finalizer Kamaji puts on a TenantControlPlane (played here).
+const KAMAJI_FINALIZER: &str = "finalizer.kamaji.clastix.io";
+
+// ---------------------------------------------------------------------------------------------
+// The kube-harness.
+
+/// One API server of the harness, as `POST /apiservers` describes it.
+#[derive(Debug, Clone, serde::Deserialize)]
+struct ApiServer {
+    name: String,
+    url: String,
+    kubeconfig: PathBuf,
+}
+
+impl ApiServer {
+    async fn client(&self) -> Client {
+        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig).expect("the harness kubeconfig");
+        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.expect("config");
+        Client::try_from(config).expect("client")
+    }
+}
+
+fn on_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// The harness we started ourselves (stdin kept open) when `scripts/test` did not start one.
+static OWN_HARNESS: Mutex<Option<(Child, ChildStdin)>> = Mutex::new(None);
+
+/// The harness's control endpoint, or None (the test is skipped; a failure on CI).
+fn control() -> Option<String> {
+    static CONTROL: OnceLock<Option<String>> = OnceLock::new();
+    CONTROL
+        .get_or_init(|| {
+            if let Some(url) = std::env::var("PADDOCK_TEST_KUBE_CONTROL").ok().filter(|v| !v.is_empty()) {
+                return Some(url.trim_end_matches('/').to_owned());
+            }
+            assert!(!on_ci(), "CI=true: PADDOCK_TEST_KUBE_CONTROL is not set (run the tests with scripts/test)");
+            let bin = std::env::var("PADDOCK_KUBE_HARNESS_BIN").ok().filter(|v| !v.is_empty()).map_or_else(
+                || {
+                    PathBuf::from(std::env::var("HOME").unwrap_or_default())
+                        .join(".cache/paddock/kube-harness/kube-harness")
+                },
+                PathBuf::from,
+            );
+            if !bin.is_file() {
+                eprintln!("SKIPPED: no kube-harness (run the tests with scripts/test, or build tests/kube-harness)");
+                return None;
+            }
+            let log = std::env::temp_dir().join(format!("paddock-api-kube-harness-{}.log", std::process::id()));
+            let stderr = std::fs::File::create(&log).ok()?;
+            let mut child = Command::new(&bin)
+                .arg("--exit-on-stdin-eof")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(stderr)
+                .spawn()
+                .ok()?;
+            let stdin = child.stdin.take()?;
+            let stdout = child.stdout.take()?;
+            let mut addr = None;
+            for line in BufReader::new(stdout).lines() {
+                let line = line.ok()?;
+                if let Some(a) = line.strip_prefix("CONTROL_ADDR=") {
+                    addr = Some(a.to_owned());
+                } else if line == "READY" {
+                    break;
+                }
+            }
+            *OWN_HARNESS.lock().ok()? = Some((child, stdin));
+            addr.map(|a| format!("http://{a}"))
+        })
+        .clone()
+}
+
+fn harness_http() -> reqwest::Client {
+    reqwest::Client::builder().timeout(Duration::from_secs(240)).build().expect("client")
+}
+
+/// A fresh API server (with `crds`), named after `label`, unique in the harness.
+async fn create_server(label: &str, crds: &[PathBuf]) -> ApiServer {
+    let control = control().expect("checked by Lab::new");
+    let mut name = format!("api-{label}-{}-{}", std::process::id(), &uuid::Uuid::new_v4().simple().to_string()[..6]);
+    name.truncate(63);
+    let rsp = harness_http()
+        .post(format!("{control}/apiservers"))
+        .json(&json!({ "name": name, "crds": crds }))
+        .send()
+        .await
+        .expect("POST /apiservers");
+    let status = rsp.status().as_u16();
+    let body = rsp.text().await.expect("body");
+    assert_eq!(status, 201, "creating API server {name}: {body}");
+    serde_json::from_str(&body).expect("API server info")
+}
+
+async fn delete_server(name: &str) {
+    let control = control().expect("a server exists, so the harness does");
+    let _ = harness_http().delete(format!("{control}/apiservers/{name}")).send().await;
+}
+
+fn shared_dir() -> PathBuf {
+    match std::env::var("PADDOCK_SHARED").ok().filter(|v| !v.is_empty()) {
+        Some(s) => PathBuf::from(s),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"),
+    }
+}
+
+/// Absolute paths of `files` in `shared/crds/<dir>`, or None (skipped; a failure on CI).
+fn crds(dir: &str, files: &[&str]) -> Option<Vec<PathBuf>> {
+    let dir = shared_dir().join("crds").join(dir);
+    let paths: Vec<PathBuf> = files.iter().map(|f| dir.join(f)).collect();
+    if paths.iter().all(|p| p.is_file()) {
+        return Some(paths.into_iter().map(|p| p.canonicalize().expect("canonical path")).collect());
+    }
+    assert!(!on_ci(), "CRDs missing in {} (CI=true)", dir.display());
+    eprintln!("SKIPPED: CRDs missing in {}", dir.display());
+    None
+}
+
+const KAMAJI_CRDS: [&str; 2] = ["kamaji.clastix.io_tenantcontrolplanes.yaml", "kamaji.clastix.io_datastores.yaml"];
+const SLINKY_KINDS: [&str; 6] = ["accountings", "controllers", "loginsets", "nodesets", "restapis", "tokens"];
+
+// ---------------------------------------------------------------------------------------------
+// The tenant base stack: Slinky's real CRDs plus stand-ins.
+
+/// A throw-away stacks directory (removed on drop).
+struct StacksDir(PathBuf);
+
+impl Drop for StacksDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const STANDIN_NS: &str = "paddock-standins";
+const OPERATOR_NS: &str = "slinky";
+
+/// STAND-IN manifests, each marked in its first line.
+fn standins() -> [(&'static str, String); 4] {
+    let ds = |name: &str, app: &str, image: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: {name}\n  namespace: {STANDIN_NS}\n\
+             spec:\n  selector:\n    matchLabels: {{app: {app}}}\n  template:\n    metadata:\n      labels: {{app: {app}}}\n\
+             \x20   spec:\n      containers:\n      - name: c\n        image: {image}\n"
+        )
+    };
+    let deploy = |name: &str, ns: Option<&str>, image: &str| {
+        let ns = ns.map(|n| format!("\n  namespace: {n}")).unwrap_or_default();
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}{ns}\nspec:\n  replicas: 1\n  selector:\n\
+             \x20   matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n\
+             \x20     containers:\n      - name: c\n        image: {image}\n"
+        )
+    };
+    [
+        (
+            "calico/standin.yaml",
+            format!(
+                "# STAND-IN for Calico (cannot be downloaded here). Not the upstream file.\n\
+                 apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {STANDIN_NS}\n---\n{}",
+                ds("calico-node", "calico-node", "example.invalid/standin/calico-node:v3.30.3")
+            ),
+        ),
+        (
+            "nvidia-device-plugin/standin.yaml",
+            format!(
+                "# STAND-IN for the NVIDIA device plugin (cannot be downloaded here). Not the upstream file.\n{}",
+                ds("nvidia-device-plugin-daemonset", "nvidia-dp", "example.invalid/standin/k8s-device-plugin:v0.17.1")
+            ),
+        ),
+        (
+            "local-path-provisioner/standin.yaml",
+            format!(
+                "# STAND-IN for local-path-provisioner (cannot be downloaded here). Not the upstream file.\n\
+                 apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: local-path\n\
+                 provisioner: rancher.io/local-path\nvolumeBindingMode: WaitForFirstConsumer\n---\n{}",
+                deploy(
+                    "local-path-provisioner",
+                    Some(STANDIN_NS),
+                    "example.invalid/standin/local-path-provisioner:v0.0.31"
+                )
+            ),
+        ),
+        (
+            "slurm-operator/standin.yaml",
+            format!(
+                "# STAND-IN for Slinky's slurm-operator chart (cannot be downloaded here). Not the upstream file.\n{}",
+                deploy("slurm-operator", None, "example.invalid/standin/slurm-operator:v1.0.0")
+            ),
+        ),
+    ]
+}
+
+/// Writes the test stack into a fresh directory; returns it with its definition.
+fn test_stack() -> Option<(StacksDir, StackDefinition)> {
+    let crd_files: Vec<String> = SLINKY_KINDS.iter().map(|k| format!("slinky.slurm.net_{k}.yaml")).collect();
+    let crd_refs: Vec<&str> = crd_files.iter().map(String::as_str).collect();
+    let slinky_crds = crds("slinky", &crd_refs)?;
+    let version = "2026.11.0-test";
+    let dir = StacksDir(std::env::temp_dir().join(format!("paddock-api-stacks-{}", uuid::Uuid::new_v4().simple())));
+    let write = |file: &str, bytes: &[u8]| {
+        let path = dir.0.join(version).join(file);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&path, bytes).expect("write");
+        StackManifest {
+            file: file.to_owned(),
+            source: "test: tests/api/kubernetes.rs".to_owned(),
+            render: None,
+            sha256: Some(hex::encode(Sha256::digest(bytes))),
+        }
+    };
+    let component = |name: &str, manifests: Vec<StackManifest>, ready: Vec<ReadinessRule>| StackComponent {
+        name: name.to_owned(),
+        version: "test".to_owned(),
+        namespace: None,
+        notes: None,
+        manifests,
+        ready,
+    };
+    let [cni, device_plugin, storage, operator] = standins();
+    let slinky = slinky_crds
+        .iter()
+        .map(|p| {
+            let file = p.file_name().and_then(|f| f.to_str()).expect("file name");
+            write(&format!("slinky-crds/{file}"), &std::fs::read(p).expect("read CRD"))
+        })
+        .collect();
+    let mut operator = component(
+        "slurm-operator",
+        vec![write(operator.0, operator.1.as_bytes())],
+        vec![ReadinessRule::CrdsEstablished, ReadinessRule::WorkloadsAvailable],
+    );
+    operator.namespace = Some(OPERATOR_NS.to_owned());
+    let definition = StackDefinition {
+        version: version.to_owned(),
+        notes: Some("test stack: real Slinky CRDs, stand-ins for the rest".to_owned()),
+        components: vec![
+            component("calico", vec![write(cni.0, cni.1.as_bytes())], vec![ReadinessRule::WorkloadsAvailable]),
+            component(
+                "nvidia-device-plugin",
+                vec![write(device_plugin.0, device_plugin.1.as_bytes())],
+                vec![ReadinessRule::WorkloadsAvailable],
+            ),
+            component(
+                "local-path-provisioner",
+                vec![write(storage.0, storage.1.as_bytes())],
+                vec![ReadinessRule::WorkloadsAvailable],
+            ),
+            component("slinky-crds", slinky, vec![ReadinessRule::CrdsEstablished]),
+            operator,
+        ],
+    };
+    Some((dir, definition))
+}
+
+/// STAND-IN for slurmrestd as the Slinky driver sees it: the ping always answers, no node is
+/// known to Slurm (draining has nothing to wait for).
+struct StandInProbe;
+
+impl SlurmProbe for StandInProbe {
+    fn ping<'a>(&'a self, _: &'a TenantAccess) -> BoxFuture<'a, Result<bool, DriverError>> {
+        async { Ok(true) }.boxed()
+    }
+
+    fn drain<'a>(
+        &'a self,
+        _: &'a TenantAccess,
+        _: &'a str,
+        _: &'a str,
+    ) -> BoxFuture<'a, Result<Option<bool>, DriverError>> {
+        async { Ok(None) }.boxed()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the test plays.
+
+/// A tenant control plane Kamaji (played) runs: a harness API server.
+#[derive(Clone)]
+struct TenantServer {
+    server: ApiServer,
+    client: Client,
+}
+
+/// The played world's state, shared with the test.
+struct Play {
+    platform: Client,
+    /// The served API (for the machines' states).
+    api: String,
+    /// Cluster id -> its tenant API server, while its control plane exists.
+    tenants: Mutex<HashMap<String, TenantServer>>,
+    /// Cluster id -> what its tenant API server held when its TenantControlPlane was deleted.
+    at_deletion: Mutex<HashMap<String, Value>>,
+    /// Every tenant API server ever started (stopped at the end).
+    started: Mutex<Vec<String>>,
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+impl Play {
+    async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        loop {
+            for (what, result) in [
+                ("kamaji", self.kamaji().await),
+                ("kubelets", self.kubelets().await),
+                ("controllers", self.controllers().await),
+            ] {
+                if let Err(e) = result {
+                    eprintln!("player {what}: {e}");
+                }
+            }
+            tokio::select! {
+                _ = stop.changed() => return,
+                () = tokio::time::sleep(Duration::from_millis(300)) => {}
+            }
+        }
+    }
+
+    fn tenant(&self, cluster: &str) -> Option<TenantServer> {
+        self.tenants.lock().expect("lock").get(cluster).cloned()
+    }
+
+    /// PLAYS KAMAJI.
+    async fn kamaji(&self) -> Result<(), String> {
+        let all: Api<DynamicObject> = Api::all_with(self.platform.clone(), &kamaji::api_resource());
+        for tcp in all.list(&ListParams::default()).await.map_err(err)?.items {
+            let (ns, name) = (tcp.namespace().unwrap_or_default(), tcp.name_any());
+            let cluster = tcp.labels().get(LABEL_CLUSTER_ID).cloned().unwrap_or_default();
+            let api: Api<DynamicObject> = Api::namespaced_with(self.platform.clone(), &ns, &kamaji::api_resource());
+            if tcp.metadata.deletion_timestamp.is_some() {
+                // Kamaji's finalizer: its control plane goes. What the tenant API server holds at
+                // that moment is recorded first.
+                let gone = self.tenants.lock().expect("lock").remove(&cluster);
+                if let Some(t) = gone {
+                    let held = holdings(&t.client).await;
+                    eprintln!("kamaji (played): control plane of {cluster} deleted; its API server held {held}");
+                    self.at_deletion.lock().expect("lock").insert(cluster.clone(), held);
+                    delete_server(&t.server.name).await;
+                }
+                let clear = json!({ "metadata": { "finalizers": null } });
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(&clear)).await.map_err(err)?;
+                continue;
+            }
+            let tenant = match self.tenant(&cluster) {
+                Some(t) => t,
+                None => {
+                    let server = create_server("tenant", &[]).await;
+                    self.started.lock().expect("lock").push(server.name.clone());
+                    let t = TenantServer { client: server.client().await, server };
+                    self.tenants.lock().expect("lock").insert(cluster.clone(), t.clone());
+                    t
+                }
+            };
+            if !tcp.finalizers().iter().any(|f| f == KAMAJI_FINALIZER) {
+                let add = json!({ "metadata": { "finalizers": [KAMAJI_FINALIZER] } });
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(&add)).await.map_err(err)?;
+            }
+            let secret_name = format!("{name}-admin-kubeconfig");
+            let secrets: Api<Secret> = Api::namespaced(self.platform.clone(), &ns);
+            if secrets.get_opt(&secret_name).await.map_err(err)?.is_none() {
+                let admin_conf = std::fs::read_to_string(&tenant.server.kubeconfig).map_err(err)?;
+                let secret: Secret = serde_json::from_value(json!({
+                    "metadata": { "name": secret_name },
+                    "stringData": { ADMIN_KUBECONFIG_KEY: admin_conf, "admin.svc": admin_conf },
+                }))
+                .map_err(err)?;
+                secrets.create(&PostParams::default(), &secret).await.map_err(err)?;
+            }
+            let status = &tcp.data["status"];
+            let generation = tcp.metadata.generation;
+            if status["observedGeneration"].as_i64() != generation
+                || status["kubernetesResources"]["version"]["status"] != "Ready"
+            {
+                let version = tcp.data["spec"]["kubernetes"]["version"].clone();
+                let endpoint = tenant.server.url.trim_start_matches("https://").to_owned();
+                let status = json!({ "status": {
+                    "observedGeneration": generation,
+                    "controlPlaneEndpoint": endpoint,
+                    "kubeconfig": { "admin": { "secretName": secret_name, "checksum": "played" } },
+                    "kubernetesResources": { "version": { "status": "Ready", "version": version } },
+                }});
+                api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await.map_err(err)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// PLAYS THE KUBELETS: every machine paddock reports `provisioning` registers its Node.
+    async fn kubelets(&self) -> Result<(), String> {
+        let url = format!("{}/v1/machines?state=provisioning&limit=100", self.api);
+        let rsp = reqwest::Client::new().get(url).bearer_auth(admin()).send().await.map_err(err)?;
+        let machines: Value = rsp.json().await.map_err(err)?;
+        for m in machines["items"].as_array().cloned().unwrap_or_default() {
+            let Some(tenant) = m["cluster_id"].as_str().and_then(|c| self.tenant(c)) else { continue };
+            let machine_id = MachineId(m["id"].as_str().and_then(|i| i.parse().ok()).ok_or("machine id")?);
+            let name = paddock_domain::driver::node_name(machine_id);
+            let nodes: Api<Node> = Api::all(tenant.client.clone());
+            if nodes.get_opt(&name).await.map_err(err)?.is_some() {
+                continue;
+            }
+            let uuid = m["system_uuid"]
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| paddock_sim::system_uuid(m["name"].as_str().unwrap_or_default()));
+            let node: Node = serde_json::from_value(json!({
+                "metadata": { "name": name, "labels": { "kubernetes.io/hostname": name } },
+            }))
+            .map_err(err)?;
+            nodes.create(&PostParams::default(), &node).await.map_err(err)?;
+            let status = json!({ "status": {
+                "nodeInfo": {
+                    "systemUUID": uuid, "machineID": "m", "bootID": "b", "kernelVersion": "6.8.0",
+                    "osImage": "Ubuntu 24.04", "containerRuntimeVersion": "containerd://2.0.0",
+                    "kubeletVersion": "v1.34.1", "kubeProxyVersion": "", "operatingSystem": "linux",
+                    "architecture": "amd64",
+                },
+                "conditions": [{ "type": "Ready", "status": "True", "reason": "KubeletReady" }],
+            }});
+            nodes.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await.map_err(err)?;
+        }
+        Ok(())
+    }
+
+    /// PLAYS THE WORKLOAD CONTROLLERS AND THE SLINKY OPERATOR in every tenant API server.
+    async fn controllers(&self) -> Result<(), String> {
+        let tenants: Vec<TenantServer> = self.tenants.lock().expect("lock").values().cloned().collect();
+        for t in tenants {
+            operator(&t.client).await?;
+            workloads(&t.client).await?;
+            nodesets(&t.client).await?;
+        }
+        Ok(())
+    }
+}
+
+/// What a tenant API server holds: its Nodes and its Slurm custom objects.
+async fn holdings(client: &Client) -> Value {
+    let nodes: Vec<String> = match Api::<Node>::all(client.clone()).list(&ListParams::default()).await {
+        Ok(l) => l.items.iter().map(ResourceExt::name_any).collect(),
+        Err(e) => vec![format!("error: {e}")],
+    };
+    let mut slurm = Vec::new();
+    for kind in ["Accounting", "Controller", "LoginSet", "NodeSet", "RestApi"] {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &slurm::api_resource(kind));
+        // A just-established CRD answers 429 ("storage is (re)initializing") for a moment.
+        let mut listed = api.list(&ListParams::default()).await;
+        for _ in 0..100 {
+            if !matches!(&listed, Err(kube::Error::Api(s)) if s.code == 429) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            listed = api.list(&ListParams::default()).await;
+        }
+        match listed {
+            Ok(l) => slurm.extend(l.items.iter().map(|o| format!("{kind} {}", o.name_any()))),
+            // No CRDs: no Slurm objects either.
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => slurm.push(format!("error: {e}")),
+        }
+    }
+    json!({ "nodes": nodes, "slurm": slurm })
+}
+
+/// Ready status for a Deployment or StatefulSet with `replicas` (PLAYS THE CONTROLLER).
+fn replica_status(generation: Option<i64>, replicas: i32) -> Value {
+    json!({ "status": {
+        "observedGeneration": generation, "replicas": replicas, "readyReplicas": replicas,
+        "updatedReplicas": replicas, "availableReplicas": replicas, "currentReplicas": replicas,
+    }})
+}
+
+async fn workloads(client: &Client) -> Result<(), String> {
+    let params = PatchParams::default();
+    let deployments: Api<Deployment> = Api::all(client.clone());
+    for d in deployments.list(&ListParams::default()).await.map_err(err)?.items {
+        let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+        let st = d.status.clone().unwrap_or_default();
+        if st.observed_generation != d.metadata.generation || st.available_replicas != Some(replicas) {
+            let api: Api<Deployment> = Api::namespaced(client.clone(), &d.namespace().unwrap_or_default());
+            let status = replica_status(d.metadata.generation, replicas);
+            api.patch_status(&d.name_any(), &params, &Patch::Merge(&status)).await.map_err(err)?;
+        }
+    }
+    let statefulsets: Api<StatefulSet> = Api::all(client.clone());
+    for s in statefulsets.list(&ListParams::default()).await.map_err(err)?.items {
+        let replicas = s.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+        let st = s.status.clone().unwrap_or_default();
+        if st.observed_generation != s.metadata.generation || st.ready_replicas != Some(replicas) {
+            let api: Api<StatefulSet> = Api::namespaced(client.clone(), &s.namespace().unwrap_or_default());
+            let status = replica_status(s.metadata.generation, replicas);
+            api.patch_status(&s.name_any(), &params, &Patch::Merge(&status)).await.map_err(err)?;
+        }
+    }
+    let daemonsets: Api<DaemonSet> = Api::all(client.clone());
+    for d in daemonsets.list(&ListParams::default()).await.map_err(err)?.items {
+        let st = d.status.clone().unwrap_or_default();
+        if st.observed_generation != d.metadata.generation || st.number_available != Some(1) {
+            let api: Api<DaemonSet> = Api::namespaced(client.clone(), &d.namespace().unwrap_or_default());
+            let status = json!({ "status": {
+                "observedGeneration": d.metadata.generation, "desiredNumberScheduled": 1,
+                "currentNumberScheduled": 1, "updatedNumberScheduled": 1, "numberReady": 1,
+                "numberAvailable": 1, "numberMisscheduled": 0,
+            }});
+            api.patch_status(&d.name_any(), &params, &Patch::Merge(&status)).await.map_err(err)?;
+        }
+    }
+    Ok(())
+}
+
+/// PLAYS THE SLINKY OPERATOR: once the Controller exists, the workloads and Services it makes.
+async fn operator(client: &Client) -> Result<(), String> {
+    let ns = slurm::NAMESPACE;
+    let controllers: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &slurm::api_resource("Controller"));
+    match controllers.get_opt(slurm::CONTROLLER).await {
+        Ok(Some(_)) => {}
+        Ok(None) | Err(kube::Error::Api(_)) => return Ok(()),
+        Err(e) => return Err(err(e)),
+    }
+    let logins: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &slurm::api_resource("LoginSet"));
+    let login_replicas = match logins.get_opt(slurm::LOGINSET).await.map_err(err)? {
+        Some(l) => l.data["spec"]["replicas"].as_i64().unwrap_or(1),
+        None => 1,
+    };
+    let apply = PatchParams::apply("slinky-operator-stand-in");
+    let pod_template = |app: &str| {
+        json!({ "metadata": { "labels": { "app": app } },
+                "spec": { "containers": [{ "name": "c", "image": "example.invalid/standin/slurm:1" }] } })
+    };
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    for name in [slurm::ACCOUNTING_WORKLOAD, slurm::CONTROLLER_WORKLOAD] {
+        if statefulsets.get_opt(name).await.map_err(err)?.is_none() {
+            let body = json!({ "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": { "name": name },
+                "spec": { "replicas": 1, "serviceName": name, "selector": { "matchLabels": { "app": name } },
+                          "template": pod_template(name) } });
+            statefulsets.patch(name, &apply, &Patch::Apply(&body)).await.map_err(err)?;
+        }
+    }
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    for (name, replicas) in [(slurm::RESTAPI_SERVICE, 1), (slurm::LOGIN_SERVICE, login_replicas)] {
+        if deployments.get_opt(name).await.map_err(err)?.is_none() {
+            let body = json!({ "apiVersion": "apps/v1", "kind": "Deployment", "metadata": { "name": name },
+                "spec": { "replicas": replicas, "selector": { "matchLabels": { "app": name } },
+                          "template": pod_template(name) } });
+            deployments.patch(name, &apply, &Patch::Apply(&body)).await.map_err(err)?;
+        }
+    }
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    for (name, port, kind) in
+        [(slurm::RESTAPI_SERVICE, slurm::RESTAPI_PORT, "ClusterIP"), (slurm::LOGIN_SERVICE, 22, "LoadBalancer")]
+    {
+        let svc = services.get_opt(name).await.map_err(err)?;
+        if svc.is_none() {
+            let body = json!({ "apiVersion": "v1", "kind": "Service", "metadata": { "name": name },
+                "spec": { "type": kind, "selector": { "app": name }, "ports": [{ "port": port }] } });
+            services.patch(name, &apply, &Patch::Apply(&body)).await.map_err(err)?;
+        }
+        let has_ingress = svc.and_then(|s| s.status).and_then(|s| s.load_balancer).and_then(|l| l.ingress).is_some();
+        if kind == "LoadBalancer" && !has_ingress {
+            let status = json!({ "status": { "loadBalancer": { "ingress": [{ "ip": "203.0.113.10" }] } } });
+            services.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.map_err(err)?;
+        }
+    }
+    Ok(())
+}
+
+/// PLAYS THE SLINKY OPERATOR for NodeSets: as many ready replicas as Ready Nodes match.
+async fn nodesets(client: &Client) -> Result<(), String> {
+    let all: Api<DynamicObject> = Api::all_with(client.clone(), &slurm::api_resource("NodeSet"));
+    let list = match all.list(&ListParams::default()).await {
+        Ok(l) => l,
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(e) => return Err(err(e)),
+    };
+    for ns in list.items {
+        let replicas = ns.data["spec"]["replicas"].as_i64().unwrap_or(0);
+        let matching = selected_nodes(client, &ns.data["spec"]).await?;
+        let ready = i64::try_from(matching.len()).unwrap_or(0).min(replicas);
+        let status = &ns.data["status"];
+        if status["observedGeneration"].as_i64() == ns.metadata.generation
+            && status["readyReplicas"].as_i64() == Some(ready)
+            && status["replicas"].as_i64() == Some(replicas)
+        {
+            continue;
+        }
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &ns.namespace().unwrap_or_default(), &slurm::api_resource("NodeSet"));
+        let patch = json!({ "status": {
+            "observedGeneration": ns.metadata.generation, "replicas": replicas, "readyReplicas": ready,
+            "nodeSetHash": "stand-in", "selector": format!("app={}", ns.name_any()),
+        }});
+        api.patch_status(&ns.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(err)?;
+    }
+    Ok(())
+}
+
+/// The Ready Nodes a NodeSet spec's nodeSelector matches (the API server's own label matching).
+async fn selected_nodes(client: &Client, spec: &Value) -> Result<BTreeSet<String>, String> {
+    let selector = spec["template"]["spec"]["nodeSelector"].as_object().cloned().unwrap_or_default();
+    let selector: Vec<String> =
+        selector.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let listed = nodes.list(&ListParams::default().labels(&selector.join(","))).await.map_err(err)?;
+    Ok(listed
+        .items
+        .into_iter()
+        .filter(|n| {
+            let conditions = n.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+            conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+        .filter_map(|n| n.metadata.name)
+        .collect())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The lab.
+
+/// A tenant of the lab: its id and a `tenant:admin` token.
+struct Tenant {
+    id: String,
+    token: String,
+}
+
+/// The API (served, with the real credentials driver), a worker with the real Kubernetes drivers
+/// and the simulated BMC, the simulated machines' agent, a platform API server with the Kamaji
+/// CRDs, and the players.
+struct Lab {
+    app: TestApp,
+    platform: ApiServer,
+    platform_client: Client,
+    play: Arc<Play>,
+    stop: watch::Sender<bool>,
+    _stacks: StacksDir,
+}
+
+impl Lab {
+    /// None: no harness or no CRDs (skipped, as the module documentation says).
+    async fn new() -> Option<Lab> {
+        let kamaji_crds = crds("kamaji", &KAMAJI_CRDS)?;
+        let (stacks, definition) = test_stack()?;
+        control()?;
+        let platform = create_server("platform", &kamaji_crds).await;
+
+        let mut app = TestApp::served().await;
+        let store = Store::from_pool(app.db.pool.clone());
+        let world = SimWorld::new(store.clone(), SimConfig::zero());
+        // The drivers as `paddock serve` assembles them with PADDOCK_KUBE_DRIVER=kubernetes,
+        // except the slurmrestd probe (a stand-in) and the stack definition (the test's).
+        let kube_platform = KubePlatform::connect(Some(&platform.kubeconfig)).await.expect("platform");
+        let stack = KubeTenantStack::with_definition(stacks.0.clone(), definition).expect("stack definition");
+        stack.verify().expect("the stack files verify");
+        let credentials = Arc::new(KubeTenantCredentials::new());
+        let kube = KubeDrivers {
+            control_plane: Arc::new(KamajiBackend::new(kube_platform.client().clone())),
+            platform: Arc::new(kube_platform),
+            nodes: Arc::new(KubeTenantNodes::new()),
+            stack: Arc::new(stack),
+            slurm: Arc::new(SlinkyDriver::new(SlinkySettings::default(), Arc::new(StandInProbe))),
+            credentials: credentials.clone(),
+        };
+        // The router as `paddock api` builds it with the real credentials driver (in-process
+        // requests; the served port only takes the agents' reports).
+        let services = app.services.clone().with_credentials(credentials);
+        let verifier = Verifier::new(VerifierConfig {
+            hs256_secret: Some(AuthSecret::new(TEST_SECRET.to_vec())),
+            ..Default::default()
+        })
+        .await
+        .expect("verifier");
+        app.router = paddock_api::router(AppState::new(services, verifier, ApiConfig::default()));
+
+        let drivers = Drivers { bmc: Some(world.bmc()), kube: Some(kube) };
+        let settings = Settings {
+            wipe_image_url: Some("http://images.invalid/wipe.iso".into()),
+            os_image_url: Some("http://images.invalid/os.iso".into()),
+            poll: Duration::from_millis(250),
+            report_wait: Duration::from_secs(2),
+            ..Settings::default()
+        };
+        let handlers: Vec<Arc<dyn JobHandler>> = vec![
+            Arc::new(MachineReconciler::new(app.services.clone(), drivers.clone(), settings.clone())),
+            Arc::new(ClusterReconciler::new(app.services.clone(), drivers, settings)),
+        ];
+        let config = WorkerConfig {
+            concurrency: 8,
+            poll_interval: Duration::from_millis(50),
+            backoff_base: Duration::from_millis(10),
+            backoff_cap: Duration::from_millis(500),
+            max_attempts: 1000,
+            ..WorkerConfig::default()
+        };
+        let worker = Worker::new(store, "kube-lab-worker", handlers, config).expect("worker");
+        let (stop, stopped) = watch::channel(false);
+        let mut worker_stop = stopped.clone();
+        tokio::spawn(async move {
+            worker
+                .run(async move {
+                    let _ = worker_stop.changed().await;
+                })
+                .await
+        });
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("client");
+        tokio::spawn(world.agent(http).run(stopped.clone()));
+        let platform_client = platform.client().await;
+        let play = Arc::new(Play {
+            platform: platform_client.clone(),
+            api: app.base_url.clone().expect("served"),
+            tenants: Mutex::new(HashMap::new()),
+            at_deletion: Mutex::new(HashMap::new()),
+            started: Mutex::new(Vec::new()),
+        });
+        tokio::spawn(play.clone().run(stopped));
+        Some(Lab { app, platform, platform_client, play, stop, _stacks: stacks })
+    }
+
+    /// Stops the worker and players, and the API servers of this test.
+    async fn finish(self) {
+        let _ = self.stop.send(true);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let started: Vec<String> = self.play.started.lock().expect("lock").clone();
+        for name in started {
+            delete_server(&name).await;
+        }
+        delete_server(&self.platform.name).await;
+    }
+
+    async fn tenant(&self, name: &str) -> Tenant {
+        let t = tenant(&self.app, name).await;
+        let token = token(&["tenant:admin"], Some(id(&t).parse().expect("uuid")));
+        Tenant { id: id(&t), token }
+    }
+
+    async fn enroll(&self, class: &str, names: &[&str]) -> Vec<String> {
+        let mut ids = Vec::new();
+        for name in names {
+            let body = json!({
+                "name": name, "machine_class": class,
+                "bmc": { "url": format!("sim://{name}"), "username": "admin", "password": "simulated" }
+            });
+            let created = self.app.post("/v1/machines").token(&admin()).json(&body).send().await.expect(202).json();
+            ids.push(id(&created["machine"]));
+        }
+        for m in &ids {
+            eventually(WAIT, || async {
+                let v = self.app.get(format!("/v1/machines/{m}")).token(&admin()).send().await.expect(200).json();
+                (v["state"] == "available").then_some(())
+            })
+            .await;
+        }
+        ids
+    }
+
+    async fn create(&self, t: &Tenant, body: Value) -> Value {
+        let path = format!("/v1/tenants/{}/clusters", t.id);
+        self.app.post(path).token(&t.token).json(&body).send().await.expect(202).json()
+    }
+
+    fn path(t: &Tenant, cluster: &str) -> String {
+        format!("/v1/tenants/{}/clusters/{cluster}", t.id)
+    }
+
+    async fn cluster(&self, t: &Tenant, cluster: &str) -> Value {
+        self.app.get(Self::path(t, cluster)).token(&t.token).send().await.expect(200).json()
+    }
+
+    /// Waits until the cluster is ready at its current generation (on timeout, shows the cluster).
+    async fn ready(&self, t: &Tenant, cluster: &str) -> Value {
+        let end = std::time::Instant::now() + WAIT;
+        loop {
+            let c = self.cluster(t, cluster).await;
+            if c["status"]["phase"] == "ready" && c["status"]["observed_generation"] == c["generation"] {
+                return c;
+            }
+            assert!(std::time::Instant::now() < end, "not ready after {WAIT:?}: {c:#}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits until the cluster is gone (404); on timeout, shows it.
+    async fn gone(&self, t: &Tenant, cluster: &str) {
+        let end = std::time::Instant::now() + WAIT;
+        loop {
+            let rsp = self.app.get(Self::path(t, cluster)).token(&t.token).send().await;
+            if rsp.status.as_u16() == 404 {
+                return;
+            }
+            assert!(std::time::Instant::now() < end, "not gone after {WAIT:?}: {:#}", rsp.json());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn scale(&self, t: &Tenant, cluster: &str, pool: &str, count: u32) {
+        let path = format!("{}/node-pools/{pool}", Self::path(t, cluster));
+        self.app.patch(path).token(&t.token).json(&json!({ "count": count })).send().await.expect(202);
+    }
+
+    fn tenant_client(&self, cluster: &str) -> Client {
+        self.play.tenant(cluster).expect("the cluster's tenant API server").client
+    }
+
+    fn tenant_server(&self, cluster: &str) -> ApiServer {
+        self.play.tenant(cluster).expect("the cluster's tenant API server").server
+    }
+
+    async fn scalar(&self, sql: &str) -> i64 {
+        sqlx::query_scalar(sql).fetch_one(&self.app.db.pool).await.expect(sql)
+    }
+
+    /// Makes the worker reconcile the cluster once more and waits until that run finished.
+    async fn reconcile_again(&self, t: &Tenant, cluster: &str) {
+        let pool = &self.app.db.pool;
+        let t0: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("select now()").fetch_one(pool).await.expect("now");
+        let mut conn = pool.acquire().await.expect("conn");
+        let (tenant_id, cluster_id) =
+            (TenantId(t.id.parse().expect("uuid")), ClusterId(cluster.parse().expect("uuid")));
+        paddock_store::lifecycle::enqueue_cluster(&mut conn, tenant_id, cluster_id).await.expect("enqueue");
+        drop(conn);
+        eventually(WAIT, || async {
+            let done: i64 = sqlx::query_scalar(
+                "select count(*) from jobs where target_id = $1::uuid and kind = 'cluster_reconcile' \
+                 and state = 'succeeded' and finished_at > $2",
+            )
+            .bind(cluster)
+            .bind(t0)
+            .fetch_one(pool)
+            .await
+            .expect("jobs");
+            (done > 0).then_some(())
+        })
+        .await;
+    }
+
+    /// The node names of a pool's machines, as the API lists them.
+    async fn pool_nodes(&self, t: &Tenant, cluster: &str, pool: &str) -> BTreeSet<String> {
+        let path = format!("{}/node-pools/{pool}/machines", Self::path(t, cluster));
+        let v = self.app.get(path).token(&admin()).send().await.expect(200).json();
+        v["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .map(|m| match m["node_name"].as_str() {
+                Some(n) => n.to_owned(),
+                None => {
+                    paddock_domain::driver::node_name(MachineId(m["id"].as_str().expect("id").parse().expect("uuid")))
+                }
+            })
+            .collect()
+    }
+
+    /// The Ready Nodes of the cluster's tenant API server.
+    async fn nodes(&self, cluster: &str) -> BTreeSet<String> {
+        selected_nodes(&self.tenant_client(cluster), &Value::Null).await.expect("nodes")
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+fn kubernetes(name: &str, pools: Value) -> Value {
+    json!({ "name": name, "kind": "kubernetes", "isolation": "private-nodes", "node_pools": pools })
+}
+
+fn all_true(cluster: &Value) {
+    for c in cluster["status"]["conditions"].as_array().expect("conditions") {
+        assert_eq!(c["status"], "True", "{c}: {cluster}");
+    }
+}
+
+/// Everything a tenant API server holds that could name another tenant, as one JSON text.
+async fn everything(client: &Client) -> String {
+    async fn list<K>(client: &Client) -> Value
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        let items = Api::<K>::all(client.clone()).list(&ListParams::default()).await.expect("list").items;
+        serde_json::to_value(items).expect("json")
+    }
+    let namespaces = Api::<Namespace>::all(client.clone()).list(&ListParams::default()).await.expect("ns").items;
+    let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await.expect("nodes").items;
+    json!({
+        "namespaces": namespaces,
+        "nodes": nodes,
+        "secrets": list::<Secret>(client).await,
+        "configmaps": list::<ConfigMap>(client).await,
+        "serviceaccounts": list::<ServiceAccount>(client).await,
+    })
+    .to_string()
+}
+
+/// The resourceVersion of every object the platform API server holds for a cluster.
+async fn platform_versions(client: &Client, cluster: &str) -> BTreeMap<String, String> {
+    let ns = isolation::namespace_name(ClusterId(cluster.parse().expect("uuid")));
+    let mut out = BTreeMap::new();
+    let rv = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| m.resource_version.clone().expect("rv");
+    let namespace = Api::<Namespace>::all(client.clone()).get(&ns).await.expect("namespace");
+    out.insert(format!("Namespace {ns}"), rv(&namespace.metadata));
+    for p in Api::<NetworkPolicy>::namespaced(client.clone(), &ns).list(&ListParams::default()).await.expect("np").items
+    {
+        out.insert(format!("NetworkPolicy {}", p.name_any()), rv(&p.metadata));
+    }
+    for q in Api::<ResourceQuota>::namespaced(client.clone(), &ns).list(&ListParams::default()).await.expect("rq").items
+    {
+        out.insert(format!("ResourceQuota {}", q.name_any()), rv(&q.metadata));
+    }
+    for l in Api::<LimitRange>::namespaced(client.clone(), &ns).list(&ListParams::default()).await.expect("lr").items {
+        out.insert(format!("LimitRange {}", l.name_any()), rv(&l.metadata));
+    }
+    let tcps: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kamaji::api_resource());
+    for t in tcps.list(&ListParams::default()).await.expect("tcps").items {
+        out.insert(format!("TenantControlPlane {}", t.name_any()), rv(&t.metadata));
+    }
+    out
+}
+
+/// The resourceVersion of the stack's and paddock's objects in a tenant API server.
+async fn tenant_versions(client: &Client) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let rv = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| m.resource_version.clone().expect("rv");
+    for d in Api::<Deployment>::all(client.clone()).list(&ListParams::default()).await.expect("d").items {
+        out.insert(format!("Deployment {}/{}", d.namespace().unwrap_or_default(), d.name_any()), rv(&d.metadata));
+    }
+    for d in Api::<DaemonSet>::all(client.clone()).list(&ListParams::default()).await.expect("ds").items {
+        out.insert(format!("DaemonSet {}/{}", d.namespace().unwrap_or_default(), d.name_any()), rv(&d.metadata));
+    }
+    for c in Api::<CustomResourceDefinition>::all(client.clone()).list(&ListParams::default()).await.expect("crd").items
+    {
+        out.insert(format!("CRD {}", c.name_any()), rv(&c.metadata));
+    }
+    for n in Api::<Node>::all(client.clone()).list(&ListParams::default()).await.expect("nodes").items {
+        out.insert(format!("Node {}", n.name_any()), rv(&n.metadata));
+    }
+    out
+}
+
+/// The bearer token of a kubeconfig (kube-rs keeps it secret; read it from the text).
+fn kubeconfig_token(text: &str) -> String {
+    let line = text.lines().find(|l| l.trim_start().starts_with("token: ")).expect("a token line");
+    let raw = line.trim_start().trim_start_matches("token: ").trim();
+    serde_json::from_str::<String>(raw).unwrap_or_else(|_| raw.trim_matches('\'').to_owned())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tests.
+
+#[tokio::test]
+async fn two_kubernetes_clusters_of_two_tenants_go_ready_isolated_scale_and_delete() {
+    let Some(lab) = Lab::new().await else { return };
+    machine_class(&lab.app, "cpu", 0).await;
+    let machines = lab.enroll("cpu", &["k1", "k2", "k3"]).await;
+    let (a, b) = (lab.tenant("acme").await, lab.tenant("globex").await);
+    let pool = json!([{ "name": "workers", "machine_class": "cpu", "count": 1 }]);
+    let created_a = lab.create(&a, kubernetes("alpha", pool.clone())).await;
+    let created_b = lab.create(&b, kubernetes("beta", pool)).await;
+    let (ca, cb) = (id(&created_a["cluster"]), id(&created_b["cluster"]));
+    let pool_a = id(&created_a["cluster"]["node_pools"][0]);
+    let ready_a = lab.ready(&a, &ca).await;
+    let ready_b = lab.ready(&b, &cb).await;
+    all_true(&ready_a);
+    all_true(&ready_b);
+
+    // The platform: one namespace per cluster, labelled, with its TenantControlPlane (applied
+    // through the real Kamaji CRD's schema).
+    for (t, c, r) in [(&a, &ca, &ready_a), (&b, &cb, &ready_b)] {
+        let ns = isolation::namespace_name(ClusterId(c.parse().expect("uuid")));
+        let namespace = Api::<Namespace>::all(lab.platform_client.clone()).get(&ns).await.expect("namespace");
+        let labels = namespace.labels();
+        assert_eq!(labels.get(LABEL_TENANT_ID), Some(&t.id));
+        assert_eq!(labels.get(LABEL_CLUSTER_ID), Some(c));
+        let tcps: Api<DynamicObject> = Api::namespaced_with(lab.platform_client.clone(), &ns, &kamaji::api_resource());
+        let tcp = tcps.get(&kamaji::tenant_control_plane_name(ClusterId(c.parse().expect("uuid")))).await.expect("tcp");
+        assert_eq!(tcp.data["spec"]["kubernetes"]["version"].as_str(), r["kubernetes_version"].as_str());
+        let server = lab.tenant_server(c);
+        assert_eq!(r["status"]["endpoints"]["kubernetes_api"].as_str(), Some(server.url.as_str()), "{r}");
+        // The stack: the real Slinky CRDs are Established in the tenant API server; no Slurm here.
+        let client = lab.tenant_client(c);
+        let crds = Api::<CustomResourceDefinition>::all(client.clone());
+        for kind in SLINKY_KINDS {
+            let crd = crds.get(&format!("{kind}.slinky.slurm.net")).await.expect("a Slinky CRD");
+            let conditions = crd.status.and_then(|s| s.conditions).unwrap_or_default();
+            assert!(conditions.iter().any(|c| c.type_ == "Established" && c.status == "True"), "{kind}");
+        }
+        assert_eq!(holdings(&client).await["slurm"], json!([]), "no Slurm in a kubernetes cluster");
+        assert_eq!(lab.nodes(c).await.len(), 1);
+    }
+
+    // Isolation: neither tenant API server holds anything of the other tenant.
+    let mut owned: HashMap<String, Vec<String>> = HashMap::new();
+    for m in &machines {
+        let v = lab.app.get(format!("/v1/machines/{m}")).token(&admin()).send().await.expect(200).json();
+        if let Some(c) = v["cluster_id"].as_str() {
+            owned
+                .entry(c.to_owned())
+                .or_default()
+                .extend([m.clone(), v["system_uuid"].as_str().expect("system_uuid").to_owned()]);
+        }
+    }
+    for (mine, (other_tenant, other_cluster)) in [(&ca, (&b, &cb)), (&cb, (&a, &ca))] {
+        let text = everything(&lab.tenant_client(mine)).await;
+        // Not vacuous: the server's own machine shows up (the Node's machine-id label).
+        let own = owned.get(mine.as_str()).expect("machines of the cluster");
+        assert!(text.contains(&own[0]), "{mine}'s own machine is not in its API server");
+        let mut foreign = vec![other_tenant.id.clone(), other_cluster.clone()];
+        foreign.extend(owned.get(other_cluster.as_str()).cloned().unwrap_or_default());
+        for f in foreign {
+            assert!(!text.contains(&f), "the tenant API server of {mine} holds {f} of the other tenant");
+        }
+    }
+
+    // The tenant's kubeconfig works against its own API server, and nowhere on the platform.
+    let resp = lab.app.get(format!("{}/kubeconfig", Lab::path(&a, &ca))).token(&a.token).send().await.expect(200);
+    let text = String::from_utf8(resp.body.to_vec()).expect("utf-8");
+    let parsed = Kubeconfig::from_yaml(&text).expect("a kubeconfig");
+    let server = parsed.clusters[0].cluster.as_ref().and_then(|c| c.server.clone());
+    assert_eq!(server.as_deref(), Some(lab.tenant_server(&ca).url.as_str()));
+    let config = Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default()).await.expect("config");
+    let tenant_client = Client::try_from(config).expect("client");
+    let listed = Api::<Node>::all(tenant_client).list(&ListParams::default()).await.expect("list nodes as the tenant");
+    let listed: BTreeSet<String> = listed.items.into_iter().filter_map(|n| n.metadata.name).collect();
+    assert_eq!(listed, lab.nodes(&ca).await);
+    let bearer = kubeconfig_token(&text);
+    let insecure = reqwest::Client::builder().danger_accept_invalid_certs(true).build().expect("client");
+    let ns_a = isolation::namespace_name(ClusterId(ca.parse().expect("uuid")));
+    for path in ["/api/v1/namespaces", &format!("/api/v1/namespaces/{ns_a}/secrets"), "/api/v1/nodes"] {
+        let status = insecure
+            .get(format!("{}{path}", lab.platform.url))
+            .bearer_auth(&bearer)
+            .send()
+            .await
+            .expect("platform request")
+            .status()
+            .as_u16();
+        assert!(status == 401 || status == 403, "the tenant token got {status} on the platform's {path}");
+    }
+
+    // Scaling up: a new Node joins A's API server (and only A's).
+    lab.scale(&a, &ca, &pool_a, 2).await;
+    lab.ready(&a, &ca).await;
+    assert_eq!(lab.nodes(&ca).await.len(), 2);
+    assert_eq!(lab.nodes(&cb).await.len(), 1);
+
+    // Deleting A: 404, its machines wiped, every object gone from both API servers; B untouched.
+    let b_before = platform_versions(&lab.platform_client, &cb).await;
+    lab.app.delete(Lab::path(&a, &ca)).token(&a.token).send().await.expect(202);
+    lab.gone(&a, &ca).await;
+    let namespaces = Api::<Namespace>::all(lab.platform_client.clone());
+    assert!(namespaces.get_opt(&ns_a).await.expect("get").is_none(), "A's platform namespace is left");
+    let tcps: Api<DynamicObject> = Api::all_with(lab.platform_client.clone(), &kamaji::api_resource());
+    let left: Vec<String> =
+        tcps.list(&ListParams::default()).await.expect("tcps").items.iter().map(|t| t.name_any()).collect();
+    assert_eq!(left, [kamaji::tenant_control_plane_name(ClusterId(cb.parse().expect("uuid")))]);
+    let held = lab.play.at_deletion.lock().expect("lock").get(&ca).cloned().expect("Kamaji saw the deletion");
+    assert_eq!(held, json!({ "nodes": [], "slurm": [] }), "left in A's API server when its control plane went");
+    eventually(WAIT, || async {
+        (lab.scalar("select count(*) from machines where state = 'available'").await == 2).then_some(())
+    })
+    .await;
+    assert_eq!(platform_versions(&lab.platform_client, &cb).await, b_before, "deleting A touched B");
+    assert_eq!(lab.cluster(&b, &cb).await["status"]["phase"], "ready");
+    lab.finish().await;
+}
+
+#[tokio::test]
+async fn reconciling_a_converged_kubernetes_cluster_again_changes_nothing() {
+    let Some(lab) = Lab::new().await else { return };
+    machine_class(&lab.app, "cpu", 0).await;
+    lab.enroll("cpu", &["i1"]).await;
+    let t = lab.tenant("acme").await;
+    let created =
+        lab.create(&t, kubernetes("idem", json!([{ "name": "workers", "machine_class": "cpu", "count": 1 }]))).await;
+    let c = id(&created["cluster"]);
+    let ready = lab.ready(&t, &c).await;
+    // Let the players settle (their status writes happen once).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let platform = platform_versions(&lab.platform_client, &c).await;
+    let tenant = tenant_versions(&lab.tenant_client(&c)).await;
+    assert!(platform.keys().any(|k| k.starts_with("TenantControlPlane")), "{platform:?}");
+    assert!(platform.keys().any(|k| k.starts_with("NetworkPolicy")), "{platform:?}");
+
+    for _ in 0..2 {
+        lab.reconcile_again(&t, &c).await;
+    }
+    assert_eq!(platform_versions(&lab.platform_client, &c).await, platform, "a converged reconcile wrote");
+    assert_eq!(tenant_versions(&lab.tenant_client(&c)).await, tenant, "a converged reconcile wrote");
+    let again = lab.cluster(&t, &c).await;
+    assert_eq!((&again["generation"], &again["status"]["phase"]), (&ready["generation"], &ready["status"]["phase"]));
+    assert_eq!(again["status"]["conditions"], ready["status"]["conditions"], "conditions flapped");
+    lab.finish().await;
+}
+
+#[tokio::test]
+async fn a_slurm_cluster_with_cpu_and_gpu_pools_goes_ready_scales_and_is_deleted_slurm_first() {
+    let Some(lab) = Lab::new().await else { return };
+    machine_class(&lab.app, "cpu", 0).await;
+    machine_class(&lab.app, "gpu", 8).await;
+    lab.enroll("cpu", &["c1", "c2"]).await;
+    lab.enroll("gpu", &["g1"]).await;
+    let t = lab.tenant("acme").await;
+    let body = json!({
+        "name": "hpc", "kind": "slurm", "isolation": "private-nodes",
+        "node_pools": [
+            { "name": "cpu", "machine_class": "cpu", "count": 1 },
+            { "name": "gpu", "machine_class": "gpu", "count": 1 },
+        ],
+    });
+    let created = lab.create(&t, body).await;
+    let c = id(&created["cluster"]);
+    let pools = created["cluster"]["node_pools"].as_array().expect("pools").clone();
+    let cpu_pool = id(pools.iter().find(|p| p["name"] == "cpu").expect("cpu pool"));
+    let ready = lab.ready(&t, &c).await;
+    all_true(&ready);
+    let rest = ready["status"]["endpoints"]["slurm_rest_api"].as_str().expect("slurm_rest_api");
+    assert!(rest.ends_with(&format!(":{}", slurm::RESTAPI_PORT)), "{ready}");
+
+    // The Slinky objects exist in the tenant API server (applied through the real CRDs' schemas).
+    let client = lab.tenant_client(&c);
+    let ns = slurm::NAMESPACE;
+    let cr = |kind: &str, name: &str| {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &slurm::api_resource(kind));
+        let name = name.to_owned();
+        async move { api.get_opt(&name).await.expect("get") }
+    };
+    for (kind, name) in [
+        ("Accounting", slurm::ACCOUNTING),
+        ("Controller", slurm::CONTROLLER),
+        ("RestApi", slurm::RESTAPI),
+        ("LoginSet", slurm::LOGINSET),
+    ] {
+        assert!(cr(kind, name).await.is_some(), "{kind} {name} is missing");
+    }
+    // One NodeSet per pool, selecting exactly its pool's Nodes; GRES on the GPU pool only.
+    for p in &pools {
+        let name = p["name"].as_str().expect("name");
+        let nodeset = cr("NodeSet", name).await.expect("the pool's NodeSet");
+        let spec = &nodeset.data["spec"];
+        assert_eq!(spec["replicas"], 1);
+        assert_eq!(
+            selected_nodes(&client, spec).await.expect("nodes"),
+            lab.pool_nodes(&t, &c, &id(p)).await,
+            "NodeSet {name}"
+        );
+        assert!(spec["template"]["spec"]["nodeSelector"].get(LABEL_NODE_POOL).is_some(), "{spec}");
+        if name == "gpu" {
+            assert_eq!(spec["extraConf"], "Gres=gpu:8", "{spec}");
+        } else {
+            assert!(spec.get("extraConf").is_none(), "{spec}");
+        }
+    }
+
+    // The Slurm secrets are written once: another reconcile leaves them (and the rest) alone.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let secret_versions = || async {
+        let mut out = Vec::new();
+        for name in [slurm::SECRET_SLURM_KEY, slurm::SECRET_JWT, slurm::SECRET_DB] {
+            out.push(secrets.get(name).await.expect("a Slurm secret").metadata.resource_version.expect("rv"));
+        }
+        out
+    };
+    let before = secret_versions().await;
+    lab.reconcile_again(&t, &c).await;
+    assert_eq!(secret_versions().await, before, "a second reconcile rewrote a Slurm secret");
+
+    // Scaling the CPU pool: its NodeSet follows, a new Node joins, ready again.
+    lab.scale(&t, &c, &cpu_pool, 2).await;
+    lab.ready(&t, &c).await;
+    let nodeset = cr("NodeSet", "cpu").await.expect("NodeSet");
+    assert_eq!(nodeset.data["spec"]["replicas"], 2);
+    assert_eq!(selected_nodes(&client, &nodeset.data["spec"]).await.expect("nodes").len(), 2);
+    assert_eq!(secret_versions().await, before, "scaling rewrote a Slurm secret");
+
+    // Deleting: Slurm and the Nodes are gone before the control plane goes; then 404.
+    lab.app.delete(Lab::path(&t, &c)).token(&t.token).send().await.expect(202);
+    lab.gone(&t, &c).await;
+    let held = lab.play.at_deletion.lock().expect("lock").get(&c).cloned().expect("Kamaji saw the deletion");
+    assert_eq!(held, json!({ "nodes": [], "slurm": [] }), "left when the control plane went");
+    let ns_name = isolation::namespace_name(ClusterId(c.parse().expect("uuid")));
+    let namespaces = Api::<Namespace>::all(lab.platform_client.clone());
+    assert!(namespaces.get_opt(&ns_name).await.expect("get").is_none());
+    eventually(WAIT, || async {
+        (lab.scalar("select count(*) from machines where state = 'available'").await == 3).then_some(())
+    })
+    .await;
+    lab.finish().await;
+}
