@@ -542,6 +542,10 @@ impl Bench {
             let m = self.load(id).await;
             let stopped = match (&outcome, code) {
                 (Outcome::Done, None) => true,
+                // An enrollment that ends quarantined fails its operation, with the machine's error.
+                (Outcome::Fail { problem }, None) => {
+                    want == MachineState::CleanFailed && Some(&problem.code) == m.last_error.as_ref().map(|e| &e.code)
+                }
                 (Outcome::Wait { reason, .. }, Some(code)) => reason.code == code,
                 _ => false,
             };
