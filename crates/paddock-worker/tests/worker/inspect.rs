@@ -13,7 +13,7 @@ use paddock_domain::bmc::{
 use paddock_domain::job_kind::MACHINE_RECONCILE;
 use paddock_domain::model::{Bmc, Machine};
 use paddock_domain::secret::{Binding, Cipher};
-use paddock_redfish::{BmcLimiter, Password, RedfishBmc, RedfishClient, RedfishConfig, RedfishError, Url};
+use paddock_redfish::{BmcLimiter, RedfishBmc};
 use paddock_store::{machine, machine_class, Store};
 use paddock_types::machine::MachineState;
 use paddock_types::machine_class::MachineClassCreate;
@@ -21,71 +21,17 @@ use paddock_types::{Labels, MachineClassId, MachineId};
 use paddock_worker::reconcile::{Drivers, MachineReconciler, Settings, BMC_FIX_WAIT};
 use paddock_worker::{JobHandler, Outcome};
 
+use crate::emulator::{emulator, Emulator};
 use crate::support::*;
 
-/// The main emulator: URL and credentials.
-struct Emulator {
-    url: String,
-    user: String,
-    password: String,
-}
-
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
-/// The emulator, or `None` (skip, with a notice) outside CI when it is not configured.
-fn emulator() -> Option<Emulator> {
-    match var("PADDOCK_TEST_REDFISH_URL") {
-        Some(url) => Some(Emulator {
-            url,
-            user: var("PADDOCK_TEST_REDFISH_USER").unwrap_or_default(),
-            password: var("PADDOCK_TEST_REDFISH_PASSWORD").unwrap_or_default(),
-        }),
-        None => {
-            let msg = "PADDOCK_TEST_REDFISH_URL is not set: run `scripts/test -p paddock-worker`, which starts \
-                       the Redfish emulator";
-            assert!(
-                std::env::var("CI").map_or(true, |v| v != "true"),
-                "{msg} (CI=true: missing test servers are a failure)"
-            );
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "SKIPPED (inspection tests pass vacuously): {msg}");
-            None
-        }
-    }
-}
-
-macro_rules! require {
-    ($e:expr) => {
-        match $e {
-            Some(v) => v,
-            None => return,
-        }
-    };
-}
-
 impl Emulator {
-    fn config(&self, system_id: Option<&str>) -> RedfishConfig {
-        let mut config = RedfishConfig::new(
-            Url::parse(&self.url).expect("url"),
-            self.user.clone(),
-            Password::new(self.password.clone()),
-        );
-        config.system_id = system_id.map(str::to_owned);
-        config
-    }
-
     /// The UUID of the emulator's `n`-th system (sorted by `Id`), read through the client: the
     /// emulator's fake systems are named by UUID, and asking without a system id lists them.
-    async fn uuid_of(&self, n: usize) -> String {
-        let mut ids = match RedfishClient::new(self.config(None)).expect("client").system().await {
-            Err(RedfishError::AmbiguousSystem { ids }) => ids,
-            other => panic!("the emulator lists several systems: {other:?}"),
-        };
+    async fn uuid_at(&self, n: usize) -> String {
+        let mut ids = self.system_ids().await;
         ids.sort();
         let id = ids.get(n).expect("enough systems").clone();
-        let inv = RedfishClient::new(self.config(Some(&id))).expect("client").system().await.expect("system");
+        let inv = self.client(&id).system().await.expect("system");
         inv.uuid.expect("the emulator reports UUIDs").as_str().to_owned()
     }
 }
@@ -175,11 +121,11 @@ fn strings(v: &serde_json::Value) -> Vec<String> {
 
 #[tokio::test]
 async fn enrolling_machine_is_inspected_and_waits_in_cleaning() {
-    let emu = require!(emulator());
+    let emu = require!(emulator("inspection tests"));
     let (_db, store) = db().await;
     let cipher = cipher();
     class(&store, 64, 512).await;
-    let uuid = emu.uuid_of(13).await;
+    let uuid = emu.uuid_at(13).await;
     let id = enroll(&store, &cipher, &emu.url, Some(&uuid.to_uppercase()), &emu.user, &emu.password).await;
     let reconciler = reconciler(&store, &cipher, redfish());
 
@@ -216,11 +162,11 @@ async fn enrolling_machine_is_inspected_and_waits_in_cleaning() {
 
 #[tokio::test]
 async fn a_crash_after_inspecting_resumes() {
-    let emu = require!(emulator());
+    let emu = require!(emulator("inspection tests"));
     let (_db, store) = db().await;
     let cipher = cipher();
     class(&store, 64, 512).await;
-    let uuid = emu.uuid_of(14).await;
+    let uuid = emu.uuid_at(14).await;
     let id = enroll(&store, &cipher, &emu.url, Some(&uuid), &emu.user, &emu.password).await;
     // As if an earlier run moved it to inspecting and died before recording anything else.
     let m = load(&store, id).await;
@@ -239,7 +185,7 @@ async fn a_crash_after_inspecting_resumes() {
 
 #[tokio::test]
 async fn wrong_password_keeps_the_machine_enrolling_without_a_retry_storm() {
-    let emu = require!(emulator());
+    let emu = require!(emulator("inspection tests"));
     if emu.user.is_empty() {
         eprintln!("SKIPPED: the emulator runs without authentication");
         return;
@@ -247,7 +193,7 @@ async fn wrong_password_keeps_the_machine_enrolling_without_a_retry_storm() {
     let (_db, store) = db().await;
     let cipher = cipher();
     class(&store, 64, 512).await;
-    let uuid = emu.uuid_of(13).await;
+    let uuid = emu.uuid_at(13).await;
     let id = enroll(&store, &cipher, &emu.url, Some(&uuid), &emu.user, "not-the-password").await;
     let reconciler = reconciler(&store, &cipher, redfish());
 
@@ -268,7 +214,7 @@ async fn wrong_password_keeps_the_machine_enrolling_without_a_retry_storm() {
 
 #[tokio::test]
 async fn several_systems_without_system_id_is_ambiguous() {
-    let emu = require!(emulator());
+    let emu = require!(emulator("inspection tests"));
     let (_db, store) = db().await;
     let cipher = cipher();
     class(&store, 64, 512).await;

@@ -31,9 +31,7 @@ use paddock_domain::driver::{
 use paddock_domain::job_kind::MACHINE_RECONCILE;
 use paddock_domain::model::Machine;
 use paddock_domain::secret::Binding;
-use paddock_redfish::{
-    BmcLimiter, Password, PowerState, RedfishBmc, RedfishClient, RedfishConfig, RedfishError, SystemUuid, Url,
-};
+use paddock_redfish::{BmcLimiter, PowerState, RedfishBmc, SystemUuid};
 use paddock_store::lifecycle::{self, Allocation, Need};
 use paddock_store::{cluster, machine, Store};
 use paddock_testkit::{admin, TestApp};
@@ -45,137 +43,22 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use uuid::Uuid;
 
+use crate::emulator::{assert_booted, assert_finished, emulator, token_of, Emulator, Seen};
 use crate::support::{enqueue, get, init_tracing, new_job};
 
 // ---------------------------------------------------------------------------------------------
 // The emulator.
 
-/// The main emulator: URL and credentials.
-#[derive(Clone)]
-struct Emulator {
-    url: String,
-    user: String,
-    password: String,
-}
-
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
-/// The emulator, or `None` (skip, with a notice) outside CI when it is not configured.
-fn emulator() -> Option<Emulator> {
-    match var("PADDOCK_TEST_REDFISH_URL") {
-        Some(url) => Some(Emulator {
-            url,
-            user: var("PADDOCK_TEST_REDFISH_USER").unwrap_or_default(),
-            password: var("PADDOCK_TEST_REDFISH_PASSWORD").unwrap_or_default(),
-        }),
-        None => {
-            let msg = "PADDOCK_TEST_REDFISH_URL is not set: run `scripts/test -p paddock-worker`, which starts \
-                       the Redfish emulator";
-            assert!(
-                std::env::var("CI").map_or(true, |v| v != "true"),
-                "{msg} (CI=true: missing test servers are a failure)"
-            );
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "SKIPPED (lifecycle tests pass vacuously): {msg}");
-            None
-        }
-    }
-}
-
-macro_rules! require {
-    ($e:expr) => {
-        match $e {
-            Some(v) => v,
-            None => return,
-        }
-    };
-}
-
-/// What the emulator shows of a system: power, boot override target, virtual media.
-#[derive(Debug, Clone, PartialEq)]
-struct Seen {
-    power: Option<PowerState>,
-    boot_target: Option<String>,
-    /// Device id -> inserted image (`None` = empty).
-    media: HashMap<String, Option<String>>,
-}
-
-impl Seen {
-    fn image(&self, device: &str) -> Option<&str> {
-        self.media.get(device).and_then(|i| i.as_deref())
-    }
-
-    /// The image of the device that is not `Cd` (the seed's).
-    fn seed(&self) -> Option<&str> {
-        self.media.iter().filter(|(d, _)| d.as_str() != "Cd").find_map(|(_, i)| i.as_deref())
-    }
-
-    fn all_ejected(&self) -> bool {
-        self.media.values().all(Option::is_none)
-    }
-}
-
 impl Emulator {
-    fn config(&self, system_id: Option<&str>) -> RedfishConfig {
-        let mut config = RedfishConfig::new(
-            Url::parse(&self.url).expect("url"),
-            self.user.clone(),
-            Password::new(self.password.clone()),
-        );
-        config.system_id = system_id.map(str::to_owned);
-        config
-    }
-
-    fn client(&self, system: &str) -> RedfishClient {
-        RedfishClient::new(self.config(Some(system))).expect("client")
-    }
-
-    /// The UUID of the system named `name` (`node-NNN`): the client addresses systems by `Id` or
-    /// `UUID` only, so the systems are listed and read until the name matches.
-    async fn uuid_of(&self, name: &str) -> String {
-        let ids = match RedfishClient::new(self.config(None)).expect("client").system().await {
-            Err(RedfishError::AmbiguousSystem { ids }) => ids,
-            other => panic!("the emulator lists several systems: {other:?}"),
-        };
-        for id in ids {
-            let inv = self.client(&id).system().await.expect("system");
-            if inv.name.as_deref() == Some(name) {
-                return inv.uuid.expect("the emulator reports UUIDs").as_str().to_owned();
-            }
-        }
-        panic!("the emulator has no system named {name}");
-    }
-
     /// Reads the system's state (read-only calls).
     async fn seen(&self, uuid: &str) -> Seen {
-        let client = self.client(uuid);
-        let inv = client.system().await.expect("system");
-        let media = client
-            .virtual_media_devices()
-            .await
-            .expect("virtual media")
-            .into_iter()
-            .map(|d| {
-                let image = d.image.filter(|i| !i.is_empty() && d.inserted != Some(false));
-                (d.id, image)
-            })
-            .collect();
-        Seen { power: inv.power_state.and_then(|p| p.settled()), boot_target: inv.boot.and_then(|b| b.target), media }
+        Seen::read(&self.client(uuid)).await
     }
 
     /// Puts the system back the way the emulator starts it (Off, ejected, booting from disk).
     async fn tidy(&self, uuid: &str) {
         let _ = self.client(uuid).finish_boot(&SystemUuid::new(uuid), AfterBoot::PowerOff).await;
     }
-}
-
-/// The token in a seed URL `<base>/v1/agent/<token>/seed.iso`.
-fn token_of(seed_url: &str) -> String {
-    let rest = seed_url.split("/v1/agent/").nth(1).unwrap_or_else(|| panic!("not a seed URL: {seed_url}"));
-    let token = rest.strip_suffix("/seed.iso").unwrap_or_else(|| panic!("not a seed URL: {seed_url}"));
-    token.to_owned()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -661,27 +544,11 @@ fn wiped(ids: &[String]) -> Value {
     ids.iter().map(|id| json!({ "id": id, "method": "nvme-format", "result": "success" })).collect()
 }
 
-/// The emulator after a media boot: on, the image in `Cd`, a seed in the other device, booting
-/// from `Cd`.
-fn assert_booted(seen: &Seen, image: &str) {
-    assert_eq!(seen.power, Some(PowerState::On), "{seen:?}");
-    assert_eq!(seen.image("Cd"), Some(image), "{seen:?}");
-    assert!(seen.seed().is_some_and(|s| s.ends_with("/seed.iso")), "{seen:?}");
-    assert_eq!(seen.boot_target.as_deref(), Some("Cd"), "{seen:?}");
-}
-
-/// The emulator after a run ended: everything ejected, booting from disk.
-fn assert_finished(seen: &Seen, power: PowerState) {
-    assert_eq!(seen.power, Some(power), "{seen:?}");
-    assert!(seen.all_ejected(), "{seen:?}");
-    assert_eq!(seen.boot_target.as_deref(), Some("Hdd"), "{seen:?}");
-}
-
 // ---------------------------------------------------------------------------------------------
 
 #[tokio::test]
 async fn a_machine_goes_through_its_whole_lifecycle_on_the_emulator() {
-    let emu = require!(emulator());
+    let emu = require!(emulator("lifecycle tests"));
     let b = Bench::new(emu.clone()).await;
     let class = b.class().await;
     let uuid = emu.uuid_of("node-011").await;
@@ -828,7 +695,7 @@ async fn a_machine_goes_through_its_whole_lifecycle_on_the_emulator() {
 
 #[tokio::test]
 async fn a_failed_drive_quarantines_the_machine_and_an_expired_token_is_refused() {
-    let emu = require!(emulator());
+    let emu = require!(emulator("lifecycle tests"));
     let b = Bench::new(emu.clone()).await;
     let class = b.class().await;
     let uuid = emu.uuid_of("node-012").await;

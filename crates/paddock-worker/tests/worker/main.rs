@@ -4,6 +4,9 @@
 //! Run with `scripts/test -p paddock-worker`. `RUST_LOG=paddock_worker=debug` shows the worker's
 //! logs.
 
+#[macro_use]
+mod emulator;
+
 mod crash;
 mod inspect;
 mod lifecycle;

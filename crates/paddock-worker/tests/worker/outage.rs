@@ -33,6 +33,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use uuid::Uuid;
 
+use crate::emulator::{assert_booted, assert_finished, token_of, Seen};
 use crate::support::{enqueue, get, init_tracing, new_job};
 
 // ---------------------------------------------------------------------------------------------
@@ -173,19 +174,7 @@ impl PrivateEmulator {
 
     /// Reads the system's state (read-only calls).
     async fn seen(&self, uuid: &str) -> Seen {
-        let client = self.client(uuid);
-        let inv = client.system().await.expect("system");
-        let media = client
-            .virtual_media_devices()
-            .await
-            .expect("virtual media")
-            .into_iter()
-            .map(|d| {
-                let image = d.image.filter(|i| !i.is_empty() && d.inserted != Some(false));
-                (d.id, image)
-            })
-            .collect();
-        Seen { power: inv.power_state.and_then(|p| p.settled()), boot_target: inv.boot.and_then(|b| b.target), media }
+        Seen::read(&self.client(uuid)).await
     }
 }
 
@@ -225,52 +214,6 @@ macro_rules! require {
             None => return,
         }
     };
-}
-
-/// What the emulator shows of a system: power, boot override target, virtual media.
-#[derive(Debug, Clone, PartialEq)]
-struct Seen {
-    power: Option<PowerState>,
-    boot_target: Option<String>,
-    /// Device id -> inserted image (`None` = empty).
-    media: HashMap<String, Option<String>>,
-}
-
-impl Seen {
-    fn image(&self, device: &str) -> Option<&str> {
-        self.media.get(device).and_then(|i| i.as_deref())
-    }
-
-    /// The image of the device that is not `Cd` (the seed's).
-    fn seed(&self) -> Option<&str> {
-        self.media.iter().filter(|(d, _)| d.as_str() != "Cd").find_map(|(_, i)| i.as_deref())
-    }
-
-    fn all_ejected(&self) -> bool {
-        self.media.values().all(Option::is_none)
-    }
-}
-
-/// The emulator after the wipe booted: on, the image in `Cd`, a seed in the other device, booting
-/// from `Cd`.
-fn assert_booted(seen: &Seen, image: &str) {
-    assert_eq!(seen.power, Some(PowerState::On), "{seen:?}");
-    assert_eq!(seen.image("Cd"), Some(image), "{seen:?}");
-    assert!(seen.seed().is_some_and(|s| s.ends_with("/seed.iso")), "{seen:?}");
-    assert_eq!(seen.boot_target.as_deref(), Some("Cd"), "{seen:?}");
-}
-
-/// The emulator after the run ended: off, everything ejected, booting from disk.
-fn assert_finished(seen: &Seen) {
-    assert_eq!(seen.power, Some(PowerState::Off), "{seen:?}");
-    assert!(seen.all_ejected(), "{seen:?}");
-    assert_eq!(seen.boot_target.as_deref(), Some("Hdd"), "{seen:?}");
-}
-
-/// The token in a seed URL `<base>/v1/agent/<token>/seed.iso`.
-fn token_of(seed_url: &str) -> String {
-    let rest = seed_url.split("/v1/agent/").nth(1).unwrap_or_else(|| panic!("not a seed URL: {seed_url}"));
-    rest.strip_suffix("/seed.iso").unwrap_or_else(|| panic!("not a seed URL: {seed_url}")).to_owned()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -627,7 +570,7 @@ async fn the_bmc_gone_after_the_wipe_report_keeps_the_machine_cleaning_until_it_
     // Power off, eject, boot from disk; available with exactly one clean of that run.
     let m = b.drive(id, MachineState::Available, None).await;
     assert_eq!(names(&b.bmc.take()), ["finish_boot(PowerOff)"]);
-    assert_finished(&emu.seen(&uuid).await);
+    assert_finished(&emu.seen(&uuid).await, PowerState::Off);
     assert_eq!(m.last_error, None, "the outage's error is cleared once it converged");
     let cleans = b.cleans(id).await;
     assert_eq!(cleans.len(), 1, "{cleans:?}");
@@ -690,6 +633,6 @@ async fn the_bmc_gone_while_enrolling_retries_without_a_storm_and_converges_when
     assert_eq!(names(&b.bmc.take()), ["finish_boot(PowerOff)"]);
     assert_eq!(m.system_uuid.as_deref(), Some(uuid.as_str()));
     assert_eq!(m.last_error, None);
-    assert_finished(&emu.seen(&uuid).await);
+    assert_finished(&emu.seen(&uuid).await, PowerState::Off);
     assert_eq!(b.cleans(id).await.len(), 1);
 }

@@ -22,9 +22,7 @@ use paddock_domain::job_kind::{MACHINE_RECONCILE, POWER_SYNC};
 use paddock_domain::ledger::LedgerKey;
 use paddock_domain::model::{Bmc, Machine};
 use paddock_domain::secret::{Binding, Cipher};
-use paddock_redfish::{
-    BmcLimiter, Password, PowerState, RedfishBmc, RedfishClient, RedfishConfig, RedfishError, SystemUuid, Url,
-};
+use paddock_redfish::{BmcLimiter, PowerState, RedfishBmc, SystemUuid};
 use paddock_store::job::{self, Job};
 use paddock_store::{custody, machine, machine_class, power, Store};
 use paddock_types::machine::MachineState;
@@ -35,74 +33,13 @@ use paddock_worker::{JobHandler, Outcome};
 use serde_json::json;
 use uuid::Uuid;
 
+use crate::emulator::{emulator, Emulator};
 use crate::support::{claim, db, enqueue, init_tracing, new_job};
 
 const SYSTEM: &str = "node-000";
 const WORKER: &str = "power-test-worker";
 
-/// The main emulator: URL and credentials.
-struct Emulator {
-    url: String,
-    user: String,
-    password: String,
-}
-
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
-/// The emulator, or `None` (skip, with a notice) outside CI when it is not configured.
-fn emulator() -> Option<Emulator> {
-    match var("PADDOCK_TEST_REDFISH_URL") {
-        Some(url) => Some(Emulator {
-            url,
-            user: var("PADDOCK_TEST_REDFISH_USER").unwrap_or_default(),
-            password: var("PADDOCK_TEST_REDFISH_PASSWORD").unwrap_or_default(),
-        }),
-        None => {
-            let msg = "PADDOCK_TEST_REDFISH_URL is not set: run `scripts/test -p paddock-worker`, which starts \
-                       the Redfish emulator";
-            assert!(
-                std::env::var("CI").map_or(true, |v| v != "true"),
-                "{msg} (CI=true: missing test servers are a failure)"
-            );
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "SKIPPED (power sync tests pass vacuously): {msg}");
-            None
-        }
-    }
-}
-
 impl Emulator {
-    fn config(&self, system_id: Option<&str>) -> RedfishConfig {
-        let mut config = RedfishConfig::new(
-            Url::parse(&self.url).expect("url"),
-            self.user.clone(),
-            Password::new(self.password.clone()),
-        );
-        config.system_id = system_id.map(str::to_owned);
-        config
-    }
-
-    fn client(&self, system: &str) -> RedfishClient {
-        RedfishClient::new(self.config(Some(system))).expect("client")
-    }
-
-    /// The UUID of the system named `name`: listed and read until the name matches.
-    async fn uuid_of(&self, name: &str) -> String {
-        let ids = match RedfishClient::new(self.config(None)).expect("client").system().await {
-            Err(RedfishError::AmbiguousSystem { ids }) => ids,
-            other => panic!("the emulator lists several systems: {other:?}"),
-        };
-        for id in ids {
-            let inv = self.client(&id).system().await.expect("system");
-            if inv.name.as_deref() == Some(name) {
-                return inv.uuid.expect("the emulator reports UUIDs").as_str().to_owned();
-            }
-        }
-        panic!("the emulator has no system named {name}");
-    }
-
     /// Sets the power behind paddock's back, and waits until the emulator shows it.
     async fn set_power(&self, uuid: &str, target: PowerState) {
         self.client(uuid).power(&SystemUuid::new(uuid), target).await.expect("power");
@@ -214,7 +151,7 @@ async fn round(store: &Store, sync: &PowerSync) -> Vec<String> {
 
 #[tokio::test]
 async fn power_drift_is_corrected_and_repeated_drift_lands_in_maintenance() {
-    let Some(emu) = emulator() else { return };
+    let Some(emu) = emulator("power sync tests") else { return };
     init_tracing();
     let (_db, store) = db().await;
     let cipher = Arc::new(Cipher::new(&Cipher::generate_key(), &[]).expect("cipher"));
