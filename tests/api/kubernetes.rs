@@ -302,6 +302,7 @@ fn test_stack() -> Option<(StacksDir, StackDefinition)> {
     );
     operator.namespace = Some(OPERATOR_NS.to_owned());
     let definition = StackDefinition {
+        slurm: None,
         version: version.to_owned(),
         notes: Some("test stack: real Slinky CRDs, stand-ins for the rest".to_owned()),
         components: vec![

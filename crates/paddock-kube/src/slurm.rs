@@ -13,7 +13,7 @@
 //! | Secret | [`SECRET_DB`] (`password`) | the accounting database password |
 //! | Secret | [`SECRET_SSSD`] (`sssd.conf`) | the LoginSet's minimal `sssd.conf` (files provider) |
 //! | ConfigMap | [`CONFIG_FILES`] (`gres.conf`) | only when a pool has GPUs: `AutoDetect=nvidia` |
-//! | StatefulSet + headless Service | [`MARIADB`] | MariaDB for accounting ([`MARIADB_IMAGE`], one PVC) |
+//! | StatefulSet + headless Service | [`MARIADB`] | MariaDB for accounting (the stack's image, one PVC) |
 //! | `Accounting` | [`ACCOUNTING`] | slurmdbd on [`MARIADB`] |
 //! | `Controller` | [`CONTROLLER`] | slurmctld, persistence on the storage class, partitions |
 //! | `RestApi` | [`RESTAPI`] | slurmrestd |
@@ -24,8 +24,10 @@
 //! Secret `data` field wants them: the files hold the random bytes), so re-applying them changes
 //! nothing (same `resourceVersion`); they are never logged.
 //!
-//! Images come from [`SLURM_RELEASES`] keyed by `spec.version` (an unknown version is the
-//! permanent error `slurm_version_unsupported`, before anything is written).
+//! Images come from the tenant stack's definition ([`SlurmCatalog`], its `slurm` section: a
+//! registry, a pinned tag per Slurm version, MariaDB's image; never `latest`), keyed by
+//! `spec.version` (an unknown version is the permanent error `slurm_version_unsupported`, before
+//! anything is written).
 //!
 //! Partitions: with none in the spec, each NodeSet gets its own partition through the NodeSet's
 //! `partition` field (`PartitionName=<pool> Nodes=<pool>`, which is what the operator writes
@@ -90,6 +92,7 @@ pub use probe::{node_drained, ping_succeeded, ServiceProxyProbe, SlurmProbe, RES
 
 use crate::isolation::{LABEL_CLUSTER_ID, LABEL_MANAGED_BY, MANAGER};
 use crate::nodes::{admin_client, admin_kubeconfig, LABEL_NODE_POOL};
+use crate::stack::{SlurmImages, StackDefinition};
 use crate::KubeError;
 
 /// The Slinky API group.
@@ -124,7 +127,6 @@ pub const CONFIG_FILES: &str = "slurm-config-files";
 /// MariaDB's StatefulSet and headless Service.
 pub const MARIADB: &str = "slurm-mariadb";
 /// MariaDB's image, pinned (the 11.4 LTS series).
-pub const MARIADB_IMAGE: &str = "docker.io/library/mariadb:11.4.5";
 /// MariaDB's volume size.
 pub const MARIADB_STORAGE: &str = "8Gi";
 /// The accounting database and its user.
@@ -164,30 +166,69 @@ pub const ANNOTATION_CORDON_REASON: &str = "nodeset.slinky.slurm.net/node-cordon
 /// The reason paddock drains with.
 pub const DRAIN_REASON: &str = "paddock: machine released";
 
-/// A Slurm release paddock can run: its Slinky image tag and REST API version.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A Slurm release a stack runs: its version and the tag of its Slinky images.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SlurmRelease {
     /// `spec.version`.
-    pub version: &'static str,
-    /// The tag of the `ghcr.io/slinkyproject/*` images.
-    pub image_tag: &'static str,
+    pub version: String,
+    /// The tag of the Slinky images.
+    pub image_tag: String,
 }
 
-/// The Slurm versions paddock runs (Slinky's published image tags). The images are
-/// `ghcr.io/slinkyproject/{slurmctld,slurmd,slurmdbd,slurmrestd,login}:<image_tag>`.
-pub const SLURM_RELEASES: &[SlurmRelease] = &[
-    SlurmRelease { version: "24.11", image_tag: "24.11-ubuntu24.04" },
-    SlurmRelease { version: "25.05", image_tag: "25.05-ubuntu24.04" },
-    SlurmRelease { version: "25.11", image_tag: "25.11-ubuntu24.04" },
-];
-
-/// The release of `version`, if paddock runs it.
-pub fn release(version: &str) -> Option<&'static SlurmRelease> {
-    SLURM_RELEASES.iter().find(|r| r.version == version)
+/// The images the driver deploys: the stack definition's `slurm` section ([`SlurmImages`]) with
+/// the registry resolved, so a release carries its image references.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlurmCatalog {
+    images: SlurmImages,
 }
 
-fn image(component: &str, release: &SlurmRelease) -> String {
-    format!("ghcr.io/slinkyproject/{component}:{}", release.image_tag)
+impl SlurmCatalog {
+    /// The catalog of a stack definition; `None` when it has no `slurm` section.
+    pub fn of(definition: &StackDefinition) -> Option<Self> {
+        definition.slurm.clone().map(|images| Self { images })
+    }
+
+    /// The catalog of the newest embedded stack definition (the one the binary applies by
+    /// default).
+    pub fn embedded() -> Self {
+        let definition = StackDefinition::embedded(crate::stack::latest_version())
+            .expect("the embedded stack definitions parse (a unit test checks it)");
+        Self::of(&definition).expect("the embedded stack definition has a slurm section (a unit test checks it)")
+    }
+
+    /// The release of `version`, if the stack runs it.
+    pub fn release(&self, version: &str) -> Option<&SlurmRelease> {
+        self.images.releases.iter().find(|r| r.version == version)
+    }
+
+    /// The versions the stack runs.
+    pub fn versions(&self) -> Vec<&str> {
+        self.images.releases.iter().map(|r| r.version.as_str()).collect()
+    }
+
+    /// A Slinky component's image (`slurmctld`, `slurmd`, `slurmdbd`, `slurmrestd`, `login`).
+    pub fn image(&self, component: &str, release: &SlurmRelease) -> String {
+        format!("{}/{component}:{}", self.images.registry.trim_end_matches('/'), release.image_tag)
+    }
+
+    /// MariaDB's image.
+    pub fn mariadb_image(&self) -> &str {
+        &self.images.mariadb_image
+    }
+}
+
+/// The images of one cluster's Slurm: a release of a catalog.
+#[derive(Debug, Clone, Copy)]
+pub struct Images<'a> {
+    catalog: &'a SlurmCatalog,
+    release: &'a SlurmRelease,
+}
+
+impl Images<'_> {
+    fn of(&self, component: &str) -> String {
+        self.catalog.image(component, self.release)
+    }
 }
 
 /// The `ApiResource` of a Slinky kind.
@@ -212,11 +253,18 @@ pub struct SlinkySettings {
     pub namespace: String,
     /// The storage class of MariaDB's and slurmctld's volumes (the tenant stack's).
     pub storage_class: String,
+    /// The images, from the tenant stack's definition.
+    pub catalog: SlurmCatalog,
 }
 
 impl Default for SlinkySettings {
+    /// The default namespace and storage class, and the images of the newest embedded stack.
     fn default() -> Self {
-        Self { namespace: NAMESPACE.to_owned(), storage_class: DEFAULT_STORAGE_CLASS.to_owned() }
+        Self {
+            namespace: NAMESPACE.to_owned(),
+            storage_class: DEFAULT_STORAGE_CLASS.to_owned(),
+            catalog: SlurmCatalog::embedded(),
+        }
     }
 }
 
@@ -278,7 +326,7 @@ pub fn mariadb_service(ns: &str, cluster: ClusterId) -> Value {
 
 /// MariaDB's StatefulSet: one replica, one volume of `storage_class`, the database and user of
 /// the accounting, the password from [`SECRET_DB`].
-pub fn mariadb_statefulset(ns: &str, cluster: ClusterId, storage_class: &str) -> Value {
+pub fn mariadb_statefulset(ns: &str, cluster: ClusterId, storage_class: &str, image: &str) -> Value {
     let password = json!({ "secretKeyRef": secret_key_ref(SECRET_DB, SECRET_DB_KEY) });
     let mut pod_labels = labels(cluster);
     pod_labels.insert("app.kubernetes.io/name".to_owned(), MARIADB.to_owned());
@@ -296,7 +344,7 @@ pub fn mariadb_statefulset(ns: &str, cluster: ClusterId, storage_class: &str) ->
                     "automountServiceAccountToken": false,
                     "containers": [{
                         "name": "mariadb",
-                        "image": MARIADB_IMAGE,
+                        "image": image,
                         "env": [
                             { "name": "MARIADB_DATABASE", "value": DATABASE },
                             { "name": "MARIADB_USER", "value": DATABASE_USER },
@@ -334,7 +382,7 @@ fn cr(kind: &str, name: &str, ns: &str, cluster: ClusterId, spec: Value) -> Valu
 }
 
 /// The `Accounting`.
-pub fn accounting(ns: &str, cluster: ClusterId, release: &SlurmRelease) -> Value {
+pub fn accounting(ns: &str, cluster: ClusterId, images: Images<'_>) -> Value {
     cr(
         "Accounting",
         ACCOUNTING,
@@ -343,7 +391,7 @@ pub fn accounting(ns: &str, cluster: ClusterId, release: &SlurmRelease) -> Value
         json!({
             "slurmKeyRef": secret_key_ref(SECRET_SLURM_KEY, SECRET_SLURM_KEY_KEY),
             "jwtHs256KeyRef": secret_key_ref(SECRET_JWT, SECRET_JWT_KEY),
-            "slurmdbd": { "image": image("slurmdbd", release) },
+            "slurmdbd": { "image": images.of("slurmdbd") },
             "storageConfig": {
                 "host": MARIADB,
                 "port": 3306,
@@ -387,7 +435,7 @@ pub fn controller_extra_conf(spec: &SlurmSpec, pools: &[SlurmPool]) -> String {
 pub fn controller(
     ns: &str,
     cluster: ClusterId,
-    release: &SlurmRelease,
+    images: Images<'_>,
     storage_class: &str,
     spec: &SlurmSpec,
     pools: &[SlurmPool],
@@ -397,8 +445,8 @@ pub fn controller(
         "slurmKeyRef": secret_key_ref(SECRET_SLURM_KEY, SECRET_SLURM_KEY_KEY),
         "jwtHs256KeyRef": secret_key_ref(SECRET_JWT, SECRET_JWT_KEY),
         "accountingRef": { "name": ACCOUNTING },
-        "slurmctld": { "image": image("slurmctld", release) },
-        "reconfigure": { "image": image("slurmctld", release) },
+        "slurmctld": { "image": images.of("slurmctld") },
+        "reconfigure": { "image": images.of("slurmctld") },
         "persistence": {
             "enabled": true,
             "storageClassName": storage_class,
@@ -417,7 +465,7 @@ pub fn controller(
 }
 
 /// The `RestApi`.
-pub fn restapi(ns: &str, cluster: ClusterId, release: &SlurmRelease) -> Value {
+pub fn restapi(ns: &str, cluster: ClusterId, images: Images<'_>) -> Value {
     cr(
         "RestApi",
         RESTAPI,
@@ -426,17 +474,17 @@ pub fn restapi(ns: &str, cluster: ClusterId, release: &SlurmRelease) -> Value {
         json!({
             "controllerRef": { "name": CONTROLLER },
             "replicas": 1,
-            "slurmrestd": { "image": image("slurmrestd", release) },
+            "slurmrestd": { "image": images.of("slurmrestd") },
         }),
     )
 }
 
 /// The `LoginSet`: replicas and root's authorized keys from the spec.
-pub fn loginset(ns: &str, cluster: ClusterId, release: &SlurmRelease, spec: &SlurmSpec) -> Value {
+pub fn loginset(ns: &str, cluster: ClusterId, images: Images<'_>, spec: &SlurmSpec) -> Value {
     let mut body = json!({
         "controllerRef": { "name": CONTROLLER },
         "replicas": spec.login.replicas,
-        "login": { "image": image("login", release) },
+        "login": { "image": images.of("login") },
         "sssdConfRef": secret_key_ref(SECRET_SSSD, SECRET_SSSD_KEY),
         "service": { "spec": { "type": "LoadBalancer" } },
     });
@@ -471,12 +519,12 @@ pub fn tolerations(taints: &[Taint]) -> Vec<Value> {
 pub fn nodeset(
     ns: &str,
     cluster: ClusterId,
-    release: &SlurmRelease,
+    images: Images<'_>,
     pool: &SlurmPool,
     own_partition: bool,
     default: bool,
 ) -> Value {
-    let mut slurmd = json!({ "image": image("slurmd", release) });
+    let mut slurmd = json!({ "image": images.of("slurmd") });
     let mut body = json!({
         "controllerRef": { "name": CONTROLLER },
         "replicas": pool.count,
@@ -674,13 +722,14 @@ impl SlinkyDriver {
         desired: &SlurmDesired,
     ) -> Result<SlurmStatus, DriverError> {
         let version = desired.spec.version.as_str();
-        let release = release(version).ok_or_else(|| {
-            let known: Vec<&str> = SLURM_RELEASES.iter().map(|r| r.version).collect();
+        let catalog = &self.settings.catalog;
+        let release = catalog.release(version).ok_or_else(|| {
             DriverError::permanent(
                 "slurm_version_unsupported",
-                format!("Slurm {version} is not supported (supported: {})", known.join(", ")),
+                format!("Slurm {version} is not supported (supported: {})", catalog.versions().join(", ")),
             )
         })?;
+        let release = Images { catalog, release };
         let cluster = tenant.cluster.cluster_id;
         let ns = self.settings.namespace.as_str();
         let client = self.client(tenant).await?;
@@ -697,7 +746,7 @@ impl SlinkyDriver {
         let services: Api<Service> = Api::namespaced(client.clone(), ns);
         apply(&services, "Service", ns, MARIADB, &mariadb_service(ns, cluster)).await?;
         let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
-        let mariadb = mariadb_statefulset(ns, cluster, &self.settings.storage_class);
+        let mariadb = mariadb_statefulset(ns, cluster, &self.settings.storage_class, catalog.mariadb_image());
         let mariadb = apply(&statefulsets, "StatefulSet", ns, MARIADB, &mariadb).await?;
 
         let objects = [
@@ -927,12 +976,17 @@ mod tests {
     }
 
     #[test]
-    fn versions_map_to_pinned_images() {
-        let r = release("25.05").expect("25.05 is supported");
-        assert_eq!(image("slurmctld", r), "ghcr.io/slinkyproject/slurmctld:25.05-ubuntu24.04");
-        assert!(release("23.02").is_none());
-        assert!(SLURM_RELEASES.iter().all(|r| !r.image_tag.contains("latest")));
-        assert!(!MARIADB_IMAGE.ends_with(":latest") && MARIADB_IMAGE.contains(':'));
+    fn versions_map_to_the_stacks_pinned_images() {
+        let catalog = SlurmCatalog::embedded();
+        let r = catalog.release("25.05").expect("25.05 is supported");
+        assert_eq!(catalog.image("slurmctld", r), "ghcr.io/slinkyproject/slurmctld:25.05-ubuntu24.04");
+        assert!(catalog.release("23.02").is_none());
+        for version in catalog.versions() {
+            let r = catalog.release(version).expect("listed");
+            assert!(!r.image_tag.is_empty() && !r.image_tag.contains("latest"), "{r:?}");
+        }
+        let mariadb = catalog.mariadb_image();
+        assert!(!mariadb.ends_with(":latest") && mariadb.contains(':'), "{mariadb}");
     }
 
     #[test]
@@ -988,7 +1042,8 @@ mod tests {
 
     #[test]
     fn a_nodeset_is_pinned_and_carries_its_gres() {
-        let r = release("25.05").expect("supported");
+        let catalog = SlurmCatalog::embedded();
+        let r = Images { catalog: &catalog, release: catalog.release("25.05").expect("supported") };
         let mut gpu = pool("gpu", 2, 4);
         gpu.taints = vec![Taint { key: "gpu".to_owned(), value: String::new(), effect: TaintEffect::NoSchedule }];
         let body = nodeset("slurm", ClusterId::new(), r, &gpu, true, false);

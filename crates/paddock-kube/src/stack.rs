@@ -88,6 +88,24 @@ pub struct StackDefinition {
     pub notes: Option<String>,
     /// The components, in apply order.
     pub components: Vec<StackComponent>,
+    /// The images the stack's Slurm operator runs (the Slurm driver takes them from here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SlurmImages>,
+}
+
+/// The images of a stack's Slurm, by Slurm version: never `latest`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmImages {
+    /// Free text for the reader.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+    /// Where the Slinky images live: `<registry>/{slurmctld,slurmd,slurmdbd,slurmrestd,login}:<tag>`.
+    pub registry: String,
+    /// The Slurm versions the stack runs, each with its image tag.
+    pub releases: Vec<crate::slurm::SlurmRelease>,
+    /// MariaDB for accounting.
+    pub mariadb_image: String,
 }
 
 /// One component of a stack (a CNI, a device plugin, ...).
@@ -789,6 +807,9 @@ mod tests {
             let d = StackDefinition::embedded(version).expect("embedded definition");
             assert_eq!(d.version, *version);
             assert!(!d.components.is_empty());
+            // The Slurm driver takes its images from the stack: every embedded stack has them.
+            let slurm = d.slurm.as_ref().expect("a slurm section");
+            assert!(!slurm.releases.is_empty() && !slurm.registry.is_empty());
         }
         assert_eq!(StackDefinition::embedded(latest_version()).expect("latest").version, latest_version());
         let e = StackDefinition::embedded("1999.1.0").expect_err("unknown");
@@ -822,6 +843,7 @@ mod tests {
             sha256: sha.map(str::to_owned),
         };
         let def = |m: StackManifest| StackDefinition {
+            slurm: None,
             version: "1.0.0".to_owned(),
             notes: None,
             components: vec![StackComponent {

@@ -214,13 +214,17 @@ async fn kubernetes(settings: &Settings) -> anyhow::Result<paddock_domain::drive
     if let Err(e) = stack.verify() {
         tracing::warn!(error = %e, "the tenant base stack in PADDOCK_STACKS_DIR cannot be applied as it is");
     }
+    // Slurm runs the images of the same stack definition.
+    let catalog = paddock_kube::slurm::SlurmCatalog::of(stack.definition())
+        .context("the tenant base stack definition has no slurm section (its images)")?;
+    let slurm = paddock_kube::slurm::SlinkySettings { catalog, ..paddock_kube::slurm::SlinkySettings::default() };
     let control_plane = paddock_kube::KamajiBackend::new(platform.client().clone());
     Ok(paddock_domain::driver::KubeDrivers {
         platform: Arc::new(platform),
         control_plane: Arc::new(control_plane),
         nodes: Arc::new(paddock_kube::KubeTenantNodes::new()),
         stack: Arc::new(stack),
-        slurm: Arc::new(paddock_kube::SlinkyDriver::with_service_proxy(paddock_kube::slurm::SlinkySettings::default())),
+        slurm: Arc::new(paddock_kube::SlinkyDriver::with_service_proxy(slurm)),
         credentials: Arc::new(paddock_kube::KubeTenantCredentials::new()),
     })
 }

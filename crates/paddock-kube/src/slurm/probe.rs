@@ -25,8 +25,8 @@ use crate::KubeError;
 
 /// The Slurm user paddock's tokens are for (the operator's `SlurmUser`).
 pub const SLURM_USER: &str = "slurm";
-/// The slurmrestd data-parser version paddock speaks. Every Slurm release of
-/// [`super::SLURM_RELEASES`] serves it (Slurm keeps the three newest parsers: 24.11 serves
+/// The slurmrestd data-parser version paddock speaks. Every Slurm release the embedded stack
+/// ([`super::SlurmCatalog`]) lists serves it (Slurm keeps the three newest parsers: 24.11 serves
 /// v0.0.40-42, 25.05 v0.0.41-43, 25.11 v0.0.42-44).
 pub const REST_API_VERSION: &str = "v0.0.42";
 /// Lifetime of a token paddock signs.

@@ -80,7 +80,11 @@ fn unique(prefix: &str) -> String {
 }
 
 fn settings(namespace: &str) -> SlinkySettings {
-    SlinkySettings { namespace: namespace.to_owned(), storage_class: "fast-local".to_owned() }
+    SlinkySettings {
+        namespace: namespace.to_owned(),
+        storage_class: "fast-local".to_owned(),
+        ..SlinkySettings::default()
+    }
 }
 
 /// STAND-IN for slurmrestd as the driver sees it through [`SlurmProbe`].
@@ -219,7 +223,7 @@ async fn every_object_passes_the_crd_schemas_and_nodesets_pin_to_their_pools() {
     let mariadb = serde_json::to_value(mariadb).expect("json");
     assert_eq!(mariadb["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"], "fast-local");
     let container = &mariadb["spec"]["template"]["spec"]["containers"][0];
-    assert_eq!(container["image"], slurm::MARIADB_IMAGE);
+    assert_eq!(container["image"], slurm::SlurmCatalog::embedded().mariadb_image());
     assert!(container["env"].to_string().contains(SECRET_DB));
     Api::<Service>::namespaced(client.clone(), &ns).get(MARIADB).await.expect("MariaDB's Service");
 

@@ -206,6 +206,7 @@ fn write_stack(dir: &StacksDir, crds: &Path, n: &Names, version: &str, operator_
     );
     operator.namespace = Some(n.operator_ns.clone());
     StackDefinition {
+        slurm: None,
         version: version.to_owned(),
         notes: Some("test stack: real Slinky CRDs, stand-ins for the rest".to_owned()),
         components: vec![
