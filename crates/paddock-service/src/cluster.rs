@@ -207,8 +207,8 @@ impl Services {
         audit.finish(result).await
     }
 
-    /// Deletes a cluster: every machine goes back through cleaning, then Slurm, the control plane
-    /// and the namespace go; the cluster answers 404 once all of that is confirmed.
+    /// Deletes a cluster: Slurm goes, every machine goes back through cleaning, then the control
+    /// plane and the namespace go; the cluster answers 404 once all of that is confirmed.
     pub async fn cluster_delete(
         &self,
         ctx: &Ctx,

@@ -629,16 +629,6 @@ pub async fn set_stack_version(
     Ok(())
 }
 
-/// The base stack version a cluster runs, once applied.
-pub async fn stack_version(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<Option<String>, StoreError> {
-    Ok(sqlx::query_scalar::<_, Option<String>>("select stack_version from clusters where tenant_id = $1 and id = $2")
-        .bind(tenant.uuid())
-        .bind(id.uuid())
-        .fetch_optional(conn)
-        .await?
-        .flatten())
-}
-
 /// The sealed Slurm secrets of a cluster, if generated.
 pub async fn slurm_secrets(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<Option<Vec<u8>>, StoreError> {
     Ok(sqlx::query_scalar::<_, Option<Vec<u8>>>(
