@@ -235,7 +235,7 @@ fn standins() -> [(&'static str, String); 4] {
             "nvidia-device-plugin/standin.yaml",
             format!(
                 "# STAND-IN for the NVIDIA device plugin (cannot be downloaded here). Not the upstream file.\n{}",
-                ds("nvidia-device-plugin-daemonset", "nvidia-dp", "example.invalid/standin/k8s-device-plugin:v0.17.1")
+                ds("nvidia-device-plugin-daemonset", "nvidia-dp", "example.invalid/standin/k8s-device-plugin:v0.17.4")
             ),
         ),
         (
@@ -247,7 +247,7 @@ fn standins() -> [(&'static str, String); 4] {
                 deploy(
                     "local-path-provisioner",
                     Some(STANDIN_NS),
-                    "example.invalid/standin/local-path-provisioner:v0.0.31"
+                    "example.invalid/standin/local-path-provisioner:v0.0.30"
                 )
             ),
         ),
@@ -276,6 +276,7 @@ fn test_stack() -> Option<(StacksDir, StackDefinition)> {
             file: file.to_owned(),
             source: "test: tests/api/kubernetes.rs".to_owned(),
             render: None,
+            go_module: None,
             sha256: Some(hex::encode(Sha256::digest(bytes))),
         }
     };

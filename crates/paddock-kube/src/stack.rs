@@ -5,11 +5,13 @@
 //! - **Definitions** are the project's and are versioned: `stacks/<version>.json` at the repository
 //!   root, embedded into the binary ([`DEFINITIONS`]). A definition lists its components in apply
 //!   order; each names its upstream `version`, its manifests (`file` inside the version's directory,
-//!   upstream `source`, `sha256` of the file, and for Helm-only upstreams the `render` command that
-//!   produced it) and its readiness rules ([`ReadinessRule`]).
+//!   upstream `source`, `sha256` of the file, for Helm-only upstreams the `render` command that
+//!   produced it, and for files of a Go module the `go_module` ([`GoModuleFile`]) that holds the
+//!   same bytes) and its readiness rules ([`ReadinessRule`]).
 //! - **Manifests** are the upstream's and are never committed: the provider fills
 //!   `PADDOCK_STACKS_DIR/<version>/<file>` with `scripts/stacks-fetch <version> <dir>`, which
-//!   downloads (or renders) each file and prints its digest next to the pinned one. Before touching
+//!   downloads (or renders) each file, falls back to the Go module proxy for a file with
+//!   `go_module`, and prints its digest next to the pinned one. Before touching
 //!   the tenant cluster paddock reads **every** file of the stack and refuses the whole stack when
 //!   one file's SHA-256 differs from the definition (`stack_digest_mismatch`, naming the file and
 //!   both digests) or is not pinned (`stack_digest_unpinned`): nothing is applied from a stack that
@@ -130,7 +132,7 @@ pub struct StackComponent {
 }
 
 /// One upstream manifest file of a component.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StackManifest {
     /// Its path relative to `<stacks dir>/<stack version>/` (no `..`, not absolute).
@@ -140,8 +142,28 @@ pub struct StackManifest {
     /// The command that renders it, for upstreams that publish only a Helm chart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub render: Option<String>,
+    /// Where the same bytes as `source` can also be had: a file of a Go module version, fetched
+    /// through the Go module proxy (`scripts/stacks-fetch` falls back to it). Only where to fetch
+    /// from: paddock checks the file against `sha256` whichever way it came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub go_module: Option<GoModuleFile>,
     /// Lowercase hex SHA-256 of the file; None while not pinned (the file is then refused).
     pub sha256: Option<String>,
+}
+
+/// A file inside a Go module version. The module zip the Go module proxy serves holds the
+/// repository's files at the version's tag byte for byte, and `go mod download` checks the zip
+/// against the Go checksum database (sum.golang.org), so the file is the upstream's even where
+/// the upstream's own host cannot be reached.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GoModuleFile {
+    /// The module path, e.g. `github.com/rancher/local-path-provisioner`.
+    pub module: String,
+    /// The module version (a tag), e.g. `v0.0.30`.
+    pub version: String,
+    /// The file's path inside the module (no `..`, not absolute).
+    pub path: String,
 }
 
 /// A readiness rule of a component.
@@ -193,6 +215,17 @@ impl StackDefinition {
                 let hex_ok = |d: &str| d.len() == 64 && d.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
                 if m.sha256.as_deref().is_some_and(|d| !hex_ok(d)) {
                     return Err(bad(format!("the sha256 of {} is not 64 lowercase hex digits", m.file)));
+                }
+                if let Some(g) = &m.go_module {
+                    // The fetch script passes these to `go mod download` and joins `path` to the
+                    // module's directory: keep them plain.
+                    let plain = |s: &str| !s.is_empty() && !s.starts_with('-') && !s.contains(char::is_whitespace);
+                    if !plain(&g.module) || !plain(&g.version) || !is_plain_relative(&g.path) {
+                        return Err(bad(format!(
+                            "the go_module of {} needs a module, a version and a relative path",
+                            m.file
+                        )));
+                    }
                 }
             }
         }
@@ -840,6 +873,7 @@ mod tests {
             file: file.to_owned(),
             source: "https://example.invalid".to_owned(),
             render: None,
+            go_module: None,
             sha256: sha.map(str::to_owned),
         };
         let def = |m: StackManifest| StackDefinition {
@@ -860,6 +894,50 @@ mod tests {
             assert!(def(manifest(bad, None)).validate().is_err(), "{bad}");
         }
         assert!(def(manifest("a.yaml", Some("ABC"))).validate().is_err());
+
+        let go = |module: &str, version: &str, path: &str| StackManifest {
+            go_module: Some(GoModuleFile {
+                module: module.to_owned(),
+                version: version.to_owned(),
+                path: path.to_owned(),
+            }),
+            ..manifest("a.yaml", None)
+        };
+        assert!(def(go("github.com/o/r", "v1.0.0", "deploy/a.yaml")).validate().is_ok());
+        for (module, version, path) in [
+            ("github.com/o/r", "v1.0.0", "../a.yaml"),
+            ("github.com/o/r", "v1.0.0", "/a.yaml"),
+            ("", "v1.0.0", "a.yaml"),
+            ("-modfile=x", "v1.0.0", "a.yaml"),
+            ("github.com/o/r", "", "a.yaml"),
+            ("github.com/o/r", "v1 x", "a.yaml"),
+        ] {
+            assert!(def(go(module, version, path)).validate().is_err(), "{module}@{version} {path}");
+        }
+    }
+
+    #[test]
+    fn go_module_sources_parse_strictly_and_name_the_components_release() {
+        let text = r#"{"file": "a.yaml", "source": "https://example.invalid/a.yaml", "sha256": null,
+                       "go_module": {"module": "github.com/o/r", "version": "v1.0.0", "path": "a.yaml"}}"#;
+        let m: StackManifest = serde_json::from_str(text).expect("parses");
+        assert_eq!(m.go_module.as_ref().map(|g| g.module.as_str()), Some("github.com/o/r"));
+        let extra = text.replace("\"path\": \"a.yaml\"", "\"path\": \"a.yaml\", \"sum\": \"h1:x\"");
+        assert_ne!(extra, text);
+        assert!(serde_json::from_str::<StackManifest>(&extra).is_err(), "unknown go_module fields are refused");
+
+        // In the embedded definitions, a file from a Go module is of the component's own release
+        // and is pinned (its bytes could be had, so there is no reason to leave it unpinned).
+        for (version, _) in DEFINITIONS {
+            let d = StackDefinition::embedded(version).expect("embedded definition");
+            for c in &d.components {
+                for m in &c.manifests {
+                    let Some(g) = &m.go_module else { continue };
+                    assert_eq!(g.version, c.version, "{version}: {}", m.file);
+                    assert!(m.sha256.is_some(), "{version}: {} comes from a Go module but is not pinned", m.file);
+                }
+            }
+        }
     }
 
     #[test]

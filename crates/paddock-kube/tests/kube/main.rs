@@ -3,9 +3,10 @@
 //! (`scripts/kube-start`). See `support` for how a test gets its API server.
 //!
 //! Most tests share one API server and isolate themselves by namespace (each makes fresh cluster
-//! ids, hence fresh namespaces). `faults::a_stopped_api_server_gives_a_transient_error` and
-//! `kamaji::*` get their own API server, named after the test; `control_plane::*` share one with
-//! the Kamaji CRDs installed. `nodes::*` use the shared API server as a tenant cluster.
+//! ids, hence fresh namespaces). `faults::a_stopped_api_server_gives_a_transient_error`,
+//! `kamaji::*` and `stack::*` (the real upstream stack manifests have fixed, partly cluster-scoped
+//! names) get their own API server, named after the test; `control_plane::*` share one with the
+//! Kamaji CRDs installed. `nodes::*` use the shared API server as a tenant cluster.
 
 mod support;
 
