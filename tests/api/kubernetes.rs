@@ -581,7 +581,13 @@ async fn workloads(client: &Client) -> Result<(), String> {
     Ok(())
 }
 
-/// PLAYS THE SLINKY OPERATOR: once the Controller exists, the workloads and Services it makes.
+/// The login host key the operator stand-in publishes (made by `ssh-keygen -t ed25519`), and its
+/// fingerprint as `ssh-keygen -l -E sha256` printed it.
+const LOGIN_HOST_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIL2AmpA4kI/TYTmjC3Vf+h3HQc/vvGHZNgUIITHqcjcJ";
+const LOGIN_HOST_KEY_FINGERPRINT: &str = "SHA256:gZv72HZq4UhmTQ3QmrF3VWb5PXSV+UVu9JVQwPE7sL0";
+
+/// PLAYS THE SLINKY OPERATOR: once the Controller exists, the workloads, Services and SSH host keys
+/// it makes.
 async fn operator(client: &Client) -> Result<(), String> {
     let ns = slurm::NAMESPACE;
     let controllers: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &slurm::api_resource("Controller"));
@@ -617,6 +623,15 @@ async fn operator(client: &Client) -> Result<(), String> {
                           "template": pod_template(name) } });
             deployments.patch(name, &apply, &Patch::Apply(&body)).await.map_err(err)?;
         }
+    }
+    // The login pods' SSH host keys (a private half too: paddock must show only the public one).
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    if secrets.get_opt(slurm::LOGIN_HOST_KEYS_SECRET).await.map_err(err)?.is_none() {
+        let body = json!({ "apiVersion": "v1", "kind": "Secret",
+            "metadata": { "name": slurm::LOGIN_HOST_KEYS_SECRET }, "immutable": true,
+            "stringData": { "ssh_host_ed25519_key": "-----BEGIN OPENSSH PRIVATE KEY-----\nstand-in\n",
+                            "ssh_host_ed25519_key.pub": format!("{LOGIN_HOST_KEY} root@slurm-login") } });
+        secrets.patch(slurm::LOGIN_HOST_KEYS_SECRET, &apply, &Patch::Apply(&body)).await.map_err(err)?;
     }
     let services: Api<Service> = Api::namespaced(client.clone(), ns);
     for (name, port, kind) in
@@ -1191,6 +1206,12 @@ async fn a_slurm_cluster_with_cpu_and_gpu_pools_goes_ready_scales_and_is_deleted
     all_true(&ready);
     let rest = ready["status"]["endpoints"]["slurm_rest_api"].as_str().expect("slurm_rest_api");
     assert!(rest.ends_with(&format!(":{}", slurm::RESTAPI_PORT)), "{ready}");
+    assert_eq!(ready["status"]["endpoints"]["login_ssh"], "203.0.113.10:22", "{ready}");
+    assert_eq!(
+        ready["status"]["endpoints"]["login_ssh_host_keys"],
+        json!([{ "algorithm": "ssh-ed25519", "fingerprint": LOGIN_HOST_KEY_FINGERPRINT, "public_key": LOGIN_HOST_KEY }]),
+        "{ready}"
+    );
 
     // The Slinky objects exist in the tenant API server (applied through the real CRDs' schemas).
     let client = lab.tenant_client(&c);

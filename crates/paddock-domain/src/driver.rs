@@ -14,7 +14,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use paddock_types::cluster::{SlurmSpec, Taint};
+use paddock_types::cluster::{SlurmSpec, SshHostKey, Taint};
 use paddock_types::{ClusterId, Labels, MachineId, NodePoolId, TenantId};
 
 pub use crate::bmc::BoxFuture;
@@ -351,6 +351,8 @@ pub struct SlurmStatus {
     pub rest_api: Option<String>,
     /// The login nodes' SSH address, once published.
     pub login_ssh: Option<String>,
+    /// The login nodes' SSH host keys, once published (sorted by algorithm).
+    pub login_ssh_host_keys: Vec<SshHostKey>,
 }
 
 /// Slurm in a tenant cluster through Slinky (SPEC section 6 step 5).

@@ -15,6 +15,7 @@ pub mod machine;
 pub mod model;
 pub mod precondition;
 pub mod secret;
+pub mod ssh;
 pub mod validate;
 
 pub use authz::{Actor, Permission, Role, Scope};

@@ -51,7 +51,9 @@
 //! sources (`api/v1beta1/*_keys.go`, `internal/builder/*builder`).
 //!
 //! `rest_api` and `login_ssh` are the Services `<restapi>-restapi` (port 6820) and `<loginset>`
-//! (port 22): a LoadBalancer ingress address when there is one, else `clusterIP:port`.
+//! (port 22): a LoadBalancer ingress address when there is one, else `clusterIP:port`. The login
+//! SSH host keys are the public halves the operator publishes in `<loginset>-ssh-host-keys`
+//! ([`login_host_keys`]), shown with their SHA-256 fingerprints.
 //!
 //! Draining ([`SlurmDriver::drain_node`]): the Kubernetes Node is cordoned (merge patch, so
 //! paddock's server-side apply of the Node's labels in [`crate::nodes`] never takes it back) with
@@ -82,11 +84,12 @@ use kube::{Api, Client};
 use paddock_domain::driver::{
     BoxFuture, DriverError, Removal, SlurmDesired, SlurmDriver, SlurmPool, SlurmSecrets, SlurmStatus, TenantAccess,
 };
-use paddock_types::cluster::{SlurmSpec, Taint};
+use paddock_domain::ssh;
+use paddock_types::cluster::{SlurmSpec, SshHostKey, Taint};
 use paddock_types::ClusterId;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
-use tracing::{debug, info, instrument};
+use tracing::{debug, info, instrument, warn};
 
 pub use probe::{node_drained, ping_succeeded, ServiceProxyProbe, SlurmProbe, REST_API_VERSION, SLURM_USER};
 
@@ -155,6 +158,9 @@ pub const RESTAPI_SERVICE: &str = "slurm-restapi";
 pub const RESTAPI_PORT: u16 = 6820;
 /// The operator's Deployment and Service of the LoginSet (its name).
 pub const LOGIN_SERVICE: &str = LOGINSET;
+/// The Secret in which the operator publishes the login pods' SSH host keys
+/// (`<loginset>-ssh-host-keys`: `ssh_host_<type>_key` and `ssh_host_<type>_key.pub`).
+pub const LOGIN_HOST_KEYS_SECRET: &str = "slurm-login-ssh-host-keys";
 
 /// Label marking the objects of this driver (value [`MANAGER`]: `app.kubernetes.io/managed-by`
 /// alone would also match other paddock objects).
@@ -603,6 +609,24 @@ pub fn nodeset_progress(nodeset: &DynamicObject, count: u32) -> (i64, bool) {
     (ready, current && int("replicas").unwrap_or(0) == count && ready == count)
 }
 
+/// The public host keys in the operator's [`LOGIN_HOST_KEYS_SECRET`] (its `*.pub` entries; the
+/// private keys beside them are never read out), sorted by algorithm. An entry that is not an
+/// OpenSSH public key is left out with a warning naming the entry, not its content.
+pub fn login_host_keys(secret: &Secret) -> Vec<SshHostKey> {
+    let mut keys: Vec<SshHostKey> = secret
+        .data
+        .iter()
+        .flatten()
+        .filter(|(name, _)| name.ends_with(".pub"))
+        .filter_map(|(name, value)| {
+            let parsed = std::str::from_utf8(&value.0).map_err(|_| ssh::SshKeyError::Shape).and_then(ssh::host_key);
+            parsed.map_err(|e| warn!("{LOGIN_HOST_KEYS_SECRET}: entry {name} is left out: {e}")).ok()
+        })
+        .collect();
+    keys.sort_by(|a, b| a.algorithm.cmp(&b.algorithm));
+    keys
+}
+
 /// A Service's address: a LoadBalancer ingress, else `clusterIP:port`.
 pub fn service_address(svc: &Service) -> Option<String> {
     let port = svc.spec.as_ref()?.ports.as_ref()?.first()?.port;
@@ -826,7 +850,18 @@ impl SlinkyDriver {
 
         let rest_api = get(&services, "Service", ns, RESTAPI_SERVICE).await?.as_ref().and_then(service_address);
         let login_ssh = get(&services, "Service", ns, LOGIN_SERVICE).await?.as_ref().and_then(service_address);
-        let status = SlurmStatus { ready: waiting.is_empty(), reason: waiting.join("; "), rest_api, login_ssh };
+        let login_ssh_host_keys = get(&secrets, "Secret", ns, LOGIN_HOST_KEYS_SECRET)
+            .await?
+            .as_ref()
+            .map(login_host_keys)
+            .unwrap_or_default();
+        let status = SlurmStatus {
+            ready: waiting.is_empty(),
+            reason: waiting.join("; "),
+            rest_api,
+            login_ssh,
+            login_ssh_host_keys,
+        };
         debug!(cluster.id = %cluster, ready = status.ready, reason = %status.reason, "ensured Slurm");
         Ok(status)
     }
@@ -959,6 +994,7 @@ impl SlurmDriver for SlinkyDriver {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::ByteString;
     use paddock_types::cluster::{Partition, TaintEffect};
     use paddock_types::NodePoolId;
 
@@ -1055,6 +1091,25 @@ mod tests {
         let cpu = nodeset("slurm", ClusterId::new(), r, &pool("cpu", 1, 0), false, true);
         assert_eq!(cpu["spec"]["partition"], json!({"enabled": false}));
         assert!(cpu["spec"].get("extraConf").is_none());
+    }
+
+    #[test]
+    fn login_host_keys_are_the_public_halves_sorted() {
+        let ed25519 =
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIL2AmpA4kI/TYTmjC3Vf+h3HQc/vvGHZNgUIITHqcjcJ root@slurm-login";
+        let data = [
+            ("ssh_host_ed25519_key", "-----BEGIN OPENSSH PRIVATE KEY-----\n..."),
+            ("ssh_host_ed25519_key.pub", ed25519),
+            ("ssh_host_rsa_key.pub", "not a key"),
+        ];
+        let secret = Secret {
+            data: Some(data.iter().map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec()))).collect()),
+            ..Secret::default()
+        };
+        let keys = login_host_keys(&secret);
+        assert_eq!(keys, vec![ssh::host_key(ed25519).expect("a host key")]);
+        assert_eq!(keys[0].fingerprint, "SHA256:gZv72HZq4UhmTQ3QmrF3VWb5PXSV+UVu9JVQwPE7sL0");
+        assert!(login_host_keys(&Secret::default()).is_empty());
     }
 
     #[test]

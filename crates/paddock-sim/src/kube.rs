@@ -4,12 +4,16 @@
 
 use std::sync::Arc;
 
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
 use paddock_domain::driver::{
     BoxFuture, ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, DriverError, Isolation,
     JoinConfig, NodeRef, NodeStatus, PlatformDriver, Removal, SlurmDesired, SlurmDriver, SlurmStatus, StackStatus,
     TenantAccess, TenantCredentials, TenantNodes, TenantStack,
 };
 use paddock_domain::secret::SecretString;
+use paddock_domain::ssh;
+use paddock_types::cluster::SshHostKey;
 use paddock_types::ClusterId;
 use rand::Rng;
 use sqlx::{PgConnection, Row};
@@ -244,6 +248,17 @@ fn admin_kubeconfig(cluster: ClusterId) -> Vec<u8> {
         simple = cluster.uuid().simple(),
     )
     .into_bytes()
+}
+
+/// The simulated login nodes' SSH host key: a well-formed ed25519 public key whose 32 key bytes
+/// are the cluster id twice (no private key exists; nothing can connect with it).
+fn sim_host_key(cluster: ClusterId) -> SshHostKey {
+    let mut blob = Vec::with_capacity(51);
+    for part in [&b"ssh-ed25519"[..], &[cluster.uuid().as_bytes().as_slice(), cluster.uuid().as_bytes()].concat()] {
+        blob.extend_from_slice(&(part.len() as u32).to_be_bytes());
+        blob.extend_from_slice(part);
+    }
+    ssh::host_key(&format!("ssh-ed25519 {}", STANDARD.encode(blob))).expect("a well-formed ed25519 key")
 }
 
 impl ControlPlaneBackend for SimKube {
@@ -525,6 +540,7 @@ impl SlurmDriver for SimKube {
                 reason,
                 rest_api: Some(format!("http://slurmrestd.{}.paddock.invalid:6820", id.uuid().simple())),
                 login_ssh: Some(format!("login.{}.paddock.invalid:22", id.uuid().simple())),
+                login_ssh_host_keys: vec![sim_host_key(id)],
             };
             if !empty.is_empty() {
                 return Ok(status(false, format!("node pools without nodes: {}", empty.join(", "))));

@@ -278,6 +278,22 @@ pub struct Endpoints {
     pub slurm_rest_api: Option<String>,
     /// SSH address of the login nodes.
     pub login_ssh: Option<String>,
+    /// The login nodes' SSH host keys, once the LoginSet publishes them (empty until then), for
+    /// `known_hosts` and to compare with what `ssh` shows on first connect.
+    #[serde(default)]
+    pub login_ssh_host_keys: Vec<SshHostKey>,
+}
+
+/// An SSH host key of a cluster's login nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SshHostKey {
+    /// The key's algorithm, e.g. `ssh-ed25519`.
+    pub algorithm: String,
+    /// Its SHA-256 fingerprint as `ssh-keygen -l` and `ssh` print it.
+    pub fingerprint: String,
+    /// The public key (`<algorithm> <base64>`): prefix it with the login address for a
+    /// `known_hosts` line.
+    pub public_key: String,
 }
 
 /// The observed state of a cluster.

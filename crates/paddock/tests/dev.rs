@@ -89,6 +89,11 @@ async fn paddock_dev_serves_demo_data_and_stops_its_postgres_on_ctrl_c() {
         let c: serde_json::Value =
             client.get(&cluster).bearer_auth(&token).send().await.expect("get").json().await.expect("json");
         if c["status"]["phase"] == "ready" {
+            // The view shows where to connect, and the login host key to check on first connect.
+            let endpoints = &c["status"]["endpoints"];
+            assert!(endpoints["slurm_rest_api"].is_string() && endpoints["login_ssh"].is_string(), "{c}");
+            let fingerprint = endpoints["login_ssh_host_keys"][0]["fingerprint"].as_str().unwrap_or_default();
+            assert!(fingerprint.starts_with("SHA256:"), "{c}");
             break;
         }
         assert!(Instant::now() < deadline, "the demo cluster did not become ready: {c}");

@@ -13,6 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -389,6 +390,45 @@ async fn play_service(client: &Client, ns: &str, name: &str, port: u16, lb_ip: O
     }
 }
 
+/// Plays the operator publishing the login pods' SSH host keys (`<loginset>-ssh-host-keys`, private
+/// and public halves, as Slinky's loginset controller writes them), with keys made by `ssh-keygen`.
+/// Returns `(algorithm, fingerprint)` of each as `ssh-keygen -l -E sha256` prints them.
+async fn play_host_keys(client: &Client, ns: &str) -> Vec<(String, String)> {
+    let dir = std::env::temp_dir().join(format!("paddock-hostkeys-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let (mut data, mut expected) = (BTreeMap::new(), Vec::new());
+    for (kind, algorithm) in [("ed25519", "ssh-ed25519"), ("ecdsa", "ecdsa-sha2-nistp256"), ("rsa", "ssh-rsa")] {
+        let file = dir.join(format!("ssh_host_{kind}_key"));
+        let run = |args: &[&str]| {
+            let out = Command::new("ssh-keygen").args(args).output().expect("run ssh-keygen");
+            assert!(out.status.success(), "ssh-keygen {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8(out.stdout).expect("utf-8")
+        };
+        let path = file.to_str().expect("utf-8 path");
+        run(&["-q", "-t", kind, "-N", "", "-C", "root@slurm-login", "-f", path]);
+        let printed = run(&["-l", "-E", "sha256", "-f", &format!("{path}.pub")]);
+        let fingerprint = printed.split_whitespace().nth(1).expect("a fingerprint").to_owned();
+        expected.push((algorithm.to_owned(), fingerprint));
+        for name in [format!("ssh_host_{kind}_key"), format!("ssh_host_{kind}_key.pub")] {
+            let bytes = std::fs::read(dir.join(&name)).expect("read key");
+            data.insert(name, base64::engine::general_purpose::STANDARD.encode(bytes));
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": { "name": slurm::LOGIN_HOST_KEYS_SECRET, "namespace": ns },
+        "immutable": true,
+        "data": data,
+    });
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .patch(slurm::LOGIN_HOST_KEYS_SECRET, &PatchParams::apply("slinky-operator-stand-in"), &Patch::Apply(&secret))
+        .await
+        .expect("host keys secret");
+    expected.sort();
+    expected
+}
+
 #[tokio::test]
 async fn readiness_follows_the_workloads_the_nodesets_and_the_ping() {
     let Some(server) = server().await else { return };
@@ -430,6 +470,18 @@ async fn readiness_follows_the_workloads_the_nodesets_and_the_ping() {
         .expect("a cluster IP");
     assert_eq!(status.rest_api, Some(format!("{restapi_ip}:6820")));
     assert_eq!(status.login_ssh.as_deref(), Some("203.0.113.10:22"));
+    assert!(status.login_ssh_host_keys.is_empty(), "no host keys before the operator publishes them");
+
+    // The operator publishes the host keys: their fingerprints are ssh-keygen's.
+    let fingerprints = play_host_keys(&client, &ns).await;
+    let host_keys = ensure().await.login_ssh_host_keys;
+    let shown: Vec<(String, String)> = host_keys.iter().map(|k| (k.algorithm.clone(), k.fingerprint.clone())).collect();
+    assert_eq!(shown, fingerprints);
+    assert!(host_keys.iter().all(|k| k.public_key.starts_with(&format!("{} AAAA", k.algorithm))), "{host_keys:?}");
+    assert!(
+        !format!("{host_keys:?}").contains("PRIVATE") && !format!("{host_keys:?}").contains("root@slurm-login"),
+        "only the public halves, without their comment"
+    );
 
     play_nodeset(&client, &ns, &cpu, 2).await;
     play_nodeset(&client, &ns, &gpu, 0).await;
@@ -447,6 +499,7 @@ async fn readiness_follows_the_workloads_the_nodesets_and_the_ping() {
             reason: String::new(),
             rest_api: Some(format!("{restapi_ip}:6820")),
             login_ssh: Some("203.0.113.10:22".to_owned()),
+            login_ssh_host_keys: host_keys,
         }
     );
 }

@@ -242,6 +242,7 @@ impl ClusterReconciler {
                         );
                         observed.endpoints.slurm_rest_api = ready.rest_api;
                         observed.endpoints.login_ssh = ready.login_ssh;
+                        observed.endpoints.login_ssh_host_keys = ready.login_ssh_host_keys;
                     } else {
                         observed.set(SLURM_READY, false, "WaitingForStack", "waiting for the tenant base stack");
                     }
