@@ -20,9 +20,12 @@
 //!   would create; NodeSets report as many ready replicas as Ready Nodes their selector matches;
 //! - SLURMRESTD: a STAND-IN `SlurmProbe` answers the ping.
 //!
-//! The tenant base stack: Slinky's real CRDs (from the shared directory) plus labelled STAND-INS
-//! for Calico, the NVIDIA device plugin, local-path-provisioner and Slinky's operator (their
-//! upstream manifests cannot be downloaded here), pinned by digest in a test definition.
+//! The tenant base stack: the REAL upstream files of the NVIDIA device plugin and
+//! local-path-provisioner (as `scripts/test` fetched them into `PADDOCK_TEST_UPSTREAM_STACKS`, under
+//! the embedded definition's pinned digests), Slinky's real CRDs (from the shared directory), and
+//! labelled STAND-INS for Calico and Slinky's operator (which cannot be had here), pinned by digest
+//! in a test definition. Each tenant cluster has its own API server, so the real files' fixed names
+//! never meet.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{BufRead, BufReader};
@@ -37,6 +40,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, LimitRange, Namespace, Node, ResourceQuota, Secret, Service, ServiceAccount,
 };
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -48,7 +52,7 @@ use paddock_kube::isolation::{self, LABEL_CLUSTER_ID, LABEL_TENANT_ID};
 use paddock_kube::kamaji::{self, ADMIN_KUBECONFIG_KEY};
 use paddock_kube::nodes::LABEL_NODE_POOL;
 use paddock_kube::slurm::{self, SlinkySettings, SlurmProbe};
-use paddock_kube::stack::{ReadinessRule, StackComponent, StackDefinition, StackManifest};
+use paddock_kube::stack::{latest_version, ReadinessRule, StackComponent, StackDefinition, StackManifest};
 use paddock_kube::{
     KamajiBackend, KubePlatform, KubeTenantCredentials, KubeTenantNodes, KubeTenantStack, SlinkyDriver,
 };
@@ -191,7 +195,7 @@ const KAMAJI_CRDS: [&str; 2] = ["kamaji.clastix.io_tenantcontrolplanes.yaml", "k
 const SLINKY_KINDS: [&str; 6] = ["accountings", "controllers", "loginsets", "nodesets", "restapis", "tokens"];
 
 // ---------------------------------------------------------------------------------------------
-// The tenant base stack: Slinky's real CRDs plus stand-ins.
+// The tenant base stack: real upstream files and Slinky CRDs, plus stand-ins.
 
 /// A throw-away stacks directory (removed on drop).
 struct StacksDir(PathBuf);
@@ -206,59 +210,55 @@ const STANDIN_NS: &str = "paddock-standins";
 const OPERATOR_NS: &str = "slinky";
 
 /// STAND-IN manifests, each marked in its first line.
-fn standins() -> [(&'static str, String); 4] {
-    let ds = |name: &str, app: &str, image: &str| {
-        format!(
-            "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: {name}\n  namespace: {STANDIN_NS}\n\
-             spec:\n  selector:\n    matchLabels: {{app: {app}}}\n  template:\n    metadata:\n      labels: {{app: {app}}}\n\
-             \x20   spec:\n      containers:\n      - name: c\n        image: {image}\n"
-        )
-    };
-    let deploy = |name: &str, ns: Option<&str>, image: &str| {
-        let ns = ns.map(|n| format!("\n  namespace: {n}")).unwrap_or_default();
-        format!(
-            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}{ns}\nspec:\n  replicas: 1\n  selector:\n\
-             \x20   matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n\
-             \x20     containers:\n      - name: c\n        image: {image}\n"
-        )
-    };
+fn standins() -> [(&'static str, String); 2] {
     [
         (
             "calico/standin.yaml",
             format!(
-                "# STAND-IN for Calico (cannot be downloaded here). Not the upstream file.\n\
-                 apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {STANDIN_NS}\n---\n{}",
-                ds("calico-node", "calico-node", "example.invalid/standin/calico-node:v3.30.3")
-            ),
-        ),
-        (
-            "nvidia-device-plugin/standin.yaml",
-            format!(
-                "# STAND-IN for the NVIDIA device plugin (cannot be downloaded here). Not the upstream file.\n{}",
-                ds("nvidia-device-plugin-daemonset", "nvidia-dp", "example.invalid/standin/k8s-device-plugin:v0.17.4")
-            ),
-        ),
-        (
-            "local-path-provisioner/standin.yaml",
-            format!(
-                "# STAND-IN for local-path-provisioner (cannot be downloaded here). Not the upstream file.\n\
-                 apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: local-path\n\
-                 provisioner: rancher.io/local-path\nvolumeBindingMode: WaitForFirstConsumer\n---\n{}",
-                deploy(
-                    "local-path-provisioner",
-                    Some(STANDIN_NS),
-                    "example.invalid/standin/local-path-provisioner:v0.0.30"
-                )
+                "# STAND-IN for Calico (cannot be had here). Not the upstream file.\n\
+                 apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {STANDIN_NS}\n---\n\
+                 apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: calico-node\n  namespace: {STANDIN_NS}\n\
+                 spec:\n  selector:\n    matchLabels: {{app: calico-node}}\n  template:\n    metadata:\n\
+                 \x20     labels: {{app: calico-node}}\n    spec:\n      containers:\n      - name: c\n\
+                 \x20       image: example.invalid/standin/calico-node:v3.30.3\n"
             ),
         ),
         (
             "slurm-operator/standin.yaml",
-            format!(
-                "# STAND-IN for Slinky's slurm-operator chart (cannot be downloaded here). Not the upstream file.\n{}",
-                deploy("slurm-operator", None, "example.invalid/standin/slurm-operator:v1.0.0")
-            ),
+            "# STAND-IN for Slinky's slurm-operator chart (cannot be had here). Not the upstream file.\n\
+             apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: slurm-operator\nspec:\n  replicas: 1\n\
+             \x20 selector:\n    matchLabels: {app: slurm-operator}\n  template:\n    metadata:\n\
+             \x20     labels: {app: slurm-operator}\n    spec:\n      containers:\n      - name: c\n\
+             \x20       image: example.invalid/standin/slurm-operator:v1.0.0\n"
+                .to_owned(),
         ),
     ]
+}
+
+/// The embedded definition's component `name` with its real upstream files, copied from
+/// `PADDOCK_TEST_UPSTREAM_STACKS` (filled by `scripts/test`) into `<dir>/<version>/`, their pinned
+/// digests unchanged; None when they are not there (test skipped, a failure on CI).
+fn upstream_component(dir: &StacksDir, version: &str, name: &str) -> Option<StackComponent> {
+    let embedded = StackDefinition::embedded(latest_version()).expect("the embedded definition");
+    let component = embedded.components.iter().find(|c| c.name == name).cloned().expect("an embedded component");
+    let from = std::env::var("PADDOCK_TEST_UPSTREAM_STACKS").ok().filter(|v| !v.is_empty());
+    let from = from.map(|d| PathBuf::from(d).join(&embedded.version));
+    for m in &component.manifests {
+        let source = from.as_ref().map(|d| d.join(&m.file)).filter(|f| f.is_file());
+        let Some(source) = source else {
+            assert!(
+                !on_ci(),
+                "{name}: the upstream file {} is missing (PADDOCK_TEST_UPSTREAM_STACKS, CI=true)",
+                m.file
+            );
+            eprintln!("SKIPPED: the upstream file {} is missing (scripts/test fetches it)", m.file);
+            return None;
+        };
+        let target = dir.0.join(version).join(&m.file);
+        std::fs::create_dir_all(target.parent().expect("parent")).expect("mkdir");
+        std::fs::copy(&source, &target).expect("copy an upstream file");
+    }
+    Some(component)
 }
 
 /// Writes the test stack into a fresh directory; returns it with its definition.
@@ -288,7 +288,9 @@ fn test_stack() -> Option<(StacksDir, StackDefinition)> {
         manifests,
         ready,
     };
-    let [cni, device_plugin, storage, operator] = standins();
+    let [cni, operator] = standins();
+    let device_plugin = upstream_component(&dir, version, "nvidia-device-plugin")?;
+    let storage = upstream_component(&dir, version, "local-path-provisioner")?;
     let slinky = slinky_crds
         .iter()
         .map(|p| {
@@ -305,19 +307,13 @@ fn test_stack() -> Option<(StacksDir, StackDefinition)> {
     let definition = StackDefinition {
         slurm: None,
         version: version.to_owned(),
-        notes: Some("test stack: real Slinky CRDs, stand-ins for the rest".to_owned()),
+        notes: Some(
+            "test stack: real upstream files and Slinky CRDs, stand-ins for Calico and the operator".to_owned(),
+        ),
         components: vec![
             component("calico", vec![write(cni.0, cni.1.as_bytes())], vec![ReadinessRule::WorkloadsAvailable]),
-            component(
-                "nvidia-device-plugin",
-                vec![write(device_plugin.0, device_plugin.1.as_bytes())],
-                vec![ReadinessRule::WorkloadsAvailable],
-            ),
-            component(
-                "local-path-provisioner",
-                vec![write(storage.0, storage.1.as_bytes())],
-                vec![ReadinessRule::WorkloadsAvailable],
-            ),
+            device_plugin,
+            storage,
             component("slinky-crds", slinky, vec![ReadinessRule::CrdsEstablished]),
             operator,
         ],
@@ -1213,8 +1209,17 @@ async fn a_slurm_cluster_with_cpu_and_gpu_pools_goes_ready_scales_and_is_deleted
         "{ready}"
     );
 
-    // The Slinky objects exist in the tenant API server (applied through the real CRDs' schemas).
+    // The base stack's real upstream objects are in the tenant API server: the storage class the
+    // Slurm driver asks for, and the device plugin at its pinned image.
     let client = lab.tenant_client(&c);
+    let class = Api::<StorageClass>::all(client.clone()).get(slurm::DEFAULT_STORAGE_CLASS).await.expect("class");
+    assert_eq!(class.provisioner, "rancher.io/local-path");
+    let plugin = Api::<DaemonSet>::namespaced(client.clone(), "kube-system");
+    let plugin = plugin.get("nvidia-device-plugin-daemonset").await.expect("the device plugin");
+    let image = plugin.spec.and_then(|s| s.template.spec).and_then(|s| s.containers[0].image.clone());
+    assert_eq!(image.as_deref(), Some("nvcr.io/nvidia/k8s-device-plugin:v0.17.4"));
+
+    // The Slinky objects exist in the tenant API server (applied through the real CRDs' schemas).
     let ns = slurm::NAMESPACE;
     let cr = |kind: &str, name: &str| {
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &slurm::api_resource(kind));
