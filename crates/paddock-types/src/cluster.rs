@@ -280,7 +280,9 @@ pub struct Endpoints {
     pub login_ssh: Option<String>,
     /// The login nodes' SSH host keys, once the LoginSet publishes them (empty until then), for
     /// `known_hosts` and to compare with what `ssh` shows on first connect.
+    // Always in responses (so required in the schema); `default` reads statuses stored before it.
     #[serde(default)]
+    #[schema(required = true)]
     pub login_ssh_host_keys: Vec<SshHostKey>,
 }
 
