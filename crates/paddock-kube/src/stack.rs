@@ -132,7 +132,7 @@ pub struct StackComponent {
 }
 
 /// One upstream manifest file of a component.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StackManifest {
     /// Its path relative to `<stacks dir>/<stack version>/` (no `..`, not absolute).
