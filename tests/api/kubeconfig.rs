@@ -107,7 +107,7 @@ impl Lab {
     /// The audit events of `cluster.kubeconfig` with `outcome`.
     async fn audited(&self, outcome: &str) -> Vec<Value> {
         let path = format!("/v1/audit-events?action=cluster.kubeconfig&outcome={outcome}&limit=1000");
-        self.app.get(path).token(&admin()).send().await.expect(200).json()["items"].as_array().cloned().unwrap()
+        self.app.get(path).token(&admin()).send().await.expect(200).json()["items"].as_array().cloned().expect("items")
     }
 }
 

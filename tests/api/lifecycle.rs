@@ -244,9 +244,10 @@ async fn a_slurm_cluster_goes_ready_scales_and_is_deleted_back_to_clean_machines
     assert!(ready["status"]["endpoints"]["kubernetes_api"].as_str().is_some_and(|e| e.starts_with("https://")));
     let op = lab.operation(&created["operation"]).await;
     assert_eq!(op["state"], "succeeded", "{op}");
-    let steps: Vec<&str> = op["steps"].as_array().expect("steps").iter().map(|s| s["name"].as_str().unwrap()).collect();
+    let steps: Vec<&str> =
+        op["steps"].as_array().expect("steps").iter().map(|s| s["name"].as_str().expect("step name")).collect();
     assert_eq!(steps, ["namespace", "control_plane", "machines", "nodes", "stack", "slurm"]);
-    assert!(op["steps"].as_array().unwrap().iter().all(|s| s["state"] == "succeeded"), "{op}");
+    assert!(op["steps"].as_array().expect("steps").iter().all(|s| s["state"] == "succeeded"), "{op}");
     let held = lab.scalar("select count(*) from machines where state = 'active'").await;
     assert_eq!(held, 2);
     let pool_view = lab
@@ -298,7 +299,7 @@ async fn a_slurm_cluster_goes_ready_scales_and_is_deleted_back_to_clean_machines
     .await;
     assert_eq!(lab.scalar("select count(*) from machine_allocations where released_at is null").await, 0);
     assert_eq!(lab.scalar("select count(*) from machine_cleans").await, 7);
-    assert!(lab.world.nodes(ClusterId(cluster.parse().unwrap())).await.expect("nodes").is_empty());
+    assert!(lab.world.nodes(ClusterId(cluster.parse().expect("cluster id"))).await.expect("nodes").is_empty());
     let events = lab
         .app
         .get(format!("{}/events", lab.cluster_path(&cluster)))
@@ -353,7 +354,10 @@ async fn demand_beyond_the_machines_waits_first_come_first_served_and_never_over
         .await
         .expect(200)
         .json();
-    assert!(events["items"].as_array().unwrap().iter().any(|e| e["reason"] == "InsufficientCapacity"), "{events}");
+    assert!(
+        events["items"].as_array().expect("items").iter().any(|e| e["reason"] == "InsufficientCapacity"),
+        "{events}"
+    );
 
     // A goes: its machines are wiped, then B (first in line) and then C get them.
     lab.delete(&a).await;
@@ -388,7 +392,7 @@ async fn a_failed_wipe_quarantines_the_machine_until_maintenance_takes_it_back_t
     let ids = lab.enroll("gpu", &["bad"]).await;
     let m = lab.machine_in(&ids[0], "clean_failed").await;
     assert_eq!(m["last_error"]["code"], "wipe_failed", "{m}");
-    assert!(m["last_error"]["message"].as_str().unwrap().contains("disk"), "{m}");
+    assert!(m["last_error"]["message"].as_str().expect("message").contains("disk"), "{m}");
     assert_eq!(lab.scalar("select count(*) from machine_cleans").await, 0, "an unverified wipe is no clean");
     // The enrollment did not give the provider a usable machine: its operation failed, saying why.
     let enroll: (String, Option<String>) = eventually(WAIT, || async {
@@ -448,7 +452,7 @@ async fn bmc_and_control_plane_faults_end_in_their_documented_states() {
     let created = lab.create(slurm("stuck", json!([{ "name": "gpu", "machine_class": "gpu", "count": 1 }]))).await;
     let cluster = id(&created["cluster"]);
     lab.world
-        .set_cluster_fault(ClusterId(cluster.parse().unwrap()), ClusterFault::ControlPlaneNeverReady, true)
+        .set_cluster_fault(ClusterId(cluster.parse().expect("cluster id")), ClusterFault::ControlPlaneNeverReady, true)
         .await
         .expect("fault");
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -459,7 +463,7 @@ async fn bmc_and_control_plane_faults_end_in_their_documented_states() {
     assert_eq!((op["state"].as_str(), op["current_step"].as_str()), (Some("running"), Some("control_plane")), "{op}");
     // Healed: ready.
     lab.world
-        .set_cluster_fault(ClusterId(cluster.parse().unwrap()), ClusterFault::ControlPlaneNeverReady, false)
+        .set_cluster_fault(ClusterId(cluster.parse().expect("cluster id")), ClusterFault::ControlPlaneNeverReady, false)
         .await
         .expect("heal");
     lab.ready(&cluster).await;
@@ -702,7 +706,13 @@ async fn a_crash_after_every_side_effect_repeats_it_and_converges_to_the_same_en
     assert_eq!(lab.scalar("select count(*) from machine_allocations where released_at is null").await, 0);
     assert_eq!(lab.scalar("select count(*) from jobs where state = 'failed'").await, 0);
     // Every kind of side effect crashed at least once.
-    let seen: Vec<String> = crashes.0.lock().unwrap().iter().map(|k| k.split(':').next().unwrap().to_owned()).collect();
+    let seen: Vec<String> = crashes
+        .0
+        .lock()
+        .expect("crash log")
+        .iter()
+        .map(|k| k.split(':').next().unwrap_or_default().to_owned())
+        .collect();
     for kind in
         ["boot", "finish", "off", "iso", "cp", "join", "stack", "slurm", "drain", "unnode", "unslurm", "uncp", "uniso"]
     {

@@ -1,17 +1,77 @@
-//! Prometheus metrics: requests by route template and status, request latency, and gauges read
-//! from the database at scrape time (machines by state, open operations). Kept in the app state
-//! rather than a global registry, so several apps in one process (tests) stay apart.
+//! Prometheus metrics: requests by route template and status, request latency, gauges read from
+//! the database at scrape time (machines by state, queue depth), and what the process's other
+//! parts add ([`MetricsSource`]: the worker's job outcomes). Kept in the app state rather than a
+//! global registry, so several apps in one process (tests) stay apart.
+//!
+//! They are served on the API listener's `/metrics`, or, with `PADDOCK_METRICS_LISTEN`, on a
+//! listener of their own ([`metrics_router`]; the only listener of a `paddock worker`), and then
+//! no longer on the API's.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use http::{header, HeaderValue, StatusCode};
+use paddock_service::Services;
 
 use crate::state::AppState;
+
+/// Something else in the process that has metrics to add to every scrape, rendered in the
+/// Prometheus text format with bounded label sets (the worker's job outcome counters).
+pub type MetricsSource = Arc<dyn Fn(&mut String) + Send + Sync>;
+
+/// The [`MetricsSource`]s of a process.
+#[derive(Clone, Default)]
+pub struct Sources(pub Arc<[MetricsSource]>);
+
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Sources({})", self.0.len())
+    }
+}
+
+/// Everything one scrape renders.
+#[derive(Clone, Debug)]
+pub struct Exposition {
+    /// The API's request metrics, when this process serves the API.
+    pub http: Option<Arc<Metrics>>,
+    /// The database gauges.
+    pub services: Services,
+    /// The other parts' metrics.
+    pub sources: Sources,
+}
+
+impl Exposition {
+    /// The scrape's response: the text format, with its content type.
+    pub async fn response(&self) -> Response {
+        let mut out = String::new();
+        if let Some(http) = &self.http {
+            http.render(&mut out);
+        }
+        self.services.render_gauges(&mut out).await;
+        for source in self.sources.0.iter() {
+            source(&mut out);
+        }
+        let mut response = (StatusCode::OK, out).into_response();
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+        response
+    }
+}
+
+/// The router of a metrics-only listener (`PADDOCK_METRICS_LISTEN`): `GET /metrics`, nothing else.
+pub fn metrics_router(exposition: Exposition) -> Router {
+    Router::new()
+        .route("/metrics", get(|State(e): State<Exposition>| async move { e.response().await }))
+        .with_state(exposition)
+}
 
 /// Upper bounds of the latency histogram, in seconds.
 const BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use paddock_auth::Verifier;
 use paddock_service::Services;
 
-use crate::metrics::Metrics;
+use crate::metrics::{Exposition, Metrics, Sources};
 
 /// API settings.
 #[derive(Debug, Clone, Default)]
@@ -24,6 +24,11 @@ pub struct AppState {
     pub verifier: Verifier,
     /// Request metrics.
     pub metrics: Arc<Metrics>,
+    /// The other parts' metrics, added to every scrape.
+    pub metric_sources: Sources,
+    /// Whether the API listener serves `/metrics` (not when `PADDOCK_METRICS_LISTEN` gives them a
+    /// listener of their own).
+    pub metrics_here: bool,
     /// Settings.
     pub config: Arc<ApiConfig>,
     draining: Arc<AtomicBool>,
@@ -36,8 +41,28 @@ impl AppState {
             services,
             verifier,
             metrics: Arc::new(Metrics::default()),
+            metric_sources: Sources::default(),
+            metrics_here: true,
             config: Arc::new(config),
             draining: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Adds the other parts' metrics to every scrape; `served_here: false` when they have a
+    /// listener of their own ([`crate::metrics::metrics_router`] over [`AppState::exposition`]),
+    /// and then the API's `/metrics` answers 404.
+    pub fn with_metrics(mut self, sources: Sources, served_here: bool) -> Self {
+        self.metric_sources = sources;
+        self.metrics_here = served_here;
+        self
+    }
+
+    /// What a scrape renders: this API's request metrics, the gauges, the other parts'.
+    pub fn exposition(&self) -> Exposition {
+        Exposition {
+            http: Some(self.metrics.clone()),
+            services: self.services.clone(),
+            sources: self.metric_sources.clone(),
         }
     }
 

@@ -1,7 +1,7 @@
 //! Domain records: what the store returns and the services work with. Each knows its view.
 
 use chrono::{DateTime, Utc};
-use paddock_types::machine::{BmcCreate, BmcView, LastError, MachineState, MachineView};
+use paddock_types::machine::{BmcView, LastError, MachineState, MachineView};
 use paddock_types::machine_class::{MachineClassCreate, MachineClassView};
 use paddock_types::tenant::{TenantCreate, TenantState, TenantView};
 use paddock_types::{ClusterId, Labels, MachineClassId, MachineId, NodePoolId, TenantId};
@@ -96,20 +96,6 @@ pub struct Bmc {
     pub ca_cert: Option<String>,
     /// Skip TLS verification.
     pub insecure_tls: bool,
-}
-
-impl Bmc {
-    /// The fields a merge patch may change, with the password left out (it is never read back).
-    pub fn patchable(&self) -> BmcCreate {
-        BmcCreate {
-            url: self.url.clone(),
-            system_id: self.system_id.clone(),
-            username: self.username.clone(),
-            password: String::new(),
-            ca_cert: self.ca_cert.clone(),
-            insecure_tls: self.insecure_tls,
-        }
-    }
 }
 
 /// A machine.

@@ -375,15 +375,6 @@ impl RedfishClient {
         Ok(ChangeOutcome::Applied)
     }
 
-    /// Ejects every inserted medium of the system. Nothing inserted is success. Checks the UUID
-    /// first.
-    #[instrument(skip_all, fields(bmc.host = %self.host_key(), system.uuid = %expected))]
-    pub async fn eject_all_media(&self, expected: &SystemUuid) -> Result<ChangeOutcome, RedfishError> {
-        let _slot = self.operation().await;
-        let system = self.guarded_system(expected).await?;
-        self.eject_all(&system.res).await
-    }
-
     /// Boots the system once from virtual media, as one operation (one machine slot): checks the
     /// UUID, checks that the BMC can do it all (a CD for `image`, a second device for `seed`, a
     /// one-time boot from `Cd`) before changing anything, then powers off, ejects every medium,

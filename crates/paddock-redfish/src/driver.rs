@@ -113,9 +113,7 @@ pub fn to_inventory(inv: SystemInventory) -> Result<Inventory, BmcError> {
     };
     let memory_gib = inv.memory_gib.filter(|m| m.is_finite() && *m >= 0.0 && *m <= f64::from(u32::MAX)).map(|m| {
         // In range: checked just above.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let gib = m.round() as u32;
-        gib
+        m.round() as u32
     });
     Ok(Inventory {
         system_uuid: uuid.as_str().to_owned(),

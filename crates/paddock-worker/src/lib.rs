@@ -21,6 +21,7 @@ mod metrics;
 pub mod reconcile;
 mod worker;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -44,6 +45,10 @@ pub trait JobHandler: Send + Sync + 'static {
     fn run<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Outcome>;
 }
 
+/// The error behind a retry or a wait, kept whole so that the worker logs its chain once, where
+/// the run ends. Never shown to users: they see the [`JobError`]'s short message.
+pub type Cause = Arc<dyn std::error::Error + Send + Sync>;
+
 /// How a run ended.
 #[derive(Debug, Clone)]
 pub enum Outcome {
@@ -56,12 +61,16 @@ pub enum Outcome {
         after: Duration,
         /// Why, recorded as the job's `last_error`.
         reason: JobError,
+        /// The error behind it, if any (logged with its chain, never stored).
+        cause: Option<Cause>,
     },
     /// A transient failure: run again after the backoff; after the worker's `max_attempts` the
     /// job and its operation fail with a `retries-exhausted` problem.
     Retry {
         /// What went wrong; its message may end up in the operation's problem.
         error: JobError,
+        /// The error behind it, if any (logged with its chain, never stored).
+        cause: Option<Cause>,
     },
     /// A permanent failure: the job and its operation fail with `problem`.
     Fail {
@@ -73,12 +82,32 @@ pub enum Outcome {
 impl Outcome {
     /// [`Outcome::Wait`] with a reason code and message.
     pub fn wait(after: Duration, code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::Wait { after, reason: JobError::new(code, message) }
+        Self::Wait { after, reason: JobError::new(code, message), cause: None }
     }
 
     /// [`Outcome::Retry`] with an error code and message.
     pub fn retry(code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::Retry { error: JobError::new(code, message) }
+        Self::Retry { error: JobError::new(code, message), cause: None }
+    }
+
+    /// [`Outcome::Retry`] for a failed call: `message` is the short public text, `cause` the
+    /// error itself, whose whole chain the worker logs when the run ends.
+    pub fn retry_because(
+        code: impl Into<String>,
+        message: impl Into<String>,
+        cause: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::Retry { error: JobError::new(code, message), cause: Some(Arc::new(cause)) }
+    }
+
+    /// [`Outcome::Wait`] for a failed call, as [`Outcome::retry_because`].
+    pub fn wait_because(
+        after: Duration,
+        code: impl Into<String>,
+        message: impl Into<String>,
+        cause: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::Wait { after, reason: JobError::new(code, message), cause: Some(Arc::new(cause)) }
     }
 
     /// [`Outcome::Fail`] with an `operation-failed` problem (status 422: the request cannot be

@@ -1,7 +1,10 @@
 //! Job outcome counters, by kind. Lock-free: the kinds are known when the worker is built, so
-//! the map never changes and each counter is an atomic. The API renders them for `/metrics`.
+//! the map never changes and each counter is an atomic. Every process that runs a worker adds
+//! them to its `/metrics` ([`JobMetrics::render`]); both label sets are fixed, so the series are
+//! bounded by kinds x outcomes.
 
 use std::collections::BTreeMap;
+use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The outcomes counted, in the order of [`JobMetrics::snapshot`].
@@ -78,6 +81,15 @@ impl JobMetrics {
             })
             .collect()
     }
+
+    /// Renders the counters in the Prometheus text format: `paddock_jobs_total{kind, outcome}`.
+    pub fn render(&self, out: &mut String) {
+        out.push_str("# HELP paddock_jobs_total Job runs of this process's worker by kind and outcome.\n");
+        out.push_str("# TYPE paddock_jobs_total counter\n");
+        for c in self.snapshot() {
+            let _ = writeln!(out, "paddock_jobs_total{{kind=\"{}\",outcome=\"{}\"}} {}", c.kind, c.outcome, c.count);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -96,5 +108,20 @@ mod tests {
         assert_eq!(m.get("b", "failed"), 1);
         assert_eq!(m.total("succeeded"), 2);
         assert_eq!(m.snapshot().len(), 2 * OUTCOMES.len());
+    }
+
+    #[test]
+    fn renders_every_series_with_bounded_labels() {
+        let m = JobMetrics::new(&["a", "b"]);
+        m.add("a", "succeeded");
+        m.add("a", "succeeded");
+        m.add("zzz", "succeeded");
+        let mut out = String::new();
+        m.render(&mut out);
+        assert!(out.contains("# TYPE paddock_jobs_total counter\n"), "{out}");
+        assert!(out.contains("paddock_jobs_total{kind=\"a\",outcome=\"succeeded\"} 2\n"), "{out}");
+        assert!(out.contains("paddock_jobs_total{kind=\"b\",outcome=\"failed\"} 0\n"), "{out}");
+        let series = out.lines().filter(|l| l.starts_with("paddock_jobs_total{")).count();
+        assert_eq!(series, 2 * OUTCOMES.len(), "one series per known kind and outcome, never one for an unknown kind");
     }
 }

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, info_span, warn, Instrument};
 
 use crate::metrics::JobMetrics;
-use crate::{JobHandler, Outcome};
+use crate::{Cause, JobHandler, Outcome};
 
 /// Settings of a [`Worker`].
 #[derive(Debug, Clone)]
@@ -368,7 +368,8 @@ async fn run_one(inner: Arc<Inner>, job: Job, claimed_at: Instant, mut stop: wat
             );
             let problem = job::retries_exhausted(&job, &last);
             let written = persist(&inner, &job, &Write::Fail(&problem)).await;
-            finish_log(&inner, &job, started, written.map(|w| w.label("exhausted")));
+            let ended = Ended::Outcome(Outcome::Fail { problem });
+            finish_log(&inner, &job, started, &ended, written.map(|w| w.label("exhausted")));
             return;
         }
         let Some(handler) = inner.handlers.get(job.kind.as_str()).cloned() else {
@@ -392,43 +393,8 @@ async fn run_one(inner: Arc<Inner>, job: Job, claimed_at: Instant, mut stop: wat
         };
         watchdog.abort();
 
-        let written = match &ended {
-            Ended::LeaseLost => Ok("lease_lost"),
-            Ended::Stopped => {
-                // Given back at once, without using up an attempt: the next run starts from the top.
-                let reason = JobError::new("worker_stopped", format!("worker {} stopped during the run", inner.id));
-                persist(&inner, &job, &Write::Wait(&reason, Duration::ZERO)).await.map(|w| w.label("released"))
-            }
-            Ended::Outcome(Outcome::Done) => persist(&inner, &job, &Write::Complete).await.map(|w| w.label("succeeded")),
-            Ended::Outcome(Outcome::Wait { after, reason }) => {
-                let w = persist(&inner, &job, &Write::Wait(reason, *after)).await;
-                if let Ok(Written::Requeue(Requeue::Queued { run_at, .. })) = &w {
-                    debug!(job.id = %job.id, "job {} waits until {run_at}: {} ({})", job.id, reason.message, reason.code);
-                }
-                w.map(|w| w.label("waited"))
-            }
-            Ended::Outcome(Outcome::Retry { error: e }) => {
-                let w = persist(&inner, &job, &Write::Retry(e)).await;
-                match &w {
-                    Ok(Written::Requeue(Requeue::Queued { run_at, attempts })) => warn!(
-                        job.id = %job.id, job.kind = %job.kind, job.attempts = attempts, code = %e.code,
-                        "job {} {} failed (attempt {attempts} of {}), retrying at {run_at}: {}",
-                        job.kind, job.id, inner.config.max_attempts, e.message
-                    ),
-                    Ok(Written::Requeue(Requeue::Failed { attempts })) => error!(
-                        job.id = %job.id, job.kind = %job.kind, job.attempts = attempts, code = %e.code,
-                        "job {} {} gave up after {attempts} attempts: {}", job.kind, job.id, e.message
-                    ),
-                    _ => {}
-                }
-                w.map(|w| w.label("retried"))
-            }
-            Ended::Outcome(Outcome::Fail { problem }) => {
-                warn!(job.id = %job.id, job.kind = %job.kind, code = %problem.code, "job {} {} failed permanently: {}", job.kind, job.id, problem.detail);
-                persist(&inner, &job, &Write::Fail(problem)).await.map(|w| w.label("failed"))
-            }
-        };
-        finish_log(&inner, &job, started, written);
+        let written = write_back(&inner, &job, &ended).await;
+        finish_log(&inner, &job, started, &ended, written);
     }
     .instrument(span)
     .await;
@@ -491,27 +457,85 @@ async fn persist(inner: &Inner, job: &Job, write: &Write<'_>) -> Result<Written,
     }
 }
 
-/// Counts and logs how a run ended, with its duration.
-fn finish_log(inner: &Inner, job: &Job, started: Instant, written: Result<&'static str, StoreError>) {
+/// Writes how a run ended back to the queue.
+async fn write_back(inner: &Inner, job: &Job, ended: &Ended) -> Result<&'static str, StoreError> {
+    Ok(match ended {
+        Ended::LeaseLost => "lease_lost",
+        Ended::Stopped => {
+            // Given back at once, without using up an attempt: the next run starts from the top.
+            let reason = JobError::new("worker_stopped", format!("worker {} stopped during the run", inner.id));
+            persist(inner, job, &Write::Wait(&reason, Duration::ZERO)).await?.label("released")
+        }
+        Ended::Outcome(Outcome::Done) => persist(inner, job, &Write::Complete).await?.label("succeeded"),
+        Ended::Outcome(Outcome::Wait { after, reason, .. }) => {
+            persist(inner, job, &Write::Wait(reason, *after)).await?.label("waited")
+        }
+        Ended::Outcome(Outcome::Retry { error, .. }) => {
+            persist(inner, job, &Write::Retry(error)).await?.label("retried")
+        }
+        Ended::Outcome(Outcome::Fail { problem }) => persist(inner, job, &Write::Fail(problem)).await?.label("failed"),
+    })
+}
+
+/// What a run's end says about why: the recorded code and message, and the error behind them.
+fn reason(ended: &Ended) -> (Option<&str>, Option<&str>, Option<&Cause>) {
+    match ended {
+        Ended::Outcome(Outcome::Wait { reason: e, cause, .. } | Outcome::Retry { error: e, cause }) => {
+            (Some(e.code.as_str()), Some(e.message.as_str()), cause.as_ref())
+        }
+        Ended::Outcome(Outcome::Fail { problem }) => (Some(problem.code.as_str()), Some(problem.detail.as_str()), None),
+        Ended::Outcome(Outcome::Done) | Ended::LeaseLost | Ended::Stopped => (None, None, None),
+    }
+}
+
+/// Counts how a run ended and logs it: one event per run, with the job, its target and attempt,
+/// the outcome, the duration, and the whole chain of the error behind it (the one place a job's
+/// failure is logged).
+fn finish_log(inner: &Inner, job: &Job, started: Instant, ended: &Ended, written: Result<&'static str, StoreError>) {
     let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    match written {
+    let (code, message, cause) = reason(ended);
+    let chain = cause.map(|c| paddock_domain::error::chain(c.as_ref()));
+    let outcome = match &written {
         Ok(outcome) => {
             inner.metrics.add(&job.kind, outcome);
-            match outcome {
-                "lease_lost" => warn!(
-                    job.id = %job.id, job.kind = %job.kind, duration_ms,
-                    "lost the lease of job {} {}: its run was dropped, another worker owns it now", job.kind, job.id
-                ),
-                _ => info!(
-                    job.id = %job.id, job.kind = %job.kind, duration_ms, outcome,
-                    "job {} {} {outcome} after {duration_ms} ms", job.kind, job.id
-                ),
-            }
+            *outcome
         }
-        // The lease will expire and another worker runs the job again from the top.
-        Err(e) => error!(
-            job.id = %job.id, job.kind = %job.kind, duration_ms, error = &e as &dyn std::error::Error,
-            "could not record the end of job {} {}; it runs again after its lease expires: {}", job.kind, job.id, paddock_domain::error::chain(&e)
+        Err(_) => "unrecorded",
+    };
+    macro_rules! event {
+        ($level:ident, $($text:tt)+) => {
+            $level!(
+                job.id = %job.id, job.kind = %job.kind, target.type = %job.target_type, target.id = %job.target_id,
+                job.attempt = job.attempts + 1, outcome, duration_ms, code, reason = message, error.chain = chain.as_deref(),
+                $($text)+
+            )
+        };
+    }
+    match (outcome, &written) {
+        (_, Err(e)) => event!(
+            error,
+            store.error = paddock_domain::error::chain(e).as_str(),
+            "could not record the end of job {} {}; it runs again after its lease expires",
+            job.kind,
+            job.id
+        ),
+        ("succeeded" | "handed_over" | "released", _) => {
+            event!(info, "job {} {} {outcome} after {duration_ms} ms", job.kind, job.id)
+        }
+        ("waited", _) => event!(debug, "job {} {} waits: {}", job.kind, job.id, message.unwrap_or_default()),
+        ("exhausted", _) => event!(error, "job {} {} gave up after {} attempts", job.kind, job.id, job.attempts + 1),
+        ("lease_lost", _) => event!(
+            warn,
+            "lost the lease of job {} {}: its run was dropped, another worker owns it now",
+            job.kind,
+            job.id
+        ),
+        _ => event!(
+            warn,
+            "job {} {} {outcome} after {duration_ms} ms: {}",
+            job.kind,
+            job.id,
+            message.unwrap_or_default()
         ),
     }
 }

@@ -55,6 +55,10 @@ pub struct Settings {
     /// API listen address.
     #[arg(long, env = "PADDOCK_LISTEN", default_value = "127.0.0.1:8080", global = true)]
     pub listen: SocketAddr,
+    /// A separate listener for `/metrics` (then off the API listener); a `paddock worker` has no
+    /// other.
+    #[arg(long, env = "PADDOCK_METRICS_LISTEN", global = true)]
+    pub metrics_listen: Option<SocketAddr>,
     /// Shared secret for HS256 tokens.
     #[arg(long, env = "PADDOCK_JWT_HS256_SECRET", hide_env_values = true, global = true)]
     pub jwt_hs256_secret: Option<String>,

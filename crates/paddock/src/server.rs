@@ -1,10 +1,12 @@
 //! Running the API and the worker, with graceful shutdown: on SIGTERM or Ctrl-C the process
 //! reports not-ready, stops accepting, and finishes the requests in flight.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use paddock_api::metrics::{metrics_router, Exposition, MetricsSource, Sources};
 use paddock_api::{ApiConfig, AppState};
 use paddock_auth::Verifier;
 use paddock_service::Services;
@@ -75,66 +77,78 @@ pub async fn run(
         Some(kube) => services.with_credentials(kube.credentials.clone()),
         None => services,
     };
-    let worker = if roles.worker {
+    let worker = if roles.worker { Some(build_worker(settings, &services, drivers)?) } else { None };
+    let sources = Sources(match &worker {
+        Some(w) => {
+            let jobs = w.metrics();
+            Arc::new([Arc::new(move |out: &mut String| jobs.render(out)) as MetricsSource])
+        }
+        None => Arc::new([]),
+    });
+    let worker = worker.map(|worker| {
         if let Some(agent) = agent {
             tokio::spawn(agent.run(stop_rx.clone()));
         }
-        let config = WorkerConfig {
-            concurrency: settings.worker_concurrency,
-            lease: Duration::from_secs(settings.worker_lease),
-            ..WorkerConfig::default()
-        };
-        let power_sync = PowerSyncSettings {
-            interval: Duration::from_secs(settings.power_sync_interval),
-            ..PowerSyncSettings::default()
-        };
-        Some(tokio::spawn(worker(services.clone(), drivers, lifecycle(settings), power_sync, config, stop_rx.clone())))
+        tokio::spawn(run_worker(services.clone(), worker, stop_rx.clone()))
+    });
+    let api = if roles.api {
+        let verifier = Verifier::new(settings.verifier()?).await.context("JWT configuration")?;
+        let config = ApiConfig { cors_origins: settings.cors_origins.clone() };
+        let state = AppState::new(services.clone(), verifier, config);
+        Some(state.with_metrics(sources.clone(), settings.metrics_listen.is_none()))
     } else {
         None
     };
-    let result = if roles.api {
-        let verifier = Verifier::new(settings.verifier()?).await.context("JWT configuration")?;
-        let state = AppState::new(services, verifier, ApiConfig { cors_origins: settings.cors_origins.clone() });
-        let listener = tokio::net::TcpListener::bind(settings.listen)
-            .await
-            .with_context(|| format!("listening on {}", settings.listen))?;
-        tracing::info!(listen = %settings.listen, "API listening on http://{}", settings.listen);
-        let draining = state.clone();
-        let app = paddock_api::router(state);
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                draining.start_draining();
-                tracing::info!("shutting down: finishing requests in flight");
-            })
-            .await
-            .context("serving the API")
-    } else {
-        shutdown.await;
-        Ok(())
+    let metrics = match settings.metrics_listen {
+        Some(listen) => {
+            let exposition = match &api {
+                Some(state) => state.exposition(),
+                None => Exposition { http: None, services: services.clone(), sources },
+            };
+            Some(tokio::spawn(serve_metrics(listen, exposition, stop_rx.clone()).await?))
+        }
+        None => None,
+    };
+    let result = match api {
+        Some(state) => serve_api(settings, state, shutdown).await,
+        None => {
+            shutdown.await;
+            Ok(())
+        }
     };
     let _ = stop_tx.send(true);
     if let Some(worker) = worker {
         let _ = worker.await;
     }
+    if let Some(metrics) = metrics {
+        let _ = metrics.await;
+    }
     result
 }
 
-/// The worker: runs the reconcile jobs of the durable queue, and does the housekeeping.
-async fn worker(
-    services: Services,
-    drivers: Drivers,
-    lifecycle: reconcile::Settings,
-    power_sync: PowerSyncSettings,
-    config: WorkerConfig,
-    mut stop: watch::Receiver<bool>,
-) {
-    let store = services.store().clone();
+/// The worker, with the handlers of every reconcile job kind, and the settings' lifecycle.
+fn build_worker(settings: &Settings, services: &Services, drivers: Drivers) -> anyhow::Result<Worker> {
+    let lifecycle = lifecycle(settings);
+    let power_sync = PowerSyncSettings {
+        interval: Duration::from_secs(settings.power_sync_interval),
+        ..PowerSyncSettings::default()
+    };
+    let config = WorkerConfig {
+        concurrency: settings.worker_concurrency,
+        lease: Duration::from_secs(settings.worker_lease),
+        ..WorkerConfig::default()
+    };
     let handlers: Vec<Arc<dyn JobHandler>> = vec![
         Arc::new(MachineReconciler::new(services.clone(), drivers.clone(), lifecycle.clone())),
         Arc::new(PowerSync::new(services.clone(), drivers.clone(), power_sync)),
         Arc::new(ClusterReconciler::new(services.clone(), drivers, lifecycle)),
     ];
+    Worker::new(services.store().clone(), default_worker_id(), handlers, config).context("the worker's settings")
+}
+
+/// The worker: runs the reconcile jobs of the durable queue, and does the housekeeping.
+async fn run_worker(services: Services, worker: Worker, mut stop: watch::Receiver<bool>) {
+    let store = services.store().clone();
     // The power sync's one fleet-wide job: merged into the queued one when another worker (or an
     // earlier start) enqueued it already, so this runs one check round now and costs nothing more.
     // A failure is not fatal: the next start enqueues it again.
@@ -146,13 +160,6 @@ async fn worker(
     if let Err(e) = enqueued {
         tracing::warn!(error = &e as &dyn std::error::Error, "the power sync's job could not be enqueued");
     }
-    let worker = match Worker::new(store, default_worker_id(), handlers, config) {
-        Ok(worker) => worker,
-        Err(e) => {
-            tracing::error!(error = &e as &dyn std::error::Error, "the worker cannot start");
-            return;
-        }
-    };
     tracing::info!(worker.id = worker.id(), "worker {} started", worker.id());
     let mut jobs_stop = stop.clone();
     let jobs = worker.run(async move {
@@ -169,6 +176,51 @@ async fn worker(
     };
     tokio::join!(jobs, housekeeping);
     tracing::info!("worker stopped");
+}
+
+/// Serves the API until `shutdown` completes, then drains the requests in flight.
+async fn serve_api(
+    settings: &Settings,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .with_context(|| format!("listening on {}", settings.listen))?;
+    tracing::info!(listen = %settings.listen, "API listening on http://{}", settings.listen);
+    let draining = state.clone();
+    let app = paddock_api::router(state);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            draining.start_draining();
+            tracing::info!("shutting down: finishing requests in flight");
+        })
+        .await
+        .context("serving the API")
+}
+
+/// Binds the metrics listener (`PADDOCK_METRICS_LISTEN`) and returns the future serving it until
+/// `stop` turns true.
+async fn serve_metrics(
+    listen: SocketAddr,
+    exposition: Exposition,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("listening on {listen} (PADDOCK_METRICS_LISTEN)"))?;
+    tracing::info!(listen = %listen, "metrics on http://{listen}/metrics");
+    Ok(async move {
+        let served = axum::serve(listener, metrics_router(exposition))
+            .with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|stop| *stop).await;
+            })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = &e as &dyn std::error::Error, "the metrics listener failed");
+        }
+    })
 }
 
 /// The drivers the settings choose, and the simulated machines' agent when the BMC is simulated.

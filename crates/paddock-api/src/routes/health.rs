@@ -2,7 +2,7 @@
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use http::{header, HeaderValue, StatusCode};
+use http::{header, HeaderValue};
 use paddock_types::problem::Problem;
 
 use crate::error::ApiError;
@@ -35,14 +35,11 @@ pub async fn health_ready(State(s): State<AppState>) -> Response {
     responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain; version=0.0.4")),
     security(()))]
 pub async fn metrics_view(State(s): State<AppState>) -> Response {
-    let mut out = String::new();
-    s.metrics.render(&mut out);
-    s.services.render_gauges(&mut out).await;
-    let mut response = (StatusCode::OK, out).into_response();
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
-    response
+    // With `PADDOCK_METRICS_LISTEN` they have a listener of their own, off the API's.
+    if !s.metrics_here {
+        return ApiError::RouteNotFound("/metrics".to_owned()).into_response();
+    }
+    s.exposition().response().await
 }
 
 /// The OpenAPI document of this API.

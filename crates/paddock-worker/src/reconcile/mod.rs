@@ -103,15 +103,17 @@ pub const OUTAGE_WAIT: Duration = Duration::from_secs(300);
 /// the last error stays on the job and on the machine or cluster.
 fn patient(outcome: Outcome, job: &crate::Job) -> Outcome {
     match outcome {
-        Outcome::Retry { error } if job.attempts + 1 >= QUICK_RETRIES => {
-            Outcome::Wait { after: OUTAGE_WAIT, reason: error }
+        Outcome::Retry { error, cause } if job.attempts + 1 >= QUICK_RETRIES => {
+            Outcome::Wait { after: OUTAGE_WAIT, reason: error, cause }
         }
         other => other,
     }
 }
 
+/// A failed database call: retried, its message the store error's own (no cause in it), the
+/// error kept whole for the log.
 fn store_error(e: StoreError) -> Outcome {
-    Outcome::retry("database", format!("{e}"))
+    Outcome::retry_because("database", e.to_string(), e)
 }
 
 /// The binding of a machine's sealed BMC password.
@@ -165,13 +167,13 @@ mod tests {
 
     #[test]
     fn transient_failures_retry_quickly_then_wait_without_ever_failing_the_job() {
-        let retry = || Outcome::Retry { error: JobError::new("bmc_unreachable", "gone") };
+        let retry = || Outcome::Retry { error: JobError::new("bmc_unreachable", "gone"), cause: None };
         for attempts in 0..QUICK_RETRIES - 1 {
             assert!(matches!(patient(retry(), &job(attempts)), Outcome::Retry { .. }), "attempt {attempts}");
         }
         for attempts in [QUICK_RETRIES - 1, QUICK_RETRIES, 50] {
             match patient(retry(), &job(attempts)) {
-                Outcome::Wait { after, reason } => {
+                Outcome::Wait { after, reason, .. } => {
                     assert_eq!(after, OUTAGE_WAIT);
                     assert_eq!(reason.code, "bmc_unreachable");
                 }

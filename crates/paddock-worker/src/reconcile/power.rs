@@ -103,9 +103,8 @@ impl PowerSync {
 
     /// The fleet job's database trouble: try again soon, without using up attempts (the fleet job
     /// must never run out of them: only a worker start would enqueue it again).
-    fn later(&self, e: &StoreError) -> Outcome {
-        warn!(error = e as &dyn std::error::Error, "the power sync cannot read the machines");
-        Outcome::wait(self.settings.interval.min(Duration::from_secs(30)), "database", format!("{e}"))
+    fn later(&self, e: StoreError) -> Outcome {
+        Outcome::wait_because(self.settings.interval.min(Duration::from_secs(30)), "database", e.to_string(), e)
     }
 
     // -----------------------------------------------------------------------------------------
@@ -123,7 +122,7 @@ impl PowerSync {
         .await;
         let ids = match due {
             Ok(ids) => ids,
-            Err(e) => return self.later(&e),
+            Err(e) => return self.later(e),
         };
         let full = u32::try_from(ids.len()).unwrap_or(u32::MAX) >= self.settings.batch;
         futures::stream::iter(ids)
@@ -145,7 +144,7 @@ impl PowerSync {
                     next.unwrap_or(self.settings.interval).clamp(MIN_WAIT, self.settings.interval.max(MIN_WAIT));
                 Outcome::wait(after, "power_sync_idle", "waiting until the next machine is due for a power check")
             }
-            Err(e) => self.later(&e),
+            Err(e) => self.later(e),
         }
     }
 
@@ -211,7 +210,7 @@ impl PowerSync {
             // The reconciler has work on this machine: it goes first, the next check looks again.
             Ok((_, true)) | Ok((None, _)) => return Outcome::Done,
             Ok((Some(m), false)) => m,
-            Err(e) => return Outcome::retry("database", format!("{e}")),
+            Err(e) => return super::store_error(e),
         };
         let Some(expected) = at_rest(&m) else { return Outcome::Done };
         let Some(access) = self.access(&m) else { return Outcome::Done };
@@ -227,7 +226,7 @@ impl PowerSync {
             // Settled by itself (or by someone) since the check: nothing to correct.
             return match self.record_check(id).await {
                 Ok(()) => Outcome::Done,
-                Err(e) => Outcome::retry("database", format!("{e}")),
+                Err(e) => super::store_error(e),
             };
         }
         let count = async {
@@ -239,7 +238,7 @@ impl PowerSync {
             Ok(Some(count)) => count,
             // The machine moved on since it was read: its new state decides.
             Ok(None) => return Outcome::Done,
-            Err(e) => return Outcome::retry("database", format!("{e}")),
+            Err(e) => return super::store_error(e),
         };
         if count > self.settings.max_corrections {
             return self.out_of_service(&m, expected, count).await;
@@ -328,7 +327,7 @@ impl PowerSync {
                 debug!(machine.id = %id, "machine {id} moved on before its power drift was acted on");
                 Outcome::Done
             }
-            Err(e) => Outcome::retry("database", format!("{e}")),
+            Err(e) => super::store_error(e),
         }
     }
 

@@ -110,7 +110,7 @@ fn redfish() -> Arc<dyn BmcDriver> {
 
 fn wait_code(outcome: &Outcome) -> (Duration, String) {
     match outcome {
-        Outcome::Wait { after, reason } => (*after, reason.code.clone()),
+        Outcome::Wait { after, reason, .. } => (*after, reason.code.clone()),
         other => panic!("expected a wait, got {other:?}"),
     }
 }
@@ -290,7 +290,7 @@ async fn an_unreachable_bmc_is_transient_and_retried() {
     let id = enroll(&store, &cipher, "http://127.0.0.1:9", None, "u", "p").await;
     let reconciler = reconciler(&store, &cipher, redfish());
     match run(&reconciler, &store, id).await {
-        Outcome::Retry { error } => assert_eq!(error.code, "bmc_unreachable"),
+        Outcome::Retry { error, .. } => assert_eq!(error.code, "bmc_unreachable"),
         other => panic!("expected a retry, got {other:?}"),
     }
     let m = load(&store, id).await;

@@ -501,7 +501,7 @@ fn uuid_in(v: &Value) -> Uuid {
 /// A run that ended on the unreachable BMC: a transient retry naming it.
 fn assert_bmc_retry(outcome: &Outcome) -> String {
     match outcome {
-        Outcome::Retry { error } => {
+        Outcome::Retry { error, .. } => {
             assert!(
                 error.code == "bmc_unreachable" || error.code == "bmc_timeout",
                 "a retry naming the unreachable BMC, got {error:?}"

@@ -428,3 +428,62 @@ async fn a_worker_refuses_bad_settings_and_duplicate_kinds() {
     assert!(matches!(err, WorkerError::Config { setting: "backoff_base", .. }), "{err}");
     assert_ne!(paddock_worker::default_worker_id(), paddock_worker::default_worker_id());
 }
+
+/// A store-like error with a cause, as a reconciler meets one.
+#[derive(Debug, thiserror::Error)]
+#[error("reading the machine failed")]
+struct Outer(#[source] std::io::Error);
+
+/// Collects what the worker logs, as JSON lines.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn the_end_of_a_failed_run_is_logged_once_with_the_whole_error_chain() {
+    let (db, store) = db().await;
+    let log = Captured::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt().json().with_writer(move || writer.clone()).finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let h = handler("machine_enroll", |_job| async {
+        let cause = Outer(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset by peer"));
+        Outcome::retry_because("database", cause.to_string(), cause)
+    });
+    let target = Uuid::now_v7();
+    let id = enqueue(&store, &new_job("machine_enroll", target)).await;
+    let running = Running::start(Worker::new(store.clone(), "w1", vec![h], config()).expect("worker"));
+    until("the run ended", || async { db.count("jobs where attempts >= 1").await == 1 }).await;
+    running.stop().await;
+
+    let text = String::from_utf8(log.0.lock().expect("log buffer").clone()).expect("utf-8");
+    let ends: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["fields"]["outcome"] == "retried" && e["fields"]["job.attempt"] == 1)
+        .collect();
+    assert_eq!(ends.len(), 1, "one event for the end of the first run (retries may follow):\n{text}");
+    let f = &ends[0]["fields"];
+    assert_eq!(f["job.id"], id.to_string(), "{f}");
+    assert_eq!(f["job.kind"], "machine_enroll", "{f}");
+    assert_eq!(f["target.id"], target.to_string(), "{f}");
+    assert_eq!(f["job.attempt"], 1, "{f}");
+    assert_eq!(f["code"], "database", "{f}");
+    assert_eq!(f["reason"], "reading the machine failed", "the short public message: {f}");
+    assert_eq!(f["error.chain"], "reading the machine failed: connection reset by peer", "the whole chain: {f}");
+    let stored: String = sqlx::query_scalar("select last_error->>'message' from jobs where id = $1")
+        .bind(id.uuid())
+        .fetch_one(&db.pool)
+        .await
+        .expect("job");
+    assert_eq!(stored, "reading the machine failed", "the job keeps only the short message");
+}
