@@ -15,6 +15,7 @@ pub mod machine;
 pub mod model;
 pub mod precondition;
 pub mod secret;
+pub mod signing;
 pub mod ssh;
 pub mod validate;
 

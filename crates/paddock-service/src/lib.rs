@@ -22,6 +22,7 @@ pub use audit::AuditTrail;
 pub use machine::MachineChange;
 use paddock_domain::ledger::LedgerKey;
 use paddock_domain::secret::Cipher;
+use paddock_domain::signing::SigningKey;
 use paddock_domain::{Actor, Error, Result};
 use paddock_store::Store;
 use serde::de::DeserializeOwned;
@@ -91,12 +92,33 @@ pub struct Services {
     credentials: Option<credentials::CredentialsDriver>,
     /// The custody ledger's HMAC key (see `custody`); `None` leaves entries unsealed.
     ledger_key: Option<Arc<LedgerKey>>,
+    /// The provider's Ed25519 key (`PADDOCK_USAGE_SIGNING_KEY`): closed periods' manifests and
+    /// ledger checkpoints; `None`: what needs it answers 409 naming the setting.
+    signing_key: Option<Arc<SigningKey>>,
 }
 
 impl Services {
     /// Services over a store, sealing secrets with `cipher`.
     pub fn new(store: Store, cipher: Arc<Cipher>) -> Self {
-        Self { store, cipher, agent_base_url: Arc::from("http://127.0.0.1:8080"), credentials: None, ledger_key: None }
+        Self {
+            store,
+            cipher,
+            agent_base_url: Arc::from("http://127.0.0.1:8080"),
+            credentials: None,
+            ledger_key: None,
+            signing_key: None,
+        }
+    }
+
+    /// Sets the provider's signing key (`PADDOCK_USAGE_SIGNING_KEY`).
+    pub fn with_signing_key(mut self, key: SigningKey) -> Self {
+        self.signing_key = Some(Arc::new(key));
+        self
+    }
+
+    /// The provider's signing key, if configured.
+    pub fn signing_key(&self) -> Option<&Arc<SigningKey>> {
+        self.signing_key.as_ref()
     }
 
     /// Sets the URL machines reach the agent endpoints at (`PADDOCK_AGENT_BASE_URL`).

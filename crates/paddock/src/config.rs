@@ -11,6 +11,7 @@ use clap::{Args, ValueEnum};
 use paddock_auth::{Secret, VerifierConfig};
 use paddock_domain::ledger::LedgerKey;
 use paddock_domain::secret::Cipher;
+use paddock_domain::signing::SigningKey;
 
 /// Kubernetes driver choice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -92,6 +93,12 @@ pub struct Settings {
     /// File holding the ledger key.
     #[arg(long, env = "PADDOCK_LEDGER_KEY_FILE", global = true)]
     pub ledger_key_file: Option<PathBuf>,
+    /// Ed25519 private key (PKCS#8 PEM) signing closed billing periods and ledger checkpoints.
+    #[arg(long, env = "PADDOCK_USAGE_SIGNING_KEY", hide_env_values = true, global = true)]
+    pub usage_signing_key: Option<String>,
+    /// File holding the signing key.
+    #[arg(long, env = "PADDOCK_USAGE_SIGNING_KEY_FILE", global = true)]
+    pub usage_signing_key_file: Option<PathBuf>,
     /// Kubernetes driver.
     #[arg(long, env = "PADDOCK_KUBE_DRIVER", value_enum, default_value = "none", global = true)]
     pub kube_driver: KubeDriver,
@@ -205,8 +212,23 @@ impl Settings {
         Ok(key.map(|k| LedgerKey::new(k.into_bytes())))
     }
 
+    /// The provider's Ed25519 signing key, if configured (closing a billing period and the ledger
+    /// checkpoints need it).
+    pub fn signing_key(&self) -> anyhow::Result<Option<SigningKey>> {
+        let Some(pem) =
+            secret_value(&self.usage_signing_key, &self.usage_signing_key_file, "PADDOCK_USAGE_SIGNING_KEY")?
+        else {
+            return Ok(None);
+        };
+        let key = SigningKey::from_pem(&pem).context(
+            "PADDOCK_USAGE_SIGNING_KEY is malformed (an Ed25519 PKCS#8 PEM: `openssl genpkey -algorithm ed25519`)",
+        )?;
+        Ok(Some(key))
+    }
+
     /// Checks the settings that later stages use, so a bad value stops the process at start.
     pub fn validate(&self) -> anyhow::Result<()> {
+        self.signing_key()?;
         if let Some(key) = secret_value(&self.ledger_key, &self.ledger_key_file, "PADDOCK_LEDGER_KEY")? {
             if key.len() < 32 {
                 bail!("PADDOCK_LEDGER_KEY must be at least 32 characters");

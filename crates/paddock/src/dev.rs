@@ -10,6 +10,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use clap::Args;
 use paddock_domain::secret::Cipher;
+use paddock_domain::signing::SigningKey;
 use paddock_domain::{Actor, Error, Role};
 use paddock_pgembed::{find_binaries, PgCluster, PgOptions};
 use paddock_service::{Body, Ctx, Services};
@@ -78,6 +79,9 @@ pub fn run(mut settings: Settings, args: DevArgs) -> anyhow::Result<()> {
     }
     if settings.ledger_key.is_none() && settings.ledger_key_file.is_none() {
         settings.ledger_key = Some(kept_secret(&secrets, "ledger-key", || random_base64(32))?);
+    }
+    if settings.usage_signing_key.is_none() && settings.usage_signing_key_file.is_none() {
+        settings.usage_signing_key = Some(kept_secret(&secrets, "usage-signing-key.pem", SigningKey::generate_pem)?);
     }
     // `dev` runs on the simulated drivers unless a driver was chosen explicitly.
     if std::env::var_os("PADDOCK_KUBE_DRIVER").is_none() && settings.kube_driver == KubeDriver::None {

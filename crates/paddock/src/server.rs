@@ -50,6 +50,9 @@ pub async fn services(settings: &Settings, database_url: &str) -> anyhow::Result
             "PADDOCK_LEDGER_KEY is not set: custody ledger entries are recorded but not sealed, and cannot be verified"
         ),
     }
+    if let Some(key) = settings.signing_key()? {
+        services = services.with_signing_key(key);
+    }
     Ok(services)
 }
 
