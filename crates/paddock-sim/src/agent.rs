@@ -99,8 +99,8 @@ impl SimAgent {
                 Outcome::Finished => {
                     finished += 1;
                     sqlx::query(
-                        "update sim_machines set reported_seq = greatest(reported_seq, $2), agent_claimed_until = null,
-                                updated_at = now()
+                        "update paddock_sim.machines set reported_seq = greatest(reported_seq, $2),
+                                agent_claimed_until = null, updated_at = now()
                          where bmc_url = $1",
                     )
                     .bind(&boot.bmc_url)
@@ -109,7 +109,7 @@ impl SimAgent {
                     .await?;
                 }
                 Outcome::Retry => {
-                    sqlx::query("update sim_machines set agent_claimed_until = null where bmc_url = $1")
+                    sqlx::query("update paddock_sim.machines set agent_claimed_until = null where bmc_url = $1")
                         .bind(&boot.bmc_url)
                         .execute(&mut *conn)
                         .await?;
@@ -124,9 +124,9 @@ impl SimAgent {
     async fn claim(&self) -> Result<Vec<Boot>, SimError> {
         let mut conn = self.inner.store.conn().await?;
         let rows = sqlx::query(
-            "update sim_machines set agent_claimed_until = now() + $3 * interval '1 microsecond'
+            "update paddock_sim.machines set agent_claimed_until = now() + $3 * interval '1 microsecond'
              where bmc_url in (
-                 select bmc_url from sim_machines
+                 select bmc_url from paddock_sim.machines
                  where boot_seq > reported_seq and power_on and boot_override = 'cd' and seed_url is not null
                    and booted_at + $1 * interval '1 microsecond' <= now()
                    and not ($2 = any (faults))
@@ -252,14 +252,14 @@ impl SimAgent {
         let taints = if join["taints"].is_array() { join["taints"].clone() } else { json!([]) };
         let mut tx = self.inner.store.begin().await?;
         // The machine may have been this cluster's node under another name: one Node per machine.
-        sqlx::query("delete from sim_nodes where cluster_id = $1 and system_uuid = $2 and node_name <> $3")
+        sqlx::query("delete from paddock_sim.nodes where cluster_id = $1 and system_uuid = $2 and node_name <> $3")
             .bind(cluster)
             .bind(&boot.system_uuid)
             .bind(node_name)
             .execute(&mut *tx)
             .await?;
         sqlx::query(
-            "insert into sim_nodes (cluster_id, node_name, system_uuid, labels, taints)
+            "insert into paddock_sim.nodes (cluster_id, node_name, system_uuid, labels, taints)
              values ($1, $2, $3, $4, $5)
              on conflict (cluster_id, node_name) do update set system_uuid = excluded.system_uuid,
                  labels = excluded.labels, taints = excluded.taints, provisioned_at = now(),

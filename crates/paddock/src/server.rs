@@ -228,8 +228,7 @@ async fn serve_metrics(
 
 /// The drivers the settings choose, and the simulated machines' agent when the BMC is simulated.
 async fn drivers(settings: &Settings, store: &Store) -> anyhow::Result<(Drivers, Option<paddock_sim::SimAgent>)> {
-    let simulated = (settings.kube_driver == KubeDriver::Simulated || settings.bmc_driver == BmcDriver::Simulated)
-        .then(|| paddock_sim::SimWorld::new(store.clone(), sim_config(settings.sim_latency_scale)));
+    let simulated = sim_world(settings, store).await?;
     let mut drivers = Drivers::default();
     let mut agent = None;
     match settings.kube_driver {
@@ -252,6 +251,18 @@ async fn drivers(settings: &Settings, store: &Store) -> anyhow::Result<(Drivers,
         }
     }
     Ok((drivers, agent))
+}
+
+/// The simulated world when a simulated driver is chosen, its schema migrated first (by every
+/// process that runs one, whatever its roles: it is no part of paddock's own schema).
+async fn sim_world(settings: &Settings, store: &Store) -> anyhow::Result<Option<paddock_sim::SimWorld>> {
+    if settings.kube_driver != KubeDriver::Simulated && settings.bmc_driver != BmcDriver::Simulated {
+        return Ok(None);
+    }
+    paddock_sim::migrate(store)
+        .await
+        .context("PADDOCK_KUBE_DRIVER or PADDOCK_BMC_DRIVER=simulated: preparing the simulated world")?;
+    Ok(Some(paddock_sim::SimWorld::new(store.clone(), sim_config(settings.sim_latency_scale))))
 }
 
 /// The real cluster-side drivers: the platform cluster from `PADDOCK_KUBECONFIG` (or in-cluster),

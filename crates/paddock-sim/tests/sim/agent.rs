@@ -138,7 +138,7 @@ async fn a_wipe_is_reported_once_and_verified() {
 /// The token of the machine's latest boot, read back from the sim world (where the BMC keeps the
 /// seed URL, token and all).
 async fn seed_token(h: &Harness, name: &str) -> String {
-    let seed: String = sqlx::query_scalar("select seed_url from sim_machines where name = $1")
+    let seed: String = sqlx::query_scalar("select seed_url from paddock_sim.machines where name = $1")
         .bind(name)
         .fetch_one(&h.app.db.pool)
         .await
