@@ -44,8 +44,8 @@ pub enum LogFormat {
     Json,
 }
 
-/// Settings shared by every command.
-#[derive(Debug, Clone, Args)]
+/// Settings shared by every command. Its `Debug` shows no secret (see below).
+#[derive(Clone, Args)]
 pub struct Settings {
     /// PostgreSQL URL.
     #[arg(long, env = "PADDOCK_DATABASE_URL", hide_env_values = true, global = true)]
@@ -78,6 +78,9 @@ pub struct Settings {
     /// Required `aud`.
     #[arg(long, env = "PADDOCK_JWT_AUDIENCE", default_value = "paddock", global = true)]
     pub jwt_audience: String,
+    /// Longest `exp - iat` accepted in a JWT, seconds (a token without `iat` is refused).
+    #[arg(long, env = "PADDOCK_TOKEN_MAX_LIFETIME", default_value_t = 86_400, global = true)]
+    pub token_max_lifetime: u64,
     /// 32-byte key, base64, for secrets at rest.
     #[arg(long, env = "PADDOCK_ENCRYPTION_KEY", hide_env_values = true, global = true)]
     pub encryption_key: Option<String>,
@@ -172,6 +175,49 @@ fn secret_value(direct: &Option<String>, file: &Option<PathBuf>, name: &str) -> 
     }
 }
 
+/// Shows what is configured, never a secret: the database URL's password, the JWT secret and the
+/// keys print as whether they are set. A setting added later is left out (`..`) until it is
+/// listed here, so a new secret cannot leak through it by accident.
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = |v: &Option<String>, file: &Option<PathBuf>| match (v, file) {
+            (Some(_), _) => "<set>",
+            (None, Some(_)) => "<from file>",
+            (None, None) => "<unset>",
+        };
+        let database = self.database_url.as_deref().map(redacted_url);
+        f.debug_struct("Settings")
+            .field("database_url", &database)
+            .field("listen", &self.listen)
+            .field("metrics_listen", &self.metrics_listen)
+            .field("jwt_hs256_secret", &set(&self.jwt_hs256_secret, &self.jwt_hs256_secret_file))
+            .field("jwt_public_keys", &self.jwt_public_keys)
+            .field("jwt_jwks_url", &self.jwt_jwks_url.as_ref().map(url::Url::as_str))
+            .field("encryption_key", &set(&self.encryption_key, &self.encryption_key_file))
+            .field("encryption_old_keys", &self.encryption_old_keys.len())
+            .field("ledger_key", &set(&self.ledger_key, &self.ledger_key_file))
+            .field("usage_signing_key", &set(&self.usage_signing_key, &self.usage_signing_key_file))
+            .field("kube_driver", &self.kube_driver)
+            .field("bmc_driver", &self.bmc_driver)
+            .field("agent_base_url", &self.agent_base_url.as_ref().map(url::Url::as_str))
+            .field("stacks_dir", &self.stacks_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A URL with its password (and anything that does not parse) replaced.
+fn redacted_url(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut url) => {
+            if url.password().is_some() {
+                let _ = url.set_password(Some("<redacted>"));
+            }
+            url.to_string()
+        }
+        Err(_) => "<unparsable>".to_owned(),
+    }
+}
+
 impl Settings {
     /// The database URL, required by every command that talks to PostgreSQL.
     pub fn database_url(&self) -> anyhow::Result<&str> {
@@ -192,6 +238,7 @@ impl Settings {
             jwks_url: self.jwt_jwks_url.clone(),
             issuer: self.jwt_issuer.clone(),
             audience: self.jwt_audience.clone(),
+            max_lifetime_secs: self.token_max_lifetime,
             ..VerifierConfig::default()
         })
     }
@@ -266,5 +313,39 @@ impl Settings {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        settings: Settings,
+    }
+
+    #[test]
+    fn debug_shows_no_secret() {
+        let cli = Cli::try_parse_from([
+            "paddock",
+            "--database-url=postgres://paddock:db-password-1@db.example:5432/paddock",
+            "--jwt-hs256-secret=jwt-secret-2-of-at-least-32-bytes-long",
+            "--encryption-key=encryption-key-3",
+            "--encryption-old-keys=old-key-4",
+            "--ledger-key=ledger-key-5-of-at-least-32-bytes-long",
+            "--usage-signing-key=signing-key-6",
+        ])
+        .expect("parses");
+        let shown = format!("{:?}", cli.settings);
+        for secret in ["db-password-1", "jwt-secret-2", "encryption-key-3", "old-key-4", "ledger-key-5", "signing-key-6"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(shown.contains("postgres://paddock:%3Credacted%3E@db.example:5432/paddock"), "{shown}");
+        assert!(shown.contains("jwt_hs256_secret: \"<set>\""), "{shown}");
+        assert!(shown.contains("ledger_key: \"<set>\""), "{shown}");
     }
 }

@@ -182,7 +182,7 @@ fn ignore_taken(result: Result<(), Error>) -> anyhow::Result<()> {
 
 fn print_welcome(settings: &Settings, tenant: uuid::Uuid, secrets: &Path) -> anyhow::Result<()> {
     let secret = settings.hs256_secret()?.context("dev always has an HS256 secret")?;
-    let ttl = 24 * 3600;
+    let ttl = i64::try_from(settings.token_max_lifetime).unwrap_or(i64::MAX).min(24 * 3600);
     let admin = crate::mint(&secret, settings, "dev-admin".into(), vec!["provider:admin".into()], None, ttl)?;
     let tenant_admin =
         crate::mint(&secret, settings, "dev-tenant".into(), vec!["tenant:admin".into()], Some(tenant), ttl)?;
