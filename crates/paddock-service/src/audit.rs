@@ -1,16 +1,68 @@
 //! The audit trail of one mutating call: a success event written inside the call's transaction,
-//! or a failure event written on its own when the call is refused.
+//! or a failure event written on its own when the call is refused. [`Services::audited`] is the
+//! one envelope every audited write of the services runs in.
 
-use paddock_domain::{Error, Result};
+use std::ops::AsyncFnOnce;
+
+use paddock_domain::cursor::PageRequest;
+use paddock_domain::{Error, Permission, Result};
 use paddock_store::audit::{self, NewAuditEvent};
-use paddock_store::{Conn, Store};
+use paddock_store::{Conn, Store, Tx};
 use paddock_types::audit::{AuditEventView, AuditFilter, AuditOutcome};
 use paddock_types::TenantId;
+use serde_json::Value;
 use uuid::Uuid;
 
-use crate::{db, Ctx, Listed, Services};
-use paddock_domain::cursor::PageRequest;
-use paddock_domain::Permission;
+use crate::{commit, Ctx, Listed, Services};
+
+/// How an audited write ends when it succeeds.
+#[derive(Debug)]
+pub(crate) enum Done<T> {
+    /// The write's open transaction: the success event with `details` is appended to it, then it
+    /// commits, so the change and its event are written together or not at all.
+    Commit {
+        /// The write's transaction, not yet committed.
+        tx: Tx,
+        /// The answer.
+        value: T,
+        /// The success event's details.
+        details: Value,
+    },
+    /// The write appended its success event in the very statement that made the change (one
+    /// round trip, atomic without a transaction; see [`AuditTrail::success_event`]).
+    Recorded(T),
+}
+
+impl Services {
+    /// Runs one audited write, in the spirit of omicron's `audit_and_time` but with the success
+    /// event inside the write's own transaction. `write` checks policy first (so a 403 costs no
+    /// connection), opens its transaction when it needs one, names its target on the trail as soon
+    /// as it is known, and hands back the open transaction ([`Done::Commit`]). When it fails, its
+    /// transaction was dropped (rolled back) on the way out, and the failure event is written on
+    /// its own afterwards ([`AuditTrail::finish`]): a refused call leaves no row but its event.
+    pub(crate) async fn audited<T>(
+        &self,
+        ctx: &Ctx,
+        action: &'static str,
+        target_type: &'static str,
+        write: impl AsyncFnOnce(&mut AuditTrail<'_>) -> Result<Done<T>>,
+    ) -> Result<T> {
+        let mut audit = AuditTrail::new(&self.store, ctx, action, target_type);
+        let result = match write(&mut audit).await {
+            Ok(Done::Commit { mut tx, value, details }) => {
+                async {
+                    audit.success(&mut tx, details).await?;
+                    commit(tx).await?;
+                    Ok(value)
+                }
+                .await
+            }
+            Ok(Done::Recorded(value)) => Ok(value),
+            Err(e) => Err(e),
+        };
+        audit.finish(result).await
+    }
+}
 
 /// Audits one call.
 #[derive(Debug)]
@@ -61,7 +113,7 @@ impl<'a> AuditTrail<'a> {
 
     /// Records success inside the call's transaction.
     pub async fn success(&self, conn: &mut Conn, details: serde_json::Value) -> Result<()> {
-        audit::insert(conn, &self.event(AuditOutcome::Success, None, details)).await.map_err(db)
+        Ok(audit::insert(conn, &self.event(AuditOutcome::Success, None, details)).await?)
     }
 
     /// Passes `result` through, recording a failure event when it is an error. A failure to write
@@ -142,8 +194,8 @@ impl Services {
                 return Err(Error::invalid("from", "must be before `to`"));
             }
         }
-        let mut conn = self.store.conn().await.map_err(db)?;
-        let items = audit::list(&mut conn, tenant, filter, page.after, page.limit).await.map_err(db)?;
+        let mut conn = self.store.conn().await?;
+        let items = audit::list(&mut conn, tenant, filter, page.after, page.limit).await?;
         let next_cursor = page.next_cursor(&items, |e| e.id.uuid());
         Ok(Listed { items, next_cursor })
     }
