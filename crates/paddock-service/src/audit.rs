@@ -225,7 +225,8 @@ mod tests {
     }
 
     fn class(name: &str) -> MachineClassCreate {
-        serde_json::from_value(json!({ "name": name, "cpu_cores": 8, "memory_gib": 32, "gpu_count": 0 })).expect("class")
+        serde_json::from_value(json!({ "name": name, "cpu_cores": 8, "memory_gib": 32, "gpu_count": 0 }))
+            .expect("class")
     }
 
     /// `(outcome, code, details)` of every event about `target`.
@@ -302,12 +303,11 @@ mod tests {
         let again = services.machine_class_create(&ctx, &body).await;
         assert!(matches!(again, Err(Error::Conflict { code: "machine_class_name_taken", .. })), "{again:?}");
         assert_eq!(db.count("machine_classes").await, 1, "the refused create wrote no class");
-        let outcomes: Vec<(String, Option<String>)> = sqlx::query_as(
-            "select outcome, code from audit_events where action = 'machine_class.create' order by id",
-        )
-        .fetch_all(&db.pool)
-        .await
-        .expect("events");
+        let outcomes: Vec<(String, Option<String>)> =
+            sqlx::query_as("select outcome, code from audit_events where action = 'machine_class.create' order by id")
+                .fetch_all(&db.pool)
+                .await
+                .expect("events");
         assert_eq!(
             outcomes,
             vec![("success".to_owned(), None), ("failure".to_owned(), Some("machine_class_name_taken".to_owned()))]
