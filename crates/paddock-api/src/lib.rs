@@ -28,6 +28,8 @@ use utoipa_axum::routes;
 
 pub use state::{ApiConfig, AppState};
 
+use paddock_types::problem::Problem;
+use routes::doc::{self, Access};
 use routes::{agent, audit, cluster, health, isolation, machine, machine_class, operation, tenant};
 
 #[derive(OpenApi)]
@@ -38,6 +40,7 @@ use routes::{agent, audit, cluster, health, isolation, machine, machine_class, o
         license(name = "Apache-2.0", identifier = "Apache-2.0")
     ),
     modifiers(&BearerAuth),
+    components(schemas(Problem)),
     tags(
         (name = "tenants", description = "The provider's customers"),
         (name = "clusters", description = "Tenant clusters and their node pools"),
@@ -95,18 +98,33 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(audit::tenant_audit_event_list))
 }
 
-/// Every route with its documentation.
+/// Every route with its documentation; what each group's operations share (security, the
+/// Problem answer, `Idempotency-Key`) is added here, once per group (`routes::doc`).
 fn api_routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::with_openapi(ApiDoc::openapi()).merge(v1_routes()).merge(public_routes())
+    let groups = [(v1_routes(), Access::Bearer), (agent_routes(), Access::PathToken), (process_routes(), Access::Open)];
+    groups.into_iter().fold(OpenApiRouter::with_openapi(ApiDoc::openapi()), |api, (mut group, access)| {
+        doc::document(group.get_openapi_mut(), access);
+        api.merge(group)
+    })
 }
 
 /// Routes without a bearer token: the agents' (their token is in the path) and the process
 /// endpoints.
 fn public_routes() -> OpenApiRouter<AppState> {
+    agent_routes().merge(process_routes())
+}
+
+/// The machine agents' routes: the one-time token in the path is the credential.
+fn agent_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(agent::agent_config_view))
         .routes(routes!(agent::agent_seed_view))
         .routes(routes!(agent::agent_report))
+}
+
+/// The process endpoints: health, metrics, the document itself.
+fn process_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
         .routes(routes!(health::health_live))
         .routes(routes!(health::health_ready))
         .routes(routes!(health::metrics_view))

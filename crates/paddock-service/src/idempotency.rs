@@ -4,7 +4,7 @@
 use paddock_domain::{Actor, Result};
 use paddock_store::idempotency::{self as store, Claim, IdemKey, StoredResponse};
 
-use crate::{db, Services};
+use crate::Services;
 
 /// The scope of a key for a caller.
 pub fn key_scope(actor: &Actor, method: &str, path: &str, key: &str) -> IdemKey {
@@ -20,19 +20,19 @@ pub fn key_scope(actor: &Actor, method: &str, path: &str, key: &str) -> IdemKey 
 impl Services {
     /// Claims a key for a request body's hash.
     pub async fn idempotency_claim(&self, key: &IdemKey, hash: &[u8]) -> Result<Claim> {
-        let mut conn = self.store.conn().await.map_err(db)?;
-        store::claim(&mut conn, key, hash).await.map_err(db)
+        let mut conn = self.store.conn().await?;
+        Ok(store::claim(&mut conn, key, hash).await?)
     }
 
     /// Stores the first response to a key.
     pub async fn idempotency_complete(&self, key: &IdemKey, response: &StoredResponse) -> Result<()> {
-        let mut conn = self.store.conn().await.map_err(db)?;
-        store::complete(&mut conn, key, response).await.map_err(db)
+        let mut conn = self.store.conn().await?;
+        Ok(store::complete(&mut conn, key, response).await?)
     }
 
     /// Gives a key up after a server error, so that a retry runs again.
     pub async fn idempotency_release(&self, key: &IdemKey) -> Result<()> {
-        let mut conn = self.store.conn().await.map_err(db)?;
-        store::release(&mut conn, key).await.map_err(db)
+        let mut conn = self.store.conn().await?;
+        Ok(store::release(&mut conn, key).await?)
     }
 }
