@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
+use sha2::Digest;
 
 /// Volume label of the run's seed (cloud-init NoCloud).
 pub const SEED_LABEL: &str = "cidata";
@@ -156,6 +157,35 @@ pub fn protected_label(roots: &Roots, name: &str) -> anyhow::Result<Option<Strin
         }
     }
     Ok(None)
+}
+
+/// SHA-256 (hex) of the wipe image the agent booted from: the device labelled [`IMAGE_LABEL`]
+/// (the CD, or a USB disk the ISO was written to), read up to the ISO's own length, so it is the
+/// digest `images/wipe/build` printed for the ISO file.
+pub fn image_sha256(roots: &Roots) -> anyhow::Result<String> {
+    let class = roots.sys.join("class/block");
+    let mut names: Vec<String> = fs::read_dir(&class)
+        .with_context(|| format!("listing {}", class.display()))?
+        .filter_map(|e| e.ok().and_then(|e| e.file_name().into_string().ok()))
+        .collect();
+    names.sort();
+    for name in names {
+        let path = roots.dev.join(&name);
+        let Ok(mut f) = File::open(&path) else { continue };
+        if volume_label(&mut f).ok().flatten().is_none_or(|l| l != IMAGE_LABEL) {
+            continue;
+        }
+        let len =
+            crate::iso::image_len(&mut f).with_context(|| format!("reading the image length on {}", path.display()))?;
+        f.seek(SeekFrom::Start(0))?;
+        let mut hasher = sha2::Sha256::new();
+        let copied = io::copy(&mut f.take(len), &mut hasher).with_context(|| format!("reading {}", path.display()))?;
+        if copied != len {
+            anyhow::bail!("{} ends after {copied} of the image's {len} bytes", path.display());
+        }
+        return Ok(hex::encode(hasher.finalize()));
+    }
+    anyhow::bail!("no block device carries the wipe image (volume label {IMAGE_LABEL:?})")
 }
 
 /// Partitions of the disk `name` (kernel names).

@@ -101,7 +101,15 @@ fn ranged(path: &Path, size: u64, op: RangeIoctl, what: &str) -> anyhow::Result<
         op(&file, offset, len).with_context(|| format!("{what} of {len} bytes at offset {offset}"))?;
         offset += len;
     }
-    file.sync_all().context("flushing the device's cache")
+    Ok(())
+}
+
+/// Flushes the device's volatile write cache (fsync of a block device issues a FLUSH), so the
+/// erase is durable before it is reported. [`crate::wipe`] runs it while it verifies.
+pub fn flush(path: &Path) -> anyhow::Result<()> {
+    File::open(path)
+        .and_then(|f| f.sync_all())
+        .with_context(|| format!("flushing the write cache of {}", path.display()))
 }
 
 fn nvme_sanitize(ctrl: &Path, sanact: u8) -> anyhow::Result<()> {

@@ -42,6 +42,18 @@ pub fn read_file(dev: &mut (impl Read + Seek), path: &str) -> anyhow::Result<Opt
     Ok(Some(read_at(dev, u64::from(at.lba) * SECTOR, at.len as usize)?))
 }
 
+/// Length in bytes of the ISO 9660 image at the start of `dev`: the Primary Volume Descriptor's
+/// volume space size times its logical block size.
+pub fn image_len(dev: &mut (impl Read + Seek)) -> anyhow::Result<u64> {
+    let pvd = read_at(dev, 16 * SECTOR, SECTOR as usize)?;
+    if pvd[0] != 1 || &pvd[1..6] != b"CD001" {
+        bail!("no ISO 9660 primary volume descriptor");
+    }
+    let blocks = u32::from_le_bytes([pvd[80], pvd[81], pvd[82], pvd[83]]);
+    let block_size = u16::from_le_bytes([pvd[128], pvd[129]]);
+    Ok(u64::from(blocks) * u64::from(block_size))
+}
+
 /// The root directory of the Joliet tree if there is one, else of the primary tree.
 fn root(dev: &mut (impl Read + Seek)) -> anyhow::Result<(Extent, bool)> {
     let mut primary = None;
@@ -130,6 +142,7 @@ mod tests {
         assert_eq!(read_file(&mut dev, "AGENT.JSON").expect("read").as_deref(), Some(&b"{\"a\":1}"[..]));
         assert_eq!(read_file(&mut dev, "paddock/agent.json").expect("read"), None);
         assert_eq!(read_file(&mut dev, "nothing").expect("read"), None);
+        assert_eq!(image_len(&mut dev).expect("length"), dev.get_ref().len() as u64);
     }
 
     #[test]

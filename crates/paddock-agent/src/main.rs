@@ -11,7 +11,7 @@ use paddock_agent::run::{self, RunOptions};
 use paddock_agent::wipe::{self, Choice, Outcome};
 use serde_json::json;
 
-/// Where the image build writes the image's digest.
+/// Where an image may state its digest (the ISO cannot hold its own: see [`device::image_sha256`]).
 const IMAGE_SHA256_FILE: &str = "/etc/paddock/image.sha256";
 
 const USAGE: &str = "usage:
@@ -136,14 +136,15 @@ fn run_cmd(opts: &Opts) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// The image digest: the flag, else the file the image build wrote; 64 lowercase hex digits.
+/// The image digest: the flag, else the file an image may carry, else the digest of the boot
+/// medium itself; 64 lowercase hex digits.
 fn image_sha256(flag: Option<&str>) -> anyhow::Result<String> {
-    let digest = match flag {
-        Some(d) => d.to_owned(),
-        None => std::fs::read_to_string(IMAGE_SHA256_FILE)
-            .with_context(|| format!("reading {IMAGE_SHA256_FILE} (or pass --image-sha256)"))?
-            .trim()
-            .to_owned(),
+    let digest = match (flag, std::fs::read_to_string(IMAGE_SHA256_FILE)) {
+        (Some(d), _) => d.to_owned(),
+        (None, Ok(file)) => file.trim().to_owned(),
+        (None, Err(_)) => {
+            device::image_sha256(&Roots::default()).context("finding the image digest (or pass --image-sha256)")?
+        }
     };
     if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
         bail!("the image digest {digest:?} is not 64 lowercase hex digits");

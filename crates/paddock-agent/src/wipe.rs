@@ -94,9 +94,15 @@ pub fn wipe_disk(roots: &Roots, disk: &Disk, choice: Choice) -> DriveReport {
             notes.push(format!("{m} failed: {e:#}"));
             continue;
         }
-        match verify::verify(&disk.path, size) {
-            Ok(v) => return report(disk, m, Outcome::Success, notes, Some(v)),
-            Err(e) => notes.push(format!("{m} completed but {e:#}")),
+        let (flushed, verified) = thread::scope(|s| {
+            let flush = s.spawn(|| erase::flush(&disk.path));
+            let verified = verify::verify(&disk.path, size);
+            (flush.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the flush thread panicked"))), verified)
+        });
+        match (flushed, verified) {
+            (Ok(()), Ok(v)) => return report(disk, m, Outcome::Success, notes, Some(v)),
+            (Err(e), _) => notes.push(format!("{m} completed but {e:#}")),
+            (_, Err(e)) => notes.push(format!("{m} completed but {e:#}")),
         }
     }
     let last = *methods.last().unwrap_or(&Method::OverwriteZeroes);
