@@ -120,6 +120,7 @@ fn disks_path(d: &wipe::DriveReport) -> String {
 
 fn run_cmd(opts: &Opts) -> anyhow::Result<ExitCode> {
     let image_sha256 = image_sha256(opts.image_sha256.as_deref())?;
+    eprintln!("paddock-agent: image sha256 {image_sha256}");
     let run_opts = RunOptions {
         seed_device: opts.seed_device.clone(),
         devices: opts.devices.clone(),
