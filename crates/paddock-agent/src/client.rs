@@ -204,3 +204,57 @@ fn retry<T>(deadline: Instant, mut op: impl FnMut(u32) -> Result<T, Attempt>) ->
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::device::Identity;
+    use crate::matching::MatchBasis;
+    use crate::method::Method;
+    use crate::verify::Verification;
+
+    #[test]
+    fn the_report_has_exactly_the_contracts_shape() {
+        let at = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").expect("date").with_timezone(&Utc);
+        let drive = DriveReport {
+            device: None,
+            id: Some("d1".into()),
+            match_basis: Some(MatchBasis::ProtocolCapacity),
+            identity: Identity { serial: Some("S1".into()), size_bytes: 4096, protocol: Some("nvme".into()), ..Identity::default() },
+            method: Method::NvmeFormatUserData,
+            result: Outcome::Success,
+            detail: None,
+            verification: Some(Verification { ranges: 66, bytes_read: 4096, sha256: "ab".into() }),
+        };
+        let report = Report { result: Outcome::Success, started_at: at, finished_at: at, image_sha256: "f".repeat(64), nonce: "n".into(), drives: vec![drive] };
+        assert_eq!(
+            serde_json::to_value(&report).expect("json"),
+            json!({
+                "result": "success", "started_at": "2026-12-01T10:00:00Z", "finished_at": "2026-12-01T10:00:00Z",
+                "image_sha256": "f".repeat(64), "nonce": "n",
+                "drives": [{
+                    "id": "d1", "match_basis": "protocol_capacity",
+                    "identity": {"model": null, "serial": "S1", "wwn": null, "eui": null, "size_bytes": 4096, "protocol": "nvme"},
+                    "method": "nvme-format-user-data", "result": "success", "detail": null,
+                    "verification": {"ranges": 66, "bytes_read": 4096, "sha256": "ab"}
+                }]
+            })
+        );
+    }
+
+    #[test]
+    fn config_of_the_contract_parses() {
+        let config: AgentConfig = serde_json::from_value(json!({
+            "purpose": "wipe", "machine": {"id": "m", "name": "node-1"}, "run_id": "r", "nonce": "bm9uY2U",
+            "expires_at": "2026-12-01T16:00:00+00:00",
+            "config": {"drives": [{"id": "d1", "serial": null, "capacity_bytes": 1000, "protocol": "sata"}, {"id": "d2"}]}
+        }))
+        .expect("config");
+        let wipe: WipeConfig = serde_json::from_value(config.config).expect("wipe config");
+        assert_eq!(wipe.drives.len(), 2);
+        assert_eq!(wipe.drives[0].capacity_bytes, Some(1000));
+        assert_eq!(wipe.drives[1].serial, None);
+    }
+}
