@@ -222,13 +222,25 @@ mod tests {
             device: None,
             id: Some("d1".into()),
             match_basis: Some(MatchBasis::ProtocolCapacity),
-            identity: Identity { serial: Some("S1".into()), size_bytes: 4096, protocol: Some("nvme".into()), ..Identity::default() },
+            identity: Identity {
+                serial: Some("S1".into()),
+                size_bytes: 4096,
+                protocol: Some("nvme".into()),
+                ..Identity::default()
+            },
             method: Method::NvmeFormatUserData,
             result: Outcome::Success,
             detail: None,
             verification: Some(Verification { ranges: 66, bytes_read: 4096, sha256: "ab".into() }),
         };
-        let report = Report { result: Outcome::Success, started_at: at, finished_at: at, image_sha256: "f".repeat(64), nonce: "n".into(), drives: vec![drive] };
+        let report = Report {
+            result: Outcome::Success,
+            started_at: at,
+            finished_at: at,
+            image_sha256: "f".repeat(64),
+            nonce: "n".into(),
+            drives: vec![drive],
+        };
         assert_eq!(
             serde_json::to_value(&report).expect("json"),
             json!({
