@@ -257,6 +257,31 @@ mod tests {
     }
 
     #[test]
+    fn retry_retries_transient_failures_and_stops_at_a_fatal_one_or_the_deadline() {
+        let far = Instant::now() + Duration::from_secs(60);
+        let mut calls = Vec::new();
+        let got = retry(far, |attempt| {
+            calls.push(attempt);
+            if attempt < 3 {
+                Err(status_error(503, "GET config"))
+            } else {
+                Ok(attempt)
+            }
+        });
+        assert_eq!(got.expect("third attempt succeeds"), 3);
+        assert_eq!(calls, [1, 2, 3]);
+        let fatal = retry(far, |_| -> Result<(), Attempt> { Err(status_error(410, "POST report")) });
+        assert!(format!("{:#}", fatal.expect_err("410 is fatal")).contains("410: the run has expired"));
+        let mut n = 0;
+        let late = retry(Instant::now(), |_| -> Result<(), Attempt> {
+            n += 1;
+            Err(status_error(502, "POST report"))
+        });
+        assert!(format!("{:#}", late.expect_err("deadline")).contains("giving up after 1 attempts"));
+        assert_eq!(n, 1);
+    }
+
+    #[test]
     fn config_of_the_contract_parses() {
         let config: AgentConfig = serde_json::from_value(json!({
             "purpose": "wipe", "machine": {"id": "m", "name": "node-1"}, "run_id": "r", "nonce": "bm9uY2U",

@@ -66,7 +66,8 @@ impl Default for Roots {
     }
 }
 
-/// Kernel name prefixes discovery never wipes: rom, loop, RAM disks, zram, device-mapper, md.
+/// Kernel name prefixes discovery never wipes: CD-ROMs, loop, RAM disks, zram, device-mapper, md
+/// arrays (their member disks are wiped), network block devices and floppies (where a seed may be).
 const VIRTUAL_PREFIXES: &[&str] = &["sr", "loop", "ram", "zram", "dm-", "md", "nbd", "fd"];
 
 /// Every disk the kernel shows that the agent must wipe, and those it skipped with the reason.
@@ -84,13 +85,8 @@ pub fn discover(roots: &Roots) -> anyhow::Result<(Vec<Disk>, Vec<Skipped>)> {
             skipped.push(skip("not a disk (rom, loop, RAM, zram, device-mapper or similar)".into()));
             continue;
         }
-        let disk = match disk(roots, &name) {
-            Ok(d) => d,
-            Err(e) => {
-                skipped.push(skip(format!("cannot read its identity: {e:#}")));
-                continue;
-            }
-        };
+        // A disk without an identity is an error, not a skip: it would go unwiped unreported.
+        let disk = disk(roots, &name)?;
         // A disk whose label cannot be read is kept: its wipe then fails with the reason, which
         // the report shows, rather than the disk being passed over quietly.
         if disk.identity.size_bytes == 0 {

@@ -1,6 +1,6 @@
 //! `paddock-agent run`: seed, `config`, wipe, report (SPEC section 5, "Cleaning").
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -78,7 +78,7 @@ pub fn run(roots: &Roots, opts: &RunOptions) -> anyhow::Result<RunOutcome> {
 /// The disks to wipe: the named devices, or every disk discovery finds.
 pub fn disks(roots: &Roots, named: &[PathBuf]) -> anyhow::Result<Vec<Disk>> {
     if !named.is_empty() {
-        return named.iter().map(|p: &PathBuf| device::disk_at(roots, Path::new(p))).collect();
+        return named.iter().map(|p| device::disk_at(roots, p)).collect();
     }
     let (disks, skipped) = device::discover(roots)?;
     for s in skipped {
