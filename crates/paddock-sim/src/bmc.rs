@@ -36,8 +36,10 @@ pub(crate) async fn ensure_machine(conn: &mut PgConnection, url: &str) -> Result
     let uuid = system_uuid(name);
     let serial = format!("SIM-{}", &uuid[..8].to_uppercase());
     let drives = serde_json::json!([
-        {"id": "disk0", "capacity_bytes": DRIVE_BYTES, "model": "paddock-sim NVMe 960G"},
-        {"id": "disk1", "capacity_bytes": DRIVE_BYTES, "model": "paddock-sim NVMe 960G"},
+        {"id": "disk0", "capacity_bytes": DRIVE_BYTES, "model": "paddock-sim NVMe 960G",
+         "serial": format!("{serial}-D0"), "protocol": "NVMe"},
+        {"id": "disk1", "capacity_bytes": DRIVE_BYTES, "model": "paddock-sim NVMe 960G",
+         "serial": format!("{serial}-D1"), "protocol": "NVMe"},
     ]);
     sqlx::query(
         "insert into sim_machines (bmc_url, name, system_uuid, serial, model, drives)
