@@ -82,7 +82,10 @@ async fn a_wipe_run_fetches_its_seed_and_config_and_reports_once() {
     assert_eq!(config["purpose"], "wipe");
     assert_eq!(config["machine"], json!({ "id": machine_id, "name": "node-1" }));
     assert_eq!(config["run_id"], found.run_id.to_string());
-    assert_eq!(config["config"]["drives"][0], json!({ "id": "nvme0", "serial": "S0", "capacity_bytes": 3840755982336u64, "protocol": "nvme" }));
+    assert_eq!(
+        config["config"]["drives"][0],
+        json!({ "id": "nvme0", "serial": "S0", "capacity_bytes": 3840755982336u64, "protocol": "nvme" })
+    );
     assert_eq!(config["config"]["drives"][1]["id"], "nvme1");
     assert_eq!(config["nonce"].as_str().expect("nonce").len(), 43);
     assert!(config.get("report_url").is_none(), "the agent derives its URLs from agent_url");
@@ -134,8 +137,14 @@ async fn a_wipe_is_verified_only_with_complete_evidence_of_every_drive_from_the_
         (report(json!([wiped(Some("nvme0")), unknown_method])), "drive nvme1: unknown method \"sim-overwrite\""),
         (report(json!([wiped(Some("nvme0")), no_verification])), "drive nvme1: verification missing"),
         (report(json!([wiped(Some("nvme0")), few_ranges])), "drive nvme1: verification read 65 ranges, fewer than 66"),
-        (report(json!([wiped(Some("nvme0")), wiped(Some("nvme1")), stranger_failed])), "unlisted drive with serial S0: wipe failed"),
-        (report(json!([wiped(Some("nvme0")), wiped(Some("nvme1")), wiped(Some("sda"))])), "drive sda: not a drive of this run's configuration"),
+        (
+            report(json!([wiped(Some("nvme0")), wiped(Some("nvme1")), stranger_failed])),
+            "unlisted drive with serial S0: wipe failed",
+        ),
+        (
+            report(json!([wiped(Some("nvme0")), wiped(Some("nvme1")), wiped(Some("sda"))])),
+            "drive sda: not a drive of this run's configuration",
+        ),
         (other_image, "image: the agent booted image bbbb"),
         (overall_failure, "the agent reported failure"),
     ] {
@@ -162,17 +171,25 @@ async fn unknown_expired_and_malformed_tokens_and_reports() {
     let token = agent_seed(&app, &seed).await.agent_token;
     let mut backwards = report(json!([]));
     backwards["finished_at"] = json!("2026-11-30T09:00:00Z");
-    let problem = app.post("/v1/agent/report").token(&token).json(&backwards).send().await.problem(422, "validation_failed");
+    let problem =
+        app.post("/v1/agent/report").token(&token).json(&backwards).send().await.problem(422, "validation_failed");
     assert_eq!(problem["errors"][0]["field"], "finished_at");
     assert!(!problem.to_string().contains(&token), "the token never shows in a problem");
-    let problem = app.get(format!("/v1/agent/seed/{well_formed_but_unknown}.iso")).send().await.problem(404, "not_found");
+    let problem =
+        app.get(format!("/v1/agent/seed/{well_formed_but_unknown}.iso")).send().await.problem(404, "not_found");
     assert_eq!(problem["instance"], "/v1/agent/seed/[redacted].iso", "the seed token never shows in a problem");
-    app.post("/v1/agent/report").token(&token).json(&json!({ "result": "maybe" })).send().await.problem(422, "validation_failed");
+    app.post("/v1/agent/report")
+        .token(&token)
+        .json(&json!({ "result": "maybe" }))
+        .send()
+        .await
+        .problem(422, "validation_failed");
     let mut bad = report(json!([wiped(Some("nvme0"))]));
     bad["nonce"] = json!("not-this-runs-nonce");
     bad["image_sha256"] = json!("not hex");
     let problem = app.post("/v1/agent/report").token(&token).json(&bad).send().await.problem(422, "validation_failed");
-    let fields: Vec<&str> = problem["errors"].as_array().expect("errors").iter().filter_map(|e| e["field"].as_str()).collect();
+    let fields: Vec<&str> =
+        problem["errors"].as_array().expect("errors").iter().filter_map(|e| e["field"].as_str()).collect();
     assert_eq!(fields, ["image_sha256", "nonce"]);
     assert_eq!(verdict(&app).await, (None, None), "a refused report does not use the run up");
 
@@ -193,7 +210,10 @@ async fn tokens_are_stored_hashed_and_never_reach_metrics() {
     let token = agent_seed(&app, &seed).await.agent_token;
     app.get("/v1/agent/config").token(&token).send().await.expect(200);
     let (seed_hash, agent_hash): (Vec<u8>, Vec<u8>) =
-        sqlx::query_as("select seed_sha256, agent_sha256 from agent_tokens").fetch_one(&app.db.pool).await.expect("row");
+        sqlx::query_as("select seed_sha256, agent_sha256 from agent_tokens")
+            .fetch_one(&app.db.pool)
+            .await
+            .expect("row");
     use sha2::Digest;
     assert_eq!(seed_hash, sha2::Sha256::digest(seed.expose().as_bytes()).to_vec());
     assert_eq!(agent_hash, sha2::Sha256::digest(token.as_bytes()).to_vec());

@@ -34,12 +34,12 @@ use paddock_auth::{Claims, Secret, Verifier, VerifierConfig};
 use paddock_domain::secret::Cipher;
 use paddock_service::agent::AgentSettings;
 use paddock_service::Services;
-use paddock_types::agent::AgentSeed;
-use sha2::{Digest, Sha256};
 use paddock_store::Store;
+use paddock_types::agent::AgentSeed;
 use paddock_worker::reconcile::{self, ClusterReconciler, Drivers, MachineReconciler};
 use paddock_worker::{JobHandler, Worker, WorkerConfig};
 use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgPool, Row};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -524,7 +524,8 @@ async fn answer(http: &reqwest::Client, bmc: &str, uuid: &str) -> anyhow::Result
     let image = http.get(&seed).send().await?.error_for_status().context("fetching the seed")?.bytes().await?;
     let json = paddock_seed::read_file(&image, "paddock/agent.json").context("no paddock/agent.json in the seed")?;
     let found: AgentSeed = serde_json::from_slice(&json).context("paddock/agent.json")?;
-    let config = http.get(format!("{}/v1/agent/config", found.agent_url)).bearer_auth(&found.agent_token).send().await?;
+    let config =
+        http.get(format!("{}/v1/agent/config", found.agent_url)).bearer_auth(&found.agent_token).send().await?;
     let config: Value = config.error_for_status().context("GET config")?.json().await?;
     let drives: Vec<Value> = config["config"]["drives"]
         .as_array()

@@ -118,7 +118,7 @@ impl Services {
     pub async fn agent_token_issue(&self, run: &AgentRun, ttl: Duration) -> Result<SecretString> {
         if run.purpose == AgentPurpose::Wipe {
             let wipe: WipeConfig = serde_json::from_value(run.config.clone())
-                .map_err(|e| Error::invalid("config.drives", &format!("is not a wipe's drive list: {e}")))?;
+                .map_err(|e| Error::invalid("config.drives", format!("is not a wipe's drive list: {e}")))?;
             if wipe.drives.is_empty() {
                 return Err(Error::invalid("config.drives", "a wipe must list at least one drive"));
             }

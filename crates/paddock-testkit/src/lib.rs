@@ -54,7 +54,8 @@ impl TestApp {
     pub async fn served_with(agent: impl FnOnce(AgentSettings) -> AgentSettings) -> TestApp {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding a loopback port");
         let base = format!("http://{}", listener.local_addr().expect("local address"));
-        let settings = AgentSettings { base_url: base.clone(), seed_base_url: base.clone(), ..AgentSettings::default() };
+        let settings =
+            AgentSettings { base_url: base.clone(), seed_base_url: base.clone(), ..AgentSettings::default() };
         let app = Self::build(ApiConfig::default(), Some(&base), Some(agent(settings))).await;
         let router = app.router.clone();
         tokio::spawn(async move { axum::serve(listener, router).await.expect("serving the test app") });

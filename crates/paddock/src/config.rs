@@ -329,3 +329,73 @@ impl Settings {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        settings: Settings,
+    }
+
+    const DIGEST: &str = "0fe69a4d69d37826b61d5cf3668142a99abf86c090c214078aa9042b6d24937a";
+
+    fn refusal(args: &[&str]) -> Option<String> {
+        let cli = Cli::try_parse_from(std::iter::once("paddock").chain(args.iter().copied())).expect("arguments");
+        cli.settings.validate().err().map(|e| e.to_string())
+    }
+
+    fn redfish(extra: &[&'static str]) -> Vec<&'static str> {
+        let mut args = vec![
+            "--bmc-driver",
+            "redfish",
+            "--wipe-image-url",
+            "https://images.example/wipe.iso",
+            "--os-image-url",
+            "https://images.example/os.iso",
+        ];
+        args.extend_from_slice(extra);
+        args
+    }
+
+    #[test]
+    fn the_redfish_driver_needs_https_agent_urls_and_both_image_digests() {
+        let base = ["--agent-base-url", "https://paddock.example"];
+        let seed = ["--agent-seed-base-url", "https://seeds.example"];
+        let wipe = ["--wipe-image-sha256", DIGEST];
+        let os = ["--os-image-sha256", DIGEST];
+        let cases: [(Vec<&str>, Option<&str>); 5] = [
+            (redfish(&[]), Some("PADDOCK_AGENT_BASE_URL")),
+            (redfish(&base), Some("PADDOCK_AGENT_SEED_BASE_URL")),
+            (redfish(&[&base[..], &seed[..]].concat()), Some("PADDOCK_WIPE_IMAGE_SHA256")),
+            (redfish(&[&base[..], &seed[..], &wipe[..]].concat()), Some("PADDOCK_OS_IMAGE_SHA256")),
+            (redfish(&[&base[..], &seed[..], &wipe[..], &os[..]].concat()), None),
+        ];
+        for (args, named) in cases {
+            match (refusal(&args), named) {
+                (Some(why), Some(name)) => assert!(why.contains(name), "{args:?}: {why}"),
+                (None, None) => {}
+                (got, want) => panic!("{args:?}: refused {got:?}, expected a refusal naming {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn plain_http_agent_urls_need_the_insecure_setting() {
+        let http = ["--bmc-driver", "simulated", "--agent-base-url", "http://10.0.0.1:8080"];
+        let why = refusal(&http).expect("refused");
+        assert!(why.contains("PADDOCK_AGENT_BASE_URL") && why.contains("PADDOCK_AGENT_INSECURE_HTTP"), "{why}");
+        let why = refusal(&["--bmc-driver", "simulated"]).expect("the default is plain http");
+        assert!(why.contains("PADDOCK_AGENT_INSECURE_HTTP"), "{why}");
+        assert_eq!(refusal(&[&http[..], &["--agent-insecure-http", "true"]].concat()), None);
+        assert_eq!(refusal(&["--bmc-driver", "none"]), None, "no machines, no agents");
+        let seed = ["--agent-insecure-http", "true", "--agent-seed-base-url", "ftp://x"];
+        assert!(refusal(&seed).expect("refused").contains("PADDOCK_AGENT_SEED_BASE_URL"));
+        let bad = ["--wipe-image-sha256", "ABC"];
+        assert!(refusal(&bad).expect("refused").contains("PADDOCK_WIPE_IMAGE_SHA256"));
+    }
+}

@@ -30,7 +30,9 @@ pub async fn seed(app: &TestApp, seed_path: &str) -> AgentSeed {
     assert_eq!(&iso.body[0x8001..0x8006], b"CD001", "an ISO 9660 seed");
     assert_eq!(&iso.body[0x8028..0x802e], b"cidata", "the NoCloud label");
     assert!(iso.body.len() >= 1_474_560, "a seed fills at least a floppy");
-    let json = match reader::read_with_pycdlib("worker-seed", &iso.body) {
+    // Tests run in parallel: each read gets a scratch file of its own.
+    let scratch = format!("worker-seed-{}", uuid::Uuid::now_v7());
+    let json = match reader::read_with_pycdlib(&scratch, &iso.body) {
         Some(seen) => {
             let files = seen.files("joliet");
             let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();

@@ -860,7 +860,10 @@ async fn a_failed_drive_quarantines_the_machine_and_an_expired_token_is_refused(
     other_image["image_sha256"] = json!("c".repeat(64));
     for (body, reason) in [
         (crate::agent::report_body("success", json!([ok.clone(), unverified])), "drive nvme1: verification missing"),
-        (crate::agent::report_body("success", json!([ok.clone(), unknown])), "drive nvme1: unknown method \"nvme-format\""),
+        (
+            crate::agent::report_body("success", json!([ok.clone(), unknown])),
+            "drive nvme1: unknown method \"nvme-format\"",
+        ),
         (other_image, "image: the agent booted image cccc"),
     ] {
         let token = b.rewipe(&r, id, &uuid).await;
@@ -871,13 +874,12 @@ async fn a_failed_drive_quarantines_the_machine_and_an_expired_token_is_refused(
         assert!(error.message.contains(reason), "{} should name {reason}", error.message);
         assert!(b.cleans(id).await.is_empty(), "nothing reached available");
     }
-    let available: i64 = sqlx::query_scalar(
-        "select count(*) from custody_entries where machine_id = $1 and to_state = 'available'",
-    )
-    .bind(id.uuid())
-    .fetch_one(b.store.pool())
-    .await
-    .expect("custody");
+    let available: i64 =
+        sqlx::query_scalar("select count(*) from custody_entries where machine_id = $1 and to_state = 'available'")
+            .bind(id.uuid())
+            .fetch_one(b.store.pool())
+            .await
+            .expect("custody");
     assert_eq!(available, 0, "the machine never became available");
     emu.tidy(&uuid).await;
 }
