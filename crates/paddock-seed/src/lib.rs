@@ -220,14 +220,17 @@ impl<'a> Layout<'a> {
                 PlacedDir::unplaced(iso, ucs2(d.name), d.files, &mut BTreeSet::new())
             })
             .collect();
-        let sub_idents = |iso: bool, placed: &[PlacedDir<'_>]| -> Vec<usize> {
-            placed.iter().map(|d| if iso { d.iso.ident.len() } else { d.joliet.len() }).collect()
-        };
-        root.iso_size = dir_size(root.files.iter().map(|f| f.iso.ident.len()).chain(sub_idents(true, &placed)));
-        root.joliet_size = dir_size(root.files.iter().map(|f| f.joliet.len()).chain(sub_idents(false, &placed)));
+        // Sized in the order the records are written (sorted by identifier), since where a
+        // record would cross a sector boundary depends on the order.
+        let iso = |f: &Placed<'_>| (f.iso.sort_key(), f.iso.ident.len());
+        let joliet = |f: &Placed<'_>| (f.joliet.clone(), f.joliet.len());
+        let sub_iso = placed.iter().map(|d| (d.sort_key(false), d.iso.ident.len()));
+        root.iso_size = sorted_size(root.files.iter().map(iso).chain(sub_iso));
+        let sub_joliet = placed.iter().map(|d| (d.sort_key(true), d.joliet.len()));
+        root.joliet_size = sorted_size(root.files.iter().map(joliet).chain(sub_joliet));
         for d in &mut placed {
-            d.iso_size = dir_size(d.files.iter().map(|f| f.iso.ident.len()));
-            d.joliet_size = dir_size(d.files.iter().map(|f| f.joliet.len()));
+            d.iso_size = sorted_size(d.files.iter().map(iso));
+            d.joliet_size = sorted_size(d.files.iter().map(joliet));
         }
         // The path tables (19..=22), then the primary directories, then the Joliet ones, then
         // every file at a sector boundary, in the order given.
@@ -550,7 +553,14 @@ fn record_len(ident_len: usize) -> usize {
     33 + ident_len + 1 - ident_len % 2
 }
 
-/// Size in bytes (whole sectors) of a root directory holding records with these identifier lengths.
+/// [`dir_size`] of records (sort key, identifier length) in sort-key order.
+fn sorted_size(records: impl Iterator<Item = (Vec<u8>, usize)>) -> usize {
+    let mut records: Vec<(Vec<u8>, usize)> = records.collect();
+    records.sort_by(|a, b| a.0.cmp(&b.0));
+    dir_size(records.into_iter().map(|(_, len)| len))
+}
+
+/// Size in bytes (whole sectors) of a directory holding records with these identifier lengths.
 fn dir_size(ident_lens: impl Iterator<Item = usize>) -> usize {
     // "." and ".." have one-byte identifiers.
     let mut used = 2 * record_len(1);

@@ -133,6 +133,20 @@ fn many_files_and_multi_sector_contents_read_back() {
 }
 
 #[test]
+fn directories_are_sized_in_the_order_their_records_are_written() {
+    // Names of varying lengths given in reverse order: sorted, the records pack into the sectors
+    // differently than given, so a directory sized in input order could come out a sector short.
+    let names: Vec<String> =
+        (0..40).rev().map(|i| format!("{i:02}-{}", "y".repeat(if i % 2 == 0 { 58 } else { 3 }))).collect();
+    let files: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), &b"z"[..])).collect();
+    let image = iso_image(&[], &[Dir { name: "d", files: &files }], "cidata", 0).expect("image");
+    let Some(seen) = reader::read_with_pycdlib("order", &image) else { return };
+    let expected: Vec<(String, &[u8])> = names.iter().map(|n| (format!("d/{n}"), &b"z"[..])).collect();
+    let expected: Vec<(&str, &[u8])> = expected.iter().map(|(n, d)| (n.as_str(), *d)).collect();
+    assert_eq!(seen.files("joliet"), owned(&expected));
+}
+
+#[test]
 fn same_input_gives_same_bytes() {
     let a = seed_iso(META_DATA, USER_DATA, Some(NETWORK_CONFIG)).expect("seed image");
     let b = seed_iso(META_DATA, USER_DATA, Some(NETWORK_CONFIG)).expect("seed image");
