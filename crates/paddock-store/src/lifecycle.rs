@@ -1,5 +1,5 @@
-//! The machine lifecycle's writes beyond inspection (SPEC sections 5 and 6): verified cleans (the
-//! runs themselves are `run`'s), allocation (all-or-nothing, first come first served, within quota) and release.
+//! The machine lifecycle's writes beyond inspection (SPEC sections 5 and 6): verified cleans,
+//! allocation (all-or-nothing, first come first served, within quota) and release (agent runs: `run`).
 //!
 //! Every write is guarded on the machine's state and status version read before it, so a lost
 //! race writes nothing and the caller re-reads. The schema keeps the invariants these functions
