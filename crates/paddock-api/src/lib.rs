@@ -39,6 +39,7 @@ use routes::{agent, audit, cluster, health, isolation, machine, machine_class, o
         description = "Control plane for fully isolated managed Slurm and Kubernetes clusters on dedicated bare metal.",
         license(name = "Apache-2.0", identifier = "Apache-2.0")
     ),
+    paths(agent::agent_seed_view),
     modifiers(&BearerAuth),
     components(schemas(Problem)),
     tags(
@@ -48,7 +49,7 @@ use routes::{agent, audit, cluster, health, isolation, machine, machine_class, o
         (name = "machines", description = "The bare-metal inventory"),
         (name = "operations", description = "Progress of asynchronous changes"),
         (name = "audit", description = "Who did what"),
-        (name = "agent", description = "Machine-facing endpoints of the wipe and provisioning agents (one-time tokens, no JWT)"),
+        (name = "agent", description = "Machine-facing endpoints of the wipe and provisioning agents (the run's seed token in the seed URL, its agent token as the bearer; no JWT)"),
         (name = "health", description = "Process endpoints")
     )
 )]
@@ -62,6 +63,10 @@ impl Modify for BearerAuth {
         let mut scheme = Http::new(HttpAuthScheme::Bearer);
         scheme.bearer_format = Some("JWT".to_owned());
         components.add_security_scheme("bearer", SecurityScheme::Http(scheme));
+        let mut agent = Http::new(HttpAuthScheme::Bearer);
+        agent.bearer_format = Some("agent token (base64url, from the run's seed)".to_owned());
+        agent.description = Some("The run's agent token, found in paddock/agent.json of its seed".to_owned());
+        components.add_security_scheme("agent_token", SecurityScheme::Http(agent));
     }
 }
 
@@ -108,8 +113,9 @@ fn api_routes() -> OpenApiRouter<AppState> {
     })
 }
 
-/// Routes without a bearer token: the agents' (their token is in the path) and the process
-/// endpoints.
+/// Routes without a JWT: the agents' (the seed token in the seed URL, the agent token as their
+/// bearer) and the process endpoints. The seed's route is documented through `ApiDoc` (its path
+/// `{seed_token}.iso` has a suffix the router cannot match, see `agent::SEED_ROUTE`).
 fn public_routes() -> OpenApiRouter<AppState> {
     agent_routes().merge(process_routes())
 }
@@ -118,7 +124,7 @@ fn public_routes() -> OpenApiRouter<AppState> {
 fn agent_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(agent::agent_config_view))
-        .routes(routes!(agent::agent_seed_view))
+        .route(agent::SEED_ROUTE, axum::routing::get(agent::agent_seed_view))
         .routes(routes!(agent::agent_report))
 }
 

@@ -2,6 +2,7 @@
 //! JSON merge patch, opaque cursors, the machine lifecycle and the cipher for secrets at rest.
 //! No I/O: no sqlx, no HTTP. Every other crate builds on these rules so they exist once.
 
+pub mod agent;
 pub mod authz;
 pub mod bmc;
 pub mod cluster;

@@ -88,7 +88,7 @@ pub struct Listed<T> {
 pub struct Services {
     store: Store,
     cipher: Arc<Cipher>,
-    agent_base_url: Arc<str>,
+    agent: Arc<agent::AgentSettings>,
     /// Issues tenant kubeconfigs; `None` without a cluster driver.
     credentials: Option<credentials::CredentialsDriver>,
     /// The custody ledger's HMAC key (see `custody`); `None` leaves entries unsealed.
@@ -101,14 +101,7 @@ pub struct Services {
 impl Services {
     /// Services over a store, sealing secrets with `cipher`.
     pub fn new(store: Store, cipher: Arc<Cipher>) -> Self {
-        Self {
-            store,
-            cipher,
-            agent_base_url: Arc::from("http://127.0.0.1:8080"),
-            credentials: None,
-            ledger_key: None,
-            signing_key: None,
-        }
+        Self { store, cipher, agent: Arc::default(), credentials: None, ledger_key: None, signing_key: None }
     }
 
     /// Sets the provider's signing key (`PADDOCK_USAGE_SIGNING_KEY`).
@@ -122,9 +115,20 @@ impl Services {
         self.signing_key.as_ref()
     }
 
-    /// Sets the URL machines reach the agent endpoints at (`PADDOCK_AGENT_BASE_URL`).
+    /// Sets the URL machines reach the agent endpoints at and BMCs fetch seeds from (both
+    /// `PADDOCK_AGENT_BASE_URL` and `PADDOCK_AGENT_SEED_BASE_URL`), keeping the other settings.
     pub fn with_agent_base_url(mut self, url: &str) -> Self {
-        self.agent_base_url = Arc::from(url.trim_end_matches('/'));
+        let url = url.trim_end_matches('/').to_owned();
+        let settings = agent::AgentSettings { base_url: url.clone(), seed_base_url: url, ..(*self.agent).clone() };
+        self.agent = Arc::new(settings);
+        self
+    }
+
+    /// Sets what the agent endpoints need from the configuration.
+    pub fn with_agent(mut self, settings: agent::AgentSettings) -> Self {
+        let base_url = settings.base_url.trim_end_matches('/').to_owned();
+        let seed_base_url = settings.seed_base_url.trim_end_matches('/').to_owned();
+        self.agent = Arc::new(agent::AgentSettings { base_url, seed_base_url, ..settings });
         self
     }
 
@@ -140,7 +144,12 @@ impl Services {
 
     /// The URL machines reach the agent endpoints at.
     pub fn agent_base_url(&self) -> &str {
-        &self.agent_base_url
+        &self.agent.base_url
+    }
+
+    /// The agent endpoints' settings (URLs, CA, image digests).
+    pub fn agent_settings(&self) -> &agent::AgentSettings {
+        &self.agent
     }
 
     /// Whether the database answers and is migrated.

@@ -16,6 +16,7 @@ pub mod machine_class;
 pub mod metrics;
 pub mod operation;
 pub mod power;
+pub mod run;
 pub mod tenant;
 
 use std::time::Duration;

@@ -39,11 +39,7 @@ pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
 /// Builds the services from the settings.
 pub async fn services(settings: &Settings, database_url: &str) -> anyhow::Result<Services> {
     let store = Store::connect_lazy(database_url, settings.database_max_connections)?;
-    let agent_base_url = match &settings.agent_base_url {
-        Some(url) => url.to_string(),
-        None => format!("http://{}", settings.listen),
-    };
-    let mut services = Services::new(store, settings.cipher()?).with_agent_base_url(&agent_base_url);
+    let mut services = Services::new(store, settings.cipher()?).with_agent(settings.agent()?);
     match settings.ledger_key()? {
         Some(key) => services = services.with_ledger_key(key),
         None => tracing::warn!(
