@@ -16,6 +16,7 @@ pub mod model;
 pub mod precondition;
 pub mod secret;
 pub mod ssh;
+pub mod stack;
 pub mod validate;
 
 pub use authz::{Actor, Permission, Role, Scope};

@@ -15,7 +15,7 @@ use paddock_domain::precondition::IfMatch;
 use paddock_domain::{json, Error, Permission, Result, Scope};
 use paddock_store::job::{self, NewJob};
 use paddock_store::operation::{self as operation_store, NewOperation};
-use paddock_store::{cluster as store, machine_class, tenant, Conn};
+use paddock_store::{cluster as store, cluster_event, machine_class, node_pool, tenant, Conn};
 use paddock_types::cluster::{ClusterCreate, ClusterEventView, NodePoolCreate, PoolMachineView};
 use paddock_types::operation::OperationView;
 use paddock_types::tenant::TenantState;
@@ -104,7 +104,7 @@ impl Services {
             audit.target(id.uuid(), Some(tenant_id));
             store::insert(&mut tx, tenant_id, id, &spec).await.map_err(db)?;
             for (pool, (class, _)) in pools.iter().zip(&classes) {
-                store::pool_insert(&mut tx, tenant_id, id, NodePoolId::new(), *class, pool).await.map_err(db)?;
+                node_pool::insert(&mut tx, tenant_id, id, NodePoolId::new(), *class, pool).await.map_err(db)?;
             }
             let change = Accepted {
                 kind: "cluster_create",
@@ -136,7 +136,7 @@ impl Services {
         let mut conn = self.store.conn().await.map_err(db)?;
         let clusters = store::list(&mut conn, tenant_id, page.after, page.limit).await.map_err(db)?;
         let ids: Vec<uuid::Uuid> = clusters.iter().map(|c| c.id.uuid()).collect();
-        let mut pools = store::pools_of_many(&mut conn, tenant_id, &ids).await.map_err(db)?;
+        let mut pools = node_pool::of_clusters(&mut conn, tenant_id, &ids).await.map_err(db)?;
         let next_cursor = page.next_cursor(&clusters, |c| c.id.uuid());
         let items = clusters
             .into_iter()
@@ -174,7 +174,7 @@ impl Services {
             if_match.check(current.generation)?;
             let patch = body.value()?;
             let spec: ClusterSpec = json::apply_patch(&current.spec, &patch, &["name", "kind", "isolation"])?;
-            let pools: Vec<NodePoolSpec> = store::pools_of(&mut tx, tenant_id, id)
+            let pools: Vec<NodePoolSpec> = node_pool::of_cluster(&mut tx, tenant_id, id)
                 .await
                 .map_err(db)?
                 .into_iter()
@@ -252,7 +252,7 @@ impl Services {
         ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "cluster")?;
         let mut conn = self.store.conn().await.map_err(db)?;
         store::get(&mut conn, tenant_id, id, false).await.map_err(db)?.ok_or(CLUSTER_NOT_FOUND)?;
-        let items = store::events(&mut conn, tenant_id, id, page.after, page.limit).await.map_err(db)?;
+        let items = cluster_event::list(&mut conn, tenant_id, id, page.after, page.limit).await.map_err(db)?;
         let next_cursor = page.next_cursor(&items, |e| e.id);
         Ok(Listed { items, next_cursor })
     }
@@ -279,7 +279,7 @@ impl Services {
             rules::check_quotas(&tenant.spec.quotas, demand)?;
             let id = NodePoolId::new();
             audit.target(id.uuid(), Some(tenant_id));
-            store::pool_insert(&mut tx, tenant_id, cluster_id, id, class, &spec).await.map_err(db)?;
+            node_pool::insert(&mut tx, tenant_id, cluster_id, id, class, &spec).await.map_err(db)?;
             store::touch(&mut tx, tenant_id, cluster_id).await.map_err(db)?;
             let message =
                 format!("node pool {} of {} {} machines was added", spec.name, spec.count, spec.machine_class);
@@ -294,7 +294,7 @@ impl Services {
             };
             let operation = accept(&mut tx, &audit, tenant_id, cluster_id, change).await?;
             let pool =
-                store::pool_get(&mut tx, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
+                node_pool::get(&mut tx, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
             commit(tx).await?;
             Ok(NodePoolChange { pool, operation })
         }
@@ -307,7 +307,7 @@ impl Services {
         ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "cluster")?;
         let mut conn = self.store.conn().await.map_err(db)?;
         store::get(&mut conn, tenant_id, cluster_id, false).await.map_err(db)?.ok_or(CLUSTER_NOT_FOUND)?;
-        store::pools_of(&mut conn, tenant_id, cluster_id).await.map_err(db)
+        node_pool::of_cluster(&mut conn, tenant_id, cluster_id).await.map_err(db)
     }
 
     /// Reads a node pool.
@@ -320,7 +320,7 @@ impl Services {
     ) -> Result<NodePool> {
         ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "node pool")?;
         let mut conn = self.store.conn().await.map_err(db)?;
-        store::pool_get(&mut conn, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)
+        node_pool::get(&mut conn, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)
     }
 
     /// Scales a pool or changes its labels and taints (JSON merge patch).
@@ -353,7 +353,7 @@ impl Services {
             }
             let changed = spec != current.spec;
             if changed {
-                store::pool_update_spec(&mut tx, tenant_id, id, &spec).await.map_err(db)?;
+                node_pool::update_spec(&mut tx, tenant_id, id, &spec).await.map_err(db)?;
                 store::touch(&mut tx, tenant_id, cluster_id).await.map_err(db)?;
             }
             let scaled = (spec.count != current.spec.count).then(|| {
@@ -371,7 +371,7 @@ impl Services {
             };
             let operation = accept(&mut tx, &audit, tenant_id, cluster_id, change).await?;
             let pool =
-                store::pool_get(&mut tx, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
+                node_pool::get(&mut tx, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
             commit(tx).await?;
             Ok(NodePoolChange { pool, operation })
         }
@@ -396,7 +396,7 @@ impl Services {
             let current = pool_for_change(&mut tx, tenant_id, cluster_id, id).await?;
             if_match.check(current.generation)?;
             self.check_slurm_keeps_a_node(&mut tx, &cluster, id, 0).await?;
-            store::pool_request_deletion(&mut tx, tenant_id, id).await.map_err(db)?;
+            node_pool::request_deletion(&mut tx, tenant_id, id).await.map_err(db)?;
             store::touch(&mut tx, tenant_id, cluster_id).await.map_err(db)?;
             let change = Accepted {
                 kind: "node_pool_delete",
@@ -409,7 +409,7 @@ impl Services {
             };
             let operation = accept(&mut tx, &audit, tenant_id, cluster_id, change).await?;
             let pool =
-                store::pool_get(&mut tx, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
+                node_pool::get(&mut tx, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
             commit(tx).await?;
             Ok(NodePoolChange { pool, operation })
         }
@@ -428,8 +428,8 @@ impl Services {
     ) -> Result<Listed<PoolMachineView>> {
         ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "node pool")?;
         let mut conn = self.store.conn().await.map_err(db)?;
-        store::pool_get(&mut conn, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
-        let rows = store::pool_machines(&mut conn, tenant_id, id, page.after, page.limit).await.map_err(db)?;
+        node_pool::get(&mut conn, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
+        let rows = node_pool::machines(&mut conn, tenant_id, id, page.after, page.limit).await.map_err(db)?;
         let next_cursor = page.next_cursor(&rows, |(id, _)| *id);
         Ok(Listed { items: rows.into_iter().map(|(_, m)| m).collect(), next_cursor })
     }
@@ -446,7 +446,7 @@ impl Services {
         if cluster.spec.kind != paddock_types::cluster::ClusterKind::Slurm {
             return Ok(());
         }
-        let others: u64 = store::pools_of(conn, cluster.tenant_id, cluster.id)
+        let others: u64 = node_pool::of_cluster(conn, cluster.tenant_id, cluster.id)
             .await
             .map_err(db)?
             .iter()
@@ -471,7 +471,7 @@ async fn class_of(conn: &mut Conn, field: &str, name: &str) -> Result<(paddock_t
 
 async fn cluster_with_pools(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<ClusterWithPools> {
     let cluster = store::get(conn, tenant, id, false).await.map_err(db)?.ok_or(CLUSTER_NOT_FOUND)?;
-    let pools = store::pools_of(conn, tenant, id).await.map_err(db)?;
+    let pools = node_pool::of_cluster(conn, tenant, id).await.map_err(db)?;
     Ok(ClusterWithPools { cluster, pools })
 }
 
@@ -486,7 +486,7 @@ async fn cluster_for_change(conn: &mut Conn, tenant: TenantId, id: ClusterId) ->
 
 /// Locks a pool for a change; one being deleted takes no more changes.
 async fn pool_for_change(conn: &mut Conn, tenant: TenantId, cluster: ClusterId, id: NodePoolId) -> Result<NodePool> {
-    let pool = store::pool_get(conn, tenant, cluster, id, true).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
+    let pool = node_pool::get(conn, tenant, cluster, id, true).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
     if pool.deleting {
         return Err(Error::conflict("node_pool_deleting", "the node pool is being deleted"));
     }
@@ -531,7 +531,7 @@ async fn accept(
     };
     let operation = operation_store::insert(tx, &op).await.map_err(db)?;
     if let Some((reason, message)) = &change.event {
-        store::event_insert(tx, tenant, cluster, "Normal", reason, message).await.map_err(db)?;
+        cluster_event::insert(tx, tenant, cluster, "Normal", reason, message).await.map_err(db)?;
     }
     if change.reconcile {
         enqueue_reconcile(tx, tenant, cluster).await?;

@@ -40,7 +40,7 @@ use paddock_domain::secret::SecretString;
 use paddock_service::agent::AgentRun;
 use paddock_service::Services;
 use paddock_store::lifecycle::{self, Run, RunPurpose};
-use paddock_store::{cluster, machine, machine_class, StoreError};
+use paddock_store::{cluster, machine, machine_class, node_pool, StoreError};
 use paddock_types::agent::AgentPurpose;
 use paddock_types::cluster::ClusterKind;
 use paddock_types::machine::{LastError, MachineState};
@@ -695,7 +695,7 @@ impl MachineReconciler {
         let Some(c) = cluster::get(&mut conn, tenant, cluster_id, false).await? else {
             return Ok(None);
         };
-        let Some(pool) = cluster::pool_get(&mut conn, tenant, cluster_id, pool_id, false).await? else {
+        let Some(pool) = node_pool::get(&mut conn, tenant, cluster_id, pool_id, false).await? else {
             return Ok(None);
         };
         let Some(reference) = cluster_ref(&mut conn, tenant, cluster_id, &c.spec.name).await? else {
