@@ -31,10 +31,10 @@ use paddock_domain::job_kind::CLUSTER_RECONCILE;
 use paddock_domain::secret::{Binding, SecretString};
 use paddock_service::Services;
 use paddock_store::allocation::{self, Allocation, HeldMachine, Need};
-use paddock_store::{cluster as store, cluster_event, lifecycle, node_pool, operation, StoreError};
+use paddock_store::{cluster as store, cluster_event, lifecycle, node_pool, operation, Conn, StoreError};
 use paddock_types::cluster::{ClusterKind, ClusterPhase, Condition, NodePoolStatus};
 use paddock_types::machine::MachineState;
-use paddock_types::{ClusterId, TenantId};
+use paddock_types::{ClusterId, NodePoolId, TenantId};
 use serde_json::{json, Value};
 
 use super::{
@@ -333,8 +333,8 @@ impl ClusterReconciler {
         })
     }
 
-    /// Releases surplus machines and allocates the shortfall; true when the cluster waits for
-    /// capacity (or quota).
+    /// Releases surplus machines, marks emptied deleting pools deleted and allocates the
+    /// shortfall, in one transaction; true when the cluster waits for capacity (or quota).
     async fn machines(
         &self,
         cluster: &Cluster,
@@ -342,82 +342,65 @@ impl ClusterReconciler {
         held: &[HeldMachine],
         observed: &mut Observed,
     ) -> Result<bool, Stop> {
-        let mut release = Vec::new();
-        let mut needs = Vec::new();
-        let mut gone_pools = Vec::new();
-        for pool in pools {
-            let want = if pool.deleting { 0 } else { pool.spec.count as usize };
-            let mut holding: Vec<&HeldMachine> = held
-                .iter()
-                .filter(|m| m.node_pool_id == pool.id && allocation::HELD.contains(&m.state.as_str()))
-                .collect();
-            if holding.len() > want {
-                // Give back the machines that serve least first: not yet provisioned, then
-                // provisioning, then active; the newest first within each.
-                holding.sort_by_key(|m| (release_rank(m.state), std::cmp::Reverse(m.id.uuid())));
-                release.extend(holding.iter().take(holding.len() - want).map(|m| (*m).clone()));
-            } else if holding.len() < want {
-                let count = u32::try_from(want - holding.len()).unwrap_or(u32::MAX);
-                needs.push(Need {
-                    node_pool_id: pool.id,
-                    machine_class_id: pool.machine_class_id,
-                    gpu_count: pool.gpu_count,
-                    count,
-                });
-            }
-            if pool.deleting && !held.iter().any(|m| m.node_pool_id == pool.id) {
-                gone_pools.push(pool.id);
-            }
-        }
+        let plan = MachinePlan::of(pools, held);
         let mut tx = self.services.store().begin().await?;
-        for m in &release {
+        for m in &plan.release {
             if lifecycle::begin_release(&mut tx, m.id, m.state, m.status_version).await? {
                 // The custody entry is sealed in the transition's own transaction.
                 self.services.custody_seal(&mut tx, m.id).await?;
                 lifecycle::enqueue_machine(&mut tx, m.id).await?;
             }
         }
-        if !release.is_empty() {
-            let message = format!("{} machine(s) are being released", release.len());
+        if !plan.release.is_empty() {
+            let message = format!("{} machine(s) are being released", plan.release.len());
             observed.events.push(("Normal", "MachinesReleasing", message));
         }
-        for pool in &gone_pools {
+        for pool in &plan.gone_pools {
             node_pool::mark_deleted(&mut tx, cluster.tenant_id, *pool).await?;
             operation::succeed(&mut tx, pool.uuid(), None, &json!([])).await?;
         }
-        let mut waiting = false;
-        if needs.is_empty() {
+        let waiting = if plan.needs.is_empty() {
             observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
+            false
         } else {
-            match allocation::allocate(&mut tx, cluster.tenant_id, cluster.id, &needs).await? {
-                Allocation::Allocated(machines) => {
-                    for machine in &machines {
-                        self.services.custody_seal(&mut tx, *machine).await?;
-                    }
-                    observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
-                    let message = format!("{} machine(s) allocated", machines.len());
-                    observed.events.push(("Normal", "MachinesAllocated", message));
-                }
-                Allocation::Behind { .. } => {
-                    waiting = true;
-                    let message = "waiting for machines: an earlier request for the same machine class goes first";
-                    self.insufficient(observed, "InsufficientCapacity", message);
-                }
-                Allocation::Short { machine_class, needed, available } => {
-                    waiting = true;
-                    let message =
-                        format!("waiting for machines: needs {needed} {machine_class}, {available} available");
-                    self.insufficient(observed, "InsufficientCapacity", &message);
-                }
-                Allocation::OverQuota { quota, limit, would_hold } => {
-                    waiting = true;
-                    let message = format!("the tenant's {quota} quota ({limit}) would be exceeded ({would_hold})");
-                    self.insufficient(observed, "QuotaExceeded", &message);
-                }
-            }
-        }
+            self.allocate(&mut tx, cluster, &plan.needs, observed).await?
+        };
         tx.commit().await.map_err(StoreError::from)?;
         Ok(waiting)
+    }
+
+    /// Allocates `needs` all or nothing in the caller's transaction; true when the cluster waits.
+    async fn allocate(
+        &self,
+        conn: &mut Conn,
+        cluster: &Cluster,
+        needs: &[Need],
+        observed: &mut Observed,
+    ) -> Result<bool, StoreError> {
+        match allocation::allocate(conn, cluster.tenant_id, cluster.id, needs).await? {
+            Allocation::Allocated(machines) => {
+                for machine in &machines {
+                    self.services.custody_seal(conn, *machine).await?;
+                }
+                observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
+                let message = format!("{} machine(s) allocated", machines.len());
+                observed.events.push(("Normal", "MachinesAllocated", message));
+                return Ok(false);
+            }
+            Allocation::Behind { .. } => {
+                let message = "waiting for machines: an earlier request for the same machine class goes first";
+                self.insufficient(observed, "InsufficientCapacity", message);
+            }
+            Allocation::Short { machine_class, needed, available } => {
+                let message = format!("waiting for machines: needs {needed} {machine_class}, {available} available");
+                self.insufficient(observed, "InsufficientCapacity", &message);
+            }
+            Allocation::OverQuota { quota, limit, would_hold } => {
+                let message = format!("the tenant's {quota} quota ({limit}) would be exceeded ({would_hold})");
+                self.insufficient(observed, "QuotaExceeded", &message);
+            }
+        }
+        Ok(true)
     }
 
     fn insufficient(&self, observed: &mut Observed, reason: &'static str, message: &str) {
@@ -688,6 +671,48 @@ impl ClusterReconciler {
             Ok(true) => Outcome::wait(DRIVER_WAIT, DRIVER_NOT_CONFIGURED, message),
             Err(e) => store_error(e),
         }
+    }
+}
+
+/// What step 3 does to a cluster's pools.
+#[derive(Default)]
+struct MachinePlan {
+    /// Surplus machines to give back.
+    release: Vec<HeldMachine>,
+    /// The shortfall to allocate.
+    needs: Vec<Need>,
+    /// Deleting pools that hold no machine any more.
+    gone_pools: Vec<NodePoolId>,
+}
+
+impl MachinePlan {
+    fn of(pools: &[NodePool], held: &[HeldMachine]) -> Self {
+        let mut plan = Self::default();
+        for pool in pools {
+            let want = if pool.deleting { 0 } else { pool.spec.count as usize };
+            let mut holding: Vec<&HeldMachine> = held
+                .iter()
+                .filter(|m| m.node_pool_id == pool.id && allocation::HELD.contains(&m.state.as_str()))
+                .collect();
+            if holding.len() > want {
+                // Give back the machines that serve least first: not yet provisioned, then
+                // provisioning, then active; the newest first within each.
+                holding.sort_by_key(|m| (release_rank(m.state), std::cmp::Reverse(m.id.uuid())));
+                plan.release.extend(holding.iter().take(holding.len() - want).map(|m| (*m).clone()));
+            } else if holding.len() < want {
+                let count = u32::try_from(want - holding.len()).unwrap_or(u32::MAX);
+                plan.needs.push(Need {
+                    node_pool_id: pool.id,
+                    machine_class_id: pool.machine_class_id,
+                    gpu_count: pool.gpu_count,
+                    count,
+                });
+            }
+            if pool.deleting && !held.iter().any(|m| m.node_pool_id == pool.id) {
+                plan.gone_pools.push(pool.id);
+            }
+        }
+        plan
     }
 }
 
