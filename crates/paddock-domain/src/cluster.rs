@@ -234,22 +234,70 @@ pub struct Demand {
     pub gpus: u64,
 }
 
-/// Checks a tenant's demand after a change against its quotas (409 `quota_exceeded`).
-pub fn check_quotas(quotas: &Quotas, demand: Demand) -> Result<(), Error> {
-    for (what, limit, asked) in [
-        ("clusters", quotas.max_clusters, demand.clusters),
-        ("nodes", quotas.max_nodes, demand.nodes),
-        ("GPUs", quotas.max_gpus, demand.gpus),
-    ] {
-        if let Some(limit) = limit {
-            if asked > u64::from(limit) {
-                return Err(Error::QuotaExceeded(format!(
-                    "this change would bring the tenant to {asked} {what}; its quota is {limit}"
-                )));
-            }
+/// A tenant quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quota {
+    /// `max_clusters`.
+    Clusters,
+    /// `max_nodes`.
+    Nodes,
+    /// `max_gpus`.
+    Gpus,
+}
+
+impl Quota {
+    /// Its field in [`Quotas`].
+    pub fn field(self) -> &'static str {
+        match self {
+            Self::Clusters => "max_clusters",
+            Self::Nodes => "max_nodes",
+            Self::Gpus => "max_gpus",
         }
     }
-    Ok(())
+
+    /// What it counts, for messages.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Self::Clusters => "clusters",
+            Self::Nodes => "nodes",
+            Self::Gpus => "GPUs",
+        }
+    }
+}
+
+/// A quota a demand exceeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaExcess {
+    /// The quota.
+    pub quota: Quota,
+    /// Its limit.
+    pub limit: u32,
+    /// What the demand comes to.
+    pub demand: u64,
+}
+
+/// The first quota (clusters, nodes, GPUs) that `demand` exceeds, if any.
+pub fn quota_excess(quotas: &Quotas, demand: Demand) -> Option<QuotaExcess> {
+    [
+        (Quota::Clusters, quotas.max_clusters, demand.clusters),
+        (Quota::Nodes, quotas.max_nodes, demand.nodes),
+        (Quota::Gpus, quotas.max_gpus, demand.gpus),
+    ]
+    .into_iter()
+    .find_map(|(quota, limit, demand)| {
+        limit.filter(|limit| demand > u64::from(*limit)).map(|limit| QuotaExcess { quota, limit, demand })
+    })
+}
+
+/// Checks a tenant's demand after a change against its quotas (409 `quota_exceeded`).
+pub fn check_quotas(quotas: &Quotas, demand: Demand) -> Result<(), Error> {
+    match quota_excess(quotas, demand) {
+        None => Ok(()),
+        Some(QuotaExcess { quota, limit, demand }) => Err(Error::QuotaExceeded(format!(
+            "this change would bring the tenant to {demand} {}; its quota is {limit}",
+            quota.noun()
+        ))),
+    }
 }
 
 /// Sets the condition of `type_` in `conditions` (added when missing). Its transition time moves

@@ -18,6 +18,7 @@ pub mod precondition;
 pub mod secret;
 pub mod signing;
 pub mod ssh;
+pub mod stack;
 pub mod validate;
 
 pub use authz::{Actor, Permission, Role, Scope};

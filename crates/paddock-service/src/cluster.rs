@@ -12,7 +12,7 @@ use paddock_domain::cursor::PageRequest;
 use paddock_domain::model::Tenant;
 use paddock_domain::precondition::IfMatch;
 use paddock_domain::{json, Error, Permission, Result, Scope};
-use paddock_store::{cluster as store, machine_class, tenant, Conn, Tx};
+use paddock_store::{cluster as store, cluster_event, machine_class, node_pool, tenant, Conn, Tx};
 use paddock_types::cluster::{ClusterCreate, ClusterEventView, NodePoolCreate, PoolMachineView};
 use paddock_types::operation::OperationView;
 use paddock_types::tenant::TenantState;
@@ -95,10 +95,10 @@ impl Services {
             audit.target(id.uuid(), Some(tenant_id));
             store::insert(&mut tx, tenant_id, id, &spec).await?;
             for (pool, (class, _)) in pools.iter().zip(&classes) {
-                store::pool_insert(&mut tx, tenant_id, id, NodePoolId::new(), *class, pool).await?;
+                node_pool::insert(&mut tx, tenant_id, id, NodePoolId::new(), *class, pool).await?;
             }
             let message = format!("cluster {} was requested", spec.name);
-            store::event_insert(&mut tx, tenant_id, id, "Normal", "ClusterCreated", &message).await?;
+            cluster_event::insert(&mut tx, tenant_id, id, "Normal", "ClusterCreated", &message).await?;
             let change = Accepted { kind: "cluster_create", generation: 1, supersedes: &[], reconcile: true };
             cluster_changed(tx, tenant_id, id, change, json!({ "name": spec.name, "kind": spec.kind.as_str() })).await
         })
@@ -117,7 +117,7 @@ impl Services {
         let mut conn = self.store.conn().await?;
         let clusters = store::list(&mut conn, tenant_id, page.after, page.limit).await?;
         let ids: Vec<uuid::Uuid> = clusters.iter().map(|c| c.id.uuid()).collect();
-        let mut pools = store::pools_of_many(&mut conn, tenant_id, &ids).await?;
+        let mut pools = node_pool::of_clusters(&mut conn, tenant_id, &ids).await?;
         let next_cursor = page.next_cursor(&clusters, |c| c.id.uuid());
         let items = clusters
             .into_iter()
@@ -154,7 +154,7 @@ impl Services {
             if_match.check(current.generation)?;
             let patch = body.value()?;
             let spec: ClusterSpec = json::apply_patch(&current.spec, &patch, &["name", "kind", "isolation"])?;
-            let pools: Vec<NodePoolSpec> = store::pools_of(&mut tx, tenant_id, id)
+            let pools: Vec<NodePoolSpec> = node_pool::of_cluster(&mut tx, tenant_id, id)
                 .await?
                 .into_iter()
                 .filter(|p| !p.deleting)
@@ -167,7 +167,7 @@ impl Services {
             let changed = spec != current.spec;
             if changed {
                 store::update_spec(&mut tx, tenant_id, id, &spec).await?;
-                store::event_insert(&mut tx, tenant_id, id, "Normal", "ClusterUpdated", "the cluster's spec changed")
+                cluster_event::insert(&mut tx, tenant_id, id, "Normal", "ClusterUpdated", "the cluster's spec changed")
                     .await?;
             }
             let change = Accepted {
@@ -197,7 +197,7 @@ impl Services {
             if_match.check(current.generation)?;
             store::request_deletion(&mut tx, tenant_id, id).await?;
             let message = "the cluster is being deleted";
-            store::event_insert(&mut tx, tenant_id, id, "Normal", "DeletionRequested", message).await?;
+            cluster_event::insert(&mut tx, tenant_id, id, "Normal", "DeletionRequested", message).await?;
             let change = Accepted {
                 kind: "cluster_delete",
                 generation: current.generation + 1,
@@ -220,7 +220,7 @@ impl Services {
         ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "cluster")?;
         let mut conn = self.store.conn().await?;
         store::get(&mut conn, tenant_id, id, false).await?.ok_or(CLUSTER_NOT_FOUND)?;
-        let items = store::events(&mut conn, tenant_id, id, page.after, page.limit).await?;
+        let items = cluster_event::list(&mut conn, tenant_id, id, page.after, page.limit).await?;
         let next_cursor = page.next_cursor(&items, |e| e.id);
         Ok(Listed { items, next_cursor })
     }
@@ -246,11 +246,11 @@ impl Services {
             rules::check_quotas(&tenant.spec.quotas, demand)?;
             let id = NodePoolId::new();
             audit.target(id.uuid(), Some(tenant_id));
-            store::pool_insert(&mut tx, tenant_id, cluster_id, id, class, &spec).await?;
+            node_pool::insert(&mut tx, tenant_id, cluster_id, id, class, &spec).await?;
             store::touch(&mut tx, tenant_id, cluster_id).await?;
             let message =
                 format!("node pool {} of {} {} machines was added", spec.name, spec.count, spec.machine_class);
-            store::event_insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolCreated", &message).await?;
+            cluster_event::insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolCreated", &message).await?;
             let change = Accepted { kind: "node_pool_create", generation: 1, supersedes: &[], reconcile: true };
             let details = json!({ "cluster_id": cluster_id, "name": spec.name, "count": spec.count });
             pool_changed(tx, (tenant_id, cluster_id, id), change, details).await
@@ -263,7 +263,7 @@ impl Services {
         ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "cluster")?;
         let mut conn = self.store.conn().await?;
         store::get(&mut conn, tenant_id, cluster_id, false).await?.ok_or(CLUSTER_NOT_FOUND)?;
-        Ok(store::pools_of(&mut conn, tenant_id, cluster_id).await?)
+        Ok(node_pool::of_cluster(&mut conn, tenant_id, cluster_id).await?)
     }
 
     /// Reads a node pool.
@@ -276,7 +276,7 @@ impl Services {
     ) -> Result<NodePool> {
         ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "node pool")?;
         let mut conn = self.store.conn().await?;
-        store::pool_get(&mut conn, tenant_id, cluster_id, id, false).await?.ok_or(POOL_NOT_FOUND)
+        node_pool::get(&mut conn, tenant_id, cluster_id, id, false).await?.ok_or(POOL_NOT_FOUND)
     }
 
     /// Scales a pool or changes its labels and taints (JSON merge patch).
@@ -308,12 +308,12 @@ impl Services {
             }
             let changed = spec != current.spec;
             if changed {
-                store::pool_update_spec(&mut tx, tenant_id, id, &spec).await?;
+                node_pool::update_spec(&mut tx, tenant_id, id, &spec).await?;
                 store::touch(&mut tx, tenant_id, cluster_id).await?;
             }
             if spec.count != current.spec.count {
                 let message = format!("node pool {} scaled from {} to {}", spec.name, current.spec.count, spec.count);
-                store::event_insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolScaled", &message).await?;
+                cluster_event::insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolScaled", &message).await?;
             }
             let change = Accepted {
                 kind: "node_pool_update",
@@ -348,10 +348,10 @@ impl Services {
             let current = pool_for_change(&mut tx, tenant_id, cluster_id, id).await?;
             if_match.check(current.generation)?;
             self.check_slurm_keeps_a_node(&mut tx, &cluster, id, 0).await?;
-            store::pool_request_deletion(&mut tx, tenant_id, id).await?;
+            node_pool::request_deletion(&mut tx, tenant_id, id).await?;
             store::touch(&mut tx, tenant_id, cluster_id).await?;
             let message = format!("node pool {} is being deleted", current.spec.name);
-            store::event_insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolDeletionRequested", &message)
+            cluster_event::insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolDeletionRequested", &message)
                 .await?;
             let change = Accepted {
                 kind: "node_pool_delete",
@@ -381,8 +381,8 @@ impl Services {
     ) -> Result<Listed<PoolMachineView>> {
         ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "node pool")?;
         let mut conn = self.store.conn().await?;
-        store::pool_get(&mut conn, tenant_id, cluster_id, id, false).await?.ok_or(POOL_NOT_FOUND)?;
-        let rows = store::pool_machines(&mut conn, tenant_id, id, page.after, page.limit).await?;
+        node_pool::get(&mut conn, tenant_id, cluster_id, id, false).await?.ok_or(POOL_NOT_FOUND)?;
+        let rows = node_pool::machines(&mut conn, tenant_id, id, page.after, page.limit).await?;
         let next_cursor = page.next_cursor(&rows, |(id, _)| *id);
         Ok(Listed { items: rows.into_iter().map(|(_, m)| m).collect(), next_cursor })
     }
@@ -399,7 +399,7 @@ impl Services {
         if cluster.spec.kind != paddock_types::cluster::ClusterKind::Slurm {
             return Ok(());
         }
-        let others: u64 = store::pools_of(conn, cluster.tenant_id, cluster.id)
+        let others: u64 = node_pool::of_cluster(conn, cluster.tenant_id, cluster.id)
             .await?
             .iter()
             .filter(|p| !p.deleting && p.id != pool)
@@ -422,7 +422,7 @@ async fn class_of(conn: &mut Conn, field: &str, name: &str) -> Result<(paddock_t
 
 async fn cluster_with_pools(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<ClusterWithPools> {
     let cluster = store::get(conn, tenant, id, false).await?.ok_or(CLUSTER_NOT_FOUND)?;
-    let pools = store::pools_of(conn, tenant, id).await?;
+    let pools = node_pool::of_cluster(conn, tenant, id).await?;
     Ok(ClusterWithPools { cluster, pools })
 }
 
@@ -437,7 +437,7 @@ async fn cluster_for_change(conn: &mut Conn, tenant: TenantId, id: ClusterId) ->
 
 /// Locks a pool for a change; one being deleted takes no more changes.
 async fn pool_for_change(conn: &mut Conn, tenant: TenantId, cluster: ClusterId, id: NodePoolId) -> Result<NodePool> {
-    let pool = store::pool_get(conn, tenant, cluster, id, true).await?.ok_or(POOL_NOT_FOUND)?;
+    let pool = node_pool::get(conn, tenant, cluster, id, true).await?.ok_or(POOL_NOT_FOUND)?;
     if pool.deleting {
         return Err(Error::conflict("node_pool_deleting", "the node pool is being deleted"));
     }
@@ -467,6 +467,6 @@ async fn pool_changed(
     details: serde_json::Value,
 ) -> Result<Done<NodePoolChange>> {
     let operation = accept(&mut tx, Target::Cluster { tenant, cluster, pool: Some(id) }, change).await?;
-    let pool = store::pool_get(&mut tx, tenant, cluster, id, false).await?.ok_or(POOL_NOT_FOUND)?;
+    let pool = node_pool::get(&mut tx, tenant, cluster, id, false).await?.ok_or(POOL_NOT_FOUND)?;
     Ok(Done::Commit { tx, value: NodePoolChange { pool, operation }, details })
 }

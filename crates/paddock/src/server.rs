@@ -269,7 +269,7 @@ async fn kubernetes(settings: &Settings) -> anyhow::Result<paddock_domain::drive
         .await
         .context("PADDOCK_KUBE_DRIVER=kubernetes: connecting to the platform cluster (PADDOCK_KUBECONFIG)")?;
     let stacks_dir = settings.stacks_dir.clone().context("PADDOCK_KUBE_DRIVER=kubernetes needs PADDOCK_STACKS_DIR")?;
-    let version = paddock_kube::stack::latest_version().to_owned();
+    let version = paddock_domain::stack::latest_version().to_owned();
     let stack = paddock_kube::KubeTenantStack::new(stacks_dir, version).context("PADDOCK_STACKS_DIR")?;
     // A stack whose files are missing or do not match their pinned digests is not fatal here:
     // each cluster shows it in its StackReady condition, and fixing the directory heals them.

@@ -24,17 +24,17 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use paddock_domain::cluster::{set_condition, Cluster, NodePool};
 use paddock_domain::driver::{
-    ClusterRef, ControlPlaneSpec, DriverError, KubeDrivers, Removal, SlurmDesired, SlurmPool, SlurmSecrets,
-    TenantAccess,
+    ClusterRef, ControlPlaneSpec, ControlPlaneStatus, DriverError, KubeDrivers, Removal, SlurmDesired, SlurmPool,
+    SlurmSecrets, TenantAccess,
 };
 use paddock_domain::job_kind::CLUSTER_RECONCILE;
 use paddock_domain::secret::{Binding, SecretString};
 use paddock_service::Services;
-use paddock_store::lifecycle::{self, Allocation, HeldMachine, Need};
-use paddock_store::{cluster as store, operation, StoreError};
+use paddock_store::allocation::{self, Allocation, HeldMachine, Need};
+use paddock_store::{cluster as store, cluster_event, lifecycle, node_pool, operation, Conn, StoreError};
 use paddock_types::cluster::{ClusterKind, ClusterPhase, Condition, NodePoolStatus};
 use paddock_types::machine::MachineState;
-use paddock_types::{ClusterId, TenantId};
+use paddock_types::{ClusterId, NodePoolId, TenantId};
 use serde_json::{json, Value};
 
 use super::{
@@ -126,11 +126,11 @@ impl ClusterReconciler {
             let Some(cluster) = store::get(&mut conn, tenant, id, false).await? else {
                 return Ok(None);
             };
-            let pools = store::pools_of(&mut conn, tenant, id).await?;
+            let pools = node_pool::of_cluster(&mut conn, tenant, id).await?;
             let Some(reference) = cluster_ref(&mut conn, tenant, id, &cluster.spec.name).await? else {
                 return Ok(None);
             };
-            let held = lifecycle::machines_of(&mut conn, tenant, id).await?;
+            let held = allocation::machines_of(&mut conn, tenant, id).await?;
             Ok::<_, StoreError>(Some((cluster, pools, reference, held)))
         }
         .await;
@@ -158,6 +158,7 @@ impl ClusterReconciler {
         }
     }
 
+    /// One run over SPEC section 6's steps, in order; the status is written at the end.
     async fn converge(
         &self,
         kube: &KubeDrivers,
@@ -167,11 +168,49 @@ impl ClusterReconciler {
         held: &[HeldMachine],
         observed: &mut Observed,
     ) -> Result<Outcome, Stop> {
-        // 1. Isolation.
+        self.isolation(kube, reference, observed).await?;
+        let cp = self.control_plane(kube, cluster, reference, observed).await?;
+        let waiting_for_capacity = self.machines(cluster, pools, held, observed).await?;
+        let access = self.tenant_access(reference, &cp).await?;
+        if access.is_some() {
+            self.start_provisioning(held).await?;
+        }
+        let pool_status = nodes(pools, held, observed);
+        match &access {
+            Some(access) => {
+                if self.stack(kube, cluster, access, observed).await? {
+                    self.slurm(kube, cluster, pools, held, access, observed).await?;
+                } else if cluster.spec.kind == ClusterKind::Slurm && cluster.spec.slurm.is_some() {
+                    observed.set(SLURM_READY, false, "WaitingForStack", "waiting for the tenant base stack");
+                }
+            }
+            None => {
+                let message = "waiting for the control plane";
+                observed.set(STACK_READY, false, "WaitingForControlPlane", message);
+                if cluster.spec.kind == ClusterKind::Slurm {
+                    observed.set(SLURM_READY, false, "WaitingForControlPlane", message);
+                }
+            }
+        }
+        self.status(cluster, pools, &pool_status, observed, waiting_for_capacity && cp.ready).await
+    }
+
+    /// Step 1: the cluster's namespace and its isolation on the platform cluster.
+    async fn isolation(&self, kube: &KubeDrivers, reference: &ClusterRef, observed: &mut Observed) -> Result<(), Stop> {
         kube.platform.ensure_isolation(reference).await.map_err(|e| Stop::Driver(NAMESPACE_READY, e))?;
         observed.set(NAMESPACE_READY, true, "Ready", "");
+        Ok(())
+    }
 
-        // 2. The control plane.
+    /// Step 2: the tenant control plane; its admin kubeconfig is stored sealed and its endpoint
+    /// shown.
+    async fn control_plane(
+        &self,
+        kube: &KubeDrivers,
+        cluster: &Cluster,
+        reference: &ClusterRef,
+        observed: &mut Observed,
+    ) -> Result<ControlPlaneStatus, Stop> {
         let spec = ControlPlaneSpec {
             cluster: reference.clone(),
             kubernetes_version: cluster.spec.kubernetes_version.clone(),
@@ -189,75 +228,85 @@ impl ClusterReconciler {
         }
         let reason = if cp.ready { "Ready" } else { "Provisioning" };
         observed.set(CONTROL_PLANE_READY, cp.ready, reason, &cp.reason);
+        Ok(cp)
+    }
 
-        // 3. Machines: release the surplus, allocate the shortfall (all or nothing).
-        let waiting_for_capacity = self.machines(cluster, pools, held, observed).await?;
-        let access = if cp.ready {
-            let mut conn = self.services.store().conn().await?;
-            tenant_access(&mut conn, self.services.cipher(), reference.clone(), cp.endpoint.as_deref()).await?
-        } else {
-            None
+    /// Access to the tenant cluster, once its control plane is ready.
+    async fn tenant_access(
+        &self,
+        reference: &ClusterRef,
+        cp: &ControlPlaneStatus,
+    ) -> Result<Option<TenantAccess>, StoreError> {
+        if !cp.ready {
+            return Ok(None);
+        }
+        let mut conn = self.services.store().conn().await?;
+        tenant_access(&mut conn, self.services.cipher(), reference.clone(), cp.endpoint.as_deref()).await
+    }
+
+    /// Step 3, once the control plane is up: allocated machines, which wait for it, go on to be
+    /// provisioned by their own jobs.
+    async fn start_provisioning(&self, held: &[HeldMachine]) -> Result<(), StoreError> {
+        let waiting: Vec<_> = held.iter().filter(|m| m.state == MachineState::Allocated).map(|m| m.id).collect();
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.services.store().begin().await?;
+        for machine in waiting {
+            lifecycle::enqueue_machine(&mut tx, machine).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Step 4: the tenant base stack; true once it is ready.
+    async fn stack(
+        &self,
+        kube: &KubeDrivers,
+        cluster: &Cluster,
+        access: &TenantAccess,
+        observed: &mut Observed,
+    ) -> Result<bool, Stop> {
+        let stack = kube.stack.ensure_stack(access).await.map_err(|e| Stop::Driver(STACK_READY, e))?;
+        observed.set(STACK_READY, stack.ready, if stack.ready { "Ready" } else { "Applying" }, &stack.reason);
+        let mut conn = self.services.store().conn().await?;
+        store::set_stack_version(&mut conn, cluster.tenant_id, cluster.id, &stack.version).await?;
+        Ok(stack.ready)
+    }
+
+    /// Step 5 (`kind: slurm`), on the ready base stack: Slurm, with its endpoints.
+    async fn slurm(
+        &self,
+        kube: &KubeDrivers,
+        cluster: &Cluster,
+        pools: &[NodePool],
+        held: &[HeldMachine],
+        access: &TenantAccess,
+        observed: &mut Observed,
+    ) -> Result<(), Stop> {
+        let (ClusterKind::Slurm, Some(slurm)) = (cluster.spec.kind, &cluster.spec.slurm) else {
+            return Ok(());
         };
-        if access.is_some() {
-            // Allocated machines wait for the control plane; it is up: go.
-            let waiting: Vec<_> = held.iter().filter(|m| m.state == MachineState::Allocated).map(|m| m.id).collect();
-            if !waiting.is_empty() {
-                let mut tx = self.services.store().begin().await?;
-                for machine in waiting {
-                    lifecycle::enqueue_machine(&mut tx, machine).await?;
-                }
-                tx.commit().await.map_err(StoreError::from)?;
-            }
-        }
-        let pool_status = pool_statuses(pools, held);
-        let (ready_nodes, wanted_nodes) = pool_status
-            .iter()
-            .filter(|(p, _)| !p.deleting)
-            .fold((0, 0), |(r, w), (p, s)| (r + s.ready.min(p.spec.count), w + p.spec.count));
-        let nodes_ready = ready_nodes == wanted_nodes && held.iter().all(|m| m.state == MachineState::Active);
-        observed.set(
-            NODES_READY,
-            nodes_ready,
-            if nodes_ready { "Ready" } else { "Provisioning" },
-            &format!("{ready_nodes} of {wanted_nodes} nodes ready"),
-        );
+        let secrets = self.slurm_secrets(cluster).await?;
+        let desired = slurm_desired(slurm, pools, held, secrets);
+        let status = kube.slurm.ensure_slurm(access, &desired).await.map_err(|e| Stop::Driver(SLURM_READY, e))?;
+        observed.set(SLURM_READY, status.ready, if status.ready { "Ready" } else { "Applying" }, &status.reason);
+        observed.endpoints.slurm_rest_api = status.rest_api;
+        observed.endpoints.login_ssh = status.login_ssh;
+        observed.endpoints.login_ssh_host_keys = status.login_ssh_host_keys;
+        Ok(())
+    }
 
-        // 4. The tenant base stack, and 5. Slurm.
-        match &access {
-            Some(access) => {
-                let stack = kube.stack.ensure_stack(access).await.map_err(|e| Stop::Driver(STACK_READY, e))?;
-                observed.set(STACK_READY, stack.ready, if stack.ready { "Ready" } else { "Applying" }, &stack.reason);
-                let mut conn = self.services.store().conn().await?;
-                store::set_stack_version(&mut conn, cluster.tenant_id, cluster.id, &stack.version).await?;
-                if let (ClusterKind::Slurm, Some(slurm)) = (cluster.spec.kind, &cluster.spec.slurm) {
-                    if stack.ready {
-                        let secrets = self.slurm_secrets(cluster).await?;
-                        let desired = slurm_desired(slurm, pools, held, secrets);
-                        let ready = self.slurm(kube, access, &desired).await?;
-                        observed.set(
-                            SLURM_READY,
-                            ready.ready,
-                            if ready.ready { "Ready" } else { "Applying" },
-                            &ready.reason,
-                        );
-                        observed.endpoints.slurm_rest_api = ready.rest_api;
-                        observed.endpoints.login_ssh = ready.login_ssh;
-                        observed.endpoints.login_ssh_host_keys = ready.login_ssh_host_keys;
-                    } else {
-                        observed.set(SLURM_READY, false, "WaitingForStack", "waiting for the tenant base stack");
-                    }
-                }
-            }
-            None => {
-                let message = "waiting for the control plane";
-                observed.set(STACK_READY, false, "WaitingForControlPlane", message);
-                if cluster.spec.kind == ClusterKind::Slurm {
-                    observed.set(SLURM_READY, false, "WaitingForControlPlane", message);
-                }
-            }
-        }
-
-        // 6. Status.
+    /// Step 6: `Ready` from the required conditions, the phase, and the status written; the
+    /// outcome says when to run again.
+    async fn status(
+        &self,
+        cluster: &Cluster,
+        pools: &[NodePool],
+        pool_status: &[(&NodePool, NodePoolStatus)],
+        observed: &mut Observed,
+        waiting_for_capacity: bool,
+    ) -> Result<Outcome, Stop> {
         let mut required = vec![NAMESPACE_READY, CONTROL_PLANE_READY, MACHINES_ALLOCATED, NODES_READY, STACK_READY];
         if cluster.spec.kind == ClusterKind::Slurm {
             required.push(SLURM_READY);
@@ -266,35 +315,26 @@ impl ClusterReconciler {
         let ready = missing.is_empty();
         let message = if ready { String::new() } else { format!("not ready: {}", missing.join(", ")) };
         observed.set(READY, ready, if ready { "Ready" } else { "Reconciling" }, &message);
-        let before = cluster.status.observed_generation;
-        let (phase, observed_generation) = if ready {
-            (ClusterPhase::Ready, cluster.generation)
-        } else if before == 0 {
-            (ClusterPhase::Provisioning, 0)
-        } else if cluster.generation > before {
-            (ClusterPhase::Updating, before)
-        } else {
-            (ClusterPhase::Degraded, before)
-        };
+        let (phase, observed_generation) = phase(cluster, ready);
         if ready && !Observed::was_true(&cluster.status.conditions, READY) {
             observed.events.push(("Normal", "ClusterReady", "the cluster is ready".to_owned()));
         }
         let steps = steps(&observed.conditions, &required);
-        let written = self.write(cluster, pools, &pool_status, observed, phase, observed_generation, &steps).await?;
+        let written = self.write(cluster, pools, pool_status, observed, phase, observed_generation, &steps).await?;
         if !written {
             return Ok(Outcome::wait(Duration::ZERO, "status_conflict", "the status changed under the run; again"));
         }
         Ok(if ready {
             Outcome::Done
-        } else if waiting_for_capacity && cp.ready {
+        } else if waiting_for_capacity {
             Outcome::wait(CAPACITY_WAIT, "insufficient_capacity", "waiting for machines")
         } else {
             Outcome::wait(self.settings.poll, "converging", message)
         })
     }
 
-    /// Releases surplus machines and allocates the shortfall; true when the cluster waits for
-    /// capacity (or quota).
+    /// Releases surplus machines, marks emptied deleting pools deleted and allocates the
+    /// shortfall, in one transaction; true when the cluster waits for capacity (or quota).
     async fn machines(
         &self,
         cluster: &Cluster,
@@ -302,82 +342,65 @@ impl ClusterReconciler {
         held: &[HeldMachine],
         observed: &mut Observed,
     ) -> Result<bool, Stop> {
-        let mut release = Vec::new();
-        let mut needs = Vec::new();
-        let mut gone_pools = Vec::new();
-        for pool in pools {
-            let want = if pool.deleting { 0 } else { pool.spec.count as usize };
-            let mut holding: Vec<&HeldMachine> = held
-                .iter()
-                .filter(|m| m.node_pool_id == pool.id && lifecycle::HELD.contains(&m.state.as_str()))
-                .collect();
-            if holding.len() > want {
-                // Give back the machines that serve least first: not yet provisioned, then
-                // provisioning, then active; the newest first within each.
-                holding.sort_by_key(|m| (release_rank(m.state), std::cmp::Reverse(m.id.uuid())));
-                release.extend(holding.iter().take(holding.len() - want).map(|m| (*m).clone()));
-            } else if holding.len() < want {
-                let count = u32::try_from(want - holding.len()).unwrap_or(u32::MAX);
-                needs.push(Need {
-                    node_pool_id: pool.id,
-                    machine_class_id: pool.machine_class_id,
-                    gpu_count: pool.gpu_count,
-                    count,
-                });
-            }
-            if pool.deleting && !held.iter().any(|m| m.node_pool_id == pool.id) {
-                gone_pools.push(pool.id);
-            }
-        }
+        let plan = MachinePlan::of(pools, held);
         let mut tx = self.services.store().begin().await?;
-        for m in &release {
+        for m in &plan.release {
             if lifecycle::begin_release(&mut tx, m.id, m.state, m.status_version).await? {
                 // The custody entry is sealed in the transition's own transaction.
                 self.services.custody_seal(&mut tx, m.id).await?;
                 lifecycle::enqueue_machine(&mut tx, m.id).await?;
             }
         }
-        if !release.is_empty() {
-            let message = format!("{} machine(s) are being released", release.len());
+        if !plan.release.is_empty() {
+            let message = format!("{} machine(s) are being released", plan.release.len());
             observed.events.push(("Normal", "MachinesReleasing", message));
         }
-        for pool in &gone_pools {
-            store::pool_mark_deleted(&mut tx, cluster.tenant_id, *pool).await?;
+        for pool in &plan.gone_pools {
+            node_pool::mark_deleted(&mut tx, cluster.tenant_id, *pool).await?;
             operation::succeed(&mut tx, pool.uuid(), None, &json!([])).await?;
         }
-        let mut waiting = false;
-        if needs.is_empty() {
+        let waiting = if plan.needs.is_empty() {
             observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
+            false
         } else {
-            match lifecycle::allocate(&mut tx, cluster.tenant_id, cluster.id, &needs).await? {
-                Allocation::Allocated(machines) => {
-                    for machine in &machines {
-                        self.services.custody_seal(&mut tx, *machine).await?;
-                    }
-                    observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
-                    let message = format!("{} machine(s) allocated", machines.len());
-                    observed.events.push(("Normal", "MachinesAllocated", message));
-                }
-                Allocation::Behind { .. } => {
-                    waiting = true;
-                    let message = "waiting for machines: an earlier request for the same machine class goes first";
-                    self.insufficient(observed, "InsufficientCapacity", message);
-                }
-                Allocation::Short { machine_class, needed, available } => {
-                    waiting = true;
-                    let message =
-                        format!("waiting for machines: needs {needed} {machine_class}, {available} available");
-                    self.insufficient(observed, "InsufficientCapacity", &message);
-                }
-                Allocation::OverQuota { quota, limit, would_hold } => {
-                    waiting = true;
-                    let message = format!("the tenant's {quota} quota ({limit}) would be exceeded ({would_hold})");
-                    self.insufficient(observed, "QuotaExceeded", &message);
-                }
-            }
-        }
+            self.allocate(&mut tx, cluster, &plan.needs, observed).await?
+        };
         tx.commit().await.map_err(StoreError::from)?;
         Ok(waiting)
+    }
+
+    /// Allocates `needs` all or nothing in the caller's transaction; true when the cluster waits.
+    async fn allocate(
+        &self,
+        conn: &mut Conn,
+        cluster: &Cluster,
+        needs: &[Need],
+        observed: &mut Observed,
+    ) -> Result<bool, StoreError> {
+        match allocation::allocate(conn, cluster.tenant_id, cluster.id, needs).await? {
+            Allocation::Allocated(machines) => {
+                for machine in &machines {
+                    self.services.custody_seal(conn, *machine).await?;
+                }
+                observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
+                let message = format!("{} machine(s) allocated", machines.len());
+                observed.events.push(("Normal", "MachinesAllocated", message));
+                return Ok(false);
+            }
+            Allocation::Behind { .. } => {
+                let message = "waiting for machines: an earlier request for the same machine class goes first";
+                self.insufficient(observed, "InsufficientCapacity", message);
+            }
+            Allocation::Short { machine_class, needed, available } => {
+                let message = format!("waiting for machines: needs {needed} {machine_class}, {available} available");
+                self.insufficient(observed, "InsufficientCapacity", &message);
+            }
+            Allocation::OverQuota { quota, limit, would_hold } => {
+                let message = format!("the tenant's {quota} quota ({limit}) would be exceeded ({would_hold})");
+                self.insufficient(observed, "QuotaExceeded", &message);
+            }
+        }
+        Ok(true)
     }
 
     fn insufficient(&self, observed: &mut Observed, reason: &'static str, message: &str) {
@@ -386,15 +409,6 @@ impl ClusterReconciler {
         if was.as_deref() != Some(reason) {
             observed.events.push(("Warning", reason, message.to_owned()));
         }
-    }
-
-    async fn slurm(
-        &self,
-        kube: &KubeDrivers,
-        access: &TenantAccess,
-        desired: &SlurmDesired,
-    ) -> Result<paddock_domain::driver::SlurmStatus, Stop> {
-        kube.slurm.ensure_slurm(access, desired).await.map_err(|e| Stop::Driver(SLURM_READY, e))
     }
 
     /// The cluster's Slurm secrets: generated once, stored sealed, then always the stored ones.
@@ -462,7 +476,7 @@ impl ClusterReconciler {
         }
         if !held.is_empty() {
             let mut tx = self.services.store().begin().await?;
-            for m in held.iter().filter(|m| lifecycle::HELD.contains(&m.state.as_str())) {
+            for m in held.iter().filter(|m| allocation::HELD.contains(&m.state.as_str())) {
                 if lifecycle::begin_release(&mut tx, m.id, m.state, m.status_version).await? {
                     self.services.custody_seal(&mut tx, m.id).await?;
                     lifecycle::enqueue_machine(&mut tx, m.id).await?;
@@ -488,8 +502,15 @@ impl ClusterReconciler {
         }
         let mut tx = self.services.store().begin().await?;
         let pool_ids = store::mark_deleted(&mut tx, cluster.tenant_id, cluster.id).await?;
-        store::event_insert(&mut tx, cluster.tenant_id, cluster.id, "Normal", "ClusterDeleted", "the cluster is gone")
-            .await?;
+        cluster_event::insert(
+            &mut tx,
+            cluster.tenant_id,
+            cluster.id,
+            "Normal",
+            "ClusterDeleted",
+            "the cluster is gone",
+        )
+        .await?;
         operation::succeed(&mut tx, cluster.id.uuid(), None, &json!([])).await?;
         for pool in pool_ids {
             operation::succeed(&mut tx, pool, None, &json!([])).await?;
@@ -515,7 +536,7 @@ impl ClusterReconciler {
 
     /// Writes the run's status, pool counts, events and operation progress in one transaction;
     /// false when the status guard was lost (nothing written).
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments, reason = "one run's whole status, written in one transaction")]
     async fn write(
         &self,
         cluster: &Cluster,
@@ -540,10 +561,10 @@ impl ClusterReconciler {
         let ready = phase == ClusterPhase::Ready;
         for (pool, status) in pool_status {
             let pool_observed = ready.then_some(pool.generation);
-            store::set_pool_status(&mut tx, tenant, pool.id, status, pool_observed).await?;
+            node_pool::set_status(&mut tx, tenant, pool.id, status, pool_observed).await?;
         }
         for (type_, reason, message) in &observed.events {
-            store::event_insert(&mut tx, tenant, id, type_, reason, message).await?;
+            cluster_event::insert(&mut tx, tenant, id, type_, reason, message).await?;
         }
         let mut targets = vec![id.uuid()];
         targets.extend(pools.iter().map(|p| p.id.uuid()));
@@ -607,7 +628,7 @@ impl ClusterReconciler {
                 let mut conn = self.services.store().conn().await?;
                 let problem = failed_problem(422, e.code.clone(), e.message.clone());
                 let mut targets = vec![cluster.id.uuid()];
-                let pools = store::pools_of(&mut conn, cluster.tenant_id, cluster.id).await?;
+                let pools = node_pool::of_cluster(&mut conn, cluster.tenant_id, cluster.id).await?;
                 targets.extend(pools.iter().map(|p| p.id.uuid()));
                 operation::fail_open(&mut conn, &targets, &problem).await?;
             }
@@ -653,12 +674,91 @@ impl ClusterReconciler {
     }
 }
 
+/// What step 3 does to a cluster's pools.
+#[derive(Default)]
+struct MachinePlan {
+    /// Surplus machines to give back.
+    release: Vec<HeldMachine>,
+    /// The shortfall to allocate.
+    needs: Vec<Need>,
+    /// Deleting pools that hold no machine any more.
+    gone_pools: Vec<NodePoolId>,
+}
+
+impl MachinePlan {
+    fn of(pools: &[NodePool], held: &[HeldMachine]) -> Self {
+        let mut plan = Self::default();
+        for pool in pools {
+            let want = if pool.deleting { 0 } else { pool.spec.count as usize };
+            let mut holding: Vec<&HeldMachine> = held
+                .iter()
+                .filter(|m| m.node_pool_id == pool.id && allocation::HELD.contains(&m.state.as_str()))
+                .collect();
+            if holding.len() > want {
+                // Give back the machines that serve least first: not yet provisioned, then
+                // provisioning, then active; the newest first within each.
+                holding.sort_by_key(|m| (release_rank(m.state), std::cmp::Reverse(m.id.uuid())));
+                plan.release.extend(holding.iter().take(holding.len() - want).map(|m| (*m).clone()));
+            } else if holding.len() < want {
+                let count = u32::try_from(want - holding.len()).unwrap_or(u32::MAX);
+                plan.needs.push(Need {
+                    node_pool_id: pool.id,
+                    machine_class_id: pool.machine_class_id,
+                    gpu_count: pool.gpu_count,
+                    count,
+                });
+            }
+            if pool.deleting && !held.iter().any(|m| m.node_pool_id == pool.id) {
+                plan.gone_pools.push(pool.id);
+            }
+        }
+        plan
+    }
+}
+
 /// The order in which surplus machines are given back.
 fn release_rank(state: MachineState) -> u8 {
     match state {
         MachineState::Allocated => 0,
         MachineState::Provisioning => 1,
         _ => 2,
+    }
+}
+
+/// Step 3's `NodesReady`: every wanted node ready and every held machine active; each pool's
+/// status.
+fn nodes<'a>(
+    pools: &'a [NodePool],
+    held: &[HeldMachine],
+    observed: &mut Observed,
+) -> Vec<(&'a NodePool, NodePoolStatus)> {
+    let pool_status = pool_statuses(pools, held);
+    let (ready_nodes, wanted_nodes) = pool_status
+        .iter()
+        .filter(|(p, _)| !p.deleting)
+        .fold((0, 0), |(r, w), (p, s)| (r + s.ready.min(p.spec.count), w + p.spec.count));
+    let nodes_ready = ready_nodes == wanted_nodes && held.iter().all(|m| m.state == MachineState::Active);
+    observed.set(
+        NODES_READY,
+        nodes_ready,
+        if nodes_ready { "Ready" } else { "Provisioning" },
+        &format!("{ready_nodes} of {wanted_nodes} nodes ready"),
+    );
+    pool_status
+}
+
+/// The phase and observed generation of a run that found the cluster `ready` or not (SPEC
+/// section 4).
+fn phase(cluster: &Cluster, ready: bool) -> (ClusterPhase, i64) {
+    let before = cluster.status.observed_generation;
+    if ready {
+        (ClusterPhase::Ready, cluster.generation)
+    } else if before == 0 {
+        (ClusterPhase::Provisioning, 0)
+    } else if cluster.generation > before {
+        (ClusterPhase::Updating, before)
+    } else {
+        (ClusterPhase::Degraded, before)
     }
 }
 
@@ -670,7 +770,7 @@ fn pool_statuses<'a>(pools: &'a [NodePool], held: &[HeldMachine]) -> Vec<(&'a No
         .map(|pool| {
             let mine = held.iter().filter(|m| m.node_pool_id == pool.id);
             let ready = mine.clone().filter(|m| m.state == MachineState::Active).count();
-            let allocated = mine.filter(|m| lifecycle::HELD.contains(&m.state.as_str())).count();
+            let allocated = mine.filter(|m| allocation::HELD.contains(&m.state.as_str())).count();
             let mut conditions = pool.status.conditions.clone();
             let want = pool.spec.count as usize;
             let (status, reason) = if ready >= want { ("True", "Ready") } else { ("False", "Provisioning") };

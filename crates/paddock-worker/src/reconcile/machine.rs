@@ -41,7 +41,7 @@ use paddock_service::agent::AgentRun;
 use paddock_service::Services;
 use paddock_store::lifecycle;
 use paddock_store::run::{self, Run, RunPurpose};
-use paddock_store::{cluster, machine, machine_class, StoreError};
+use paddock_store::{cluster, machine, machine_class, node_pool, StoreError};
 use paddock_types::agent::{AgentPurpose, WipeConfig, WipeDrive};
 use paddock_types::cluster::ClusterKind;
 use paddock_types::machine::{LastError, MachineState};
@@ -692,7 +692,7 @@ impl MachineReconciler {
         let Some(c) = cluster::get(&mut conn, tenant, cluster_id, false).await? else {
             return Ok(None);
         };
-        let Some(pool) = cluster::pool_get(&mut conn, tenant, cluster_id, pool_id, false).await? else {
+        let Some(pool) = node_pool::get(&mut conn, tenant, cluster_id, pool_id, false).await? else {
             return Ok(None);
         };
         let Some(reference) = cluster_ref(&mut conn, tenant, cluster_id, &c.spec.name).await? else {

@@ -33,7 +33,8 @@ use paddock_domain::model::Machine;
 use paddock_domain::secret::Binding;
 use paddock_redfish::{BmcLimiter, PowerState, RedfishBmc, SystemUuid};
 use paddock_service::agent::AgentSettings;
-use paddock_store::lifecycle::{self, Allocation, Need};
+use paddock_store::allocation::{self, Allocation, Need};
+use paddock_store::lifecycle;
 use paddock_store::{cluster, machine, run, Store};
 use paddock_testkit::{admin, TestApp};
 use paddock_types::machine::MachineState;
@@ -535,7 +536,7 @@ impl Bench {
 
     async fn allocate(&self, tenant: TenantId, cluster: ClusterId, need: Need) -> Allocation {
         let mut tx = self.store.begin().await.expect("begin");
-        let outcome = lifecycle::allocate(&mut tx, tenant, cluster, &[need]).await.expect("allocate");
+        let outcome = allocation::allocate(&mut tx, tenant, cluster, &[need]).await.expect("allocate");
         tx.commit().await.expect("commit");
         outcome
     }
