@@ -6,7 +6,8 @@ use paddock_testkit::TestApp;
 async fn a_thousand_made_up_methods_add_one_series() {
     let app = TestApp::new().await;
     let series = |text: &str| text.lines().filter(|l| l.starts_with("paddock_http_requests_total{")).count();
-    let scrape = || async { String::from_utf8(app.get("/metrics").send().await.expect(200).body.to_vec()).expect("utf-8") };
+    let scrape =
+        || async { String::from_utf8(app.get("/metrics").send().await.expect(200).body.to_vec()).expect("utf-8") };
     let before = series(&scrape().await);
     for i in 0..1000 {
         let method = http::Method::from_bytes(format!("M{i:04}X").as_bytes()).expect("a token");

@@ -19,7 +19,6 @@ use uuid::Uuid;
 use crate::custody::{self, WORKER_ACTOR};
 use crate::{job, Conn, StoreError};
 
-
 /// A machine's holder as a transition returns it: allocation, tenant, cluster, pool, system UUID.
 type Holder = (Option<Uuid>, Option<Uuid>, Option<Uuid>, Option<Uuid>, Option<String>);
 

@@ -430,7 +430,9 @@ mod tests {
         ])
         .expect("parses");
         let shown = format!("{:?}", cli.settings);
-        for secret in ["db-password-1", "jwt-secret-2", "encryption-key-3", "old-key-4", "ledger-key-5", "signing-key-6"] {
+        for secret in
+            ["db-password-1", "jwt-secret-2", "encryption-key-3", "old-key-4", "ledger-key-5", "signing-key-6"]
+        {
             assert!(!shown.contains(secret), "{secret} in {shown}");
         }
         assert!(shown.contains("postgres://paddock:%3Credacted%3E@db.example:5432/paddock"), "{shown}");

@@ -128,7 +128,9 @@ pub(crate) fn mint(
 ) -> anyhow::Result<String> {
     let max = i64::try_from(settings.token_max_lifetime).unwrap_or(i64::MAX);
     if !(1..=max).contains(&ttl) {
-        anyhow::bail!("--ttl must be between 1 and {max} seconds (PADDOCK_TOKEN_MAX_LIFETIME): a longer token is refused");
+        anyhow::bail!(
+            "--ttl must be between 1 and {max} seconds (PADDOCK_TOKEN_MAX_LIFETIME): a longer token is refused"
+        );
     }
     let now = chrono::Utc::now().timestamp();
     let claims = Claims {
