@@ -243,7 +243,7 @@ impl Services {
                 return Err(self.agent_run(TokenKind::Agent, agent_token).await.err().unwrap_or_else(used));
             }
             // The machine's reconciler carries on at once (it also looks again by itself).
-            paddock_store::lifecycle::enqueue_machine(&mut tx, MachineId(found.machine_id)).await.map_err(db)?;
+            paddock_store::lifecycle::enqueue_machine(&mut tx, MachineId(found.machine_id), None).await.map_err(db)?;
             let details = json!({
                 "run_id": found.run_id, "purpose": found.purpose, "verified": verified, "failure": failure,
                 "image_sha256": report.image_sha256,

@@ -9,6 +9,7 @@
 
 use chrono::{DateTime, Utc};
 use paddock_domain::cluster::{quota_excess, Demand};
+use paddock_domain::machine::HELD;
 use paddock_types::machine::MachineState;
 use paddock_types::tenant::Quotas;
 use paddock_types::{ClusterId, MachineClassId, MachineId, NodePoolId, TenantId};
@@ -18,8 +19,10 @@ use crate::custody::WORKER_ACTOR;
 use crate::lifecycle::{enqueue_machine, wake_waiting};
 use crate::{Conn, StoreError};
 
-/// The states in which a machine serves (or is being given to) its pool: what a pool *holds*.
-pub const HELD: [&str; 3] = ["allocated", "provisioning", "active"];
+/// [`HELD`] as stored, for queries.
+fn held() -> [&'static str; 3] {
+    HELD.map(MachineState::as_str)
+}
 
 /// What one pool of a cluster still needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,7 +152,7 @@ async fn try_allocate(
     };
     assign(conn, tenant, cluster, &picked).await?;
     for (machine, _) in &picked {
-        enqueue_machine(conn, *machine).await?;
+        enqueue_machine(conn, *machine, None).await?;
     }
     Ok(Allocation::Allocated(picked.into_iter().map(|(m, _)| m).collect()))
 }
@@ -168,12 +171,13 @@ async fn waiting_ahead(
            and c.deleted_at is null and (c.waiting_since, c.id) < ($2, $1) \
            and p.machine_class_id = any($3) and p.deleted_at is null and p.deletion_requested_at is null \
            and p.count > (select count(*) from machines m where m.node_pool_id = p.id \
-                          and m.state in ('allocated', 'provisioning', 'active')) \
+                          and m.state = any($4)) \
          order by c.waiting_since, c.id limit 1",
     )
     .bind(cluster.uuid())
     .bind(since)
     .bind(classes)
+    .bind(&held()[..])
     .fetch_optional(&mut *conn)
     .await?;
     Ok(ahead.map(ClusterId))
@@ -184,7 +188,7 @@ async fn waiting_ahead(
 /// safety net behind the API's check.
 async fn over_quota(conn: &mut Conn, tenant: TenantId, needs: &[Need]) -> Result<Option<Allocation>, StoreError> {
     let (max_nodes, max_gpus): (Option<i32>, Option<i32>) =
-        sqlx::query_as("select max_nodes, max_gpus from tenants where id = $1 for update")
+        sqlx::query_as("select max_nodes, max_gpus from tenants where id = $1 for no key update")
             .bind(tenant.uuid())
             .fetch_one(&mut *conn)
             .await?;
@@ -194,9 +198,10 @@ async fn over_quota(conn: &mut Conn, tenant: TenantId, needs: &[Need]) -> Result
     let (nodes, gpus): (i64, i64) = sqlx::query_as(
         "select count(*), coalesce(sum(c.gpu_count), 0)::bigint from machines m \
          join machine_classes c on c.id = m.machine_class_id where m.tenant_id = $1 \
-         and m.state in ('allocated', 'provisioning', 'active')",
+         and m.state = any($2)",
     )
     .bind(tenant.uuid())
+    .bind(&held()[..])
     .fetch_one(&mut *conn)
     .await?;
     let held = |v: i64| u64::try_from(v).unwrap_or(0);

@@ -10,8 +10,9 @@
 //! its evidence, in the same transaction (a savepoint when the caller already holds one).
 
 use chrono::{DateTime, Utc};
+use paddock_domain::job_kind::{ClusterJob, MachineJob, Payload};
 use paddock_types::machine::MachineState;
-use paddock_types::{ClusterId, MachineClassId, MachineId, TenantId};
+use paddock_types::{ClusterId, MachineClassId, MachineId, OperationId, TenantId};
 use serde_json::{json, Value};
 use sqlx::Connection;
 use uuid::Uuid;
@@ -244,7 +245,7 @@ pub async fn enqueue_cluster(conn: &mut Conn, tenant: TenantId, cluster: Cluster
         kind: paddock_domain::job_kind::CLUSTER_RECONCILE,
         target_type: "cluster",
         target_id: cluster.uuid(),
-        payload: json!({ "tenant_id": tenant, "cluster_id": cluster }),
+        payload: ClusterJob { tenant_id: tenant, cluster_id: cluster }.to_value(),
         operation_id: None,
         run_at: None,
     };
@@ -252,14 +253,19 @@ pub async fn enqueue_cluster(conn: &mut Conn, tenant: TenantId, cluster: Cluster
     Ok(())
 }
 
-/// Enqueues a machine's reconcile job (merged with one already queued; no operation).
-pub async fn enqueue_machine(conn: &mut Conn, machine: MachineId) -> Result<(), StoreError> {
+/// Enqueues a machine's reconcile job (merged with one already queued), reporting to `operation`
+/// when an accepted request asked for it.
+pub async fn enqueue_machine(
+    conn: &mut Conn,
+    machine: MachineId,
+    operation: Option<OperationId>,
+) -> Result<(), StoreError> {
     let new = job::NewJob {
         kind: paddock_domain::job_kind::MACHINE_RECONCILE,
         target_type: "machine",
         target_id: machine.uuid(),
-        payload: json!({ "machine_id": machine }),
-        operation_id: None,
+        payload: MachineJob { machine_id: machine }.to_value(),
+        operation_id: operation,
         run_at: None,
     };
     job::enqueue(conn, &new).await?;

@@ -4,7 +4,7 @@ use chrono::Utc;
 use paddock_domain::cluster::set_condition;
 use paddock_store::allocation::{self, Allocation};
 use paddock_store::{cluster, lifecycle, machine};
-use paddock_types::cluster::{ClusterPhase, Endpoints};
+use paddock_types::cluster::{ClusterPhase, ConditionStatus, Endpoints};
 use paddock_types::machine::MachineState;
 
 use crate::support::{class, cluster as new_cluster, count, db, machine as new_machine, state, tenant};
@@ -28,7 +28,7 @@ async fn a_cluster_status_write_on_a_stale_version_writes_nothing() {
     let (_, _, v) = status(&store, c).await;
 
     let mut conditions = Vec::new();
-    set_condition(&mut conditions, "Ready", "False", "Reconciling", "not yet", Utc::now());
+    set_condition(&mut conditions, "Ready", ConditionStatus::False, "Reconciling", "not yet", Utc::now());
     let endpoints = Endpoints::default();
     let write = cluster::StatusWrite {
         phase: ClusterPhase::Provisioning,
@@ -54,7 +54,7 @@ async fn a_cluster_status_write_on_a_stale_version_writes_nothing() {
 
     // Conditions alone: the same guard.
     let (_, stored, current) = status(&store, c).await;
-    set_condition(&mut conditions, "Ready", "True", "Ready", "", Utc::now());
+    set_condition(&mut conditions, "Ready", ConditionStatus::True, "Ready", "", Utc::now());
     assert!(!cluster::set_conditions(&mut conn, t, c, current - 1, &conditions).await.expect("stale"));
     assert_eq!(status(&store, c).await, ("provisioning".to_owned(), stored, current));
     assert!(cluster::set_conditions(&mut conn, t, c, current, &conditions).await.expect("current"));

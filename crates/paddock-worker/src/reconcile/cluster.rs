@@ -27,12 +27,13 @@ use paddock_domain::driver::{
     ClusterRef, ControlPlaneSpec, ControlPlaneStatus, DriverError, KubeDrivers, Removal, SlurmDesired, SlurmPool,
     SlurmSecrets, TenantAccess,
 };
-use paddock_domain::job_kind::CLUSTER_RECONCILE;
+use paddock_domain::job_kind::{ClusterJob, Payload, CLUSTER_RECONCILE};
+use paddock_domain::machine::HELD;
 use paddock_domain::secret::{Binding, SecretString};
 use paddock_service::Services;
 use paddock_store::allocation::{self, Allocation, HeldMachine, Need};
 use paddock_store::{cluster as store, cluster_event, lifecycle, node_pool, operation, Conn, StoreError};
-use paddock_types::cluster::{ClusterKind, ClusterPhase, Condition, NodePoolStatus};
+use paddock_types::cluster::{ClusterKind, ClusterPhase, Condition, ConditionStatus, NodePoolStatus};
 use paddock_types::machine::MachineState;
 use paddock_types::{ClusterId, NodePoolId, TenantId};
 use serde_json::{json, Value};
@@ -84,16 +85,16 @@ struct Observed {
 
 impl Observed {
     fn set(&mut self, type_: &str, ok: bool, reason: &str, message: &str) {
-        let status = if ok { "True" } else { "False" };
+        let status = ConditionStatus::from(ok);
         set_condition(&mut self.conditions, type_, status, reason, message, self.now);
     }
 
     fn is_true(&self, type_: &str) -> bool {
-        self.conditions.iter().any(|c| c.type_ == type_ && c.status == "True")
+        self.conditions.iter().any(|c| c.type_ == type_ && c.status == ConditionStatus::True)
     }
 
     fn was_true(before: &[Condition], type_: &str) -> bool {
-        before.iter().any(|c| c.type_ == type_ && c.status == "True")
+        before.iter().any(|c| c.type_ == type_ && c.status == ConditionStatus::True)
     }
 }
 
@@ -253,7 +254,7 @@ impl ClusterReconciler {
         }
         let mut tx = self.services.store().begin().await?;
         for machine in waiting {
-            lifecycle::enqueue_machine(&mut tx, machine).await?;
+            lifecycle::enqueue_machine(&mut tx, machine, None).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -348,7 +349,7 @@ impl ClusterReconciler {
             if lifecycle::begin_release(&mut tx, m.id, m.state, m.status_version).await? {
                 // The custody entry is sealed in the transition's own transaction.
                 self.services.custody_seal(&mut tx, m.id).await?;
-                lifecycle::enqueue_machine(&mut tx, m.id).await?;
+                lifecycle::enqueue_machine(&mut tx, m.id, None).await?;
             }
         }
         if !plan.release.is_empty() {
@@ -476,10 +477,10 @@ impl ClusterReconciler {
         }
         if !held.is_empty() {
             let mut tx = self.services.store().begin().await?;
-            for m in held.iter().filter(|m| allocation::HELD.contains(&m.state.as_str())) {
+            for m in held.iter().filter(|m| HELD.contains(&m.state)) {
                 if lifecycle::begin_release(&mut tx, m.id, m.state, m.status_version).await? {
                     self.services.custody_seal(&mut tx, m.id).await?;
-                    lifecycle::enqueue_machine(&mut tx, m.id).await?;
+                    lifecycle::enqueue_machine(&mut tx, m.id, None).await?;
                 }
             }
             tx.commit().await.map_err(StoreError::from)?;
@@ -656,7 +657,14 @@ impl ClusterReconciler {
                     return Ok(false);
                 };
                 let mut conditions = current.status.conditions.clone();
-                if !set_condition(&mut conditions, READY, "False", "DriverNotConfigured", message, Utc::now()) {
+                if !set_condition(
+                    &mut conditions,
+                    READY,
+                    ConditionStatus::False,
+                    "DriverNotConfigured",
+                    message,
+                    Utc::now(),
+                ) {
                     return Ok(true);
                 }
                 if store::set_conditions(&mut conn, tenant, id, current.status_version, &conditions).await? {
@@ -690,10 +698,8 @@ impl MachinePlan {
         let mut plan = Self::default();
         for pool in pools {
             let want = if pool.deleting { 0 } else { pool.spec.count as usize };
-            let mut holding: Vec<&HeldMachine> = held
-                .iter()
-                .filter(|m| m.node_pool_id == pool.id && allocation::HELD.contains(&m.state.as_str()))
-                .collect();
+            let mut holding: Vec<&HeldMachine> =
+                held.iter().filter(|m| m.node_pool_id == pool.id && HELD.contains(&m.state)).collect();
             if holding.len() > want {
                 // Give back the machines that serve least first: not yet provisioned, then
                 // provisioning, then active; the newest first within each.
@@ -770,10 +776,11 @@ fn pool_statuses<'a>(pools: &'a [NodePool], held: &[HeldMachine]) -> Vec<(&'a No
         .map(|pool| {
             let mine = held.iter().filter(|m| m.node_pool_id == pool.id);
             let ready = mine.clone().filter(|m| m.state == MachineState::Active).count();
-            let allocated = mine.filter(|m| allocation::HELD.contains(&m.state.as_str())).count();
+            let allocated = mine.filter(|m| HELD.contains(&m.state)).count();
             let mut conditions = pool.status.conditions.clone();
             let want = pool.spec.count as usize;
-            let (status, reason) = if ready >= want { ("True", "Ready") } else { ("False", "Provisioning") };
+            let (status, reason) =
+                if ready >= want { (ConditionStatus::True, "Ready") } else { (ConditionStatus::False, "Provisioning") };
             let message = format!("{ready} of {want} nodes ready");
             set_condition(&mut conditions, NODES_READY, status, reason, &message, now);
             let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
@@ -829,7 +836,7 @@ fn steps(conditions: &[Condition], required: &[&str]) -> Value {
         .iter()
         .map(|type_| {
             let condition = conditions.iter().find(|c| c.type_ == *type_);
-            let done = condition.is_some_and(|c| c.status == "True");
+            let done = condition.is_some_and(|c| c.status == ConditionStatus::True);
             let name = step_name(type_);
             if done && !running_seen {
                 let at = condition.map(|c| c.last_transition_time);
@@ -864,13 +871,12 @@ impl JobHandler for ClusterReconciler {
     }
 
     fn run<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Outcome> {
-        let tenant = job.payload.get("tenant_id").and_then(|v| v.as_str()).and_then(|s| s.parse().ok());
-        match tenant {
-            Some(tenant) => {
-                async move { super::patient(self.reconcile(TenantId(tenant), ClusterId(job.target_id)).await, job) }
-                    .boxed()
+        match ClusterJob::from_value(&job.payload) {
+            Ok(c) => async move { super::patient(self.reconcile(c.tenant_id, c.cluster_id).await, job) }.boxed(),
+            Err(e) => {
+                let detail = format!("the job's payload is not a cluster's: {e}");
+                async move { Outcome::fail("bad_job", detail) }.boxed()
             }
-            None => async { Outcome::fail("bad_job", "the job's payload lacks the cluster's tenant_id") }.boxed(),
         }
     }
 }
