@@ -3,8 +3,9 @@
 
 use paddock_domain::cursor::PageRequest;
 use paddock_domain::{Error, Permission, Result};
-use paddock_store::operation::{self as store, NewOperation, OperationFilter};
+use paddock_store::operation::{self as store, NewOperation};
 use paddock_store::{lifecycle, Conn};
+use paddock_types::operation::OperationFilter;
 use paddock_types::operation::OperationView;
 use paddock_types::{ClusterId, MachineId, NodePoolId, OperationId, TenantId};
 

@@ -1,6 +1,7 @@
 //! Operations.
 
 use chrono::{DateTime, Utc};
+use paddock_types::operation::OperationFilter;
 use paddock_types::operation::{OperationState, OperationStep, OperationTarget, OperationView};
 use paddock_types::problem::Problem;
 use paddock_types::{OperationId, TenantId};
@@ -104,17 +105,6 @@ pub async fn get(
     .fetch_optional(conn)
     .await?;
     row.map(OperationView::try_from).transpose()
-}
-
-/// Filters of the operation lists.
-#[derive(Debug, Default, Clone)]
-pub struct OperationFilter {
-    /// Only this tenant's operations.
-    pub tenant_id: Option<TenantId>,
-    /// Only operations on this object.
-    pub target_id: Option<Uuid>,
-    /// Only this state.
-    pub state: Option<OperationState>,
 }
 
 /// Operations after `after`, by id.
