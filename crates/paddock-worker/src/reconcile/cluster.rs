@@ -35,6 +35,7 @@ use paddock_store::allocation::{self, Allocation, HeldMachine, Need};
 use paddock_store::{cluster as store, cluster_event, lifecycle, node_pool, operation, Conn, StoreError};
 use paddock_types::cluster::{ClusterKind, ClusterPhase, Condition, ConditionStatus, NodePoolStatus};
 use paddock_types::machine::MachineState;
+use paddock_types::operation::{OperationState, OperationStep};
 use paddock_types::{ClusterId, NodePoolId, TenantId};
 use serde_json::{json, Value};
 
@@ -358,7 +359,7 @@ impl ClusterReconciler {
         }
         for pool in &plan.gone_pools {
             node_pool::mark_deleted(&mut tx, cluster.tenant_id, *pool).await?;
-            operation::succeed(&mut tx, pool.uuid(), None, &json!([])).await?;
+            operation::succeed(&mut tx, pool.uuid(), None, &[]).await?;
         }
         let waiting = if plan.needs.is_empty() {
             observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
@@ -512,9 +513,9 @@ impl ClusterReconciler {
             "the cluster is gone",
         )
         .await?;
-        operation::succeed(&mut tx, cluster.id.uuid(), None, &json!([])).await?;
+        operation::succeed(&mut tx, cluster.id.uuid(), None, &[]).await?;
         for pool in pool_ids {
-            operation::succeed(&mut tx, pool, None, &json!([])).await?;
+            operation::succeed(&mut tx, pool, None, &[]).await?;
         }
         tx.commit().await.map_err(StoreError::from)?;
         Ok(Outcome::Done)
@@ -529,7 +530,12 @@ impl ClusterReconciler {
         message: &str,
     ) -> Result<Outcome, Stop> {
         observed.set(READY, false, "Deleting", message);
-        let steps = json!([{ "name": "delete", "state": "running", "started_at": null, "finished_at": null }]);
+        let steps = [OperationStep {
+            name: "delete".to_owned(),
+            state: OperationState::Running,
+            started_at: None,
+            finished_at: None,
+        }];
         let generation = cluster.status.observed_generation;
         self.write(cluster, pools, &[], observed, ClusterPhase::Deleting, generation, &steps).await?;
         Ok(Outcome::wait(self.settings.poll, "deleting", message.to_owned()))
@@ -546,7 +552,7 @@ impl ClusterReconciler {
         observed: &Observed,
         phase: ClusterPhase,
         observed_generation: i64,
-        steps: &Value,
+        steps: &[OperationStep],
     ) -> Result<bool, StoreError> {
         let (tenant, id) = (cluster.tenant_id, cluster.id);
         let mut tx = self.services.store().begin().await?;
@@ -575,10 +581,8 @@ impl ClusterReconciler {
                 operation::succeed(&mut tx, pool.id.uuid(), Some(pool.generation), steps).await?;
             }
         } else {
-            let current = steps.as_array().and_then(|s| {
-                s.iter().find(|s| s["state"] == "running").and_then(|s| s["name"].as_str()).map(str::to_owned)
-            });
-            operation::progress(&mut tx, &targets, steps, current.as_deref()).await?;
+            let current = steps.iter().find(|s| s.state == OperationState::Running).map(|s| s.name.as_str());
+            operation::progress(&mut tx, &targets, steps, current).await?;
         }
         tx.commit().await?;
         Ok(true)
@@ -622,7 +626,7 @@ impl ClusterReconciler {
         let result = async {
             let generation = cluster.status.observed_generation;
             let pools: Vec<NodePool> = Vec::new();
-            if !self.write(cluster, &pools, &[], &observed, phase, generation, &json!([])).await? {
+            if !self.write(cluster, &pools, &[], &observed, phase, generation, &[]).await? {
                 return Ok(());
             }
             if permanent {
@@ -830,27 +834,25 @@ fn slurm_desired(
 
 /// The operation steps, from the conditions: succeeded up to the first one not true, which is
 /// running; the rest pending.
-fn steps(conditions: &[Condition], required: &[&str]) -> Value {
+fn steps(conditions: &[Condition], required: &[&str]) -> Vec<OperationStep> {
     let mut running_seen = false;
-    let steps: Vec<Value> = required
+    required
         .iter()
         .map(|type_| {
             let condition = conditions.iter().find(|c| c.type_ == *type_);
             let done = condition.is_some_and(|c| c.status == ConditionStatus::True);
-            let name = step_name(type_);
-            if done && !running_seen {
-                let at = condition.map(|c| c.last_transition_time);
-                json!({ "name": name, "state": "succeeded", "started_at": null, "finished_at": at })
+            let at = condition.map(|c| c.last_transition_time);
+            let (state, started_at, finished_at) = if done && !running_seen {
+                (OperationState::Succeeded, None, at)
             } else if !running_seen {
                 running_seen = true;
-                let at = condition.map(|c| c.last_transition_time);
-                json!({ "name": name, "state": "running", "started_at": at, "finished_at": null })
+                (OperationState::Running, at, None)
             } else {
-                json!({ "name": name, "state": "pending", "started_at": null, "finished_at": null })
-            }
+                (OperationState::Pending, None, None)
+            };
+            OperationStep { name: step_name(type_).to_owned(), state, started_at, finished_at }
         })
-        .collect();
-    Value::Array(steps)
+        .collect()
 }
 
 fn step_name(condition: &str) -> &'static str {
