@@ -40,8 +40,17 @@ pub struct Ctx {
 /// A JSON request body, decoded only after the caller was authorized, so that the order of
 /// checks (401, 403, 404, 412/409, then the body: 413, 415, 400, 422) holds for bodies too. A body
 /// the edge could not accept (wrong media type, too large) carries that refusal until decoded.
-#[derive(Debug)]
+/// `Debug` shows its length only: a body may hold a BMC password.
 pub struct Body(std::result::Result<Vec<u8>, Error>);
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Ok(bytes) => write!(f, "Body({} bytes)", bytes.len()),
+            Err(refusal) => f.debug_tuple("Body").field(refusal).finish(),
+        }
+    }
+}
 
 impl Body {
     /// A body of these bytes.
@@ -156,21 +165,22 @@ impl Services {
     pub async fn ready(&self) -> bool {
         self.store.ready().await.unwrap_or(false)
     }
-
-    /// A trail for a write that does not run in [`Services::audited`] (the agent's report, until
-    /// issue 13 rewrites it).
-    fn audit<'a>(&'a self, ctx: &'a Ctx, action: &'static str, target_type: &'static str) -> AuditTrail<'a> {
-        AuditTrail::new(&self.store, ctx, action, target_type)
-    }
-}
-
-/// Maps a store error into the domain error, as `?` does; only `agent.rs` still calls it by
-/// name (issue 13 rewrites that module).
-pub(crate) fn db(e: paddock_store::StoreError) -> Error {
-    e.into()
 }
 
 /// Commits a transaction.
 pub(crate) async fn commit(tx: paddock_store::Tx) -> Result<()> {
     Ok(tx.commit().await.map_err(paddock_store::StoreError::from)?)
+}
+
+#[cfg(test)]
+mod body_tests {
+    use super::Body;
+
+    #[test]
+    fn a_body_never_prints_its_content() {
+        let body = Body::json(&serde_json::json!({ "bmc": { "password": "hunter2-bmc-password" } }));
+        let shown = format!("{body:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.starts_with("Body(") && shown.ends_with(" bytes)"), "{shown}");
+    }
 }
