@@ -106,7 +106,7 @@ fn v1_routes() -> OpenApiRouter<AppState> {
 /// Every route with its documentation; what each group's operations share (security, the
 /// Problem answer, `Idempotency-Key`) is added here, once per group (`routes::doc`).
 fn api_routes() -> OpenApiRouter<AppState> {
-    let groups = [(v1_routes(), Access::Bearer), (agent_routes(), Access::PathToken), (process_routes(), Access::Open)];
+    let groups = [(v1_routes(), Access::Bearer), (agent_routes(), Access::Agent), (process_routes(), Access::Open)];
     groups.into_iter().fold(OpenApiRouter::with_openapi(ApiDoc::openapi()), |api, (mut group, access)| {
         doc::document(group.get_openapi_mut(), access);
         api.merge(group)
