@@ -874,7 +874,10 @@ impl JobHandler for ClusterReconciler {
 
     fn run<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Outcome> {
         match ClusterJob::from_value(&job.payload) {
-            Ok(c) => async move { super::patient(self.reconcile(c.tenant_id, c.cluster_id).await, job) }.boxed(),
+            Ok(c) => async move {
+                super::patient(self.reconcile(c.tenant_id, c.cluster_id).await, job, self.settings.outage_wait)
+            }
+            .boxed(),
             Err(e) => {
                 let detail = format!("the job's payload is not a cluster's: {e}");
                 async move { Outcome::fail("bad_job", detail) }.boxed()

@@ -846,7 +846,8 @@ impl JobHandler for MachineReconciler {
 
     fn run<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Outcome> {
         async move {
-            let outcome = super::patient(self.reconcile(MachineId(job.target_id)).await, job);
+            let outcome =
+                super::patient(self.reconcile(MachineId(job.target_id)).await, job, self.settings.outage_wait);
             match (&outcome, job.operation_id) {
                 (Outcome::Done, Some(operation)) => self.judge(MachineId(job.target_id), operation).await,
                 _ => outcome,
