@@ -134,7 +134,8 @@ async fn serve(database_url: &str, args: &Args) -> anyhow::Result<()> {
     let store = Store::connect_lazy(database_url, pool)?;
     let key = std::env::var("FLEET_BENCH_KEY").unwrap_or_else(|_| Cipher::generate_key());
     let cipher = Arc::new(Cipher::new(&key, &[])?);
-    let services = Services::new(store.clone(), cipher).with_agent_base_url(&format!("http://{listen}"));
+    let services =
+        Services::new(store.clone(), cipher, bench_ledger_key()).with_agent_base_url(&format!("http://{listen}"));
     // One limiter per process, as `paddock serve` (crates/paddock/src/server.rs) makes it.
     let limiter = paddock_redfish::BmcLimiter::new(per_host);
     let drivers = Drivers { bmc: Some(Arc::new(paddock_redfish::RedfishBmc::new(limiter))), kube: None };
@@ -850,4 +851,9 @@ async fn run(admin_url: &str, args: &Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The custody ledger key of the bench's process (`PADDOCK_LEDGER_KEY` of `paddock serve`).
+fn bench_ledger_key() -> paddock_domain::ledger::LedgerKey {
+    paddock_domain::ledger::LedgerKey::new(b"bench-ledger-key-of-at-least-32-bytes".to_vec())
 }

@@ -28,7 +28,7 @@ use utoipa_axum::routes;
 
 pub use state::{ApiConfig, AppState};
 
-use routes::{agent, audit, cluster, health, isolation, machine, machine_class, operation, tenant};
+use routes::{agent, audit, cluster, custody, health, isolation, machine, machine_class, operation, tenant};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -87,6 +87,8 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(machine::machine_maintenance_enter, machine::machine_maintenance_leave))
         .routes(routes!(machine::machine_custody_view))
         .routes(routes!(isolation::isolation_report_view))
+        .routes(routes!(custody::custody_checkpoint_view))
+        .routes(routes!(custody::custody_verify))
         .routes(routes!(operation::operation_list))
         .routes(routes!(operation::operation_view))
         .routes(routes!(operation::tenant_operation_list))

@@ -10,6 +10,7 @@
 //! its evidence, in the same transaction (a savepoint when the caller already holds one).
 
 use chrono::{DateTime, Utc};
+use paddock_domain::ledger::LedgerKey;
 use paddock_types::machine::MachineState;
 use paddock_types::{ClusterId, MachineClassId, MachineId, NodePoolId, TenantId};
 use serde_json::{json, Value};
@@ -76,6 +77,7 @@ fn error_json(code: &str, message: &str) -> Value {
 /// the custody ledger in the same transaction.
 pub async fn start_run(
     conn: &mut Conn,
+    key: &LedgerKey,
     id: MachineId,
     state: MachineState,
     status_version: i64,
@@ -110,7 +112,7 @@ pub async fn start_run(
             "run_id": run_id, "purpose": purpose.as_str(), "allocation_id": allocation,
             "tenant_id": tenant, "cluster_id": cluster, "node_pool_id": pool,
         });
-        custody::append(&mut tx, id, Some(state), to, WORKER_ACTOR, reason, &evidence).await?;
+        custody::append(&mut tx, key, id, Some(state), to, WORKER_ACTOR, reason, &evidence).await?;
     }
     tx.commit().await?;
     Ok(true)
@@ -193,6 +195,7 @@ pub async fn run_report(conn: &mut Conn, machine: MachineId, run_id: Uuid) -> Re
 /// someone else moved the machine first (nothing written).
 pub async fn complete_clean(
     conn: &mut Conn,
+    key: &LedgerKey,
     id: MachineId,
     status_version: i64,
     run_id: Uuid,
@@ -236,7 +239,7 @@ pub async fn complete_clean(
     record.insert("completed_at".to_owned(), json!(completed_at));
     let evidence = Value::Object(record);
     let (from, to) = (MachineState::Cleaning, MachineState::Available);
-    custody::append(conn, id, Some(from), to, WORKER_ACTOR, "verified wipe: every listed drive wiped", &evidence)
+    custody::append(conn, key, id, Some(from), to, WORKER_ACTOR, "verified wipe: every listed drive wiped", &evidence)
         .await?;
     wake_waiting(conn, &[MachineClassId(class)]).await?;
     Ok(true)
@@ -247,6 +250,7 @@ pub async fn complete_clean(
 /// failed or abandoned provisioning boot (`provision_failed`) and maintenance.
 pub async fn end_run(
     conn: &mut Conn,
+    key: &LedgerKey,
     id: MachineId,
     from: MachineState,
     status_version: i64,
@@ -285,7 +289,7 @@ pub async fn end_run(
         "maintenance_reason": reason_now,
         "allocation_id": allocation,
     });
-    custody::append(&mut tx, id, Some(from), to, WORKER_ACTOR, &reason, &evidence).await?;
+    custody::append(&mut tx, key, id, Some(from), to, WORKER_ACTOR, &reason, &evidence).await?;
     tx.commit().await?;
     Ok(true)
 }
@@ -293,6 +297,7 @@ pub async fn end_run(
 /// Makes a provisioned machine `active` as node `node_name` (from `provisioning`, guarded).
 pub async fn activate(
     conn: &mut Conn,
+    key: &LedgerKey,
     id: MachineId,
     status_version: i64,
     node_name: &str,
@@ -319,7 +324,7 @@ pub async fn activate(
     });
     let reason = format!("node {node_name} joined the cluster and is Ready");
     let (from, to) = (MachineState::Provisioning, MachineState::Active);
-    custody::append(&mut tx, id, Some(from), to, WORKER_ACTOR, &reason, &evidence).await?;
+    custody::append(&mut tx, key, id, Some(from), to, WORKER_ACTOR, &reason, &evidence).await?;
     tx.commit().await?;
     Ok(true)
 }
@@ -329,6 +334,7 @@ pub async fn activate(
 /// started (billing stops there). Guarded on the state and version read.
 pub async fn begin_release(
     conn: &mut Conn,
+    key: &LedgerKey,
     id: MachineId,
     from: MachineState,
     status_version: i64,
@@ -359,7 +365,7 @@ pub async fn begin_release(
         "allocation_id": allocation, "tenant_id": tenant, "cluster_id": cluster, "node_pool_id": pool,
         "maintenance_reason": maintenance,
     });
-    custody::append(&mut tx, id, Some(from), MachineState::Releasing, WORKER_ACTOR, &reason, &evidence).await?;
+    custody::append(&mut tx, key, id, Some(from), MachineState::Releasing, WORKER_ACTOR, &reason, &evidence).await?;
     tx.commit().await?;
     Ok(true)
 }
@@ -368,6 +374,7 @@ pub async fn begin_release(
 /// allocation and clearing its holder, in one statement; wakes the cluster it left. Guarded.
 pub async fn finish_release(
     conn: &mut Conn,
+    key: &LedgerKey,
     id: MachineId,
     from: MachineState,
     status_version: i64,
@@ -394,7 +401,7 @@ pub async fn finish_release(
     };
     let evidence = json!({ "allocation_id": allocation, "tenant_id": tenant, "cluster_id": cluster });
     let reason = "tenancy over: the machine is wiped before anyone else gets it";
-    custody::append(&mut tx, id, Some(from), MachineState::Cleaning, WORKER_ACTOR, reason, &evidence).await?;
+    custody::append(&mut tx, key, id, Some(from), MachineState::Cleaning, WORKER_ACTOR, reason, &evidence).await?;
     enqueue_cluster(&mut tx, TenantId(tenant), ClusterId(cluster)).await?;
     tx.commit().await?;
     Ok(true)
@@ -499,6 +506,7 @@ pub enum Allocation {
 /// The caller commits in either case (the waiting mark is the only write on failure).
 pub async fn allocate(
     conn: &mut Conn,
+    key: &LedgerKey,
     tenant: TenantId,
     cluster: ClusterId,
     needs: &[Need],
@@ -518,7 +526,7 @@ pub async fn allocate(
             .bind(cluster.uuid())
             .fetch_one(&mut *conn)
             .await?;
-    let outcome = try_allocate(conn, tenant, cluster, needs, since, &names).await?;
+    let outcome = try_allocate(conn, key, tenant, cluster, needs, since, &names).await?;
     match &outcome {
         Allocation::Allocated(_) => {
             sqlx::query("update clusters set waiting_since = null where tenant_id = $1 and id = $2")
@@ -555,6 +563,7 @@ pub async fn allocate(
 
 async fn try_allocate(
     conn: &mut Conn,
+    key: &LedgerKey,
     tenant: TenantId,
     cluster: ClusterId,
     needs: &[Need],
@@ -636,48 +645,46 @@ async fn try_allocate(
     let machines: Vec<Uuid> = picked.iter().map(|(m, _)| m.uuid()).collect();
     let pools: Vec<Uuid> = picked.iter().map(|(_, p)| p.uuid()).collect();
     let allocations: Vec<Uuid> = picked.iter().map(|_| Uuid::now_v7()).collect();
-    let done = sqlx::query(
+    let moved: Vec<(Uuid, Uuid, Uuid, Uuid)> = sqlx::query_as(
         "with pick as (select * from unnest($1::uuid[], $2::uuid[], $3::uuid[]) as t(machine_id, pool_id, alloc_id)), \
          a as (insert into machine_allocations (id, machine_id, clean_id, tenant_id, cluster_id, node_pool_id, \
                allocated_at) select pick.alloc_id, m.id, m.clean_id, $4, $5, pick.pool_id, clock_timestamp() from pick \
-               join machines m on m.id = pick.machine_id returning id, machine_id, node_pool_id) \
+               join machines m on m.id = pick.machine_id returning id, machine_id, node_pool_id, clean_id) \
          update machines m set state = 'allocated', clean_id = null, allocation_id = a.id, tenant_id = $4, \
              cluster_id = $5, node_pool_id = a.node_pool_id, last_error = null, \
              status_version = m.status_version + 1, updated_at = now() \
-         from a where m.id = a.machine_id and m.state = 'available'",
+         from a where m.id = a.machine_id and m.state = 'available' \
+         returning m.id, a.id, a.node_pool_id, a.clean_id",
     )
     .bind(&machines)
     .bind(&pools)
     .bind(&allocations)
     .bind(tenant.uuid())
     .bind(cluster.uuid())
-    .execute(&mut *conn)
+    .fetch_all(&mut *conn)
     .await?;
-    if done.rows_affected() != picked.len() as u64 {
+    if moved.len() != picked.len() {
         // The rows are locked by this transaction: unreachable short of a bug. Refuse loudly.
         return Err(StoreError::Corrupt(format!(
             "allocation updated {} of {} locked machines",
-            done.rows_affected(),
+            moved.len(),
             picked.len()
         )));
     }
     // One custody entry per machine, with the allocation and the clean it consumed as evidence.
-    let entries: Vec<Uuid> = picked.iter().map(|_| Uuid::now_v7()).collect();
-    sqlx::query(
-        "insert into custody_entries (id, machine_id, seq, actor, from_state, to_state, reason, evidence) \
-         select t.entry_id, m.id, \
-           (select coalesce(max(e.seq), 0) + 1 from custody_entries e where e.machine_id = m.id), \
-           $3, 'available', 'allocated', 'allocated to cluster ' || a.cluster_id || ' of tenant ' || a.tenant_id, \
-           jsonb_build_object('allocation_id', a.id, 'tenant_id', a.tenant_id, 'cluster_id', a.cluster_id, \
-             'node_pool_id', a.node_pool_id, 'clean_id', a.clean_id) \
-         from unnest($1::uuid[], $2::uuid[]) as t(entry_id, machine_id) \
-         join machines m on m.id = t.machine_id join machine_allocations a on a.id = m.allocation_id",
-    )
-    .bind(&entries)
-    .bind(&machines)
-    .bind(WORKER_ACTOR)
-    .execute(&mut *conn)
-    .await?;
+    let entries: Vec<custody::NewEntry<'_>> = moved
+        .iter()
+        .map(|(machine, allocation, pool, clean)| custody::NewEntry {
+            machine: MachineId(*machine),
+            from: Some(MachineState::Available),
+            to: MachineState::Allocated,
+            actor: WORKER_ACTOR,
+            reason: format!("allocated to cluster {cluster} of tenant {tenant}"),
+            evidence: json!({ "allocation_id": allocation, "tenant_id": tenant, "cluster_id": cluster,
+                "node_pool_id": pool, "clean_id": clean }),
+        })
+        .collect();
+    custody::append_all(conn, key, &entries).await?;
     for (machine, _) in &picked {
         enqueue_machine(conn, *machine).await?;
     }

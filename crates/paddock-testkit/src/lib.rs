@@ -12,12 +12,27 @@ pub use db::TestDb;
 pub use http_client::{Req, Resp};
 use paddock_api::{ApiConfig, AppState};
 use paddock_auth::{Claims, Secret, Verifier, VerifierConfig};
+use paddock_domain::ledger::LedgerKey;
 use paddock_domain::secret::Cipher;
+use paddock_domain::signing::SigningKey;
 use paddock_service::Services;
 use paddock_store::Store;
 
 /// The custody ledger key of test apps (`PADDOCK_LEDGER_KEY`).
 pub const TEST_LEDGER_KEY: &[u8] = b"paddock-test-ledger-key-of-32-bytes!";
+
+/// The custody ledger key of test apps, for tests that call the store's transitions directly.
+pub fn ledger_key() -> LedgerKey {
+    LedgerKey::new(TEST_LEDGER_KEY.to_vec())
+}
+
+/// The signing key (`PADDOCK_USAGE_SIGNING_KEY`) of test apps: one per test process.
+pub fn signing_key() -> SigningKey {
+    static PEM: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let pem = PEM.get_or_init(SigningKey::generate_pem);
+    // A PEM this crate just generated parses.
+    SigningKey::from_pem(pem).expect("a generated signing key")
+}
 
 /// The HS256 secret of test apps.
 pub const TEST_SECRET: &[u8] = b"paddock-test-secret-of-at-least-32-bytes!";
@@ -61,8 +76,8 @@ impl TestApp {
     async fn build(config: ApiConfig, base_url: Option<&str>) -> TestApp {
         let db = TestDb::new().await;
         let cipher = Arc::new(Cipher::new(&Cipher::generate_key(), &[]).expect("generated key is valid"));
-        let mut services = Services::new(Store::from_pool(db.pool.clone()), cipher.clone())
-            .with_ledger_key(paddock_domain::ledger::LedgerKey::new(TEST_LEDGER_KEY.to_vec()));
+        let mut services = Services::new(Store::from_pool(db.pool.clone()), cipher.clone(), ledger_key())
+            .with_signing_key(signing_key());
         if let Some(base) = base_url {
             services = services.with_agent_base_url(base);
         }

@@ -331,9 +331,7 @@ impl ClusterReconciler {
         }
         let mut tx = self.services.store().begin().await?;
         for m in &release {
-            if lifecycle::begin_release(&mut tx, m.id, m.state, m.status_version).await? {
-                // The custody entry is sealed in the transition's own transaction.
-                self.services.custody_seal(&mut tx, m.id).await?;
+            if lifecycle::begin_release(&mut tx, self.services.ledger_key(), m.id, m.state, m.status_version).await? {
                 lifecycle::enqueue_machine(&mut tx, m.id).await?;
             }
         }
@@ -349,11 +347,10 @@ impl ClusterReconciler {
         if needs.is_empty() {
             observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
         } else {
-            match lifecycle::allocate(&mut tx, cluster.tenant_id, cluster.id, &needs).await? {
+            match lifecycle::allocate(&mut tx, self.services.ledger_key(), cluster.tenant_id, cluster.id, &needs)
+                .await?
+            {
                 Allocation::Allocated(machines) => {
-                    for machine in &machines {
-                        self.services.custody_seal(&mut tx, *machine).await?;
-                    }
                     observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
                     let message = format!("{} machine(s) allocated", machines.len());
                     observed.events.push(("Normal", "MachinesAllocated", message));
@@ -463,8 +460,9 @@ impl ClusterReconciler {
         if !held.is_empty() {
             let mut tx = self.services.store().begin().await?;
             for m in held.iter().filter(|m| lifecycle::HELD.contains(&m.state.as_str())) {
-                if lifecycle::begin_release(&mut tx, m.id, m.state, m.status_version).await? {
-                    self.services.custody_seal(&mut tx, m.id).await?;
+                if lifecycle::begin_release(&mut tx, self.services.ledger_key(), m.id, m.state, m.status_version)
+                    .await?
+                {
                     lifecycle::enqueue_machine(&mut tx, m.id).await?;
                 }
             }
