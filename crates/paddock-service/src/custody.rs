@@ -50,54 +50,73 @@ impl Services {
         })
     }
 
-    /// Every machine's chain head, signed, and recorded as issued: provider roles only.
+    /// Every machine's chain head, signed, and recorded as issued (audited): provider roles only.
     #[instrument(skip_all)]
     pub async fn custody_checkpoint(&self, ctx: &Ctx) -> Result<CustodyCheckpoint> {
-        ctx.actor.authorize(Permission::MachineRead)?;
-        let key = self.checkpoint_key()?;
-        // Whole microseconds, as the database keeps `issued_at`.
-        let issued_at = Utc::now().trunc_subsecs(6);
-        let mut tx = self.store.begin().await.map_err(db)?;
-        let machines: Vec<CustodyHead> = custody::heads(&mut tx)
-            .await
-            .map_err(db)?
-            .into_iter()
-            // A head without a MAC is a row paddock did not write; verification finds it, and a
-            // checkpoint vouches only for what paddock wrote, so such a head is left out.
-            .filter_map(|(machine_id, seq, mac)| mac.map(|m| CustodyHead { machine_id, seq, mac: hex::encode(m) }))
-            .collect();
-        let document = checkpoint_document(issued_at, &machines);
-        let signature = key.sign(&document);
-        let stored =
-            StoredCheckpoint { document, signature: signature.signature.clone(), key_id: signature.key_id.clone() };
-        custody::checkpoint_insert(&mut tx, issued_at, &stored).await.map_err(db)?;
-        commit(tx).await?;
-        Ok(CustodyCheckpoint { issued_at, machines, signature: signature.signature, key_id: signature.key_id })
+        let audit = self.audit(ctx, "custody.checkpoint", "custody");
+        let result = async {
+            ctx.actor.authorize(Permission::MachineRead)?;
+            let key = self.checkpoint_key()?;
+            // Whole microseconds, as the database keeps `issued_at`.
+            let issued_at = Utc::now().trunc_subsecs(6);
+            let mut tx = self.store.begin().await.map_err(db)?;
+            let machines: Vec<CustodyHead> = custody::heads(&mut tx)
+                .await
+                .map_err(db)?
+                .into_iter()
+                // A head without a MAC is a row paddock did not write: verification finds it, and a
+                // checkpoint vouches only for what paddock wrote, so such a head is left out.
+                .filter_map(|(machine_id, seq, mac)| mac.map(|m| CustodyHead { machine_id, seq, mac: hex::encode(m) }))
+                .collect();
+            let document = checkpoint_document(issued_at, &machines);
+            let signature = key.sign(&document);
+            let details = json!({ "digest": ledger::digest(&document), "machines": machines.len() });
+            let stored =
+                StoredCheckpoint { document, signature: signature.signature.clone(), key_id: signature.key_id.clone() };
+            custody::checkpoint_insert(&mut tx, issued_at, &stored).await.map_err(db)?;
+            audit.success(&mut tx, details).await?;
+            commit(tx).await?;
+            Ok(CustodyCheckpoint { issued_at, machines, signature: signature.signature, key_id: signature.key_id })
+        }
+        .await;
+        audit.finish(result).await
     }
 
     /// Whether each machine of a checkpoint still reaches its checkpointed head, with its whole
-    /// chain verified: provider roles only; a checkpoint not signed by our key is 422.
+    /// chain verified (audited): provider roles only; a checkpoint not signed by our key is 422.
     #[instrument(skip_all)]
     pub async fn custody_verify(&self, ctx: &Ctx, body: &Body) -> Result<CustodyVerification> {
-        ctx.actor.authorize(Permission::MachineRead)?;
-        let key = self.checkpoint_key()?;
-        let CustodyVerify { checkpoint } = body.decode()?;
-        let document = checkpoint_document(checkpoint.issued_at, &checkpoint.machines);
-        if !signed_by(key, &document, &checkpoint.key_id, &checkpoint.signature) {
-            return Err(Error::invalid("checkpoint.signature", "the checkpoint is not signed by this paddock's key"));
+        let audit = self.audit(ctx, "custody.verify", "custody");
+        let result = async {
+            ctx.actor.authorize(Permission::MachineRead)?;
+            let key = self.checkpoint_key()?;
+            let CustodyVerify { checkpoint } = body.decode()?;
+            let document = checkpoint_document(checkpoint.issued_at, &checkpoint.machines);
+            if !signed_by(key, &document, &checkpoint.key_id, &checkpoint.signature) {
+                return Err(Error::invalid(
+                    "checkpoint.signature",
+                    "the checkpoint is not signed by this paddock's key",
+                ));
+            }
+            let mut tx = self.store.begin().await.map_err(db)?;
+            // One snapshot: each machine's state and entries agree even while it moves.
+            custody::one_snapshot(&mut tx).await.map_err(db)?;
+            let mut machines = Vec::with_capacity(checkpoint.machines.len());
+            for head in &checkpoint.machines {
+                machines.push(self.verify_head(&mut tx, head).await?);
+            }
+            let verification = CustodyVerification {
+                checkpoint: checkpoint_ref(&document, checkpoint.issued_at, &checkpoint.key_id),
+                verified: machines.iter().all(|m| m.verified),
+                machines,
+            };
+            let details = json!({ "digest": verification.checkpoint.digest, "verified": verification.verified });
+            audit.success(&mut tx, details).await?;
+            commit(tx).await?;
+            Ok(verification)
         }
-        let mut tx = self.store.begin().await.map_err(db)?;
-        custody::read_one_snapshot(&mut tx).await.map_err(db)?;
-        let mut machines = Vec::with_capacity(checkpoint.machines.len());
-        for head in &checkpoint.machines {
-            machines.push(self.verify_head(&mut tx, head).await?);
-        }
-        commit(tx).await?;
-        Ok(CustodyVerification {
-            checkpoint: checkpoint_ref(&document, checkpoint.issued_at, &checkpoint.key_id),
-            verified: machines.iter().all(|m| m.verified),
-            machines,
-        })
+        .await;
+        audit.finish(result).await
     }
 
     async fn verify_head(&self, conn: &mut Conn, head: &CustodyHead) -> Result<CustodyHeadVerification> {

@@ -232,6 +232,12 @@ pub async fn read_one_snapshot(conn: &mut Conn) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Like [`read_one_snapshot`], for a transaction that also writes (a verification, audited).
+pub async fn one_snapshot(conn: &mut Conn) -> Result<(), StoreError> {
+    sqlx::query("set transaction isolation level repeatable read").execute(conn).await?;
+    Ok(())
+}
+
 /// A live cluster of a tenant, for the isolation report.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReportCluster {

@@ -60,9 +60,14 @@ impl TestApp {
     /// A fresh app that also serves on a loopback port (its URL in [`TestApp::base_url`]), for
     /// clients outside the process's router calls: machines' agents posting their reports.
     pub async fn served() -> TestApp {
+        Self::served_on(TestDb::new().await).await
+    }
+
+    /// Like [`TestApp::served`], over a given database (its pool may connect as another role).
+    pub async fn served_on(db: TestDb) -> TestApp {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding a loopback port");
         let base = format!("http://{}", listener.local_addr().expect("local address"));
-        let app = Self::build(ApiConfig::default(), Some(&base)).await;
+        let app = Self::build(db, ApiConfig::default(), Some(&base)).await;
         let router = app.router.clone();
         tokio::spawn(async move { axum::serve(listener, router).await.expect("serving the test app") });
         app
@@ -70,11 +75,10 @@ impl TestApp {
 
     /// A fresh app with API settings (CORS origins).
     pub async fn with_config(config: ApiConfig) -> TestApp {
-        Self::build(config, None).await
+        Self::build(TestDb::new().await, config, None).await
     }
 
-    async fn build(config: ApiConfig, base_url: Option<&str>) -> TestApp {
-        let db = TestDb::new().await;
+    async fn build(db: TestDb, config: ApiConfig, base_url: Option<&str>) -> TestApp {
         let cipher = Arc::new(Cipher::new(&Cipher::generate_key(), &[]).expect("generated key is valid"));
         let mut services = Services::new(Store::from_pool(db.pool.clone()), cipher.clone(), ledger_key())
             .with_signing_key(signing_key());
