@@ -94,6 +94,9 @@ pub async fn append(
     ids.into_iter().next().ok_or_else(|| StoreError::Corrupt("an append returned no entry".to_owned()))
 }
 
+/// What sealing one new entry needs: `now()`, the evidence as stored, the machine's head (seq, MAC).
+type Sealing = (DateTime<Utc>, Value, Option<i64>, Option<Vec<u8>>);
+
 /// Appends one entry to each of several machines' chains (one per machine), sealed: two round
 /// trips whatever their number. Same locking contract as [`append`].
 pub async fn append_all(
@@ -105,7 +108,7 @@ pub async fn append_all(
     let evidence: Vec<Value> = new.iter().map(|e| e.evidence.clone()).collect();
     // The values the MAC covers, as the database will store them: the transaction's `now()` (the
     // column's precision) and the evidence through `jsonb`; and each machine's current head.
-    let rows: Vec<(DateTime<Utc>, Value, Option<i64>, Option<Vec<u8>>)> = sqlx::query_as(
+    let rows: Vec<Sealing> = sqlx::query_as(
         "select now(), t.evidence, h.seq, h.mac \
          from unnest($1::uuid[], $2::jsonb[]) with ordinality as t(machine_id, evidence, i) \
          left join lateral (select seq, mac from custody_entries e where e.machine_id = t.machine_id \

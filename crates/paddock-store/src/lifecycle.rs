@@ -248,6 +248,7 @@ pub async fn complete_clean(
 /// Moves a machine from `from` to `to` ending its run, with `last_error` (code, message);
 /// `maintenance_reason` is recorded when given. Guarded. For a failed wipe (`clean_failed`), a
 /// failed or abandoned provisioning boot (`provision_failed`) and maintenance.
+#[expect(clippy::too_many_arguments, reason = "the guarded move, its error and reason, and the ledger key")]
 pub async fn end_run(
     conn: &mut Conn,
     key: &LedgerKey,
