@@ -178,8 +178,11 @@ pub async fn entries(conn: &mut Conn, machine: MachineId) -> Result<Vec<Entry>, 
 
 /// Every machine's chain head (its newest entry's `seq` and MAC), by machine id.
 pub async fn heads(conn: &mut Conn) -> Result<Vec<(MachineId, i64, Option<Vec<u8>>)>, StoreError> {
+    // One index probe per machine (`unique (machine_id, seq)`), not a scan of every entry.
     let rows: Vec<(Uuid, i64, Option<Vec<u8>>)> = sqlx::query_as(
-        "select distinct on (machine_id) machine_id, seq, mac from custody_entries order by machine_id, seq desc",
+        "select m.id, h.seq, h.mac from machines m cross join lateral \
+           (select seq, mac from custody_entries e where e.machine_id = m.id order by seq desc limit 1) h \
+         order by m.id",
     )
     .fetch_all(conn)
     .await?;
