@@ -616,6 +616,24 @@ async fn a_restored_older_copy_of_the_ledger_is_found_against_a_newer_checkpoint
 }
 
 #[tokio::test]
+async fn without_a_signing_key_checkpoints_are_409_naming_the_setting() {
+    let app = TestApp::without_signing_key().await;
+    let body = json!({ "checkpoint": { "issued_at": "2026-12-01T00:00:00Z", "machines": [],
+        "signature": "AAAA", "key_id": "0000000000000000" } });
+    for resp in [
+        app.get("/v1/custody/checkpoint").token(&admin()).send().await,
+        app.post("/v1/custody/verify").token(&admin()).json(&body).send().await,
+    ] {
+        assert_eq!(resp.status.as_u16(), 409);
+        assert_eq!(resp.header("content-type"), Some("application/problem+json"));
+        let problem = resp.json();
+        assert_eq!(problem["code"], "signing_key_missing");
+        assert!(problem["detail"].as_str().is_some_and(|d| d.contains("PADDOCK_USAGE_SIGNING_KEY")), "{problem}");
+    }
+    assert_eq!(app.count("custody_checkpoints").await, 0);
+}
+
+#[tokio::test]
 async fn the_isolation_report_names_the_latest_checkpoint() {
     let app = TestApp::new().await;
     let t = id(&tenant(&app, "acme").await);

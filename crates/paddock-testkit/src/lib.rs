@@ -67,7 +67,7 @@ impl TestApp {
     pub async fn served_on(db: TestDb) -> TestApp {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding a loopback port");
         let base = format!("http://{}", listener.local_addr().expect("local address"));
-        let app = Self::build(db, ApiConfig::default(), Some(&base)).await;
+        let app = Self::build(db, ApiConfig::default(), Some(&base), true).await;
         let router = app.router.clone();
         tokio::spawn(async move { axum::serve(listener, router).await.expect("serving the test app") });
         app
@@ -75,13 +75,20 @@ impl TestApp {
 
     /// A fresh app with API settings (CORS origins).
     pub async fn with_config(config: ApiConfig) -> TestApp {
-        Self::build(TestDb::new().await, config, None).await
+        Self::build(TestDb::new().await, config, None, true).await
     }
 
-    async fn build(db: TestDb, config: ApiConfig, base_url: Option<&str>) -> TestApp {
+    /// A fresh app without a signing key (`PADDOCK_USAGE_SIGNING_KEY` unset).
+    pub async fn without_signing_key() -> TestApp {
+        Self::build(TestDb::new().await, ApiConfig::default(), None, false).await
+    }
+
+    async fn build(db: TestDb, config: ApiConfig, base_url: Option<&str>, signing: bool) -> TestApp {
         let cipher = Arc::new(Cipher::new(&Cipher::generate_key(), &[]).expect("generated key is valid"));
-        let mut services = Services::new(Store::from_pool(db.pool.clone()), cipher.clone(), ledger_key())
-            .with_signing_key(signing_key());
+        let mut services = Services::new(Store::from_pool(db.pool.clone()), cipher.clone(), ledger_key());
+        if signing {
+            services = services.with_signing_key(signing_key());
+        }
         if let Some(base) = base_url {
             services = services.with_agent_base_url(base);
         }
