@@ -30,7 +30,7 @@ pub use state::{ApiConfig, AppState};
 
 use paddock_types::problem::Problem;
 use routes::doc::{self, Access};
-use routes::{agent, audit, cluster, health, isolation, machine, machine_class, operation, tenant};
+use routes::{agent, audit, cluster, custody, health, isolation, machine, machine_class, operation, tenant};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -95,6 +95,8 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(machine::machine_maintenance_enter, machine::machine_maintenance_leave))
         .routes(routes!(machine::machine_custody_view))
         .routes(routes!(isolation::isolation_report_view))
+        .routes(routes!(custody::custody_checkpoint_view))
+        .routes(routes!(custody::custody_verify))
         .routes(routes!(operation::operation_list))
         .routes(routes!(operation::operation_view))
         .routes(routes!(operation::tenant_operation_list))

@@ -100,17 +100,25 @@ pub struct Services {
     agent: Arc<agent::AgentSettings>,
     /// Issues tenant kubeconfigs; `None` without a cluster driver.
     credentials: Option<credentials::CredentialsDriver>,
-    /// The custody ledger's HMAC key (see `custody`); `None` leaves entries unsealed.
-    ledger_key: Option<Arc<LedgerKey>>,
+    /// The custody ledger's HMAC key (`PADDOCK_LEDGER_KEY`, see `custody`): every process that
+    /// moves machines writes sealed entries, so there is no service without it.
+    ledger_key: Arc<LedgerKey>,
     /// The provider's Ed25519 key (`PADDOCK_USAGE_SIGNING_KEY`): closed periods' manifests and
     /// ledger checkpoints; `None`: what needs it answers 409 naming the setting.
     signing_key: Option<Arc<SigningKey>>,
 }
 
 impl Services {
-    /// Services over a store, sealing secrets with `cipher`.
-    pub fn new(store: Store, cipher: Arc<Cipher>) -> Self {
-        Self { store, cipher, agent: Arc::default(), credentials: None, ledger_key: None, signing_key: None }
+    /// Services over a store, sealing secrets with `cipher` and custody entries with `ledger_key`.
+    pub fn new(store: Store, cipher: Arc<Cipher>, ledger_key: LedgerKey) -> Self {
+        Self {
+            store,
+            cipher,
+            agent: Arc::default(),
+            credentials: None,
+            ledger_key: Arc::new(ledger_key),
+            signing_key: None,
+        }
     }
 
     /// Sets the provider's signing key (`PADDOCK_USAGE_SIGNING_KEY`).

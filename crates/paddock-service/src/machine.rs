@@ -84,14 +84,14 @@ impl Services {
             let new = NewMachine { id, name: &spec.name, machine_class_id: class.id, labels: &spec.labels, bmc: &bmc };
             store::insert(&mut tx, &new).await?;
             let details = json!({ "name": spec.name, "machine_class": spec.machine_class, "bmc_url": spec.bmc.url });
-            // The ledger's first entry, sealed in the enrollment's own transaction.
+            // The ledger's first entry, sealed as it is written, in the enrollment's transaction.
             let evidence = json!({
                 "name": spec.name, "machine_class": spec.machine_class, "bmc_url": spec.bmc.url,
                 "request_id": ctx.request_id,
             });
             let (to, reason) = (MachineState::Enrolling, "enrolled");
-            custody::append(&mut tx, id, None, to, &ctx.actor.subject, reason, &evidence).await?;
-            self.custody_seal(&mut tx, id).await?;
+            let key = self.ledger_key();
+            custody::append(&mut tx, key, id, None, to, &ctx.actor.subject, reason, &evidence).await?;
             changed(tx, id, 1, "machine_enroll", &[], details).await
         })
         .await

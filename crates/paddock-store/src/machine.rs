@@ -3,6 +3,7 @@
 //! in the same transaction.
 
 use chrono::{DateTime, Utc};
+use paddock_domain::ledger::LedgerKey;
 use paddock_domain::model::{Bmc, Machine};
 use paddock_types::machine::MachineFilter;
 use paddock_types::machine::{LastError, MachineState};
@@ -213,6 +214,7 @@ pub async fn retire_requested(conn: &mut Conn, id: MachineId) -> Result<bool, St
 /// up fixtures. Records the transition in the custody ledger in the same transaction.
 pub async fn transition(
     conn: &mut Conn,
+    key: &LedgerKey,
     id: MachineId,
     from: MachineState,
     status_version: i64,
@@ -239,7 +241,7 @@ pub async fn transition(
         MachineState::Retired => "retired at the operator's request".to_owned(),
         _ => format!("moved from {} to {}", from.as_str(), to.as_str()),
     };
-    custody::append(&mut tx, id, Some(from), to, custody::WORKER_ACTOR, &reason, &serde_json::json!({})).await?;
+    custody::append(&mut tx, key, id, Some(from), to, custody::WORKER_ACTOR, &reason, &serde_json::json!({})).await?;
     tx.commit().await?;
     Ok(true)
 }
@@ -317,6 +319,7 @@ pub async fn set_last_error_guarded(
 /// the error it clears and the maintenance reason as evidence.
 pub async fn advance(
     conn: &mut Conn,
+    key: &LedgerKey,
     id: MachineId,
     from: MachineState,
     status_version: i64,
@@ -361,7 +364,7 @@ pub async fn advance(
     if to == S::Cleaning || to == S::Maintenance {
         evidence.insert("system_uuid".to_owned(), serde_json::json!(system_uuid));
     }
-    custody::append(&mut tx, id, Some(from), to, custody::WORKER_ACTOR, &reason, &evidence.into()).await?;
+    custody::append(&mut tx, key, id, Some(from), to, custody::WORKER_ACTOR, &reason, &evidence.into()).await?;
     tx.commit().await?;
     Ok(true)
 }

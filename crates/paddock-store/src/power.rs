@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use paddock_domain::job_kind::{MachineJob, Payload, MACHINE_RECONCILE, POWER_SYNC};
+use paddock_domain::ledger::LedgerKey;
 use paddock_types::machine::MachineState;
 use paddock_types::MachineId;
 use serde_json::{json, Value};
@@ -183,6 +184,7 @@ pub async fn drift_count(conn: &mut Conn, machine: MachineId) -> Result<u32, Sto
 #[expect(clippy::too_many_arguments, reason = "the guarded move, its reason and its evidence: all distinct values")]
 pub async fn to_maintenance(
     conn: &mut Conn,
+    key: &LedgerKey,
     machine: MachineId,
     from: MachineState,
     status_version: i64,
@@ -209,7 +211,8 @@ pub async fn to_maintenance(
     if done.rows_affected() != 1 {
         return Ok(false);
     }
-    custody::append(&mut tx, machine, Some(from), MachineState::Maintenance, WORKER_ACTOR, message, evidence).await?;
+    custody::append(&mut tx, key, machine, Some(from), MachineState::Maintenance, WORKER_ACTOR, message, evidence)
+        .await?;
     tx.commit().await?;
     Ok(true)
 }

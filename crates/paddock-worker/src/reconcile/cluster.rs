@@ -347,9 +347,7 @@ impl ClusterReconciler {
         let plan = MachinePlan::of(pools, held);
         let mut tx = self.services.store().begin().await?;
         for m in &plan.release {
-            if lifecycle::begin_release(&mut tx, m.id, m.state, m.status_version).await? {
-                // The custody entry is sealed in the transition's own transaction.
-                self.services.custody_seal(&mut tx, m.id).await?;
+            if lifecycle::begin_release(&mut tx, self.services.ledger_key(), m.id, m.state, m.status_version).await? {
                 lifecycle::enqueue_machine(&mut tx, m.id, None).await?;
             }
         }
@@ -379,11 +377,8 @@ impl ClusterReconciler {
         needs: &[Need],
         observed: &mut Observed,
     ) -> Result<bool, StoreError> {
-        match allocation::allocate(conn, cluster.tenant_id, cluster.id, needs).await? {
+        match allocation::allocate(conn, self.services.ledger_key(), cluster.tenant_id, cluster.id, needs).await? {
             Allocation::Allocated(machines) => {
-                for machine in &machines {
-                    self.services.custody_seal(conn, *machine).await?;
-                }
                 observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
                 let message = format!("{} machine(s) allocated", machines.len());
                 observed.events.push(("Normal", "MachinesAllocated", message));
@@ -479,8 +474,9 @@ impl ClusterReconciler {
         if !held.is_empty() {
             let mut tx = self.services.store().begin().await?;
             for m in held.iter().filter(|m| HELD.contains(&m.state)) {
-                if lifecycle::begin_release(&mut tx, m.id, m.state, m.status_version).await? {
-                    self.services.custody_seal(&mut tx, m.id).await?;
+                if lifecycle::begin_release(&mut tx, self.services.ledger_key(), m.id, m.state, m.status_version)
+                    .await?
+                {
                     lifecycle::enqueue_machine(&mut tx, m.id, None).await?;
                 }
             }

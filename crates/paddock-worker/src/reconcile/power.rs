@@ -279,8 +279,9 @@ impl PowerSync {
             let moved = match m.state {
                 MachineState::Available => {
                     let (from, version) = (m.state, m.status_version);
-                    let moved = power::to_maintenance(
+                    power::to_maintenance(
                         &mut tx,
+                        self.services.ledger_key(),
                         id,
                         from,
                         version,
@@ -289,11 +290,7 @@ impl PowerSync {
                         &message,
                         &evidence,
                     )
-                    .await?;
-                    if moved {
-                        self.services.custody_seal(&mut tx, id).await?;
-                    }
-                    moved
+                    .await?
                 }
                 MachineState::Active => {
                     let (from, version) = (m.state, m.status_version);
