@@ -23,6 +23,14 @@ pub struct IdemKey {
     pub key: String,
 }
 
+/// Binds a key's scope as `$1` to `$5` (subject, tenant, method, path, key): every statement
+/// here names the key this way.
+macro_rules! bind_key {
+    ($query:expr, $key:expr) => {
+        $query.bind(&$key.subject).bind($key.tenant_scope).bind(&$key.method).bind(&$key.path).bind(&$key.key)
+    };
+}
+
 /// A stored response.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct StoredResponse {
@@ -60,29 +68,22 @@ struct KeyRow {
 /// 24 h are forgotten, and so is a use still in flight whose lease ran out (its process died).
 pub async fn claim(conn: &mut Conn, key: &IdemKey, hash: &[u8], lease: Duration) -> Result<Claim, StoreError> {
     // Forget an expired or abandoned use of this key first, so the insert below can claim it anew.
-    sqlx::query(
-        "delete from idempotency_keys where subject = $1 and tenant_scope = $2 and method = $3 \
+    bind_key!(
+        sqlx::query(
+            "delete from idempotency_keys where subject = $1 and tenant_scope = $2 and method = $3 \
          and path = $4 and key = $5 and (created_at < now() - interval '24 hours' \
            or (response_status is null and lease_until < clock_timestamp()))",
+        ),
+        key
     )
-    .bind(&key.subject)
-    .bind(key.tenant_scope)
-    .bind(&key.method)
-    .bind(&key.path)
-    .bind(&key.key)
     .execute(&mut *conn)
     .await?;
     let holder = Uuid::now_v7();
-    let inserted = sqlx::query(
+    let inserted = bind_key!(sqlx::query(
         "insert into idempotency_keys (subject, tenant_scope, method, path, key, request_hash, holder, lease_until) \
          values ($1, $2, $3, $4, $5, $6, $7, clock_timestamp() + $8 * interval '1 millisecond') \
          on conflict do nothing",
-    )
-    .bind(&key.subject)
-    .bind(key.tenant_scope)
-    .bind(&key.method)
-    .bind(&key.path)
-    .bind(&key.key)
+    ), key)
     .bind(hash)
     .bind(holder)
     .bind(millis(lease))
@@ -91,15 +92,13 @@ pub async fn claim(conn: &mut Conn, key: &IdemKey, hash: &[u8], lease: Duration)
     if inserted.rows_affected() == 1 {
         return Ok(Claim::Claimed(holder));
     }
-    let row: Option<KeyRow> = sqlx::query_as(
-        "select request_hash, response_status, response_headers, response_body from idempotency_keys \
+    let row: Option<KeyRow> = bind_key!(
+        sqlx::query_as(
+            "select request_hash, response_status, response_headers, response_body from idempotency_keys \
          where subject = $1 and tenant_scope = $2 and method = $3 and path = $4 and key = $5",
+        ),
+        key
     )
-    .bind(&key.subject)
-    .bind(key.tenant_scope)
-    .bind(&key.method)
-    .bind(&key.path)
-    .bind(&key.key)
     .fetch_optional(conn)
     .await?;
     Ok(match row {
@@ -122,16 +121,14 @@ fn millis(d: Duration) -> i64 {
 
 /// Extends the lease of a key `holder` still holds; false when it lost the key (taken over).
 pub async fn renew(conn: &mut Conn, key: &IdemKey, holder: Uuid, lease: Duration) -> Result<bool, StoreError> {
-    let renewed = sqlx::query(
-        "update idempotency_keys set lease_until = clock_timestamp() + $7 * interval '1 millisecond' \
+    let renewed = bind_key!(
+        sqlx::query(
+            "update idempotency_keys set lease_until = clock_timestamp() + $7 * interval '1 millisecond' \
          where subject = $1 and tenant_scope = $2 and method = $3 and path = $4 and key = $5 \
            and holder = $6 and response_status is null",
+        ),
+        key
     )
-    .bind(&key.subject)
-    .bind(key.tenant_scope)
-    .bind(&key.method)
-    .bind(&key.path)
-    .bind(&key.key)
     .bind(holder)
     .bind(millis(lease))
     .execute(conn)
@@ -146,16 +143,14 @@ pub async fn complete(
     holder: Uuid,
     response: &StoredResponse,
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "update idempotency_keys set response_status = $7, response_headers = $8, response_body = $9, \
+    bind_key!(
+        sqlx::query(
+            "update idempotency_keys set response_status = $7, response_headers = $8, response_body = $9, \
          completed_at = now() where subject = $1 and tenant_scope = $2 and method = $3 and path = $4 and key = $5 \
          and holder = $6",
+        ),
+        key
     )
-    .bind(&key.subject)
-    .bind(key.tenant_scope)
-    .bind(&key.method)
-    .bind(&key.path)
-    .bind(&key.key)
     .bind(holder)
     .bind(response.response_status)
     .bind(&response.response_headers)
@@ -168,15 +163,13 @@ pub async fn complete(
 /// Releases a key `holder` claimed, without a response (the request failed with a server
 /// error), so a retry with the same key runs again.
 pub async fn release(conn: &mut Conn, key: &IdemKey, holder: Uuid) -> Result<(), StoreError> {
-    sqlx::query(
-        "delete from idempotency_keys where subject = $1 and tenant_scope = $2 and method = $3 \
+    bind_key!(
+        sqlx::query(
+            "delete from idempotency_keys where subject = $1 and tenant_scope = $2 and method = $3 \
          and path = $4 and key = $5 and holder = $6 and response_status is null",
+        ),
+        key
     )
-    .bind(&key.subject)
-    .bind(key.tenant_scope)
-    .bind(&key.method)
-    .bind(&key.path)
-    .bind(&key.key)
     .bind(holder)
     .execute(conn)
     .await?;
