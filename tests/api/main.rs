@@ -20,4 +20,5 @@ mod operation;
 mod pagination;
 mod platform;
 mod tenant;
+mod usage;
 mod worker;

@@ -17,6 +17,7 @@ pub mod precondition;
 pub mod secret;
 pub mod signing;
 pub mod ssh;
+pub mod usage;
 pub mod validate;
 
 pub use authz::{Actor, Permission, Role, Scope};

@@ -78,8 +78,10 @@ pub async fn append(
     .bind(to.as_str())
     .bind(reason)
     .bind(evidence)
-    .execute(conn)
+    .execute(&mut *conn)
     .await?;
+    // Usage segments open and close with the transition that causes them (SPEC section 7).
+    crate::usage::on_transition(conn, machine, from, to).await?;
     Ok(id)
 }
 

@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod operation;
 pub mod power;
 pub mod tenant;
+pub mod usage;
 
 use std::time::Duration;
 

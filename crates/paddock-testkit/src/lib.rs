@@ -58,6 +58,24 @@ impl TestApp {
         Self::build(config, None).await
     }
 
+    /// A fresh app whose services are changed by `edit` first (a signing key, usage settings).
+    pub async fn with_services(edit: impl FnOnce(Services) -> Services) -> TestApp {
+        let mut app = Self::build(ApiConfig::default(), None).await;
+        app.services = edit(app.services);
+        let verifier = Self::verifier().await;
+        app.router = paddock_api::router(AppState::new(app.services.clone(), verifier, ApiConfig::default()));
+        app
+    }
+
+    async fn verifier() -> Verifier {
+        Verifier::new(VerifierConfig {
+            hs256_secret: Some(Secret::new(TEST_SECRET.to_vec())),
+            ..VerifierConfig::default()
+        })
+        .await
+        .expect("test verifier")
+    }
+
     async fn build(config: ApiConfig, base_url: Option<&str>) -> TestApp {
         let db = TestDb::new().await;
         let cipher = Arc::new(Cipher::new(&Cipher::generate_key(), &[]).expect("generated key is valid"));
