@@ -543,6 +543,22 @@ async fn a_closed_period_is_signed_and_never_changes_after_new_data_and_correcti
     let signature = body["signature"].as_str().expect("sig");
     assert_eq!(keys["keys"][0]["key_id"], body["key_id"]);
     assert!(paddock_domain::signing::verify(&public, manifest, signature));
+    // As a billing system checks it: the manifest as sorted, compact JSON (what RFC 8785 is for
+    // integers and strings), the published PEM, openssl.
+    let dir = std::env::temp_dir().join(format!("paddock-usage-sig-{}", Uuid::now_v7()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join("key.pem"), keys["keys"][0]["public_key_pem"].as_str().expect("pem")).expect("write");
+    std::fs::write(dir.join("manifest.json"), serde_json::to_string(manifest).expect("json")).expect("write");
+    let raw = base64::engine::general_purpose::STANDARD.decode(signature).expect("b64");
+    std::fs::write(dir.join("manifest.sig"), raw).expect("write");
+    let verified = std::process::Command::new("openssl")
+        .args(["pkeyutl", "-verify", "-pubin", "-inkey", "key.pem", "-rawin", "-in", "manifest.json", "-sigfile"])
+        .arg("manifest.sig")
+        .current_dir(&dir)
+        .output()
+        .expect("openssl runs (the test suite installs it)");
+    assert!(verified.status.success(), "openssl: {}", String::from_utf8_lossy(&verified.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
     let mut tampered = manifest.clone();
     tampered["row_count"] = json!(3);
     assert!(!paddock_domain::signing::verify(&public, &tampered, signature));
