@@ -274,7 +274,10 @@ async fn walk(app: &TestApp, query: &str, limit: u32) -> Vec<Value> {
         if let Some(c) = &cursor {
             path.push_str(&format!("&cursor={c}"));
         }
-        let page = get(app, &path).await;
+        let resp = app.get(&path).token(&billing()).send().await.expect(200);
+        let page = resp.json();
+        let link = resp.header("link").map(str::to_owned);
+        assert_eq!(link.is_some(), page["next_cursor"].is_string(), "a Link header exactly when there is a next page");
         out.extend(page["items"].as_array().expect("items").iter().cloned());
         match page["next_cursor"].as_str() {
             Some(c) => cursor = Some(c.to_owned()),

@@ -85,7 +85,8 @@ impl UsageQuery {
 #[utoipa::path(get, path = "/v1/usage/records", operation_id = "usage_record_list", tag = "usage",
     params(UsageQuery),
     responses(
-        (status = 200, description = "A page of records ordered by (start, id)", body = UsageRecordPage),
+        (status = 200, description = "A page of records ordered by (start, id)", body = UsageRecordPage,
+            headers(("Link" = String, description = "The next page, rel=\"next\""))),
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 pub async fn usage_record_list(
@@ -94,7 +95,7 @@ pub async fn usage_record_list(
     Query(q): Query<UsageQuery>,
 ) -> Result<Response, ApiError> {
     let page = s.services.usage_records(&ctx, None, &q.params(), q.limit.as_deref(), q.cursor.as_deref()).await?;
-    Ok(respond::ok(&page))
+    Ok(respond::page_body(&page, page.next_cursor.as_deref()))
 }
 
 /// A tenant's usage records clipped to the range.
@@ -102,7 +103,8 @@ pub async fn usage_record_list(
     tag = "usage",
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), UsageQuery),
     responses(
-        (status = 200, description = "A page of records ordered by (start, id)", body = UsageRecordPage),
+        (status = 200, description = "A page of records ordered by (start, id)", body = UsageRecordPage,
+            headers(("Link" = String, description = "The next page, rel=\"next\""))),
         (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
 pub async fn tenant_usage_record_list(
@@ -113,7 +115,7 @@ pub async fn tenant_usage_record_list(
 ) -> Result<Response, ApiError> {
     let page =
         s.services.usage_records(&ctx, Some(tenant), &q.params(), q.limit.as_deref(), q.cursor.as_deref()).await?;
-    Ok(respond::ok(&page))
+    Ok(respond::page_body(&page, page.next_cursor.as_deref()))
 }
 
 /// Usage summed per UTC window and group.
