@@ -561,7 +561,8 @@ fn the_matrix_covers_every_v1_route_of_the_openapi_document() {
     let doc: Value = serde_json::from_str(&paddock_api::openapi_json()).expect("openapi json");
     let mut documented = BTreeSet::new();
     for (path, item) in doc["paths"].as_object().expect("paths") {
-        // The agents' routes take a one-time token in the path instead of a JWT (tests/api/agent.rs).
+        // The agents' routes take their run's tokens (the seed token in the seed URL, the agent token
+        // as the bearer) instead of a JWT: tests/api/agent.rs checks them.
         if !path.starts_with("/v1/") || path.starts_with("/v1/agent/") {
             continue;
         }

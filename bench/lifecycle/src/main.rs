@@ -11,7 +11,7 @@
 //!
 //! The three measuring commands create their own database (`lifecycle_bench_<test>`) on the server
 //! `<admin-url>` points at (a superuser URL), migrate it, and run `serve` as a child process (this
-//! same binary) so that the CPU of the paddock process (API + worker + the simulated machines'
+//! same binary, which adds the simulated world's own schema, `paddock_sim`) so that the CPU of the paddock process (API + worker + the simulated machines'
 //! agent, as `paddock serve` with `PADDOCK_BMC_DRIVER=simulated` runs them) is measured apart from
 //! the driver's. Results are printed as `key: value` lines on stdout; progress goes to stderr.
 
@@ -140,6 +140,7 @@ async fn serve(database_url: &str, args: &Args) -> anyhow::Result<()> {
         delete_latency: other,
         agent_poll,
     };
+    paddock_sim::migrate(&store).await?;
     let world = paddock_sim::SimWorld::new(store.clone(), sim);
     let drivers = Drivers { bmc: Some(world.bmc()), kube: Some(world.kube()) };
     let lifecycle = reconcile::Settings {

@@ -98,6 +98,14 @@ fn check_uuid(system: &SystemRead, expected: &SystemUuid) -> Result<(), RedfishE
     Ok(())
 }
 
+/// What one round of a power wait read.
+enum PowerReading {
+    /// The target state, settled.
+    Reached,
+    /// Anything else (or nothing: a BMC that did not say).
+    Not(Option<ReportedPowerState>),
+}
+
 /// A boot override to send, checked against what the system advertises.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum BootPlan {
@@ -481,21 +489,11 @@ impl RedfishClient {
         let (mut reissued, mut polls) = (false, 0u32);
         let mut last = None;
         loop {
-            let remaining = self.power.timeout.saturating_sub(started.elapsed());
-            if remaining.is_zero() {
-                return Err(RedfishError::PowerTimeout {
-                    wanted: target.to_string(),
-                    last: last.map(|s: ReportedPowerState| s.as_str().to_owned()),
-                    timeout: self.power.timeout,
-                });
-            }
-            tokio::time::sleep(self.power.poll_interval.min(remaining)).await;
             polls += 1;
-            let now = self.read_system_at(&system.path).await?.res.power_state();
-            if now.as_ref().and_then(|s| s.settled()) == Some(target) {
+            let PowerReading::Not(now) = self.read_power_after_poll(&system.path, target, started, last).await? else {
                 info!(polls, reissued, "power reached {target}");
                 return Ok(PowerOutcome::Changed { reissued, polls });
-            }
+            };
             // Still in the old settled state long after the request: the BMC dropped it (BMCs
             // busy with a previous change do). A state in transition is left alone.
             let unchanged = now.as_ref().and_then(|s| s.settled()).is_some_and(|s| s != target);
@@ -562,22 +560,38 @@ impl RedfishClient {
         let started = Instant::now();
         let (mut polls, mut last) = (0u32, None);
         loop {
-            let remaining = self.power.timeout.saturating_sub(started.elapsed());
-            if remaining.is_zero() {
-                return Err(RedfishError::PowerTimeout {
-                    wanted: target.to_string(),
-                    last: last.map(|s: ReportedPowerState| s.as_str().to_owned()),
-                    timeout: self.power.timeout,
-                });
-            }
-            tokio::time::sleep(self.power.poll_interval.min(remaining)).await;
             polls += 1;
-            let now = self.read_system_at(path).await?.res.power_state();
-            if now.as_ref().and_then(|s| s.settled()) == Some(target) {
-                return Ok(polls);
+            match self.read_power_after_poll(path, target, started, last).await? {
+                PowerReading::Reached => return Ok(polls),
+                PowerReading::Not(now) => last = now,
             }
-            last = now;
         }
+    }
+
+    /// One round of a power wait that began at `started`: sleeps a poll interval (never past the
+    /// power timeout) and reads the power state. Past the timeout, the error names `last`, the
+    /// state seen the round before.
+    async fn read_power_after_poll(
+        &self,
+        path: &str,
+        target: PowerState,
+        started: Instant,
+        last: Option<ReportedPowerState>,
+    ) -> Result<PowerReading, RedfishError> {
+        let remaining = self.power.timeout.saturating_sub(started.elapsed());
+        if remaining.is_zero() {
+            return Err(RedfishError::PowerTimeout {
+                wanted: target.to_string(),
+                last: last.map(|s| s.as_str().to_owned()),
+                timeout: self.power.timeout,
+            });
+        }
+        tokio::time::sleep(self.power.poll_interval.min(remaining)).await;
+        let now = self.read_system_at(path).await?.res.power_state();
+        if now.as_ref().and_then(|s| s.settled()) == Some(target) {
+            return Ok(PowerReading::Reached);
+        }
+        Ok(PowerReading::Not(now))
     }
 
     /// Sends a boot override unless the system already shows it, and reads it back.

@@ -21,7 +21,7 @@ use paddock_types::custody::{
 use paddock_types::{MachineId, TenantId};
 use tracing::instrument;
 
-use crate::{commit, db, Ctx, Services};
+use crate::{commit, Ctx, Services};
 
 impl Services {
     /// Sets the custody ledger's HMAC key (`PADDOCK_LEDGER_KEY`). Without one, entries are still
@@ -86,10 +86,10 @@ impl Services {
     pub async fn machine_custody(&self, ctx: &Ctx, id: MachineId) -> Result<CustodyView> {
         ctx.actor.authorize(Permission::MachineRead)?;
         // One snapshot: the machine's state and its entries agree even while it moves.
-        let mut tx = self.store.begin().await.map_err(db)?;
-        custody::read_one_snapshot(&mut tx).await.map_err(db)?;
-        let m = machine::get(&mut tx, id, false).await.map_err(db)?.ok_or(Error::NotFound { kind: "machine" })?;
-        let entries = custody::entries(&mut tx, id).await.map_err(db)?;
+        let mut tx = self.store.begin().await?;
+        custody::read_one_snapshot(&mut tx).await?;
+        let m = machine::get(&mut tx, id, false).await?.ok_or(Error::NotFound { kind: "machine" })?;
+        let entries = custody::entries(&mut tx, id).await?;
         commit(tx).await?;
         let v = self.verify_chain(id, &entries, Some(m.state.as_str()));
         Ok(CustodyView {
@@ -111,11 +111,11 @@ impl Services {
         ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "tenant")?;
         let as_of = Utc::now();
         // One snapshot for every read, so the report is consistent with itself.
-        let mut tx = self.store.begin().await.map_err(db)?;
-        custody::read_one_snapshot(&mut tx).await.map_err(db)?;
-        tenant::get(&mut tx, tenant_id).await.map_err(db)?.ok_or(Error::NotFound { kind: "tenant" })?;
-        let clusters = custody::report_clusters(&mut tx, tenant_id).await.map_err(db)?;
-        let machines = custody::report_machines(&mut tx, tenant_id).await.map_err(db)?;
+        let mut tx = self.store.begin().await?;
+        custody::read_one_snapshot(&mut tx).await?;
+        tenant::get(&mut tx, tenant_id).await?.ok_or(Error::NotFound { kind: "tenant" })?;
+        let clusters = custody::report_clusters(&mut tx, tenant_id).await?;
+        let machines = custody::report_machines(&mut tx, tenant_id).await?;
         let mut no_machine_shared = true;
         let mut views: Vec<IsolationCluster> = clusters
             .into_iter()
@@ -133,7 +133,7 @@ impl Services {
             if m.live_allocations != 1 || m.holder_tenant_id != Some(tenant_id) {
                 no_machine_shared = false;
             }
-            let entries = custody::entries(&mut tx, m.machine_id).await.map_err(db)?;
+            let entries = custody::entries(&mut tx, m.machine_id).await?;
             let ledger_verified = self.verify_chain(m.machine_id, &entries, Some(&m.state)).verified;
             let wipe = m.clean.as_ref().map(|(method, run_id, completed_at)| IsolationWipe {
                 clean_id: m.clean_id,

@@ -23,7 +23,8 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::{commit, db, Body, Ctx, Services};
+use crate::audit::Done;
+use crate::{commit, Body, Ctx, Services};
 
 /// Metering settings (`PADDOCK_USAGE_CLOSE_GRACE`, `PADDOCK_BILLING_PROVIDER_NAME`).
 #[derive(Debug, Clone)]
@@ -153,7 +154,7 @@ impl Services {
         as_of: Option<DateTime<Utc>>,
     ) -> Result<Query> {
         let range = Range::parse(p.from.as_deref(), p.to.as_deref(), max_days)?;
-        let now = store::watermark(&self.store).await.map_err(db)?;
+        let now = store::watermark(&self.store).await?;
         let given = match (as_of, p.as_of.as_deref()) {
             (Some(at), _) => Some(at),
             (None, Some(text)) => Some(math::parse_optional_instant("as_of", text)?),
@@ -188,8 +189,8 @@ impl Services {
         let page = cursor::PageRequest::parse(limit, None)?;
         let after: Option<RecordCursor> = cursor_text.map(cursor::decode).transpose()?;
         let q = self.usage_query(tenant, p, math::MAX_RECORDS_SPAN_DAYS, after.as_ref().map(|c| c.as_of)).await?;
-        let mut conn = self.store.conn().await.map_err(db)?;
-        let items = store::records(&mut conn, &q, after.map(|c| (c.start, c.id)), page.limit).await.map_err(db)?;
+        let mut conn = self.store.conn().await?;
+        let items = store::records(&mut conn, &q, after.map(|c| (c.start, c.id)), page.limit).await?;
         let next_cursor = (items.len() == page.limit as usize)
             .then(|| items.last().map(|r| cursor::encode(&RecordCursor { as_of: q.as_of, start: r.start, id: r.id })))
             .flatten();
@@ -216,9 +217,9 @@ impl Services {
             Window::None => None,
         };
         let groups = [group.tenant_id, group.cluster_id, group.node_pool_id, group.machine_class];
-        let mut tx = self.store.begin().await.map_err(db)?;
-        store::utc(&mut tx).await.map_err(db)?;
-        let items = store::aggregate(&mut tx, &q, unit, groups).await.map_err(db)?;
+        let mut tx = self.store.begin().await?;
+        store::utc(&mut tx).await?;
+        let items = store::aggregate(&mut tx, &q, unit, groups).await?;
         commit(tx).await?;
         let totals = totals_of(
             items.iter().map(|i| [i.totals.node_seconds, i.totals.gpu_seconds, i.totals.control_plane_seconds]),
@@ -273,8 +274,8 @@ impl Services {
     pub async fn usage_period_view(&self, ctx: &Ctx, period: &str) -> Result<UsagePeriodView> {
         ctx.actor.authorize(Permission::UsageRead)?;
         let period = Period::parse(period)?;
-        let mut conn = self.store.conn().await.map_err(db)?;
-        let closed = store::period_get(&mut conn, &period.name()).await.map_err(db)?;
+        let mut conn = self.store.conn().await?;
+        let closed = store::period_get(&mut conn, &period.name()).await?;
         self.period_view(period, closed.as_ref())
     }
 
@@ -298,8 +299,7 @@ impl Services {
         period: &str,
         idempotency_key: bool,
     ) -> Result<(UsagePeriodClosed, bool)> {
-        let audit = self.audit(ctx, "usage.period.close", "usage_period");
-        let result = async {
+        self.audited(ctx, "usage.period.close", "usage_period", async |_audit| {
             ctx.actor.authorize(Permission::UsageWrite)?;
             if !idempotency_key {
                 return Err(Error::BadRequest {
@@ -308,12 +308,13 @@ impl Services {
                 });
             }
             let period = Period::parse(period)?;
-            let mut conn = self.store.conn().await.map_err(db)?;
-            if let Some(stored) = store::period_get(&mut conn, &period.name()).await.map_err(db)? {
-                return Ok((closed_view(&stored)?, false));
+            let mut tx = self.store.begin().await?;
+            if let Some(stored) = store::period_get(&mut tx, &period.name()).await? {
+                let details = json!({ "period": stored.period, "already_closed": true });
+                return Ok(Done::Commit { tx, value: (closed_view(&stored)?, false), details });
             }
             let key = self.signing_key().ok_or_else(no_signing_key)?.clone();
-            let as_of = store::watermark(&self.store).await.map_err(db)?;
+            let as_of = store::watermark(&self.store).await?;
             if as_of < period.end + self.usage.close_grace {
                 return Err(Error::conflict(
                     "period_not_closable",
@@ -329,14 +330,11 @@ impl Services {
                 signature: signature.signature,
                 key_id: signature.key_id,
             };
-            let mut tx = self.store.begin().await.map_err(db)?;
-            let stored = store::period_insert(&mut tx, &closed, &ctx.actor.subject).await.map_err(db)?;
-            audit.success(&mut tx, json!({ "period": closed.period, "as_of": as_of })).await?;
-            commit(tx).await?;
-            Ok((closed_view(&stored)?, true))
-        }
-        .await;
-        audit.finish(result).await
+            let stored = store::period_insert(&mut tx, &closed, &ctx.actor.subject).await?;
+            let details = json!({ "period": closed.period, "as_of": as_of });
+            Ok(Done::Commit { tx, value: (closed_view(&stored)?, true), details })
+        })
+        .await
     }
 
     /// The manifest of `period` at `as_of`: rows, totals per tenant and class, prices, and the
@@ -346,13 +344,13 @@ impl Services {
         let mut hasher = Sha256::new();
         let mut rows = 0u64;
         {
-            let mut conn = self.store.conn().await.map_err(db)?;
+            let mut conn = self.store.conn().await?;
             let sql = store::export_sql();
             let mut stream = store::export(&mut conn, &q, &sql);
             let mut line = Vec::new();
             let mut sums = [0i64; 3];
             while let Some(record) = stream.next().await {
-                let record = record.map_err(db)?;
+                let record = record?;
                 add(&mut sums, &record);
                 line.clear();
                 ndjson_line(&record, &mut line);
@@ -363,9 +361,9 @@ impl Services {
             ndjson_summary(rows, sums, &mut line);
             hasher.update(&line);
         }
-        let mut tx = self.store.begin().await.map_err(db)?;
-        store::utc(&mut tx).await.map_err(db)?;
-        let groups = store::aggregate(&mut tx, &q, None, [true, false, false, true]).await.map_err(db)?;
+        let mut tx = self.store.begin().await?;
+        store::utc(&mut tx).await?;
+        let groups = store::aggregate(&mut tx, &q, None, [true, false, false, true]).await?;
         commit(tx).await?;
         let totals = totals_of(
             groups.iter().map(|i| [i.totals.node_seconds, i.totals.gpu_seconds, i.totals.control_plane_seconds]),
@@ -387,8 +385,7 @@ impl Services {
 
     /// `POST /v1/usage/adjustments`: records a signed correction in the open period (audited).
     pub async fn usage_adjustment_create(&self, ctx: &Ctx, body: &Body) -> Result<UsageAdjustmentView> {
-        let mut audit = self.audit(ctx, "usage.adjustment.create", "usage_adjustment");
-        let result = async {
+        self.audited(ctx, "usage.adjustment.create", "usage_adjustment", async |audit| {
             ctx.actor.authorize(Permission::UsageWrite)?;
             let spec: UsageAdjustmentCreate = body.decode()?;
             audit.target_tenant(spec.tenant_id);
@@ -403,12 +400,11 @@ impl Services {
                 reason: &spec.reason,
                 actor: &ctx.actor.subject,
             };
-            let mut tx = self.store.begin().await.map_err(db)?;
-            let (id, recorded_at) = store::adjustment_insert(&mut tx, &new).await.map_err(db)?;
+            let mut tx = self.store.begin().await?;
+            let (id, recorded_at) = store::adjustment_insert(&mut tx, &new).await?;
             audit.target(id, Some(spec.tenant_id));
-            audit.success(&mut tx, serde_json::to_value(&spec).unwrap_or_default()).await?;
-            commit(tx).await?;
-            Ok(UsageAdjustmentView {
+            let details = serde_json::to_value(&spec).unwrap_or_default();
+            let value = UsageAdjustmentView {
                 id,
                 tenant_id: spec.tenant_id,
                 cluster_id: spec.cluster_id,
@@ -419,10 +415,10 @@ impl Services {
                 corrects_period: spec.corrects_period,
                 reason: spec.reason,
                 recorded_at,
-            })
-        }
-        .await;
-        audit.finish(result).await
+            };
+            Ok(Done::Commit { tx, value, details })
+        })
+        .await
     }
 }
 

@@ -1,6 +1,6 @@
-//! The simulated BMC: one system per `sim://<name>` URL, its record in `sim_machines`, created on
-//! first contact. Like the real driver, every destructive call first checks the system UUID on
-//! record, and repeating a call converges instead of stacking effects.
+//! The simulated BMC: one system per `sim://<name>` URL, its record in `paddock_sim.machines`,
+//! created on first contact. Like the real driver, every destructive call first checks the system
+//! UUID on record, and repeating a call converges instead of stacking effects.
 
 use paddock_domain::bmc::{
     AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, BoxFuture, Inventory, InventoryDrive,
@@ -36,13 +36,17 @@ pub(crate) async fn ensure_machine(conn: &mut PgConnection, url: &str) -> Result
     let uuid = system_uuid(name);
     let serial = format!("SIM-{}", &uuid[..8].to_uppercase());
     let drives = serde_json::json!([
-        {"id": "disk0", "capacity_bytes": DRIVE_BYTES, "model": "paddock-sim NVMe 960G"},
-        {"id": "disk1", "capacity_bytes": DRIVE_BYTES, "model": "paddock-sim NVMe 960G"},
+        {"id": "disk0", "capacity_bytes": DRIVE_BYTES, "model": "paddock-sim NVMe 960G",
+         "serial": format!("{serial}-D0"), "protocol": "NVMe"},
+        {"id": "disk1", "capacity_bytes": DRIVE_BYTES, "model": "paddock-sim NVMe 960G",
+         "serial": format!("{serial}-D1"), "protocol": "NVMe"},
     ]);
+    // No conflict target: a concurrent first contact conflicts on `system_uuid` too (unique, and
+    // derived from the URL), which `on conflict (bmc_url)` would raise as a unique violation.
     sqlx::query(
-        "insert into sim_machines (bmc_url, name, system_uuid, serial, model, drives)
+        "insert into paddock_sim.machines (bmc_url, name, system_uuid, serial, model, drives)
          values ($1, $2, $3, $4, 'paddock-sim machine', $5)
-         on conflict (bmc_url) do nothing",
+         on conflict do nothing",
     )
     .bind(url)
     .bind(name)
@@ -79,7 +83,7 @@ impl MachineRow {
 async fn machine_row(conn: &mut PgConnection, url: &str) -> Result<Option<MachineRow>, SimError> {
     let row = sqlx::query(
         "select system_uuid, serial, model, cpu_cores, memory_gib, drives, power_on, boot_override, image_url, faults
-         from sim_machines where bmc_url = $1",
+         from paddock_sim.machines where bmc_url = $1",
     )
     .bind(url)
     .fetch_optional(conn)
@@ -106,7 +110,7 @@ pub(crate) async fn machine_get(conn: &mut PgConnection, url: &str) -> Result<Op
                 boot_seq, reported_seq,
                 (disk_booted_at is not null and (booted_at is null or disk_booted_at >= booted_at)) as from_disk,
                 faults
-         from sim_machines where bmc_url = $1",
+         from paddock_sim.machines where bmc_url = $1",
     )
     .bind(url)
     .fetch_optional(conn)
@@ -137,7 +141,7 @@ fn unavailable(e: SimError) -> BmcError {
 /// Marks the Nodes of a machine that is going down (powered off, or rebooting into media) as not
 /// Ready: their kubelet is gone.
 async fn nodes_down(conn: &mut PgConnection, uuid: &str) -> Result<(), SimError> {
-    sqlx::query("update sim_nodes set ready_at = null where system_uuid = $1 and ready_at is not null")
+    sqlx::query("update paddock_sim.nodes set ready_at = null where system_uuid = $1 and ready_at is not null")
         .bind(uuid)
         .execute(conn)
         .await?;
@@ -251,7 +255,7 @@ impl BmcDriver for SimBmc {
             // Power off, eject, insert both, one-time boot from CD, power on: a new boot, which
             // the agent reports once `boot_latency` has passed. Repeating it restarts the boot.
             sqlx::query(
-                "update sim_machines set power_on = true, boot_override = 'cd', image_url = $2, seed_url = $3,
+                "update paddock_sim.machines set power_on = true, boot_override = 'cd', image_url = $2, seed_url = $3,
                         booted_at = now(), boot_seq = boot_seq + 1, agent_claimed_until = null, updated_at = now()
                  where bmc_url = $1",
             )
@@ -271,7 +275,7 @@ impl BmcDriver for SimBmc {
             let (mut conn, row) = self.contact_guarded(access).await?;
             let result = match after {
                 AfterBoot::PowerOff => sqlx::query(
-                    "update sim_machines set power_on = false, boot_override = null, image_url = null,
+                    "update paddock_sim.machines set power_on = false, boot_override = null, image_url = null,
                                 seed_url = null, updated_at = now()
                          where bmc_url = $1",
                 )
@@ -296,7 +300,7 @@ impl BmcDriver for SimBmc {
         Box::pin(async move {
             let (mut conn, row) = self.contact_guarded(access).await?;
             // Already off is success: the update just confirms it.
-            sqlx::query("update sim_machines set power_on = false, updated_at = now() where bmc_url = $1")
+            sqlx::query("update paddock_sim.machines set power_on = false, updated_at = now() where bmc_url = $1")
                 .bind(&access.url)
                 .execute(&mut *conn)
                 .await
@@ -320,7 +324,7 @@ impl BmcDriver for SimBmc {
                     .await
                     .map_err(unavailable)?;
             } else {
-                sqlx::query("update sim_machines set power_on = true, updated_at = now() where bmc_url = $1")
+                sqlx::query("update paddock_sim.machines set power_on = true, updated_at = now() where bmc_url = $1")
                     .bind(&access.url)
                     .execute(&mut *conn)
                     .await
@@ -350,7 +354,7 @@ async fn boot_from_disk(
 ) -> Result<(), SimError> {
     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
     let restarted = sqlx::query(
-        "update sim_machines set power_on = true, boot_override = null, image_url = null, seed_url = null,
+        "update paddock_sim.machines set power_on = true, boot_override = null, image_url = null, seed_url = null,
                 disk_booted_at = now(), updated_at = now()
          where bmc_url = $1
            and not (power_on and boot_override is null and image_url is null and seed_url is null
@@ -364,7 +368,7 @@ async fn boot_from_disk(
     if restarted {
         let never = row.has(MachineFault::NeverJoins);
         sqlx::query(
-            "update sim_nodes set joined_at = now(),
+            "update paddock_sim.nodes set joined_at = now(),
                     ready_at = case when $2 then null else now() + $3 * interval '1 microsecond' end
              where system_uuid = $1",
         )

@@ -1,6 +1,7 @@
-//! The simulated platform cluster, tenant control planes and tenant clusters (`sim_clusters`,
-//! `sim_nodes`). Readiness is a matter of time since the first call that created a thing; removal
-//! answers `Deleting` until `delete_latency` has passed since the first removal call, then `Gone`.
+//! The simulated platform cluster, tenant control planes and tenant clusters
+//! (`paddock_sim.clusters`, `paddock_sim.nodes`). Readiness is a matter of time since the first
+//! call that created a thing; removal answers `Deleting` until `delete_latency` has passed since
+//! the first removal call, then `Gone`.
 
 use std::sync::Arc;
 
@@ -79,14 +80,14 @@ async fn remove(
 ) -> Result<Removal, SimError> {
     // Stamp the start of the deletion once; a repeated call keeps the first stamp.
     sqlx::query(&format!(
-        "update sim_clusters set {deleting_col} = coalesce({deleting_col}, now()), updated_at = now()
+        "update paddock_sim.clusters set {deleting_col} = coalesce({deleting_col}, now()), updated_at = now()
          where cluster_id = $1 and {exists_col} is not null"
     ))
     .bind(cluster.uuid())
     .execute(&mut *conn)
     .await?;
     let done = sqlx::query(&format!(
-        "update sim_clusters set {clear}, {deleting_col} = null, updated_at = now()
+        "update paddock_sim.clusters set {clear}, {deleting_col} = null, updated_at = now()
          where cluster_id = $1 and {exists_col} is not null
            and {deleting_col} + $2 * interval '1 microsecond' <= now()"
     ))
@@ -95,7 +96,7 @@ async fn remove(
     .execute(&mut *conn)
     .await?;
     let left: Option<bool> =
-        sqlx::query_scalar(&format!("select {exists_col} is not null from sim_clusters where cluster_id = $1"))
+        sqlx::query_scalar(&format!("select {exists_col} is not null from paddock_sim.clusters where cluster_id = $1"))
             .bind(cluster.uuid())
             .fetch_optional(&mut *conn)
             .await?;
@@ -109,7 +110,7 @@ impl SimKube {
 
     /// The cluster's record, created empty on first contact.
     async fn cluster(&self, conn: &mut PgConnection, cluster: ClusterId) -> Result<ClusterRow, DriverError> {
-        sqlx::query("insert into sim_clusters (cluster_id) values ($1) on conflict (cluster_id) do nothing")
+        sqlx::query("insert into paddock_sim.clusters (cluster_id) values ($1) on conflict (cluster_id) do nothing")
             .bind(cluster.uuid())
             .execute(&mut *conn)
             .await
@@ -118,7 +119,7 @@ impl SimKube {
             "select namespace_created_at is not null as ns, namespace_deleting_at is not null as ns_del,
                     control_plane_created_at is not null as cp, control_plane_deleting_at is not null as cp_del,
                     faults
-             from sim_clusters where cluster_id = $1",
+             from paddock_sim.clusters where cluster_id = $1",
         )
         .bind(cluster.uuid())
         .fetch_one(&mut *conn)
@@ -163,7 +164,7 @@ impl SimKube {
         latency: std::time::Duration,
     ) -> Result<bool, DriverError> {
         let ready: Option<bool> = sqlx::query_scalar(&format!(
-            "select {col} + $2 * interval '1 microsecond' <= now() from sim_clusters where cluster_id = $1"
+            "select {col} + $2 * interval '1 microsecond' <= now() from paddock_sim.clusters where cluster_id = $1"
         ))
         .bind(cluster.uuid())
         .bind(micros(latency))
@@ -189,7 +190,7 @@ impl PlatformDriver for SimKube {
                 ));
             }
             let created = sqlx::query(
-                "update sim_clusters set namespace = $2, namespace_created_at = now(), updated_at = now()
+                "update paddock_sim.clusters set namespace = $2, namespace_created_at = now(), updated_at = now()
                  where cluster_id = $1 and namespace_created_at is null",
             )
             .bind(id.uuid())
@@ -229,7 +230,7 @@ impl PlatformDriver for SimKube {
 
 /// Forgets the Nodes of a tenant cluster that no longer exists.
 async fn nodes_clear(conn: &mut PgConnection, cluster: ClusterId) -> Result<(), DriverError> {
-    sqlx::query("delete from sim_nodes where cluster_id = $1")
+    sqlx::query("delete from paddock_sim.nodes where cluster_id = $1")
         .bind(cluster.uuid())
         .execute(conn)
         .await
@@ -284,7 +285,7 @@ impl ControlPlaneBackend for SimKube {
                 ));
             }
             sqlx::query(
-                "update sim_clusters set control_plane_created_at = coalesce(control_plane_created_at, now()),
+                "update paddock_sim.clusters set control_plane_created_at = coalesce(control_plane_created_at, now()),
                         kubernetes_version = $2, updated_at = now()
                  where cluster_id = $1",
             )
@@ -344,7 +345,7 @@ pub(crate) async fn nodes_list(conn: &mut PgConnection, cluster: ClusterId) -> R
     let rows = sqlx::query(
         "select node_name, system_uuid, labels, taints, joined_at is not null as joined,
                 coalesce(ready_at <= now(), false) as ready
-         from sim_nodes where cluster_id = $1 order by node_name",
+         from paddock_sim.nodes where cluster_id = $1 order by node_name",
     )
     .bind(cluster.uuid())
     .fetch_all(conn)
@@ -380,6 +381,8 @@ impl TenantNodes for SimKube {
             Ok(JoinConfig(serde_json::json!({
                 "simulated": true,
                 "cluster_id": tenant.cluster.cluster_id,
+                "api_endpoint": endpoint(tenant.cluster.cluster_id),
+                "ca_cert": SIMULATED_CA_PEM,
                 "api_server": endpoint(tenant.cluster.cluster_id),
                 "ca_cert_hash": "sha256:0000000000000000000000000000000000000000000000000000000000000000",
                 "bootstrap_token": bootstrap_token(),
@@ -407,11 +410,11 @@ impl TenantNodes for SimKube {
             // Converge the registered Node's labels and taints to the pool's, then read it. A
             // machine with `never_joins` stays NotReady even if the fault came later.
             let row = sqlx::query(
-                "update sim_nodes n set labels = $3, taints = $4
+                "update paddock_sim.nodes n set labels = $3, taints = $4
                  where n.cluster_id = $1 and n.system_uuid = $2 and n.joined_at is not null
                  returning n.node_name,
                    coalesce(n.ready_at <= now(), false) and not exists (
-                       select 1 from sim_machines m where m.system_uuid = n.system_uuid and $5 = any (m.faults)
+                       select 1 from paddock_sim.machines m where m.system_uuid = n.system_uuid and $5 = any (m.faults)
                    ) as ready",
             )
             .bind(tenant.cluster.cluster_id.uuid())
@@ -439,7 +442,7 @@ impl TenantNodes for SimKube {
             let mut conn = self.conn().await?;
             self.tenant(&mut conn, tenant).await?;
             // Not found counts as removed.
-            sqlx::query("delete from sim_nodes where cluster_id = $1 and (system_uuid = $2 or node_name = $3)")
+            sqlx::query("delete from paddock_sim.nodes where cluster_id = $1 and (system_uuid = $2 or node_name = $3)")
                 .bind(tenant.cluster.cluster_id.uuid())
                 .bind(&node.system_uuid)
                 .bind(&node.node_name)
@@ -458,7 +461,8 @@ impl TenantStack for SimKube {
             self.tenant(&mut conn, tenant).await?;
             let id = tenant.cluster.cluster_id;
             sqlx::query(
-                "update sim_clusters set stack_applied_at = coalesce(stack_applied_at, now()), updated_at = now()
+                "update paddock_sim.clusters set stack_applied_at = coalesce(stack_applied_at, now()),
+                        updated_at = now()
                  where cluster_id = $1",
             )
             .bind(id.uuid())
@@ -474,6 +478,11 @@ impl TenantStack for SimKube {
 
 /// The version of the simulated base stack.
 pub const SIM_STACK_VERSION: &str = "sim-1";
+
+/// The CA certificate a simulated tenant cluster hands joining machines (not a real certificate:
+/// nothing in the simulation verifies TLS).
+const SIMULATED_CA_PEM: &str =
+    "-----BEGIN CERTIFICATE-----\nc2ltdWxhdGVkIHRlbmFudCBjbHVzdGVyIENB\n-----END CERTIFICATE-----\n";
 
 impl TenantCredentials for SimKube {
     fn tenant_kubeconfig<'a>(
@@ -524,7 +533,7 @@ impl SlurmDriver for SimKube {
             // `slurm_nodes_at` is when every pool with a count first had a node; it is reset when
             // one loses its last node, so readiness waits for the NodeSets again.
             sqlx::query(
-                "update sim_clusters set slurm_applied_at = coalesce(slurm_applied_at, now()),
+                "update paddock_sim.clusters set slurm_applied_at = coalesce(slurm_applied_at, now()),
                         slurm_nodes_at = case when $2 then coalesce(slurm_nodes_at, now()) else null end,
                         slurm_deleting_at = null, slurm_pools = $3, updated_at = now()
                  where cluster_id = $1",

@@ -4,18 +4,20 @@
 //! fault injection ([`MachineFault`], [`ClusterFault`]). The dev default (`paddock dev`), demos and
 //! benchmarks run on them.
 //!
-//! The simulated world lives in PostgreSQL (the `sim_` tables of
-//! `migrations/20261130160000_create_sim_world.sql`), so every worker process, and a restarted
-//! one, sees one consistent world. Every write is an idempotent upsert or a guarded update, so a
+//! The simulated world lives in PostgreSQL, so every worker process, and a restarted one, sees one
+//! consistent world, but in a schema of its own ([`SCHEMA`], `paddock_sim`) with migrations of its
+//! own ([`MIGRATOR`], applied by [`migrate`] only where a simulated driver is chosen): a production
+//! database holds nothing of it. Every write is an idempotent upsert or a guarded update, so a
 //! repeated call converges; times come from the database's clock.
 //!
 //! What is simulated, and how:
 //! - A machine (`sim://<name>`) is created on first contact: two drives, powered off, two virtual
 //!   media devices, its system UUID the UUID v5 of its BMC URL ([`system_uuid`]). Destructive
 //!   calls check `BmcAccess::system_uuid` like the real driver. Its inserted media are kept the
-//!   way a BMC keeps them, the seed URL (which carries the run's agent token) included.
-//! - The agent plays a booted wipe image or OS installer against paddock's *real* agent endpoints
-//!   (`/v1/agent/{token}/config`, `/report`), deriving them from the seed URL the BMC holds.
+//!   way a BMC keeps them, the seed URL (which carries the run's seed token) included.
+//! - The agent plays a booted wipe image or OS installer against paddock's *real* agent endpoints:
+//!   it reads `paddock/agent.json` from the seed image the BMC's URL serves, then calls
+//!   `{agent_url}/v1/agent/config` and `/report` with the agent token as its bearer.
 //! - A provisioned machine becomes a Node of the cluster its join configuration names once it
 //!   restarts from disk, and Ready `node_ready_latency` later.
 //!
@@ -34,10 +36,46 @@ use paddock_domain::driver::KubeDrivers;
 use paddock_store::Store;
 use paddock_types::ClusterId;
 use serde::Serialize;
+use sqlx::migrate::Migrator;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
 
 pub use agent::SimAgent;
 pub use bmc::{SimBmc, SYSTEM_ID};
 pub use kube::{endpoint, namespace_name, SimKube};
+
+/// The schema the simulated world lives in; its tables are always named with it.
+pub const SCHEMA: &str = "paddock_sim";
+
+/// The simulated world's migrations (`crates/paddock-sim/migrations`), apart from paddock's own.
+/// Run them with [`migrate`], which applies them inside [`SCHEMA`].
+pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+
+/// Creates [`SCHEMA`] if needed and applies the pending [`MIGRATOR`] migrations there, keeping their
+/// bookkeeping (`_sqlx_migrations`, one per `search_path`) in that schema too, apart from paddock's
+/// own. Run it wherever a simulated driver is chosen, before the world is used. Safe when several
+/// processes start at once, and a no-op when everything is applied.
+pub async fn migrate(store: &Store) -> Result<(), SimError> {
+    // A pool of its own whose sessions see only the simulated world's schema, so the migrator's
+    // bookkeeping lands there; the store's sessions keep theirs.
+    let options = store.pool().connect_options().as_ref().clone().options([("search_path", SCHEMA)]);
+    let pool = PgPoolOptions::new().max_connections(1).connect_with(options).await?;
+    let migrated = migrate_on(&pool).await;
+    pool.close().await;
+    migrated
+}
+
+/// Serializes the creation of [`SCHEMA`] (`create schema if not exists` racing another one fails
+/// with a unique violation). The migrator takes its own lock for the migrations.
+const SCHEMA_LOCK: i64 = 0x7061_6464_6f63_6b53; // "paddockS"
+
+async fn migrate_on(pool: &PgPool) -> Result<(), SimError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("select pg_advisory_xact_lock($1)").bind(SCHEMA_LOCK).execute(&mut *tx).await?;
+    sqlx::query(&format!("create schema if not exists {SCHEMA}")).execute(&mut *tx).await?;
+    tx.commit().await?;
+    MIGRATOR.run(pool).await.map_err(SimError::Migrate)
+}
 
 /// Latencies of the simulated world. Every one counts from the call that starts the change.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,6 +212,9 @@ pub enum SimError {
     /// The database failed.
     #[error("the simulated world's database failed")]
     Database(#[source] sqlx::Error),
+    /// Its migrations failed.
+    #[error("migrating the simulated world's schema (paddock_sim) failed")]
+    Migrate(#[source] sqlx::migrate::MigrateError),
     /// The store could not hand out a connection.
     #[error("the simulated world's database is unavailable")]
     Store(#[source] paddock_store::StoreError),
@@ -279,7 +320,7 @@ impl std::fmt::Debug for SimWorld {
 }
 
 impl SimWorld {
-    /// The world stored in `store`'s database (migrated: the `sim_` tables must exist).
+    /// The world stored in `store`'s database, which [`migrate`] has prepared.
     pub fn new(store: Store, config: SimConfig) -> Self {
         Self { inner: Arc::new(Inner { store, config }) }
     }
@@ -331,7 +372,7 @@ impl SimWorld {
         let mut conn = self.inner.store.conn().await?;
         bmc::ensure_machine(&mut conn, &url).await?;
         sqlx::query(
-            "update sim_machines set faults = case when $3
+            "update paddock_sim.machines set faults = case when $3
                  then array(select distinct f from unnest(array_append(faults, $2)) as f order by f)
                  else array_remove(faults, $2) end,
                updated_at = now()
@@ -357,24 +398,26 @@ impl SimWorld {
         machine_name(&url).ok_or_else(|| SimError::NotSimulated(name.to_owned()))?;
         let mut conn = self.inner.store.conn().await?;
         bmc::ensure_machine(&mut conn, &url).await?;
-        sqlx::query("update sim_machines set cpu_cores = $2, memory_gib = $3, updated_at = now() where bmc_url = $1")
-            .bind(&url)
-            .bind(cpu_cores.map(i64::from))
-            .bind(memory_gib.map(i64::from))
-            .execute(&mut *conn)
-            .await?;
+        sqlx::query(
+            "update paddock_sim.machines set cpu_cores = $2, memory_gib = $3, updated_at = now() where bmc_url = $1",
+        )
+        .bind(&url)
+        .bind(cpu_cores.map(i64::from))
+        .bind(memory_gib.map(i64::from))
+        .execute(&mut *conn)
+        .await?;
         Ok(())
     }
 
     /// Turns a fault of the tenant cluster `cluster` on or off. Idempotent.
     pub async fn set_cluster_fault(&self, cluster: ClusterId, fault: ClusterFault, on: bool) -> Result<(), SimError> {
         let mut conn = self.inner.store.conn().await?;
-        sqlx::query("insert into sim_clusters (cluster_id) values ($1) on conflict (cluster_id) do nothing")
+        sqlx::query("insert into paddock_sim.clusters (cluster_id) values ($1) on conflict (cluster_id) do nothing")
             .bind(cluster.uuid())
             .execute(&mut *conn)
             .await?;
         sqlx::query(
-            "update sim_clusters set faults = case when $3
+            "update paddock_sim.clusters set faults = case when $3
                  then array(select distinct f from unnest(array_append(faults, $2)) as f order by f)
                  else array_remove(faults, $2) end,
                updated_at = now()

@@ -4,8 +4,10 @@
 //! Tenant-owned rows are always read with the tenant in the `where` clause.
 
 pub mod agent;
+pub mod allocation;
 pub mod audit;
 pub mod cluster;
+pub mod cluster_event;
 pub mod custody;
 mod error;
 pub mod idempotency;
@@ -14,8 +16,10 @@ pub mod lifecycle;
 pub mod machine;
 pub mod machine_class;
 pub mod metrics;
+pub mod node_pool;
 pub mod operation;
 pub mod power;
+pub mod run;
 pub mod tenant;
 pub mod usage;
 

@@ -4,6 +4,7 @@
 
 use chrono::{DateTime, Utc};
 use paddock_domain::model::{Bmc, Machine};
+use paddock_types::machine::MachineFilter;
 use paddock_types::machine::{LastError, MachineState};
 use paddock_types::{ClusterId, Labels, MachineClassId, MachineId, NodePoolId, TenantId};
 use sqlx::types::Json;
@@ -127,17 +128,6 @@ pub async fn get(conn: &mut Conn, id: MachineId, for_update: bool) -> Result<Opt
     let row: Option<MachineRow> =
         sqlx::query_as(&format!("{SELECT} where m.id = $1{lock}")).bind(id.uuid()).fetch_optional(conn).await?;
     row.map(Machine::try_from).transpose()
-}
-
-/// Filters of the machine list.
-#[derive(Debug, Default, Clone)]
-pub struct MachineFilter {
-    /// Only this state; without it, every state but `retired`.
-    pub state: Option<MachineState>,
-    /// Only this class (by name).
-    pub machine_class: Option<String>,
-    /// Only machines held by this tenant.
-    pub tenant_id: Option<TenantId>,
 }
 
 /// Machines after `after`, by id.

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use paddock_domain::job_kind::{MACHINE_RECONCILE, POWER_SYNC};
+use paddock_domain::job_kind::{MachineJob, Payload, MACHINE_RECONCILE, POWER_SYNC};
 use paddock_types::machine::MachineState;
 use paddock_types::MachineId;
 use serde_json::{json, Value};
@@ -74,7 +74,7 @@ pub async fn enqueue_correction(conn: &mut Conn, machine: MachineId) -> Result<(
         kind: POWER_SYNC,
         target_type: MACHINE_TARGET_TYPE,
         target_id: machine.uuid(),
-        payload: json!({ "machine_id": machine }),
+        payload: MachineJob { machine_id: machine }.to_value(),
         operation_id: None,
         run_at: None,
     };

@@ -104,13 +104,18 @@ pub async fn get(conn: &mut Conn, id: TenantId) -> Result<Option<Tenant>, StoreE
     row.map(Tenant::try_from).transpose()
 }
 
-/// A live tenant by id, locked for update until the transaction ends.
+/// A live tenant by id, locked until the transaction ends against other writers of the tenant
+/// (its quota checks, its spec). `for no key update`, not `for update`: the foreign-key checks
+/// of rows inserted under the tenant (a worker's cluster events, allocations) take `key share`
+/// locks, which `for update` would block, and a worker holding a cluster row while it inserts an
+/// event would deadlock with a request holding the tenant while it reads that cluster.
 pub async fn get_for_update(conn: &mut Conn, id: TenantId) -> Result<Option<Tenant>, StoreError> {
-    let row: Option<TenantRow> =
-        sqlx::query_as(&format!("select {COLUMNS} from tenants where id = $1 and deleted_at is null for update"))
-            .bind(id.uuid())
-            .fetch_optional(conn)
-            .await?;
+    let row: Option<TenantRow> = sqlx::query_as(&format!(
+        "select {COLUMNS} from tenants where id = $1 and deleted_at is null for no key update"
+    ))
+    .bind(id.uuid())
+    .fetch_optional(conn)
+    .await?;
     row.map(Tenant::try_from).transpose()
 }
 

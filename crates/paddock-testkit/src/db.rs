@@ -1,4 +1,5 @@
-//! One database per test, cloned from a template that is migrated once per migration set.
+//! One database per test, cloned from a template that is migrated once per migration set: paddock's
+//! own and the simulated world's (schema `paddock_sim`), so tests on the simulated drivers find it.
 
 use sha2::{Digest, Sha256};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -16,10 +17,10 @@ fn admin_url() -> String {
     })
 }
 
-/// The template's name changes with the migrations, so a stale template is never reused.
+/// The template's name changes with either set of migrations, so a stale template is never reused.
 fn template_name() -> String {
     let mut hash = Sha256::new();
-    for m in paddock_store::MIGRATOR.iter() {
+    for m in paddock_store::MIGRATOR.iter().chain(paddock_sim::MIGRATOR.iter()) {
         hash.update(m.version.to_le_bytes());
         hash.update(&*m.checksum);
     }
@@ -53,6 +54,8 @@ async fn template() -> &'static str {
                     .await
                     .expect("connect template");
                 paddock_store::MIGRATOR.run(&pool).await.expect("migrating the template");
+                let store = paddock_store::Store::from_pool(pool.clone());
+                paddock_sim::migrate(&store).await.expect("migrating the template's simulated world");
                 pool.close().await;
                 // `close` returns before the server has ended the session: end any session still
                 // on the database (ours, going away) and rename. Renamed only when complete, so a

@@ -13,6 +13,7 @@ pub use http_client::{Req, Resp};
 use paddock_api::{ApiConfig, AppState};
 use paddock_auth::{Claims, Secret, Verifier, VerifierConfig};
 use paddock_domain::secret::Cipher;
+use paddock_service::agent::AgentSettings;
 use paddock_service::Services;
 use paddock_store::Store;
 
@@ -45,9 +46,17 @@ impl TestApp {
     /// A fresh app that also serves on a loopback port (its URL in [`TestApp::base_url`]), for
     /// clients outside the process's router calls: machines' agents posting their reports.
     pub async fn served() -> TestApp {
+        Self::served_with(|agent| agent).await
+    }
+
+    /// [`TestApp::served`] with agent settings changed by `agent` (it gets them with both agent
+    /// URLs set to the served address), e.g. the digests of a test's own images.
+    pub async fn served_with(agent: impl FnOnce(AgentSettings) -> AgentSettings) -> TestApp {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding a loopback port");
         let base = format!("http://{}", listener.local_addr().expect("local address"));
-        let app = Self::build(ApiConfig::default(), Some(&base)).await;
+        let settings =
+            AgentSettings { base_url: base.clone(), seed_base_url: base.clone(), ..AgentSettings::default() };
+        let app = Self::build(ApiConfig::default(), Some(&base), Some(agent(settings))).await;
         let router = app.router.clone();
         tokio::spawn(async move { axum::serve(listener, router).await.expect("serving the test app") });
         app
@@ -55,12 +64,12 @@ impl TestApp {
 
     /// A fresh app with API settings (CORS origins).
     pub async fn with_config(config: ApiConfig) -> TestApp {
-        Self::build(config, None).await
+        Self::build(config, None, None).await
     }
 
     /// A fresh app whose services are changed by `edit` first (a signing key, usage settings).
     pub async fn with_services(edit: impl FnOnce(Services) -> Services) -> TestApp {
-        let mut app = Self::build(ApiConfig::default(), None).await;
+        let mut app = Self::build(ApiConfig::default(), None, None).await;
         app.services = edit(app.services);
         let verifier = Self::verifier().await;
         app.router = paddock_api::router(AppState::new(app.services.clone(), verifier, ApiConfig::default()));
@@ -76,13 +85,13 @@ impl TestApp {
         .expect("test verifier")
     }
 
-    async fn build(config: ApiConfig, base_url: Option<&str>) -> TestApp {
+    async fn build(config: ApiConfig, base_url: Option<&str>, agent: Option<AgentSettings>) -> TestApp {
         let db = TestDb::new().await;
         let cipher = Arc::new(Cipher::new(&Cipher::generate_key(), &[]).expect("generated key is valid"));
         let mut services = Services::new(Store::from_pool(db.pool.clone()), cipher.clone())
             .with_ledger_key(paddock_domain::ledger::LedgerKey::new(TEST_LEDGER_KEY.to_vec()));
-        if let Some(base) = base_url {
-            services = services.with_agent_base_url(base);
+        if let Some(agent) = agent {
+            services = services.with_agent(agent);
         }
         let verifier = Verifier::new(VerifierConfig {
             hs256_secret: Some(Secret::new(TEST_SECRET.to_vec())),

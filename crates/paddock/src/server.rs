@@ -39,11 +39,7 @@ pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
 /// Builds the services from the settings.
 pub async fn services(settings: &Settings, database_url: &str) -> anyhow::Result<Services> {
     let store = Store::connect_lazy(database_url, settings.database_max_connections)?;
-    let agent_base_url = match &settings.agent_base_url {
-        Some(url) => url.to_string(),
-        None => format!("http://{}", settings.listen),
-    };
-    let mut services = Services::new(store, settings.cipher()?).with_agent_base_url(&agent_base_url);
+    let mut services = Services::new(store, settings.cipher()?).with_agent(settings.agent()?);
     match settings.ledger_key()? {
         Some(key) => services = services.with_ledger_key(key),
         None => tracing::warn!(
@@ -228,8 +224,7 @@ async fn serve_metrics(
 
 /// The drivers the settings choose, and the simulated machines' agent when the BMC is simulated.
 async fn drivers(settings: &Settings, store: &Store) -> anyhow::Result<(Drivers, Option<paddock_sim::SimAgent>)> {
-    let simulated = (settings.kube_driver == KubeDriver::Simulated || settings.bmc_driver == BmcDriver::Simulated)
-        .then(|| paddock_sim::SimWorld::new(store.clone(), sim_config(settings.sim_latency_scale)));
+    let simulated = sim_world(settings, store).await?;
     let mut drivers = Drivers::default();
     let mut agent = None;
     match settings.kube_driver {
@@ -254,6 +249,18 @@ async fn drivers(settings: &Settings, store: &Store) -> anyhow::Result<(Drivers,
     Ok((drivers, agent))
 }
 
+/// The simulated world when a simulated driver is chosen, its schema migrated first (by every
+/// process that runs one, whatever its roles: it is no part of paddock's own schema).
+async fn sim_world(settings: &Settings, store: &Store) -> anyhow::Result<Option<paddock_sim::SimWorld>> {
+    if settings.kube_driver != KubeDriver::Simulated && settings.bmc_driver != BmcDriver::Simulated {
+        return Ok(None);
+    }
+    paddock_sim::migrate(store)
+        .await
+        .context("PADDOCK_KUBE_DRIVER or PADDOCK_BMC_DRIVER=simulated: preparing the simulated world")?;
+    Ok(Some(paddock_sim::SimWorld::new(store.clone(), sim_config(settings.sim_latency_scale))))
+}
+
 /// The real cluster-side drivers: the platform cluster from `PADDOCK_KUBECONFIG` (or in-cluster),
 /// Kamaji control planes, and inside tenant clusters their nodes, the base stack from
 /// `PADDOCK_STACKS_DIR`, Slurm through Slinky and the tenant's credentials.
@@ -262,7 +269,7 @@ async fn kubernetes(settings: &Settings) -> anyhow::Result<paddock_domain::drive
         .await
         .context("PADDOCK_KUBE_DRIVER=kubernetes: connecting to the platform cluster (PADDOCK_KUBECONFIG)")?;
     let stacks_dir = settings.stacks_dir.clone().context("PADDOCK_KUBE_DRIVER=kubernetes needs PADDOCK_STACKS_DIR")?;
-    let version = paddock_kube::stack::latest_version().to_owned();
+    let version = paddock_domain::stack::latest_version().to_owned();
     let stack = paddock_kube::KubeTenantStack::new(stacks_dir, version).context("PADDOCK_STACKS_DIR")?;
     // A stack whose files are missing or do not match their pinned digests is not fatal here:
     // each cluster shows it in its StackReady condition, and fixing the directory heals them.

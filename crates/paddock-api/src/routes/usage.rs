@@ -5,7 +5,6 @@ use axum::extract::State;
 use axum::response::Response;
 use http::{header, HeaderMap, HeaderValue, StatusCode};
 use paddock_service::usage::UsageParams;
-use paddock_types::problem::Problem;
 use paddock_types::usage::{
     UsageAdjustmentCreate, UsageAdjustmentView, UsageAggregate, UsagePeriodClosed, UsagePeriodView, UsageRecordPage,
     UsageSigningKeys,
@@ -86,9 +85,7 @@ impl UsageQuery {
     params(UsageQuery),
     responses(
         (status = 200, description = "A page of records ordered by (start, id)", body = UsageRecordPage,
-            headers(("Link" = String, description = "The next page, rel=\"next\""))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("Link" = String, description = "The next page, rel=\"next\"")))))]
 pub async fn usage_record_list(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -104,9 +101,7 @@ pub async fn usage_record_list(
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), UsageQuery),
     responses(
         (status = 200, description = "A page of records ordered by (start, id)", body = UsageRecordPage,
-            headers(("Link" = String, description = "The next page, rel=\"next\""))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("Link" = String, description = "The next page, rel=\"next\"")))))]
 pub async fn tenant_usage_record_list(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -122,9 +117,7 @@ pub async fn tenant_usage_record_list(
 #[utoipa::path(get, path = "/v1/usage/aggregate", operation_id = "usage_aggregate_view", tag = "usage",
     params(UsageQuery),
     responses(
-        (status = 200, description = "Windows × groups with totals", body = UsageAggregate),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+        (status = 200, description = "Windows × groups with totals", body = UsageAggregate)))]
 pub async fn usage_aggregate_view(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -139,9 +132,7 @@ pub async fn usage_aggregate_view(
     tag = "usage",
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), UsageQuery),
     responses(
-        (status = 200, description = "Windows × groups with totals", body = UsageAggregate),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+        (status = 200, description = "Windows × groups with totals", body = UsageAggregate)))]
 pub async fn tenant_usage_aggregate_view(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -159,9 +150,7 @@ pub async fn tenant_usage_aggregate_view(
     params(UsageQuery),
     responses(
         (status = 200, description = "The records ordered by (start, id)", content((String = "text/csv"), (String = "application/x-ndjson")),
-            headers(("x-usage-as-of" = String, description = "The watermark the export was read at"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("x-usage-as-of" = String, description = "The watermark the export was read at")))))]
 pub async fn usage_export(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -176,9 +165,7 @@ pub async fn usage_export(
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), UsageQuery),
     responses(
         (status = 200, description = "The records ordered by (start, id)", content((String = "text/csv"), (String = "application/x-ndjson")),
-            headers(("x-usage-as-of" = String, description = "The watermark the export was read at"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("x-usage-as-of" = String, description = "The watermark the export was read at")))))]
 pub async fn tenant_usage_export(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -204,9 +191,7 @@ fn stream(export: paddock_service::usage::Export) -> Response {
 #[utoipa::path(get, path = "/v1/usage/periods/{period}", operation_id = "usage_period_view", tag = "usage",
     params(("period" = String, Path, description = "UTC month, YYYY-MM", pattern = "^[0-9]{4}-(0[1-9]|1[0-2])$")),
     responses(
-        (status = 200, description = "The period", body = UsagePeriodView),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+        (status = 200, description = "The period", body = UsagePeriodView)))]
 pub async fn usage_period_view(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -216,14 +201,12 @@ pub async fn usage_period_view(
 }
 
 /// Closes a billing period: signs its manifest (201); closing again answers the stored one (200).
+/// `Idempotency-Key` is required here (400 `idempotency_key_required` without it).
 #[utoipa::path(post, path = "/v1/usage/periods/{period}/close", operation_id = "usage_period_close", tag = "usage",
-    params(("period" = String, Path, description = "UTC month, YYYY-MM", pattern = "^[0-9]{4}-(0[1-9]|1[0-2])$"),
-        ("Idempotency-Key" = String, Header, description = "Required; replays the first answer for 24 h")),
+    params(("period" = String, Path, description = "UTC month, YYYY-MM", pattern = "^[0-9]{4}-(0[1-9]|1[0-2])$")),
     responses(
         (status = 201, description = "Closed now", body = UsagePeriodClosed),
-        (status = 200, description = "Already closed: the stored manifest", body = UsagePeriodClosed),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+        (status = 200, description = "Already closed: the stored manifest", body = UsagePeriodClosed)))]
 pub async fn usage_period_close(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -242,9 +225,7 @@ pub async fn usage_period_close(
 /// The public key(s) that verify closed periods' signatures.
 #[utoipa::path(get, path = "/v1/usage/signing-key", operation_id = "usage_signing_key_view", tag = "usage",
     responses(
-        (status = 200, description = "The verification keys", body = UsageSigningKeys),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+        (status = 200, description = "The verification keys", body = UsageSigningKeys)))]
 pub async fn usage_signing_key_view(State(s): State<AppState>, Caller(ctx): Caller) -> Result<Response, ApiError> {
     Ok(respond::ok(&s.services.usage_signing_keys(&ctx)?))
 }
@@ -252,11 +233,8 @@ pub async fn usage_signing_key_view(State(s): State<AppState>, Caller(ctx): Call
 /// Records a correction in the open period (provider:admin; audited).
 #[utoipa::path(post, path = "/v1/usage/adjustments", operation_id = "usage_adjustment_create", tag = "usage",
     request_body = UsageAdjustmentCreate,
-    params(("Idempotency-Key" = Option<String>, Header, description = "Replays the first answer for 24 h")),
     responses(
-        (status = 201, description = "Recorded", body = UsageAdjustmentView),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+        (status = 201, description = "Recorded", body = UsageAdjustmentView)))]
 pub async fn usage_adjustment_create(
     State(s): State<AppState>,
     Caller(ctx): Caller,

@@ -9,7 +9,7 @@ use crate::{access, world, world_on};
 fn media(token: &str) -> BootMedia {
     BootMedia {
         image_url: "https://images.example/wipe.iso".to_owned(),
-        seed_url: SecretString::new(format!("http://127.0.0.1:9/v1/agent/{token}/seed.iso")),
+        seed_url: SecretString::new(format!("http://127.0.0.1:9/v1/agent/seed/{token}.iso")),
     }
 }
 
@@ -149,5 +149,5 @@ async fn two_processes_share_one_world() {
     let (b1, b2, race) = (one.bmc(), two.bmc(), access("race", None));
     let (r1, r2) = tokio::join!(b1.inspect(&race), b2.inspect(&race));
     assert_eq!(r1.expect("one").system_uuid, r2.expect("two").system_uuid);
-    assert_eq!(db.count("sim_machines").await, 2);
+    assert_eq!(db.count("paddock_sim.machines").await, 2);
 }

@@ -83,7 +83,7 @@ async fn a_cluster_comes_up_and_goes_away_idempotently() {
     }
     let gone: bool = sqlx::query_scalar(
         "select namespace is null and control_plane_created_at is null and slurm_applied_at is null
-         from sim_clusters where cluster_id = $1",
+         from paddock_sim.clusters where cluster_id = $1",
     )
     .bind(c.cluster_id.uuid())
     .fetch_one(&db.pool)
@@ -135,7 +135,7 @@ async fn control_plane_faults_hold_the_cluster() {
 
 /// A provisioned machine's Node, as the agent leaves it, without going through HTTP.
 async fn provisioned(db: &paddock_testkit::TestDb, cluster: Uuid, machine: &str) {
-    sqlx::query("insert into sim_nodes (cluster_id, node_name, system_uuid) values ($1, $2, $3)")
+    sqlx::query("insert into paddock_sim.nodes (cluster_id, node_name, system_uuid) values ($1, $2, $3)")
         .bind(cluster)
         .bind(format!("m-{machine}"))
         .bind(system_uuid(machine))

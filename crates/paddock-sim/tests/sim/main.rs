@@ -4,6 +4,7 @@
 mod agent;
 mod bmc;
 mod kube;
+mod schema;
 
 use paddock_domain::bmc::BmcAccess;
 use paddock_domain::driver::{ClusterRef, NodeRef, TenantAccess};

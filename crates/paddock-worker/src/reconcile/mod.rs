@@ -79,7 +79,7 @@ impl Default for Settings {
         Self {
             wipe_image_url: None,
             os_image_url: None,
-            agent_token_ttl: Duration::from_secs(3600),
+            agent_token_ttl: Duration::from_secs(21_600),
             node_join_timeout: Duration::from_secs(900),
             poll: Duration::from_secs(5),
             report_wait: Duration::from_secs(60),

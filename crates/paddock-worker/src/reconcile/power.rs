@@ -302,7 +302,7 @@ impl PowerSync {
                             .await?;
                     if asked {
                         // The reconciler releases it through cleaning into maintenance.
-                        lifecycle::enqueue_machine(&mut tx, id).await?;
+                        lifecycle::enqueue_machine(&mut tx, id, None).await?;
                     }
                     asked
                 }

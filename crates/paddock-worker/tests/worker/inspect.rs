@@ -265,7 +265,13 @@ async fn inventory_contradicting_the_class_goes_to_maintenance() {
         power_on: Some(false),
         cpu_cores: Some(32),
         memory_gib: Some(512),
-        drives: Some(vec![InventoryDrive { id: "d0".into(), capacity_bytes: Some(1), model: None }]),
+        drives: Some(vec![InventoryDrive {
+            id: "d0".into(),
+            capacity_bytes: Some(1),
+            model: None,
+            serial: None,
+            protocol: None,
+        }]),
     };
     let reconciler = reconciler(&store, &cipher, Arc::new(Fixed(inventory)));
     let outcome = run(&reconciler, &store, id).await;

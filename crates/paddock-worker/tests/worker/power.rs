@@ -287,7 +287,7 @@ impl BmcDriver for FakeBmc {
 
 #[tokio::test]
 async fn an_active_machine_that_keeps_powering_off_is_released_into_maintenance() {
-    use paddock_store::lifecycle::{self, Allocation, Need};
+    use paddock_store::allocation::{self, Allocation, Need};
     use paddock_testkit::{admin, TestApp};
     use paddock_types::{ClusterId, NodePoolId, TenantId};
 
@@ -321,7 +321,7 @@ async fn an_active_machine_that_keeps_powering_off_is_released_into_maintenance(
     let need = Need { node_pool_id: NodePoolId(pool), machine_class_id: MachineClassId(class), gpu_count: 0, count: 1 };
     let mut tx = store.begin().await.expect("begin");
     let allocated =
-        lifecycle::allocate(&mut tx, TenantId(tenant), ClusterId(cluster), &[need]).await.expect("allocate");
+        allocation::allocate(&mut tx, TenantId(tenant), ClusterId(cluster), &[need]).await.expect("allocate");
     tx.commit().await.expect("commit");
     assert_eq!(allocated, Allocation::Allocated(vec![id]));
     // Provisioned (a fixture): active, with no job of its own open.
