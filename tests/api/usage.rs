@@ -366,9 +366,10 @@ async fn a_cursor_walk_is_complete_and_duplicate_free_while_segments_open_and_cl
             machine: Uuid::now_v7(),
             class: "cpu",
             gpus: 0,
-            start: now,
+            start: now + Duration::days(1),
             end: now,
         };
+        // Its start is the clock's (the earlier of the two), as a writer's is: above the walk's as_of.
         insert_open(&app.db.pool, &s, true).await;
         match page["next_cursor"].as_str() {
             Some(c) => cursor = Some(c.to_owned()),
