@@ -21,6 +21,7 @@ pub mod operation;
 pub mod power;
 pub mod run;
 pub mod tenant;
+pub mod usage;
 
 use std::time::Duration;
 
