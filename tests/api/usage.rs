@@ -618,7 +618,7 @@ async fn a_closed_period_is_signed_and_never_changes_after_new_data_and_correcti
 
 #[tokio::test]
 async fn closing_without_a_signing_key_is_409_naming_the_setting() {
-    let app = TestApp::new().await;
+    let app = TestApp::without_signing_key().await;
     let resp = app.post("/v1/usage/periods/2026-10/close").token(&admin()).header("idempotency-key", "k").send().await;
     let problem = resp.problem(409, "signing_key_missing");
     assert!(problem["detail"].as_str().expect("detail").contains("PADDOCK_USAGE_SIGNING_KEY"));
