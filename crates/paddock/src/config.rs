@@ -153,8 +153,8 @@ pub struct Settings {
     #[arg(long, env = "PADDOCK_MIGRATE_DATABASE_URL", hide_env_values = true, global = true)]
     pub migrate_database_url: Option<String>,
     /// Longest a database statement may run (lock waits included), seconds; a slower one is
-    /// cancelled and its request answered 503 with Retry-After (0 = no limit). Not applied to
-    /// migrations.
+    /// cancelled and its request answered 503 with Retry-After (0 = no limit). Not applied to the
+    /// migrations of `paddock migrate` and `paddock serve`.
     #[arg(long, env = "PADDOCK_DATABASE_STATEMENT_TIMEOUT", default_value_t = 30, global = true)]
     pub database_statement_timeout: u64,
     /// Seconds a stopping process (SIGTERM) takes to finish its requests in flight and its

@@ -74,7 +74,8 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     if roles.migrate {
-        services.store().migrate().await.context("migrating the database")?;
+        // As `paddock migrate` does: the schema owner's URL when given, no statement timeout.
+        migrate(settings).await.context("migrating the database")?;
     }
     // Flipped by the shutdown signal: the API drains while the worker finishes its jobs, both
     // within PADDOCK_SHUTDOWN_GRACE.
