@@ -190,6 +190,9 @@ impl Drop for OwnPostgres {
     }
 }
 
+/// How long PostgreSQL stays down.
+const OUTAGE: Duration = Duration::from_secs(12);
+
 /// What the load saw: acknowledged tenant names, 503s (with their Retry-After and latency).
 #[derive(Default)]
 struct Tally {
@@ -249,8 +252,8 @@ async fn postgres_restarted_under_load_gives_fast_503s_and_loses_no_acknowledged
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = tally.lock().expect("tally").acknowledged.len();
     pg.stop();
-    // Longer than the pool's acquire timeout (5 s), which bounds how long a request waits.
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // Well over the pool's acquire timeout (5 s), which bounds how long a request waits.
+    tokio::time::sleep(OUTAGE).await;
     let while_down = tally.lock().expect("tally").unavailable;
     pg.start_again();
     let restarted = Instant::now();
@@ -272,8 +275,9 @@ async fn postgres_restarted_under_load_gives_fast_503s_and_loses_no_acknowledged
     let t = std::mem::take(&mut *tally.lock().expect("tally"));
     assert!(t.other.is_empty(), "answers other than 201 or 503 with Retry-After: {:?}", t.other);
     assert!(while_down > 0, "no 503 while PostgreSQL was down");
-    // Fast: bounded by the pool's acquire timeout (5 s), not by the outage.
-    assert!(t.slowest < Duration::from_secs(7), "an answer took {:?} during the outage", t.slowest);
+    // Fast: bounded by the pool's acquire timeout (5 s, with slack for a loaded machine), not by
+    // the outage.
+    assert!(t.slowest < OUTAGE - Duration::from_secs(2), "an answer took {:?} during the outage", t.slowest);
     let pool = PgPool::connect(&pg.url).await.expect("connect");
     let stored: Vec<String> = sqlx::query_scalar("select name from tenants where name like 'load-%'")
         .fetch_all(&pool)
