@@ -1,145 +1,232 @@
-//! The agents' endpoints: one-time tokens (hashed at rest, 404 unknown, 409 used, 410 expired),
-//! the run's configuration, the NoCloud seed image, and the report that proves a wipe only when
-//! every listed drive was wiped.
+//! The agents' endpoints (SPEC section 5): the seed token only in the seed's URL, the agent token
+//! (derived, found in the seed's `paddock/agent.json`) as the bearer of `config` and `report`,
+//! both stored only hashed; 404 unknown, 409 used, 410 expired; the report that proves a wipe only
+//! with complete evidence of every drive from the configured image.
 
 use std::time::Duration;
 
+use paddock_domain::agent::SIMULATED_WIPE_IMAGE_SHA256;
+use paddock_domain::secret::SecretString;
 use paddock_service::agent::AgentRun;
 use paddock_testkit::{admin, TestApp};
-use paddock_types::agent::AgentPurpose;
+use paddock_types::agent::{AgentPurpose, AgentSeed};
 use serde_json::{json, Value};
 
 use crate::common::{id, machine, machine_class};
 
-async fn wipe_token(app: &TestApp, ttl: Duration) -> (String, String) {
+/// A wipe run of a new machine `node-1` listing `nvme0` and `nvme1`: its seed token and the
+/// machine's id.
+async fn wipe_run(app: &TestApp, ttl: Duration) -> (SecretString, String) {
     machine_class(app, "gpu", 8).await;
     let m = machine(app, "node-1", "gpu").await;
     let run = AgentRun {
         machine_id: id(&m).parse().expect("machine id"),
         run_id: uuid::Uuid::now_v7(),
         purpose: AgentPurpose::Wipe,
-        config: json!({ "drives": [{ "id": "nvme0", "capacity_bytes": 3840755982336u64 }, { "id": "nvme1" }] }),
+        config: json!({ "drives": [
+            { "id": "nvme0", "serial": "S0", "capacity_bytes": 3840755982336u64, "protocol": "nvme" },
+            { "id": "nvme1" },
+        ] }),
     };
-    let token = app.services.agent_token_issue(&run, ttl).await.expect("issue");
-    (token, id(&m))
+    let seed = app.services.agent_token_issue(&run, ttl).await.expect("issue");
+    (seed, id(&m))
+}
+
+fn seed_path(seed: &SecretString) -> String {
+    format!("/v1/agent/seed/{}.iso", seed.expose())
+}
+
+/// The seed as the machine finds it, and the agent token in its `paddock/agent.json`.
+async fn agent_seed(app: &TestApp, seed: &SecretString) -> AgentSeed {
+    let iso = app.get(seed_path(seed)).send().await.expect(200);
+    assert_eq!(iso.header("content-type"), Some("application/x-iso9660-image"));
+    let json = paddock_seed::read_file(&iso.body, "paddock/agent.json").expect("paddock/agent.json in the seed");
+    serde_json::from_slice(&json).expect("agent.json")
+}
+
+/// Complete evidence of a wiped drive.
+fn wiped(id: Option<&str>) -> Value {
+    json!({
+        "id": id, "match_basis": id.map(|_| "serial"),
+        "identity": { "model": "M", "serial": "S0", "wwn": null, "eui": null, "size_bytes": 3840755982336u64, "protocol": "nvme" },
+        "method": "nvme-sanitize-crypto", "result": "success", "detail": null,
+        "verification": { "ranges": 66, "bytes_read": 69206016, "sha256": "a".repeat(64) },
+    })
 }
 
 fn report(drives: Value) -> Value {
-    json!({ "result": "success", "drives": drives, "started_at": "2026-11-30T10:00:00Z", "finished_at": "2026-11-30T10:07:00Z" })
+    json!({
+        "result": "success", "drives": drives, "image_sha256": SIMULATED_WIPE_IMAGE_SHA256,
+        "started_at": "2026-11-30T10:00:00Z", "finished_at": "2026-11-30T10:07:00Z",
+    })
 }
 
-async fn verified(app: &TestApp) -> Option<bool> {
-    sqlx::query_scalar("select verified from agent_tokens").fetch_one(&app.db.pool).await.expect("token row")
+async fn verdict(app: &TestApp) -> (Option<bool>, Option<String>) {
+    sqlx::query_as("select verified, failure from agent_tokens").fetch_one(&app.db.pool).await.expect("token row")
 }
 
 #[tokio::test]
-async fn a_wipe_run_fetches_its_config_and_seed_and_reports_once() {
+async fn a_wipe_run_fetches_its_seed_and_config_and_reports_once() {
     let app = TestApp::new().await;
-    let (token, machine_id) = wipe_token(&app, Duration::from_secs(3600)).await;
+    let (seed, machine_id) = wipe_run(&app, Duration::from_secs(3600)).await;
 
-    let config = app.get(format!("/v1/agent/{token}/config")).send().await.expect(200).json();
+    let found = agent_seed(&app, &seed).await;
+    assert_eq!(found.agent_url, "http://127.0.0.1:8080");
+    assert_eq!(found.machine_id.to_string(), machine_id);
+    assert_eq!(found.ca_cert, None);
+    assert_ne!(found.agent_token, seed.expose(), "the agent token is derived, not the seed token");
+    assert_eq!(agent_seed(&app, &seed).await, found, "the seed may be fetched again until the report");
+    let token = found.agent_token;
+
+    let config = app.get("/v1/agent/config").token(&token).send().await.expect(200).json();
     assert_eq!(config["purpose"], "wipe");
     assert_eq!(config["machine"], json!({ "id": machine_id, "name": "node-1" }));
+    assert_eq!(config["run_id"], found.run_id.to_string());
+    assert_eq!(
+        config["config"]["drives"][0],
+        json!({ "id": "nvme0", "serial": "S0", "capacity_bytes": 3840755982336u64, "protocol": "nvme" })
+    );
     assert_eq!(config["config"]["drives"][1]["id"], "nvme1");
-    assert_eq!(config["report_url"], format!("http://127.0.0.1:8080/v1/agent/{token}/report"));
+    assert_eq!(config["nonce"].as_str().expect("nonce").len(), 43);
+    assert!(config.get("report_url").is_none(), "the agent derives its URLs from agent_url");
 
-    let seed = app.get(format!("/v1/agent/{token}/seed.iso")).send().await.expect(200);
-    assert_eq!(seed.header("content-type"), Some("application/x-iso9660-image"));
-    assert_eq!(seed.body.len() % 2048, 0);
-    assert_eq!(&seed.body[0x8001..0x8006], b"CD001", "an ISO 9660 primary volume descriptor");
-    assert_eq!(&seed.body[0x8028..0x802e], b"cidata", "the NoCloud volume label");
+    // Each token works only where it belongs, and neither is a JWT.
+    app.get("/v1/agent/config").send().await.problem(401, "missing_token");
+    app.get("/v1/agent/config").token(seed.expose()).send().await.problem(404, "not_found");
+    app.get(format!("/v1/agent/seed/{token}.iso")).send().await.problem(404, "not_found");
+    app.get(format!("/v1/agent/seed/{}", seed.expose())).send().await.problem(404, "not_found");
+    assert_eq!(app.get("/v1/machines").token(&token).send().await.status.as_u16(), 401);
 
-    let drives = json!([
-        { "id": "nvme0", "method": "nvme-format", "result": "success" },
-        { "id": "nvme1", "method": "nvme-format", "result": "success", "detail": "crypto erase" }
-    ]);
-    app.post(format!("/v1/agent/{token}/report")).json(&report(drives.clone())).send().await.expect(204);
-    assert_eq!(verified(&app).await, Some(true));
+    let mut body = report(json!([wiped(Some("nvme0")), wiped(Some("nvme1")), wiped(None)]));
+    body["nonce"] = config["nonce"].clone();
+    app.post("/v1/agent/report").token(&token).json(&body).send().await.expect(204);
+    assert_eq!(verdict(&app).await, (Some(true), None));
     // Used up: every endpoint now answers 409.
-    app.post(format!("/v1/agent/{token}/report")).json(&report(drives)).send().await.problem(409, "agent_token_used");
-    app.get(format!("/v1/agent/{token}/config")).send().await.problem(409, "agent_token_used");
-    app.get(format!("/v1/agent/{token}/seed.iso")).send().await.problem(409, "agent_token_used");
+    app.post("/v1/agent/report").token(&token).json(&body).send().await.problem(409, "agent_token_used");
+    app.get("/v1/agent/config").token(&token).send().await.problem(409, "agent_token_used");
+    app.get(seed_path(&seed)).send().await.problem(409, "agent_token_used");
 
     let events = app.get("/v1/audit-events?action=agent.report").token(&admin()).send().await.expect(200).json();
     assert_eq!(events["items"][0]["actor"]["sub"], "agent:node-1");
     assert_eq!(events["items"][0]["details"]["verified"], true);
+    assert_eq!(events["items"][0]["details"]["image_sha256"], SIMULATED_WIPE_IMAGE_SHA256);
+    let audit = events.to_string();
+    assert!(!audit.contains(&token) && !audit.contains(seed.expose()), "no token in the audit trail");
 }
 
 #[tokio::test]
-async fn a_wipe_is_verified_only_when_every_listed_drive_was_wiped() {
-    for drives in [
-        json!([{ "id": "nvme0", "method": "nvme-format", "result": "success" }]),
-        json!([{ "id": "nvme0", "method": "nvme-format", "result": "success" }, { "id": "nvme1", "method": "nvme-format", "result": "failure", "detail": "I/O error" }]),
-        json!([{ "id": "nvme0", "method": "x", "result": "success" }, { "id": "sda", "method": "x", "result": "success" }]),
+async fn a_wipe_is_verified_only_with_complete_evidence_of_every_drive_from_the_wipe_image() {
+    let mut no_verification = wiped(Some("nvme1"));
+    no_verification["verification"] = Value::Null;
+    let mut unknown_method = wiped(Some("nvme1"));
+    unknown_method["method"] = json!("sim-overwrite");
+    let mut few_ranges = wiped(Some("nvme1"));
+    few_ranges["verification"]["ranges"] = json!(65);
+    let mut failed = wiped(Some("nvme1"));
+    failed["result"] = json!("failure");
+    failed["detail"] = json!("I/O error");
+    let mut stranger_failed = wiped(None);
+    stranger_failed["result"] = json!("failure");
+    let mut other_image = report(json!([wiped(Some("nvme0")), wiped(Some("nvme1"))]));
+    other_image["image_sha256"] = json!("b".repeat(64));
+    let mut overall_failure = report(json!([wiped(Some("nvme0")), wiped(Some("nvme1"))]));
+    overall_failure["result"] = json!("failure");
+    for (body, why) in [
+        (report(json!([wiped(Some("nvme0"))])), "drive nvme1: not reported (the agent did not find it)"),
+        (report(json!([wiped(Some("nvme0")), failed])), "drive nvme1: wipe failed (I/O error)"),
+        (report(json!([wiped(Some("nvme0")), unknown_method])), "drive nvme1: unknown method \"sim-overwrite\""),
+        (report(json!([wiped(Some("nvme0")), no_verification])), "drive nvme1: verification missing"),
+        (report(json!([wiped(Some("nvme0")), few_ranges])), "drive nvme1: verification read 65 ranges, fewer than 66"),
+        (
+            report(json!([wiped(Some("nvme0")), wiped(Some("nvme1")), stranger_failed])),
+            "unlisted drive with serial S0: wipe failed",
+        ),
+        (
+            report(json!([wiped(Some("nvme0")), wiped(Some("nvme1")), wiped(Some("sda"))])),
+            "drive sda: not a drive of this run's configuration",
+        ),
+        (other_image, "image: the agent booted image bbbb"),
+        (overall_failure, "the agent reported failure"),
     ] {
         let app = TestApp::new().await;
-        let (token, _) = wipe_token(&app, Duration::from_secs(3600)).await;
-        app.post(format!("/v1/agent/{token}/report")).json(&report(drives.clone())).send().await.expect(204);
-        assert_eq!(verified(&app).await, Some(false), "{drives}");
+        let (seed, _) = wipe_run(&app, Duration::from_secs(3600)).await;
+        let token = agent_seed(&app, &seed).await.agent_token;
+        app.post("/v1/agent/report").token(&token).json(&body).send().await.expect(204);
+        let (verified, failure) = verdict(&app).await;
+        assert_eq!(verified, Some(false), "{body}");
+        let failure = failure.expect("a reason");
+        assert!(failure.starts_with(why), "{failure:?} should start with {why:?}");
     }
-    let app = TestApp::new().await;
-    let (token, _) = wipe_token(&app, Duration::from_secs(3600)).await;
-    let mut failed = report(
-        json!([{ "id": "nvme0", "method": "x", "result": "success" }, { "id": "nvme1", "method": "x", "result": "success" }]),
-    );
-    failed["result"] = json!("failure");
-    app.post(format!("/v1/agent/{token}/report")).json(&failed).send().await.expect(204);
-    assert_eq!(verified(&app).await, Some(false), "an overall failure is never a verified wipe");
 }
 
 #[tokio::test]
 async fn unknown_expired_and_malformed_tokens_and_reports() {
     let app = TestApp::new().await;
-    app.get("/v1/agent/not-a-token/config").send().await.problem(404, "not_found");
+    app.get("/v1/agent/config").token("not-a-token").send().await.problem(404, "not_found");
     let well_formed_but_unknown = "A".repeat(43);
-    app.get(format!("/v1/agent/{well_formed_but_unknown}/config")).send().await.problem(404, "not_found");
+    app.get("/v1/agent/config").token(&well_formed_but_unknown).send().await.problem(404, "not_found");
+    app.get(format!("/v1/agent/seed/{well_formed_but_unknown}.iso")).send().await.problem(404, "not_found");
 
-    let (token, _) = wipe_token(&app, Duration::from_secs(3600)).await;
-    let problem = app
-        .post(format!("/v1/agent/{token}/report"))
-        .json(&json!({ "result": "success", "drives": [], "started_at": "2026-11-30T10:00:00Z", "finished_at": "2026-11-30T09:00:00Z" }))
-        .send()
-        .await
-        .problem(422, "validation_failed");
+    let (seed, _) = wipe_run(&app, Duration::from_secs(3600)).await;
+    let token = agent_seed(&app, &seed).await.agent_token;
+    let mut backwards = report(json!([]));
+    backwards["finished_at"] = json!("2026-11-30T09:00:00Z");
+    let problem =
+        app.post("/v1/agent/report").token(&token).json(&backwards).send().await.problem(422, "validation_failed");
     assert_eq!(problem["errors"][0]["field"], "finished_at");
-    assert!(!problem["instance"].as_str().expect("instance").contains(&token), "the token never shows in a problem");
-    app.post(format!("/v1/agent/{token}/report"))
+    assert!(!problem.to_string().contains(&token), "the token never shows in a problem");
+    let problem =
+        app.get(format!("/v1/agent/seed/{well_formed_but_unknown}.iso")).send().await.problem(404, "not_found");
+    assert_eq!(problem["instance"], "/v1/agent/seed/[redacted].iso", "the seed token never shows in a problem");
+    app.post("/v1/agent/report")
+        .token(&token)
         .json(&json!({ "result": "maybe" }))
         .send()
         .await
         .problem(422, "validation_failed");
-    assert_eq!(verified(&app).await, None, "a refused report does not use the token up");
+    let mut bad = report(json!([wiped(Some("nvme0"))]));
+    bad["nonce"] = json!("not-this-runs-nonce");
+    bad["image_sha256"] = json!("not hex");
+    let problem = app.post("/v1/agent/report").token(&token).json(&bad).send().await.problem(422, "validation_failed");
+    let fields: Vec<&str> =
+        problem["errors"].as_array().expect("errors").iter().filter_map(|e| e["field"].as_str()).collect();
+    assert_eq!(fields, ["image_sha256", "nonce"]);
+    assert_eq!(verdict(&app).await, (None, None), "a refused report does not use the run up");
 
     sqlx::query("update agent_tokens set expires_at = now() - interval '1 second'")
         .execute(&app.db.pool)
         .await
         .expect("expire");
-    app.get(format!("/v1/agent/{token}/config")).send().await.problem(410, "agent_token_expired");
-    let drives = json!([{ "id": "nvme0", "method": "x", "result": "success" }, { "id": "nvme1", "method": "x", "result": "success" }]);
-    app.post(format!("/v1/agent/{token}/report"))
-        .json(&report(drives))
-        .send()
-        .await
-        .problem(410, "agent_token_expired");
+    app.get("/v1/agent/config").token(&token).send().await.problem(410, "agent_token_expired");
+    app.get(seed_path(&seed)).send().await.problem(410, "agent_token_expired");
+    let drives = json!([wiped(Some("nvme0")), wiped(Some("nvme1"))]);
+    app.post("/v1/agent/report").token(&token).json(&report(drives)).send().await.problem(410, "agent_token_expired");
 }
 
 #[tokio::test]
 async fn tokens_are_stored_hashed_and_never_reach_metrics() {
     let app = TestApp::new().await;
-    let (token, _) = wipe_token(&app, Duration::from_secs(3600)).await;
-    app.get(format!("/v1/agent/{token}/config")).send().await.expect(200);
-    let stored: Vec<u8> =
-        sqlx::query_scalar("select token_sha256 from agent_tokens").fetch_one(&app.db.pool).await.expect("row");
-    assert_eq!(stored.len(), 32);
+    let (seed, _) = wipe_run(&app, Duration::from_secs(3600)).await;
+    let token = agent_seed(&app, &seed).await.agent_token;
+    app.get("/v1/agent/config").token(&token).send().await.expect(200);
+    let (seed_hash, agent_hash): (Vec<u8>, Vec<u8>) =
+        sqlx::query_as("select seed_sha256, agent_sha256 from agent_tokens")
+            .fetch_one(&app.db.pool)
+            .await
+            .expect("row");
+    use sha2::Digest;
+    assert_eq!(seed_hash, sha2::Sha256::digest(seed.expose().as_bytes()).to_vec());
+    assert_eq!(agent_hash, sha2::Sha256::digest(token.as_bytes()).to_vec());
     let dump: String = sqlx::query_scalar("select row_to_json(t)::text from agent_tokens t")
         .fetch_one(&app.db.pool)
         .await
         .expect("row");
-    assert!(!dump.contains(&token), "the token is stored in clear");
+    assert!(!dump.contains(&token) && !dump.contains(seed.expose()), "a token is stored in clear");
     assert!(!dump.contains("nvme0"), "the run's configuration is stored in clear");
     let metrics = String::from_utf8(app.get("/metrics").send().await.expect(200).body.to_vec()).expect("utf8");
-    assert!(!metrics.contains(&token));
-    assert!(metrics.contains(r#"route="/v1/agent/{token}/config""#), "{metrics}");
+    assert!(!metrics.contains(&token) && !metrics.contains(seed.expose()));
+    assert!(metrics.contains(r#"route="/v1/agent/config""#), "{metrics}");
+    assert!(metrics.contains(r#"route="/v1/agent/seed/{seed_file}""#), "{metrics}");
 }
 
 #[tokio::test]

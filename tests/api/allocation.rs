@@ -1,5 +1,5 @@
 //! Allocation under concurrency (SPEC sections 5 and 6): many clusters asking at once for the same
-//! few machines through `paddock_store::lifecycle::allocate`, each in its own transaction, as the
+//! few machines through `paddock_store::allocation::allocate`, each in its own transaction, as the
 //! cluster reconcilers of several workers would. No machine is ever handed to two clusters, every
 //! cluster gets all it asked for or nothing, those left without machines wait in line, and the
 //! earliest waiting cluster is served first when machines free up.
@@ -7,7 +7,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use paddock_store::lifecycle::{self, Allocation, Need};
+use paddock_store::allocation::{self, Allocation, Need};
 use paddock_store::Store;
 use paddock_testkit::{admin, TestApp};
 use paddock_types::{ClusterId, MachineClassId, MachineId, NodePoolId, TenantId};
@@ -74,8 +74,15 @@ async fn wide_store(app: &TestApp) -> Store {
 /// mark is the only write of a refusal).
 async fn allocate(store: &Store, a: &Asker) -> Allocation {
     let mut tx = store.begin().await.expect("begin");
-    let outcome =
-        lifecycle::allocate(&mut tx, a.tenant, a.cluster, std::slice::from_ref(&a.need)).await.expect("allocate");
+    let outcome = allocation::allocate(
+        &mut tx,
+        &paddock_testkit::ledger_key(),
+        a.tenant,
+        a.cluster,
+        std::slice::from_ref(&a.need),
+    )
+    .await
+    .expect("allocate");
     tx.commit().await.expect("commit");
     outcome
 }

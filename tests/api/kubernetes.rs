@@ -48,11 +48,11 @@ use kube::{Api, Client, Config, Resource, ResourceExt};
 use paddock_api::{ApiConfig, AppState};
 use paddock_auth::{Secret as AuthSecret, Verifier, VerifierConfig};
 use paddock_domain::driver::{BoxFuture, DriverError, KubeDrivers, TenantAccess};
+use paddock_domain::stack::{latest_version, ReadinessRule, StackComponent, StackDefinition, StackManifest};
 use paddock_kube::isolation::{self, LABEL_CLUSTER_ID, LABEL_TENANT_ID};
 use paddock_kube::kamaji::{self, ADMIN_KUBECONFIG_KEY};
 use paddock_kube::nodes::LABEL_NODE_POOL;
 use paddock_kube::slurm::{self, SlinkySettings, SlurmProbe};
-use paddock_kube::stack::{latest_version, ReadinessRule, StackComponent, StackDefinition, StackManifest};
 use paddock_kube::{
     KamajiBackend, KubePlatform, KubeTenantCredentials, KubeTenantNodes, KubeTenantStack, SlinkyDriver,
 };

@@ -15,6 +15,7 @@ mod kubernetes;
 mod lifecycle;
 mod machine;
 mod machine_class;
+mod metrics;
 mod openapi;
 mod operation;
 mod pagination;

@@ -28,9 +28,12 @@ fn every_operation_has_an_id_responses_and_security() {
             let responses = op["responses"].as_object().expect("responses");
             assert!(responses.keys().any(|s| s.starts_with('2')), "{id} lists no success response");
             assert!(op.get("security").is_some(), "{id} declares no security requirement");
-            if path.starts_with("/v1/agent/") {
-                // Machine-facing: the one-time token in the path is the credential.
+            if path.starts_with("/v1/agent/seed/") {
+                // The BMC's fetch: the seed token in the path is the credential.
                 assert_eq!(op["security"], serde_json::json!([{}]), "{id} must not ask for a bearer token");
+            } else if path.starts_with("/v1/agent/") {
+                // Machine-facing: the run's agent token is the bearer, not a JWT.
+                assert_eq!(op["security"], serde_json::json!([{ "agent_token": [] }]), "{id} takes the agent token");
             } else if path.starts_with("/v1/") {
                 let default = &responses["default"]["content"]["application/problem+json"]["schema"];
                 assert_eq!(default["$ref"], "#/components/schemas/Problem", "{id} lacks the Problem default response");

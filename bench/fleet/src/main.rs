@@ -13,7 +13,8 @@
 //! with `PADDOCK_BMC_DRIVER=redfish`) as a child process, and plays the wipe agent of every machine:
 //! it watches paddock's database for machines booted into their wipe, reads the seed URL (token and
 //! all) back from the emulator's virtual media as a booted machine would find it, fetches
-//! `/v1/agent/{token}/config` and posts the report listing every drive, at once.
+//! the seed's `paddock/agent.json`, `{agent_url}/v1/agent/config` with its agent token, and posts
+//! the report with evidence of every drive, at once.
 //!
 //! Measures: one machine alone, enroll -> available (`--singles` times before the fleet and as
 //! many after), then the fleet: `--fleet` machines enrolled at once through the API, wall time
@@ -31,11 +32,14 @@ use futures::StreamExt;
 use paddock_api::{ApiConfig, AppState};
 use paddock_auth::{Claims, Secret, Verifier, VerifierConfig};
 use paddock_domain::secret::Cipher;
+use paddock_service::agent::AgentSettings;
 use paddock_service::Services;
 use paddock_store::Store;
+use paddock_types::agent::AgentSeed;
 use paddock_worker::reconcile::{self, ClusterReconciler, Drivers, MachineReconciler};
 use paddock_worker::{JobHandler, Worker, WorkerConfig};
 use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgPool, Row};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -134,7 +138,17 @@ async fn serve(database_url: &str, args: &Args) -> anyhow::Result<()> {
     let store = Store::connect_lazy(database_url, pool)?;
     let key = std::env::var("FLEET_BENCH_KEY").unwrap_or_else(|_| Cipher::generate_key());
     let cipher = Arc::new(Cipher::new(&key, &[])?);
-    let services = Services::new(store.clone(), cipher).with_agent_base_url(&format!("http://{listen}"));
+    // Plain http on loopback, as `PADDOCK_AGENT_INSECURE_HTTP=true` allows a lab; the images'
+    // digest is the served image's.
+    let base = format!("http://{listen}");
+    let digest = image_sha256();
+    let services = Services::new(store.clone(), cipher, bench_ledger_key()).with_agent(AgentSettings {
+        base_url: base.clone(),
+        seed_base_url: base,
+        ca_cert: None,
+        wipe_image_sha256: digest.clone(),
+        os_image_sha256: digest,
+    });
     // One limiter per process, as `paddock serve` (crates/paddock/src/server.rs) makes it.
     let limiter = paddock_redfish::BmcLimiter::new(per_host);
     let drivers = Drivers { bmc: Some(Arc::new(paddock_redfish::RedfishBmc::new(limiter))), kube: None };
@@ -369,6 +383,16 @@ impl Api {
 // ------------------------------------------------------------------------------------------------
 
 /// Serves 64 KiB for `GET /images/<name>.iso`, 404 otherwise; counts the downloads.
+/// What the image server serves for any image: 64 KiB of 0x42.
+fn served_image() -> Vec<u8> {
+    vec![0x42u8; 64 * 1024]
+}
+
+/// The SHA-256 of [`served_image`], which the agent reports and `serve` configures.
+fn image_sha256() -> String {
+    hex::encode(Sha256::digest(served_image()))
+}
+
 async fn image_server(downloads: Arc<AtomicU64>) -> anyhow::Result<String> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
@@ -389,7 +413,7 @@ async fn image_server(downloads: Arc<AtomicU64>) -> anyhow::Result<String> {
                 let mut words = head.split_whitespace();
                 let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
                 let found = path.starts_with("/images/") && path.ends_with(".iso");
-                let body = if found { vec![0x42u8; 64 * 1024] } else { Vec::new() };
+                let body = if found { served_image() } else { Vec::new() };
                 if found && method == "GET" {
                     downloads.fetch_add(1, Ordering::Relaxed);
                 }
@@ -426,7 +450,7 @@ struct AgentStats {
 /// Watches paddock's database every `every` for machines booted into their wipe (state
 /// `cleaning`, `run_booted_at` set, `run_finished_at` not), and for each new run plays the agent:
 /// the seed URL from the emulator's virtual media, the config, the report of every drive.
-async fn agent(db: PgPool, api_base: String, stats: Arc<AgentStats>, every: Duration, mut stop: watch::Receiver<bool>) {
+async fn agent(db: PgPool, stats: Arc<AgentStats>, every: Duration, mut stop: watch::Receiver<bool>) {
     let http = reqwest::Client::builder().pool_max_idle_per_host(64).build().expect("http client");
     let mut seen: HashSet<Uuid> = HashSet::new();
     let limit = Arc::new(tokio::sync::Semaphore::new(32));
@@ -446,10 +470,10 @@ async fn agent(db: PgPool, api_base: String, stats: Arc<AgentStats>, every: Dura
             let bmc: String = r.get(1);
             let uuid: Option<String> = r.get(2);
             let booted: chrono::DateTime<chrono::Utc> = r.get(3);
-            let (http, api_base, stats, limit) = (http.clone(), api_base.clone(), stats.clone(), limit.clone());
+            let (http, stats, limit) = (http.clone(), stats.clone(), limit.clone());
             tokio::spawn(async move {
                 let _permit = limit.acquire().await;
-                match answer(&http, &api_base, &bmc, uuid.as_deref().unwrap_or_default()).await {
+                match answer(&http, &bmc, uuid.as_deref().unwrap_or_default()).await {
                     Ok(()) => {
                         stats.answered.fetch_add(1, Ordering::Relaxed);
                         let lat = (chrono::Utc::now() - booted).num_milliseconds() as f64 / 1000.0;
@@ -479,7 +503,7 @@ async fn get_json(http: &reqwest::Client, url: &str) -> anyhow::Result<Value> {
     Ok(v)
 }
 
-async fn answer(http: &reqwest::Client, api_base: &str, bmc: &str, uuid: &str) -> anyhow::Result<()> {
+async fn answer(http: &reqwest::Client, bmc: &str, uuid: &str) -> anyhow::Result<()> {
     // The seed, as the booted machine finds it: the image of the virtual media device that is
     // not the wipe image's `Cd`.
     let bmc = bmc.trim_end_matches('/');
@@ -491,28 +515,37 @@ async fn answer(http: &reqwest::Client, api_base: &str, bmc: &str, uuid: &str) -
             continue;
         }
         let dev = get_json(http, &format!("{bmc}{path}")).await?;
-        if let Some(image) = dev["Image"].as_str().filter(|i| i.ends_with("/seed.iso")) {
+        if let Some(image) = dev["Image"].as_str().filter(|i| i.contains("/v1/agent/seed/")) {
             seed = Some(image.to_owned());
         }
     }
+    // The seed image at that URL, read as the machine reads it: paddock/agent.json.
     let seed = seed.with_context(|| format!("no seed inserted in {uuid} at {bmc}"))?;
-    let token = seed
-        .split("/v1/agent/")
-        .nth(1)
-        .and_then(|r| r.strip_suffix("/seed.iso"))
-        .with_context(|| format!("not a seed URL: {seed}"))?;
-    let config = get_json(http, &format!("{api_base}/v1/agent/{token}/config")).await?;
+    let image = http.get(&seed).send().await?.error_for_status().context("fetching the seed")?.bytes().await?;
+    let json = paddock_seed::read_file(&image, "paddock/agent.json").context("no paddock/agent.json in the seed")?;
+    let found: AgentSeed = serde_json::from_slice(&json).context("paddock/agent.json")?;
+    let config =
+        http.get(format!("{}/v1/agent/config", found.agent_url)).bearer_auth(&found.agent_token).send().await?;
+    let config: Value = config.error_for_status().context("GET config")?.json().await?;
     let drives: Vec<Value> = config["config"]["drives"]
         .as_array()
         .context("no drives in the config")?
         .iter()
-        .map(|d| json!({ "id": d["id"], "method": "nvme-format", "result": "success" }))
+        .map(|d| {
+            json!({
+                "id": d["id"], "match_basis": "protocol_capacity",
+                "identity": { "size_bytes": d["capacity_bytes"].as_u64().unwrap_or(0), "protocol": d["protocol"] },
+                "method": "nvme-format-user-data", "result": "success",
+                "verification": { "ranges": 66, "bytes_read": 66 * 4096, "sha256": hex::encode(Sha256::digest([0u8; 66 * 4096])) },
+            })
+        })
         .collect();
     let body = json!({
-        "result": "success", "drives": drives,
+        "result": "success", "drives": drives, "image_sha256": image_sha256(), "nonce": config["nonce"],
         "started_at": chrono::Utc::now() - chrono::Duration::seconds(1), "finished_at": chrono::Utc::now(),
     });
-    let resp = http.post(format!("{api_base}/v1/agent/{token}/report")).json(&body).send().await?;
+    let report = format!("{}/v1/agent/report", found.agent_url);
+    let resp = http.post(report).bearer_auth(&found.agent_token).json(&body).send().await?;
     if resp.status().as_u16() != 204 {
         bail!("report: {} {}", resp.status(), resp.text().await.unwrap_or_default());
     }
@@ -667,7 +700,7 @@ async fn run(admin_url: &str, args: &Args) -> anyhow::Result<()> {
     .await?;
     let stats = Arc::new(AgentStats::default());
     let (stop_tx, stop_rx) = watch::channel(false);
-    let agent_task = tokio::spawn(agent(db.clone(), server.base.clone(), stats.clone(), agent_every, stop_rx));
+    let agent_task = tokio::spawn(agent(db.clone(), stats.clone(), agent_every, stop_rx));
 
     let load_start = loadavg();
     let mut single_times = Vec::new();
@@ -850,4 +883,9 @@ async fn run(admin_url: &str, args: &Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The custody ledger key of the bench's process (`PADDOCK_LEDGER_KEY` of `paddock serve`).
+fn bench_ledger_key() -> paddock_domain::ledger::LedgerKey {
+    paddock_domain::ledger::LedgerKey::new(b"bench-ledger-key-of-at-least-32-bytes".to_vec())
 }

@@ -44,14 +44,14 @@ fn accept_request_id(value: Option<&HeaderValue>) -> String {
         .unwrap_or_else(|| uuid::Uuid::now_v7().to_string())
 }
 
-/// The path as it may be logged and shown: an agent's one-time token is a credential, so
-/// `/v1/agent/{token}/...` keeps only its shape.
+/// The path as it may be logged and shown: a run's seed token is a credential, so
+/// `/v1/agent/seed/{seed_token}.iso` keeps only its shape; so does anything else under
+/// `/v1/agent/` that is not one of its fixed paths.
 fn redact(path: &str) -> String {
     match path.strip_prefix("/v1/agent/") {
-        Some(rest) => match rest.split_once('/') {
-            Some((_, tail)) => format!("/v1/agent/[redacted]/{tail}"),
-            None => "/v1/agent/[redacted]".to_owned(),
-        },
+        Some("config" | "report") => path.to_owned(),
+        Some(rest) if rest.starts_with("seed/") => "/v1/agent/seed/[redacted].iso".to_owned(),
+        Some(_) => "/v1/agent/[redacted]".to_owned(),
         None => path.to_owned(),
     }
 }

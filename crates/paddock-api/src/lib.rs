@@ -28,7 +28,9 @@ use utoipa_axum::routes;
 
 pub use state::{ApiConfig, AppState};
 
-use routes::{agent, audit, cluster, health, isolation, machine, machine_class, operation, tenant};
+use paddock_types::problem::Problem;
+use routes::doc::{self, Access};
+use routes::{agent, audit, cluster, custody, health, isolation, machine, machine_class, operation, tenant};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -37,7 +39,9 @@ use routes::{agent, audit, cluster, health, isolation, machine, machine_class, o
         description = "Control plane for fully isolated managed Slurm and Kubernetes clusters on dedicated bare metal.",
         license(name = "Apache-2.0", identifier = "Apache-2.0")
     ),
+    paths(agent::agent_seed_view),
     modifiers(&BearerAuth),
+    components(schemas(Problem)),
     tags(
         (name = "tenants", description = "The provider's customers"),
         (name = "clusters", description = "Tenant clusters and their node pools"),
@@ -45,7 +49,7 @@ use routes::{agent, audit, cluster, health, isolation, machine, machine_class, o
         (name = "machines", description = "The bare-metal inventory"),
         (name = "operations", description = "Progress of asynchronous changes"),
         (name = "audit", description = "Who did what"),
-        (name = "agent", description = "Machine-facing endpoints of the wipe and provisioning agents (one-time tokens, no JWT)"),
+        (name = "agent", description = "Machine-facing endpoints of the wipe and provisioning agents (the run's seed token in the seed URL, its agent token as the bearer; no JWT)"),
         (name = "health", description = "Process endpoints")
     )
 )]
@@ -59,6 +63,10 @@ impl Modify for BearerAuth {
         let mut scheme = Http::new(HttpAuthScheme::Bearer);
         scheme.bearer_format = Some("JWT".to_owned());
         components.add_security_scheme("bearer", SecurityScheme::Http(scheme));
+        let mut agent = Http::new(HttpAuthScheme::Bearer);
+        agent.bearer_format = Some("agent token (base64url, from the run's seed)".to_owned());
+        agent.description = Some("The run's agent token, found in paddock/agent.json of its seed".to_owned());
+        components.add_security_scheme("agent_token", SecurityScheme::Http(agent));
     }
 }
 
@@ -87,6 +95,8 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(machine::machine_maintenance_enter, machine::machine_maintenance_leave))
         .routes(routes!(machine::machine_custody_view))
         .routes(routes!(isolation::isolation_report_view))
+        .routes(routes!(custody::custody_checkpoint_view))
+        .routes(routes!(custody::custody_verify))
         .routes(routes!(operation::operation_list))
         .routes(routes!(operation::operation_view))
         .routes(routes!(operation::tenant_operation_list))
@@ -95,18 +105,34 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(audit::tenant_audit_event_list))
 }
 
-/// Every route with its documentation.
+/// Every route with its documentation; what each group's operations share (security, the
+/// Problem answer, `Idempotency-Key`) is added here, once per group (`routes::doc`).
 fn api_routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::with_openapi(ApiDoc::openapi()).merge(v1_routes()).merge(public_routes())
+    let groups = [(v1_routes(), Access::Bearer), (agent_routes(), Access::Agent), (process_routes(), Access::Open)];
+    groups.into_iter().fold(OpenApiRouter::with_openapi(ApiDoc::openapi()), |api, (mut group, access)| {
+        doc::document(group.get_openapi_mut(), access);
+        api.merge(group)
+    })
 }
 
-/// Routes without a bearer token: the agents' (their token is in the path) and the process
-/// endpoints.
+/// Routes without a JWT: the agents' (the seed token in the seed URL, the agent token as their
+/// bearer) and the process endpoints. The seed's route is documented through `ApiDoc` (its path
+/// `{seed_token}.iso` has a suffix the router cannot match, see `agent::SEED_ROUTE`).
 fn public_routes() -> OpenApiRouter<AppState> {
+    agent_routes().merge(process_routes())
+}
+
+/// The machine agents' routes: the one-time token in the path is the credential.
+fn agent_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(agent::agent_config_view))
-        .routes(routes!(agent::agent_seed_view))
+        .route(agent::SEED_ROUTE, axum::routing::get(agent::agent_seed_view))
         .routes(routes!(agent::agent_report))
+}
+
+/// The process endpoints: health, metrics, the document itself.
+fn process_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
         .routes(routes!(health::health_live))
         .routes(routes!(health::health_ready))
         .routes(routes!(health::metrics_view))

@@ -145,13 +145,45 @@ impl Metrics {
     }
 }
 
+/// The `method` label: the methods of HTTP itself, anything else `other`, so a client sending
+/// made-up methods cannot grow the series without bound.
+fn method_label(method: &http::Method) -> &'static str {
+    use http::Method;
+    const KNOWN: [(Method, &str); 9] = [
+        (Method::GET, "GET"),
+        (Method::HEAD, "HEAD"),
+        (Method::POST, "POST"),
+        (Method::PUT, "PUT"),
+        (Method::PATCH, "PATCH"),
+        (Method::DELETE, "DELETE"),
+        (Method::OPTIONS, "OPTIONS"),
+        (Method::TRACE, "TRACE"),
+        (Method::CONNECT, "CONNECT"),
+    ];
+    KNOWN.iter().find(|(m, _)| m == method).map_or("other", |(_, label)| label)
+}
+
 /// Middleware: counts and times every request under its route template (never its raw path,
 /// which could carry ids or agent tokens).
 pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let route = req.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let method = req.method().as_str().to_owned();
+    let method = method_label(req.method()).to_owned();
     let started = Instant::now();
     let response = next.run(req).await;
     state.metrics.observe(&method, &route, response.status().as_u16(), started.elapsed().as_secs_f64());
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn made_up_methods_share_one_label() {
+        assert_eq!(method_label(&http::Method::PATCH), "PATCH");
+        for raw in ["BREW", "PROPFIND", "get", "X-RANDOM-1"] {
+            let method = http::Method::from_bytes(raw.as_bytes()).expect("a token");
+            assert_eq!(method_label(&method), "other", "{raw}");
+        }
+    }
 }

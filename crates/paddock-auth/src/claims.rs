@@ -36,6 +36,8 @@ pub(crate) struct Expectations<'a> {
     pub(crate) audience: &'a str,
     pub(crate) leeway: i64,
     pub(crate) now: i64,
+    /// Longest `exp - iat` accepted (`PADDOCK_TOKEN_MAX_LIFETIME`).
+    pub(crate) max_lifetime: i64,
 }
 
 impl Claims {
@@ -51,7 +53,16 @@ impl Claims {
         if nbf.is_some_and(|nbf| nbf > expect.now.saturating_add(expect.leeway)) {
             return Err(AuthError::NotYetValid);
         }
-        let iat = numeric_date(take(&mut payload, "iat"), "iat")?;
+        // A token must say when it was issued, not in the future, and must not live longer than
+        // the configured maximum: a token minted for a year is refused even while unexpired.
+        let iat = numeric_date(take(&mut payload, "iat"), "iat")?.ok_or(AuthError::MissingClaim("iat"))?;
+        if iat > expect.now.saturating_add(expect.leeway) {
+            return Err(AuthError::InvalidClaim("iat"));
+        }
+        if exp.saturating_sub(iat) > expect.max_lifetime {
+            return Err(AuthError::LifetimeTooLong { max_secs: expect.max_lifetime });
+        }
+        let iat = Some(iat);
 
         let iss = required_string(take(&mut payload, "iss"), "iss")?;
         if iss != expect.issuer {

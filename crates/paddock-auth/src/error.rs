@@ -39,6 +39,12 @@ pub enum AuthError {
     /// A claim has the wrong JSON type or an invalid value.
     #[error("token claim `{0}` has an invalid value")]
     InvalidClaim(&'static str),
+    /// `exp - iat` is longer than the longest lifetime accepted.
+    #[error("token lives longer than the {max_secs} s accepted (exp - iat)")]
+    LifetimeTooLong {
+        /// The longest lifetime accepted, seconds (`PADDOCK_TOKEN_MAX_LIFETIME`).
+        max_secs: i64,
+    },
     /// The token needs JWKS keys and the JWKS endpoint could not be fetched: not the client's fault.
     #[error("token signing keys are temporarily unavailable")]
     KeysUnavailable,
@@ -73,7 +79,8 @@ impl AuthError {
             | Self::WrongIssuer
             | Self::WrongAudience
             | Self::MissingClaim(_)
-            | Self::InvalidClaim(_) => "invalid_token",
+            | Self::InvalidClaim(_)
+            | Self::LifetimeTooLong { .. } => "invalid_token",
         }
     }
 

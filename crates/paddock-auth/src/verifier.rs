@@ -35,10 +35,14 @@ pub struct VerifierConfig {
     pub leeway_secs: u64,
     /// Age after which JWKS keys are refreshed in the background (default 300 s).
     pub jwks_refresh: Duration,
+    /// Longest `exp - iat` accepted, seconds (`PADDOCK_TOKEN_MAX_LIFETIME`, default 86400); a
+    /// token without `iat` is refused.
+    pub max_lifetime_secs: u64,
 }
 
 impl Default for VerifierConfig {
-    /// No key source; issuer and audience `paddock`; 30 s leeway; JWKS refresh every 300 s.
+    /// No key source; issuer and audience `paddock`; 30 s leeway; JWKS refresh every 300 s;
+    /// tokens live at most a day.
     fn default() -> Self {
         Self {
             hs256_secret: None,
@@ -48,6 +52,7 @@ impl Default for VerifierConfig {
             audience: "paddock".to_owned(),
             leeway_secs: 30,
             jwks_refresh: Duration::from_secs(300),
+            max_lifetime_secs: 86_400,
         }
     }
 }
@@ -65,6 +70,7 @@ struct Inner {
     issuer: String,
     audience: String,
     leeway: i64,
+    max_lifetime: i64,
 }
 
 impl std::fmt::Debug for Verifier {
@@ -139,6 +145,7 @@ impl Verifier {
                 issuer: cfg.issuer,
                 audience: cfg.audience,
                 leeway: i64::try_from(cfg.leeway_secs).unwrap_or(i64::MAX),
+                max_lifetime: i64::try_from(cfg.max_lifetime_secs).unwrap_or(i64::MAX),
             }),
         })
     }
@@ -154,7 +161,13 @@ impl Verifier {
         let inner = &self.inner;
         Claims::from_payload(
             payload,
-            &Expectations { issuer: &inner.issuer, audience: &inner.audience, leeway: inner.leeway, now: unix_now() },
+            &Expectations {
+                issuer: &inner.issuer,
+                audience: &inner.audience,
+                leeway: inner.leeway,
+                now: unix_now(),
+                max_lifetime: inner.max_lifetime,
+            },
         )
     }
 

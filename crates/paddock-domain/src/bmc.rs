@@ -67,6 +67,12 @@ pub struct InventoryDrive {
     pub capacity_bytes: Option<u64>,
     /// Model, when reported.
     pub model: Option<String>,
+    /// Serial number, when reported (the wipe agent matches drives by it).
+    #[serde(default)]
+    pub serial: Option<String>,
+    /// Protocol as the BMC names it (`NVMe`, `SATA`, `SAS`, ...), when reported.
+    #[serde(default)]
+    pub protocol: Option<String>,
 }
 
 /// What inspection read from the BMC. `None` means "not reported", never zero.
@@ -312,7 +318,13 @@ mod tests {
             power_on: Some(false),
             cpu_cores: None,
             memory_gib: None,
-            drives: Some(vec![InventoryDrive { id: "nvme0".into(), capacity_bytes: Some(1), model: None }]),
+            drives: Some(vec![InventoryDrive {
+                id: "nvme0".into(),
+                capacity_bytes: Some(1),
+                model: None,
+                serial: None,
+                protocol: None,
+            }]),
         }
     }
 

@@ -8,8 +8,8 @@ use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
 use paddock_types::cluster::{
-    ClusterCreate, ClusterKind, ClusterStatus, ClusterView, Condition, Isolation, NodePoolCreate, NodePoolStatus,
-    NodePoolSummary, NodePoolView, Partition, SlurmSpec, Taint, DEFAULT_KUBERNETES_VERSION,
+    ClusterCreate, ClusterKind, ClusterStatus, ClusterView, Condition, ConditionStatus, Isolation, NodePoolCreate,
+    NodePoolStatus, NodePoolSummary, NodePoolView, Partition, SlurmSpec, Taint, DEFAULT_KUBERNETES_VERSION,
 };
 use paddock_types::tenant::Quotas;
 use paddock_types::{ClusterId, Labels, MachineClassId, NodePoolId, TenantId};
@@ -234,22 +234,70 @@ pub struct Demand {
     pub gpus: u64,
 }
 
-/// Checks a tenant's demand after a change against its quotas (409 `quota_exceeded`).
-pub fn check_quotas(quotas: &Quotas, demand: Demand) -> Result<(), Error> {
-    for (what, limit, asked) in [
-        ("clusters", quotas.max_clusters, demand.clusters),
-        ("nodes", quotas.max_nodes, demand.nodes),
-        ("GPUs", quotas.max_gpus, demand.gpus),
-    ] {
-        if let Some(limit) = limit {
-            if asked > u64::from(limit) {
-                return Err(Error::QuotaExceeded(format!(
-                    "this change would bring the tenant to {asked} {what}; its quota is {limit}"
-                )));
-            }
+/// A tenant quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quota {
+    /// `max_clusters`.
+    Clusters,
+    /// `max_nodes`.
+    Nodes,
+    /// `max_gpus`.
+    Gpus,
+}
+
+impl Quota {
+    /// Its field in [`Quotas`].
+    pub fn field(self) -> &'static str {
+        match self {
+            Self::Clusters => "max_clusters",
+            Self::Nodes => "max_nodes",
+            Self::Gpus => "max_gpus",
         }
     }
-    Ok(())
+
+    /// What it counts, for messages.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Self::Clusters => "clusters",
+            Self::Nodes => "nodes",
+            Self::Gpus => "GPUs",
+        }
+    }
+}
+
+/// A quota a demand exceeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaExcess {
+    /// The quota.
+    pub quota: Quota,
+    /// Its limit.
+    pub limit: u32,
+    /// What the demand comes to.
+    pub demand: u64,
+}
+
+/// The first quota (clusters, nodes, GPUs) that `demand` exceeds, if any.
+pub fn quota_excess(quotas: &Quotas, demand: Demand) -> Option<QuotaExcess> {
+    [
+        (Quota::Clusters, quotas.max_clusters, demand.clusters),
+        (Quota::Nodes, quotas.max_nodes, demand.nodes),
+        (Quota::Gpus, quotas.max_gpus, demand.gpus),
+    ]
+    .into_iter()
+    .find_map(|(quota, limit, demand)| {
+        limit.filter(|limit| demand > u64::from(*limit)).map(|limit| QuotaExcess { quota, limit, demand })
+    })
+}
+
+/// Checks a tenant's demand after a change against its quotas (409 `quota_exceeded`).
+pub fn check_quotas(quotas: &Quotas, demand: Demand) -> Result<(), Error> {
+    match quota_excess(quotas, demand) {
+        None => Ok(()),
+        Some(QuotaExcess { quota, limit, demand }) => Err(Error::QuotaExceeded(format!(
+            "this change would bring the tenant to {demand} {}; its quota is {limit}",
+            quota.noun()
+        ))),
+    }
 }
 
 /// Sets the condition of `type_` in `conditions` (added when missing). Its transition time moves
@@ -257,7 +305,7 @@ pub fn check_quotas(quotas: &Quotas, demand: Demand) -> Result<(), Error> {
 pub fn set_condition(
     conditions: &mut Vec<Condition>,
     type_: &str,
-    status: &str,
+    status: ConditionStatus,
     reason: &str,
     message: &str,
     now: DateTime<Utc>,
@@ -268,7 +316,7 @@ pub fn set_condition(
             if c.status != status {
                 c.last_transition_time = now;
             }
-            c.status = status.to_owned();
+            c.status = status;
             c.reason = reason.to_owned();
             c.message = message.to_owned();
             true
@@ -276,7 +324,7 @@ pub fn set_condition(
         None => {
             conditions.push(Condition {
                 type_: type_.to_owned(),
-                status: status.to_owned(),
+                status,
                 reason: reason.to_owned(),
                 message: message.to_owned(),
                 last_transition_time: now,
@@ -413,11 +461,11 @@ mod tests {
         let t0 = DateTime::<Utc>::from_timestamp(1_000, 0).expect("time");
         let t1 = DateTime::<Utc>::from_timestamp(2_000, 0).expect("time");
         let mut conditions = Vec::new();
-        assert!(set_condition(&mut conditions, "Ready", "False", "Waiting", "m", t0));
-        assert!(!set_condition(&mut conditions, "Ready", "False", "Waiting", "m", t1));
-        assert!(set_condition(&mut conditions, "Ready", "False", "Other", "m2", t1));
+        assert!(set_condition(&mut conditions, "Ready", ConditionStatus::False, "Waiting", "m", t0));
+        assert!(!set_condition(&mut conditions, "Ready", ConditionStatus::False, "Waiting", "m", t1));
+        assert!(set_condition(&mut conditions, "Ready", ConditionStatus::False, "Other", "m2", t1));
         assert_eq!(conditions[0].last_transition_time, t0);
-        assert!(set_condition(&mut conditions, "Ready", "True", "Done", "", t1));
+        assert!(set_condition(&mut conditions, "Ready", ConditionStatus::True, "Done", "", t1));
         assert_eq!(conditions[0].last_transition_time, t1);
         assert_eq!(conditions.len(), 1);
     }

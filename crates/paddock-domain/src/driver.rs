@@ -232,8 +232,10 @@ pub struct NodeStatus {
     pub ready: bool,
 }
 
-/// The configuration a machine needs to join a tenant cluster: endpoint, CA pin and a bootstrap
-/// token. A secret as a whole (it goes into the machine's sealed agent configuration).
+/// The configuration a machine needs to join a tenant cluster. A driver gives at least the agent
+/// contract's keys (SPEC section 5): `api_endpoint`, `ca_cert` (PEM), `ca_cert_hash` (the
+/// `sha256:<hex>` pin) and `bootstrap_token`; anything else it needs besides. A secret as a whole
+/// (it goes into the machine's sealed agent configuration).
 #[derive(Clone, PartialEq, Eq)]
 pub struct JoinConfig(pub serde_json::Value);
 

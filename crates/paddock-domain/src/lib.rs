@@ -2,6 +2,7 @@
 //! JSON merge patch, opaque cursors, the machine lifecycle and the cipher for secrets at rest.
 //! No I/O: no sqlx, no HTTP. Every other crate builds on these rules so they exist once.
 
+pub mod agent;
 pub mod authz;
 pub mod bmc;
 pub mod cluster;
@@ -17,6 +18,7 @@ pub mod precondition;
 pub mod secret;
 pub mod signing;
 pub mod ssh;
+pub mod stack;
 pub mod validate;
 
 pub use authz::{Actor, Permission, Role, Scope};

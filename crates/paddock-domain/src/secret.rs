@@ -7,6 +7,7 @@ use aes_gcm::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
 use aes_gcm::{Aes256Gcm, Nonce};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
+use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 /// Format version of a sealed value.
@@ -59,6 +60,8 @@ pub enum CipherError {
 struct Key {
     id: [u8; KEY_ID_LEN],
     aead: Aes256Gcm,
+    /// The key's bytes, kept for [`Cipher::derive`] (HMAC, with a label per use).
+    raw: [u8; 32],
 }
 
 impl Key {
@@ -71,7 +74,9 @@ impl Key {
         let mut id = [0u8; KEY_ID_LEN];
         id.copy_from_slice(&digest[..KEY_ID_LEN]);
         let aead = Aes256Gcm::new_from_slice(&bytes).map_err(|_| CipherError::BadKey)?;
-        Ok(Self { id, aead })
+        let mut raw = [0u8; 32];
+        raw.copy_from_slice(&bytes);
+        Ok(Self { id, aead, raw })
     }
 }
 
@@ -148,6 +153,24 @@ impl Cipher {
         key.aead
             .decrypt(nonce, Payload { msg: &sealed[1 + KEY_ID_LEN + NONCE_LEN..], aad: aad.as_bytes() })
             .map_err(|_| CipherError::Corrupt)
+    }
+
+    /// HMAC-SHA256 of `label`, a zero byte and `data` under each configured key, the current one
+    /// first: a value derived under the server key that needs no storage (the agent tokens of
+    /// SPEC section 5 use the label `paddock-agent-token`). Older keys come after, so a value
+    /// derived before a rotation can still be recognised.
+    pub fn derive(&self, label: &str, data: &[u8]) -> Vec<[u8; 32]> {
+        std::iter::once(&self.current)
+            .chain(&self.old)
+            .map(|key| {
+                // HMAC takes keys of any length: this cannot fail.
+                let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&key.raw).expect("HMAC accepts any key length");
+                mac.update(label.as_bytes());
+                mac.update(&[0]);
+                mac.update(data);
+                mac.finalize().into_bytes().into()
+            })
+            .collect()
     }
 
     /// Whether `sealed` was sealed with an older key and should be re-sealed.

@@ -199,6 +199,14 @@ fn random_token_part(len: usize) -> String {
     (0..len).map(|_| char::from(TOKEN_ALPHABET[rng.random_range(0..TOKEN_ALPHABET.len())])).collect()
 }
 
+/// `der` as a PEM block with `label`, 64 characters a line.
+fn pem(label: &str, der: &[u8]) -> String {
+    use base64::Engine;
+    let body = base64::engine::general_purpose::STANDARD.encode(der);
+    let lines: Vec<&str> = body.as_bytes().chunks(64).filter_map(|l| std::str::from_utf8(l).ok()).collect();
+    format!("-----BEGIN {label}-----\n{}\n-----END {label}-----\n", lines.join("\n"))
+}
+
 /// `sha256:<hex>` of a CA certificate's SubjectPublicKeyInfo (kubeadm's CA pin).
 pub fn ca_cert_hash(cert_der: &[u8]) -> Result<String, &'static str> {
     let spki = der::subject_public_key_info(cert_der)?;
@@ -261,6 +269,8 @@ struct TenantClient {
     client: Client,
     /// The CA pins of the kubeconfig's CA bundle.
     ca_hashes: Vec<String>,
+    /// The bundle itself, PEM (the joining machine verifies the API server with it).
+    ca_pem: String,
 }
 
 /// Tenant clusters' nodes, through their API servers.
@@ -293,7 +303,8 @@ impl KubeTenantNodes {
         let (client, bundle) = admin_client(cluster_id, admin_kubeconfig(tenant)?).await?;
         let ca_err = |reason: &str| KubeError::TenantCa { cluster_id, reason: reason.to_owned() };
         let ca_hashes = bundle.iter().map(|c| ca_cert_hash(c)).collect::<Result<Vec<_>, _>>().map_err(ca_err)?;
-        let entry = TenantClient { fingerprint, client, ca_hashes };
+        let ca_pem = bundle.iter().map(|c| pem("CERTIFICATE", c)).collect();
+        let entry = TenantClient { fingerprint, client, ca_hashes, ca_pem };
         self.cache().insert(cluster_id, entry.clone());
         debug!(cluster.id = %cluster_id, "built a client for tenant cluster {cluster_id}");
         Ok(entry)
@@ -366,7 +377,12 @@ impl KubeTenantNodes {
 
         let taints: Vec<Value> =
             node.taints.iter().map(|t| json!({ "key": t.key, "value": t.value, "effect": effect_str(t) })).collect();
+        // The agent contract's keys (SPEC section 5) first, then the kubeadm-style ones.
         Ok(JoinConfig(json!({
+            "api_endpoint": tenant.endpoint,
+            "ca_cert": tc.ca_pem,
+            "ca_cert_hash": tc.ca_hashes.first(),
+            "bootstrap_token": format!("{token_id}.{token_secret}"),
             "api_server_endpoint": tenant.endpoint,
             "token": format!("{token_id}.{token_secret}"),
             "ca_cert_hashes": tc.ca_hashes,

@@ -71,9 +71,10 @@
 //! Known limit: a pool named like one of the fixed names (`slurm-mariadb`, `slurm-controller`,
 //! ...) would have NodeSet pods named like those objects' pods.
 
+pub mod objects;
 mod probe;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use futures::FutureExt;
@@ -82,20 +83,24 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, PersistentVolumeCla
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use paddock_domain::driver::{
-    BoxFuture, DriverError, Removal, SlurmDesired, SlurmDriver, SlurmPool, SlurmSecrets, SlurmStatus, TenantAccess,
+    BoxFuture, DriverError, Removal, SlurmDesired, SlurmDriver, SlurmPool, SlurmStatus, TenantAccess,
 };
-use paddock_domain::ssh;
-use paddock_types::cluster::{SlurmSpec, SshHostKey, Taint};
+use paddock_domain::stack::{self, SlurmImages, SlurmRelease, StackDefinition};
+use paddock_types::cluster::SlurmSpec;
 use paddock_types::ClusterId;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
-use tracing::{debug, info, instrument, warn};
+use tracing::{debug, info, instrument};
 
+use objects::{
+    accounting, config_files, controller, deployment_ready, has_gpus, labels, login_host_keys, loginset,
+    mariadb_service, mariadb_statefulset, nodeset, nodeset_progress, restapi, secret_bodies, service_address,
+    statefulset_ready,
+};
 pub use probe::{node_drained, ping_succeeded, ServiceProxyProbe, SlurmProbe, REST_API_VERSION, SLURM_USER};
 
-use crate::isolation::{LABEL_CLUSTER_ID, LABEL_MANAGED_BY, MANAGER};
-use crate::nodes::{admin_client, admin_kubeconfig, LABEL_NODE_POOL};
-use crate::stack::{SlurmImages, StackDefinition};
+use crate::isolation::MANAGER;
+use crate::nodes::{admin_client, admin_kubeconfig};
 use crate::KubeError;
 
 /// The Slinky API group.
@@ -172,16 +177,6 @@ pub const ANNOTATION_CORDON_REASON: &str = "nodeset.slinky.slurm.net/node-cordon
 /// The reason paddock drains with.
 pub const DRAIN_REASON: &str = "paddock: machine released";
 
-/// A Slurm release a stack runs: its version and the tag of its Slinky images.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SlurmRelease {
-    /// `spec.version`.
-    pub version: String,
-    /// The tag of the Slinky images.
-    pub image_tag: String,
-}
-
 /// The images the driver deploys: the stack definition's `slurm` section ([`SlurmImages`]) with
 /// the registry resolved, so a release carries its image references.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -198,19 +193,19 @@ impl SlurmCatalog {
     /// The catalog of the newest embedded stack definition (the one the binary applies by
     /// default).
     pub fn embedded() -> Self {
-        let definition = StackDefinition::embedded(crate::stack::latest_version())
+        let definition = StackDefinition::embedded(stack::latest_version())
             .expect("the embedded stack definitions parse (a unit test checks it)");
         Self::of(&definition).expect("the embedded stack definition has a slurm section (a unit test checks it)")
     }
 
     /// The release of `version`, if the stack runs it.
     pub fn release(&self, version: &str) -> Option<&SlurmRelease> {
-        self.images.releases.iter().find(|r| r.version == version)
+        self.images.release(version)
     }
 
     /// The versions the stack runs.
     pub fn versions(&self) -> Vec<&str> {
-        self.images.releases.iter().map(|r| r.version.as_str()).collect()
+        self.images.versions()
     }
 
     /// A Slinky component's image (`slurmctld`, `slurmd`, `slurmdbd`, `slurmrestd`, `login`).
@@ -272,373 +267,6 @@ impl Default for SlinkySettings {
             catalog: SlurmCatalog::embedded(),
         }
     }
-}
-
-fn labels(cluster: ClusterId) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (LABEL_MANAGED_BY.to_owned(), MANAGER.to_owned()),
-        (LABEL_SLURM.to_owned(), MANAGER.to_owned()),
-        (LABEL_CLUSTER_ID.to_owned(), cluster.to_string()),
-    ])
-}
-
-fn secret_key_ref(name: &str, key: &str) -> Value {
-    json!({ "name": name, "key": key })
-}
-
-/// A minimal `sssd.conf` for the login pods: local files only (root logs in with SSH keys).
-pub const SSSD_CONF: &str = "[sssd]\nconfig_file_version = 2\nservices = nss,pam\ndomains = DEFAULT\n\n[nss]\n\
-                             filter_groups = root,slurm\nfilter_users = root,slurm\n\n[pam]\n\n\
-                             [domain/DEFAULT]\nid_provider = files\nauth_provider = files\n";
-
-/// The Secrets (name, key, value as the `data` field holds it).
-fn secret_bodies(ns: &str, cluster: ClusterId, secrets: &SlurmSecrets) -> Vec<(&'static str, Value)> {
-    use base64::Engine;
-    let sssd = base64::engine::general_purpose::STANDARD.encode(SSSD_CONF);
-    let db = base64::engine::general_purpose::STANDARD.encode(secrets.database_password.expose());
-    [
-        (SECRET_SLURM_KEY, SECRET_SLURM_KEY_KEY, secrets.slurm_key.expose().to_owned()),
-        (SECRET_JWT, SECRET_JWT_KEY, secrets.jwt_hs256_key.expose().to_owned()),
-        (SECRET_DB, SECRET_DB_KEY, db),
-        (SECRET_SSSD, SECRET_SSSD_KEY, sssd),
-    ]
-    .into_iter()
-    .map(|(name, key, data)| {
-        let body = json!({
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": { "name": name, "namespace": ns, "labels": labels(cluster) },
-            "type": "Opaque",
-            "data": { key: data },
-        });
-        (name, body)
-    })
-    .collect()
-}
-
-/// MariaDB's headless Service.
-pub fn mariadb_service(ns: &str, cluster: ClusterId) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": { "name": MARIADB, "namespace": ns, "labels": labels(cluster) },
-        "spec": {
-            "clusterIP": "None",
-            "selector": { "app.kubernetes.io/name": MARIADB },
-            "ports": [{ "name": "mysql", "port": 3306, "targetPort": 3306 }],
-        },
-    })
-}
-
-/// MariaDB's StatefulSet: one replica, one volume of `storage_class`, the database and user of
-/// the accounting, the password from [`SECRET_DB`].
-pub fn mariadb_statefulset(ns: &str, cluster: ClusterId, storage_class: &str, image: &str) -> Value {
-    let password = json!({ "secretKeyRef": secret_key_ref(SECRET_DB, SECRET_DB_KEY) });
-    let mut pod_labels = labels(cluster);
-    pod_labels.insert("app.kubernetes.io/name".to_owned(), MARIADB.to_owned());
-    json!({
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": { "name": MARIADB, "namespace": ns, "labels": labels(cluster) },
-        "spec": {
-            "replicas": 1,
-            "serviceName": MARIADB,
-            "selector": { "matchLabels": { "app.kubernetes.io/name": MARIADB } },
-            "template": {
-                "metadata": { "labels": pod_labels },
-                "spec": {
-                    "automountServiceAccountToken": false,
-                    "containers": [{
-                        "name": "mariadb",
-                        "image": image,
-                        "env": [
-                            { "name": "MARIADB_DATABASE", "value": DATABASE },
-                            { "name": "MARIADB_USER", "value": DATABASE_USER },
-                            { "name": "MARIADB_PASSWORD", "valueFrom": password },
-                            { "name": "MARIADB_RANDOM_ROOT_PASSWORD", "value": "1" },
-                        ],
-                        "ports": [{ "name": "mysql", "containerPort": 3306 }],
-                        "readinessProbe": {
-                            "exec": { "command": ["healthcheck.sh", "--connect", "--innodb_initialized"] },
-                            "periodSeconds": 10,
-                        },
-                        "volumeMounts": [{ "name": "data", "mountPath": "/var/lib/mysql" }],
-                    }],
-                },
-            },
-            "volumeClaimTemplates": [{
-                "metadata": { "name": "data", "labels": labels(cluster) },
-                "spec": {
-                    "accessModes": ["ReadWriteOnce"],
-                    "storageClassName": storage_class,
-                    "resources": { "requests": { "storage": MARIADB_STORAGE } },
-                },
-            }],
-        },
-    })
-}
-
-fn cr(kind: &str, name: &str, ns: &str, cluster: ClusterId, spec: Value) -> Value {
-    json!({
-        "apiVersion": format!("{GROUP}/{VERSION}"),
-        "kind": kind,
-        "metadata": { "name": name, "namespace": ns, "labels": labels(cluster) },
-        "spec": spec,
-    })
-}
-
-/// The `Accounting`.
-pub fn accounting(ns: &str, cluster: ClusterId, images: Images<'_>) -> Value {
-    cr(
-        "Accounting",
-        ACCOUNTING,
-        ns,
-        cluster,
-        json!({
-            "slurmKeyRef": secret_key_ref(SECRET_SLURM_KEY, SECRET_SLURM_KEY_KEY),
-            "jwtHs256KeyRef": secret_key_ref(SECRET_JWT, SECRET_JWT_KEY),
-            "slurmdbd": { "image": images.of("slurmdbd") },
-            "storageConfig": {
-                "host": MARIADB,
-                "port": 3306,
-                "database": DATABASE,
-                "username": DATABASE_USER,
-                "passwordKeyRef": secret_key_ref(SECRET_DB, SECRET_DB_KEY),
-            },
-        }),
-    )
-}
-
-fn has_gpus(pools: &[SlurmPool]) -> bool {
-    pools.iter().any(|p| p.gpus_per_node > 0)
-}
-
-/// The Controller's `extraConf`: `GresTypes=gpu` when a pool has GPUs, and the spec's
-/// partitions (none when the spec has none: the NodeSets then carry one each).
-pub fn controller_extra_conf(spec: &SlurmSpec, pools: &[SlurmPool]) -> String {
-    let mut lines = Vec::new();
-    if has_gpus(pools) {
-        lines.push("GresTypes=gpu".to_owned());
-    }
-    let known: BTreeSet<&str> = pools.iter().map(|p| p.name.as_str()).collect();
-    for partition in &spec.partitions {
-        let mut line = format!("PartitionName={}", partition.name);
-        let nodes: Vec<&str> = partition.node_pools.iter().map(String::as_str).filter(|p| known.contains(p)).collect();
-        if !nodes.is_empty() {
-            line.push_str(&format!(" Nodes={}", nodes.join(",")));
-        }
-        line.push_str(if partition.default { " Default=YES" } else { " Default=NO" });
-        if let Some(max_time) = partition.max_time.as_deref().filter(|t| !t.is_empty()) {
-            line.push_str(&format!(" MaxTime={max_time}"));
-        }
-        line.push_str(" State=UP");
-        lines.push(line);
-    }
-    lines.join("\n")
-}
-
-/// The `Controller`.
-pub fn controller(
-    ns: &str,
-    cluster: ClusterId,
-    images: Images<'_>,
-    storage_class: &str,
-    spec: &SlurmSpec,
-    pools: &[SlurmPool],
-) -> Value {
-    let mut body = json!({
-        "clusterName": cluster_name(cluster),
-        "slurmKeyRef": secret_key_ref(SECRET_SLURM_KEY, SECRET_SLURM_KEY_KEY),
-        "jwtHs256KeyRef": secret_key_ref(SECRET_JWT, SECRET_JWT_KEY),
-        "accountingRef": { "name": ACCOUNTING },
-        "slurmctld": { "image": images.of("slurmctld") },
-        "reconfigure": { "image": images.of("slurmctld") },
-        "persistence": {
-            "enabled": true,
-            "storageClassName": storage_class,
-            "accessModes": ["ReadWriteOnce"],
-            "resources": { "requests": { "storage": CONTROLLER_STORAGE } },
-        },
-    });
-    let extra = controller_extra_conf(spec, pools);
-    if !extra.is_empty() {
-        body["extraConf"] = json!(extra);
-    }
-    if has_gpus(pools) {
-        body["configFileRefs"] = json!([{ "name": CONFIG_FILES }]);
-    }
-    cr("Controller", CONTROLLER, ns, cluster, body)
-}
-
-/// The `RestApi`.
-pub fn restapi(ns: &str, cluster: ClusterId, images: Images<'_>) -> Value {
-    cr(
-        "RestApi",
-        RESTAPI,
-        ns,
-        cluster,
-        json!({
-            "controllerRef": { "name": CONTROLLER },
-            "replicas": 1,
-            "slurmrestd": { "image": images.of("slurmrestd") },
-        }),
-    )
-}
-
-/// The `LoginSet`: replicas and root's authorized keys from the spec.
-pub fn loginset(ns: &str, cluster: ClusterId, images: Images<'_>, spec: &SlurmSpec) -> Value {
-    let mut body = json!({
-        "controllerRef": { "name": CONTROLLER },
-        "replicas": spec.login.replicas,
-        "login": { "image": images.of("login") },
-        "sssdConfRef": secret_key_ref(SECRET_SSSD, SECRET_SSSD_KEY),
-        "service": { "spec": { "type": "LoadBalancer" } },
-    });
-    if !spec.login.ssh_authorized_keys.is_empty() {
-        let mut keys = spec.login.ssh_authorized_keys.join("\n");
-        keys.push('\n');
-        body["rootSshAuthorizedKeys"] = json!(keys);
-    }
-    cr("LoginSet", LOGINSET, ns, cluster, body)
-}
-
-fn effect(t: &Taint) -> String {
-    serde_json::to_value(t.effect).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
-}
-
-/// The tolerations of a pool's taints (Exists when the taint has no value).
-pub fn tolerations(taints: &[Taint]) -> Vec<Value> {
-    taints
-        .iter()
-        .map(|t| {
-            if t.value.is_empty() {
-                json!({ "key": t.key, "operator": "Exists", "effect": effect(t) })
-            } else {
-                json!({ "key": t.key, "operator": "Equal", "value": t.value, "effect": effect(t) })
-            }
-        })
-        .collect()
-}
-
-/// A pool's `NodeSet`: `count` replicas pinned to the pool's nodes, GPUs as GRES, and its own
-/// partition when the spec has none (`default`: the first pool's).
-pub fn nodeset(
-    ns: &str,
-    cluster: ClusterId,
-    images: Images<'_>,
-    pool: &SlurmPool,
-    own_partition: bool,
-    default: bool,
-) -> Value {
-    let mut slurmd = json!({ "image": images.of("slurmd") });
-    let mut body = json!({
-        "controllerRef": { "name": CONTROLLER },
-        "replicas": pool.count,
-        "scalingMode": "StatefulSet",
-        "template": {
-            "metadata": { "labels": { LABEL_NODE_POOL: pool.name } },
-            "spec": {
-                "nodeSelector": { LABEL_NODE_POOL: pool.name },
-                "tolerations": tolerations(&pool.taints),
-            },
-        },
-    });
-    if pool.gpus_per_node > 0 {
-        body["extraConf"] = json!(format!("Gres=gpu:{}", pool.gpus_per_node));
-        slurmd["resources"] = json!({ "limits": { "nvidia.com/gpu": pool.gpus_per_node } });
-    }
-    body["slurmd"] = slurmd;
-    body["partition"] = if own_partition {
-        let config = if default { "Default=YES State=UP" } else { "Default=NO State=UP" };
-        json!({ "enabled": true, "config": config })
-    } else {
-        json!({ "enabled": false })
-    };
-    let mut object = cr("NodeSet", &pool.name, ns, cluster, body);
-    object["metadata"]["labels"][LABEL_NODE_POOL] = json!(pool.name);
-    object
-}
-
-/// The ConfigMap of extra Slurm configuration files (only with GPUs).
-pub fn config_files(ns: &str, cluster: ClusterId) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": { "name": CONFIG_FILES, "namespace": ns, "labels": labels(cluster) },
-        "data": { "gres.conf": "AutoDetect=nvidia\n" },
-    })
-}
-
-// ---------------------------------------------------------------------------------------------
-// Readiness.
-
-fn generation_current(generation: Option<i64>, observed: Option<i64>) -> bool {
-    match (generation, observed) {
-        (Some(g), Some(o)) => o >= g,
-        (None, _) => true,
-        _ => false,
-    }
-}
-
-/// A StatefulSet is ready: current, and its ready and updated replicas reach `spec.replicas`.
-pub fn statefulset_ready(s: &StatefulSet) -> bool {
-    let want = s.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-    let Some(status) = s.status.as_ref() else { return false };
-    generation_current(s.metadata.generation, status.observed_generation)
-        && status.ready_replicas.unwrap_or(0) >= want
-        && status.updated_replicas.unwrap_or(0) >= want
-}
-
-/// A Deployment is ready: current, and its ready and updated replicas reach `spec.replicas`.
-pub fn deployment_ready(d: &Deployment) -> bool {
-    let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-    let Some(status) = d.status.as_ref() else { return false };
-    generation_current(d.metadata.generation, status.observed_generation)
-        && status.ready_replicas.unwrap_or(0) >= want
-        && status.updated_replicas.unwrap_or(0) >= want
-}
-
-/// A NodeSet's ready replicas, and whether it is ready for `count` (status current,
-/// `status.replicas` == `status.readyReplicas` == `count`).
-pub fn nodeset_progress(nodeset: &DynamicObject, count: u32) -> (i64, bool) {
-    let status = nodeset.data.get("status");
-    let int = |k: &str| status.and_then(|s| s.get(k)).and_then(Value::as_i64);
-    let ready = int("readyReplicas").unwrap_or(0);
-    let current = generation_current(nodeset.metadata.generation, int("observedGeneration"));
-    let count = i64::from(count);
-    (ready, current && int("replicas").unwrap_or(0) == count && ready == count)
-}
-
-/// The public host keys in the operator's [`LOGIN_HOST_KEYS_SECRET`] (its `*.pub` entries; the
-/// private keys beside them are never read out), sorted by algorithm. An entry that is not an
-/// OpenSSH public key is left out with a warning naming the entry, not its content.
-pub fn login_host_keys(secret: &Secret) -> Vec<SshHostKey> {
-    let mut keys: Vec<SshHostKey> = secret
-        .data
-        .iter()
-        .flatten()
-        .filter(|(name, _)| name.ends_with(".pub"))
-        .filter_map(|(name, value)| {
-            let parsed = std::str::from_utf8(&value.0).map_err(|_| ssh::SshKeyError::Shape).and_then(ssh::host_key);
-            parsed.map_err(|e| warn!("{LOGIN_HOST_KEYS_SECRET}: entry {name} is left out: {e}")).ok()
-        })
-        .collect();
-    keys.sort_by(|a, b| a.algorithm.cmp(&b.algorithm));
-    keys
-}
-
-/// A Service's address: a LoadBalancer ingress, else `clusterIP:port`.
-pub fn service_address(svc: &Service) -> Option<String> {
-    let port = svc.spec.as_ref()?.ports.as_ref()?.first()?.port;
-    let join = |host: &str| if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
-    let ingress = svc.status.as_ref().and_then(|s| s.load_balancer.as_ref()).and_then(|lb| lb.ingress.as_ref());
-    if let Some(i) = ingress.and_then(|i| i.first()) {
-        if let Some(host) = i.ip.as_deref().or(i.hostname.as_deref()).filter(|h| !h.is_empty()) {
-            return Some(join(host));
-        }
-    }
-    let ip = svc.spec.as_ref()?.cluster_ip.as_deref().filter(|ip| !ip.is_empty() && *ip != "None")?;
-    Some(join(ip))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -738,14 +366,38 @@ impl SlinkyDriver {
         Ok(())
     }
 
-    /// Applies the cluster's Slurm and reports where it stands (see the module documentation).
+    /// Applies the cluster's Slurm and reports where it stands (see the module documentation):
+    /// the objects applied, NodeSets of pools that are gone pruned, readiness read, endpoints
+    /// found.
     #[instrument(skip_all, fields(cluster.id = %tenant.cluster.cluster_id))]
     pub async fn ensure_slurm(
         &self,
         tenant: &TenantAccess,
         desired: &SlurmDesired,
     ) -> Result<SlurmStatus, DriverError> {
-        let version = desired.spec.version.as_str();
+        let images = self.images(&desired.spec.version)?;
+        let cluster = tenant.cluster.cluster_id;
+        let client = self.client(tenant).await?;
+        self.ensure_namespace(&client, cluster).await?;
+        let mariadb = self.apply_objects(&client, cluster, images, desired).await?;
+        let nodesets = self.apply_nodesets(&client, cluster, images, &desired.spec, &desired.pools).await?;
+        self.prune_nodesets(&client, cluster, &desired.pools).await?;
+        let mut waiting = self.waiting(&client, &mariadb, &nodesets).await?;
+        if waiting.is_empty() {
+            match self.probe.ping(tenant).await {
+                Ok(true) => {}
+                Ok(false) => waiting.push("SlurmRestApiPing".to_owned()),
+                Err(e) => waiting.push(format!("SlurmRestApiPing ({e})")),
+            }
+        }
+        let status = self.endpoints(&client, waiting).await?;
+        debug!(cluster.id = %cluster, ready = status.ready, reason = %status.reason, "ensured Slurm");
+        Ok(status)
+    }
+
+    /// The images of Slurm `version`; an unknown version is a permanent error, before anything
+    /// is written.
+    fn images(&self, version: &str) -> Result<Images<'_>, DriverError> {
         let catalog = &self.settings.catalog;
         let release = catalog.release(version).ok_or_else(|| {
             DriverError::permanent(
@@ -753,49 +405,70 @@ impl SlinkyDriver {
                 format!("Slurm {version} is not supported (supported: {})", catalog.versions().join(", ")),
             )
         })?;
-        let release = Images { catalog, release };
-        let cluster = tenant.cluster.cluster_id;
-        let ns = self.settings.namespace.as_str();
-        let client = self.client(tenant).await?;
-        self.ensure_namespace(&client, cluster).await?;
+        Ok(Images { catalog, release })
+    }
 
+    /// Applies the Secrets, the ConfigMap, MariaDB and the Slinky custom resources but the
+    /// NodeSets; MariaDB's StatefulSet as applied.
+    async fn apply_objects(
+        &self,
+        client: &Client,
+        cluster: ClusterId,
+        images: Images<'_>,
+        desired: &SlurmDesired,
+    ) -> Result<StatefulSet, KubeError> {
+        let ns = self.settings.namespace.as_str();
+        let storage_class = &self.settings.storage_class;
         let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
         for (name, body) in secret_bodies(ns, cluster, &desired.secrets) {
             apply(&secrets, "Secret", ns, name, &body).await?;
         }
-        let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
         if has_gpus(&desired.pools) {
+            let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
             apply(&config_maps, "ConfigMap", ns, CONFIG_FILES, &config_files(ns, cluster)).await?;
         }
         let services: Api<Service> = Api::namespaced(client.clone(), ns);
         apply(&services, "Service", ns, MARIADB, &mariadb_service(ns, cluster)).await?;
         let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
-        let mariadb = mariadb_statefulset(ns, cluster, &self.settings.storage_class, catalog.mariadb_image());
+        let mariadb = mariadb_statefulset(ns, cluster, storage_class, self.settings.catalog.mariadb_image());
         let mariadb = apply(&statefulsets, "StatefulSet", ns, MARIADB, &mariadb).await?;
-
         let objects = [
-            ("Accounting", ACCOUNTING, accounting(ns, cluster, release)),
-            (
-                "Controller",
-                CONTROLLER,
-                controller(ns, cluster, release, &self.settings.storage_class, &desired.spec, &desired.pools),
-            ),
-            ("RestApi", RESTAPI, restapi(ns, cluster, release)),
-            ("LoginSet", LOGINSET, loginset(ns, cluster, release, &desired.spec)),
+            ("Accounting", ACCOUNTING, accounting(ns, cluster, images)),
+            ("Controller", CONTROLLER, controller(ns, cluster, images, storage_class, &desired.spec, &desired.pools)),
+            ("RestApi", RESTAPI, restapi(ns, cluster, images)),
+            ("LoginSet", LOGINSET, loginset(ns, cluster, images, &desired.spec)),
         ];
         for (kind, name, body) in &objects {
-            apply(&self.dynamic(&client, kind), kind, ns, name, body).await?;
+            apply(&self.dynamic(client, kind), kind, ns, name, body).await?;
         }
+        Ok(mariadb)
+    }
 
-        let nodesets = self.dynamic(&client, "NodeSet");
-        let own_partitions = desired.spec.partitions.is_empty();
+    /// Applies one NodeSet per pool; each pool with its NodeSet as applied.
+    async fn apply_nodesets<'p>(
+        &self,
+        client: &Client,
+        cluster: ClusterId,
+        images: Images<'_>,
+        spec: &SlurmSpec,
+        pools: &'p [SlurmPool],
+    ) -> Result<Vec<(&'p SlurmPool, DynamicObject)>, KubeError> {
+        let ns = self.settings.namespace.as_str();
+        let nodesets = self.dynamic(client, "NodeSet");
+        let own_partitions = spec.partitions.is_empty();
         let mut applied = Vec::new();
-        for (i, pool) in desired.pools.iter().enumerate() {
-            let body = nodeset(ns, cluster, release, pool, own_partitions, i == 0);
+        for (i, pool) in pools.iter().enumerate() {
+            let body = nodeset(ns, cluster, images, pool, own_partitions, i == 0);
             applied.push((pool, apply(&nodesets, "NodeSet", ns, &pool.name, &body).await?));
         }
-        // NodeSets of pools that are gone.
-        let wanted: BTreeSet<&str> = desired.pools.iter().map(|p| p.name.as_str()).collect();
+        Ok(applied)
+    }
+
+    /// Deletes the NodeSets paddock applied for pools that are gone.
+    async fn prune_nodesets(&self, client: &Client, cluster: ClusterId, pools: &[SlurmPool]) -> Result<(), KubeError> {
+        let ns = self.settings.namespace.as_str();
+        let nodesets = self.dynamic(client, "NodeSet");
+        let wanted: BTreeSet<&str> = pools.iter().map(|p| p.name.as_str()).collect();
         let selector = format!("{LABEL_SLURM}={MANAGER}");
         let existing = nodesets
             .list(&ListParams::default().labels(&selector))
@@ -807,30 +480,36 @@ impl SlinkyDriver {
                 info!(cluster.id = %cluster, "deleting NodeSet {ns}/{stale}: its pool is gone");
             }
         }
+        Ok(())
+    }
 
-        // Readiness, in order.
+    /// What Slurm still waits for, in order (empty: every workload is ready).
+    async fn waiting(
+        &self,
+        client: &Client,
+        mariadb: &StatefulSet,
+        nodesets: &[(&SlurmPool, DynamicObject)],
+    ) -> Result<Vec<String>, KubeError> {
+        let ns = self.settings.namespace.as_str();
+        let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
         let mut waiting = Vec::new();
-        if !statefulset_ready(&mariadb) {
+        if !statefulset_ready(mariadb) {
             waiting.push("MariaDbReady".to_owned());
         }
-        let accounting = get(&statefulsets, "StatefulSet", ns, ACCOUNTING_WORKLOAD).await?;
-        if !accounting.as_ref().is_some_and(statefulset_ready) {
-            waiting.push("SlurmAccountingReady".to_owned());
+        for (name, condition) in
+            [(ACCOUNTING_WORKLOAD, "SlurmAccountingReady"), (CONTROLLER_WORKLOAD, "SlurmControllerReady")]
+        {
+            if !get(&statefulsets, "StatefulSet", ns, name).await?.as_ref().is_some_and(statefulset_ready) {
+                waiting.push(condition.to_owned());
+            }
         }
-        let controller = get(&statefulsets, "StatefulSet", ns, CONTROLLER_WORKLOAD).await?;
-        if !controller.as_ref().is_some_and(statefulset_ready) {
-            waiting.push("SlurmControllerReady".to_owned());
+        for (name, condition) in [(RESTAPI_SERVICE, "SlurmRestApiReady"), (LOGIN_SERVICE, "SlurmLoginReady")] {
+            if !get(&deployments, "Deployment", ns, name).await?.as_ref().is_some_and(deployment_ready) {
+                waiting.push(condition.to_owned());
+            }
         }
-        let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
-        let restapi = get(&deployments, "Deployment", ns, RESTAPI_SERVICE).await?;
-        if !restapi.as_ref().is_some_and(deployment_ready) {
-            waiting.push("SlurmRestApiReady".to_owned());
-        }
-        let login = get(&deployments, "Deployment", ns, LOGIN_SERVICE).await?;
-        if !login.as_ref().is_some_and(deployment_ready) {
-            waiting.push("SlurmLoginReady".to_owned());
-        }
-        let behind: Vec<String> = applied
+        let behind: Vec<String> = nodesets
             .iter()
             .filter_map(|(pool, object)| {
                 let (ready, ok) = nodeset_progress(object, pool.count);
@@ -840,14 +519,15 @@ impl SlinkyDriver {
         if !behind.is_empty() {
             waiting.push(format!("NodeSetsReady: {}", behind.join(", ")));
         }
-        if waiting.is_empty() {
-            match self.probe.ping(tenant).await {
-                Ok(true) => {}
-                Ok(false) => waiting.push("SlurmRestApiPing".to_owned()),
-                Err(e) => waiting.push(format!("SlurmRestApiPing ({e})")),
-            }
-        }
+        Ok(waiting)
+    }
 
+    /// The status: ready when nothing is `waiting`, with the REST API and login endpoints and the
+    /// login host keys.
+    async fn endpoints(&self, client: &Client, waiting: Vec<String>) -> Result<SlurmStatus, KubeError> {
+        let ns = self.settings.namespace.as_str();
+        let services: Api<Service> = Api::namespaced(client.clone(), ns);
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
         let rest_api = get(&services, "Service", ns, RESTAPI_SERVICE).await?.as_ref().and_then(service_address);
         let login_ssh = get(&services, "Service", ns, LOGIN_SERVICE).await?.as_ref().and_then(service_address);
         let login_ssh_host_keys = get(&secrets, "Secret", ns, LOGIN_HOST_KEYS_SECRET)
@@ -855,15 +535,13 @@ impl SlinkyDriver {
             .as_ref()
             .map(login_host_keys)
             .unwrap_or_default();
-        let status = SlurmStatus {
+        Ok(SlurmStatus {
             ready: waiting.is_empty(),
             reason: waiting.join("; "),
             rest_api,
             login_ssh,
             login_ssh_host_keys,
-        };
-        debug!(cluster.id = %cluster, ready = status.ready, reason = %status.reason, "ensured Slurm");
-        Ok(status)
+        })
     }
 
     /// Drains the Slurm node(s) on the Kubernetes Node `node_name` (see the module documentation).
@@ -989,161 +667,5 @@ impl SlurmDriver for SlinkyDriver {
 
     fn remove_slurm<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<Removal, DriverError>> {
         SlinkyDriver::remove_slurm(self, tenant).boxed()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use k8s_openapi::ByteString;
-    use paddock_types::cluster::{Partition, TaintEffect};
-    use paddock_types::NodePoolId;
-
-    use super::*;
-
-    fn pool(name: &str, count: u32, gpus: u32) -> SlurmPool {
-        SlurmPool {
-            node_pool_id: NodePoolId::new(),
-            name: name.to_owned(),
-            count,
-            node_names: Vec::new(),
-            gpus_per_node: gpus,
-            taints: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn versions_map_to_the_stacks_pinned_images() {
-        let catalog = SlurmCatalog::embedded();
-        let r = catalog.release("25.05").expect("25.05 is supported");
-        assert_eq!(catalog.image("slurmctld", r), "ghcr.io/slinkyproject/slurmctld:25.05-ubuntu24.04");
-        assert!(catalog.release("23.02").is_none());
-        for version in catalog.versions() {
-            let r = catalog.release(version).expect("listed");
-            assert!(!r.image_tag.is_empty() && !r.image_tag.contains("latest"), "{r:?}");
-        }
-        let mariadb = catalog.mariadb_image();
-        assert!(!mariadb.ends_with(":latest") && mariadb.contains(':'), "{mariadb}");
-    }
-
-    #[test]
-    fn the_cluster_name_is_lowercase_hex_from_the_id() {
-        let id = ClusterId::new();
-        let name = cluster_name(id);
-        assert_eq!(name.len(), 33);
-        assert!(name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
-    }
-
-    #[test]
-    fn spec_partitions_become_partition_lines_over_known_pools() {
-        let spec = SlurmSpec {
-            partitions: vec![
-                Partition {
-                    name: "all".to_owned(),
-                    node_pools: vec!["cpu".to_owned(), "gpu".to_owned(), "gone".to_owned()],
-                    default: true,
-                    max_time: Some("2-00:00:00".to_owned()),
-                },
-                Partition {
-                    name: "gpu".to_owned(),
-                    node_pools: vec!["gpu".to_owned()],
-                    default: false,
-                    max_time: None,
-                },
-            ],
-            ..SlurmSpec::default()
-        };
-        let conf = controller_extra_conf(&spec, &[pool("cpu", 1, 0), pool("gpu", 1, 8)]);
-        assert_eq!(
-            conf,
-            "GresTypes=gpu\nPartitionName=all Nodes=cpu,gpu Default=YES MaxTime=2-00:00:00 State=UP\n\
-             PartitionName=gpu Nodes=gpu Default=NO State=UP"
-        );
-        assert_eq!(controller_extra_conf(&SlurmSpec::default(), &[pool("cpu", 1, 0)]), "");
-    }
-
-    #[test]
-    fn taints_become_tolerations() {
-        let taints = vec![
-            Taint { key: "gpu".to_owned(), value: "true".to_owned(), effect: TaintEffect::NoSchedule },
-            Taint { key: "dedicated".to_owned(), value: String::new(), effect: TaintEffect::NoExecute },
-        ];
-        assert_eq!(
-            tolerations(&taints),
-            vec![
-                json!({"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}),
-                json!({"key": "dedicated", "operator": "Exists", "effect": "NoExecute"}),
-            ]
-        );
-    }
-
-    #[test]
-    fn a_nodeset_is_pinned_and_carries_its_gres() {
-        let catalog = SlurmCatalog::embedded();
-        let r = Images { catalog: &catalog, release: catalog.release("25.05").expect("supported") };
-        let mut gpu = pool("gpu", 2, 4);
-        gpu.taints = vec![Taint { key: "gpu".to_owned(), value: String::new(), effect: TaintEffect::NoSchedule }];
-        let body = nodeset("slurm", ClusterId::new(), r, &gpu, true, false);
-        assert_eq!(body["spec"]["replicas"], 2);
-        assert_eq!(body["spec"]["template"]["spec"]["nodeSelector"], json!({ LABEL_NODE_POOL: "gpu" }));
-        assert_eq!(body["spec"]["extraConf"], "Gres=gpu:4");
-        assert_eq!(body["spec"]["slurmd"]["resources"]["limits"]["nvidia.com/gpu"], 4);
-        assert_eq!(body["spec"]["partition"], json!({"enabled": true, "config": "Default=NO State=UP"}));
-        let cpu = nodeset("slurm", ClusterId::new(), r, &pool("cpu", 1, 0), false, true);
-        assert_eq!(cpu["spec"]["partition"], json!({"enabled": false}));
-        assert!(cpu["spec"].get("extraConf").is_none());
-    }
-
-    #[test]
-    fn login_host_keys_are_the_public_halves_sorted() {
-        let ed25519 =
-            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIL2AmpA4kI/TYTmjC3Vf+h3HQc/vvGHZNgUIITHqcjcJ root@slurm-login";
-        let data = [
-            ("ssh_host_ed25519_key", "-----BEGIN OPENSSH PRIVATE KEY-----\n..."),
-            ("ssh_host_ed25519_key.pub", ed25519),
-            ("ssh_host_rsa_key.pub", "not a key"),
-        ];
-        let secret = Secret {
-            data: Some(data.iter().map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec()))).collect()),
-            ..Secret::default()
-        };
-        let keys = login_host_keys(&secret);
-        assert_eq!(keys, vec![ssh::host_key(ed25519).expect("a host key")]);
-        assert_eq!(keys[0].fingerprint, "SHA256:gZv72HZq4UhmTQ3QmrF3VWb5PXSV+UVu9JVQwPE7sL0");
-        assert!(login_host_keys(&Secret::default()).is_empty());
-    }
-
-    #[test]
-    fn service_addresses_prefer_the_load_balancer() {
-        let svc = |status: Value| -> Service {
-            serde_json::from_value(json!({
-                "metadata": {"name": "s"},
-                "spec": {"clusterIP": "10.96.0.10", "ports": [{"port": 22}]},
-                "status": status,
-            }))
-            .expect("service")
-        };
-        assert_eq!(service_address(&svc(json!({}))).as_deref(), Some("10.96.0.10:22"));
-        let lb = json!({"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}});
-        assert_eq!(service_address(&svc(lb)).as_deref(), Some("203.0.113.7:22"));
-        let none: Service =
-            serde_json::from_value(json!({"spec": {"clusterIP": "None", "ports": [{"port": 3306}]}})).expect("service");
-        assert_eq!(service_address(&none), None);
-    }
-
-    #[test]
-    fn nodesets_are_ready_when_current_and_complete() {
-        let ns = |generation: i64, status: Value| -> DynamicObject {
-            serde_json::from_value(json!({
-                "apiVersion": "slinky.slurm.net/v1beta1", "kind": "NodeSet",
-                "metadata": {"name": "gpu", "generation": generation},
-                "status": status,
-            }))
-            .expect("nodeset")
-        };
-        assert_eq!(nodeset_progress(&ns(1, json!(null)), 2), (0, false));
-        let done = json!({"observedGeneration": 2, "replicas": 2, "readyReplicas": 2});
-        assert_eq!(nodeset_progress(&ns(2, done.clone()), 2), (2, true));
-        assert_eq!(nodeset_progress(&ns(3, done.clone()), 2), (2, false), "an old generation");
-        assert_eq!(nodeset_progress(&ns(2, done), 3), (2, false), "scaled up");
     }
 }

@@ -128,7 +128,13 @@ pub fn to_inventory(inv: SystemInventory) -> Result<Inventory, BmcError> {
         drives: inv.drives.map(|drives| {
             drives
                 .into_iter()
-                .map(|d| InventoryDrive { id: d.id, capacity_bytes: d.capacity_bytes, model: d.model })
+                .map(|d| InventoryDrive {
+                    id: d.id,
+                    capacity_bytes: d.capacity_bytes,
+                    model: d.model,
+                    serial: d.serial_number.filter(|s| !s.trim().is_empty()),
+                    protocol: d.protocol,
+                })
                 .collect()
         }),
     })

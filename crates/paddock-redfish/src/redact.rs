@@ -1,4 +1,4 @@
-//! Keeping a secret URL (the run's seed, `/v1/agent/{token}/seed.iso`) out of logs and errors.
+//! Keeping a secret URL (the run's seed, `/v1/agent/seed/{seed_token}.iso`) out of logs and errors.
 //!
 //! The URL must travel to the BMC in the `InsertMedia` body, and a BMC may echo it back in an
 //! error message (sushy-tools, for one, names the image it could not fetch). [`Redactor`] scrubs
@@ -12,7 +12,8 @@ pub(crate) const REDACTED: &str = "[redacted]";
 const MIN_SECRET_LEN: usize = 8;
 
 /// `url` with its secret parts masked: user info, query, fragment, and the token segment (the one
-/// after `agent`, or, in a URL without one, every path segment but the file name).
+/// after `agent/seed`, else the one after `agent`, or, in a URL without one, every path segment
+/// but the file name).
 pub fn mask_url(url: &str) -> String {
     let Ok(mut parsed) = url::Url::parse(url) else {
         return REDACTED.to_owned();
@@ -39,7 +40,9 @@ pub fn mask_url(url: &str) -> String {
 /// Indexes of the segments that carry a secret.
 fn secret_segments(segments: &[String]) -> Vec<usize> {
     if let Some(agent) = segments.iter().position(|s| s == "agent") {
-        return if agent + 1 < segments.len() { vec![agent + 1] } else { Vec::new() };
+        // `agent/seed/{seed_token}.iso` (the agent contract's revision 2), else `agent/{token}/...`.
+        let at = if segments.get(agent + 1).is_some_and(|s| s == "seed") { agent + 2 } else { agent + 1 };
+        return if at < segments.len() { vec![at] } else { Vec::new() };
     }
     // Unknown layout: only the file name is shown.
     (0..segments.len().saturating_sub(1)).filter(|&i| !segments[i].is_empty()).collect()
@@ -69,6 +72,8 @@ impl Redactor {
                 parsed.path_segments().map(|s| s.map(str::to_owned).collect()).unwrap_or_default();
             for i in secret_segments(&segments) {
                 secrets.push(segments[i].clone());
+                // The seed token without its `.iso`, as a BMC may print it.
+                secrets.extend(segments[i].strip_suffix(".iso").map(str::to_owned));
                 // A BMC may print the segment decoded.
                 if let Ok(decoded) = percent_decode(&segments[i]) {
                     secrets.push(decoded);
@@ -128,6 +133,17 @@ mod tests {
             "https://h/[redacted]/[redacted]/x.iso?[redacted]"
         );
         assert_eq!(mask_url("not a url"), "[redacted]");
+    }
+
+    #[test]
+    fn the_seed_token_of_a_seed_url_is_masked_and_scrubbed() {
+        const URL: &str = "http://10.0.0.1:8080/v1/agent/seed/Zm9vYmFyYmF6cXV4LXRva2VuLTEyMzQ1Njc4OTA.iso";
+        assert_eq!(mask_url(URL), "http://10.0.0.1:8080/v1/agent/seed/[redacted]");
+        let r = Redactor::for_url(URL);
+        let text = format!("cannot fetch {URL}: 404; token Zm9vYmFyYmF6cXV4LXRva2VuLTEyMzQ1Njc4OTA unknown");
+        let scrubbed = r.scrub(&text);
+        assert!(!scrubbed.contains("Zm9vYmFy"), "{scrubbed}");
+        assert!(scrubbed.contains("http://10.0.0.1:8080/v1/agent/seed/[redacted]"), "{scrubbed}");
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! cloud-init NoCloud seed images of paddock (SPEC §5: `seed.iso`, volume label `cidata`).
 //!
-//! [`nocloud_iso`] writes a small ISO 9660 (ECMA-119) image holding a flat list of files in its root
-//! directory; [`seed_iso`] is the NoCloud shape of it (`meta-data`, `user-data`, optionally
-//! `network-config`, label `cidata`). Pure Rust, std only, all in memory.
+//! [`iso_image`] writes a small ISO 9660 (ECMA-119) image holding files in its root directory and in
+//! directories one level below it; [`nocloud_iso`] is the flat case; [`seed_iso`] is the NoCloud
+//! shape of it (`meta-data`, `user-data`, optionally `network-config`, label `cidata`), and
+//! [`agent_seed_iso`] a run's seed: NoCloud plus `paddock/agent.json`, at least [`MIN_SEED_BYTES`]
+//! long. Pure Rust, std only, all in memory.
 //!
 //! Format decisions (the invariants this crate keeps):
 //! - Two directory trees over the same file extents, like `genisoimage -joliet`: a Primary Volume
@@ -10,13 +12,16 @@
 //!   Joliet Supplementary Volume Descriptor (UCS-2, escape sequence `%/E`, level 3) with the real
 //!   names, which Linux (and so cloud-init) mounts by preference. Joliet names carry no `;1`.
 //! - Layout: 16 zero system-area sectors, PVD (16), Joliet SVD (17), terminator (18), the PVD's L
-//!   and M path tables (19, 20), the Joliet ones (21, 22), the PVD root directory, the Joliet root
-//!   directory, then every file at a sector boundary, in the order given. Each file gets at least
-//!   one sector, so an empty file still has an extent of its own. No trailing padding.
+//!   and M path tables (19, 20), the Joliet ones (21, 22), the PVD root directory and its
+//!   subdirectories, the Joliet root directory and its subdirectories, then every file at a sector
+//!   boundary, in the order given (the root's first). Each file gets at least one sector, so an
+//!   empty file still has an extent of its own. Zero sectors at the end only up to a minimum size
+//!   the caller asks for (the volume size counts them).
 //! - Deterministic: the same input gives the same bytes. Every date in the image is the constant
 //!   [`SEED_TIMESTAMP`] (2020-01-01T00:00:00Z), so images can be cached and compared by hash.
-//! - Limits: at most [`MAX_FILES`] files of at most [`MAX_TOTAL_BYTES`] bytes together; names are
-//!   1..=[`MAX_NAME_LEN`] printable ASCII characters without `/` or the characters Joliet forbids.
+//! - Limits: at most [`MAX_FILES`] files of at most [`MAX_TOTAL_BYTES`] bytes together, at most
+//!   [`MAX_DIRS`] directories; names (of files and directories) are 1..=[`MAX_NAME_LEN`] printable
+//!   ASCII characters without `/` or the characters Joliet forbids.
 //!
 //! ```
 //! let iso = paddock_seed::seed_iso(b"instance-id: m-1\n", b"#cloud-config\n", None)?;
@@ -35,6 +40,11 @@ pub const MAX_TOTAL_BYTES: usize = 16 * 1024 * 1024;
 pub const MAX_FILES: usize = 256;
 /// Longest file name, in characters (the Joliet limit is 64 UCS-2 characters).
 pub const MAX_NAME_LEN: usize = 64;
+/// Most directories beside the root's files (each one level deep).
+pub const MAX_DIRS: usize = 8;
+/// The smallest agent seed, in bytes: a 1.44 MB floppy, so a floppy-type virtual media device
+/// can carry it.
+pub const MIN_SEED_BYTES: usize = 1_474_560;
 /// Longest volume label: the Joliet volume identifier holds 16 UCS-2 characters.
 pub const MAX_LABEL_LEN: usize = 16;
 /// The fixed date of every timestamp in the image, as an RFC 3339 string (for documentation).
@@ -102,94 +112,324 @@ pub fn seed_iso(meta_data: &[u8], user_data: &[u8], network_config: Option<&[u8]
     nocloud_iso(&files, NOCLOUD_LABEL)
 }
 
+/// Writes a run's agent seed (SPEC section 5): `meta-data` and `user-data` for cloud-init's NoCloud
+/// data source, and `paddock/agent.json` for the agent, label `cidata`, padded to at least
+/// [`MIN_SEED_BYTES`] so that a floppy-type virtual media device can carry it.
+pub fn agent_seed_iso(meta_data: &[u8], user_data: &[u8], agent_json: &[u8]) -> Result<Vec<u8>, SeedError> {
+    let root: [(&str, &[u8]); 2] = [("meta-data", meta_data), ("user-data", user_data)];
+    let agent: [(&str, &[u8]); 1] = [("agent.json", agent_json)];
+    iso_image(&root, &[Dir { name: "paddock", files: &agent }], NOCLOUD_LABEL, MIN_SEED_BYTES)
+}
+
 /// Writes an ISO 9660 + Joliet image with `files` (name, contents) in its root directory.
 ///
 /// `volume_label` is 1..=16 characters of `[A-Za-z0-9_-]`, written as is (not upper-cased) into
 /// both volume descriptors, since cloud-init and `blkid` compare it with `cidata`.
 pub fn nocloud_iso(files: &[(&str, &[u8])], volume_label: &str) -> Result<Vec<u8>, SeedError> {
+    iso_image(files, &[], volume_label, 0)
+}
+
+/// A directory under the root and its files (one level deep: no directories inside).
+#[derive(Debug, Clone, Copy)]
+pub struct Dir<'a> {
+    /// Its name, under the same rules as a file name.
+    pub name: &'a str,
+    /// Its files (name, contents).
+    pub files: &'a [(&'a str, &'a [u8])],
+}
+
+/// Writes an ISO 9660 + Joliet image with `files` in its root directory and `dirs` beside them,
+/// at least `min_bytes` long (zero sectors at the end; the volume size counts them).
+pub fn iso_image(
+    files: &[(&str, &[u8])],
+    dirs: &[Dir<'_>],
+    volume_label: &str,
+    min_bytes: usize,
+) -> Result<Vec<u8>, SeedError> {
     validate_label(volume_label)?;
-    if files.len() > MAX_FILES {
-        return Err(SeedError::TooManyFiles { count: files.len(), limit: MAX_FILES });
+    if dirs.len() > MAX_DIRS {
+        return Err(SeedError::TooManyFiles { count: dirs.len(), limit: MAX_DIRS });
     }
-    let mut seen = BTreeSet::new();
+    let count = files.len() + dirs.iter().map(|d| d.files.len()).sum::<usize>();
+    if count > MAX_FILES {
+        return Err(SeedError::TooManyFiles { count, limit: MAX_FILES });
+    }
     let mut total = 0usize;
-    for (name, data) in files {
-        validate_name(name)?;
-        if !seen.insert(*name) {
-            return Err(SeedError::DuplicateName { name: (*name).to_owned() });
-        }
+    let root_names = files.iter().map(|(n, _)| *n).chain(dirs.iter().map(|d| d.name));
+    check_names(root_names)?;
+    for (_, data) in files.iter().chain(dirs.iter().flat_map(|d| d.files)) {
         total = total.saturating_add(data.len());
+    }
+    for dir in dirs {
+        check_names(dir.files.iter().map(|(n, _)| *n))?;
     }
     if total > MAX_TOTAL_BYTES {
         return Err(SeedError::TooLarge { total, limit: MAX_TOTAL_BYTES });
     }
+    Ok(Layout::new(files, dirs).write(volume_label, min_bytes))
+}
 
-    // Identifiers of both trees. Mangled primary names are made unique in input order, so the
-    // result depends only on the input.
-    let mut taken = BTreeSet::new();
-    let iso_names: Vec<IsoName> = files.iter().map(|(name, _)| mangle(name, &mut taken)).collect();
-    let joliet_names: Vec<Vec<u8>> = files.iter().map(|(name, _)| ucs2(name)).collect();
-
-    // Directory sizes depend only on identifier lengths, so they are known before any extent is.
-    let pvd_root_size = dir_size(iso_names.iter().map(|n| n.ident.len()));
-    let joliet_root_size = dir_size(joliet_names.iter().map(Vec::len));
-    let pvd_root_lba = 23usize;
-    let joliet_root_lba = pvd_root_lba + pvd_root_size / SECTOR;
-    let mut next_lba = joliet_root_lba + joliet_root_size / SECTOR;
-    let mut extents = Vec::with_capacity(files.len());
-    for (_, data) in files {
-        extents.push(next_lba);
-        // Even an empty file gets a sector, so no two records share an extent by accident.
-        next_lba += data.len().div_ceil(SECTOR).max(1);
+/// Names of one directory: each valid, none twice.
+fn check_names<'a>(names: impl Iterator<Item = &'a str>) -> Result<(), SeedError> {
+    let mut seen = BTreeSet::new();
+    for name in names {
+        validate_name(name)?;
+        if !seen.insert(name) {
+            return Err(SeedError::DuplicateName { name: name.to_owned() });
+        }
     }
-    let total_sectors = next_lba;
+    Ok(())
+}
 
-    // Records in each tree are sorted by identifier (ECMA-119 9.3, Joliet: by UCS-2 code).
-    let mut pvd_order: Vec<usize> = (0..files.len()).collect();
-    pvd_order.sort_by(|&a, &b| iso_names[a].sort_key.cmp(&iso_names[b].sort_key));
-    let mut joliet_order: Vec<usize> = (0..files.len()).collect();
-    joliet_order.sort_by(|&a, &b| joliet_names[a].cmp(&joliet_names[b]));
+/// A file of the image: its identifier in each tree, its extent and its contents.
+struct Placed<'a> {
+    iso: IsoName,
+    joliet: Vec<u8>,
+    lba: usize,
+    data: &'a [u8],
+}
 
-    let pvd_root = directory(
-        pvd_root_lba,
-        pvd_root_size,
-        pvd_order.iter().map(|&i| (iso_names[i].ident.as_slice(), extents[i], files[i].1.len())),
-    );
-    let joliet_root = directory(
-        joliet_root_lba,
-        joliet_root_size,
-        joliet_order.iter().map(|&i| (joliet_names[i].as_slice(), extents[i], files[i].1.len())),
-    );
+/// One directory of both trees: identifiers, extents, sizes and its files.
+struct PlacedDir<'a> {
+    iso: IsoName,
+    joliet: Vec<u8>,
+    iso_lba: usize,
+    iso_size: usize,
+    joliet_lba: usize,
+    joliet_size: usize,
+    files: Vec<Placed<'a>>,
+}
 
-    let mut image = vec![0u8; total_sectors * SECTOR];
-    let geometry = Geometry { label: volume_label, total_sectors };
-    write_sector(
-        &mut image,
-        16,
-        &volume_descriptor(
-            &geometry,
-            Tree::Primary { pt_l: 19, pt_m: 20, root: pvd_root_lba, root_size: pvd_root_size },
-        ),
-    );
-    write_sector(
-        &mut image,
-        17,
-        &volume_descriptor(
-            &geometry,
-            Tree::Joliet { pt_l: 21, pt_m: 22, root: joliet_root_lba, root_size: joliet_root_size },
-        ),
-    );
-    write_sector(&mut image, 18, &terminator());
-    write_sector(&mut image, 19, &path_table(pvd_root_lba, Endian::Little));
-    write_sector(&mut image, 20, &path_table(pvd_root_lba, Endian::Big));
-    write_sector(&mut image, 21, &path_table(joliet_root_lba, Endian::Little));
-    write_sector(&mut image, 22, &path_table(joliet_root_lba, Endian::Big));
-    write_sector(&mut image, pvd_root_lba, &pvd_root);
-    write_sector(&mut image, joliet_root_lba, &joliet_root);
-    for ((_, data), lba) in files.iter().zip(&extents) {
-        write_sector(&mut image, *lba, data);
+/// Where everything goes. Directory sizes depend only on identifier lengths, so they are known
+/// before any extent is. Mangled primary names are made unique in input order, so the result
+/// depends only on the input.
+struct Layout<'a> {
+    root: PlacedDir<'a>,
+    dirs: Vec<PlacedDir<'a>>,
+    total_sectors: usize,
+}
+
+impl<'a> Layout<'a> {
+    fn new(files: &[(&str, &'a [u8])], dirs: &[Dir<'a>]) -> Self {
+        let mut taken = BTreeSet::new();
+        let mut root = PlacedDir::unplaced(IsoName::root(), vec![0], files, &mut taken);
+        let mut placed: Vec<PlacedDir<'a>> = dirs
+            .iter()
+            .map(|d| {
+                let iso = mangle_dir(d.name, &mut taken);
+                PlacedDir::unplaced(iso, ucs2(d.name), d.files, &mut BTreeSet::new())
+            })
+            .collect();
+        // Sized in the order the records are written (sorted by identifier), since where a
+        // record would cross a sector boundary depends on the order.
+        let iso = |f: &Placed<'_>| (f.iso.sort_key(), f.iso.ident.len());
+        let joliet = |f: &Placed<'_>| (f.joliet.clone(), f.joliet.len());
+        let sub_iso = placed.iter().map(|d| (d.sort_key(false), d.iso.ident.len()));
+        root.iso_size = sorted_size(root.files.iter().map(iso).chain(sub_iso));
+        let sub_joliet = placed.iter().map(|d| (d.sort_key(true), d.joliet.len()));
+        root.joliet_size = sorted_size(root.files.iter().map(joliet).chain(sub_joliet));
+        for d in &mut placed {
+            d.iso_size = sorted_size(d.files.iter().map(iso));
+            d.joliet_size = sorted_size(d.files.iter().map(joliet));
+        }
+        // The path tables (19..=22), then the primary directories, then the Joliet ones, then
+        // every file at a sector boundary, in the order given.
+        let mut next = 23usize;
+        root.iso_lba = next;
+        next += root.iso_size / SECTOR;
+        for d in &mut placed {
+            d.iso_lba = next;
+            next += d.iso_size / SECTOR;
+        }
+        root.joliet_lba = next;
+        next += root.joliet_size / SECTOR;
+        for d in &mut placed {
+            d.joliet_lba = next;
+            next += d.joliet_size / SECTOR;
+        }
+        for f in root.files.iter_mut().chain(placed.iter_mut().flat_map(|d| d.files.iter_mut())) {
+            f.lba = next;
+            // Even an empty file gets a sector, so no two records share an extent by accident.
+            next += f.data.len().div_ceil(SECTOR).max(1);
+        }
+        Layout { root, dirs: placed, total_sectors: next }
     }
-    Ok(image)
+
+    fn write(&self, label: &str, min_bytes: usize) -> Vec<u8> {
+        let total_sectors = self.total_sectors.max(min_bytes.div_ceil(SECTOR));
+        let mut image = vec![0u8; total_sectors * SECTOR];
+        let geometry = Geometry { label, total_sectors };
+        for (joliet, vd_lba, pt_l, pt_m) in [(false, 16, 19, 20), (true, 17, 21, 22)] {
+            let table = self.path_table(joliet);
+            let (root, root_size) = self.root.extent(joliet);
+            let tree = Tree { joliet, pt_l, pt_m, pt_size: table.little.len(), root, root_size };
+            write_sector(&mut image, vd_lba, &volume_descriptor(&geometry, tree));
+            write_sector(&mut image, pt_l as usize, &table.little);
+            write_sector(&mut image, pt_m as usize, &table.big);
+            write_sector(&mut image, root, &self.root_directory(joliet));
+            for d in &self.dirs {
+                let (lba, size) = d.extent(joliet);
+                let records = d.file_records(joliet);
+                write_sector(&mut image, lba, &directory(lba, size, (root, root_size), records));
+            }
+        }
+        write_sector(&mut image, 18, &terminator());
+        for f in self.root.files.iter().chain(self.dirs.iter().flat_map(|d| &d.files)) {
+            write_sector(&mut image, f.lba, f.data);
+        }
+        image
+    }
+
+    /// The root directory of a tree: its files and its directories, sorted by identifier
+    /// (ECMA-119 9.3; Joliet: by UCS-2 code).
+    fn root_directory(&self, joliet: bool) -> Vec<u8> {
+        let mut records = self.root.file_records(joliet);
+        for d in &self.dirs {
+            let (lba, size) = d.extent(joliet);
+            let ident = if joliet { d.joliet.clone() } else { d.iso.ident.clone() };
+            records.push(Record { key: d.sort_key(joliet), ident, extent: lba, len: size, is_dir: true });
+        }
+        records.sort_by(|a, b| a.key.cmp(&b.key));
+        let (lba, size) = self.root.extent(joliet);
+        directory(lba, size, (lba, size), records)
+    }
+
+    /// The path table of a tree (ECMA-119 9.4): the root, then its directories by identifier.
+    fn path_table(&self, joliet: bool) -> PathTable {
+        let mut dirs: Vec<&PlacedDir<'_>> = self.dirs.iter().collect();
+        dirs.sort_by_key(|d| d.sort_key(joliet));
+        let (root, _) = self.root.extent(joliet);
+        let mut entries = vec![(vec![0u8], root)];
+        entries.extend(dirs.iter().map(|d| {
+            let ident = if joliet { d.joliet.clone() } else { d.iso.ident.clone() };
+            (ident, d.extent(joliet).0)
+        }));
+        PathTable::of(&entries)
+    }
+}
+
+impl<'a> PlacedDir<'a> {
+    fn unplaced(
+        iso: IsoName,
+        joliet: Vec<u8>,
+        files: &[(&str, &'a [u8])],
+        taken: &mut BTreeSet<(Vec<u8>, Vec<u8>)>,
+    ) -> Self {
+        let files = files
+            .iter()
+            .map(|(name, data)| Placed { iso: mangle(name, taken), joliet: ucs2(name), lba: 0, data })
+            .collect();
+        PlacedDir { iso, joliet, iso_lba: 0, iso_size: 0, joliet_lba: 0, joliet_size: 0, files }
+    }
+
+    fn extent(&self, joliet: bool) -> (usize, usize) {
+        if joliet {
+            (self.joliet_lba, self.joliet_size)
+        } else {
+            (self.iso_lba, self.iso_size)
+        }
+    }
+
+    fn sort_key(&self, joliet: bool) -> Vec<u8> {
+        if joliet {
+            self.joliet.clone()
+        } else {
+            self.iso.sort_key()
+        }
+    }
+
+    /// The records of this directory's files, sorted by identifier.
+    fn file_records(&self, joliet: bool) -> Vec<Record> {
+        let mut records: Vec<Record> = self
+            .files
+            .iter()
+            .map(|f| {
+                let (key, ident) =
+                    if joliet { (f.joliet.clone(), f.joliet.clone()) } else { (f.iso.sort_key(), f.iso.ident.clone()) };
+                Record { key, ident, extent: f.lba, len: f.data.len(), is_dir: false }
+            })
+            .collect();
+        records.sort_by(|a, b| a.key.cmp(&b.key));
+        records
+    }
+}
+
+/// A directory record to write, with the key it sorts by.
+struct Record {
+    key: Vec<u8>,
+    ident: Vec<u8>,
+    extent: usize,
+    len: usize,
+    is_dir: bool,
+}
+
+/// Both byte orders of one path table.
+struct PathTable {
+    little: Vec<u8>,
+    big: Vec<u8>,
+}
+
+impl PathTable {
+    /// Entries (identifier, extent): the root first (directory number 1), every other entry
+    /// a child of the root.
+    fn of(entries: &[(Vec<u8>, usize)]) -> Self {
+        let mut little = Vec::new();
+        let mut big = Vec::new();
+        for (ident, lba) in entries {
+            // Identifiers are at most 128 bytes and extents fit the image: the casts never truncate.
+            let head = [ident.len() as u8, 0];
+            little.extend_from_slice(&head);
+            big.extend_from_slice(&head);
+            little.extend_from_slice(&(*lba as u32).to_le_bytes());
+            big.extend_from_slice(&(*lba as u32).to_be_bytes());
+            little.extend_from_slice(&1u16.to_le_bytes());
+            big.extend_from_slice(&1u16.to_be_bytes());
+            for t in [&mut little, &mut big] {
+                t.extend_from_slice(ident);
+                if ident.len() % 2 == 1 {
+                    t.push(0);
+                }
+            }
+        }
+        PathTable { little, big }
+    }
+}
+
+/// Reads the file at `path` (`dir/name`, real names) back from an image this crate wrote,
+/// through its Joliet tree; `None` when there is no such file or the image is not one. For the
+/// simulated agents, which read their seed as a booted machine would; tests check images with
+/// independent readers instead.
+pub fn read_file(image: &[u8], path: &str) -> Option<Vec<u8>> {
+    let sector = |lba: usize| image.get(lba * SECTOR..(lba + 1) * SECTOR);
+    let joliet = (16..32).map_while(sector).take_while(|d| d[0] != 255).find(|d| d[0] == 2 && &d[88..91] == b"%/E")?;
+    let mut record = joliet[156..190].to_vec();
+    for part in path.split('/') {
+        let (lba, len) = (u32_le(&record, 2)?, u32_le(&record, 10)?);
+        let dir = image.get(lba * SECTOR..lba * SECTOR + len)?;
+        record = records(dir).find(|r| r.get(33..33 + usize::from(r[32])) == Some(ucs2(part).as_slice()))?.to_vec();
+    }
+    let (lba, len) = (u32_le(&record, 2)?, u32_le(&record, 10)?);
+    (record[25] & 0x02 == 0).then(|| image.get(lba * SECTOR..lba * SECTOR + len).map(<[u8]>::to_vec))?
+}
+
+/// The directory records of a directory extent (a zero length byte skips to the next sector).
+fn records(dir: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut at = 0usize;
+    std::iter::from_fn(move || loop {
+        let len = usize::from(*dir.get(at)?);
+        if len == 0 {
+            at = (at / SECTOR + 1) * SECTOR;
+            continue;
+        }
+        let record = dir.get(at..at + len)?;
+        at += len;
+        return Some(record);
+    })
+}
+
+fn u32_le(record: &[u8], offset: usize) -> Option<usize> {
+    let bytes: [u8; 4] = record.get(offset..offset + 4)?.try_into().ok()?;
+    usize::try_from(u32::from_le_bytes(bytes)).ok()
 }
 
 fn validate_label(label: &str) -> Result<(), SeedError> {
@@ -232,47 +472,74 @@ fn validate_name(name: &str) -> Result<(), SeedError> {
     }
 }
 
-/// A primary-tree identifier (`NAME.EXT;1`) and its ECMA-119 sort key (name, extension, each
-/// space-padded, so that `A.;1` sorts before `A.1;1`).
+/// A primary-tree identifier (`NAME.EXT;1`, or `NAME` for a directory) and its ECMA-119 sort
+/// key (name, extension, each space-padded, so that `A.;1` sorts before `A.1;1`).
 struct IsoName {
     ident: Vec<u8>,
-    sort_key: ([u8; 8], [u8; 3]),
+    key: ([u8; 8], [u8; 3]),
+}
+
+impl IsoName {
+    /// The root directory's (its identifier is the byte 0x00 where it appears).
+    fn root() -> Self {
+        IsoName { ident: vec![0], key: ([0; 8], [0; 3]) }
+    }
+
+    fn sort_key(&self) -> Vec<u8> {
+        self.key.0.iter().chain(&self.key.1).copied().collect()
+    }
+}
+
+/// Maps `name` to d-characters, upper case.
+fn d_chars(s: &str) -> Vec<u8> {
+    s.bytes()
+        .map(|b| b.to_ascii_uppercase())
+        .map(|b| if b.is_ascii_uppercase() || b.is_ascii_digit() { b } else { b'_' })
+        .collect()
 }
 
 /// Maps `name` to a unique level-1 identifier: d-characters only, 8.3, upper case.
 fn mangle(name: &str, taken: &mut BTreeSet<(Vec<u8>, Vec<u8>)>) -> IsoName {
-    let d_chars = |s: &str| -> Vec<u8> {
-        s.bytes()
-            .map(|b| b.to_ascii_uppercase())
-            .map(|b| if b.is_ascii_uppercase() || b.is_ascii_digit() { b } else { b'_' })
-            .collect()
-    };
     let (base, ext) = match name.rsplit_once('.') {
         Some((base, ext)) => (d_chars(base), d_chars(ext)),
         None => (d_chars(name), Vec::new()),
     };
-    let mut base: Vec<u8> = if base.is_empty() { b"_".to_vec() } else { base };
-    base.truncate(8);
     let mut ext = ext;
     ext.truncate(3);
-    // On a collision, end the base name with a counter until it is unique.
+    let candidate = unique(base, &ext, taken);
+    let mut key = ([b' '; 8], [b' '; 3]);
+    key.0[..candidate.len()].copy_from_slice(&candidate);
+    key.1[..ext.len()].copy_from_slice(&ext);
+    let mut ident = candidate;
+    ident.push(b'.');
+    ident.extend_from_slice(&ext);
+    ident.extend_from_slice(b";1");
+    IsoName { ident, key }
+}
+
+/// Maps a directory's `name` to a unique level-1 directory identifier: at most 8 d-characters.
+fn mangle_dir(name: &str, taken: &mut BTreeSet<(Vec<u8>, Vec<u8>)>) -> IsoName {
+    // A directory has no extension; `/` keeps it apart from a file of the same base name.
+    let candidate = unique(d_chars(name), b"/", taken);
+    let mut key = ([b' '; 8], [b' '; 3]);
+    key.0[..candidate.len()].copy_from_slice(&candidate);
+    IsoName { ident: candidate, key }
+}
+
+/// `base` cut to 8 characters, ending with a counter until (base, ext) is not taken; takes it.
+fn unique(base: Vec<u8>, ext: &[u8], taken: &mut BTreeSet<(Vec<u8>, Vec<u8>)>) -> Vec<u8> {
+    let mut base: Vec<u8> = if base.is_empty() { b"_".to_vec() } else { base };
+    base.truncate(8);
     let mut candidate = base.clone();
     let mut counter = 1usize;
-    while taken.contains(&(candidate.clone(), ext.clone())) {
+    while taken.contains(&(candidate.clone(), ext.to_vec())) {
         let suffix = counter.to_string().into_bytes();
         candidate = base[..base.len().min(8 - suffix.len())].to_vec();
         candidate.extend_from_slice(&suffix);
         counter += 1;
     }
-    taken.insert((candidate.clone(), ext.clone()));
-    let mut sort_key = ([b' '; 8], [b' '; 3]);
-    sort_key.0[..candidate.len()].copy_from_slice(&candidate);
-    sort_key.1[..ext.len()].copy_from_slice(&ext);
-    let mut ident = candidate;
-    ident.push(b'.');
-    ident.extend_from_slice(&ext);
-    ident.extend_from_slice(b";1");
-    IsoName { ident, sort_key }
+    taken.insert((candidate.clone(), ext.to_vec()));
+    candidate
 }
 
 /// UCS-2 big-endian, as Joliet stores names; `s` is ASCII, so one code unit per byte.
@@ -286,7 +553,14 @@ fn record_len(ident_len: usize) -> usize {
     33 + ident_len + 1 - ident_len % 2
 }
 
-/// Size in bytes (whole sectors) of a root directory holding records with these identifier lengths.
+/// [`dir_size`] of records (sort key, identifier length) in sort-key order.
+fn sorted_size(records: impl Iterator<Item = (Vec<u8>, usize)>) -> usize {
+    let mut records: Vec<(Vec<u8>, usize)> = records.collect();
+    records.sort_by(|a, b| a.0.cmp(&b.0));
+    dir_size(records.into_iter().map(|(_, len)| len))
+}
+
+/// Size in bytes (whole sectors) of a directory holding records with these identifier lengths.
 fn dir_size(ident_lens: impl Iterator<Item = usize>) -> usize {
     // "." and ".." have one-byte identifiers.
     let mut used = 2 * record_len(1);
@@ -301,14 +575,14 @@ fn dir_size(ident_lens: impl Iterator<Item = usize>) -> usize {
     used.next_multiple_of(SECTOR)
 }
 
-/// A root directory extent: ".", "..", then one record per (identifier, extent, size).
-fn directory<'a>(lba: usize, size: usize, entries: impl Iterator<Item = (&'a [u8], usize, usize)>) -> Vec<u8> {
+/// A directory extent: "." (itself), ".." (`parent`, the root's own extent for the root), then
+/// `records` in the order given.
+fn directory(lba: usize, size: usize, parent: (usize, usize), records: Vec<Record>) -> Vec<u8> {
     let mut out = Vec::with_capacity(size);
-    // The root is its own parent, so "." and ".." are the same record apart from the identifier.
     out.extend_from_slice(&dir_record(&[0], lba, size, true));
-    out.extend_from_slice(&dir_record(&[1], lba, size, true));
-    for (ident, extent, len) in entries {
-        let record = dir_record(ident, extent, len, false);
+    out.extend_from_slice(&dir_record(&[1], parent.0, parent.1, true));
+    for r in records {
+        let record = dir_record(&r.ident, r.extent, r.len, r.is_dir);
         if out.len() % SECTOR + record.len() > SECTOR {
             out.resize(out.len().next_multiple_of(SECTOR), 0);
         }
@@ -333,29 +607,14 @@ fn dir_record(ident: &[u8], extent: usize, data_len: usize, is_dir: bool) -> Vec
     r
 }
 
-#[derive(Clone, Copy)]
-enum Endian {
-    Little,
-    Big,
-}
-
-/// A path table with the root directory only (ECMA-119 9.4): 10 bytes.
-fn path_table(root_lba: usize, endian: Endian) -> Vec<u8> {
-    let mut t = vec![0u8; 10];
-    t[0] = 1; // identifier length; the root's identifier is one 0x00 byte
-    let (lba, parent) = match endian {
-        Endian::Little => ((root_lba as u32).to_le_bytes(), 1u16.to_le_bytes()),
-        Endian::Big => ((root_lba as u32).to_be_bytes(), 1u16.to_be_bytes()),
-    };
-    t[2..6].copy_from_slice(&lba);
-    t[6..8].copy_from_slice(&parent);
-    t
-}
-
 /// What differs between the primary and the Joliet volume descriptor.
-enum Tree {
-    Primary { pt_l: u32, pt_m: u32, root: usize, root_size: usize },
-    Joliet { pt_l: u32, pt_m: u32, root: usize, root_size: usize },
+struct Tree {
+    joliet: bool,
+    pt_l: u32,
+    pt_m: u32,
+    pt_size: usize,
+    root: usize,
+    root_size: usize,
 }
 
 /// What both volume descriptors share.
@@ -366,10 +625,7 @@ struct Geometry<'a> {
 
 /// A Primary (type 1) or Joliet Supplementary (type 2) Volume Descriptor (ECMA-119 8.4, 8.5).
 fn volume_descriptor(geometry: &Geometry<'_>, tree: Tree) -> Vec<u8> {
-    let (joliet, pt_l, pt_m, root, root_size) = match tree {
-        Tree::Primary { pt_l, pt_m, root, root_size } => (false, pt_l, pt_m, root, root_size),
-        Tree::Joliet { pt_l, pt_m, root, root_size } => (true, pt_l, pt_m, root, root_size),
-    };
+    let Tree { joliet, pt_l, pt_m, pt_size, root, root_size } = tree;
     let mut d = vec![0u8; SECTOR];
     d[0] = if joliet { 2 } else { 1 };
     d[1..6].copy_from_slice(b"CD001");
@@ -384,7 +640,7 @@ fn volume_descriptor(geometry: &Geometry<'_>, tree: Tree) -> Vec<u8> {
     both_u16(&mut d, 120, 1); // volume set size
     both_u16(&mut d, 124, 1); // volume sequence number
     both_u16(&mut d, 128, SECTOR as u16); // logical block size
-    both_u32(&mut d, 132, 10); // path table size: the root entry only
+    both_u32(&mut d, 132, pt_size as u32); // path table size
     d[140..144].copy_from_slice(&pt_l.to_le_bytes());
     d[148..152].copy_from_slice(&pt_m.to_be_bytes());
     d[156..190].copy_from_slice(&dir_record(&[0], root, root_size, true));
@@ -466,7 +722,11 @@ mod tests {
         let lens = vec![128usize; 40];
         let size = dir_size(lens.iter().copied());
         let idents: Vec<Vec<u8>> = (0..40).map(|_| vec![0u8; 128]).collect();
-        let dir = directory(23, size, idents.iter().map(|i| (i.as_slice(), 30, 1)));
+        let records = idents
+            .iter()
+            .map(|i| Record { key: i.clone(), ident: i.clone(), extent: 30, len: 1, is_dir: false })
+            .collect();
+        let dir = directory(23, size, (23, size), records);
         assert_eq!(dir.len(), size);
         assert_eq!(size % SECTOR, 0);
         assert!(size > SECTOR, "40 records of 162 bytes need more than one sector");

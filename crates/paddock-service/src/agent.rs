@@ -1,10 +1,20 @@
-//! The machine agents' side: one-time tokens for a run (a wipe or a provisioning boot), the run's
-//! configuration, its NoCloud seed image, and the report that uses the token up (SPEC section 5).
+//! The machine agents' side (SPEC section 5): a run's tokens (a wipe or a provisioning boot), its
+//! NoCloud seed image, its configuration, and the report that uses the run up.
 //!
-//! A token is 32 random bytes (base64url), stored only as its SHA-256 and never logged; the
-//! run's configuration is sealed, bound to its row. Unknown tokens are 404, used ones 409,
-//! expired ones 410. A wipe is verified only when the report lists every drive the configuration
-//! listed as wiped successfully.
+//! Tokens. The seed token is 32 random bytes (base64url), the only secret in a URL: the BMC fetches
+//! `{PADDOCK_AGENT_SEED_BASE_URL}/v1/agent/seed/{seed_token}.iso` as virtual media. The agent token
+//! is derived from it, `HMAC-SHA256(key, "paddock-agent-token" 0x00 seed_token)` (base64url), where
+//! the key is `PADDOCK_ENCRYPTION_KEY` (the current key first, then `PADDOCK_ENCRYPTION_OLD_KEYS`,
+//! so a rotation does not strand a run in flight; see `Cipher::derive`). Neither token is stored:
+//! the server keeps the SHA-256 of each, computes the agent token when the seed is generated and
+//! writes it into the seed's `paddock/agent.json`. The machine sends it as
+//! `Authorization: Bearer <agent_token>` to `{PADDOCK_AGENT_BASE_URL}/v1/agent/config` and
+//! `/v1/agent/report`. Unknown tokens are 404, a used run 409, an expired one 410; hashes are
+//! compared in constant time where they are compared in memory. Tokens never reach logs, metric
+//! labels, audit events or problems.
+//!
+//! The run's configuration is sealed, bound to its row. A wipe is verified only when its report's
+//! evidence is complete (see `paddock_domain::agent`); why not is kept with the report.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -12,23 +22,58 @@ use std::time::Duration;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use chrono::Utc;
-use paddock_domain::secret::Binding;
+use paddock_domain::agent::{
+    ct_eq, is_sha256_hex, judge_provision, judge_wipe, SIMULATED_OS_IMAGE_SHA256, SIMULATED_WIPE_IMAGE_SHA256,
+};
+use paddock_domain::secret::{Binding, SecretString};
 use paddock_domain::validate::Checks;
 use paddock_domain::{Actor, Error, Result};
-use paddock_store::agent::{self as store, AgentToken, NewAgentToken};
-use paddock_types::agent::{AgentConfigView, AgentMachine, AgentPurpose, AgentReport, AgentResult};
+use paddock_store::agent::{self as store, AgentToken, NewAgentToken, TokenKind};
+use paddock_types::agent::{AgentConfigView, AgentMachine, AgentPurpose, AgentReport, AgentSeed, WipeConfig};
 use paddock_types::MachineId;
 use rand::RngCore;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::{db, Body, Ctx, Services};
+use crate::audit::Done;
+use crate::{Body, Ctx, Services};
 
 const TOKEN_BYTES: usize = 32;
+/// The label of the agent token's derivation (see the module documentation).
+const AGENT_TOKEN_LABEL: &str = "paddock-agent-token";
 const UNKNOWN: Error = Error::NotFound { kind: "agent token" };
 
-/// A run an agent token is issued for.
+/// What the agent endpoints need from the configuration (SPEC section 9).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentSettings {
+    /// `PADDOCK_AGENT_BASE_URL`, no trailing slash: what machines call.
+    pub base_url: String,
+    /// `PADDOCK_AGENT_SEED_BASE_URL`, no trailing slash: what BMCs fetch seeds from.
+    pub seed_base_url: String,
+    /// PEM of the CA that signs the agent endpoint's certificate, handed to the agent in its
+    /// seed; `None` for a certificate from a CA the image already trusts.
+    pub ca_cert: Option<String>,
+    /// `PADDOCK_WIPE_IMAGE_SHA256`: the only image a wipe report may name.
+    pub wipe_image_sha256: String,
+    /// `PADDOCK_OS_IMAGE_SHA256`: the only image a provisioning report may name.
+    pub os_image_sha256: String,
+}
+
+impl Default for AgentSettings {
+    /// Loopback URLs and the simulated images' digests (`paddock dev`, tests).
+    fn default() -> Self {
+        Self {
+            base_url: "http://127.0.0.1:8080".to_owned(),
+            seed_base_url: "http://127.0.0.1:8080".to_owned(),
+            ca_cert: None,
+            wipe_image_sha256: SIMULATED_WIPE_IMAGE_SHA256.to_owned(),
+            os_image_sha256: SIMULATED_OS_IMAGE_SHA256.to_owned(),
+        }
+    }
+}
+
+/// A run agent tokens are issued for.
 #[derive(Debug, Clone)]
 pub struct AgentRun {
     /// The machine.
@@ -37,7 +82,8 @@ pub struct AgentRun {
     pub run_id: Uuid,
     /// What the run does.
     pub purpose: AgentPurpose,
-    /// The instructions: for a wipe `{"drives": [{"id": ...}, ...]}` (at least one drive).
+    /// The instructions: for a wipe a [`WipeConfig`] (at least one drive), for a provisioning
+    /// boot the join configuration.
     pub config: Value,
 }
 
@@ -45,64 +91,85 @@ fn binding(id: Uuid) -> Binding<'static> {
     Binding { table: "agent_tokens", column: "config_enc", row: id }
 }
 
-/// The SHA-256 of a token as the agent sends it; `None` for anything that is not one of ours.
-fn token_hash(token: &str) -> Option<Vec<u8>> {
+/// The SHA-256 of a token as sent; `None` for anything that is not one of ours.
+fn token_hash(token: &str) -> Option<[u8; 32]> {
     let bytes = URL_SAFE_NO_PAD.decode(token.as_bytes()).ok()?;
-    (bytes.len() == TOKEN_BYTES).then(|| Sha256::digest(token.as_bytes()).to_vec())
+    (bytes.len() == TOKEN_BYTES).then(|| Sha256::digest(token.as_bytes()).into())
 }
 
-/// The drive ids a wipe configuration lists.
-fn listed_drives(config: &Value) -> Vec<&str> {
-    config["drives"].as_array().map(|d| d.iter().filter_map(|d| d["id"].as_str()).collect()).unwrap_or_default()
+fn random_token() -> String {
+    let mut raw = [0u8; TOKEN_BYTES];
+    rand::rng().fill_bytes(&mut raw);
+    URL_SAFE_NO_PAD.encode(raw)
+}
+
+fn used() -> Error {
+    Error::conflict("agent_token_used", "this run already reported; its tokens are used up")
 }
 
 impl Services {
-    /// Issues the token of a run (called by the worker before it boots the machine); returns the
-    /// token, which exists nowhere else afterwards.
-    pub async fn agent_token_issue(&self, run: &AgentRun, ttl: Duration) -> Result<String> {
-        if run.purpose == AgentPurpose::Wipe && listed_drives(&run.config).is_empty() {
-            return Err(Error::invalid("config.drives", "a wipe must list at least one drive"));
+    /// The agent tokens a seed token derives to, under each configured key (current first).
+    fn agent_tokens(&self, seed_token: &str) -> Vec<String> {
+        self.cipher.derive(AGENT_TOKEN_LABEL, seed_token.as_bytes()).iter().map(|t| URL_SAFE_NO_PAD.encode(t)).collect()
+    }
+
+    /// Issues the tokens of a run (called by the worker before it boots the machine); returns the
+    /// seed token, which exists nowhere else afterwards. Put it in a URL with
+    /// [`Services::agent_seed_url`].
+    pub async fn agent_token_issue(&self, run: &AgentRun, ttl: Duration) -> Result<SecretString> {
+        if run.purpose == AgentPurpose::Wipe {
+            let wipe: WipeConfig = serde_json::from_value(run.config.clone())
+                .map_err(|e| Error::invalid("config.drives", format!("is not a wipe's drive list: {e}")))?;
+            if wipe.drives.is_empty() {
+                return Err(Error::invalid("config.drives", "a wipe must list at least one drive"));
+            }
         }
-        let mut raw = [0u8; TOKEN_BYTES];
-        rand::rng().fill_bytes(&mut raw);
-        let token = URL_SAFE_NO_PAD.encode(raw);
-        let hash = Sha256::digest(token.as_bytes());
+        let seed_token = random_token();
+        let agent_token = self.agent_tokens(&seed_token).swap_remove(0);
         let id = Uuid::now_v7();
         let config = serde_json::to_vec(&run.config).map_err(Error::internal)?;
         let sealed = self.cipher.seal(&config, binding(id));
         let expires_at = Utc::now() + chrono::Duration::from_std(ttl).map_err(Error::internal)?;
+        let nonce = random_token();
         let new = NewAgentToken {
             id,
-            token_sha256: &hash,
+            seed_sha256: &Sha256::digest(seed_token.as_bytes()),
+            agent_sha256: &Sha256::digest(agent_token.as_bytes()),
             machine_id: run.machine_id,
             run_id: run.run_id,
             purpose: run.purpose.as_str(),
             config_enc: &sealed,
+            nonce: &nonce,
             expires_at,
         };
-        let mut conn = self.store.conn().await.map_err(db)?;
-        store::insert(&mut conn, &new).await.map_err(db)?;
-        Ok(token)
+        let mut conn = self.store.conn().await?;
+        store::insert(&mut conn, &new).await?;
+        Ok(SecretString::new(seed_token))
     }
 
-    /// A live token: 404 unknown, 409 used, 410 expired.
-    async fn agent_token(&self, token: &str) -> Result<AgentToken> {
+    /// The URL the BMC fetches a run's seed from: the only agent URL with a secret in it.
+    pub fn agent_seed_url(&self, seed_token: &SecretString) -> SecretString {
+        SecretString::new(format!("{}/v1/agent/seed/{}.iso", self.agent.seed_base_url, seed_token.expose()))
+    }
+
+    /// A live run by one of its tokens: 404 unknown, 409 used, 410 expired.
+    async fn agent_run(&self, kind: TokenKind, token: &str) -> Result<AgentToken> {
         let hash = token_hash(token).ok_or(UNKNOWN)?;
-        let mut conn = self.store.conn().await.map_err(db)?;
-        let found = store::get(&mut conn, &hash).await.map_err(db)?.ok_or(UNKNOWN)?;
+        let mut conn = self.store.conn().await?;
+        let found = store::get(&mut conn, kind, &hash).await?.ok_or(UNKNOWN)?;
         if found.used_at.is_some() {
-            return Err(Error::conflict("agent_token_used", "this run already reported; its token is used up"));
+            return Err(used());
         }
         if found.expires_at <= Utc::now() {
             return Err(Error::Gone {
                 code: "agent_token_expired",
-                message: "this run's token has expired".to_owned(),
+                message: "this run's tokens have expired".to_owned(),
             });
         }
         Ok(found)
     }
 
-    fn agent_config_of(&self, token: &str, found: &AgentToken) -> Result<AgentConfigView> {
+    fn agent_config_of(&self, found: &AgentToken) -> Result<AgentConfigView> {
         let config = self.cipher.open(&found.config_enc, binding(found.id)).map_err(Error::internal)?;
         let config: Value = serde_json::from_slice(&config).map_err(Error::internal)?;
         let purpose = AgentPurpose::parse(&found.purpose).ok_or_else(|| Error::internal("unknown agent purpose"))?;
@@ -110,86 +177,120 @@ impl Services {
             purpose,
             machine: AgentMachine { id: MachineId(found.machine_id), name: found.machine_name.clone() },
             run_id: found.run_id,
-            report_url: format!("{}/v1/agent/{token}/report", self.agent_base_url),
+            nonce: found.nonce.clone(),
             expires_at: found.expires_at,
             config,
         })
     }
 
-    /// `GET /v1/agent/{token}/config`.
-    pub async fn agent_config(&self, token: &str) -> Result<AgentConfigView> {
-        let found = self.agent_token(token).await?;
-        self.agent_config_of(token, &found)
+    /// `GET /v1/agent/config` with the run's agent token.
+    pub async fn agent_config(&self, agent_token: &str) -> Result<AgentConfigView> {
+        let found = self.agent_run(TokenKind::Agent, agent_token).await?;
+        self.agent_config_of(&found)
     }
 
-    /// `GET /v1/agent/{token}/seed.iso`: the NoCloud seed (volume `cidata`) the machine boots
-    /// with: its hostname and instance id, and a cloud-config that hands the agent its URLs.
-    pub async fn agent_seed(&self, token: &str) -> Result<Vec<u8>> {
-        let found = self.agent_token(token).await?;
-        let config = self.agent_config_of(token, &found)?;
+    /// `GET /v1/agent/seed/{seed_token}.iso`: the run's seed, generated now: NoCloud `meta-data`
+    /// (instance id, hostname) and `user-data`, and `paddock/agent.json` with the agent token.
+    pub async fn agent_seed(&self, seed_token: &str) -> Result<Vec<u8>> {
+        let found = self.agent_run(TokenKind::Seed, seed_token).await?;
+        let agent_token = self
+            .agent_tokens(seed_token)
+            .into_iter()
+            .find(|t| ct_eq(&Sha256::digest(t.as_bytes()), &found.agent_sha256))
+            // A key rotated away since the run was issued: its agent token cannot be had again.
+            .ok_or(UNKNOWN)?;
+        let seed = AgentSeed {
+            agent_url: self.agent.base_url.clone(),
+            agent_token,
+            ca_cert: self.agent.ca_cert.clone(),
+            machine_id: MachineId(found.machine_id),
+            run_id: found.run_id,
+        };
+        let agent_json = serde_json::to_vec_pretty(&seed).map_err(Error::internal)?;
         let meta_data = format!("instance-id: {}\nlocal-hostname: {}\n", found.run_id, found.machine_name);
-        let agent = json!({
-            "config_url": format!("{}/v1/agent/{token}/config", self.agent_base_url),
-            "report_url": config.report_url,
-            "purpose": config.purpose,
-        });
-        let user_data = format!(
-            "#cloud-config\nwrite_files:\n  - path: /etc/paddock/agent.json\n    permissions: '0600'\n    content: '{}'\nruncmd:\n  - [paddock-agent, --config, /etc/paddock/agent.json]\n",
-            agent
-        );
-        paddock_seed::seed_iso(meta_data.as_bytes(), user_data.as_bytes(), None).map_err(Error::internal)
+        let user_data =
+            "#cloud-config\n# paddock: the run's agent reads paddock/agent.json from this volume (label cidata)\n";
+        paddock_seed::agent_seed_iso(meta_data.as_bytes(), user_data.as_bytes(), &agent_json).map_err(Error::internal)
     }
 
-    /// `POST /v1/agent/{token}/report`: records how the run ended and uses the token up. The
-    /// report is audited under the machine, with the agent as the actor.
-    pub async fn agent_report(&self, token: &str, body: &Body, request_id: &str) -> Result<()> {
-        let found = self.agent_token(token).await?;
+    /// `POST /v1/agent/report` with the run's agent token: records how the run ended and whether
+    /// it proves the run, and uses the run up. Audited under the machine, with the agent as the
+    /// actor.
+    pub async fn agent_report(&self, agent_token: &str, body: &Body, request_id: &str) -> Result<()> {
+        let found = self.agent_run(TokenKind::Agent, agent_token).await?;
         let actor =
             Actor::from_claims(format!("agent:{}", found.machine_name), Vec::new(), None).map_err(Error::internal)?;
         let ctx = Ctx { actor, request_id: request_id.to_owned() };
-        let mut audit = self.audit(&ctx, "agent.report", "machine");
-        audit.target(found.machine_id, None);
-        let result = async {
+        self.audited(&ctx, "agent.report", "machine", async |audit| {
+            audit.target(found.machine_id, None);
             let report: AgentReport = body.decode()?;
-            let mut c = Checks::new();
-            c.check(report.finished_at >= report.started_at, "finished_at", "must not be before started_at");
-            let mut seen = HashSet::new();
-            for (i, drive) in report.drives.iter().enumerate() {
-                c.text(&format!("drives.{i}.id"), &drive.id, 256);
-                c.text(&format!("drives.{i}.method"), &drive.method, 64);
-                if let Some(detail) = &drive.detail {
-                    c.max_len(&format!("drives.{i}.detail"), detail, 4096);
+            check_report(&report, &found.nonce)?;
+            let config = self.agent_config_of(&found)?;
+            let verdict = match config.purpose {
+                AgentPurpose::Wipe => {
+                    let wipe: WipeConfig = serde_json::from_value(config.config).map_err(Error::internal)?;
+                    judge_wipe(&wipe.drives, &report, &self.agent.wipe_image_sha256)
                 }
-                c.check(seen.insert(drive.id.as_str()), &format!("drives.{i}.id"), "is reported twice");
-            }
-            c.finish()?;
-            let config = self.agent_config_of(token, &found)?;
-            let verified = report.result == AgentResult::Success
-                && match config.purpose {
-                    // Nothing counts as wiped unless every drive the run listed reports success.
-                    AgentPurpose::Wipe => listed_drives(&config.config)
-                        .iter()
-                        .all(|id| report.drives.iter().any(|d| d.id == *id && d.result == AgentResult::Success)),
-                    AgentPurpose::Provision => true,
-                };
+                AgentPurpose::Provision => judge_provision(&report, &self.agent.os_image_sha256),
+            };
+            let failure = verdict.err();
+            let verified = failure.is_none();
             let stored = serde_json::to_value(&report).map_err(Error::internal)?;
-            let mut tx = self.store.begin().await.map_err(db)?;
-            if !store::use_up(&mut tx, found.id, &stored, verified).await.map_err(db)? {
+            let mut tx = self.store.begin().await?;
+            if !store::use_up(&mut tx, found.id, &stored, verified, failure.as_deref()).await? {
                 // Used or expired since it was read: answer as that later state.
                 drop(tx);
-                let used = || Error::conflict("agent_token_used", "this run already reported; its token is used up");
-                return Err(self.agent_token(token).await.err().unwrap_or_else(used));
+                return Err(self.agent_run(TokenKind::Agent, agent_token).await.err().unwrap_or_else(used));
             }
             // The machine's reconciler carries on at once (it also looks again by itself).
-            paddock_store::lifecycle::enqueue_machine(&mut tx, MachineId(found.machine_id)).await.map_err(db)?;
-            audit
-                .success(&mut tx, json!({ "run_id": found.run_id, "purpose": found.purpose, "verified": verified }))
-                .await?;
-            crate::commit(tx).await
-        }
-        .await;
-        audit.finish(result).await
+            paddock_store::lifecycle::enqueue_machine(&mut tx, MachineId(found.machine_id), None).await?;
+            let details = json!({
+                "run_id": found.run_id, "purpose": found.purpose, "verified": verified, "failure": failure,
+                "image_sha256": report.image_sha256,
+            });
+            Ok(Done::Commit { tx, value: (), details })
+        })
+        .await
     }
+}
+
+/// What a report must satisfy to be recorded at all (422 otherwise, and the run stays open):
+/// well-formed values and the run's nonce when it echoes one. Whether its evidence proves the run
+/// is decided afterwards, by the domain's rules.
+fn check_report(report: &AgentReport, nonce: &str) -> Result<()> {
+    let mut c = Checks::new();
+    c.check(report.finished_at >= report.started_at, "finished_at", "must not be before started_at");
+    c.check(is_sha256_hex(&report.image_sha256), "image_sha256", "must be 64 lower-case hex digits");
+    if let Some(echo) = &report.nonce {
+        c.check(ct_eq(echo.as_bytes(), nonce.as_bytes()), "nonce", "is not this run's nonce");
+    }
+    let mut seen = HashSet::new();
+    for (i, drive) in report.drives.iter().enumerate() {
+        if let Some(id) = &drive.id {
+            c.text(&format!("drives.{i}.id"), id, 256);
+            c.check(seen.insert(id.as_str()), &format!("drives.{i}.id"), "is reported twice");
+        }
+        c.text(&format!("drives.{i}.method"), &drive.method, 64);
+        if let Some(detail) = &drive.detail {
+            c.max_len(&format!("drives.{i}.detail"), detail, 4096);
+        }
+        let identity = &drive.identity;
+        for (field, value) in
+            [("model", &identity.model), ("serial", &identity.serial), ("wwn", &identity.wwn), ("eui", &identity.eui)]
+        {
+            if let Some(value) = value {
+                c.max_len(&format!("drives.{i}.identity.{field}"), value, 256);
+            }
+        }
+        if let Some(protocol) = &identity.protocol {
+            c.max_len(&format!("drives.{i}.identity.protocol"), protocol, 64);
+        }
+        if let Some(v) = &drive.verification {
+            let field = format!("drives.{i}.verification.sha256");
+            c.check(is_sha256_hex(&v.sha256), &field, "must be 64 lower-case hex digits");
+        }
+    }
+    c.finish()
 }
 
 #[cfg(test)]
@@ -202,5 +303,22 @@ mod tests {
         assert!(token_hash(&URL_SAFE_NO_PAD.encode([7u8; 31])).is_none());
         assert!(token_hash("not a token!").is_none());
         assert!(token_hash("").is_none());
+    }
+
+    #[test]
+    fn agent_tokens_are_derived_under_every_key_current_first() {
+        use paddock_domain::secret::Cipher;
+        let old = Cipher::generate_key();
+        let before = Cipher::new(&old, &[]).expect("key");
+        let after = Cipher::new(&Cipher::generate_key(), &[old]).expect("keys");
+        let derived = |c: &Cipher| -> Vec<String> {
+            c.derive(AGENT_TOKEN_LABEL, b"seed").iter().map(|t| URL_SAFE_NO_PAD.encode(t)).collect()
+        };
+        let (before, after) = (derived(&before), derived(&after));
+        assert_eq!(before.len(), 1);
+        assert_eq!(after.len(), 2);
+        assert_eq!(after[1], before[0], "a rotated key still derives the run's agent token");
+        assert_ne!(after[0], before[0]);
+        assert!(token_hash(&before[0]).is_some(), "an agent token has a token's shape");
     }
 }

@@ -9,20 +9,18 @@
 
 use paddock_domain::cluster::{self as rules, Cluster, ClusterSpec, NodePool, NodePoolSpec};
 use paddock_domain::cursor::PageRequest;
-use paddock_domain::job_kind::CLUSTER_RECONCILE;
 use paddock_domain::model::Tenant;
 use paddock_domain::precondition::IfMatch;
 use paddock_domain::{json, Error, Permission, Result, Scope};
-use paddock_store::job::{self, NewJob};
-use paddock_store::operation::{self as operation_store, NewOperation};
-use paddock_store::{cluster as store, machine_class, tenant, Conn};
+use paddock_store::{cluster as store, cluster_event, machine_class, node_pool, tenant, Conn, Tx};
 use paddock_types::cluster::{ClusterCreate, ClusterEventView, NodePoolCreate, PoolMachineView};
 use paddock_types::operation::OperationView;
 use paddock_types::tenant::TenantState;
 use paddock_types::{ClusterId, NodePoolId, TenantId};
 use serde_json::json;
 
-use crate::{commit, db, Body, Ctx, Listed, Services};
+use crate::operation::{accept, Accepted, Target};
+use crate::{Body, Ctx, Done, Listed, Services};
 
 const CLUSTER_NOT_FOUND: Error = Error::NotFound { kind: "cluster" };
 const POOL_NOT_FOUND: Error = Error::NotFound { kind: "node pool" };
@@ -60,16 +58,10 @@ impl Services {
     /// and locks the tenant row (404 when missing; 409 when a tenant user writes while the tenant
     /// is suspended: provider writes still work). The lock also serializes the tenant's quota
     /// checks.
-    async fn begin_tenant_write(
-        &self,
-        ctx: &Ctx,
-        tenant_id: TenantId,
-        kind: &'static str,
-    ) -> Result<(paddock_store::Tx, Tenant)> {
+    async fn begin_tenant_write(&self, ctx: &Ctx, tenant_id: TenantId, kind: &'static str) -> Result<(Tx, Tenant)> {
         let scope = ctx.actor.authorize_tenant(Permission::ClusterWrite, tenant_id, kind)?;
-        let mut tx = self.store.begin().await.map_err(db)?;
-        let tenant =
-            tenant::get_for_update(&mut tx, tenant_id).await.map_err(db)?.ok_or(Error::NotFound { kind: "tenant" })?;
+        let mut tx = self.store.begin().await?;
+        let tenant = tenant::get_for_update(&mut tx, tenant_id).await?.ok_or(Error::NotFound { kind: "tenant" })?;
         if matches!(scope, Scope::Tenant(_)) && tenant.state == TenantState::Suspended {
             return Err(Error::conflict(
                 "tenant_suspended",
@@ -81,9 +73,8 @@ impl Services {
 
     /// Creates a cluster with its pools; the worker builds it.
     pub async fn cluster_create(&self, ctx: &Ctx, tenant_id: TenantId, body: &Body) -> Result<ClusterChange> {
-        let mut audit = self.audit(ctx, "cluster.create", "cluster");
-        audit.target_tenant(tenant_id);
-        let result = async {
+        self.audited(ctx, "cluster.create", "cluster", async |audit| {
+            audit.target_tenant(tenant_id);
             let (mut tx, tenant) = self.begin_tenant_write(ctx, tenant_id, "tenant").await?;
             let (spec, pools) = ClusterSpec::from_create(body.decode::<ClusterCreate>()?);
             let pools: Vec<NodePoolSpec> = pools.into_iter().map(NodePoolSpec::from).collect();
@@ -92,7 +83,7 @@ impl Services {
             for (i, pool) in pools.iter().enumerate() {
                 classes.push(class_of(&mut tx, &format!("node_pools.{i}.machine_class"), &pool.machine_class).await?);
             }
-            let mut demand = store::demand(&mut tx, tenant_id, None).await.map_err(db)?;
+            let mut demand = store::demand(&mut tx, tenant_id, None).await?;
             demand.clusters += 1;
             for (pool, (_, gpus)) in pools.iter().zip(&classes) {
                 demand.nodes += u64::from(pool.count);
@@ -102,26 +93,16 @@ impl Services {
 
             let id = ClusterId::new();
             audit.target(id.uuid(), Some(tenant_id));
-            store::insert(&mut tx, tenant_id, id, &spec).await.map_err(db)?;
+            store::insert(&mut tx, tenant_id, id, &spec).await?;
             for (pool, (class, _)) in pools.iter().zip(&classes) {
-                store::pool_insert(&mut tx, tenant_id, id, NodePoolId::new(), *class, pool).await.map_err(db)?;
+                node_pool::insert(&mut tx, tenant_id, id, NodePoolId::new(), *class, pool).await?;
             }
-            let change = Accepted {
-                kind: "cluster_create",
-                target: id.uuid(),
-                generation: 1,
-                supersedes: &[],
-                event: Some(("ClusterCreated", format!("cluster {} was requested", spec.name))),
-                reconcile: true,
-                details: json!({ "name": spec.name, "kind": spec.kind.as_str() }),
-            };
-            let operation = accept(&mut tx, &audit, tenant_id, id, change).await?;
-            let cluster = cluster_with_pools(&mut tx, tenant_id, id).await?;
-            commit(tx).await?;
-            Ok(ClusterChange { cluster, operation })
-        }
-        .await;
-        audit.finish(result).await
+            let message = format!("cluster {} was requested", spec.name);
+            cluster_event::insert(&mut tx, tenant_id, id, "Normal", "ClusterCreated", &message).await?;
+            let change = Accepted { kind: "cluster_create", generation: 1, supersedes: &[], reconcile: true };
+            cluster_changed(tx, tenant_id, id, change, json!({ "name": spec.name, "kind": spec.kind.as_str() })).await
+        })
+        .await
     }
 
     /// Lists a tenant's clusters.
@@ -133,10 +114,10 @@ impl Services {
     ) -> Result<Listed<ClusterWithPools>> {
         ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "tenant")?;
         self.require_tenant(tenant_id).await?;
-        let mut conn = self.store.conn().await.map_err(db)?;
-        let clusters = store::list(&mut conn, tenant_id, page.after, page.limit).await.map_err(db)?;
+        let mut conn = self.store.conn().await?;
+        let clusters = store::list(&mut conn, tenant_id, page.after, page.limit).await?;
         let ids: Vec<uuid::Uuid> = clusters.iter().map(|c| c.id.uuid()).collect();
-        let mut pools = store::pools_of_many(&mut conn, tenant_id, &ids).await.map_err(db)?;
+        let mut pools = node_pool::of_clusters(&mut conn, tenant_id, &ids).await?;
         let next_cursor = page.next_cursor(&clusters, |c| c.id.uuid());
         let items = clusters
             .into_iter()
@@ -153,7 +134,7 @@ impl Services {
     /// Reads a cluster.
     pub async fn cluster_get(&self, ctx: &Ctx, tenant_id: TenantId, id: ClusterId) -> Result<ClusterWithPools> {
         ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "cluster")?;
-        let mut conn = self.store.conn().await.map_err(db)?;
+        let mut conn = self.store.conn().await?;
         cluster_with_pools(&mut conn, tenant_id, id).await
     }
 
@@ -166,17 +147,15 @@ impl Services {
         body: &Body,
         if_match: &IfMatch,
     ) -> Result<ClusterChange> {
-        let mut audit = self.audit(ctx, "cluster.update", "cluster");
-        audit.target(id.uuid(), Some(tenant_id));
-        let result = async {
+        self.audited(ctx, "cluster.update", "cluster", async |audit| {
+            audit.target(id.uuid(), Some(tenant_id));
             let (mut tx, _) = self.begin_tenant_write(ctx, tenant_id, "cluster").await?;
             let current = cluster_for_change(&mut tx, tenant_id, id).await?;
             if_match.check(current.generation)?;
             let patch = body.value()?;
             let spec: ClusterSpec = json::apply_patch(&current.spec, &patch, &["name", "kind", "isolation"])?;
-            let pools: Vec<NodePoolSpec> = store::pools_of(&mut tx, tenant_id, id)
-                .await
-                .map_err(db)?
+            let pools: Vec<NodePoolSpec> = node_pool::of_cluster(&mut tx, tenant_id, id)
+                .await?
                 .into_iter()
                 .filter(|p| !p.deleting)
                 .map(|p| p.spec)
@@ -187,24 +166,19 @@ impl Services {
             }
             let changed = spec != current.spec;
             if changed {
-                store::update_spec(&mut tx, tenant_id, id, &spec).await.map_err(db)?;
+                store::update_spec(&mut tx, tenant_id, id, &spec).await?;
+                cluster_event::insert(&mut tx, tenant_id, id, "Normal", "ClusterUpdated", "the cluster's spec changed")
+                    .await?;
             }
             let change = Accepted {
                 kind: "cluster_update",
-                target: id.uuid(),
                 generation: current.generation + i64::from(changed),
                 supersedes: &["cluster_create"],
-                event: changed.then(|| ("ClusterUpdated", "the cluster's spec changed".to_owned())),
                 reconcile: changed,
-                details: json!({ "patch": patch, "changed": changed }),
             };
-            let operation = accept(&mut tx, &audit, tenant_id, id, change).await?;
-            let cluster = cluster_with_pools(&mut tx, tenant_id, id).await?;
-            commit(tx).await?;
-            Ok(ClusterChange { cluster, operation })
-        }
-        .await;
-        audit.finish(result).await
+            cluster_changed(tx, tenant_id, id, change, json!({ "patch": patch, "changed": changed })).await
+        })
+        .await
     }
 
     /// Deletes a cluster: Slurm goes, every machine goes back through cleaning, then the control
@@ -216,29 +190,23 @@ impl Services {
         id: ClusterId,
         if_match: &IfMatch,
     ) -> Result<ClusterChange> {
-        let mut audit = self.audit(ctx, "cluster.delete", "cluster");
-        audit.target(id.uuid(), Some(tenant_id));
-        let result = async {
+        self.audited(ctx, "cluster.delete", "cluster", async |audit| {
+            audit.target(id.uuid(), Some(tenant_id));
             let (mut tx, _) = self.begin_tenant_write(ctx, tenant_id, "cluster").await?;
             let current = cluster_for_change(&mut tx, tenant_id, id).await?;
             if_match.check(current.generation)?;
-            store::request_deletion(&mut tx, tenant_id, id).await.map_err(db)?;
+            store::request_deletion(&mut tx, tenant_id, id).await?;
+            let message = "the cluster is being deleted";
+            cluster_event::insert(&mut tx, tenant_id, id, "Normal", "DeletionRequested", message).await?;
             let change = Accepted {
                 kind: "cluster_delete",
-                target: id.uuid(),
                 generation: current.generation + 1,
                 supersedes: &["cluster_create", "cluster_update"],
-                event: Some(("DeletionRequested", "the cluster is being deleted".to_owned())),
                 reconcile: true,
-                details: json!({ "name": current.spec.name }),
             };
-            let operation = accept(&mut tx, &audit, tenant_id, id, change).await?;
-            let cluster = cluster_with_pools(&mut tx, tenant_id, id).await?;
-            commit(tx).await?;
-            Ok(ClusterChange { cluster, operation })
-        }
-        .await;
-        audit.finish(result).await
+            cluster_changed(tx, tenant_id, id, change, json!({ "name": current.spec.name })).await
+        })
+        .await
     }
 
     /// A cluster's events, oldest first.
@@ -250,9 +218,9 @@ impl Services {
         page: PageRequest,
     ) -> Result<Listed<ClusterEventView>> {
         ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "cluster")?;
-        let mut conn = self.store.conn().await.map_err(db)?;
-        store::get(&mut conn, tenant_id, id, false).await.map_err(db)?.ok_or(CLUSTER_NOT_FOUND)?;
-        let items = store::events(&mut conn, tenant_id, id, page.after, page.limit).await.map_err(db)?;
+        let mut conn = self.store.conn().await?;
+        store::get(&mut conn, tenant_id, id, false).await?.ok_or(CLUSTER_NOT_FOUND)?;
+        let items = cluster_event::list(&mut conn, tenant_id, id, page.after, page.limit).await?;
         let next_cursor = page.next_cursor(&items, |e| e.id);
         Ok(Listed { items, next_cursor })
     }
@@ -265,49 +233,37 @@ impl Services {
         cluster_id: ClusterId,
         body: &Body,
     ) -> Result<NodePoolChange> {
-        let mut audit = self.audit(ctx, "node_pool.create", "node_pool");
-        audit.target_tenant(tenant_id);
-        let result = async {
+        self.audited(ctx, "node_pool.create", "node_pool", async |audit| {
+            audit.target_tenant(tenant_id);
             let (mut tx, tenant) = self.begin_tenant_write(ctx, tenant_id, "cluster").await?;
             cluster_for_change(&mut tx, tenant_id, cluster_id).await?;
             let spec = NodePoolSpec::from(body.decode::<NodePoolCreate>()?);
             rules::validate_pool(&spec)?;
             let (class, gpus) = class_of(&mut tx, "machine_class", &spec.machine_class).await?;
-            let mut demand = store::demand(&mut tx, tenant_id, None).await.map_err(db)?;
+            let mut demand = store::demand(&mut tx, tenant_id, None).await?;
             demand.nodes += u64::from(spec.count);
             demand.gpus += u64::from(spec.count) * u64::from(gpus);
             rules::check_quotas(&tenant.spec.quotas, demand)?;
             let id = NodePoolId::new();
             audit.target(id.uuid(), Some(tenant_id));
-            store::pool_insert(&mut tx, tenant_id, cluster_id, id, class, &spec).await.map_err(db)?;
-            store::touch(&mut tx, tenant_id, cluster_id).await.map_err(db)?;
+            node_pool::insert(&mut tx, tenant_id, cluster_id, id, class, &spec).await?;
+            store::touch(&mut tx, tenant_id, cluster_id).await?;
             let message =
                 format!("node pool {} of {} {} machines was added", spec.name, spec.count, spec.machine_class);
-            let change = Accepted {
-                kind: "node_pool_create",
-                target: id.uuid(),
-                generation: 1,
-                supersedes: &[],
-                event: Some(("NodePoolCreated", message)),
-                reconcile: true,
-                details: json!({ "cluster_id": cluster_id, "name": spec.name, "count": spec.count }),
-            };
-            let operation = accept(&mut tx, &audit, tenant_id, cluster_id, change).await?;
-            let pool =
-                store::pool_get(&mut tx, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
-            commit(tx).await?;
-            Ok(NodePoolChange { pool, operation })
-        }
-        .await;
-        audit.finish(result).await
+            cluster_event::insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolCreated", &message).await?;
+            let change = Accepted { kind: "node_pool_create", generation: 1, supersedes: &[], reconcile: true };
+            let details = json!({ "cluster_id": cluster_id, "name": spec.name, "count": spec.count });
+            pool_changed(tx, (tenant_id, cluster_id, id), change, details).await
+        })
+        .await
     }
 
     /// Lists a cluster's node pools.
     pub async fn node_pool_list(&self, ctx: &Ctx, tenant_id: TenantId, cluster_id: ClusterId) -> Result<Vec<NodePool>> {
         ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "cluster")?;
-        let mut conn = self.store.conn().await.map_err(db)?;
-        store::get(&mut conn, tenant_id, cluster_id, false).await.map_err(db)?.ok_or(CLUSTER_NOT_FOUND)?;
-        store::pools_of(&mut conn, tenant_id, cluster_id).await.map_err(db)
+        let mut conn = self.store.conn().await?;
+        store::get(&mut conn, tenant_id, cluster_id, false).await?.ok_or(CLUSTER_NOT_FOUND)?;
+        Ok(node_pool::of_cluster(&mut conn, tenant_id, cluster_id).await?)
     }
 
     /// Reads a node pool.
@@ -319,8 +275,8 @@ impl Services {
         id: NodePoolId,
     ) -> Result<NodePool> {
         ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "node pool")?;
-        let mut conn = self.store.conn().await.map_err(db)?;
-        store::pool_get(&mut conn, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)
+        let mut conn = self.store.conn().await?;
+        node_pool::get(&mut conn, tenant_id, cluster_id, id, false).await?.ok_or(POOL_NOT_FOUND)
     }
 
     /// Scales a pool or changes its labels and taints (JSON merge patch).
@@ -333,9 +289,8 @@ impl Services {
         body: &Body,
         if_match: &IfMatch,
     ) -> Result<NodePoolChange> {
-        let mut audit = self.audit(ctx, "node_pool.update", "node_pool");
-        audit.target(id.uuid(), Some(tenant_id));
-        let result = async {
+        self.audited(ctx, "node_pool.update", "node_pool", async |audit| {
+            audit.target(id.uuid(), Some(tenant_id));
             let (mut tx, tenant) = self.begin_tenant_write(ctx, tenant_id, "node pool").await?;
             let cluster = cluster_for_change(&mut tx, tenant_id, cluster_id).await?;
             let current = pool_for_change(&mut tx, tenant_id, cluster_id, id).await?;
@@ -344,7 +299,7 @@ impl Services {
             let spec: NodePoolSpec = json::apply_patch(&current.spec, &patch, &["name", "machine_class"])?;
             rules::validate_pool(&spec)?;
             self.check_slurm_keeps_a_node(&mut tx, &cluster, id, spec.count).await?;
-            let mut demand = store::demand(&mut tx, tenant_id, Some(id)).await.map_err(db)?;
+            let mut demand = store::demand(&mut tx, tenant_id, Some(id)).await?;
             demand.nodes += u64::from(spec.count);
             demand.gpus += u64::from(spec.count) * u64::from(current.gpu_count);
             // Shrinking is always allowed, even over a quota lowered in the meantime.
@@ -353,30 +308,28 @@ impl Services {
             }
             let changed = spec != current.spec;
             if changed {
-                store::pool_update_spec(&mut tx, tenant_id, id, &spec).await.map_err(db)?;
-                store::touch(&mut tx, tenant_id, cluster_id).await.map_err(db)?;
+                node_pool::update_spec(&mut tx, tenant_id, id, &spec).await?;
+                store::touch(&mut tx, tenant_id, cluster_id).await?;
             }
-            let scaled = (spec.count != current.spec.count).then(|| {
+            if spec.count != current.spec.count {
                 let message = format!("node pool {} scaled from {} to {}", spec.name, current.spec.count, spec.count);
-                ("NodePoolScaled", message)
-            });
+                cluster_event::insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolScaled", &message).await?;
+            }
             let change = Accepted {
                 kind: "node_pool_update",
-                target: id.uuid(),
                 generation: current.generation + i64::from(changed),
                 supersedes: &["node_pool_create"],
-                event: scaled,
                 reconcile: changed,
-                details: json!({ "cluster_id": cluster_id, "patch": patch, "changed": changed }),
             };
-            let operation = accept(&mut tx, &audit, tenant_id, cluster_id, change).await?;
-            let pool =
-                store::pool_get(&mut tx, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
-            commit(tx).await?;
-            Ok(NodePoolChange { pool, operation })
-        }
-        .await;
-        audit.finish(result).await
+            pool_changed(
+                tx,
+                (tenant_id, cluster_id, id),
+                change,
+                json!({ "cluster_id": cluster_id, "patch": patch, "changed": changed }),
+            )
+            .await
+        })
+        .await
     }
 
     /// Deletes a pool: its machines are released (Slurm nodes drained first) and cleaned.
@@ -388,33 +341,33 @@ impl Services {
         id: NodePoolId,
         if_match: &IfMatch,
     ) -> Result<NodePoolChange> {
-        let mut audit = self.audit(ctx, "node_pool.delete", "node_pool");
-        audit.target(id.uuid(), Some(tenant_id));
-        let result = async {
+        self.audited(ctx, "node_pool.delete", "node_pool", async |audit| {
+            audit.target(id.uuid(), Some(tenant_id));
             let (mut tx, _) = self.begin_tenant_write(ctx, tenant_id, "node pool").await?;
             let cluster = cluster_for_change(&mut tx, tenant_id, cluster_id).await?;
             let current = pool_for_change(&mut tx, tenant_id, cluster_id, id).await?;
             if_match.check(current.generation)?;
             self.check_slurm_keeps_a_node(&mut tx, &cluster, id, 0).await?;
-            store::pool_request_deletion(&mut tx, tenant_id, id).await.map_err(db)?;
-            store::touch(&mut tx, tenant_id, cluster_id).await.map_err(db)?;
+            node_pool::request_deletion(&mut tx, tenant_id, id).await?;
+            store::touch(&mut tx, tenant_id, cluster_id).await?;
+            let message = format!("node pool {} is being deleted", current.spec.name);
+            cluster_event::insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolDeletionRequested", &message)
+                .await?;
             let change = Accepted {
                 kind: "node_pool_delete",
-                target: id.uuid(),
                 generation: current.generation + 1,
                 supersedes: &["node_pool_create", "node_pool_update"],
-                event: Some(("NodePoolDeletionRequested", format!("node pool {} is being deleted", current.spec.name))),
                 reconcile: true,
-                details: json!({ "cluster_id": cluster_id, "name": current.spec.name }),
             };
-            let operation = accept(&mut tx, &audit, tenant_id, cluster_id, change).await?;
-            let pool =
-                store::pool_get(&mut tx, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
-            commit(tx).await?;
-            Ok(NodePoolChange { pool, operation })
-        }
-        .await;
-        audit.finish(result).await
+            pool_changed(
+                tx,
+                (tenant_id, cluster_id, id),
+                change,
+                json!({ "cluster_id": cluster_id, "name": current.spec.name }),
+            )
+            .await
+        })
+        .await
     }
 
     /// The machines a pool holds: name, class, state, node name; never BMC details.
@@ -427,9 +380,9 @@ impl Services {
         page: PageRequest,
     ) -> Result<Listed<PoolMachineView>> {
         ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "node pool")?;
-        let mut conn = self.store.conn().await.map_err(db)?;
-        store::pool_get(&mut conn, tenant_id, cluster_id, id, false).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
-        let rows = store::pool_machines(&mut conn, tenant_id, id, page.after, page.limit).await.map_err(db)?;
+        let mut conn = self.store.conn().await?;
+        node_pool::get(&mut conn, tenant_id, cluster_id, id, false).await?.ok_or(POOL_NOT_FOUND)?;
+        let rows = node_pool::machines(&mut conn, tenant_id, id, page.after, page.limit).await?;
         let next_cursor = page.next_cursor(&rows, |(id, _)| *id);
         Ok(Listed { items: rows.into_iter().map(|(_, m)| m).collect(), next_cursor })
     }
@@ -446,9 +399,8 @@ impl Services {
         if cluster.spec.kind != paddock_types::cluster::ClusterKind::Slurm {
             return Ok(());
         }
-        let others: u64 = store::pools_of(conn, cluster.tenant_id, cluster.id)
-            .await
-            .map_err(db)?
+        let others: u64 = node_pool::of_cluster(conn, cluster.tenant_id, cluster.id)
+            .await?
             .iter()
             .filter(|p| !p.deleting && p.id != pool)
             .map(|p| u64::from(p.spec.count))
@@ -463,21 +415,20 @@ impl Services {
 /// A machine class by name for a pool: its id and GPUs per machine; 422 naming `field` if missing.
 async fn class_of(conn: &mut Conn, field: &str, name: &str) -> Result<(paddock_types::MachineClassId, u32)> {
     let class = machine_class::get_by_name(conn, name, false)
-        .await
-        .map_err(db)?
+        .await?
         .ok_or_else(|| Error::invalid(field, format!("no machine class is named {name:?}")))?;
     Ok((class.id, class.spec.gpu_count))
 }
 
 async fn cluster_with_pools(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<ClusterWithPools> {
-    let cluster = store::get(conn, tenant, id, false).await.map_err(db)?.ok_or(CLUSTER_NOT_FOUND)?;
-    let pools = store::pools_of(conn, tenant, id).await.map_err(db)?;
+    let cluster = store::get(conn, tenant, id, false).await?.ok_or(CLUSTER_NOT_FOUND)?;
+    let pools = node_pool::of_cluster(conn, tenant, id).await?;
     Ok(ClusterWithPools { cluster, pools })
 }
 
 /// Locks a cluster for a change; one being deleted takes no more changes.
 async fn cluster_for_change(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<Cluster> {
-    let cluster = store::get(conn, tenant, id, true).await.map_err(db)?.ok_or(CLUSTER_NOT_FOUND)?;
+    let cluster = store::get(conn, tenant, id, true).await?.ok_or(CLUSTER_NOT_FOUND)?;
     if cluster.deleting {
         return Err(Error::conflict("cluster_deleting", "the cluster is being deleted"));
     }
@@ -486,70 +437,36 @@ async fn cluster_for_change(conn: &mut Conn, tenant: TenantId, id: ClusterId) ->
 
 /// Locks a pool for a change; one being deleted takes no more changes.
 async fn pool_for_change(conn: &mut Conn, tenant: TenantId, cluster: ClusterId, id: NodePoolId) -> Result<NodePool> {
-    let pool = store::pool_get(conn, tenant, cluster, id, true).await.map_err(db)?.ok_or(POOL_NOT_FOUND)?;
+    let pool = node_pool::get(conn, tenant, cluster, id, true).await?.ok_or(POOL_NOT_FOUND)?;
     if pool.deleting {
         return Err(Error::conflict("node_pool_deleting", "the node pool is being deleted"));
     }
     Ok(pool)
 }
 
-/// What an accepted change of a cluster or pool records besides its own writes.
-struct Accepted<'a> {
-    /// Operation kind.
-    kind: &'a str,
-    /// The cluster or pool the operation follows.
-    target: uuid::Uuid,
-    /// The target's generation the operation completes at.
-    generation: i64,
-    /// Open operations of these kinds on the target are superseded.
-    supersedes: &'a [&'a str],
-    /// The cluster event (reason, message), if the change is worth one.
-    event: Option<(&'a str, String)>,
-    /// Whether the desired state changed, so the cluster's reconcile job must run.
-    reconcile: bool,
-    /// Audit details.
-    details: serde_json::Value,
-}
-
-/// Records an accepted change in the caller's transaction: its operation, its cluster event, the
-/// cluster's reconcile job when the desired state changed, and the audit event.
-async fn accept(
-    tx: &mut paddock_store::Tx,
-    audit: &crate::AuditTrail<'_>,
+/// Ends an accepted cluster change (202): its operation and reconcile job ([`accept`]), and the
+/// cluster as it is now.
+async fn cluster_changed(
+    mut tx: Tx,
     tenant: TenantId,
-    cluster: ClusterId,
+    id: ClusterId,
     change: Accepted<'_>,
-) -> Result<OperationView> {
-    let target_type = if change.target == cluster.uuid() { "cluster" } else { "node_pool" };
-    let op = NewOperation {
-        kind: change.kind,
-        target_type,
-        target_id: change.target,
-        tenant_id: Some(tenant),
-        target_generation: change.generation,
-        supersedes: change.supersedes,
-    };
-    let operation = operation_store::insert(tx, &op).await.map_err(db)?;
-    if let Some((reason, message)) = &change.event {
-        store::event_insert(tx, tenant, cluster, "Normal", reason, message).await.map_err(db)?;
-    }
-    if change.reconcile {
-        enqueue_reconcile(tx, tenant, cluster).await?;
-    }
-    audit.success(tx, change.details).await?;
-    Ok(operation)
+    details: serde_json::Value,
+) -> Result<Done<ClusterChange>> {
+    let operation = accept(&mut tx, Target::Cluster { tenant, cluster: id, pool: None }, change).await?;
+    let cluster = cluster_with_pools(&mut tx, tenant, id).await?;
+    Ok(Done::Commit { tx, value: ClusterChange { cluster, operation }, details })
 }
 
-/// Enqueues the cluster's reconcile job in the caller's transaction (merged with one already queued).
-async fn enqueue_reconcile(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<()> {
-    let job = NewJob {
-        kind: CLUSTER_RECONCILE,
-        target_type: "cluster",
-        target_id: id.uuid(),
-        payload: json!({ "tenant_id": tenant, "cluster_id": id }),
-        operation_id: None,
-        run_at: None,
-    };
-    job::enqueue(conn, &job).await.map_err(db)?;
-    Ok(())
+/// Ends an accepted node pool change (202): its operation and the cluster's reconcile job
+/// ([`accept`]), and the pool as it is now.
+async fn pool_changed(
+    mut tx: Tx,
+    (tenant, cluster, id): (TenantId, ClusterId, NodePoolId),
+    change: Accepted<'_>,
+    details: serde_json::Value,
+) -> Result<Done<NodePoolChange>> {
+    let operation = accept(&mut tx, Target::Cluster { tenant, cluster, pool: Some(id) }, change).await?;
+    let pool = node_pool::get(&mut tx, tenant, cluster, id, false).await?.ok_or(POOL_NOT_FOUND)?;
+    Ok(Done::Commit { tx, value: NodePoolChange { pool, operation }, details })
 }

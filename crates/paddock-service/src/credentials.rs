@@ -14,11 +14,11 @@ use paddock_domain::driver::{ClusterRef, TenantAccess, TenantCredentials};
 use paddock_domain::secret::{Binding, Cipher, SecretString};
 use paddock_domain::{Error, Permission, Result};
 use paddock_store::{cluster as cluster_store, tenant, Conn, StoreError};
-use paddock_types::cluster::{KUBECONFIG_TTL_DEFAULT, KUBECONFIG_TTL_MAX, KUBECONFIG_TTL_MIN};
+use paddock_types::cluster::{ConditionStatus, KUBECONFIG_TTL_DEFAULT, KUBECONFIG_TTL_MAX, KUBECONFIG_TTL_MIN};
 use paddock_types::{ClusterId, TenantId};
 use serde_json::json;
 
-use crate::{db, Ctx, Services};
+use crate::{Ctx, Done, Services};
 
 /// The condition saying the tenant control plane answers (set by the cluster reconciler).
 const CONTROL_PLANE_READY: &str = "ControlPlaneReady";
@@ -117,15 +117,13 @@ impl Services {
         id: ClusterId,
         ttl: Option<&str>,
     ) -> Result<TenantKubeconfig> {
-        let mut audit = self.audit(ctx, "cluster.kubeconfig", "cluster");
-        audit.target(id.uuid(), Some(tenant_id));
-        let result = async {
+        self.audited(ctx, "cluster.kubeconfig", "cluster", async |audit| {
+            audit.target(id.uuid(), Some(tenant_id));
             ctx.actor.authorize_tenant(Permission::ClusterCredentials, tenant_id, "cluster")?;
             let (access, driver, ttl_seconds) = {
-                let mut conn = self.store.conn().await.map_err(db)?;
+                let mut conn = self.store.conn().await?;
                 let cluster = cluster_store::get(&mut conn, tenant_id, id, false)
-                    .await
-                    .map_err(db)?
+                    .await?
                     .ok_or(Error::NotFound { kind: "cluster" })?;
                 let Some(driver) = &self.credentials else {
                     return Err(Error::conflict(
@@ -137,13 +135,15 @@ impl Services {
                 if cluster.deleting {
                     return Err(not_ready("is being deleted"));
                 }
-                let control_plane_ready =
-                    cluster.status.conditions.iter().any(|c| c.type_ == CONTROL_PLANE_READY && c.status == "True");
+                let control_plane_ready = cluster
+                    .status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == CONTROL_PLANE_READY && c.status == ConditionStatus::True);
                 if !control_plane_ready {
                     return Err(not_ready("has no ready control plane yet; try again once it is ready"));
                 }
-                let t =
-                    tenant::get(&mut conn, tenant_id).await.map_err(db)?.ok_or(Error::NotFound { kind: "cluster" })?;
+                let t = tenant::get(&mut conn, tenant_id).await?.ok_or(Error::NotFound { kind: "cluster" })?;
                 let reference = ClusterRef {
                     tenant_id,
                     cluster_id: id,
@@ -152,8 +152,7 @@ impl Services {
                 };
                 let endpoint = cluster.status.endpoints.kubernetes_api.as_deref();
                 let access = tenant_access(&mut conn, &self.cipher, reference, endpoint)
-                    .await
-                    .map_err(db)?
+                    .await?
                     .ok_or_else(|| not_ready("has no API server endpoint or admin credentials yet"))?;
                 let ttl_seconds = parse_ttl(ttl)?;
                 // The connection goes back to the pool here: none is held across the driver call.
@@ -169,17 +168,16 @@ impl Services {
                     Error::internal(e)
                 }
             })?;
-            let mut conn = self.store.conn().await.map_err(db)?;
+            // Nothing was written: the transaction holds only the success event.
+            let tx = self.store.begin().await?;
             let details = json!({
                 "ttl_seconds": ttl_seconds,
                 "expires_at": expires_at.to_rfc3339_opts(SecondsFormat::Secs, true),
             });
-            audit.success(&mut conn, details).await?;
             tracing::info!("issued a kubeconfig for cluster {id}, valid for {ttl_seconds} s");
-            Ok(TenantKubeconfig { kubeconfig, ttl_seconds, expires_at })
-        }
-        .await;
-        audit.finish(result).await
+            Ok(Done::Commit { tx, value: TenantKubeconfig { kubeconfig, ttl_seconds, expires_at }, details })
+        })
+        .await
     }
 }
 

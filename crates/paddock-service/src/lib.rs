@@ -19,6 +19,7 @@ mod tenant;
 use std::sync::Arc;
 
 pub use audit::AuditTrail;
+use audit::Done;
 pub use machine::MachineChange;
 use paddock_domain::ledger::LedgerKey;
 use paddock_domain::secret::Cipher;
@@ -39,8 +40,17 @@ pub struct Ctx {
 /// A JSON request body, decoded only after the caller was authorized, so that the order of
 /// checks (401, 403, 404, 412/409, then the body: 413, 415, 400, 422) holds for bodies too. A body
 /// the edge could not accept (wrong media type, too large) carries that refusal until decoded.
-#[derive(Debug)]
+/// `Debug` shows its length only: a body may hold a BMC password.
 pub struct Body(std::result::Result<Vec<u8>, Error>);
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Ok(bytes) => write!(f, "Body({} bytes)", bytes.len()),
+            Err(refusal) => f.debug_tuple("Body").field(refusal).finish(),
+        }
+    }
+}
 
 impl Body {
     /// A body of these bytes.
@@ -87,25 +97,26 @@ pub struct Listed<T> {
 pub struct Services {
     store: Store,
     cipher: Arc<Cipher>,
-    agent_base_url: Arc<str>,
+    agent: Arc<agent::AgentSettings>,
     /// Issues tenant kubeconfigs; `None` without a cluster driver.
     credentials: Option<credentials::CredentialsDriver>,
-    /// The custody ledger's HMAC key (see `custody`); `None` leaves entries unsealed.
-    ledger_key: Option<Arc<LedgerKey>>,
+    /// The custody ledger's HMAC key (`PADDOCK_LEDGER_KEY`, see `custody`): every process that
+    /// moves machines writes sealed entries, so there is no service without it.
+    ledger_key: Arc<LedgerKey>,
     /// The provider's Ed25519 key (`PADDOCK_USAGE_SIGNING_KEY`): closed periods' manifests and
     /// ledger checkpoints; `None`: what needs it answers 409 naming the setting.
     signing_key: Option<Arc<SigningKey>>,
 }
 
 impl Services {
-    /// Services over a store, sealing secrets with `cipher`.
-    pub fn new(store: Store, cipher: Arc<Cipher>) -> Self {
+    /// Services over a store, sealing secrets with `cipher` and custody entries with `ledger_key`.
+    pub fn new(store: Store, cipher: Arc<Cipher>, ledger_key: LedgerKey) -> Self {
         Self {
             store,
             cipher,
-            agent_base_url: Arc::from("http://127.0.0.1:8080"),
+            agent: Arc::default(),
             credentials: None,
-            ledger_key: None,
+            ledger_key: Arc::new(ledger_key),
             signing_key: None,
         }
     }
@@ -121,9 +132,20 @@ impl Services {
         self.signing_key.as_ref()
     }
 
-    /// Sets the URL machines reach the agent endpoints at (`PADDOCK_AGENT_BASE_URL`).
+    /// Sets the URL machines reach the agent endpoints at and BMCs fetch seeds from (both
+    /// `PADDOCK_AGENT_BASE_URL` and `PADDOCK_AGENT_SEED_BASE_URL`), keeping the other settings.
     pub fn with_agent_base_url(mut self, url: &str) -> Self {
-        self.agent_base_url = Arc::from(url.trim_end_matches('/'));
+        let url = url.trim_end_matches('/').to_owned();
+        let settings = agent::AgentSettings { base_url: url.clone(), seed_base_url: url, ..(*self.agent).clone() };
+        self.agent = Arc::new(settings);
+        self
+    }
+
+    /// Sets what the agent endpoints need from the configuration.
+    pub fn with_agent(mut self, settings: agent::AgentSettings) -> Self {
+        let base_url = settings.base_url.trim_end_matches('/').to_owned();
+        let seed_base_url = settings.seed_base_url.trim_end_matches('/').to_owned();
+        self.agent = Arc::new(agent::AgentSettings { base_url, seed_base_url, ..settings });
         self
     }
 
@@ -139,25 +161,34 @@ impl Services {
 
     /// The URL machines reach the agent endpoints at.
     pub fn agent_base_url(&self) -> &str {
-        &self.agent_base_url
+        &self.agent.base_url
+    }
+
+    /// The agent endpoints' settings (URLs, CA, image digests).
+    pub fn agent_settings(&self) -> &agent::AgentSettings {
+        &self.agent
     }
 
     /// Whether the database answers and is migrated.
     pub async fn ready(&self) -> bool {
         self.store.ready().await.unwrap_or(false)
     }
-
-    fn audit<'a>(&'a self, ctx: &'a Ctx, action: &'static str, target_type: &'static str) -> AuditTrail<'a> {
-        AuditTrail::new(&self.store, ctx, action, target_type)
-    }
-}
-
-/// Maps a store error into the domain error (the `?` conversion).
-pub(crate) fn db(e: paddock_store::StoreError) -> Error {
-    e.into()
 }
 
 /// Commits a transaction.
 pub(crate) async fn commit(tx: paddock_store::Tx) -> Result<()> {
-    tx.commit().await.map_err(|e| db(e.into()))
+    Ok(tx.commit().await.map_err(paddock_store::StoreError::from)?)
+}
+
+#[cfg(test)]
+mod body_tests {
+    use super::Body;
+
+    #[test]
+    fn a_body_never_prints_its_content() {
+        let body = Body::json(&serde_json::json!({ "bmc": { "password": "hunter2-bmc-password" } }));
+        let shown = format!("{body:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.starts_with("Body(") && shown.ends_with(" bytes)"), "{shown}");
+    }
 }

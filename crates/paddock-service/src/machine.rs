@@ -4,24 +4,23 @@
 //! worker acts, the machine record carries the operator's intent.
 
 use paddock_domain::cursor::PageRequest;
-use paddock_domain::job_kind::MACHINE_RECONCILE;
 use paddock_domain::machine::RETIRABLE;
 use paddock_domain::model::{Bmc, Machine};
 use paddock_domain::precondition::IfMatch;
 use paddock_domain::secret::Binding;
 use paddock_domain::validate::{self, Checks};
 use paddock_domain::{json, Error, Permission, Result};
-use paddock_store::job::{self, NewJob};
-use paddock_store::machine::{self as store, MachineFilter, NewMachine};
-use paddock_store::operation::{self as operation_store, NewOperation};
-use paddock_store::{custody, machine_class, Conn};
+use paddock_store::machine::{self as store, NewMachine};
+use paddock_store::{custody, machine_class, Conn, Tx};
+use paddock_types::machine::MachineFilter;
 use paddock_types::machine::{MachineEnroll, MachineState, MaintenanceEnter};
 use paddock_types::operation::OperationView;
 use paddock_types::{Labels, MachineId};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::{commit, db, Body, Ctx, Listed, Services};
+use crate::operation::{accept, Accepted, Target};
+use crate::{Body, Ctx, Done, Listed, Services};
 
 const NOT_FOUND: Error = Error::NotFound { kind: "machine" };
 
@@ -64,17 +63,16 @@ fn password_binding(id: MachineId) -> Binding<'static> {
 impl Services {
     /// Enrolls a machine: recorded in `enrolling`, with a pending `machine_enroll` operation.
     pub async fn machine_enroll(&self, ctx: &Ctx, body: &Body) -> Result<MachineChange> {
-        let mut audit = self.audit(ctx, "machine.enroll", "machine");
-        let result = async {
+        self.audited(ctx, "machine.enroll", "machine", async |audit| {
             ctx.actor.authorize(Permission::MachineWrite)?;
             let spec: MachineEnroll = body.decode()?;
             validate::machine_enroll(&spec)?;
             let id = MachineId::new();
             audit.target(id.uuid(), None);
-            let mut tx = self.store.begin().await.map_err(db)?;
-            let class = machine_class::get_by_name(&mut tx, &spec.machine_class, false).await.map_err(db)?.ok_or_else(
-                || Error::invalid("machine_class", format!("no machine class is named {:?}", spec.machine_class)),
-            )?;
+            let mut tx = self.store.begin().await?;
+            let class = machine_class::get_by_name(&mut tx, &spec.machine_class, false).await?.ok_or_else(|| {
+                Error::invalid("machine_class", format!("no machine class is named {:?}", spec.machine_class))
+            })?;
             let bmc = Bmc {
                 url: spec.bmc.url.clone(),
                 system_id: spec.bmc.system_id.clone(),
@@ -84,27 +82,26 @@ impl Services {
                 insecure_tls: spec.bmc.insecure_tls,
             };
             let new = NewMachine { id, name: &spec.name, machine_class_id: class.id, labels: &spec.labels, bmc: &bmc };
-            store::insert(&mut tx, &new).await.map_err(db)?;
+            store::insert(&mut tx, &new).await?;
             let details = json!({ "name": spec.name, "machine_class": spec.machine_class, "bmc_url": spec.bmc.url });
-            // The ledger's first entry, sealed in the enrollment's own transaction.
+            // The ledger's first entry, sealed as it is written, in the enrollment's transaction.
             let evidence = json!({
                 "name": spec.name, "machine_class": spec.machine_class, "bmc_url": spec.bmc.url,
                 "request_id": ctx.request_id,
             });
             let (to, reason) = (MachineState::Enrolling, "enrolled");
-            custody::append(&mut tx, id, None, to, &ctx.actor.subject, reason, &evidence).await.map_err(db)?;
-            self.custody_seal(&mut tx, id).await.map_err(db)?;
-            accept(tx, &audit, id, 1, "machine_enroll", &[], details).await
-        }
-        .await;
-        audit.finish(result).await
+            let key = self.ledger_key();
+            custody::append(&mut tx, key, id, None, to, &ctx.actor.subject, reason, &evidence).await?;
+            changed(tx, id, 1, "machine_enroll", &[], details).await
+        })
+        .await
     }
 
     /// Lists machines, filtered.
     pub async fn machine_list(&self, ctx: &Ctx, filter: &MachineFilter, page: PageRequest) -> Result<Listed<Machine>> {
         ctx.actor.authorize(Permission::MachineRead)?;
-        let mut conn = self.store.conn().await.map_err(db)?;
-        let items = store::list(&mut conn, filter, page.after, page.limit).await.map_err(db)?;
+        let mut conn = self.store.conn().await?;
+        let items = store::list(&mut conn, filter, page.after, page.limit).await?;
         let next_cursor = page.next_cursor(&items, |m| m.id.uuid());
         Ok(Listed { items, next_cursor })
     }
@@ -112,8 +109,8 @@ impl Services {
     /// Reads one machine.
     pub async fn machine_get(&self, ctx: &Ctx, id: MachineId) -> Result<Machine> {
         ctx.actor.authorize(Permission::MachineRead)?;
-        let mut conn = self.store.conn().await.map_err(db)?;
-        store::get(&mut conn, id, false).await.map_err(db)?.ok_or(NOT_FOUND)
+        let mut conn = self.store.conn().await?;
+        store::get(&mut conn, id, false).await?.ok_or(NOT_FOUND)
     }
 
     /// Applies a merge patch to labels and BMC access. A BMC change is carried out by the worker
@@ -125,11 +122,10 @@ impl Services {
         body: &Body,
         if_match: &IfMatch,
     ) -> Result<MachineChange> {
-        let mut audit = self.audit(ctx, "machine.update", "machine");
-        audit.target(id.uuid(), None);
-        let result = async {
+        self.audited(ctx, "machine.update", "machine", async |audit| {
+            audit.target(id.uuid(), None);
             ctx.actor.authorize(Permission::MachineWrite)?;
-            let mut tx = self.store.begin().await.map_err(db)?;
+            let mut tx = self.store.begin().await?;
             let current = self.machine_for_change(&mut tx, id).await?;
             if_match.check(current.generation)?;
             let mut patch = body.value()?;
@@ -163,9 +159,8 @@ impl Services {
             let bmc_changed = after.bmc != before.bmc || password.is_some();
             if !bmc_changed && after.labels == before.labels {
                 // Nothing changes: same generation and etag, but the call is audited.
-                audit.success(&mut tx, json!({ "patch": patch, "changed": false })).await?;
-                commit(tx).await?;
-                return Ok(MachineChange { machine: current, operation: None });
+                let value = MachineChange { machine: current, operation: None };
+                return Ok(Done::Commit { tx, value, details: json!({ "patch": patch, "changed": false }) });
             }
             let bmc = Bmc {
                 url: after.bmc.url.clone(),
@@ -178,30 +173,25 @@ impl Services {
                 ca_cert: after.bmc.ca_cert.clone(),
                 insecure_tls: after.bmc.insecure_tls,
             };
-            store::update_spec(&mut tx, id, &after.labels, &bmc).await.map_err(db)?;
+            store::update_spec(&mut tx, id, &after.labels, &bmc).await?;
             // The patch is recorded without the password: only that one was given.
             let details = json!({ "patch": patch, "password_changed": password.is_some() });
             if bmc_changed {
-                return accept(tx, &audit, id, current.generation + 1, "machine_update_credentials", &[], details)
-                    .await;
+                return changed(tx, id, current.generation + 1, "machine_update_credentials", &[], details).await;
             }
-            audit.success(&mut tx, details).await?;
-            let machine = store::get(&mut tx, id, false).await.map_err(db)?.ok_or(NOT_FOUND)?;
-            commit(tx).await?;
-            Ok(MachineChange { machine, operation: None })
-        }
-        .await;
-        audit.finish(result).await
+            let machine = store::get(&mut tx, id, false).await?.ok_or(NOT_FOUND)?;
+            Ok(Done::Commit { tx, value: MachineChange { machine, operation: None }, details })
+        })
+        .await
     }
 
     /// Takes a machine out of service (any state but retired); the worker releases a machine that
     /// holds a tenancy first. 409 when it is already in (or on its way to) maintenance.
     pub async fn machine_maintenance_enter(&self, ctx: &Ctx, id: MachineId, body: &Body) -> Result<MachineChange> {
-        let mut audit = self.audit(ctx, "machine.maintenance_enter", "machine");
-        audit.target(id.uuid(), None);
-        let result = async {
+        self.audited(ctx, "machine.maintenance_enter", "machine", async |audit| {
+            audit.target(id.uuid(), None);
             ctx.actor.authorize(Permission::MachineWrite)?;
-            let mut tx = self.store.begin().await.map_err(db)?;
+            let mut tx = self.store.begin().await?;
             let current = self.machine_for_change(&mut tx, id).await?;
             if current.state == MachineState::Maintenance || current.maintenance_reason.is_some() {
                 return Err(Error::conflict(
@@ -213,43 +203,39 @@ impl Services {
             let mut c = Checks::new();
             c.text("reason", request.reason.trim(), 1000);
             c.finish()?;
-            store::set_maintenance_intent(&mut tx, id, Some(request.reason.trim())).await.map_err(db)?;
+            store::set_maintenance_intent(&mut tx, id, Some(request.reason.trim())).await?;
             let details = json!({ "reason": request.reason.trim(), "state": current.state.as_str() });
             let kind = "machine_maintenance_enter";
-            accept(tx, &audit, id, current.generation + 1, kind, &["machine_maintenance_leave"], details).await
-        }
-        .await;
-        audit.finish(result).await
+            changed(tx, id, current.generation + 1, kind, &["machine_maintenance_leave"], details).await
+        })
+        .await
     }
 
     /// Returns a machine from maintenance; it always leaves through cleaning. A machine still
     /// on its way into maintenance has that request cancelled.
     pub async fn machine_maintenance_leave(&self, ctx: &Ctx, id: MachineId) -> Result<MachineChange> {
-        let mut audit = self.audit(ctx, "machine.maintenance_leave", "machine");
-        audit.target(id.uuid(), None);
-        let result = async {
+        self.audited(ctx, "machine.maintenance_leave", "machine", async |audit| {
+            audit.target(id.uuid(), None);
             ctx.actor.authorize(Permission::MachineWrite)?;
-            let mut tx = self.store.begin().await.map_err(db)?;
+            let mut tx = self.store.begin().await?;
             let current = self.machine_for_change(&mut tx, id).await?;
             if current.state != MachineState::Maintenance && current.maintenance_reason.is_none() {
                 return Err(Error::conflict("not_in_maintenance", "the machine is not in maintenance"));
             }
-            store::set_maintenance_intent(&mut tx, id, None).await.map_err(db)?;
+            store::set_maintenance_intent(&mut tx, id, None).await?;
             let details = json!({ "state": current.state.as_str() });
             let kind = "machine_maintenance_leave";
-            accept(tx, &audit, id, current.generation + 1, kind, &["machine_maintenance_enter"], details).await
-        }
-        .await;
-        audit.finish(result).await
+            changed(tx, id, current.generation + 1, kind, &["machine_maintenance_enter"], details).await
+        })
+        .await
     }
 
     /// Retires a machine: only from `available`, `maintenance` or `clean_failed`.
     pub async fn machine_retire(&self, ctx: &Ctx, id: MachineId, if_match: &IfMatch) -> Result<MachineChange> {
-        let mut audit = self.audit(ctx, "machine.retire", "machine");
-        audit.target(id.uuid(), None);
-        let result = async {
+        self.audited(ctx, "machine.retire", "machine", async |audit| {
+            audit.target(id.uuid(), None);
             ctx.actor.authorize(Permission::MachineWrite)?;
-            let mut tx = self.store.begin().await.map_err(db)?;
+            let mut tx = self.store.begin().await?;
             let current = self.machine_for_change(&mut tx, id).await?;
             if_match.check(current.generation)?;
             if !RETIRABLE.contains(&current.state) {
@@ -261,20 +247,19 @@ impl Services {
                     ),
                 ));
             }
-            if store::retire_requested(&mut tx, id).await.map_err(db)? {
+            if store::retire_requested(&mut tx, id).await? {
                 return Err(Error::conflict("retire_pending", "the machine is already being retired"));
             }
-            store::set_retire_intent(&mut tx, id).await.map_err(db)?;
+            store::set_retire_intent(&mut tx, id).await?;
             let details = json!({ "state": current.state.as_str() });
-            accept(tx, &audit, id, current.generation + 1, "machine_retire", &[], details).await
-        }
-        .await;
-        audit.finish(result).await
+            changed(tx, id, current.generation + 1, "machine_retire", &[], details).await
+        })
+        .await
     }
 
     /// Locks a machine for a change; a retired one takes no more changes.
     async fn machine_for_change(&self, conn: &mut Conn, id: MachineId) -> Result<Machine> {
-        let machine = store::get(conn, id, true).await.map_err(db)?.ok_or(NOT_FOUND)?;
+        let machine = store::get(conn, id, true).await?.ok_or(NOT_FOUND)?;
         if machine.state == MachineState::Retired {
             return Err(Error::conflict("machine_retired", "the machine is retired"));
         }
@@ -295,37 +280,18 @@ fn take_password(patch: &mut Value) -> Result<Option<String>> {
     }
 }
 
-/// Records an accepted machine change and commits: the operation of `kind` for `generation`, the
-/// machine's reconcile job reporting to it, and the audit event, in the caller's transaction.
-async fn accept(
-    mut tx: paddock_store::Tx,
-    audit: &crate::AuditTrail<'_>,
+/// Ends an accepted machine change (202): its operation of `kind` for `generation` and the
+/// machine's reconcile job reporting to it, in the write's transaction, and the machine as it is now.
+async fn changed(
+    mut tx: Tx,
     id: MachineId,
     generation: i64,
     kind: &str,
     supersedes: &[&str],
     details: Value,
-) -> Result<MachineChange> {
-    let op = NewOperation {
-        kind,
-        target_type: "machine",
-        target_id: id.uuid(),
-        tenant_id: None,
-        target_generation: generation,
-        supersedes,
-    };
-    let operation = operation_store::insert(&mut tx, &op).await.map_err(db)?;
-    let job = NewJob {
-        kind: MACHINE_RECONCILE,
-        target_type: "machine",
-        target_id: id.uuid(),
-        payload: json!({ "machine_id": id }),
-        operation_id: Some(operation.id),
-        run_at: None,
-    };
-    job::enqueue(&mut tx, &job).await.map_err(db)?;
-    audit.success(&mut tx, details).await?;
-    let machine = store::get(&mut tx, id, false).await.map_err(db)?.ok_or(NOT_FOUND)?;
-    commit(tx).await?;
-    Ok(MachineChange { machine, operation: Some(operation) })
+) -> Result<Done<MachineChange>> {
+    let change = Accepted { kind, generation, supersedes, reconcile: true };
+    let operation = accept(&mut tx, Target::Machine(id), change).await?;
+    let machine = store::get(&mut tx, id, false).await?.ok_or(NOT_FOUND)?;
+    Ok(Done::Commit { tx, value: MachineChange { machine, operation: Some(operation) }, details })
 }

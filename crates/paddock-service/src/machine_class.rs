@@ -9,35 +9,31 @@ use paddock_types::machine_class::MachineClassCreate;
 use paddock_types::MachineClassId;
 use serde_json::json;
 
-use crate::{commit, db, Body, Ctx, Listed, Services};
+use crate::{Body, Ctx, Done, Listed, Services};
 
 const NOT_FOUND: Error = Error::NotFound { kind: "machine class" };
 
 impl Services {
     /// Creates a class.
     pub async fn machine_class_create(&self, ctx: &Ctx, body: &Body) -> Result<MachineClass> {
-        let mut audit = self.audit(ctx, "machine_class.create", "machine_class");
-        let result = async {
+        self.audited(ctx, "machine_class.create", "machine_class", async |audit| {
             ctx.actor.authorize(Permission::MachineClassWrite)?;
             let spec: MachineClassCreate = body.decode()?;
             validate::machine_class(&spec)?;
             let id = MachineClassId::new();
             audit.target(id.uuid(), None);
-            let mut tx = self.store.begin().await.map_err(db)?;
-            let class = machine_class::insert(&mut tx, id, &spec).await.map_err(db)?;
-            audit.success(&mut tx, json!({ "name": spec.name })).await?;
-            commit(tx).await?;
-            Ok(class)
-        }
-        .await;
-        audit.finish(result).await
+            let mut tx = self.store.begin().await?;
+            let value = machine_class::insert(&mut tx, id, &spec).await?;
+            Ok(Done::Commit { tx, value, details: json!({ "name": spec.name }) })
+        })
+        .await
     }
 
     /// Lists classes.
     pub async fn machine_class_list(&self, ctx: &Ctx, page: PageRequest) -> Result<Listed<MachineClass>> {
         ctx.actor.authorize(Permission::MachineClassRead)?;
-        let mut conn = self.store.conn().await.map_err(db)?;
-        let items = machine_class::list(&mut conn, page.after, page.limit).await.map_err(db)?;
+        let mut conn = self.store.conn().await?;
+        let items = machine_class::list(&mut conn, page.after, page.limit).await?;
         let next_cursor = page.next_cursor(&items, |c| c.id.uuid());
         Ok(Listed { items, next_cursor })
     }
@@ -45,8 +41,8 @@ impl Services {
     /// Reads one class by name.
     pub async fn machine_class_get(&self, ctx: &Ctx, name: &str) -> Result<MachineClass> {
         ctx.actor.authorize(Permission::MachineClassRead)?;
-        let mut conn = self.store.conn().await.map_err(db)?;
-        machine_class::get_by_name(&mut conn, name, false).await.map_err(db)?.ok_or(NOT_FOUND)
+        let mut conn = self.store.conn().await?;
+        machine_class::get_by_name(&mut conn, name, false).await?.ok_or(NOT_FOUND)
     }
 
     /// Applies a merge patch. The hardware fields (`cpu_cores`, `memory_gib`, `gpu_count`) cannot
@@ -58,11 +54,10 @@ impl Services {
         body: &Body,
         if_match: &IfMatch,
     ) -> Result<MachineClass> {
-        let mut audit = self.audit(ctx, "machine_class.update", "machine_class");
-        let result = async {
+        self.audited(ctx, "machine_class.update", "machine_class", async |audit| {
             ctx.actor.authorize(Permission::MachineClassWrite)?;
-            let mut tx = self.store.begin().await.map_err(db)?;
-            let current = machine_class::get_by_name(&mut tx, name, true).await.map_err(db)?.ok_or(NOT_FOUND)?;
+            let mut tx = self.store.begin().await?;
+            let current = machine_class::get_by_name(&mut tx, name, true).await?.ok_or(NOT_FOUND)?;
             audit.target(current.id.uuid(), None);
             if_match.check(current.generation)?;
             let patch = body.value()?;
@@ -70,48 +65,39 @@ impl Services {
             validate::machine_class(&spec)?;
             // A patch that changes nothing keeps the generation (and the etag), but is audited.
             if spec == current.spec {
-                audit.success(&mut tx, json!({ "patch": patch, "changed": false })).await?;
-                commit(tx).await?;
-                return Ok(current);
+                return Ok(Done::Commit { tx, value: current, details: json!({ "patch": patch, "changed": false }) });
             }
             let hardware_changed = (spec.cpu_cores, spec.memory_gib, spec.gpu_count)
                 != (current.spec.cpu_cores, current.spec.memory_gib, current.spec.gpu_count);
-            if hardware_changed && machine_class::in_use(&mut tx, current.id).await.map_err(db)? {
+            if hardware_changed && machine_class::in_use(&mut tx, current.id).await? {
                 return Err(Error::conflict(
                     "machine_class_in_use",
                     "cpu_cores, memory_gib and gpu_count cannot change while machines or node pools use this class",
                 ));
             }
-            let updated = machine_class::update_spec(&mut tx, current.id, &spec).await.map_err(db)?;
-            audit.success(&mut tx, json!({ "patch": patch, "changed": true })).await?;
-            commit(tx).await?;
-            Ok(updated)
-        }
-        .await;
-        audit.finish(result).await
+            let value = machine_class::update_spec(&mut tx, current.id, &spec).await?;
+            Ok(Done::Commit { tx, value, details: json!({ "patch": patch, "changed": true }) })
+        })
+        .await
     }
 
     /// Deletes a class; 409 while any machine or node pool (retired or deleted ones included) refers to it.
     pub async fn machine_class_delete(&self, ctx: &Ctx, name: &str, if_match: &IfMatch) -> Result<()> {
-        let mut audit = self.audit(ctx, "machine_class.delete", "machine_class");
-        let result = async {
+        self.audited(ctx, "machine_class.delete", "machine_class", async |audit| {
             ctx.actor.authorize(Permission::MachineClassWrite)?;
-            let mut tx = self.store.begin().await.map_err(db)?;
-            let current = machine_class::get_by_name(&mut tx, name, true).await.map_err(db)?.ok_or(NOT_FOUND)?;
+            let mut tx = self.store.begin().await?;
+            let current = machine_class::get_by_name(&mut tx, name, true).await?.ok_or(NOT_FOUND)?;
             audit.target(current.id.uuid(), None);
             if_match.check(current.generation)?;
-            if machine_class::in_use(&mut tx, current.id).await.map_err(db)? {
+            if machine_class::in_use(&mut tx, current.id).await? {
                 return Err(Error::conflict(
                     "machine_class_in_use",
                     "machines or node pools use this class; retire or delete them first",
                 ));
             }
-            machine_class::delete(&mut tx, current.id).await.map_err(db)?;
-            audit.success(&mut tx, json!({ "name": name })).await?;
-            commit(tx).await?;
-            Ok(())
-        }
-        .await;
-        audit.finish(result).await
+            machine_class::delete(&mut tx, current.id).await?;
+            Ok(Done::Commit { tx, value: (), details: json!({ "name": name }) })
+        })
+        .await
     }
 }

@@ -1,14 +1,66 @@
-//! Operations, readable by providers (all) and by tenants (their own).
+//! Operations, readable by providers (all) and by tenants (their own), and [`accept`]: how a
+//! change the worker carries out (the 202 path) records its operation and its reconcile job.
 
 use paddock_domain::cursor::PageRequest;
 use paddock_domain::{Error, Permission, Result};
-use paddock_store::operation::{self as store, OperationFilter};
+use paddock_store::operation::{self as store, NewOperation};
+use paddock_store::{lifecycle, Conn};
+use paddock_types::operation::OperationFilter;
 use paddock_types::operation::OperationView;
-use paddock_types::{OperationId, TenantId};
+use paddock_types::{ClusterId, MachineId, NodePoolId, OperationId, TenantId};
 
-use crate::{db, Ctx, Listed, Services};
+use crate::{Ctx, Listed, Services};
 
 const NOT_FOUND: Error = Error::NotFound { kind: "operation" };
+
+/// What an accepted change's operation follows.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Target {
+    /// A machine (provider-owned): its own reconcile job reports to the operation.
+    Machine(MachineId),
+    /// A cluster, or one of its node pools: the cluster's reconcile job converges both, and the
+    /// operation completes when the observed generation reaches its own (SPEC section 4).
+    Cluster { tenant: TenantId, cluster: ClusterId, pool: Option<NodePoolId> },
+}
+
+/// A change the worker carries out: the operation that follows it.
+#[derive(Debug)]
+pub(crate) struct Accepted<'a> {
+    /// The operation's kind.
+    pub kind: &'a str,
+    /// The target's generation the operation completes at.
+    pub generation: i64,
+    /// Open operations of these kinds on the target are superseded.
+    pub supersedes: &'a [&'a str],
+    /// Whether the desired state changed, so the target's reconcile job must run.
+    pub reconcile: bool,
+}
+
+/// Records an accepted change in the write's transaction: its operation (superseding open ones)
+/// and, when the desired state changed, the reconcile job that carries it out (merged with one
+/// already queued). The audit event is the envelope's ([`Services::audited`]).
+pub(crate) async fn accept(conn: &mut Conn, target: Target, change: Accepted<'_>) -> Result<OperationView> {
+    let (target_type, target_id, tenant_id) = match target {
+        Target::Machine(id) => ("machine", id.uuid(), None),
+        Target::Cluster { tenant, cluster, pool: None } => ("cluster", cluster.uuid(), Some(tenant)),
+        Target::Cluster { tenant, pool: Some(pool), .. } => ("node_pool", pool.uuid(), Some(tenant)),
+    };
+    let new = NewOperation {
+        kind: change.kind,
+        target_type,
+        target_id,
+        tenant_id,
+        target_generation: change.generation,
+        supersedes: change.supersedes,
+    };
+    let operation = store::insert(conn, &new).await?;
+    match target {
+        _ if !change.reconcile => {}
+        Target::Machine(id) => lifecycle::enqueue_machine(conn, id, Some(operation.id)).await?,
+        Target::Cluster { tenant, cluster, .. } => lifecycle::enqueue_cluster(conn, tenant, cluster).await?,
+    }
+    Ok(operation)
+}
 
 impl Services {
     /// `GET /v1/operations`: every operation for providers; a tenant token sees its own.
@@ -26,8 +78,8 @@ impl Services {
     /// `GET /v1/operations/{operation_id}`.
     pub async fn operation_get(&self, ctx: &Ctx, id: OperationId) -> Result<OperationView> {
         let scope = ctx.actor.authorize(Permission::OperationRead)?;
-        let mut conn = self.store.conn().await.map_err(db)?;
-        store::get(&mut conn, scope.tenant(), id).await.map_err(db)?.ok_or(NOT_FOUND)
+        let mut conn = self.store.conn().await?;
+        store::get(&mut conn, scope.tenant(), id).await?.ok_or(NOT_FOUND)
     }
 
     /// `GET /v1/tenants/{tenant_id}/operations`.
@@ -46,13 +98,13 @@ impl Services {
     /// `GET /v1/tenants/{tenant_id}/operations/{operation_id}`.
     pub async fn tenant_operation_get(&self, ctx: &Ctx, tenant: TenantId, id: OperationId) -> Result<OperationView> {
         ctx.actor.authorize_tenant(Permission::OperationRead, tenant, "tenant")?;
-        let mut conn = self.store.conn().await.map_err(db)?;
-        store::get(&mut conn, Some(tenant), id).await.map_err(db)?.ok_or(NOT_FOUND)
+        let mut conn = self.store.conn().await?;
+        store::get(&mut conn, Some(tenant), id).await?.ok_or(NOT_FOUND)
     }
 
     async fn operation_page(&self, filter: &OperationFilter, page: PageRequest) -> Result<Listed<OperationView>> {
-        let mut conn = self.store.conn().await.map_err(db)?;
-        let items = store::list(&mut conn, filter, page.after, page.limit).await.map_err(db)?;
+        let mut conn = self.store.conn().await?;
+        let items = store::list(&mut conn, filter, page.after, page.limit).await?;
         let next_cursor = page.next_cursor(&items, |o| o.id.uuid());
         Ok(Listed { items, next_cursor })
     }

@@ -9,7 +9,9 @@ use paddock_types::tenant::{TenantCreate, TenantState};
 use paddock_types::TenantId;
 use serde_json::json;
 
-use crate::{commit, db, Body, Ctx, Listed, Services};
+use crate::{Body, Ctx, Done, Listed, Services};
+
+const NOT_FOUND: Error = Error::NotFound { kind: "tenant" };
 
 /// Fills server defaults: the display name defaults to the name.
 fn normalize(mut spec: TenantCreate) -> TenantCreate {
@@ -22,27 +24,25 @@ fn normalize(mut spec: TenantCreate) -> TenantCreate {
 impl Services {
     /// Creates a tenant.
     pub async fn tenant_create(&self, ctx: &Ctx, body: &Body) -> Result<Tenant> {
-        let mut audit = self.audit(ctx, "tenant.create", "tenant");
-        let result = async {
+        self.audited(ctx, "tenant.create", "tenant", async |audit| {
             ctx.actor.authorize(Permission::TenantWrite)?;
             let spec = normalize(body.decode::<TenantCreate>()?);
             validate::tenant(&spec)?;
             let id = TenantId::new();
             audit.target(id.uuid(), Some(id));
             // One statement writes the tenant and its audit event: no transaction needed.
-            let mut conn = self.store.conn().await.map_err(db)?;
+            let mut conn = self.store.conn().await?;
             let event = audit.success_event(json!({ "name": spec.name }));
-            tenant::insert(&mut conn, id, &spec, &event).await.map_err(db)
-        }
-        .await;
-        audit.finish(result).await
+            Ok(Done::Recorded(tenant::insert(&mut conn, id, &spec, &event).await?))
+        })
+        .await
     }
 
     /// Lists tenants; a tenant token sees only its own tenant.
     pub async fn tenant_list(&self, ctx: &Ctx, page: PageRequest) -> Result<Listed<Tenant>> {
         let scope = ctx.actor.authorize(Permission::TenantRead)?;
-        let mut conn = self.store.conn().await.map_err(db)?;
-        let items = tenant::list(&mut conn, scope.tenant(), page.after, page.limit).await.map_err(db)?;
+        let mut conn = self.store.conn().await?;
+        let items = tenant::list(&mut conn, scope.tenant(), page.after, page.limit).await?;
         let next_cursor = page.next_cursor(&items, |t| t.id.uuid());
         Ok(Listed { items, next_cursor })
     }
@@ -50,39 +50,33 @@ impl Services {
     /// Reads one tenant.
     pub async fn tenant_get(&self, ctx: &Ctx, id: TenantId) -> Result<Tenant> {
         ctx.actor.authorize_tenant(Permission::TenantRead, id, "tenant")?;
-        let mut conn = self.store.conn().await.map_err(db)?;
-        tenant::get(&mut conn, id).await.map_err(db)?.ok_or(Error::NotFound { kind: "tenant" })
+        self.require_tenant(id).await
     }
 
     /// 404 unless the tenant exists (and is not deleted).
     pub(crate) async fn require_tenant(&self, id: TenantId) -> Result<Tenant> {
-        let mut conn = self.store.conn().await.map_err(db)?;
-        tenant::get(&mut conn, id).await.map_err(db)?.ok_or(Error::NotFound { kind: "tenant" })
+        let mut conn = self.store.conn().await?;
+        tenant::get(&mut conn, id).await?.ok_or(NOT_FOUND)
     }
 
     /// Applies a JSON merge patch to a tenant's spec. A patch that changes nothing keeps the
     /// generation (and so the etag).
     pub async fn tenant_update(&self, ctx: &Ctx, id: TenantId, body: &Body, if_match: &IfMatch) -> Result<Tenant> {
-        let mut audit = self.audit(ctx, "tenant.update", "tenant");
-        audit.target(id.uuid(), Some(id));
-        let result = async {
+        self.audited(ctx, "tenant.update", "tenant", async |audit| {
+            audit.target(id.uuid(), Some(id));
             ctx.actor.authorize(Permission::TenantWrite)?;
-            let mut tx = self.store.begin().await.map_err(db)?;
-            let current =
-                tenant::get_for_update(&mut tx, id).await.map_err(db)?.ok_or(Error::NotFound { kind: "tenant" })?;
+            let mut tx = self.store.begin().await?;
+            let current = tenant::get_for_update(&mut tx, id).await?.ok_or(NOT_FOUND)?;
             if_match.check(current.generation)?;
             let patch = body.value()?;
             let spec = normalize(json::apply_patch(&current.spec, &patch, &["name"])?);
             validate::tenant(&spec)?;
             // A patch that changes nothing keeps the generation (and the etag), but is audited.
             let changed = spec != current.spec;
-            let tenant = if changed { tenant::update_spec(&mut tx, id, &spec).await.map_err(db)? } else { current };
-            audit.success(&mut tx, json!({ "patch": patch, "changed": changed })).await?;
-            commit(tx).await?;
-            Ok(tenant)
-        }
-        .await;
-        audit.finish(result).await
+            let value = if changed { tenant::update_spec(&mut tx, id, &spec).await? } else { current };
+            Ok(Done::Commit { tx, value, details: json!({ "patch": patch, "changed": changed }) })
+        })
+        .await
     }
 
     /// Suspends a tenant: its own writes get 409; its clusters keep running. Idempotent.
@@ -102,48 +96,34 @@ impl Services {
         state: TenantState,
         action: &'static str,
     ) -> Result<Tenant> {
-        let mut audit = self.audit(ctx, action, "tenant");
-        audit.target(id.uuid(), Some(id));
-        let result = async {
+        self.audited(ctx, action, "tenant", async |audit| {
+            audit.target(id.uuid(), Some(id));
             ctx.actor.authorize(Permission::TenantWrite)?;
-            let mut tx = self.store.begin().await.map_err(db)?;
-            let current =
-                tenant::get_for_update(&mut tx, id).await.map_err(db)?.ok_or(Error::NotFound { kind: "tenant" })?;
-            let tenant = if current.state == state {
-                current
-            } else {
-                tenant::set_state(&mut tx, id, state).await.map_err(db)?
-            };
-            audit.success(&mut tx, json!({ "state": state.as_str() })).await?;
-            commit(tx).await?;
-            Ok(tenant)
-        }
-        .await;
-        audit.finish(result).await
+            let mut tx = self.store.begin().await?;
+            let current = tenant::get_for_update(&mut tx, id).await?.ok_or(NOT_FOUND)?;
+            let value = if current.state == state { current } else { tenant::set_state(&mut tx, id, state).await? };
+            Ok(Done::Commit { tx, value, details: json!({ "state": state.as_str() }) })
+        })
+        .await
     }
 
     /// Deletes a tenant; 409 while it still holds clusters or machines.
     pub async fn tenant_delete(&self, ctx: &Ctx, id: TenantId, if_match: &IfMatch) -> Result<()> {
-        let mut audit = self.audit(ctx, "tenant.delete", "tenant");
-        audit.target(id.uuid(), Some(id));
-        let result = async {
+        self.audited(ctx, "tenant.delete", "tenant", async |audit| {
+            audit.target(id.uuid(), Some(id));
             ctx.actor.authorize(Permission::TenantWrite)?;
-            let mut tx = self.store.begin().await.map_err(db)?;
-            let current =
-                tenant::get_for_update(&mut tx, id).await.map_err(db)?.ok_or(Error::NotFound { kind: "tenant" })?;
+            let mut tx = self.store.begin().await?;
+            let current = tenant::get_for_update(&mut tx, id).await?.ok_or(NOT_FOUND)?;
             if_match.check(current.generation)?;
-            if tenant::has_holdings(&mut tx, id).await.map_err(db)? {
+            if tenant::has_holdings(&mut tx, id).await? {
                 return Err(Error::conflict(
                     "tenant_not_empty",
                     "the tenant still has clusters or machines; delete them first",
                 ));
             }
-            tenant::mark_deleted(&mut tx, id).await.map_err(db)?;
-            audit.success(&mut tx, json!({ "name": current.spec.name })).await?;
-            commit(tx).await?;
-            Ok(())
-        }
-        .await;
-        audit.finish(result).await
+            tenant::mark_deleted(&mut tx, id).await?;
+            Ok(Done::Commit { tx, value: (), details: json!({ "name": current.spec.name }) })
+        })
+        .await
     }
 }

@@ -5,16 +5,23 @@
 //! `for update skip locked` and a short lease (never held across the HTTP calls), and the
 //! one-time token makes a second report a 409 anyway.
 //!
-//! The seed URL is `<base>/v1/agent/<token>/seed.iso`; the agent fetches `<base>/v1/agent/<token>/config`
-//! and posts its report to the `report_url` it names. 2xx = done; 404/409/410 (or any other 4xx) =
-//! give up on that boot; 5xx and network errors = try again on the next tick. URLs are never
-//! logged: they hold the token.
+//! The agent reads its seed as the booted machine reads its second virtual media device: it
+//! fetches the image from the seed URL the BMC holds (`<seed base>/v1/agent/seed/<seed token>.iso`)
+//! and finds `paddock/agent.json` in it (SPEC section 5); then it fetches
+//! `{agent_url}/v1/agent/config` and posts `{agent_url}/v1/agent/report` with the agent token as its
+//! bearer. A wipe's report carries evidence per drive as the real agent's does (identity, method,
+//! a verification of 66 ranges read back as zeros) and the simulated wipe image's digest. 2xx =
+//! done; 404/409/410 (or any other 4xx) = give up on that boot; 5xx and network errors = try again
+//! on the next tick. Neither the seed URL nor a token is ever logged.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use paddock_domain::agent::{SIMULATED_OS_IMAGE_SHA256, SIMULATED_WIPE_IMAGE_SHA256};
+use paddock_types::agent::AgentSeed;
 use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 use sqlx::Row;
 use tokio::sync::watch;
 
@@ -46,7 +53,8 @@ struct Boot {
     seed_url: String,
     boot_seq: i64,
     booted_at: DateTime<Utc>,
-    drives: Vec<String>,
+    /// The machine's drives as its BMC keeps them (`id`, `serial`, `capacity_bytes`, ...).
+    drives: Vec<Value>,
     wipe_fails: bool,
 }
 
@@ -152,34 +160,39 @@ impl SimAgent {
                     seed_url: row.try_get("seed_url")?,
                     boot_seq: row.try_get("boot_seq")?,
                     booted_at: row.try_get("booted_at")?,
-                    drives: drive_ids(&drives),
+                    drives: drives.as_array().cloned().unwrap_or_default(),
                     wipe_fails: faults.iter().any(|f| f == MachineFault::WipeFails.as_str()),
                 })
             })
             .collect()
     }
 
-    /// Plays one boot: fetch the configuration, do the work, report.
+    /// Plays one boot: read the seed, fetch the configuration, do the work, report.
     async fn handle(&self, boot: &Boot) -> Outcome {
         let machine = boot.bmc_url.as_str();
-        let Some(base) = boot.seed_url.strip_suffix("/seed.iso") else {
-            tracing::warn!(machine, "the seed inserted in {machine} is not a paddock agent seed; nothing to report");
+        let image = match self.get_bytes(&boot.seed_url).await {
+            Ok(image) => image,
+            Err(failure) => return self.failed(machine, "reading its seed", failure),
+        };
+        let seed = paddock_seed::read_file(&image, "paddock/agent.json")
+            .and_then(|json| serde_json::from_slice::<AgentSeed>(&json).ok());
+        let Some(seed) = seed else {
+            tracing::warn!(machine, "the seed inserted in {machine} holds no paddock/agent.json; nothing to report");
             return Outcome::Finished;
         };
-        let config = match self.get_json(&format!("{base}/config")).await {
+        let config = match self.get_json(&format!("{}/v1/agent/config", seed.agent_url), &seed.agent_token).await {
             Ok(config) => config,
             Err(failure) => return self.failed(machine, "fetching its configuration", failure),
         };
-        let Some(report_url) = config["report_url"].as_str() else {
-            tracing::warn!(machine, "the agent configuration of {machine} names no report URL");
-            return Outcome::Finished;
-        };
         let started_at = boot.booted_at;
-        let (result, drives) = match config["purpose"].as_str() {
-            Some("wipe") => wipe(boot, &config["config"]),
+        let (result, drives, image_sha256) = match config["purpose"].as_str() {
+            Some("wipe") => {
+                let (result, drives) = wipe(boot, &config["config"]);
+                (result, drives, SIMULATED_WIPE_IMAGE_SHA256)
+            }
             Some("provision") => match self.provision(boot, &config["config"]).await {
-                Ok(true) => ("success", Vec::new()),
-                Ok(false) => ("failure", Vec::new()),
+                Ok(true) => ("success", Vec::new(), SIMULATED_OS_IMAGE_SHA256),
+                Ok(false) => ("failure", Vec::new(), SIMULATED_OS_IMAGE_SHA256),
                 Err(e) => {
                     tracing::warn!(machine, error = %e, "the simulated installer of {machine} could not write its node");
                     return Outcome::Retry;
@@ -194,10 +207,13 @@ impl SimAgent {
         let report = json!({
             "result": result,
             "drives": drives,
+            "image_sha256": image_sha256,
+            "nonce": config["nonce"],
             "started_at": started_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             "finished_at": finished_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         });
-        match self.post_json(report_url, &report).await {
+        let report_url = format!("{}/v1/agent/report", seed.agent_url);
+        match self.post_json(&report_url, &seed.agent_token, &report).await {
             Ok(()) => {
                 tracing::info!(machine, result, "the simulated agent of {machine} reported");
                 Outcome::Finished
@@ -221,15 +237,21 @@ impl SimAgent {
         }
     }
 
-    async fn get_json(&self, url: &str) -> Result<Value, Failure> {
+    async fn get_bytes(&self, url: &str) -> Result<Vec<u8>, Failure> {
         let response = self.http.get(url).timeout(HTTP_TIMEOUT).send().await.map_err(|_| Failure::Retry)?;
         let response = check(response)?;
+        response.bytes().await.map(|b| b.to_vec()).map_err(|_| Failure::Retry)
+    }
+
+    async fn get_json(&self, url: &str, token: &str) -> Result<Value, Failure> {
+        let request = self.http.get(url).bearer_auth(token).timeout(HTTP_TIMEOUT);
+        let response = check(request.send().await.map_err(|_| Failure::Retry)?)?;
         response.json().await.map_err(|_| Failure::Retry)
     }
 
-    async fn post_json(&self, url: &str, body: &Value) -> Result<(), Failure> {
-        let response = self.http.post(url).timeout(HTTP_TIMEOUT).json(body).send().await.map_err(|_| Failure::Retry)?;
-        check(response).map(drop)
+    async fn post_json(&self, url: &str, token: &str, body: &Value) -> Result<(), Failure> {
+        let request = self.http.post(url).bearer_auth(token).timeout(HTTP_TIMEOUT).json(body);
+        check(request.send().await.map_err(|_| Failure::Retry)?).map(drop)
     }
 
     /// The installer's work: the OS is on disk, configured to join the cluster its join
@@ -289,31 +311,47 @@ fn check(response: reqwest::Response) -> Result<reqwest::Response, Failure> {
     }
 }
 
-fn drive_ids(drives: &Value) -> Vec<String> {
-    drives
-        .as_array()
-        .map(|d| d.iter().filter_map(|d| d["id"].as_str().map(str::to_owned)).collect())
-        .unwrap_or_default()
-}
+/// Ranges a simulated verification reads back (the fewest the contract accepts) and their size.
+const VERIFIED_RANGES: u64 = 66;
+const RANGE_BYTES: u64 = 4096;
 
-/// The wipe image's work: every drive the configuration lists, overwritten; a drive the machine
-/// does not have fails, and with `wipe_fails` the first listed drive fails.
+/// The wipe image's work: every drive the configuration lists, wiped and verified, with its
+/// evidence; a listed drive the machine does not have fails, and with `wipe_fails` the first
+/// listed drive fails.
 fn wipe(boot: &Boot, config: &Value) -> (&'static str, Vec<Value>) {
-    let listed = drive_ids(&config["drives"]);
-    let drives: Vec<Value> = listed
-        .iter()
-        .enumerate()
-        .map(|(i, id)| {
-            if !boot.drives.contains(id) {
-                json!({"id": id, "method": "sim-overwrite", "result": "failure", "detail": "no such drive"})
-            } else if boot.wipe_fails && i == 0 {
-                json!({"id": id, "method": "sim-overwrite", "result": "failure",
-                       "detail": "simulated write error (fault wipe_fails)"})
-            } else {
-                json!({"id": id, "method": "sim-overwrite", "result": "success"})
-            }
-        })
-        .collect();
+    let listed = config["drives"].as_array().cloned().unwrap_or_default();
+    let drives: Vec<Value> = listed.iter().enumerate().map(|(i, d)| wiped(boot, d, i == 0)).collect();
     let all_ok = !drives.is_empty() && drives.iter().all(|d| d["result"] == "success");
     (if all_ok { "success" } else { "failure" }, drives)
+}
+
+/// One drive's evidence: matched by serial when the configuration has one, else by protocol
+/// and capacity; wiped with the strongest method its protocol allows; 66 ranges read back as
+/// zeros, their SHA-256 the digest.
+fn wiped(boot: &Boot, listed: &Value, first: bool) -> Value {
+    let id = listed["id"].as_str().unwrap_or_default();
+    let found = boot.drives.iter().find(|d| d["id"].as_str() == Some(id));
+    let protocol = listed["protocol"].as_str().map(str::to_ascii_lowercase);
+    let method = if protocol.as_deref() == Some("nvme") { "nvme-sanitize-crypto" } else { "overwrite-zeroes" };
+    let Some(found) = found else {
+        let identity = json!({ "size_bytes": 0, "serial": null, "model": null, "wwn": null, "eui": null });
+        return json!({ "id": id, "match_basis": null, "identity": identity, "method": method,
+                       "result": "failure", "detail": "no such drive", "verification": null });
+    };
+    let identity = json!({
+        "model": found["model"], "serial": found["serial"], "wwn": null, "eui": null,
+        "size_bytes": found["capacity_bytes"].as_u64().unwrap_or(0), "protocol": protocol,
+    });
+    let basis = if listed["serial"].is_string() { "serial" } else { "protocol_capacity" };
+    if boot.wipe_fails && first {
+        return json!({ "id": id, "match_basis": basis, "identity": identity, "method": method,
+                       "result": "failure", "detail": "simulated write error (fault wipe_fails)",
+                       "verification": null });
+    }
+    let bytes_read = VERIFIED_RANGES * RANGE_BYTES;
+    let zeros = vec![0u8; usize::try_from(bytes_read).unwrap_or(0)];
+    let verification =
+        json!({ "ranges": VERIFIED_RANGES, "bytes_read": bytes_read, "sha256": hex::encode(Sha256::digest(&zeros)) });
+    json!({ "id": id, "match_basis": basis, "identity": identity, "method": method, "result": "success",
+            "detail": null, "verification": verification })
 }

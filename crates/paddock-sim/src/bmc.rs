@@ -36,8 +36,10 @@ pub(crate) async fn ensure_machine(conn: &mut PgConnection, url: &str) -> Result
     let uuid = system_uuid(name);
     let serial = format!("SIM-{}", &uuid[..8].to_uppercase());
     let drives = serde_json::json!([
-        {"id": "disk0", "capacity_bytes": DRIVE_BYTES, "model": "paddock-sim NVMe 960G"},
-        {"id": "disk1", "capacity_bytes": DRIVE_BYTES, "model": "paddock-sim NVMe 960G"},
+        {"id": "disk0", "capacity_bytes": DRIVE_BYTES, "model": "paddock-sim NVMe 960G",
+         "serial": format!("{serial}-D0"), "protocol": "NVMe"},
+        {"id": "disk1", "capacity_bytes": DRIVE_BYTES, "model": "paddock-sim NVMe 960G",
+         "serial": format!("{serial}-D1"), "protocol": "NVMe"},
     ]);
     // No conflict target: a concurrent first contact conflicts on `system_uuid` too (unique, and
     // derived from the URL), which `on conflict (bmc_url)` would raise as a unique violation.

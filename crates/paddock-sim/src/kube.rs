@@ -381,6 +381,8 @@ impl TenantNodes for SimKube {
             Ok(JoinConfig(serde_json::json!({
                 "simulated": true,
                 "cluster_id": tenant.cluster.cluster_id,
+                "api_endpoint": endpoint(tenant.cluster.cluster_id),
+                "ca_cert": SIMULATED_CA_PEM,
                 "api_server": endpoint(tenant.cluster.cluster_id),
                 "ca_cert_hash": "sha256:0000000000000000000000000000000000000000000000000000000000000000",
                 "bootstrap_token": bootstrap_token(),
@@ -476,6 +478,11 @@ impl TenantStack for SimKube {
 
 /// The version of the simulated base stack.
 pub const SIM_STACK_VERSION: &str = "sim-1";
+
+/// The CA certificate a simulated tenant cluster hands joining machines (not a real certificate:
+/// nothing in the simulation verifies TLS).
+const SIMULATED_CA_PEM: &str =
+    "-----BEGIN CERTIFICATE-----\nc2ltdWxhdGVkIHRlbmFudCBjbHVzdGVyIENB\n-----END CERTIFICATE-----\n";
 
 impl TenantCredentials for SimKube {
     fn tenant_kubeconfig<'a>(

@@ -14,9 +14,10 @@
 //! - A machine (`sim://<name>`) is created on first contact: two drives, powered off, two virtual
 //!   media devices, its system UUID the UUID v5 of its BMC URL ([`system_uuid`]). Destructive
 //!   calls check `BmcAccess::system_uuid` like the real driver. Its inserted media are kept the
-//!   way a BMC keeps them, the seed URL (which carries the run's agent token) included.
-//! - The agent plays a booted wipe image or OS installer against paddock's *real* agent endpoints
-//!   (`/v1/agent/{token}/config`, `/report`), deriving them from the seed URL the BMC holds.
+//!   way a BMC keeps them, the seed URL (which carries the run's seed token) included.
+//! - The agent plays a booted wipe image or OS installer against paddock's *real* agent endpoints:
+//!   it reads `paddock/agent.json` from the seed image the BMC's URL serves, then calls
+//!   `{agent_url}/v1/agent/config` and `/report` with the agent token as its bearer.
 //! - A provisioned machine becomes a Node of the cluster its join configuration names once it
 //!   restarts from disk, and Ready `node_ready_latency` later.
 //!

@@ -1,13 +1,10 @@
-//! Clusters, node pools and cluster events. Every query takes the tenant and filters on it.
+//! Clusters: spec, status, secrets and deletion ([`crate::node_pool`] holds their node pools,
+//! [`crate::cluster_event`] their events). Every query takes the tenant and filters on it.
 
 use chrono::{DateTime, Utc};
-use paddock_domain::cluster::{Cluster, ClusterSpec, Demand, NodePool, NodePoolSpec};
-use paddock_types::cluster::{
-    ClusterEventView, ClusterKind, ClusterPhase, ClusterStatus, Condition, Endpoints, Isolation, NodePoolStatus,
-    PoolMachineView, SlurmSpec, Taint,
-};
-use paddock_types::machine::MachineState;
-use paddock_types::{ClusterId, Labels, MachineClassId, NodePoolId, TenantId};
+use paddock_domain::cluster::{Cluster, ClusterSpec, Demand};
+use paddock_types::cluster::{ClusterKind, ClusterPhase, ClusterStatus, Condition, Endpoints, Isolation, SlurmSpec};
+use paddock_types::{ClusterId, NodePoolId, TenantId};
 use sqlx::types::Json;
 use uuid::Uuid;
 
@@ -190,263 +187,6 @@ pub async fn demand(conn: &mut Conn, tenant: TenantId, except: Option<NodePoolId
     Ok(Demand { clusters: unsigned(clusters), nodes: unsigned(nodes), gpus: unsigned(gpus) })
 }
 
-#[derive(sqlx::FromRow)]
-struct PoolRow {
-    id: Uuid,
-    tenant_id: Uuid,
-    cluster_id: Uuid,
-    name: String,
-    machine_class_id: Uuid,
-    machine_class: String,
-    gpu_count: i32,
-    count: i32,
-    labels: Json<Labels>,
-    taints: Json<Vec<Taint>>,
-    generation: i64,
-    ready: i32,
-    allocated: i32,
-    conditions: serde_json::Value,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-    deletion_requested_at: Option<DateTime<Utc>>,
-}
-
-const POOL_SELECT: &str =
-    "select p.id, p.tenant_id, p.cluster_id, p.name, p.machine_class_id, mc.name as machine_class, \
-     mc.gpu_count, p.count, p.labels, p.taints, p.generation, p.ready, p.allocated, p.conditions, p.created_at, \
-     p.updated_at, p.deletion_requested_at from node_pools p join machine_classes mc on mc.id = p.machine_class_id";
-
-fn unsigned(v: i32) -> u32 {
-    // Check constraints and validation keep these non-negative.
-    u32::try_from(v).unwrap_or(0)
-}
-
-impl TryFrom<PoolRow> for NodePool {
-    type Error = StoreError;
-    fn try_from(r: PoolRow) -> Result<Self, StoreError> {
-        Ok(NodePool {
-            id: NodePoolId(r.id),
-            tenant_id: TenantId(r.tenant_id),
-            cluster_id: ClusterId(r.cluster_id),
-            machine_class_id: MachineClassId(r.machine_class_id),
-            spec: NodePoolSpec {
-                name: r.name,
-                machine_class: r.machine_class,
-                count: unsigned(r.count),
-                labels: r.labels.0,
-                taints: r.taints.0,
-            },
-            gpu_count: unsigned(r.gpu_count),
-            status: NodePoolStatus {
-                ready: unsigned(r.ready),
-                allocated: unsigned(r.allocated),
-                conditions: from_json(r.conditions)?,
-            },
-            generation: r.generation,
-            deleting: r.deletion_requested_at.is_some(),
-            created_at: r.created_at,
-            updated_at: r.updated_at,
-        })
-    }
-}
-
-/// Inserts a node pool.
-pub async fn pool_insert(
-    conn: &mut Conn,
-    tenant: TenantId,
-    cluster: ClusterId,
-    id: NodePoolId,
-    class: MachineClassId,
-    spec: &NodePoolSpec,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "insert into node_pools (id, tenant_id, cluster_id, name, machine_class_id, count, labels, taints) \
-         values ($1, $2, $3, $4, $5, $6, $7, $8)",
-    )
-    .bind(id.uuid())
-    .bind(tenant.uuid())
-    .bind(cluster.uuid())
-    .bind(&spec.name)
-    .bind(class.uuid())
-    .bind(i32::try_from(spec.count).unwrap_or(i32::MAX))
-    .bind(Json(&spec.labels))
-    .bind(Json(&spec.taints))
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-/// The live pools of a cluster (deleting ones included), by id.
-pub async fn pools_of(conn: &mut Conn, tenant: TenantId, cluster: ClusterId) -> Result<Vec<NodePool>, StoreError> {
-    let rows: Vec<PoolRow> = sqlx::query_as(&format!(
-        "{POOL_SELECT} where p.tenant_id = $1 and p.cluster_id = $2 and p.deleted_at is null order by p.id"
-    ))
-    .bind(tenant.uuid())
-    .bind(cluster.uuid())
-    .fetch_all(conn)
-    .await?;
-    rows.into_iter().map(NodePool::try_from).collect()
-}
-
-/// The live pools of many clusters of a tenant (for list views), by id.
-pub async fn pools_of_many(conn: &mut Conn, tenant: TenantId, clusters: &[Uuid]) -> Result<Vec<NodePool>, StoreError> {
-    let rows: Vec<PoolRow> = sqlx::query_as(&format!(
-        "{POOL_SELECT} where p.tenant_id = $1 and p.cluster_id = any($2) and p.deleted_at is null order by p.id"
-    ))
-    .bind(tenant.uuid())
-    .bind(clusters)
-    .fetch_all(conn)
-    .await?;
-    rows.into_iter().map(NodePool::try_from).collect()
-}
-
-/// One live pool of a cluster; `for_update` locks it.
-pub async fn pool_get(
-    conn: &mut Conn,
-    tenant: TenantId,
-    cluster: ClusterId,
-    id: NodePoolId,
-    for_update: bool,
-) -> Result<Option<NodePool>, StoreError> {
-    let lock = if for_update { " for update of p" } else { "" };
-    let row: Option<PoolRow> = sqlx::query_as(&format!(
-        "{POOL_SELECT} where p.tenant_id = $1 and p.cluster_id = $2 and p.id = $3 and p.deleted_at is null{lock}"
-    ))
-    .bind(tenant.uuid())
-    .bind(cluster.uuid())
-    .bind(id.uuid())
-    .fetch_optional(conn)
-    .await?;
-    row.map(NodePool::try_from).transpose()
-}
-
-/// Writes a pool's new count, labels and taints, bumping its generation.
-pub async fn pool_update_spec(
-    conn: &mut Conn,
-    tenant: TenantId,
-    id: NodePoolId,
-    spec: &NodePoolSpec,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "update node_pools set count = $3, labels = $4, taints = $5, generation = generation + 1, updated_at = now() \
-         where tenant_id = $1 and id = $2",
-    )
-    .bind(tenant.uuid())
-    .bind(id.uuid())
-    .bind(i32::try_from(spec.count).unwrap_or(i32::MAX))
-    .bind(Json(&spec.labels))
-    .bind(Json(&spec.taints))
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-/// Asks for a pool's deletion.
-pub async fn pool_request_deletion(conn: &mut Conn, tenant: TenantId, id: NodePoolId) -> Result<(), StoreError> {
-    sqlx::query(
-        "update node_pools set deletion_requested_at = now(), generation = generation + 1, updated_at = now() \
-         where tenant_id = $1 and id = $2 and deletion_requested_at is null",
-    )
-    .bind(tenant.uuid())
-    .bind(id.uuid())
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-#[derive(sqlx::FromRow)]
-struct PoolMachineRow {
-    id: Uuid,
-    name: String,
-    machine_class: String,
-    state: String,
-    node_name: Option<String>,
-}
-
-/// The machines a pool holds, as its tenant may see them (never BMC details), after `after`.
-pub async fn pool_machines(
-    conn: &mut Conn,
-    tenant: TenantId,
-    pool: NodePoolId,
-    after: Option<Uuid>,
-    limit: u32,
-) -> Result<Vec<(Uuid, PoolMachineView)>, StoreError> {
-    let rows: Vec<PoolMachineRow> = sqlx::query_as(
-        "select m.id, m.name, c.name as machine_class, m.state, m.node_name from machines m \
-         join machine_classes c on c.id = m.machine_class_id \
-         where m.tenant_id = $1 and m.node_pool_id = $2 and ($3::uuid is null or m.id > $3) order by m.id limit $4",
-    )
-    .bind(tenant.uuid())
-    .bind(pool.uuid())
-    .bind(after)
-    .bind(i64::from(limit))
-    .fetch_all(conn)
-    .await?;
-    rows.into_iter()
-        .map(|r| {
-            let state = parse_state(&r.state, MachineState::parse)?;
-            Ok((r.id, PoolMachineView { name: r.name, machine_class: r.machine_class, state, node_name: r.node_name }))
-        })
-        .collect()
-}
-
-/// Appends a cluster event.
-pub async fn event_insert(
-    conn: &mut Conn,
-    tenant: TenantId,
-    cluster: ClusterId,
-    type_: &str,
-    reason: &str,
-    message: &str,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "insert into cluster_events (id, tenant_id, cluster_id, type, reason, message) values ($1, $2, $3, $4, $5, $6)",
-    )
-    .bind(Uuid::now_v7())
-    .bind(tenant.uuid())
-    .bind(cluster.uuid())
-    .bind(type_)
-    .bind(reason)
-    .bind(message)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-#[derive(sqlx::FromRow)]
-struct EventRow {
-    id: Uuid,
-    at: DateTime<Utc>,
-    #[sqlx(rename = "type")]
-    type_: String,
-    reason: String,
-    message: String,
-}
-
-/// A cluster's events after `after`, oldest first.
-pub async fn events(
-    conn: &mut Conn,
-    tenant: TenantId,
-    cluster: ClusterId,
-    after: Option<Uuid>,
-    limit: u32,
-) -> Result<Vec<ClusterEventView>, StoreError> {
-    let rows: Vec<EventRow> = sqlx::query_as(
-        "select id, at, type, reason, message from cluster_events where tenant_id = $1 and cluster_id = $2 \
-         and ($3::uuid is null or id > $3) order by id limit $4",
-    )
-    .bind(tenant.uuid())
-    .bind(cluster.uuid())
-    .bind(after)
-    .bind(i64::from(limit))
-    .fetch_all(conn)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| ClusterEventView { id: r.id, at: r.at, type_: r.type_, reason: r.reason, message: r.message })
-        .collect())
-}
-
 /// Writes a cluster's conditions, guarded on the status version read with them; false when
 /// someone else wrote the status first (re-read and decide again). Never bumps the generation.
 pub async fn set_conditions(
@@ -521,38 +261,21 @@ pub async fn set_status(
     Ok(current == Some(status_version))
 }
 
-/// Writes a pool's observed state (only the cluster's reconcile job writes it, one at a time), and
-/// its observed generation when given. Writes nothing when nothing changed.
-pub async fn set_pool_status(
-    conn: &mut Conn,
-    tenant: TenantId,
-    id: NodePoolId,
-    status: &NodePoolStatus,
-    observed_generation: Option<i64>,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "update node_pools set ready = $3, allocated = $4, conditions = $5, \
-         observed_generation = coalesce($6, observed_generation), \
-         status_version = status_version + 1, updated_at = now() \
-         where tenant_id = $1 and id = $2 and (ready, allocated, conditions, observed_generation) \
-           is distinct from ($3, $4, $5::jsonb, coalesce($6, observed_generation))",
-    )
-    .bind(tenant.uuid())
-    .bind(id.uuid())
-    .bind(i32::try_from(status.ready).unwrap_or(i32::MAX))
-    .bind(i32::try_from(status.allocated).unwrap_or(i32::MAX))
-    .bind(Json(&status.conditions))
-    .bind(observed_generation)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
 /// The sealed admin kubeconfig of a cluster's control plane, if stored.
 pub async fn admin_kubeconfig(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<Option<Vec<u8>>, StoreError> {
-    Ok(sqlx::query_scalar::<_, Option<Vec<u8>>>(
-        "select admin_kubeconfig_enc from clusters where tenant_id = $1 and id = $2",
-    )
+    sealed(conn, tenant, id, "admin_kubeconfig_enc").await
+}
+
+/// One sealed column of a tenant's cluster (`column` is one of ours, never input).
+async fn sealed(
+    conn: &mut Conn,
+    tenant: TenantId,
+    id: ClusterId,
+    column: &'static str,
+) -> Result<Option<Vec<u8>>, StoreError> {
+    Ok(sqlx::query_scalar::<_, Option<Vec<u8>>>(&format!(
+        "select {column} from clusters where tenant_id = $1 and id = $2"
+    ))
     .bind(tenant.uuid())
     .bind(id.uuid())
     .fetch_optional(conn)
@@ -573,19 +296,6 @@ pub async fn set_admin_kubeconfig(
         .bind(sealed)
         .execute(conn)
         .await?;
-    Ok(())
-}
-
-/// Marks a pool deleted (every machine released): it answers 404 from now on.
-pub async fn pool_mark_deleted(conn: &mut Conn, tenant: TenantId, id: NodePoolId) -> Result<(), StoreError> {
-    sqlx::query(
-        "update node_pools set deleted_at = now(), updated_at = now() \
-         where tenant_id = $1 and id = $2 and deleted_at is null",
-    )
-    .bind(tenant.uuid())
-    .bind(id.uuid())
-    .execute(conn)
-    .await?;
     Ok(())
 }
 
@@ -631,14 +341,7 @@ pub async fn set_stack_version(
 
 /// The sealed Slurm secrets of a cluster, if generated.
 pub async fn slurm_secrets(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<Option<Vec<u8>>, StoreError> {
-    Ok(sqlx::query_scalar::<_, Option<Vec<u8>>>(
-        "select slurm_secrets_enc from clusters where tenant_id = $1 and id = $2",
-    )
-    .bind(tenant.uuid())
-    .bind(id.uuid())
-    .fetch_optional(conn)
-    .await?
-    .flatten())
+    sealed(conn, tenant, id, "slurm_secrets_enc").await
 }
 
 /// Stores a cluster's sealed Slurm secrets unless some are already stored (they are generated

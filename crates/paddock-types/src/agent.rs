@@ -1,5 +1,6 @@
-//! What the machine agents (the wipe image and the node's first boot) fetch and report, with the
-//! one-time token of their run in the path instead of a JWT.
+//! What the machine agents (the wipe image and the node's first boot) find in their seed, fetch and
+//! report (SPEC section 5): the seed token is in the seed's URL only; `config` and `report` take the
+//! run's agent token as a bearer instead of a JWT.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -51,7 +52,24 @@ pub struct AgentMachine {
     pub name: String,
 }
 
-/// `GET /v1/agent/{token}/config`: what the agent is to do.
+/// `paddock/agent.json` in the run's seed: where the agent reaches paddock and with which token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSeed {
+    /// `PADDOCK_AGENT_BASE_URL` without a trailing slash: the agent calls
+    /// `{agent_url}/v1/agent/config` and `{agent_url}/v1/agent/report`.
+    pub agent_url: String,
+    /// The run's agent token (base64url), sent as `Authorization: Bearer <agent_token>`.
+    pub agent_token: String,
+    /// PEM of the CA that signs the agent endpoint's TLS certificate; `null` for a public CA.
+    pub ca_cert: Option<String>,
+    /// The machine.
+    pub machine_id: MachineId,
+    /// The run.
+    pub run_id: uuid::Uuid,
+}
+
+/// `GET /v1/agent/config`: what the agent is to do.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct AgentConfigView {
     /// What the run does.
@@ -60,24 +78,106 @@ pub struct AgentConfigView {
     pub machine: AgentMachine,
     /// The run.
     pub run_id: uuid::Uuid,
-    /// Where to post the report.
-    pub report_url: String,
-    /// When the token expires.
+    /// Random per run (base64url); the report may echo it.
+    pub nonce: String,
+    /// When the run's tokens expire.
     pub expires_at: DateTime<Utc>,
-    /// The run's instructions: for a wipe `{"drives": [{"id", ...}]}`, for a provisioning boot the
-    /// join configuration.
+    /// The run's instructions: for a wipe [`WipeConfig`], for a provisioning boot the join
+    /// configuration (`api_endpoint`, `ca_cert`, `ca_cert_hash`, `bootstrap_token`, `node_name`,
+    /// `join`).
     #[schema(value_type = Object)]
     pub config: serde_json::Value,
+}
+
+/// The `config` of a wipe: every drive the BMC listed, with what it reported of each.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WipeConfig {
+    /// The drives to wipe (besides any other drive the agent finds).
+    pub drives: Vec<WipeDrive>,
+}
+
+/// A drive of a wipe's configuration, as the BMC inventory reported it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WipeDrive {
+    /// The BMC's drive id.
+    pub id: String,
+    /// Serial number, when the BMC reported one.
+    pub serial: Option<String>,
+    /// Capacity in bytes, when reported.
+    pub capacity_bytes: Option<u64>,
+    /// `nvme`, `sata`, `sas`, `scsi`, `virtio` or what else the BMC said; `null` when unreported.
+    pub protocol: Option<String>,
+}
+
+/// How a reported drive was matched to a drive of the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MatchBasis {
+    /// By serial number (serials are unique on the machine).
+    Serial,
+    /// By protocol and capacity.
+    ProtocolCapacity,
+}
+
+/// A drive as the running kernel sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DriveIdentity {
+    /// Model.
+    #[serde(default)]
+    #[schema(max_length = 256)]
+    pub model: Option<String>,
+    /// Serial number.
+    #[serde(default)]
+    #[schema(max_length = 256)]
+    pub serial: Option<String>,
+    /// World wide name.
+    #[serde(default)]
+    #[schema(max_length = 256)]
+    pub wwn: Option<String>,
+    /// NVMe EUI-64 / NGUID.
+    #[serde(default)]
+    #[schema(max_length = 256)]
+    pub eui: Option<String>,
+    /// Size in bytes.
+    pub size_bytes: u64,
+    /// Transport (`nvme`, `sata`, ...).
+    #[serde(default)]
+    #[schema(max_length = 64)]
+    pub protocol: Option<String>,
+}
+
+/// What was read back to verify a wipe.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Verification {
+    /// Ranges read back: at least 66 (64 sampled over the device, plus the first and last MiB).
+    #[schema(minimum = 0)]
+    pub ranges: u64,
+    /// Bytes read back.
+    #[schema(minimum = 0)]
+    pub bytes_read: u64,
+    /// SHA-256 of what was read (64 hex digits).
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    pub sha256: String,
 }
 
 /// One drive of a wipe report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DriveReport {
-    /// The drive's id, as the configuration listed it.
+    /// The configuration's drive id, or `null` for a drive the BMC did not list.
+    #[serde(default)]
     #[schema(min_length = 1, max_length = 256)]
-    pub id: String,
-    /// How it was wiped (`nvme-format`, `blkdiscard`, `overwrite`, ...).
+    pub id: Option<String>,
+    /// How the drive was matched to the configuration's; `null` for an unlisted drive.
+    #[serde(default)]
+    pub match_basis: Option<MatchBasis>,
+    /// The drive as the kernel sees it.
+    pub identity: DriveIdentity,
+    /// How it was wiped, strongest first: `nvme-sanitize-crypto`, `nvme-sanitize-block`,
+    /// `nvme-format-crypto`, `nvme-format-user-data`, `ata-secure-erase-enhanced`,
+    /// `ata-secure-erase`, `discard-zeroes`, `overwrite-zeroes`. Another name fails the wipe.
     #[schema(min_length = 1, max_length = 64)]
     pub method: String,
     /// Whether it was wiped.
@@ -86,22 +186,32 @@ pub struct DriveReport {
     #[serde(default)]
     #[schema(max_length = 4096)]
     pub detail: Option<String>,
+    /// What was read back; `null` fails the wipe.
+    #[serde(default)]
+    pub verification: Option<Verification>,
 }
 
-/// `POST /v1/agent/{token}/report`: how the run ended. It uses the token up.
+/// `POST /v1/agent/report`: how the run ended. It uses the run up.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AgentReport {
     /// Overall result.
     pub result: AgentResult,
-    /// Per drive (wipes).
-    #[serde(default)]
-    #[schema(max_items = 256)]
-    pub drives: Vec<DriveReport>,
     /// When the run started.
     pub started_at: DateTime<Utc>,
     /// When it finished.
     pub finished_at: DateTime<Utc>,
+    /// SHA-256 of the image the machine booted (64 hex digits).
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    pub image_sha256: String,
+    /// The configuration's nonce, echoed; checked when present.
+    #[serde(default)]
+    #[schema(max_length = 64)]
+    pub nonce: Option<String>,
+    /// Per drive (wipes; empty for a provisioning boot).
+    #[serde(default)]
+    #[schema(max_items = 256)]
+    pub drives: Vec<DriveReport>,
 }
 
 /// The bytes of a file, for the OpenAPI document (a binary string).

@@ -44,12 +44,17 @@ pub enum LogFormat {
     Json,
 }
 
-/// Settings shared by every command.
-#[derive(Debug, Clone, Args)]
+/// Settings shared by every command. Its `Debug` shows no secret (see below).
+#[derive(Clone, Args)]
 pub struct Settings {
     /// PostgreSQL URL.
     #[arg(long, env = "PADDOCK_DATABASE_URL", hide_env_values = true, global = true)]
     pub database_url: Option<String>,
+    /// PostgreSQL URL of a role that owns the schema, for migrating (`paddock migrate`, and
+    /// `paddock serve` before it serves); the role of PADDOCK_DATABASE_URL then gets only what it
+    /// needs (SELECT and INSERT on the custody ledger). Default: PADDOCK_DATABASE_URL, one role.
+    #[arg(long, env = "PADDOCK_MIGRATE_DATABASE_URL", hide_env_values = true, global = true)]
+    pub migrate_database_url: Option<String>,
     /// Most database connections per process.
     #[arg(long, env = "PADDOCK_DATABASE_MAX_CONNECTIONS", default_value_t = 16, global = true)]
     pub database_max_connections: u32,
@@ -78,6 +83,9 @@ pub struct Settings {
     /// Required `aud`.
     #[arg(long, env = "PADDOCK_JWT_AUDIENCE", default_value = "paddock", global = true)]
     pub jwt_audience: String,
+    /// Longest `exp - iat` accepted in a JWT, seconds (a token without `iat` is refused).
+    #[arg(long, env = "PADDOCK_TOKEN_MAX_LIFETIME", default_value_t = 86_400, global = true)]
+    pub token_max_lifetime: u64,
     /// 32-byte key, base64, for secrets at rest.
     #[arg(long, env = "PADDOCK_ENCRYPTION_KEY", hide_env_values = true, global = true)]
     pub encryption_key: Option<String>,
@@ -108,9 +116,26 @@ pub struct Settings {
     /// Kubeconfig of the platform cluster (default: in-cluster configuration).
     #[arg(long, env = "PADDOCK_KUBECONFIG", global = true)]
     pub kubeconfig: Option<PathBuf>,
-    /// URL machines use to reach `/v1/agent/...` (default: http:// + the listen address).
+    /// URL machines use to reach `/v1/agent/config` and `/report`; https unless
+    /// PADDOCK_AGENT_INSECURE_HTTP=true (default: http:// + the listen address, for labs).
     #[arg(long, env = "PADDOCK_AGENT_BASE_URL", global = true)]
     pub agent_base_url: Option<url::Url>,
+    /// URL the BMCs fetch seed images from (`/v1/agent/seed/...`); default PADDOCK_AGENT_BASE_URL.
+    #[arg(long, env = "PADDOCK_AGENT_SEED_BASE_URL", global = true)]
+    pub agent_seed_base_url: Option<url::Url>,
+    /// Allow plain `http` agent URLs (labs, tests).
+    #[arg(long, env = "PADDOCK_AGENT_INSECURE_HTTP", default_value_t = false, action = clap::ArgAction::Set, global = true)]
+    pub agent_insecure_http: bool,
+    /// PEM file of the CA that signs the agent endpoint's TLS certificate, handed to the agents in
+    /// their seed (unset: the endpoint's certificate is from a CA the images trust).
+    #[arg(long, env = "PADDOCK_AGENT_CA_CERT_FILE", global = true)]
+    pub agent_ca_cert_file: Option<PathBuf>,
+    /// SHA-256 (hex) of the wipe image: recorded in the ledger; a wipe report naming another fails.
+    #[arg(long, env = "PADDOCK_WIPE_IMAGE_SHA256", global = true)]
+    pub wipe_image_sha256: Option<String>,
+    /// SHA-256 (hex) of the node OS image: a provisioning report naming another fails.
+    #[arg(long, env = "PADDOCK_OS_IMAGE_SHA256", global = true)]
+    pub os_image_sha256: Option<String>,
     /// The provider's wipe image.
     #[arg(long, env = "PADDOCK_WIPE_IMAGE_URL", global = true)]
     pub wipe_image_url: Option<url::Url>,
@@ -120,8 +145,8 @@ pub struct Settings {
     /// Directory of upstream stack manifests, by stack version.
     #[arg(long, env = "PADDOCK_STACKS_DIR", global = true)]
     pub stacks_dir: Option<PathBuf>,
-    /// Lifetime of agent tokens, seconds.
-    #[arg(long, env = "PADDOCK_AGENT_TOKEN_TTL", default_value_t = 3600, global = true)]
+    /// Lifetime of a run's agent tokens, seconds (longer than the longest wipe).
+    #[arg(long, env = "PADDOCK_AGENT_TOKEN_TTL", default_value_t = 21_600, global = true)]
     pub agent_token_ttl: u64,
     /// Origins allowed for the portal, comma-separated.
     #[arg(long, env = "PADDOCK_CORS_ORIGINS", value_delimiter = ',', global = true)]
@@ -147,11 +172,7 @@ pub struct Settings {
     #[arg(long, env = "PADDOCK_SIM_LATENCY_SCALE", default_value_t = 1.0, global = true, hide = true)]
     pub sim_latency_scale: f64,
 
-    // Operations: the schema owner, the database's time limit, the shutdown.
-    /// URL of a role that owns the schema, for `paddock migrate` (the runtime role may then lack
-    /// ownership); default: the database URL.
-    #[arg(long, env = "PADDOCK_MIGRATE_DATABASE_URL", hide_env_values = true, global = true)]
-    pub migrate_database_url: Option<String>,
+    // Operations: the database's time limit, the shutdown.
     /// Longest a database statement may run (lock waits included), seconds; a slower one is
     /// cancelled and its request answered 503 with Retry-After (0 = no limit). Not applied to the
     /// migrations of `paddock migrate` and `paddock serve`.
@@ -188,13 +209,58 @@ fn secret_value(direct: &Option<String>, file: &Option<PathBuf>, name: &str) -> 
     }
 }
 
+/// Shows what is configured, never a secret: the database URL's password, the JWT secret and the
+/// keys print as whether they are set. A setting added later is left out (`..`) until it is
+/// listed here, so a new secret cannot leak through it by accident.
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = |v: &Option<String>, file: &Option<PathBuf>| match (v, file) {
+            (Some(_), _) => "<set>",
+            (None, Some(_)) => "<from file>",
+            (None, None) => "<unset>",
+        };
+        let database = self.database_url.as_deref().map(redacted_url);
+        f.debug_struct("Settings")
+            .field("database_url", &database)
+            .field("listen", &self.listen)
+            .field("metrics_listen", &self.metrics_listen)
+            .field("jwt_hs256_secret", &set(&self.jwt_hs256_secret, &self.jwt_hs256_secret_file))
+            .field("jwt_public_keys", &self.jwt_public_keys)
+            .field("jwt_jwks_url", &self.jwt_jwks_url.as_ref().map(url::Url::as_str))
+            .field("encryption_key", &set(&self.encryption_key, &self.encryption_key_file))
+            .field("encryption_old_keys", &self.encryption_old_keys.len())
+            .field("ledger_key", &set(&self.ledger_key, &self.ledger_key_file))
+            .field("usage_signing_key", &set(&self.usage_signing_key, &self.usage_signing_key_file))
+            .field("kube_driver", &self.kube_driver)
+            .field("bmc_driver", &self.bmc_driver)
+            .field("agent_base_url", &self.agent_base_url.as_ref().map(url::Url::as_str))
+            .field("agent_seed_base_url", &self.agent_seed_base_url.as_ref().map(url::Url::as_str))
+            .field("agent_insecure_http", &self.agent_insecure_http)
+            .field("stacks_dir", &self.stacks_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A URL with its password (and anything that does not parse) replaced.
+fn redacted_url(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut url) => {
+            if url.password().is_some() {
+                let _ = url.set_password(Some("<redacted>"));
+            }
+            url.to_string()
+        }
+        Err(_) => "<unparsable>".to_owned(),
+    }
+}
+
 impl Settings {
     /// The database URL, required by every command that talks to PostgreSQL.
     pub fn database_url(&self) -> anyhow::Result<&str> {
         self.database_url.as_deref().context("PADDOCK_DATABASE_URL is required (or run `paddock dev`)")
     }
 
-    /// The URL `paddock migrate` uses: the schema owner's when given.
+    /// The URL migrations run with: PADDOCK_MIGRATE_DATABASE_URL, else PADDOCK_DATABASE_URL.
     pub fn migrate_database_url(&self) -> anyhow::Result<&str> {
         match &self.migrate_database_url {
             Some(url) => Ok(url),
@@ -221,6 +287,7 @@ impl Settings {
             jwks_url: self.jwt_jwks_url.clone(),
             issuer: self.jwt_issuer.clone(),
             audience: self.jwt_audience.clone(),
+            max_lifetime_secs: self.token_max_lifetime,
             ..VerifierConfig::default()
         })
     }
@@ -234,11 +301,13 @@ impl Settings {
         Ok(Arc::new(cipher))
     }
 
-    /// The custody ledger's HMAC key (its UTF-8 bytes), if configured. Without one the ledger
-    /// still records every transition, unsealed, and verification says so.
-    pub fn ledger_key(&self) -> anyhow::Result<Option<LedgerKey>> {
-        let key = secret_value(&self.ledger_key, &self.ledger_key_file, "PADDOCK_LEDGER_KEY")?;
-        Ok(key.map(|k| LedgerKey::new(k.into_bytes())))
+    /// The custody ledger's HMAC key (its UTF-8 bytes), required by every process that serves or
+    /// works: each custody entry is sealed by the process that writes it (`paddock dev` makes one).
+    pub fn ledger_key(&self) -> anyhow::Result<LedgerKey> {
+        let key = secret_value(&self.ledger_key, &self.ledger_key_file, "PADDOCK_LEDGER_KEY")?.context(
+            "PADDOCK_LEDGER_KEY (or PADDOCK_LEDGER_KEY_FILE) is required: the custody ledger's HMAC key, at least 32 characters (`openssl rand -base64 32`)",
+        )?;
+        Ok(LedgerKey::new(key.into_bytes()))
     }
 
     /// The provider's Ed25519 signing key, if configured (closing a billing period and the ledger
@@ -255,6 +324,75 @@ impl Settings {
         Ok(Some(key))
     }
 
+    /// What the agent endpoints need (SPEC sections 5 and 9): their URLs (the machines' and the
+    /// BMCs'), the CA the agents are to trust, and the two images' digests (the simulated images'
+    /// when not configured, which only the simulated machines report).
+    pub fn agent(&self) -> anyhow::Result<paddock_service::agent::AgentSettings> {
+        let defaults = paddock_service::agent::AgentSettings::default();
+        let base_url = match &self.agent_base_url {
+            Some(url) => url.to_string(),
+            None => format!("http://{}", self.listen),
+        };
+        let seed_base_url = self.agent_seed_base_url.as_ref().map_or_else(|| base_url.clone(), ToString::to_string);
+        let ca_cert = match &self.agent_ca_cert_file {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("reading PADDOCK_AGENT_CA_CERT_FILE {}", path.display()))?,
+            ),
+            None => None,
+        };
+        Ok(paddock_service::agent::AgentSettings {
+            base_url,
+            seed_base_url,
+            ca_cert,
+            wipe_image_sha256: self.wipe_image_sha256.clone().unwrap_or(defaults.wipe_image_sha256),
+            os_image_sha256: self.os_image_sha256.clone().unwrap_or(defaults.os_image_sha256),
+        })
+    }
+
+    /// The agent transport and image digests: https agent URLs unless PADDOCK_AGENT_INSECURE_HTTP,
+    /// and with the Redfish driver both URLs and both digests set explicitly.
+    fn validate_agent(&self) -> anyhow::Result<()> {
+        let redfish = self.bmc_driver == BmcDriver::Redfish;
+        for (name, url) in [
+            ("PADDOCK_AGENT_BASE_URL", &self.agent_base_url),
+            ("PADDOCK_AGENT_SEED_BASE_URL", &self.agent_seed_base_url),
+        ] {
+            match url {
+                None if redfish => bail!(
+                    "PADDOCK_BMC_DRIVER=redfish needs {name} (https; the URL {} reach paddock's agent endpoints at)",
+                    if name == "PADDOCK_AGENT_BASE_URL" { "machines" } else { "BMCs" }
+                ),
+                Some(url) if url.scheme() != "https" && !(self.agent_insecure_http && url.scheme() == "http") => bail!(
+                    "{name} must be an https URL (plain http only with PADDOCK_AGENT_INSECURE_HTTP=true), not {}://...",
+                    url.scheme()
+                ),
+                _ => {}
+            }
+        }
+        // Without an explicit URL the default is http:// + the listen address: a lab's choice.
+        if self.agent_base_url.is_none() && !self.agent_insecure_http && self.bmc_driver != BmcDriver::None {
+            bail!("PADDOCK_AGENT_BASE_URL is not set and its default is plain http: set an https URL, or PADDOCK_AGENT_INSECURE_HTTP=true for a lab");
+        }
+        for (name, digest) in
+            [("PADDOCK_WIPE_IMAGE_SHA256", &self.wipe_image_sha256), ("PADDOCK_OS_IMAGE_SHA256", &self.os_image_sha256)]
+        {
+            match digest {
+                None if redfish => {
+                    bail!("PADDOCK_BMC_DRIVER=redfish needs {name} (the image's SHA-256, 64 hex digits: `sha256sum`)")
+                }
+                Some(d) if !paddock_domain::agent::is_sha256_hex(d) => {
+                    bail!("{name} must be a SHA-256 in lower-case hex (64 digits)")
+                }
+                _ => {}
+            }
+        }
+        if self.agent_ca_cert_file.as_ref().is_some_and(|p| !p.is_file()) {
+            bail!("PADDOCK_AGENT_CA_CERT_FILE is not a readable file");
+        }
+        Ok(())
+    }
+
     /// Checks the settings that later stages use, so a bad value stops the process at start.
     pub fn validate(&self) -> anyhow::Result<()> {
         self.signing_key()?;
@@ -269,6 +407,7 @@ impl Settings {
         if self.kube_driver == KubeDriver::Kubernetes && self.stacks_dir.is_none() {
             bail!("PADDOCK_KUBE_DRIVER=kubernetes needs PADDOCK_STACKS_DIR (the tenant base stack's manifests; see scripts/stacks-fetch)");
         }
+        self.validate_agent()?;
         if self.bmc_driver == BmcDriver::Redfish {
             if self.wipe_image_url.is_none() {
                 bail!("PADDOCK_BMC_DRIVER=redfish needs PADDOCK_WIPE_IMAGE_URL (the image machines boot to be wiped)");
@@ -301,5 +440,98 @@ impl Settings {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        settings: Settings,
+    }
+
+    #[test]
+    fn debug_shows_no_secret() {
+        let cli = Cli::try_parse_from([
+            "paddock",
+            "--database-url=postgres://paddock:db-password-1@db.example:5432/paddock",
+            "--jwt-hs256-secret=jwt-secret-2-of-at-least-32-bytes-long",
+            "--encryption-key=encryption-key-3",
+            "--encryption-old-keys=old-key-4",
+            "--ledger-key=ledger-key-5-of-at-least-32-bytes-long",
+            "--usage-signing-key=signing-key-6",
+        ])
+        .expect("parses");
+        let shown = format!("{:?}", cli.settings);
+        for secret in
+            ["db-password-1", "jwt-secret-2", "encryption-key-3", "old-key-4", "ledger-key-5", "signing-key-6"]
+        {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(shown.contains("postgres://paddock:%3Credacted%3E@db.example:5432/paddock"), "{shown}");
+        assert!(shown.contains("jwt_hs256_secret: \"<set>\""), "{shown}");
+        assert!(shown.contains("ledger_key: \"<set>\""), "{shown}");
+    }
+
+    const DIGEST: &str = "0fe69a4d69d37826b61d5cf3668142a99abf86c090c214078aa9042b6d24937a";
+
+    fn refusal(args: &[&str]) -> Option<String> {
+        let cli = Cli::try_parse_from(std::iter::once("paddock").chain(args.iter().copied())).expect("arguments");
+        cli.settings.validate().err().map(|e| e.to_string())
+    }
+
+    fn redfish(extra: &[&'static str]) -> Vec<&'static str> {
+        let mut args = vec![
+            "--bmc-driver",
+            "redfish",
+            "--wipe-image-url",
+            "https://images.example/wipe.iso",
+            "--os-image-url",
+            "https://images.example/os.iso",
+        ];
+        args.extend_from_slice(extra);
+        args
+    }
+
+    #[test]
+    fn the_redfish_driver_needs_https_agent_urls_and_both_image_digests() {
+        let base = ["--agent-base-url", "https://paddock.example"];
+        let seed = ["--agent-seed-base-url", "https://seeds.example"];
+        let wipe = ["--wipe-image-sha256", DIGEST];
+        let os = ["--os-image-sha256", DIGEST];
+        let cases: [(Vec<&str>, Option<&str>); 5] = [
+            (redfish(&[]), Some("PADDOCK_AGENT_BASE_URL")),
+            (redfish(&base), Some("PADDOCK_AGENT_SEED_BASE_URL")),
+            (redfish(&[&base[..], &seed[..]].concat()), Some("PADDOCK_WIPE_IMAGE_SHA256")),
+            (redfish(&[&base[..], &seed[..], &wipe[..]].concat()), Some("PADDOCK_OS_IMAGE_SHA256")),
+            (redfish(&[&base[..], &seed[..], &wipe[..], &os[..]].concat()), None),
+        ];
+        for (args, named) in cases {
+            match (refusal(&args), named) {
+                (Some(why), Some(name)) => assert!(why.contains(name), "{args:?}: {why}"),
+                (None, None) => {}
+                (got, want) => panic!("{args:?}: refused {got:?}, expected a refusal naming {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn plain_http_agent_urls_need_the_insecure_setting() {
+        let http = ["--bmc-driver", "simulated", "--agent-base-url", "http://10.0.0.1:8080"];
+        let why = refusal(&http).expect("refused");
+        assert!(why.contains("PADDOCK_AGENT_BASE_URL") && why.contains("PADDOCK_AGENT_INSECURE_HTTP"), "{why}");
+        let why = refusal(&["--bmc-driver", "simulated"]).expect("the default is plain http");
+        assert!(why.contains("PADDOCK_AGENT_INSECURE_HTTP"), "{why}");
+        assert_eq!(refusal(&[&http[..], &["--agent-insecure-http", "true"]].concat()), None);
+        assert_eq!(refusal(&["--bmc-driver", "none"]), None, "no machines, no agents");
+        let seed = ["--agent-insecure-http", "true", "--agent-seed-base-url", "ftp://x"];
+        assert!(refusal(&seed).expect("refused").contains("PADDOCK_AGENT_SEED_BASE_URL"));
+        let bad = ["--wipe-image-sha256", "ABC"];
+        assert!(refusal(&bad).expect("refused").contains("PADDOCK_WIPE_IMAGE_SHA256"));
     }
 }

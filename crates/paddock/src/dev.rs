@@ -90,6 +90,10 @@ pub fn run(mut settings: Settings, args: DevArgs) -> anyhow::Result<()> {
     if std::env::var_os("PADDOCK_BMC_DRIVER").is_none() && settings.bmc_driver == BmcDriver::None {
         settings.bmc_driver = BmcDriver::Simulated;
     }
+    // `dev` serves its agents on the loopback listener over plain http (SPEC section 9).
+    if std::env::var_os("PADDOCK_AGENT_INSECURE_HTTP").is_none() {
+        settings.agent_insecure_http = true;
+    }
     if settings.bmc_driver == BmcDriver::Simulated {
         settings.wipe_image_url.get_or_insert_with(|| sim_image("wipe.iso"));
         settings.os_image_url.get_or_insert_with(|| sim_image("node-os.iso"));
@@ -182,7 +186,7 @@ fn ignore_taken(result: Result<(), Error>) -> anyhow::Result<()> {
 
 fn print_welcome(settings: &Settings, tenant: uuid::Uuid, secrets: &Path) -> anyhow::Result<()> {
     let secret = settings.hs256_secret()?.context("dev always has an HS256 secret")?;
-    let ttl = 24 * 3600;
+    let ttl = i64::try_from(settings.token_max_lifetime).unwrap_or(i64::MAX).min(24 * 3600);
     let admin = crate::mint(&secret, settings, "dev-admin".into(), vec!["provider:admin".into()], None, ttl)?;
     let tenant_admin =
         crate::mint(&secret, settings, "dev-tenant".into(), vec!["tenant:admin".into()], Some(tenant), ttl)?;

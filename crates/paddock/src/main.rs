@@ -49,7 +49,7 @@ enum Command {
         /// Subject.
         #[arg(long, default_value = "operator")]
         sub: String,
-        /// Lifetime in seconds.
+        /// Lifetime in seconds (1 to PADDOCK_TOKEN_MAX_LIFETIME).
         #[arg(long, default_value_t = 3600)]
         ttl: i64,
     },
@@ -126,6 +126,12 @@ pub(crate) fn mint(
     tenant: Option<uuid::Uuid>,
     ttl: i64,
 ) -> anyhow::Result<String> {
+    let max = i64::try_from(settings.token_max_lifetime).unwrap_or(i64::MAX);
+    if !(1..=max).contains(&ttl) {
+        anyhow::bail!(
+            "--ttl must be between 1 and {max} seconds (PADDOCK_TOKEN_MAX_LIFETIME): a longer token is refused"
+        );
+    }
     let now = chrono::Utc::now().timestamp();
     let claims = Claims {
         sub,

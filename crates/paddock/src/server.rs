@@ -28,11 +28,20 @@ pub struct Roles {
     pub migrate: bool,
 }
 
-/// `paddock migrate`.
+/// `paddock migrate`: applies the migrations as PADDOCK_MIGRATE_DATABASE_URL's role (else
+/// PADDOCK_DATABASE_URL's); with two roles, then grants the runtime role (PADDOCK_DATABASE_URL's
+/// user) what it needs: everything but UPDATE, DELETE and TRUNCATE on the custody ledger.
 pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
     let store = Store::connect_lazy(settings.migrate_database_url()?, 2)?;
-    store.migrate().await?;
-    tracing::info!("database migrated");
+    store.migrate().await.context("migrating the database")?;
+    if settings.migrate_database_url.is_some() {
+        let runtime = paddock_store::role_of(settings.database_url()?)?;
+        store.grant_runtime(&runtime).await.with_context(|| format!("granting the runtime role {runtime}"))?;
+        tracing::info!(role = %runtime, "database migrated; runtime role {runtime} granted");
+    } else {
+        tracing::info!("database migrated");
+    }
+    store.pool().close().await;
     Ok(())
 }
 
@@ -43,17 +52,7 @@ pub async fn services(settings: &Settings, database_url: &str) -> anyhow::Result
         settings.database_max_connections,
         settings.statement_timeout(),
     )?;
-    let agent_base_url = match &settings.agent_base_url {
-        Some(url) => url.to_string(),
-        None => format!("http://{}", settings.listen),
-    };
-    let mut services = Services::new(store, settings.cipher()?).with_agent_base_url(&agent_base_url);
-    match settings.ledger_key()? {
-        Some(key) => services = services.with_ledger_key(key),
-        None => tracing::warn!(
-            "PADDOCK_LEDGER_KEY is not set: custody ledger entries are recorded but not sealed, and cannot be verified"
-        ),
-    }
+    let mut services = Services::new(store, settings.cipher()?, settings.ledger_key()?).with_agent(settings.agent()?);
     if let Some(key) = settings.signing_key()? {
         services = services.with_signing_key(key);
     }
@@ -74,8 +73,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     if roles.migrate {
-        // As `paddock migrate` does: the schema owner's URL when given, no statement timeout.
-        migrate(settings).await.context("migrating the database")?;
+        migrate(settings).await?;
     }
     // Flipped by the shutdown signal: the API drains while the worker finishes its jobs, both
     // within PADDOCK_SHUTDOWN_GRACE.
@@ -296,7 +294,7 @@ async fn kubernetes(settings: &Settings) -> anyhow::Result<paddock_domain::drive
         .await
         .context("PADDOCK_KUBE_DRIVER=kubernetes: connecting to the platform cluster (PADDOCK_KUBECONFIG)")?;
     let stacks_dir = settings.stacks_dir.clone().context("PADDOCK_KUBE_DRIVER=kubernetes needs PADDOCK_STACKS_DIR")?;
-    let version = paddock_kube::stack::latest_version().to_owned();
+    let version = paddock_domain::stack::latest_version().to_owned();
     let stack = paddock_kube::KubeTenantStack::new(stacks_dir, version).context("PADDOCK_STACKS_DIR")?;
     // A stack whose files are missing or do not match their pinned digests is not fatal here:
     // each cluster shows it in its StackReady condition, and fixing the directory heals them.

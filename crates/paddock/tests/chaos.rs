@@ -288,6 +288,7 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
         ),
         ("NO_COLOR", "1".to_owned()),
         ("PADDOCK_AGENT_BASE_URL", base.clone()),
+        ("PADDOCK_AGENT_INSECURE_HTTP", "true".to_owned()),
         // A killed worker's jobs move on 5 s after its last renewal, not the default 30 s.
         ("PADDOCK_WORKER_LEASE", "5".to_owned()),
         ("PADDOCK_LEDGER_KEY", "chaos-test-ledger-key-of-at-least-32-bytes".to_owned()),

@@ -1,9 +1,16 @@
-//! `/v1/agent/{token}/...`: machine-facing, no JWT; the one-time token of the run is the
-//! credential. The token never reaches logs or metrics: metrics use the route template, and the
-//! request context redacts it from the logged path and from `instance`.
+//! The machine-facing agent endpoints (SPEC sections 4 and 5), no JWT:
+//! - `GET /v1/agent/seed/{seed_token}.iso`: the run's seed, the only agent URL with a secret in
+//!   it (a BMC fetching virtual media cannot send headers);
+//! - `GET /v1/agent/config` and `POST /v1/agent/report` with `Authorization: Bearer <agent token>`,
+//!   the token found in the seed.
+//!
+//! No token reaches logs or metrics: metrics use the route template, the request context redacts
+//! the seed token from the logged path and from `instance`, and the authentication middleware
+//! leaves these routes' bearer alone (it is no JWT).
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use http::request::Parts;
 use http::{header, HeaderValue, StatusCode};
 use paddock_types::agent::{AgentConfigView, AgentReport, BinaryFile};
 use paddock_types::problem::Problem;
@@ -14,44 +21,71 @@ use crate::extract::{JsonBody, Path};
 use crate::respond;
 use crate::state::AppState;
 
-/// The run's configuration: what to wipe, or how to join.
-#[utoipa::path(get, path = "/v1/agent/{token}/config", operation_id = "agent_config_view", tag = "agent",
-    params(("token" = String, Path, description = "The run's one-time token")),
-    responses(
-        (status = 200, description = "The run's configuration", body = AgentConfigView),
-        (status = "default", description = "Problem (404 unknown, 409 used, 410 expired)", body = Problem, content_type = "application/problem+json")),
-    security(()))]
-pub async fn agent_config_view(State(s): State<AppState>, Path(token): Path<String>) -> Result<Response, ApiError> {
-    Ok(respond::ok(&s.services.agent_config(&token).await?))
+/// The agent token of a request: its `Authorization: Bearer` value.
+#[derive(Debug)]
+pub struct AgentToken(String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for AgentToken {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        match crate::auth::bearer(parts.headers.get(header::AUTHORIZATION)) {
+            Some(Ok(token)) => Ok(AgentToken(token.to_owned())),
+            Some(Err(())) => Err(ApiError::Unauthenticated {
+                code: "invalid_token",
+                message: "the Authorization header is not a Bearer token".to_owned(),
+            }),
+            None => Err(ApiError::Unauthenticated {
+                code: "missing_token",
+                message: "this request needs `Authorization: Bearer <agent token>`, the token of the run's seed"
+                    .to_owned(),
+            }),
+        }
+    }
 }
 
-/// The run's cloud-init NoCloud seed (ISO 9660, volume `cidata`).
-#[utoipa::path(get, path = "/v1/agent/{token}/seed.iso", operation_id = "agent_seed_view", tag = "agent",
-    params(("token" = String, Path, description = "The run's one-time token")),
+/// The run's configuration: what to wipe, or how to join.
+#[utoipa::path(get, path = "/v1/agent/config", operation_id = "agent_config_view", tag = "agent",
+    responses(
+        (status = 200, description = "The run's configuration", body = AgentConfigView),
+        (status = "default", description = "Problem (401 no bearer, 404 unknown token, 409 used, 410 expired)", body = Problem, content_type = "application/problem+json")),
+    security(("agent_token" = [])))]
+pub async fn agent_config_view(State(s): State<AppState>, token: AgentToken) -> Result<Response, ApiError> {
+    Ok(respond::ok(&s.services.agent_config(&token.0).await?))
+}
+
+/// The run's seed: NoCloud `meta-data` and `user-data` plus `paddock/agent.json` (ISO 9660,
+/// volume `cidata`, at least 1,474,560 bytes). Generated when fetched.
+#[utoipa::path(get, path = "/v1/agent/seed/{seed_token}.iso", operation_id = "agent_seed_view", tag = "agent",
+    params(("seed_token" = String, Path, description = "The run's seed token")),
     responses(
         (status = 200, description = "The seed image", content_type = "application/x-iso9660-image", body = BinaryFile),
         (status = "default", description = "Problem (404 unknown, 409 used, 410 expired)", body = Problem, content_type = "application/problem+json")),
     security(()))]
-pub async fn agent_seed_view(State(s): State<AppState>, Path(token): Path<String>) -> Result<Response, ApiError> {
-    let iso = s.services.agent_seed(&token).await?;
+pub async fn agent_seed_view(State(s): State<AppState>, Path(file): Path<String>) -> Result<Response, ApiError> {
+    // The router cannot match a parameter with a suffix: `{seed_token}.iso` is taken apart here.
+    let seed_token = file.strip_suffix(".iso").ok_or(paddock_domain::Error::NotFound { kind: "agent token" })?;
+    let iso = s.services.agent_seed(seed_token).await?;
     let mut response = (StatusCode::OK, iso).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-iso9660-image"));
     Ok(response)
 }
 
-/// The run's report; it uses the token up.
-#[utoipa::path(post, path = "/v1/agent/{token}/report", operation_id = "agent_report", tag = "agent",
+/// The route the seed is served at (see [`agent_seed_view`]).
+pub const SEED_ROUTE: &str = "/v1/agent/seed/{seed_file}";
+
+/// The run's report; it uses the run up.
+#[utoipa::path(post, path = "/v1/agent/report", operation_id = "agent_report", tag = "agent",
     request_body = AgentReport,
-    params(("token" = String, Path, description = "The run's one-time token")),
     responses(
-        (status = 204, description = "Recorded"),
-        (status = "default", description = "Problem (404 unknown, 409 used, 410 expired, 422 invalid)", body = Problem, content_type = "application/problem+json")),
-    security(()))]
+        (status = 204, description = "Recorded (whether it proves the run is decided from its evidence)"),
+        (status = "default", description = "Problem (401 no bearer, 404 unknown token, 409 used, 410 expired, 422 invalid)", body = Problem, content_type = "application/problem+json")),
+    security(("agent_token" = [])))]
 pub async fn agent_report(
     State(s): State<AppState>,
-    Path(token): Path<String>,
+    token: AgentToken,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    s.services.agent_report(&token, &body, &context::current().request_id).await?;
+    s.services.agent_report(&token.0, &body, &context::current().request_id).await?;
     Ok(respond::no_content())
 }

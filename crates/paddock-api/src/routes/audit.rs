@@ -5,7 +5,6 @@ use axum::response::Response;
 use chrono::{DateTime, Utc};
 use paddock_domain::cursor::PageRequest;
 use paddock_types::audit::{AuditEventView, AuditFilter, AuditOutcome};
-use paddock_types::problem::Problem;
 use paddock_types::TenantId;
 use serde::Deserialize;
 use utoipa::IntoParams;
@@ -65,9 +64,7 @@ impl AuditListQuery {
     params(AuditListQuery),
     responses(
         (status = 200, description = "A page of events, oldest first", body = paddock_types::page::Page<AuditEventView>,
-            headers(("Link" = String, description = "The next page, rel=\"next\""))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("Link" = String, description = "The next page, rel=\"next\"")))))]
 pub async fn audit_event_list(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -83,9 +80,7 @@ pub async fn audit_event_list(
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), AuditListQuery),
     responses(
         (status = 200, description = "A page of events, oldest first", body = paddock_types::page::Page<AuditEventView>,
-            headers(("Link" = String, description = "The next page, rel=\"next\""))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("Link" = String, description = "The next page, rel=\"next\"")))))]
 pub async fn tenant_audit_event_list(
     State(s): State<AppState>,
     Caller(ctx): Caller,

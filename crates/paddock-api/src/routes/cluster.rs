@@ -10,7 +10,6 @@ use paddock_types::cluster::{
     NodePoolCreate, NodePoolUpdate, NodePoolView, PoolMachineView,
 };
 use paddock_types::page::PageParams;
-use paddock_types::problem::Problem;
 use paddock_types::{ClusterId, NodePoolId, TenantId};
 
 use crate::auth::Caller;
@@ -43,13 +42,10 @@ fn pool_accepted(tenant: TenantId, change: NodePoolChange) -> Response {
 /// Creates a cluster (with its node pools); the worker builds it.
 #[utoipa::path(post, path = "/v1/tenants/{tenant_id}/clusters", operation_id = "cluster_create", tag = "clusters",
     request_body = ClusterCreate,
-    params(("tenant_id" = TenantId, Path, description = "Tenant id"),
-        ("Idempotency-Key" = Option<String>, Header, description = "Replays the first answer for 24 h")),
+    params(("tenant_id" = TenantId, Path, description = "Tenant id")),
     responses(
         (status = 202, description = "Accepted", body = ClusterAccepted,
-            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The cluster"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The cluster")))))]
 pub async fn cluster_create(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -64,9 +60,7 @@ pub async fn cluster_create(
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), PageParams),
     responses(
         (status = 200, description = "A page of clusters", body = paddock_types::page::Page<ClusterView>,
-            headers(("Link" = String, description = "The next page, rel=\"next\""))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("Link" = String, description = "The next page, rel=\"next\"")))))]
 pub async fn cluster_list(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -82,9 +76,7 @@ pub async fn cluster_list(
 #[utoipa::path(get, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}", operation_id = "cluster_view", tag = "clusters",
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id")),
     responses(
-        (status = 200, description = "The cluster", body = ClusterView, headers(("ETag" = String, description = "Generation etag"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+        (status = 200, description = "The cluster", body = ClusterView, headers(("ETag" = String, description = "Generation etag")))))]
 pub async fn cluster_view(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -101,9 +93,7 @@ pub async fn cluster_view(
         ("If-Match" = Option<String>, Header, description = "Etag the cluster must still have")),
     responses(
         (status = 202, description = "Accepted", body = ClusterAccepted,
-            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The cluster"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The cluster")))))]
 pub async fn cluster_update(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -120,9 +110,7 @@ pub async fn cluster_update(
         ("If-Match" = Option<String>, Header, description = "Etag the cluster must still have")),
     responses(
         (status = 202, description = "Accepted", body = ClusterAccepted,
-            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The cluster"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The cluster")))))]
 pub async fn cluster_delete(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -148,9 +136,7 @@ pub const EXPIRES_AT: &str = "x-paddock-expires-at";
     responses(
         (status = 200, description = "The kubeconfig (YAML)", body = String, content_type = "application/yaml",
             headers(("x-paddock-expires-at" = String, description = "When the token expires (RFC 3339, UTC)"),
-                ("Cache-Control" = String, description = "`no-store`: the body is a credential"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+                ("Cache-Control" = String, description = "`no-store`: the body is a credential")))))]
 pub async fn cluster_kubeconfig(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -167,9 +153,7 @@ pub async fn cluster_kubeconfig(
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"), PageParams),
     responses(
         (status = 200, description = "A page of events", body = paddock_types::page::Page<ClusterEventView>,
-            headers(("Link" = String, description = "The next page, rel=\"next\""))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("Link" = String, description = "The next page, rel=\"next\"")))))]
 pub async fn cluster_event_list(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -184,13 +168,10 @@ pub async fn cluster_event_list(
 /// Adds a node pool.
 #[utoipa::path(post, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}/node-pools", operation_id = "node_pool_create", tag = "clusters",
     request_body = NodePoolCreate,
-    params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"),
-        ("Idempotency-Key" = Option<String>, Header, description = "Replays the first answer for 24 h")),
+    params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id")),
     responses(
         (status = 202, description = "Accepted", body = NodePoolAccepted,
-            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The node pool"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The node pool")))))]
 pub async fn node_pool_create(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -204,9 +185,7 @@ pub async fn node_pool_create(
 #[utoipa::path(get, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}/node-pools", operation_id = "node_pool_list", tag = "clusters",
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id")),
     responses(
-        (status = 200, description = "The node pools", body = paddock_types::page::Page<NodePoolView>),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+        (status = 200, description = "The node pools", body = paddock_types::page::Page<NodePoolView>)))]
 pub async fn node_pool_list(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -221,9 +200,7 @@ pub async fn node_pool_list(
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"),
         ("pool_id" = NodePoolId, Path, description = "Node pool id")),
     responses(
-        (status = 200, description = "The node pool", body = NodePoolView, headers(("ETag" = String, description = "Generation etag"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+        (status = 200, description = "The node pool", body = NodePoolView, headers(("ETag" = String, description = "Generation etag")))))]
 pub async fn node_pool_view(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -241,9 +218,7 @@ pub async fn node_pool_view(
         ("If-Match" = Option<String>, Header, description = "Etag the node pool must still have")),
     responses(
         (status = 202, description = "Accepted", body = NodePoolAccepted,
-            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The node pool"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The node pool")))))]
 pub async fn node_pool_update(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -261,9 +236,7 @@ pub async fn node_pool_update(
         ("If-Match" = Option<String>, Header, description = "Etag the node pool must still have")),
     responses(
         (status = 202, description = "Accepted", body = NodePoolAccepted,
-            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The node pool"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The node pool")))))]
 pub async fn node_pool_delete(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -279,9 +252,7 @@ pub async fn node_pool_delete(
         ("pool_id" = NodePoolId, Path, description = "Node pool id"), PageParams),
     responses(
         (status = 200, description = "A page of machines", body = paddock_types::page::Page<PoolMachineView>,
-            headers(("Link" = String, description = "The next page, rel=\"next\""))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("Link" = String, description = "The next page, rel=\"next\"")))))]
 pub async fn node_pool_machine_list(
     State(s): State<AppState>,
     Caller(ctx): Caller,

@@ -10,8 +10,7 @@ use crate::state::AppState;
 
 /// Liveness: the process answers.
 #[utoipa::path(get, path = "/healthz", operation_id = "health_live", tag = "health",
-    responses((status = 200, description = "The process is alive", body = String, content_type = "text/plain")),
-    security(()))]
+    responses((status = 200, description = "The process is alive", body = String, content_type = "text/plain")))]
 pub async fn health_live() -> &'static str {
     "ok"
 }
@@ -20,8 +19,7 @@ pub async fn health_live() -> &'static str {
 #[utoipa::path(get, path = "/readyz", operation_id = "health_ready", tag = "health",
     responses(
         (status = 200, description = "Ready", body = String, content_type = "text/plain"),
-        (status = 503, description = "Not ready", body = Problem, content_type = "application/problem+json")),
-    security(()))]
+        (status = 503, description = "Not ready", body = Problem, content_type = "application/problem+json")))]
 pub async fn health_ready(State(s): State<AppState>) -> Response {
     if !s.is_draining() && s.services.ready().await {
         "ready".into_response()
@@ -32,8 +30,7 @@ pub async fn health_ready(State(s): State<AppState>) -> Response {
 
 /// Prometheus metrics.
 #[utoipa::path(get, path = "/metrics", operation_id = "metrics_view", tag = "health",
-    responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain; version=0.0.4")),
-    security(()))]
+    responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain; version=0.0.4")))]
 pub async fn metrics_view(State(s): State<AppState>) -> Response {
     // With `PADDOCK_METRICS_LISTEN` they have a listener of their own, off the API's.
     if !s.metrics_here {
@@ -44,8 +41,7 @@ pub async fn metrics_view(State(s): State<AppState>) -> Response {
 
 /// The OpenAPI document of this API.
 #[utoipa::path(get, path = "/openapi.json", operation_id = "openapi_view", tag = "health",
-    responses((status = 200, description = "OpenAPI 3.1 document", body = Object)),
-    security(()))]
+    responses((status = 200, description = "OpenAPI 3.1 document", body = Object)))]
 pub async fn openapi_view() -> Response {
     let mut response = crate::openapi_json().into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));

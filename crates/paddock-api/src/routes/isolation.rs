@@ -3,7 +3,6 @@
 use axum::extract::State;
 use axum::response::Response;
 use paddock_types::custody::IsolationReport;
-use paddock_types::problem::Problem;
 use paddock_types::TenantId;
 
 use crate::auth::Caller;
@@ -19,9 +18,7 @@ use crate::state::AppState;
     tag = "tenants",
     params(("tenant_id" = TenantId, Path, description = "Tenant id")),
     responses(
-        (status = 200, description = "The report", body = IsolationReport),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+        (status = 200, description = "The report", body = IsolationReport)))]
 pub async fn isolation_report_view(
     State(s): State<AppState>,
     Caller(ctx): Caller,

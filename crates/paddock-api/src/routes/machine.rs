@@ -4,12 +4,11 @@ use axum::extract::State;
 use axum::response::Response;
 use paddock_domain::cursor::PageRequest;
 use paddock_service::MachineChange;
-use paddock_store::machine::MachineFilter;
 use paddock_types::custody::CustodyView;
+use paddock_types::machine::MachineFilter;
 use paddock_types::machine::{
     MachineAccepted, MachineEnroll, MachineState, MachineUpdate, MachineView, MaintenanceEnter,
 };
-use paddock_types::problem::Problem;
 use paddock_types::{MachineId, TenantId};
 use serde::Deserialize;
 use utoipa::IntoParams;
@@ -59,12 +58,9 @@ fn change(change: MachineChange) -> Response {
 /// Enrolls a machine; the worker then inspects and cleans it.
 #[utoipa::path(post, path = "/v1/machines", operation_id = "machine_enroll", tag = "machines",
     request_body = MachineEnroll,
-    params(("Idempotency-Key" = Option<String>, Header, description = "Replays the first answer for 24 h")),
     responses(
         (status = 202, description = "Accepted", body = MachineAccepted,
-            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The machine"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The machine")))))]
 pub async fn machine_enroll(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -78,9 +74,7 @@ pub async fn machine_enroll(
     params(MachineListQuery),
     responses(
         (status = 200, description = "A page of machines", body = paddock_types::page::Page<MachineView>,
-            headers(("Link" = String, description = "The next page, rel=\"next\""))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("Link" = String, description = "The next page, rel=\"next\"")))))]
 pub async fn machine_list(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -96,9 +90,7 @@ pub async fn machine_list(
 #[utoipa::path(get, path = "/v1/machines/{machine_id}", operation_id = "machine_view", tag = "machines",
     params(("machine_id" = MachineId, Path, description = "Machine id")),
     responses(
-        (status = 200, description = "The machine", body = MachineView, headers(("ETag" = String, description = "Generation etag"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+        (status = 200, description = "The machine", body = MachineView, headers(("ETag" = String, description = "Generation etag")))))]
 pub async fn machine_view(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -116,9 +108,7 @@ pub async fn machine_view(
     responses(
         (status = 200, description = "Labels changed", body = MachineView, headers(("ETag" = String, description = "Generation etag"))),
         (status = 202, description = "BMC access change accepted", body = MachineAccepted,
-            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The machine"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The machine")))))]
 pub async fn machine_update(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -135,9 +125,7 @@ pub async fn machine_update(
         ("If-Match" = Option<String>, Header, description = "Etag the machine must still have")),
     responses(
         (status = 202, description = "Accepted", body = MachineAccepted,
-            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The machine"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The machine")))))]
 pub async fn machine_retire(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -150,13 +138,10 @@ pub async fn machine_retire(
 /// Takes a machine out of service.
 #[utoipa::path(post, path = "/v1/machines/{machine_id}/maintenance", operation_id = "machine_maintenance_enter", tag = "machines",
     request_body = MaintenanceEnter,
-    params(("machine_id" = MachineId, Path, description = "Machine id"),
-        ("Idempotency-Key" = Option<String>, Header, description = "Replays the first answer for 24 h")),
+    params(("machine_id" = MachineId, Path, description = "Machine id")),
     responses(
         (status = 202, description = "Accepted", body = MachineAccepted,
-            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The machine"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The machine")))))]
 pub async fn machine_maintenance_enter(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -171,9 +156,7 @@ pub async fn machine_maintenance_enter(
     params(("machine_id" = MachineId, Path, description = "Machine id")),
     responses(
         (status = 202, description = "Accepted", body = MachineAccepted,
-            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The machine"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The machine")))))]
 pub async fn machine_maintenance_leave(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -186,9 +169,7 @@ pub async fn machine_maintenance_leave(
 #[utoipa::path(get, path = "/v1/machines/{machine_id}/custody", operation_id = "machine_custody_view", tag = "machines",
     params(("machine_id" = MachineId, Path, description = "Machine id")),
     responses(
-        (status = 200, description = "The ledger and its verification", body = CustodyView),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+        (status = 200, description = "The ledger and its verification", body = CustodyView)))]
 pub async fn machine_custody_view(
     State(s): State<AppState>,
     Caller(ctx): Caller,

@@ -5,7 +5,6 @@ use axum::response::Response;
 use paddock_domain::cursor::PageRequest;
 use paddock_types::machine_class::{MachineClassCreate, MachineClassUpdate, MachineClassView};
 use paddock_types::page::PageParams;
-use paddock_types::problem::Problem;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -16,12 +15,9 @@ use crate::state::AppState;
 /// Creates a machine class.
 #[utoipa::path(post, path = "/v1/machine-classes", operation_id = "machine_class_create", tag = "machine-classes",
     request_body = MachineClassCreate,
-    params(("Idempotency-Key" = Option<String>, Header, description = "Replays the first answer for 24 h")),
     responses(
         (status = 201, description = "Created", body = MachineClassView,
-            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The class"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The class")))))]
 pub async fn machine_class_create(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -36,9 +32,7 @@ pub async fn machine_class_create(
     params(PageParams),
     responses(
         (status = 200, description = "A page of classes", body = paddock_types::page::Page<MachineClassView>,
-            headers(("Link" = String, description = "The next page, rel=\"next\""))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("Link" = String, description = "The next page, rel=\"next\"")))))]
 pub async fn machine_class_list(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -53,9 +47,7 @@ pub async fn machine_class_list(
 #[utoipa::path(get, path = "/v1/machine-classes/{name}", operation_id = "machine_class_view", tag = "machine-classes",
     params(("name" = String, Path, description = "Class name")),
     responses(
-        (status = 200, description = "The class", body = MachineClassView, headers(("ETag" = String, description = "Generation etag"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+        (status = 200, description = "The class", body = MachineClassView, headers(("ETag" = String, description = "Generation etag")))))]
 pub async fn machine_class_view(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -71,9 +63,7 @@ pub async fn machine_class_view(
     params(("name" = String, Path, description = "Class name"),
         ("If-Match" = Option<String>, Header, description = "Etag the class must still have")),
     responses(
-        (status = 200, description = "The changed class", body = MachineClassView, headers(("ETag" = String, description = "Generation etag"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+        (status = 200, description = "The changed class", body = MachineClassView, headers(("ETag" = String, description = "Generation etag")))))]
 pub async fn machine_class_update(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -90,9 +80,7 @@ pub async fn machine_class_update(
     params(("name" = String, Path, description = "Class name"),
         ("If-Match" = Option<String>, Header, description = "Etag the class must still have")),
     responses(
-        (status = 204, description = "Deleted"),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+        (status = 204, description = "Deleted")))]
 pub async fn machine_class_delete(
     State(s): State<AppState>,
     Caller(ctx): Caller,

@@ -3,9 +3,8 @@
 use axum::extract::State;
 use axum::response::Response;
 use paddock_domain::cursor::PageRequest;
-use paddock_store::operation::OperationFilter;
+use paddock_types::operation::OperationFilter;
 use paddock_types::operation::{OperationState, OperationView};
-use paddock_types::problem::Problem;
 use paddock_types::{OperationId, TenantId};
 use serde::Deserialize;
 use utoipa::IntoParams;
@@ -46,9 +45,7 @@ impl OperationListQuery {
     params(OperationListQuery),
     responses(
         (status = 200, description = "A page of operations", body = paddock_types::page::Page<OperationView>,
-            headers(("Link" = String, description = "The next page, rel=\"next\""))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("Link" = String, description = "The next page, rel=\"next\"")))))]
 pub async fn operation_list(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -63,9 +60,7 @@ pub async fn operation_list(
 #[utoipa::path(get, path = "/v1/operations/{operation_id}", operation_id = "operation_view", tag = "operations",
     params(("operation_id" = OperationId, Path, description = "Operation id")),
     responses(
-        (status = 200, description = "The operation", body = OperationView),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+        (status = 200, description = "The operation", body = OperationView)))]
 pub async fn operation_view(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -80,9 +75,7 @@ pub async fn operation_view(
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), OperationListQuery),
     responses(
         (status = 200, description = "A page of operations", body = paddock_types::page::Page<OperationView>,
-            headers(("Link" = String, description = "The next page, rel=\"next\""))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("Link" = String, description = "The next page, rel=\"next\"")))))]
 pub async fn tenant_operation_list(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -98,9 +91,7 @@ pub async fn tenant_operation_list(
 #[utoipa::path(get, path = "/v1/tenants/{tenant_id}/operations/{operation_id}", operation_id = "tenant_operation_view", tag = "operations",
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("operation_id" = OperationId, Path, description = "Operation id")),
     responses(
-        (status = 200, description = "The operation", body = OperationView),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+        (status = 200, description = "The operation", body = OperationView)))]
 pub async fn tenant_operation_view(
     State(s): State<AppState>,
     Caller(ctx): Caller,

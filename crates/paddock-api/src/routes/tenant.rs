@@ -4,7 +4,6 @@ use axum::extract::State;
 use axum::response::Response;
 use paddock_domain::cursor::PageRequest;
 use paddock_types::page::PageParams;
-use paddock_types::problem::Problem;
 use paddock_types::tenant::{TenantCreate, TenantUpdate, TenantView};
 use paddock_types::TenantId;
 
@@ -22,12 +21,9 @@ pub fn location(id: TenantId) -> String {
 /// Creates a tenant.
 #[utoipa::path(post, path = "/v1/tenants", operation_id = "tenant_create", tag = "tenants",
     request_body = TenantCreate,
-    params(("Idempotency-Key" = Option<String>, Header, description = "Replays the first answer for 24 h")),
     responses(
         (status = 201, description = "Created", body = TenantView,
-            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The tenant"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The tenant")))))]
 pub async fn tenant_create(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -42,9 +38,7 @@ pub async fn tenant_create(
     params(PageParams),
     responses(
         (status = 200, description = "A page of tenants", body = paddock_types::page::Page<TenantView>,
-            headers(("Link" = String, description = "The next page, rel=\"next\""))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+            headers(("Link" = String, description = "The next page, rel=\"next\"")))))]
 pub async fn tenant_list(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -59,9 +53,7 @@ pub async fn tenant_list(
 #[utoipa::path(get, path = "/v1/tenants/{tenant_id}", operation_id = "tenant_view", tag = "tenants",
     params(("tenant_id" = TenantId, Path, description = "Tenant id")),
     responses(
-        (status = 200, description = "The tenant", body = TenantView, headers(("ETag" = String, description = "Generation etag"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+        (status = 200, description = "The tenant", body = TenantView, headers(("ETag" = String, description = "Generation etag")))))]
 pub async fn tenant_view(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -77,9 +69,7 @@ pub async fn tenant_view(
     params(("tenant_id" = TenantId, Path, description = "Tenant id"),
         ("If-Match" = Option<String>, Header, description = "Etag the tenant must still have")),
     responses(
-        (status = 200, description = "The changed tenant", body = TenantView, headers(("ETag" = String, description = "Generation etag"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+        (status = 200, description = "The changed tenant", body = TenantView, headers(("ETag" = String, description = "Generation etag")))))]
 pub async fn tenant_update(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -96,9 +86,7 @@ pub async fn tenant_update(
     params(("tenant_id" = TenantId, Path, description = "Tenant id"),
         ("If-Match" = Option<String>, Header, description = "Etag the tenant must still have")),
     responses(
-        (status = 204, description = "Deleted"),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+        (status = 204, description = "Deleted")))]
 pub async fn tenant_delete(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -113,9 +101,7 @@ pub async fn tenant_delete(
 #[utoipa::path(post, path = "/v1/tenants/{tenant_id}/suspend", operation_id = "tenant_suspend", tag = "tenants",
     params(("tenant_id" = TenantId, Path, description = "Tenant id")),
     responses(
-        (status = 200, description = "The tenant", body = TenantView, headers(("ETag" = String, description = "Generation etag"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+        (status = 200, description = "The tenant", body = TenantView, headers(("ETag" = String, description = "Generation etag")))))]
 pub async fn tenant_suspend(
     State(s): State<AppState>,
     Caller(ctx): Caller,
@@ -129,9 +115,7 @@ pub async fn tenant_suspend(
 #[utoipa::path(post, path = "/v1/tenants/{tenant_id}/resume", operation_id = "tenant_resume", tag = "tenants",
     params(("tenant_id" = TenantId, Path, description = "Tenant id")),
     responses(
-        (status = 200, description = "The tenant", body = TenantView, headers(("ETag" = String, description = "Generation etag"))),
-        (status = "default", description = "Problem", body = Problem, content_type = "application/problem+json")),
-    security(("bearer" = [])))]
+        (status = 200, description = "The tenant", body = TenantView, headers(("ETag" = String, description = "Generation etag")))))]
 pub async fn tenant_resume(
     State(s): State<AppState>,
     Caller(ctx): Caller,

@@ -59,6 +59,28 @@ async fn exp_is_required_and_must_be_a_number() {
 }
 
 #[tokio::test]
+async fn a_token_must_say_when_it_was_issued_and_live_no_longer_than_the_maximum() {
+    let missing = verify_claims(hs_config(), claims_with(json!({"iat": null}))).await;
+    assert!(matches!(missing, Err(AuthError::MissingClaim("iat"))), "{missing:?}");
+    let ahead = verify_claims(hs_config(), claims_with(json!({"iat": now() + 120}))).await;
+    assert!(matches!(ahead, Err(AuthError::InvalidClaim("iat"))), "issued in the future: {ahead:?}");
+
+    // The default maximum is a day: a week-long token is refused although it has not expired.
+    let week = claims_with(json!({"iat": now() - 60, "exp": now() + 7 * 86_400}));
+    let error = verify_claims(hs_config(), week.clone()).await.expect_err("too long");
+    assert!(matches!(error, AuthError::LifetimeTooLong { max_secs: 86_400 }), "{error:?}");
+    assert_eq!(error.code(), "invalid_token");
+    let day = claims_with(json!({"iat": now() - 60, "exp": now() + 86_400 - 60}));
+    verify_claims(hs_config(), day).await.expect("exactly a day");
+    // The maximum is a setting.
+    let short = VerifierConfig { max_lifetime_secs: 300, ..hs_config() };
+    let hour = claims_with(json!({"iat": now(), "exp": now() + 3600}));
+    assert!(matches!(verify_claims(short, hour).await, Err(AuthError::LifetimeTooLong { max_secs: 300 })));
+    let long = VerifierConfig { max_lifetime_secs: 30 * 86_400, ..hs_config() };
+    verify_claims(long, week).await.expect("a week within a 30-day maximum");
+}
+
+#[tokio::test]
 async fn fractional_numeric_dates_are_accepted() {
     let exp = now() + 600;
     let claims =

@@ -32,10 +32,9 @@ use kube::discovery::Scope;
 use kube::{Api, Client};
 use paddock_domain::driver::{TenantAccess, TenantStack};
 use paddock_domain::secret::SecretString;
+use paddock_domain::stack::{latest_version, ReadinessRule, StackComponent, StackDefinition, StackManifest};
 use paddock_kube::slurm::DEFAULT_STORAGE_CLASS;
-use paddock_kube::stack::{
-    latest_version, ReadinessRule, StackComponent, StackDefinition, StackManifest, LABEL_STACK_COMPONENT,
-};
+use paddock_kube::stack::LABEL_STACK_COMPONENT;
 use paddock_kube::KubeTenantStack;
 use serde::Deserialize;
 use serde_json::{json, Value};

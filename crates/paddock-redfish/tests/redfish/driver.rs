@@ -260,13 +260,13 @@ async fn the_seed_token_never_appears_in_errors_or_logs() {
     // its path on its own), which the client retries (logging each failure) and then reports.
     let unreachable = BootMedia {
         image_url: images.url("wipe.iso").to_string(),
-        seed_url: SecretString::new(format!("http://127.0.0.1:1/v1/agent/{token}/seed.iso")),
+        seed_url: SecretString::new(format!("http://127.0.0.1:1/v1/agent/seed/{token}.iso")),
     };
     let e = bmc.boot_from_media(&access, &unreachable).await.expect_err("the seed cannot be fetched");
     let shown = format!("{e} | {e:?}");
     assert_eq!(e.kind, BmcErrorKind::Transient, "{shown}");
     assert!(!shown.contains(token), "the token leaked into the error: {shown}");
-    assert!(shown.contains("http://127.0.0.1:1/v1/agent/[redacted]/seed.iso"), "masked URL expected: {shown}");
+    assert!(shown.contains("http://127.0.0.1:1/v1/agent/seed/[redacted]"), "masked URL expected: {shown}");
 
     // A successful boot logs its steps, never the seed.
     let media = media(&images, token);
@@ -277,7 +277,7 @@ async fn the_seed_token_never_appears_in_errors_or_logs() {
     let text = logs.text();
     assert!(text.contains("retrying"), "the 500s were logged (capture works): {text}");
     assert!(text.contains("booting from virtual media"), "{text}");
-    assert!(text.contains("/v1/agent/[redacted]/seed.iso"), "the BMC's message was logged, scrubbed: {text}");
+    assert!(text.contains("/v1/agent/seed/[redacted]"), "the BMC's message was logged, scrubbed: {text}");
     assert!(!text.contains(token), "the token leaked into the logs");
 }
 

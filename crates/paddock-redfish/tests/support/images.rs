@@ -22,7 +22,7 @@ impl ImageServer {
         let downloads = Arc::new(AtomicUsize::new(0));
         let app = Router::new()
             .route("/images/{name}", get(image))
-            .route("/v1/agent/{token}/{name}", get(seed))
+            .route("/v1/agent/seed/{file}", get(seed))
             .with_state(downloads.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind image server");
         let addr = listener.local_addr().expect("addr");
@@ -37,10 +37,10 @@ impl ImageServer {
         self.base.join(&format!("images/{name}")).expect("image url")
     }
 
-    /// A seed URL in the shape paddock hands out, `/v1/agent/{token}/seed.iso` (served for any
-    /// token).
+    /// A seed URL in the shape paddock hands out, `/v1/agent/seed/{seed_token}.iso` (served for
+    /// any token).
     pub fn seed_url(&self, token: &str) -> Url {
-        self.base.join(&format!("v1/agent/{token}/seed.iso")).expect("seed url")
+        self.base.join(&format!("v1/agent/seed/{token}.iso")).expect("seed url")
     }
 
     /// How many images were downloaded.
@@ -57,9 +57,7 @@ async fn image(State(downloads): State<Arc<AtomicUsize>>, Path(name): Path<Strin
     Ok(vec![0x42; 64 * 1024])
 }
 
-async fn seed(
-    State(downloads): State<Arc<AtomicUsize>>,
-    Path((_token, name)): Path<(String, String)>,
-) -> Result<Vec<u8>, StatusCode> {
-    image(State(downloads), Path(name)).await
+async fn seed(State(downloads): State<Arc<AtomicUsize>>, Path(file): Path<String>) -> Result<Vec<u8>, StatusCode> {
+    // `{seed_token}.iso`: served like an image of that name.
+    image(State(downloads), Path(file)).await
 }

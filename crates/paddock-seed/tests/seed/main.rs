@@ -1,8 +1,8 @@
-//! Seed images checked by independent readers: pycdlib (and `blkid` where installed).
+//! Seed images checked by independent readers: pycdlib (and `blkid`, `xorriso` where installed).
 
 mod reader;
 
-use paddock_seed::{nocloud_iso, seed_iso, SeedError, MAX_TOTAL_BYTES};
+use paddock_seed::{agent_seed_iso, iso_image, nocloud_iso, seed_iso, Dir, SeedError, MAX_TOTAL_BYTES, MIN_SEED_BYTES};
 
 const META_DATA: &[u8] = b"instance-id: machine-0f3c\nlocal-hostname: node-1\n";
 const USER_DATA: &[u8] = b"#cloud-config\nruncmd:\n  - [sh, -c, 'echo hello']\n";
@@ -28,6 +28,72 @@ fn seed_image_reads_back_by_real_names_through_joliet() {
     let mangled = [("META_DAT.;1", META_DATA), ("USER_DAT.;1", USER_DATA), ("NETWORK_.;1", NETWORK_CONFIG)];
     assert_eq!(seen.files("iso9660"), owned(&mangled));
     assert_eq!(seen.warnings, "", "pycdlib warned");
+}
+
+const AGENT_JSON: &[u8] = br#"{"agent_url":"https://paddock.example:8443","agent_token":"dG9rZW4","ca_cert":null}"#;
+
+#[test]
+fn agent_seed_holds_paddock_agent_json_beside_nocloud_and_fills_a_floppy() {
+    let image = agent_seed_iso(META_DATA, USER_DATA, AGENT_JSON).expect("agent seed");
+    assert_eq!(image.len(), MIN_SEED_BYTES, "small contents are padded to exactly one floppy");
+    assert_eq!(image.len() % 2048, 0);
+    let Some(seen) = reader::read_with_pycdlib("agent-seed", &image) else { return };
+    assert_eq!(seen.report["pvd_volume_id"], "cidata");
+    assert_eq!(seen.report["joliet_volume_id"], "cidata");
+    assert_eq!(seen.report["volume_bytes"], MIN_SEED_BYTES, "the volume size counts the padding");
+    let expected = [("meta-data", META_DATA), ("user-data", USER_DATA), ("paddock/agent.json", AGENT_JSON)];
+    assert_eq!(seen.files("joliet"), owned(&expected));
+    let mangled = [("META_DAT.;1", META_DATA), ("USER_DAT.;1", USER_DATA), ("PADDOCK/AGENT.JSO;1", AGENT_JSON)];
+    assert_eq!(seen.files("iso9660"), owned(&mangled));
+    assert_eq!(seen.warnings, "", "pycdlib warned");
+}
+
+#[test]
+fn the_simulators_reader_finds_what_pycdlib_finds() {
+    let image = agent_seed_iso(META_DATA, USER_DATA, AGENT_JSON).expect("agent seed");
+    assert_eq!(paddock_seed::read_file(&image, "paddock/agent.json").as_deref(), Some(AGENT_JSON));
+    assert_eq!(paddock_seed::read_file(&image, "meta-data").as_deref(), Some(META_DATA));
+    assert_eq!(paddock_seed::read_file(&image, "paddock"), None, "a directory is no file");
+    assert_eq!(paddock_seed::read_file(&image, "paddock/nothing"), None);
+    assert_eq!(paddock_seed::read_file(b"not an image", "meta-data"), None);
+}
+
+#[test]
+fn a_large_agent_seed_is_not_cut_to_the_floppy_size() {
+    let big = vec![b'x'; MIN_SEED_BYTES];
+    let image = agent_seed_iso(META_DATA, &big, AGENT_JSON).expect("agent seed");
+    assert!(image.len() > MIN_SEED_BYTES);
+    let Some(seen) = reader::read_with_pycdlib("agent-seed-big", &image) else { return };
+    assert_eq!(seen.files("joliet")[2], ("user-data".to_owned(), big));
+}
+
+#[test]
+fn several_directories_read_back_through_both_readers() {
+    let a: [(&str, &[u8]); 2] = [("one.txt", b"1"), ("two", b"")];
+    let b: [(&str, &[u8]); 1] = [("three", b"333")];
+    let dirs = [Dir { name: "zeta", files: &a }, Dir { name: "alpha-dir", files: &b }];
+    let image = iso_image(&[("top", b"t")], &dirs, "cidata", 0).expect("image");
+    let expected = [("top", &b"t"[..]), ("zeta/one.txt", b"1"), ("zeta/two", b""), ("alpha-dir/three", b"333")];
+    if let Some(seen) = reader::read_with_pycdlib("dirs", &image) {
+        assert_eq!(seen.files("joliet"), owned(&expected));
+        assert_eq!(seen.warnings, "", "pycdlib warned");
+    }
+    if let Some((_, files)) = reader::xorriso_extract("dirs", &image) {
+        assert_eq!(files, owned(&expected));
+    }
+    let err = iso_image(&[("zeta", b"")], &dirs, "cidata", 0).expect_err("a file and a directory of one name");
+    assert!(matches!(err, SeedError::DuplicateName { .. }), "{err}");
+}
+
+#[test]
+fn blkid_reports_the_agent_seed_as_an_iso9660_volume_labelled_cidata() {
+    let image = agent_seed_iso(META_DATA, USER_DATA, AGENT_JSON).expect("agent seed");
+    let Some(export) = reader::blkid("blkid-agent", &image) else {
+        eprintln!("NOTICE: blkid not installed, skipping");
+        return;
+    };
+    assert!(export.lines().any(|l| l == "LABEL=cidata"), "blkid said: {export}");
+    assert!(export.lines().any(|l| l == "TYPE=iso9660"), "blkid said: {export}");
 }
 
 #[test]
@@ -64,6 +130,20 @@ fn many_files_and_multi_sector_contents_read_back() {
     primary_contents.sort();
     expected_contents.sort();
     assert_eq!(primary_contents, expected_contents);
+}
+
+#[test]
+fn directories_are_sized_in_the_order_their_records_are_written() {
+    // Names of varying lengths given in reverse order: sorted, the records pack into the sectors
+    // differently than given, so a directory sized in input order could come out a sector short.
+    let names: Vec<String> =
+        (0..40).rev().map(|i| format!("{i:02}-{}", "y".repeat(if i % 2 == 0 { 58 } else { 3 }))).collect();
+    let files: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), &b"z"[..])).collect();
+    let image = iso_image(&[], &[Dir { name: "d", files: &files }], "cidata", 0).expect("image");
+    let Some(seen) = reader::read_with_pycdlib("order", &image) else { return };
+    let expected: Vec<(String, &[u8])> = names.iter().map(|n| (format!("d/{n}"), &b"z"[..])).collect();
+    let expected: Vec<(&str, &[u8])> = expected.iter().map(|(n, d)| (n.as_str(), *d)).collect();
+    assert_eq!(seen.files("joliet"), owned(&expected));
 }
 
 #[test]

@@ -12,19 +12,24 @@ use serde_json::Value;
 /// The pycdlib release the venv installs.
 const PYCDLIB_VERSION: &str = "1.22.0";
 
-/// Reads an image with pycdlib and prints what it sees as JSON: both volume identifiers and,
-/// for each tree, every root file (dot entries left out) with its contents in hex.
+/// Reads an image with pycdlib and prints what it sees as JSON: both volume identifiers, the
+/// volume size and, for each tree, every file (by path, dot entries left out, directories walked)
+/// with its contents in hex.
 const READ_SCRIPT: &str = r#"
 import io, json, sys
 import pycdlib
 
-def children(iso, **path):
+def walk(iso, key, decode, prefix=""):
+    """Every file under `prefix` as (path without the leading slash, record), depth first."""
     out = []
-    for rec in iso.list_children(**path):
+    for rec in iso.list_children(**{key: "/" + prefix}):
         if rec.is_dot() or rec.is_dotdot():
             continue
-        ident = rec.file_identifier()
-        out.append(ident.decode("utf-16_be") if "joliet_path" in path else ident.decode("ascii"))
+        name = prefix + decode(rec.file_identifier())
+        if rec.is_dir():
+            out.extend(walk(iso, key, decode, name + "/"))
+        else:
+            out.append(name)
     return out
 
 def read(iso, **path):
@@ -32,14 +37,18 @@ def read(iso, **path):
     iso.get_file_from_iso_fp(buf, **path)
     return buf.getvalue().hex()
 
+def tree(iso, key, decode):
+    return {n: read(iso, **{key: "/" + n}) for n in walk(iso, key, decode)}
+
 iso = pycdlib.PyCdlib()
 iso.open(sys.argv[1])
 result = {
     "pvd_volume_id": iso.pvd.volume_identifier.decode("ascii").rstrip(" "),
     "has_joliet": iso.has_joliet(),
     "joliet_volume_id": iso.joliet_vd.volume_identifier.decode("utf-16_be").rstrip(" ") if iso.has_joliet() else None,
-    "joliet": {n: read(iso, joliet_path="/" + n) for n in children(iso, joliet_path="/")} if iso.has_joliet() else {},
-    "iso9660": {n: read(iso, iso_path="/" + n) for n in children(iso, iso_path="/")},
+    "joliet": tree(iso, "joliet_path", lambda b: b.decode("utf-16_be")) if iso.has_joliet() else {},
+    "iso9660": tree(iso, "iso_path", lambda b: b.decode("ascii")),
+    "volume_bytes": iso.pvd.space_size * iso.pvd.log_block_size,
 }
 iso.close()
 print(json.dumps(result))
@@ -153,7 +162,7 @@ pub fn read_with_pycdlib(test: &str, image: &[u8]) -> Option<Seen> {
     Some(Seen { report, warnings })
 }
 
-/// The PVD volume id and the Joliet tree's root files as `xorriso` (libisofs) reads them, with
+/// The PVD volume id and the Joliet tree's files (by path) as `xorriso` (libisofs) reads them, with
 /// Rock Ridge ignored (`-read_fs norock`); `None` when xorriso is not installed. An optional second
 /// reader: unlike pycdlib it is not required under `CI=true`.
 pub fn xorriso_extract(test: &str, image: &[u8]) -> Option<(String, Files)> {
@@ -175,10 +184,17 @@ pub fn xorriso_extract(test: &str, image: &[u8]) -> Option<(String, Files)> {
         .expect("xorriso -pvd_info prints the volume id")
         .to_owned();
     let mut files = Vec::new();
-    for entry in std::fs::read_dir(&out).expect("extracted tree") {
-        let entry = entry.expect("dir entry");
-        let name = entry.file_name().into_string().expect("UTF-8 name");
-        files.push((name, std::fs::read(entry.path()).expect("extracted file")));
+    let mut dirs = vec![(String::new(), out.clone())];
+    while let Some((prefix, dir)) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("extracted tree") {
+            let entry = entry.expect("dir entry");
+            let name = format!("{prefix}{}", entry.file_name().into_string().expect("UTF-8 name"));
+            if entry.file_type().expect("file type").is_dir() {
+                dirs.push((format!("{name}/"), entry.path()));
+            } else {
+                files.push((name, std::fs::read(entry.path()).expect("extracted file")));
+            }
+        }
     }
     files.sort();
     // xorriso restores files and directory read-only; make them writable again to remove them.

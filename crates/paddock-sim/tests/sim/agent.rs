@@ -24,7 +24,6 @@ use crate::{access, cluster, node_of, tenant, world_on};
 struct Harness {
     app: TestApp,
     services: Services,
-    base: String,
     world: SimWorld,
 }
 
@@ -33,9 +32,10 @@ impl Harness {
         let app = TestApp::new().await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("address"));
-        // The app's services, told where machines reach the agent endpoints (the report URL).
+        // The app's services, told where machines reach the agent endpoints and BMCs the seeds.
         let services =
-            Services::new(Store::from_pool(app.db.pool.clone()), app.cipher.clone()).with_agent_base_url(&base);
+            Services::new(Store::from_pool(app.db.pool.clone()), app.cipher.clone(), paddock_testkit::ledger_key())
+                .with_agent_base_url(&base);
         let verifier = Verifier::new(VerifierConfig {
             hs256_secret: Some(Secret::new(TEST_SECRET.to_vec())),
             ..VerifierConfig::default()
@@ -45,7 +45,7 @@ impl Harness {
         let router = paddock_api::router(AppState::new(services.clone(), verifier, ApiConfig::default()));
         tokio::spawn(async move { axum::serve(listener, router).await.expect("serve") });
         let world = world_on(&app.db, SimConfig::zero());
-        Harness { app, services, base, world }
+        Harness { app, services, world }
     }
 
     /// Enrolls `sim://<name>` through the API; returns its id.
@@ -73,18 +73,19 @@ impl Harness {
         MachineId(Uuid::parse_str(body["machine"]["id"].as_str().expect("id")).expect("uuid"))
     }
 
-    /// Issues a run's token and boots the sim machine with its seed, as the worker does.
-    async fn boot(&self, name: &str, machine: MachineId, purpose: AgentPurpose, config: Value) -> String {
+    /// Issues a run's tokens and boots the sim machine with its seed, as the worker does; returns
+    /// the seed token.
+    async fn boot(&self, name: &str, machine: MachineId, purpose: AgentPurpose, config: Value) -> SecretString {
         let run = AgentRun { machine_id: machine, run_id: Uuid::now_v7(), purpose, config };
         let token = self.services.agent_token_issue(&run, Duration::from_secs(600)).await.expect("token");
         self.boot_with(name, &token).await;
         token
     }
 
-    async fn boot_with(&self, name: &str, token: &str) {
+    async fn boot_with(&self, name: &str, seed_token: &SecretString) {
         let media = BootMedia {
             image_url: "https://images.example/wipe.iso".to_owned(),
-            seed_url: SecretString::new(format!("{}/v1/agent/{token}/seed.iso", self.base)),
+            seed_url: self.services.agent_seed_url(seed_token),
         };
         let a = access(name, Some(system_uuid(name)));
         self.world.bmc().boot_from_media(&a, &media).await.expect("boot from media");
@@ -123,7 +124,9 @@ async fn a_wipe_is_reported_once_and_verified() {
     assert_eq!(report["result"], "success");
     let drives = report["drives"].as_array().expect("drives");
     assert_eq!(drives.len(), 2);
-    assert!(drives.iter().all(|d| d["method"] == "sim-overwrite" && d["result"] == "success"), "{report}");
+    assert!(drives.iter().all(|d| d["method"] == "overwrite-zeroes" && d["result"] == "success"), "{report}");
+    assert!(drives.iter().all(|d| d["verification"]["ranges"] == 66), "complete evidence: {report}");
+    assert_eq!(report["image_sha256"], paddock_domain::agent::SIMULATED_WIPE_IMAGE_SHA256);
     // Reported once: a second pass has nothing to do.
     assert_eq!(agent.tick().await.expect("tick"), 0);
     let m = h.world.machine("w1").await.expect("read").expect("exists");
@@ -135,15 +138,16 @@ async fn a_wipe_is_reported_once_and_verified() {
     assert_eq!(agent.tick().await.expect("tick"), 0);
 }
 
-/// The token of the machine's latest boot, read back from the sim world (where the BMC keeps the
-/// seed URL, token and all).
-async fn seed_token(h: &Harness, name: &str) -> String {
+/// The seed token of the machine's latest boot, read back from the sim world (where the BMC
+/// keeps the seed URL, token and all).
+async fn seed_token(h: &Harness, name: &str) -> SecretString {
     let seed: String = sqlx::query_scalar("select seed_url from paddock_sim.machines where name = $1")
         .bind(name)
         .fetch_one(&h.app.db.pool)
         .await
         .expect("seed");
-    seed.rsplit('/').nth(1).expect("token").to_owned()
+    let file = seed.rsplit('/').next().expect("file");
+    SecretString::new(file.strip_suffix(".iso").expect("a seed URL").to_owned())
 }
 
 #[tokio::test]
@@ -189,7 +193,7 @@ async fn an_unreachable_api_is_retried() {
     let token = h.services.agent_token_issue(&run, Duration::from_secs(600)).await.expect("token");
     let media = BootMedia {
         image_url: "https://images.example/wipe.iso".to_owned(),
-        seed_url: SecretString::new(format!("http://127.0.0.1:9/v1/agent/{token}/seed.iso")),
+        seed_url: SecretString::new(format!("http://127.0.0.1:9/v1/agent/seed/{}.iso", token.expose())),
     };
     h.world.bmc().boot_from_media(&access("w4", Some(system_uuid("w4"))), &media).await.expect("boot");
     let agent = h.world.agent(reqwest::Client::new());
@@ -272,7 +276,7 @@ async fn a_boot_is_not_reported_before_its_latency() {
     let slow = world_on(&db, SimConfig { boot_latency: Duration::from_secs(3600), ..SimConfig::zero() });
     let media = BootMedia {
         image_url: "https://images.example/wipe.iso".to_owned(),
-        seed_url: SecretString::new("http://127.0.0.1:9/v1/agent/t/seed.iso".to_owned()),
+        seed_url: SecretString::new("http://127.0.0.1:9/v1/agent/seed/t.iso".to_owned()),
     };
     slow.bmc().boot_from_media(&access("s1", Some(system_uuid("s1"))), &media).await.expect("boot");
     assert_eq!(slow.agent(reqwest::Client::new()).tick().await.expect("tick"), 0);

@@ -9,7 +9,7 @@ use crate::{access, world, world_on};
 fn media(token: &str) -> BootMedia {
     BootMedia {
         image_url: "https://images.example/wipe.iso".to_owned(),
-        seed_url: SecretString::new(format!("http://127.0.0.1:9/v1/agent/{token}/seed.iso")),
+        seed_url: SecretString::new(format!("http://127.0.0.1:9/v1/agent/seed/{token}.iso")),
     }
 }
 

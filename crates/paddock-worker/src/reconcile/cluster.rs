@@ -24,17 +24,19 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use paddock_domain::cluster::{set_condition, Cluster, NodePool};
 use paddock_domain::driver::{
-    ClusterRef, ControlPlaneSpec, DriverError, KubeDrivers, Removal, SlurmDesired, SlurmPool, SlurmSecrets,
-    TenantAccess,
+    ClusterRef, ControlPlaneSpec, ControlPlaneStatus, DriverError, KubeDrivers, Removal, SlurmDesired, SlurmPool,
+    SlurmSecrets, TenantAccess,
 };
-use paddock_domain::job_kind::CLUSTER_RECONCILE;
+use paddock_domain::job_kind::{ClusterJob, Payload, CLUSTER_RECONCILE};
+use paddock_domain::machine::HELD;
 use paddock_domain::secret::{Binding, SecretString};
 use paddock_service::Services;
-use paddock_store::lifecycle::{self, Allocation, HeldMachine, Need};
-use paddock_store::{cluster as store, operation, StoreError};
-use paddock_types::cluster::{ClusterKind, ClusterPhase, Condition, NodePoolStatus};
+use paddock_store::allocation::{self, Allocation, HeldMachine, Need};
+use paddock_store::{cluster as store, cluster_event, lifecycle, node_pool, operation, Conn, StoreError};
+use paddock_types::cluster::{ClusterKind, ClusterPhase, Condition, ConditionStatus, NodePoolStatus};
 use paddock_types::machine::MachineState;
-use paddock_types::{ClusterId, TenantId};
+use paddock_types::operation::{OperationState, OperationStep};
+use paddock_types::{ClusterId, NodePoolId, TenantId};
 use serde_json::{json, Value};
 
 use super::{
@@ -84,16 +86,16 @@ struct Observed {
 
 impl Observed {
     fn set(&mut self, type_: &str, ok: bool, reason: &str, message: &str) {
-        let status = if ok { "True" } else { "False" };
+        let status = ConditionStatus::from(ok);
         set_condition(&mut self.conditions, type_, status, reason, message, self.now);
     }
 
     fn is_true(&self, type_: &str) -> bool {
-        self.conditions.iter().any(|c| c.type_ == type_ && c.status == "True")
+        self.conditions.iter().any(|c| c.type_ == type_ && c.status == ConditionStatus::True)
     }
 
     fn was_true(before: &[Condition], type_: &str) -> bool {
-        before.iter().any(|c| c.type_ == type_ && c.status == "True")
+        before.iter().any(|c| c.type_ == type_ && c.status == ConditionStatus::True)
     }
 }
 
@@ -126,11 +128,11 @@ impl ClusterReconciler {
             let Some(cluster) = store::get(&mut conn, tenant, id, false).await? else {
                 return Ok(None);
             };
-            let pools = store::pools_of(&mut conn, tenant, id).await?;
+            let pools = node_pool::of_cluster(&mut conn, tenant, id).await?;
             let Some(reference) = cluster_ref(&mut conn, tenant, id, &cluster.spec.name).await? else {
                 return Ok(None);
             };
-            let held = lifecycle::machines_of(&mut conn, tenant, id).await?;
+            let held = allocation::machines_of(&mut conn, tenant, id).await?;
             Ok::<_, StoreError>(Some((cluster, pools, reference, held)))
         }
         .await;
@@ -158,6 +160,7 @@ impl ClusterReconciler {
         }
     }
 
+    /// One run over SPEC section 6's steps, in order; the status is written at the end.
     async fn converge(
         &self,
         kube: &KubeDrivers,
@@ -167,11 +170,49 @@ impl ClusterReconciler {
         held: &[HeldMachine],
         observed: &mut Observed,
     ) -> Result<Outcome, Stop> {
-        // 1. Isolation.
+        self.isolation(kube, reference, observed).await?;
+        let cp = self.control_plane(kube, cluster, reference, observed).await?;
+        let waiting_for_capacity = self.machines(cluster, pools, held, observed).await?;
+        let access = self.tenant_access(reference, &cp).await?;
+        if access.is_some() {
+            self.start_provisioning(held).await?;
+        }
+        let pool_status = nodes(pools, held, observed);
+        match &access {
+            Some(access) => {
+                if self.stack(kube, cluster, access, observed).await? {
+                    self.slurm(kube, cluster, pools, held, access, observed).await?;
+                } else if cluster.spec.kind == ClusterKind::Slurm && cluster.spec.slurm.is_some() {
+                    observed.set(SLURM_READY, false, "WaitingForStack", "waiting for the tenant base stack");
+                }
+            }
+            None => {
+                let message = "waiting for the control plane";
+                observed.set(STACK_READY, false, "WaitingForControlPlane", message);
+                if cluster.spec.kind == ClusterKind::Slurm {
+                    observed.set(SLURM_READY, false, "WaitingForControlPlane", message);
+                }
+            }
+        }
+        self.status(cluster, pools, &pool_status, observed, waiting_for_capacity && cp.ready).await
+    }
+
+    /// Step 1: the cluster's namespace and its isolation on the platform cluster.
+    async fn isolation(&self, kube: &KubeDrivers, reference: &ClusterRef, observed: &mut Observed) -> Result<(), Stop> {
         kube.platform.ensure_isolation(reference).await.map_err(|e| Stop::Driver(NAMESPACE_READY, e))?;
         observed.set(NAMESPACE_READY, true, "Ready", "");
+        Ok(())
+    }
 
-        // 2. The control plane.
+    /// Step 2: the tenant control plane; its admin kubeconfig is stored sealed and its endpoint
+    /// shown.
+    async fn control_plane(
+        &self,
+        kube: &KubeDrivers,
+        cluster: &Cluster,
+        reference: &ClusterRef,
+        observed: &mut Observed,
+    ) -> Result<ControlPlaneStatus, Stop> {
         let spec = ControlPlaneSpec {
             cluster: reference.clone(),
             kubernetes_version: cluster.spec.kubernetes_version.clone(),
@@ -189,75 +230,85 @@ impl ClusterReconciler {
         }
         let reason = if cp.ready { "Ready" } else { "Provisioning" };
         observed.set(CONTROL_PLANE_READY, cp.ready, reason, &cp.reason);
+        Ok(cp)
+    }
 
-        // 3. Machines: release the surplus, allocate the shortfall (all or nothing).
-        let waiting_for_capacity = self.machines(cluster, pools, held, observed).await?;
-        let access = if cp.ready {
-            let mut conn = self.services.store().conn().await?;
-            tenant_access(&mut conn, self.services.cipher(), reference.clone(), cp.endpoint.as_deref()).await?
-        } else {
-            None
+    /// Access to the tenant cluster, once its control plane is ready.
+    async fn tenant_access(
+        &self,
+        reference: &ClusterRef,
+        cp: &ControlPlaneStatus,
+    ) -> Result<Option<TenantAccess>, StoreError> {
+        if !cp.ready {
+            return Ok(None);
+        }
+        let mut conn = self.services.store().conn().await?;
+        tenant_access(&mut conn, self.services.cipher(), reference.clone(), cp.endpoint.as_deref()).await
+    }
+
+    /// Step 3, once the control plane is up: allocated machines, which wait for it, go on to be
+    /// provisioned by their own jobs.
+    async fn start_provisioning(&self, held: &[HeldMachine]) -> Result<(), StoreError> {
+        let waiting: Vec<_> = held.iter().filter(|m| m.state == MachineState::Allocated).map(|m| m.id).collect();
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.services.store().begin().await?;
+        for machine in waiting {
+            lifecycle::enqueue_machine(&mut tx, machine, None).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Step 4: the tenant base stack; true once it is ready.
+    async fn stack(
+        &self,
+        kube: &KubeDrivers,
+        cluster: &Cluster,
+        access: &TenantAccess,
+        observed: &mut Observed,
+    ) -> Result<bool, Stop> {
+        let stack = kube.stack.ensure_stack(access).await.map_err(|e| Stop::Driver(STACK_READY, e))?;
+        observed.set(STACK_READY, stack.ready, if stack.ready { "Ready" } else { "Applying" }, &stack.reason);
+        let mut conn = self.services.store().conn().await?;
+        store::set_stack_version(&mut conn, cluster.tenant_id, cluster.id, &stack.version).await?;
+        Ok(stack.ready)
+    }
+
+    /// Step 5 (`kind: slurm`), on the ready base stack: Slurm, with its endpoints.
+    async fn slurm(
+        &self,
+        kube: &KubeDrivers,
+        cluster: &Cluster,
+        pools: &[NodePool],
+        held: &[HeldMachine],
+        access: &TenantAccess,
+        observed: &mut Observed,
+    ) -> Result<(), Stop> {
+        let (ClusterKind::Slurm, Some(slurm)) = (cluster.spec.kind, &cluster.spec.slurm) else {
+            return Ok(());
         };
-        if access.is_some() {
-            // Allocated machines wait for the control plane; it is up: go.
-            let waiting: Vec<_> = held.iter().filter(|m| m.state == MachineState::Allocated).map(|m| m.id).collect();
-            if !waiting.is_empty() {
-                let mut tx = self.services.store().begin().await?;
-                for machine in waiting {
-                    lifecycle::enqueue_machine(&mut tx, machine).await?;
-                }
-                tx.commit().await.map_err(StoreError::from)?;
-            }
-        }
-        let pool_status = pool_statuses(pools, held);
-        let (ready_nodes, wanted_nodes) = pool_status
-            .iter()
-            .filter(|(p, _)| !p.deleting)
-            .fold((0, 0), |(r, w), (p, s)| (r + s.ready.min(p.spec.count), w + p.spec.count));
-        let nodes_ready = ready_nodes == wanted_nodes && held.iter().all(|m| m.state == MachineState::Active);
-        observed.set(
-            NODES_READY,
-            nodes_ready,
-            if nodes_ready { "Ready" } else { "Provisioning" },
-            &format!("{ready_nodes} of {wanted_nodes} nodes ready"),
-        );
+        let secrets = self.slurm_secrets(cluster).await?;
+        let desired = slurm_desired(slurm, pools, held, secrets);
+        let status = kube.slurm.ensure_slurm(access, &desired).await.map_err(|e| Stop::Driver(SLURM_READY, e))?;
+        observed.set(SLURM_READY, status.ready, if status.ready { "Ready" } else { "Applying" }, &status.reason);
+        observed.endpoints.slurm_rest_api = status.rest_api;
+        observed.endpoints.login_ssh = status.login_ssh;
+        observed.endpoints.login_ssh_host_keys = status.login_ssh_host_keys;
+        Ok(())
+    }
 
-        // 4. The tenant base stack, and 5. Slurm.
-        match &access {
-            Some(access) => {
-                let stack = kube.stack.ensure_stack(access).await.map_err(|e| Stop::Driver(STACK_READY, e))?;
-                observed.set(STACK_READY, stack.ready, if stack.ready { "Ready" } else { "Applying" }, &stack.reason);
-                let mut conn = self.services.store().conn().await?;
-                store::set_stack_version(&mut conn, cluster.tenant_id, cluster.id, &stack.version).await?;
-                if let (ClusterKind::Slurm, Some(slurm)) = (cluster.spec.kind, &cluster.spec.slurm) {
-                    if stack.ready {
-                        let secrets = self.slurm_secrets(cluster).await?;
-                        let desired = slurm_desired(slurm, pools, held, secrets);
-                        let ready = self.slurm(kube, access, &desired).await?;
-                        observed.set(
-                            SLURM_READY,
-                            ready.ready,
-                            if ready.ready { "Ready" } else { "Applying" },
-                            &ready.reason,
-                        );
-                        observed.endpoints.slurm_rest_api = ready.rest_api;
-                        observed.endpoints.login_ssh = ready.login_ssh;
-                        observed.endpoints.login_ssh_host_keys = ready.login_ssh_host_keys;
-                    } else {
-                        observed.set(SLURM_READY, false, "WaitingForStack", "waiting for the tenant base stack");
-                    }
-                }
-            }
-            None => {
-                let message = "waiting for the control plane";
-                observed.set(STACK_READY, false, "WaitingForControlPlane", message);
-                if cluster.spec.kind == ClusterKind::Slurm {
-                    observed.set(SLURM_READY, false, "WaitingForControlPlane", message);
-                }
-            }
-        }
-
-        // 6. Status.
+    /// Step 6: `Ready` from the required conditions, the phase, and the status written; the
+    /// outcome says when to run again.
+    async fn status(
+        &self,
+        cluster: &Cluster,
+        pools: &[NodePool],
+        pool_status: &[(&NodePool, NodePoolStatus)],
+        observed: &mut Observed,
+        waiting_for_capacity: bool,
+    ) -> Result<Outcome, Stop> {
         let mut required = vec![NAMESPACE_READY, CONTROL_PLANE_READY, MACHINES_ALLOCATED, NODES_READY, STACK_READY];
         if cluster.spec.kind == ClusterKind::Slurm {
             required.push(SLURM_READY);
@@ -266,35 +317,26 @@ impl ClusterReconciler {
         let ready = missing.is_empty();
         let message = if ready { String::new() } else { format!("not ready: {}", missing.join(", ")) };
         observed.set(READY, ready, if ready { "Ready" } else { "Reconciling" }, &message);
-        let before = cluster.status.observed_generation;
-        let (phase, observed_generation) = if ready {
-            (ClusterPhase::Ready, cluster.generation)
-        } else if before == 0 {
-            (ClusterPhase::Provisioning, 0)
-        } else if cluster.generation > before {
-            (ClusterPhase::Updating, before)
-        } else {
-            (ClusterPhase::Degraded, before)
-        };
+        let (phase, observed_generation) = phase(cluster, ready);
         if ready && !Observed::was_true(&cluster.status.conditions, READY) {
             observed.events.push(("Normal", "ClusterReady", "the cluster is ready".to_owned()));
         }
         let steps = steps(&observed.conditions, &required);
-        let written = self.write(cluster, pools, &pool_status, observed, phase, observed_generation, &steps).await?;
+        let written = self.write(cluster, pools, pool_status, observed, phase, observed_generation, &steps).await?;
         if !written {
             return Ok(Outcome::wait(Duration::ZERO, "status_conflict", "the status changed under the run; again"));
         }
         Ok(if ready {
             Outcome::Done
-        } else if waiting_for_capacity && cp.ready {
+        } else if waiting_for_capacity {
             Outcome::wait(CAPACITY_WAIT, "insufficient_capacity", "waiting for machines")
         } else {
             Outcome::wait(self.settings.poll, "converging", message)
         })
     }
 
-    /// Releases surplus machines and allocates the shortfall; true when the cluster waits for
-    /// capacity (or quota).
+    /// Releases surplus machines, marks emptied deleting pools deleted and allocates the
+    /// shortfall, in one transaction; true when the cluster waits for capacity (or quota).
     async fn machines(
         &self,
         cluster: &Cluster,
@@ -302,82 +344,60 @@ impl ClusterReconciler {
         held: &[HeldMachine],
         observed: &mut Observed,
     ) -> Result<bool, Stop> {
-        let mut release = Vec::new();
-        let mut needs = Vec::new();
-        let mut gone_pools = Vec::new();
-        for pool in pools {
-            let want = if pool.deleting { 0 } else { pool.spec.count as usize };
-            let mut holding: Vec<&HeldMachine> = held
-                .iter()
-                .filter(|m| m.node_pool_id == pool.id && lifecycle::HELD.contains(&m.state.as_str()))
-                .collect();
-            if holding.len() > want {
-                // Give back the machines that serve least first: not yet provisioned, then
-                // provisioning, then active; the newest first within each.
-                holding.sort_by_key(|m| (release_rank(m.state), std::cmp::Reverse(m.id.uuid())));
-                release.extend(holding.iter().take(holding.len() - want).map(|m| (*m).clone()));
-            } else if holding.len() < want {
-                let count = u32::try_from(want - holding.len()).unwrap_or(u32::MAX);
-                needs.push(Need {
-                    node_pool_id: pool.id,
-                    machine_class_id: pool.machine_class_id,
-                    gpu_count: pool.gpu_count,
-                    count,
-                });
-            }
-            if pool.deleting && !held.iter().any(|m| m.node_pool_id == pool.id) {
-                gone_pools.push(pool.id);
-            }
-        }
+        let plan = MachinePlan::of(pools, held);
         let mut tx = self.services.store().begin().await?;
-        for m in &release {
-            if lifecycle::begin_release(&mut tx, m.id, m.state, m.status_version).await? {
-                // The custody entry is sealed in the transition's own transaction.
-                self.services.custody_seal(&mut tx, m.id).await?;
-                lifecycle::enqueue_machine(&mut tx, m.id).await?;
+        for m in &plan.release {
+            if lifecycle::begin_release(&mut tx, self.services.ledger_key(), m.id, m.state, m.status_version).await? {
+                lifecycle::enqueue_machine(&mut tx, m.id, None).await?;
             }
         }
-        if !release.is_empty() {
-            let message = format!("{} machine(s) are being released", release.len());
+        if !plan.release.is_empty() {
+            let message = format!("{} machine(s) are being released", plan.release.len());
             observed.events.push(("Normal", "MachinesReleasing", message));
         }
-        for pool in &gone_pools {
-            store::pool_mark_deleted(&mut tx, cluster.tenant_id, *pool).await?;
-            operation::succeed(&mut tx, pool.uuid(), None, &json!([])).await?;
+        for pool in &plan.gone_pools {
+            node_pool::mark_deleted(&mut tx, cluster.tenant_id, *pool).await?;
+            operation::succeed(&mut tx, pool.uuid(), None, &[]).await?;
         }
-        let mut waiting = false;
-        if needs.is_empty() {
+        let waiting = if plan.needs.is_empty() {
             observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
+            false
         } else {
-            match lifecycle::allocate(&mut tx, cluster.tenant_id, cluster.id, &needs).await? {
-                Allocation::Allocated(machines) => {
-                    for machine in &machines {
-                        self.services.custody_seal(&mut tx, *machine).await?;
-                    }
-                    observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
-                    let message = format!("{} machine(s) allocated", machines.len());
-                    observed.events.push(("Normal", "MachinesAllocated", message));
-                }
-                Allocation::Behind { .. } => {
-                    waiting = true;
-                    let message = "waiting for machines: an earlier request for the same machine class goes first";
-                    self.insufficient(observed, "InsufficientCapacity", message);
-                }
-                Allocation::Short { machine_class, needed, available } => {
-                    waiting = true;
-                    let message =
-                        format!("waiting for machines: needs {needed} {machine_class}, {available} available");
-                    self.insufficient(observed, "InsufficientCapacity", &message);
-                }
-                Allocation::OverQuota { quota, limit, would_hold } => {
-                    waiting = true;
-                    let message = format!("the tenant's {quota} quota ({limit}) would be exceeded ({would_hold})");
-                    self.insufficient(observed, "QuotaExceeded", &message);
-                }
-            }
-        }
+            self.allocate(&mut tx, cluster, &plan.needs, observed).await?
+        };
         tx.commit().await.map_err(StoreError::from)?;
         Ok(waiting)
+    }
+
+    /// Allocates `needs` all or nothing in the caller's transaction; true when the cluster waits.
+    async fn allocate(
+        &self,
+        conn: &mut Conn,
+        cluster: &Cluster,
+        needs: &[Need],
+        observed: &mut Observed,
+    ) -> Result<bool, StoreError> {
+        match allocation::allocate(conn, self.services.ledger_key(), cluster.tenant_id, cluster.id, needs).await? {
+            Allocation::Allocated(machines) => {
+                observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
+                let message = format!("{} machine(s) allocated", machines.len());
+                observed.events.push(("Normal", "MachinesAllocated", message));
+                return Ok(false);
+            }
+            Allocation::Behind { .. } => {
+                let message = "waiting for machines: an earlier request for the same machine class goes first";
+                self.insufficient(observed, "InsufficientCapacity", message);
+            }
+            Allocation::Short { machine_class, needed, available } => {
+                let message = format!("waiting for machines: needs {needed} {machine_class}, {available} available");
+                self.insufficient(observed, "InsufficientCapacity", &message);
+            }
+            Allocation::OverQuota { quota, limit, would_hold } => {
+                let message = format!("the tenant's {quota} quota ({limit}) would be exceeded ({would_hold})");
+                self.insufficient(observed, "QuotaExceeded", &message);
+            }
+        }
+        Ok(true)
     }
 
     fn insufficient(&self, observed: &mut Observed, reason: &'static str, message: &str) {
@@ -386,15 +406,6 @@ impl ClusterReconciler {
         if was.as_deref() != Some(reason) {
             observed.events.push(("Warning", reason, message.to_owned()));
         }
-    }
-
-    async fn slurm(
-        &self,
-        kube: &KubeDrivers,
-        access: &TenantAccess,
-        desired: &SlurmDesired,
-    ) -> Result<paddock_domain::driver::SlurmStatus, Stop> {
-        kube.slurm.ensure_slurm(access, desired).await.map_err(|e| Stop::Driver(SLURM_READY, e))
     }
 
     /// The cluster's Slurm secrets: generated once, stored sealed, then always the stored ones.
@@ -462,10 +473,11 @@ impl ClusterReconciler {
         }
         if !held.is_empty() {
             let mut tx = self.services.store().begin().await?;
-            for m in held.iter().filter(|m| lifecycle::HELD.contains(&m.state.as_str())) {
-                if lifecycle::begin_release(&mut tx, m.id, m.state, m.status_version).await? {
-                    self.services.custody_seal(&mut tx, m.id).await?;
-                    lifecycle::enqueue_machine(&mut tx, m.id).await?;
+            for m in held.iter().filter(|m| HELD.contains(&m.state)) {
+                if lifecycle::begin_release(&mut tx, self.services.ledger_key(), m.id, m.state, m.status_version)
+                    .await?
+                {
+                    lifecycle::enqueue_machine(&mut tx, m.id, None).await?;
                 }
             }
             tx.commit().await.map_err(StoreError::from)?;
@@ -488,11 +500,18 @@ impl ClusterReconciler {
         }
         let mut tx = self.services.store().begin().await?;
         let pool_ids = store::mark_deleted(&mut tx, cluster.tenant_id, cluster.id).await?;
-        store::event_insert(&mut tx, cluster.tenant_id, cluster.id, "Normal", "ClusterDeleted", "the cluster is gone")
-            .await?;
-        operation::succeed(&mut tx, cluster.id.uuid(), None, &json!([])).await?;
+        cluster_event::insert(
+            &mut tx,
+            cluster.tenant_id,
+            cluster.id,
+            "Normal",
+            "ClusterDeleted",
+            "the cluster is gone",
+        )
+        .await?;
+        operation::succeed(&mut tx, cluster.id.uuid(), None, &[]).await?;
         for pool in pool_ids {
-            operation::succeed(&mut tx, pool, None, &json!([])).await?;
+            operation::succeed(&mut tx, pool, None, &[]).await?;
         }
         tx.commit().await.map_err(StoreError::from)?;
         Ok(Outcome::Done)
@@ -507,7 +526,12 @@ impl ClusterReconciler {
         message: &str,
     ) -> Result<Outcome, Stop> {
         observed.set(READY, false, "Deleting", message);
-        let steps = json!([{ "name": "delete", "state": "running", "started_at": null, "finished_at": null }]);
+        let steps = [OperationStep {
+            name: "delete".to_owned(),
+            state: OperationState::Running,
+            started_at: None,
+            finished_at: None,
+        }];
         let generation = cluster.status.observed_generation;
         self.write(cluster, pools, &[], observed, ClusterPhase::Deleting, generation, &steps).await?;
         Ok(Outcome::wait(self.settings.poll, "deleting", message.to_owned()))
@@ -515,7 +539,7 @@ impl ClusterReconciler {
 
     /// Writes the run's status, pool counts, events and operation progress in one transaction;
     /// false when the status guard was lost (nothing written).
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments, reason = "one run's whole status, written in one transaction")]
     async fn write(
         &self,
         cluster: &Cluster,
@@ -524,7 +548,7 @@ impl ClusterReconciler {
         observed: &Observed,
         phase: ClusterPhase,
         observed_generation: i64,
-        steps: &Value,
+        steps: &[OperationStep],
     ) -> Result<bool, StoreError> {
         let (tenant, id) = (cluster.tenant_id, cluster.id);
         let mut tx = self.services.store().begin().await?;
@@ -540,10 +564,10 @@ impl ClusterReconciler {
         let ready = phase == ClusterPhase::Ready;
         for (pool, status) in pool_status {
             let pool_observed = ready.then_some(pool.generation);
-            store::set_pool_status(&mut tx, tenant, pool.id, status, pool_observed).await?;
+            node_pool::set_status(&mut tx, tenant, pool.id, status, pool_observed).await?;
         }
         for (type_, reason, message) in &observed.events {
-            store::event_insert(&mut tx, tenant, id, type_, reason, message).await?;
+            cluster_event::insert(&mut tx, tenant, id, type_, reason, message).await?;
         }
         let mut targets = vec![id.uuid()];
         targets.extend(pools.iter().map(|p| p.id.uuid()));
@@ -553,10 +577,8 @@ impl ClusterReconciler {
                 operation::succeed(&mut tx, pool.id.uuid(), Some(pool.generation), steps).await?;
             }
         } else {
-            let current = steps.as_array().and_then(|s| {
-                s.iter().find(|s| s["state"] == "running").and_then(|s| s["name"].as_str()).map(str::to_owned)
-            });
-            operation::progress(&mut tx, &targets, steps, current.as_deref()).await?;
+            let current = steps.iter().find(|s| s.state == OperationState::Running).map(|s| s.name.as_str());
+            operation::progress(&mut tx, &targets, steps, current).await?;
         }
         tx.commit().await?;
         Ok(true)
@@ -600,14 +622,14 @@ impl ClusterReconciler {
         let result = async {
             let generation = cluster.status.observed_generation;
             let pools: Vec<NodePool> = Vec::new();
-            if !self.write(cluster, &pools, &[], &observed, phase, generation, &json!([])).await? {
+            if !self.write(cluster, &pools, &[], &observed, phase, generation, &[]).await? {
                 return Ok(());
             }
             if permanent {
                 let mut conn = self.services.store().conn().await?;
                 let problem = failed_problem(422, e.code.clone(), e.message.clone());
                 let mut targets = vec![cluster.id.uuid()];
-                let pools = store::pools_of(&mut conn, cluster.tenant_id, cluster.id).await?;
+                let pools = node_pool::of_cluster(&mut conn, cluster.tenant_id, cluster.id).await?;
                 targets.extend(pools.iter().map(|p| p.id.uuid()));
                 operation::fail_open(&mut conn, &targets, &problem).await?;
             }
@@ -635,7 +657,14 @@ impl ClusterReconciler {
                     return Ok(false);
                 };
                 let mut conditions = current.status.conditions.clone();
-                if !set_condition(&mut conditions, READY, "False", "DriverNotConfigured", message, Utc::now()) {
+                if !set_condition(
+                    &mut conditions,
+                    READY,
+                    ConditionStatus::False,
+                    "DriverNotConfigured",
+                    message,
+                    Utc::now(),
+                ) {
                     return Ok(true);
                 }
                 if store::set_conditions(&mut conn, tenant, id, current.status_version, &conditions).await? {
@@ -653,12 +682,89 @@ impl ClusterReconciler {
     }
 }
 
+/// What step 3 does to a cluster's pools.
+#[derive(Default)]
+struct MachinePlan {
+    /// Surplus machines to give back.
+    release: Vec<HeldMachine>,
+    /// The shortfall to allocate.
+    needs: Vec<Need>,
+    /// Deleting pools that hold no machine any more.
+    gone_pools: Vec<NodePoolId>,
+}
+
+impl MachinePlan {
+    fn of(pools: &[NodePool], held: &[HeldMachine]) -> Self {
+        let mut plan = Self::default();
+        for pool in pools {
+            let want = if pool.deleting { 0 } else { pool.spec.count as usize };
+            let mut holding: Vec<&HeldMachine> =
+                held.iter().filter(|m| m.node_pool_id == pool.id && HELD.contains(&m.state)).collect();
+            if holding.len() > want {
+                // Give back the machines that serve least first: not yet provisioned, then
+                // provisioning, then active; the newest first within each.
+                holding.sort_by_key(|m| (release_rank(m.state), std::cmp::Reverse(m.id.uuid())));
+                plan.release.extend(holding.iter().take(holding.len() - want).map(|m| (*m).clone()));
+            } else if holding.len() < want {
+                let count = u32::try_from(want - holding.len()).unwrap_or(u32::MAX);
+                plan.needs.push(Need {
+                    node_pool_id: pool.id,
+                    machine_class_id: pool.machine_class_id,
+                    gpu_count: pool.gpu_count,
+                    count,
+                });
+            }
+            if pool.deleting && !held.iter().any(|m| m.node_pool_id == pool.id) {
+                plan.gone_pools.push(pool.id);
+            }
+        }
+        plan
+    }
+}
+
 /// The order in which surplus machines are given back.
 fn release_rank(state: MachineState) -> u8 {
     match state {
         MachineState::Allocated => 0,
         MachineState::Provisioning => 1,
         _ => 2,
+    }
+}
+
+/// Step 3's `NodesReady`: every wanted node ready and every held machine active; each pool's
+/// status.
+fn nodes<'a>(
+    pools: &'a [NodePool],
+    held: &[HeldMachine],
+    observed: &mut Observed,
+) -> Vec<(&'a NodePool, NodePoolStatus)> {
+    let pool_status = pool_statuses(pools, held);
+    let (ready_nodes, wanted_nodes) = pool_status
+        .iter()
+        .filter(|(p, _)| !p.deleting)
+        .fold((0, 0), |(r, w), (p, s)| (r + s.ready.min(p.spec.count), w + p.spec.count));
+    let nodes_ready = ready_nodes == wanted_nodes && held.iter().all(|m| m.state == MachineState::Active);
+    observed.set(
+        NODES_READY,
+        nodes_ready,
+        if nodes_ready { "Ready" } else { "Provisioning" },
+        &format!("{ready_nodes} of {wanted_nodes} nodes ready"),
+    );
+    pool_status
+}
+
+/// The phase and observed generation of a run that found the cluster `ready` or not (SPEC
+/// section 4).
+fn phase(cluster: &Cluster, ready: bool) -> (ClusterPhase, i64) {
+    let before = cluster.status.observed_generation;
+    if ready {
+        (ClusterPhase::Ready, cluster.generation)
+    } else if before == 0 {
+        (ClusterPhase::Provisioning, 0)
+    } else if cluster.generation > before {
+        (ClusterPhase::Updating, before)
+    } else {
+        (ClusterPhase::Degraded, before)
     }
 }
 
@@ -670,10 +776,11 @@ fn pool_statuses<'a>(pools: &'a [NodePool], held: &[HeldMachine]) -> Vec<(&'a No
         .map(|pool| {
             let mine = held.iter().filter(|m| m.node_pool_id == pool.id);
             let ready = mine.clone().filter(|m| m.state == MachineState::Active).count();
-            let allocated = mine.filter(|m| lifecycle::HELD.contains(&m.state.as_str())).count();
+            let allocated = mine.filter(|m| HELD.contains(&m.state)).count();
             let mut conditions = pool.status.conditions.clone();
             let want = pool.spec.count as usize;
-            let (status, reason) = if ready >= want { ("True", "Ready") } else { ("False", "Provisioning") };
+            let (status, reason) =
+                if ready >= want { (ConditionStatus::True, "Ready") } else { (ConditionStatus::False, "Provisioning") };
             let message = format!("{ready} of {want} nodes ready");
             set_condition(&mut conditions, NODES_READY, status, reason, &message, now);
             let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
@@ -723,27 +830,25 @@ fn slurm_desired(
 
 /// The operation steps, from the conditions: succeeded up to the first one not true, which is
 /// running; the rest pending.
-fn steps(conditions: &[Condition], required: &[&str]) -> Value {
+fn steps(conditions: &[Condition], required: &[&str]) -> Vec<OperationStep> {
     let mut running_seen = false;
-    let steps: Vec<Value> = required
+    required
         .iter()
         .map(|type_| {
             let condition = conditions.iter().find(|c| c.type_ == *type_);
-            let done = condition.is_some_and(|c| c.status == "True");
-            let name = step_name(type_);
-            if done && !running_seen {
-                let at = condition.map(|c| c.last_transition_time);
-                json!({ "name": name, "state": "succeeded", "started_at": null, "finished_at": at })
+            let done = condition.is_some_and(|c| c.status == ConditionStatus::True);
+            let at = condition.map(|c| c.last_transition_time);
+            let (state, started_at, finished_at) = if done && !running_seen {
+                (OperationState::Succeeded, None, at)
             } else if !running_seen {
                 running_seen = true;
-                let at = condition.map(|c| c.last_transition_time);
-                json!({ "name": name, "state": "running", "started_at": at, "finished_at": null })
+                (OperationState::Running, at, None)
             } else {
-                json!({ "name": name, "state": "pending", "started_at": null, "finished_at": null })
-            }
+                (OperationState::Pending, None, None)
+            };
+            OperationStep { name: step_name(type_).to_owned(), state, started_at, finished_at }
         })
-        .collect();
-    Value::Array(steps)
+        .collect()
 }
 
 fn step_name(condition: &str) -> &'static str {
@@ -764,13 +869,15 @@ impl JobHandler for ClusterReconciler {
     }
 
     fn run<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Outcome> {
-        let tenant = job.payload.get("tenant_id").and_then(|v| v.as_str()).and_then(|s| s.parse().ok());
-        match tenant {
-            Some(tenant) => {
-                async move { super::patient(self.reconcile(TenantId(tenant), ClusterId(job.target_id)).await, job) }
-                    .boxed()
+        match ClusterJob::from_value(&job.payload) {
+            Ok(c) => async move {
+                super::patient(self.reconcile(c.tenant_id, c.cluster_id).await, job, self.settings.outage_wait)
             }
-            None => async { Outcome::fail("bad_job", "the job's payload lacks the cluster's tenant_id") }.boxed(),
+            .boxed(),
+            Err(e) => {
+                let detail = format!("the job's payload is not a cluster's: {e}");
+                async move { Outcome::fail("bad_job", detail) }.boxed()
+            }
         }
     }
 }

@@ -9,8 +9,8 @@
 //! ```
 //!
 //! Agent runs (a wipe in `cleaning`, a provisioning boot in `provisioning`) are recorded on the
-//! machine before it boots: `run_id` first, then the boot (a fresh one-time token per boot; the
-//! tokens of a replaced boot are ended), then `run_booted_at`; the agent's report arrives through
+//! machine before it boots: `run_id` first, then the boot (fresh tokens per boot, the seed token
+//! in the seed URL the BMC fetches; the tokens of a replaced boot are ended), then `run_booted_at`; the agent's report arrives through
 //! the API and wakes the job; then the media are ejected (`run_finished_at`); then the state moves
 //! on. A crash between any side effect and its write repeats the side effect, which is idempotent
 //! at the BMC (a repeated boot restarts the run's boot with a new token).
@@ -34,14 +34,16 @@ use paddock_domain::bmc::{
 };
 use paddock_domain::driver::{node_name, DriverError, KubeDrivers, NodeRef, Removal, TenantAccess};
 use paddock_domain::job_kind::MACHINE_RECONCILE;
+use paddock_domain::ledger::LedgerKey;
 use paddock_domain::machine::RETIRABLE;
 use paddock_domain::model::Machine;
 use paddock_domain::secret::SecretString;
 use paddock_service::agent::AgentRun;
 use paddock_service::Services;
-use paddock_store::lifecycle::{self, Run, RunPurpose};
-use paddock_store::{cluster, machine, machine_class, StoreError};
-use paddock_types::agent::AgentPurpose;
+use paddock_store::lifecycle;
+use paddock_store::run::{self, Run, RunPurpose};
+use paddock_store::{cluster, machine, machine_class, node_pool, StoreError};
+use paddock_types::agent::{AgentPurpose, WipeConfig, WipeDrive};
 use paddock_types::cluster::ClusterKind;
 use paddock_types::machine::{LastError, MachineState};
 use paddock_types::MachineId;
@@ -121,14 +123,8 @@ impl MachineReconciler {
         }
     }
 
-    /// Runs the steps from the top; each step re-reads the machine. Custody entries that
-    /// transitions made without the ledger key (the cluster reconciler's allocation and release
-    /// start, which enqueue this job; inspection's moves) are sealed before the first step and
-    /// after every step.
+    /// Runs the steps from the top; each step re-reads the machine.
     async fn converge(&self, bmc: &dyn BmcDriver, id: MachineId) -> Outcome {
-        if let Err(e) = self.services.custody_seal_pending(id).await {
-            return store_error(e);
-        }
         for _ in 0..STEPS_PER_RUN {
             let current = {
                 let mut conn = match self.services.store().conn().await {
@@ -141,11 +137,7 @@ impl MachineReconciler {
                     Err(e) => return store_error(e),
                 }
             };
-            let step = self.step(bmc, &current).await;
-            if let Err(e) = self.services.custody_seal_pending(id).await {
-                return store_error(e);
-            }
-            match step {
+            match self.step(bmc, &current).await {
                 Step::Stop(outcome) => return outcome,
                 Step::Again => {}
             }
@@ -161,7 +153,7 @@ impl MachineReconciler {
         }
         if m.retire_requested && RETIRABLE.contains(&m.state) {
             return self
-                .guarded(m.id, |c| machine::transition(c, m.id, m.state, m.status_version, S::Retired).boxed())
+                .guarded(|c, k| machine::transition(c, k, m.id, m.state, m.status_version, S::Retired).boxed())
                 .await;
         }
         if m.maintenance_reason.is_some() && m.state != S::Maintenance {
@@ -172,7 +164,7 @@ impl MachineReconciler {
             S::Cleaning => self.clean(bmc, m).await,
             S::Maintenance if m.maintenance_reason.is_none() => {
                 // The operator's maintenance ended: leave through cleaning.
-                self.guarded(m.id, |c| machine::advance(c, m.id, m.state, m.status_version, S::Cleaning, None).boxed())
+                self.guarded(|c, k| machine::advance(c, k, m.id, m.state, m.status_version, S::Cleaning, None).boxed())
                     .await
             }
             S::Allocated | S::Provisioning => self.provision(bmc, m).await,
@@ -183,17 +175,16 @@ impl MachineReconciler {
         }
     }
 
-    /// Runs one guarded write; lost or won, the next step reads the machine again.
-    async fn guarded<F>(&self, id: MachineId, write: F) -> Step
+    /// Runs one guarded write, given the ledger key for the custody entry a move appends (sealed
+    /// as it is written, in the move's transaction); lost or won, the next step reads the machine
+    /// again.
+    async fn guarded<F>(&self, write: F) -> Step
     where
-        F: for<'c> FnOnce(&'c mut paddock_store::Conn) -> BoxFuture<'c, Result<bool, StoreError>>,
+        F: for<'c> FnOnce(&'c mut paddock_store::Conn, &'c LedgerKey) -> BoxFuture<'c, Result<bool, StoreError>>,
     {
-        // The write and the seal of the custody entry it appended commit together.
         let result = async {
             let mut tx = self.services.store().begin().await?;
-            if write(&mut tx).await? {
-                self.services.custody_seal(&mut tx, id).await?;
-            }
+            write(&mut tx, self.services.ledger_key()).await?;
             tx.commit().await?;
             Ok::<_, StoreError>(())
         }
@@ -213,9 +204,9 @@ impl MachineReconciler {
             // A tenancy ends through releasing and cleaning first; cleaning then sees the intent.
             S::Allocated | S::Provisioning | S::Active => {
                 let (id, state, version, holder) = (m.id, m.state, m.status_version, m.tenant_id.zip(m.cluster_id));
-                self.guarded(id, move |c| {
+                self.guarded(move |c, k| {
                     async move {
-                        let released = lifecycle::begin_release(c, id, state, version).await?;
+                        let released = lifecycle::begin_release(c, k, id, state, version).await?;
                         if let (true, Some((tenant, cluster))) = (released, holder) {
                             lifecycle::enqueue_cluster(c, tenant, cluster).await?;
                         }
@@ -240,7 +231,7 @@ impl MachineReconciler {
                     }
                 }
                 let to = S::Maintenance;
-                self.guarded(m.id, |c| lifecycle::end_run(c, m.id, m.state, m.status_version, to, None, None).boxed())
+                self.guarded(|c, k| lifecycle::end_run(c, k, m.id, m.state, m.status_version, to, None, None).boxed())
                     .await
             }
         }
@@ -277,7 +268,16 @@ impl MachineReconciler {
                             inventory.system_uuid
                         );
                         let to = MachineState::Maintenance;
-                        machine::advance(&mut conn, m.id, m.state, m.status_version, to, Some(&reason)).await?;
+                        machine::advance(
+                            &mut conn,
+                            self.services.ledger_key(),
+                            m.id,
+                            m.state,
+                            m.status_version,
+                            to,
+                            Some(&reason),
+                        )
+                        .await?;
                         return Ok(Step::Again);
                     }
                 }
@@ -293,7 +293,17 @@ impl MachineReconciler {
                 version += 1;
             }
             if state == MachineState::Enrolling {
-                if !machine::advance(&mut conn, m.id, state, version, MachineState::Inspecting, None).await? {
+                if !machine::advance(
+                    &mut conn,
+                    self.services.ledger_key(),
+                    m.id,
+                    state,
+                    version,
+                    MachineState::Inspecting,
+                    None,
+                )
+                .await?
+                {
                     return Ok(Step::Again);
                 }
                 version += 1;
@@ -301,10 +311,28 @@ impl MachineReconciler {
             }
             match verdict.maintenance_reason() {
                 Some(reason) => {
-                    machine::advance(&mut conn, m.id, state, version, MachineState::Maintenance, Some(&reason)).await?;
+                    machine::advance(
+                        &mut conn,
+                        self.services.ledger_key(),
+                        m.id,
+                        state,
+                        version,
+                        MachineState::Maintenance,
+                        Some(&reason),
+                    )
+                    .await?;
                 }
                 None => {
-                    machine::advance(&mut conn, m.id, state, version, MachineState::Cleaning, None).await?;
+                    machine::advance(
+                        &mut conn,
+                        self.services.ledger_key(),
+                        m.id,
+                        state,
+                        version,
+                        MachineState::Cleaning,
+                        None,
+                    )
+                    .await?;
                 }
             }
             // Whether it moved or lost a race, the next step reads the machine again.
@@ -327,9 +355,7 @@ impl MachineReconciler {
             Ok(_) => {
                 let (state, version) = (m.state, m.status_version);
                 return self
-                    .guarded(m.id, |c| {
-                        lifecycle::start_run(c, m.id, state, version, S::Cleaning, RunPurpose::Wipe).boxed()
-                    })
+                    .guarded(|c, k| run::start_run(c, k, m.id, state, version, S::Cleaning, RunPurpose::Wipe).boxed())
                     .await;
             }
             Err(e) => return e.into(),
@@ -339,10 +365,7 @@ impl MachineReconciler {
             Err(step) => return step,
         };
         let Some(booted_at) = run.run_booted_at else {
-            let drives: Vec<serde_json::Value> = m.inventory["drives"]
-                .as_array()
-                .map(|d| d.iter().filter_map(|d| d["id"].as_str()).map(|id| json!({ "id": id })).collect())
-                .unwrap_or_default();
+            let drives = wipe_drives(&m.inventory);
             if drives.is_empty() {
                 let message = "the BMC reports no drives, so no wipe can be verified; fix the inventory and take the \
                                machine through maintenance";
@@ -352,7 +375,13 @@ impl MachineReconciler {
                 let message = "no wipe image is configured (PADDOCK_WIPE_IMAGE_URL); the machine waits in cleaning";
                 return self.wait_for_fix(m, "wipe_image_not_configured", message).await;
             };
-            return self.boot(bmc, m, &access, &run, AgentPurpose::Wipe, json!({ "drives": drives }), image).await;
+            let config = match serde_json::to_value(WipeConfig { drives }) {
+                Ok(c) => c,
+                Err(e) => {
+                    return Step::Stop(Outcome::retry("agent_config", format!("encoding the wipe's drives: {e}")))
+                }
+            };
+            return self.boot(bmc, m, &access, &run, AgentPurpose::Wipe, config, image).await;
         };
         let report = match self.report(m, &run).await {
             Ok(r) => r,
@@ -379,20 +408,8 @@ impl MachineReconciler {
                 // Quarantined: it leaves only through maintenance or retirement. Power it off
                 // on the way (best effort: it never serves anyone in this state).
                 let _ = bmc.finish_boot(&access, AfterBoot::PowerOff).await;
-                let failed: Vec<String> = report.report["drives"]
-                    .as_array()
-                    .map(|d| {
-                        d.iter()
-                            .filter(|d| d["result"] != "success")
-                            .filter_map(|d| d["id"].as_str().map(str::to_owned))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let message = if failed.is_empty() {
-                    "the wipe report does not show every listed drive wiped".to_owned()
-                } else {
-                    format!("the wipe failed on drive(s) {}", failed.join(", "))
-                };
+                let why = report.failure.as_deref().unwrap_or("the report does not prove every drive wiped");
+                let message = format!("the wipe is not verified: {why}");
                 self.end_run(m, S::CleanFailed, Some(("wipe_failed", &message)), None).await
             }
             Some(report) => {
@@ -401,12 +418,20 @@ impl MachineReconciler {
                         return self.bmc_failed(m, e).await;
                     }
                     let (state, version) = (m.state, m.status_version);
-                    return self.guarded(m.id, |c| lifecycle::mark_finished(c, m.id, state, version).boxed()).await;
+                    return self.guarded(|c, _| run::mark_finished(c, m.id, state, version).boxed()).await;
                 }
                 let (id, version, run_id) = (m.id, m.status_version, run.run_id);
-                let evidence = json!({ "run_id": run_id, "report": report.report, "reported_at": report.used_at });
-                self.guarded(id, move |c| {
-                    async move { lifecycle::complete_clean(c, id, version, run_id, "agent", &evidence).await }.boxed()
+                // The evidence per drive and the digest of the image that wiped them, as verified.
+                let evidence = json!({
+                    "run_id": run_id,
+                    "image_sha256": report.report["image_sha256"],
+                    "drives": report.report["drives"],
+                    "report": report.report,
+                    "reported_at": report.used_at,
+                });
+                self.guarded(move |c, k| {
+                    async move { lifecycle::complete_clean(c, k, id, version, run_id, "agent", &evidence).await }
+                        .boxed()
                 })
                 .await
             }
@@ -439,7 +464,7 @@ impl MachineReconciler {
                 let (state, version) = (m.state, m.status_version);
                 let purpose = RunPurpose::Provision;
                 return self
-                    .guarded(m.id, |c| lifecycle::start_run(c, m.id, state, version, S::Provisioning, purpose).boxed())
+                    .guarded(|c, k| run::start_run(c, k, m.id, state, version, S::Provisioning, purpose).boxed())
                     .await;
             }
             Err(e) => return e.into(),
@@ -458,7 +483,7 @@ impl MachineReconciler {
                 Ok(j) => j,
                 Err(e) => return self.driver_failed(m, e).await,
             };
-            let config = json!({ "node_name": node.node_name, "join": join.0 });
+            let config = provision_config(&node.node_name, join.0);
             return self.boot(bmc, m, &access, &run, AgentPurpose::Provision, config, image).await;
         };
         let report = match self.report(m, &run).await {
@@ -480,21 +505,22 @@ impl MachineReconciler {
             ));
         };
         if !report.verified {
-            return self.provision_failed(m, "provision_failed", "the machine reported a failed first boot").await;
+            let why = report.failure.as_deref().unwrap_or("the machine reported a failed first boot");
+            return self.provision_failed(m, "provision_failed", why).await;
         }
         let Some(finished_at) = run.run_finished_at else {
             if let Err(e) = bmc.finish_boot(&access, AfterBoot::BootFromDisk).await {
                 return self.bmc_failed(m, e).await;
             }
             let (state, version) = (m.state, m.status_version);
-            return self.guarded(m.id, |c| lifecycle::mark_finished(c, m.id, state, version).boxed()).await;
+            return self.guarded(|c, _| run::mark_finished(c, m.id, state, version).boxed()).await;
         };
         match kube.nodes.node(&tenant_access, &node).await {
             Ok(Some(status)) if status.ready => {
                 let (id, version, holder) = (m.id, m.status_version, m.tenant_id.zip(m.cluster_id));
-                self.guarded(id, move |c| {
+                self.guarded(move |c, k| {
                     async move {
-                        let activated = lifecycle::activate(c, id, version, &status.name).await?;
+                        let activated = lifecycle::activate(c, k, id, version, &status.name).await?;
                         if let (true, Some((tenant, cluster))) = (activated, holder) {
                             lifecycle::enqueue_cluster(c, tenant, cluster).await?;
                         }
@@ -523,10 +549,10 @@ impl MachineReconciler {
     async fn provision_failed(&self, m: &Machine, code: &str, message: &str) -> Step {
         let (id, state, version, holder) = (m.id, m.state, m.status_version, m.tenant_id.zip(m.cluster_id));
         let (code, message) = (code.to_owned(), message.to_owned());
-        self.guarded(id, move |c| {
+        self.guarded(move |c, k| {
             async move {
                 let to = MachineState::ProvisionFailed;
-                let failed = lifecycle::end_run(c, id, state, version, to, Some((&code, &message)), None).await?;
+                let failed = lifecycle::end_run(c, k, id, state, version, to, Some((&code, &message)), None).await?;
                 if let (true, Some((tenant, cluster))) = (failed, holder) {
                     // The cluster allocates a replacement.
                     lifecycle::enqueue_cluster(c, tenant, cluster).await?;
@@ -567,12 +593,12 @@ impl MachineReconciler {
             }
         }
         let (id, state, version) = (m.id, m.state, m.status_version);
-        self.guarded(id, move |c| {
+        self.guarded(move |c, k| {
             async move {
-                if let Some(run) = lifecycle::run_of(c, id).await? {
-                    lifecycle::expire_unused_tokens(c, run.run_id).await?;
+                if let Some(current) = run::run_of(c, id).await? {
+                    run::expire_unused_tokens(c, current.run_id).await?;
                 }
-                lifecycle::finish_release(c, id, state, version).await
+                lifecycle::finish_release(c, k, id, state, version).await
             }
             .boxed()
         })
@@ -637,32 +663,31 @@ impl MachineReconciler {
             return e.into();
         }
         let agent_run = AgentRun { machine_id: m.id, run_id: run.run_id, purpose, config };
-        let token = match self.services.agent_token_issue(&agent_run, self.settings.agent_token_ttl).await {
+        let seed_token = match self.services.agent_token_issue(&agent_run, self.settings.agent_token_ttl).await {
             Ok(t) => t,
             Err(e) => return Step::Stop(Outcome::retry("agent_token", format!("issuing the run's token failed: {e}"))),
         };
-        let seed_url = SecretString::new(format!("{}/v1/agent/{token}/seed.iso", self.services.agent_base_url()));
-        let media = BootMedia { image_url, seed_url };
+        let media = BootMedia { image_url, seed_url: self.services.agent_seed_url(&seed_token) };
         if let Err(e) = bmc.boot_from_media(access, &media).await {
             return self.bmc_failed(m, e).await;
         }
         let (state, version) = (m.state, m.status_version);
-        self.guarded(m.id, |c| lifecycle::mark_booted(c, m.id, state, version).boxed()).await
+        self.guarded(|c, _| run::mark_booted(c, m.id, state, version).boxed()).await
     }
 
     async fn run(&self, m: &Machine) -> Result<Option<Run>, StoreError> {
         let mut conn = self.services.store().conn().await?;
-        lifecycle::run_of(&mut conn, m.id).await
+        run::run_of(&mut conn, m.id).await
     }
 
-    async fn report(&self, m: &Machine, run: &Run) -> Result<Option<lifecycle::RunReport>, StoreError> {
+    async fn report(&self, m: &Machine, current: &Run) -> Result<Option<run::RunReport>, StoreError> {
         let mut conn = self.services.store().conn().await?;
-        lifecycle::run_report(&mut conn, m.id, run.run_id).await
+        run::run_report(&mut conn, m.id, current.run_id).await
     }
 
-    async fn expire_tokens(&self, run: &Run) -> Result<(), StoreError> {
+    async fn expire_tokens(&self, current: &Run) -> Result<(), StoreError> {
         let mut conn = self.services.store().conn().await?;
-        lifecycle::expire_unused_tokens(&mut conn, run.run_id).await
+        run::expire_unused_tokens(&mut conn, current.run_id).await
     }
 
     async fn end_run(
@@ -675,10 +700,10 @@ impl MachineReconciler {
         let (id, from, version) = (m.id, m.state, m.status_version);
         let error = error.map(|(code, message)| (code.to_owned(), message.to_owned()));
         let reason = maintenance_reason.map(str::to_owned);
-        self.guarded(id, move |c| {
+        self.guarded(move |c, k| {
             async move {
                 let error = error.as_ref().map(|(code, message)| (code.as_str(), message.as_str()));
-                lifecycle::end_run(c, id, from, version, to, error, reason.as_deref()).await
+                lifecycle::end_run(c, k, id, from, version, to, error, reason.as_deref()).await
             }
             .boxed()
         })
@@ -695,7 +720,7 @@ impl MachineReconciler {
         let Some(c) = cluster::get(&mut conn, tenant, cluster_id, false).await? else {
             return Ok(None);
         };
-        let Some(pool) = cluster::pool_get(&mut conn, tenant, cluster_id, pool_id, false).await? else {
+        let Some(pool) = node_pool::get(&mut conn, tenant, cluster_id, pool_id, false).await? else {
             return Ok(None);
         };
         let Some(reference) = cluster_ref(&mut conn, tenant, cluster_id, &c.spec.name).await? else {
@@ -810,6 +835,34 @@ impl MachineReconciler {
     }
 }
 
+/// The drives a wipe lists: every drive of the inventory with what the BMC reported of it.
+fn wipe_drives(inventory: &serde_json::Value) -> Vec<WipeDrive> {
+    let Some(drives) = inventory["drives"].as_array() else { return Vec::new() };
+    drives
+        .iter()
+        .filter_map(|d| {
+            Some(WipeDrive {
+                id: d["id"].as_str()?.to_owned(),
+                serial: d["serial"].as_str().map(str::to_owned),
+                capacity_bytes: d["capacity_bytes"].as_u64(),
+                protocol: d["protocol"].as_str().map(str::to_ascii_lowercase),
+            })
+        })
+        .collect()
+}
+
+/// A provisioning boot's `config` (SPEC section 5): the join configuration's contract keys at the
+/// top (`api_endpoint`, `ca_cert`, `ca_cert_hash`, `bootstrap_token`), the node's name, and the
+/// driver's whole join configuration under `join`.
+fn provision_config(node_name: &str, join: serde_json::Value) -> serde_json::Value {
+    let mut config = json!({ "node_name": node_name });
+    for key in ["api_endpoint", "ca_cert", "ca_cert_hash", "bootstrap_token"] {
+        config[key] = join[key].clone();
+    }
+    config["join"] = join;
+    config
+}
+
 fn ttl(d: Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
@@ -821,7 +874,8 @@ impl JobHandler for MachineReconciler {
 
     fn run<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Outcome> {
         async move {
-            let outcome = super::patient(self.reconcile(MachineId(job.target_id)).await, job);
+            let outcome =
+                super::patient(self.reconcile(MachineId(job.target_id)).await, job, self.settings.outage_wait);
             match (&outcome, job.operation_id) {
                 (Outcome::Done, Some(operation)) => self.judge(MachineId(job.target_id), operation).await,
                 _ => outcome,

@@ -134,7 +134,7 @@ impl Seen {
 pub fn assert_booted(seen: &Seen, image: &str) {
     assert_eq!(seen.power, Some(PowerState::On), "{seen:?}");
     assert_eq!(seen.image("Cd"), Some(image), "{seen:?}");
-    assert!(seen.seed().is_some_and(|s| s.ends_with("/seed.iso")), "{seen:?}");
+    assert!(seen.seed().is_some_and(|s| s.contains("/v1/agent/seed/") && s.ends_with(".iso")), "{seen:?}");
     assert_eq!(seen.boot_target.as_deref(), Some("Cd"), "{seen:?}");
 }
 
@@ -145,8 +145,8 @@ pub fn assert_finished(seen: &Seen, power: PowerState) {
     assert_eq!(seen.boot_target.as_deref(), Some("Hdd"), "{seen:?}");
 }
 
-/// The token in a seed URL `<base>/v1/agent/<token>/seed.iso`.
+/// The seed token in a seed URL `<base>/v1/agent/seed/<seed token>.iso`.
 pub fn token_of(seed_url: &str) -> String {
-    let rest = seed_url.split("/v1/agent/").nth(1).unwrap_or_else(|| panic!("not a seed URL: {seed_url}"));
-    rest.strip_suffix("/seed.iso").unwrap_or_else(|| panic!("not a seed URL: {seed_url}")).to_owned()
+    let rest = seed_url.split("/v1/agent/seed/").nth(1).unwrap_or_else(|| panic!("not a seed URL: {seed_url}"));
+    rest.strip_suffix(".iso").unwrap_or_else(|| panic!("not a seed URL: {seed_url}")).to_owned()
 }

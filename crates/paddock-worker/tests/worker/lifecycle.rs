@@ -32,8 +32,10 @@ use paddock_domain::job_kind::MACHINE_RECONCILE;
 use paddock_domain::model::Machine;
 use paddock_domain::secret::Binding;
 use paddock_redfish::{BmcLimiter, PowerState, RedfishBmc, SystemUuid};
-use paddock_store::lifecycle::{self, Allocation, Need};
-use paddock_store::{cluster, machine, Store};
+use paddock_service::agent::AgentSettings;
+use paddock_store::allocation::{self, Allocation, Need};
+use paddock_store::lifecycle;
+use paddock_store::{cluster, machine, run, Store};
 use paddock_testkit::{admin, TestApp};
 use paddock_types::machine::MachineState;
 use paddock_types::{ClusterId, MachineClassId, MachineId, NodePoolId, TenantId};
@@ -93,7 +95,7 @@ impl Images {
                     let mut words = head.split_whitespace();
                     let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or("").to_owned());
                     let found = path.starts_with("/images/") && path.ends_with(".iso");
-                    let body = if found { vec![0x42u8; 64 * 1024] } else { Vec::new() };
+                    let body = if found { crate::agent::served_image() } else { Vec::new() };
                     if found && method == "GET" {
                         *counts.lock().expect("lock").entry(path).or_default() += 1;
                     }
@@ -164,6 +166,9 @@ impl TenantNodes for TenantStandIn {
         Box::pin(async move {
             self.joins.fetch_add(1, Ordering::SeqCst);
             Ok(JoinConfig(json!({
+                "api_endpoint": tenant.endpoint,
+                "ca_cert": "-----BEGIN CERTIFICATE-----\nc3RhbmQtaW4=\n-----END CERTIFICATE-----\n",
+                "ca_cert_hash": "sha256:0000000000000000000000000000000000000000000000000000000000000000",
                 "api_server": tenant.endpoint,
                 "bootstrap_token": "abcdef.0123456789abcdef",
                 "ca_cert_hashes": ["sha256:0000000000000000000000000000000000000000000000000000000000000000"],
@@ -265,6 +270,8 @@ struct Recording {
     inner: RedfishBmc,
     emu: Emulator,
     log: Mutex<Vec<(String, Option<Seen>)>>,
+    /// Every seed URL the driver was given (the test scans for their tokens).
+    seeds: Mutex<Vec<String>>,
 }
 
 impl Recording {
@@ -274,7 +281,7 @@ impl Recording {
             c.request_timeout = Duration::from_secs(10);
             c.retries = 1;
         });
-        Arc::new(Recording { inner, emu: emu.clone(), log: Mutex::default() })
+        Arc::new(Recording { inner, emu: emu.clone(), log: Mutex::default(), seeds: Mutex::default() })
     }
 
     async fn record(&self, call: String, access: &BmcAccess, ok: bool) {
@@ -306,6 +313,7 @@ impl BmcDriver for Recording {
         media: &'a BootMedia,
     ) -> BoxFuture<'a, Result<(), BmcError>> {
         Box::pin(async move {
+            self.seeds.lock().expect("lock").push(media.seed_url.expose().to_owned());
             let r = self.inner.boot_from_media(access, media).await;
             self.record("boot_from_media".to_owned(), access, r.is_ok()).await;
             r
@@ -348,7 +356,13 @@ struct Bench {
 impl Bench {
     async fn new(emu: Emulator) -> Bench {
         init_tracing();
-        let app = TestApp::served().await;
+        let digest = crate::agent::image_sha256();
+        let app = TestApp::served_with(|a| AgentSettings {
+            wipe_image_sha256: digest.clone(),
+            os_image_sha256: digest.clone(),
+            ..a
+        })
+        .await;
         let store = Store::from_pool(app.db.pool.clone());
         let images = Images::start().await;
         let bmc = Recording::new(&emu);
@@ -448,12 +462,42 @@ impl Bench {
         panic!("the machine did not reach {want:?}/{code:?} within 30 runs: {history:#?}");
     }
 
-    /// The token the machine's current boot carries, read from the emulator's second device.
-    async fn booted_token(&self, uuid: &str) -> String {
+    /// The seed tokens of every boot so far.
+    async fn seeds_issued(&self) -> Vec<String> {
+        self.bmc.seeds.lock().expect("lock").iter().map(|s| token_of(s)).collect()
+    }
+
+    /// Takes a quarantined machine through maintenance back into a wipe boot; that boot's agent
+    /// token.
+    async fn rewipe(&self, r: &MachineReconciler, id: MachineId, uuid: &str) -> String {
+        let body = json!({ "reason": "drives checked" });
+        let resp = self.app.post(format!("/v1/machines/{id}/maintenance")).token(&admin()).json(&body).send().await;
+        assert!(resp.status.is_success(), "{resp:?}");
+        self.drive(r, id, MachineState::Maintenance, None).await;
+        let resp = self.app.delete(format!("/v1/machines/{id}/maintenance")).token(&admin()).send().await;
+        assert!(resp.status.is_success(), "{resp:?}");
+        self.drive(r, id, MachineState::Cleaning, Some("waiting_for_agent")).await;
+        self.bmc.take();
+        self.booted_token(uuid).await
+    }
+
+    /// The path of the seed the machine's current boot carries (the seed token in it), read from
+    /// the emulator's second device, whose URL the emulator fetched it from.
+    async fn booted_seed(&self, uuid: &str) -> String {
         let seen = self.emu.seen(uuid).await;
         let seed = seen.seed().unwrap_or_else(|| panic!("no seed inserted: {seen:?}"));
         assert!(seed.starts_with(self.base_url()), "the seed comes from paddock's API: {seed}");
-        token_of(seed)
+        format!("/v1/agent/seed/{}.iso", token_of(seed))
+    }
+
+    /// The agent token the machine's current boot carries: in `paddock/agent.json` of its seed,
+    /// read with the independent ISO reader; the seed names this API, the machine and a run.
+    async fn booted_token(&self, uuid: &str) -> String {
+        let found = crate::agent::seed(&self.app, &self.booted_seed(uuid).await).await;
+        assert_eq!(found.agent_url, self.base_url());
+        assert_eq!(found.ca_cert, None);
+        assert_eq!(self.load(found.machine_id).await.system_uuid.as_deref(), Some(uuid));
+        found.agent_token
     }
 
     /// A tenant with a Kubernetes cluster and one pool of `metal` wanting `count`, its control
@@ -492,7 +536,9 @@ impl Bench {
 
     async fn allocate(&self, tenant: TenantId, cluster: ClusterId, need: Need) -> Allocation {
         let mut tx = self.store.begin().await.expect("begin");
-        let outcome = lifecycle::allocate(&mut tx, tenant, cluster, &[need]).await.expect("allocate");
+        let outcome = allocation::allocate(&mut tx, &paddock_testkit::ledger_key(), tenant, cluster, &[need])
+            .await
+            .expect("allocate");
         tx.commit().await.expect("commit");
         outcome
     }
@@ -507,23 +553,17 @@ impl Bench {
         .expect("cleans")
     }
 
-    /// The agent: fetches the run's configuration and seed like a booted machine.
+    /// The agent: fetches the run's configuration like a booted machine, with the agent token
+    /// of its seed.
     async fn agent_config(&self, token: &str) -> Value {
-        let config = self.app.get(format!("/v1/agent/{token}/config")).send().await.expect(200).json();
-        let seed = self.app.get(format!("/v1/agent/{token}/seed.iso")).send().await.expect(200);
-        assert_eq!(&seed.body[0x8001..0x8006], b"CD001", "an ISO 9660 seed");
-        assert_eq!(&seed.body[0x8028..0x802e], b"cidata", "the NoCloud label");
-        assert_eq!(config["report_url"], format!("{}/v1/agent/{token}/report", self.base_url()));
+        let config = crate::agent::config(&self.app, token).await;
+        assert!(config["nonce"].is_string(), "{config}");
         config
     }
 
-    /// The agent's report: every drive with its result.
+    /// The agent's report: every drive with its result, naming the served image.
     async fn report(&self, token: &str, result: &str, drives: Value) -> u16 {
-        let body = json!({
-            "result": result, "drives": drives,
-            "started_at": chrono::Utc::now() - chrono::Duration::minutes(5), "finished_at": chrono::Utc::now(),
-        });
-        self.app.post(format!("/v1/agent/{token}/report")).json(&body).send().await.status.as_u16()
+        crate::agent::report(&self.app, token, &crate::agent::report_body(result, drives)).await
     }
 }
 
@@ -541,7 +581,7 @@ fn drive_ids(config: &Value) -> Vec<String> {
 }
 
 fn wiped(ids: &[String]) -> Value {
-    ids.iter().map(|id| json!({ "id": id, "method": "nvme-format", "result": "success" })).collect()
+    crate::agent::wiped(ids)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -566,12 +606,14 @@ async fn a_machine_goes_through_its_whole_lifecycle_on_the_emulator() {
     let seen = b.emu.seen(&uuid).await;
     assert_booted(&seen, &b.images.url("wipe.iso"));
     assert_eq!(b.images.downloads("wipe.iso"), 1, "the emulator fetched the wipe image");
-    let run1 = lifecycle::run_of(&mut b.store.conn().await.expect("conn"), id).await.expect("run").expect("a run");
+    let run1 = run::run_of(&mut b.store.conn().await.expect("conn"), id).await.expect("run").expect("a run");
     assert_eq!(run1.run_purpose, "wipe");
     assert!(run1.run_booted_at.is_some() && run1.run_finished_at.is_none());
 
     // Waiting for the agent: another run changes nothing and boots nothing.
     let token1 = b.booted_token(&uuid).await;
+    let seed1 = b.booted_seed(&uuid).await;
+    let mut problems = Vec::new();
     let version = b.load(id).await.status_version;
     b.drive(&r, id, MachineState::Cleaning, Some("waiting_for_agent")).await;
     assert!(b.bmc.take().is_empty(), "no BMC call while the agent works");
@@ -592,6 +634,18 @@ async fn a_machine_goes_through_its_whole_lifecycle_on_the_emulator() {
     assert_finished(&b.emu.seen(&uuid).await, PowerState::Off);
     let cleans = b.cleans(id).await;
     assert_eq!(cleans.len(), 1);
+    // The custody entry of the verified wipe carries the evidence per drive and the image digest.
+    let custody: Value = sqlx::query_scalar(
+        "select evidence from custody_entries where machine_id = $1 and to_state = 'available' order by seq limit 1",
+    )
+    .bind(id.uuid())
+    .fetch_one(b.store.pool())
+    .await
+    .expect("custody entry");
+    assert_eq!(custody["image_sha256"], crate::agent::image_sha256());
+    let evidence_drives = custody["drives"].as_array().expect("drives");
+    assert_eq!(evidence_drives.len(), 2);
+    assert!(evidence_drives.iter().all(|d| d["verification"]["ranges"] == 66 && d["method"].is_string()), "{custody}");
     let (clean_id, clean_run, method, evidence) = &cleans[0];
     assert_eq!(*clean_run, run1.run_id);
     assert_eq!(method, "agent");
@@ -606,9 +660,13 @@ async fn a_machine_goes_through_its_whole_lifecycle_on_the_emulator() {
     assert_eq!(machine_clean, Some(*clean_id), "the available machine carries its unused clean");
 
     // The token is used up: 409 at every endpoint.
-    b.app.get(format!("/v1/agent/{token1}/config")).send().await.problem(409, "agent_token_used");
-    b.app.get(format!("/v1/agent/{token1}/seed.iso")).send().await.problem(409, "agent_token_used");
+    problems.push(b.app.get("/v1/agent/config").token(&token1).send().await.problem(409, "agent_token_used"));
+    problems.push(b.app.get(&seed1).send().await.problem(409, "agent_token_used"));
     assert_eq!(b.report(&token1, "success", wiped(&drives)).await, 409);
+    // Neither token stands in for the other, nor for a JWT.
+    problems.push(b.app.get("/v1/agent/config").token(&token_of(&seed1)).send().await.problem(404, "not_found"));
+    problems.push(b.app.get(format!("/v1/agent/seed/{token1}.iso")).send().await.problem(404, "not_found"));
+    assert_eq!(b.app.get("/v1/machines").token(&token1).send().await.status.as_u16(), 401);
 
     // Allocate (all or nothing, in one transaction) to a cluster whose control plane is up.
     let (tenant, cluster_id, pool) = b.cluster("acme", 1).await;
@@ -628,6 +686,11 @@ async fn a_machine_goes_through_its_whole_lifecycle_on_the_emulator() {
     let config = b.agent_config(&token2).await;
     assert_eq!(config["purpose"], "provision");
     assert_eq!(config["config"]["join"]["api_server"], "10.0.0.1:6443");
+    // The join configuration the contract names, at the top of `config`.
+    assert_eq!(config["config"]["api_endpoint"], "10.0.0.1:6443");
+    assert_eq!(config["config"]["bootstrap_token"], "abcdef.0123456789abcdef");
+    assert!(config["config"]["ca_cert"].as_str().is_some_and(|c| c.starts_with("-----BEGIN CERTIFICATE-----")));
+    assert!(config["config"]["ca_cert_hash"].as_str().is_some_and(|h| h.starts_with("sha256:")));
     let node_name = config["config"]["node_name"].as_str().expect("node name").to_owned();
     assert_eq!(node_name, paddock_domain::driver::node_name(id));
     assert!(m.node_name.is_none());
@@ -638,7 +701,7 @@ async fn a_machine_goes_through_its_whole_lifecycle_on_the_emulator() {
     let log = b.bmc.take();
     assert_eq!(calls(&log), ["finish_boot(BootFromDisk)"]);
     assert_finished(&b.emu.seen(&uuid).await, PowerState::On);
-    b.app.get(format!("/v1/agent/{token2}/config")).send().await.problem(409, "agent_token_used");
+    problems.push(b.app.get("/v1/agent/config").token(&token2).send().await.problem(409, "agent_token_used"));
 
     // The kubelet registers the node: active.
     b.tenant_side.register(&uuid, &node_name);
@@ -648,7 +711,15 @@ async fn a_machine_goes_through_its_whole_lifecycle_on_the_emulator() {
 
     // Release: releasing -> (node removed, powered off, tenancy ended) cleaning -> wipe again.
     let mut tx = b.store.begin().await.expect("begin");
-    assert!(lifecycle::begin_release(&mut tx, id, MachineState::Active, m.status_version).await.expect("release"));
+    assert!(lifecycle::begin_release(
+        &mut tx,
+        &paddock_testkit::ledger_key(),
+        id,
+        MachineState::Active,
+        m.status_version
+    )
+    .await
+    .expect("release"));
     tx.commit().await.expect("commit");
     assert_eq!(b.load(id).await.state, MachineState::Releasing);
     let m = b.drive(&r, id, MachineState::Cleaning, Some("waiting_for_agent")).await;
@@ -676,6 +747,8 @@ async fn a_machine_goes_through_its_whole_lifecycle_on_the_emulator() {
     assert!(token3 != token1 && token3 != token2);
     let config = b.agent_config(&token3).await;
     assert_eq!(config["purpose"], "wipe");
+    assert_ne!(config["run_id"], run1.run_id.to_string(), "each token is its own run's");
+    problems.push(b.app.get("/v1/agent/config").token(&token1).send().await.problem(409, "agent_token_used"));
     let drives = drive_ids(&config);
     assert_eq!(b.report(&token3, "success", wiped(&drives)).await, 204);
     b.drive(&r, id, MachineState::Available, None).await;
@@ -691,6 +764,23 @@ async fn a_machine_goes_through_its_whole_lifecycle_on_the_emulator() {
     assert_eq!(b.allocate(tenant2, cluster2, need).await, Allocation::Allocated(vec![id]));
     // Back where the emulator started it, for whoever uses node-011 next.
     emu.tidy(&uuid).await;
+
+    // After the whole run, no token shows anywhere it could leak: the logs, the metric labels,
+    // the audit trail, the problems the agents got.
+    let seeds = b.seeds_issued().await;
+    let tokens = [token1, token2, token3];
+    let metrics = String::from_utf8(b.app.get("/metrics").send().await.expect(200).body.to_vec()).expect("utf8");
+    let audit = b.app.get("/v1/audit-events?limit=1000").token(&admin()).send().await.expect(200).json().to_string();
+    assert!(audit.contains("agent.report"), "the reports are audited: {audit}");
+    let problems = serde_json::to_string(&problems).expect("json");
+    let logs = crate::support::logged();
+    assert!(logs.contains("seed") || logs.contains("boot"), "the logs captured the run");
+    for secret in seeds.iter().chain(&tokens) {
+        assert_eq!(secret.len(), 43, "a token");
+        for (what, text) in [("logs", &logs), ("metrics", &metrics), ("audit", &audit), ("problems", &problems)] {
+            assert!(!text.contains(secret.as_str()), "a token shows in the {what}");
+        }
+    }
 }
 
 #[tokio::test]
@@ -710,8 +800,8 @@ async fn a_failed_drive_quarantines_the_machine_and_an_expired_token_is_refused(
     let drives = drive_ids(&config);
     assert_eq!(drives, ["nvme0", "nvme1"]);
     let report = json!([
-        { "id": "nvme0", "method": "nvme-format", "result": "success" },
-        { "id": "nvme1", "method": "nvme-format", "result": "failure", "detail": "format failed: I/O error" },
+        crate::agent::drive("nvme0", "success", None),
+        crate::agent::drive("nvme1", "failure", Some("format failed: I/O error")),
     ]);
     assert_eq!(b.report(&token1, "failure", report).await, 204);
 
@@ -747,13 +837,14 @@ async fn a_failed_drive_quarantines_the_machine_and_an_expired_token_is_refused(
     assert_booted(&b.emu.seen(&uuid).await, &b.images.url("wipe.iso"));
     b.bmc.take();
     let token2 = b.booted_token(&uuid).await;
+    let seed2 = b.booted_seed(&uuid).await;
     assert_ne!(token2, token1);
-    b.app.get(format!("/v1/agent/{token2}/config")).send().await.expect(200);
+    b.app.get("/v1/agent/config").token(&token2).send().await.expect(200);
 
     // The agent never reports in time: its token expires (410 everywhere) and the wipe times out.
     tokio::time::sleep(Duration::from_millis(3500)).await;
-    b.app.get(format!("/v1/agent/{token2}/config")).send().await.problem(410, "agent_token_expired");
-    b.app.get(format!("/v1/agent/{token2}/seed.iso")).send().await.problem(410, "agent_token_expired");
+    b.app.get("/v1/agent/config").token(&token2).send().await.problem(410, "agent_token_expired");
+    b.app.get(&seed2).send().await.problem(410, "agent_token_expired");
     assert_eq!(b.report(&token2, "success", wiped(&drives)).await, 410);
     let m = b.drive(&short, id, MachineState::CleanFailed, None).await;
     assert_eq!(m.last_error.map(|e| e.code), Some("wipe_timed_out".to_owned()));
@@ -768,5 +859,38 @@ async fn a_failed_drive_quarantines_the_machine_and_an_expired_token_is_refused(
     let log = b.bmc.take();
     let seen = b.emu.seen(&uuid).await;
     eprintln!("after wipe_timed_out: BMC calls {:?}, emulator {seen:?}", calls(&log));
+
+    // A report whose evidence falls short quarantines the machine with the reason, each time.
+    let r = b.reconciler(Duration::from_secs(600));
+    let ok = crate::agent::drive("nvme0", "success", None);
+    let mut unverified = crate::agent::drive("nvme1", "success", None);
+    unverified["verification"] = Value::Null;
+    let mut unknown = crate::agent::drive("nvme1", "success", None);
+    unknown["method"] = json!("nvme-format");
+    let mut other_image = crate::agent::report_body("success", wiped(&drives));
+    other_image["image_sha256"] = json!("c".repeat(64));
+    for (body, reason) in [
+        (crate::agent::report_body("success", json!([ok.clone(), unverified])), "drive nvme1: verification missing"),
+        (
+            crate::agent::report_body("success", json!([ok.clone(), unknown])),
+            "drive nvme1: unknown method \"nvme-format\"",
+        ),
+        (other_image, "image: the agent booted image cccc"),
+    ] {
+        let token = b.rewipe(&r, id, &uuid).await;
+        assert_eq!(crate::agent::report(&b.app, &token, &body).await, 204);
+        let m = b.drive(&r, id, MachineState::CleanFailed, None).await;
+        let error = m.last_error.expect("last error");
+        assert_eq!(error.code, "wipe_failed");
+        assert!(error.message.contains(reason), "{} should name {reason}", error.message);
+        assert!(b.cleans(id).await.is_empty(), "nothing reached available");
+    }
+    let available: i64 =
+        sqlx::query_scalar("select count(*) from custody_entries where machine_id = $1 and to_state = 'available'")
+            .bind(id.uuid())
+            .fetch_one(b.store.pool())
+            .await
+            .expect("custody");
+    assert_eq!(available, 0, "the machine never became available");
     emu.tidy(&uuid).await;
 }

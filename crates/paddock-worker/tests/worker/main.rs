@@ -7,6 +7,7 @@
 #[macro_use]
 mod emulator;
 
+mod agent;
 mod crash;
 mod inspect;
 mod lifecycle;

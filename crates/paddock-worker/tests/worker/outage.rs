@@ -23,7 +23,8 @@ use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BootMedia, 
 use paddock_domain::job_kind::MACHINE_RECONCILE;
 use paddock_domain::model::Machine;
 use paddock_redfish::{BmcLimiter, Password, PowerState, RedfishBmc, RedfishClient, RedfishConfig, Url};
-use paddock_store::{lifecycle, machine, Store};
+use paddock_service::agent::AgentSettings;
+use paddock_store::{machine, run, Store};
 use paddock_testkit::{admin, TestApp};
 use paddock_types::machine::MachineState;
 use paddock_types::{MachineClassId, MachineId};
@@ -238,7 +239,7 @@ async fn image_server() -> String {
                 let mut words = head.split_whitespace();
                 let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
                 let found = path.starts_with("/images/") && path.ends_with(".iso");
-                let body = if found { vec![0x42u8; 64 * 1024] } else { Vec::new() };
+                let body = if found { crate::agent::served_image() } else { Vec::new() };
                 let status = if found { "200 OK" } else { "404 Not Found" };
                 let head = format!(
                     "HTTP/1.1 {status}\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\n\
@@ -357,7 +358,13 @@ struct Bench {
 impl Bench {
     async fn new() -> Bench {
         init_tracing();
-        let app = TestApp::served().await;
+        let digest = crate::agent::image_sha256();
+        let app = TestApp::served_with(|a| AgentSettings {
+            wipe_image_sha256: digest.clone(),
+            os_image_sha256: digest.clone(),
+            ..a
+        })
+        .await;
         let store = Store::from_pool(app.db.pool.clone());
         let images = image_server().await;
         let bmc = Logged::new();
@@ -442,12 +449,14 @@ impl Bench {
         panic!("the machine did not reach {want:?}/{code:?} within 30 runs: {history:#?}");
     }
 
-    /// The token the machine's current boot carries, read from the emulator's second device.
+    /// The agent token the machine's current boot carries: in the seed whose URL the emulator's
+    /// second device holds.
     async fn booted_token(&self, emu: &PrivateEmulator, uuid: &str) -> String {
         let seen = emu.seen(uuid).await;
         let seed = seen.seed().unwrap_or_else(|| panic!("no seed inserted: {seen:?}"));
         assert!(seed.starts_with(self.base_url()), "the seed comes from paddock's API: {seed}");
-        token_of(seed)
+        let path = format!("/v1/agent/seed/{}.iso", token_of(seed));
+        crate::agent::seed(&self.app, &path).await.agent_token
     }
 
     async fn cleans(&self, id: MachineId) -> Vec<(Uuid, Uuid, String, Value)> {
@@ -469,10 +478,9 @@ impl Bench {
             .expect("clean_id")
     }
 
-    /// The agent: fetches the run's configuration and seed like a booted machine; the drive ids.
+    /// The agent: fetches the run's configuration like a booted machine; the drive ids.
     async fn agent_config(&self, token: &str) -> Vec<String> {
-        let config = self.app.get(format!("/v1/agent/{token}/config")).send().await.expect(200).json();
-        self.app.get(format!("/v1/agent/{token}/seed.iso")).send().await.expect(200);
+        let config = crate::agent::config(&self.app, token).await;
         assert_eq!(config["purpose"], "wipe");
         config["config"]["drives"]
             .as_array()
@@ -482,15 +490,10 @@ impl Bench {
             .collect()
     }
 
-    /// The agent's report: every drive wiped.
+    /// The agent's report: every drive wiped, with complete evidence.
     async fn report_wiped(&self, token: &str, drives: &[String]) -> u16 {
-        let drives: Vec<Value> =
-            drives.iter().map(|id| json!({ "id": id, "method": "nvme-format", "result": "success" })).collect();
-        let body = json!({
-            "result": "success", "drives": drives,
-            "started_at": chrono::Utc::now() - chrono::Duration::minutes(5), "finished_at": chrono::Utc::now(),
-        });
-        self.app.post(format!("/v1/agent/{token}/report")).json(&body).send().await.status.as_u16()
+        let body = crate::agent::report_body("success", crate::agent::wiped(drives));
+        crate::agent::report(&self.app, token, &body).await
     }
 }
 
@@ -527,7 +530,7 @@ async fn the_bmc_gone_after_the_wipe_report_keeps_the_machine_cleaning_until_it_
     assert_eq!(names(&b.bmc.take()), ["inspect", "boot_from_media"]);
     assert_booted(&emu.seen(&uuid).await, &b.wipe_image());
     let mut conn = b.store.conn().await.expect("conn");
-    let run = lifecycle::run_of(&mut conn, id).await.expect("run").expect("a run");
+    let run = run::run_of(&mut conn, id).await.expect("run").expect("a run");
     drop(conn);
     assert!(run.run_booted_at.is_some() && run.run_finished_at.is_none(), "booted into the wipe");
     let token = b.booted_token(&emu, &uuid).await;
@@ -554,7 +557,7 @@ async fn the_bmc_gone_after_the_wipe_report_keeps_the_machine_cleaning_until_it_
         assert!(b.cleans(id).await.is_empty(), "no clean before the machine is off and ejected");
         assert_eq!(b.clean_id(id).await, None);
         let mut conn = b.store.conn().await.expect("conn");
-        let now = lifecycle::run_of(&mut conn, id).await.expect("run").expect("the run is kept");
+        let now = run::run_of(&mut conn, id).await.expect("run").expect("the run is kept");
         assert_eq!(now.run_id, run.run_id, "the same run");
         assert!(now.run_booted_at.is_some() && now.run_finished_at.is_none(), "not finished");
         codes.push(code);

@@ -15,12 +15,39 @@ use paddock_worker::{JobHandler, Outcome, Worker, WorkerConfig};
 use sqlx::postgres::PgPoolOptions;
 use uuid::Uuid;
 
-/// Logs to the test output when `RUST_LOG` is set.
+/// Everything logged in this test binary, kept so that a test can scan it for secrets.
+static LOGGED: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+
+/// A log writer into [`LOGGED`] and the test output.
+struct Tee;
+
+impl std::io::Write for Tee {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        LOGGED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend_from_slice(buf);
+        // Captured by the test harness, like `with_test_writer`: shown only for a failing test.
+        print!("{}", String::from_utf8_lossy(buf));
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Logs paddock's crates at debug (or what `RUST_LOG` says) to the test output and to a buffer
+/// [`logged`] returns.
 pub fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_test_writer()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .try_init();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(
+            "warn,paddock_worker=debug,paddock_service=debug,paddock_api=debug,paddock_redfish=debug,paddock_store=debug",
+        )
+    });
+    let _ = tracing_subscriber::fmt().with_writer(|| Tee).with_env_filter(filter).try_init();
+}
+
+/// Everything logged so far in this test binary.
+pub fn logged() -> String {
+    String::from_utf8_lossy(&LOGGED.lock().unwrap_or_else(std::sync::PoisonError::into_inner)).into_owned()
 }
 
 /// A fresh database and a store over it.

@@ -65,7 +65,7 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{ include "paddock.secretEnv" (list . "PADDOCK_DATABASE_URL" false) }}
 {{ include "paddock.secretEnv" (list . "PADDOCK_ENCRYPTION_KEY" false) }}
 {{ include "paddock.secretEnv" (list . "PADDOCK_ENCRYPTION_OLD_KEYS" true) }}
-{{ include "paddock.secretEnv" (list . "PADDOCK_LEDGER_KEY" true) }}
+{{ include "paddock.secretEnv" (list . "PADDOCK_LEDGER_KEY" false) }}
 {{ include "paddock.secretEnv" (list . "PADDOCK_USAGE_SIGNING_KEY" true) }}
 {{ include "paddock.secretEnv" (list . "PADDOCK_JWT_HS256_SECRET" true) }}
 - { name: PADDOCK_LOG_FORMAT, value: json }

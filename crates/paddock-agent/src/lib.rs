@@ -1,0 +1,16 @@
+//! paddock's wipe agent (SPEC section 5): boots from the wipe image between tenancies, finds the
+//! run's seed by its `cidata` label, fetches `config`, wipes every disk with the strongest method it
+//! supports, verifies each with its own O_DIRECT reads and reports the evidence. The same wipe runs
+//! standalone for operators (`paddock-agent wipe --device ...`).
+
+pub mod client;
+pub mod device;
+pub mod erase;
+pub mod iso;
+pub mod matching;
+pub mod method;
+pub mod run;
+pub mod seed;
+mod sys;
+pub mod verify;
+pub mod wipe;

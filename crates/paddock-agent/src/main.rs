@@ -1,0 +1,170 @@
+//! `paddock-agent`: `run` (what the wipe image's init starts), `wipe` (standalone, for operators)
+//! and `discover` (what `run` would wipe, without wiping).
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use paddock_agent::device::{self, Roots};
+use paddock_agent::run::{self, RunOptions};
+use paddock_agent::wipe::{self, Choice, Outcome};
+use serde_json::json;
+
+/// Where an image may state its digest (the ISO cannot hold its own: see [`device::image_sha256`]).
+const IMAGE_SHA256_FILE: &str = "/etc/paddock/image.sha256";
+
+const USAGE: &str = "usage:
+  paddock-agent wipe --device PATH... [--method auto|NAME] [--report FILE]
+  paddock-agent run [--seed-device PATH] [--device PATH...] [--image-sha256 HEX]
+                    [--config-timeout SECONDS] [--no-poweroff]
+  paddock-agent discover";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match dispatch(&args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("paddock-agent: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn dispatch(args: &[String]) -> anyhow::Result<ExitCode> {
+    let (cmd, rest) = args.split_first().with_context(|| USAGE.to_owned())?;
+    let opts = Opts::parse(rest)?;
+    match cmd.as_str() {
+        "wipe" => wipe_cmd(&opts),
+        "run" => run_cmd(&opts),
+        "discover" => discover_cmd(),
+        _ => bail!("unknown command {cmd:?}\n{USAGE}"),
+    }
+}
+
+/// Every option of every command (each command reads the ones it knows).
+#[derive(Default)]
+struct Opts {
+    devices: Vec<PathBuf>,
+    method: Option<String>,
+    report: Option<PathBuf>,
+    seed_device: Option<PathBuf>,
+    image_sha256: Option<String>,
+    config_timeout: Option<u64>,
+    no_poweroff: bool,
+}
+
+impl Opts {
+    fn parse(args: &[String]) -> anyhow::Result<Opts> {
+        let mut o = Opts::default();
+        let mut it = args.iter().peekable();
+        while let Some(arg) = it.next() {
+            let mut value = || it.next().cloned().with_context(|| format!("{arg} needs a value\n{USAGE}"));
+            match arg.as_str() {
+                "--device" => {
+                    o.devices.push(value()?.into());
+                    // `--device a b c`: the values up to the next option.
+                    while let Some(v) = it.next_if(|v| !v.starts_with("--")) {
+                        o.devices.push(v.into());
+                    }
+                }
+                "--method" => o.method = Some(value()?),
+                "--report" => o.report = Some(value()?.into()),
+                "--seed-device" => o.seed_device = Some(value()?.into()),
+                "--image-sha256" => o.image_sha256 = Some(value()?),
+                "--config-timeout" => {
+                    o.config_timeout = Some(value()?.parse().context("--config-timeout takes seconds")?)
+                }
+                "--no-poweroff" => o.no_poweroff = true,
+                _ => bail!("unknown option {arg:?}\n{USAGE}"),
+            }
+        }
+        Ok(o)
+    }
+}
+
+fn wipe_cmd(opts: &Opts) -> anyhow::Result<ExitCode> {
+    if opts.devices.is_empty() {
+        bail!("wipe needs at least one --device\n{USAGE}");
+    }
+    let choice = match opts.method.as_deref() {
+        None | Some("auto") => Choice::Auto,
+        Some(name) => Choice::Only(name.parse()?),
+    };
+    let roots = Roots::default();
+    let disks = run::disks(&roots, &opts.devices)?;
+    let drives = wipe::wipe_all(&roots, &disks, choice);
+    let ok = drives.iter().all(|d| d.result == Outcome::Success);
+    for d in drives.iter().filter(|d| d.result == Outcome::Failure) {
+        eprintln!("paddock-agent: {} FAILED: {}", disks_path(d), d.detail.as_deref().unwrap_or("no detail"));
+    }
+    let result = if ok { Outcome::Success } else { Outcome::Failure };
+    let out = serde_json::to_string_pretty(&WipeOutput { result, drives: &drives })?;
+    if let Some(path) = &opts.report {
+        std::fs::write(path, format!("{out}\n")).with_context(|| format!("writing {}", path.display()))?;
+    }
+    println!("{out}");
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// What `wipe` prints and writes to `--report`.
+#[derive(serde::Serialize)]
+struct WipeOutput<'a> {
+    result: Outcome,
+    drives: &'a [wipe::DriveReport],
+}
+
+fn disks_path(d: &wipe::DriveReport) -> String {
+    d.device.as_ref().map_or_else(|| "a drive".to_owned(), |p| p.display().to_string())
+}
+
+fn run_cmd(opts: &Opts) -> anyhow::Result<ExitCode> {
+    let image_sha256 = image_sha256(opts.image_sha256.as_deref())?;
+    eprintln!("paddock-agent: image sha256 {image_sha256}");
+    let run_opts = RunOptions {
+        seed_device: opts.seed_device.clone(),
+        devices: opts.devices.clone(),
+        image_sha256,
+        config_timeout: Duration::from_secs(opts.config_timeout.unwrap_or(3600)),
+    };
+    let outcome = run::run(&Roots::default(), &run_opts);
+    if !opts.no_poweroff {
+        power_off();
+    }
+    match outcome? {
+        o if o.result == Outcome::Success => Ok(ExitCode::SUCCESS),
+        _ => Ok(ExitCode::FAILURE),
+    }
+}
+
+/// The image digest: the flag, else the file an image may carry, else the digest of the boot
+/// medium itself; 64 lowercase hex digits.
+fn image_sha256(flag: Option<&str>) -> anyhow::Result<String> {
+    let digest = match (flag, std::fs::read_to_string(IMAGE_SHA256_FILE)) {
+        (Some(d), _) => d.to_owned(),
+        (None, Ok(file)) => file.trim().to_owned(),
+        (None, Err(_)) => {
+            device::image_sha256(&Roots::default()).context("finding the image digest (or pass --image-sha256)")?
+        }
+    };
+    if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        bail!("the image digest {digest:?} is not 64 lowercase hex digits");
+    }
+    Ok(digest)
+}
+
+fn discover_cmd() -> anyhow::Result<ExitCode> {
+    let (disks, skipped) = device::discover(&Roots::default())?;
+    let disks: Vec<_> = disks.iter().map(|d| json!({ "device": d.path, "identity": d.identity })).collect();
+    let skipped: Vec<_> = skipped.iter().map(|s| json!({ "name": s.name, "reason": s.reason })).collect();
+    println!("{}", serde_json::to_string_pretty(&json!({ "disks": disks, "skipped": skipped }))?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Flushes and powers the machine off (busybox's or systemd's `poweroff -f`).
+fn power_off() {
+    let _ = Command::new("sync").status();
+    if let Err(e) = Command::new("poweroff").arg("-f").status() {
+        eprintln!("paddock-agent: powering off failed: {e}");
+    }
+}

@@ -1,0 +1,33 @@
+//! The block-device ioctls the agent issues itself (linux/fs.h). The only module with unsafe code.
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+
+/// `_IO(0x12, 119)`: discard a byte range.
+const BLKDISCARD: u32 = 0x1277;
+/// `_IO(0x12, 127)`: zero a byte range (WRITE ZEROES where the device has it, else zero pages).
+const BLKZEROOUT: u32 = 0x127f;
+
+/// Zeroes `len` bytes at `offset` of the block device `dev` (BLKZEROOUT).
+pub fn zero_out(dev: &File, offset: u64, len: u64) -> io::Result<()> {
+    range_ioctl(dev, BLKZEROOUT, offset, len)
+}
+
+/// Discards `len` bytes at `offset` of the block device `dev` (BLKDISCARD).
+pub fn discard(dev: &File, offset: u64, len: u64) -> io::Result<()> {
+    range_ioctl(dev, BLKDISCARD, offset, len)
+}
+
+fn range_ioctl(dev: &File, request: u32, offset: u64, len: u64) -> io::Result<()> {
+    let range: [u64; 2] = [offset, len];
+    // SAFETY: both requests read a `uint64_t[2]` {start, length} through the pointer, which is
+    // valid for that read for the whole call; the descriptor is owned by `dev` and open.
+    let rc = unsafe { libc::ioctl(dev.as_raw_fd(), request as _, range.as_ptr()) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}

@@ -1,0 +1,362 @@
+//! The tenant base stack's definition format (SPEC section 6 step 4): the project's versioned
+//! stack definitions, `stacks/<version>.json` at the repository root, embedded into the binary
+//! ([`DEFINITIONS`]). A definition lists its components in apply order; each names its upstream
+//! `version`, its manifests (`file` inside the version's directory, upstream `source`, `sha256` of
+//! the file, for Helm-only upstreams the `render` command that produced it, and for files of a Go
+//! module the `go_module` ([`GoModuleFile`]) that holds the same bytes) and its readiness rules
+//! ([`ReadinessRule`]); its `slurm` section ([`SlurmImages`]) names the Slurm releases the stack
+//! runs and their images.
+//!
+//! Parsing and validation only, no I/O: reading, verifying and applying the manifests is the
+//! stack driver's (`paddock_kube::stack`).
+
+use std::collections::BTreeSet;
+use std::path::{Component, Path};
+
+use serde::{Deserialize, Serialize};
+
+/// The stack definitions the binary carries, `(version, JSON)`, oldest first.
+pub const DEFINITIONS: &[(&str, &str)] = &[("2026.11.0", include_str!("../../../stacks/2026.11.0.json"))];
+
+/// The version of the newest embedded stack definition.
+pub fn latest_version() -> &'static str {
+    // DEFINITIONS is a non-empty constant (a unit test checks it).
+    DEFINITIONS.last().map(|(v, _)| *v).unwrap_or_default()
+}
+
+/// A versioned stack definition (`stacks/<version>.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StackDefinition {
+    /// The stack version (also the directory of its manifests under the stacks directory).
+    pub version: String,
+    /// Free text for the reader.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+    /// The components, in apply order.
+    pub components: Vec<StackComponent>,
+    /// The images the stack's Slurm operator runs (the Slurm driver takes them from here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SlurmImages>,
+}
+
+/// The images of a stack's Slurm, by Slurm version: never `latest`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmImages {
+    /// Free text for the reader.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+    /// Where the Slinky images live: `<registry>/{slurmctld,slurmd,slurmdbd,slurmrestd,login}:<tag>`.
+    pub registry: String,
+    /// The Slurm versions the stack runs, each with its image tag.
+    pub releases: Vec<SlurmRelease>,
+    /// MariaDB for accounting.
+    pub mariadb_image: String,
+}
+
+/// A Slurm release a stack runs: its version and the tag of its Slinky images.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmRelease {
+    /// `spec.version`.
+    pub version: String,
+    /// The tag of the Slinky images.
+    pub image_tag: String,
+}
+
+impl SlurmImages {
+    /// The release of Slurm `version`, if the stack runs it.
+    pub fn release(&self, version: &str) -> Option<&SlurmRelease> {
+        self.releases.iter().find(|r| r.version == version)
+    }
+
+    /// The Slurm versions the stack runs.
+    pub fn versions(&self) -> Vec<&str> {
+        self.releases.iter().map(|r| r.version.as_str()).collect()
+    }
+}
+
+/// One component of a stack (a CNI, a device plugin, ...).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StackComponent {
+    /// Its name, unique in the stack.
+    pub name: String,
+    /// The upstream release it comes from.
+    pub version: String,
+    /// The namespace of its namespaced objects that name none; paddock creates it first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Free text for the reader.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+    /// Its manifests, in apply order.
+    pub manifests: Vec<StackManifest>,
+    /// When it counts as ready (all rules hold; none: once applied).
+    #[serde(default)]
+    pub ready: Vec<ReadinessRule>,
+}
+
+/// One upstream manifest file of a component.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StackManifest {
+    /// Its path relative to `<stacks dir>/<stack version>/` (no `..`, not absolute).
+    pub file: String,
+    /// Where it comes from (a release URL, or the chart for a rendered one).
+    pub source: String,
+    /// The command that renders it, for upstreams that publish only a Helm chart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub render: Option<String>,
+    /// Where the same bytes as `source` can also be had: a file of a Go module version, fetched
+    /// through the Go module proxy (`scripts/stacks-fetch` falls back to it). Only where to fetch
+    /// from: paddock checks the file against `sha256` whichever way it came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub go_module: Option<GoModuleFile>,
+    /// Lowercase hex SHA-256 of the file; None while not pinned (the file is then refused).
+    pub sha256: Option<String>,
+}
+
+/// A file inside a Go module version. The module zip the Go module proxy serves holds the
+/// repository's files at the version's tag byte for byte, and `go mod download` checks the zip
+/// against the Go checksum database (sum.golang.org), so the file is the upstream's even where
+/// the upstream's own host cannot be reached.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GoModuleFile {
+    /// The module path, e.g. `github.com/rancher/local-path-provisioner`.
+    pub module: String,
+    /// The module version (a tag), e.g. `v0.0.30`.
+    pub version: String,
+    /// The file's path inside the module (no `..`, not absolute).
+    pub path: String,
+}
+
+/// A readiness rule of a component.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadinessRule {
+    /// Every CustomResourceDefinition of the component has `Established=True`.
+    CrdsEstablished,
+    /// Every Deployment, DaemonSet and StatefulSet of the component has observed its generation
+    /// and has all its desired replicas updated and available.
+    WorkloadsAvailable,
+}
+
+impl StackDefinition {
+    /// The embedded definition of `version`.
+    pub fn embedded(version: &str) -> Result<Self, DefinitionError> {
+        let Some((_, text)) = DEFINITIONS.iter().find(|(v, _)| *v == version) else {
+            let known = DEFINITIONS.iter().map(|(v, _)| *v).collect::<Vec<_>>().join(", ");
+            return Err(DefinitionError::UnknownVersion { version: version.to_owned(), known });
+        };
+        let definition: Self = serde_json::from_str(text)
+            .map_err(|source| DefinitionError::Parse { version: version.to_owned(), source })?;
+        if definition.version != version {
+            let reason = format!("it says it is version {}", definition.version);
+            return Err(DefinitionError::Invalid { version: version.to_owned(), reason });
+        }
+        definition.validate()?;
+        Ok(definition)
+    }
+
+    /// Checks names, paths and digests are well-formed.
+    pub fn validate(&self) -> Result<(), DefinitionError> {
+        let bad = |reason: String| DefinitionError::Invalid { version: self.version.clone(), reason };
+        if !is_plain_relative(&self.version) || self.version.contains('/') {
+            return Err(bad("the version must be a plain directory name".to_owned()));
+        }
+        let mut names = BTreeSet::new();
+        for c in &self.components {
+            if !names.insert(c.name.as_str()) {
+                return Err(bad(format!("component {} appears twice", c.name)));
+            }
+            if c.manifests.is_empty() {
+                return Err(bad(format!("component {} has no manifests", c.name)));
+            }
+            for m in &c.manifests {
+                if !is_plain_relative(&m.file) {
+                    return Err(bad(format!("file {} must be a relative path without `..`", m.file)));
+                }
+                let hex_ok = |d: &str| d.len() == 64 && d.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+                if m.sha256.as_deref().is_some_and(|d| !hex_ok(d)) {
+                    return Err(bad(format!("the sha256 of {} is not 64 lowercase hex digits", m.file)));
+                }
+                if let Some(g) = &m.go_module {
+                    // The fetch script passes these to `go mod download` and joins `path` to the
+                    // module's directory: keep them plain.
+                    let plain = |s: &str| !s.is_empty() && !s.starts_with('-') && !s.contains(char::is_whitespace);
+                    if !plain(&g.module) || !plain(&g.version) || !is_plain_relative(&g.path) {
+                        return Err(bad(format!(
+                            "the go_module of {} needs a module, a version and a relative path",
+                            m.file
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether `path` stays inside the directory it is joined to.
+fn is_plain_relative(path: &str) -> bool {
+    !path.is_empty() && Path::new(path).components().all(|c| matches!(c, Component::Normal(_)))
+}
+
+/// A stack definition that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum DefinitionError {
+    /// No embedded definition has this version.
+    #[error("no stack definition has version {version} (known: {known})")]
+    UnknownVersion {
+        /// The version asked for.
+        version: String,
+        /// The embedded versions.
+        known: String,
+    },
+    /// An embedded definition is not valid JSON of the expected shape.
+    #[error("stack definition {version} does not parse")]
+    Parse {
+        /// The version.
+        version: String,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A definition is malformed.
+    #[error("stack definition {version} is invalid: {reason}")]
+    Invalid {
+        /// The version.
+        version: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl DefinitionError {
+    /// The stable snake_case code of this kind of failure.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::UnknownVersion { .. } => "stack_version_unknown",
+            Self::Parse { .. } | Self::Invalid { .. } => "stack_definition_invalid",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use sha2::{Digest, Sha256};
+
+    use super::*;
+
+    #[test]
+    fn every_embedded_definition_parses_and_validates() {
+        assert!(!DEFINITIONS.is_empty());
+        for (version, _) in DEFINITIONS {
+            let d = StackDefinition::embedded(version).expect("embedded definition");
+            assert_eq!(d.version, *version);
+            assert!(!d.components.is_empty());
+            // The Slurm driver takes its images from the stack: every embedded stack has them.
+            let slurm = d.slurm.as_ref().expect("a slurm section");
+            assert!(!slurm.releases.is_empty() && !slurm.registry.is_empty());
+        }
+        assert_eq!(StackDefinition::embedded(latest_version()).expect("latest").version, latest_version());
+        let e = StackDefinition::embedded("1999.1.0").expect_err("unknown");
+        assert_eq!(e.code(), "stack_version_unknown");
+    }
+
+    #[test]
+    fn the_pinned_slinky_crd_digests_match_the_shared_copies() {
+        // The shared directory beside the repository holds the real upstream files; skip without it.
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/crds/slinky");
+        if !dir.is_dir() {
+            eprintln!("SKIPPED: {} is not there", dir.display());
+            return;
+        }
+        let d = StackDefinition::embedded(latest_version()).expect("latest");
+        let crds = d.components.iter().find(|c| c.name == "slinky-crds").expect("slinky-crds component");
+        assert_eq!(crds.manifests.len(), 6);
+        for m in &crds.manifests {
+            let name = Path::new(&m.file).file_name().expect("file name");
+            let bytes = std::fs::read(dir.join(name)).expect("read the shared copy");
+            assert_eq!(m.sha256.as_deref(), Some(hex::encode(Sha256::digest(bytes)).as_str()), "{}", m.file);
+        }
+    }
+
+    #[test]
+    fn definitions_with_escaping_paths_or_bad_digests_are_refused() {
+        let manifest = |file: &str, sha: Option<&str>| StackManifest {
+            file: file.to_owned(),
+            source: "https://example.invalid".to_owned(),
+            render: None,
+            go_module: None,
+            sha256: sha.map(str::to_owned),
+        };
+        let def = |m: StackManifest| StackDefinition {
+            slurm: None,
+            version: "1.0.0".to_owned(),
+            notes: None,
+            components: vec![StackComponent {
+                name: "c".to_owned(),
+                version: "v1".to_owned(),
+                namespace: None,
+                notes: None,
+                manifests: vec![m],
+                ready: vec![],
+            }],
+        };
+        assert!(def(manifest("a/b.yaml", None)).validate().is_ok());
+        for bad in ["../x.yaml", "/etc/passwd", "a/../../x", ""] {
+            assert!(def(manifest(bad, None)).validate().is_err(), "{bad}");
+        }
+        assert!(def(manifest("a.yaml", Some("ABC"))).validate().is_err());
+
+        let go = |module: &str, version: &str, path: &str| StackManifest {
+            go_module: Some(GoModuleFile {
+                module: module.to_owned(),
+                version: version.to_owned(),
+                path: path.to_owned(),
+            }),
+            ..manifest("a.yaml", None)
+        };
+        assert!(def(go("github.com/o/r", "v1.0.0", "deploy/a.yaml")).validate().is_ok());
+        for (module, version, path) in [
+            ("github.com/o/r", "v1.0.0", "../a.yaml"),
+            ("github.com/o/r", "v1.0.0", "/a.yaml"),
+            ("", "v1.0.0", "a.yaml"),
+            ("-modfile=x", "v1.0.0", "a.yaml"),
+            ("github.com/o/r", "", "a.yaml"),
+            ("github.com/o/r", "v1 x", "a.yaml"),
+        ] {
+            assert!(def(go(module, version, path)).validate().is_err(), "{module}@{version} {path}");
+        }
+    }
+
+    #[test]
+    fn go_module_sources_parse_strictly_and_name_the_components_release() {
+        let text = r#"{"file": "a.yaml", "source": "https://example.invalid/a.yaml", "sha256": null,
+                       "go_module": {"module": "github.com/o/r", "version": "v1.0.0", "path": "a.yaml"}}"#;
+        let m: StackManifest = serde_json::from_str(text).expect("parses");
+        assert_eq!(m.go_module.as_ref().map(|g| g.module.as_str()), Some("github.com/o/r"));
+        let extra = text.replace("\"path\": \"a.yaml\"", "\"path\": \"a.yaml\", \"sum\": \"h1:x\"");
+        assert_ne!(extra, text);
+        assert!(serde_json::from_str::<StackManifest>(&extra).is_err(), "unknown go_module fields are refused");
+
+        // In the embedded definitions, a file from a Go module is of the component's own release
+        // and is pinned (its bytes could be had, so there is no reason to leave it unpinned).
+        for (version, _) in DEFINITIONS {
+            let d = StackDefinition::embedded(version).expect("embedded definition");
+            for c in &d.components {
+                for m in &c.manifests {
+                    let Some(g) = &m.go_module else { continue };
+                    assert_eq!(g.version, c.version, "{version}: {}", m.file);
+                    assert!(m.sha256.is_some(), "{version}: {} comes from a Go module but is not pinned", m.file);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! Allocation (SPEC section 6 step 3): a cluster's shortfall is allocated all or nothing, first
+//! come first served among the clusters waiting for a class, within the tenant's quotas, in the
+//! caller's transaction; and what a cluster holds.
+//!
+//! The schema keeps the invariants these functions rely on (see the migration
+//! `machine_lifecycle`): an available machine carries an unused verified clean; an allocation
+//! consumes one; a machine holds at most one live allocation. Releases are machine lifecycle
+//! transitions ([`crate::lifecycle::begin_release`], [`crate::lifecycle::finish_release`]).
+
+use chrono::{DateTime, Utc};
+use paddock_domain::cluster::{quota_excess, Demand};
+use paddock_domain::ledger::LedgerKey;
+use paddock_domain::machine::HELD;
+use paddock_types::machine::MachineState;
+use paddock_types::tenant::Quotas;
+use paddock_types::{ClusterId, MachineClassId, MachineId, NodePoolId, TenantId};
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::custody::{self, WORKER_ACTOR};
+use crate::lifecycle::{enqueue_machine, wake_waiting};
+use crate::{Conn, StoreError};
+
+/// [`HELD`] as stored, for queries.
+fn held() -> [&'static str; 3] {
+    HELD.map(MachineState::as_str)
+}
+
+/// What one pool of a cluster still needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Need {
+    /// The pool.
+    pub node_pool_id: NodePoolId,
+    /// Its class.
+    pub machine_class_id: MachineClassId,
+    /// GPUs per machine of the class.
+    pub gpu_count: u32,
+    /// Machines to add.
+    pub count: u32,
+}
+
+/// How an allocation request ended. Nothing is written unless it is `Allocated`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Allocation {
+    /// Every need was met: these machines are now `allocated` to the cluster.
+    Allocated(Vec<MachineId>),
+    /// An earlier waiting cluster needs machines of the same class: it goes first.
+    Behind {
+        /// The cluster in front.
+        cluster_id: ClusterId,
+    },
+    /// Not enough machines of a class are available.
+    Short {
+        /// The class's name.
+        machine_class: String,
+        /// Machines needed.
+        needed: u32,
+        /// Machines available.
+        available: u32,
+    },
+    /// The tenant's node or GPU quota would be exceeded by what it already holds plus this.
+    OverQuota {
+        /// Which quota.
+        quota: &'static str,
+        /// Its limit.
+        limit: u64,
+        /// What holding the new machines would make.
+        would_hold: u64,
+    },
+}
+
+/// Allocates every need of a cluster in the caller's transaction, all or nothing: locks the
+/// classes (one allocator per class at a time), lets an earlier waiting cluster of the same class
+/// go first, checks the tenant's quotas against what it already holds, takes clean available
+/// machines, consumes each one's verified clean in a new allocation, and enqueues the machines'
+/// reconcile jobs. On success the cluster stops waiting; otherwise it starts (keeping its place).
+/// The caller commits in either case (the waiting mark is the only write on failure).
+pub async fn allocate(
+    conn: &mut Conn,
+    key: &LedgerKey,
+    tenant: TenantId,
+    cluster: ClusterId,
+    needs: &[Need],
+) -> Result<Allocation, StoreError> {
+    let mut classes: Vec<Uuid> = needs.iter().map(|n| n.machine_class_id.uuid()).collect();
+    classes.sort();
+    classes.dedup();
+    let names: Vec<(Uuid, String)> =
+        sqlx::query_as("select id, name from machine_classes where id = any($1) order by id for no key update")
+            .bind(&classes)
+            .fetch_all(&mut *conn)
+            .await?;
+    // The place in line: when it started waiting, or now for a first try.
+    let since: DateTime<Utc> =
+        sqlx::query_scalar("select coalesce(waiting_since, now()) from clusters where tenant_id = $1 and id = $2")
+            .bind(tenant.uuid())
+            .bind(cluster.uuid())
+            .fetch_one(&mut *conn)
+            .await?;
+    let outcome = try_allocate(conn, key, tenant, cluster, needs, since, &names).await?;
+    match &outcome {
+        Allocation::Allocated(_) => {
+            sqlx::query("update clusters set waiting_since = null where tenant_id = $1 and id = $2")
+                .bind(tenant.uuid())
+                .bind(cluster.uuid())
+                .execute(&mut *conn)
+                .await?;
+            // Machines may be left for the next in line.
+            let classes: Vec<MachineClassId> = classes.into_iter().map(MachineClassId).collect();
+            wake_waiting(conn, &classes).await?;
+        }
+        // Over its quota, a cluster waits for its own tenant, not in the line: it must not hold
+        // up other clusters of the class.
+        Allocation::OverQuota { .. } => {
+            sqlx::query("update clusters set waiting_since = null where tenant_id = $1 and id = $2")
+                .bind(tenant.uuid())
+                .bind(cluster.uuid())
+                .execute(&mut *conn)
+                .await?;
+        }
+        Allocation::Behind { .. } | Allocation::Short { .. } => {
+            sqlx::query(
+                "update clusters set waiting_since = coalesce(waiting_since, $3) where tenant_id = $1 and id = $2",
+            )
+            .bind(tenant.uuid())
+            .bind(cluster.uuid())
+            .bind(since)
+            .execute(&mut *conn)
+            .await?;
+        }
+    }
+    Ok(outcome)
+}
+
+/// One allocation attempt, in the order SPEC section 6 step 3 gives: an earlier waiting cluster
+/// of the class goes first, then the tenant's quotas, then the machines themselves.
+async fn try_allocate(
+    conn: &mut Conn,
+    key: &LedgerKey,
+    tenant: TenantId,
+    cluster: ClusterId,
+    needs: &[Need],
+    since: DateTime<Utc>,
+    names: &[(Uuid, String)],
+) -> Result<Allocation, StoreError> {
+    let classes: Vec<Uuid> = names.iter().map(|(id, _)| *id).collect();
+    if let Some(ahead) = waiting_ahead(conn, cluster, since, &classes).await? {
+        return Ok(Allocation::Behind { cluster_id: ahead });
+    }
+    if let Some(over) = over_quota(conn, tenant, needs).await? {
+        return Ok(over);
+    }
+    let picked = match pick(conn, needs, names).await? {
+        Ok(picked) => picked,
+        Err(short) => return Ok(short),
+    };
+    assign(conn, key, tenant, cluster, &picked).await?;
+    for (machine, _) in &picked {
+        enqueue_machine(conn, *machine, None).await?;
+    }
+    Ok(Allocation::Allocated(picked.into_iter().map(|(m, _)| m).collect()))
+}
+
+/// The first cluster that waits for machines of one of `classes` since before `since` (ties by
+/// id) and still lacks some: it goes first.
+async fn waiting_ahead(
+    conn: &mut Conn,
+    cluster: ClusterId,
+    since: DateTime<Utc>,
+    classes: &[Uuid],
+) -> Result<Option<ClusterId>, StoreError> {
+    let ahead: Option<Uuid> = sqlx::query_scalar(
+        "select c.id from clusters c join node_pools p on p.cluster_id = c.id \
+         where c.waiting_since is not null and c.id <> $1 and c.deletion_requested_at is null \
+           and c.deleted_at is null and (c.waiting_since, c.id) < ($2, $1) \
+           and p.machine_class_id = any($3) and p.deleted_at is null and p.deletion_requested_at is null \
+           and p.count > (select count(*) from machines m where m.node_pool_id = p.id \
+                          and m.state = any($4)) \
+         order by c.waiting_since, c.id limit 1",
+    )
+    .bind(cluster.uuid())
+    .bind(since)
+    .bind(classes)
+    .bind(&held()[..])
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(ahead.map(ClusterId))
+}
+
+/// The tenant's node and GPU quotas against what it holds plus `needs` (the rule of
+/// [`quota_excess`], which the API applies to desired counts), with the tenant row locked: a
+/// safety net behind the API's check.
+async fn over_quota(conn: &mut Conn, tenant: TenantId, needs: &[Need]) -> Result<Option<Allocation>, StoreError> {
+    let (max_nodes, max_gpus): (Option<i32>, Option<i32>) =
+        sqlx::query_as("select max_nodes, max_gpus from tenants where id = $1 for no key update")
+            .bind(tenant.uuid())
+            .fetch_one(&mut *conn)
+            .await?;
+    if max_nodes.is_none() && max_gpus.is_none() {
+        return Ok(None);
+    }
+    let (nodes, gpus): (i64, i64) = sqlx::query_as(
+        "select count(*), coalesce(sum(c.gpu_count), 0)::bigint from machines m \
+         join machine_classes c on c.id = m.machine_class_id where m.tenant_id = $1 \
+         and m.state = any($2)",
+    )
+    .bind(tenant.uuid())
+    .bind(&held()[..])
+    .fetch_one(&mut *conn)
+    .await?;
+    let held = |v: i64| u64::try_from(v).unwrap_or(0);
+    let limit = |v: Option<i32>| v.and_then(|l| u32::try_from(l).ok());
+    let quotas = Quotas { max_clusters: None, max_nodes: limit(max_nodes), max_gpus: limit(max_gpus) };
+    let demand = Demand {
+        clusters: 0,
+        nodes: held(nodes) + needs.iter().map(|n| u64::from(n.count)).sum::<u64>(),
+        gpus: held(gpus) + needs.iter().map(|n| u64::from(n.count) * u64::from(n.gpu_count)).sum::<u64>(),
+    };
+    Ok(quota_excess(&quotas, demand).map(|excess| Allocation::OverQuota {
+        quota: excess.quota.field(),
+        limit: u64::from(excess.limit),
+        would_hold: excess.demand,
+    }))
+}
+
+/// Locks clean available machines for every need (skipping those another allocator holds), or
+/// the first need that cannot be met.
+async fn pick(
+    conn: &mut Conn,
+    needs: &[Need],
+    names: &[(Uuid, String)],
+) -> Result<Result<Vec<(MachineId, NodePoolId)>, Allocation>, StoreError> {
+    let mut picked: Vec<(MachineId, NodePoolId)> = Vec::new();
+    for need in needs.iter().filter(|n| n.count > 0) {
+        let ids: Vec<Uuid> = sqlx::query_scalar(
+            "select id from machines where machine_class_id = $1 and state = 'available' \
+             and maintenance_reason is null and retire_requested_at is null and id <> all($2) \
+             order by id limit $3 for update skip locked",
+        )
+        .bind(need.machine_class_id.uuid())
+        .bind(picked.iter().map(|(m, _)| m.uuid()).collect::<Vec<_>>())
+        .bind(i64::from(need.count))
+        .fetch_all(&mut *conn)
+        .await?;
+        if ids.len() < need.count as usize {
+            let machine_class = names
+                .iter()
+                .find(|(id, _)| *id == need.machine_class_id.uuid())
+                .map(|(_, n)| n.clone())
+                .unwrap_or_default();
+            let available = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+            return Ok(Err(Allocation::Short { machine_class, needed: need.count, available }));
+        }
+        picked.extend(ids.into_iter().map(|id| (MachineId(id), need.node_pool_id)));
+    }
+    Ok(Ok(picked))
+}
+
+/// Gives the locked `picked` machines to the cluster: one allocation each, consuming its verified
+/// clean, and one custody entry each with the allocation and the clean as evidence.
+async fn assign(
+    conn: &mut Conn,
+    key: &LedgerKey,
+    tenant: TenantId,
+    cluster: ClusterId,
+    picked: &[(MachineId, NodePoolId)],
+) -> Result<(), StoreError> {
+    let machines: Vec<Uuid> = picked.iter().map(|(m, _)| m.uuid()).collect();
+    let pools: Vec<Uuid> = picked.iter().map(|(_, p)| p.uuid()).collect();
+    let allocations: Vec<Uuid> = picked.iter().map(|_| Uuid::now_v7()).collect();
+    let moved: Vec<(Uuid, Uuid, Uuid, Uuid)> = sqlx::query_as(
+        "with pick as (select * from unnest($1::uuid[], $2::uuid[], $3::uuid[]) as t(machine_id, pool_id, alloc_id)), \
+         a as (insert into machine_allocations (id, machine_id, clean_id, tenant_id, cluster_id, node_pool_id, \
+               allocated_at) select pick.alloc_id, m.id, m.clean_id, $4, $5, pick.pool_id, clock_timestamp() from pick \
+               join machines m on m.id = pick.machine_id returning id, machine_id, node_pool_id, clean_id) \
+         update machines m set state = 'allocated', clean_id = null, allocation_id = a.id, tenant_id = $4, \
+             cluster_id = $5, node_pool_id = a.node_pool_id, last_error = null, \
+             status_version = m.status_version + 1, updated_at = now() \
+         from a where m.id = a.machine_id and m.state = 'available' \
+         returning m.id, a.id, a.node_pool_id, a.clean_id",
+    )
+    .bind(&machines)
+    .bind(&pools)
+    .bind(&allocations)
+    .bind(tenant.uuid())
+    .bind(cluster.uuid())
+    .fetch_all(&mut *conn)
+    .await?;
+    if moved.len() != picked.len() {
+        // The rows are locked by this transaction: unreachable short of a bug. Refuse loudly.
+        return Err(StoreError::Corrupt(format!(
+            "allocation updated {} of {} locked machines",
+            moved.len(),
+            picked.len()
+        )));
+    }
+    // One custody entry per machine, sealed as it is written, with the allocation and the clean
+    // it consumed as evidence.
+    let entries: Vec<custody::NewEntry<'_>> = moved
+        .iter()
+        .map(|(machine, allocation, pool, clean)| custody::NewEntry {
+            machine: MachineId(*machine),
+            from: Some(MachineState::Available),
+            to: MachineState::Allocated,
+            actor: WORKER_ACTOR,
+            reason: format!("allocated to cluster {cluster} of tenant {tenant}"),
+            evidence: json!({ "allocation_id": allocation, "tenant_id": tenant, "cluster_id": cluster,
+                "node_pool_id": pool, "clean_id": clean }),
+        })
+        .collect();
+    custody::append_all(conn, key, &entries).await?;
+    Ok(())
+}
+
+/// A machine of a cluster, as the cluster reconciler needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldMachine {
+    /// The machine.
+    pub id: MachineId,
+    /// Its pool.
+    pub node_pool_id: NodePoolId,
+    /// Its state (a tenancy state).
+    pub state: MachineState,
+    /// Its status version (the guard of a release).
+    pub status_version: i64,
+    /// Its node name once active.
+    pub node_name: Option<String>,
+}
+
+/// Every machine a cluster holds (tenancy states, `releasing` included), by id.
+pub async fn machines_of(
+    conn: &mut Conn,
+    tenant: TenantId,
+    cluster: ClusterId,
+) -> Result<Vec<HeldMachine>, StoreError> {
+    let rows: Vec<(Uuid, Uuid, String, i64, Option<String>)> = sqlx::query_as(
+        "select id, node_pool_id, state, status_version, node_name from machines \
+         where tenant_id = $1 and cluster_id = $2 order by id",
+    )
+    .bind(tenant.uuid())
+    .bind(cluster.uuid())
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter()
+        .map(|(id, pool, state, status_version, node_name)| {
+            Ok(HeldMachine {
+                id: MachineId(id),
+                node_pool_id: NodePoolId(pool),
+                state: crate::parse_state(&state, MachineState::parse)?,
+                status_version,
+                node_name,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,252 @@
+//! Node pools of clusters: spec, observed status and the machines they hold. Every query takes the
+//! tenant and filters on it.
+
+use chrono::{DateTime, Utc};
+use paddock_domain::cluster::{NodePool, NodePoolSpec};
+use paddock_types::cluster::{NodePoolStatus, PoolMachineView, Taint};
+use paddock_types::machine::MachineState;
+use paddock_types::{ClusterId, Labels, MachineClassId, NodePoolId, TenantId};
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use crate::{from_json, parse_state, Conn, StoreError};
+
+#[derive(sqlx::FromRow)]
+struct PoolRow {
+    id: Uuid,
+    tenant_id: Uuid,
+    cluster_id: Uuid,
+    name: String,
+    machine_class_id: Uuid,
+    machine_class: String,
+    gpu_count: i32,
+    count: i32,
+    labels: Json<Labels>,
+    taints: Json<Vec<Taint>>,
+    generation: i64,
+    ready: i32,
+    allocated: i32,
+    conditions: serde_json::Value,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    deletion_requested_at: Option<DateTime<Utc>>,
+}
+
+const POOL_SELECT: &str =
+    "select p.id, p.tenant_id, p.cluster_id, p.name, p.machine_class_id, mc.name as machine_class, \
+     mc.gpu_count, p.count, p.labels, p.taints, p.generation, p.ready, p.allocated, p.conditions, p.created_at, \
+     p.updated_at, p.deletion_requested_at from node_pools p join machine_classes mc on mc.id = p.machine_class_id";
+
+fn unsigned(v: i32) -> u32 {
+    // Check constraints and validation keep these non-negative.
+    u32::try_from(v).unwrap_or(0)
+}
+
+impl TryFrom<PoolRow> for NodePool {
+    type Error = StoreError;
+    fn try_from(r: PoolRow) -> Result<Self, StoreError> {
+        Ok(NodePool {
+            id: NodePoolId(r.id),
+            tenant_id: TenantId(r.tenant_id),
+            cluster_id: ClusterId(r.cluster_id),
+            machine_class_id: MachineClassId(r.machine_class_id),
+            spec: NodePoolSpec {
+                name: r.name,
+                machine_class: r.machine_class,
+                count: unsigned(r.count),
+                labels: r.labels.0,
+                taints: r.taints.0,
+            },
+            gpu_count: unsigned(r.gpu_count),
+            status: NodePoolStatus {
+                ready: unsigned(r.ready),
+                allocated: unsigned(r.allocated),
+                conditions: from_json(r.conditions)?,
+            },
+            generation: r.generation,
+            deleting: r.deletion_requested_at.is_some(),
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        })
+    }
+}
+
+/// Inserts a node pool.
+pub async fn insert(
+    conn: &mut Conn,
+    tenant: TenantId,
+    cluster: ClusterId,
+    id: NodePoolId,
+    class: MachineClassId,
+    spec: &NodePoolSpec,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "insert into node_pools (id, tenant_id, cluster_id, name, machine_class_id, count, labels, taints) \
+         values ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(id.uuid())
+    .bind(tenant.uuid())
+    .bind(cluster.uuid())
+    .bind(&spec.name)
+    .bind(class.uuid())
+    .bind(i32::try_from(spec.count).unwrap_or(i32::MAX))
+    .bind(Json(&spec.labels))
+    .bind(Json(&spec.taints))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The live pools of a cluster (deleting ones included), by id.
+pub async fn of_cluster(conn: &mut Conn, tenant: TenantId, cluster: ClusterId) -> Result<Vec<NodePool>, StoreError> {
+    let rows: Vec<PoolRow> = sqlx::query_as(&format!(
+        "{POOL_SELECT} where p.tenant_id = $1 and p.cluster_id = $2 and p.deleted_at is null order by p.id"
+    ))
+    .bind(tenant.uuid())
+    .bind(cluster.uuid())
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter().map(NodePool::try_from).collect()
+}
+
+/// The live pools of many clusters of a tenant (for list views), by id.
+pub async fn of_clusters(conn: &mut Conn, tenant: TenantId, clusters: &[Uuid]) -> Result<Vec<NodePool>, StoreError> {
+    let rows: Vec<PoolRow> = sqlx::query_as(&format!(
+        "{POOL_SELECT} where p.tenant_id = $1 and p.cluster_id = any($2) and p.deleted_at is null order by p.id"
+    ))
+    .bind(tenant.uuid())
+    .bind(clusters)
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter().map(NodePool::try_from).collect()
+}
+
+/// One live pool of a cluster; `for_update` locks it.
+pub async fn get(
+    conn: &mut Conn,
+    tenant: TenantId,
+    cluster: ClusterId,
+    id: NodePoolId,
+    for_update: bool,
+) -> Result<Option<NodePool>, StoreError> {
+    let lock = if for_update { " for update of p" } else { "" };
+    let row: Option<PoolRow> = sqlx::query_as(&format!(
+        "{POOL_SELECT} where p.tenant_id = $1 and p.cluster_id = $2 and p.id = $3 and p.deleted_at is null{lock}"
+    ))
+    .bind(tenant.uuid())
+    .bind(cluster.uuid())
+    .bind(id.uuid())
+    .fetch_optional(conn)
+    .await?;
+    row.map(NodePool::try_from).transpose()
+}
+
+/// Writes a pool's new count, labels and taints, bumping its generation.
+pub async fn update_spec(
+    conn: &mut Conn,
+    tenant: TenantId,
+    id: NodePoolId,
+    spec: &NodePoolSpec,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "update node_pools set count = $3, labels = $4, taints = $5, generation = generation + 1, updated_at = now() \
+         where tenant_id = $1 and id = $2",
+    )
+    .bind(tenant.uuid())
+    .bind(id.uuid())
+    .bind(i32::try_from(spec.count).unwrap_or(i32::MAX))
+    .bind(Json(&spec.labels))
+    .bind(Json(&spec.taints))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Asks for a pool's deletion.
+pub async fn request_deletion(conn: &mut Conn, tenant: TenantId, id: NodePoolId) -> Result<(), StoreError> {
+    sqlx::query(
+        "update node_pools set deletion_requested_at = now(), generation = generation + 1, updated_at = now() \
+         where tenant_id = $1 and id = $2 and deletion_requested_at is null",
+    )
+    .bind(tenant.uuid())
+    .bind(id.uuid())
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+#[derive(sqlx::FromRow)]
+struct PoolMachineRow {
+    id: Uuid,
+    name: String,
+    machine_class: String,
+    state: String,
+    node_name: Option<String>,
+}
+
+/// The machines a pool holds, as its tenant may see them (never BMC details), after `after`.
+pub async fn machines(
+    conn: &mut Conn,
+    tenant: TenantId,
+    pool: NodePoolId,
+    after: Option<Uuid>,
+    limit: u32,
+) -> Result<Vec<(Uuid, PoolMachineView)>, StoreError> {
+    let rows: Vec<PoolMachineRow> = sqlx::query_as(
+        "select m.id, m.name, c.name as machine_class, m.state, m.node_name from machines m \
+         join machine_classes c on c.id = m.machine_class_id \
+         where m.tenant_id = $1 and m.node_pool_id = $2 and ($3::uuid is null or m.id > $3) order by m.id limit $4",
+    )
+    .bind(tenant.uuid())
+    .bind(pool.uuid())
+    .bind(after)
+    .bind(i64::from(limit))
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter()
+        .map(|r| {
+            let state = parse_state(&r.state, MachineState::parse)?;
+            Ok((r.id, PoolMachineView { name: r.name, machine_class: r.machine_class, state, node_name: r.node_name }))
+        })
+        .collect()
+}
+
+/// Writes a pool's observed state (only the cluster's reconcile job writes it, one at a time), and
+/// its observed generation when given. Writes nothing when nothing changed.
+pub async fn set_status(
+    conn: &mut Conn,
+    tenant: TenantId,
+    id: NodePoolId,
+    status: &NodePoolStatus,
+    observed_generation: Option<i64>,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "update node_pools set ready = $3, allocated = $4, conditions = $5, \
+         observed_generation = coalesce($6, observed_generation), \
+         status_version = status_version + 1, updated_at = now() \
+         where tenant_id = $1 and id = $2 and (ready, allocated, conditions, observed_generation) \
+           is distinct from ($3, $4, $5::jsonb, coalesce($6, observed_generation))",
+    )
+    .bind(tenant.uuid())
+    .bind(id.uuid())
+    .bind(i32::try_from(status.ready).unwrap_or(i32::MAX))
+    .bind(i32::try_from(status.allocated).unwrap_or(i32::MAX))
+    .bind(Json(&status.conditions))
+    .bind(observed_generation)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Marks a pool deleted (every machine released): it answers 404 from now on.
+pub async fn mark_deleted(conn: &mut Conn, tenant: TenantId, id: NodePoolId) -> Result<(), StoreError> {
+    sqlx::query(
+        "update node_pools set deleted_at = now(), updated_at = now() \
+         where tenant_id = $1 and id = $2 and deleted_at is null",
+    )
+    .bind(tenant.uuid())
+    .bind(id.uuid())
+    .execute(conn)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,197 @@
+//! Allocation (SPEC section 6 step 3): all or nothing, within quota, first come first served,
+//! one live allocation per machine.
+
+use std::time::Duration;
+
+use paddock_store::allocation::{self, Allocation, Need};
+use paddock_store::Store;
+use paddock_types::{ClusterId, MachineId, TenantId};
+
+use crate::support::{class, cluster, count, db, machine, state, tenant};
+
+async fn allocate(store: &Store, tenant: TenantId, cluster: ClusterId, needs: &[Need]) -> Allocation {
+    let mut tx = store.begin().await.expect("begin");
+    let outcome =
+        allocation::allocate(&mut tx, &paddock_testkit::ledger_key(), tenant, cluster, needs).await.expect("allocate");
+    tx.commit().await.expect("commit");
+    outcome
+}
+
+async fn waiting(store: &Store, cluster: ClusterId) -> bool {
+    sqlx::query_scalar("select waiting_since is not null from clusters where id = $1")
+        .bind(cluster.uuid())
+        .fetch_one(store.pool())
+        .await
+        .expect("cluster")
+}
+
+const LIVE_ALLOCATIONS: &str = "select count(*) from machine_allocations where machine_id = $1 and released_at is null";
+
+#[tokio::test]
+async fn a_request_that_cannot_be_met_in_full_allocates_nothing() {
+    let (db, store) = db().await;
+    let t = tenant(&store, None, None).await;
+    let (cpu, gpu) = (class(&store, "cpu", 0).await, class(&store, "gpu", 4).await);
+    let mut machines = vec![machine(&store, cpu).await, machine(&store, cpu).await, machine(&store, gpu).await];
+    let (c, need_cpu) = cluster(&store, t, cpu, 0, 2).await;
+    let need_gpu = Need { node_pool_id: need_cpu.node_pool_id, machine_class_id: gpu, gpu_count: 4, count: 2 };
+
+    let outcome = allocate(&store, t, c, &[need_cpu.clone(), need_gpu.clone()]).await;
+    assert_eq!(outcome, Allocation::Short { machine_class: "gpu".to_owned(), needed: 2, available: 1 });
+    for m in &machines {
+        assert_eq!(state(&store, *m).await.0, "available", "nothing of the request was taken");
+    }
+    assert_eq!(db.count("machine_allocations").await, 0);
+    assert_eq!(db.count("custody_entries").await, 0);
+    assert!(waiting(&store, c).await, "a short cluster waits, keeping its place");
+
+    // With one more GPU machine the whole request goes through, each machine with its own
+    // allocation consuming its clean, a custody entry and a reconcile job.
+    machines.push(machine(&store, gpu).await);
+    let Allocation::Allocated(mut got) = allocate(&store, t, c, &[need_cpu, need_gpu]).await else {
+        panic!("the request fits now");
+    };
+    got.sort_by_key(|m| m.uuid());
+    machines.sort_by_key(|m| m.uuid());
+    assert_eq!(got, machines);
+    for m in &machines {
+        assert_eq!(state(&store, *m).await.0, "allocated");
+        assert_eq!(count(&store, LIVE_ALLOCATIONS, m.uuid()).await, 1);
+        let held: (bool, bool) = sqlx::query_as(
+            "select m.clean_id is null, a.clean_id is not null from machines m \
+             join machine_allocations a on a.id = m.allocation_id where m.id = $1 and m.cluster_id = $2",
+        )
+        .bind(m.uuid())
+        .bind(c.uuid())
+        .fetch_one(store.pool())
+        .await
+        .expect("allocation");
+        assert_eq!(held, (true, true), "the allocation consumed the machine's clean");
+        let entry = "select count(*) from custody_entries where machine_id = $1 and to_state = 'allocated'";
+        assert_eq!(count(&store, entry, m.uuid()).await, 1);
+        let jobs = "select count(*) from jobs where target_id = $1 and kind = 'machine_reconcile' and state = 'queued'";
+        assert_eq!(count(&store, jobs, m.uuid()).await, 1);
+    }
+    assert!(!waiting(&store, c).await);
+    assert_eq!(allocation::machines_of(&mut store.conn().await.expect("conn"), t, c).await.expect("held").len(), 4);
+}
+
+#[tokio::test]
+async fn quotas_count_what_the_tenant_already_holds() {
+    let (db, store) = db().await;
+    let t = tenant(&store, Some(2), Some(4)).await;
+    let (cpu, gpu) = (class(&store, "cpu", 0).await, class(&store, "gpu", 4).await);
+    for _ in 0..3 {
+        machine(&store, cpu).await;
+        machine(&store, gpu).await;
+    }
+    let (first, need) = cluster(&store, t, cpu, 0, 1).await;
+    assert!(matches!(allocate(&store, t, first, &[need]).await, Allocation::Allocated(m) if m.len() == 1));
+
+    let (second, need) = cluster(&store, t, cpu, 0, 2).await;
+    let over = allocate(&store, t, second, &[need]).await;
+    assert_eq!(over, Allocation::OverQuota { quota: "max_nodes", limit: 2, would_hold: 3 });
+    assert!(!waiting(&store, second).await, "over its quota a cluster does not hold up the line");
+    assert_eq!(db.count("machine_allocations").await, 1);
+
+    // Nodes are checked before GPUs; a tenant without a node quota meets its GPU quota.
+    let (third, need) = cluster(&store, t, gpu, 4, 2).await;
+    let over = allocate(&store, t, third, &[need]).await;
+    assert_eq!(over, Allocation::OverQuota { quota: "max_nodes", limit: 2, would_hold: 3 });
+    let t2 = tenant(&store, None, Some(4)).await;
+    let (fourth, need) = cluster(&store, t2, gpu, 4, 2).await;
+    assert_eq!(
+        allocate(&store, t2, fourth, &[need]).await,
+        Allocation::OverQuota { quota: "max_gpus", limit: 4, would_hold: 8 }
+    );
+    assert_eq!(db.count("machine_allocations").await, 1);
+}
+
+#[tokio::test]
+async fn an_earlier_waiting_cluster_of_the_class_goes_first() {
+    let (_db, store) = db().await;
+    let t = tenant(&store, None, None).await;
+    let cpu = class(&store, "cpu", 0).await;
+    let only = machine(&store, cpu).await;
+    let (a, need_a) = cluster(&store, t, cpu, 0, 2).await;
+    let (b, need_b) = cluster(&store, t, cpu, 0, 1).await;
+
+    assert_eq!(
+        allocate(&store, t, a, std::slice::from_ref(&need_a)).await,
+        Allocation::Short { machine_class: "cpu".to_owned(), needed: 2, available: 1 }
+    );
+    // B would fit, but A waits for the class since before: B is behind it and takes nothing.
+    assert_eq!(allocate(&store, t, b, std::slice::from_ref(&need_b)).await, Allocation::Behind { cluster_id: a });
+    assert_eq!(state(&store, only).await.0, "available");
+    assert!(waiting(&store, b).await);
+
+    // A machine frees up: A goes first and the next in line (B) is woken.
+    machine(&store, cpu).await;
+    assert!(matches!(allocate(&store, t, a, &[need_a]).await, Allocation::Allocated(m) if m.len() == 2));
+    let woken = "select count(*) from jobs where target_id = $1 and kind = 'cluster_reconcile' and state = 'queued'";
+    assert_eq!(count(&store, woken, b.uuid()).await, 1);
+    assert_eq!(
+        allocate(&store, t, b, &[need_b]).await,
+        Allocation::Short { machine_class: "cpu".to_owned(), needed: 1, available: 0 }
+    );
+}
+
+#[tokio::test]
+async fn a_machine_holds_one_live_allocation_even_when_two_clusters_race_for_it() {
+    let (_db, store) = db().await;
+    let (t1, t2) = (tenant(&store, None, None).await, tenant(&store, None, None).await);
+    let cpu = class(&store, "cpu", 0).await;
+    let only: MachineId = machine(&store, cpu).await;
+    let (a, need_a) = cluster(&store, t1, cpu, 0, 1).await;
+    let (b, need_b) = cluster(&store, t2, cpu, 0, 1).await;
+
+    let mut first = store.begin().await.expect("begin");
+    assert_eq!(
+        allocation::allocate(&mut first, &paddock_testkit::ledger_key(), t1, a, &[need_a]).await.expect("a"),
+        Allocation::Allocated(vec![only])
+    );
+    // The second allocator of the class waits for the first one's transaction...
+    let racing = {
+        let store = store.clone();
+        tokio::spawn(async move { allocate(&store, t2, b, &[need_b]).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!racing.is_finished(), "one allocator per class at a time");
+    first.commit().await.expect("commit");
+    // ...and then finds the machine taken.
+    let second = racing.await.expect("task");
+    assert_eq!(second, Allocation::Short { machine_class: "cpu".to_owned(), needed: 1, available: 0 });
+    assert_eq!(count(&store, LIVE_ALLOCATIONS, only.uuid()).await, 1);
+
+    // The schema refuses a second live allocation outright, even with a clean of its own.
+    let clean = uuid::Uuid::now_v7();
+    sqlx::query(
+        "insert into machine_cleans (id, machine_id, run_id, method, evidence) values ($1, $2, $3, 'agent', '{}')",
+    )
+    .bind(clean)
+    .bind(only.uuid())
+    .bind(uuid::Uuid::now_v7())
+    .execute(store.pool())
+    .await
+    .expect("clean");
+    let pool: uuid::Uuid = sqlx::query_scalar("select id from node_pools where cluster_id = $1")
+        .bind(b.uuid())
+        .fetch_one(store.pool())
+        .await
+        .expect("pool");
+    let second_live = sqlx::query(
+        "insert into machine_allocations (id, machine_id, clean_id, tenant_id, cluster_id, node_pool_id) \
+         values ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(uuid::Uuid::now_v7())
+    .bind(only.uuid())
+    .bind(clean)
+    .bind(t2.uuid())
+    .bind(b.uuid())
+    .bind(pool)
+    .execute(store.pool())
+    .await
+    .expect_err("a second live allocation");
+    let db_error = second_live.as_database_error().expect("a database error");
+    assert_eq!(db_error.constraint(), Some("machine_allocations_live_key"), "{db_error}");
+}
