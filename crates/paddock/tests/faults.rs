@@ -369,6 +369,7 @@ async fn sigterm_finishes_the_request_in_flight_gives_back_the_running_job_and_e
         ("PADDOCK_BMC_DRIVER", "simulated"),
         ("PADDOCK_WIPE_IMAGE_URL", "http://images.faults.invalid/wipe.iso"),
         ("PADDOCK_OS_IMAGE_URL", "http://images.faults.invalid/os.img"),
+        ("PADDOCK_AGENT_INSECURE_HTTP", "true"),
         ("PADDOCK_SIM_LATENCY_SCALE", "50"),
         ("PADDOCK_SHUTDOWN_GRACE", "3"),
         ("PADDOCK_DATABASE_STATEMENT_TIMEOUT", "20"),
