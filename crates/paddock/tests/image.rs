@@ -75,7 +75,9 @@ fn the_runtime_stage_runs_paddock_as_the_charts_user() {
     assert_eq!(one(&stage, "CMD"), r#"["serve"]"#);
     assert_eq!(one(&stage, "USER"), "10001:10001");
     assert_eq!(one(&stage, "WORKDIR"), "/var/lib/paddock");
-    assert!(one(&stage, "COPY").ends_with(" /usr/local/bin/paddock"), "the binary lands at the entrypoint");
+    let copies: Vec<&String> = stage.iter().filter(|(o, _)| o == "COPY").map(|(_, r)| r).collect();
+    assert!(copies.iter().any(|c| c.ends_with(" /usr/local/bin/paddock")), "the binary lands at the entrypoint");
+    assert!(copies.iter().any(|c| c.ends_with(" /usr/local/bin/paddock-agent")), "the agent is beside it");
     let names = configuration_names();
     for pair in one(&stage, "ENV").split_whitespace() {
         let (name, _) = pair.split_once('=').expect("ENV name=value");
