@@ -69,7 +69,46 @@ impl Subscriber for Capture {
 
 /// Captures this thread's logs (a `#[tokio::test]` runs everything on it) until the guard drops.
 pub fn capture() -> (Captured, tracing::subscriber::DefaultGuard) {
+    // Tests run on several threads; a callsite first reached on a thread without a capture could
+    // be cached as uninteresting (tracing keeps interest per callsite, globally), and its events
+    // would then be missing here. A global subscriber interested in everything (which drops what
+    // it gets) keeps every callsite live; the capture, set for this thread, takes the events.
+    static EVERYTHING: std::sync::Once = std::sync::Once::new();
+    EVERYTHING.call_once(|| {
+        let _ = tracing::subscriber::set_global_default(Discard);
+    });
     let out = Captured::default();
     let guard = tracing::subscriber::set_default(Capture { out: out.clone(), next: AtomicU64::new(1) });
     (out, guard)
+}
+
+/// Interested in every callsite, keeps nothing (see [`capture`]).
+struct Discard;
+
+impl Subscriber for Discard {
+    fn register_callsite(&self, _: &'static Metadata<'static>) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::always()
+    }
+
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(tracing::level_filters::LevelFilter::TRACE)
+    }
+
+    fn enabled(&self, _: &Metadata<'_>) -> bool {
+        true
+    }
+
+    fn new_span(&self, _: &Attributes<'_>) -> Id {
+        Id::from_u64(1)
+    }
+
+    fn record(&self, _: &Id, _: &Record<'_>) {}
+
+    fn record_follows_from(&self, _: &Id, _: &Id) {}
+
+    fn event(&self, _: &Event<'_>) {}
+
+    fn enter(&self, _: &Id) {}
+
+    fn exit(&self, _: &Id) {}
 }
