@@ -1,5 +1,5 @@
 //! The block-device ioctls the agent issues itself (linux/fs.h). The only module with unsafe code.
-#![allow(unsafe_code)]
+#![expect(unsafe_code, reason = "BLKDISCARD, BLKZEROOUT and friends have no safe wrapper: the ioctls are called here")]
 
 use std::fs::File;
 use std::io;

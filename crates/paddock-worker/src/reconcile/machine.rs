@@ -648,7 +648,7 @@ impl MachineReconciler {
 
     /// Issues the run's token and boots the machine from `image` with the run's seed; then
     /// records the boot. The tokens of an earlier boot of the same run end first.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments, reason = "one boot: the machine, its BMC, its run and what it boots")]
     async fn boot(
         &self,
         bmc: &dyn BmcDriver,
@@ -745,7 +745,7 @@ impl MachineReconciler {
 
     /// The machine's BMC access with its password opened; a password that cannot be opened
     /// waits for new credentials.
-    #[allow(clippy::result_large_err)]
+    #[expect(clippy::result_large_err, reason = "the error is the reconciler's next step, returned as is")]
     fn access(&self, m: &Machine) -> Result<BmcAccess, Step> {
         let password = self
             .services
