@@ -25,7 +25,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use paddock_domain::bmc::{
@@ -515,7 +515,20 @@ impl MachineReconciler {
             let (state, version) = (m.state, m.status_version);
             return self.guarded(|c, _| run::mark_finished(c, m.id, state, version).boxed()).await;
         };
-        match kube.nodes.node(&tenant_access, &node).await {
+        self.await_node(m, &kube, &tenant_access, &node, finished_at).await
+    }
+
+    /// The last step of provisioning: the machine booted from disk at `finished_at`; it is
+    /// `active` once a Node with its system UUID is Ready, and fails after the join timeout.
+    async fn await_node(
+        &self,
+        m: &Machine,
+        kube: &KubeDrivers,
+        tenant_access: &TenantAccess,
+        node: &NodeRef,
+        finished_at: DateTime<Utc>,
+    ) -> Step {
+        match kube.nodes.node(tenant_access, node).await {
             Ok(Some(status)) if status.ready => {
                 let (id, version, holder) = (m.id, m.status_version, m.tenant_id.zip(m.cluster_id));
                 self.guarded(move |c, k| {
