@@ -23,7 +23,7 @@
 //!
 //! The `driver` tests (`RedfishBmc`) change the systems the read-only tests only read: node-013
 //! (media boot round trip), node-014 (lost resets), node-015 (task monitor), node-010 (seed
-//! secrecy), node-011 (single device, changes nothing); node-003 (UUID guard, changes nothing).
+//! secrecy), node-011 (single device, and out-of-band erase through the proxy: both change nothing); node-003 (UUID guard, changes nothing).
 //! The TLS emulator's one system is changed under `support::tls_system_lock`.
 
 #[path = "../support/mod.rs"]

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BootMedia, BoxFuture, Inventory};
+use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BootMedia, BoxFuture, DriveErase, Inventory};
 use paddock_domain::driver::{
     ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, DriverError, Isolation, JoinConfig,
     KubeDrivers, NodeRef, NodeStatus, PlatformDriver, Removal, SlurmDesired, SlurmDriver, SlurmStatus, StackStatus,
@@ -335,6 +335,12 @@ impl BmcDriver for Recording {
             r
         })
     }
+
+    /// Passed through unlogged: the emulator advertises no erase, so it changes nothing there
+    /// (the clean's evidence shows that it was asked).
+    fn erase_drives<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Vec<DriveErase>, BmcError>> {
+        self.inner.erase_drives(access)
+    }
 }
 
 fn calls(log: &[(String, Option<Seen>)]) -> Vec<&str> {
@@ -644,6 +650,8 @@ async fn a_machine_goes_through_its_whole_lifecycle_on_the_emulator() {
     let evidence_drives = custody["drives"].as_array().expect("drives");
     assert_eq!(evidence_drives.len(), 2);
     assert!(evidence_drives.iter().all(|d| d["verification"]["ranges"] == 66 && d["method"].is_string()), "{custody}");
+    // The BMC was asked for its out-of-band erase too: sushy-tools advertises none.
+    assert_eq!(custody["out_of_band_erase"], json!({ "drives": [] }), "{custody}");
     let (clean_id, clean_run, method, evidence) = &cleans[0];
     assert_eq!(*clean_run, run1.run_id);
     assert_eq!(method, "agent");
