@@ -74,8 +74,15 @@ async fn wide_store(app: &TestApp) -> Store {
 /// mark is the only write of a refusal).
 async fn allocate(store: &Store, a: &Asker) -> Allocation {
     let mut tx = store.begin().await.expect("begin");
-    let outcome =
-        allocation::allocate(&mut tx, a.tenant, a.cluster, std::slice::from_ref(&a.need)).await.expect("allocate");
+    let outcome = allocation::allocate(
+        &mut tx,
+        &paddock_testkit::ledger_key(),
+        a.tenant,
+        a.cluster,
+        std::slice::from_ref(&a.need),
+    )
+    .await
+    .expect("allocate");
     tx.commit().await.expect("commit");
     outcome
 }

@@ -33,6 +33,8 @@ const CLASS_PATCH: &str = r#"{"description": "patched {n}"}"#;
 const ENROLL: &str = r#"{"name": "node-{n}", "machine_class": "gpu-h100",
     "bmc": {"url": "https://bmc-{n}.example:443", "username": "admin", "password": "s3cret-pw"}}"#;
 const MACHINE_PATCH: &str = r#"{"labels": {"rack": "r{n}"}}"#;
+const UNSIGNED_CHECKPOINT: &str = r#"{"checkpoint": {"issued_at": "2026-12-01T00:00:00Z", "machines": [],
+    "signature": "AAAA", "key_id": "0000000000000000"}}"#;
 const REASON: &str = r#"{"reason": "fan replacement {n}"}"#;
 const CLUSTER_CREATE: &str = r#"{"name": "cluster-{n}", "kind": "kubernetes", "isolation": "private-nodes",
     "node_pools": [{"name": "gpu", "machine_class": "gpu-h100", "count": 1}]}"#;
@@ -128,6 +130,9 @@ fn matrix() -> Vec<Row> {
         delete("/v1/machines/{missing_machine}/maintenance",                [404,   404,   403,  403,   403]),
         get("/v1/machines/{machine}/custody",                               [200,   200,   403,  403,   403]),
         get("/v1/machines/{missing_machine}/custody",                       [404,   404,   403,  403,   403]),
+        // Ledger checkpoints: provider roles; a checkpoint we did not sign is 422.
+        get("/v1/custody/checkpoint",                                       [200,   200,   403,  403,   403]),
+        post("/v1/custody/verify", Some(UNSIGNED_CHECKPOINT),               [422,   422,   403,  403,   403]),
         // Operations: billing reads none; tenant tokens only their own tenant's.
         get("/v1/operations",                                               [200,   200,   403,  200,   200]),
         get("/v1/operations?tenant_id={foreign}",                           [200,   200,   403,  200,   200]),

@@ -4,6 +4,12 @@
 //! entry; a tenant's isolation report lists only its own machines, each with the verified wipe
 //! that preceded its allocation, and says so when a wipe record is missing; who may read what.
 //!
+//! Issue 16: a row inserted in the database never verifies, even once the next transition is
+//! sealed after it; a transition missing from the ledger breaks the state chain; a cut tail and a
+//! restored older copy of the ledger are found against a signed checkpoint, which must be ours;
+//! the isolation report names the checkpoint it verified against; a runtime role that does not own
+//! the ledger runs the machines but can neither rewrite the ledger nor drop its trigger.
+//!
 //! The lifecycle runs with the worker in-process and the SIMULATED drivers, like `lifecycle`.
 
 use std::sync::Arc;
@@ -18,7 +24,7 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use crate::common::{id, machine_class, tenant};
+use crate::common::{id, machine_class, set_machine_state, tenant};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -31,7 +37,11 @@ struct Lab {
 
 impl Lab {
     async fn new() -> Lab {
-        let app = TestApp::served().await;
+        Lab::on(TestApp::served().await).await
+    }
+
+    /// A lab around a served app (over a database its pool reaches as some role).
+    async fn on(app: TestApp) -> Lab {
         let store = Store::from_pool(app.db.pool.clone());
         let world = SimWorld::new(store.clone(), SimConfig::zero());
         let drivers = Drivers { bmc: Some(world.bmc()), kube: Some(world.kube()) };
@@ -449,4 +459,248 @@ async fn who_may_read_custody_and_isolation_reports() {
         app.get(format!("/v1/machines/{m}/custody")).token(&operator).send().await.expect(200).json()["verified"],
         true
     );
+}
+
+/// Sends an available machine through maintenance and back to available (three more entries).
+async fn maintenance_round(lab: &Lab, m: &str) {
+    let path = format!("/v1/machines/{m}/maintenance");
+    lab.app.post(path.as_str()).token(&admin()).json(&json!({ "reason": "fan" })).send().await.expect(202);
+    lab.machine_in(m, "maintenance").await;
+    lab.app.delete(path.as_str()).token(&admin()).send().await.expect(202);
+    lab.machine_in(m, "available").await;
+}
+
+async fn checkpoint(app: &TestApp) -> Value {
+    let resp = app.get("/v1/custody/checkpoint").token(&admin()).send().await.expect(200);
+    assert_eq!(resp.header("content-type"), Some("application/json"));
+    resp.json()
+}
+
+/// `POST /v1/custody/verify` of `checkpoint`; the verification of `machine`'s head.
+async fn verify(app: &TestApp, checkpoint: &Value, machine: &str) -> (Value, Value) {
+    let body = json!({ "checkpoint": checkpoint });
+    let v = app.post("/v1/custody/verify").token(&admin()).json(&body).send().await.expect(200).json();
+    let head = v["machines"].as_array().expect("machines").iter().find(|h| h["machine_id"] == machine).cloned();
+    (v.clone(), head.unwrap_or_else(|| panic!("{machine} is not in {v}")))
+}
+
+fn head_seq(checkpoint: &Value, machine: &str) -> Option<i64> {
+    checkpoint["machines"].as_array().expect("machines").iter().find(|h| h["machine_id"] == machine)?["seq"].as_i64()
+}
+
+#[tokio::test]
+async fn a_row_inserted_in_the_database_is_a_break_even_after_the_next_machine_step() {
+    let lab = Lab::new().await;
+    let app = &lab.app;
+    machine_class(app, "gpu", 8).await;
+    let m = lab.enroll("gpu", &["n1"]).await.remove(0);
+    lab.machine_in(&m, "available").await;
+    // A row without a MAC is refused outright; one with a made-up MAC, linked to the real head,
+    // goes in: what someone with database access (but not the key) can do.
+    let insert = "insert into custody_entries (id, machine_id, seq, actor, from_state, to_state, reason, evidence, \
+                  prev_mac, mac) select $1, $2::uuid, 5, 'paddock-worker', 'available', 'available', 'checked', '{}', \
+                  (select mac from custody_entries where machine_id = $2::uuid and seq = 4), $3";
+    let unsealed = sqlx::query(insert).bind(Uuid::now_v7()).bind(&m).bind(None::<Vec<u8>>).execute(&app.db.pool).await;
+    assert!(unsealed.is_err(), "an entry without a MAC was accepted");
+    let forged = Uuid::now_v7();
+    sqlx::query(insert).bind(forged).bind(&m).bind(vec![7u8; 32]).execute(&app.db.pool).await.expect("forged row");
+
+    // A normal machine step after it: its entry is sealed as written, and seals nothing else.
+    let path = format!("/v1/machines/{m}/maintenance");
+    lab.app.post(path.as_str()).token(&admin()).json(&json!({ "reason": "fan" })).send().await.expect(202);
+    lab.machine_in(&m, "maintenance").await;
+    let c = lab.custody(&m).await;
+    assert_eq!(c["items"].as_array().map(Vec::len), Some(6), "{c}");
+    assert_eq!(entry_to(&c, "maintenance")["seq"], 6, "{c}");
+    assert_eq!(
+        (c["verified"].as_bool(), c["first_bad_entry"].as_str()),
+        (Some(false), Some(forged.to_string().as_str())),
+        "{c}"
+    );
+}
+
+#[tokio::test]
+async fn a_transition_missing_from_the_ledger_breaks_the_state_chain() {
+    let lab = Lab::new().await;
+    machine_class(&lab.app, "gpu", 8).await;
+    let m = lab.enroll("gpu", &["n1"]).await.remove(0);
+    lab.machine_in(&m, "available").await;
+    // Moved in the database behind the ledger's back: available -> maintenance, no entry.
+    set_machine_state(&lab.app, &m, "maintenance").await;
+    lab.app.delete(format!("/v1/machines/{m}/maintenance")).token(&admin()).send().await.expect(202);
+    let c = eventually(WAIT, || async {
+        let c = lab.custody(&m).await;
+        (c["items"].as_array().map(Vec::len) == Some(6)).then_some(c)
+    })
+    .await;
+    // Every entry is sealed and linked, but the fifth leaves a state the fourth never entered.
+    let fifth = &c["items"][4];
+    assert_eq!((fifth["from"].as_str(), c["items"][3]["to"].as_str()), (Some("maintenance"), Some("available")));
+    assert_eq!((c["verified"].as_bool(), &c["first_bad_entry"]), (Some(false), &fifth["id"]), "{c}");
+    assert!(c["finding"].as_str().is_some_and(|f| f.contains("a transition is missing")), "{c}");
+}
+
+#[tokio::test]
+async fn a_cut_tail_is_found_against_a_checkpoint_and_only_our_checkpoints_count() {
+    let lab = Lab::new().await;
+    let app = &lab.app;
+    machine_class(app, "gpu", 8).await;
+    let m = lab.enroll("gpu", &["n1"]).await.remove(0);
+    lab.machine_in(&m, "available").await;
+    maintenance_round(&lab, &m).await;
+    let cp = checkpoint(app).await;
+    assert_eq!(head_seq(&cp, &m), Some(7), "{cp}");
+    assert!(cp["signature"].is_string() && cp["key_id"].is_string(), "{cp}");
+    let (v, head) = verify(app, &cp, &m).await;
+    assert_eq!((v["verified"].as_bool(), head["reaches_checkpoint"].as_bool()), (Some(true), Some(true)), "{v}");
+
+    // The last three entries removed: the chain still ends where the machine is, so it verifies
+    // on its own; the checkpoint finds the cut.
+    tamper(app, &format!("delete from custody_entries where machine_id = '{m}' and seq > 4")).await;
+    assert_eq!(lab.custody(&m).await["verified"], true);
+    let (v, head) = verify(app, &cp, &m).await;
+    assert_eq!(v["verified"], false, "{v}");
+    assert_eq!(
+        (head["reaches_checkpoint"].as_bool(), head["chain_verified"].as_bool(), head["seq"].as_i64()),
+        (Some(false), Some(true), Some(4)),
+        "{head}"
+    );
+    assert!(head["finding"].as_str().is_some_and(|f| f.contains("entries were removed")), "{head}");
+
+    // A checkpoint edited to match (its head moved back), or signed by another key: refused.
+    let mut edited = cp.clone();
+    let i = cp["machines"].as_array().expect("machines").iter().position(|h| h["machine_id"] == m).expect("head");
+    edited["machines"][i]["seq"] = json!(4);
+    let other = paddock_domain::signing::SigningKey::from_pem(&paddock_domain::signing::SigningKey::generate_pem())
+        .expect("key");
+    let mut foreign = cp.clone();
+    let document = json!({ "issued_at": cp["issued_at"], "machines": cp["machines"] });
+    let signed = other.sign(&document);
+    (foreign["signature"], foreign["key_id"]) = (json!(signed.signature), json!(signed.key_id));
+    for bad in [edited, foreign] {
+        let resp = app.post("/v1/custody/verify").token(&admin()).json(&json!({ "checkpoint": bad })).send().await;
+        assert_eq!(resp.status.as_u16(), 422);
+        assert_eq!(resp.header("content-type"), Some("application/problem+json"));
+        assert_eq!(resp.json()["code"], "validation_failed");
+    }
+}
+
+#[tokio::test]
+async fn a_restored_older_copy_of_the_ledger_is_found_against_a_newer_checkpoint() {
+    let lab = Lab::new().await;
+    let app = &lab.app;
+    machine_class(app, "gpu", 8).await;
+    let m = lab.enroll("gpu", &["n1"]).await.remove(0);
+    lab.machine_in(&m, "available").await;
+    let older = checkpoint(app).await;
+    sqlx::query("create table custody_backup as select * from custody_entries")
+        .execute(&app.db.pool)
+        .await
+        .expect("backup");
+    maintenance_round(&lab, &m).await;
+    let newer = checkpoint(app).await;
+    assert_eq!((head_seq(&older, &m), head_seq(&newer, &m)), (Some(4), Some(7)));
+
+    // The backup restored in place of the table: a valid chain, ending where the machine is.
+    tamper(app, "delete from custody_entries").await;
+    sqlx::query("insert into custody_entries select * from custody_backup")
+        .execute(&app.db.pool)
+        .await
+        .expect("restore");
+    assert_eq!(lab.custody(&m).await["verified"], true);
+    let (v, head) = verify(app, &older, &m).await;
+    assert_eq!((v["verified"].as_bool(), head["reaches_checkpoint"].as_bool()), (Some(true), Some(true)), "{v}");
+    let (v, head) = verify(app, &newer, &m).await;
+    assert_eq!((v["verified"].as_bool(), head["reaches_checkpoint"].as_bool()), (Some(false), Some(false)), "{v}");
+    assert_eq!((head["checkpoint_seq"].as_i64(), head["seq"].as_i64()), (Some(7), Some(4)), "{head}");
+}
+
+#[tokio::test]
+async fn without_a_signing_key_checkpoints_are_409_naming_the_setting() {
+    let app = TestApp::without_signing_key().await;
+    let body = json!({ "checkpoint": { "issued_at": "2026-12-01T00:00:00Z", "machines": [],
+        "signature": "AAAA", "key_id": "0000000000000000" } });
+    for resp in [
+        app.get("/v1/custody/checkpoint").token(&admin()).send().await,
+        app.post("/v1/custody/verify").token(&admin()).json(&body).send().await,
+    ] {
+        assert_eq!(resp.status.as_u16(), 409);
+        assert_eq!(resp.header("content-type"), Some("application/problem+json"));
+        let problem = resp.json();
+        assert_eq!(problem["code"], "signing_key_missing");
+        assert!(problem["detail"].as_str().is_some_and(|d| d.contains("PADDOCK_USAGE_SIGNING_KEY")), "{problem}");
+    }
+    assert_eq!(app.count("custody_checkpoints").await, 0);
+}
+
+#[tokio::test]
+async fn the_isolation_report_names_the_latest_checkpoint() {
+    let app = TestApp::new().await;
+    let t = id(&tenant(&app, "acme").await);
+    assert_eq!(report(&app, &t, &admin()).await["checkpoint"], Value::Null);
+    checkpoint(&app).await;
+    let latest = checkpoint(&app).await;
+    let r = report(&app, &t, &admin()).await;
+    assert_eq!(
+        (&r["checkpoint"]["issued_at"], &r["checkpoint"]["key_id"]),
+        (&latest["issued_at"], &latest["key_id"]),
+        "{r}"
+    );
+    let document = json!({ "issued_at": latest["issued_at"], "machines": latest["machines"] });
+    assert_eq!(r["checkpoint"]["digest"], paddock_domain::ledger::digest(&document));
+}
+
+#[tokio::test]
+async fn a_runtime_role_that_does_not_own_the_ledger_runs_machines_but_cannot_rewrite_the_ledger() {
+    // The test database belongs to the superuser that migrated it (the owner); the runtime role
+    // gets what `paddock migrate` grants it (`Store::grant_runtime`, as with
+    // PADDOCK_MIGRATE_DATABASE_URL). Roles are per server: each test makes its own, left behind
+    // with the throw-away test server.
+    let owner = paddock_testkit::TestDb::new().await;
+    let role = format!("runtime_{}", Uuid::new_v4().simple());
+    sqlx::query(&format!("create role {role} login")).execute(&owner.pool).await.expect("create role");
+    Store::from_pool(owner.pool.clone()).grant_runtime(&role).await.expect("grant");
+    let options: sqlx::postgres::PgConnectOptions = owner.url.parse().expect("url");
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(16)
+        .connect_with(options.username(&role))
+        .await
+        .expect("connecting as the runtime role");
+    let current: String = sqlx::query_scalar("select current_user::text").fetch_one(&pool).await.expect("whoami");
+    assert_eq!(current, role);
+    let runtime = paddock_testkit::TestDb { name: owner.name.clone(), url: owner.url.clone(), pool };
+    let lab = Lab::on(TestApp::served_on(runtime).await).await;
+    let app = &lab.app;
+
+    // Machine steps work: enrolled, inspected, wiped, available; maintenance and back.
+    machine_class(app, "gpu", 8).await;
+    let m = lab.enroll("gpu", &["n1"]).await.remove(0);
+    lab.machine_in(&m, "available").await;
+    maintenance_round(&lab, &m).await;
+    let c = lab.custody(&m).await;
+    assert_eq!((c["verified"].as_bool(), c["items"].as_array().map(Vec::len)), (Some(true), Some(7)), "{c}");
+    checkpoint(app).await;
+
+    // The ledger and its checkpoints: read and append only, triggers out of reach.
+    for statement in [
+        "update custody_entries set reason = 'edited'",
+        "delete from custody_entries",
+        "truncate custody_entries",
+        "drop trigger custody_entries_append_only on custody_entries",
+        "alter table custody_entries disable trigger custody_entries_append_only",
+        "alter table custody_entries drop constraint custody_entries_mac_present",
+        "update custody_checkpoints set key_id = 'edited'",
+        "delete from custody_checkpoints",
+    ] {
+        let refused = sqlx::query(statement).execute(&app.db.pool).await.expect_err(statement);
+        let code = refused.as_database_error().and_then(|e| e.code()).map(|c| c.into_owned());
+        assert_eq!(code.as_deref(), Some("42501"), "{statement}: {refused}");
+        // Refused for want of the privilege or of ownership, not only by the trigger (which
+        // would refuse the owner too, until the owner drops it).
+        let message = refused.to_string();
+        assert!(message.contains("permission denied") || message.contains("must be owner"), "{statement}: {message}");
+    }
+    let rows: i64 =
+        sqlx::query_scalar("select count(*) from custody_entries").fetch_one(&app.db.pool).await.expect("count");
+    assert_eq!(rows, 7);
 }

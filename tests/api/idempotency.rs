@@ -87,6 +87,65 @@ async fn a_duplicate_in_flight_is_409() {
     assert_eq!(app.count("tenants").await, 0);
 }
 
+/// A request whose process died holds its key under a lease: once the lease has run out, a retry
+/// takes the key over and runs (before, the key answered 409 for 24 hours); while it runs, 409.
+#[tokio::test]
+async fn a_key_whose_request_died_is_taken_over_once_its_lease_ran_out() {
+    let app = TestApp::new().await;
+    let body = serde_json::to_vec(&json!({ "name": "acme" })).expect("json");
+    let hash = <sha2::Sha256 as sha2::Digest>::digest(&body).to_vec();
+    let claim = |key: &'static str, lease: &'static str| {
+        let sql = format!(
+            "insert into idempotency_keys (subject, tenant_scope, method, path, key, request_hash, holder, lease_until) \
+             values ('test-user', '00000000-0000-0000-0000-000000000000', 'POST', '/v1/tenants', '{key}', $1, \
+             gen_random_uuid(), now() + interval '{lease}')"
+        );
+        let hash = hash.clone();
+        let pool = app.db.pool.clone();
+        async move { sqlx::query(&sql).bind(hash).execute(&pool).await.expect("claim") }
+    };
+    let send = |key: &'static str| {
+        app.post("/v1/tenants")
+            .token(&admin())
+            .header("idempotency-key", key)
+            .header("content-type", "application/json")
+            .raw(body.clone())
+            .send()
+    };
+    claim("k-live", "20 seconds").await;
+    send("k-live").await.problem(409, "idempotency_in_flight");
+    assert_eq!(app.count("tenants").await, 0);
+
+    claim("k-dead", "-1 second").await;
+    let first = send("k-dead").await.expect(201);
+    assert_eq!(app.count("tenants").await, 1);
+    let replay = send("k-dead").await.expect(201);
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert_eq!(first.body, replay.body);
+}
+
+#[tokio::test]
+async fn an_unauthenticated_request_never_claims_a_key() {
+    let app = TestApp::new().await;
+    app.post("/v1/tenants")
+        .header("idempotency-key", "k-anon")
+        .json(&json!({ "name": "acme" }))
+        .send()
+        .await
+        .problem(401, "missing_token");
+    app.post("/v1/tenants")
+        .token("not-a-jwt")
+        .header("idempotency-key", "k-anon")
+        .json(&json!({ "name": "acme" }))
+        .send()
+        .await
+        .expect(401);
+    assert_eq!(app.count("idempotency_keys").await, 0, "authentication comes before idempotency");
+    // The same key works for the caller once authenticated.
+    let ok = app.post("/v1/tenants").token(&admin()).header("idempotency-key", "k-anon");
+    ok.json(&json!({ "name": "acme" })).send().await.expect(201);
+}
+
 #[tokio::test]
 async fn keys_are_scoped_by_subject_and_path_and_expire_after_a_day() {
     let app = TestApp::new().await;

@@ -54,6 +54,9 @@ impl Lab {
             os_image_url: Some("http://images.invalid/os.iso".into()),
             poll: Duration::from_millis(50),
             report_wait: Duration::from_secs(2),
+            // A fault healed after the quick retries are spent (on a loaded machine they go fast)
+            // is tried again within a second, not five minutes.
+            outage_wait: Duration::from_secs(1),
             ..Settings::default()
         };
         let handlers: Vec<Arc<dyn JobHandler>> = vec![

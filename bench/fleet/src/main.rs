@@ -142,7 +142,7 @@ async fn serve(database_url: &str, args: &Args) -> anyhow::Result<()> {
     // digest is the served image's.
     let base = format!("http://{listen}");
     let digest = image_sha256();
-    let services = Services::new(store.clone(), cipher).with_agent(AgentSettings {
+    let services = Services::new(store.clone(), cipher, bench_ledger_key()).with_agent(AgentSettings {
         base_url: base.clone(),
         seed_base_url: base,
         ca_cert: None,
@@ -883,4 +883,9 @@ async fn run(admin_url: &str, args: &Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The custody ledger key of the bench's process (`PADDOCK_LEDGER_KEY` of `paddock serve`).
+fn bench_ledger_key() -> paddock_domain::ledger::LedgerKey {
+    paddock_domain::ledger::LedgerKey::new(b"bench-ledger-key-of-at-least-32-bytes".to_vec())
 }

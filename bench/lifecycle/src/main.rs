@@ -129,7 +129,8 @@ async fn serve(database_url: &str, args: &Args) -> anyhow::Result<()> {
     // what the first one encrypted.
     let key = std::env::var("LIFECYCLE_BENCH_KEY").unwrap_or_else(|_| Cipher::generate_key());
     let cipher = Arc::new(Cipher::new(&key, &[])?);
-    let services = Services::new(store.clone(), cipher).with_agent_base_url(&format!("http://{listen}"));
+    let services =
+        Services::new(store.clone(), cipher, bench_ledger_key()).with_agent_base_url(&format!("http://{listen}"));
     let sim = paddock_sim::SimConfig {
         bmc_latency: other,
         boot_latency: boot,
@@ -1145,4 +1146,9 @@ async fn parallel(admin_url: &str, args: &Args) -> anyhow::Result<()> {
         println!("  {:<6} {:>7.2}  {what}", r.get::<String, _>(0), r.get::<Option<f64>, _>(1).unwrap_or(-1.0));
     }
     Ok(())
+}
+
+/// The custody ledger key of the bench's process (`PADDOCK_LEDGER_KEY` of `paddock serve`).
+fn bench_ledger_key() -> paddock_domain::ledger::LedgerKey {
+    paddock_domain::ledger::LedgerKey::new(b"bench-ledger-key-of-at-least-32-bytes".to_vec())
 }

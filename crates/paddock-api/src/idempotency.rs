@@ -7,8 +7,7 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http::{header, HeaderName, HeaderValue, Method, StatusCode};
-use paddock_service::idempotency::key_scope;
-use paddock_store::idempotency::{Claim, StoredResponse};
+use paddock_service::idempotency::{key_scope, Claim, IdemKey, StoredResponse, KEY_RENEWAL};
 use sha2::{Digest, Sha256};
 
 use crate::auth::Authn;
@@ -56,10 +55,10 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
         Ok(Claim::Mismatch) => ApiError::IdempotencyMismatch.into_response(),
         Ok(Claim::InFlight) => ApiError::IdempotencyInFlight.into_response(),
         Ok(Claim::Replay(stored)) => replay(stored),
-        Ok(Claim::Claimed) => {
+        Ok(Claim::Claimed(holder)) => {
             let req = Request::from_parts(parts, Body::from(bytes));
             let run = tokio::spawn(context::scope(context::current(), next.run(req)));
-            let response = match run.await {
+            let response = match holding(&state, &scope, holder, run).await {
                 Ok(response) => response,
                 Err(e) => ApiError::Domain(paddock_domain::Error::internal(e)).into_response(),
             };
@@ -67,12 +66,12 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
             let body = match to_bytes(body, usize::MAX).await {
                 Ok(body) => body,
                 Err(e) => {
-                    let _ = services.idempotency_release(&scope).await;
+                    let _ = services.idempotency_release(&scope, holder).await;
                     return ApiError::Domain(paddock_domain::Error::internal(e)).into_response();
                 }
             };
             let outcome = if parts.status.is_server_error() {
-                services.idempotency_release(&scope).await
+                services.idempotency_release(&scope, holder).await
             } else {
                 let headers: serde_json::Map<String, serde_json::Value> = REPLAYED_HEADERS
                     .iter()
@@ -86,13 +85,35 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
                     response_headers: headers.into(),
                     response_body: body.to_vec(),
                 };
-                services.idempotency_complete(&scope, &stored).await
+                services.idempotency_complete(&scope, holder, &stored).await
             };
             if let Err(e) = outcome {
                 // The change itself was made; a retry will see 409 (in flight) until the key expires.
                 tracing::warn!(error = &e as &dyn std::error::Error, "could not record the idempotent response");
             }
             Response::from_parts(parts, Body::from(body))
+        }
+    }
+}
+
+/// Awaits the request's run, renewing the key's lease every [`KEY_RENEWAL`] meanwhile (a failed
+/// renewal is retried at the next tick; the lease outlasts two of them).
+async fn holding(
+    state: &AppState,
+    scope: &IdemKey,
+    holder: uuid::Uuid,
+    mut run: tokio::task::JoinHandle<Response>,
+) -> Result<Response, tokio::task::JoinError> {
+    let mut tick = tokio::time::interval(KEY_RENEWAL);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            done = &mut run => return done,
+            _ = tick.tick() => {
+                if let Err(e) = state.services.idempotency_renew(scope, holder).await {
+                    tracing::warn!(error = &e as &dyn std::error::Error, "could not renew an idempotency key's lease");
+                }
+            }
         }
     }
 }

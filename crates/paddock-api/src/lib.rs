@@ -30,7 +30,7 @@ pub use state::{ApiConfig, AppState};
 
 use paddock_types::problem::Problem;
 use routes::doc::{self, Access};
-use routes::{agent, audit, cluster, health, isolation, machine, machine_class, operation, tenant};
+use routes::{agent, audit, cluster, custody, health, isolation, machine, machine_class, operation, tenant};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -95,6 +95,8 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(machine::machine_maintenance_enter, machine::machine_maintenance_leave))
         .routes(routes!(machine::machine_custody_view))
         .routes(routes!(isolation::isolation_report_view))
+        .routes(routes!(custody::custody_checkpoint_view))
+        .routes(routes!(custody::custody_verify))
         .routes(routes!(operation::operation_list))
         .routes(routes!(operation::operation_view))
         .routes(routes!(operation::tenant_operation_list))
@@ -106,7 +108,7 @@ fn v1_routes() -> OpenApiRouter<AppState> {
 /// Every route with its documentation; what each group's operations share (security, the
 /// Problem answer, `Idempotency-Key`) is added here, once per group (`routes::doc`).
 fn api_routes() -> OpenApiRouter<AppState> {
-    let groups = [(v1_routes(), Access::Bearer), (agent_routes(), Access::PathToken), (process_routes(), Access::Open)];
+    let groups = [(v1_routes(), Access::Bearer), (agent_routes(), Access::Agent), (process_routes(), Access::Open)];
     groups.into_iter().fold(OpenApiRouter::with_openapi(ApiDoc::openapi()), |api, (mut group, access)| {
         doc::document(group.get_openapi_mut(), access);
         api.merge(group)

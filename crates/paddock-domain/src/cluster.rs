@@ -8,8 +8,8 @@ use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
 use paddock_types::cluster::{
-    ClusterCreate, ClusterKind, ClusterStatus, ClusterView, Condition, Isolation, NodePoolCreate, NodePoolStatus,
-    NodePoolSummary, NodePoolView, Partition, SlurmSpec, Taint, DEFAULT_KUBERNETES_VERSION,
+    ClusterCreate, ClusterKind, ClusterStatus, ClusterView, Condition, ConditionStatus, Isolation, NodePoolCreate,
+    NodePoolStatus, NodePoolSummary, NodePoolView, Partition, SlurmSpec, Taint, DEFAULT_KUBERNETES_VERSION,
 };
 use paddock_types::tenant::Quotas;
 use paddock_types::{ClusterId, Labels, MachineClassId, NodePoolId, TenantId};
@@ -305,7 +305,7 @@ pub fn check_quotas(quotas: &Quotas, demand: Demand) -> Result<(), Error> {
 pub fn set_condition(
     conditions: &mut Vec<Condition>,
     type_: &str,
-    status: &str,
+    status: ConditionStatus,
     reason: &str,
     message: &str,
     now: DateTime<Utc>,
@@ -316,7 +316,7 @@ pub fn set_condition(
             if c.status != status {
                 c.last_transition_time = now;
             }
-            c.status = status.to_owned();
+            c.status = status;
             c.reason = reason.to_owned();
             c.message = message.to_owned();
             true
@@ -324,7 +324,7 @@ pub fn set_condition(
         None => {
             conditions.push(Condition {
                 type_: type_.to_owned(),
-                status: status.to_owned(),
+                status,
                 reason: reason.to_owned(),
                 message: message.to_owned(),
                 last_transition_time: now,
@@ -461,11 +461,11 @@ mod tests {
         let t0 = DateTime::<Utc>::from_timestamp(1_000, 0).expect("time");
         let t1 = DateTime::<Utc>::from_timestamp(2_000, 0).expect("time");
         let mut conditions = Vec::new();
-        assert!(set_condition(&mut conditions, "Ready", "False", "Waiting", "m", t0));
-        assert!(!set_condition(&mut conditions, "Ready", "False", "Waiting", "m", t1));
-        assert!(set_condition(&mut conditions, "Ready", "False", "Other", "m2", t1));
+        assert!(set_condition(&mut conditions, "Ready", ConditionStatus::False, "Waiting", "m", t0));
+        assert!(!set_condition(&mut conditions, "Ready", ConditionStatus::False, "Waiting", "m", t1));
+        assert!(set_condition(&mut conditions, "Ready", ConditionStatus::False, "Other", "m2", t1));
         assert_eq!(conditions[0].last_transition_time, t0);
-        assert!(set_condition(&mut conditions, "Ready", "True", "Done", "", t1));
+        assert!(set_condition(&mut conditions, "Ready", ConditionStatus::True, "Done", "", t1));
         assert_eq!(conditions[0].last_transition_time, t1);
         assert_eq!(conditions.len(), 1);
     }

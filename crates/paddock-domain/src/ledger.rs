@@ -5,9 +5,13 @@
 //! evidence, prev_mac}))` where `prev_mac` is the hex MAC of the machine's previous entry (null for
 //! the first). Chaining makes every edit visible: a changed field breaks its own MAC, a deleted or
 //! reordered entry breaks the sequence and the next entry's `prev_mac`. The key never reaches the
-//! database, so someone with database access alone cannot re-seal an edit. Removing the newest
-//! entries leaves a valid shorter chain; [`verify`] catches that by comparing the last entry's
-//! state with the machine's current state.
+//! database, so someone with database access alone cannot seal an entry: the writer computes the
+//! MAC before it inserts the entry, in the transaction of the transition, and nothing ever seals
+//! an entry later, so an entry inserted by anyone else (without a MAC, or with a made-up one) is a
+//! break at its position. Consecutive entries must chain states (`from` of one is `to` of the one
+//! before). Removing the newest entries leaves a valid shorter chain; [`verify`] catches that when
+//! the last entry no longer leads to the machine's current state, and [`reaches`] always, against
+//! a signed checkpoint of the chain's head kept outside the database.
 //!
 //! The fields are MAC-ed as the database returns them (timestamps at microsecond precision, JSON
 //! evidence as `jsonb` normalises it), so sealing and verifying read the same values.
@@ -80,9 +84,9 @@ pub struct Entry {
     pub reason: String,
     /// What proves it (the wipe report, the allocation, the node, the error).
     pub evidence: Value,
-    /// The previous entry's MAC as stored (`None` for the first entry, or not sealed yet).
+    /// The previous entry's MAC as stored (`None` for the first entry).
     pub prev_mac: Option<Vec<u8>>,
-    /// This entry's MAC (`None` until sealed).
+    /// This entry's MAC (`None` only for a row paddock did not write).
     pub mac: Option<Vec<u8>>,
 }
 
@@ -108,109 +112,107 @@ pub fn timestamp(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Micros, true)
 }
 
-/// An entry with the `prev_mac` and `mac` to store for it.
-pub type Sealed<'a> = (&'a Entry, Option<Vec<u8>>, Vec<u8>);
-
-/// The MACs to store for unsealed entries that follow a chain ending in `last_mac`, in order.
-pub fn seal_pending<'a>(key: &LedgerKey, last_mac: Option<&[u8]>, pending: &'a [Entry]) -> Vec<Sealed<'a>> {
-    let mut prev = last_mac.map(<[u8]>::to_vec);
-    let mut sealed = Vec::with_capacity(pending.len());
-    for entry in pending {
-        let mac = key.seal(entry, prev.as_deref());
-        sealed.push((entry, prev.clone(), mac.clone()));
-        prev = Some(mac);
-    }
-    sealed
-}
-
 /// The outcome of checking a machine's chain.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verification {
-    /// Every entry is sealed, every MAC checks, the sequence has no gap and the last entry leads
-    /// to the machine's current state.
+    /// Every entry carries a MAC that checks, the sequence has no gap, each entry starts in the
+    /// state the one before it left the machine in, and the last entry leads to the machine's
+    /// current state.
     pub verified: bool,
-    /// The first entry that fails (a wrong MAC, a gap or swap in the sequence, a broken link).
+    /// The first entry that fails (no MAC or a wrong one, a gap or swap in the sequence, a broken
+    /// link, a state that does not follow on).
     pub first_bad_entry: Option<CustodyEntryId>,
-    /// Entries not sealed yet (written by a transaction that did not hold the key).
+    /// Entries without a MAC: paddock writes every entry with its MAC, so each one is a break.
     pub unsealed: usize,
     /// What is wrong, readable; `None` when verified.
     pub finding: Option<String>,
 }
 
+impl Verification {
+    fn ok(unsealed: usize) -> Self {
+        Self { verified: true, first_bad_entry: None, unsealed, finding: None }
+    }
+
+    fn fail(mut self, entry: Option<CustodyEntryId>, finding: String) -> Self {
+        self.verified = false;
+        self.first_bad_entry = entry;
+        self.finding = Some(finding);
+        self
+    }
+}
+
 /// Checks a machine's entries, given in stored `seq` order, against `key`; `current_state` is
-/// the machine's state now (the last entry must lead to it: a removed tail shows there).
+/// the machine's state now (the last entry must lead to it: a removed tail shows there, unless the
+/// tail removed ends where the machine is; a checkpoint finds that, see [`reaches`]).
 pub fn verify(key: &LedgerKey, machine: MachineId, entries: &[Entry], current_state: Option<&str>) -> Verification {
-    let bad = |entry: &Entry, finding: String| Verification {
-        verified: false,
-        first_bad_entry: Some(entry.id),
-        unsealed: entries.iter().filter(|e| e.mac.is_none()).count(),
-        finding: Some(finding),
-    };
-    let mut prev: Option<&[u8]> = None;
-    let mut unsealed = 0usize;
+    let outcome = Verification::ok(entries.iter().filter(|e| e.mac.is_none()).count());
+    let mut prev: Option<&Entry> = None;
     for (i, entry) in entries.iter().enumerate() {
-        let expected_seq = i64::try_from(i).unwrap_or(i64::MAX).saturating_add(1);
-        if entry.machine_id != machine {
-            return bad(entry, format!("entry {} belongs to another machine", entry.id));
+        if let Some(finding) = entry_finding(key, machine, i, entry, prev) {
+            return outcome.fail(Some(entry.id), finding);
         }
-        if entry.seq != expected_seq {
-            return bad(
-                entry,
-                format!(
-                    "entry {} has sequence number {}, expected {expected_seq}: entries are missing or reordered",
-                    entry.id, entry.seq
-                ),
-            );
+        prev = Some(entry);
+    }
+    match (entries.last(), current_state) {
+        (Some(last), Some(state)) if last.to != state => outcome.fail(
+            None,
+            format!("the last entry leads to {} but the machine is {state}: entries are missing at the end", last.to),
+        ),
+        (None, Some(_)) => outcome.fail(None, "the machine has no custody entries".to_owned()),
+        _ => outcome,
+    }
+}
+
+/// What is wrong with the entry at position `i` (0-based) after `prev`, if anything.
+fn entry_finding(key: &LedgerKey, machine: MachineId, i: usize, entry: &Entry, prev: Option<&Entry>) -> Option<String> {
+    let expected_seq = i64::try_from(i).unwrap_or(i64::MAX).saturating_add(1);
+    let id = entry.id;
+    if entry.machine_id != machine {
+        return Some(format!("entry {id} belongs to another machine"));
+    }
+    if entry.seq != expected_seq {
+        return Some(format!(
+            "entry {id} has sequence number {}, expected {expected_seq}: entries are missing or reordered",
+            entry.seq
+        ));
+    }
+    // paddock computes every MAC before it inserts the entry: one without a MAC was not written
+    // by paddock, and is never sealed later.
+    let Some(mac) = &entry.mac else {
+        return Some(format!("entry {id} has no MAC: paddock did not write it"));
+    };
+    let prev_mac = prev.and_then(|p| p.mac.as_deref());
+    if entry.prev_mac.as_deref() != prev_mac {
+        return Some(format!("entry {id} does not link to the entry before it"));
+    }
+    if !key.check(entry, prev_mac, mac) {
+        return Some(format!("entry {id} does not match its MAC: it was changed, or paddock did not write it"));
+    }
+    match prev {
+        Some(p) if entry.from.as_deref() != Some(p.to.as_str()) => Some(format!(
+            "entry {id} leaves {} but the entry before it left the machine {}: a transition is missing",
+            entry.from.as_deref().unwrap_or("nothing"),
+            p.to
+        )),
+        _ => None,
+    }
+}
+
+/// Whether a machine's chain (in stored `seq` order) still reaches a checkpointed head: an entry
+/// at `seq` whose MAC is `mac`. `Err` says why not (a removed tail, an older copy restored, or a
+/// rewritten history). With [`verify`] this proves the chain both intact and not cut short.
+pub fn reaches(entries: &[Entry], seq: i64, mac: &[u8]) -> Result<(), String> {
+    let at = usize::try_from(seq.saturating_sub(1)).ok().and_then(|i| entries.get(i));
+    match at {
+        Some(e) if e.seq == seq && e.mac.as_deref() == Some(mac) => Ok(()),
+        Some(e) if e.seq == seq => {
+            Err(format!("entry {} at sequence number {seq} is not the one checkpointed: the history was rewritten", e.id))
         }
-        match &entry.mac {
-            None => {
-                // Sealing goes in order: past the first unsealed entry nothing may be sealed.
-                unsealed += 1;
-            }
-            Some(_) if unsealed > 0 => {
-                return bad(entry, format!("entry {} is sealed after an unsealed entry", entry.id));
-            }
-            Some(mac) => {
-                if entry.prev_mac.as_deref() != prev {
-                    return bad(entry, format!("entry {} does not link to the entry before it", entry.id));
-                }
-                if !key.check(entry, prev, mac) {
-                    return bad(entry, format!("entry {} does not match its MAC: it was changed", entry.id));
-                }
-                prev = Some(mac);
-            }
-        }
+        _ => Err(format!(
+            "the chain has {} entries but the checkpoint's head is entry {seq}: entries were removed, or an older copy was restored",
+            entries.len()
+        )),
     }
-    if let (Some(last), Some(state)) = (entries.last(), current_state) {
-        if last.to != state {
-            return Verification {
-                verified: false,
-                first_bad_entry: None,
-                unsealed,
-                finding: Some(format!(
-                    "the last entry leads to {} but the machine is {state}: entries are missing at the end",
-                    last.to
-                )),
-            };
-        }
-    }
-    if entries.is_empty() && current_state.is_some() {
-        return Verification {
-            verified: false,
-            first_bad_entry: None,
-            unsealed,
-            finding: Some("the machine has no custody entries".to_owned()),
-        };
-    }
-    if unsealed > 0 {
-        return Verification {
-            verified: false,
-            first_bad_entry: None,
-            unsealed,
-            finding: Some(format!("{unsealed} entries are not sealed yet")),
-        };
-    }
-    Verification { verified: true, first_bad_entry: None, unsealed: 0, finding: None }
 }
 
 /// SHA-256 (hex) of a value's canonical JSON: the digest of a report.
@@ -369,8 +371,9 @@ mod tests {
     }
 
     fn chain(key: &LedgerKey, machine: MachineId, n: usize) -> Vec<Entry> {
-        let mut entries: Vec<Entry> = (0..n)
-            .map(|i| Entry {
+        let mut entries: Vec<Entry> = Vec::with_capacity(n);
+        for i in 0..n {
+            let mut entry = Entry {
                 id: CustodyEntryId(Uuid::now_v7()),
                 machine_id: machine,
                 seq: i64::try_from(i).expect("test value") + 1,
@@ -381,22 +384,20 @@ mod tests {
                 to: format!("s{}", i + 1),
                 reason: "because".into(),
                 evidence: json!({ "i": i }),
-                prev_mac: None,
+                prev_mac: entries.last().and_then(|e: &Entry| e.mac.clone()),
                 mac: None,
-            })
-            .collect();
-        let sealed: Vec<(Option<Vec<u8>>, Vec<u8>)> =
-            seal_pending(key, None, &entries).into_iter().map(|(_, p, m)| (p, m)).collect();
-        for (e, (p, m)) in entries.iter_mut().zip(sealed) {
-            e.prev_mac = p;
-            e.mac = Some(m);
+            };
+            entry.mac = Some(key.seal(&entry, entry.prev_mac.as_deref()));
+            entries.push(entry);
         }
         entries
     }
 
+    const KEY: &[u8] = b"0123456789abcdef0123456789abcdef";
+
     #[test]
     fn an_untouched_chain_verifies_and_edits_fail_at_their_entry() {
-        let key = LedgerKey::new(b"0123456789abcdef0123456789abcdef".to_vec());
+        let key = LedgerKey::new(KEY.to_vec());
         let machine = MachineId::new();
         let entries = chain(&key, machine, 4);
         assert!(verify(&key, machine, &entries, Some("s4")).verified);
@@ -423,19 +424,38 @@ mod tests {
     }
 
     #[test]
-    fn unsealed_entries_are_reported_not_verified() {
-        let key = LedgerKey::new(b"0123456789abcdef0123456789abcdef".to_vec());
+    fn an_entry_without_a_mac_is_a_break_at_its_position() {
+        let key = LedgerKey::new(KEY.to_vec());
         let machine = MachineId::new();
         let mut entries = chain(&key, machine, 3);
-        entries[2].mac = None;
-        entries[2].prev_mac = None;
+        entries[1].mac = None;
         let v = verify(&key, machine, &entries, Some("s3"));
-        assert_eq!((v.verified, v.first_bad_entry, v.unsealed), (false, None, 1));
-        // Sealing it continues the chain.
-        let last = entries[1].mac.clone();
-        let (_, prev, mac) = seal_pending(&key, last.as_deref(), &entries[2..]).remove(0);
-        entries[2].prev_mac = prev;
-        entries[2].mac = Some(mac);
-        assert!(verify(&key, machine, &entries, Some("s3")).verified);
+        assert_eq!((v.verified, v.first_bad_entry, v.unsealed), (false, Some(entries[1].id), 1));
+    }
+
+    #[test]
+    fn a_sealed_entry_that_does_not_follow_the_state_before_it_is_a_break() {
+        let key = LedgerKey::new(KEY.to_vec());
+        let machine = MachineId::new();
+        let mut entries = chain(&key, machine, 3);
+        // Correctly MAC-ed by a holder of the key, but the machine went from s2 to s9 unrecorded.
+        entries[2].from = Some("s9".into());
+        entries[2].mac = Some(key.seal(&entries[2], entries[2].prev_mac.as_deref()));
+        let v = verify(&key, machine, &entries, Some("s3"));
+        assert_eq!((v.verified, v.first_bad_entry), (false, Some(entries[2].id)));
+        assert!(v.finding.is_some_and(|f| f.contains("a transition is missing")));
+    }
+
+    #[test]
+    fn a_chain_reaches_its_checkpointed_head_until_it_is_cut_short_or_replaced() {
+        let key = LedgerKey::new(KEY.to_vec());
+        let machine = MachineId::new();
+        let entries = chain(&key, machine, 4);
+        let head = entries[2].mac.clone().expect("sealed");
+        assert_eq!(reaches(&entries, 3, &head), Ok(()));
+        assert_eq!(reaches(&entries[..3], 3, &head), Ok(()));
+        assert!(reaches(&entries[..2], 3, &head).is_err_and(|f| f.contains("entries were removed")));
+        let other = chain(&key, machine, 4);
+        assert!(reaches(&other, 3, &head).is_err_and(|f| f.contains("rewritten")));
     }
 }

@@ -33,6 +33,9 @@ pub fn can_transition(from: MachineState, to: MachineState) -> bool {
     )
 }
 
+/// The states in which a machine serves (or is being given to) its pool: what a pool *holds*.
+pub const HELD: [MachineState; 3] = [S::Allocated, S::Provisioning, S::Active];
+
 /// States from which a machine may be retired.
 pub const RETIRABLE: [MachineState; 3] = [S::Available, S::Maintenance, S::CleanFailed];
 

@@ -110,6 +110,11 @@ impl SigningKey {
         let sig = self.pair.sign(canonical_json(value).as_bytes());
         Signature { signature: STANDARD.encode(sig.as_ref()), key_id: self.key_id.clone() }
     }
+
+    /// Whether `signature` (standard base64) is this key's signature of `value`'s canonical JSON.
+    pub fn verifies(&self, value: &Value, signature: &str) -> bool {
+        verify(self.pair.public_key().as_ref(), value, signature)
+    }
 }
 
 /// Whether `signature` (standard base64) is a valid signature of `value`'s canonical JSON by the

@@ -36,7 +36,8 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::{db, Body, Ctx, Services};
+use crate::audit::Done;
+use crate::{Body, Ctx, Services};
 
 const TOKEN_BYTES: usize = 32;
 /// The label of the agent token's derivation (see the module documentation).
@@ -141,8 +142,8 @@ impl Services {
             nonce: &nonce,
             expires_at,
         };
-        let mut conn = self.store.conn().await.map_err(db)?;
-        store::insert(&mut conn, &new).await.map_err(db)?;
+        let mut conn = self.store.conn().await?;
+        store::insert(&mut conn, &new).await?;
         Ok(SecretString::new(seed_token))
     }
 
@@ -154,8 +155,8 @@ impl Services {
     /// A live run by one of its tokens: 404 unknown, 409 used, 410 expired.
     async fn agent_run(&self, kind: TokenKind, token: &str) -> Result<AgentToken> {
         let hash = token_hash(token).ok_or(UNKNOWN)?;
-        let mut conn = self.store.conn().await.map_err(db)?;
-        let found = store::get(&mut conn, kind, &hash).await.map_err(db)?.ok_or(UNKNOWN)?;
+        let mut conn = self.store.conn().await?;
+        let found = store::get(&mut conn, kind, &hash).await?.ok_or(UNKNOWN)?;
         if found.used_at.is_some() {
             return Err(used());
         }
@@ -220,9 +221,8 @@ impl Services {
         let actor =
             Actor::from_claims(format!("agent:{}", found.machine_name), Vec::new(), None).map_err(Error::internal)?;
         let ctx = Ctx { actor, request_id: request_id.to_owned() };
-        let mut audit = self.audit(&ctx, "agent.report", "machine");
-        audit.target(found.machine_id, None);
-        let result = async {
+        self.audited(&ctx, "agent.report", "machine", async |audit| {
+            audit.target(found.machine_id, None);
             let report: AgentReport = body.decode()?;
             check_report(&report, &found.nonce)?;
             let config = self.agent_config_of(&found)?;
@@ -236,23 +236,21 @@ impl Services {
             let failure = verdict.err();
             let verified = failure.is_none();
             let stored = serde_json::to_value(&report).map_err(Error::internal)?;
-            let mut tx = self.store.begin().await.map_err(db)?;
-            if !store::use_up(&mut tx, found.id, &stored, verified, failure.as_deref()).await.map_err(db)? {
+            let mut tx = self.store.begin().await?;
+            if !store::use_up(&mut tx, found.id, &stored, verified, failure.as_deref()).await? {
                 // Used or expired since it was read: answer as that later state.
                 drop(tx);
                 return Err(self.agent_run(TokenKind::Agent, agent_token).await.err().unwrap_or_else(used));
             }
             // The machine's reconciler carries on at once (it also looks again by itself).
-            paddock_store::lifecycle::enqueue_machine(&mut tx, MachineId(found.machine_id)).await.map_err(db)?;
+            paddock_store::lifecycle::enqueue_machine(&mut tx, MachineId(found.machine_id), None).await?;
             let details = json!({
                 "run_id": found.run_id, "purpose": found.purpose, "verified": verified, "failure": failure,
                 "image_sha256": report.image_sha256,
             });
-            audit.success(&mut tx, details).await?;
-            crate::commit(tx).await
-        }
-        .await;
-        audit.finish(result).await
+            Ok(Done::Commit { tx, value: (), details })
+        })
+        .await
     }
 }
 

@@ -218,7 +218,7 @@ mod tests {
     async fn services() -> (TestDb, Services, Ctx) {
         let db = TestDb::new().await;
         let cipher = Arc::new(Cipher::new(&Cipher::generate_key(), &[]).expect("generated key is valid"));
-        let services = Services::new(Store::from_pool(db.pool.clone()), cipher);
+        let services = Services::new(Store::from_pool(db.pool.clone()), cipher, paddock_testkit::ledger_key());
         let actor = Actor::from_claims("envelope-test".to_owned(), vec!["provider:admin".to_owned()], None)
             .expect("provider actor");
         (db, services, Ctx { actor, request_id: "req-envelope".to_owned() })

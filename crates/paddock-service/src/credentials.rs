@@ -14,7 +14,7 @@ use paddock_domain::driver::{ClusterRef, TenantAccess, TenantCredentials};
 use paddock_domain::secret::{Binding, Cipher, SecretString};
 use paddock_domain::{Error, Permission, Result};
 use paddock_store::{cluster as cluster_store, tenant, Conn, StoreError};
-use paddock_types::cluster::{KUBECONFIG_TTL_DEFAULT, KUBECONFIG_TTL_MAX, KUBECONFIG_TTL_MIN};
+use paddock_types::cluster::{ConditionStatus, KUBECONFIG_TTL_DEFAULT, KUBECONFIG_TTL_MAX, KUBECONFIG_TTL_MIN};
 use paddock_types::{ClusterId, TenantId};
 use serde_json::json;
 
@@ -135,8 +135,11 @@ impl Services {
                 if cluster.deleting {
                     return Err(not_ready("is being deleted"));
                 }
-                let control_plane_ready =
-                    cluster.status.conditions.iter().any(|c| c.type_ == CONTROL_PLANE_READY && c.status == "True");
+                let control_plane_ready = cluster
+                    .status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == CONTROL_PLANE_READY && c.status == ConditionStatus::True);
                 if !control_plane_ready {
                     return Err(not_ready("has no ready control plane yet; try again once it is ready"));
                 }

@@ -1,83 +1,156 @@
-//! The custody ledger (SPEC section 5) and the tenant isolation report.
+//! The custody ledger (SPEC section 5), its signed checkpoints, and the tenant isolation report.
 //!
-//! The store appends an unsealed entry in the transaction of every machine transition; the
-//! services hold the ledger key and seal. [`Services::custody_seal`] seals a machine's unsealed
-//! entries in the caller's transaction (the worker calls it in the transaction of each of its
-//! transitions, the cluster reconciler's allocations and release starts included; enrollment in
-//! its own); [`Services::custody_seal_pending`] seals, in a short transaction of its own, what was
-//! left unsealed (entries written while no key was configured, and the first entry the ledger's
-//! migration wrote for every machine), before the machine's job does anything else.
-//! Sealing holds the machine's row lock, so it never interleaves with an append or another seal.
-//!
+//! The services hold the ledger key and hand it to every store function that moves a machine,
+//! which writes the transition's entry with its MAC already computed (`paddock_store::custody`):
+//! an entry is sealed by the process that wrote it, in the same transaction, and never later.
 //! Verification recomputes the chain with the key: see `paddock_domain::ledger::verify`.
+//!
+//! A checkpoint (`GET /v1/custody/checkpoint`) is every machine's chain head signed with the
+//! provider's Ed25519 key, for the provider to archive outside the database; each one issued is
+//! also recorded (`custody_checkpoints`, append-only). `POST /v1/custody/verify` checks that each
+//! chain still reaches its checkpointed head, so a truncated tail or a restored older copy of the
+//! table is found. The isolation report verifies its machines against the latest recorded
+//! checkpoint whose signature checks with the configured key: the newest head we vouched for.
+//! That record lives in the database it guards, so it catches a tail cut from the ledger alone;
+//! a restore of the whole database takes the record back too, and only a checkpoint archived
+//! elsewhere, posted to `verify`, finds that.
 
-use chrono::Utc;
+use chrono::{DateTime, SubsecRound, Utc};
 use paddock_domain::ledger::{self, Entry, LedgerKey, Verification};
+use paddock_domain::signing::SigningKey;
 use paddock_domain::{Error, Permission, Result};
-use paddock_store::{custody, machine, tenant, Conn, StoreError};
+use paddock_store::custody::{self, StoredCheckpoint};
+use paddock_store::{machine, tenant, Conn};
 use paddock_types::custody::{
-    CustodyEntryView, CustodyView, IsolationCluster, IsolationMachine, IsolationReport, IsolationWipe,
+    CheckpointRef, CustodyCheckpoint, CustodyEntryView, CustodyHead, CustodyHeadVerification, CustodyVerification,
+    CustodyVerify, CustodyView, IsolationCluster, IsolationMachine, IsolationReport, IsolationWipe,
 };
 use paddock_types::{MachineId, TenantId};
+use serde_json::{json, Value};
 use tracing::instrument;
 
-use crate::{commit, Ctx, Services};
+use crate::audit::Done;
+use crate::{commit, Body, Ctx, Services};
 
 impl Services {
-    /// Sets the custody ledger's HMAC key (`PADDOCK_LEDGER_KEY`). Without one, entries are still
-    /// recorded but stay unsealed, and verification reports them so.
-    pub fn with_ledger_key(mut self, key: LedgerKey) -> Self {
-        self.ledger_key = Some(std::sync::Arc::new(key));
-        self
-    }
-
-    /// Seals the machine's unsealed entries in order, in the caller's transaction (locking the
-    /// machine's row); returns how many. Without a key, seals nothing.
-    pub async fn custody_seal(&self, conn: &mut Conn, machine: MachineId) -> std::result::Result<usize, StoreError> {
-        let Some(key) = self.ledger_key.as_deref() else {
-            return Ok(0);
-        };
-        let Some((last_mac, pending)) = custody::pending_for_seal(conn, machine).await? else {
-            return Ok(0);
-        };
-        for (entry, prev_mac, mac) in ledger::seal_pending(key, last_mac.as_deref(), &pending) {
-            if !custody::set_mac(conn, entry.id, prev_mac.as_deref(), &mac).await? {
-                // We hold the row lock: only a bug or a hand edit gets here. Refuse loudly.
-                return Err(StoreError::Corrupt(format!("custody entry {} was sealed under our lock", entry.id)));
-            }
-        }
-        Ok(pending.len())
-    }
-
-    /// Seals what transitions made without the key left unsealed, in a short transaction of its
-    /// own; takes no lock when nothing waits (the common case).
-    #[instrument(skip_all, fields(machine.id = %machine))]
-    pub async fn custody_seal_pending(&self, machine: MachineId) -> std::result::Result<usize, StoreError> {
-        if self.ledger_key.is_none() {
-            return Ok(0);
-        }
-        {
-            let mut conn = self.store.conn().await?;
-            if !custody::has_unsealed(&mut conn, machine).await? {
-                return Ok(0);
-            }
-        }
-        let mut tx = self.store.begin().await?;
-        let sealed = self.custody_seal(&mut tx, machine).await?;
-        tx.commit().await?;
-        Ok(sealed)
+    /// The custody ledger's HMAC key, for the store functions that record transitions.
+    pub fn ledger_key(&self) -> &LedgerKey {
+        &self.ledger_key
     }
 
     fn verify_chain(&self, machine: MachineId, entries: &[Entry], state: Option<&str>) -> Verification {
-        match self.ledger_key.as_deref() {
-            Some(key) => ledger::verify(key, machine, entries, state),
-            None => Verification {
-                verified: false,
-                first_bad_entry: None,
-                unsealed: entries.iter().filter(|e| e.mac.is_none()).count(),
-                finding: Some("no ledger key is configured (PADDOCK_LEDGER_KEY): nothing can be verified".to_owned()),
-            },
+        ledger::verify(&self.ledger_key, machine, entries, state)
+    }
+
+    fn checkpoint_key(&self) -> Result<&SigningKey> {
+        self.signing_key().map(|k| &**k).ok_or_else(|| {
+            Error::conflict(
+                "signing_key_missing",
+                "no signing key is configured (PADDOCK_USAGE_SIGNING_KEY): checkpoints cannot be signed or checked",
+            )
+        })
+    }
+
+    /// Every machine's chain head, signed, and recorded as issued (audited): provider roles only.
+    #[instrument(skip_all)]
+    pub async fn custody_checkpoint(&self, ctx: &Ctx) -> Result<CustodyCheckpoint> {
+        self.audited(ctx, "custody.checkpoint", "custody", async |_| {
+            ctx.actor.authorize(Permission::MachineRead)?;
+            let key = self.checkpoint_key()?;
+            // Whole microseconds, as the database keeps `issued_at`.
+            let issued_at = Utc::now().trunc_subsecs(6);
+            let mut tx = self.store.begin().await?;
+            let machines: Vec<CustodyHead> = custody::heads(&mut tx)
+                .await?
+                .into_iter()
+                // A head without a MAC is a row paddock did not write: verification finds it, and a
+                // checkpoint vouches only for what paddock wrote, so such a head is left out.
+                .filter_map(|(machine_id, seq, mac)| mac.map(|m| CustodyHead { machine_id, seq, mac: hex::encode(m) }))
+                .collect();
+            let document = checkpoint_document(issued_at, &machines);
+            let signature = key.sign(&document);
+            let details = json!({ "digest": ledger::digest(&document), "machines": machines.len() });
+            let stored =
+                StoredCheckpoint { document, signature: signature.signature.clone(), key_id: signature.key_id.clone() };
+            custody::checkpoint_insert(&mut tx, issued_at, &stored).await?;
+            let value =
+                CustodyCheckpoint { issued_at, machines, signature: signature.signature, key_id: signature.key_id };
+            Ok(Done::Commit { tx, value, details })
+        })
+        .await
+    }
+
+    /// Whether each machine of a checkpoint still reaches its checkpointed head, with its whole
+    /// chain verified (audited): provider roles only; a checkpoint not signed by our key is 422.
+    #[instrument(skip_all)]
+    pub async fn custody_verify(&self, ctx: &Ctx, body: &Body) -> Result<CustodyVerification> {
+        self.audited(ctx, "custody.verify", "custody", async |_| {
+            ctx.actor.authorize(Permission::MachineRead)?;
+            let key = self.checkpoint_key()?;
+            let CustodyVerify { checkpoint } = body.decode()?;
+            let document = checkpoint_document(checkpoint.issued_at, &checkpoint.machines);
+            if !signed_by(key, &document, &checkpoint.key_id, &checkpoint.signature) {
+                return Err(Error::invalid(
+                    "checkpoint.signature",
+                    "the checkpoint is not signed by this paddock's key",
+                ));
+            }
+            let mut tx = self.store.begin().await?;
+            // One snapshot: each machine's state and entries agree even while it moves.
+            custody::one_snapshot(&mut tx).await?;
+            let mut machines = Vec::with_capacity(checkpoint.machines.len());
+            for head in &checkpoint.machines {
+                machines.push(self.verify_head(&mut tx, head).await?);
+            }
+            let verification = CustodyVerification {
+                checkpoint: checkpoint_ref(&document, checkpoint.issued_at, &checkpoint.key_id),
+                verified: machines.iter().all(|m| m.verified),
+                machines,
+            };
+            let details = json!({ "digest": verification.checkpoint.digest, "verified": verification.verified });
+            Ok(Done::Commit { tx, value: verification, details })
+        })
+        .await
+    }
+
+    async fn verify_head(&self, conn: &mut Conn, head: &CustodyHead) -> Result<CustodyHeadVerification> {
+        let state = machine::get(conn, head.machine_id, false).await?.map(|m| m.state);
+        let entries = custody::entries(conn, head.machine_id).await?;
+        let chain = self.verify_chain(head.machine_id, &entries, state.map(|s| s.as_str()));
+        // The signature covered the MAC's text: one that is not hex cannot be any entry's.
+        let reached = hex::decode(&head.mac)
+            .map_err(|_| "the checkpointed MAC is not hex".to_owned())
+            .and_then(|mac| ledger::reaches(&entries, head.seq, &mac));
+        let finding = match (&reached, &chain.finding) {
+            (Err(f), _) | (Ok(()), Some(f)) => Some(f.clone()),
+            (Ok(()), None) => None,
+        };
+        Ok(CustodyHeadVerification {
+            machine_id: head.machine_id,
+            checkpoint_seq: head.seq,
+            seq: i64::try_from(entries.len()).unwrap_or(i64::MAX),
+            reaches_checkpoint: reached.is_ok(),
+            chain_verified: chain.verified,
+            verified: reached.is_ok() && chain.verified,
+            first_bad_entry: chain.first_bad_entry,
+            finding,
+        })
+    }
+
+    /// The latest recorded checkpoint signed by our key, as (its name, the heads it names).
+    async fn latest_checkpoint(&self, conn: &mut Conn) -> Result<Option<(CheckpointRef, Vec<CustodyHead>)>> {
+        let Some(key) = self.signing_key() else { return Ok(None) };
+        let Some(stored) = custody::checkpoint_latest(conn, key.key_id()).await? else {
+            return Ok(None);
+        };
+        // A row someone inserted without our key names nothing we vouched for.
+        if !signed_by(key, &stored.document, &stored.key_id, &stored.signature) {
+            return Ok(None);
         }
+        let parsed: std::result::Result<(DateTime<Utc>, Vec<CustodyHead>), _> =
+            serde_json::from_value(json!([stored.document["issued_at"], stored.document["machines"]]));
+        let (issued_at, heads) = parsed.map_err(Error::internal)?;
+        Ok(Some((checkpoint_ref(&stored.document, issued_at, &stored.key_id), heads)))
     }
 
     /// A machine's custody ledger, oldest first, with the chain recomputed: provider roles only
@@ -116,6 +189,7 @@ impl Services {
         tenant::get(&mut tx, tenant_id).await?.ok_or(Error::NotFound { kind: "tenant" })?;
         let clusters = custody::report_clusters(&mut tx, tenant_id).await?;
         let machines = custody::report_machines(&mut tx, tenant_id).await?;
+        let checkpoint = self.latest_checkpoint(&mut tx).await?;
         let mut no_machine_shared = true;
         let mut views: Vec<IsolationCluster> = clusters
             .into_iter()
@@ -134,7 +208,9 @@ impl Services {
                 no_machine_shared = false;
             }
             let entries = custody::entries(&mut tx, m.machine_id).await?;
-            let ledger_verified = self.verify_chain(m.machine_id, &entries, Some(&m.state)).verified;
+            let head = checkpoint.as_ref().and_then(|(_, heads)| heads.iter().find(|h| h.machine_id == m.machine_id));
+            let ledger_verified = self.verify_chain(m.machine_id, &entries, Some(&m.state)).verified
+                && head.is_none_or(|h| reaches_head(&entries, h));
             let wipe = m.clean.as_ref().map(|(method, run_id, completed_at)| IsolationWipe {
                 clean_id: m.clean_id,
                 method: method.clone(),
@@ -162,11 +238,36 @@ impl Services {
         commit(tx).await?;
         let complete =
             no_machine_shared && views.iter().flat_map(|c| &c.machines).all(|m| m.wipe_verified && m.ledger_verified);
-        let mut report =
-            IsolationReport { tenant_id, as_of, clusters: views, no_machine_shared, complete, digest: String::new() };
+        let mut report = IsolationReport {
+            tenant_id,
+            as_of,
+            clusters: views,
+            no_machine_shared,
+            complete,
+            checkpoint: checkpoint.map(|(name, _)| name),
+            digest: String::new(),
+        };
         report.digest = report_digest(&report);
         Ok(report)
     }
+}
+
+/// What a checkpoint's signature covers: `{issued_at, machines}` as the wire carries them.
+fn checkpoint_document(issued_at: DateTime<Utc>, machines: &[CustodyHead]) -> Value {
+    json!({ "issued_at": issued_at, "machines": machines })
+}
+
+/// Whether `signature` of `document` was made by `key` (and names it).
+fn signed_by(key: &SigningKey, document: &Value, key_id: &str, signature: &str) -> bool {
+    key_id == key.key_id() && key.verifies(document, signature)
+}
+
+fn checkpoint_ref(document: &Value, issued_at: DateTime<Utc>, key_id: &str) -> CheckpointRef {
+    CheckpointRef { issued_at, key_id: key_id.to_owned(), digest: ledger::digest(document) }
+}
+
+fn reaches_head(entries: &[Entry], head: &CustodyHead) -> bool {
+    hex::decode(&head.mac).is_ok_and(|mac| ledger::reaches(entries, head.seq, &mac).is_ok())
 }
 
 /// The digest of a report: its canonical JSON without `digest` and `as_of`.

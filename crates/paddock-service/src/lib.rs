@@ -40,8 +40,17 @@ pub struct Ctx {
 /// A JSON request body, decoded only after the caller was authorized, so that the order of
 /// checks (401, 403, 404, 412/409, then the body: 413, 415, 400, 422) holds for bodies too. A body
 /// the edge could not accept (wrong media type, too large) carries that refusal until decoded.
-#[derive(Debug)]
+/// `Debug` shows its length only: a body may hold a BMC password.
 pub struct Body(std::result::Result<Vec<u8>, Error>);
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Ok(bytes) => write!(f, "Body({} bytes)", bytes.len()),
+            Err(refusal) => f.debug_tuple("Body").field(refusal).finish(),
+        }
+    }
+}
 
 impl Body {
     /// A body of these bytes.
@@ -91,17 +100,25 @@ pub struct Services {
     agent: Arc<agent::AgentSettings>,
     /// Issues tenant kubeconfigs; `None` without a cluster driver.
     credentials: Option<credentials::CredentialsDriver>,
-    /// The custody ledger's HMAC key (see `custody`); `None` leaves entries unsealed.
-    ledger_key: Option<Arc<LedgerKey>>,
+    /// The custody ledger's HMAC key (`PADDOCK_LEDGER_KEY`, see `custody`): every process that
+    /// moves machines writes sealed entries, so there is no service without it.
+    ledger_key: Arc<LedgerKey>,
     /// The provider's Ed25519 key (`PADDOCK_USAGE_SIGNING_KEY`): closed periods' manifests and
     /// ledger checkpoints; `None`: what needs it answers 409 naming the setting.
     signing_key: Option<Arc<SigningKey>>,
 }
 
 impl Services {
-    /// Services over a store, sealing secrets with `cipher`.
-    pub fn new(store: Store, cipher: Arc<Cipher>) -> Self {
-        Self { store, cipher, agent: Arc::default(), credentials: None, ledger_key: None, signing_key: None }
+    /// Services over a store, sealing secrets with `cipher` and custody entries with `ledger_key`.
+    pub fn new(store: Store, cipher: Arc<Cipher>, ledger_key: LedgerKey) -> Self {
+        Self {
+            store,
+            cipher,
+            agent: Arc::default(),
+            credentials: None,
+            ledger_key: Arc::new(ledger_key),
+            signing_key: None,
+        }
     }
 
     /// Sets the provider's signing key (`PADDOCK_USAGE_SIGNING_KEY`).
@@ -156,21 +173,22 @@ impl Services {
     pub async fn ready(&self) -> bool {
         self.store.ready().await.unwrap_or(false)
     }
-
-    /// A trail for a write that does not run in [`Services::audited`] (the agent's report, until
-    /// issue 13 rewrites it).
-    fn audit<'a>(&'a self, ctx: &'a Ctx, action: &'static str, target_type: &'static str) -> AuditTrail<'a> {
-        AuditTrail::new(&self.store, ctx, action, target_type)
-    }
-}
-
-/// Maps a store error into the domain error, as `?` does; only `agent.rs` still calls it by
-/// name (issue 13 rewrites that module).
-pub(crate) fn db(e: paddock_store::StoreError) -> Error {
-    e.into()
 }
 
 /// Commits a transaction.
 pub(crate) async fn commit(tx: paddock_store::Tx) -> Result<()> {
     Ok(tx.commit().await.map_err(paddock_store::StoreError::from)?)
+}
+
+#[cfg(test)]
+mod body_tests {
+    use super::Body;
+
+    #[test]
+    fn a_body_never_prints_its_content() {
+        let body = Body::json(&serde_json::json!({ "bmc": { "password": "hunter2-bmc-password" } }));
+        let shown = format!("{body:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.starts_with("Body(") && shown.ends_with(" bytes)"), "{shown}");
+    }
 }

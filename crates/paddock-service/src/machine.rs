@@ -10,8 +10,9 @@ use paddock_domain::precondition::IfMatch;
 use paddock_domain::secret::Binding;
 use paddock_domain::validate::{self, Checks};
 use paddock_domain::{json, Error, Permission, Result};
-use paddock_store::machine::{self as store, MachineFilter, NewMachine};
+use paddock_store::machine::{self as store, NewMachine};
 use paddock_store::{custody, machine_class, Conn, Tx};
+use paddock_types::machine::MachineFilter;
 use paddock_types::machine::{MachineEnroll, MachineState, MaintenanceEnter};
 use paddock_types::operation::OperationView;
 use paddock_types::{Labels, MachineId};
@@ -83,14 +84,14 @@ impl Services {
             let new = NewMachine { id, name: &spec.name, machine_class_id: class.id, labels: &spec.labels, bmc: &bmc };
             store::insert(&mut tx, &new).await?;
             let details = json!({ "name": spec.name, "machine_class": spec.machine_class, "bmc_url": spec.bmc.url });
-            // The ledger's first entry, sealed in the enrollment's own transaction.
+            // The ledger's first entry, sealed as it is written, in the enrollment's transaction.
             let evidence = json!({
                 "name": spec.name, "machine_class": spec.machine_class, "bmc_url": spec.bmc.url,
                 "request_id": ctx.request_id,
             });
             let (to, reason) = (MachineState::Enrolling, "enrolled");
-            custody::append(&mut tx, id, None, to, &ctx.actor.subject, reason, &evidence).await?;
-            self.custody_seal(&mut tx, id).await?;
+            let key = self.ledger_key();
+            custody::append(&mut tx, key, id, None, to, &ctx.actor.subject, reason, &evidence).await?;
             changed(tx, id, 1, "machine_enroll", &[], details).await
         })
         .await

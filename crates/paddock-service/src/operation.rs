@@ -2,14 +2,12 @@
 //! change the worker carries out (the 202 path) records its operation and its reconcile job.
 
 use paddock_domain::cursor::PageRequest;
-use paddock_domain::job_kind::MACHINE_RECONCILE;
 use paddock_domain::{Error, Permission, Result};
-use paddock_store::job::{self, NewJob};
-use paddock_store::operation::{self as store, NewOperation, OperationFilter};
+use paddock_store::operation::{self as store, NewOperation};
 use paddock_store::{lifecycle, Conn};
+use paddock_types::operation::OperationFilter;
 use paddock_types::operation::OperationView;
 use paddock_types::{ClusterId, MachineId, NodePoolId, OperationId, TenantId};
-use serde_json::json;
 
 use crate::{Ctx, Listed, Services};
 
@@ -58,17 +56,7 @@ pub(crate) async fn accept(conn: &mut Conn, target: Target, change: Accepted<'_>
     let operation = store::insert(conn, &new).await?;
     match target {
         _ if !change.reconcile => {}
-        Target::Machine(id) => {
-            let job = NewJob {
-                kind: MACHINE_RECONCILE,
-                target_type,
-                target_id,
-                payload: json!({ "machine_id": id }),
-                operation_id: Some(operation.id),
-                run_at: None,
-            };
-            job::enqueue(conn, &job).await?;
-        }
+        Target::Machine(id) => lifecycle::enqueue_machine(conn, id, Some(operation.id)).await?,
         Target::Cluster { tenant, cluster, .. } => lifecycle::enqueue_cluster(conn, tenant, cluster).await?,
     }
     Ok(operation)

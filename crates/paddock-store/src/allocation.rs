@@ -9,17 +9,22 @@
 
 use chrono::{DateTime, Utc};
 use paddock_domain::cluster::{quota_excess, Demand};
+use paddock_domain::ledger::LedgerKey;
+use paddock_domain::machine::HELD;
 use paddock_types::machine::MachineState;
 use paddock_types::tenant::Quotas;
 use paddock_types::{ClusterId, MachineClassId, MachineId, NodePoolId, TenantId};
+use serde_json::json;
 use uuid::Uuid;
 
-use crate::custody::WORKER_ACTOR;
+use crate::custody::{self, WORKER_ACTOR};
 use crate::lifecycle::{enqueue_machine, wake_waiting};
 use crate::{Conn, StoreError};
 
-/// The states in which a machine serves (or is being given to) its pool: what a pool *holds*.
-pub const HELD: [&str; 3] = ["allocated", "provisioning", "active"];
+/// [`HELD`] as stored, for queries.
+fn held() -> [&'static str; 3] {
+    HELD.map(MachineState::as_str)
+}
 
 /// What one pool of a cluster still needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +77,7 @@ pub enum Allocation {
 /// The caller commits in either case (the waiting mark is the only write on failure).
 pub async fn allocate(
     conn: &mut Conn,
+    key: &LedgerKey,
     tenant: TenantId,
     cluster: ClusterId,
     needs: &[Need],
@@ -91,7 +97,7 @@ pub async fn allocate(
             .bind(cluster.uuid())
             .fetch_one(&mut *conn)
             .await?;
-    let outcome = try_allocate(conn, tenant, cluster, needs, since, &names).await?;
+    let outcome = try_allocate(conn, key, tenant, cluster, needs, since, &names).await?;
     match &outcome {
         Allocation::Allocated(_) => {
             sqlx::query("update clusters set waiting_since = null where tenant_id = $1 and id = $2")
@@ -130,6 +136,7 @@ pub async fn allocate(
 /// of the class goes first, then the tenant's quotas, then the machines themselves.
 async fn try_allocate(
     conn: &mut Conn,
+    key: &LedgerKey,
     tenant: TenantId,
     cluster: ClusterId,
     needs: &[Need],
@@ -147,9 +154,9 @@ async fn try_allocate(
         Ok(picked) => picked,
         Err(short) => return Ok(short),
     };
-    assign(conn, tenant, cluster, &picked).await?;
+    assign(conn, key, tenant, cluster, &picked).await?;
     for (machine, _) in &picked {
-        enqueue_machine(conn, *machine).await?;
+        enqueue_machine(conn, *machine, None).await?;
     }
     Ok(Allocation::Allocated(picked.into_iter().map(|(m, _)| m).collect()))
 }
@@ -168,12 +175,13 @@ async fn waiting_ahead(
            and c.deleted_at is null and (c.waiting_since, c.id) < ($2, $1) \
            and p.machine_class_id = any($3) and p.deleted_at is null and p.deletion_requested_at is null \
            and p.count > (select count(*) from machines m where m.node_pool_id = p.id \
-                          and m.state in ('allocated', 'provisioning', 'active')) \
+                          and m.state = any($4)) \
          order by c.waiting_since, c.id limit 1",
     )
     .bind(cluster.uuid())
     .bind(since)
     .bind(classes)
+    .bind(&held()[..])
     .fetch_optional(&mut *conn)
     .await?;
     Ok(ahead.map(ClusterId))
@@ -184,7 +192,7 @@ async fn waiting_ahead(
 /// safety net behind the API's check.
 async fn over_quota(conn: &mut Conn, tenant: TenantId, needs: &[Need]) -> Result<Option<Allocation>, StoreError> {
     let (max_nodes, max_gpus): (Option<i32>, Option<i32>) =
-        sqlx::query_as("select max_nodes, max_gpus from tenants where id = $1 for update")
+        sqlx::query_as("select max_nodes, max_gpus from tenants where id = $1 for no key update")
             .bind(tenant.uuid())
             .fetch_one(&mut *conn)
             .await?;
@@ -194,9 +202,10 @@ async fn over_quota(conn: &mut Conn, tenant: TenantId, needs: &[Need]) -> Result
     let (nodes, gpus): (i64, i64) = sqlx::query_as(
         "select count(*), coalesce(sum(c.gpu_count), 0)::bigint from machines m \
          join machine_classes c on c.id = m.machine_class_id where m.tenant_id = $1 \
-         and m.state in ('allocated', 'provisioning', 'active')",
+         and m.state = any($2)",
     )
     .bind(tenant.uuid())
+    .bind(&held()[..])
     .fetch_one(&mut *conn)
     .await?;
     let held = |v: i64| u64::try_from(v).unwrap_or(0);
@@ -251,6 +260,7 @@ async fn pick(
 /// clean, and one custody entry each with the allocation and the clean as evidence.
 async fn assign(
     conn: &mut Conn,
+    key: &LedgerKey,
     tenant: TenantId,
     cluster: ClusterId,
     picked: &[(MachineId, NodePoolId)],
@@ -258,47 +268,47 @@ async fn assign(
     let machines: Vec<Uuid> = picked.iter().map(|(m, _)| m.uuid()).collect();
     let pools: Vec<Uuid> = picked.iter().map(|(_, p)| p.uuid()).collect();
     let allocations: Vec<Uuid> = picked.iter().map(|_| Uuid::now_v7()).collect();
-    let done = sqlx::query(
+    let moved: Vec<(Uuid, Uuid, Uuid, Uuid)> = sqlx::query_as(
         "with pick as (select * from unnest($1::uuid[], $2::uuid[], $3::uuid[]) as t(machine_id, pool_id, alloc_id)), \
          a as (insert into machine_allocations (id, machine_id, clean_id, tenant_id, cluster_id, node_pool_id, \
                allocated_at) select pick.alloc_id, m.id, m.clean_id, $4, $5, pick.pool_id, clock_timestamp() from pick \
-               join machines m on m.id = pick.machine_id returning id, machine_id, node_pool_id) \
+               join machines m on m.id = pick.machine_id returning id, machine_id, node_pool_id, clean_id) \
          update machines m set state = 'allocated', clean_id = null, allocation_id = a.id, tenant_id = $4, \
              cluster_id = $5, node_pool_id = a.node_pool_id, last_error = null, \
              status_version = m.status_version + 1, updated_at = now() \
-         from a where m.id = a.machine_id and m.state = 'available'",
+         from a where m.id = a.machine_id and m.state = 'available' \
+         returning m.id, a.id, a.node_pool_id, a.clean_id",
     )
     .bind(&machines)
     .bind(&pools)
     .bind(&allocations)
     .bind(tenant.uuid())
     .bind(cluster.uuid())
-    .execute(&mut *conn)
+    .fetch_all(&mut *conn)
     .await?;
-    if done.rows_affected() != picked.len() as u64 {
+    if moved.len() != picked.len() {
         // The rows are locked by this transaction: unreachable short of a bug. Refuse loudly.
         return Err(StoreError::Corrupt(format!(
             "allocation updated {} of {} locked machines",
-            done.rows_affected(),
+            moved.len(),
             picked.len()
         )));
     }
-    let entries: Vec<Uuid> = picked.iter().map(|_| Uuid::now_v7()).collect();
-    sqlx::query(
-        "insert into custody_entries (id, machine_id, seq, actor, from_state, to_state, reason, evidence) \
-         select t.entry_id, m.id, \
-           (select coalesce(max(e.seq), 0) + 1 from custody_entries e where e.machine_id = m.id), \
-           $3, 'available', 'allocated', 'allocated to cluster ' || a.cluster_id || ' of tenant ' || a.tenant_id, \
-           jsonb_build_object('allocation_id', a.id, 'tenant_id', a.tenant_id, 'cluster_id', a.cluster_id, \
-             'node_pool_id', a.node_pool_id, 'clean_id', a.clean_id) \
-         from unnest($1::uuid[], $2::uuid[]) as t(entry_id, machine_id) \
-         join machines m on m.id = t.machine_id join machine_allocations a on a.id = m.allocation_id",
-    )
-    .bind(&entries)
-    .bind(&machines)
-    .bind(WORKER_ACTOR)
-    .execute(&mut *conn)
-    .await?;
+    // One custody entry per machine, sealed as it is written, with the allocation and the clean
+    // it consumed as evidence.
+    let entries: Vec<custody::NewEntry<'_>> = moved
+        .iter()
+        .map(|(machine, allocation, pool, clean)| custody::NewEntry {
+            machine: MachineId(*machine),
+            from: Some(MachineState::Available),
+            to: MachineState::Allocated,
+            actor: WORKER_ACTOR,
+            reason: format!("allocated to cluster {cluster} of tenant {tenant}"),
+            evidence: json!({ "allocation_id": allocation, "tenant_id": tenant, "cluster_id": cluster,
+                "node_pool_id": pool, "clean_id": clean }),
+        })
+        .collect();
+    custody::append_all(conn, key, &entries).await?;
     Ok(())
 }
 

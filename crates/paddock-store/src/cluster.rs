@@ -263,9 +263,19 @@ pub async fn set_status(
 
 /// The sealed admin kubeconfig of a cluster's control plane, if stored.
 pub async fn admin_kubeconfig(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<Option<Vec<u8>>, StoreError> {
-    Ok(sqlx::query_scalar::<_, Option<Vec<u8>>>(
-        "select admin_kubeconfig_enc from clusters where tenant_id = $1 and id = $2",
-    )
+    sealed(conn, tenant, id, "admin_kubeconfig_enc").await
+}
+
+/// One sealed column of a tenant's cluster (`column` is one of ours, never input).
+async fn sealed(
+    conn: &mut Conn,
+    tenant: TenantId,
+    id: ClusterId,
+    column: &'static str,
+) -> Result<Option<Vec<u8>>, StoreError> {
+    Ok(sqlx::query_scalar::<_, Option<Vec<u8>>>(&format!(
+        "select {column} from clusters where tenant_id = $1 and id = $2"
+    ))
     .bind(tenant.uuid())
     .bind(id.uuid())
     .fetch_optional(conn)
@@ -331,14 +341,7 @@ pub async fn set_stack_version(
 
 /// The sealed Slurm secrets of a cluster, if generated.
 pub async fn slurm_secrets(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<Option<Vec<u8>>, StoreError> {
-    Ok(sqlx::query_scalar::<_, Option<Vec<u8>>>(
-        "select slurm_secrets_enc from clusters where tenant_id = $1 and id = $2",
-    )
-    .bind(tenant.uuid())
-    .bind(id.uuid())
-    .fetch_optional(conn)
-    .await?
-    .flatten())
+    sealed(conn, tenant, id, "slurm_secrets_enc").await
 }
 
 /// Stores a cluster's sealed Slurm secrets unless some are already stored (they are generated

@@ -1,14 +1,18 @@
-//! The custody ledger's rows (`custody_entries`) and the reads of the isolation report.
+//! The custody ledger's rows (`custody_entries`), the checkpoints issued of it
+//! (`custody_checkpoints`) and the reads of the isolation report.
 //!
-//! Entries are appended by the store functions that move a machine (`machine`, `lifecycle`), in
-//! the transaction of the move, so no transition goes unrecorded whoever calls them. They are
-//! appended unsealed: the store never holds the ledger key. A holder of the key (the service
-//! layer, the worker through it) seals a machine's unsealed entries in order with
-//! [`pending_for_seal`] and [`set_mac`], under the machine's row lock, which also serializes
-//! appends (every transition locks the row first).
+//! Entries are appended by the store functions that move a machine (`machine`, `lifecycle`,
+//! `power`), in the transaction of the move, so no transition goes unrecorded whoever calls them.
+//! Those functions take the ledger key from their caller (the store never keeps it): [`append`]
+//! computes each entry's MAC over the values the database will hold (its `now()`, the evidence as
+//! `jsonb` normalises it) and the machine's current head, then inserts the entry with its MAC.
+//! Nothing ever updates an entry (the table's trigger refuses it), so nothing seals a row someone
+//! else inserted. The caller has moved the machine with a guarded update first, so it holds the
+//! machine's row lock and appends of one machine never interleave; `unique (machine_id, seq)`
+//! refuses one that would.
 
 use chrono::{DateTime, Utc};
-use paddock_domain::ledger::Entry;
+use paddock_domain::ledger::{Entry, LedgerKey};
 use paddock_types::machine::MachineState;
 use paddock_types::{AllocationId, CleanId, ClusterId, CustodyEntryId, MachineId, NodePoolId, TenantId};
 use serde_json::Value;
@@ -54,11 +58,30 @@ impl From<EntryRow> for Entry {
 
 const COLUMNS: &str = "id, machine_id, seq, at, actor, from_state, to_state, reason, evidence, prev_mac, mac";
 
-/// Appends an unsealed entry to a machine's chain (the next `seq`), in the caller's transaction.
+/// One transition to record.
+#[derive(Debug, Clone)]
+pub struct NewEntry<'a> {
+    /// The machine.
+    pub machine: MachineId,
+    /// The state left (`None` for enrollment).
+    pub from: Option<MachineState>,
+    /// The state entered.
+    pub to: MachineState,
+    /// Who: a token subject, or [`WORKER_ACTOR`].
+    pub actor: &'a str,
+    /// Why, readable.
+    pub reason: String,
+    /// What proves it.
+    pub evidence: Value,
+}
+
+/// Appends an entry to a machine's chain (the next `seq`), sealed, in the caller's transaction.
 /// The caller has just moved the machine with a guarded update, so it holds the row lock and no
 /// other append of this machine can interleave.
+#[expect(clippy::too_many_arguments, reason = "one entry's fields; `append_all` takes them as a struct")]
 pub async fn append(
     conn: &mut Conn,
+    key: &LedgerKey,
     machine: MachineId,
     from: Option<MachineState>,
     to: MachineState,
@@ -66,21 +89,80 @@ pub async fn append(
     reason: &str,
     evidence: &Value,
 ) -> Result<CustodyEntryId, StoreError> {
-    let id = CustodyEntryId::new();
-    sqlx::query(
-        "insert into custody_entries (id, machine_id, seq, actor, from_state, to_state, reason, evidence) \
-         select $1, $2, coalesce(max(seq), 0) + 1, $3, $4, $5, $6, $7 from custody_entries where machine_id = $2",
+    let entry = NewEntry { machine, from, to, actor, reason: reason.to_owned(), evidence: evidence.clone() };
+    let ids = append_all(conn, key, std::slice::from_ref(&entry)).await?;
+    ids.into_iter().next().ok_or_else(|| StoreError::Corrupt("an append returned no entry".to_owned()))
+}
+
+/// What sealing one new entry needs: `now()`, the evidence as stored, the machine's head (seq, MAC).
+type Sealing = (DateTime<Utc>, Value, Option<i64>, Option<Vec<u8>>);
+
+/// Appends one entry to each of several machines' chains (one per machine), sealed: two round
+/// trips whatever their number. Same locking contract as [`append`].
+pub async fn append_all(
+    conn: &mut Conn,
+    key: &LedgerKey,
+    new: &[NewEntry<'_>],
+) -> Result<Vec<CustodyEntryId>, StoreError> {
+    let machines: Vec<Uuid> = new.iter().map(|e| e.machine.uuid()).collect();
+    let evidence: Vec<Value> = new.iter().map(|e| e.evidence.clone()).collect();
+    // The values the MAC covers, as the database will store them: the transaction's `now()` (the
+    // column's precision) and the evidence through `jsonb`; and each machine's current head.
+    let rows: Vec<Sealing> = sqlx::query_as(
+        "select now(), t.evidence, h.seq, h.mac \
+         from unnest($1::uuid[], $2::jsonb[]) with ordinality as t(machine_id, evidence, i) \
+         left join lateral (select seq, mac from custody_entries e where e.machine_id = t.machine_id \
+                            order by seq desc limit 1) h on true \
+         order by t.i",
     )
-    .bind(id.uuid())
-    .bind(machine.uuid())
-    .bind(actor)
-    .bind(from.map(MachineState::as_str))
-    .bind(to.as_str())
-    .bind(reason)
-    .bind(evidence)
+    .bind(&machines)
+    .bind(&evidence)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut entries = Vec::with_capacity(new.len());
+    for (n, (at, evidence, seq, prev_mac)) in new.iter().zip(rows) {
+        let mut entry = Entry {
+            id: CustodyEntryId::new(),
+            machine_id: n.machine,
+            seq: seq.unwrap_or(0) + 1,
+            at,
+            actor: n.actor.to_owned(),
+            from: n.from.map(|s| s.as_str().to_owned()),
+            to: n.to.as_str().to_owned(),
+            reason: n.reason.clone(),
+            evidence,
+            prev_mac,
+            mac: None,
+        };
+        entry.mac = Some(key.seal(&entry, entry.prev_mac.as_deref()));
+        entries.push(entry);
+    }
+    insert(conn, &entries).await?;
+    Ok(entries.into_iter().map(|e| e.id).collect())
+}
+
+async fn insert(conn: &mut Conn, entries: &[Entry]) -> Result<(), StoreError> {
+    let column = |f: fn(&Entry) -> Option<Vec<u8>>| entries.iter().map(f).collect::<Vec<_>>();
+    sqlx::query(
+        "insert into custody_entries (id, machine_id, seq, at, actor, from_state, to_state, reason, evidence, \
+           prev_mac, mac) \
+         select * from unnest($1::uuid[], $2::uuid[], $3::bigint[], $4::timestamptz[], $5::text[], $6::text[], \
+           $7::text[], $8::text[], $9::jsonb[], $10::bytea[], $11::bytea[])",
+    )
+    .bind(entries.iter().map(|e| e.id.uuid()).collect::<Vec<_>>())
+    .bind(entries.iter().map(|e| e.machine_id.uuid()).collect::<Vec<_>>())
+    .bind(entries.iter().map(|e| e.seq).collect::<Vec<_>>())
+    .bind(entries.iter().map(|e| e.at).collect::<Vec<_>>())
+    .bind(entries.iter().map(|e| e.actor.clone()).collect::<Vec<_>>())
+    .bind(entries.iter().map(|e| e.from.clone()).collect::<Vec<_>>())
+    .bind(entries.iter().map(|e| e.to.clone()).collect::<Vec<_>>())
+    .bind(entries.iter().map(|e| e.reason.clone()).collect::<Vec<_>>())
+    .bind(entries.iter().map(|e| e.evidence.clone()).collect::<Vec<_>>())
+    .bind(column(|e| e.prev_mac.clone()))
+    .bind(column(|e| e.mac.clone()))
     .execute(conn)
     .await?;
-    Ok(id)
+    Ok(())
 }
 
 /// A machine's entries in chain order (`seq`, then id, so a duplicated or swapped `seq` still
@@ -94,67 +176,71 @@ pub async fn entries(conn: &mut Conn, machine: MachineId) -> Result<Vec<Entry>, 
     Ok(rows.into_iter().map(Entry::from).collect())
 }
 
-/// Whether a machine has unsealed entries (a cheap check without locks).
-pub async fn has_unsealed(conn: &mut Conn, machine: MachineId) -> Result<bool, StoreError> {
-    Ok(sqlx::query_scalar("select exists (select 1 from custody_entries where machine_id = $1 and mac is null)")
-        .bind(machine.uuid())
-        .fetch_one(conn)
-        .await?)
-}
-
-/// Locks the machine's row and returns the MAC of its newest sealed entry with its unsealed
-/// entries in order: what sealing needs. In the caller's transaction; `None` for an unknown
-/// machine.
-pub async fn pending_for_seal(
-    conn: &mut Conn,
-    machine: MachineId,
-) -> Result<Option<(Option<Vec<u8>>, Vec<Entry>)>, StoreError> {
-    let found: Option<Uuid> = sqlx::query_scalar("select id from machines where id = $1 for update")
-        .bind(machine.uuid())
-        .fetch_optional(&mut *conn)
-        .await?;
-    if found.is_none() {
-        return Ok(None);
-    }
-    let rows: Vec<EntryRow> = sqlx::query_as(&format!(
-        "select {COLUMNS} from custody_entries where machine_id = $1 and mac is null order by seq, id"
-    ))
-    .bind(machine.uuid())
-    .fetch_all(&mut *conn)
-    .await?;
-    if rows.is_empty() {
-        return Ok(Some((None, Vec::new())));
-    }
-    let last: Option<Option<Vec<u8>>> = sqlx::query_scalar(
-        "select mac from custody_entries where machine_id = $1 and mac is not null order by seq desc, id desc limit 1",
+/// Every machine's chain head (its newest entry's `seq` and MAC), by machine id.
+pub async fn heads(conn: &mut Conn) -> Result<Vec<(MachineId, i64, Option<Vec<u8>>)>, StoreError> {
+    // One index probe per machine (`unique (machine_id, seq)`), not a scan of every entry.
+    let rows: Vec<(Uuid, i64, Option<Vec<u8>>)> = sqlx::query_as(
+        "select m.id, h.seq, h.mac from machines m cross join lateral \
+           (select seq, mac from custody_entries e where e.machine_id = m.id order by seq desc limit 1) h \
+         order by m.id",
     )
-    .bind(machine.uuid())
-    .fetch_optional(&mut *conn)
+    .fetch_all(conn)
     .await?;
-    Ok(Some((last.flatten(), rows.into_iter().map(Entry::from).collect())))
+    Ok(rows.into_iter().map(|(m, seq, mac)| (MachineId(m), seq, mac)).collect())
 }
 
-/// Seals one entry: stores its MAC and the previous entry's. Only an unsealed entry can be
-/// sealed, once (the table's trigger refuses every other update).
-pub async fn set_mac(
+/// A checkpoint as recorded when it was issued.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredCheckpoint {
+    /// The signed document, `{issued_at, machines}`.
+    pub document: Value,
+    /// Its signature.
+    pub signature: String,
+    /// The key that made it.
+    pub key_id: String,
+}
+
+/// Records an issued checkpoint (append-only, like the ledger).
+pub async fn checkpoint_insert(
     conn: &mut Conn,
-    entry: CustodyEntryId,
-    prev_mac: Option<&[u8]>,
-    mac: &[u8],
-) -> Result<bool, StoreError> {
-    let done = sqlx::query("update custody_entries set prev_mac = $2, mac = $3 where id = $1 and mac is null")
-        .bind(entry.uuid())
-        .bind(prev_mac)
-        .bind(mac)
-        .execute(conn)
-        .await?;
-    Ok(done.rows_affected() == 1)
+    issued_at: DateTime<Utc>,
+    checkpoint: &StoredCheckpoint,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "insert into custody_checkpoints (id, issued_at, key_id, signature, document) values ($1, $2, $3, $4, $5)",
+    )
+    .bind(Uuid::now_v7())
+    .bind(issued_at)
+    .bind(&checkpoint.key_id)
+    .bind(&checkpoint.signature)
+    .bind(&checkpoint.document)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The latest checkpoint issued with the key `key_id`, if any.
+pub async fn checkpoint_latest(conn: &mut Conn, key_id: &str) -> Result<Option<StoredCheckpoint>, StoreError> {
+    let row: Option<(Value, String, String)> = sqlx::query_as(
+        "select document, signature, key_id from custody_checkpoints where key_id = $1 \
+         order by issued_at desc, id desc limit 1",
+    )
+    .bind(key_id)
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|(document, signature, key_id)| StoredCheckpoint { document, signature, key_id }))
 }
 
 /// Makes the caller's fresh transaction read one snapshot (repeatable read, read only): the
 /// isolation report's reads agree with each other. Must come before the transaction's first query.
 pub async fn read_one_snapshot(conn: &mut Conn) -> Result<(), StoreError> {
     sqlx::query("set transaction isolation level repeatable read, read only").execute(conn).await?;
+    Ok(())
+}
+
+/// Like [`read_one_snapshot`], for a transaction that also writes (a verification, audited).
+pub async fn one_snapshot(conn: &mut Conn) -> Result<(), StoreError> {
+    sqlx::query("set transaction isolation level repeatable read").execute(conn).await?;
     Ok(())
 }
 

@@ -1,4 +1,8 @@
-//! Idempotency keys: the first response to a key is stored and replayed for 24 hours.
+//! Idempotency keys: the first response to a key is stored and replayed for 24 hours. A key in
+//! flight is held under a lease (renewed by its request while it runs) and taken over when the
+//! lease has run out: its process died.
+
+use std::time::Duration;
 
 use uuid::Uuid;
 
@@ -19,6 +23,14 @@ pub struct IdemKey {
     pub key: String,
 }
 
+/// Binds a key's scope as `$1` to `$5` (subject, tenant, method, path, key): every statement
+/// here names the key this way.
+macro_rules! bind_key {
+    ($query:expr, $key:expr) => {
+        $query.bind(&$key.subject).bind($key.tenant_scope).bind(&$key.method).bind(&$key.path).bind(&$key.key)
+    };
+}
+
 /// A stored response.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct StoredResponse {
@@ -33,8 +45,9 @@ pub struct StoredResponse {
 /// What a claim found.
 #[derive(Debug)]
 pub enum Claim {
-    /// This request owns the key now; run it and then `complete` or `release`.
-    Claimed,
+    /// This request owns the key now, as this holder: run it, [`renew`] the lease while it
+    /// runs, then [`complete`] or [`release`].
+    Claimed(Uuid),
     /// The key was used with the same body: replay this response.
     Replay(StoredResponse),
     /// The first request with this key is still running.
@@ -51,44 +64,41 @@ struct KeyRow {
     response_body: Option<Vec<u8>>,
 }
 
-/// Claims a key for a request whose body hashes to `hash`. Keys older than 24 h are forgotten.
-pub async fn claim(conn: &mut Conn, key: &IdemKey, hash: &[u8]) -> Result<Claim, StoreError> {
-    // Forget an expired use of this key first, so the insert below can claim it anew.
-    sqlx::query(
-        "delete from idempotency_keys where subject = $1 and tenant_scope = $2 and method = $3 \
-         and path = $4 and key = $5 and created_at < now() - interval '24 hours'",
+/// Claims a key for a request whose body hashes to `hash`, leased for `lease`. Keys older than
+/// 24 h are forgotten, and so is a use still in flight whose lease ran out (its process died).
+pub async fn claim(conn: &mut Conn, key: &IdemKey, hash: &[u8], lease: Duration) -> Result<Claim, StoreError> {
+    // Forget an expired or abandoned use of this key first, so the insert below can claim it anew.
+    bind_key!(
+        sqlx::query(
+            "delete from idempotency_keys where subject = $1 and tenant_scope = $2 and method = $3 \
+         and path = $4 and key = $5 and (created_at < now() - interval '24 hours' \
+           or (response_status is null and lease_until < clock_timestamp()))",
+        ),
+        key
     )
-    .bind(&key.subject)
-    .bind(key.tenant_scope)
-    .bind(&key.method)
-    .bind(&key.path)
-    .bind(&key.key)
     .execute(&mut *conn)
     .await?;
-    let inserted = sqlx::query(
-        "insert into idempotency_keys (subject, tenant_scope, method, path, key, request_hash) \
-         values ($1, $2, $3, $4, $5, $6) on conflict do nothing",
-    )
-    .bind(&key.subject)
-    .bind(key.tenant_scope)
-    .bind(&key.method)
-    .bind(&key.path)
-    .bind(&key.key)
+    let holder = Uuid::now_v7();
+    let inserted = bind_key!(sqlx::query(
+        "insert into idempotency_keys (subject, tenant_scope, method, path, key, request_hash, holder, lease_until) \
+         values ($1, $2, $3, $4, $5, $6, $7, clock_timestamp() + $8 * interval '1 millisecond') \
+         on conflict do nothing",
+    ), key)
     .bind(hash)
+    .bind(holder)
+    .bind(millis(lease))
     .execute(&mut *conn)
     .await?;
     if inserted.rows_affected() == 1 {
-        return Ok(Claim::Claimed);
+        return Ok(Claim::Claimed(holder));
     }
-    let row: Option<KeyRow> = sqlx::query_as(
-        "select request_hash, response_status, response_headers, response_body from idempotency_keys \
+    let row: Option<KeyRow> = bind_key!(
+        sqlx::query_as(
+            "select request_hash, response_status, response_headers, response_body from idempotency_keys \
          where subject = $1 and tenant_scope = $2 and method = $3 and path = $4 and key = $5",
+        ),
+        key
     )
-    .bind(&key.subject)
-    .bind(key.tenant_scope)
-    .bind(&key.method)
-    .bind(&key.path)
-    .bind(&key.key)
     .fetch_optional(conn)
     .await?;
     Ok(match row {
@@ -105,17 +115,43 @@ pub async fn claim(conn: &mut Conn, key: &IdemKey, hash: &[u8]) -> Result<Claim,
     })
 }
 
-/// Stores the response of a claimed key.
-pub async fn complete(conn: &mut Conn, key: &IdemKey, response: &StoredResponse) -> Result<(), StoreError> {
-    sqlx::query(
-        "update idempotency_keys set response_status = $6, response_headers = $7, response_body = $8, \
-         completed_at = now() where subject = $1 and tenant_scope = $2 and method = $3 and path = $4 and key = $5",
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Extends the lease of a key `holder` still holds; false when it lost the key (taken over).
+pub async fn renew(conn: &mut Conn, key: &IdemKey, holder: Uuid, lease: Duration) -> Result<bool, StoreError> {
+    let renewed = bind_key!(
+        sqlx::query(
+            "update idempotency_keys set lease_until = clock_timestamp() + $7 * interval '1 millisecond' \
+         where subject = $1 and tenant_scope = $2 and method = $3 and path = $4 and key = $5 \
+           and holder = $6 and response_status is null",
+        ),
+        key
     )
-    .bind(&key.subject)
-    .bind(key.tenant_scope)
-    .bind(&key.method)
-    .bind(&key.path)
-    .bind(&key.key)
+    .bind(holder)
+    .bind(millis(lease))
+    .execute(conn)
+    .await?;
+    Ok(renewed.rows_affected() == 1)
+}
+
+/// Stores the response of a key `holder` claimed (nothing when it lost the key meanwhile).
+pub async fn complete(
+    conn: &mut Conn,
+    key: &IdemKey,
+    holder: Uuid,
+    response: &StoredResponse,
+) -> Result<(), StoreError> {
+    bind_key!(
+        sqlx::query(
+            "update idempotency_keys set response_status = $7, response_headers = $8, response_body = $9, \
+         completed_at = now() where subject = $1 and tenant_scope = $2 and method = $3 and path = $4 and key = $5 \
+         and holder = $6",
+        ),
+        key
+    )
+    .bind(holder)
     .bind(response.response_status)
     .bind(&response.response_headers)
     .bind(&response.response_body)
@@ -124,18 +160,17 @@ pub async fn complete(conn: &mut Conn, key: &IdemKey, response: &StoredResponse)
     Ok(())
 }
 
-/// Releases a claimed key without a response (the request failed with a server error), so a
-/// retry with the same key runs again.
-pub async fn release(conn: &mut Conn, key: &IdemKey) -> Result<(), StoreError> {
-    sqlx::query(
-        "delete from idempotency_keys where subject = $1 and tenant_scope = $2 and method = $3 \
-         and path = $4 and key = $5 and response_status is null",
+/// Releases a key `holder` claimed, without a response (the request failed with a server
+/// error), so a retry with the same key runs again.
+pub async fn release(conn: &mut Conn, key: &IdemKey, holder: Uuid) -> Result<(), StoreError> {
+    bind_key!(
+        sqlx::query(
+            "delete from idempotency_keys where subject = $1 and tenant_scope = $2 and method = $3 \
+         and path = $4 and key = $5 and holder = $6 and response_status is null",
+        ),
+        key
     )
-    .bind(&key.subject)
-    .bind(key.tenant_scope)
-    .bind(&key.method)
-    .bind(&key.path)
-    .bind(&key.key)
+    .bind(holder)
     .execute(conn)
     .await?;
     Ok(())

@@ -73,6 +73,15 @@ impl Store {
         MIGRATOR.run(&self.pool).await.map_err(StoreError::Migrate)
     }
 
+    /// Grants `runtime` what the serving processes need and no more (the migrations'
+    /// `paddock_grant_runtime`: every table, but only SELECT and INSERT on the custody ledger and
+    /// its checkpoints). Run by `paddock migrate` as the schema's owner, after migrating; a no-op
+    /// when `runtime` is the connected role itself.
+    pub async fn grant_runtime(&self, runtime: &str) -> Result<(), StoreError> {
+        sqlx::query("select paddock_grant_runtime($1)").bind(runtime).execute(&self.pool).await?;
+        Ok(())
+    }
+
     /// Starts a transaction.
     pub async fn begin(&self) -> Result<Tx, StoreError> {
         Ok(self.pool.begin().await?)
@@ -96,6 +105,12 @@ impl Store {
             })?;
         Ok(applied.is_some_and(|v| v >= latest))
     }
+}
+
+/// The role a database URL connects as (its user, or the default a client would use).
+pub fn role_of(url: &str) -> Result<String, StoreError> {
+    let options: PgConnectOptions = url.parse().map_err(StoreError::Config)?;
+    Ok(options.get_username().to_owned())
 }
 
 /// Decodes a stored enum spelling; a value the code does not know means the row is corrupt.

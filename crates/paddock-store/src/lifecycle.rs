@@ -10,8 +10,10 @@
 //! its evidence, in the same transaction (a savepoint when the caller already holds one).
 
 use chrono::{DateTime, Utc};
+use paddock_domain::job_kind::{ClusterJob, MachineJob, Payload};
+use paddock_domain::ledger::LedgerKey;
 use paddock_types::machine::MachineState;
-use paddock_types::{ClusterId, MachineClassId, MachineId, TenantId};
+use paddock_types::{ClusterId, MachineClassId, MachineId, OperationId, TenantId};
 use serde_json::{json, Value};
 use sqlx::Connection;
 use uuid::Uuid;
@@ -31,6 +33,7 @@ fn error_json(code: &str, message: &str) -> Value {
 /// someone else moved the machine first (nothing written).
 pub async fn complete_clean(
     conn: &mut Conn,
+    key: &LedgerKey,
     id: MachineId,
     status_version: i64,
     run_id: Uuid,
@@ -74,7 +77,7 @@ pub async fn complete_clean(
     record.insert("completed_at".to_owned(), json!(completed_at));
     let evidence = Value::Object(record);
     let (from, to) = (MachineState::Cleaning, MachineState::Available);
-    custody::append(conn, id, Some(from), to, WORKER_ACTOR, "verified wipe: every listed drive wiped", &evidence)
+    custody::append(conn, key, id, Some(from), to, WORKER_ACTOR, "verified wipe: every listed drive wiped", &evidence)
         .await?;
     wake_waiting(conn, &[MachineClassId(class)]).await?;
     Ok(true)
@@ -83,8 +86,10 @@ pub async fn complete_clean(
 /// Moves a machine from `from` to `to` ending its run, with `last_error` (code, message);
 /// `maintenance_reason` is recorded when given. Guarded. For a failed wipe (`clean_failed`), a
 /// failed or abandoned provisioning boot (`provision_failed`) and maintenance.
+#[expect(clippy::too_many_arguments, reason = "the guarded move, its error and reason, and the ledger key")]
 pub async fn end_run(
     conn: &mut Conn,
+    key: &LedgerKey,
     id: MachineId,
     from: MachineState,
     status_version: i64,
@@ -123,7 +128,7 @@ pub async fn end_run(
         "maintenance_reason": reason_now,
         "allocation_id": allocation,
     });
-    custody::append(&mut tx, id, Some(from), to, WORKER_ACTOR, &reason, &evidence).await?;
+    custody::append(&mut tx, key, id, Some(from), to, WORKER_ACTOR, &reason, &evidence).await?;
     tx.commit().await?;
     Ok(true)
 }
@@ -131,6 +136,7 @@ pub async fn end_run(
 /// Makes a provisioned machine `active` as node `node_name` (from `provisioning`, guarded).
 pub async fn activate(
     conn: &mut Conn,
+    key: &LedgerKey,
     id: MachineId,
     status_version: i64,
     node_name: &str,
@@ -157,7 +163,7 @@ pub async fn activate(
     });
     let reason = format!("node {node_name} joined the cluster and is Ready");
     let (from, to) = (MachineState::Provisioning, MachineState::Active);
-    custody::append(&mut tx, id, Some(from), to, WORKER_ACTOR, &reason, &evidence).await?;
+    custody::append(&mut tx, key, id, Some(from), to, WORKER_ACTOR, &reason, &evidence).await?;
     tx.commit().await?;
     Ok(true)
 }
@@ -167,6 +173,7 @@ pub async fn activate(
 /// started (billing stops there). Guarded on the state and version read.
 pub async fn begin_release(
     conn: &mut Conn,
+    key: &LedgerKey,
     id: MachineId,
     from: MachineState,
     status_version: i64,
@@ -197,7 +204,7 @@ pub async fn begin_release(
         "allocation_id": allocation, "tenant_id": tenant, "cluster_id": cluster, "node_pool_id": pool,
         "maintenance_reason": maintenance,
     });
-    custody::append(&mut tx, id, Some(from), MachineState::Releasing, WORKER_ACTOR, &reason, &evidence).await?;
+    custody::append(&mut tx, key, id, Some(from), MachineState::Releasing, WORKER_ACTOR, &reason, &evidence).await?;
     tx.commit().await?;
     Ok(true)
 }
@@ -206,6 +213,7 @@ pub async fn begin_release(
 /// allocation and clearing its holder, in one statement; wakes the cluster it left. Guarded.
 pub async fn finish_release(
     conn: &mut Conn,
+    key: &LedgerKey,
     id: MachineId,
     from: MachineState,
     status_version: i64,
@@ -232,7 +240,7 @@ pub async fn finish_release(
     };
     let evidence = json!({ "allocation_id": allocation, "tenant_id": tenant, "cluster_id": cluster });
     let reason = "tenancy over: the machine is wiped before anyone else gets it";
-    custody::append(&mut tx, id, Some(from), MachineState::Cleaning, WORKER_ACTOR, reason, &evidence).await?;
+    custody::append(&mut tx, key, id, Some(from), MachineState::Cleaning, WORKER_ACTOR, reason, &evidence).await?;
     enqueue_cluster(&mut tx, TenantId(tenant), ClusterId(cluster)).await?;
     tx.commit().await?;
     Ok(true)
@@ -244,7 +252,7 @@ pub async fn enqueue_cluster(conn: &mut Conn, tenant: TenantId, cluster: Cluster
         kind: paddock_domain::job_kind::CLUSTER_RECONCILE,
         target_type: "cluster",
         target_id: cluster.uuid(),
-        payload: json!({ "tenant_id": tenant, "cluster_id": cluster }),
+        payload: ClusterJob { tenant_id: tenant, cluster_id: cluster }.to_value(),
         operation_id: None,
         run_at: None,
     };
@@ -252,14 +260,19 @@ pub async fn enqueue_cluster(conn: &mut Conn, tenant: TenantId, cluster: Cluster
     Ok(())
 }
 
-/// Enqueues a machine's reconcile job (merged with one already queued; no operation).
-pub async fn enqueue_machine(conn: &mut Conn, machine: MachineId) -> Result<(), StoreError> {
+/// Enqueues a machine's reconcile job (merged with one already queued), reporting to `operation`
+/// when an accepted request asked for it.
+pub async fn enqueue_machine(
+    conn: &mut Conn,
+    machine: MachineId,
+    operation: Option<OperationId>,
+) -> Result<(), StoreError> {
     let new = job::NewJob {
         kind: paddock_domain::job_kind::MACHINE_RECONCILE,
         target_type: "machine",
         target_id: machine.uuid(),
-        payload: json!({ "machine_id": machine }),
-        operation_id: None,
+        payload: MachineJob { machine_id: machine }.to_value(),
+        operation_id: operation,
         run_at: None,
     };
     job::enqueue(conn, &new).await?;

@@ -3,7 +3,9 @@
 //! in the same transaction.
 
 use chrono::{DateTime, Utc};
+use paddock_domain::ledger::LedgerKey;
 use paddock_domain::model::{Bmc, Machine};
+use paddock_types::machine::MachineFilter;
 use paddock_types::machine::{LastError, MachineState};
 use paddock_types::{ClusterId, Labels, MachineClassId, MachineId, NodePoolId, TenantId};
 use sqlx::types::Json;
@@ -129,17 +131,6 @@ pub async fn get(conn: &mut Conn, id: MachineId, for_update: bool) -> Result<Opt
     row.map(Machine::try_from).transpose()
 }
 
-/// Filters of the machine list.
-#[derive(Debug, Default, Clone)]
-pub struct MachineFilter {
-    /// Only this state; without it, every state but `retired`.
-    pub state: Option<MachineState>,
-    /// Only this class (by name).
-    pub machine_class: Option<String>,
-    /// Only machines held by this tenant.
-    pub tenant_id: Option<TenantId>,
-}
-
 /// Machines after `after`, by id.
 pub async fn list(
     conn: &mut Conn,
@@ -223,6 +214,7 @@ pub async fn retire_requested(conn: &mut Conn, id: MachineId) -> Result<bool, St
 /// up fixtures. Records the transition in the custody ledger in the same transaction.
 pub async fn transition(
     conn: &mut Conn,
+    key: &LedgerKey,
     id: MachineId,
     from: MachineState,
     status_version: i64,
@@ -249,7 +241,7 @@ pub async fn transition(
         MachineState::Retired => "retired at the operator's request".to_owned(),
         _ => format!("moved from {} to {}", from.as_str(), to.as_str()),
     };
-    custody::append(&mut tx, id, Some(from), to, custody::WORKER_ACTOR, &reason, &serde_json::json!({})).await?;
+    custody::append(&mut tx, key, id, Some(from), to, custody::WORKER_ACTOR, &reason, &serde_json::json!({})).await?;
     tx.commit().await?;
     Ok(true)
 }
@@ -327,6 +319,7 @@ pub async fn set_last_error_guarded(
 /// the error it clears and the maintenance reason as evidence.
 pub async fn advance(
     conn: &mut Conn,
+    key: &LedgerKey,
     id: MachineId,
     from: MachineState,
     status_version: i64,
@@ -371,7 +364,7 @@ pub async fn advance(
     if to == S::Cleaning || to == S::Maintenance {
         evidence.insert("system_uuid".to_owned(), serde_json::json!(system_uuid));
     }
-    custody::append(&mut tx, id, Some(from), to, custody::WORKER_ACTOR, &reason, &evidence.into()).await?;
+    custody::append(&mut tx, key, id, Some(from), to, custody::WORKER_ACTOR, &reason, &evidence.into()).await?;
     tx.commit().await?;
     Ok(true)
 }

@@ -1,9 +1,10 @@
 //! Operations.
 
 use chrono::{DateTime, Utc};
-use paddock_types::operation::{OperationState, OperationStep, OperationTarget, OperationView};
+use paddock_types::operation::{OperationFilter, OperationState, OperationStep, OperationTarget, OperationView};
 use paddock_types::problem::Problem;
 use paddock_types::{OperationId, TenantId};
+use sqlx::types::Json;
 use uuid::Uuid;
 
 use crate::{from_json, parse_state, Conn, StoreError};
@@ -106,17 +107,6 @@ pub async fn get(
     row.map(OperationView::try_from).transpose()
 }
 
-/// Filters of the operation lists.
-#[derive(Debug, Default, Clone)]
-pub struct OperationFilter {
-    /// Only this tenant's operations.
-    pub tenant_id: Option<TenantId>,
-    /// Only operations on this object.
-    pub target_id: Option<Uuid>,
-    /// Only this state.
-    pub state: Option<OperationState>,
-}
-
 /// Operations after `after`, by id.
 pub async fn list(
     conn: &mut Conn,
@@ -144,7 +134,7 @@ pub async fn list(
 pub async fn progress(
     conn: &mut Conn,
     targets: &[Uuid],
-    steps: &serde_json::Value,
+    steps: &[OperationStep],
     current_step: Option<&str>,
 ) -> Result<(), StoreError> {
     sqlx::query(
@@ -153,7 +143,7 @@ pub async fn progress(
            and (state, steps, current_step) is distinct from ('running', $2, $3)",
     )
     .bind(targets)
-    .bind(steps)
+    .bind(Json(steps))
     .bind(current_step)
     .execute(conn)
     .await?;
@@ -167,7 +157,7 @@ pub async fn succeed(
     conn: &mut Conn,
     target: Uuid,
     generation: Option<i64>,
-    steps: &serde_json::Value,
+    steps: &[OperationStep],
 ) -> Result<(), StoreError> {
     sqlx::query(
         "update operations set state = 'succeeded', steps = $3, current_step = null, finished_at = now(), \
@@ -176,7 +166,7 @@ pub async fn succeed(
     )
     .bind(target)
     .bind(generation)
-    .bind(steps)
+    .bind(Json(steps))
     .execute(conn)
     .await?;
     Ok(())

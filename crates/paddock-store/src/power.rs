@@ -9,7 +9,8 @@
 
 use std::time::Duration;
 
-use paddock_domain::job_kind::{MACHINE_RECONCILE, POWER_SYNC};
+use paddock_domain::job_kind::{MachineJob, Payload, MACHINE_RECONCILE, POWER_SYNC};
+use paddock_domain::ledger::LedgerKey;
 use paddock_types::machine::MachineState;
 use paddock_types::MachineId;
 use serde_json::{json, Value};
@@ -74,7 +75,7 @@ pub async fn enqueue_correction(conn: &mut Conn, machine: MachineId) -> Result<(
         kind: POWER_SYNC,
         target_type: MACHINE_TARGET_TYPE,
         target_id: machine.uuid(),
-        payload: json!({ "machine_id": machine }),
+        payload: MachineJob { machine_id: machine }.to_value(),
         operation_id: None,
         run_at: None,
     };
@@ -183,6 +184,7 @@ pub async fn drift_count(conn: &mut Conn, machine: MachineId) -> Result<u32, Sto
 #[expect(clippy::too_many_arguments, reason = "the guarded move, its reason and its evidence: all distinct values")]
 pub async fn to_maintenance(
     conn: &mut Conn,
+    key: &LedgerKey,
     machine: MachineId,
     from: MachineState,
     status_version: i64,
@@ -209,7 +211,8 @@ pub async fn to_maintenance(
     if done.rows_affected() != 1 {
         return Ok(false);
     }
-    custody::append(&mut tx, machine, Some(from), MachineState::Maintenance, WORKER_ACTOR, message, evidence).await?;
+    custody::append(&mut tx, key, machine, Some(from), MachineState::Maintenance, WORKER_ACTOR, message, evidence)
+        .await?;
     tx.commit().await?;
     Ok(true)
 }

@@ -6,6 +6,7 @@
 //! `lifecycle::end_run`, `lifecycle::activate`).
 
 use chrono::{DateTime, Utc};
+use paddock_domain::ledger::LedgerKey;
 use paddock_types::machine::MachineState;
 use paddock_types::MachineId;
 use serde_json::{json, Value};
@@ -65,6 +66,7 @@ pub async fn run_of(conn: &mut Conn, id: MachineId) -> Result<Option<Run>, Store
 /// the custody ledger in the same transaction.
 pub async fn start_run(
     conn: &mut Conn,
+    key: &LedgerKey,
     id: MachineId,
     state: MachineState,
     status_version: i64,
@@ -99,7 +101,7 @@ pub async fn start_run(
             "run_id": run_id, "purpose": purpose.as_str(), "allocation_id": allocation,
             "tenant_id": tenant, "cluster_id": cluster, "node_pool_id": pool,
         });
-        custody::append(&mut tx, id, Some(state), to, WORKER_ACTOR, reason, &evidence).await?;
+        custody::append(&mut tx, key, id, Some(state), to, WORKER_ACTOR, reason, &evidence).await?;
     }
     tx.commit().await?;
     Ok(true)

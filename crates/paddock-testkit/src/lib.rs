@@ -12,13 +12,28 @@ pub use db::TestDb;
 pub use http_client::{Req, Resp};
 use paddock_api::{ApiConfig, AppState};
 use paddock_auth::{Claims, Secret, Verifier, VerifierConfig};
+use paddock_domain::ledger::LedgerKey;
 use paddock_domain::secret::Cipher;
+use paddock_domain::signing::SigningKey;
 use paddock_service::agent::AgentSettings;
 use paddock_service::Services;
 use paddock_store::Store;
 
 /// The custody ledger key of test apps (`PADDOCK_LEDGER_KEY`).
 pub const TEST_LEDGER_KEY: &[u8] = b"paddock-test-ledger-key-of-32-bytes!";
+
+/// The custody ledger key of test apps, for tests that call the store's transitions directly.
+pub fn ledger_key() -> LedgerKey {
+    LedgerKey::new(TEST_LEDGER_KEY.to_vec())
+}
+
+/// The signing key (`PADDOCK_USAGE_SIGNING_KEY`) of test apps: one per test process.
+pub fn signing_key() -> SigningKey {
+    static PEM: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let pem = PEM.get_or_init(SigningKey::generate_pem);
+    // A PEM this crate just generated parses.
+    SigningKey::from_pem(pem).expect("a generated signing key")
+}
 
 /// The HS256 secret of test apps.
 pub const TEST_SECRET: &[u8] = b"paddock-test-secret-of-at-least-32-bytes!";
@@ -52,11 +67,20 @@ impl TestApp {
     /// [`TestApp::served`] with agent settings changed by `agent` (it gets them with both agent
     /// URLs set to the served address), e.g. the digests of a test's own images.
     pub async fn served_with(agent: impl FnOnce(AgentSettings) -> AgentSettings) -> TestApp {
+        Self::served_on_with(TestDb::new().await, agent).await
+    }
+
+    /// Like [`TestApp::served`], over a given database (its pool may connect as another role).
+    pub async fn served_on(db: TestDb) -> TestApp {
+        Self::served_on_with(db, |agent| agent).await
+    }
+
+    async fn served_on_with(db: TestDb, agent: impl FnOnce(AgentSettings) -> AgentSettings) -> TestApp {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding a loopback port");
         let base = format!("http://{}", listener.local_addr().expect("local address"));
         let settings =
             AgentSettings { base_url: base.clone(), seed_base_url: base.clone(), ..AgentSettings::default() };
-        let app = Self::build(ApiConfig::default(), Some(&base), Some(agent(settings))).await;
+        let app = Self::build(db, ApiConfig::default(), Some(&base), Some(agent(settings)), true).await;
         let router = app.router.clone();
         tokio::spawn(async move { axum::serve(listener, router).await.expect("serving the test app") });
         app
@@ -64,14 +88,26 @@ impl TestApp {
 
     /// A fresh app with API settings (CORS origins).
     pub async fn with_config(config: ApiConfig) -> TestApp {
-        Self::build(config, None, None).await
+        Self::build(TestDb::new().await, config, None, None, true).await
     }
 
-    async fn build(config: ApiConfig, base_url: Option<&str>, agent: Option<AgentSettings>) -> TestApp {
-        let db = TestDb::new().await;
+    /// A fresh app without a signing key (`PADDOCK_USAGE_SIGNING_KEY` unset).
+    pub async fn without_signing_key() -> TestApp {
+        Self::build(TestDb::new().await, ApiConfig::default(), None, None, false).await
+    }
+
+    async fn build(
+        db: TestDb,
+        config: ApiConfig,
+        base_url: Option<&str>,
+        agent: Option<AgentSettings>,
+        signing: bool,
+    ) -> TestApp {
         let cipher = Arc::new(Cipher::new(&Cipher::generate_key(), &[]).expect("generated key is valid"));
-        let mut services = Services::new(Store::from_pool(db.pool.clone()), cipher.clone())
-            .with_ledger_key(paddock_domain::ledger::LedgerKey::new(TEST_LEDGER_KEY.to_vec()));
+        let mut services = Services::new(Store::from_pool(db.pool.clone()), cipher.clone(), ledger_key());
+        if signing {
+            services = services.with_signing_key(signing_key());
+        }
         if let Some(agent) = agent {
             services = services.with_agent(agent);
         }

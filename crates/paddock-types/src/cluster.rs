@@ -253,14 +253,35 @@ pub struct ClusterUpdate {
     pub slurm: Option<SlurmSpec>,
 }
 
+/// Whether a condition holds, as Kubernetes spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub enum ConditionStatus {
+    /// It holds.
+    True,
+    /// It does not.
+    False,
+    /// Not known (yet).
+    Unknown,
+}
+
+impl From<bool> for ConditionStatus {
+    fn from(holds: bool) -> Self {
+        if holds {
+            Self::True
+        } else {
+            Self::False
+        }
+    }
+}
+
 /// A condition of a cluster or node pool (positive types: `MachinesAllocated`, `ControlPlaneReady`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Condition {
     /// Condition type.
     #[serde(rename = "type")]
     pub type_: String,
-    /// `True`, `False` or `Unknown`.
-    pub status: String,
+    /// Whether it holds.
+    pub status: ConditionStatus,
     /// Machine-readable reason, e.g. `InsufficientCapacity`.
     pub reason: String,
     /// Human-readable message.

@@ -33,8 +33,8 @@ pub struct CustodyEntryView {
     /// HMAC-SHA256 of the previous entry, hex; null for the first entry.
     #[schema(pattern = "^[0-9a-f]{64}$")]
     pub prev_mac: Option<String>,
-    /// HMAC-SHA256 over this entry's canonical JSON (RFC 8785) and `prev_mac`, hex; null while
-    /// the entry is not sealed yet.
+    /// HMAC-SHA256 over this entry's canonical JSON (RFC 8785) and `prev_mac`, hex, computed by
+    /// paddock before it wrote the entry; null only for a row paddock did not write (a break).
     #[schema(pattern = "^[0-9a-f]{64}$")]
     pub mac: Option<String>,
 }
@@ -46,14 +46,15 @@ pub struct CustodyView {
     pub machine_id: MachineId,
     /// Every entry, oldest first.
     pub items: Vec<CustodyEntryView>,
-    /// Every entry is sealed, every MAC checks, the sequence has no gap, and the last entry
-    /// leads to the machine's current state.
+    /// Every entry carries a MAC that checks, the sequence has no gap, each entry leaves the
+    /// state the one before it entered, and the last entry leads to the machine's current state.
     pub verified: bool,
-    /// The first entry that fails verification (edited, out of sequence, or not linked to the
-    /// one before it); null when verified, or when only the end is missing or not yet sealed.
+    /// The first entry that fails verification (without a MAC or with a wrong one, out of
+    /// sequence, not linked to the one before it, or not starting where the one before it
+    /// ended); null when verified, or when only the end is missing.
     pub first_bad_entry: Option<CustodyEntryId>,
-    /// Entries not sealed yet: written by a transition whose transaction did not hold the ledger
-    /// key, sealed by the worker right after.
+    /// Entries without a MAC. paddock writes every entry with its MAC, so each one is a row
+    /// inserted by someone else, and a break.
     #[schema(minimum = 0)]
     pub unsealed: u64,
     /// What is wrong, readable; null when verified.
@@ -134,8 +135,99 @@ pub struct IsolationReport {
     /// Every machine has a verified preceding wipe and a verified ledger, and no machine is
     /// shared.
     pub complete: bool,
+    /// The latest checkpoint paddock issued (`GET /v1/custody/checkpoint`) that these machines'
+    /// ledgers were verified against: each chain must still reach its head there. Null when none
+    /// was issued yet (or its signature does not check with the configured key).
+    pub checkpoint: Option<CheckpointRef>,
     /// SHA-256 (hex) of the canonical JSON (RFC 8785) of this report without `digest` and
     /// `as_of`: the same state of the world gives the same digest.
     #[schema(pattern = "^[0-9a-f]{64}$")]
     pub digest: String,
+}
+
+/// Names a checkpoint.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CheckpointRef {
+    /// When it was issued.
+    pub issued_at: DateTime<Utc>,
+    /// The signing key's id.
+    pub key_id: String,
+    /// SHA-256 (hex) of the signed document (the canonical JSON of `{issued_at, machines}`).
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    pub digest: String,
+}
+
+/// One machine's chain head: its newest entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CustodyHead {
+    /// The machine.
+    pub machine_id: MachineId,
+    /// The newest entry's position in the chain.
+    #[schema(minimum = 1)]
+    pub seq: i64,
+    /// The newest entry's MAC, hex.
+    #[schema(pattern = "^[0-9a-f]{64}$", min_length = 64, max_length = 64)]
+    pub mac: String,
+}
+
+/// Every machine's chain head at one moment, signed with the provider's Ed25519 key, for the
+/// provider to archive outside the database: a chain that no longer reaches its head here was cut
+/// short or replaced by an older copy.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CustodyCheckpoint {
+    /// When it was issued (part of the signed document).
+    pub issued_at: DateTime<Utc>,
+    /// Every machine's head, by machine id.
+    pub machines: Vec<CustodyHead>,
+    /// Ed25519 signature (standard base64) of the canonical JSON (RFC 8785) of
+    /// `{issued_at, machines}`; the public key is at `GET /v1/usage/signing-key`.
+    #[schema(max_length = 128)]
+    pub signature: String,
+    /// The signing key's id.
+    #[schema(max_length = 64)]
+    pub key_id: String,
+}
+
+/// `POST /v1/custody/verify`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CustodyVerify {
+    /// A checkpoint as `GET /v1/custody/checkpoint` returned it.
+    pub checkpoint: CustodyCheckpoint,
+}
+
+/// Whether one machine's chain still reaches its checkpointed head.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CustodyHeadVerification {
+    /// The machine.
+    pub machine_id: MachineId,
+    /// The head the checkpoint names.
+    #[schema(minimum = 1)]
+    pub checkpoint_seq: i64,
+    /// The chain's length now.
+    #[schema(minimum = 0)]
+    pub seq: i64,
+    /// The entry at `checkpoint_seq` is still there, with the checkpointed MAC.
+    pub reaches_checkpoint: bool,
+    /// The whole chain verifies (as `GET /v1/machines/{machine_id}/custody` says).
+    pub chain_verified: bool,
+    /// Both: the chain is intact and was not cut short.
+    pub verified: bool,
+    /// The first entry that fails the chain's verification.
+    pub first_bad_entry: Option<CustodyEntryId>,
+    /// What is wrong, readable; null when verified.
+    pub finding: Option<String>,
+}
+
+/// The answer of `POST /v1/custody/verify`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CustodyVerification {
+    /// The checkpoint verified against.
+    pub checkpoint: CheckpointRef,
+    /// Every machine of the checkpoint verifies.
+    pub verified: bool,
+    /// Per machine of the checkpoint, in its order.
+    pub machines: Vec<CustodyHeadVerification>,
 }

@@ -267,3 +267,14 @@ impl std::fmt::Debug for BmcUpdate {
             .finish_non_exhaustive()
     }
 }
+
+/// Filters of the machine list.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct MachineFilter {
+    /// Only this state; without it, every state but `retired`.
+    pub state: Option<MachineState>,
+    /// Only this class (by name).
+    pub machine_class: Option<String>,
+    /// Only machines held by this tenant.
+    pub tenant_id: Option<TenantId>,
+}

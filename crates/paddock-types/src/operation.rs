@@ -91,3 +91,14 @@ pub struct OperationView {
     /// When it ended.
     pub finished_at: Option<DateTime<Utc>>,
 }
+
+/// Filters of the operation lists.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct OperationFilter {
+    /// Only this tenant's operations.
+    pub tenant_id: Option<TenantId>,
+    /// Only operations on this object.
+    pub target_id: Option<Uuid>,
+    /// Only this state.
+    pub state: Option<OperationState>,
+}

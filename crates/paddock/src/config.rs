@@ -50,6 +50,11 @@ pub struct Settings {
     /// PostgreSQL URL.
     #[arg(long, env = "PADDOCK_DATABASE_URL", hide_env_values = true, global = true)]
     pub database_url: Option<String>,
+    /// PostgreSQL URL of a role that owns the schema, for migrating (`paddock migrate`, and
+    /// `paddock serve` before it serves); the role of PADDOCK_DATABASE_URL then gets only what it
+    /// needs (SELECT and INSERT on the custody ledger). Default: PADDOCK_DATABASE_URL, one role.
+    #[arg(long, env = "PADDOCK_MIGRATE_DATABASE_URL", hide_env_values = true, global = true)]
+    pub migrate_database_url: Option<String>,
     /// Most database connections per process.
     #[arg(long, env = "PADDOCK_DATABASE_MAX_CONNECTIONS", default_value_t = 16, global = true)]
     pub database_max_connections: u32,
@@ -243,6 +248,14 @@ impl Settings {
         self.database_url.as_deref().context("PADDOCK_DATABASE_URL is required (or run `paddock dev`)")
     }
 
+    /// The URL migrations run with: PADDOCK_MIGRATE_DATABASE_URL, else PADDOCK_DATABASE_URL.
+    pub fn migrate_database_url(&self) -> anyhow::Result<&str> {
+        match &self.migrate_database_url {
+            Some(url) => Ok(url),
+            None => self.database_url(),
+        }
+    }
+
     /// The HS256 secret, if configured.
     pub fn hs256_secret(&self) -> anyhow::Result<Option<Secret>> {
         Ok(secret_value(&self.jwt_hs256_secret, &self.jwt_hs256_secret_file, "PADDOCK_JWT_HS256_SECRET")?
@@ -271,11 +284,13 @@ impl Settings {
         Ok(Arc::new(cipher))
     }
 
-    /// The custody ledger's HMAC key (its UTF-8 bytes), if configured. Without one the ledger
-    /// still records every transition, unsealed, and verification says so.
-    pub fn ledger_key(&self) -> anyhow::Result<Option<LedgerKey>> {
-        let key = secret_value(&self.ledger_key, &self.ledger_key_file, "PADDOCK_LEDGER_KEY")?;
-        Ok(key.map(|k| LedgerKey::new(k.into_bytes())))
+    /// The custody ledger's HMAC key (its UTF-8 bytes), required by every process that serves or
+    /// works: each custody entry is sealed by the process that writes it (`paddock dev` makes one).
+    pub fn ledger_key(&self) -> anyhow::Result<LedgerKey> {
+        let key = secret_value(&self.ledger_key, &self.ledger_key_file, "PADDOCK_LEDGER_KEY")?.context(
+            "PADDOCK_LEDGER_KEY (or PADDOCK_LEDGER_KEY_FILE) is required: the custody ledger's HMAC key, at least 32 characters (`openssl rand -base64 32`)",
+        )?;
+        Ok(LedgerKey::new(key.into_bytes()))
     }
 
     /// The provider's Ed25519 signing key, if configured (closing a billing period and the ledger

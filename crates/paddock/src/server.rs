@@ -28,24 +28,27 @@ pub struct Roles {
     pub migrate: bool,
 }
 
-/// `paddock migrate`.
+/// `paddock migrate`: applies the migrations as PADDOCK_MIGRATE_DATABASE_URL's role (else
+/// PADDOCK_DATABASE_URL's); with two roles, then grants the runtime role (PADDOCK_DATABASE_URL's
+/// user) what it needs: everything but UPDATE, DELETE and TRUNCATE on the custody ledger.
 pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
-    let store = Store::connect_lazy(settings.database_url()?, 2)?;
-    store.migrate().await?;
-    tracing::info!("database migrated");
+    let store = Store::connect_lazy(settings.migrate_database_url()?, 2)?;
+    store.migrate().await.context("migrating the database")?;
+    if settings.migrate_database_url.is_some() {
+        let runtime = paddock_store::role_of(settings.database_url()?)?;
+        store.grant_runtime(&runtime).await.with_context(|| format!("granting the runtime role {runtime}"))?;
+        tracing::info!(role = %runtime, "database migrated; runtime role {runtime} granted");
+    } else {
+        tracing::info!("database migrated");
+    }
+    store.pool().close().await;
     Ok(())
 }
 
 /// Builds the services from the settings.
 pub async fn services(settings: &Settings, database_url: &str) -> anyhow::Result<Services> {
     let store = Store::connect_lazy(database_url, settings.database_max_connections)?;
-    let mut services = Services::new(store, settings.cipher()?).with_agent(settings.agent()?);
-    match settings.ledger_key()? {
-        Some(key) => services = services.with_ledger_key(key),
-        None => tracing::warn!(
-            "PADDOCK_LEDGER_KEY is not set: custody ledger entries are recorded but not sealed, and cannot be verified"
-        ),
-    }
+    let mut services = Services::new(store, settings.cipher()?, settings.ledger_key()?).with_agent(settings.agent()?);
     if let Some(key) = settings.signing_key()? {
         services = services.with_signing_key(key);
     }
@@ -66,7 +69,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     if roles.migrate {
-        services.store().migrate().await.context("migrating the database")?;
+        migrate(settings).await?;
     }
     let (stop_tx, stop_rx) = watch::channel(false);
     // Both roles need the drivers: the worker all of them, the API the one that issues tenant

@@ -1,6 +1,6 @@
 //! What every operation of a group of routes shares in the OpenAPI document, declared here once
 //! instead of in each `#[utoipa::path]`: who may call it (the bearer token of the `/v1` routes
-//! behind `auth::authenticate`, nothing for the public ones), the Problem answer of every failure,
+//! behind `auth::authenticate`, what an agent route declares, nothing for the process endpoints), the Problem answer of every failure,
 //! and the `Idempotency-Key` every authenticated `POST` accepts (`idempotency::idempotency`).
 
 use utoipa::openapi::path::{Operation, Parameter, ParameterBuilder, ParameterIn};
@@ -13,8 +13,9 @@ use utoipa::openapi::{ContentBuilder, ObjectBuilder, OpenApi, Ref, Required, Res
 pub enum Access {
     /// Behind the bearer-token middleware; failures are Problems; `POST` takes `Idempotency-Key`.
     Bearer,
-    /// Without a token, the credential in the path (the agents'); failures are Problems.
-    PathToken,
+    /// The agents': each route declares its own credential (the seed token in the path, or the
+    /// run's agent token as a bearer: the `agent_token` scheme); failures are Problems.
+    Agent,
     /// Without any credential (process endpoints); they answer no Problem.
     Open,
 }
@@ -32,11 +33,13 @@ pub fn document(openapi: &mut OpenApi, access: Access) {
 }
 
 fn apply(op: &mut Operation, access: Access, post: bool) {
-    let security = match access {
-        Access::Bearer => SecurityRequirement::new("bearer", Vec::<String>::new()),
-        Access::PathToken | Access::Open => SecurityRequirement::default(),
-    };
-    op.security = Some(vec![security]);
+    match access {
+        Access::Bearer => op.security = Some(vec![SecurityRequirement::new("bearer", Vec::<String>::new())]),
+        Access::Agent => {
+            op.security.get_or_insert_with(|| vec![SecurityRequirement::default()]);
+        }
+        Access::Open => op.security = Some(vec![SecurityRequirement::default()]),
+    }
     if access != Access::Open {
         // An operation may describe its own failures more precisely (the agents' do).
         op.responses.responses.entry("default".to_owned()).or_insert_with(|| problem().into());

@@ -4,8 +4,8 @@ use axum::extract::State;
 use axum::response::Response;
 use paddock_domain::cursor::PageRequest;
 use paddock_service::MachineChange;
-use paddock_store::machine::MachineFilter;
 use paddock_types::custody::CustodyView;
+use paddock_types::machine::MachineFilter;
 use paddock_types::machine::{
     MachineAccepted, MachineEnroll, MachineState, MachineUpdate, MachineView, MaintenanceEnter,
 };

@@ -3,6 +3,7 @@
 pub mod agent;
 pub mod audit;
 pub mod cluster;
+pub mod custody;
 pub mod doc;
 pub mod health;
 pub mod isolation;

@@ -3,7 +3,7 @@
 use axum::extract::State;
 use axum::response::Response;
 use paddock_domain::cursor::PageRequest;
-use paddock_store::operation::OperationFilter;
+use paddock_types::operation::OperationFilter;
 use paddock_types::operation::{OperationState, OperationView};
 use paddock_types::{OperationId, TenantId};
 use serde::Deserialize;

@@ -34,7 +34,8 @@ impl Harness {
         let base = format!("http://{}", listener.local_addr().expect("address"));
         // The app's services, told where machines reach the agent endpoints and BMCs the seeds.
         let services =
-            Services::new(Store::from_pool(app.db.pool.clone()), app.cipher.clone()).with_agent_base_url(&base);
+            Services::new(Store::from_pool(app.db.pool.clone()), app.cipher.clone(), paddock_testkit::ledger_key())
+                .with_agent_base_url(&base);
         let verifier = Verifier::new(VerifierConfig {
             hs256_secret: Some(Secret::new(TEST_SECRET.to_vec())),
             ..VerifierConfig::default()

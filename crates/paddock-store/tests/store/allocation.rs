@@ -11,7 +11,8 @@ use crate::support::{class, cluster, count, db, machine, state, tenant};
 
 async fn allocate(store: &Store, tenant: TenantId, cluster: ClusterId, needs: &[Need]) -> Allocation {
     let mut tx = store.begin().await.expect("begin");
-    let outcome = allocation::allocate(&mut tx, tenant, cluster, needs).await.expect("allocate");
+    let outcome =
+        allocation::allocate(&mut tx, &paddock_testkit::ledger_key(), tenant, cluster, needs).await.expect("allocate");
     tx.commit().await.expect("commit");
     outcome
 }
@@ -145,7 +146,10 @@ async fn a_machine_holds_one_live_allocation_even_when_two_clusters_race_for_it(
     let (b, need_b) = cluster(&store, t2, cpu, 0, 1).await;
 
     let mut first = store.begin().await.expect("begin");
-    assert_eq!(allocation::allocate(&mut first, t1, a, &[need_a]).await.expect("a"), Allocation::Allocated(vec![only]));
+    assert_eq!(
+        allocation::allocate(&mut first, &paddock_testkit::ledger_key(), t1, a, &[need_a]).await.expect("a"),
+        Allocation::Allocated(vec![only])
+    );
     // The second allocator of the class waits for the first one's transaction...
     let racing = {
         let store = store.clone();

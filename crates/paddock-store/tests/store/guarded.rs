@@ -4,7 +4,7 @@ use chrono::Utc;
 use paddock_domain::cluster::set_condition;
 use paddock_store::allocation::{self, Allocation};
 use paddock_store::{cluster, lifecycle, machine};
-use paddock_types::cluster::{ClusterPhase, Endpoints};
+use paddock_types::cluster::{ClusterPhase, ConditionStatus, Endpoints};
 use paddock_types::machine::MachineState;
 
 use crate::support::{class, cluster as new_cluster, count, db, machine as new_machine, state, tenant};
@@ -28,7 +28,7 @@ async fn a_cluster_status_write_on_a_stale_version_writes_nothing() {
     let (_, _, v) = status(&store, c).await;
 
     let mut conditions = Vec::new();
-    set_condition(&mut conditions, "Ready", "False", "Reconciling", "not yet", Utc::now());
+    set_condition(&mut conditions, "Ready", ConditionStatus::False, "Reconciling", "not yet", Utc::now());
     let endpoints = Endpoints::default();
     let write = cluster::StatusWrite {
         phase: ClusterPhase::Provisioning,
@@ -54,7 +54,7 @@ async fn a_cluster_status_write_on_a_stale_version_writes_nothing() {
 
     // Conditions alone: the same guard.
     let (_, stored, current) = status(&store, c).await;
-    set_condition(&mut conditions, "Ready", "True", "Ready", "", Utc::now());
+    set_condition(&mut conditions, "Ready", ConditionStatus::True, "Ready", "", Utc::now());
     assert!(!cluster::set_conditions(&mut conn, t, c, current - 1, &conditions).await.expect("stale"));
     assert_eq!(status(&store, c).await, ("provisioning".to_owned(), stored, current));
     assert!(cluster::set_conditions(&mut conn, t, c, current, &conditions).await.expect("current"));
@@ -78,37 +78,70 @@ async fn machine_moves_on_a_stale_state_or_version_write_nothing() {
     let entries = "select count(*) from custody_entries where machine_id = $1";
 
     // A plain transition: the wrong state or an old version is refused, with no ledger entry.
-    assert!(!machine::transition(&mut conn, m, MachineState::Cleaning, v, MachineState::Maintenance).await.expect("t"));
-    assert!(!machine::transition(&mut conn, m, MachineState::Available, v - 1, MachineState::Maintenance)
-        .await
-        .expect("t"));
+    assert!(!machine::transition(
+        &mut conn,
+        &paddock_testkit::ledger_key(),
+        m,
+        MachineState::Cleaning,
+        v,
+        MachineState::Maintenance
+    )
+    .await
+    .expect("t"));
+    assert!(!machine::transition(
+        &mut conn,
+        &paddock_testkit::ledger_key(),
+        m,
+        MachineState::Available,
+        v - 1,
+        MachineState::Maintenance
+    )
+    .await
+    .expect("t"));
     assert_eq!(state(&store, m).await, ("available".to_owned(), v));
     assert_eq!(count(&store, entries, m.uuid()).await, 0);
 
     let mut tx = store.begin().await.expect("begin");
-    assert_eq!(allocation::allocate(&mut tx, t, c, &[need]).await.expect("allocate"), Allocation::Allocated(vec![m]));
+    assert_eq!(
+        allocation::allocate(&mut tx, &paddock_testkit::ledger_key(), t, c, &[need]).await.expect("allocate"),
+        Allocation::Allocated(vec![m])
+    );
     tx.commit().await.expect("commit");
     let (_, v) = state(&store, m).await;
     let ledger = count(&store, entries, m.uuid()).await;
 
     // A release guarded on what was read: a stale version or state is refused and says so.
-    assert!(!lifecycle::begin_release(&mut conn, m, MachineState::Allocated, v - 1).await.expect("stale"));
-    assert!(!lifecycle::begin_release(&mut conn, m, MachineState::Active, v).await.expect("wrong state"));
-    assert!(!lifecycle::finish_release(&mut conn, m, MachineState::Allocated, v).await.expect("not releasing"));
+    assert!(!lifecycle::begin_release(&mut conn, &paddock_testkit::ledger_key(), m, MachineState::Allocated, v - 1)
+        .await
+        .expect("stale"));
+    assert!(!lifecycle::begin_release(&mut conn, &paddock_testkit::ledger_key(), m, MachineState::Active, v)
+        .await
+        .expect("wrong state"));
+    assert!(!lifecycle::finish_release(&mut conn, &paddock_testkit::ledger_key(), m, MachineState::Allocated, v)
+        .await
+        .expect("not releasing"));
     assert_eq!(state(&store, m).await, ("allocated".to_owned(), v));
     assert_eq!(count(&store, entries, m.uuid()).await, ledger);
     let started = "select count(*) from machine_allocations where machine_id = $1 and release_started_at is not null";
     assert_eq!(count(&store, started, m.uuid()).await, 0, "billing runs on");
 
-    assert!(lifecycle::begin_release(&mut conn, m, MachineState::Allocated, v).await.expect("release"));
+    assert!(lifecycle::begin_release(&mut conn, &paddock_testkit::ledger_key(), m, MachineState::Allocated, v)
+        .await
+        .expect("release"));
     assert_eq!(state(&store, m).await, ("releasing".to_owned(), v + 1));
     assert_eq!(count(&store, started, m.uuid()).await, 1);
     // The same read again is stale now: a second release of it writes nothing.
-    assert!(!lifecycle::begin_release(&mut conn, m, MachineState::Allocated, v).await.expect("again"));
-    assert!(!lifecycle::finish_release(&mut conn, m, MachineState::Releasing, v).await.expect("stale"));
+    assert!(!lifecycle::begin_release(&mut conn, &paddock_testkit::ledger_key(), m, MachineState::Allocated, v)
+        .await
+        .expect("again"));
+    assert!(!lifecycle::finish_release(&mut conn, &paddock_testkit::ledger_key(), m, MachineState::Releasing, v)
+        .await
+        .expect("stale"));
     assert_eq!(state(&store, m).await, ("releasing".to_owned(), v + 1));
 
-    assert!(lifecycle::finish_release(&mut conn, m, MachineState::Releasing, v + 1).await.expect("finish"));
+    assert!(lifecycle::finish_release(&mut conn, &paddock_testkit::ledger_key(), m, MachineState::Releasing, v + 1)
+        .await
+        .expect("finish"));
     assert_eq!(state(&store, m).await, ("cleaning".to_owned(), v + 2));
     let live = "select count(*) from machine_allocations where machine_id = $1 and released_at is null";
     assert_eq!(count(&store, live, m.uuid()).await, 0);

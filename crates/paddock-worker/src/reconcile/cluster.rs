@@ -27,13 +27,15 @@ use paddock_domain::driver::{
     ClusterRef, ControlPlaneSpec, ControlPlaneStatus, DriverError, KubeDrivers, Removal, SlurmDesired, SlurmPool,
     SlurmSecrets, TenantAccess,
 };
-use paddock_domain::job_kind::CLUSTER_RECONCILE;
+use paddock_domain::job_kind::{ClusterJob, Payload, CLUSTER_RECONCILE};
+use paddock_domain::machine::HELD;
 use paddock_domain::secret::{Binding, SecretString};
 use paddock_service::Services;
 use paddock_store::allocation::{self, Allocation, HeldMachine, Need};
 use paddock_store::{cluster as store, cluster_event, lifecycle, node_pool, operation, Conn, StoreError};
-use paddock_types::cluster::{ClusterKind, ClusterPhase, Condition, NodePoolStatus};
+use paddock_types::cluster::{ClusterKind, ClusterPhase, Condition, ConditionStatus, NodePoolStatus};
 use paddock_types::machine::MachineState;
+use paddock_types::operation::{OperationState, OperationStep};
 use paddock_types::{ClusterId, NodePoolId, TenantId};
 use serde_json::{json, Value};
 
@@ -84,16 +86,16 @@ struct Observed {
 
 impl Observed {
     fn set(&mut self, type_: &str, ok: bool, reason: &str, message: &str) {
-        let status = if ok { "True" } else { "False" };
+        let status = ConditionStatus::from(ok);
         set_condition(&mut self.conditions, type_, status, reason, message, self.now);
     }
 
     fn is_true(&self, type_: &str) -> bool {
-        self.conditions.iter().any(|c| c.type_ == type_ && c.status == "True")
+        self.conditions.iter().any(|c| c.type_ == type_ && c.status == ConditionStatus::True)
     }
 
     fn was_true(before: &[Condition], type_: &str) -> bool {
-        before.iter().any(|c| c.type_ == type_ && c.status == "True")
+        before.iter().any(|c| c.type_ == type_ && c.status == ConditionStatus::True)
     }
 }
 
@@ -253,7 +255,7 @@ impl ClusterReconciler {
         }
         let mut tx = self.services.store().begin().await?;
         for machine in waiting {
-            lifecycle::enqueue_machine(&mut tx, machine).await?;
+            lifecycle::enqueue_machine(&mut tx, machine, None).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -345,10 +347,8 @@ impl ClusterReconciler {
         let plan = MachinePlan::of(pools, held);
         let mut tx = self.services.store().begin().await?;
         for m in &plan.release {
-            if lifecycle::begin_release(&mut tx, m.id, m.state, m.status_version).await? {
-                // The custody entry is sealed in the transition's own transaction.
-                self.services.custody_seal(&mut tx, m.id).await?;
-                lifecycle::enqueue_machine(&mut tx, m.id).await?;
+            if lifecycle::begin_release(&mut tx, self.services.ledger_key(), m.id, m.state, m.status_version).await? {
+                lifecycle::enqueue_machine(&mut tx, m.id, None).await?;
             }
         }
         if !plan.release.is_empty() {
@@ -357,7 +357,7 @@ impl ClusterReconciler {
         }
         for pool in &plan.gone_pools {
             node_pool::mark_deleted(&mut tx, cluster.tenant_id, *pool).await?;
-            operation::succeed(&mut tx, pool.uuid(), None, &json!([])).await?;
+            operation::succeed(&mut tx, pool.uuid(), None, &[]).await?;
         }
         let waiting = if plan.needs.is_empty() {
             observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
@@ -377,11 +377,8 @@ impl ClusterReconciler {
         needs: &[Need],
         observed: &mut Observed,
     ) -> Result<bool, StoreError> {
-        match allocation::allocate(conn, cluster.tenant_id, cluster.id, needs).await? {
+        match allocation::allocate(conn, self.services.ledger_key(), cluster.tenant_id, cluster.id, needs).await? {
             Allocation::Allocated(machines) => {
-                for machine in &machines {
-                    self.services.custody_seal(conn, *machine).await?;
-                }
                 observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
                 let message = format!("{} machine(s) allocated", machines.len());
                 observed.events.push(("Normal", "MachinesAllocated", message));
@@ -476,10 +473,11 @@ impl ClusterReconciler {
         }
         if !held.is_empty() {
             let mut tx = self.services.store().begin().await?;
-            for m in held.iter().filter(|m| allocation::HELD.contains(&m.state.as_str())) {
-                if lifecycle::begin_release(&mut tx, m.id, m.state, m.status_version).await? {
-                    self.services.custody_seal(&mut tx, m.id).await?;
-                    lifecycle::enqueue_machine(&mut tx, m.id).await?;
+            for m in held.iter().filter(|m| HELD.contains(&m.state)) {
+                if lifecycle::begin_release(&mut tx, self.services.ledger_key(), m.id, m.state, m.status_version)
+                    .await?
+                {
+                    lifecycle::enqueue_machine(&mut tx, m.id, None).await?;
                 }
             }
             tx.commit().await.map_err(StoreError::from)?;
@@ -511,9 +509,9 @@ impl ClusterReconciler {
             "the cluster is gone",
         )
         .await?;
-        operation::succeed(&mut tx, cluster.id.uuid(), None, &json!([])).await?;
+        operation::succeed(&mut tx, cluster.id.uuid(), None, &[]).await?;
         for pool in pool_ids {
-            operation::succeed(&mut tx, pool, None, &json!([])).await?;
+            operation::succeed(&mut tx, pool, None, &[]).await?;
         }
         tx.commit().await.map_err(StoreError::from)?;
         Ok(Outcome::Done)
@@ -528,7 +526,12 @@ impl ClusterReconciler {
         message: &str,
     ) -> Result<Outcome, Stop> {
         observed.set(READY, false, "Deleting", message);
-        let steps = json!([{ "name": "delete", "state": "running", "started_at": null, "finished_at": null }]);
+        let steps = [OperationStep {
+            name: "delete".to_owned(),
+            state: OperationState::Running,
+            started_at: None,
+            finished_at: None,
+        }];
         let generation = cluster.status.observed_generation;
         self.write(cluster, pools, &[], observed, ClusterPhase::Deleting, generation, &steps).await?;
         Ok(Outcome::wait(self.settings.poll, "deleting", message.to_owned()))
@@ -545,7 +548,7 @@ impl ClusterReconciler {
         observed: &Observed,
         phase: ClusterPhase,
         observed_generation: i64,
-        steps: &Value,
+        steps: &[OperationStep],
     ) -> Result<bool, StoreError> {
         let (tenant, id) = (cluster.tenant_id, cluster.id);
         let mut tx = self.services.store().begin().await?;
@@ -574,10 +577,8 @@ impl ClusterReconciler {
                 operation::succeed(&mut tx, pool.id.uuid(), Some(pool.generation), steps).await?;
             }
         } else {
-            let current = steps.as_array().and_then(|s| {
-                s.iter().find(|s| s["state"] == "running").and_then(|s| s["name"].as_str()).map(str::to_owned)
-            });
-            operation::progress(&mut tx, &targets, steps, current.as_deref()).await?;
+            let current = steps.iter().find(|s| s.state == OperationState::Running).map(|s| s.name.as_str());
+            operation::progress(&mut tx, &targets, steps, current).await?;
         }
         tx.commit().await?;
         Ok(true)
@@ -621,7 +622,7 @@ impl ClusterReconciler {
         let result = async {
             let generation = cluster.status.observed_generation;
             let pools: Vec<NodePool> = Vec::new();
-            if !self.write(cluster, &pools, &[], &observed, phase, generation, &json!([])).await? {
+            if !self.write(cluster, &pools, &[], &observed, phase, generation, &[]).await? {
                 return Ok(());
             }
             if permanent {
@@ -656,7 +657,14 @@ impl ClusterReconciler {
                     return Ok(false);
                 };
                 let mut conditions = current.status.conditions.clone();
-                if !set_condition(&mut conditions, READY, "False", "DriverNotConfigured", message, Utc::now()) {
+                if !set_condition(
+                    &mut conditions,
+                    READY,
+                    ConditionStatus::False,
+                    "DriverNotConfigured",
+                    message,
+                    Utc::now(),
+                ) {
                     return Ok(true);
                 }
                 if store::set_conditions(&mut conn, tenant, id, current.status_version, &conditions).await? {
@@ -690,10 +698,8 @@ impl MachinePlan {
         let mut plan = Self::default();
         for pool in pools {
             let want = if pool.deleting { 0 } else { pool.spec.count as usize };
-            let mut holding: Vec<&HeldMachine> = held
-                .iter()
-                .filter(|m| m.node_pool_id == pool.id && allocation::HELD.contains(&m.state.as_str()))
-                .collect();
+            let mut holding: Vec<&HeldMachine> =
+                held.iter().filter(|m| m.node_pool_id == pool.id && HELD.contains(&m.state)).collect();
             if holding.len() > want {
                 // Give back the machines that serve least first: not yet provisioned, then
                 // provisioning, then active; the newest first within each.
@@ -770,10 +776,11 @@ fn pool_statuses<'a>(pools: &'a [NodePool], held: &[HeldMachine]) -> Vec<(&'a No
         .map(|pool| {
             let mine = held.iter().filter(|m| m.node_pool_id == pool.id);
             let ready = mine.clone().filter(|m| m.state == MachineState::Active).count();
-            let allocated = mine.filter(|m| allocation::HELD.contains(&m.state.as_str())).count();
+            let allocated = mine.filter(|m| HELD.contains(&m.state)).count();
             let mut conditions = pool.status.conditions.clone();
             let want = pool.spec.count as usize;
-            let (status, reason) = if ready >= want { ("True", "Ready") } else { ("False", "Provisioning") };
+            let (status, reason) =
+                if ready >= want { (ConditionStatus::True, "Ready") } else { (ConditionStatus::False, "Provisioning") };
             let message = format!("{ready} of {want} nodes ready");
             set_condition(&mut conditions, NODES_READY, status, reason, &message, now);
             let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
@@ -823,27 +830,25 @@ fn slurm_desired(
 
 /// The operation steps, from the conditions: succeeded up to the first one not true, which is
 /// running; the rest pending.
-fn steps(conditions: &[Condition], required: &[&str]) -> Value {
+fn steps(conditions: &[Condition], required: &[&str]) -> Vec<OperationStep> {
     let mut running_seen = false;
-    let steps: Vec<Value> = required
+    required
         .iter()
         .map(|type_| {
             let condition = conditions.iter().find(|c| c.type_ == *type_);
-            let done = condition.is_some_and(|c| c.status == "True");
-            let name = step_name(type_);
-            if done && !running_seen {
-                let at = condition.map(|c| c.last_transition_time);
-                json!({ "name": name, "state": "succeeded", "started_at": null, "finished_at": at })
+            let done = condition.is_some_and(|c| c.status == ConditionStatus::True);
+            let at = condition.map(|c| c.last_transition_time);
+            let (state, started_at, finished_at) = if done && !running_seen {
+                (OperationState::Succeeded, None, at)
             } else if !running_seen {
                 running_seen = true;
-                let at = condition.map(|c| c.last_transition_time);
-                json!({ "name": name, "state": "running", "started_at": at, "finished_at": null })
+                (OperationState::Running, at, None)
             } else {
-                json!({ "name": name, "state": "pending", "started_at": null, "finished_at": null })
-            }
+                (OperationState::Pending, None, None)
+            };
+            OperationStep { name: step_name(type_).to_owned(), state, started_at, finished_at }
         })
-        .collect();
-    Value::Array(steps)
+        .collect()
 }
 
 fn step_name(condition: &str) -> &'static str {
@@ -864,13 +869,15 @@ impl JobHandler for ClusterReconciler {
     }
 
     fn run<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Outcome> {
-        let tenant = job.payload.get("tenant_id").and_then(|v| v.as_str()).and_then(|s| s.parse().ok());
-        match tenant {
-            Some(tenant) => {
-                async move { super::patient(self.reconcile(TenantId(tenant), ClusterId(job.target_id)).await, job) }
-                    .boxed()
+        match ClusterJob::from_value(&job.payload) {
+            Ok(c) => async move {
+                super::patient(self.reconcile(c.tenant_id, c.cluster_id).await, job, self.settings.outage_wait)
             }
-            None => async { Outcome::fail("bad_job", "the job's payload lacks the cluster's tenant_id") }.boxed(),
+            .boxed(),
+            Err(e) => {
+                let detail = format!("the job's payload is not a cluster's: {e}");
+                async move { Outcome::fail("bad_job", detail) }.boxed()
+            }
         }
     }
 }

@@ -34,6 +34,7 @@ use paddock_domain::bmc::{
 };
 use paddock_domain::driver::{node_name, DriverError, KubeDrivers, NodeRef, Removal, TenantAccess};
 use paddock_domain::job_kind::MACHINE_RECONCILE;
+use paddock_domain::ledger::LedgerKey;
 use paddock_domain::machine::RETIRABLE;
 use paddock_domain::model::Machine;
 use paddock_domain::secret::SecretString;
@@ -122,14 +123,8 @@ impl MachineReconciler {
         }
     }
 
-    /// Runs the steps from the top; each step re-reads the machine. Custody entries that
-    /// transitions made without the ledger key (the cluster reconciler's allocation and release
-    /// start, which enqueue this job; inspection's moves) are sealed before the first step and
-    /// after every step.
+    /// Runs the steps from the top; each step re-reads the machine.
     async fn converge(&self, bmc: &dyn BmcDriver, id: MachineId) -> Outcome {
-        if let Err(e) = self.services.custody_seal_pending(id).await {
-            return store_error(e);
-        }
         for _ in 0..STEPS_PER_RUN {
             let current = {
                 let mut conn = match self.services.store().conn().await {
@@ -142,11 +137,7 @@ impl MachineReconciler {
                     Err(e) => return store_error(e),
                 }
             };
-            let step = self.step(bmc, &current).await;
-            if let Err(e) = self.services.custody_seal_pending(id).await {
-                return store_error(e);
-            }
-            match step {
+            match self.step(bmc, &current).await {
                 Step::Stop(outcome) => return outcome,
                 Step::Again => {}
             }
@@ -162,7 +153,7 @@ impl MachineReconciler {
         }
         if m.retire_requested && RETIRABLE.contains(&m.state) {
             return self
-                .guarded(m.id, |c| machine::transition(c, m.id, m.state, m.status_version, S::Retired).boxed())
+                .guarded(|c, k| machine::transition(c, k, m.id, m.state, m.status_version, S::Retired).boxed())
                 .await;
         }
         if m.maintenance_reason.is_some() && m.state != S::Maintenance {
@@ -173,7 +164,7 @@ impl MachineReconciler {
             S::Cleaning => self.clean(bmc, m).await,
             S::Maintenance if m.maintenance_reason.is_none() => {
                 // The operator's maintenance ended: leave through cleaning.
-                self.guarded(m.id, |c| machine::advance(c, m.id, m.state, m.status_version, S::Cleaning, None).boxed())
+                self.guarded(|c, k| machine::advance(c, k, m.id, m.state, m.status_version, S::Cleaning, None).boxed())
                     .await
             }
             S::Allocated | S::Provisioning => self.provision(bmc, m).await,
@@ -184,17 +175,16 @@ impl MachineReconciler {
         }
     }
 
-    /// Runs one guarded write; lost or won, the next step reads the machine again.
-    async fn guarded<F>(&self, id: MachineId, write: F) -> Step
+    /// Runs one guarded write, given the ledger key for the custody entry a move appends (sealed
+    /// as it is written, in the move's transaction); lost or won, the next step reads the machine
+    /// again.
+    async fn guarded<F>(&self, write: F) -> Step
     where
-        F: for<'c> FnOnce(&'c mut paddock_store::Conn) -> BoxFuture<'c, Result<bool, StoreError>>,
+        F: for<'c> FnOnce(&'c mut paddock_store::Conn, &'c LedgerKey) -> BoxFuture<'c, Result<bool, StoreError>>,
     {
-        // The write and the seal of the custody entry it appended commit together.
         let result = async {
             let mut tx = self.services.store().begin().await?;
-            if write(&mut tx).await? {
-                self.services.custody_seal(&mut tx, id).await?;
-            }
+            write(&mut tx, self.services.ledger_key()).await?;
             tx.commit().await?;
             Ok::<_, StoreError>(())
         }
@@ -214,9 +204,9 @@ impl MachineReconciler {
             // A tenancy ends through releasing and cleaning first; cleaning then sees the intent.
             S::Allocated | S::Provisioning | S::Active => {
                 let (id, state, version, holder) = (m.id, m.state, m.status_version, m.tenant_id.zip(m.cluster_id));
-                self.guarded(id, move |c| {
+                self.guarded(move |c, k| {
                     async move {
-                        let released = lifecycle::begin_release(c, id, state, version).await?;
+                        let released = lifecycle::begin_release(c, k, id, state, version).await?;
                         if let (true, Some((tenant, cluster))) = (released, holder) {
                             lifecycle::enqueue_cluster(c, tenant, cluster).await?;
                         }
@@ -241,7 +231,7 @@ impl MachineReconciler {
                     }
                 }
                 let to = S::Maintenance;
-                self.guarded(m.id, |c| lifecycle::end_run(c, m.id, m.state, m.status_version, to, None, None).boxed())
+                self.guarded(|c, k| lifecycle::end_run(c, k, m.id, m.state, m.status_version, to, None, None).boxed())
                     .await
             }
         }
@@ -278,7 +268,16 @@ impl MachineReconciler {
                             inventory.system_uuid
                         );
                         let to = MachineState::Maintenance;
-                        machine::advance(&mut conn, m.id, m.state, m.status_version, to, Some(&reason)).await?;
+                        machine::advance(
+                            &mut conn,
+                            self.services.ledger_key(),
+                            m.id,
+                            m.state,
+                            m.status_version,
+                            to,
+                            Some(&reason),
+                        )
+                        .await?;
                         return Ok(Step::Again);
                     }
                 }
@@ -294,7 +293,17 @@ impl MachineReconciler {
                 version += 1;
             }
             if state == MachineState::Enrolling {
-                if !machine::advance(&mut conn, m.id, state, version, MachineState::Inspecting, None).await? {
+                if !machine::advance(
+                    &mut conn,
+                    self.services.ledger_key(),
+                    m.id,
+                    state,
+                    version,
+                    MachineState::Inspecting,
+                    None,
+                )
+                .await?
+                {
                     return Ok(Step::Again);
                 }
                 version += 1;
@@ -302,10 +311,28 @@ impl MachineReconciler {
             }
             match verdict.maintenance_reason() {
                 Some(reason) => {
-                    machine::advance(&mut conn, m.id, state, version, MachineState::Maintenance, Some(&reason)).await?;
+                    machine::advance(
+                        &mut conn,
+                        self.services.ledger_key(),
+                        m.id,
+                        state,
+                        version,
+                        MachineState::Maintenance,
+                        Some(&reason),
+                    )
+                    .await?;
                 }
                 None => {
-                    machine::advance(&mut conn, m.id, state, version, MachineState::Cleaning, None).await?;
+                    machine::advance(
+                        &mut conn,
+                        self.services.ledger_key(),
+                        m.id,
+                        state,
+                        version,
+                        MachineState::Cleaning,
+                        None,
+                    )
+                    .await?;
                 }
             }
             // Whether it moved or lost a race, the next step reads the machine again.
@@ -328,7 +355,7 @@ impl MachineReconciler {
             Ok(_) => {
                 let (state, version) = (m.state, m.status_version);
                 return self
-                    .guarded(m.id, |c| run::start_run(c, m.id, state, version, S::Cleaning, RunPurpose::Wipe).boxed())
+                    .guarded(|c, k| run::start_run(c, k, m.id, state, version, S::Cleaning, RunPurpose::Wipe).boxed())
                     .await;
             }
             Err(e) => return e.into(),
@@ -391,7 +418,7 @@ impl MachineReconciler {
                         return self.bmc_failed(m, e).await;
                     }
                     let (state, version) = (m.state, m.status_version);
-                    return self.guarded(m.id, |c| run::mark_finished(c, m.id, state, version).boxed()).await;
+                    return self.guarded(|c, _| run::mark_finished(c, m.id, state, version).boxed()).await;
                 }
                 let (id, version, run_id) = (m.id, m.status_version, run.run_id);
                 let out_of_band = erase_out_of_band(bmc, &access).await;
@@ -405,8 +432,9 @@ impl MachineReconciler {
                     "report": report.report,
                     "reported_at": report.used_at,
                 });
-                self.guarded(id, move |c| {
-                    async move { lifecycle::complete_clean(c, id, version, run_id, "agent", &evidence).await }.boxed()
+                self.guarded(move |c, k| {
+                    async move { lifecycle::complete_clean(c, k, id, version, run_id, "agent", &evidence).await }
+                        .boxed()
                 })
                 .await
             }
@@ -439,7 +467,7 @@ impl MachineReconciler {
                 let (state, version) = (m.state, m.status_version);
                 let purpose = RunPurpose::Provision;
                 return self
-                    .guarded(m.id, |c| run::start_run(c, m.id, state, version, S::Provisioning, purpose).boxed())
+                    .guarded(|c, k| run::start_run(c, k, m.id, state, version, S::Provisioning, purpose).boxed())
                     .await;
             }
             Err(e) => return e.into(),
@@ -488,14 +516,14 @@ impl MachineReconciler {
                 return self.bmc_failed(m, e).await;
             }
             let (state, version) = (m.state, m.status_version);
-            return self.guarded(m.id, |c| run::mark_finished(c, m.id, state, version).boxed()).await;
+            return self.guarded(|c, _| run::mark_finished(c, m.id, state, version).boxed()).await;
         };
         match kube.nodes.node(&tenant_access, &node).await {
             Ok(Some(status)) if status.ready => {
                 let (id, version, holder) = (m.id, m.status_version, m.tenant_id.zip(m.cluster_id));
-                self.guarded(id, move |c| {
+                self.guarded(move |c, k| {
                     async move {
-                        let activated = lifecycle::activate(c, id, version, &status.name).await?;
+                        let activated = lifecycle::activate(c, k, id, version, &status.name).await?;
                         if let (true, Some((tenant, cluster))) = (activated, holder) {
                             lifecycle::enqueue_cluster(c, tenant, cluster).await?;
                         }
@@ -524,10 +552,10 @@ impl MachineReconciler {
     async fn provision_failed(&self, m: &Machine, code: &str, message: &str) -> Step {
         let (id, state, version, holder) = (m.id, m.state, m.status_version, m.tenant_id.zip(m.cluster_id));
         let (code, message) = (code.to_owned(), message.to_owned());
-        self.guarded(id, move |c| {
+        self.guarded(move |c, k| {
             async move {
                 let to = MachineState::ProvisionFailed;
-                let failed = lifecycle::end_run(c, id, state, version, to, Some((&code, &message)), None).await?;
+                let failed = lifecycle::end_run(c, k, id, state, version, to, Some((&code, &message)), None).await?;
                 if let (true, Some((tenant, cluster))) = (failed, holder) {
                     // The cluster allocates a replacement.
                     lifecycle::enqueue_cluster(c, tenant, cluster).await?;
@@ -568,12 +596,12 @@ impl MachineReconciler {
             }
         }
         let (id, state, version) = (m.id, m.state, m.status_version);
-        self.guarded(id, move |c| {
+        self.guarded(move |c, k| {
             async move {
                 if let Some(current) = run::run_of(c, id).await? {
                     run::expire_unused_tokens(c, current.run_id).await?;
                 }
-                lifecycle::finish_release(c, id, state, version).await
+                lifecycle::finish_release(c, k, id, state, version).await
             }
             .boxed()
         })
@@ -647,7 +675,7 @@ impl MachineReconciler {
             return self.bmc_failed(m, e).await;
         }
         let (state, version) = (m.state, m.status_version);
-        self.guarded(m.id, |c| run::mark_booted(c, m.id, state, version).boxed()).await
+        self.guarded(|c, _| run::mark_booted(c, m.id, state, version).boxed()).await
     }
 
     async fn run(&self, m: &Machine) -> Result<Option<Run>, StoreError> {
@@ -675,10 +703,10 @@ impl MachineReconciler {
         let (id, from, version) = (m.id, m.state, m.status_version);
         let error = error.map(|(code, message)| (code.to_owned(), message.to_owned()));
         let reason = maintenance_reason.map(str::to_owned);
-        self.guarded(id, move |c| {
+        self.guarded(move |c, k| {
             async move {
                 let error = error.as_ref().map(|(code, message)| (code.as_str(), message.as_str()));
-                lifecycle::end_run(c, id, from, version, to, error, reason.as_deref()).await
+                lifecycle::end_run(c, k, id, from, version, to, error, reason.as_deref()).await
             }
             .boxed()
         })
@@ -862,7 +890,8 @@ impl JobHandler for MachineReconciler {
 
     fn run<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Outcome> {
         async move {
-            let outcome = super::patient(self.reconcile(MachineId(job.target_id)).await, job);
+            let outcome =
+                super::patient(self.reconcile(MachineId(job.target_id)).await, job, self.settings.outage_wait);
             match (&outcome, job.operation_id) {
                 (Outcome::Done, Some(operation)) => self.judge(MachineId(job.target_id), operation).await,
                 _ => outcome,

@@ -72,6 +72,9 @@ pub struct Settings {
     pub control_plane_replicas: u32,
     /// How tenant API servers are exposed.
     pub service_type: ServiceType,
+    /// How long a reconcile job waits between tries once its quick retries are spent
+    /// ([`OUTAGE_WAIT`]; tests shorten it).
+    pub outage_wait: Duration,
 }
 
 impl Default for Settings {
@@ -85,6 +88,7 @@ impl Default for Settings {
             report_wait: Duration::from_secs(60),
             control_plane_replicas: 2,
             service_type: ServiceType::LoadBalancer,
+            outage_wait: OUTAGE_WAIT,
         }
     }
 }
@@ -101,10 +105,10 @@ pub const OUTAGE_WAIT: Duration = Duration::from_secs(300);
 /// carry on when it is back, without anyone re-queueing it. After [`QUICK_RETRIES`] failed
 /// attempts a retry becomes a wait (which uses up no attempt, so the job never fails for it);
 /// the last error stays on the job and on the machine or cluster.
-fn patient(outcome: Outcome, job: &crate::Job) -> Outcome {
+fn patient(outcome: Outcome, job: &crate::Job, wait: Duration) -> Outcome {
     match outcome {
         Outcome::Retry { error, cause } if job.attempts + 1 >= QUICK_RETRIES => {
-            Outcome::Wait { after: OUTAGE_WAIT, reason: error, cause }
+            Outcome::Wait { after: wait, reason: error, cause }
         }
         other => other,
     }
@@ -169,10 +173,13 @@ mod tests {
     fn transient_failures_retry_quickly_then_wait_without_ever_failing_the_job() {
         let retry = || Outcome::Retry { error: JobError::new("bmc_unreachable", "gone"), cause: None };
         for attempts in 0..QUICK_RETRIES - 1 {
-            assert!(matches!(patient(retry(), &job(attempts)), Outcome::Retry { .. }), "attempt {attempts}");
+            assert!(
+                matches!(patient(retry(), &job(attempts), OUTAGE_WAIT), Outcome::Retry { .. }),
+                "attempt {attempts}"
+            );
         }
         for attempts in [QUICK_RETRIES - 1, QUICK_RETRIES, 50] {
-            match patient(retry(), &job(attempts)) {
+            match patient(retry(), &job(attempts), OUTAGE_WAIT) {
                 Outcome::Wait { after, reason, .. } => {
                     assert_eq!(after, OUTAGE_WAIT);
                     assert_eq!(reason.code, "bmc_unreachable");
@@ -181,7 +188,7 @@ mod tests {
             }
         }
         // Anything but a retry passes through untouched.
-        assert!(matches!(patient(Outcome::Done, &job(50)), Outcome::Done));
-        assert!(matches!(patient(Outcome::fail("x", "y"), &job(50)), Outcome::Fail { .. }));
+        assert!(matches!(patient(Outcome::Done, &job(50), OUTAGE_WAIT), Outcome::Done));
+        assert!(matches!(patient(Outcome::fail("x", "y"), &job(50), OUTAGE_WAIT), Outcome::Fail { .. }));
     }
 }

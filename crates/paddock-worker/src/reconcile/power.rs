@@ -279,8 +279,9 @@ impl PowerSync {
             let moved = match m.state {
                 MachineState::Available => {
                     let (from, version) = (m.state, m.status_version);
-                    let moved = power::to_maintenance(
+                    power::to_maintenance(
                         &mut tx,
+                        self.services.ledger_key(),
                         id,
                         from,
                         version,
@@ -289,11 +290,7 @@ impl PowerSync {
                         &message,
                         &evidence,
                     )
-                    .await?;
-                    if moved {
-                        self.services.custody_seal(&mut tx, id).await?;
-                    }
-                    moved
+                    .await?
                 }
                 MachineState::Active => {
                     let (from, version) = (m.state, m.status_version);
@@ -302,7 +299,7 @@ impl PowerSync {
                             .await?;
                     if asked {
                         // The reconciler releases it through cleaning into maintenance.
-                        lifecycle::enqueue_machine(&mut tx, id).await?;
+                        lifecycle::enqueue_machine(&mut tx, id, None).await?;
                     }
                     asked
                 }

@@ -39,7 +39,7 @@ impl Emulator {
 /// The machine reconciler with `bmc` as its only driver and no wipe image configured: inspected
 /// machines stop in cleaning with `wipe_image_not_configured`.
 fn reconciler(store: &Store, cipher: &Arc<Cipher>, bmc: Arc<dyn BmcDriver>) -> MachineReconciler {
-    let services = paddock_service::Services::new(store.clone(), cipher.clone());
+    let services = paddock_service::Services::new(store.clone(), cipher.clone(), paddock_testkit::ledger_key());
     MachineReconciler::new(services, Drivers { bmc: Some(bmc), kube: None }, Settings::default())
 }
 
@@ -171,9 +171,16 @@ async fn a_crash_after_inspecting_resumes() {
     // As if an earlier run moved it to inspecting and died before recording anything else.
     let m = load(&store, id).await;
     let mut conn = store.conn().await.expect("conn");
-    assert!(machine::transition(&mut conn, id, MachineState::Enrolling, m.status_version, MachineState::Inspecting)
-        .await
-        .expect("transition"));
+    assert!(machine::transition(
+        &mut conn,
+        &paddock_testkit::ledger_key(),
+        id,
+        MachineState::Enrolling,
+        m.status_version,
+        MachineState::Inspecting
+    )
+    .await
+    .expect("transition"));
     drop(conn);
     let reconciler = reconciler(&store, &cipher, redfish());
     let outcome = run(&reconciler, &store, id).await;

@@ -548,7 +548,9 @@ impl Bench {
 
     async fn allocate(&self, tenant: TenantId, cluster: ClusterId, need: Need) -> Allocation {
         let mut tx = self.store.begin().await.expect("begin");
-        let outcome = allocation::allocate(&mut tx, tenant, cluster, &[need]).await.expect("allocate");
+        let outcome = allocation::allocate(&mut tx, &paddock_testkit::ledger_key(), tenant, cluster, &[need])
+            .await
+            .expect("allocate");
         tx.commit().await.expect("commit");
         outcome
     }
@@ -723,7 +725,15 @@ async fn a_machine_goes_through_its_whole_lifecycle_on_the_emulator() {
 
     // Release: releasing -> (node removed, powered off, tenancy ended) cleaning -> wipe again.
     let mut tx = b.store.begin().await.expect("begin");
-    assert!(lifecycle::begin_release(&mut tx, id, MachineState::Active, m.status_version).await.expect("release"));
+    assert!(lifecycle::begin_release(
+        &mut tx,
+        &paddock_testkit::ledger_key(),
+        id,
+        MachineState::Active,
+        m.status_version
+    )
+    .await
+    .expect("release"));
     tx.commit().await.expect("commit");
     assert_eq!(b.load(id).await.state, MachineState::Releasing);
     let m = b.drive(&r, id, MachineState::Cleaning, Some("waiting_for_agent")).await;

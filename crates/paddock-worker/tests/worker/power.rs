@@ -19,7 +19,6 @@ use std::time::Duration;
 
 use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, BoxFuture, Inventory};
 use paddock_domain::job_kind::{MACHINE_RECONCILE, POWER_SYNC};
-use paddock_domain::ledger::LedgerKey;
 use paddock_domain::model::{Bmc, Machine};
 use paddock_domain::secret::{Binding, Cipher};
 use paddock_redfish::{BmcLimiter, PowerState, RedfishBmc, SystemUuid};
@@ -155,8 +154,7 @@ async fn power_drift_is_corrected_and_repeated_drift_lands_in_maintenance() {
     init_tracing();
     let (_db, store) = db().await;
     let cipher = Arc::new(Cipher::new(&Cipher::generate_key(), &[]).expect("cipher"));
-    let services = paddock_service::Services::new(store.clone(), cipher.clone())
-        .with_ledger_key(LedgerKey::new(paddock_testkit::TEST_LEDGER_KEY.to_vec()));
+    let services = paddock_service::Services::new(store.clone(), cipher.clone(), paddock_testkit::ledger_key());
     let uuid = emu.uuid_of(SYSTEM).await;
     emu.set_power(&uuid, PowerState::Off).await;
     let id = available_machine(&store, &cipher, &emu, &uuid).await;
@@ -321,7 +319,9 @@ async fn an_active_machine_that_keeps_powering_off_is_released_into_maintenance(
     let need = Need { node_pool_id: NodePoolId(pool), machine_class_id: MachineClassId(class), gpu_count: 0, count: 1 };
     let mut tx = store.begin().await.expect("begin");
     let allocated =
-        allocation::allocate(&mut tx, TenantId(tenant), ClusterId(cluster), &[need]).await.expect("allocate");
+        allocation::allocate(&mut tx, &paddock_testkit::ledger_key(), TenantId(tenant), ClusterId(cluster), &[need])
+            .await
+            .expect("allocate");
     tx.commit().await.expect("commit");
     assert_eq!(allocated, Allocation::Allocated(vec![id]));
     // Provisioned (a fixture): active, with no job of its own open.

@@ -1,0 +1,105 @@
+//! What a real `paddock` process refuses at start (SPEC sections 5 and 9): outside `paddock dev`,
+//! every process that serves or works needs the custody ledger's key, and says which setting; and
+//! `paddock migrate` with an owner URL leaves the runtime role only reads and appends of the ledger.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[test]
+fn serving_processes_refuse_to_start_without_the_ledger_key_and_name_it() {
+    let secret = String::from_utf8(paddock_testkit::TEST_SECRET.to_vec()).expect("utf-8");
+    for role in ["serve", "api", "worker"] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_paddock"));
+        cmd.arg(role);
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("PADDOCK_")) {
+            cmd.env_remove(k);
+        }
+        // Everything else a process needs; the database is never reached (connections are lazy).
+        let mut child = cmd
+            .env("PADDOCK_DATABASE_URL", "postgres://paddock@127.0.0.1:1/paddock")
+            .env("PADDOCK_JWT_HS256_SECRET", &secret)
+            .env("PADDOCK_ENCRYPTION_KEY", paddock_domain::secret::Cipher::generate_key())
+            .env("PADDOCK_LISTEN", "127.0.0.1:0")
+            .env("PADDOCK_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting `paddock {role}`: {e}"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("waiting") {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("`paddock {role}` started without PADDOCK_LEDGER_KEY");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let output = child.wait_with_output().expect("output");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!status.success(), "`paddock {role}` exited 0: {stderr}");
+        assert!(stderr.contains("PADDOCK_LEDGER_KEY"), "`paddock {role}` did not name the setting: {stderr}");
+    }
+}
+
+/// `paddock migrate` with two roles: it migrates as the owner of PADDOCK_MIGRATE_DATABASE_URL and
+/// grants the user of PADDOCK_DATABASE_URL everything it needs, but only SELECT and INSERT on the
+/// custody ledger and its checkpoints.
+#[tokio::test]
+async fn migrate_with_an_owner_url_grants_the_runtime_role_only_reads_and_appends_of_the_ledger() {
+    let admin = paddock_testkit::TestDb::empty().await;
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    let (owner, runtime, database) = (format!("owner_{suffix}"), format!("runtime_{suffix}"), format!("m_{suffix}"));
+    for statement in [
+        format!("create role {owner} login"),
+        format!("create role {runtime} login"),
+        format!("create database {database} owner {owner}"),
+    ] {
+        sqlx::query(&statement).execute(&admin.pool).await.unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+    let base = admin.url.rsplit_once('@').map(|(_, host)| host.rsplit_once('/').map_or(host, |(h, _)| h)).expect("url");
+    let url = |role: &str| format!("postgres://{role}@{base}/{database}");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_paddock"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("PADDOCK_")) {
+        cmd.env_remove(k);
+    }
+    let output = cmd
+        .arg("migrate")
+        .env("PADDOCK_MIGRATE_DATABASE_URL", url(&owner))
+        .env("PADDOCK_DATABASE_URL", url(&runtime))
+        .env("PADDOCK_LOG", "warn")
+        .output()
+        .expect("running `paddock migrate`");
+    assert!(output.status.success(), "paddock migrate: {}", String::from_utf8_lossy(&output.stderr));
+
+    let pool = sqlx::PgPool::connect(&url(&runtime)).await.expect("connecting as the runtime role");
+    let may = |table: &'static str, privilege: &'static str| {
+        let pool = pool.clone();
+        async move {
+            let granted: bool = sqlx::query_scalar("select has_table_privilege(current_user, $1, $2)")
+                .bind(table)
+                .bind(privilege)
+                .fetch_one(&pool)
+                .await
+                .expect("privilege");
+            granted
+        }
+    };
+    for table in ["custody_entries", "custody_checkpoints"] {
+        assert!(may(table, "SELECT").await && may(table, "INSERT").await, "{table}: reads and appends");
+        for privilege in ["UPDATE", "DELETE", "TRUNCATE", "TRIGGER"] {
+            assert!(!may(table, privilege).await, "{table}: {privilege} granted to the runtime role");
+        }
+    }
+    assert!(may("jobs", "UPDATE").await && may("machines", "DELETE").await, "the runtime role runs the rest");
+    assert!(!may("_sqlx_migrations", "INSERT").await, "the runtime role may not record migrations");
+    let owner_of: String =
+        sqlx::query_scalar("select tableowner::text from pg_tables where tablename = 'custody_entries'")
+            .fetch_one(&pool)
+            .await
+            .expect("owner");
+    assert_eq!(owner_of, owner);
+    pool.close().await;
+}
