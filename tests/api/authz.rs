@@ -41,6 +41,8 @@ const CLUSTER_CREATE: &str = r#"{"name": "cluster-{n}", "kind": "kubernetes", "i
 const CLUSTER_PATCH: &str = r#"{"kubernetes_version": "v1.36.{n}"}"#;
 const POOL_CREATE: &str = r#"{"name": "pool-{n}", "machine_class": "gpu-h100", "count": 1}"#;
 const POOL_PATCH: &str = r#"{"labels": {"batch": "b{n}"}}"#;
+const ADJUSTMENT: &str = r#"{"tenant_id": "{own}", "machine_class": "gpu-h100", "node_seconds": {n},
+    "gpu_seconds": 0, "control_plane_seconds": 0, "reason": "correction {n}"}"#;
 
 /// One route on concrete objects, and the status each role must get (in `ROLES` order).
 ///
@@ -53,6 +55,7 @@ const POOL_PATCH: &str = r#"{"labels": {"batch": "b{n}"}}"#;
 ///   made for this call);
 /// - operations: `{own_op}`, `{foreign_op}` (of the two tenants), `{machine_op}` (provider-side,
 ///   no tenant), `{missing_op}`;
+/// - billing periods: `{closed_period}` (a past month);
 /// - clusters: `{own_cluster}`, `{foreign_cluster}` (one per tenant), `{fresh_cluster}` (in the
 ///   own tenant, made for this call); node pools: `{own_pool}`, `{foreign_pool}` (of those
 ///   clusters), `{fresh_pool}` (in the own cluster, made for this call).
@@ -193,6 +196,22 @@ fn matrix() -> Vec<Row> {
         delete("/v1/tenants/{own}/clusters/{own_cluster}/node-pools/{missing}", [404, 403, 403, 404, 403]),
         get("/v1/tenants/{own}/clusters/{own_cluster}/node-pools/{own_pool}/machines", [200, 200, 403, 200, 200]),
         get("/v1/tenants/{foreign}/clusters/{foreign_cluster}/node-pools/{foreign_pool}/machines", [200, 200, 403, 404, 404]),
+        // Usage: every role reads, tenant roles their own tenant only; provider:admin writes.
+        // 409 for the signing key: the test app has none; 400: closing needs an Idempotency-Key.
+        get("/v1/usage/records?from=2026-10-01T00:00:00Z&to=2026-10-02T00:00:00Z", ALL),
+        get("/v1/tenants/{own}/usage/records?from=2026-10-01T00:00:00Z&to=2026-10-02T00:00:00Z", ALL),
+        get("/v1/tenants/{foreign}/usage/records?from=2026-10-01T00:00:00Z&to=2026-10-02T00:00:00Z", [200, 200, 200, 404, 404]),
+        get("/v1/tenants/{missing}/usage/records?from=2026-10-01T00:00:00Z&to=2026-10-02T00:00:00Z", [404, 404, 404, 404, 404]),
+        get("/v1/usage/aggregate?from=2026-10-01T00:00:00Z&to=2026-11-01T00:00:00Z&window=P1D", ALL),
+        get("/v1/tenants/{own}/usage/aggregate?from=2026-10-01T00:00:00Z&to=2026-11-01T00:00:00Z", ALL),
+        get("/v1/tenants/{foreign}/usage/aggregate?from=2026-10-01T00:00:00Z&to=2026-11-01T00:00:00Z", [200, 200, 200, 404, 404]),
+        get("/v1/usage/export?from=2026-10-01T00:00:00Z&to=2026-10-02T00:00:00Z&format=csv", ALL),
+        get("/v1/tenants/{own}/usage/export?from=2026-10-01T00:00:00Z&to=2026-10-02T00:00:00Z", ALL),
+        get("/v1/tenants/{foreign}/usage/export?from=2026-10-01T00:00:00Z&to=2026-10-02T00:00:00Z", [200, 200, 200, 404, 404]),
+        get("/v1/usage/periods/{closed_period}",                            ALL),
+        post("/v1/usage/periods/{closed_period}/close", None,               [400,   403,   403,  403,   403]),
+        get("/v1/usage/signing-key",                                        [409,   409,   409,  409,   409]),
+        post("/v1/usage/adjustments", Some(ADJUSTMENT),                     [201,   403,   403,  403,   403]),
         // Last, as they concern the tenants every row above uses: they still hold clusters.
         delete("/v1/tenants/{foreign}",                                     [409,   403,   403,  403,   403]),
         delete("/v1/tenants/{own}",                                         [409,   403,   403,  403,   403]),
@@ -284,6 +303,7 @@ impl World {
             ("{own_pool}", own_pool),
             ("{foreign_cluster}", foreign_cluster),
             ("{foreign_pool}", foreign_pool),
+            ("{closed_period}", "2026-10".to_owned()),
         ];
         World { own, foreign, own_op, foreign_op, missing, missing_op, vars }
     }
@@ -380,7 +400,9 @@ fn check(resp: &Resp, expected: u16) -> Result<Option<String>, String> {
         return if resp.body.is_empty() { Ok(None) } else { Err(format!("204 with a body: {body}")) };
     }
     if status < 300 {
-        return if content_type == Some("application/json") {
+        // JSON, or one of the usage exports' streamed formats.
+        let formats = [Some("application/json"), Some("text/csv; charset=utf-8"), Some("application/x-ndjson")];
+        return if formats.contains(&content_type) {
             Ok(None)
         } else {
             Err(format!("content type {content_type:?} on a {status}"))
@@ -519,6 +541,7 @@ fn matrix_routes() -> BTreeSet<String> {
         ("{operation_id}", &["{own_op}", "{foreign_op}", "{machine_op}", "{missing_op}"][..]),
         ("{cluster_id}", &["{own_cluster}", "{foreign_cluster}", "{fresh_cluster}"][..]),
         ("{pool_id}", &["{own_pool}", "{foreign_pool}", "{fresh_pool}"][..]),
+        ("{period}", &["{closed_period}"][..]),
     ];
     matrix()
         .iter()

@@ -660,6 +660,13 @@ async fn a_runtime_role_that_does_not_own_the_ledger_runs_machines_but_cannot_re
     let role = format!("runtime_{}", Uuid::new_v4().simple());
     sqlx::query(&format!("create role {role} login")).execute(&owner.pool).await.expect("create role");
     Store::from_pool(owner.pool.clone()).grant_runtime(&role).await.expect("grant");
+    // The simulated world lives in its own schema (never in production): the test lets the role use it.
+    for grant in [
+        format!("grant usage on schema {} to {role}", paddock_sim::SCHEMA),
+        format!("grant select, insert, update, delete on all tables in schema {} to {role}", paddock_sim::SCHEMA),
+    ] {
+        sqlx::query(&grant).execute(&owner.pool).await.expect("granting the simulated world");
+    }
     let options: sqlx::postgres::PgConnectOptions = owner.url.parse().expect("url");
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(16)

@@ -1148,6 +1148,16 @@ async fn two_kubernetes_clusters_of_two_tenants_go_ready_isolated_scale_and_dele
     .await;
     assert_eq!(platform_versions(&lab.platform_client, &cb).await, b_before, "deleting A touched B");
     assert_eq!(lab.cluster(&b, &cb).await["status"]["phase"], "ready");
+    // Metering, written by the real reconcilers: A's control plane from its first ready to its
+    // deletion, each of its two machines from active to its release's power-off, none still open;
+    // B's control plane and machine still billed.
+    let usage = |cluster: &str, which: &str| {
+        format!("select count(*) from usage_segments where cluster_id = '{cluster}' and {which}")
+    };
+    assert_eq!(lab.scalar(&usage(&ca, "kind = 'control_plane' and end_at is not null")).await, 1);
+    assert_eq!(lab.scalar(&usage(&ca, "kind = 'machine' and end_at is not null")).await, 2);
+    assert_eq!(lab.scalar(&usage(&ca, "end_at is null")).await, 0);
+    assert_eq!(lab.scalar(&usage(&cb, "end_at is null")).await, 2);
     lab.finish().await;
 }
 

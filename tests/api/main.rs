@@ -21,4 +21,5 @@ mod operation;
 mod pagination;
 mod platform;
 mod tenant;
+mod usage;
 mod worker;

@@ -30,7 +30,7 @@ pub use state::{ApiConfig, AppState};
 
 use paddock_types::problem::Problem;
 use routes::doc::{self, Access};
-use routes::{agent, audit, cluster, custody, health, isolation, machine, machine_class, operation, tenant};
+use routes::{agent, audit, cluster, custody, health, isolation, machine, machine_class, operation, tenant, usage};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -49,6 +49,7 @@ use routes::{agent, audit, cluster, custody, health, isolation, machine, machine
         (name = "machines", description = "The bare-metal inventory"),
         (name = "operations", description = "Progress of asynchronous changes"),
         (name = "audit", description = "Who did what"),
+        (name = "usage", description = "Metering: usage records, aggregates, exports, billing periods"),
         (name = "agent", description = "Machine-facing endpoints of the wipe and provisioning agents (the run's seed token in the seed URL, its agent token as the bearer; no JWT)"),
         (name = "health", description = "Process endpoints")
     )
@@ -103,6 +104,16 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(operation::tenant_operation_view))
         .routes(routes!(audit::audit_event_list))
         .routes(routes!(audit::tenant_audit_event_list))
+        .routes(routes!(usage::usage_record_list))
+        .routes(routes!(usage::tenant_usage_record_list))
+        .routes(routes!(usage::usage_aggregate_view))
+        .routes(routes!(usage::tenant_usage_aggregate_view))
+        .routes(routes!(usage::usage_export))
+        .routes(routes!(usage::tenant_usage_export))
+        .routes(routes!(usage::usage_period_view))
+        .routes(routes!(usage::usage_period_close))
+        .routes(routes!(usage::usage_signing_key_view))
+        .routes(routes!(usage::usage_adjustment_create))
 }
 
 /// Every route with its documentation; what each group's operations share (security, the

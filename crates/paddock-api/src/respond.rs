@@ -63,6 +63,15 @@ pub fn page<T: Serialize>(items: Vec<T>, next_cursor: Option<String>) -> Respons
     }
 }
 
+/// 200 with a page-like body (one with more than `items` and `next_cursor`) and its `Link`.
+pub fn page_body<T: Serialize>(body: &T, next_cursor: Option<&str>) -> Response {
+    let response = json(StatusCode::OK, body);
+    match next_cursor.map(next_link) {
+        Some(link) => with_header(response, header::LINK, &link),
+        None => response,
+    }
+}
+
 /// `<path?query-with-the-next-cursor>; rel="next"`, keeping the request's other parameters.
 fn next_link(cursor: &str) -> String {
     let info = context::current();

@@ -73,6 +73,10 @@ pub enum Permission {
     ClusterRead,
     /// Get a cluster's credentials (the tenant's kubeconfig).
     ClusterCredentials,
+    /// Read usage records, aggregates, exports and billing periods.
+    UsageRead,
+    /// Close billing periods and record usage adjustments.
+    UsageWrite,
 }
 
 /// How far a granted permission reaches.
@@ -112,7 +116,9 @@ fn grant(role: Role, permission: Permission) -> Option<GrantReach> {
         (R::ProviderAdmin, _) => Some(All),
         (R::ProviderOperator, P::TenantRead | P::MachineClassRead | P::OperationRead) => Some(All),
         (R::ProviderOperator, P::MachineWrite | P::MachineRead | P::AuditRead) => Some(All),
-        (R::BillingReader, P::TenantRead | P::MachineClassRead) => Some(All),
+        (R::BillingReader, P::TenantRead | P::MachineClassRead | P::UsageRead) => Some(All),
+        (R::ProviderOperator, P::UsageRead) => Some(All),
+        (R::TenantAdmin | R::TenantMember, P::UsageRead) => Some(OwnTenant),
         (R::TenantAdmin, P::TenantRead | P::OperationRead | P::AuditRead) => Some(OwnTenant),
         (R::TenantMember, P::TenantRead | P::OperationRead) => Some(OwnTenant),
         (R::TenantAdmin | R::TenantMember, P::MachineClassRead) => Some(All),
@@ -222,6 +228,8 @@ fn describe(permission: Permission) -> &'static str {
         Permission::ClusterWrite => "change clusters",
         Permission::ClusterRead => "read clusters",
         Permission::ClusterCredentials => "get cluster credentials",
+        Permission::UsageRead => "read usage",
+        Permission::UsageWrite => "close billing periods or adjust usage",
     }
 }
 

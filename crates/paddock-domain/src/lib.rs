@@ -19,6 +19,7 @@ pub mod secret;
 pub mod signing;
 pub mod ssh;
 pub mod stack;
+pub mod usage;
 pub mod validate;
 
 pub use authz::{Actor, Permission, Role, Scope};

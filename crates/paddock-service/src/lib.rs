@@ -15,6 +15,7 @@ mod machine;
 mod machine_class;
 mod operation;
 mod tenant;
+pub mod usage;
 
 use std::sync::Arc;
 
@@ -106,6 +107,8 @@ pub struct Services {
     /// The provider's Ed25519 key (`PADDOCK_USAGE_SIGNING_KEY`): closed periods' manifests and
     /// ledger checkpoints; `None`: what needs it answers 409 naming the setting.
     signing_key: Option<Arc<SigningKey>>,
+    /// Metering settings (close grace, FOCUS provider name).
+    usage: Arc<usage::UsageSettings>,
 }
 
 impl Services {
@@ -118,6 +121,7 @@ impl Services {
             credentials: None,
             ledger_key: Arc::new(ledger_key),
             signing_key: None,
+            usage: Arc::default(),
         }
     }
 

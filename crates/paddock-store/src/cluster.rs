@@ -163,8 +163,9 @@ pub async fn request_deletion(conn: &mut Conn, tenant: TenantId, id: ClusterId) 
     )
     .bind(tenant.uuid())
     .bind(id.uuid())
-    .execute(conn)
+    .execute(&mut *conn)
     .await?;
+    crate::usage::close_control_plane_segment(conn, tenant, id).await?;
     Ok(())
 }
 

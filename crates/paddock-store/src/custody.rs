@@ -138,6 +138,10 @@ pub async fn append_all(
         entries.push(entry);
     }
     insert(conn, &entries).await?;
+    // Usage segments open and close with the transition that causes them (SPEC section 7).
+    for n in new {
+        crate::usage::on_transition(conn, n.machine, n.from, n.to).await?;
+    }
     Ok(entries.into_iter().map(|e| e.id).collect())
 }
 

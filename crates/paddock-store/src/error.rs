@@ -62,12 +62,14 @@ impl From<sqlx::Error> for StoreError {
                     || code == "57P03"
                     || code == "40P01"
                     || code == "40001"
+                    || code == "57014"
                 {
                     // Connection exceptions, admin shutdown, cannot connect now; and a deadlock
                     // or serialization failure that PostgreSQL resolved by aborting this
                     // transaction: nothing was written, and the same request may succeed at
                     // once, so the caller gets a retryable answer (503 with Retry-After), never
-                    // a 500.
+                    // a 500. Likewise a statement cancelled by the statement timeout (57014):
+                    // the database is too slow now, and the transaction was rolled back.
                     StoreError::Unavailable(e)
                 } else {
                     StoreError::Query(e)

@@ -21,6 +21,7 @@ pub mod operation;
 pub mod power;
 pub mod run;
 pub mod tenant;
+pub mod usage;
 
 use std::time::Duration;
 
@@ -46,7 +47,22 @@ pub struct Store {
 impl Store {
     /// Connects lazily: the process starts (and `/readyz` reports) even while the database is down.
     pub fn connect_lazy(url: &str, max_connections: u32) -> Result<Self, StoreError> {
-        let options: PgConnectOptions = url.parse().map_err(StoreError::Config)?;
+        Self::connect_lazy_with_timeout(url, max_connections, None)
+    }
+
+    /// [`Store::connect_lazy`], every statement of every connection limited to
+    /// `statement_timeout` (PostgreSQL's `statement_timeout`, lock waits included): a slower one
+    /// is cancelled, which maps to [`StoreError::Unavailable`].
+    pub fn connect_lazy_with_timeout(
+        url: &str,
+        max_connections: u32,
+        statement_timeout: Option<Duration>,
+    ) -> Result<Self, StoreError> {
+        let mut options: PgConnectOptions = url.parse().map_err(StoreError::Config)?;
+        if let Some(timeout) = statement_timeout {
+            let ms = timeout.as_millis().to_string();
+            options = options.options([("statement_timeout", ms.as_str())]);
+        }
         // No ping before every acquire (sqlx's default): it doubles the round trips of a read. A
         // connection that died is found by the query itself, which maps to 503 and is retried.
         let pool = PgPoolOptions::new()

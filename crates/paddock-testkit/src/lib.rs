@@ -96,6 +96,24 @@ impl TestApp {
         Self::build(TestDb::new().await, ApiConfig::default(), None, None, false).await
     }
 
+    /// A fresh app whose services are changed by `edit` first (a signing key, usage settings).
+    pub async fn with_services(edit: impl FnOnce(Services) -> Services) -> TestApp {
+        let mut app = Self::build(TestDb::new().await, ApiConfig::default(), None, None, true).await;
+        app.services = edit(app.services);
+        let verifier = Self::verifier().await;
+        app.router = paddock_api::router(AppState::new(app.services.clone(), verifier, ApiConfig::default()));
+        app
+    }
+
+    async fn verifier() -> Verifier {
+        Verifier::new(VerifierConfig {
+            hs256_secret: Some(Secret::new(TEST_SECRET.to_vec())),
+            ..VerifierConfig::default()
+        })
+        .await
+        .expect("test verifier")
+    }
+
     async fn build(
         db: TestDb,
         config: ApiConfig,
@@ -111,13 +129,7 @@ impl TestApp {
         if let Some(agent) = agent {
             services = services.with_agent(agent);
         }
-        let verifier = Verifier::new(VerifierConfig {
-            hs256_secret: Some(Secret::new(TEST_SECRET.to_vec())),
-            ..VerifierConfig::default()
-        })
-        .await
-        .expect("test verifier");
-        let router = paddock_api::router(AppState::new(services.clone(), verifier, config));
+        let router = paddock_api::router(AppState::new(services.clone(), Self::verifier().await, config));
         TestApp { router, db, services, cipher, base_url: base_url.map(str::to_owned) }
     }
 

@@ -14,6 +14,7 @@ pub mod operation;
 pub mod page;
 pub mod problem;
 pub mod tenant;
+pub mod usage;
 
 pub use id::*;
 

@@ -172,6 +172,18 @@ pub struct Settings {
     #[arg(long, env = "PADDOCK_SIM_LATENCY_SCALE", default_value_t = 1.0, global = true, hide = true)]
     pub sim_latency_scale: f64,
 
+    // Operations: the database's time limit, the shutdown.
+    /// Longest a database statement may run (lock waits included), seconds; a slower one is
+    /// cancelled and its request answered 503 with Retry-After (0 = no limit). Not applied to the
+    /// migrations of `paddock migrate` and `paddock serve`.
+    #[arg(long, env = "PADDOCK_DATABASE_STATEMENT_TIMEOUT", default_value_t = 30, global = true)]
+    pub database_statement_timeout: u64,
+    /// Seconds a stopping process (SIGTERM) takes to finish its requests in flight and its
+    /// running jobs; the jobs still running then are given back to the queue. Keep it below the
+    /// orchestrator's own grace period (Kubernetes: terminationGracePeriodSeconds).
+    #[arg(long, env = "PADDOCK_SHUTDOWN_GRACE", default_value_t = 25, global = true)]
+    pub shutdown_grace: u64,
+
     #[arg(long, env = "PADDOCK_LOG", default_value = "info", global = true)]
     pub log: String,
     /// Log format.
@@ -254,6 +266,11 @@ impl Settings {
             Some(url) => Ok(url),
             None => self.database_url(),
         }
+    }
+
+    /// The statement timeout, None for no limit.
+    pub fn statement_timeout(&self) -> Option<std::time::Duration> {
+        (self.database_statement_timeout > 0).then(|| std::time::Duration::from_secs(self.database_statement_timeout))
     }
 
     /// The HS256 secret, if configured.
@@ -407,6 +424,12 @@ impl Settings {
         }
         if !(10..=86_400).contains(&self.power_sync_interval) {
             bail!("PADDOCK_POWER_SYNC_INTERVAL must be between 10 and 86400 seconds");
+        }
+        if self.database_statement_timeout > 3600 {
+            bail!("PADDOCK_DATABASE_STATEMENT_TIMEOUT must be at most 3600 seconds (0 = no limit)");
+        }
+        if !(1..=3600).contains(&self.shutdown_grace) {
+            bail!("PADDOCK_SHUTDOWN_GRACE must be between 1 and 3600 seconds");
         }
         if !(0.0..=100.0).contains(&self.sim_latency_scale) {
             bail!("PADDOCK_SIM_LATENCY_SCALE must be between 0 and 100");

@@ -47,7 +47,11 @@ pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
 
 /// Builds the services from the settings.
 pub async fn services(settings: &Settings, database_url: &str) -> anyhow::Result<Services> {
-    let store = Store::connect_lazy(database_url, settings.database_max_connections)?;
+    let store = Store::connect_lazy_with_timeout(
+        database_url,
+        settings.database_max_connections,
+        settings.statement_timeout(),
+    )?;
     let mut services = Services::new(store, settings.cipher()?, settings.ledger_key()?).with_agent(settings.agent()?);
     if let Some(key) = settings.signing_key()? {
         services = services.with_signing_key(key);
@@ -71,7 +75,17 @@ pub async fn run(
     if roles.migrate {
         migrate(settings).await?;
     }
+    // Flipped by the shutdown signal: the API drains while the worker finishes its jobs, both
+    // within PADDOCK_SHUTDOWN_GRACE.
     let (stop_tx, stop_rx) = watch::channel(false);
+    let stop_tx = Arc::new(stop_tx);
+    let signal = {
+        let stop_tx = stop_tx.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        })
+    };
     // Both roles need the drivers: the worker all of them, the API the one that issues tenant
     // kubeconfigs (`GET .../kubeconfig`).
     let (drivers, agent) = drivers(settings, services.store()).await?;
@@ -112,12 +126,13 @@ pub async fn run(
         None => None,
     };
     let result = match api {
-        Some(state) => serve_api(settings, state, shutdown).await,
+        Some(state) => serve_api(settings, state, stop_rx.clone()).await,
         None => {
-            shutdown.await;
+            let _ = stop_rx.clone().wait_for(|stop| *stop).await;
             Ok(())
         }
     };
+    signal.abort();
     let _ = stop_tx.send(true);
     if let Some(worker) = worker {
         let _ = worker.await;
@@ -138,6 +153,7 @@ fn build_worker(settings: &Settings, services: &Services, drivers: Drivers) -> a
     let config = WorkerConfig {
         concurrency: settings.worker_concurrency,
         lease: Duration::from_secs(settings.worker_lease),
+        shutdown_grace: Duration::from_secs(settings.shutdown_grace),
         ..WorkerConfig::default()
     };
     let handlers: Vec<Arc<dyn JobHandler>> = vec![
@@ -180,26 +196,32 @@ async fn run_worker(services: Services, worker: Worker, mut stop: watch::Receive
     tracing::info!("worker stopped");
 }
 
-/// Serves the API until `shutdown` completes, then drains the requests in flight.
-async fn serve_api(
-    settings: &Settings,
-    state: AppState,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+/// Serves the API until `stop` turns true, then drains the requests in flight for up to
+/// PADDOCK_SHUTDOWN_GRACE (those still running then are dropped with their connections).
+async fn serve_api(settings: &Settings, state: AppState, mut stop: watch::Receiver<bool>) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .with_context(|| format!("listening on {}", settings.listen))?;
     tracing::info!(listen = %settings.listen, "API listening on http://{}", settings.listen);
     let draining = state.clone();
     let app = paddock_api::router(state);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            draining.start_draining();
-            tracing::info!("shutting down: finishing requests in flight");
-        })
-        .await
-        .context("serving the API")
+    let mut deadline = stop.clone();
+    let served = axum::serve(listener, app).with_graceful_shutdown(async move {
+        let _ = stop.wait_for(|stop| *stop).await;
+        draining.start_draining();
+        tracing::info!("shutting down: finishing requests in flight");
+    });
+    let grace = Duration::from_secs(settings.shutdown_grace);
+    tokio::select! {
+        served = served => served.context("serving the API"),
+        _ = async {
+            let _ = deadline.wait_for(|stop| *stop).await;
+            tokio::time::sleep(grace).await;
+        } => {
+            tracing::warn!("shutdown grace period ({grace:?}) over: dropping the requests still in flight");
+            Ok(())
+        }
+    }
 }
 
 /// Binds the metrics listener (`PADDOCK_METRICS_LISTEN`) and returns the future serving it until

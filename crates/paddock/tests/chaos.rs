@@ -2,7 +2,8 @@
 //! scaled and deleted through a real `paddock api` process while `paddock worker` processes are
 //! killed with SIGKILL at random moments and restarted. Afterwards every cluster reaches its
 //! desired state, no machine was ever in two live allocations, no machine became `available`
-//! after a tenancy without a recorded clean, and no job is stuck.
+//! after a tenancy without a recorded clean, no job is stuck, and metering kept one usage segment
+//! per billed allocation, open exactly while the machine is held and inside its allocation.
 //!
 //! The seed is fixed (`PADDOCK_CHAOS_SEED` overrides it to replay or explore); the sequence of API
 //! calls follows from it, the timing of the kills relative to the work does not. Each process's
@@ -637,6 +638,36 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
     )
     .await;
     violations.extend(dirty);
+
+    // Metering survived the kills: one segment per allocation that reached `active` (the schema
+    // also forbids overlaps); an active machine's is open, every other one closed, and a closed
+    // one lies inside its allocation (its close reads the clock just after the release's); no control plane of a deleted cluster is still billed.
+    let usage = rows(
+        &db.pool,
+        "select format('machine %s (%s, allocation %s): %s', m.name, m.state, m.allocation_id, problem)
+           from (select m.id, 'active without an open segment' as problem from machines m
+                  where m.state = 'active' and not exists (select 1 from usage_segments s
+                        where s.allocation_id = m.allocation_id and s.end_at is null)
+                 union all
+                 select s.machine_id, format('segment %s still open', s.id) from usage_segments s
+                   join machines m on m.id = s.machine_id
+                  where s.kind = 'machine' and s.end_at is null
+                    and (m.allocation_id is distinct from s.allocation_id or m.state not in ('active', 'releasing'))
+                 union all
+                 select s.machine_id, format('segment %s [%s, %s) outside its allocation [%s, %s)', s.id,
+                        s.start_at, s.end_at, a.allocated_at, a.released_at)
+                   from usage_segments s join machine_allocations a on a.id = s.allocation_id
+                  where s.start_at < date_trunc('second', a.allocated_at)
+                     or (s.end_at is not null and a.released_at is not null and s.end_at > a.released_at + interval '1 second')
+                     or (s.end_at is not null and a.released_at is null)) bad
+           join machines m on m.id = bad.id
+         union all
+         select format('cluster %s: its control plane is still billed after its deletion started', c.id)
+           from clusters c join usage_segments s on s.cluster_id = c.id and s.kind = 'control_plane'
+          where c.deletion_requested_at is not null and s.end_at is null",
+    )
+    .await;
+    violations.extend(usage);
 
     // No job stuck: none running on an expired lease, none due long ago, none failed.
     let stuck = rows(

@@ -11,3 +11,4 @@ pub mod machine;
 pub mod machine_class;
 pub mod operation;
 pub mod tenant;
+pub mod usage;

@@ -572,6 +572,8 @@ impl ClusterReconciler {
         let mut targets = vec![id.uuid()];
         targets.extend(pools.iter().map(|p| p.id.uuid()));
         if ready {
+            // The control plane is billed from the first time the cluster is ready (SPEC section 7).
+            paddock_store::usage::open_control_plane_segment(&mut tx, tenant, id).await?;
             operation::succeed(&mut tx, id.uuid(), Some(cluster.generation), steps).await?;
             for pool in pools {
                 operation::succeed(&mut tx, pool.id.uuid(), Some(pool.generation), steps).await?;

@@ -1,0 +1,330 @@
+//! The Helm chart (`deploy/helm/paddock`) against real API servers of the harness: its rendered
+//! manifests are server-side applied with strict field validation (a schema error fails here),
+//! the plain manifest `deploy/paddock.yaml` is the chart's rendering, `helm upgrade` and a
+//! reinstall keep the generated keys (real `helm install`/`upgrade`/`uninstall` with `lookup`
+//! against the API server), and the worker's ClusterRole is enough for the platform driver and the
+//! Kamaji backend, run with a token of the chart's worker ServiceAccount, and no more.
+//!
+//! Helm is `scripts/helm` (built once from the Go module proxy, cached; `.ci/run` builds it first).
+//! The ServiceMonitor is rendered but not applied: the harness has no Prometheus Operator CRDs.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::ByteString;
+use kube::api::{DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
+use kube::discovery::Scope;
+use kube::{Api, Client};
+use paddock_domain::driver::{ControlPlaneSpec, Removal, ServiceType};
+use paddock_kube::{isolation, kamaji, KamajiBackend, KubePlatform};
+use serde_json::{json, Value};
+
+use crate::support::{self, ApiServer};
+
+/// Where the full rendering goes (release `full`); the plain manifest has `paddock-system`.
+const NAMESPACE: &str = "paddock-full";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn chart() -> String {
+    repo().join("deploy/helm/paddock").display().to_string()
+}
+
+/// Runs `scripts/helm` with `args`; its standard output, or the test fails with its error.
+fn helm(args: &[&str]) -> String {
+    let out = Command::new(repo().join("scripts/helm")).args(args).output().expect("running scripts/helm");
+    let stdout = String::from_utf8(out.stdout).expect("utf-8 output");
+    assert!(out.status.success(), "helm {args:?} failed:\n{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
+/// The documents of a multi-document YAML stream (empty ones dropped).
+fn documents(yaml: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(yaml)
+        .map(|d| serde::Deserialize::deserialize(d).expect("valid YAML"))
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+fn kind(doc: &Value) -> &str {
+    doc["kind"].as_str().expect("every document has a kind")
+}
+
+/// Server-side applies `doc` (forced, strict field validation), through discovery.
+async fn apply(client: &Client, doc: &Value) {
+    let (group, version) = match doc["apiVersion"].as_str().expect("apiVersion").split_once('/') {
+        Some((g, v)) => (g.to_owned(), v.to_owned()),
+        None => (String::new(), doc["apiVersion"].as_str().expect("apiVersion").to_owned()),
+    };
+    let gvk = GroupVersionKind::gvk(&group, &version, kind(doc));
+    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await.expect("the kind is served");
+    let name = doc["metadata"]["name"].as_str().expect("name");
+    let api: Api<DynamicObject> = match caps.scope {
+        Scope::Namespaced => {
+            let ns = doc["metadata"]["namespace"].as_str().expect("namespaced objects name their namespace");
+            Api::namespaced_with(client.clone(), ns, &resource)
+        }
+        Scope::Cluster => Api::all_with(client.clone(), &resource),
+    };
+    let params = PatchParams::apply("paddock-chart-test").force().validation_strict();
+    api.patch(name, &params, &Patch::Apply(doc)).await.unwrap_or_else(|e| panic!("applying {} {name}: {e}", kind(doc)));
+}
+
+/// The chart rendered with every optional part on (what `helm template` gives a kubectl user).
+fn render_everything() -> Vec<Value> {
+    let yaml = helm(&[
+        "template",
+        "full",
+        &chart(),
+        "--namespace",
+        NAMESPACE,
+        "--set",
+        "secrets.databaseUrl=postgres://paddock@db.example/paddock",
+        "--set",
+        "secrets.migrateDatabaseUrl=postgres://owner@db.example/paddock",
+        "--set",
+        "secrets.generateHs256Secret=true",
+        "--set",
+        "stacks.persistentVolumeClaim.claimName=paddock-stacks",
+        "--set",
+        "jwt.publicKeysSecret=paddock-jwt-keys",
+        "--set",
+        "agent.baseUrl=https://agent.paddock.example",
+        "--set",
+        "agent.ingress.enabled=true",
+        "--set",
+        "agent.service.type=LoadBalancer",
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "drivers.bmc=redfish",
+        "--set",
+        "images.wipeUrl=https://images.example/wipe.iso",
+        "--set",
+        "images.osUrl=https://images.example/os.img",
+    ]);
+    documents(&yaml)
+}
+
+#[test]
+fn the_plain_manifest_is_the_chart_rendered() {
+    let out = Command::new(repo().join("deploy/render")).arg("-").output().expect("running deploy/render");
+    assert!(out.status.success(), "deploy/render failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let committed = std::fs::read_to_string(repo().join("deploy/paddock.yaml")).expect("deploy/paddock.yaml");
+    assert!(
+        String::from_utf8(out.stdout).expect("utf-8") == committed,
+        "deploy/paddock.yaml is not what the chart renders: run deploy/render (never edit it by hand)"
+    );
+    // It takes an existing Secret only: rendering without a cluster cannot keep generated keys.
+    let docs = documents(&committed);
+    assert!(docs.iter().all(|d| kind(d) != "Secret"), "the plain manifest generates a Secret");
+}
+
+#[test]
+fn helm_lint_passes() {
+    let db = "secrets.databaseUrl=postgres://paddock@db.example/paddock";
+    helm(&["lint", "--strict", &chart(), "--set", db, "--set", "stacks.persistentVolumeClaim.claimName=stacks"]);
+    // A kubernetes driver without its stacks directory is refused, naming the setting.
+    let out = Command::new(repo().join("scripts/helm"))
+        .args(["template", "paddock", &chart(), "--set", db])
+        .output()
+        .expect("running scripts/helm");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("PADDOCK_STACKS_DIR"), "{out:?}");
+}
+
+#[tokio::test]
+async fn the_rendered_chart_applies_and_its_worker_role_suffices_for_the_platform_drivers() {
+    let docs = render_everything();
+    let Some(crds) = support::kamaji_crds() else { return };
+    let Some(server) = support::dedicated("chart-apply", &crds).await else { return };
+    let admin = server.client().await;
+    let kinds: BTreeMap<&str, usize> = docs.iter().fold(BTreeMap::new(), |mut m, d| {
+        *m.entry(kind(d)).or_default() += 1;
+        m
+    });
+    for (k, n) in [("Deployment", 2), ("PodDisruptionBudget", 2), ("Job", 1), ("Ingress", 1), ("ServiceMonitor", 1)] {
+        assert_eq!(kinds.get(k), Some(&n), "{k} in the rendering: {kinds:?}");
+    }
+
+    // The plain manifest (with its Namespace), and the full rendering beside it.
+    let plain = std::fs::read_to_string(repo().join("deploy/paddock.yaml")).expect("deploy/paddock.yaml");
+    for doc in documents(&plain) {
+        apply(&admin, &doc).await;
+    }
+    apply(&admin, &json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": NAMESPACE } })).await;
+    for doc in docs.iter().filter(|d| kind(d) != "ServiceMonitor") {
+        apply(&admin, doc).await;
+    }
+
+    let worker = client_as(&server, &admin, "full-paddock-worker").await;
+    run_platform_drivers(&admin, &worker).await;
+
+    // Nothing beyond: no pods, no ConfigMaps, no RBAC of its own.
+    let forbidden = |r: Result<(), kube::Error>, what: &str| match r {
+        Err(kube::Error::Api(status)) if status.code == 403 => {}
+        other => panic!("{what} as the worker: expected 403, got {other:?}"),
+    };
+    let pods: Api<Pod> = Api::namespaced(worker.clone(), "kube-system");
+    forbidden(pods.list(&ListParams::default()).await.map(drop), "listing pods");
+    let maps: Api<ConfigMap> = Api::namespaced(worker.clone(), NAMESPACE);
+    forbidden(maps.list(&ListParams::default()).await.map(drop), "listing ConfigMaps");
+    let secrets: Api<Secret> = Api::namespaced(worker.clone(), NAMESPACE);
+    forbidden(secrets.list(&ListParams::default()).await.map(drop), "listing Secrets");
+    let roles: Api<ClusterRole> = Api::all(worker.clone());
+    forbidden(
+        roles.delete("full-paddock-worker", &DeleteParams::default()).await.map(drop),
+        "deleting its ClusterRole",
+    );
+    // The API's account has no permission on the platform cluster at all.
+    let api = client_as(&server, &admin, "full-paddock-api").await;
+    let namespaces: Api<Namespace> = Api::all(api);
+    forbidden(namespaces.get("default").await.map(drop), "reading a namespace as the API");
+    support::delete(&server).await;
+}
+
+/// A client holding a fresh token of the chart's ServiceAccount `account`, built from a kubeconfig
+/// file as the worker would read PADDOCK_KUBECONFIG.
+async fn client_as(server: &ApiServer, admin: &Client, account: &str) -> Client {
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), NAMESPACE);
+    let request = TokenRequest {
+        spec: TokenRequestSpec { expiration_seconds: Some(3600), ..TokenRequestSpec::default() },
+        ..TokenRequest::default()
+    };
+    let token = accounts
+        .create_token_request(account, &PostParams::default(), &request)
+        .await
+        .expect("a token of the chart's ServiceAccount")
+        .status
+        .expect("token status")
+        .token;
+    let admin_config = std::fs::read_to_string(&server.kubeconfig).expect("the harness kubeconfig");
+    let ca_line = admin_config
+        .lines()
+        .find(|l| l.trim_start().starts_with("certificate-authority-data:"))
+        .expect("the harness kubeconfig embeds its CA");
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: platform\n  cluster:\n    server: {}\n    {}\n\
+         users:\n- name: {account}\n  user:\n    token: {token}\ncontexts:\n- name: platform\n  context:\n    \
+         cluster: platform\n    user: {account}\ncurrent-context: platform\n",
+        server.url,
+        ca_line.trim_start()
+    );
+    let path = std::env::temp_dir().join(format!("paddock-chart-{account}-{}.kubeconfig", std::process::id()));
+    std::fs::write(&path, kubeconfig).expect("write the kubeconfig");
+    let platform = KubePlatform::connect(Some(&path)).await.expect("connect with the token kubeconfig");
+    let client = platform.client().clone();
+    std::fs::remove_file(&path).expect("remove the kubeconfig");
+    client
+}
+
+/// What the worker does on the platform cluster, as the worker: isolation, the control plane
+/// (reading the admin kubeconfig Secret Kamaji writes, played here by the admin), then removal.
+async fn run_platform_drivers(admin: &Client, worker: &Client) {
+    let platform = KubePlatform::new(worker.clone(), isolation::IsolationSettings::default());
+    let backend = KamajiBackend::new(worker.clone());
+    let cluster = support::cluster("chart", "rbac");
+    let ns = platform.ensure_isolation(&cluster).await.expect("isolation as the worker").namespace;
+    let spec = ControlPlaneSpec {
+        cluster: cluster.clone(),
+        kubernetes_version: "v1.35.0".to_owned(),
+        replicas: 2,
+        service_type: ServiceType::LoadBalancer,
+        datastore: None,
+    };
+    let status = backend.ensure_control_plane(&spec).await.expect("the control plane as the worker");
+    assert!(!status.ready, "nothing plays Kamaji yet");
+
+    // Kamaji names and writes the admin kubeconfig; the worker reads it.
+    let name = kamaji::tenant_control_plane_name(cluster.cluster_id);
+    let tcps: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns, &kamaji::api_resource());
+    let secret_name = format!("{name}-admin-kubeconfig");
+    let status = json!({ "status": { "kubeconfig": { "admin": { "secretName": secret_name, "checksum": "c" } } } });
+    tcps.patch_status(&name, &PatchParams::default(), &Patch::Merge(status)).await.expect("status");
+    let secret = Secret {
+        metadata: ObjectMeta { name: Some(secret_name), ..ObjectMeta::default() },
+        data: Some([(kamaji::ADMIN_KUBECONFIG_KEY.to_owned(), ByteString(b"apiVersion: v1\n".to_vec()))].into()),
+        ..Secret::default()
+    };
+    Api::<Secret>::namespaced(admin.clone(), &ns).create(&PostParams::default(), &secret).await.expect("secret");
+    backend.ensure_control_plane(&spec).await.expect("the control plane with its Secret, as the worker");
+
+    // No Kamaji finalizer here: the object goes at once.
+    assert_eq!(backend.delete_control_plane(&cluster).await.expect("delete the control plane"), Removal::Gone);
+    assert_eq!(platform.remove_isolation(&cluster).await.expect("remove isolation"), Removal::Deleting);
+}
+
+/// `helm` against the API server, with its kubeconfig. No hooks: nothing runs the migration Job
+/// here (no kubelet), and helm would wait for it.
+fn helm_on(server: &ApiServer, args: &[&str]) -> String {
+    let kubeconfig = server.kubeconfig.display().to_string();
+    let mut all = args.to_vec();
+    all.extend(["--kubeconfig", kubeconfig.as_str()]);
+    helm(&all)
+}
+
+async fn keys(admin: &Client, namespace: &str, name: &str) -> BTreeMap<String, ByteString> {
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), namespace);
+    secrets.get(name).await.expect("the keys Secret").data.expect("data")
+}
+
+#[tokio::test]
+async fn helm_upgrade_and_a_reinstall_keep_the_generated_keys() {
+    let Some(server) = support::shared().await else { return };
+    let admin = server.client().await;
+    let ns = format!("chart-keep-{}", std::process::id());
+    let release = format!("keep{}", std::process::id());
+    let chart = chart();
+    let common = [
+        "--namespace",
+        ns.as_str(),
+        "--no-hooks",
+        "--set",
+        "secrets.databaseUrl=postgres://paddock@db.example/paddock",
+        "--set",
+        "secrets.generateHs256Secret=true",
+        "--set",
+        "stacks.persistentVolumeClaim.claimName=stacks",
+    ];
+    let install = |extra: &[&str]| {
+        let mut args = vec!["install", release.as_str(), chart.as_str(), "--create-namespace"];
+        args.extend(common);
+        args.extend(extra);
+        helm_on(&server, &args)
+    };
+    install(&[]);
+    let secret = format!("{release}-paddock-keys");
+    let first = keys(&admin, &ns, &secret).await;
+    assert_eq!(first["PADDOCK_ENCRYPTION_KEY"].0.len(), 44, "base64 of 32 bytes");
+    assert!(first["PADDOCK_LEDGER_KEY"].0.len() >= 32);
+    assert!(first["PADDOCK_USAGE_SIGNING_KEY"].0.starts_with(b"-----BEGIN PRIVATE KEY-----"), "a PKCS#8 PEM");
+    assert!(first.contains_key("PADDOCK_JWT_HS256_SECRET"));
+
+    // An upgrade that changes something else: the keys stay, the change lands.
+    let mut upgrade = vec!["upgrade", release.as_str(), chart.as_str()];
+    upgrade.extend(common);
+    upgrade.extend(["--set", "api.replicas=3"]);
+    helm_on(&server, &upgrade);
+    assert_eq!(keys(&admin, &ns, &secret).await, first, "helm upgrade regenerated the keys");
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(admin.clone(), &ns);
+    let api = deployments.get(&format!("{release}-paddock-api")).await.expect("the API Deployment");
+    assert_eq!(api.spec.and_then(|s| s.replicas), Some(3));
+
+    // Uninstalling keeps the Secret; installing again adopts it and keeps its keys.
+    helm_on(&server, &["uninstall", release.as_str(), "--namespace", ns.as_str(), "--no-hooks"]);
+    assert_eq!(keys(&admin, &ns, &secret).await, first, "helm uninstall removed the keys Secret");
+    assert!(deployments.get_opt(&format!("{release}-paddock-api")).await.expect("get").is_none());
+    install(&[]);
+    assert_eq!(keys(&admin, &ns, &secret).await, first, "a reinstall regenerated the keys");
+
+    helm_on(&server, &["uninstall", release.as_str(), "--namespace", ns.as_str(), "--no-hooks"]);
+    let namespaces: Api<Namespace> = Api::all(admin);
+    namespaces.delete(&ns, &DeleteParams::default()).await.expect("delete the namespace");
+}

@@ -1,0 +1,424 @@
+//! Usage segments (SPEC section 7): written in the transaction of the state change that causes
+//! them, read back clipped to a range at a watermark.
+//!
+//! Writes. A machine segment opens (end null) when the machine becomes `active` (keyed by its
+//! allocation: a replay writes nothing) and closes with one guarded `update ... where end_at is
+//! null` when it leaves the tenant's control; a control-plane segment opens when its cluster is
+//! first `ready` and closes when its deletion starts. Bounds are `clock_timestamp()` truncated to
+//! whole seconds. The schema forbids overlaps and every change of a closed segment.
+//!
+//! Snapshots. Every writer takes a shared advisory lock ([`USAGE_WRITE_LOCK`]) before it reads the
+//! clock and holds it until it commits; [`watermark`] takes the lock exclusively (without
+//! waiting, so it never queues in front of a writer) and reads the clock inside it. So once a
+//! watermark `w` is returned, every bound below `w` is committed and visible, and every later
+//! writer's bounds are at or above it: reads clipped at `w` never change.
+
+use chrono::{DateTime, Utc};
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use paddock_types::machine::MachineState;
+use paddock_types::usage::{UsageAggregateItem, UsageKind, UsageRecord, UsageTotals};
+use paddock_types::{ClusterId, MachineId, NodePoolId, TenantId};
+use sqlx::Row;
+use uuid::Uuid;
+
+use crate::{Conn, Store, StoreError};
+
+/// The advisory lock key of usage writes ("paddusag").
+pub const USAGE_WRITE_LOCK: i64 = 0x7061_6464_7573_6167;
+
+/// Whole seconds of the transaction's clock, UTC.
+const NOW: &str = "date_trunc('second', clock_timestamp(), 'UTC')";
+
+/// Joins the usage writers (shared): a watermark waits for this transaction's commit.
+async fn join_writers(conn: &mut Conn) -> Result<(), StoreError> {
+    sqlx::query("select pg_advisory_xact_lock_shared($1)").bind(USAGE_WRITE_LOCK).execute(conn).await?;
+    Ok(())
+}
+
+/// The usage side of a machine's state change, in its transaction: becoming `active` opens its
+/// segment; leaving `active`/`releasing` for anything else (the power-off that ends a release,
+/// maintenance) closes it.
+pub async fn on_transition(
+    conn: &mut Conn,
+    machine: MachineId,
+    from: Option<MachineState>,
+    to: MachineState,
+) -> Result<(), StoreError> {
+    use MachineState as S;
+    if to == S::Active {
+        open_machine_segment(conn, machine).await?;
+    } else if matches!(from, Some(S::Active | S::Releasing)) && to != S::Releasing {
+        close_machine_segment(conn, machine, &format!("machine moved to {}", to.as_str())).await?;
+    }
+    Ok(())
+}
+
+/// Opens the machine's segment for its current allocation (once: keyed by the allocation), with
+/// its holder, class and GPUs as they are now. True when it opened one.
+pub async fn open_machine_segment(conn: &mut Conn, machine: MachineId) -> Result<bool, StoreError> {
+    join_writers(conn).await?;
+    let done = sqlx::query(&format!(
+        "insert into usage_segments (id, kind, tenant_id, cluster_id, node_pool_id, machine_id, allocation_id, \
+           machine_class, gpu_model, gpu_count, start_at) \
+         select $2, 'machine', m.tenant_id, m.cluster_id, m.node_pool_id, m.id, m.allocation_id, mc.name, \
+           mc.gpu_model, mc.gpu_count, {NOW} \
+         from machines m join machine_classes mc on mc.id = m.machine_class_id \
+         where m.id = $1 and m.allocation_id is not null \
+         on conflict (allocation_id) do nothing"
+    ))
+    .bind(machine.uuid())
+    .bind(Uuid::now_v7())
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Closes the machine's open segment now, with `reason` (the release's power-off, a forced
+/// release). Guarded on `end_at is null`: a repeat closes nothing. True when it closed one.
+pub async fn close_machine_segment(conn: &mut Conn, machine: MachineId, reason: &str) -> Result<bool, StoreError> {
+    join_writers(conn).await?;
+    let done = sqlx::query(&format!(
+        "update usage_segments set end_at = greatest(start_at, {NOW}), close_reason = $2 \
+         where machine_id = $1 and kind = 'machine' and end_at is null"
+    ))
+    .bind(machine.uuid())
+    .bind(reason)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Opens the cluster's control-plane segment when it is first `ready` (never again after; never
+/// once its deletion started).
+pub async fn open_control_plane_segment(
+    conn: &mut Conn,
+    tenant: TenantId,
+    cluster: ClusterId,
+) -> Result<bool, StoreError> {
+    join_writers(conn).await?;
+    let done = sqlx::query(&format!(
+        "insert into usage_segments (id, kind, tenant_id, cluster_id, start_at) \
+         select $3, 'control_plane', c.tenant_id, c.id, {NOW} from clusters c \
+         where c.tenant_id = $1 and c.id = $2 and c.deletion_requested_at is null \
+         on conflict (cluster_id) where kind = 'control_plane' do nothing"
+    ))
+    .bind(tenant.uuid())
+    .bind(cluster.uuid())
+    .bind(Uuid::now_v7())
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Closes the cluster's control-plane segment: its deletion started. Guarded like a machine's.
+pub async fn close_control_plane_segment(
+    conn: &mut Conn,
+    tenant: TenantId,
+    cluster: ClusterId,
+) -> Result<bool, StoreError> {
+    join_writers(conn).await?;
+    let done = sqlx::query(&format!(
+        "update usage_segments set end_at = greatest(start_at, {NOW}), close_reason = 'cluster deletion started' \
+         where tenant_id = $1 and cluster_id = $2 and kind = 'control_plane' and end_at is null"
+    ))
+    .bind(tenant.uuid())
+    .bind(cluster.uuid())
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// How often [`watermark`] tries for the lock before it gives up (at 5 ms apart: 10 s).
+const WATERMARK_TRIES: u32 = 2000;
+
+/// The current watermark: whole seconds below which no usage writer is still open (see the
+/// module doc). Never waits in the lock queue, so it never delays a writer.
+pub async fn watermark(store: &Store) -> Result<DateTime<Utc>, StoreError> {
+    for _ in 0..WATERMARK_TRIES {
+        let mut tx = store.begin().await?;
+        let at: Option<DateTime<Utc>> =
+            sqlx::query_scalar(&format!("select case when pg_try_advisory_xact_lock($1) then {NOW} end"))
+                .bind(USAGE_WRITE_LOCK)
+                .fetch_one(&mut *tx)
+                .await?;
+        tx.commit().await?;
+        if let Some(at) = at {
+            return Ok(at);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    // Writers held the lock for 10 s without a gap: answer "busy, retry" (503), not a 500.
+    Err(StoreError::Unavailable(sqlx::Error::PoolTimedOut))
+}
+
+/// What a usage read selects: the range, the watermark, and filters (all `None`: everything).
+#[derive(Debug, Clone, Default)]
+pub struct Query {
+    /// Inclusive start.
+    pub from: DateTime<Utc>,
+    /// Exclusive end.
+    pub to: DateTime<Utc>,
+    /// The snapshot: open segments (and anything written later) are cut here.
+    pub as_of: DateTime<Utc>,
+    /// Only this tenant's usage.
+    pub tenant: Option<TenantId>,
+    /// Only this cluster's.
+    pub cluster: Option<ClusterId>,
+    /// Only this node pool's.
+    pub node_pool: Option<NodePoolId>,
+    /// Only this machine class's (by name).
+    pub machine_class: Option<String>,
+    /// Only records of this kind.
+    pub kind: Option<UsageKind>,
+}
+
+/// The records of a query, clipped to `[from, min(to, as_of))`, as a CTE `r` with parameters
+/// $1..$8. Segments contribute their clipped seconds; adjustments count whole, at the second
+/// they were recorded.
+const RECORDS: &str = "with s as ( \
+     select id, kind, tenant_id, cluster_id, node_pool_id, machine_id, machine_class, gpu_count, \
+       greatest(start_at, $1) as st, least(case when end_at <= $3 then end_at else $3 end, $2) as en \
+     from usage_segments \
+     where start_at < least($2, $3) and (end_at is null or end_at > $1) \
+       and ($4::uuid is null or tenant_id = $4) and ($5::uuid is null or cluster_id = $5) \
+       and ($6::uuid is null or node_pool_id = $6) and ($7::text is null or machine_class = $7) \
+       and ($8::text is null or kind = $8)), \
+   r as ( \
+     select id, kind, tenant_id, cluster_id, node_pool_id, machine_id, machine_class, gpu_count, \
+       st as start_at, en as end_at, \
+       case when kind = 'machine' then extract(epoch from en - st)::bigint else 0 end as node_seconds, \
+       case when kind = 'machine' then extract(epoch from en - st)::bigint * gpu_count else 0 end as gpu_seconds, \
+       case when kind = 'control_plane' then extract(epoch from en - st)::bigint else 0 end as control_plane_seconds \
+     from s where en > st \
+     union all \
+     select id, 'adjustment', tenant_id, cluster_id, null, null, machine_class, 0, recorded_at, recorded_at, \
+       node_seconds, gpu_seconds, control_plane_seconds \
+     from usage_adjustments \
+     where recorded_at >= $1 and recorded_at < least($2, $3) \
+       and ($4::uuid is null or tenant_id = $4) and ($5::uuid is null or cluster_id = $5) \
+       and $6::uuid is null and ($7::text is null or machine_class = $7) \
+       and ($8::text is null or $8 = 'adjustment'))";
+
+fn bind_query<'q>(sql: &'q str, q: &'q Query) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(sql)
+        .bind(q.from)
+        .bind(q.to)
+        .bind(q.as_of)
+        .bind(q.tenant.map(TenantId::uuid))
+        .bind(q.cluster.map(ClusterId::uuid))
+        .bind(q.node_pool.map(NodePoolId::uuid))
+        .bind(q.machine_class.as_deref())
+        .bind(q.kind.map(UsageKind::as_str))
+}
+
+const RECORD_COLUMNS: &str = "id, kind, tenant_id, cluster_id, node_pool_id, machine_id, machine_class, gpu_count, \
+    start_at, end_at, node_seconds, gpu_seconds, control_plane_seconds";
+
+fn record_from(row: &sqlx::postgres::PgRow) -> Result<UsageRecord, StoreError> {
+    let kind: String = row.try_get("kind")?;
+    Ok(UsageRecord {
+        id: row.try_get("id")?,
+        kind: crate::parse_state(&kind, UsageKind::parse)?,
+        tenant_id: TenantId(row.try_get("tenant_id")?),
+        cluster_id: row.try_get::<Option<Uuid>, _>("cluster_id")?.map(ClusterId),
+        node_pool_id: row.try_get::<Option<Uuid>, _>("node_pool_id")?.map(NodePoolId),
+        machine_id: row.try_get::<Option<Uuid>, _>("machine_id")?.map(MachineId),
+        machine_class: row.try_get("machine_class")?,
+        gpu_count: row.try_get("gpu_count")?,
+        start: row.try_get("start_at")?,
+        end: row.try_get("end_at")?,
+        node_seconds: row.try_get("node_seconds")?,
+        gpu_seconds: row.try_get("gpu_seconds")?,
+        control_plane_seconds: row.try_get("control_plane_seconds")?,
+    })
+}
+
+/// One page of records ordered by (start, id), after the keyset position `after`.
+pub async fn records(
+    conn: &mut Conn,
+    q: &Query,
+    after: Option<(DateTime<Utc>, Uuid)>,
+    limit: u32,
+) -> Result<Vec<UsageRecord>, StoreError> {
+    let sql = format!(
+        "{RECORDS} select {RECORD_COLUMNS} from r \
+         where $9::timestamptz is null or (start_at, id) > ($9, $10) order by start_at, id limit $11"
+    );
+    let rows = bind_query(&sql, q)
+        .bind(after.map(|a| a.0))
+        .bind(after.map(|a| a.1))
+        .bind(i64::from(limit))
+        .fetch_all(conn)
+        .await?;
+    rows.iter().map(record_from).collect()
+}
+
+/// Every record ordered by (start, id), streamed from the database (memory stays flat).
+pub fn export<'c>(conn: &'c mut Conn, q: &'c Query, sql: &'c str) -> BoxStream<'c, Result<UsageRecord, StoreError>> {
+    bind_query(sql, q).fetch(conn).map(|row| record_from(&row?)).boxed()
+}
+
+/// The SQL [`export`] runs (kept by the caller for the stream's lifetime).
+pub fn export_sql() -> String {
+    format!("{RECORDS} select {RECORD_COLUMNS} from r order by start_at, id")
+}
+
+/// The window unit of an aggregate, as `date_trunc` names it (`None`: one window, the range).
+pub type WindowUnit = Option<&'static str>;
+
+/// Sums of the query's records per UTC window and group. The caller's transaction must run in
+/// UTC (`set local time zone 'UTC'`, see [`utc`]), so day and month steps are UTC-aligned.
+pub async fn aggregate(
+    conn: &mut Conn,
+    q: &Query,
+    unit: WindowUnit,
+    group: [bool; 4],
+) -> Result<Vec<UsageAggregateItem>, StoreError> {
+    // One row per record and window it meets; a record of no length (an adjustment) meets one.
+    let sql = format!(
+        "{RECORDS}, w as ( \
+           select r.*, g as ws, case when $9::text is null then $2 else g + ('1 ' || $9)::interval end as we \
+           from r cross join lateral generate_series( \
+             case when $9::text is null then $1 else date_trunc($9, r.start_at) end, \
+             greatest(r.start_at, r.end_at - interval '1 second'), \
+             case when $9::text is null then $2 - $1 + interval '1 second' else ('1 ' || $9)::interval end) g), \
+         p as ( \
+           select ws, we, case when $10 then tenant_id end as g_tenant, case when $11 then cluster_id end as g_cluster, \
+             case when $12 then node_pool_id end as g_pool, case when $13 then machine_class end as g_class, kind, \
+             node_seconds, gpu_seconds, control_plane_seconds, gpu_count, \
+             extract(epoch from least(end_at, we) - greatest(start_at, ws))::bigint as part \
+           from w) \
+         select greatest(ws, $1) as window_start, least(we, $2) as window_end, g_tenant, g_cluster, g_pool, g_class, \
+           sum(case kind when 'adjustment' then node_seconds when 'machine' then part else 0 end)::bigint as node_seconds, \
+           sum(case kind when 'adjustment' then gpu_seconds when 'machine' then part * gpu_count else 0 end)::bigint as gpu_seconds, \
+           sum(case kind when 'adjustment' then control_plane_seconds when 'control_plane' then part else 0 end)::bigint \
+             as control_plane_seconds \
+         from p group by 1, 2, 3, 4, 5, 6 order by 1, 3, 4, 5, 6"
+    );
+    let rows = bind_query(&sql, q)
+        .bind(unit)
+        .bind(group[0])
+        .bind(group[1])
+        .bind(group[2])
+        .bind(group[3])
+        .fetch_all(conn)
+        .await?;
+    rows.iter().map(aggregate_item_from).collect()
+}
+
+fn aggregate_item_from(row: &sqlx::postgres::PgRow) -> Result<UsageAggregateItem, StoreError> {
+    let (node_seconds, gpu_seconds): (i64, i64) = (row.try_get("node_seconds")?, row.try_get("gpu_seconds")?);
+    Ok(UsageAggregateItem {
+        window_start: row.try_get("window_start")?,
+        window_end: row.try_get("window_end")?,
+        tenant_id: row.try_get::<Option<Uuid>, _>("g_tenant")?.map(TenantId),
+        cluster_id: row.try_get::<Option<Uuid>, _>("g_cluster")?.map(ClusterId),
+        node_pool_id: row.try_get::<Option<Uuid>, _>("g_pool")?.map(NodePoolId),
+        machine_class: row.try_get("g_class")?,
+        totals: UsageTotals {
+            node_seconds,
+            gpu_seconds,
+            control_plane_seconds: row.try_get("control_plane_seconds")?,
+            node_hours: paddock_domain::usage::hours(node_seconds),
+            gpu_hours: paddock_domain::usage::hours(gpu_seconds),
+        },
+    })
+}
+
+/// Makes the caller's transaction compute in UTC (windows, month steps).
+pub async fn utc(conn: &mut Conn) -> Result<(), StoreError> {
+    sqlx::query("set local time zone 'UTC'").execute(conn).await?;
+    Ok(())
+}
+
+/// A correction to record.
+#[derive(Debug, Clone)]
+pub struct NewAdjustment<'a> {
+    /// The tenant corrected.
+    pub tenant: TenantId,
+    /// The cluster, if any.
+    pub cluster: Option<ClusterId>,
+    /// The class's name.
+    pub machine_class: &'a str,
+    /// Signed seconds: node, GPU, control plane.
+    pub seconds: [i64; 3],
+    /// The period corrected, if any.
+    pub corrects_period: Option<&'a str>,
+    /// Why.
+    pub reason: &'a str,
+    /// Who.
+    pub actor: &'a str,
+}
+
+/// Records an adjustment now (in the open period), as a usage writer; returns its id and time.
+pub async fn adjustment_insert(conn: &mut Conn, new: &NewAdjustment<'_>) -> Result<(Uuid, DateTime<Utc>), StoreError> {
+    join_writers(conn).await?;
+    let id = Uuid::now_v7();
+    let at: DateTime<Utc> = sqlx::query_scalar(&format!(
+        "insert into usage_adjustments (id, tenant_id, cluster_id, machine_class, node_seconds, gpu_seconds, \
+           control_plane_seconds, corrects_period, reason, actor, recorded_at) \
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, {NOW}) returning recorded_at"
+    ))
+    .bind(id)
+    .bind(new.tenant.uuid())
+    .bind(new.cluster.map(ClusterId::uuid))
+    .bind(new.machine_class)
+    .bind(new.seconds[0])
+    .bind(new.seconds[1])
+    .bind(new.seconds[2])
+    .bind(new.corrects_period)
+    .bind(new.reason)
+    .bind(new.actor)
+    .fetch_one(conn)
+    .await?;
+    Ok((id, at))
+}
+
+/// A closed period as stored.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ClosedPeriod {
+    /// `YYYY-MM`.
+    pub period: String,
+    /// The closing watermark.
+    pub as_of: DateTime<Utc>,
+    /// The manifest's JSON text.
+    pub manifest: String,
+    /// Its signature.
+    pub signature: String,
+    /// The key that signed it.
+    pub key_id: String,
+}
+
+/// A closed period, if it is.
+pub async fn period_get(conn: &mut Conn, period: &str) -> Result<Option<ClosedPeriod>, StoreError> {
+    Ok(sqlx::query_as("select period, as_of, manifest, signature, key_id from usage_periods where period = $1")
+        .bind(period)
+        .fetch_optional(conn)
+        .await?)
+}
+
+/// Stores a closed period once (a concurrent close that lost keeps the winner's); returns the
+/// stored one.
+pub async fn period_insert(conn: &mut Conn, closed: &ClosedPeriod, actor: &str) -> Result<ClosedPeriod, StoreError> {
+    sqlx::query(
+        "insert into usage_periods (period, as_of, manifest, signature, key_id, closed_by) \
+         values ($1, $2, $3, $4, $5, $6) on conflict (period) do nothing",
+    )
+    .bind(&closed.period)
+    .bind(closed.as_of)
+    .bind(&closed.manifest)
+    .bind(&closed.signature)
+    .bind(&closed.key_id)
+    .bind(actor)
+    .execute(&mut *conn)
+    .await?;
+    period_get(conn, &closed.period).await?.ok_or_else(|| StoreError::Corrupt("a stored period vanished".to_owned()))
+}
+
+/// The distinct machine classes (by name) that have records in the query.
+pub async fn classes_in(conn: &mut Conn, q: &Query) -> Result<Vec<String>, StoreError> {
+    let sql = format!("{RECORDS} select distinct machine_class from r where machine_class is not null order by 1");
+    let rows = bind_query(&sql, q).fetch_all(conn).await?;
+    rows.iter().map(|r| Ok(r.try_get::<String, _>(0)?)).collect()
+}
