@@ -192,6 +192,38 @@ pub trait BmcDriver: Send + Sync {
             }
         })
     }
+
+    /// Out-of-band erase (SPEC section 5, in addition to the in-band wipe, never instead of it):
+    /// checks the system UUID, then asks the BMC to erase every drive it advertises an erase
+    /// action for (Redfish `Drive.SecureErase`), one result per such drive; a drive whose erase
+    /// failed is a result, not an error. The default: the BMC advertises none.
+    fn erase_drives<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Vec<DriveErase>, BmcError>> {
+        let _ = access;
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
+/// What a BMC's out-of-band erase of one drive came to (a clean's evidence records it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriveErase {
+    /// The drive's id at the BMC (the inventory's `drives[].id`).
+    pub drive_id: String,
+    /// The BMC's action, e.g. `Drive.SecureErase`.
+    pub action: String,
+    /// `success` or `failure`.
+    pub result: EraseResult,
+    /// Why it failed.
+    pub detail: Option<String>,
+}
+
+/// The outcome of one out-of-band erase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EraseResult {
+    /// The BMC accepted the erase and, where it gave a task, the task completed.
+    Success,
+    /// The BMC refused the erase or its task failed.
+    Failure,
 }
 
 /// The `last_error.code` and maintenance reason of a BMC that can insert only one medium.

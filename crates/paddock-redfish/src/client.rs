@@ -12,7 +12,7 @@
 
 use std::time::Instant;
 
-use paddock_domain::bmc::AfterBoot;
+use paddock_domain::bmc::{AfterBoot, DriveErase, EraseResult};
 use paddock_domain::secret::SecretString;
 use reqwest::Method;
 use serde_json::json;
@@ -445,6 +445,34 @@ impl RedfishClient {
         Ok(())
     }
 
+    /// Out-of-band erase: calls `#Drive.SecureErase` on every drive that advertises it, one
+    /// after the other (a task monitor is followed to its end), and returns each drive's result;
+    /// a refused or failed erase is that drive's result, not an error. Drives without the action
+    /// are left to the in-band wipe. Checks the UUID first.
+    #[instrument(skip_all, fields(bmc.host = %self.host_key(), system.uuid = %expected))]
+    pub async fn secure_erase_drives(&self, expected: &SystemUuid) -> Result<Vec<DriveErase>, RedfishError> {
+        let _slot = self.operation().await;
+        let system = self.guarded_system(expected).await?;
+        let drives = self.drives(&system.res).await?.unwrap_or_default();
+        let mut erased = Vec::new();
+        for drive in drives {
+            let Some(target) = drive.secure_erase.as_deref() else { continue };
+            let outcome = self.transport.change(Method::POST, target, &json!({}), None, "Drive.SecureErase").await;
+            let (result, detail) = match outcome {
+                Ok(()) => {
+                    info!(drive.id = %drive.id, "the BMC erased drive {}", drive.id);
+                    (EraseResult::Success, None)
+                }
+                Err(e) => {
+                    warn!(drive.id = %drive.id, error = %e, "the BMC's erase of drive {} failed", drive.id);
+                    (EraseResult::Failure, Some(e.to_string()))
+                }
+            };
+            erased.push(DriveErase { drive_id: drive.id, action: "Drive.SecureErase".to_owned(), result, detail });
+        }
+        Ok(erased)
+    }
+
     /// Polls a task monitor (e.g. one named by a `TaskTimeout` error) until the task ends.
     #[instrument(skip_all, fields(bmc.host = %self.host_key(), task.uri = task_uri))]
     pub async fn wait_task(&self, task_uri: &str) -> Result<(), RedfishError> {
@@ -826,6 +854,7 @@ impl RedfishClient {
                     media_type: drive.media_type,
                     protocol: drive.protocol,
                     serial_number: drive.serial_number,
+                    secure_erase: drive.actions.and_then(|a| a.secure_erase).and_then(|a| a.target),
                 });
             }
         }

@@ -5,8 +5,8 @@
 //! call in flight per machine, a bound per BMC host) hold across all the worker's jobs.
 
 use paddock_domain::bmc::{
-    AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, BoxFuture, Inventory, InventoryDrive,
-    NO_SECOND_VIRTUAL_MEDIA, SYSTEM_UUID_MISMATCH,
+    AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, BoxFuture, DriveErase, Inventory,
+    InventoryDrive, NO_SECOND_VIRTUAL_MEDIA, SYSTEM_UUID_MISMATCH,
 };
 
 use crate::{
@@ -185,6 +185,13 @@ impl BmcDriver for RedfishBmc {
         Box::pin(async move {
             let (client, expected) = self.guarded(access).await?;
             client.power(&expected, PowerState::On).await.map(drop).map_err(map_error)
+        })
+    }
+
+    fn erase_drives<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Vec<DriveErase>, BmcError>> {
+        Box::pin(async move {
+            let (client, expected) = self.guarded(access).await?;
+            client.secure_erase_drives(&expected).await.map_err(map_error)
         })
     }
 

@@ -204,6 +204,8 @@ pub struct DriveInventory {
     pub protocol: Option<String>,
     /// `SerialNumber`.
     pub serial_number: Option<String>,
+    /// The target of `#Drive.SecureErase`, when the drive advertises it (out-of-band erase).
+    pub secure_erase: Option<String>,
 }
 
 /// A virtual media device (`Cd`, `Floppy`, `USB1`, ...).
@@ -484,6 +486,14 @@ pub(crate) struct DriveRes {
     pub protocol: Option<String>,
     #[serde(default, deserialize_with = "lenient")]
     pub serial_number: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub actions: Option<DriveActionsRes>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct DriveActionsRes {
+    #[serde(default, rename = "#Drive.SecureErase", deserialize_with = "lenient")]
+    pub secure_erase: Option<ActionRes>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -31,7 +31,7 @@ mod kube;
 use std::sync::Arc;
 use std::time::Duration;
 
-use paddock_domain::bmc::BmcDriver;
+use paddock_domain::bmc::{BmcDriver, InventoryDrive};
 use paddock_domain::driver::KubeDrivers;
 use paddock_store::Store;
 use paddock_types::ClusterId;
@@ -406,6 +406,22 @@ impl SimWorld {
         .bind(memory_gib.map(i64::from))
         .execute(&mut *conn)
         .await?;
+        Ok(())
+    }
+
+    /// Sets the drives inspection reports for the machine (instead of its two default drives);
+    /// creates the machine's record if it was never contacted. For tests whose machine is real
+    /// block devices behind a simulated BMC.
+    pub async fn set_machine_drives(&self, name: &str, drives: &[InventoryDrive]) -> Result<(), SimError> {
+        let url = format!("{SIM_SCHEME}{name}");
+        machine_name(&url).ok_or_else(|| SimError::NotSimulated(name.to_owned()))?;
+        let mut conn = self.inner.store.conn().await?;
+        bmc::ensure_machine(&mut conn, &url).await?;
+        sqlx::query("update paddock_sim.machines set drives = $2, updated_at = now() where bmc_url = $1")
+            .bind(&url)
+            .bind(sqlx::types::Json(drives))
+            .execute(&mut *conn)
+            .await?;
         Ok(())
     }
 

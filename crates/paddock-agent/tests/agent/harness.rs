@@ -39,6 +39,12 @@ impl Loop {
         Loop { dev, file }
     }
 
+    /// The size of the device (of its backing file), in bytes.
+    pub fn size(&self) -> usize {
+        let len = fs::metadata(&self.file).expect("the backing file").len();
+        usize::try_from(len).expect("a test-sized file")
+    }
+
     /// The device's whole contents, read through the device.
     pub fn contents(&self) -> Vec<u8> {
         fs::read(&self.dev).expect("reading the loop device")

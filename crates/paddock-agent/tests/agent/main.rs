@@ -1,6 +1,8 @@
 //! The agent against real block devices: loop devices over files with random contents, wiped by
-//! the real binary (as root, as CI runs; `losetup` must work).
+//! the real binary (as root, as CI runs; `losetup` must work); `run` also against a local paddock
+//! (`scripts/test`'s PostgreSQL).
 
 mod harness;
+mod run;
 mod seed;
 mod wipe;

@@ -360,3 +360,70 @@ async fn media_boot_over_tls_polls_the_delayed_power_changes() {
     })
     .await;
 }
+
+/// Adds `#Drive.SecureErase` to the drive's resource (a JSON rewrite of its GET), its target
+/// under the drive's own `@odata.id`.
+fn advertise_secure_erase(proxy: &FaultProxy, node: &Node, drive: &str) {
+    proxy.rule(Rule::exact(
+        Some(Method::GET),
+        &format!("{}/Storage/1/Drives/{drive}", node.path),
+        Fault::Rewrite(Arc::new(|v: &mut Value| {
+            let target = format!("{}/Actions/Drive.SecureErase", v["@odata.id"].as_str().unwrap_or_default());
+            v["Actions"]["#Drive.SecureErase"] = serde_json::json!({ "target": target });
+        })),
+    ));
+}
+
+/// Out-of-band erase (SPEC section 5). sushy-tools has no `Drive.SecureErase`, so the action is
+/// the TEST PROXY's: it adds the action to drives `nvme0` and `nvme1` of the real emulator's
+/// system (rewriting their GETs), answers the POST to `nvme0`'s itself with 204 (a BMC that
+/// accepted the erase) and refuses `nvme1`'s with 400, and records both POSTs. Everything else,
+/// the UUID guard's reads and the storage walk included, is the emulator's. Without the action
+/// nothing is posted. Changes nothing in the emulator (node-011).
+#[tokio::test]
+async fn secure_erase_is_called_on_every_drive_that_advertises_it_and_each_result_is_returned() {
+    use paddock_domain::bmc::{DriveErase, EraseResult};
+    let emu = require!(emulators());
+    let node = emu.raw().node("node-011").await;
+    let plain = FaultProxy::start(&emu.url).await; // transparent: counts requests only
+    let none = driver().erase_drives(&access(emu, &plain.url, &node)).await.expect("erase");
+    assert_eq!(none, [], "the emulator advertises no erase");
+    assert_eq!(plain.changes().len(), 0, "nothing was posted: {:?}", plain.changes());
+
+    let proxy = FaultProxy::start(&emu.url).await;
+    advertise_secure_erase(&proxy, &node, "nvme0");
+    advertise_secure_erase(&proxy, &node, "nvme1");
+    proxy.rule(Rule::containing(Some(Method::POST), "/Drives/nvme0/Actions/Drive.SecureErase", Fault::Drop));
+    proxy.rule(Rule::containing(
+        Some(Method::POST),
+        "/Drives/nvme1/Actions/Drive.SecureErase",
+        Fault::Status { status: 400, retry_after: None },
+    ));
+    let erased = driver().erase_drives(&access(emu, &proxy.url, &node)).await.expect("erase");
+    let ok = DriveErase {
+        drive_id: "nvme0".into(),
+        action: "Drive.SecureErase".into(),
+        result: EraseResult::Success,
+        detail: None,
+    };
+    assert_eq!(erased.len(), 2, "{erased:?}");
+    assert_eq!(erased[0], ok);
+    assert_eq!((erased[1].drive_id.as_str(), erased[1].result), ("nvme1", EraseResult::Failure), "{erased:?}");
+    assert!(erased[1].detail.as_deref().is_some_and(|d| d.contains("400")), "the failure says why: {erased:?}");
+    let posts: Vec<String> = proxy.changes().into_iter().map(|s| s.path).collect();
+    assert_eq!(
+        posts,
+        [
+            format!("{}/Storage/1/Drives/nvme0/Actions/Drive.SecureErase", node.path),
+            format!("{}/Storage/1/Drives/nvme1/Actions/Drive.SecureErase", node.path),
+        ],
+        "one erase per drive, nothing else changed"
+    );
+
+    // A system that is not the one on record is refused before any erase.
+    let mut other = access(emu, &proxy.url, &node);
+    other.system_uuid = Some("00000000-0000-0000-0000-000000000000".into());
+    let e = driver().erase_drives(&other).await.expect_err("another system");
+    assert_eq!(e.code, SYSTEM_UUID_MISMATCH, "{e:?}");
+    assert_eq!(proxy.changes().len(), 2, "no erase on another system");
+}

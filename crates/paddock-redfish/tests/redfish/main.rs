@@ -17,13 +17,13 @@
 //! | node-006 | media::virtual_media_through_the_manager|
 //! | node-007 | media::missing_image_is_rejected        |
 //! | node-008 | faults: lost resets, capability gaps    |
-//! | node-009 | faults::failed_task_is_an_error         |
+//! | node-009 | faults::failed_task_is_an_error (and paddock-worker's out-of-band erase test, in its own test binary; ends Off) |
 //! | node-012 | media::unknown_device_*                 |
 //! | node-010, node-011, node-013..015 | read-only tests, and one `driver` test each |
 //!
 //! The `driver` tests (`RedfishBmc`) change the systems the read-only tests only read: node-013
 //! (media boot round trip), node-014 (lost resets), node-015 (task monitor), node-010 (seed
-//! secrecy), node-011 (single device, changes nothing); node-003 (UUID guard, changes nothing).
+//! secrecy), node-011 (single device, and out-of-band erase through the proxy: both change nothing); node-003 (UUID guard, changes nothing).
 //! The TLS emulator's one system is changed under `support::tls_system_lock`.
 
 #[path = "../support/mod.rs"]

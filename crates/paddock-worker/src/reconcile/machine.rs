@@ -421,11 +421,14 @@ impl MachineReconciler {
                     return self.guarded(|c, _| run::mark_finished(c, m.id, state, version).boxed()).await;
                 }
                 let (id, version, run_id) = (m.id, m.status_version, run.run_id);
-                // The evidence per drive and the digest of the image that wiped them, as verified.
+                let out_of_band = erase_out_of_band(bmc, &access).await;
+                // The evidence per drive and the digest of the image that wiped them, as verified,
+                // and what the BMC's own erase came to.
                 let evidence = json!({
                     "run_id": run_id,
                     "image_sha256": report.report["image_sha256"],
                     "drives": report.report["drives"],
+                    "out_of_band_erase": out_of_band,
                     "report": report.report,
                     "reported_at": report.used_at,
                 });
@@ -845,6 +848,19 @@ impl MachineReconciler {
         // Guarded: a machine someone else moved on keeps its own status.
         machine::set_last_error_guarded(&mut conn, m.id, m.state, m.status_version, Some(&error)).await?;
         Ok(())
+    }
+}
+
+/// The BMC's out-of-band erase (SPEC section 5), after the in-band wipe was verified and in
+/// addition to it: `{drives: [...]}` (empty where the BMC advertises none), or `{error}` when the
+/// BMC could not be asked; never a reason to hold the machine, whose wipe is already proven.
+async fn erase_out_of_band(bmc: &dyn BmcDriver, access: &BmcAccess) -> serde_json::Value {
+    match bmc.erase_drives(access).await {
+        Ok(drives) => json!({ "drives": drives }),
+        Err(e) => {
+            tracing::warn!(machine.id = %access.machine_id, error = %e, "the BMC's out-of-band erase failed");
+            json!({ "error": { "code": e.code, "message": e.message } })
+        }
     }
 }
 

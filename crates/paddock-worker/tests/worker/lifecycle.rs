@@ -13,7 +13,8 @@
 //! HTTP server serves the wipe and OS images, and the seed is downloaded from paddock's API.
 //!
 //! Systems of the main emulator owned here (see the table in paddock-redfish's tests): `node-011`
-//! (the full lifecycle) and `node-012` (the failed wipe). Both end Off, ejected, booting from disk,
+//! (the full lifecycle), `node-012` (the failed wipe) and `node-009` (the out-of-band erase,
+//! through paddock-redfish's test proxy). They end Off, ejected, booting from disk,
 //! as the emulator starts them. Without the emulator these tests skip with a notice, except under
 //! `CI=true`.
 
@@ -22,7 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BootMedia, BoxFuture, Inventory};
+use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BootMedia, BoxFuture, DriveErase, Inventory};
 use paddock_domain::driver::{
     ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, DriverError, Isolation, JoinConfig,
     KubeDrivers, NodeRef, NodeStatus, PlatformDriver, Removal, SlurmDesired, SlurmDriver, SlurmStatus, StackStatus,
@@ -335,6 +336,12 @@ impl BmcDriver for Recording {
             r
         })
     }
+
+    /// Passed through unlogged: the emulator advertises no erase, so it changes nothing there
+    /// (the clean's evidence shows that it was asked).
+    fn erase_drives<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Vec<DriveErase>, BmcError>> {
+        self.inner.erase_drives(access)
+    }
 }
 
 fn calls(log: &[(String, Option<Seen>)]) -> Vec<&str> {
@@ -408,10 +415,15 @@ impl Bench {
 
     /// Enrolls the emulator's system `uuid` through the API.
     async fn enroll(&self, name: &str, uuid: &str) -> MachineId {
+        self.enroll_at(name, uuid, &self.emu.url).await
+    }
+
+    /// Enrolls the emulator's system `uuid`, its BMC reached at `url` (the emulator or a proxy).
+    async fn enroll_at(&self, name: &str, uuid: &str, url: &str) -> MachineId {
         let body = json!({
             "name": name,
             "machine_class": "metal",
-            "bmc": { "url": self.emu.url, "system_id": uuid, "username": self.emu.user, "password": self.emu.password },
+            "bmc": { "url": url, "system_id": uuid, "username": self.emu.user, "password": self.emu.password },
         });
         let view = self.app.post("/v1/machines").token(&admin()).json(&body).send().await.expect(202).json();
         MachineId(uuid_in(&view["machine"]["id"]))
@@ -646,6 +658,8 @@ async fn a_machine_goes_through_its_whole_lifecycle_on_the_emulator() {
     let evidence_drives = custody["drives"].as_array().expect("drives");
     assert_eq!(evidence_drives.len(), 2);
     assert!(evidence_drives.iter().all(|d| d["verification"]["ranges"] == 66 && d["method"].is_string()), "{custody}");
+    // The BMC was asked for its out-of-band erase too: sushy-tools advertises none.
+    assert_eq!(custody["out_of_band_erase"], json!({ "drives": [] }), "{custody}");
     let (clean_id, clean_run, method, evidence) = &cleans[0];
     assert_eq!(*clean_run, run1.run_id);
     assert_eq!(method, "agent");
@@ -892,5 +906,56 @@ async fn a_failed_drive_quarantines_the_machine_and_an_expired_token_is_refused(
             .await
             .expect("custody");
     assert_eq!(available, 0, "the machine never became available");
+    emu.tidy(&uuid).await;
+}
+
+/// Out-of-band erase in the cleaning step (SPEC section 5). sushy-tools has no `Drive.SecureErase`,
+/// so node-009 is reached through paddock-redfish's labelled TEST PROXY
+/// (`crates/paddock-redfish/tests/support/proxy.rs`), which adds the action to drive `nvme0`
+/// (rewriting its GET) and answers the POST to it with 204, as a BMC that accepted the erase, and
+/// records it; everything else is the real emulator's. The reconciler asks for the erase only once
+/// the agent's report is verified, in addition to the in-band wipe, and the custody entry of the
+/// verified wipe records the result.
+#[tokio::test]
+async fn the_bmcs_secure_erase_follows_the_verified_wipe_and_is_recorded() {
+    use crate::proxy::{Fault, FaultProxy, Rule};
+    let emu = require!(emulator("lifecycle tests"));
+    let b = Bench::new(emu.clone()).await;
+    b.class().await;
+    let uuid = emu.uuid_of("node-009").await;
+    let proxy = FaultProxy::start(&paddock_redfish::Url::parse(&emu.url).expect("emulator URL")).await;
+    proxy.rule(Rule::containing(
+        Some(reqwest::Method::GET),
+        "/Storage/1/Drives/nvme0",
+        Fault::Rewrite(Arc::new(|v: &mut Value| {
+            let target = format!("{}/Actions/Drive.SecureErase", v["@odata.id"].as_str().unwrap_or_default());
+            v["Actions"]["#Drive.SecureErase"] = json!({ "target": target });
+        })),
+    ));
+    proxy.rule(Rule::containing(Some(reqwest::Method::POST), "/Actions/Drive.SecureErase", Fault::Drop));
+    let erases = || proxy.count(&reqwest::Method::POST, "/Actions/Drive.SecureErase");
+    let id = b.enroll_at("lc-erase", &uuid, proxy.url.as_str()).await;
+    let r = b.reconciler(Duration::from_secs(600));
+
+    b.drive(&r, id, MachineState::Cleaning, Some("waiting_for_agent")).await;
+    assert_eq!(erases(), 0, "no out-of-band erase before the in-band wipe is verified");
+    let token = b.booted_token(&uuid).await;
+    let drives = drive_ids(&b.agent_config(&token).await);
+    assert_eq!(b.report(&token, "success", wiped(&drives)).await, 204);
+    b.drive(&r, id, MachineState::Available, None).await;
+    assert_eq!(erases(), 1, "one erase, of the one drive that advertises it");
+
+    let custody: Value = sqlx::query_scalar(
+        "select evidence from custody_entries where machine_id = $1 and to_state = 'available' order by seq limit 1",
+    )
+    .bind(id.uuid())
+    .fetch_one(b.store.pool())
+    .await
+    .expect("custody entry");
+    let expected = json!({ "drives": [
+        { "drive_id": "nvme0", "action": "Drive.SecureErase", "result": "success", "detail": null },
+    ] });
+    assert_eq!(custody["out_of_band_erase"], expected, "{custody}");
+    assert_eq!(custody["drives"].as_array().map(Vec::len), Some(2), "the in-band evidence stays: {custody}");
     emu.tidy(&uuid).await;
 }

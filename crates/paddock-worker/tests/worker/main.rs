@@ -12,7 +12,11 @@ mod crash;
 mod inspect;
 mod lifecycle;
 mod outage;
+// paddock-redfish's test proxy, of which the lifecycle tests use a part.
 mod power;
+#[path = "../../../paddock-redfish/tests/support/proxy.rs"]
+#[allow(dead_code)]
+mod proxy;
 mod queue;
 mod support;
 mod worker;
