@@ -197,7 +197,7 @@ fn matrix() -> Vec<Row> {
         get("/v1/tenants/{own}/clusters/{own_cluster}/node-pools/{own_pool}/machines", [200, 200, 403, 200, 200]),
         get("/v1/tenants/{foreign}/clusters/{foreign_cluster}/node-pools/{foreign_pool}/machines", [200, 200, 403, 404, 404]),
         // Usage: every role reads, tenant roles their own tenant only; provider:admin writes.
-        // 409 for the signing key: the test app has none; 400: closing needs an Idempotency-Key.
+        // The signing key is public to every role; 400: closing needs an Idempotency-Key.
         get("/v1/usage/records?from=2026-10-01T00:00:00Z&to=2026-10-02T00:00:00Z", ALL),
         get("/v1/tenants/{own}/usage/records?from=2026-10-01T00:00:00Z&to=2026-10-02T00:00:00Z", ALL),
         get("/v1/tenants/{foreign}/usage/records?from=2026-10-01T00:00:00Z&to=2026-10-02T00:00:00Z", [200, 200, 200, 404, 404]),
@@ -210,7 +210,7 @@ fn matrix() -> Vec<Row> {
         get("/v1/tenants/{foreign}/usage/export?from=2026-10-01T00:00:00Z&to=2026-10-02T00:00:00Z", [200, 200, 200, 404, 404]),
         get("/v1/usage/periods/{closed_period}",                            ALL),
         post("/v1/usage/periods/{closed_period}/close", None,               [400,   403,   403,  403,   403]),
-        get("/v1/usage/signing-key",                                        [409,   409,   409,  409,   409]),
+        get("/v1/usage/signing-key",                                        [200,   200,   200,  200,   200]),
         post("/v1/usage/adjustments", Some(ADJUSTMENT),                     [201,   403,   403,  403,   403]),
         // Last, as they concern the tenants every row above uses: they still hold clusters.
         delete("/v1/tenants/{foreign}",                                     [409,   403,   403,  403,   403]),
