@@ -155,16 +155,22 @@ pub fn protected_label(roots: &Roots, name: &str) -> anyhow::Result<Option<Strin
     Ok(None)
 }
 
-/// SHA-256 (hex) of the wipe image the agent booted from: the device labelled [`IMAGE_LABEL`]
-/// (the CD, or a USB disk the ISO was written to), read up to the ISO's own length, so it is the
-/// digest `images/wipe/build` printed for the ISO file.
-pub fn image_sha256(roots: &Roots) -> anyhow::Result<String> {
+/// The kernel names of every block device and partition (`/sys/class/block`), sorted.
+pub fn block_devices(roots: &Roots) -> anyhow::Result<Vec<String>> {
     let class = roots.sys.join("class/block");
     let mut names: Vec<String> = fs::read_dir(&class)
         .with_context(|| format!("listing {}", class.display()))?
         .filter_map(|e| e.ok().and_then(|e| e.file_name().into_string().ok()))
         .collect();
     names.sort();
+    Ok(names)
+}
+
+/// SHA-256 (hex) of the wipe image the agent booted from: the device labelled [`IMAGE_LABEL`]
+/// (the CD, or a USB disk the ISO was written to), read up to the ISO's own length, so it is the
+/// digest `images/wipe/build` printed for the ISO file.
+pub fn image_sha256(roots: &Roots) -> anyhow::Result<String> {
+    let names = block_devices(roots)?;
     for name in names {
         let path = roots.dev.join(&name);
         let Ok(mut f) = File::open(&path) else { continue };

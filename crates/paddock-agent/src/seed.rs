@@ -9,7 +9,7 @@ use std::process::Command;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
-use crate::device::{volume_label, Roots, SEED_LABEL};
+use crate::device::{block_devices, volume_label, Roots, SEED_LABEL};
 use crate::iso;
 
 /// Where the seed keeps the agent's part.
@@ -67,12 +67,7 @@ pub fn find(roots: &Roots) -> anyhow::Result<FoundSeed> {
 
 /// Every block device or partition whose volume label is `cidata`, in kernel-name order.
 pub fn devices(roots: &Roots) -> anyhow::Result<Vec<PathBuf>> {
-    let class = roots.sys.join("class/block");
-    let mut names: Vec<String> = fs::read_dir(&class)
-        .with_context(|| format!("listing {}", class.display()))?
-        .filter_map(|e| e.ok().and_then(|e| e.file_name().into_string().ok()))
-        .collect();
-    names.sort();
+    let names = block_devices(roots)?;
     let labelled = |device: &PathBuf| {
         File::open(device)
             .ok()
