@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BootMedia, BoxFuture, DriveErase, Inventory};
+use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BootMedia, BoxFuture, Inventory, OutOfBandErase};
 use paddock_domain::driver::{
     ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, DriverError, Isolation, JoinConfig,
     KubeDrivers, NodeRef, NodeStatus, PlatformDriver, Removal, SlurmDesired, SlurmDriver, SlurmStatus, StackStatus,
@@ -339,8 +339,8 @@ impl BmcDriver for Recording {
 
     /// Passed through unlogged: the emulator advertises no erase, so it changes nothing there
     /// (the clean's evidence shows that it was asked).
-    fn erase_drives<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Vec<DriveErase>, BmcError>> {
-        self.inner.erase_drives(access)
+    fn erase_out_of_band<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Vec<OutOfBandErase>, BmcError>> {
+        self.inner.erase_out_of_band(access)
     }
 }
 
@@ -659,7 +659,7 @@ async fn a_machine_goes_through_its_whole_lifecycle_on_the_emulator() {
     assert_eq!(evidence_drives.len(), 2);
     assert!(evidence_drives.iter().all(|d| d["verification"]["ranges"] == 66 && d["method"].is_string()), "{custody}");
     // The BMC was asked for its out-of-band erase too: sushy-tools advertises none.
-    assert_eq!(custody["out_of_band_erase"], json!({ "drives": [] }), "{custody}");
+    assert_eq!(custody["out_of_band_erase"], json!({ "erases": [] }), "{custody}");
     let (clean_id, clean_run, method, evidence) = &cleans[0];
     assert_eq!(*clean_run, run1.run_id);
     assert_eq!(method, "agent");
@@ -952,8 +952,8 @@ async fn the_bmcs_secure_erase_follows_the_verified_wipe_and_is_recorded() {
     .fetch_one(b.store.pool())
     .await
     .expect("custody entry");
-    let expected = json!({ "drives": [
-        { "drive_id": "nvme0", "action": "Drive.SecureErase", "result": "success", "detail": null },
+    let expected = json!({ "erases": [
+        { "scope": "drive", "id": "nvme0", "action": "Drive.SecureErase", "result": "success", "detail": null },
     ] });
     assert_eq!(custody["out_of_band_erase"], expected, "{custody}");
     assert_eq!(custody["drives"].as_array().map(Vec::len), Some(2), "the in-band evidence stays: {custody}");
