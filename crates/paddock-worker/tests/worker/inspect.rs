@@ -81,6 +81,7 @@ async fn enroll(
         password_enc: cipher.seal(password.as_bytes(), binding),
         ca_cert: None,
         insecure_tls: false,
+        allow_insecure_http: true,
     };
     let labels = Labels::default();
     let new = machine::NewMachine { id, name: "m1", machine_class_id: class.id, labels: &labels, bmc: &bmc };

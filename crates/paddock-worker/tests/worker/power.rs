@@ -81,6 +81,7 @@ async fn available_machine(store: &Store, cipher: &Cipher, emu: &Emulator, uuid:
         password_enc: cipher.seal(emu.password.as_bytes(), binding),
         ca_cert: None,
         insecure_tls: false,
+        allow_insecure_http: true,
     };
     let labels = Labels::default();
     let new = machine::NewMachine { id, name: "pw-1", machine_class_id: class, labels: &labels, bmc: &bmc };
