@@ -79,7 +79,10 @@ impl Services {
                 url: spec.bmc.url.clone(),
                 system_id: spec.bmc.system_id.clone(),
                 username: spec.bmc.username.clone(),
-                password_enc: self.cipher.seal(spec.bmc.password.as_bytes(), password_binding(id)),
+                password_enc: self
+                    .cipher
+                    .seal(spec.bmc.password.as_bytes(), password_binding(id))
+                    .map_err(Error::internal)?,
                 ca_cert: spec.bmc.ca_cert.clone(),
                 insecure_tls: spec.bmc.insecure_tls,
                 allow_insecure_http: spec.bmc.allow_insecure_http,
@@ -172,7 +175,7 @@ impl Services {
                 system_id: after.bmc.system_id.clone(),
                 username: after.bmc.username.clone(),
                 password_enc: match &password {
-                    Some(p) => self.cipher.seal(p.as_bytes(), password_binding(id)),
+                    Some(p) => self.cipher.seal(p.as_bytes(), password_binding(id)).map_err(Error::internal)?,
                     None => current.bmc.password_enc.clone(),
                 },
                 ca_cert: after.bmc.ca_cert.clone(),

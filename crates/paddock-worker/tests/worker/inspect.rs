@@ -78,7 +78,7 @@ async fn enroll(
         url: url.to_owned(),
         system_id: system_id.map(str::to_owned),
         username: user.to_owned(),
-        password_enc: cipher.seal(password.as_bytes(), binding),
+        password_enc: cipher.seal(password.as_bytes(), binding).expect("seal"),
         ca_cert: None,
         insecure_tls: false,
         allow_insecure_http: true,

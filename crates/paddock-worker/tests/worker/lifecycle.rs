@@ -539,7 +539,7 @@ impl Bench {
             .await
             .expect("endpoints");
         let binding = Binding { table: "clusters", column: "admin_kubeconfig_enc", row: cluster };
-        let sealed = self.app.cipher.seal(b"apiVersion: v1\nkind: Config\n", binding);
+        let sealed = self.app.cipher.seal(b"apiVersion: v1\nkind: Config\n", binding).expect("seal");
         let mut conn = self.store.conn().await.expect("conn");
         cluster::set_admin_kubeconfig(&mut conn, TenantId(tenant), ClusterId(cluster), Some(&sealed))
             .await
