@@ -370,6 +370,20 @@ impl Settings {
                 _ => {}
             }
         }
+        // The images travel the same provisioning network as the seeds, fetched by the BMCs: the
+        // same rule and the same opt-in (SPEC names no other setting for them).
+        for (name, url) in
+            [("PADDOCK_WIPE_IMAGE_URL", &self.wipe_image_url), ("PADDOCK_OS_IMAGE_URL", &self.os_image_url)]
+        {
+            if let Some(url) = url.as_ref().filter(|u| u.scheme() != "https") {
+                if !(self.agent_insecure_http && url.scheme() == "http") {
+                    bail!(
+                        "{name} must be an https URL (plain http only with PADDOCK_AGENT_INSECURE_HTTP=true), not {}://...",
+                        url.scheme()
+                    );
+                }
+            }
+        }
         // Without an explicit URL the default is http:// + the listen address: a lab's choice.
         if self.agent_base_url.is_none() && !self.agent_insecure_http && self.bmc_driver != BmcDriver::None {
             bail!("PADDOCK_AGENT_BASE_URL is not set and its default is plain http: set an https URL, or PADDOCK_AGENT_INSECURE_HTTP=true for a lab");
@@ -531,6 +545,16 @@ mod tests {
         assert_eq!(refusal(&["--bmc-driver", "none"]), None, "no machines, no agents");
         let seed = ["--agent-insecure-http", "true", "--agent-seed-base-url", "ftp://x"];
         assert!(refusal(&seed).expect("refused").contains("PADDOCK_AGENT_SEED_BASE_URL"));
+        for (flag, name) in [("--wipe-image-url", "PADDOCK_WIPE_IMAGE_URL"), ("--os-image-url", "PADDOCK_OS_IMAGE_URL")]
+        {
+            for url in ["http://images.example/i.iso", "ftp://images.example/i.iso", "file:///srv/i.iso"] {
+                let why = refusal(&["--bmc-driver", "none", flag, url]).expect("refused");
+                assert!(why.contains(name), "{url}: {why}");
+            }
+            assert_eq!(refusal(&["--bmc-driver", "none", flag, "https://images.example/i.iso"]), None);
+            let lab = ["--agent-insecure-http", "true", flag, "http://images.example/i.iso"];
+            assert_eq!(refusal(&lab), None, "plain http with the opt-in");
+        }
         let bad = ["--wipe-image-sha256", "ABC"];
         assert!(refusal(&bad).expect("refused").contains("PADDOCK_WIPE_IMAGE_SHA256"));
     }

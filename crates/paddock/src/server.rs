@@ -11,7 +11,9 @@ use paddock_api::{ApiConfig, AppState};
 use paddock_auth::Verifier;
 use paddock_service::Services;
 use paddock_store::Store;
-use paddock_worker::reconcile::{self, ClusterReconciler, Drivers, MachineReconciler, PowerSync, PowerSyncSettings};
+use paddock_worker::reconcile::{
+    self, ClusterReconciler, Drivers, MachineReconciler, PowerSync, PowerSyncSettings, Resealer,
+};
 use paddock_worker::{default_worker_id, JobHandler, Worker, WorkerConfig};
 use tokio::sync::watch;
 
@@ -42,6 +44,19 @@ pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
         tracing::info!("database migrated");
     }
     store.pool().close().await;
+    Ok(())
+}
+
+/// Enqueues the re-seal job for the workers (`paddock reseal`): every sealed value is sealed
+/// again under `PADDOCK_ENCRYPTION_KEY`; once the job has succeeded the keys in
+/// `PADDOCK_ENCRYPTION_OLD_KEYS` can be retired.
+pub async fn reseal(settings: &Settings) -> anyhow::Result<()> {
+    let store = Store::connect_lazy(settings.database_url()?, 1)?;
+    let mut conn = store.conn().await.context("connecting to the database")?;
+    paddock_store::reseal::enqueue(&mut conn).await.context("enqueuing the re-seal job")?;
+    drop(conn);
+    store.pool().close().await;
+    tracing::info!("re-seal job enqueued: a worker seals every secret again under the current key");
     Ok(())
 }
 
@@ -160,6 +175,7 @@ fn build_worker(settings: &Settings, services: &Services, drivers: Drivers) -> a
         Arc::new(MachineReconciler::new(services.clone(), drivers.clone(), lifecycle.clone())),
         Arc::new(PowerSync::new(services.clone(), drivers.clone(), power_sync)),
         Arc::new(ClusterReconciler::new(services.clone(), drivers, lifecycle)),
+        Arc::new(Resealer::new(services.clone())),
     ];
     Worker::new(services.store().clone(), default_worker_id(), handlers, config).context("the worker's settings")
 }

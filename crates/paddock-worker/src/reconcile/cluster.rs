@@ -418,7 +418,7 @@ impl ClusterReconciler {
                 "jwt_hs256_key": random_base64(64),
                 "database_password": random_alphanumeric(32),
             });
-            let sealed = self.services.cipher().seal(fresh.to_string().as_bytes(), binding);
+            let sealed = self.services.cipher().seal(fresh.to_string().as_bytes(), binding)?;
             store::init_slurm_secrets(&mut conn, cluster.tenant_id, cluster.id, &sealed).await?;
         }
         let sealed = store::slurm_secrets(&mut conn, cluster.tenant_id, cluster.id)
@@ -595,7 +595,7 @@ impl ClusterReconciler {
             .and_then(|sealed| self.services.cipher().open(&sealed, binding).ok())
             .is_some_and(|opened| opened == kubeconfig);
         if !same {
-            let sealed = self.services.cipher().seal(kubeconfig, binding);
+            let sealed = self.services.cipher().seal(kubeconfig, binding)?;
             store::set_admin_kubeconfig(&mut conn, cluster.tenant_id, cluster.id, Some(&sealed)).await?;
         }
         Ok(())

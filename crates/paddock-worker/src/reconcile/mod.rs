@@ -11,6 +11,7 @@
 mod cluster;
 mod machine;
 mod power;
+mod reseal;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +23,7 @@ use paddock_domain::driver::{ClusterRef, KubeDrivers, ServiceType};
 use paddock_domain::model::Machine;
 use paddock_domain::secret::Binding;
 pub use power::{PowerSync, PowerSyncSettings, POWER_DRIFT};
+pub use reseal::Resealer;
 // How the worker reaches a tenant cluster: the one mechanism, shared with the API.
 pub(crate) use paddock_service::credentials::{kubeconfig_binding, tenant_access};
 use paddock_store::{tenant, Conn, StoreError};

@@ -423,7 +423,8 @@ impl Bench {
         let body = json!({
             "name": name,
             "machine_class": "metal",
-            "bmc": { "url": url, "system_id": uuid, "username": self.emu.user, "password": self.emu.password },
+            "bmc": { "url": url, "system_id": uuid, "username": self.emu.user, "password": self.emu.password,
+                     "allow_insecure_http": true },
         });
         let view = self.app.post("/v1/machines").token(&admin()).json(&body).send().await.expect(202).json();
         MachineId(uuid_in(&view["machine"]["id"]))
@@ -538,7 +539,7 @@ impl Bench {
             .await
             .expect("endpoints");
         let binding = Binding { table: "clusters", column: "admin_kubeconfig_enc", row: cluster };
-        let sealed = self.app.cipher.seal(b"apiVersion: v1\nkind: Config\n", binding);
+        let sealed = self.app.cipher.seal(b"apiVersion: v1\nkind: Config\n", binding).expect("seal");
         let mut conn = self.store.conn().await.expect("conn");
         cluster::set_admin_kubeconfig(&mut conn, TenantId(tenant), ClusterId(cluster), Some(&sealed))
             .await

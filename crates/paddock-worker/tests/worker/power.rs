@@ -78,9 +78,10 @@ async fn available_machine(store: &Store, cipher: &Cipher, emu: &Emulator, uuid:
         url: emu.url.clone(),
         system_id: Some(uuid.to_owned()),
         username: emu.user.clone(),
-        password_enc: cipher.seal(emu.password.as_bytes(), binding),
+        password_enc: cipher.seal(emu.password.as_bytes(), binding).expect("seal"),
         ca_cert: None,
         insecure_tls: false,
+        allow_insecure_http: true,
     };
     let labels = Labels::default();
     let new = machine::NewMachine { id, name: "pw-1", machine_class_id: class, labels: &labels, bmc: &bmc };
