@@ -13,6 +13,7 @@ mod jwt;
 mod kubeconfig;
 mod kubernetes;
 mod lifecycle;
+mod limits;
 mod machine;
 mod machine_class;
 mod metrics;
