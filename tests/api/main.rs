@@ -21,6 +21,7 @@ mod openapi;
 mod operation;
 mod pagination;
 mod platform;
+mod sweep;
 mod tenant;
 mod usage;
 mod worker;
