@@ -1,6 +1,6 @@
 //! A sweep over the OpenAPI document the server serves (issue "Edge hardening", item 1): a NUL,
 //! invalid UTF-8 and an over-long string (one past `maxLength`, or 100,000 characters where none
-//! is documented) go into every query parameter and every string field of every request body it
+//! is documented) go into every path and query parameter and every string field of every request body it
 //! lists, on real objects (so no 404 answers first), each body field inside an otherwise valid
 //! body. Every answer must be a 4xx problem+json; any other answer is listed.
 
@@ -149,6 +149,18 @@ async fn sweep(app: &TestApp, doc: &Value, ids: &[(&str, String)], tenant_id: &s
         for (method, op) in item.as_object().expect("a path item") {
             let path = fill(template, ids);
             let method: http::Method = method.to_uppercase().parse().expect("a method");
+            for param in op["parameters"].as_array().into_iter().flatten().filter(|p| p["in"] == "path") {
+                let (name, max) =
+                    (param["name"].as_str().expect("a name"), resolve(doc, &param["schema"])["maxLength"].as_u64());
+                for bad in BADS {
+                    let spoiled = template.replace(&format!("{{{name}}}"), &bad_string(bad, max).1);
+                    let resp = app.req(method.clone(), fill(&spoiled, ids)).token(&admin()).send().await;
+                    sent += 1;
+                    if let Some(what) = judge(&resp) {
+                        wrong.push(format!("{method} {template} path {name} {bad:?}: {what}"));
+                    }
+                }
+            }
             for param in op["parameters"].as_array().into_iter().flatten().filter(|p| p["in"] == "query") {
                 let (name, max) =
                     (param["name"].as_str().expect("a name"), resolve(doc, &param["schema"])["maxLength"].as_u64());

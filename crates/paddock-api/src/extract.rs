@@ -61,7 +61,8 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
 /// Path parameters. A malformed id (a `*_id` parameter that is not a UUID) names no object: it
 /// is replaced by the max UUID, which paddock never issues, so the request still reaches its
 /// service and gets the answers a well-formed missing id gets, in the same order (403 for a role
-/// that may never do this, else 404), and a refused write is audited like any other.
+/// that may never do this, else 404), and a refused write is audited like any other. So does a
+/// name with a control character (`validate::is_forbidden_control`), as the empty name.
 #[derive(Debug)]
 pub struct Path<T>(pub T);
 
@@ -76,6 +77,9 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T>
             .map(|(key, value)| {
                 let value = if key.ends_with("_id") && uuid::Uuid::parse_str(value).is_err() {
                     uuid::Uuid::max().to_string()
+                } else if value.chars().any(paddock_domain::validate::is_forbidden_control) {
+                    // No name holds one: the empty name, which none is, stands for it.
+                    String::new()
                 } else {
                     value.to_owned()
                 };
