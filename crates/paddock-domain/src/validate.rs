@@ -21,6 +21,17 @@ static DNS_SUBDOMAIN: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new("^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$").expect("static regex")
 });
 
+/// Whether `c` is a control character that no text field of the API gives a meaning to: every
+/// C0 control but tab, line feed and carriage return (NUL among them, which PostgreSQL cannot
+/// store), DEL and the C1 controls. Bodies (`json::decode`) and query parameters (the API's
+/// `Query` extractor) are refused with it, before any field reaches a service or the database.
+pub fn is_forbidden_control(c: char) -> bool {
+    c.is_control() && !matches!(c, '\t' | '\n' | '\r')
+}
+
+/// The message of a value refused by [`is_forbidden_control`].
+pub const CONTROL_MESSAGE: &str = "must not contain control characters (other than tab and line breaks)";
+
 /// Most labels on one object.
 pub const MAX_LABELS: usize = 64;
 

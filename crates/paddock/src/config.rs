@@ -184,6 +184,24 @@ pub struct Settings {
     #[arg(long, env = "PADDOCK_SHUTDOWN_GRACE", default_value_t = 25, global = true)]
     pub shutdown_grace: u64,
 
+    // The HTTP edge's limits (defaults far above what bench/api-load drives).
+    /// Seconds a client has to send a request's headers before its connection is closed.
+    #[arg(long, env = "PADDOCK_HTTP_HEADER_READ_TIMEOUT", default_value_t = 10, global = true)]
+    pub http_header_read_timeout: u64,
+    /// Seconds a request may take, its body included; a slower one is answered 503.
+    #[arg(long, env = "PADDOCK_HTTP_REQUEST_TIMEOUT", default_value_t = 30, global = true)]
+    pub http_request_timeout: u64,
+    /// Requests in flight at once per process; more are answered 503 with Retry-After.
+    #[arg(long, env = "PADDOCK_HTTP_MAX_IN_FLIGHT", default_value_t = 1024, global = true)]
+    pub http_max_in_flight: usize,
+    /// Requests per second one caller (JWT subject, agent token, else client address) may
+    /// sustain; more are answered 429 with Retry-After.
+    #[arg(long, env = "PADDOCK_RATE_LIMIT_PER_SECOND", default_value_t = 50_000, global = true)]
+    pub rate_limit_per_second: u32,
+    /// Requests one caller may send at once above its rate.
+    #[arg(long, env = "PADDOCK_RATE_LIMIT_BURST", default_value_t = 100_000, global = true)]
+    pub rate_limit_burst: u32,
+
     #[arg(long, env = "PADDOCK_LOG", default_value = "info", global = true)]
     pub log: String,
     /// Log format.
@@ -266,6 +284,21 @@ impl Settings {
             Some(url) => Ok(url),
             None => self.database_url(),
         }
+    }
+
+    /// The HTTP edge's limits of a request.
+    pub fn limits(&self) -> paddock_api::limits::Limits {
+        paddock_api::limits::Limits {
+            request_timeout: std::time::Duration::from_secs(self.http_request_timeout),
+            max_in_flight: self.http_max_in_flight,
+            rate_per_second: self.rate_limit_per_second,
+            rate_burst: self.rate_limit_burst,
+        }
+    }
+
+    /// The header-read timeout of HTTP connections.
+    pub fn header_read_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.http_header_read_timeout)
     }
 
     /// The statement timeout, None for no limit.

@@ -3,6 +3,7 @@
 
 mod config;
 mod dev;
+mod http;
 mod server;
 
 use std::path::PathBuf;

@@ -125,7 +125,7 @@ pub async fn run(
     let api = if roles.api {
         let verifier = Verifier::new(settings.verifier()?).await.context("JWT configuration")?;
         let config = ApiConfig { cors_origins: settings.cors_origins.clone() };
-        let state = AppState::new(services.clone(), verifier, config);
+        let state = AppState::new(services.clone(), verifier, config).with_limits(settings.limits());
         Some(state.with_metrics(sources.clone(), settings.metrics_listen.is_none()))
     } else {
         None
@@ -136,7 +136,9 @@ pub async fn run(
                 Some(state) => state.exposition(),
                 None => Exposition { http: None, services: services.clone(), sources },
             };
-            Some(tokio::spawn(serve_metrics(listen, exposition, stop_rx.clone()).await?))
+            Some(tokio::spawn(
+                serve_metrics(listen, settings.header_read_timeout(), exposition, stop_rx.clone()).await?,
+            ))
         }
         None => None,
     };
@@ -222,14 +224,14 @@ async fn serve_api(settings: &Settings, state: AppState, mut stop: watch::Receiv
     let draining = state.clone();
     let app = paddock_api::router(state);
     let mut deadline = stop.clone();
-    let served = axum::serve(listener, app).with_graceful_shutdown(async move {
+    let served = crate::http::serve(listener, app, settings.header_read_timeout(), async move {
         let _ = stop.wait_for(|stop| *stop).await;
         draining.start_draining();
         tracing::info!("shutting down: finishing requests in flight");
     });
     let grace = Duration::from_secs(settings.shutdown_grace);
     tokio::select! {
-        served = served => served.context("serving the API"),
+        () = served => Ok(()),
         _ = async {
             let _ = deadline.wait_for(|stop| *stop).await;
             tokio::time::sleep(grace).await;
@@ -244,6 +246,7 @@ async fn serve_api(settings: &Settings, state: AppState, mut stop: watch::Receiv
 /// `stop` turns true.
 async fn serve_metrics(
     listen: SocketAddr,
+    header_read_timeout: Duration,
     exposition: Exposition,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<impl std::future::Future<Output = ()>> {
@@ -252,14 +255,10 @@ async fn serve_metrics(
         .with_context(|| format!("listening on {listen} (PADDOCK_METRICS_LISTEN)"))?;
     tracing::info!(listen = %listen, "metrics on http://{listen}/metrics");
     Ok(async move {
-        let served = axum::serve(listener, metrics_router(exposition))
-            .with_graceful_shutdown(async move {
-                let _ = stop.wait_for(|stop| *stop).await;
-            })
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = &e as &dyn std::error::Error, "the metrics listener failed");
-        }
+        crate::http::serve(listener, metrics_router(exposition), header_read_timeout, async move {
+            let _ = stop.wait_for(|stop| *stop).await;
+        })
+        .await;
     })
 }
 
