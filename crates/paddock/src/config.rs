@@ -148,6 +148,9 @@ pub struct Settings {
     /// Lifetime of a run's agent tokens, seconds (longer than the longest wipe).
     #[arg(long, env = "PADDOCK_AGENT_TOKEN_TTL", default_value_t = 21_600, global = true)]
     pub agent_token_ttl: u64,
+    /// Seconds a waiting allocation may hold back later requests of its machine class.
+    #[arg(long, env = "PADDOCK_ALLOCATION_HEAD_TIMEOUT", default_value_t = 600, global = true)]
+    pub allocation_head_timeout: u64,
     /// Origins allowed for the portal, comma-separated.
     #[arg(long, env = "PADDOCK_CORS_ORIGINS", value_delimiter = ',', global = true)]
     pub cors_origins: Vec<String>,

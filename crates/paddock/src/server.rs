@@ -357,6 +357,7 @@ fn lifecycle(settings: &Settings) -> reconcile::Settings {
         wipe_image_url: settings.wipe_image_url.as_ref().map(ToString::to_string),
         os_image_url: settings.os_image_url.as_ref().map(ToString::to_string),
         agent_token_ttl: Duration::from_secs(settings.agent_token_ttl),
+        allocation_head_timeout: Duration::from_secs(settings.allocation_head_timeout),
         // The simulated world answers at once; polling it often costs little.
         poll: if settings.kube_driver == KubeDriver::Simulated {
             Duration::from_secs(1).mul_f64(settings.sim_latency_scale.clamp(0.05, 5.0))

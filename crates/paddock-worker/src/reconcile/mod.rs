@@ -77,6 +77,9 @@ pub struct Settings {
     /// How long a reconcile job waits between tries once its quick retries are spent
     /// ([`OUTAGE_WAIT`]; tests shorten it).
     pub outage_wait: Duration,
+    /// How long a waiting allocation may hold back later ones of its class
+    /// (`PADDOCK_ALLOCATION_HEAD_TIMEOUT`).
+    pub allocation_head_timeout: Duration,
 }
 
 impl Default for Settings {
@@ -91,6 +94,7 @@ impl Default for Settings {
             control_plane_replicas: 2,
             service_type: ServiceType::LoadBalancer,
             outage_wait: OUTAGE_WAIT,
+            allocation_head_timeout: Duration::from_secs(600),
         }
     }
 }

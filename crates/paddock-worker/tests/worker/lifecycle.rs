@@ -49,6 +49,9 @@ use uuid::Uuid;
 use crate::emulator::{assert_booted, assert_finished, emulator, token_of, Emulator, Seen};
 use crate::support::{enqueue, get, init_tracing, new_job};
 
+/// The allocation head timeout (`PADDOCK_ALLOCATION_HEAD_TIMEOUT`) at its default.
+const HEAD: std::time::Duration = std::time::Duration::from_secs(600);
+
 // ---------------------------------------------------------------------------------------------
 // The emulator.
 
@@ -549,7 +552,7 @@ impl Bench {
 
     async fn allocate(&self, tenant: TenantId, cluster: ClusterId, need: Need) -> Allocation {
         let mut tx = self.store.begin().await.expect("begin");
-        let outcome = allocation::allocate(&mut tx, &paddock_testkit::ledger_key(), tenant, cluster, &[need])
+        let outcome = allocation::allocate(&mut tx, &paddock_testkit::ledger_key(), tenant, cluster, &[need], HEAD)
             .await
             .expect("allocate");
         tx.commit().await.expect("commit");
