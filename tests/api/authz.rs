@@ -817,3 +817,45 @@ async fn a_tenants_audit_trail_never_shows_another_tenants_users() {
         assert!(!text.contains("alice@acme-own.example"), "GET {path} as the other tenant's admin shows alice: {text}");
     }
 }
+
+/// Filed by role: a provider token that also carries a `tenant_id` claim (an identity provider may
+/// stamp one on every token) acts for the provider, so its refused call on a tenant is filed under
+/// the tenant it targeted, not under the claim's (whose admins would read it). And every event
+/// keeps the id the server gave the request beside the client's `x-request-id`, which two callers
+/// may share: the trail still tells their calls apart.
+#[tokio::test]
+async fn a_providers_refused_call_is_filed_under_its_target_with_the_servers_request_id() {
+    let app = TestApp::new().await;
+    let w = World::new(&app).await;
+    let stamped = token(&["provider:admin"], Some(w.own.parse().expect("tenant id")));
+    let shared = format!("shared-{}", Uuid::now_v7().simple());
+    let path = format!("/v1/tenants/{}/clusters", w.foreign);
+    for caller in [&stamped, &admin()] {
+        let resp = app.post(path.as_str()).token(caller).header("x-request-id", &shared).json(&json!({})).send().await;
+        assert!(resp.status.is_client_error(), "an empty cluster body is refused: {}", resp.status);
+        assert_eq!(resp.header("x-request-id"), Some(shared.as_str()), "the client's id is echoed");
+    }
+    let events: Vec<Value> =
+        audit_events(&app, "failure").await.into_iter().filter(|e| e["request_id"] == shared.as_str()).collect();
+    assert_eq!(events.len(), 2, "both refusals are on the trail: {events:?}");
+    for event in &events {
+        assert_eq!(event["tenant_id"], w.foreign.as_str(), "filed under the targeted tenant: {event}");
+    }
+    let servers: Vec<Uuid> = events
+        .iter()
+        .map(|e| e["server_request_id"].as_str().and_then(|s| s.parse().ok()).expect("a server request id"))
+        .collect();
+    assert_ne!(servers[0], servers[1], "one shared client id, two server ids");
+
+    // Without a client id, the server's is the request id too.
+    let resp = app.post(path.as_str()).token(&admin()).json(&json!({})).send().await;
+    let own_id = resp.header("x-request-id").expect("a generated request id").to_owned();
+    let event = audit_events(&app, "failure").await.into_iter().find(|e| e["request_id"] == own_id.as_str());
+    let event = event.expect("the refusal's event");
+    assert_eq!(event["server_request_id"], own_id.as_str(), "the generated id is the server's");
+    let stamped_own = app
+        .get(format!("/v1/tenants/{}/audit-events", w.own))
+        .token(&token(&["tenant:admin"], Some(w.own.parse().expect("id"))));
+    let text = String::from_utf8_lossy(&stamped_own.send().await.expect(200).body).into_owned();
+    assert!(!text.contains(&shared), "the claim's tenant sees nothing of the provider's calls: {text}");
+}

@@ -13,8 +13,11 @@ pub const REQUEST_ID: &str = "x-request-id";
 /// What a request is.
 #[derive(Debug, Clone, Default)]
 pub struct RequestInfo {
-    /// Accepted from the client when sane, else generated.
+    /// Accepted from the client when sane, else the server's id.
     pub request_id: String,
+    /// The id the server gave the request, whatever the client sent: two clients may send the
+    /// same request id, never get the same server id.
+    pub server_request_id: uuid::Uuid,
     /// The path, for `instance` and the logs (credentials redacted).
     pub path: String,
     /// The query string, for `Link` headers.
@@ -35,13 +38,13 @@ pub async fn scope<F: std::future::Future>(info: RequestInfo, fut: F) -> F::Outp
     REQUEST.scope(info, fut).await
 }
 
-/// A client's request id is kept when it is short, visible ASCII; otherwise a new one is made.
-fn accept_request_id(value: Option<&HeaderValue>) -> String {
+/// A client's request id is kept when it is short, visible ASCII; otherwise the server's is used.
+fn accept_request_id(value: Option<&HeaderValue>, server_request_id: uuid::Uuid) -> String {
     value
         .and_then(|v| v.to_str().ok())
         .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
         .map(str::to_owned)
-        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string())
+        .unwrap_or_else(|| server_request_id.to_string())
 }
 
 /// The path as it may be logged and shown: a run's seed token is a credential, so
@@ -58,16 +61,18 @@ fn redact(path: &str) -> String {
 
 /// Middleware: sets the request id and path for the request, and echoes the id back.
 pub async fn request_context(mut req: Request, next: Next) -> Response {
-    let request_id = accept_request_id(req.headers().get(REQUEST_ID));
+    let server_request_id = uuid::Uuid::now_v7();
+    let request_id = accept_request_id(req.headers().get(REQUEST_ID), server_request_id);
     let info = RequestInfo {
         request_id: request_id.clone(),
+        server_request_id,
         path: redact(req.uri().path()),
         query: req.uri().query().map(str::to_owned),
     };
     if let Ok(value) = HeaderValue::from_str(&request_id) {
         req.headers_mut().insert(REQUEST_ID, value);
     }
-    let span = tracing::info_span!("request", request.id = %request_id, method = %req.method(), path = %info.path);
+    let span = tracing::info_span!("request", request.id = %request_id, request.server_id = %server_request_id, method = %req.method(), path = %info.path);
     let mut response = tracing::Instrument::instrument(scope(info, next.run(req)), span).await;
     if let Ok(value) = HeaderValue::from_str(&request_id) {
         response.headers_mut().insert(REQUEST_ID, value);

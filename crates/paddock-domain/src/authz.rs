@@ -167,7 +167,9 @@ pub enum ActorError {
 }
 
 impl Actor {
-    /// Builds an actor from verified claims. Unknown roles grant nothing.
+    /// Builds an actor from verified claims. Unknown roles grant nothing; a `tenant_id` claim
+    /// without a tenant role is dropped (it scopes nothing, and must not file the caller's calls
+    /// under that tenant).
     pub fn from_claims(
         subject: String,
         raw_roles: Vec<String>,
@@ -175,10 +177,18 @@ impl Actor {
     ) -> Result<Self, ActorError> {
         let mut roles: Vec<Role> = raw_roles.iter().filter_map(|r| Role::parse(r)).collect();
         roles.dedup();
-        if tenant_id.is_none() && roles.iter().any(|r| r.is_tenant_role()) {
+        let tenant_roles = roles.iter().any(|r| r.is_tenant_role());
+        if tenant_id.is_none() && tenant_roles {
             return Err(ActorError::MissingTenant);
         }
+        let tenant_id = tenant_id.filter(|_| tenant_roles);
         Ok(Self { subject, roles, raw_roles, tenant_id })
+    }
+
+    /// The tenant this actor acts for when it holds tenant roles only: a caller with any
+    /// provider or billing role acts for the provider, whatever its token's `tenant_id` says.
+    pub fn home_tenant(&self) -> Option<TenantId> {
+        self.tenant_id.filter(|_| self.roles.iter().all(|r| r.is_tenant_role()))
     }
 
     /// Whether the actor holds `role`.

@@ -216,11 +216,17 @@ impl Services {
     /// `POST /v1/agent/report` with the run's agent token: records how the run ended and whether
     /// it proves the run, and uses the run up. Audited under the machine, with the agent as the
     /// actor.
-    pub async fn agent_report(&self, agent_token: &str, body: &Body, request_id: &str) -> Result<()> {
+    pub async fn agent_report(
+        &self,
+        agent_token: &str,
+        body: &Body,
+        request_id: String,
+        server_request_id: Uuid,
+    ) -> Result<()> {
         let found = self.agent_run(TokenKind::Agent, agent_token).await?;
         let actor =
             Actor::from_claims(format!("agent:{}", found.machine_name), Vec::new(), None).map_err(Error::internal)?;
-        let ctx = Ctx { actor, request_id: request_id.to_owned() };
+        let ctx = Ctx { actor, request_id, server_request_id };
         self.audited(&ctx, "agent.report", "machine", async |audit| {
             audit.target(found.machine_id, None);
             let report: AgentReport = body.decode()?;

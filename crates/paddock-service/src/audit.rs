@@ -100,6 +100,7 @@ impl<'a> AuditTrail<'a> {
             target_type: self.target_type,
             target_id: self.target_id,
             request_id: &self.ctx.request_id,
+            server_request_id: self.ctx.server_request_id,
             outcome,
             code,
             details,
@@ -127,7 +128,8 @@ impl<'a> AuditTrail<'a> {
         // A tenant user's refused call on another tenant is that user's tenant's business: the
         // target tenant's admins must not see (or be flooded with) foreign subjects, and the
         // caller's tenant must not learn more about the foreign object than its user sent.
-        if let (Some(own), Some(target)) = (self.ctx.actor.tenant_id, self.tenant_id) {
+        // Filed by role: a provider's refused call stays under the tenant it targeted.
+        if let (Some(own), Some(target)) = (self.ctx.actor.home_tenant(), self.tenant_id) {
             if own != target {
                 self.tenant_id = Some(own);
                 self.target_id = None;
@@ -221,7 +223,7 @@ mod tests {
         let services = Services::new(Store::from_pool(db.pool.clone()), cipher, paddock_testkit::ledger_key());
         let actor = Actor::from_claims("envelope-test".to_owned(), vec!["provider:admin".to_owned()], None)
             .expect("provider actor");
-        (db, services, Ctx { actor, request_id: "req-envelope".to_owned() })
+        (db, services, Ctx::internal(actor, "req-envelope"))
     }
 
     fn class(name: &str) -> MachineClassCreate {

@@ -34,8 +34,18 @@ use serde::de::DeserializeOwned;
 pub struct Ctx {
     /// The authenticated caller.
     pub actor: Actor,
-    /// The request id, recorded in audit events.
+    /// The request id, recorded in audit events: the client's (`x-request-id`) when it sent one.
     pub request_id: String,
+    /// The id the server gave the request, recorded beside the client's: the one a client cannot
+    /// choose, so two calls that sent the same request id stay apart on the trail.
+    pub server_request_id: uuid::Uuid,
+}
+
+impl Ctx {
+    /// The context of work that is no HTTP request (seeding, tests), under `request_id`.
+    pub fn internal(actor: Actor, request_id: &str) -> Self {
+        Self { actor, request_id: request_id.to_owned(), server_request_id: uuid::Uuid::now_v7() }
+    }
 }
 
 /// A JSON request body, decoded only after the caller was authorized, so that the order of

@@ -22,8 +22,10 @@ pub struct NewAuditEvent<'a> {
     pub target_type: &'a str,
     /// Target id.
     pub target_id: Option<Uuid>,
-    /// Request id.
+    /// Request id (the client's when it sent one).
     pub request_id: &'a str,
+    /// The id the server gave the request.
+    pub server_request_id: Uuid,
     /// Outcome.
     pub outcome: AuditOutcome,
     /// Problem code of a failure.
@@ -35,10 +37,10 @@ pub struct NewAuditEvent<'a> {
 /// The insert of an event, as a statement of its own or as a data-modifying `with` clause of
 /// another module's write (one statement, one round trip), with its parameters from `$first` on.
 pub(crate) fn insert_sql(first: usize) -> String {
-    let p: Vec<String> = (first..first + 11).map(|i| format!("${i}")).collect();
+    let p: Vec<String> = (first..first + 12).map(|i| format!("${i}")).collect();
     format!(
         "insert into audit_events (id, actor_sub, actor_roles, tenant_id, action, target_type, \
-         target_id, request_id, outcome, code, details) values ({})",
+         target_id, request_id, server_request_id, outcome, code, details) values ({})",
         p.join(", ")
     )
 }
@@ -57,6 +59,7 @@ pub(crate) fn bind<'q>(
         .bind(e.target_type)
         .bind(e.target_id)
         .bind(e.request_id)
+        .bind(e.server_request_id)
         .bind(outcome(e.outcome))
         .bind(e.code)
         .bind(&e.details)
@@ -86,6 +89,7 @@ struct AuditRow {
     target_type: String,
     target_id: Option<Uuid>,
     request_id: String,
+    server_request_id: Option<Uuid>,
     outcome: String,
     code: Option<String>,
     details: serde_json::Value,
@@ -102,7 +106,7 @@ pub async fn list(
     let outcome = filter.outcome.map(outcome);
     let rows: Vec<AuditRow> = sqlx::query_as(
         "select id, at, actor_sub, actor_roles, tenant_id, action, target_type, target_id, request_id, \
-         outcome, code, details from audit_events \
+         server_request_id, outcome, code, details from audit_events \
          where ($1::uuid is null or tenant_id = $1) and ($2::text is null or action = $2) \
          and ($3::uuid is null or target_id = $3) and ($4::text is null or actor_sub = $4) \
          and ($5::text is null or outcome = $5) and ($6::timestamptz is null or at >= $6) \
@@ -135,6 +139,7 @@ pub async fn list(
                 action: r.action,
                 target: AuditTarget { type_: r.target_type, id: r.target_id },
                 request_id: r.request_id,
+                server_request_id: r.server_request_id,
                 outcome,
                 code: r.code,
                 details: r.details,

@@ -51,8 +51,11 @@ pub struct AuditEventView {
     pub action: String,
     /// On what.
     pub target: AuditTarget,
-    /// The request's id.
+    /// The request's id: the client's `x-request-id` when it sent one, else the server's.
     pub request_id: String,
+    /// The id the server gave the request, whatever the client sent (absent on events older
+    /// than it).
+    pub server_request_id: Option<Uuid>,
     /// Success or failure.
     pub outcome: AuditOutcome,
     /// The problem code of a failure.

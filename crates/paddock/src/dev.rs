@@ -135,10 +135,8 @@ const SIM_MACHINES: [(&str, &str); 8] = [
 /// Demo data: three machine classes, a tenant, and (with the simulated BMC) eight simulated
 /// machines. Already present is fine (a restart).
 async fn seed(services: &Services, simulated: bool) -> anyhow::Result<uuid::Uuid> {
-    let ctx = Ctx {
-        actor: Actor::from_claims("paddock-dev".into(), vec![Role::ProviderAdmin.as_str().into()], None)?,
-        request_id: "paddock-dev-seed".into(),
-    };
+    let actor = Actor::from_claims("paddock-dev".into(), vec![Role::ProviderAdmin.as_str().into()], None)?;
+    let ctx = Ctx::internal(actor, "paddock-dev-seed");
     let classes = [
         ("cpu-standard", 64, 512, "", 0, "Dual-socket CPU server"),
         ("gpu-h100x8", 112, 2048, "NVIDIA H100 80GB SXM", 8, "HGX H100 8-GPU server"),

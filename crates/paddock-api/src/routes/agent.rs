@@ -86,6 +86,7 @@ pub async fn agent_report(
     token: AgentToken,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    s.services.agent_report(&token.0, &body, &context::current().request_id).await?;
+    let info = context::current();
+    s.services.agent_report(&token.0, &body, info.request_id, info.server_request_id).await?;
     Ok(respond::no_content())
 }
