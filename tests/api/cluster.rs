@@ -20,6 +20,8 @@ fn slurm_cluster(name: &str) -> Value {
 async fn world(app: &TestApp) -> (String, String) {
     machine_class(app, "cpu", 0).await;
     machine_class(app, "gpu", 8).await;
+    crate::common::fleet(app, "cpu", 4).await;
+    crate::common::fleet(app, "gpu", 4).await;
     let t = tenant(app, "acme").await;
     let tenant_id = id(&t);
     let admin_token = token(&["tenant:admin"], Some(tenant_id.parse().expect("uuid")));
@@ -122,7 +124,11 @@ async fn invalid_clusters_are_422_and_write_nothing() {
     }
     assert_eq!(app.count("clusters").await, 0);
     assert_eq!(app.count("node_pools").await, 0);
-    assert_eq!(app.count("jobs").await, 0);
+    let cluster_jobs: i64 = sqlx::query_scalar("select count(*) from jobs where target_type <> 'machine'")
+        .fetch_one(&app.db.pool)
+        .await
+        .expect("count");
+    assert_eq!(cluster_jobs, 0, "no job but the fleet's enrollments");
 }
 
 #[tokio::test]

@@ -123,3 +123,12 @@ pub async fn hold_machine(app: &TestApp, machine_id: &str, holder: Option<(&str,
     .await
     .expect("setting the machine state");
 }
+
+/// Enrolls `count` machines of `class` (named `<class>-<i>`), so that node pools of up to that
+/// many nodes fit the fleet (a larger one is refused: 409 `insufficient_capacity`). No worker
+/// runs in the API tests: they stay enrolling, never allocated.
+pub async fn fleet(app: &TestApp, class: &str, count: usize) {
+    for i in 0..count {
+        machine(app, &format!("{class}-{i}"), class).await;
+    }
+}
