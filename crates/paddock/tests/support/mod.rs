@@ -1,0 +1,73 @@
+//! `paddock dev` as the README starts it, for the tests that drive it as a user would (the
+//! README's tour, the generated clients): on a free port and its own data directory, with the
+//! four variables its banner exports. Stopped (SIGINT, as Ctrl-C) and cleaned up on drop.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub struct Dev {
+    child: Child,
+    /// The data directory; the tests may use it for their own files too.
+    pub dir: PathBuf,
+    /// The banner's `export NAME=value` lines: B, TOKEN, TENANT_TOKEN, TID.
+    pub exports: Vec<(String, String)>,
+}
+
+impl Dev {
+    pub fn start() -> Dev {
+        let dir = std::env::temp_dir().join(format!("paddock-dev-test-{}", uuid::Uuid::new_v4().simple()));
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_paddock"))
+            .args(["dev", "--data-dir"])
+            .arg(&dir)
+            .env("PADDOCK_LISTEN", format!("127.0.0.1:{port}"))
+            .env("PADDOCK_LOG", "warn")
+            .env_remove("PADDOCK_DATABASE_URL")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("paddock dev starts");
+        let exports = banner_exports(child.stdout.take().expect("stdout"));
+        let names: Vec<&str> = exports.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["B", "TOKEN", "TENANT_TOKEN", "TID"], "the banner's exports");
+        Dev { child, dir, exports }
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-INT", &self.child.id().to_string()]).status();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The `export NAME=value` lines of the banner, until all four were seen.
+fn banner_exports(stdout: impl std::io::Read + Send + 'static) -> Vec<(String, String)> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some((name, value)) = line.trim().strip_prefix("export ").and_then(|l| l.split_once('=')) {
+                let _ = tx.send((name.to_owned(), value.to_owned()));
+            }
+        }
+    });
+    let mut exports = Vec::new();
+    while exports.len() < 4 {
+        let export = rx.recv_timeout(Duration::from_secs(120)).expect("paddock dev prints four export lines");
+        exports.push(export);
+    }
+    exports
+}
+
+/// Waits until the API answers `/readyz` (two minutes at most).
+pub fn wait_ready(dev: &Dev) {
+    let base = &dev.exports[0].1;
+    let status = Command::new("timeout")
+        .args(["120", "bash", "-c", &format!("until curl -sf '{base}/readyz' >/dev/null; do sleep 0.2; done")])
+        .status()
+        .expect("running bash and curl");
+    assert!(status.success(), "paddock dev was not ready after two minutes");
+}
