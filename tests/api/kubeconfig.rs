@@ -231,3 +231,26 @@ async fn without_a_cluster_driver_the_answer_is_driver_not_configured() {
     let path = format!("/v1/tenants/{t}/clusters/{cluster}/kubeconfig");
     app.get(path).token(&admin()).send().await.problem(409, "driver_not_configured");
 }
+
+#[tokio::test]
+async fn a_suspended_tenant_cannot_mint_kubeconfigs_but_the_provider_still_can() {
+    let lab = Lab::new().await;
+    lab.start_worker();
+    let cluster = lab.create("hpc").await;
+    lab.control_plane_ready(&cluster).await;
+    lab.app.get(lab.path(&cluster)).token(&lab.admin_token).send().await.expect(200);
+
+    let tenant_path = format!("/v1/tenants/{}", lab.tenant);
+    lab.app.post(format!("{tenant_path}/suspend")).token(&admin()).send().await.expect(200);
+    // Like its other writes: 409, audited as a failure; a provider admin still gets one.
+    let problem = lab.app.get(lab.path(&cluster)).token(&lab.admin_token).send().await.problem(409, "tenant_suspended");
+    assert!(problem["detail"].as_str().is_some_and(|d| d.contains("suspended")), "{problem}");
+    assert!(lab.audited("failure").await.iter().any(|e| e["code"] == "tenant_suspended"));
+    lab.app.get(lab.path(&cluster)).token(&admin()).send().await.expect(200);
+    // The order of checks holds: a missing cluster is still a 404, not a 409.
+    let missing = lab.path(&Uuid::now_v7().to_string());
+    lab.app.get(missing).token(&lab.admin_token).send().await.problem(404, "not_found");
+
+    lab.app.post(format!("{tenant_path}/resume")).token(&admin()).send().await.expect(200);
+    lab.app.get(lab.path(&cluster)).token(&lab.admin_token).send().await.expect(200);
+}
