@@ -614,6 +614,7 @@ async fn every_v1_route_without_a_token_is_401_missing_token() {
             .replace("{fresh_class}", "{missing_class}")
             .replace("{fresh_machine}", "{missing_machine}")
             .replace("{fresh_maint_machine}", "{missing_machine}")
+            .replace("{fresh_held_machine}", "{missing_machine}")
             .replace("{fresh_cluster}", "{missing}")
             .replace("{fresh_pool}", "{missing}");
         let path = w.fill(&template, cases);

@@ -48,6 +48,9 @@ impl Lab {
         .expect("test verifier");
         app.router = paddock_api::router(AppState::new(services, verifier, ApiConfig::default()));
         machine_class(&app, "gpu", 8).await;
+        // The fleet holds a machine of the class (requests above the fleet are refused); it
+        // stays enrolling: no machines are needed here.
+        crate::common::machine(&app, "node-1", "gpu").await;
         let t = tenant(&app, "acme").await;
         let admin_token = token(&["tenant:admin"], Some(id(&t).parse().expect("uuid")));
         let (stop, _) = watch::channel(false);
@@ -222,6 +225,7 @@ async fn without_a_cluster_driver_the_answer_is_driver_not_configured() {
     let app = TestApp::new().await;
     let t = id(&tenant(&app, "acme").await);
     machine_class(&app, "gpu", 8).await;
+    crate::common::machine(&app, "node-1", "gpu").await;
     let body = json!({
         "name": "hpc", "kind": "kubernetes", "isolation": "private-nodes",
         "node_pools": [{ "name": "gpu", "machine_class": "gpu", "count": 1 }]
