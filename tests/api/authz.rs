@@ -52,7 +52,7 @@ const ADJUSTMENT: &str = r#"{"tenant_id": "{own}", "machine_class": "gpu-h100", 
 /// - machine classes: `{class}` (in use by machines), `{missing_class}`, `{fresh_class}` (unused);
 /// - machines: `{machine}` (enrolling), `{maint_machine}` (in maintenance), `{missing_machine}`,
 ///   `{fresh_machine}` (available, made for this call), `{fresh_maint_machine}` (in maintenance,
-///   made for this call);
+///   made for this call), `{fresh_held_machine}` (active in a fixture tenancy, made for this call);
 /// - operations: `{own_op}`, `{foreign_op}` (of the two tenants), `{machine_op}` (provider-side,
 ///   no tenant), `{missing_op}`;
 /// - billing periods: `{closed_period}` (a past month);
@@ -131,6 +131,9 @@ fn matrix() -> Vec<Row> {
         delete("/v1/machines/{fresh_maint_machine}/maintenance",            [202,   202,   403,  403,   403]),
         delete("/v1/machines/{machine}/maintenance",                        [409,   409,   403,  403,   403]),
         delete("/v1/machines/{missing_machine}/maintenance",                [404,   404,   403,  403,   403]),
+        post("/v1/machines/{fresh_held_machine}/force-release", Some(REASON), [202, 202,   403,  403,   403]),
+        post("/v1/machines/{maint_machine}/force-release", Some(REASON),    [409,   409,   403,  403,   403]),
+        post("/v1/machines/{missing_machine}/force-release", Some(REASON),  [404,   404,   403,  403,   403]),
         get("/v1/machines/{machine}/custody",                               [200,   200,   403,  403,   403]),
         get("/v1/machines/{missing_machine}/custody",                       [404,   404,   403,  403,   403]),
         // Ledger checkpoints: provider roles; a checkpoint we did not sign is 422.
@@ -355,6 +358,10 @@ impl World {
                 .json();
             s = s.replace("{fresh_pool}", &id(&pool["node_pool"]));
         }
+        if s.contains("{fresh_held_machine}") {
+            let machine = machine_in(app, &format!("fresh-held-{n}"), "active").await;
+            s = s.replace("{fresh_held_machine}", &machine);
+        }
         if s.contains("{fresh_maint_machine}") {
             let machine = machine_in(app, &format!("fresh-maint-{n}"), "maintenance").await;
             s = s.replace("{fresh_maint_machine}", &machine);
@@ -536,7 +543,14 @@ fn matrix_routes() -> BTreeSet<String> {
         ("{name}", &["{class}", "{missing_class}", "{fresh_class}"][..]),
         (
             "{machine_id}",
-            &["{machine}", "{maint_machine}", "{missing_machine}", "{fresh_machine}", "{fresh_maint_machine}"][..],
+            &[
+                "{machine}",
+                "{maint_machine}",
+                "{missing_machine}",
+                "{fresh_machine}",
+                "{fresh_maint_machine}",
+                "{fresh_held_machine}",
+            ][..],
         ),
         ("{operation_id}", &["{own_op}", "{foreign_op}", "{machine_op}", "{missing_op}"][..]),
         ("{cluster_id}", &["{own_cluster}", "{foreign_cluster}", "{fresh_cluster}"][..]),
@@ -600,6 +614,7 @@ async fn every_v1_route_without_a_token_is_401_missing_token() {
             .replace("{fresh_class}", "{missing_class}")
             .replace("{fresh_machine}", "{missing_machine}")
             .replace("{fresh_maint_machine}", "{missing_machine}")
+            .replace("{fresh_held_machine}", "{missing_machine}")
             .replace("{fresh_cluster}", "{missing}")
             .replace("{fresh_pool}", "{missing}");
         let path = w.fill(&template, cases);

@@ -14,7 +14,7 @@
 //!   kubeconfig) and the status Kamaji writes after a reconciliation; when the object is deleted it
 //!   records what the tenant API server still holds, stops that server and drops the finalizer;
 //! - THE KUBELETS: a machine paddock reports `provisioning` registers a Node (its system UUID, a
-//!   Ready condition) in its cluster's tenant API server;
+//!   Ready condition) in its cluster's tenant API server, once its bootstrap token exists;
 //! - THE WORKLOAD CONTROLLERS (Deployment, DaemonSet, StatefulSet): their status becomes ready;
 //! - THE SLINKY OPERATOR: once a Controller exists, the StatefulSets, Deployments and Services it
 //!   would create; NodeSets report as many ready replicas as Ready Nodes their selector matches;
@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     ConfigMap, LimitRange, Namespace, Node, ResourceQuota, Secret, Service, ServiceAccount,
 };
@@ -51,12 +52,12 @@ use paddock_domain::driver::{BoxFuture, DriverError, KubeDrivers, TenantAccess};
 use paddock_domain::stack::{latest_version, ReadinessRule, StackComponent, StackDefinition, StackManifest};
 use paddock_kube::isolation::{self, LABEL_CLUSTER_ID, LABEL_TENANT_ID};
 use paddock_kube::kamaji::{self, ADMIN_KUBECONFIG_KEY};
-use paddock_kube::nodes::LABEL_NODE_POOL;
+use paddock_kube::nodes::{BOOTSTRAP_NAMESPACE, LABEL_MACHINE_ID, LABEL_NODE_POOL, NODE_LEASE_NAMESPACE};
 use paddock_kube::slurm::{self, SlinkySettings, SlurmProbe};
 use paddock_kube::{
     KamajiBackend, KubePlatform, KubeTenantCredentials, KubeTenantNodes, KubeTenantStack, SlinkyDriver,
 };
-use paddock_sim::{SimConfig, SimWorld};
+use paddock_sim::{MachineFault, SimConfig, SimWorld};
 use paddock_store::Store;
 use paddock_testkit::{admin, eventually, token, TestApp, TEST_SECRET};
 use paddock_types::{ClusterId, MachineId, TenantId};
@@ -361,6 +362,9 @@ struct Play {
     at_deletion: Mutex<HashMap<String, Value>>,
     /// Every tenant API server ever started (stopped at the end).
     started: Mutex<Vec<String>>,
+    /// Machine id -> the bootstrap tokens its kubelet found to join with: (Secret name, lifetime
+    /// in seconds from the Secret's creation to its `expiration`).
+    tokens: Mutex<HashMap<String, Vec<(String, i64)>>>,
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -455,7 +459,8 @@ impl Play {
         Ok(())
     }
 
-    /// PLAYS THE KUBELETS: every machine paddock reports `provisioning` registers its Node.
+    /// PLAYS THE KUBELETS: every machine paddock reports `provisioning` registers its Node, once
+    /// a bootstrap token for it exists (what it joins with; its lifetime is recorded).
     async fn kubelets(&self) -> Result<(), String> {
         let url = format!("{}/v1/machines?state=provisioning&limit=100", self.api);
         let rsp = reqwest::Client::new().get(url).bearer_auth(admin()).send().await.map_err(err)?;
@@ -468,6 +473,28 @@ impl Play {
             if nodes.get_opt(&name).await.map_err(err)?.is_some() {
                 continue;
             }
+            let secrets: Api<Secret> = Api::namespaced(tenant.client.clone(), BOOTSTRAP_NAMESPACE);
+            let mine = ListParams::default().labels(&format!("{LABEL_MACHINE_ID}={machine_id}"));
+            let tokens = secrets.list(&mine).await.map_err(err)?.items;
+            if tokens.is_empty() {
+                continue;
+            }
+            let seen: Vec<(String, i64)> = tokens
+                .iter()
+                .map(|t| {
+                    let created = t.metadata.creation_timestamp.as_ref().map(|c| c.0.timestamp()).unwrap_or_default();
+                    let expiration = t
+                        .data
+                        .as_ref()
+                        .and_then(|d| d.get("expiration"))
+                        .and_then(|e| std::str::from_utf8(&e.0).ok())
+                        .and_then(|e| chrono::DateTime::parse_from_rfc3339(e).ok())
+                        .map(|e| e.timestamp())
+                        .unwrap_or_default();
+                    (t.name_any(), expiration - created)
+                })
+                .collect();
+            self.tokens.lock().expect("lock").insert(machine_id.to_string(), seen);
             let uuid = m["system_uuid"]
                 .as_str()
                 .map(str::to_owned)
@@ -713,6 +740,8 @@ struct Lab {
     platform: ApiServer,
     platform_client: Client,
     play: Arc<Play>,
+    /// The simulated BMCs' world (for faults).
+    world: SimWorld,
     stop: watch::Sender<bool>,
     _stacks: StacksDir,
 }
@@ -720,6 +749,11 @@ struct Lab {
 impl Lab {
     /// None: no harness or no CRDs (skipped, as the module documentation says).
     async fn new() -> Option<Lab> {
+        Self::with(|_| {}).await
+    }
+
+    /// Like [`Lab::new`], with the worker's settings changed by `tweak` first.
+    async fn with(tweak: impl FnOnce(&mut Settings)) -> Option<Lab> {
         let kamaji_crds = crds("kamaji", &KAMAJI_CRDS)?;
         let (stacks, definition) = test_stack()?;
         control()?;
@@ -754,13 +788,14 @@ impl Lab {
         app.router = paddock_api::router(AppState::new(services, verifier, ApiConfig::default()));
 
         let drivers = Drivers { bmc: Some(world.bmc()), kube: Some(kube) };
-        let settings = Settings {
+        let mut settings = Settings {
             wipe_image_url: Some("http://images.invalid/wipe.iso".into()),
             os_image_url: Some("http://images.invalid/os.iso".into()),
             poll: Duration::from_millis(250),
             report_wait: Duration::from_secs(2),
             ..Settings::default()
         };
+        tweak(&mut settings);
         let handlers: Vec<Arc<dyn JobHandler>> = vec![
             Arc::new(MachineReconciler::new(app.services.clone(), drivers.clone(), settings.clone())),
             Arc::new(ClusterReconciler::new(app.services.clone(), drivers, settings)),
@@ -792,9 +827,10 @@ impl Lab {
             tenants: Mutex::new(HashMap::new()),
             at_deletion: Mutex::new(HashMap::new()),
             started: Mutex::new(Vec::new()),
+            tokens: Mutex::new(HashMap::new()),
         });
         tokio::spawn(play.clone().run(stopped));
-        Some(Lab { app, platform, platform_client, play, stop, _stacks: stacks })
+        Some(Lab { app, platform, platform_client, play, world, stop, _stacks: stacks })
     }
 
     /// Stops the worker and players, and the API servers of this test.
@@ -1296,5 +1332,130 @@ async fn a_slurm_cluster_with_cpu_and_gpu_pools_goes_ready_scales_and_is_deleted
         (lab.scalar("select count(*) from machines where state = 'available'").await == 3).then_some(())
     })
     .await;
+    lab.finish().await;
+}
+
+/// The machine's view (as provider:admin).
+async fn machine_view(lab: &Lab, machine: &str) -> Value {
+    lab.app.get(format!("/v1/machines/{machine}")).token(&admin()).send().await.expect(200).json()
+}
+
+/// The machine's custody entries as `(from, to, reason)`, checking the chain verifies.
+async fn custody(lab: &Lab, machine: &str) -> Vec<(String, String, String)> {
+    let v = lab.app.get(format!("/v1/machines/{machine}/custody")).token(&admin()).send().await.expect(200).json();
+    assert_eq!(v["verified"], true, "{v:#}");
+    let text = |e: &Value| e.as_str().unwrap_or("-").to_owned();
+    v["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|e| (text(&e["from"]), text(&e["to"]), text(&e["reason"])))
+        .collect()
+}
+
+/// Issue #15 items 1 and 4 with the real tenant-node driver: bootstrap tokens live for
+/// PADDOCK_JOIN_TOKEN_TTL and are gone once the Nodes registered; then a tenant holds one machine
+/// (a finalizer on its Node) and another's BMC stops answering: after PADDOCK_RELEASE_TIMEOUT both
+/// releases are forced, billing stops at the forcing, the first machine is powered off, its
+/// Node deleted (left terminating by the tenant's finalizer) and its Lease gone, and it is wiped
+/// and available again; the second, which cannot be powered off, is in maintenance with
+/// `release_power_off_failed`.
+#[tokio::test]
+async fn a_release_the_tenant_holds_up_is_forced_after_the_release_timeout() {
+    let Some(lab) = Lab::with(|s| {
+        s.release_timeout = Duration::from_secs(5);
+        s.join_token_ttl = Duration::from_secs(600);
+        s.outage_wait = Duration::from_millis(500);
+    })
+    .await
+    else {
+        return;
+    };
+    machine_class(&lab.app, "cpu", 0).await;
+    let machines = lab.enroll("cpu", &["held-1", "held-2"]).await;
+    let t = lab.tenant("acme").await;
+    let created =
+        lab.create(&t, kubernetes("held", json!([{ "name": "cpu", "machine_class": "cpu", "count": 2 }]))).await;
+    let cluster = id(&created["cluster"]);
+    let pool = id(&created["cluster"]["node_pools"][0]);
+    lab.ready(&t, &cluster).await;
+
+    // Each kubelet joined with its machine's token, made to live 600 s; none is left now.
+    for m in &machines {
+        let seen = lab.play.tokens.lock().expect("lock").get(m).cloned().unwrap_or_default();
+        assert!(!seen.is_empty() && seen.iter().all(|(_, life)| (599..=600).contains(life)), "{m}: {seen:?}");
+    }
+    let client = lab.tenant_client(&cluster);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), BOOTSTRAP_NAMESPACE);
+    let left = secrets.list(&ListParams::default().labels(LABEL_MACHINE_ID)).await.expect("secrets").items;
+    assert!(
+        left.is_empty(),
+        "bootstrap tokens outlived their Nodes' registration: {:?}",
+        left.iter().map(ResourceExt::name_any).collect::<Vec<_>>()
+    );
+
+    // The tenant holds the first machine: a finalizer on its Node (and its kubelet's Lease);
+    // the second machine's BMC stops answering.
+    let (held, dead) = (&machines[0], &machines[1]);
+    let node = machine_view(&lab, held).await["node_name"].as_str().expect("node name").to_owned();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let hold = json!({ "metadata": { "finalizers": ["tenant.example/hold"] } });
+    nodes.patch(&node, &PatchParams::default(), &Patch::Merge(&hold)).await.expect("finalizer");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
+    let lease: Lease =
+        serde_json::from_value(json!({ "metadata": { "name": node }, "spec": { "holderIdentity": node } }))
+            .expect("lease");
+    leases.create(&PostParams::default(), &lease).await.expect("lease");
+    lab.world.set_machine_fault("held-2", MachineFault::BmcTimeout, true).await.expect("fault");
+
+    lab.scale(&t, &cluster, &pool, 0).await;
+    let held_view = eventually(WAIT, || async {
+        let v = machine_view(&lab, held).await;
+        (v["state"] == "available").then_some(v)
+    })
+    .await;
+    assert_eq!(held_view["tenant_id"], Value::Null);
+    let dead_view = eventually(WAIT, || async {
+        let v = machine_view(&lab, dead).await;
+        (v["state"] == "maintenance").then_some(v)
+    })
+    .await;
+    assert_eq!(dead_view["maintenance_reason"], "release_power_off_failed", "{dead_view:#}");
+    assert_eq!(dead_view["last_error"]["code"], "release_power_off_failed", "{dead_view:#}");
+    assert_eq!(dead_view["tenant_id"], Value::Null, "the tenancy is over");
+
+    // The ledger: the forcing with its reason, then cleaning (or maintenance).
+    for (m, then) in [(held, "cleaning"), (dead, "maintenance")] {
+        let entries = custody(&lab, m).await;
+        let at = entries
+            .iter()
+            .position(|(from, to, reason)| {
+                from == "releasing" && to == "releasing" && reason.contains("PADDOCK_RELEASE_TIMEOUT")
+            })
+            .unwrap_or_else(|| panic!("no forced release in the ledger of {m}: {entries:#?}"));
+        assert_eq!((entries[at + 1].0.as_str(), entries[at + 1].1.as_str()), ("releasing", then), "{entries:#?}");
+    }
+
+    // The Node was deleted (the tenant's finalizer keeps it terminating) and its Lease is gone.
+    let terminating = nodes.get(&node).await.expect("the finalizer keeps the node");
+    assert!(terminating.metadata.deletion_timestamp.is_some(), "the node was never deleted");
+    assert!(leases.get_opt(&node).await.expect("lease").is_none(), "the node's lease is left");
+
+    // Billing stopped at the forcing: each segment ends at the second the release was forced.
+    for m in [held, dead] {
+        let (at_forcing, reason, before_release): (bool, String, bool) = sqlx::query_as(
+            "select s.end_at = a.release_forced_at, s.close_reason, s.end_at <= a.released_at \
+             from usage_segments s join machine_allocations a on a.id = s.allocation_id where s.machine_id = $1::uuid",
+        )
+        .bind(m)
+        .fetch_one(&lab.app.db.pool)
+        .await
+        .expect("segment");
+        assert!(at_forcing && before_release, "{m}: the segment does not end at the forcing");
+        assert!(reason.starts_with("release forced"), "{m}: {reason}");
+    }
+
+    let release = json!({ "metadata": { "finalizers": null } });
+    nodes.patch(&node, &PatchParams::default(), &Patch::Merge(&release)).await.expect("finalizer removed");
     lab.finish().await;
 }

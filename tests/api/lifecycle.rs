@@ -626,6 +626,22 @@ impl TenantNodes for CrashingKube {
             async move { self.after(format!("unnode:{}", node.machine_id), self.0.nodes.remove_node(t, node).await) },
         )
     }
+
+    fn delete_join_tokens<'a>(
+        &'a self,
+        t: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        Box::pin(async move {
+            self.after(format!("untoken:{}", node.machine_id), self.0.nodes.delete_join_tokens(t, node).await)
+        })
+    }
+
+    fn abandon_node<'a>(&'a self, t: &'a TenantAccess, node: &'a NodeRef) -> BoxFuture<'a, Result<(), DriverError>> {
+        Box::pin(
+            async move { self.after(format!("abandon:{}", node.machine_id), self.0.nodes.abandon_node(t, node).await) },
+        )
+    }
 }
 
 impl TenantStack for CrashingKube {

@@ -265,3 +265,111 @@ async fn bmc_urls_are_https_unless_plain_http_is_allowed_and_never_carry_credent
     app.patch(&path).token(&admin()).json(&secure).send().await.expect(202);
     app.post("/v1/machines").token(&admin()).json(&with_url("sim-1", "sim://sim-1")).send().await.expect(202);
 }
+
+#[tokio::test]
+async fn force_release_of_a_held_machine_is_accepted_once_and_audited() {
+    let app = TestApp::new().await;
+    machine_class(&app, "gpu", 8).await;
+    let m = id(&machine(&app, "node-1", "gpu").await);
+    set_machine_state(&app, &m, "active").await;
+    let path = format!("/v1/machines/{m}/force-release");
+
+    // Roles that may never do this: 403 before any lookup, and nothing is recorded.
+    let holder: String = sqlx::query_scalar("select tenant_id::text from machines where id = $1::uuid")
+        .bind(&m)
+        .fetch_one(&app.db.pool)
+        .await
+        .expect("holder");
+    let tenant = holder.parse().expect("uuid");
+    for t in [
+        token(&["billing:reader"], None),
+        token(&["tenant:admin"], Some(tenant)),
+        token(&["tenant:member"], Some(tenant)),
+    ] {
+        app.post(&path).token(&t).json(&json!({ "reason": "stuck" })).send().await.problem(403, "forbidden");
+    }
+
+    // A reason is required (after the state check).
+    app.post(&path).token(&admin()).json(&json!({ "reason": " " })).send().await.problem(422, "validation_failed");
+
+    let resp = app.post(&path).token(&token(&["provider:operator"], None)).json(&json!({ "reason": "node stuck" }));
+    let resp = resp.send().await.expect(202);
+    assert_eq!(resp.header("location"), Some(format!("/v1/machines/{m}").as_str()));
+    let body = resp.json();
+    assert_eq!(body["operation"]["kind"], "machine_force_release");
+    assert_eq!(body["operation"]["state"], "pending");
+    assert_eq!(body["machine"]["state"], "active", "the worker carries it out");
+    let (reason, by): (Option<String>, Option<String>) =
+        sqlx::query_as("select force_release_reason, force_release_requested_by from machines where id = $1::uuid")
+            .bind(&m)
+            .fetch_one(&app.db.pool)
+            .await
+            .expect("intent");
+    assert_eq!(reason.as_deref(), Some("node stuck"));
+    assert!(by.is_some());
+    let jobs: i64 = sqlx::query_scalar(
+        "select count(*) from jobs where kind = 'machine_reconcile' and target_id = $1::uuid and state = 'queued'",
+    )
+    .bind(&m)
+    .fetch_one(&app.db.pool)
+    .await
+    .expect("jobs");
+    assert_eq!(jobs, 1, "the worker is asked to carry it out");
+
+    // Once pending, a second request is a conflict.
+    app.post(&path)
+        .token(&admin())
+        .json(&json!({ "reason": "again" }))
+        .send()
+        .await
+        .problem(409, "force_release_pending");
+
+    let events = app.get("/v1/audit-events?action=machine.force_release&limit=100").token(&admin()).send().await;
+    let events = events.expect(200).json()["items"].as_array().cloned().expect("items");
+    assert!(events.iter().any(|e| e["outcome"] == "success" && e["target"]["id"] == m.as_str()), "{events:?}");
+    assert!(events.iter().any(|e| e["code"] == "forbidden"), "{events:?}");
+    assert!(events.iter().any(|e| e["code"] == "force_release_pending"), "{events:?}");
+}
+
+#[tokio::test]
+async fn force_release_needs_a_tenancy_and_an_existing_machine() {
+    let app = TestApp::new().await;
+    machine_class(&app, "gpu", 8).await;
+    let m = id(&machine(&app, "node-1", "gpu").await);
+    let reason = json!({ "reason": "stuck" });
+    for state in ["enrolling", "available", "cleaning", "maintenance", "clean_failed"] {
+        set_machine_state(&app, &m, state).await;
+        let resp = app.post(format!("/v1/machines/{m}/force-release")).token(&admin()).json(&reason).send().await;
+        let problem = resp.problem(409, "machine_not_in_tenancy");
+        assert!(problem["detail"].as_str().is_some_and(|d| d.contains(state)), "{problem}");
+    }
+    // Every tenancy state is accepted.
+    for (n, state) in ["allocated", "provisioning", "active", "releasing", "provision_failed"].iter().enumerate() {
+        let held = id(&machine(&app, &format!("held-{n}"), "gpu").await);
+        set_machine_state(&app, &held, state).await;
+        app.post(format!("/v1/machines/{held}/force-release")).token(&admin()).json(&reason).send().await.expect(202);
+    }
+    // Unknown: 404; an id of another kind of object names no machine either.
+    let unknown = uuid::Uuid::now_v7();
+    app.post(format!("/v1/machines/{unknown}/force-release"))
+        .token(&admin())
+        .json(&reason)
+        .send()
+        .await
+        .problem(404, "not_found");
+    let tenant = id(&crate::common::tenant(&app, "acme").await);
+    app.post(format!("/v1/machines/{tenant}/force-release"))
+        .token(&admin())
+        .json(&reason)
+        .send()
+        .await
+        .problem(404, "not_found");
+    // Retired: its record stays, but it takes no more changes.
+    set_machine_state(&app, &m, "retired").await;
+    app.post(format!("/v1/machines/{m}/force-release"))
+        .token(&admin())
+        .json(&reason)
+        .send()
+        .await
+        .problem(409, "machine_retired");
+}

@@ -95,6 +95,7 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(machine::machine_enroll, machine::machine_list))
         .routes(routes!(machine::machine_view, machine::machine_update, machine::machine_retire))
         .routes(routes!(machine::machine_maintenance_enter, machine::machine_maintenance_leave))
+        .routes(routes!(machine::machine_force_release))
         .routes(routes!(machine::machine_custody_view))
         .routes(routes!(isolation::isolation_report_view))
         .routes(routes!(custody::custody_checkpoint_view))

@@ -269,6 +269,24 @@ pub trait TenantNodes: Send + Sync {
         tenant: &'a TenantAccess,
         node: &'a NodeRef,
     ) -> BoxFuture<'a, Result<Removal, DriverError>>;
+
+    /// Deletes every bootstrap token minted for `node`'s machine (its Node has registered, so
+    /// none is needed any more). Tokens already gone count as deleted.
+    fn delete_join_tokens<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<(), DriverError>>;
+
+    /// A forced release's cleanup (SPEC section 5), once the machine is powered off: deletes the
+    /// machine's Nodes and their Leases without waiting for them to go (a finalizer may keep a
+    /// Node terminating; that no longer holds the machine). The caller treats a failure as
+    /// best effort.
+    fn abandon_node<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<(), DriverError>>;
 }
 
 /// Where a tenant's base stack stands.

@@ -133,6 +133,8 @@ pub struct Machine {
     pub maintenance_reason: Option<String>,
     /// Whether an operator asked to retire it.
     pub retire_requested: bool,
+    /// Why an operator asked to force the release of its tenancy, while that is pending.
+    pub force_release_reason: Option<String>,
     /// BMC access.
     pub bmc: Bmc,
     /// Spec generation.

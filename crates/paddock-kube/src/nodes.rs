@@ -7,7 +7,8 @@
 //!   (`sha256:` and the hex SHA-256 of the CA certificate's SubjectPublicKeyInfo, kubeadm's
 //!   `--discovery-token-ca-cert-hash`). Every call mints a fresh token: tokens expire, and the
 //!   tenant control plane's token cleaner deletes expired ones. Earlier tokens of the same machine
-//!   are left alone, since the machine may still be booting with one of them.
+//!   are left alone, since the machine may still be booting with one of them; once its Node has
+//!   registered, every token of the machine is deleted ([`KubeTenantNodes::delete_join_tokens`]).
 //! - Matching: the Node whose `status.nodeInfo.systemUUID` is the machine's (case-insensitive:
 //!   BMCs and kubelets disagree on case), whatever name it registered with.
 //! - Converging: the Node's labels ([`node_labels`]) by server-side apply with the field manager
@@ -17,7 +18,8 @@
 //!   and records which taints it manages in the annotation [`ANNOTATION_TAINTS`]. Nothing is
 //!   written when the Node already holds what it should.
 //! - Removing: every Node of the machine (its node name, or its system UUID), `Gone` once none
-//!   is left.
+//!   is left. A forced release deletes them and the node's Lease without waiting
+//!   ([`KubeTenantNodes::abandon_node`]).
 //!
 //! The admin kubeconfig is data read from the platform cluster, not configuration: one that would
 //! run a program (`exec`, `auth-provider`) or read local files is refused.
@@ -31,6 +33,7 @@ use std::fmt::Debug;
 use std::sync::Mutex;
 
 use futures::FutureExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::chrono::{Duration as ChronoDuration, SecondsFormat, Utc};
 use k8s_openapi::ByteString;
@@ -60,6 +63,8 @@ pub const LABEL_MACHINE_ID: &str = "paddock.dev/machine-id";
 pub const ANNOTATION_TAINTS: &str = "paddock.dev/taints";
 /// Where kubeadm's bootstrap tokens live.
 pub const BOOTSTRAP_NAMESPACE: &str = "kube-system";
+/// Where kubelets keep their heartbeat Leases (one per node, named after it).
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 /// The Secret type of a bootstrap token.
 pub const BOOTSTRAP_TOKEN_TYPE: &str = "bootstrap.kubernetes.io/token";
 /// The group kubeadm's node bootstrap RBAC is bound to.
@@ -466,6 +471,53 @@ impl KubeTenantNodes {
         }
         Ok(removal)
     }
+
+    /// Deletes the bootstrap tokens paddock minted for the machine (by its label, bootstrap
+    /// tokens only): its Node registered, so the token has done its work and must not outlive it.
+    #[instrument(skip_all, fields(cluster.id = %tenant.cluster.cluster_id, machine.id = %node.machine_id))]
+    pub async fn delete_join_tokens(&self, tenant: &TenantAccess, node: &NodeRef) -> Result<(), KubeError> {
+        let tc = self.tenant(tenant).await?;
+        let secrets: Api<Secret> = Api::namespaced(tc.client.clone(), BOOTSTRAP_NAMESPACE);
+        let selector = ListParams::default()
+            .labels(&format!("{LABEL_MACHINE_ID}={}", node.machine_id))
+            .fields(&format!("type={BOOTSTRAP_TOKEN_TYPE}"));
+        // A collection delete of nothing is a success: a repeat (or a token the cleaner already
+        // removed) deletes nothing.
+        let deleted = secrets.delete_collection(&DeleteParams::default(), &selector).await.map_err(|source| {
+            KubeError::api("delete", "Secret", format!("{BOOTSTRAP_NAMESPACE}/bootstrap-token-*"), source)
+        })?;
+        let count = deleted.left().map_or(0, |list| list.items.len());
+        if count > 0 {
+            info!(
+                node.name = %node.node_name,
+                "deleted {count} bootstrap token(s) of machine {}: its node registered",
+                node.machine_id
+            );
+        }
+        Ok(())
+    }
+
+    /// The forced release's cleanup: deletes the machine's Nodes (a finalizer may keep them
+    /// terminating) and the Lease of its node name, each tried even when the other fails; the
+    /// first failure is returned.
+    #[instrument(skip_all, fields(cluster.id = %tenant.cluster.cluster_id, machine.id = %node.machine_id))]
+    pub async fn abandon_node(&self, tenant: &TenantAccess, node: &NodeRef) -> Result<(), KubeError> {
+        let nodes = self.remove_node(tenant, node).await.map(|_| ());
+        let tc = self.tenant(tenant).await?;
+        let leases: Api<Lease> = Api::namespaced(tc.client.clone(), NODE_LEASE_NAMESPACE);
+        let lease = match leases.delete(&node.node_name, &DeleteParams::default()).await {
+            // No Lease (the kubelet never ran, or it is gone already): nothing to delete.
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(source) => {
+                Err(KubeError::api("delete", "Lease", format!("{NODE_LEASE_NAMESPACE}/{}", node.node_name), source))
+            }
+            Ok(_) => {
+                info!(node.name = %node.node_name, "deleted the lease of node {} (machine {})", node.node_name, node.machine_id);
+                Ok(())
+            }
+        };
+        nodes.and(lease)
+    }
 }
 
 impl TenantNodes for KubeTenantNodes {
@@ -492,6 +544,22 @@ impl TenantNodes for KubeTenantNodes {
         node: &'a NodeRef,
     ) -> BoxFuture<'a, Result<Removal, DriverError>> {
         KubeTenantNodes::remove_node(self, tenant, node).map(|r| r.map_err(DriverError::from)).boxed()
+    }
+
+    fn delete_join_tokens<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        KubeTenantNodes::delete_join_tokens(self, tenant, node).map(|r| r.map_err(DriverError::from)).boxed()
+    }
+
+    fn abandon_node<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        KubeTenantNodes::abandon_node(self, tenant, node).map(|r| r.map_err(DriverError::from)).boxed()
     }
 }
 

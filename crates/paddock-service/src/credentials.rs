@@ -12,9 +12,10 @@ use std::sync::Arc;
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use paddock_domain::driver::{ClusterRef, TenantAccess, TenantCredentials};
 use paddock_domain::secret::{Binding, Cipher, SecretString};
-use paddock_domain::{Error, Permission, Result};
+use paddock_domain::{Error, Permission, Result, Scope};
 use paddock_store::{cluster as cluster_store, tenant, Conn, StoreError};
 use paddock_types::cluster::{ConditionStatus, KUBECONFIG_TTL_DEFAULT, KUBECONFIG_TTL_MAX, KUBECONFIG_TTL_MIN};
+use paddock_types::tenant::TenantState;
 use paddock_types::{ClusterId, TenantId};
 use serde_json::json;
 
@@ -107,7 +108,8 @@ impl Services {
 
     /// Issues the tenant's kubeconfig of a cluster, its token valid for `ttl` seconds. Checks:
     /// 403 (only `tenant:admin` and `provider:admin`), 404 (missing or another tenant's), 409
-    /// (`driver_not_configured`; `cluster_not_ready` until the control plane answers and its
+    /// (`tenant_suspended` for a tenant caller while the tenant is suspended;
+    /// `driver_not_configured`; `cluster_not_ready` until the control plane answers and its
     /// admin kubeconfig is stored, and while deleting), then `ttl` (400, 422).
     #[tracing::instrument(skip_all, fields(tenant.id = %tenant_id, cluster.id = %id))]
     pub async fn cluster_kubeconfig(
@@ -119,12 +121,21 @@ impl Services {
     ) -> Result<TenantKubeconfig> {
         self.audited(ctx, "cluster.kubeconfig", "cluster", async |audit| {
             audit.target(id.uuid(), Some(tenant_id));
-            ctx.actor.authorize_tenant(Permission::ClusterCredentials, tenant_id, "cluster")?;
+            let scope = ctx.actor.authorize_tenant(Permission::ClusterCredentials, tenant_id, "cluster")?;
             let (access, driver, ttl_seconds) = {
                 let mut conn = self.store.conn().await?;
                 let cluster = cluster_store::get(&mut conn, tenant_id, id, false)
                     .await?
                     .ok_or(Error::NotFound { kind: "cluster" })?;
+                let t = tenant::get(&mut conn, tenant_id).await?.ok_or(Error::NotFound { kind: "cluster" })?;
+                // Minting a credential is a write of the tenant's: refused while it is suspended,
+                // like its other writes (SPEC section 2); a provider admin still gets one.
+                if matches!(scope, Scope::Tenant(_)) && t.state == TenantState::Suspended {
+                    return Err(Error::conflict(
+                        "tenant_suspended",
+                        "the tenant is suspended; its clusters keep running but no new credentials are issued",
+                    ));
+                }
                 let Some(driver) = &self.credentials else {
                     return Err(Error::conflict(
                         "driver_not_configured",
@@ -143,7 +154,6 @@ impl Services {
                 if !control_plane_ready {
                     return Err(not_ready("has no ready control plane yet; try again once it is ready"));
                 }
-                let t = tenant::get(&mut conn, tenant_id).await?.ok_or(Error::NotFound { kind: "cluster" })?;
                 let reference = ClusterRef {
                     tenant_id,
                     cluster_id: id,

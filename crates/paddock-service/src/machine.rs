@@ -4,7 +4,7 @@
 //! worker acts, the machine record carries the operator's intent.
 
 use paddock_domain::cursor::PageRequest;
-use paddock_domain::machine::RETIRABLE;
+use paddock_domain::machine::{holds_tenancy, RETIRABLE};
 use paddock_domain::model::{Bmc, Machine};
 use paddock_domain::precondition::IfMatch;
 use paddock_domain::secret::Binding;
@@ -13,7 +13,7 @@ use paddock_domain::{json, Error, Permission, Result};
 use paddock_store::machine::{self as store, NewMachine};
 use paddock_store::{custody, machine_class, Conn, Tx};
 use paddock_types::machine::MachineFilter;
-use paddock_types::machine::{MachineEnroll, MachineState, MaintenanceEnter};
+use paddock_types::machine::{MachineEnroll, MachineForceRelease, MachineState, MaintenanceEnter};
 use paddock_types::operation::OperationView;
 use paddock_types::{Labels, MachineId};
 use serde::{Deserialize, Serialize};
@@ -235,6 +235,43 @@ impl Services {
             let details = json!({ "state": current.state.as_str() });
             let kind = "machine_maintenance_leave";
             changed(tx, id, current.generation + 1, kind, &["machine_maintenance_enter"], details).await
+        })
+        .await
+    }
+
+    /// Forces the release of a machine's tenancy at once (SPEC sections 4 and 5): 409 unless the
+    /// machine holds a tenancy, or while a forced release is already pending; the worker then
+    /// records the forcing (billing stops there), powers the machine off, deletes its Node best
+    /// effort and sends it to cleaning.
+    pub async fn machine_force_release(&self, ctx: &Ctx, id: MachineId, body: &Body) -> Result<MachineChange> {
+        self.audited(ctx, "machine.force_release", "machine", async |audit| {
+            audit.target(id.uuid(), None);
+            ctx.actor.authorize(Permission::MachineWrite)?;
+            let mut tx = self.store.begin().await?;
+            let current = self.machine_for_change(&mut tx, id).await?;
+            if !holds_tenancy(current.state) {
+                return Err(Error::conflict(
+                    "machine_not_in_tenancy",
+                    format!(
+                        "a machine in state {} holds no tenancy to release; only allocated, provisioning, active, \
+                         releasing or provision_failed",
+                        current.state.as_str()
+                    ),
+                ));
+            }
+            if current.force_release_reason.is_some() {
+                return Err(Error::conflict("force_release_pending", "the machine's release is already being forced"));
+            }
+            let request: MachineForceRelease = body.decode()?;
+            let mut c = Checks::new();
+            c.text("reason", request.reason.trim(), 1000);
+            c.finish()?;
+            store::set_force_release_intent(&mut tx, id, request.reason.trim(), &ctx.actor.subject).await?;
+            let details = json!({
+                "reason": request.reason.trim(), "state": current.state.as_str(), "tenant_id": current.tenant_id,
+                "cluster_id": current.cluster_id,
+            });
+            changed(tx, id, current.generation + 1, "machine_force_release", &[], details).await
         })
         .await
     }

@@ -452,6 +452,29 @@ impl TenantNodes for SimKube {
             Ok(Removal::Gone)
         })
     }
+
+    fn delete_join_tokens<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        _node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        Box::pin(async move {
+            // The simulated tokens are never stored: nothing to delete beyond the reachability
+            // check every tenant call makes.
+            let mut conn = self.conn().await?;
+            self.tenant(&mut conn, tenant).await?;
+            Ok(())
+        })
+    }
+
+    fn abandon_node<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        // Simulated Nodes have no finalizers and no Leases: removing them is the whole of it.
+        Box::pin(async move { self.remove_node(tenant, node).await.map(|_| ()) })
+    }
 }
 
 impl TenantStack for SimKube {

@@ -21,6 +21,9 @@ use uuid::Uuid;
 use crate::custody::{self, WORKER_ACTOR};
 use crate::{job, Conn, StoreError};
 
+/// An operator's intent as a transition returns it (a maintenance or force-release reason).
+type Intent = Option<String>;
+
 /// A machine's holder as a transition returns it: allocation, tenant, cluster, pool, system UUID.
 type Holder = (Option<Uuid>, Option<Uuid>, Option<Uuid>, Option<Uuid>, Option<String>);
 
@@ -117,6 +120,17 @@ pub async fn end_run(
     let Some((run_id, reason_now, allocation)) = moved else {
         return Ok(false);
     };
+    if to == MachineState::ProvisionFailed {
+        // A failed provisioning is a release that did not follow `active`: its deadline
+        // (PADDOCK_RELEASE_TIMEOUT) runs from here.
+        sqlx::query(
+            "update machine_allocations set release_started_at = coalesce(release_started_at, clock_timestamp()) \
+             where id = $1",
+        )
+        .bind(allocation)
+        .execute(&mut *tx)
+        .await?;
+    }
     let reason = match (error, to) {
         (Some((_, message)), _) => message.to_owned(),
         (None, MachineState::Maintenance) => reason_now.clone().unwrap_or_else(|| "taken out of service".to_owned()),
@@ -179,30 +193,31 @@ pub async fn begin_release(
     status_version: i64,
 ) -> Result<bool, StoreError> {
     let mut tx = conn.begin().await?;
-    let done: Option<(Uuid, Uuid, Uuid, Uuid, Option<String>)> = sqlx::query_as(
+    let done: Option<(Uuid, Uuid, Uuid, Uuid, Intent, Intent)> = sqlx::query_as(
         "with m as (update machines set state = 'releasing', status_version = status_version + 1, updated_at = now() \
            where id = $1 and state = $2 and status_version = $3 \
              and state in ('allocated', 'provisioning', 'active', 'provision_failed') \
-           returning allocation_id, maintenance_reason) \
+           returning allocation_id, maintenance_reason, force_release_reason) \
          update machine_allocations a set release_started_at = coalesce(a.release_started_at, clock_timestamp()) \
          from m where a.id = m.allocation_id \
-         returning a.id, a.tenant_id, a.cluster_id, a.node_pool_id, m.maintenance_reason",
+         returning a.id, a.tenant_id, a.cluster_id, a.node_pool_id, m.maintenance_reason, m.force_release_reason",
     )
     .bind(id.uuid())
     .bind(from.as_str())
     .bind(status_version)
     .fetch_optional(&mut *tx)
     .await?;
-    let Some((allocation, tenant, cluster, pool, maintenance)) = done else {
+    let Some((allocation, tenant, cluster, pool, maintenance, forced)) = done else {
         return Ok(false);
     };
-    let reason = match &maintenance {
-        Some(r) => format!("tenancy ends for maintenance: {r}"),
-        None => "tenancy ends: the cluster released the machine".to_owned(),
+    let reason = match (&forced, &maintenance) {
+        (Some(r), _) => format!("tenancy ends: an operator forces its release: {r}"),
+        (None, Some(r)) => format!("tenancy ends for maintenance: {r}"),
+        (None, None) => "tenancy ends: the cluster released the machine".to_owned(),
     };
     let evidence = json!({
         "allocation_id": allocation, "tenant_id": tenant, "cluster_id": cluster, "node_pool_id": pool,
-        "maintenance_reason": maintenance,
+        "maintenance_reason": maintenance, "force_release_reason": forced,
     });
     custody::append(&mut tx, key, id, Some(from), MachineState::Releasing, WORKER_ACTOR, &reason, &evidence).await?;
     tx.commit().await?;
@@ -218,30 +233,158 @@ pub async fn finish_release(
     from: MachineState,
     status_version: i64,
 ) -> Result<bool, StoreError> {
+    end_tenancy(conn, key, id, from, status_version, None).await
+}
+
+/// Ends a machine's tenancy like [`finish_release`], but into `maintenance` with `failure`
+/// (code, message) as its maintenance reason (the code) and last error: a forced release whose
+/// power-off failed (SPEC section 5). The machine leaves maintenance only through cleaning.
+pub async fn end_tenancy_in_maintenance(
+    conn: &mut Conn,
+    key: &LedgerKey,
+    id: MachineId,
+    from: MachineState,
+    status_version: i64,
+    failure: (&str, &str),
+) -> Result<bool, StoreError> {
+    end_tenancy(conn, key, id, from, status_version, Some(failure)).await
+}
+
+/// The one statement that ends a tenancy: to `cleaning`, or to `maintenance` with a failure.
+async fn end_tenancy(
+    conn: &mut Conn,
+    key: &LedgerKey,
+    id: MachineId,
+    from: MachineState,
+    status_version: i64,
+    failure: Option<(&str, &str)>,
+) -> Result<bool, StoreError> {
+    let to = if failure.is_some() { MachineState::Maintenance } else { MachineState::Cleaning };
     let mut tx = conn.begin().await?;
-    let left: Option<(Uuid, Uuid, Uuid)> = sqlx::query_as(
+    let left: Option<(Uuid, Uuid, Uuid, Option<DateTime<Utc>>)> = sqlx::query_as(
         "with old as (select allocation_id, tenant_id, cluster_id from machines where id = $1), \
-         m as (update machines set state = 'cleaning', allocation_id = null, tenant_id = null, cluster_id = null, \
+         m as (update machines set state = $4, allocation_id = null, tenant_id = null, cluster_id = null, \
              node_pool_id = null, node_name = null, run_id = null, run_purpose = null, run_booted_at = null, \
-             run_finished_at = null, last_error = null, status_version = status_version + 1, updated_at = now() \
+             run_finished_at = null, last_error = $6, maintenance_reason = coalesce($5, maintenance_reason), \
+             force_release_reason = null, force_release_requested_by = null, \
+             status_version = status_version + 1, updated_at = now() \
            where id = $1 and state = $2 and status_version = $3 and state in ('releasing', 'provision_failed') \
            returning id), \
          a as (update machine_allocations set release_started_at = coalesce(release_started_at, clock_timestamp()), \
-             released_at = clock_timestamp() where id = (select allocation_id from old) and exists (select 1 from m) returning id) \
-         select old.tenant_id, old.cluster_id, old.allocation_id from old where exists (select 1 from a)",
+             released_at = clock_timestamp() where id = (select allocation_id from old) and exists (select 1 from m) \
+             returning id, release_forced_at) \
+         select old.tenant_id, old.cluster_id, old.allocation_id, a.release_forced_at from old, a",
+    )
+    .bind(id.uuid())
+    .bind(from.as_str())
+    .bind(status_version)
+    .bind(to.as_str())
+    .bind(failure.map(|(code, _)| code))
+    .bind(failure.map(|(code, message)| error_json(code, message)))
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((tenant, cluster, allocation, forced_at)) = left else {
+        return Ok(false);
+    };
+    let evidence = json!({
+        "allocation_id": allocation, "tenant_id": tenant, "cluster_id": cluster, "release_forced_at": forced_at,
+        "error": failure.map(|(code, message)| json!({ "code": code, "message": message })),
+    });
+    let reason = match failure {
+        None => "tenancy over: the machine is wiped before anyone else gets it".to_owned(),
+        Some((code, message)) => format!("tenancy over, out of service ({code}): {message}"),
+    };
+    custody::append(&mut tx, key, id, Some(from), to, WORKER_ACTOR, &reason, &evidence).await?;
+    enqueue_cluster(&mut tx, TenantId(tenant), ClusterId(cluster)).await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// Where a machine's release stands, for its deadline: the allocation, when the release started
+/// (for a machine that failed provisioning before that was recorded: its latest transition) and
+/// when it was forced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReleaseClock {
+    /// The allocation being released.
+    pub allocation_id: Uuid,
+    /// When the release started; the deadline counts from here.
+    pub started_at: DateTime<Utc>,
+    /// When the release was forced (the machine left the tenant's control), if it was.
+    pub forced_at: Option<DateTime<Utc>>,
+}
+
+/// The release clock of the machine's live allocation; `None` when it holds none.
+pub async fn release_clock(conn: &mut Conn, id: MachineId) -> Result<Option<ReleaseClock>, StoreError> {
+    let row: Option<(Uuid, DateTime<Utc>, Option<DateTime<Utc>>)> = sqlx::query_as(
+        "select a.id, coalesce(a.release_started_at, \
+             (select max(e.at) from custody_entries e where e.machine_id = m.id), a.allocated_at), \
+           a.release_forced_at \
+         from machines m join machine_allocations a on a.id = m.allocation_id where m.id = $1",
+    )
+    .bind(id.uuid())
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|(allocation_id, started_at, forced_at)| ReleaseClock { allocation_id, started_at, forced_at }))
+}
+
+/// Records that a release is forced (SPEC section 5): the moment the machine leaves the tenant's
+/// control. In one transaction, guarded on the state (`releasing` or `provision_failed`, which
+/// it keeps) and status version: the allocation's `release_forced_at`, the ledger entry with
+/// `reason` and `evidence` (plus the holder and who asked), and the close of the machine's usage
+/// segment at this moment (SPEC section 7). False when someone else moved the machine first, or
+/// the release was already forced (nothing written).
+pub async fn record_forced_release(
+    conn: &mut Conn,
+    key: &LedgerKey,
+    id: MachineId,
+    from: MachineState,
+    status_version: i64,
+    reason: &str,
+    evidence: &Value,
+) -> Result<bool, StoreError> {
+    let mut tx = conn.begin().await?;
+    let holder: Option<(Uuid, Uuid, Uuid, Uuid, Option<String>)> = sqlx::query_as(
+        "with m as (update machines set status_version = status_version + 1, updated_at = now() \
+           where id = $1 and state = $2 and status_version = $3 and state in ('releasing', 'provision_failed') \
+           returning allocation_id, force_release_requested_by) \
+         select a.id, a.tenant_id, a.cluster_id, a.node_pool_id, m.force_release_requested_by \
+         from m join machine_allocations a on a.id = m.allocation_id where a.release_forced_at is null",
     )
     .bind(id.uuid())
     .bind(from.as_str())
     .bind(status_version)
     .fetch_optional(&mut *tx)
     .await?;
-    let Some((tenant, cluster, allocation)) = left else {
+    let Some((allocation, tenant, cluster, pool, requested_by)) = holder else {
+        // Dropping the transaction rolls back the version bump of a release forced already.
         return Ok(false);
     };
-    let evidence = json!({ "allocation_id": allocation, "tenant_id": tenant, "cluster_id": cluster });
-    let reason = "tenancy over: the machine is wiped before anyone else gets it";
-    custody::append(&mut tx, key, id, Some(from), MachineState::Cleaning, WORKER_ACTOR, reason, &evidence).await?;
-    enqueue_cluster(&mut tx, TenantId(tenant), ClusterId(cluster)).await?;
+    // Billing stops here, whatever the power-off does next: the segment closes now, and the
+    // forcing is recorded at the very second it closed at (or now, for a machine never active).
+    crate::usage::close_machine_segment(&mut tx, id, reason).await?;
+    let forced_at: DateTime<Utc> = sqlx::query_scalar(
+        "update machine_allocations a set release_forced_at = coalesce((select s.end_at from usage_segments s \
+             where s.allocation_id = a.id and s.kind = 'machine'), clock_timestamp()) \
+         where a.id = $1 returning a.release_forced_at",
+    )
+    .bind(allocation)
+    .fetch_one(&mut *tx)
+    .await?;
+    let mut record = match evidence {
+        Value::Object(fields) => fields.clone(),
+        other => serde_json::Map::from_iter([("detail".to_owned(), other.clone())]),
+    };
+    for (k, v) in [
+        ("allocation_id", json!(allocation)),
+        ("tenant_id", json!(tenant)),
+        ("cluster_id", json!(cluster)),
+        ("node_pool_id", json!(pool)),
+        ("requested_by", json!(requested_by)),
+        ("release_forced_at", json!(forced_at)),
+    ] {
+        record.insert(k.to_owned(), v);
+    }
+    custody::append(&mut tx, key, id, Some(from), from, WORKER_ACTOR, reason, &Value::Object(record)).await?;
     tx.commit().await?;
     Ok(true)
 }

@@ -31,6 +31,7 @@ struct MachineRow {
     inventory: serde_json::Value,
     maintenance_reason: Option<String>,
     retire_requested: bool,
+    force_release_reason: Option<String>,
     bmc_url: String,
     bmc_system_id: Option<String>,
     bmc_username: String,
@@ -46,7 +47,7 @@ struct MachineRow {
 
 const SELECT: &str = "select m.id, m.name, m.machine_class_id, c.name as machine_class, m.labels, \
      m.state, m.last_error, m.tenant_id, m.cluster_id, m.node_pool_id, m.node_name, m.system_uuid, \
-     m.inventory, m.maintenance_reason, m.retire_requested_at is not null as retire_requested, m.bmc_url, m.bmc_system_id, m.bmc_username, \
+     m.inventory, m.maintenance_reason, m.retire_requested_at is not null as retire_requested, m.force_release_reason, m.bmc_url, m.bmc_system_id, m.bmc_username, \
      m.bmc_password_enc, m.bmc_ca_cert, m.bmc_insecure_tls, m.bmc_allow_insecure_http, m.generation, m.status_version, \
      m.created_at, m.updated_at \
      from machines m join machine_classes c on c.id = m.machine_class_id";
@@ -71,6 +72,7 @@ impl TryFrom<MachineRow> for Machine {
             inventory: r.inventory,
             maintenance_reason: r.maintenance_reason,
             retire_requested: r.retire_requested,
+            force_release_reason: r.force_release_reason,
             bmc: Bmc {
                 url: r.bmc_url,
                 system_id: r.bmc_system_id,
@@ -187,6 +189,27 @@ pub async fn set_maintenance_intent(conn: &mut Conn, id: MachineId, reason: Opti
     )
     .bind(id.uuid())
     .bind(reason)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Records the operator's intent to force the release of the machine's tenancy (`reason`, and
+/// the subject who asked) and bumps the generation. The caller holds the row lock and has checked
+/// that the machine holds a tenancy.
+pub async fn set_force_release_intent(
+    conn: &mut Conn,
+    id: MachineId,
+    reason: &str,
+    requested_by: &str,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "update machines set force_release_reason = $2, force_release_requested_by = $3, \
+         generation = generation + 1, updated_at = now() where id = $1",
+    )
+    .bind(id.uuid())
+    .bind(reason)
+    .bind(requested_by)
     .execute(conn)
     .await?;
     Ok(())

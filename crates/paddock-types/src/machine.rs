@@ -172,6 +172,15 @@ pub struct MaintenanceEnter {
     pub reason: String,
 }
 
+/// Body of `POST /v1/machines/{machine_id}/force-release`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MachineForceRelease {
+    /// Why the tenancy is ended at once; recorded in the custody ledger and the audit trail.
+    #[schema(min_length = 1, max_length = 1000)]
+    pub reason: String,
+}
+
 /// The most recent error of a machine.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct LastError {

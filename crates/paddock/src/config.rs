@@ -148,6 +148,12 @@ pub struct Settings {
     /// Lifetime of a run's agent tokens, seconds (longer than the longest wipe).
     #[arg(long, env = "PADDOCK_AGENT_TOKEN_TTL", default_value_t = 21_600, global = true)]
     pub agent_token_ttl: u64,
+    /// Lifetime of a node's bootstrap token, seconds (deleted once the Node has registered).
+    #[arg(long, env = "PADDOCK_JOIN_TOKEN_TTL", default_value_t = 900, global = true)]
+    pub join_token_ttl: u64,
+    /// Seconds a release may wait for the Slurm drain and the Node's removal before it is forced.
+    #[arg(long, env = "PADDOCK_RELEASE_TIMEOUT", default_value_t = 1800, global = true)]
+    pub release_timeout: u64,
     /// Seconds a waiting allocation may hold back later requests of its machine class.
     #[arg(long, env = "PADDOCK_ALLOCATION_HEAD_TIMEOUT", default_value_t = 600, global = true)]
     pub allocation_head_timeout: u64,
@@ -453,6 +459,12 @@ impl Settings {
         }
         if self.agent_token_ttl == 0 || self.agent_token_ttl > 7 * 24 * 3600 {
             bail!("PADDOCK_AGENT_TOKEN_TTL must be between 1 and 604800 seconds");
+        }
+        if self.join_token_ttl == 0 || self.join_token_ttl > 24 * 3600 {
+            bail!("PADDOCK_JOIN_TOKEN_TTL must be between 1 and 86400 seconds");
+        }
+        if self.release_timeout == 0 || self.release_timeout > 7 * 24 * 3600 {
+            bail!("PADDOCK_RELEASE_TIMEOUT must be between 1 and 604800 seconds");
         }
         if self.kube_driver == KubeDriver::Kubernetes && self.stacks_dir.is_none() {
             bail!("PADDOCK_KUBE_DRIVER=kubernetes needs PADDOCK_STACKS_DIR (the tenant base stack's manifests; see scripts/stacks-fetch)");

@@ -357,6 +357,8 @@ fn lifecycle(settings: &Settings) -> reconcile::Settings {
         wipe_image_url: settings.wipe_image_url.as_ref().map(ToString::to_string),
         os_image_url: settings.os_image_url.as_ref().map(ToString::to_string),
         agent_token_ttl: Duration::from_secs(settings.agent_token_ttl),
+        join_token_ttl: Duration::from_secs(settings.join_token_ttl),
+        release_timeout: Duration::from_secs(settings.release_timeout),
         allocation_head_timeout: Duration::from_secs(settings.allocation_head_timeout),
         // The simulated world answers at once; polling it often costs little.
         poll: if settings.kube_driver == KubeDriver::Simulated {

@@ -7,7 +7,7 @@ use paddock_service::MachineChange;
 use paddock_types::custody::CustodyView;
 use paddock_types::machine::MachineFilter;
 use paddock_types::machine::{
-    MachineAccepted, MachineEnroll, MachineState, MachineUpdate, MachineView, MaintenanceEnter,
+    MachineAccepted, MachineEnroll, MachineForceRelease, MachineState, MachineUpdate, MachineView, MaintenanceEnter,
 };
 use paddock_types::{MachineId, TenantId};
 use serde::Deserialize;
@@ -163,6 +163,23 @@ pub async fn machine_maintenance_leave(
     Path(id): Path<MachineId>,
 ) -> Result<Response, ApiError> {
     Ok(change(s.services.machine_maintenance_leave(&ctx, id).await?))
+}
+
+/// Forces the release of a machine's tenancy at once: the worker records it (billing stops),
+/// powers the machine off, deletes its Node best effort and sends it to cleaning.
+#[utoipa::path(post, path = "/v1/machines/{machine_id}/force-release", operation_id = "machine_force_release", tag = "machines",
+    request_body = MachineForceRelease,
+    params(("machine_id" = MachineId, Path, description = "Machine id")),
+    responses(
+        (status = 202, description = "Accepted", body = MachineAccepted,
+            headers(("ETag" = String, description = "Generation etag"), ("Location" = String, description = "The machine")))))]
+pub async fn machine_force_release(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path(id): Path<MachineId>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    Ok(change(s.services.machine_force_release(&ctx, id, &body).await?))
 }
 
 /// Reads a machine's custody ledger, oldest first, with its HMAC chain recomputed.

@@ -7,6 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use base64::Engine;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus as KubeNodeStatus, NodeSystemInfo, Secret};
 use k8s_openapi::chrono::{DateTime, Utc};
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
@@ -14,7 +15,7 @@ use kube::config::Kubeconfig;
 use kube::{Api, Client};
 use paddock_domain::driver::{NodeRef, NodeStatus, Removal, TenantAccess, TenantNodes};
 use paddock_domain::secret::SecretString;
-use paddock_kube::nodes::{ANNOTATION_TAINTS, LABEL_MACHINE_ID, LABEL_NODE_POOL};
+use paddock_kube::nodes::{ANNOTATION_TAINTS, LABEL_MACHINE_ID, LABEL_NODE_POOL, NODE_LEASE_NAMESPACE};
 use paddock_kube::KubeTenantNodes;
 use paddock_types::cluster::{Taint, TaintEffect};
 use paddock_types::{MachineId, NodePoolId};
@@ -326,4 +327,62 @@ async fn a_broken_kubeconfig_is_a_permanent_error_that_quotes_nothing() {
     tenant.admin_kubeconfig = SecretString::new(yaml.to_string());
     let err = driver.node(&tenant, &m).await.expect_err("exec refused");
     assert_eq!((err.code.as_str(), err.is_transient()), ("tenant_kubeconfig_refused", false), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_machines_join_tokens_are_deleted_and_only_its_own() {
+    let Some(server) = support::shared().await else { return };
+    let client = server.client().await;
+    let tenant = access(&server);
+    let driver: &dyn TenantNodes = &KubeTenantNodes::new();
+    let (m, other) = (machine(), machine());
+    let token_id = |c: &Value| c["token"].as_str().and_then(|t| t.split_once('.')).map(|(i, _)| i.to_owned());
+    let first = token_id(&driver.join_config(&tenant, &m, 900).await.expect("join").0).expect("token");
+    let second = token_id(&driver.join_config(&tenant, &m, 900).await.expect("join").0).expect("token");
+    let others = token_id(&driver.join_config(&tenant, &other, 900).await.expect("join").0).expect("token");
+    // A Secret of another type with the machine's label is not a token: left alone.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "kube-system");
+    let unrelated: Secret = serde_json::from_value(json!({
+        "metadata": { "name": format!("unrelated-{}", m.machine_id), "labels": { LABEL_MACHINE_ID: m.machine_id.to_string() } },
+        "stringData": { "k": "v" },
+    }))
+    .expect("secret");
+    secrets.create(&PostParams::default(), &unrelated).await.expect("unrelated secret");
+
+    driver.delete_join_tokens(&tenant, &m).await.expect("delete");
+    for gone in [&first, &second] {
+        assert!(secrets.get_opt(&format!("bootstrap-token-{gone}")).await.expect("get").is_none(), "{gone} left");
+    }
+    assert!(secrets.get_opt(&format!("bootstrap-token-{others}")).await.expect("get").is_some(), "another machine's");
+    assert!(secrets.get_opt(&format!("unrelated-{}", m.machine_id)).await.expect("get").is_some());
+    // Idempotent.
+    driver.delete_join_tokens(&tenant, &m).await.expect("delete again");
+}
+
+#[tokio::test]
+async fn abandoning_a_node_deletes_it_and_its_lease_without_waiting_for_finalizers() {
+    let Some(server) = support::shared().await else { return };
+    let client = server.client().await;
+    let tenant = access(&server);
+    let driver: &dyn TenantNodes = &KubeTenantNodes::new();
+    let m = machine();
+    register(&client, &m.node_name, &m.system_uuid, true).await;
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    let hold = json!({ "metadata": { "finalizers": ["example.com/hold"] } });
+    nodes_api.patch(&m.node_name, &PatchParams::default(), &Patch::Merge(&hold)).await.expect("finalizer");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
+    let lease: Lease = serde_json::from_value(
+        json!({ "metadata": { "name": m.node_name }, "spec": { "holderIdentity": m.node_name } }),
+    )
+    .expect("lease");
+    leases.create(&PostParams::default(), &lease).await.expect("lease");
+
+    driver.abandon_node(&tenant, &m).await.expect("abandon");
+    let node = nodes_api.get(&m.node_name).await.expect("held by its finalizer");
+    assert!(node.metadata.deletion_timestamp.is_some(), "the node was not deleted");
+    assert!(leases.get_opt(&m.node_name).await.expect("get").is_none(), "the lease is left");
+    // Again: nothing left to delete is no failure.
+    driver.abandon_node(&tenant, &m).await.expect("abandon again");
+    let release = json!({ "metadata": { "finalizers": null } });
+    nodes_api.patch(&m.node_name, &PatchParams::default(), &Patch::Merge(&release)).await.expect("release");
 }

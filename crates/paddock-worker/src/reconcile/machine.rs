@@ -18,6 +18,10 @@
 //! Allocation is the cluster reconciler's (all or nothing, in one transaction); so is the start of
 //! a release (`releasing`). From there this reconciler drains and removes the node, powers the
 //! machine off and ends the tenancy in `cleaning`, which wipes it again before anyone else gets it.
+//! A release that outlasts `PADDOCK_RELEASE_TIMEOUT`, or one an operator forces, is forced: the
+//! forcing is recorded (billing stops there), the machine powered off, its Node and Lease deleted
+//! best effort, and it goes on to cleaning (to maintenance, `release_power_off_failed`, when the
+//! power-off fails).
 //! Operator intents: `maintenance_reason` set = take it out of service (a machine that holds a
 //! tenancy is released first), cleared while in maintenance = leave through cleaning;
 //! `retire_requested` = retire once it is available, in maintenance or clean_failed.
@@ -35,7 +39,7 @@ use paddock_domain::bmc::{
 use paddock_domain::driver::{node_name, DriverError, KubeDrivers, NodeRef, Removal, TenantAccess};
 use paddock_domain::job_kind::MACHINE_RECONCILE;
 use paddock_domain::ledger::LedgerKey;
-use paddock_domain::machine::RETIRABLE;
+use paddock_domain::machine::{HELD, RETIRABLE};
 use paddock_domain::model::Machine;
 use paddock_domain::secret::SecretString;
 use paddock_service::agent::AgentRun;
@@ -61,6 +65,14 @@ pub const BMC_FIX_WAIT: Duration = Duration::from_secs(3600);
 
 /// Steps one run may take before it yields (each re-reads the machine).
 const STEPS_PER_RUN: usize = 16;
+
+/// The maintenance reason (and `last_error.code`) of a machine whose forced release could not
+/// power it off (SPEC section 5).
+pub const RELEASE_POWER_OFF_FAILED: &str = "release_power_off_failed";
+
+/// How long a forced release waits for the tenant API server to take the deletes of the Node
+/// and its Lease (best effort: the release goes on either way).
+const ABANDON_BOUND: Duration = Duration::from_secs(30);
 
 /// What a step decided: stop with this outcome, or read the machine again and continue.
 enum Step {
@@ -156,6 +168,11 @@ impl MachineReconciler {
                 .guarded(|c, k| machine::transition(c, k, m.id, m.state, m.status_version, S::Retired).boxed())
                 .await;
         }
+        // An operator forces the release (SPEC section 4): a machine still being given to its
+        // tenant, or serving it, starts releasing; `release` then forces it at once.
+        if m.force_release_reason.is_some() && HELD.contains(&m.state) {
+            return self.begin_release(m).await;
+        }
         if m.maintenance_reason.is_some() && m.state != S::Maintenance {
             return self.enter_maintenance(bmc, m).await;
         }
@@ -202,20 +219,7 @@ impl MachineReconciler {
         use MachineState as S;
         match m.state {
             // A tenancy ends through releasing and cleaning first; cleaning then sees the intent.
-            S::Allocated | S::Provisioning | S::Active => {
-                let (id, state, version, holder) = (m.id, m.state, m.status_version, m.tenant_id.zip(m.cluster_id));
-                self.guarded(move |c, k| {
-                    async move {
-                        let released = lifecycle::begin_release(c, k, id, state, version).await?;
-                        if let (true, Some((tenant, cluster))) = (released, holder) {
-                            lifecycle::enqueue_cluster(c, tenant, cluster).await?;
-                        }
-                        Ok(released)
-                    }
-                    .boxed()
-                })
-                .await
-            }
+            S::Allocated | S::Provisioning | S::Active => self.begin_release(m).await,
             S::Releasing | S::ProvisionFailed => self.release(bmc, m).await,
             _ => {
                 // Abandon whatever run it was in; a machine that was booted into a wipe is
@@ -235,6 +239,23 @@ impl MachineReconciler {
                     .await
             }
         }
+    }
+
+    /// Starts the release of a machine that holds a tenancy (guarded), and wakes its cluster,
+    /// which allocates a replacement if its pool still wants one.
+    async fn begin_release(&self, m: &Machine) -> Step {
+        let (id, state, version, holder) = (m.id, m.state, m.status_version, m.tenant_id.zip(m.cluster_id));
+        self.guarded(move |c, k| {
+            async move {
+                let released = lifecycle::begin_release(c, k, id, state, version).await?;
+                if let (true, Some((tenant, cluster))) = (released, holder) {
+                    lifecycle::enqueue_cluster(c, tenant, cluster).await?;
+                }
+                Ok(released)
+            }
+            .boxed()
+        })
+        .await
     }
 
     // -----------------------------------------------------------------------------------------
@@ -481,7 +502,9 @@ impl MachineReconciler {
                 let message = "no node OS image is configured (PADDOCK_OS_IMAGE_URL); the machine waits";
                 return self.wait_for_fix(m, "os_image_not_configured", message).await;
             };
-            let ttl_secs = self.settings.agent_token_ttl.as_secs().max(60);
+            // The bootstrap token lives for the join token TTL only (SPEC section 5), not the
+            // run's: it is deleted once the Node has registered.
+            let ttl_secs = self.settings.join_token_ttl.as_secs().max(1);
             let join = match kube.nodes.join_config(&tenant_access, &node, ttl_secs).await {
                 Ok(j) => j,
                 Err(e) => return self.driver_failed(m, e).await,
@@ -531,8 +554,18 @@ impl MachineReconciler {
         node: &NodeRef,
         finished_at: DateTime<Utc>,
     ) -> Step {
-        match kube.nodes.node(tenant_access, node).await {
-            Ok(Some(status)) if status.ready => {
+        let registered = match kube.nodes.node(tenant_access, node).await {
+            Ok(found) => found,
+            Err(e) => return self.driver_failed(m, e).await,
+        };
+        if registered.is_some() {
+            // The Node has registered: its bootstrap tokens have done their work (SPEC section 5).
+            if let Err(e) = kube.nodes.delete_join_tokens(tenant_access, node).await {
+                return self.driver_failed(m, e).await;
+            }
+        }
+        match registered {
+            Some(status) if status.ready => {
                 let (id, version, holder) = (m.id, m.status_version, m.tenant_id.zip(m.cluster_id));
                 self.guarded(move |c, k| {
                     async move {
@@ -546,7 +579,7 @@ impl MachineReconciler {
                 })
                 .await
             }
-            Ok(_) => {
+            _ => {
                 if Utc::now() >= finished_at + ttl(self.settings.node_join_timeout) {
                     return self
                         .provision_failed(m, "node_never_ready", "the machine booted but never became a Ready node")
@@ -558,7 +591,6 @@ impl MachineReconciler {
                     "waiting for the node to become Ready",
                 ))
             }
-            Err(e) => self.driver_failed(m, e).await,
         }
     }
 
@@ -585,7 +617,42 @@ impl MachineReconciler {
 
     /// `releasing` / `provision_failed` -> `cleaning`: drain the Slurm node, remove the Node,
     /// power off, end the tenancy. Every step checks its postcondition, so a repeat is harmless.
+    /// Bounded by `PADDOCK_RELEASE_TIMEOUT` (SPEC section 5): after it, or at once when an
+    /// operator asks, the release is forced ([`Self::force_release`]); nothing a tenant does
+    /// inside its cluster can keep the machine out of cleaning.
     async fn release(&self, bmc: &dyn BmcDriver, m: &Machine) -> Step {
+        let clock = {
+            let mut conn = match self.services.store().conn().await {
+                Ok(c) => c,
+                Err(e) => return e.into(),
+            };
+            match lifecycle::release_clock(&mut conn, m.id).await {
+                Ok(Some(clock)) => clock,
+                // The tenancy ended under us (a race): read the machine again.
+                Ok(None) => return Step::Again,
+                Err(e) => return e.into(),
+            }
+        };
+        let deadline = clock.started_at + ttl(self.settings.release_timeout);
+        let forcing = if clock.forced_at.is_some() {
+            Some(Forcing::Recorded)
+        } else if let Some(reason) = &m.force_release_reason {
+            Some(Forcing::Operator(reason.clone()))
+        } else if Utc::now() >= deadline {
+            Some(Forcing::Timeout(clock.started_at))
+        } else {
+            None
+        };
+        match forcing {
+            Some(forcing) => self.force_release(bmc, m, forcing).await,
+            // A wait (a drain, a terminating Node, a permanent driver error) never outlasts the
+            // deadline: the job is back when the release is due to be forced.
+            None => cap_wait(self.release_in_time(bmc, m).await, deadline),
+        }
+    }
+
+    /// The release before its deadline: drain, remove the Node, power off, cleaning.
+    async fn release_in_time(&self, bmc: &dyn BmcDriver, m: &Machine) -> Step {
         if let Some(kube) = self.drivers.kube.clone() {
             match self.tenant_side(m).await {
                 Ok(Some((tenant, node))) => {
@@ -608,13 +675,86 @@ impl MachineReconciler {
                 return self.bmc_failed(m, e).await;
             }
         }
+        self.end_tenancy(m, None).await
+    }
+
+    /// The forced release (SPEC section 5): first recorded (ledger entry with the reason, the
+    /// usage segment closed: the machine leaves the tenant's control at this moment), then the
+    /// power-off through the BMC, then the Node and its Lease deleted best effort, then cleaning;
+    /// a failed power-off ends the tenancy in maintenance with `release_power_off_failed`. Each
+    /// step is idempotent, so a crash anywhere repeats it harmlessly.
+    async fn force_release(&self, bmc: &dyn BmcDriver, m: &Machine, forcing: Forcing) -> Step {
+        if let Some((reason, evidence)) = forcing.describe(m, self.settings.release_timeout) {
+            tracing::warn!(machine.id = %m.id, "forcing the release of machine {}: {reason}", m.id);
+            let (id, state, version) = (m.id, m.state, m.status_version);
+            return self
+                .guarded(move |c, k| {
+                    async move { lifecycle::record_forced_release(c, k, id, state, version, &reason, &evidence).await }
+                        .boxed()
+                })
+                .await;
+        }
+        let powered_off = match self.access(m) {
+            Ok(access) if access.system_uuid.is_none() => Ok(()),
+            Ok(access) => bmc.power_off(&access).await.map_err(|e| {
+                tracing::error!(machine.id = %m.id, error = %e, "the forced release could not power machine {} off", m.id);
+                format!("the BMC did not power the machine off ({}): {}", e.code, e.message)
+            }),
+            Err(_) => Err("the BMC password cannot be opened, so the machine could not be powered off".to_owned()),
+        };
+        self.abandon_node(m).await;
+        match powered_off {
+            Ok(()) => self.end_tenancy(m, None).await,
+            Err(message) => self.end_tenancy(m, Some((RELEASE_POWER_OFF_FAILED, &message))).await,
+        }
+    }
+
+    /// Deletes the machine's Node and its Lease, best effort and bounded in time: a tenant API
+    /// server that refuses or does not answer no longer holds the machine.
+    async fn abandon_node(&self, m: &Machine) {
+        let Some(kube) = self.drivers.kube.clone() else { return };
+        let (tenant, node) = match self.tenant_side(m).await {
+            Ok(Some(found)) => found,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(machine.id = %m.id, error = %e, "the forced release skips the node of machine {}", m.id);
+                return;
+            }
+        };
+        match tokio::time::timeout(ABANDON_BOUND, kube.nodes.abandon_node(&tenant, &node)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(
+                machine.id = %m.id,
+                error = %e,
+                "the forced release could not delete node {} of machine {}; it goes on",
+                node.node_name,
+                m.id
+            ),
+            Err(_) => tracing::warn!(
+                machine.id = %m.id,
+                "the tenant API server did not answer the forced release's deletes of node {} within {ABANDON_BOUND:?}",
+                node.node_name
+            ),
+        }
+    }
+
+    /// Ends the tenancy (guarded): its run's unused tokens end, then cleaning, or maintenance
+    /// with `failure` (code, message).
+    async fn end_tenancy(&self, m: &Machine, failure: Option<(&str, &str)>) -> Step {
         let (id, state, version) = (m.id, m.state, m.status_version);
+        let failure = failure.map(|(code, message)| (code.to_owned(), message.to_owned()));
         self.guarded(move |c, k| {
             async move {
                 if let Some(current) = run::run_of(c, id).await? {
                     run::expire_unused_tokens(c, current.run_id).await?;
                 }
-                lifecycle::finish_release(c, k, id, state, version).await
+                match &failure {
+                    None => lifecycle::finish_release(c, k, id, state, version).await,
+                    Some((code, message)) => {
+                        let failure = (code.as_str(), message.as_str());
+                        lifecycle::end_tenancy_in_maintenance(c, k, id, state, version, failure).await
+                    }
+                }
             }
             .boxed()
         })
@@ -848,6 +988,51 @@ impl MachineReconciler {
         // Guarded: a machine someone else moved on keeps its own status.
         machine::set_last_error_guarded(&mut conn, m.id, m.state, m.status_version, Some(&error)).await?;
         Ok(())
+    }
+}
+
+/// Why a release is forced.
+enum Forcing {
+    /// An operator asked (`force-release`), with this reason.
+    Operator(String),
+    /// The release started at this moment and outlasted `PADDOCK_RELEASE_TIMEOUT`.
+    Timeout(DateTime<Utc>),
+    /// Recorded already: carry it out.
+    Recorded,
+}
+
+impl Forcing {
+    /// The ledger reason and evidence of a forcing still to record; `None` once recorded.
+    fn describe(&self, m: &Machine, timeout: Duration) -> Option<(String, serde_json::Value)> {
+        let last_error = m.last_error.as_ref().map(|e| json!({ "code": e.code, "message": e.message }));
+        match self {
+            Forcing::Recorded => None,
+            Forcing::Operator(reason) => Some((
+                format!("release forced by an operator: {reason}"),
+                json!({ "cause": "operator", "operator_reason": reason, "last_error": last_error }),
+            )),
+            Forcing::Timeout(started_at) => Some((
+                format!(
+                    "release forced: not finished within PADDOCK_RELEASE_TIMEOUT ({} s) of its start",
+                    timeout.as_secs()
+                ),
+                json!({
+                    "cause": "release_timeout", "release_started_at": started_at,
+                    "timeout_seconds": timeout.as_secs(), "last_error": last_error,
+                }),
+            )),
+        }
+    }
+}
+
+/// A step that waits no longer than until `deadline` (and at least a second: no busy loop).
+fn cap_wait(step: Step, deadline: DateTime<Utc>) -> Step {
+    match step {
+        Step::Stop(Outcome::Wait { after, reason, cause }) => {
+            let left = (deadline - Utc::now()).to_std().unwrap_or_default().max(Duration::from_secs(1));
+            Step::Stop(Outcome::Wait { after: after.min(left), reason, cause })
+        }
+        other => other,
     }
 }
 

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use cluster::ClusterReconciler;
-pub use machine::{MachineReconciler, BMC_FIX_WAIT};
+pub use machine::{MachineReconciler, BMC_FIX_WAIT, RELEASE_POWER_OFF_FAILED};
 use paddock_domain::bmc::BmcDriver;
 use paddock_domain::driver::{ClusterRef, KubeDrivers, ServiceType};
 use paddock_domain::model::Machine;
@@ -62,6 +62,12 @@ pub struct Settings {
     /// Lifetime of agent tokens (`PADDOCK_AGENT_TOKEN_TTL`); also how long a booted machine may
     /// take to report before its run counts as timed out.
     pub agent_token_ttl: Duration,
+    /// Lifetime of a node's bootstrap token (`PADDOCK_JOIN_TOKEN_TTL`); deleted earlier, as soon
+    /// as the Node has registered.
+    pub join_token_ttl: Duration,
+    /// How long a release may wait for the Slurm drain and the Node's removal before it is forced
+    /// (`PADDOCK_RELEASE_TIMEOUT`).
+    pub release_timeout: Duration,
     /// How long a provisioned machine may take to show up as a Ready node.
     pub node_join_timeout: Duration,
     /// How often a run that waits for the outside world (a control plane coming up, a node
@@ -88,6 +94,8 @@ impl Default for Settings {
             wipe_image_url: None,
             os_image_url: None,
             agent_token_ttl: Duration::from_secs(21_600),
+            join_token_ttl: Duration::from_secs(900),
+            release_timeout: Duration::from_secs(1800),
             node_join_timeout: Duration::from_secs(900),
             poll: Duration::from_secs(5),
             report_wait: Duration::from_secs(60),

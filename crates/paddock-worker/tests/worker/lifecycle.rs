@@ -207,6 +207,22 @@ impl TenantNodes for TenantStandIn {
             Ok(Removal::Gone)
         })
     }
+
+    fn delete_join_tokens<'a>(
+        &'a self,
+        _tenant: &'a TenantAccess,
+        _node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn abandon_node<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        Box::pin(async move { self.remove_node(tenant, node).await.map(|_| ()) })
+    }
 }
 
 impl PlatformDriver for TenantStandIn {
