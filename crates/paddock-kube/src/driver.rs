@@ -42,7 +42,7 @@ impl KubePlatform {
     /// Connects as `PADDOCK_KUBECONFIG` prescribes: the kubeconfig at `kubeconfig` (its current
     /// context) when given, else the in-cluster service account.
     pub async fn connect(kubeconfig: Option<&Path>) -> Result<Self, KubeError> {
-        let config = match kubeconfig {
+        let mut config = match kubeconfig {
             Some(path) => {
                 let kc = |source| KubeError::Kubeconfig { path: path.to_owned(), source };
                 let file = Kubeconfig::read_from(path).map_err(kc)?;
@@ -50,6 +50,7 @@ impl KubePlatform {
             }
             None => Config::incluster().map_err(|source| KubeError::InCluster { source })?,
         };
+        crate::timeouts::Timeouts::default().apply(&mut config);
         let client = Client::try_from(config).map_err(|source| KubeError::Client { source: Box::new(source) })?;
         Ok(Self::new(client, IsolationSettings::default()))
     }

@@ -97,6 +97,15 @@ pub enum KubeError {
         /// What is wrong (no secret: the CA certificate is public).
         reason: String,
     },
+    /// A tenant cluster holds more Nodes than the driver reads ([`crate::nodes::NodeLimits`]).
+    /// Transient: the tenant may delete some.
+    #[error("tenant cluster {cluster_id} holds more than {max} Nodes")]
+    TooManyNodes {
+        /// The tenant cluster.
+        cluster_id: ClusterId,
+        /// The limit.
+        max: usize,
+    },
     /// The TokenRequest of the tenant's ServiceAccount was answered without a token.
     #[error("the API server of tenant cluster {cluster_id} answered a TokenRequest without a token")]
     TenantToken {
@@ -131,6 +140,7 @@ impl KubeError {
             Self::NamespaceTerminating { .. } => true,
             // The reconciler ensures isolation before the control plane; the next run creates it.
             Self::NamespaceMissing { .. } => true,
+            Self::TooManyNodes { .. } => true,
             Self::Api { source, .. } => source_is_transient(source),
         }
     }
@@ -149,6 +159,7 @@ impl KubeError {
             Self::TenantKubeconfigRefused { .. } => "tenant_kubeconfig_refused",
             Self::TenantCa { .. } => "tenant_ca_invalid",
             Self::TenantToken { .. } => "tenant_token_missing",
+            Self::TooManyNodes { .. } => "tenant_nodes_over_limit",
         }
     }
 

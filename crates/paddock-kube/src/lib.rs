@@ -34,6 +34,7 @@ pub mod kamaji;
 pub mod nodes;
 pub mod slurm;
 pub mod stack;
+pub mod timeouts;
 
 pub use credentials::KubeTenantCredentials;
 pub use driver::KubePlatform;

@@ -256,8 +256,18 @@ pub(crate) async fn admin_client(
     cluster_id: ClusterId,
     parsed: Kubeconfig,
 ) -> Result<(Client, Vec<Vec<u8>>), KubeError> {
+    admin_client_within(cluster_id, parsed, crate::timeouts::Timeouts::default()).await
+}
+
+/// [`admin_client`] with other timeouts.
+async fn admin_client_within(
+    cluster_id: ClusterId,
+    parsed: Kubeconfig,
+    timeouts: crate::timeouts::Timeouts,
+) -> Result<(Client, Vec<Vec<u8>>), KubeError> {
     let bad = |source| KubeError::TenantKubeconfig { cluster_id, source };
-    let config = Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default()).await.map_err(bad)?;
+    let mut config = Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default()).await.map_err(bad)?;
+    timeouts.apply(&mut config);
     let bundle = config.root_cert.clone().unwrap_or_default();
     if bundle.is_empty() {
         return Err(KubeError::TenantCa { cluster_id, reason: "no certificate-authority-data".to_owned() });
@@ -278,10 +288,31 @@ struct TenantClient {
     ca_pem: String,
 }
 
+/// How much of a tenant cluster the driver reads and waits for: the tenant is cluster-admin of
+/// its cluster, so it decides how many Node objects there are and how slowly its API server
+/// answers (an admission webhook may hold every write for up to 30 s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeLimits {
+    /// Nodes per page of a Node list (`limit` + `continue`): no answer holds the whole list.
+    pub page: u32,
+    /// The most Nodes read from one tenant cluster; past it the list fails (transient, the tenant
+    /// may delete some) instead of growing the worker's memory with it.
+    pub max_nodes: usize,
+    /// The client timeouts ([`crate::timeouts::Timeouts`]).
+    pub timeouts: crate::timeouts::Timeouts,
+}
+
+impl Default for NodeLimits {
+    fn default() -> Self {
+        Self { page: 500, max_nodes: 10_000, timeouts: crate::timeouts::Timeouts::default() }
+    }
+}
+
 /// Tenant clusters' nodes, through their API servers.
 #[derive(Default)]
 pub struct KubeTenantNodes {
     clients: Mutex<HashMap<ClusterId, TenantClient>>,
+    limits: NodeLimits,
 }
 
 impl Debug for KubeTenantNodes {
@@ -297,6 +328,29 @@ impl KubeTenantNodes {
         Self::default()
     }
 
+    /// A driver with other [`NodeLimits`] (tests).
+    pub fn with_limits(limits: NodeLimits) -> Self {
+        Self { limits, ..Self::default() }
+    }
+
+    /// Every Node of the tenant cluster, page by page, at most [`NodeLimits::max_nodes`].
+    async fn list_nodes(&self, cluster_id: ClusterId, nodes: &Api<Node>) -> Result<Vec<Node>, KubeError> {
+        let limits = self.limits;
+        let mut all = Vec::new();
+        let mut params = ListParams::default().limit(limits.page);
+        loop {
+            let page = nodes.list(&params).await.map_err(|source| KubeError::api("list", "Node", "*", source))?;
+            all.extend(page.items);
+            if all.len() > limits.max_nodes {
+                return Err(KubeError::TooManyNodes { cluster_id, max: limits.max_nodes });
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(all),
+            }
+        }
+    }
+
     /// The (cached) client of the tenant cluster and its CA pins.
     async fn tenant(&self, tenant: &TenantAccess) -> Result<TenantClient, KubeError> {
         let cluster_id = tenant.cluster.cluster_id;
@@ -305,7 +359,7 @@ impl KubeTenantNodes {
         if let Some(cached) = self.cache().get(&cluster_id).filter(|c| c.fingerprint == fingerprint) {
             return Ok(cached.clone());
         }
-        let (client, bundle) = admin_client(cluster_id, admin_kubeconfig(tenant)?).await?;
+        let (client, bundle) = admin_client_within(cluster_id, admin_kubeconfig(tenant)?, self.limits.timeouts).await?;
         let ca_err = |reason: &str| KubeError::TenantCa { cluster_id, reason: reason.to_owned() };
         let ca_hashes = bundle.iter().map(|c| ca_cert_hash(c)).collect::<Result<Vec<_>, _>>().map_err(ca_err)?;
         let ca_pem = bundle.iter().map(|c| pem("CERTIFICATE", c)).collect();
@@ -403,11 +457,9 @@ impl KubeTenantNodes {
     pub async fn node(&self, tenant: &TenantAccess, node: &NodeRef) -> Result<Option<NodeStatus>, KubeError> {
         let tc = self.tenant(tenant).await?;
         let nodes: Api<Node> = Api::all(tc.client.clone());
-        let list =
-            nodes.list(&ListParams::default()).await.map_err(|source| KubeError::api("list", "Node", "*", source))?;
+        let list = self.list_nodes(tenant.cluster.cluster_id, &nodes).await?;
         let wanted = node.system_uuid.trim();
         let mut matching: Vec<Node> = list
-            .items
             .into_iter()
             .filter(|n| system_uuid(n).is_some_and(|u| u.trim().eq_ignore_ascii_case(wanted)))
             .collect();
@@ -442,10 +494,9 @@ impl KubeTenantNodes {
     pub async fn remove_node(&self, tenant: &TenantAccess, node: &NodeRef) -> Result<Removal, KubeError> {
         let tc = self.tenant(tenant).await?;
         let nodes: Api<Node> = Api::all(tc.client.clone());
-        let list =
-            nodes.list(&ListParams::default()).await.map_err(|source| KubeError::api("list", "Node", "*", source))?;
+        let list = self.list_nodes(tenant.cluster.cluster_id, &nodes).await?;
         let wanted = node.system_uuid.trim();
-        let targets = list.items.into_iter().filter(|n| {
+        let targets = list.into_iter().filter(|n| {
             n.metadata.name.as_deref() == Some(node.node_name.as_str())
                 || system_uuid(n).is_some_and(|u| u.trim().eq_ignore_ascii_case(wanted))
         });

@@ -103,6 +103,10 @@ impl Default for TaskPolicy {
     }
 }
 
+/// The default [`RedfishConfig::max_body_bytes`]: 4 MiB, far above any Redfish resource (a
+/// Systems member with its inventory links is a few KiB; expanded collections stay under 1 MiB).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 4 << 20;
+
 /// Everything needed to talk to one BMC.
 #[derive(Debug, Clone)]
 pub struct RedfishConfig {
@@ -123,6 +127,9 @@ pub struct RedfishConfig {
     pub connect_timeout: Duration,
     /// Timeout of one HTTP request, from send to the end of the body.
     pub request_timeout: Duration,
+    /// The largest response body read; a larger one is cut off unread and the call fails
+    /// (`BodyTooLarge`), so a broken or hostile BMC cannot make the worker hold its garbage.
+    pub max_body_bytes: usize,
     /// Retries of one HTTP request after a connection error, a timeout, or a retryable status.
     pub retries: u32,
     /// Waits between retries.
@@ -145,6 +152,7 @@ impl RedfishConfig {
             insecure_tls: false,
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             retries: 3,
             backoff: Backoff::default(),
             power: PowerPolicy::default(),
@@ -171,6 +179,9 @@ impl RedfishConfig {
         }
         if self.username.contains(':') {
             return invalid("the BMC username must not contain ':'");
+        }
+        if self.max_body_bytes == 0 {
+            return invalid("max_body_bytes must be positive");
         }
         if self.power.poll_interval.is_zero() || self.task.poll_interval.is_zero() {
             return invalid("poll intervals must be positive");

@@ -108,6 +108,17 @@ pub enum RedfishError {
         #[source]
         source: serde_json::Error,
     },
+    /// The answer's body is larger than the client reads ([`RedfishConfig::max_body_bytes`]
+    /// (crate::RedfishConfig::max_body_bytes)): it was cut off unread. Never retried.
+    #[error("the BMC's answer to {method} {path} is larger than {limit} bytes")]
+    BodyTooLarge {
+        /// HTTP method.
+        method: String,
+        /// Request path.
+        path: String,
+        /// The limit.
+        limit: usize,
+    },
     /// A resource lacks a property the operation needs.
     #[error("{path} lacks {property}")]
     Missing {
@@ -215,6 +226,7 @@ impl RedfishError {
             | Self::CapabilityGap { .. }
             | Self::NotFound { .. }
             | Self::Decode { .. }
+            | Self::BodyTooLarge { .. }
             | Self::Missing { .. }
             | Self::ForeignLink { .. }
             | Self::AmbiguousSystem { .. }
@@ -246,7 +258,9 @@ impl RedfishError {
             Self::CapabilityGap { .. } => "bmc_capability_gap",
             Self::NotFound { .. } => "bmc_resource_not_found",
             Self::Status { .. } => "bmc_error_status",
-            Self::Decode { .. } | Self::Missing { .. } | Self::ForeignLink { .. } => "bmc_bad_response",
+            Self::Decode { .. } | Self::BodyTooLarge { .. } | Self::Missing { .. } | Self::ForeignLink { .. } => {
+                "bmc_bad_response"
+            }
             Self::AmbiguousSystem { .. } => "bmc_system_ambiguous",
             Self::SystemNotFound { .. } | Self::NoSystems => "bmc_system_not_found",
             Self::UuidMismatch { .. } => "bmc_uuid_mismatch",

@@ -45,7 +45,7 @@ mod redact;
 mod transport;
 
 pub use client::RedfishClient;
-pub use config::{Backoff, Password, PowerPolicy, RedfishConfig, TaskPolicy};
+pub use config::{Backoff, Password, PowerPolicy, RedfishConfig, TaskPolicy, DEFAULT_MAX_BODY_BYTES};
 pub use driver::RedfishBmc;
 pub use error::RedfishError;
 pub use limiter::{BmcLimiter, BmcPermit};

@@ -68,6 +68,7 @@ pub(crate) struct Transport {
     backoff: Backoff,
     task: TaskPolicy,
     host_key: String,
+    max_body_bytes: usize,
     limiter: Option<BmcLimiter>,
 }
 
@@ -119,6 +120,7 @@ impl Transport {
             backoff: config.backoff,
             task: config.task,
             host_key: config.host_key(),
+            max_body_bytes: config.max_body_bytes,
             limiter: None,
         })
     }
@@ -317,7 +319,11 @@ impl Transport {
                     let wait = self.backoff.delay(retry).max(retry_after.unwrap_or_default());
                     (error, wait)
                 }
-                Err(source) => {
+                Err(Failure::TooLarge) => {
+                    let (method, path, limit) = (method.to_string(), path, self.max_body_bytes);
+                    return Err(RedfishError::BodyTooLarge { method, path, limit });
+                }
+                Err(Failure::Http(source)) => {
                     let error = classify(&method, &path, source);
                     if matches!(error, RedfishError::Tls { .. }) {
                         return Err(error);
@@ -345,7 +351,7 @@ impl Transport {
         url: &Url,
         body: Option<&serde_json::Value>,
         if_match: Option<&str>,
-    ) -> Result<Reply, reqwest::Error> {
+    ) -> Result<Reply, Failure> {
         let mut request = self.http.request(method.clone(), url.clone()).header("OData-Version", "4.0");
         if !self.username.is_empty() {
             request = request.basic_auth(&self.username, Some(self.password.expose()));
@@ -356,12 +362,38 @@ impl Transport {
         if let Some(tag) = if_match.and_then(|t| HeaderValue::from_str(t).ok()) {
             request = request.header(IF_MATCH, tag);
         }
-        let response = request.send().await?;
+        let mut response = request.send().await?;
         let status = response.status();
         let headers = response.headers().clone();
         let path = response.url().path().to_owned();
-        let body = response.bytes().await?.to_vec();
+        // Read up to the limit and no further, whatever `Content-Length` claims (it may lie, or
+        // be missing with a chunked body).
+        let limit = self.max_body_bytes;
+        if response.content_length().is_some_and(|n| n > limit as u64) {
+            return Err(Failure::TooLarge);
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await? {
+            if body.len() + chunk.len() > limit {
+                return Err(Failure::TooLarge);
+            }
+            body.extend_from_slice(&chunk);
+        }
         Ok(Reply { status, headers, body, path })
+    }
+}
+
+/// Why one attempt got no answer to use.
+enum Failure {
+    /// The request or the answer failed in transit.
+    Http(reqwest::Error),
+    /// The answer's body is over the limit (dropped: the connection is not reused).
+    TooLarge,
+}
+
+impl From<reqwest::Error> for Failure {
+    fn from(e: reqwest::Error) -> Self {
+        Self::Http(e)
     }
 }
 

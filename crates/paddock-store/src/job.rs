@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use paddock_types::problem::Problem;
-use paddock_types::{JobId, OperationId};
+use paddock_types::{JobId, OperationId, TenantId};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -138,6 +138,8 @@ pub struct Job {
     pub target_id: Uuid,
     /// Ids the handler needs besides the target (an object, never a spec snapshot).
     pub payload: serde_json::Value,
+    /// The tenant it works for (`None`: the fleet's own job); see [`NewJob::tenant_id`].
+    pub tenant_id: Option<TenantId>,
     /// The operation it reports to.
     pub operation_id: Option<OperationId>,
     /// State.
@@ -169,6 +171,7 @@ struct JobRow {
     target_type: String,
     target_id: Uuid,
     payload: serde_json::Value,
+    tenant_id: Option<Uuid>,
     operation_id: Option<Uuid>,
     state: String,
     attempts: i32,
@@ -182,7 +185,7 @@ struct JobRow {
     finished_at: Option<DateTime<Utc>>,
 }
 
-const COLUMNS: &str = "id, kind, target_type, target_id, payload, operation_id, state, attempts, \
+const COLUMNS: &str = "id, kind, target_type, target_id, payload, tenant_id, operation_id, state, attempts, \
      run_at, locked_by, locked_until, started_at, last_error, created_at, updated_at, finished_at";
 
 impl TryFrom<JobRow> for Job {
@@ -194,6 +197,7 @@ impl TryFrom<JobRow> for Job {
             target_type: r.target_type,
             target_id: r.target_id,
             payload: r.payload,
+            tenant_id: r.tenant_id.map(TenantId),
             operation_id: r.operation_id.map(OperationId),
             state: parse_state(&r.state, JobState::parse)?,
             // The column has `check (attempts >= 0)`.
@@ -221,6 +225,10 @@ pub struct NewJob<'a> {
     pub target_id: Uuid,
     /// Ids only (`{"cluster_id": ...}`); `{}` when the target id is all the handler needs.
     pub payload: serde_json::Value,
+    /// The tenant the job works for: a cluster's tenant, the tenant holding a machine. Its jobs
+    /// hold at most a worker's tenant slots at once ([`claim`]); `None` for the fleet's own work.
+    /// A request merged into a queued job brings its tenant along (the newer view).
+    pub tenant_id: Option<TenantId>,
     /// The operation the job reports to.
     pub operation_id: Option<OperationId>,
     /// Earliest start; `None` = now.
@@ -312,8 +320,8 @@ pub async fn enqueue(conn: &mut Conn, job: &NewJob<'_>) -> Result<JobId, StoreEr
         // The common case: no queued job of this kind for the target yet.
         let last_turn = turn + 1 == RACE_TURNS;
         let insert = format!(
-            "insert into jobs (id, kind, target_type, target_id, payload, operation_id, run_at) \
-             values ($1, $2, $3, $4, $5, $6, coalesce($7, now())) {} \
+            "insert into jobs (id, kind, target_type, target_id, payload, operation_id, run_at, tenant_id) \
+             values ($1, $2, $3, $4, $5, $6, coalesce($7, now()), $8) {} \
              returning id, run_at <= now()",
             // On the last turn a plain insert, so a lost race surfaces as the real unique
             // violation instead of an invented error (practically unreachable).
@@ -327,6 +335,7 @@ pub async fn enqueue(conn: &mut Conn, job: &NewJob<'_>) -> Result<JobId, StoreEr
             .bind(&job.payload)
             .bind(op)
             .bind(job.run_at)
+            .bind(job.tenant_id.map(TenantId::uuid))
             .fetch_optional(&mut *conn)
             .await?;
         if let Some((id, due)) = inserted {
@@ -339,7 +348,7 @@ pub async fn enqueue(conn: &mut Conn, job: &NewJob<'_>) -> Result<JobId, StoreEr
         // and merge. The sub-select reads the operation it carried before the update.
         let merged: Option<(Uuid, Option<Uuid>, bool)> = sqlx::query_as(
             "update jobs j set run_at = least(j.run_at, coalesce($3, now())), \
-                 operation_id = coalesce($4, j.operation_id), updated_at = now() \
+                 operation_id = coalesce($4, j.operation_id), tenant_id = $5, updated_at = now() \
              from (select id, operation_id from jobs \
                    where target_id = $1 and kind = $2 and state = 'queued' for update) old \
              where j.id = old.id \
@@ -349,6 +358,7 @@ pub async fn enqueue(conn: &mut Conn, job: &NewJob<'_>) -> Result<JobId, StoreEr
         .bind(job.kind)
         .bind(job.run_at)
         .bind(op)
+        .bind(job.tenant_id.map(TenantId::uuid))
         .fetch_optional(&mut *conn)
         .await?;
         let Some((id, old_op, due)) = merged else {
@@ -392,18 +402,35 @@ async fn notify(conn: &mut Conn, kind: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// How long until the next queued job of `kinds` whose target is free comes due; `None` when
-/// there is none. Walks the ready index from its start.
-pub async fn next_due_in(conn: &mut Conn, kinds: &[&str]) -> Result<Option<Duration>, StoreError> {
-    let millis: Option<f64> = sqlx::query_scalar(
+/// The running jobs of the job row `alias`'s tenant that `$2` (the worker) holds: the slots its
+/// tenant takes on that worker (0 for a job of no tenant, which no bound applies to).
+fn held_by_tenant(alias: &str) -> String {
+    format!(
+        "(select count(*) from jobs h where h.state = 'running' and h.locked_by = $2 \
+           and h.tenant_id = {alias}.tenant_id)"
+    )
+}
+
+/// How long until the next queued job of `kinds` that `worker` could claim comes due: its target
+/// free, its tenant below `tenant_slots` on this worker (a job of a tenant at its bound is not
+/// waited for: a run ending wakes the worker anyway). `None` when there is none. Walks the ready
+/// index from its start.
+pub async fn next_due_in(
+    conn: &mut Conn,
+    worker: &str,
+    kinds: &[&str],
+    tenant_slots: u32,
+) -> Result<Option<Duration>, StoreError> {
+    let sql = format!(
         "select greatest(extract(epoch from (j.run_at - now())) * 1000, 0)::float8 from jobs j \
          where j.state = 'queued' and j.kind = any($1) \
            and not exists (select 1 from jobs r where r.target_id = j.target_id and r.state = 'running') \
+           and (j.tenant_id is null or {} < $3) \
          order by j.run_at limit 1",
-    )
-    .bind(kinds)
-    .fetch_optional(conn)
-    .await?;
+        held_by_tenant("j")
+    );
+    let millis: Option<f64> =
+        sqlx::query_scalar(&sql).bind(kinds).bind(worker).bind(i64::from(tenant_slots)).fetch_optional(conn).await?;
     // At least 20 ms, so a job that is due but not claimable yet never turns this into a spin.
     Ok(millis.map(|ms| Duration::from_secs_f64(ms.max(0.0) / 1000.0) + Duration::from_millis(20)))
 }
@@ -412,15 +439,19 @@ pub async fn next_due_in(conn: &mut Conn, kinds: &[&str]) -> Result<Option<Durat
 ///
 /// Takes queued jobs whose `run_at` has come and whose target has no running job, and running
 /// jobs whose lease expired (their worker died: the attempt counts as failed, with
-/// `last_error.code = lease_expired`), oldest first, at most one per target. Linked pending
-/// operations become `running` in the same statement. Runs as one statement, outside any
-/// transaction; `for update skip locked` lets any number of workers claim at once.
+/// `last_error.code = lease_expired`), oldest first, at most one per target, and at most
+/// `tenant_slots` jobs of one tenant running on this worker at once (those it already runs
+/// count): a tenant whose cluster answers slowly holds only that many of the worker's slots,
+/// and the others stay for other tenants and the fleet's own jobs. Linked pending operations
+/// become `running` in the same statement. Runs as one statement, outside any transaction;
+/// `for update skip locked` lets any number of workers claim at once.
 pub async fn claim(
     conn: &mut Conn,
     worker: &str,
     kinds: &[&str],
     lease: Duration,
     limit: u32,
+    tenant_slots: u32,
 ) -> Result<Vec<Job>, StoreError> {
     if limit == 0 || kinds.is_empty() {
         return Ok(Vec::new());
@@ -430,28 +461,39 @@ pub async fn claim(
     // waited for finished.
     // `distinct on (target_id)` keeps one candidate per target (an expired running job before a
     // queued one: the running one holds the target's slot). `for update` cannot be combined with
-    // `distinct`, so the rows are locked first and filtered after; the extra locks end with the
-    // statement. The limit is written into the statement (one prepared statement per value):
-    // as a parameter, PostgreSQL would plan the statement anew on every call, which costs more
-    // than running it.
+    // `distinct` or a window, so the rows are locked first and filtered after; the extra locks end
+    // with the statement. A tenant already at its bound on this worker is skipped while locking
+    // (so its backlog cannot fill the batch); the ranking per tenant then keeps a batch within the
+    // slots the tenant has left (the rest of its jobs wait for the next claim). The per-worker
+    // count is exact: one worker claims from one loop. The limit is written into the statement
+    // (one prepared statement per value): as a parameter, PostgreSQL would plan the statement
+    // anew on every call, which costs more than running it.
+    let (held_e, held_q, held_r) = (held_by_tenant("e"), held_by_tenant("q"), held_by_tenant("ranked"));
     let sql = format!(
         "with expired as ( \
-             select id, target_id, 0 as pri, locked_until as due from jobs \
+             select id, target_id, tenant_id, 0 as pri, locked_until as due from jobs e \
              where state = 'running' and locked_until < now() and kind = any($1) \
+               and (e.tenant_id is null or {held_e} < $4) \
              order by locked_until limit {limit} \
-             for update skip locked \
+             for update of e skip locked \
          ), ready as ( \
-             select id, target_id, 1 as pri, run_at as due from jobs q \
+             select id, target_id, tenant_id, 1 as pri, run_at as due from jobs q \
              where state = 'queued' and run_at <= now() and kind = any($1) \
                and not exists (select 1 from jobs r where r.target_id = q.target_id and r.state = 'running') \
+               and (q.tenant_id is null or {held_q} < $4) \
              order by run_at, id limit {limit} \
              for update of q skip locked \
          ), picked as ( \
              select id, pri, due from ( \
-                 select distinct on (target_id) id, pri, due \
-                 from (select * from expired union all select * from ready) c \
-                 order by target_id, pri, due \
-             ) one_per_target \
+                 select id, tenant_id, pri, due, \
+                     row_number() over (partition by tenant_id order by pri, due, id) as place \
+                 from ( \
+                     select distinct on (target_id) id, tenant_id, pri, due \
+                     from (select * from expired union all select * from ready) c \
+                     order by target_id, pri, due \
+                 ) one_per_target \
+             ) ranked \
+             where ranked.tenant_id is null or ranked.place + {held_r} <= $4 \
              order by pri, due limit {limit} \
          ), stamp as ( \
              select clock_timestamp() as t \
@@ -477,6 +519,7 @@ pub async fn claim(
             .bind(kinds)
             .bind(worker)
             .bind(millis(lease))
+            .bind(i64::from(tenant_slots))
             .fetch_all(&mut *conn)
             .await
             .map_err(StoreError::from);

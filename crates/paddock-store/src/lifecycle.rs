@@ -396,6 +396,7 @@ pub async fn enqueue_cluster(conn: &mut Conn, tenant: TenantId, cluster: Cluster
         target_type: "cluster",
         target_id: cluster.uuid(),
         payload: ClusterJob { tenant_id: tenant, cluster_id: cluster }.to_value(),
+        tenant_id: Some(tenant),
         operation_id: None,
         run_at: None,
     };
@@ -404,17 +405,24 @@ pub async fn enqueue_cluster(conn: &mut Conn, tenant: TenantId, cluster: Cluster
 }
 
 /// Enqueues a machine's reconcile job (merged with one already queued), reporting to `operation`
-/// when an accepted request asked for it.
+/// when an accepted request asked for it. The job works for the tenant holding the machine now
+/// (none while it is the fleet's): provisioning and releasing talk to that tenant's cluster.
 pub async fn enqueue_machine(
     conn: &mut Conn,
     machine: MachineId,
     operation: Option<OperationId>,
 ) -> Result<(), StoreError> {
+    let tenant: Option<Uuid> = sqlx::query_scalar("select tenant_id from machines where id = $1")
+        .bind(machine.uuid())
+        .fetch_optional(&mut *conn)
+        .await?
+        .flatten();
     let new = job::NewJob {
         kind: paddock_domain::job_kind::MACHINE_RECONCILE,
         target_type: "machine",
         target_id: machine.uuid(),
         payload: MachineJob { machine_id: machine }.to_value(),
+        tenant_id: tenant.map(TenantId),
         operation_id: operation,
         run_at: None,
     };

@@ -61,6 +61,7 @@ pub async fn enqueue_fleet_job(conn: &mut Conn) -> Result<(), StoreError> {
         target_type: FLEET_TARGET_TYPE,
         target_id: FLEET_TARGET,
         payload: json!({}),
+        tenant_id: None,
         operation_id: None,
         run_at: None,
     };
@@ -76,6 +77,7 @@ pub async fn enqueue_correction(conn: &mut Conn, machine: MachineId) -> Result<(
         target_type: MACHINE_TARGET_TYPE,
         target_id: machine.uuid(),
         payload: MachineJob { machine_id: machine }.to_value(),
+        tenant_id: None,
         operation_id: None,
         run_at: None,
     };

@@ -29,6 +29,7 @@ pub async fn enqueue(conn: &mut Conn) -> Result<(), StoreError> {
         target_type: RESEAL_TARGET_TYPE,
         target_id: RESEAL_TARGET,
         payload: serde_json::json!({}),
+        tenant_id: None,
         operation_id: None,
         run_at: None,
     };

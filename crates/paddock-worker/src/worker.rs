@@ -32,6 +32,10 @@ pub struct WorkerConfig {
     /// Jobs run at once by this worker. Its store's pool needs about `concurrency + 2`
     /// connections (runs, the claim, the `LISTEN` connection).
     pub concurrency: usize,
+    /// Of those, how many one tenant's jobs may hold at once (its clusters' and its machines'
+    /// jobs): a tenant whose cluster answers slowly stalls at most this many slots, and the rest
+    /// stay for other tenants and the fleet's own jobs. At least 1.
+    pub tenant_slots: usize,
     /// Length of a lease; renewed every third of it while a job runs. A crashed worker's jobs are
     /// taken over this long after its last renewal.
     pub lease: Duration,
@@ -55,6 +59,7 @@ impl Default for WorkerConfig {
     fn default() -> Self {
         Self {
             concurrency: 8,
+            tenant_slots: 4,
             lease: Duration::from_secs(30),
             poll_interval: Duration::from_secs(1),
             max_attempts: 10,
@@ -123,6 +128,9 @@ impl Worker {
         let invalid = |setting, reason| Err(WorkerError::Config { setting, reason });
         if config.concurrency == 0 {
             return invalid("concurrency", "must be at least 1");
+        }
+        if config.tenant_slots == 0 {
+            return invalid("tenant_slots", "must be at least 1");
         }
         if config.lease < Duration::from_millis(300) {
             return invalid("lease", "must be at least 300 ms");
@@ -276,10 +284,15 @@ impl Inner {
         let limit = u32::try_from(limit).unwrap_or(u32::MAX);
         let sent = Instant::now();
         let claimed = async {
-            let jobs = job::claim(c, &self.id, &self.kinds, self.config.lease, limit).await?;
-            // With room left, sleep no longer than until the next queued job comes due: a job
-            // waiting a fraction of the poll interval runs on time.
-            let next = if jobs.len() < limit as usize { job::next_due_in(c, &self.kinds).await? } else { None };
+            let slots = u32::try_from(self.config.tenant_slots).unwrap_or(u32::MAX);
+            let jobs = job::claim(c, &self.id, &self.kinds, self.config.lease, limit, slots).await?;
+            // With room left, sleep no longer than until the next queued job this worker may take
+            // comes due: a job waiting a fraction of the poll interval runs on time.
+            let next = if jobs.len() < limit as usize {
+                job::next_due_in(c, &self.id, &self.kinds, slots).await?
+            } else {
+                None
+            };
             Ok::<_, StoreError>((jobs, next))
         };
         match claimed.await {

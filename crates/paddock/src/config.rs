@@ -164,6 +164,9 @@ pub struct Settings {
     /// Jobs one worker process runs at once.
     #[arg(long, env = "PADDOCK_WORKER_CONCURRENCY", default_value_t = 8, global = true)]
     pub worker_concurrency: usize,
+    /// Of those, how many one tenant's jobs may hold at once (its clusters' and machines').
+    #[arg(long, env = "PADDOCK_WORKER_TENANT_SLOTS", default_value_t = 4, global = true)]
+    pub worker_tenant_slots: usize,
 
     /// Seconds a running job's lease lasts (renewed every third of it); a crashed worker's jobs
     /// are taken over this long after its last renewal.
@@ -480,6 +483,9 @@ impl Settings {
         }
         if !(1..=256).contains(&self.worker_concurrency) {
             bail!("PADDOCK_WORKER_CONCURRENCY must be between 1 and 256");
+        }
+        if !(1..=256).contains(&self.worker_tenant_slots) {
+            bail!("PADDOCK_WORKER_TENANT_SLOTS must be between 1 and 256");
         }
         if !(3..=600).contains(&self.worker_lease) {
             bail!("PADDOCK_WORKER_LEASE must be between 3 and 600 seconds");

@@ -169,6 +169,7 @@ fn build_worker(settings: &Settings, services: &Services, drivers: Drivers) -> a
     };
     let config = WorkerConfig {
         concurrency: settings.worker_concurrency,
+        tenant_slots: settings.worker_tenant_slots,
         lease: Duration::from_secs(settings.worker_lease),
         shutdown_grace: Duration::from_secs(settings.shutdown_grace),
         ..WorkerConfig::default()

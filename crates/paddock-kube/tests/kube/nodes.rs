@@ -7,6 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use base64::Engine;
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus as KubeNodeStatus, NodeSystemInfo, Secret};
 use k8s_openapi::chrono::{DateTime, Utc};
@@ -15,7 +16,8 @@ use kube::config::Kubeconfig;
 use kube::{Api, Client};
 use paddock_domain::driver::{NodeRef, NodeStatus, Removal, TenantAccess, TenantNodes};
 use paddock_domain::secret::SecretString;
-use paddock_kube::nodes::{ANNOTATION_TAINTS, LABEL_MACHINE_ID, LABEL_NODE_POOL, NODE_LEASE_NAMESPACE};
+use paddock_kube::nodes::{NodeLimits, ANNOTATION_TAINTS, LABEL_MACHINE_ID, LABEL_NODE_POOL, NODE_LEASE_NAMESPACE};
+use paddock_kube::timeouts::Timeouts;
 use paddock_kube::KubeTenantNodes;
 use paddock_types::cluster::{Taint, TaintEffect};
 use paddock_types::{MachineId, NodePoolId};
@@ -385,4 +387,111 @@ async fn abandoning_a_node_deletes_it_and_its_lease_without_waiting_for_finalize
     driver.abandon_node(&tenant, &m).await.expect("abandon again");
     let release = json!({ "metadata": { "finalizers": null } });
     nodes_api.patch(&m.node_name, &PatchParams::default(), &Patch::Merge(&release)).await.expect("release");
+
+/// A listener on loopback that accepts connections and never says a word (it holds them open).
+async fn black_hole() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = listener.accept().await {
+            held.push(conn);
+        }
+    });
+    (addr, task)
+}
+
+/// What a tenant (cluster-admin of its cluster) can do to slow paddock down: a validating webhook
+/// on every Node write, served by `addr` (which never answers), so the API server holds each such
+/// write for `timeout_seconds` and then (failurePolicy Ignore) lets it through.
+async fn slow_node_webhook(client: &Client, addr: std::net::SocketAddr, timeout_seconds: i32) {
+    let webhooks: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let config: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": { "name": "slow-nodes" },
+        "webhooks": [{
+            "name": "slow-nodes.tenant.example.com",
+            "clientConfig": { "url": format!("https://{addr}/validate") },
+            "rules": [{
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE"],
+                "resources": ["nodes", "nodes/status"], "scope": "Cluster"
+            }],
+            "failurePolicy": "Ignore",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": timeout_seconds
+        }]
+    }))
+    .expect("webhook configuration");
+    webhooks.create(&PostParams::default(), &config).await.expect("register the webhook");
+}
+
+/// Fills the tenant cluster with `count` Nodes of no machine (the tenant may create any).
+async fn fill_with_nodes(client: &Client, count: usize) {
+    use futures::StreamExt;
+    let nodes: Api<Node> = Api::all(client.clone());
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let nodes = nodes.clone();
+            async move {
+                let node = Node {
+                    metadata: ObjectMeta { name: Some(format!("filler-{i:05}")), ..ObjectMeta::default() },
+                    ..Node::default()
+                };
+                nodes.create(&PostParams::default(), &node).await.expect("a filler Node");
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+}
+
+/// Page size of the tests below: thousands of Nodes make many pages.
+const PAGE: u32 = 100;
+
+#[tokio::test]
+async fn thousands_of_nodes_and_a_slow_webhook_slow_the_driver_within_its_bounds() {
+    let Some(server) = support::dedicated("nodes-thousands", &[]).await else { return };
+    let client = server.client().await;
+    fill_with_nodes(&client, 3_000).await;
+    // The machine's Node registered under another name, last: only a full list finds it.
+    let m = machine();
+    register(&client, "registered-elsewhere", &m.system_uuid, true).await;
+    let (addr, _hole) = black_hole().await;
+    slow_node_webhook(&client, addr, 5).await;
+
+    // Every page read, the Node found and converged: the webhook held the apply for its 5 s, and
+    // the client's read timeout (longer than any webhook's) waited for it.
+    let paged = KubeTenantNodes::with_limits(NodeLimits { page: PAGE, ..NodeLimits::default() });
+    let found = paged.node(&access(&server), &m).await.expect("found through the pages");
+    assert_eq!(found, Some(NodeStatus { name: "registered-elsewhere".to_owned(), ready: true }));
+    let nodes: Api<Node> = Api::all(client.clone());
+    let labels = nodes.get("registered-elsewhere").await.expect("the Node").metadata.labels.unwrap_or_default();
+    assert_eq!(labels.get(LABEL_MACHINE_ID), Some(&m.machine_id.to_string()));
+
+    // More Nodes than the driver reads: a transient error naming the limit, not a list held whole.
+    let capped = KubeTenantNodes::with_limits(NodeLimits { page: PAGE, max_nodes: 1_000, ..NodeLimits::default() });
+    let err = capped.node(&access(&server), &m).await.expect_err("over the limit");
+    assert!(matches!(err, paddock_kube::KubeError::TooManyNodes { max: 1_000, .. }), "{err:?}");
+    let err = paddock_domain::driver::DriverError::from(err);
+    assert!(err.is_transient() && err.code == "tenant_nodes_over_limit", "{err:?}");
+
+    // A read timeout shorter than the webhook's hold: the call fails (transient) instead of
+    // holding the worker's slot for as long as the tenant's API server likes.
+    let impatient = KubeTenantNodes::with_limits(NodeLimits {
+        page: PAGE,
+        timeouts: Timeouts { read: Duration::from_secs(1), ..Timeouts::default() },
+        ..NodeLimits::default()
+    });
+    let other = machine();
+    register(&client, &other.node_name, &other.system_uuid, true).await;
+    let err = impatient.node(&access(&server), &other).await.expect_err("the apply outlasts the read timeout");
+    let err = paddock_domain::driver::DriverError::from(err);
+    assert!(err.is_transient(), "{err:?}");
+
+    // Removal reads every page too, and gets the Node deleted through the webhook's hold.
+    assert_eq!(paged.remove_node(&access(&server), &m).await.expect("removed"), Removal::Gone);
+    assert!(nodes.get_opt("registered-elsewhere").await.expect("get").is_none());
+    support::delete(&server).await;
 }

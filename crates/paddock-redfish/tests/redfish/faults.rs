@@ -200,3 +200,17 @@ async fn unadvertised_boot_target_is_a_capability_gap() {
     assert!(matches!(err, RedfishError::CapabilityGap { .. }), "{err:?}");
     assert!(proxy.changes().is_empty());
 }
+
+#[tokio::test]
+async fn an_endless_answer_is_cut_off_at_the_body_limit_not_read_into_memory() {
+    let emu = require!(emulators());
+    let (proxy, node) = proxied(emu, "node-012").await;
+    proxy.rule(Rule::exact(Some(Method::GET), "/redfish/v1/Systems", Fault::Endless));
+    let mut config = emu.config_at(&proxy.url, Some(&node.uuid));
+    config.max_body_bytes = 256 * 1024;
+    let err = RedfishClient::new(config).expect("client").system().await.expect_err("an endless body");
+    assert!(matches!(err, RedfishError::BodyTooLarge { limit: 262_144, .. }), "{err:?}");
+    assert_eq!((err.code(), err.is_transient()), ("bmc_bad_response", false));
+    // Not retried: the same BMC would send the same again.
+    assert_eq!(proxy.count(&Method::GET, "/redfish/v1/Systems"), 1);
+}

@@ -37,6 +37,9 @@ pub enum Fault {
     Accepted { polls: usize, fail: Option<String> },
     /// Answer `204` without forwarding: an action the BMC accepts and then loses.
     Drop,
+    /// Answer `200` with a JSON body that never ends (whitespace, chunked, no `Content-Length`),
+    /// without forwarding: a broken or hostile BMC.
+    Endless,
     /// Forward, then edit the JSON body of a successful answer.
     Rewrite(Arc<dyn Fn(&mut Value) + Send + Sync>),
 }
@@ -313,6 +316,13 @@ async fn respond(
             return reply(StatusCode::from_u16(*status).expect("status"), &headers, body);
         }
         Some(Fault::Drop) => return reply(StatusCode::NO_CONTENT, &[], Vec::new()),
+        Some(Fault::Endless) => {
+            let spaces = axum::body::Bytes::from_static(&[b' '; 64 * 1024]);
+            let endless = futures::stream::repeat_with(move || Ok::<_, std::io::Error>(spaces.clone()));
+            let mut response = Response::new(Body::from_stream(endless));
+            response.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+            return response;
+        }
         Some(Fault::Stall(d)) => tokio::time::sleep(*d).await,
         _ => {}
     }

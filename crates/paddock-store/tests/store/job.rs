@@ -18,6 +18,7 @@ fn new_job(kind: &'static str, target: Uuid) -> NewJob<'static> {
         target_type: "machine",
         target_id: target,
         payload: serde_json::json!({}),
+        tenant_id: None,
         operation_id: None,
         run_at: None,
     }
@@ -27,28 +28,37 @@ fn new_job(kind: &'static str, target: Uuid) -> NewJob<'static> {
 async fn the_next_due_time_skips_busy_targets_and_other_kinds() {
     let (_db, store) = db().await;
     let mut conn = store.conn().await.expect("conn");
-    assert_eq!(job::next_due_in(&mut conn, &["a_kind"]).await.expect("empty"), None);
+    assert_eq!(job::next_due_in(&mut conn, "w2", &["a_kind"], u32::MAX).await.expect("empty"), None);
 
     let later = Utc::now() + chrono::Duration::minutes(10);
     let target = Uuid::now_v7();
     job::enqueue(&mut conn, &NewJob { run_at: Some(later), ..new_job("a_kind", target) }).await.expect("later");
     job::enqueue(&mut conn, &new_job("b_kind", Uuid::now_v7())).await.expect("other kind");
-    let due_in = job::next_due_in(&mut conn, &["a_kind"]).await.expect("due").expect("a job");
+    let due_in = job::next_due_in(&mut conn, "w2", &["a_kind"], u32::MAX).await.expect("due").expect("a job");
     assert!(due_in > Duration::from_secs(9 * 60) && due_in <= Duration::from_secs(10 * 60 + 1), "{due_in:?}");
-    assert!(job::claim(&mut conn, "w1", &["a_kind"], LEASE, 10).await.expect("claim").is_empty(), "not due yet");
+    assert!(
+        job::claim(&mut conn, "w1", &["a_kind"], LEASE, 10, u32::MAX).await.expect("claim").is_empty(),
+        "not due yet"
+    );
 
     // A due job whose target runs another job is neither due nor claimable until that run ends.
     let busy = Uuid::now_v7();
     job::enqueue(&mut conn, &new_job("c_kind", busy)).await.expect("runs");
-    let running = job::claim(&mut conn, "w1", &["c_kind"], LEASE, 1).await.expect("claim");
+    let running = job::claim(&mut conn, "w1", &["c_kind"], LEASE, 1, u32::MAX).await.expect("claim");
     assert_eq!(running.len(), 1);
     let queued = job::enqueue(&mut conn, &new_job("a_kind", busy)).await.expect("queued behind");
-    assert!(job::next_due_in(&mut conn, &["a_kind"]).await.expect("due").expect("a job") > Duration::from_secs(60));
-    assert!(job::claim(&mut conn, "w2", &["a_kind"], LEASE, 10).await.expect("claim").is_empty());
+    assert!(
+        job::next_due_in(&mut conn, "w2", &["a_kind"], u32::MAX).await.expect("due").expect("a job")
+            > Duration::from_secs(60)
+    );
+    assert!(job::claim(&mut conn, "w2", &["a_kind"], LEASE, 10, u32::MAX).await.expect("claim").is_empty());
 
     assert!(job::complete(&mut conn, running[0].id, "w1").await.expect("complete"));
-    assert!(job::next_due_in(&mut conn, &["a_kind"]).await.expect("due").expect("a job") < Duration::from_secs(1));
-    let claimed = job::claim(&mut conn, "w2", &["a_kind"], LEASE, 10).await.expect("claim");
+    assert!(
+        job::next_due_in(&mut conn, "w2", &["a_kind"], u32::MAX).await.expect("due").expect("a job")
+            < Duration::from_secs(1)
+    );
+    let claimed = job::claim(&mut conn, "w2", &["a_kind"], LEASE, 10, u32::MAX).await.expect("claim");
     assert_eq!(claimed.iter().map(|j| (j.id, j.state)).collect::<Vec<_>>(), vec![(queued, JobState::Running)]);
 }
 

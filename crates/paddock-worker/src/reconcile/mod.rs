@@ -169,6 +169,7 @@ mod tests {
             target_type: "machine".into(),
             target_id: uuid::Uuid::now_v7(),
             payload: serde_json::json!({}),
+            tenant_id: None,
             operation_id: None,
             state: JobState::Running,
             attempts,

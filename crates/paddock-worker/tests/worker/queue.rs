@@ -524,3 +524,76 @@ async fn list_for_target_is_the_targets_history() {
         vec![(a, JobState::Running), (b, JobState::Queued)]
     );
 }
+
+/// A due job of `tenant` (`None`: the fleet's) on a target of its own.
+async fn tenant_job(store: &paddock_store::Store, tenant: Option<Uuid>) -> paddock_types::JobId {
+    let tenant_id = tenant.map(paddock_types::TenantId);
+    enqueue(store, &NewJob { tenant_id, ..new_job("cluster_reconcile", Uuid::now_v7()) }).await
+}
+
+/// The running jobs `worker` holds per tenant (`None` for the fleet's).
+async fn held(store: &paddock_store::Store, worker: &str) -> std::collections::HashMap<Option<Uuid>, i64> {
+    let rows: Vec<(Option<Uuid>, i64)> = sqlx::query_as(
+        "select tenant_id, count(*) from jobs where state = 'running' and locked_by = $1 group by tenant_id",
+    )
+    .bind(worker)
+    .fetch_all(store.pool())
+    .await
+    .expect("held");
+    rows.into_iter().collect()
+}
+
+#[tokio::test]
+async fn claim_never_gives_one_tenant_more_than_its_slots_on_a_worker() {
+    let (_db, store) = db().await;
+    let kinds = ["cluster_reconcile"];
+    let (busy, quiet) = (Uuid::now_v7(), Uuid::now_v7());
+    // The busy tenant's backlog is older than everything else, and larger than a whole batch.
+    for _ in 0..12 {
+        tenant_job(&store, Some(busy)).await;
+    }
+    let quiet_job = tenant_job(&store, Some(quiet)).await;
+    let fleet_job = tenant_job(&store, None).await;
+
+    // Slots 2 of a batch of 4: the busy tenant gets 2, its other jobs cannot fill the batch.
+    let mut claimed = claim_within(&store, "w1", &kinds, LEASE, 4, 2).await;
+    claimed.extend(claim_within(&store, "w1", &kinds, LEASE, 4, 2).await);
+    let ids: Vec<_> = claimed.iter().map(|j| j.id).collect();
+    assert!(ids.contains(&quiet_job) && ids.contains(&fleet_job), "{ids:?}");
+    let on_w1 = held(&store, "w1").await;
+    assert_eq!(on_w1.get(&Some(busy)), Some(&2), "{on_w1:?}");
+    // At its bound: nothing more of it on this worker, and nothing it waits for to sleep on.
+    assert!(claim_within(&store, "w1", &kinds, LEASE, 4, 2).await.is_empty());
+    let mut conn = store.conn().await.expect("conn");
+    assert_eq!(job::next_due_in(&mut conn, "w1", &kinds, 2).await.expect("due"), None);
+
+    // The bound is per worker: another worker has slots of its own.
+    assert_eq!(claim_within(&store, "w2", &kinds, LEASE, 8, 2).await.len(), 2);
+    assert_eq!(held(&store, "w2").await.get(&Some(busy)), Some(&2));
+
+    // A run that ends frees one slot, and only one.
+    let one = claimed.iter().find(|j| j.tenant_id.map(|t| t.0) == Some(busy)).expect("a busy job").id;
+    assert!(job::complete(&mut conn, one, "w1").await.expect("complete"));
+    assert!(job::next_due_in(&mut conn, "w1", &kinds, 2).await.expect("due").is_some());
+    let next = claim_within(&store, "w1", &kinds, LEASE, 4, 2).await;
+    assert_eq!(next.len(), 1, "{next:?}");
+    assert_eq!(held(&store, "w1").await.get(&Some(busy)), Some(&2));
+
+    // A job taken over from a dead worker counts too: w2's lapsed leases go to w3 within bound.
+    for j in claimed_by(&store, "w2").await {
+        expire_lease(&store, j).await;
+    }
+    let taken = claim_within(&store, "w3", &kinds, LEASE, 8, 1).await;
+    assert_eq!(taken.iter().filter(|j| j.tenant_id.map(|t| t.0) == Some(busy)).count(), 1, "{taken:?}");
+    assert_eq!(held(&store, "w3").await.get(&Some(busy)), Some(&1));
+}
+
+/// The ids of the running jobs `worker` holds.
+async fn claimed_by(store: &paddock_store::Store, worker: &str) -> Vec<paddock_types::JobId> {
+    let ids: Vec<Uuid> = sqlx::query_scalar("select id from jobs where state = 'running' and locked_by = $1")
+        .bind(worker)
+        .fetch_all(store.pool())
+        .await
+        .expect("claimed");
+    ids.into_iter().map(paddock_types::JobId).collect()
+}

@@ -71,6 +71,7 @@ pub fn new_job(kind: &'static str, target: Uuid) -> NewJob<'static> {
         target_type: "machine",
         target_id: target,
         payload: serde_json::json!({ "machine_id": target }),
+        tenant_id: None,
         operation_id: None,
         run_at: None,
     }
@@ -110,8 +111,20 @@ pub async fn get(store: &Store, id: JobId) -> Job {
 
 /// Claims for `worker`.
 pub async fn claim(store: &Store, worker: &str, kinds: &[&str], lease: Duration, limit: u32) -> Vec<Job> {
+    claim_within(store, worker, kinds, lease, limit, u32::MAX).await
+}
+
+/// Claims like [`claim`], with at most `tenant_slots` running jobs of one tenant on `worker`.
+pub async fn claim_within(
+    store: &Store,
+    worker: &str,
+    kinds: &[&str],
+    lease: Duration,
+    limit: u32,
+    tenant_slots: u32,
+) -> Vec<Job> {
     let mut conn = store.conn().await.expect("conn");
-    job::claim(&mut conn, worker, kinds, lease, limit).await.expect("claim")
+    job::claim(&mut conn, worker, kinds, lease, limit, tenant_slots).await.expect("claim")
 }
 
 /// Ends the lease of a running job now, as if its worker had died `lease` ago.
@@ -165,6 +178,7 @@ where
 pub fn config() -> WorkerConfig {
     WorkerConfig {
         concurrency: 4,
+        tenant_slots: 4,
         lease: Duration::from_secs(5),
         poll_interval: Duration::from_millis(50),
         max_attempts: 5,

@@ -487,3 +487,43 @@ async fn the_end_of_a_failed_run_is_logged_once_with_the_whole_error_chain() {
         .expect("job");
     assert_eq!(stored, "reading the machine failed", "the job keeps only the short message");
 }
+
+#[tokio::test]
+async fn a_tenant_whose_jobs_hang_holds_only_its_slots_and_other_tenants_jobs_still_run() {
+    let (db, store) = db().await;
+    let (stuck, other) = (Uuid::now_v7(), Uuid::now_v7());
+    // The stuck tenant's jobs never end (a tenant API server that does not answer); the others'
+    // end at once.
+    let h = handler("cluster_reconcile", move |job| async move {
+        if job.tenant_id.map(|t| t.0) == Some(stuck) {
+            std::future::pending::<()>().await;
+        }
+        Outcome::Done
+    });
+    // Its backlog is older than the other tenant's jobs and larger than the worker.
+    let enqueue_for = async |tenant: Uuid| {
+        let tenant_id = Some(paddock_types::TenantId(tenant));
+        enqueue(&store, &NewJob { tenant_id, ..new_job("cluster_reconcile", Uuid::now_v7()) }).await
+    };
+    for _ in 0..8 {
+        enqueue_for(stuck).await;
+    }
+    let mut others = Vec::new();
+    for _ in 0..5 {
+        others.push(enqueue_for(other).await);
+    }
+    let fleet = enqueue(&store, &new_job("cluster_reconcile", Uuid::now_v7())).await;
+    let cfg = WorkerConfig { concurrency: 4, tenant_slots: 2, shutdown_grace: Duration::from_millis(200), ..config() };
+    let running = Running::start(Worker::new(store.clone(), "w1", vec![h], cfg).expect("worker"));
+
+    until("the other tenant's and the fleet's jobs succeeded", || async {
+        db.count("jobs where state = 'succeeded'").await == 6
+    })
+    .await;
+    for id in others.into_iter().chain([fleet]) {
+        assert_eq!(state(&store, id).await, JobState::Succeeded);
+    }
+    let stuck_running = format!("jobs where state = 'running' and tenant_id = '{stuck}'");
+    assert_eq!(db.count(&stuck_running).await, 2, "the stuck tenant holds its two slots, no more");
+    running.stop().await;
+}
