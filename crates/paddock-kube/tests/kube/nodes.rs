@@ -387,6 +387,7 @@ async fn abandoning_a_node_deletes_it_and_its_lease_without_waiting_for_finalize
     driver.abandon_node(&tenant, &m).await.expect("abandon again");
     let release = json!({ "metadata": { "finalizers": null } });
     nodes_api.patch(&m.node_name, &PatchParams::default(), &Patch::Merge(&release)).await.expect("release");
+}
 
 /// A listener on loopback that accepts connections and never says a word (it holds them open).
 async fn black_hole() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
