@@ -243,3 +243,23 @@ async fn a_wipe_without_drives_cannot_be_issued() {
     assert!(app.services.agent_token_issue(&run, Duration::from_secs(60)).await.is_err());
     assert_eq!(app.count("agent_tokens").await, 0);
 }
+
+/// A NUL in a report's text (a drive's `detail`) is a 422 naming it, and the run is not used up
+/// (issue "Edge hardening", item 1: it reached PostgreSQL and failed as a 500).
+#[tokio::test]
+async fn a_control_character_in_a_report_is_422_and_leaves_the_run_open() {
+    let app = TestApp::new().await;
+    let (seed, _) = wipe_run(&app, Duration::from_secs(3600)).await;
+    let token = agent_seed(&app, &seed).await.agent_token;
+    let mut drive = wiped(Some("nvme0"));
+    drive["detail"] = json!("sanitize\u{0}done");
+    let problem = app
+        .post("/v1/agent/report")
+        .token(&token)
+        .json(&report(json!([drive])))
+        .send()
+        .await
+        .problem(422, "validation_failed");
+    assert_eq!(problem["errors"][0]["field"], "drives.0.detail", "{problem}");
+    assert_eq!(verdict(&app).await, (None, None), "a refused report does not use the run up");
+}

@@ -6,6 +6,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use paddock_store::allocation::{self, Allocation, Need};
 use paddock_store::Store;
@@ -19,6 +20,9 @@ use crate::common::{id, machine, machine_class, set_machine_state, tenant};
 
 const MACHINES: usize = 6;
 const CLUSTERS: usize = 20;
+
+/// The allocation head timeout (`PADDOCK_ALLOCATION_HEAD_TIMEOUT`) at its default.
+const HEAD: Duration = Duration::from_secs(600);
 
 /// One cluster asking for machines: its ids and what its one pool needs.
 #[derive(Debug, Clone)]
@@ -80,6 +84,7 @@ async fn allocate(store: &Store, a: &Asker) -> Allocation {
         a.tenant,
         a.cluster,
         std::slice::from_ref(&a.need),
+        HEAD,
     )
     .await
     .expect("allocate");

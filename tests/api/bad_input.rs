@@ -960,3 +960,56 @@ async fn bad_input_is_refused_after_authentication_and_authorization() {
     resp.problem(403, "forbidden");
     assert_eq!(app.count("tenants").await, 1);
 }
+
+/// Text PostgreSQL cannot store (NUL) or that no field gives a meaning to (other controls) is a
+/// 422 naming the field (issue "Edge hardening", item 1): it used to reach the database and fail
+/// there as a 500.
+#[tokio::test]
+async fn control_characters_in_bodies_are_422_naming_the_field() {
+    let app = TestApp::new().await;
+    let t = id(&tenant(&app, "acme").await);
+    machine_class(&app, "cpu", 0).await;
+    let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIL2AmpA4kI/TYTmjC3Vf+h3HQc/vvGHZNgUIITHqcjcJ alice\u{0}@laptop";
+    let cluster = json!({ "name": "a", "kind": "slurm", "isolation": "private-nodes",
+        "node_pools": [{ "name": "p", "machine_class": "cpu", "count": 1 }],
+        "slurm": { "login": { "ssh_authorized_keys": [key] } } });
+    let before = app.count("clusters").await;
+    let problem = app
+        .post(format!("/v1/tenants/{t}/clusters"))
+        .token(&admin())
+        .json(&cluster)
+        .send()
+        .await
+        .problem(422, "validation_failed");
+    assert_eq!(problem["errors"][0]["field"], "slurm.login.ssh_authorized_keys.0", "{problem}");
+    assert_eq!(app.count("clusters").await, before, "nothing written");
+    for (body, field) in [
+        (json!({ "name": "t2", "display_name": "bell\u{7}" }), "display_name"),
+        (json!({ "name": "t3", "labels": { "rack": "r\u{1b}[31m" } }), "labels.rack"),
+        (json!({ "name": "t4", "labels": { "k\u{0}": "v" } }), "labels.k\u{0}"),
+    ] {
+        let problem =
+            app.post("/v1/tenants").token(&admin()).json(&body).send().await.problem(422, "validation_failed");
+        assert_eq!(problem["errors"][0]["field"], field, "{problem}");
+    }
+    // Line breaks and tabs keep their meaning.
+    let body = json!({ "name": "t5", "display_name": "two\tcolumns" });
+    app.post("/v1/tenants").token(&admin()).json(&body).send().await.expect(201);
+}
+
+/// The audit filters the fuzzer found: a NUL, invalid UTF-8 or an over-long value in a query
+/// parameter is a 400 or 422, never a 500.
+#[tokio::test]
+async fn control_characters_and_bad_utf8_in_query_parameters_are_400() {
+    let app = TestApp::new().await;
+    let t = id(&tenant(&app, "acme").await);
+    for query in ["actor=a%00b", "action=tenant.%00", "actor=%FF%FE", "action=%C3", "act%00or=x", "actor=%1B"] {
+        for path in ["/v1/audit-events".to_owned(), format!("/v1/tenants/{t}/audit-events")] {
+            app.get(format!("{path}?{query}")).token(&admin()).send().await.problem(400, "invalid_parameter");
+        }
+    }
+    let long = "a".repeat(257);
+    let resp = app.get(format!("/v1/audit-events?actor={long}")).token(&admin()).send().await;
+    assert!(matches!(resp.status.as_u16(), 400 | 422), "an actor over 256 characters: {}", resp.status);
+    app.get("/v1/audit-events?actor=alice%20smith").token(&admin()).send().await.expect(200);
+}

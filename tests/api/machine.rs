@@ -225,3 +225,43 @@ async fn machine_enroll_with_taken_name_returns_409_and_writes_nothing() {
     assert_eq!(app.count("machines").await, 1);
     assert_eq!(app.count("operations").await, 1);
 }
+
+#[tokio::test]
+async fn bmc_urls_are_https_unless_plain_http_is_allowed_and_never_carry_credentials() {
+    let app = TestApp::new().await;
+    machine_class(&app, "gpu", 8).await;
+    let with_url = |name: &str, url: &str| {
+        let mut body = enroll_body(name, "gpu");
+        body["bmc"]["url"] = json!(url);
+        body
+    };
+    for url in ["http://10.0.0.17", "https://root:hunter2@10.0.0.17", "http://root@10.0.0.17", "https://:hunter2@bmc"] {
+        let problem = app
+            .post("/v1/machines")
+            .token(&admin())
+            .json(&with_url("m1", url))
+            .send()
+            .await
+            .problem(422, "validation_failed");
+        assert_eq!(problem["errors"][0]["field"], "bmc.url", "{url}: {problem}");
+        assert!(!problem.to_string().contains("hunter2"), "the URL's password is echoed: {problem}");
+    }
+    let mut userinfo = with_url("m1", "http://root:hunter2@10.0.0.17");
+    userinfo["bmc"]["allow_insecure_http"] = json!(true);
+    app.post("/v1/machines").token(&admin()).json(&userinfo).send().await.problem(422, "validation_failed");
+    assert_eq!(app.count("machines").await, 0);
+    let audit = app.get("/v1/audit-events").token(&admin()).send().await.expect(200);
+    assert!(!String::from_utf8_lossy(&audit.body).contains("hunter2"), "the audit keeps the URL's password");
+
+    let mut lab = with_url("lab-1", "http://10.0.0.17");
+    lab["bmc"]["allow_insecure_http"] = json!(true);
+    let m = app.post("/v1/machines").token(&admin()).json(&lab).send().await.expect(202).json()["machine"].clone();
+    let path = format!("/v1/machines/{}", id(&m));
+    // The opt-in is kept: another http URL needs no repetition, but turning it off is refused.
+    app.patch(&path).token(&admin()).json(&json!({ "bmc": { "url": "http://10.0.0.18" } })).send().await.expect(202);
+    let off = json!({ "bmc": { "allow_insecure_http": false } });
+    app.patch(&path).token(&admin()).json(&off).send().await.problem(422, "validation_failed");
+    let secure = json!({ "bmc": { "url": "https://10.0.0.18", "allow_insecure_http": false } });
+    app.patch(&path).token(&admin()).json(&secure).send().await.expect(202);
+    app.post("/v1/machines").token(&admin()).json(&with_url("sim-1", "sim://sim-1")).send().await.expect(202);
+}

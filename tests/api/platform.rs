@@ -45,7 +45,9 @@ async fn request_ids_are_echoed_or_generated() {
 
 #[tokio::test]
 async fn metrics_count_requests_by_route_template_and_report_gauges() {
-    let app = TestApp::new().await;
+    // Gauges read anew on every scrape (the default cache would show the second scrape the
+    // first's reading): this test checks what they count, `metrics.rs` how often they are read.
+    let app = TestApp::with_services(|s| s.with_gauge_max_age(std::time::Duration::ZERO)).await;
     let tenant = crate::common::tenant(&app, "metrics").await;
     app.get(format!("/v1/tenants/{}", crate::common::id(&tenant))).token(&admin()).send().await.expect(200);
     let resp = app.get("/metrics").send().await.expect(200);

@@ -567,7 +567,8 @@ async fn enroll(api: &Api, name: &str, s: &System) -> anyhow::Result<Uuid> {
     let body = json!({
         "name": name,
         "machine_class": "fleet",
-        "bmc": { "url": s.bmc, "system_id": s.uuid, "username": "admin", "password": "password" },
+        "bmc": { "url": s.bmc, "system_id": s.uuid, "username": "admin", "password": "password",
+                 "allow_insecure_http": true },
     });
     let v = api.post("/v1/machines", &body).await?;
     let id = v["machine"]["id"].as_str().or(v["id"].as_str()).with_context(|| format!("no machine id in {v}"))?;

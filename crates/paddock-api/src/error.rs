@@ -38,6 +38,18 @@ pub enum ApiError {
     /// A request with the same idempotency key is still running.
     #[error("a request with this Idempotency-Key is still in progress")]
     IdempotencyInFlight,
+    /// The caller sent more than its rate allows (`limits`).
+    #[error("too many requests from this caller; retry in {retry_after} s")]
+    RateLimited {
+        /// Seconds until the caller may send again.
+        retry_after: u64,
+    },
+    /// The process has as many requests in flight as it takes.
+    #[error("the server is busy; retry later")]
+    Overloaded,
+    /// The request took longer than its time limit.
+    #[error("the request took too long; retry later")]
+    TimedOut,
 }
 
 impl ApiError {
@@ -82,6 +94,10 @@ fn kind(e: &ApiError) -> Kind {
             k(StatusCode::UNPROCESSABLE_ENTITY, "idempotency-key-reused", "Idempotency key reused")
         }
         ApiError::IdempotencyInFlight => k(StatusCode::CONFLICT, "conflict", "Conflict"),
+        ApiError::RateLimited { .. } => k(StatusCode::TOO_MANY_REQUESTS, "rate-limited", "Too many requests"),
+        ApiError::Overloaded | ApiError::TimedOut => {
+            k(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "Service unavailable")
+        }
     }
 }
 
@@ -93,6 +109,9 @@ fn code(e: &ApiError) -> &'static str {
         ApiError::MethodNotAllowed => "method_not_allowed",
         ApiError::IdempotencyMismatch => "idempotency_key_reused",
         ApiError::IdempotencyInFlight => "idempotency_in_flight",
+        ApiError::RateLimited { .. } => "rate_limited",
+        ApiError::Overloaded => "overloaded",
+        ApiError::TimedOut => "request_timeout",
     }
 }
 
@@ -108,7 +127,7 @@ impl IntoResponse for ApiError {
                 tracing::error!(error = source.as_ref() as &dyn std::error::Error, request.id = %info.request_id, "request failed: {}", paddock_domain::error::chain(source.as_ref()));
             }
             match &self {
-                ApiError::Domain(Error::Unavailable(_)) => {
+                ApiError::Domain(Error::Unavailable(_)) | ApiError::Overloaded | ApiError::TimedOut => {
                     "the service is temporarily unavailable; retry later".to_owned()
                 }
                 _ => format!("an internal error occurred; quote request id {} when reporting it", info.request_id),
@@ -144,7 +163,11 @@ impl IntoResponse for ApiError {
                 headers.insert(header::WWW_AUTHENTICATE, value);
             }
             StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS => {
-                headers.insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
+                let value = match &self {
+                    ApiError::RateLimited { retry_after } => HeaderValue::from(*retry_after),
+                    _ => HeaderValue::from_static(RETRY_AFTER_SECS),
+                };
+                headers.insert(header::RETRY_AFTER, value);
             }
             _ => {}
         }

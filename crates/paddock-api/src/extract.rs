@@ -1,7 +1,10 @@
 //! Extractors whose rejections are Problems: the JSON body (media type, size), path and query
 //! parameters, and `If-Match`.
 
-use axum::extract::{FromRequest, FromRequestParts, RawPathParams, Request};
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use axum::extract::{FromRequest, FromRequestParts, MatchedPath, RawPathParams, Request};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::request::Parts;
@@ -58,7 +61,8 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
 /// Path parameters. A malformed id (a `*_id` parameter that is not a UUID) names no object: it
 /// is replaced by the max UUID, which paddock never issues, so the request still reaches its
 /// service and gets the answers a well-formed missing id gets, in the same order (403 for a role
-/// that may never do this, else 404), and a refused write is audited like any other.
+/// that may never do this, else 404), and a refused write is audited like any other. So does a
+/// name with a control character (`validate::is_forbidden_control`), as the empty name.
 #[derive(Debug)]
 pub struct Path<T>(pub T);
 
@@ -73,6 +77,9 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T>
             .map(|(key, value)| {
                 let value = if key.ends_with("_id") && uuid::Uuid::parse_str(value).is_err() {
                     uuid::Uuid::max().to_string()
+                } else if value.chars().any(paddock_domain::validate::is_forbidden_control) {
+                    // No name holds one: the empty name, which none is, stands for it.
+                    String::new()
                 } else {
                     value.to_owned()
                 };
@@ -93,11 +100,63 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Query<T
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         let query = parts.uri.query().unwrap_or_default();
+        let route = parts.extensions.get::<MatchedPath>().map(MatchedPath::as_str).unwrap_or_default();
+        check_query(query, query_bounds(&parts.method, route))?;
         let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
         serde_path_to_error::deserialize(de)
             .map(Query)
             .map_err(|e| ApiError::bad_parameter(format!("invalid query parameter {}: {}", e.path(), e.inner())))
     }
+}
+
+/// The documented `maxLength` of each query parameter, by method and route template, read from
+/// the OpenAPI document itself: what the document promises is what is enforced.
+static QUERY_BOUNDS: LazyLock<HashMap<(String, String), HashMap<String, usize>>> = LazyLock::new(|| {
+    let doc: serde_json::Value = serde_json::from_str(&crate::openapi_json()).unwrap_or_default();
+    let mut bounds = HashMap::new();
+    for (path, item) in doc["paths"].as_object().into_iter().flatten() {
+        for (method, op) in item.as_object().into_iter().flatten() {
+            let params = op["parameters"].as_array().into_iter().flatten().filter(|p| p["in"] == "query");
+            let max: HashMap<String, usize> = params
+                .filter_map(|p| Some((p["name"].as_str()?.to_owned(), p["schema"]["maxLength"].as_u64()? as usize)))
+                .collect();
+            bounds.insert((method.to_ascii_uppercase(), path.clone()), max);
+        }
+    }
+    bounds
+});
+
+/// The documented bounds of a route's query parameters (none for an undocumented route).
+fn query_bounds(method: &http::Method, route: &str) -> Option<&'static HashMap<String, usize>> {
+    QUERY_BOUNDS.get(&(method.as_str().to_owned(), route.to_owned()))
+}
+
+/// Refuses a query whose names or values are not UTF-8 once decoded (the decoder would replace
+/// the bytes silently), hold a control character no parameter allows, or are longer than the
+/// document says.
+fn check_query(query: &str, bounds: Option<&HashMap<String, usize>>) -> Result<(), ApiError> {
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let decode = |raw: &str| {
+            let raw = raw.replace('+', " ");
+            String::from_utf8(percent_encoding::percent_decode_str(&raw).collect())
+        };
+        let name = decode(name).map_err(|_| ApiError::bad_parameter("a query parameter's name is not UTF-8"))?;
+        let value = decode(value).map_err(|_| {
+            ApiError::bad_parameter(format!("invalid query parameter {}: not UTF-8", name.escape_default()))
+        })?;
+        if name.chars().chain(value.chars()).any(paddock_domain::validate::is_forbidden_control) {
+            let message = paddock_domain::validate::CONTROL_MESSAGE;
+            return Err(ApiError::bad_parameter(format!(
+                "invalid query parameter {}: {message}",
+                name.escape_default()
+            )));
+        }
+        if let Some(max) = bounds.and_then(|b| b.get(&name)).filter(|max| value.chars().count() > **max) {
+            return Err(ApiError::bad_parameter(format!("invalid query parameter {name}: at most {max} characters")));
+        }
+    }
+    Ok(())
 }
 
 /// The `If-Match` header.

@@ -7,6 +7,7 @@ pub mod context;
 pub mod error;
 pub mod extract;
 pub mod idempotency;
+pub mod limits;
 pub mod metrics;
 pub mod respond;
 pub mod routes;
@@ -168,14 +169,16 @@ pub fn router(state: AppState) -> Router {
     let (v1, _) = OpenApiRouter::<AppState>::new()
         .merge(v1_routes())
         .layer(from_fn_with_state(state.clone(), idempotency::idempotency))
+        .layer(from_fn_with_state(state.clone(), limits::rate_limit))
         .layer(from_fn_with_state(state.clone(), auth::authenticate))
         .split_for_parts();
-    let (public, _) = public_routes().split_for_parts();
+    let (public, _) = public_routes().layer(from_fn_with_state(state.clone(), limits::rate_limit)).split_for_parts();
     let mut app = v1
         .merge(public)
         .fallback(extract::route_not_found)
         .method_not_allowed_fallback(extract::method_not_allowed)
         .layer(DefaultBodyLimit::max(extract::BODY_LIMIT))
+        .layer(from_fn_with_state(state.clone(), limits::bound))
         .layer(from_fn_with_state(state.clone(), metrics::track));
     if let Some(cors) = cors(&state.config.cors_origins) {
         app = app.layer(cors);

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use paddock_auth::Verifier;
 use paddock_service::Services;
 
+use crate::limits::{Edge, Limits};
 use crate::metrics::{Exposition, Metrics, Sources};
 
 /// API settings.
@@ -31,6 +32,8 @@ pub struct AppState {
     pub metrics_here: bool,
     /// Settings.
     pub config: Arc<ApiConfig>,
+    /// The edge's limits and their state (`limits`).
+    pub edge: Arc<Edge>,
     draining: Arc<AtomicBool>,
 }
 
@@ -44,6 +47,7 @@ impl AppState {
             metric_sources: Sources::default(),
             metrics_here: true,
             config: Arc::new(config),
+            edge: Arc::new(Edge::new(Limits::default())),
             draining: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -54,6 +58,12 @@ impl AppState {
     pub fn with_metrics(mut self, sources: Sources, served_here: bool) -> Self {
         self.metric_sources = sources;
         self.metrics_here = served_here;
+        self
+    }
+
+    /// Replaces the default limits (`limits`).
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.edge = Arc::new(Edge::new(limits));
         self
     }
 

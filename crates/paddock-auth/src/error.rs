@@ -154,8 +154,8 @@ pub enum AuthConfigError {
         /// 1-based position of the PEM block in the file.
         index: usize,
     },
-    /// The JWKS URL is not http(s).
-    #[error("PADDOCK_JWT_JWKS_URL must be an http or https URL, not `{scheme}:`")]
+    /// The JWKS URL is not https (plain http only to a loopback address).
+    #[error("PADDOCK_JWT_JWKS_URL must be an https URL (plain http only to a loopback address), not `{scheme}:`")]
     JwksUrlScheme {
         /// The scheme that was configured.
         scheme: String,

@@ -77,12 +77,21 @@ pub(crate) struct Jwks {
 }
 
 impl Jwks {
-    /// Checks the URL and builds the HTTP client; does not fetch.
+    /// Checks the URL and builds the HTTP client; does not fetch. The keys decide who is who, so
+    /// they come over https (plain http only from this host) and redirects are not followed: a
+    /// redirect could lead the fetch anywhere, plain http included.
     pub(crate) fn new(url: Url, refresh_every: Duration, min_interval: Duration) -> Result<Self, AuthConfigError> {
-        if !matches!(url.scheme(), "http" | "https") {
+        let loopback = match url.host() {
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+            None => false,
+        };
+        if !(url.scheme() == "https" || (url.scheme() == "http" && loopback)) {
             return Err(AuthConfigError::JwksUrlScheme { scheme: url.scheme().to_owned() });
         }
         let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(TOTAL_TIMEOUT)
             .build()

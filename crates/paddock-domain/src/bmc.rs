@@ -194,26 +194,43 @@ pub trait BmcDriver: Send + Sync {
     }
 
     /// Out-of-band erase (SPEC section 5, in addition to the in-band wipe, never instead of it):
-    /// checks the system UUID, then asks the BMC to erase every drive it advertises an erase
-    /// action for (Redfish `Drive.SecureErase`), one result per such drive; a drive whose erase
-    /// failed is a result, not an error. The default: the BMC advertises none.
-    fn erase_drives<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Vec<DriveErase>, BmcError>> {
+    /// checks the system UUID, then asks the BMC for every erase it advertises, narrowest first
+    /// (Redfish `Drive.SecureErase` per drive, `Storage.ResetToDefaults` per controller,
+    /// `ComputerSystem.Decommission` of the user data), one result per action called; a refused or
+    /// failed erase is a result, not an error. The default: the BMC advertises none.
+    fn erase_out_of_band<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Vec<OutOfBandErase>, BmcError>> {
         let _ = access;
         Box::pin(async { Ok(Vec::new()) })
     }
 }
 
-/// What a BMC's out-of-band erase of one drive came to (a clean's evidence records it).
+/// What one of a BMC's out-of-band erases came to (a clean's evidence records it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DriveErase {
-    /// The drive's id at the BMC (the inventory's `drives[].id`).
-    pub drive_id: String,
+pub struct OutOfBandErase {
+    /// What the action erases: one drive, a storage controller's volumes, or the whole system's
+    /// user data.
+    pub scope: EraseScope,
+    /// The erased resource's id at the BMC: the inventory's `drives[].id`, the storage
+    /// subsystem's or the system's `Id`.
+    pub id: String,
     /// The BMC's action, e.g. `Drive.SecureErase`.
     pub action: String,
     /// `success` or `failure`.
     pub result: EraseResult,
     /// Why it failed.
     pub detail: Option<String>,
+}
+
+/// The reach of one out-of-band erase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EraseScope {
+    /// `Drive.SecureErase`: one drive.
+    Drive,
+    /// `Storage.ResetToDefaults` (`ResetAll`): a controller's volumes and settings.
+    Storage,
+    /// `ComputerSystem.Decommission` (`UserData`, secure erase required): every block device.
+    System,
 }
 
 /// The outcome of one out-of-band erase.

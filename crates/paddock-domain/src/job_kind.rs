@@ -12,6 +12,9 @@ pub const CLUSTER_RECONCILE: &str = "cluster_reconcile";
 /// Keeps machines' power in line with their state: one fleet-wide job that reads the power of
 /// machines in stable states, and per-machine jobs that correct a drift it found.
 pub const POWER_SYNC: &str = "power_sync";
+/// Seals every encrypted value again under the current key, so older keys can be retired
+/// (`paddock reseal` enqueues it).
+pub const RESEAL: &str = "reseal";
 
 /// The payload of a cluster's reconcile job (its target is the cluster).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -38,7 +38,30 @@ impl DecodeError {
 /// Decodes `bytes` into `T`, naming the offending field on a shape error.
 pub fn decode<T: DeserializeOwned + Serialize>(bytes: &[u8]) -> Result<T, DecodeError> {
     let value: Value = serde_json::from_slice(bytes).map_err(|e| DecodeError::Syntax(syntax_message(&e)))?;
+    if let Some(field) = control_character(&value, "") {
+        let field = if field.is_empty() { "body".to_owned() } else { field };
+        return Err(DecodeError::Data { field, message: crate::validate::CONTROL_MESSAGE.to_owned() });
+    }
     from_value(value)
+}
+
+/// The path of the first string (value or key) with a control character no field allows.
+fn control_character(value: &Value, path: &str) -> Option<String> {
+    let join = |key: &str| if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") };
+    let bad = |s: &str| s.chars().any(crate::validate::is_forbidden_control);
+    match value {
+        Value::String(s) => bad(s).then(|| path.to_owned()),
+        Value::Object(map) => map.iter().find_map(|(k, v)| {
+            let field = join(k);
+            if bad(k) {
+                Some(field)
+            } else {
+                control_character(v, &field)
+            }
+        }),
+        Value::Array(items) => items.iter().enumerate().find_map(|(n, v)| control_character(v, &join(&n.to_string()))),
+        _ => None,
+    }
 }
 
 /// Decodes an already-parsed JSON value into `T`, naming the offending field. serde lets a JSON

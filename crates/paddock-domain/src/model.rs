@@ -97,6 +97,8 @@ pub struct Bmc {
     pub ca_cert: Option<String>,
     /// Skip TLS verification.
     pub insecure_tls: bool,
+    /// Plain `http` was explicitly allowed for this BMC.
+    pub allow_insecure_http: bool,
 }
 
 /// A machine.

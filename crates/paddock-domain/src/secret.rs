@@ -55,7 +55,14 @@ pub enum CipherError {
     /// The value is corrupt, or bound to another row.
     #[error("sealed value does not verify")]
     Corrupt,
+    /// The value could not be sealed (longer than [`MAX_PLAINTEXT`], or the AEAD refused it).
+    #[error("the value could not be encrypted ({0} bytes)")]
+    Seal(usize),
 }
+
+/// The longest value sealed: far above any kubeconfig, password or agent configuration, far below
+/// what AES-GCM can take, so a runaway value is refused instead of stored.
+pub const MAX_PLAINTEXT: usize = 4 << 20;
 
 struct Key {
     id: [u8; KEY_ID_LEN],
@@ -123,19 +130,25 @@ impl Cipher {
         STANDARD.encode(Aes256Gcm::generate_key(OsRng))
     }
 
-    /// Seals `plaintext` for `binding` with the current key.
-    pub fn seal(&self, plaintext: &[u8], binding: Binding<'_>) -> Vec<u8> {
+    /// Seals `plaintext` for `binding` with the current key. A failure is an error, never an
+    /// empty ciphertext.
+    pub fn seal(&self, plaintext: &[u8], binding: Binding<'_>) -> Result<Vec<u8>, CipherError> {
+        if plaintext.len() > MAX_PLAINTEXT {
+            return Err(CipherError::Seal(plaintext.len()));
+        }
         let nonce = Aes256Gcm::generate_nonce(&mut OsRng);
         let aad = binding.aad();
-        // Encryption with a valid key and a fresh nonce cannot fail for inputs of this size.
-        let ciphertext =
-            self.current.aead.encrypt(&nonce, Payload { msg: plaintext, aad: aad.as_bytes() }).unwrap_or_default();
+        let ciphertext = self
+            .current
+            .aead
+            .encrypt(&nonce, Payload { msg: plaintext, aad: aad.as_bytes() })
+            .map_err(|_| CipherError::Seal(plaintext.len()))?;
         let mut out = Vec::with_capacity(1 + KEY_ID_LEN + NONCE_LEN + ciphertext.len());
         out.push(VERSION);
         out.extend_from_slice(&self.current.id);
         out.extend_from_slice(&nonce);
         out.extend_from_slice(&ciphertext);
-        out
+        Ok(out)
     }
 
     /// Opens a value sealed for `binding` by the current or an older key.
@@ -173,6 +186,21 @@ impl Cipher {
             .collect()
     }
 
+    /// The id of the current key, as sealed values carry it (bytes 1 to 4).
+    pub fn current_key_id(&self) -> &[u8] {
+        &self.current.id
+    }
+
+    /// Opens a value sealed for `binding` and, if an older key sealed it, seals it again under
+    /// the current key; `None` when it is under the current key already.
+    pub fn reseal(&self, sealed: &[u8], binding: Binding<'_>) -> Result<Option<Vec<u8>>, CipherError> {
+        if !self.needs_rotation(sealed) {
+            return Ok(None);
+        }
+        let plaintext = self.open(sealed, binding)?;
+        self.seal(&plaintext, binding).map(Some)
+    }
+
     /// Whether `sealed` was sealed with an older key and should be re-sealed.
     pub fn needs_rotation(&self, sealed: &[u8]) -> bool {
         sealed.get(1..1 + KEY_ID_LEN).is_some_and(|id| id != self.current.id)
@@ -195,7 +223,7 @@ mod tests {
     fn seal_open_round_trip_and_row_binding() {
         let cipher = Cipher::new(&Cipher::generate_key(), &[]).expect("key");
         let row = uuid::Uuid::now_v7();
-        let sealed = cipher.seal(b"hunter2", binding(row));
+        let sealed = cipher.seal(b"hunter2", binding(row)).expect("seals");
         assert_eq!(cipher.open(&sealed, binding(row)).expect("opens"), b"hunter2");
         assert!(matches!(cipher.open(&sealed, binding(uuid::Uuid::now_v7())), Err(CipherError::Corrupt)));
         let mut tampered = sealed.clone();
@@ -209,12 +237,22 @@ mod tests {
         let old_key = Cipher::generate_key();
         let old = Cipher::new(&old_key, &[]).expect("key");
         let row = uuid::Uuid::now_v7();
-        let sealed = old.seal(b"s", binding(row));
+        let sealed = old.seal(b"s", binding(row)).expect("seals");
         let new = Cipher::new(&Cipher::generate_key(), &[old_key]).expect("keys");
         assert_eq!(new.open(&sealed, binding(row)).expect("old key opens"), b"s");
         assert!(new.needs_rotation(&sealed));
         let without = Cipher::new(&Cipher::generate_key(), &[]).expect("key");
         assert!(matches!(without.open(&sealed, binding(row)), Err(CipherError::UnknownKey(_))));
+    }
+
+    #[test]
+    fn a_value_that_cannot_be_sealed_is_an_error_not_an_empty_ciphertext() {
+        let cipher = Cipher::new(&Cipher::generate_key(), &[]).expect("key");
+        let row = uuid::Uuid::now_v7();
+        let huge = vec![0u8; MAX_PLAINTEXT + 1];
+        assert!(matches!(cipher.seal(&huge, binding(row)), Err(CipherError::Seal(n)) if n == huge.len()));
+        let largest = cipher.seal(&huge[1..], binding(row)).expect("the largest value seals");
+        assert_eq!(cipher.open(&largest, binding(row)).expect("opens").len(), MAX_PLAINTEXT);
     }
 
     #[test]

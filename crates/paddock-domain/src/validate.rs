@@ -21,6 +21,17 @@ static DNS_SUBDOMAIN: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new("^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$").expect("static regex")
 });
 
+/// Whether `c` is a control character that no text field of the API gives a meaning to: every
+/// C0 control but tab, line feed and carriage return (NUL among them, which PostgreSQL cannot
+/// store), DEL and the C1 controls. Bodies (`json::decode`) and query parameters (the API's
+/// `Query` extractor) are refused with it, before any field reaches a service or the database.
+pub fn is_forbidden_control(c: char) -> bool {
+    c.is_control() && !matches!(c, '\t' | '\n' | '\r')
+}
+
+/// The message of a value refused by [`is_forbidden_control`].
+pub const CONTROL_MESSAGE: &str = "must not contain control characters (other than tab and line breaks)";
+
 /// Most labels on one object.
 pub const MAX_LABELS: usize = 64;
 
@@ -157,29 +168,47 @@ pub fn machine_enroll(spec: &MachineEnroll) -> Result<(), Error> {
 
 /// Checks BMC access given at enrollment.
 pub fn bmc(c: &mut Checks, bmc: &BmcCreate) {
-    bmc_access(c, &bmc.url, bmc.system_id.as_deref(), &bmc.username, bmc.ca_cert.as_deref(), bmc.insecure_tls);
+    let access = BmcAccess {
+        url: &bmc.url,
+        system_id: bmc.system_id.as_deref(),
+        username: &bmc.username,
+        ca_cert: bmc.ca_cert.as_deref(),
+        insecure_tls: bmc.insecure_tls,
+        allow_insecure_http: bmc.allow_insecure_http,
+    };
+    bmc_access(c, &access);
     c.text("bmc.password", &bmc.password, 1024);
 }
 
+/// BMC access without the password, as enrolled or after a patch.
+#[derive(Debug)]
+pub struct BmcAccess<'a> {
+    /// Service URL.
+    pub url: &'a str,
+    /// System `Id` or `UUID`.
+    pub system_id: Option<&'a str>,
+    /// BMC user.
+    pub username: &'a str,
+    /// PEM CA certificate.
+    pub ca_cert: Option<&'a str>,
+    /// Skip TLS verification.
+    pub insecure_tls: bool,
+    /// Allow a plain `http` URL.
+    pub allow_insecure_http: bool,
+}
+
 /// Checks BMC access without the password (also after a patch).
-pub fn bmc_access(
-    c: &mut Checks,
-    url: &str,
-    system_id: Option<&str>,
-    username: &str,
-    ca_cert: Option<&str>,
-    insecure_tls: bool,
-) {
-    bmc_url(c, "bmc.url", url);
-    if let Some(system_id) = system_id {
+pub fn bmc_access(c: &mut Checks, a: &BmcAccess<'_>) {
+    bmc_url(c, "bmc.url", a.url, a.allow_insecure_http);
+    if let Some(system_id) = a.system_id {
         c.text("bmc.system_id", system_id, 256);
     }
-    c.text("bmc.username", username, 256);
-    if let Some(ca) = ca_cert {
+    c.text("bmc.username", a.username, 256);
+    if let Some(ca) = a.ca_cert {
         c.max_len("bmc.ca_cert", ca, 65536);
         c.check(is_pem_certificates(ca), "bmc.ca_cert", "must be one or more PEM certificates");
     }
-    c.check(!(insecure_tls && ca_cert.is_some()), "bmc.insecure_tls", "cannot be combined with ca_cert");
+    c.check(!(a.insecure_tls && a.ca_cert.is_some()), "bmc.insecure_tls", "cannot be combined with ca_cert");
 }
 
 /// Whether `text` is one or more complete PEM `CERTIFICATE` blocks whose bodies decode to DER
@@ -203,15 +232,26 @@ fn is_pem_certificates(text: &str) -> bool {
     blocks > 0
 }
 
-fn bmc_url(c: &mut Checks, field: &str, value: &str) {
+/// A BMC URL: `https`, plain `http` only with the explicit opt-in, or `sim://<name>`; never with
+/// credentials in it (they would be stored, audited and shown in the clear).
+fn bmc_url(c: &mut Checks, field: &str, value: &str, allow_insecure_http: bool) {
     if value.len() > 2048 {
         c.fail(field, "must be at most 2048 characters");
         return;
     }
-    match url::Url::parse(value) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {}
-        Ok(u) if u.scheme() == "sim" && u.host_str().is_some_and(|h| !h.is_empty()) => {}
-        _ => c.fail(field, "must be an http(s) URL of the BMC (or sim://<name> for the simulated driver)"),
+    let Ok(u) = url::Url::parse(value) else {
+        return c.fail(field, "must be an https URL of the BMC (or sim://<name> for the simulated driver)");
+    };
+    if !u.username().is_empty() || u.password().is_some() {
+        return c
+            .fail(field, "must not carry credentials (user:password@); give them as bmc.username and bmc.password");
+    }
+    match u.scheme() {
+        "https" if u.host_str().is_some() => {}
+        "http" if u.host_str().is_some() && allow_insecure_http => {}
+        "http" if u.host_str().is_some() => c.fail(field, "must be https unless bmc.allow_insecure_http is true"),
+        "sim" if u.host_str().is_some_and(|h| !h.is_empty()) => {}
+        _ => c.fail(field, "must be an https URL of the BMC (or sim://<name> for the simulated driver)"),
     }
 }
 

@@ -5,8 +5,8 @@
 //! call in flight per machine, a bound per BMC host) hold across all the worker's jobs.
 
 use paddock_domain::bmc::{
-    AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, BoxFuture, DriveErase, Inventory,
-    InventoryDrive, NO_SECOND_VIRTUAL_MEDIA, SYSTEM_UUID_MISMATCH,
+    AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, BoxFuture, Inventory, InventoryDrive,
+    OutOfBandErase, NO_SECOND_VIRTUAL_MEDIA, SYSTEM_UUID_MISMATCH,
 };
 
 use crate::{
@@ -188,10 +188,10 @@ impl BmcDriver for RedfishBmc {
         })
     }
 
-    fn erase_drives<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Vec<DriveErase>, BmcError>> {
+    fn erase_out_of_band<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Vec<OutOfBandErase>, BmcError>> {
         Box::pin(async move {
             let (client, expected) = self.guarded(access).await?;
-            client.secure_erase_drives(&expected).await.map_err(map_error)
+            client.erase_out_of_band(&expected).await.map_err(map_error)
         })
     }
 

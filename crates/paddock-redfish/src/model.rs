@@ -404,14 +404,29 @@ pub(crate) struct ActionRes {
     pub target: Option<String>,
     #[serde(default, rename = "ResetType@Redfish.AllowableValues", deserialize_with = "lenient")]
     pub reset_type_allowable: Option<Vec<String>>,
+    #[serde(default, rename = "DecommissionTypes@Redfish.AllowableValues", deserialize_with = "lenient")]
+    pub decommission_types_allowable: Option<Vec<String>>,
     #[serde(default, rename = "@Redfish.ActionInfo", deserialize_with = "lenient")]
     pub action_info: Option<String>,
+}
+
+impl ActionRes {
+    /// The values advertised inline for the parameter `name`, if this model knows it.
+    pub(crate) fn inline_allowable(&self, name: &str) -> Option<&Vec<String>> {
+        match name {
+            "ResetType" => self.reset_type_allowable.as_ref(),
+            "DecommissionTypes" => self.decommission_types_allowable.as_ref(),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct SystemActionsRes {
     #[serde(default, rename = "#ComputerSystem.Reset", deserialize_with = "lenient")]
     pub reset: Option<ActionRes>,
+    #[serde(default, rename = "#ComputerSystem.Decommission", deserialize_with = "lenient")]
+    pub decommission: Option<ActionRes>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -467,6 +482,14 @@ pub(crate) struct StorageRes {
     pub id: Option<String>,
     #[serde(default, deserialize_with = "lenient_vec")]
     pub drives: Vec<Link>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub actions: Option<StorageActionsRes>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct StorageActionsRes {
+    #[serde(default, rename = "#Storage.ResetToDefaults", deserialize_with = "lenient")]
+    pub reset_to_defaults: Option<ActionRes>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -128,7 +128,7 @@ impl Services {
         let agent_token = self.agent_tokens(&seed_token).swap_remove(0);
         let id = Uuid::now_v7();
         let config = serde_json::to_vec(&run.config).map_err(Error::internal)?;
-        let sealed = self.cipher.seal(&config, binding(id));
+        let sealed = self.cipher.seal(&config, binding(id)).map_err(Error::internal)?;
         let expires_at = Utc::now() + chrono::Duration::from_std(ttl).map_err(Error::internal)?;
         let nonce = random_token();
         let new = NewAgentToken {

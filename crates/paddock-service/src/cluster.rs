@@ -16,7 +16,7 @@ use paddock_store::{cluster as store, cluster_event, machine_class, node_pool, t
 use paddock_types::cluster::{ClusterCreate, ClusterEventView, NodePoolCreate, PoolMachineView};
 use paddock_types::operation::OperationView;
 use paddock_types::tenant::TenantState;
-use paddock_types::{ClusterId, NodePoolId, TenantId};
+use paddock_types::{ClusterId, MachineClassId, NodePoolId, TenantId};
 use serde_json::json;
 
 use crate::operation::{accept, Accepted, Target};
@@ -90,6 +90,10 @@ impl Services {
                 demand.gpus += u64::from(pool.count) * u64::from(*gpus);
             }
             rules::check_quotas(&tenant.spec.quotas, demand)?;
+            for (class, _) in &classes {
+                let wanted = pools.iter().zip(&classes).filter(|(_, (c, _))| c == class);
+                check_fleet(&mut tx, *class, wanted.map(|(p, _)| u64::from(p.count)).sum()).await?;
+            }
 
             let id = ClusterId::new();
             audit.target(id.uuid(), Some(tenant_id));
@@ -244,6 +248,8 @@ impl Services {
             demand.nodes += u64::from(spec.count);
             demand.gpus += u64::from(spec.count) * u64::from(gpus);
             rules::check_quotas(&tenant.spec.quotas, demand)?;
+            let others = node_pool::class_count(&mut tx, tenant_id, cluster_id, class, None).await?;
+            check_fleet(&mut tx, class, others + u64::from(spec.count)).await?;
             let id = NodePoolId::new();
             audit.target(id.uuid(), Some(tenant_id));
             node_pool::insert(&mut tx, tenant_id, cluster_id, id, class, &spec).await?;
@@ -305,6 +311,9 @@ impl Services {
             // Shrinking is always allowed, even over a quota lowered in the meantime.
             if spec.count > current.spec.count {
                 rules::check_quotas(&tenant.spec.quotas, demand)?;
+                let class = current.machine_class_id;
+                let others = node_pool::class_count(&mut tx, tenant_id, cluster_id, class, Some(id)).await?;
+                check_fleet(&mut tx, class, others + u64::from(spec.count)).await?;
             }
             let changed = spec != current.spec;
             if changed {
@@ -410,6 +419,19 @@ impl Services {
         }
         Ok(())
     }
+}
+
+/// 409 `insufficient_capacity` when a cluster would ask for more machines of a class than the
+/// fleet holds: such a request could never be met and would only hold up the class's line. The
+/// message keeps the fleet's size to the provider (SPEC section 6 step 3).
+async fn check_fleet(conn: &mut Conn, class: MachineClassId, wanted: u64) -> Result<()> {
+    if wanted > machine_class::fleet_size(conn, class).await? {
+        return Err(Error::conflict(
+            "insufficient_capacity",
+            "the provider's fleet cannot hold this many machines of the class; ask for fewer",
+        ));
+    }
+    Ok(())
 }
 
 /// A machine class by name for a pool: its id and GPUs per machine; 422 naming `field` if missing.

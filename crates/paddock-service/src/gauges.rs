@@ -1,25 +1,87 @@
-//! Gauges for `/metrics`, read from the database at scrape time.
+//! Gauges for `/metrics`, read from the database, at most once per [`GaugeCache`] age: scrapes
+//! are unauthenticated, so a flood of them must not become a flood of aggregate queries that
+//! takes the pool from every other request. One read is in flight at a time; scrapes that arrive
+//! meanwhile wait for it and share its result.
 
 use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
+use paddock_store::job::Depth;
 use paddock_store::{job, metrics};
 use paddock_types::machine::MachineState;
 
 use crate::Services;
 
+/// How long one read of the gauges serves scrapes, by default.
+pub const GAUGE_MAX_AGE: Duration = Duration::from_secs(5);
+
+/// One read: machines by state and the queue's depth, `None` when the database did not answer.
+type Reading = Option<(Vec<(String, i64)>, Vec<Depth>)>;
+
+/// The last read and when it was made; the lock is held while reading, so there is one read at
+/// a time.
+#[derive(Debug)]
+pub struct GaugeCache {
+    max_age: Duration,
+    last: tokio::sync::Mutex<Option<(Instant, Reading)>>,
+    reads: AtomicU64,
+}
+
+impl GaugeCache {
+    /// A cache whose reads serve scrapes for `max_age` (zero: every scrape that did not arrive
+    /// during a read reads anew).
+    pub fn new(max_age: Duration) -> Self {
+        Self { max_age, last: tokio::sync::Mutex::new(None), reads: AtomicU64::new(0) }
+    }
+}
+
+impl Default for GaugeCache {
+    fn default() -> Self {
+        Self::new(GAUGE_MAX_AGE)
+    }
+}
+
 impl Services {
-    /// Appends the database gauges in the Prometheus text format; a database that does not
-    /// answer is reported as `paddock_database_up 0` rather than failing the scrape.
-    pub async fn render_gauges(&self, out: &mut String) {
+    /// Sets how long one read of the gauges serves scrapes.
+    pub fn with_gauge_max_age(mut self, max_age: Duration) -> Self {
+        self.gauges = std::sync::Arc::new(GaugeCache::new(max_age));
+        self
+    }
+
+    /// The gauges: the last read if it is recent enough, or if it began after this scrape
+    /// arrived (it waited for a read in flight); else a new read.
+    async fn reading(&self) -> Reading {
+        let arrived = Instant::now();
+        let mut last = self.gauges.last.lock().await;
+        if let Some((at, reading)) = last.as_ref() {
+            if *at >= arrived || at.elapsed() < self.gauges.max_age {
+                return reading.clone();
+            }
+        }
+        let started = Instant::now();
+        self.gauges.reads.fetch_add(1, Ordering::Relaxed);
         let read = async {
             let mut conn = self.store.conn().await?;
             let machines = metrics::machines_by_state(&mut conn).await?;
             let jobs = job::depth(&mut conn).await?;
             Ok::<_, paddock_store::StoreError>((machines, jobs))
         };
-        out.push_str("# HELP paddock_database_up Whether the database answered the scrape.\n");
+        let reading = read.await.ok();
+        *last = Some((started, reading.clone()));
+        reading
+    }
+
+    /// Appends the database gauges in the Prometheus text format; a database that does not
+    /// answer is reported as `paddock_database_up 0` rather than failing the scrape.
+    pub async fn render_gauges(&self, out: &mut String) {
+        let reading = self.reading().await;
+        out.push_str("# HELP paddock_gauge_reads_total Reads of the database gauges (cached between scrapes).\n");
+        out.push_str("# TYPE paddock_gauge_reads_total counter\n");
+        let _ = writeln!(out, "paddock_gauge_reads_total {}", self.gauges.reads.load(Ordering::Relaxed));
+        out.push_str("# HELP paddock_database_up Whether the database answered the last read of the gauges.\n");
         out.push_str("# TYPE paddock_database_up gauge\n");
-        let Ok((machines, jobs)) = read.await else {
+        let Some((machines, jobs)) = reading else {
             out.push_str("paddock_database_up 0\n");
             return;
         };

@@ -109,6 +109,8 @@ pub struct Services {
     signing_key: Option<Arc<SigningKey>>,
     /// Metering settings (close grace, FOCUS provider name).
     usage: Arc<usage::UsageSettings>,
+    /// The `/metrics` gauges' last read (`gauges`).
+    gauges: Arc<gauges::GaugeCache>,
 }
 
 impl Services {
@@ -122,6 +124,7 @@ impl Services {
             ledger_key: Arc::new(ledger_key),
             signing_key: None,
             usage: Arc::default(),
+            gauges: Arc::default(),
         }
     }
 

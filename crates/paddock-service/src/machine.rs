@@ -54,6 +54,8 @@ struct BmcSpec {
     ca_cert: Option<String>,
     #[serde(default)]
     insecure_tls: bool,
+    #[serde(default)]
+    allow_insecure_http: bool,
 }
 
 fn password_binding(id: MachineId) -> Binding<'static> {
@@ -77,9 +79,13 @@ impl Services {
                 url: spec.bmc.url.clone(),
                 system_id: spec.bmc.system_id.clone(),
                 username: spec.bmc.username.clone(),
-                password_enc: self.cipher.seal(spec.bmc.password.as_bytes(), password_binding(id)),
+                password_enc: self
+                    .cipher
+                    .seal(spec.bmc.password.as_bytes(), password_binding(id))
+                    .map_err(Error::internal)?,
                 ca_cert: spec.bmc.ca_cert.clone(),
                 insecure_tls: spec.bmc.insecure_tls,
+                allow_insecure_http: spec.bmc.allow_insecure_http,
             };
             let new = NewMachine { id, name: &spec.name, machine_class_id: class.id, labels: &spec.labels, bmc: &bmc };
             store::insert(&mut tx, &new).await?;
@@ -138,20 +144,22 @@ impl Services {
                     username: current.bmc.username.clone(),
                     ca_cert: current.bmc.ca_cert.clone(),
                     insecure_tls: current.bmc.insecure_tls,
+                    allow_insecure_http: current.bmc.allow_insecure_http,
                 },
             };
             let after: MachineSpec = json::apply_patch(&before, &patch, &[])?;
             let mut c = Checks::new();
             c.labels("labels", &after.labels);
             let b = &after.bmc;
-            validate::bmc_access(
-                &mut c,
-                &b.url,
-                b.system_id.as_deref(),
-                &b.username,
-                b.ca_cert.as_deref(),
-                b.insecure_tls,
-            );
+            let access = validate::BmcAccess {
+                url: &b.url,
+                system_id: b.system_id.as_deref(),
+                username: &b.username,
+                ca_cert: b.ca_cert.as_deref(),
+                insecure_tls: b.insecure_tls,
+                allow_insecure_http: b.allow_insecure_http,
+            };
+            validate::bmc_access(&mut c, &access);
             if let Some(password) = &password {
                 c.text("bmc.password", password, 1024);
             }
@@ -167,11 +175,12 @@ impl Services {
                 system_id: after.bmc.system_id.clone(),
                 username: after.bmc.username.clone(),
                 password_enc: match &password {
-                    Some(p) => self.cipher.seal(p.as_bytes(), password_binding(id)),
+                    Some(p) => self.cipher.seal(p.as_bytes(), password_binding(id)).map_err(Error::internal)?,
                     None => current.bmc.password_enc.clone(),
                 },
                 ca_cert: after.bmc.ca_cert.clone(),
                 insecure_tls: after.bmc.insecure_tls,
+                allow_insecure_http: after.bmc.allow_insecure_http,
             };
             store::update_spec(&mut tx, id, &after.labels, &bmc).await?;
             // The patch is recorded without the password: only that one was given.

@@ -7,6 +7,8 @@
 //! consumes one; a machine holds at most one live allocation. Releases are machine lifecycle
 //! transitions ([`crate::lifecycle::begin_release`], [`crate::lifecycle::finish_release`]).
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use paddock_domain::cluster::{quota_excess, Demand};
 use paddock_domain::ledger::LedgerKey;
@@ -71,7 +73,8 @@ pub enum Allocation {
 
 /// Allocates every need of a cluster in the caller's transaction, all or nothing: locks the
 /// classes (one allocator per class at a time), lets an earlier waiting cluster of the same class
-/// go first, checks the tenant's quotas against what it already holds, takes clean available
+/// go first for at most `head_timeout` (after it, machines freed since are kept for that head),
+/// checks the tenant's quotas against what it already holds, takes clean available
 /// machines, consumes each one's verified clean in a new allocation, and enqueues the machines'
 /// reconcile jobs. On success the cluster stops waiting; otherwise it starts (keeping its place).
 /// The caller commits in either case (the waiting mark is the only write on failure).
@@ -81,6 +84,7 @@ pub async fn allocate(
     tenant: TenantId,
     cluster: ClusterId,
     needs: &[Need],
+    head_timeout: Duration,
 ) -> Result<Allocation, StoreError> {
     let mut classes: Vec<Uuid> = needs.iter().map(|n| n.machine_class_id.uuid()).collect();
     classes.sort();
@@ -97,7 +101,8 @@ pub async fn allocate(
             .bind(cluster.uuid())
             .fetch_one(&mut *conn)
             .await?;
-    let outcome = try_allocate(conn, key, tenant, cluster, needs, since, &names).await?;
+    let line = Line { since, head_timeout };
+    let outcome = try_allocate(conn, key, tenant, cluster, needs, line, &names).await?;
     match &outcome {
         Allocation::Allocated(_) => {
             sqlx::query("update clusters set waiting_since = null where tenant_id = $1 and id = $2")
@@ -132,25 +137,42 @@ pub async fn allocate(
     Ok(outcome)
 }
 
+/// A cluster's place in the line of its classes.
+#[derive(Debug, Clone, Copy)]
+struct Line {
+    /// When it started waiting (now for a first try).
+    since: DateTime<Utc>,
+    /// How long a waiting cluster may hold back later ones (`PADDOCK_ALLOCATION_HEAD_TIMEOUT`).
+    head_timeout: Duration,
+}
+
+impl Line {
+    fn timeout_secs(self) -> f64 {
+        self.head_timeout.as_secs_f64()
+    }
+}
+
 /// One allocation attempt, in the order SPEC section 6 step 3 gives: an earlier waiting cluster
-/// of the class goes first, then the tenant's quotas, then the machines themselves.
+/// of the class goes first (until its head timeout), then the tenant's quotas, then the machines
+/// themselves (without those kept for a head past its timeout).
 async fn try_allocate(
     conn: &mut Conn,
     key: &LedgerKey,
     tenant: TenantId,
     cluster: ClusterId,
     needs: &[Need],
-    since: DateTime<Utc>,
+    line: Line,
     names: &[(Uuid, String)],
 ) -> Result<Allocation, StoreError> {
     let classes: Vec<Uuid> = names.iter().map(|(id, _)| *id).collect();
-    if let Some(ahead) = waiting_ahead(conn, cluster, since, &classes).await? {
+    if let Some(ahead) = waiting_ahead(conn, cluster, line, &classes).await? {
         return Ok(Allocation::Behind { cluster_id: ahead });
     }
     if let Some(over) = over_quota(conn, tenant, needs).await? {
         return Ok(over);
     }
-    let picked = match pick(conn, needs, names).await? {
+    let kept = kept_since(conn, cluster, line, &classes).await?;
+    let picked = match pick(conn, needs, names, &kept).await? {
         Ok(picked) => picked,
         Err(short) => return Ok(short),
     };
@@ -161,30 +183,61 @@ async fn try_allocate(
     Ok(Allocation::Allocated(picked.into_iter().map(|(m, _)| m).collect()))
 }
 
-/// The first cluster that waits for machines of one of `classes` since before `since` (ties by
-/// id) and still lacks some: it goes first.
+/// The clusters that wait for machines of one of `classes` since before `line.since` (ties by
+/// id) and still lack some, as SQL over `c` and `p` (binds `$1` cluster, `$2` since, `$3`
+/// classes, `$4` held states).
+const AHEAD: &str = "from clusters c join node_pools p on p.cluster_id = c.id \
+     where c.waiting_since is not null and c.id <> $1 and c.deletion_requested_at is null \
+       and c.deleted_at is null and (c.waiting_since, c.id) < ($2, $1) \
+       and p.machine_class_id = any($3) and p.deleted_at is null and p.deletion_requested_at is null \
+       and p.count > (select count(*) from machines m where m.node_pool_id = p.id and m.state = any($4))";
+
+/// The first cluster ahead (see [`AHEAD`]) still within its head timeout: it goes first.
 async fn waiting_ahead(
     conn: &mut Conn,
     cluster: ClusterId,
-    since: DateTime<Utc>,
+    line: Line,
     classes: &[Uuid],
 ) -> Result<Option<ClusterId>, StoreError> {
-    let ahead: Option<Uuid> = sqlx::query_scalar(
-        "select c.id from clusters c join node_pools p on p.cluster_id = c.id \
-         where c.waiting_since is not null and c.id <> $1 and c.deletion_requested_at is null \
-           and c.deleted_at is null and (c.waiting_since, c.id) < ($2, $1) \
-           and p.machine_class_id = any($3) and p.deleted_at is null and p.deletion_requested_at is null \
-           and p.count > (select count(*) from machines m where m.node_pool_id = p.id \
-                          and m.state = any($4)) \
-         order by c.waiting_since, c.id limit 1",
-    )
-    .bind(cluster.uuid())
-    .bind(since)
-    .bind(classes)
-    .bind(&held()[..])
-    .fetch_optional(&mut *conn)
-    .await?;
+    let sql = format!(
+        "select c.id {AHEAD} and c.waiting_since > now() - make_interval(secs => $5) \
+         order by c.waiting_since, c.id limit 1"
+    );
+    let ahead: Option<Uuid> = sqlx::query_scalar(&sql)
+        .bind(cluster.uuid())
+        .bind(line.since)
+        .bind(classes)
+        .bind(&held()[..])
+        .bind(line.timeout_secs())
+        .fetch_optional(&mut *conn)
+        .await?;
     Ok(ahead.map(ClusterId))
+}
+
+/// Per class, the moment from which freed machines are kept for the first cluster ahead (see
+/// [`AHEAD`]; past its head timeout, or [`waiting_ahead`] would have held this one back): the
+/// end of its timeout. Machines that became available (their clean completed) after it are not
+/// for later requests, so the head cannot starve.
+async fn kept_since(
+    conn: &mut Conn,
+    cluster: ClusterId,
+    line: Line,
+    classes: &[Uuid],
+) -> Result<Vec<(Uuid, DateTime<Utc>)>, StoreError> {
+    let sql = format!(
+        "select distinct on (p.machine_class_id) p.machine_class_id, \
+           c.waiting_since + make_interval(secs => $5) {AHEAD} \
+         order by p.machine_class_id, c.waiting_since, c.id"
+    );
+    let kept: Vec<(Uuid, DateTime<Utc>)> = sqlx::query_as(&sql)
+        .bind(cluster.uuid())
+        .bind(line.since)
+        .bind(classes)
+        .bind(&held()[..])
+        .bind(line.timeout_secs())
+        .fetch_all(&mut *conn)
+        .await?;
+    Ok(kept)
 }
 
 /// The tenant's node and GPU quotas against what it holds plus `needs` (the rule of
@@ -223,23 +276,29 @@ async fn over_quota(conn: &mut Conn, tenant: TenantId, needs: &[Need]) -> Result
     }))
 }
 
-/// Locks clean available machines for every need (skipping those another allocator holds), or
-/// the first need that cannot be met.
+/// Locks clean available machines for every need (skipping those another allocator holds and
+/// those `kept` for a waiting head: available since after its class's moment), or the first need
+/// that cannot be met.
 async fn pick(
     conn: &mut Conn,
     needs: &[Need],
     names: &[(Uuid, String)],
+    kept: &[(Uuid, DateTime<Utc>)],
 ) -> Result<Result<Vec<(MachineId, NodePoolId)>, Allocation>, StoreError> {
     let mut picked: Vec<(MachineId, NodePoolId)> = Vec::new();
     for need in needs.iter().filter(|n| n.count > 0) {
+        let kept_from = kept.iter().find(|(c, _)| *c == need.machine_class_id.uuid()).map(|(_, at)| *at);
         let ids: Vec<Uuid> = sqlx::query_scalar(
-            "select id from machines where machine_class_id = $1 and state = 'available' \
-             and maintenance_reason is null and retire_requested_at is null and id <> all($2) \
-             order by id limit $3 for update skip locked",
+            "select m.id from machines m where m.machine_class_id = $1 and m.state = 'available' \
+             and m.maintenance_reason is null and m.retire_requested_at is null and m.id <> all($2) \
+             and ($4::timestamptz is null or exists (select 1 from machine_cleans k \
+                  where k.id = m.clean_id and k.completed_at <= $4)) \
+             order by m.id limit $3 for update of m skip locked",
         )
         .bind(need.machine_class_id.uuid())
         .bind(picked.iter().map(|(m, _)| m.uuid()).collect::<Vec<_>>())
         .bind(i64::from(need.count))
+        .bind(kept_from)
         .fetch_all(&mut *conn)
         .await?;
         if ids.len() < need.count as usize {

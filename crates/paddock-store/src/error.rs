@@ -39,6 +39,9 @@ pub enum StoreError {
     /// A stored value the code cannot read.
     #[error("stored data is invalid: {0}")]
     Corrupt(String),
+    /// A value could not be sealed or opened.
+    #[error("encrypting or decrypting a stored secret failed")]
+    Cipher(#[from] paddock_domain::secret::CipherError),
 }
 
 impl From<sqlx::Error> for StoreError {

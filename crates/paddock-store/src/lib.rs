@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod node_pool;
 pub mod operation;
 pub mod power;
+pub mod reseal;
 pub mod run;
 pub mod tenant;
 pub mod usage;

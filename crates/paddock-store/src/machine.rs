@@ -37,6 +37,7 @@ struct MachineRow {
     bmc_password_enc: Vec<u8>,
     bmc_ca_cert: Option<String>,
     bmc_insecure_tls: bool,
+    bmc_allow_insecure_http: bool,
     generation: i64,
     status_version: i64,
     created_at: DateTime<Utc>,
@@ -46,7 +47,7 @@ struct MachineRow {
 const SELECT: &str = "select m.id, m.name, m.machine_class_id, c.name as machine_class, m.labels, \
      m.state, m.last_error, m.tenant_id, m.cluster_id, m.node_pool_id, m.node_name, m.system_uuid, \
      m.inventory, m.maintenance_reason, m.retire_requested_at is not null as retire_requested, m.bmc_url, m.bmc_system_id, m.bmc_username, \
-     m.bmc_password_enc, m.bmc_ca_cert, m.bmc_insecure_tls, m.generation, m.status_version, \
+     m.bmc_password_enc, m.bmc_ca_cert, m.bmc_insecure_tls, m.bmc_allow_insecure_http, m.generation, m.status_version, \
      m.created_at, m.updated_at \
      from machines m join machine_classes c on c.id = m.machine_class_id";
 
@@ -77,6 +78,7 @@ impl TryFrom<MachineRow> for Machine {
                 password_enc: r.bmc_password_enc,
                 ca_cert: r.bmc_ca_cert,
                 insecure_tls: r.bmc_insecure_tls,
+                allow_insecure_http: r.bmc_allow_insecure_http,
             },
             generation: r.generation,
             status_version: r.status_version,
@@ -105,8 +107,8 @@ pub struct NewMachine<'a> {
 pub async fn insert(conn: &mut Conn, m: &NewMachine<'_>) -> Result<(), StoreError> {
     sqlx::query(
         "insert into machines (id, name, machine_class_id, labels, state, bmc_url, bmc_system_id, \
-         bmc_username, bmc_password_enc, bmc_ca_cert, bmc_insecure_tls) \
-         values ($1, $2, $3, $4, 'enrolling', $5, $6, $7, $8, $9, $10)",
+         bmc_username, bmc_password_enc, bmc_ca_cert, bmc_insecure_tls, bmc_allow_insecure_http) \
+         values ($1, $2, $3, $4, 'enrolling', $5, $6, $7, $8, $9, $10, $11)",
     )
     .bind(m.id.uuid())
     .bind(m.name)
@@ -118,6 +120,7 @@ pub async fn insert(conn: &mut Conn, m: &NewMachine<'_>) -> Result<(), StoreErro
     .bind(&m.bmc.password_enc)
     .bind(&m.bmc.ca_cert)
     .bind(m.bmc.insecure_tls)
+    .bind(m.bmc.allow_insecure_http)
     .execute(conn)
     .await?;
     Ok(())
@@ -158,7 +161,7 @@ pub async fn list(
 pub async fn update_spec(conn: &mut Conn, id: MachineId, labels: &Labels, bmc: &Bmc) -> Result<(), StoreError> {
     sqlx::query(
         "update machines set labels = $2, bmc_url = $3, bmc_system_id = $4, bmc_username = $5, \
-         bmc_password_enc = $6, bmc_ca_cert = $7, bmc_insecure_tls = $8, \
+         bmc_password_enc = $6, bmc_ca_cert = $7, bmc_insecure_tls = $8, bmc_allow_insecure_http = $9, \
          generation = generation + 1, updated_at = now() where id = $1",
     )
     .bind(id.uuid())
@@ -169,6 +172,7 @@ pub async fn update_spec(conn: &mut Conn, id: MachineId, labels: &Labels, bmc: &
     .bind(&bmc.password_enc)
     .bind(&bmc.ca_cert)
     .bind(bmc.insecure_tls)
+    .bind(bmc.allow_insecure_http)
     .execute(conn)
     .await?;
     Ok(())

@@ -154,3 +154,13 @@ pub async fn delete(conn: &mut Conn, id: MachineClassId) -> Result<(), StoreErro
     sqlx::query("delete from machine_classes where id = $1").bind(id.uuid()).execute(conn).await?;
     Ok(())
 }
+
+/// How many machines the fleet holds of a class (every machine not retired): the most one
+/// request may ask for (SPEC section 6 step 3).
+pub async fn fleet_size(conn: &mut Conn, id: MachineClassId) -> Result<u64, StoreError> {
+    let n: i64 = sqlx::query_scalar("select count(*) from machines where machine_class_id = $1 and state <> 'retired'")
+        .bind(id.uuid())
+        .fetch_one(conn)
+        .await?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}

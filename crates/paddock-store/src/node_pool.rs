@@ -250,3 +250,25 @@ pub async fn mark_deleted(conn: &mut Conn, tenant: TenantId, id: NodePoolId) -> 
     .await?;
     Ok(())
 }
+
+/// The machines a cluster's live pools of a class ask for, `except` one pool (being changed).
+pub async fn class_count(
+    conn: &mut Conn,
+    tenant: TenantId,
+    cluster: ClusterId,
+    class: MachineClassId,
+    except: Option<NodePoolId>,
+) -> Result<u64, StoreError> {
+    let n: i64 = sqlx::query_scalar(
+        "select coalesce(sum(count), 0)::bigint from node_pools where tenant_id = $1 and cluster_id = $2 \
+         and machine_class_id = $3 and deleted_at is null and deletion_requested_at is null \
+         and id is distinct from $4",
+    )
+    .bind(tenant.uuid())
+    .bind(cluster.uuid())
+    .bind(class.uuid())
+    .bind(except.map(|p| p.uuid()))
+    .fetch_one(conn)
+    .await?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}

@@ -105,6 +105,14 @@ impl TestApp {
         app
     }
 
+    /// A fresh app with the edge's limits set to `limits` (rate limits, requests in flight).
+    pub async fn with_limits(limits: paddock_api::limits::Limits) -> TestApp {
+        let mut app = Self::build(TestDb::new().await, ApiConfig::default(), None, None, true).await;
+        let state = AppState::new(app.services.clone(), Self::verifier().await, ApiConfig::default());
+        app.router = paddock_api::router(state.with_limits(limits));
+        app
+    }
+
     async fn verifier() -> Verifier {
         Verifier::new(VerifierConfig {
             hs256_secret: Some(Secret::new(TEST_SECRET.to_vec())),

@@ -102,6 +102,10 @@ pub struct BmcCreate {
     /// Skip TLS verification (discouraged).
     #[serde(default)]
     pub insecure_tls: bool,
+    /// Allow a plain `http://` URL (labs, tests); the password then crosses the network in the
+    /// clear.
+    #[serde(default)]
+    pub allow_insecure_http: bool,
 }
 
 /// Body of `POST /v1/machines`.
@@ -143,6 +147,8 @@ pub struct BmcUpdate {
     pub ca_cert: Option<String>,
     /// Skip TLS verification.
     pub insecure_tls: Option<bool>,
+    /// Allow a plain `http://` URL (labs, tests).
+    pub allow_insecure_http: Option<bool>,
 }
 
 /// Body of `PATCH /v1/machines/{machine_id}` (JSON merge patch). A change under `bmc` is

@@ -154,6 +154,9 @@ pub struct Settings {
     /// Lifetime of a run's agent tokens, seconds (longer than the longest wipe).
     #[arg(long, env = "PADDOCK_AGENT_TOKEN_TTL", default_value_t = 21_600, global = true)]
     pub agent_token_ttl: u64,
+    /// Seconds a waiting allocation may hold back later requests of its machine class.
+    #[arg(long, env = "PADDOCK_ALLOCATION_HEAD_TIMEOUT", default_value_t = 600, global = true)]
+    pub allocation_head_timeout: u64,
     /// Origins allowed for the portal, comma-separated.
     #[arg(long, env = "PADDOCK_CORS_ORIGINS", value_delimiter = ',', global = true)]
     pub cors_origins: Vec<String>,
@@ -189,6 +192,24 @@ pub struct Settings {
     /// orchestrator's own grace period (Kubernetes: terminationGracePeriodSeconds).
     #[arg(long, env = "PADDOCK_SHUTDOWN_GRACE", default_value_t = 25, global = true)]
     pub shutdown_grace: u64,
+
+    // The HTTP edge's limits (defaults far above what bench/api-load drives).
+    /// Seconds a client has to send a request's headers before its connection is closed.
+    #[arg(long, env = "PADDOCK_HTTP_HEADER_READ_TIMEOUT", default_value_t = 10, global = true)]
+    pub http_header_read_timeout: u64,
+    /// Seconds a request may take, its body included; a slower one is answered 503.
+    #[arg(long, env = "PADDOCK_HTTP_REQUEST_TIMEOUT", default_value_t = 30, global = true)]
+    pub http_request_timeout: u64,
+    /// Requests in flight at once per process; more are answered 503 with Retry-After.
+    #[arg(long, env = "PADDOCK_HTTP_MAX_IN_FLIGHT", default_value_t = 1024, global = true)]
+    pub http_max_in_flight: usize,
+    /// Requests per second one caller (JWT subject, agent token, else client address) may
+    /// sustain; more are answered 429 with Retry-After.
+    #[arg(long, env = "PADDOCK_RATE_LIMIT_PER_SECOND", default_value_t = 50_000, global = true)]
+    pub rate_limit_per_second: u32,
+    /// Requests one caller may send at once above its rate.
+    #[arg(long, env = "PADDOCK_RATE_LIMIT_BURST", default_value_t = 100_000, global = true)]
+    pub rate_limit_burst: u32,
 
     #[arg(long, env = "PADDOCK_LOG", default_value = "info", global = true)]
     pub log: String,
@@ -272,6 +293,21 @@ impl Settings {
             Some(url) => Ok(url),
             None => self.database_url(),
         }
+    }
+
+    /// The HTTP edge's limits of a request.
+    pub fn limits(&self) -> paddock_api::limits::Limits {
+        paddock_api::limits::Limits {
+            request_timeout: std::time::Duration::from_secs(self.http_request_timeout),
+            max_in_flight: self.http_max_in_flight,
+            rate_per_second: self.rate_limit_per_second,
+            rate_burst: self.rate_limit_burst,
+        }
+    }
+
+    /// The header-read timeout of HTTP connections.
+    pub fn header_read_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.http_header_read_timeout)
     }
 
     /// The statement timeout, None for no limit.
@@ -374,6 +410,20 @@ impl Settings {
                     url.scheme()
                 ),
                 _ => {}
+            }
+        }
+        // The images travel the same provisioning network as the seeds, fetched by the BMCs: the
+        // same rule and the same opt-in (SPEC names no other setting for them).
+        for (name, url) in
+            [("PADDOCK_WIPE_IMAGE_URL", &self.wipe_image_url), ("PADDOCK_OS_IMAGE_URL", &self.os_image_url)]
+        {
+            if let Some(url) = url.as_ref().filter(|u| u.scheme() != "https") {
+                if !(self.agent_insecure_http && url.scheme() == "http") {
+                    bail!(
+                        "{name} must be an https URL (plain http only with PADDOCK_AGENT_INSECURE_HTTP=true), not {}://...",
+                        url.scheme()
+                    );
+                }
             }
         }
         // Without an explicit URL the default is http:// + the listen address: a lab's choice.
@@ -537,6 +587,16 @@ mod tests {
         assert_eq!(refusal(&["--bmc-driver", "none"]), None, "no machines, no agents");
         let seed = ["--agent-insecure-http", "true", "--agent-seed-base-url", "ftp://x"];
         assert!(refusal(&seed).expect("refused").contains("PADDOCK_AGENT_SEED_BASE_URL"));
+        for (flag, name) in [("--wipe-image-url", "PADDOCK_WIPE_IMAGE_URL"), ("--os-image-url", "PADDOCK_OS_IMAGE_URL")]
+        {
+            for url in ["http://images.example/i.iso", "ftp://images.example/i.iso", "file:///srv/i.iso"] {
+                let why = refusal(&["--bmc-driver", "none", flag, url]).expect("refused");
+                assert!(why.contains(name), "{url}: {why}");
+            }
+            assert_eq!(refusal(&["--bmc-driver", "none", flag, "https://images.example/i.iso"]), None);
+            let lab = ["--agent-insecure-http", "true", flag, "http://images.example/i.iso"];
+            assert_eq!(refusal(&lab), None, "plain http with the opt-in");
+        }
         let bad = ["--wipe-image-sha256", "ABC"];
         assert!(refusal(&bad).expect("refused").contains("PADDOCK_WIPE_IMAGE_SHA256"));
     }

@@ -215,10 +215,12 @@ paddock dev is running on {base}  (Ctrl-C stops it and its PostgreSQL)
   database   {db}
   drivers    kube={kube} bmc={bmc} {note}
 
-Provider admin token (24 h):
+The API, a provider admin token (24 h), and a tenant admin token for the demo tenant `acme`
+(the README's tour starts from these four lines):
+  export B={base}
   export TOKEN={admin}
-Tenant admin token for the demo tenant `acme` ({tenant}):
   export TENANT_TOKEN={tenant_admin}
+  export TID={tenant}
 
 Try:
   curl -s {base}/v1/tenants -H "Authorization: Bearer $TOKEN"

@@ -1,8 +1,9 @@
 //! `paddock`: one binary for every process of the control plane.
-//! `serve` (API and worker), `api`, `worker`, `migrate`, `openapi`, `token`, `dev`.
+//! `serve` (API and worker), `api`, `worker`, `migrate`, `reseal`, `openapi`, `token`, `dev`.
 
 mod config;
 mod dev;
+mod http;
 mod server;
 
 use std::path::PathBuf;
@@ -32,6 +33,9 @@ enum Command {
     Worker,
     /// Apply the database migrations and exit.
     Migrate,
+    /// Ask the workers to seal every secret again under the current encryption key (for key
+    /// rotation: the old keys can be retired once the `reseal` job has succeeded).
+    Reseal,
     /// Write the OpenAPI document.
     Openapi {
         /// Where to write it; `-` for standard output.
@@ -97,6 +101,7 @@ fn main() -> anyhow::Result<()> {
                         server::serve(&settings, server::Roles { api: false, worker: true, migrate: false }).await
                     }
                     Command::Migrate => server::migrate(&settings).await,
+                    Command::Reseal => server::reseal(&settings).await,
                     _ => unreachable!("handled above"),
                 }
             })

@@ -11,7 +11,9 @@ use paddock_api::{ApiConfig, AppState};
 use paddock_auth::Verifier;
 use paddock_service::Services;
 use paddock_store::Store;
-use paddock_worker::reconcile::{self, ClusterReconciler, Drivers, MachineReconciler, PowerSync, PowerSyncSettings};
+use paddock_worker::reconcile::{
+    self, ClusterReconciler, Drivers, MachineReconciler, PowerSync, PowerSyncSettings, Resealer,
+};
 use paddock_worker::{default_worker_id, JobHandler, Worker, WorkerConfig};
 use tokio::sync::watch;
 
@@ -42,6 +44,19 @@ pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
         tracing::info!("database migrated");
     }
     store.pool().close().await;
+    Ok(())
+}
+
+/// Enqueues the re-seal job for the workers (`paddock reseal`): every sealed value is sealed
+/// again under `PADDOCK_ENCRYPTION_KEY`; once the job has succeeded the keys in
+/// `PADDOCK_ENCRYPTION_OLD_KEYS` can be retired.
+pub async fn reseal(settings: &Settings) -> anyhow::Result<()> {
+    let store = Store::connect_lazy(settings.database_url()?, 1)?;
+    let mut conn = store.conn().await.context("connecting to the database")?;
+    paddock_store::reseal::enqueue(&mut conn).await.context("enqueuing the re-seal job")?;
+    drop(conn);
+    store.pool().close().await;
+    tracing::info!("re-seal job enqueued: a worker seals every secret again under the current key");
     Ok(())
 }
 
@@ -116,7 +131,7 @@ pub async fn run(
     let api = if roles.api {
         let verifier = Verifier::new(settings.verifier()?).await.context("JWT configuration")?;
         let config = ApiConfig { cors_origins: settings.cors_origins.clone() };
-        let state = AppState::new(services.clone(), verifier, config);
+        let state = AppState::new(services.clone(), verifier, config).with_limits(settings.limits());
         Some(state.with_metrics(sources.clone(), settings.metrics_listen.is_none()))
     } else {
         None
@@ -127,7 +142,9 @@ pub async fn run(
                 Some(state) => state.exposition(),
                 None => Exposition { http: None, services: services.clone(), sources },
             };
-            Some(tokio::spawn(serve_metrics(listen, exposition, stop_rx.clone()).await?))
+            Some(tokio::spawn(
+                serve_metrics(listen, settings.header_read_timeout(), exposition, stop_rx.clone()).await?,
+            ))
         }
         None => None,
     };
@@ -166,6 +183,7 @@ fn build_worker(settings: &Settings, services: &Services, drivers: Drivers) -> a
         Arc::new(MachineReconciler::new(services.clone(), drivers.clone(), lifecycle.clone())),
         Arc::new(PowerSync::new(services.clone(), drivers.clone(), power_sync)),
         Arc::new(ClusterReconciler::new(services.clone(), drivers, lifecycle)),
+        Arc::new(Resealer::new(services.clone())),
     ];
     Worker::new(services.store().clone(), default_worker_id(), handlers, config).context("the worker's settings")
 }
@@ -212,14 +230,14 @@ async fn serve_api(settings: &Settings, state: AppState, mut stop: watch::Receiv
     let draining = state.clone();
     let app = paddock_api::router(state);
     let mut deadline = stop.clone();
-    let served = axum::serve(listener, app).with_graceful_shutdown(async move {
+    let served = crate::http::serve(listener, app, settings.header_read_timeout(), async move {
         let _ = stop.wait_for(|stop| *stop).await;
         draining.start_draining();
         tracing::info!("shutting down: finishing requests in flight");
     });
     let grace = Duration::from_secs(settings.shutdown_grace);
     tokio::select! {
-        served = served => served.context("serving the API"),
+        () = served => Ok(()),
         _ = async {
             let _ = deadline.wait_for(|stop| *stop).await;
             tokio::time::sleep(grace).await;
@@ -234,6 +252,7 @@ async fn serve_api(settings: &Settings, state: AppState, mut stop: watch::Receiv
 /// `stop` turns true.
 async fn serve_metrics(
     listen: SocketAddr,
+    header_read_timeout: Duration,
     exposition: Exposition,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<impl std::future::Future<Output = ()>> {
@@ -242,14 +261,10 @@ async fn serve_metrics(
         .with_context(|| format!("listening on {listen} (PADDOCK_METRICS_LISTEN)"))?;
     tracing::info!(listen = %listen, "metrics on http://{listen}/metrics");
     Ok(async move {
-        let served = axum::serve(listener, metrics_router(exposition))
-            .with_graceful_shutdown(async move {
-                let _ = stop.wait_for(|stop| *stop).await;
-            })
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = &e as &dyn std::error::Error, "the metrics listener failed");
-        }
+        crate::http::serve(listener, metrics_router(exposition), header_read_timeout, async move {
+            let _ = stop.wait_for(|stop| *stop).await;
+        })
+        .await;
     })
 }
 
@@ -348,6 +363,7 @@ fn lifecycle(settings: &Settings) -> reconcile::Settings {
         wipe_image_url: settings.wipe_image_url.as_ref().map(ToString::to_string),
         os_image_url: settings.os_image_url.as_ref().map(ToString::to_string),
         agent_token_ttl: Duration::from_secs(settings.agent_token_ttl),
+        allocation_head_timeout: Duration::from_secs(settings.allocation_head_timeout),
         // The simulated world answers at once; polling it often costs little.
         poll: if settings.kube_driver == KubeDriver::Simulated {
             Duration::from_secs(1).mul_f64(settings.sim_latency_scale.clamp(0.05, 5.0))

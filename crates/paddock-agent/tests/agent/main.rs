@@ -1,8 +1,9 @@
 //! The agent against real block devices: loop devices over files with random contents, wiped by
 //! the real binary (as root, as CI runs; `losetup` must work); `run` also against a local paddock
-//! (`scripts/test`'s PostgreSQL).
+//! (`scripts/test`'s PostgreSQL); and the wipe image built around the agent, booted in QEMU.
 
 mod harness;
+mod image;
 mod run;
 mod seed;
 mod wipe;

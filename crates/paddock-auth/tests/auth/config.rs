@@ -119,8 +119,14 @@ async fn private_keys_in_the_public_key_file_are_refused() {
 }
 
 #[tokio::test]
-async fn jwks_url_must_be_http_or_https() {
-    for url in ["file:///etc/passwd", "ftp://id.example.com/jwks", "unix:/run/jwks.sock"] {
+async fn jwks_url_must_be_https_or_loopback_http() {
+    for url in [
+        "file:///etc/passwd",
+        "ftp://id.example.com/jwks",
+        "unix:/run/jwks.sock",
+        "http://id.example.com/jwks",
+        "http://10.0.0.5/jwks",
+    ] {
         let error =
             refuse(VerifierConfig { jwks_url: Some(url.parse().expect("url")), ..VerifierConfig::default() }).await;
         assert!(matches!(error, AuthConfigError::JwksUrlScheme { .. }), "{url}: {error:?}");

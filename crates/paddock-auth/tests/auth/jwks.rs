@@ -253,3 +253,29 @@ async fn invalid_jwks_document_keeps_the_previous_keys() {
     accept(&verifier, &sign(Algorithm::RS256, Some("rsa-a"), &valid_claims())).await;
     assert_eq!(server.hits(), 2);
 }
+
+#[tokio::test]
+async fn a_redirecting_jwks_endpoint_is_not_followed() {
+    // The keys are one hop away, behind a redirect: a verifier that followed it would accept.
+    let keys = JwksServer::start(Some(vec![jwk("ec_p256")])).await;
+    let target = keys.config().jwks_url.expect("url").to_string();
+    let app = axum::Router::new().route(
+        "/jwks",
+        axum::routing::get(move || {
+            let target = target.clone();
+            async move { axum::response::Redirect::temporary(&target) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let redirector = tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
+    let verifier = eager_verifier(VerifierConfig {
+        jwks_url: Some(format!("http://{addr}/jwks").parse().expect("url")),
+        ..VerifierConfig::default()
+    })
+    .await;
+    let error = reject(&verifier, &sign(Algorithm::ES256, Some("ec-1"), &valid_claims())).await;
+    assert!(matches!(error, AuthError::KeysUnavailable), "{error:?}");
+    assert_eq!(keys.hits(), 0, "the redirect's target was fetched");
+    redirector.abort();
+}

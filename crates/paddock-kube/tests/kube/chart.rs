@@ -140,6 +140,60 @@ fn helm_lint_passes() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("PADDOCK_STACKS_DIR"), "{out:?}");
 }
 
+/// The environment of every container of the Deployments and Jobs in `docs`, by object name.
+fn container_envs(docs: &[Value]) -> Vec<(String, BTreeMap<String, Value>)> {
+    let workloads = docs.iter().filter(|d| matches!(kind(d), "Deployment" | "Job"));
+    workloads
+        .map(|d| {
+            let containers = d["spec"]["template"]["spec"]["containers"].as_array().expect("containers");
+            let env = containers.iter().flat_map(|c| c["env"].as_array().cloned().unwrap_or_default());
+            let env = env.map(|e| (e["name"].as_str().expect("name").to_owned(), e["value"].clone())).collect();
+            (d["metadata"]["name"].as_str().expect("name").to_owned(), env)
+        })
+        .collect()
+}
+
+#[test]
+fn every_process_verifies_the_database_tls_and_none_is_left_at_loopback_defaults() {
+    let committed = std::fs::read_to_string(repo().join("deploy/paddock.yaml")).expect("deploy/paddock.yaml");
+    let plain = container_envs(&documents(&committed));
+    let everything = container_envs(&render_everything());
+    assert_eq!(plain.len(), 3, "api, worker and the migration Job: {plain:?}");
+    for (name, env) in plain.iter().chain(&everything) {
+        assert_eq!(env.get("PGSSLMODE"), Some(&json!("verify-full")), "{name}: {env:?}");
+        if name.ends_with("-api") || name.ends_with("-worker") {
+            assert_eq!(env.get("PADDOCK_LISTEN"), Some(&json!("0.0.0.0:8080")), "{name}");
+        }
+    }
+    for (name, env) in &everything {
+        if name.ends_with("-worker") || name.ends_with("-api") {
+            assert_eq!(env.get("PADDOCK_AGENT_BASE_URL"), Some(&json!("https://agent.paddock.example")), "{name}");
+        }
+    }
+    // The CA of a private database is mounted where PGSSLROOTCERT says.
+    let db = "secrets.databaseUrl=postgres://paddock@db.example/paddock";
+    let stacks = "stacks.persistentVolumeClaim.claimName=stacks";
+    let with_ca = helm(&["template", "p", &chart(), "--set", db, "--set", stacks, "--set", "database.caSecret=pg-ca"]);
+    let docs = documents(&with_ca);
+    for (name, env) in container_envs(&docs) {
+        assert_eq!(env.get("PGSSLROOTCERT"), Some(&json!("/etc/paddock/database-ca/ca.crt")), "{name}");
+    }
+    assert_eq!(with_ca.matches("secretName: \"pg-ca\"").count(), 3, "the CA volume of api, worker and the Job");
+    // Machines need a reachable agent URL: without one the chart refuses, naming the setting.
+    for (extra, named) in [
+        ("drivers.bmc=simulated", "PADDOCK_AGENT_BASE_URL"),
+        ("agent.insecureHttp=true", "PADDOCK_AGENT_BASE_URL"),
+        ("database.sslMode=sometimes", "database.sslMode"),
+    ] {
+        let out = Command::new(repo().join("scripts/helm"))
+            .args(["template", "p", &chart(), "--set", db, "--set", stacks, "--set", extra])
+            .output()
+            .expect("running scripts/helm");
+        assert!(!out.status.success(), "{extra} renders");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(named), "{extra}: {out:?}");
+    }
+}
+
 #[tokio::test]
 async fn the_rendered_chart_applies_and_its_worker_role_suffices_for_the_platform_drivers() {
     let docs = render_everything();

@@ -11,7 +11,7 @@ use paddock_domain::bmc::{
 use paddock_domain::secret::SecretString;
 use paddock_redfish::{BmcLimiter, Password, RedfishBmc, RedfishClient, RedfishConfig, ReportedPowerState, Url};
 use reqwest::Method;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::require;
 use crate::support::images::ImageServer;
@@ -382,11 +382,11 @@ fn advertise_secure_erase(proxy: &FaultProxy, node: &Node, drive: &str) {
 /// nothing is posted. Changes nothing in the emulator (node-011).
 #[tokio::test]
 async fn secure_erase_is_called_on_every_drive_that_advertises_it_and_each_result_is_returned() {
-    use paddock_domain::bmc::{DriveErase, EraseResult};
+    use paddock_domain::bmc::{EraseResult, EraseScope, OutOfBandErase};
     let emu = require!(emulators());
     let node = emu.raw().node("node-011").await;
     let plain = FaultProxy::start(&emu.url).await; // transparent: counts requests only
-    let none = driver().erase_drives(&access(emu, &plain.url, &node)).await.expect("erase");
+    let none = driver().erase_out_of_band(&access(emu, &plain.url, &node)).await.expect("erase");
     assert_eq!(none, [], "the emulator advertises no erase");
     assert_eq!(plain.changes().len(), 0, "nothing was posted: {:?}", plain.changes());
 
@@ -399,16 +399,17 @@ async fn secure_erase_is_called_on_every_drive_that_advertises_it_and_each_resul
         "/Drives/nvme1/Actions/Drive.SecureErase",
         Fault::Status { status: 400, retry_after: None },
     ));
-    let erased = driver().erase_drives(&access(emu, &proxy.url, &node)).await.expect("erase");
-    let ok = DriveErase {
-        drive_id: "nvme0".into(),
+    let erased = driver().erase_out_of_band(&access(emu, &proxy.url, &node)).await.expect("erase");
+    let ok = OutOfBandErase {
+        scope: EraseScope::Drive,
+        id: "nvme0".into(),
         action: "Drive.SecureErase".into(),
         result: EraseResult::Success,
         detail: None,
     };
     assert_eq!(erased.len(), 2, "{erased:?}");
     assert_eq!(erased[0], ok);
-    assert_eq!((erased[1].drive_id.as_str(), erased[1].result), ("nvme1", EraseResult::Failure), "{erased:?}");
+    assert_eq!((erased[1].id.as_str(), erased[1].result), ("nvme1", EraseResult::Failure), "{erased:?}");
     assert!(erased[1].detail.as_deref().is_some_and(|d| d.contains("400")), "the failure says why: {erased:?}");
     let posts: Vec<String> = proxy.changes().into_iter().map(|s| s.path).collect();
     assert_eq!(
@@ -423,7 +424,80 @@ async fn secure_erase_is_called_on_every_drive_that_advertises_it_and_each_resul
     // A system that is not the one on record is refused before any erase.
     let mut other = access(emu, &proxy.url, &node);
     other.system_uuid = Some("00000000-0000-0000-0000-000000000000".into());
-    let e = driver().erase_drives(&other).await.expect_err("another system");
+    let e = driver().erase_out_of_band(&other).await.expect_err("another system");
     assert_eq!(e.code, SYSTEM_UUID_MISMATCH, "{e:?}");
     assert_eq!(proxy.changes().len(), 2, "no erase on another system");
+}
+
+/// Out-of-band erase beyond drives (SPEC section 5: "the BIOS/`Storage` actions a BMC lists").
+/// sushy-tools has neither action, so they are the TEST PROXY's: it adds
+/// `#Storage.ResetToDefaults` to the real emulator's storage subsystem `1` and
+/// `#ComputerSystem.Decommission` to its system (rewriting their GETs), accepts the POSTs itself
+/// and records their bodies. paddock calls the narrowest first, sends `ResetAll` and only
+/// the `UserData` decommission with a secure erase required (never the types that would reset
+/// the provider's BMC or firmware settings), and leaves out an action whose advertised values
+/// lack what it would send. Changes nothing in the emulator (node-011).
+#[tokio::test]
+async fn storage_reset_and_system_decommission_are_called_where_advertised() {
+    use paddock_domain::bmc::{EraseResult, EraseScope};
+    let emu = require!(emulators());
+    let node = emu.raw().node("node-011").await;
+    let proxy = FaultProxy::start(&emu.url).await;
+    let storage = format!("{}/Storage/1", node.path);
+    advertise_action(&proxy, &storage, "#Storage.ResetToDefaults", json!(["ResetAll", "PreserveVolumes"]));
+    advertise_action(&proxy, &node.path, "#ComputerSystem.Decommission", json!(["UserData", "All", "BIOSConfig"]));
+    proxy.rule(Rule::containing(Some(Method::POST), "/Actions/", Fault::Drop));
+
+    let erased = driver().erase_out_of_band(&access(emu, &proxy.url, &node)).await.expect("erase");
+    let done: Vec<(EraseScope, &str, EraseResult)> =
+        erased.iter().map(|e| (e.scope, e.action.as_str(), e.result)).collect();
+    assert_eq!(
+        done,
+        [
+            (EraseScope::Storage, "Storage.ResetToDefaults", EraseResult::Success),
+            (EraseScope::System, "ComputerSystem.Decommission", EraseResult::Success),
+        ],
+        "{erased:?}"
+    );
+    assert_eq!(erased[0].id, "1", "the storage subsystem's id: {erased:?}");
+    let posts: Vec<(String, Option<Value>)> = proxy.changes().into_iter().map(|s| (s.path, s.body)).collect();
+    assert_eq!(
+        posts,
+        [
+            (format!("{storage}/Actions/Storage.ResetToDefaults"), Some(json!({ "ResetType": "ResetAll" }))),
+            (
+                format!("{}/Actions/ComputerSystem.Decommission", node.path),
+                Some(json!({ "DecommissionTypes": ["UserData"], "RequireSecureErase": true })),
+            ),
+        ],
+        "each advertised erase once, with what paddock sends"
+    );
+
+    // A BMC whose decommission allows only types that would reset its own or the firmware's
+    // settings is not asked for one; the storage reset still is.
+    let narrow = FaultProxy::start(&emu.url).await;
+    advertise_action(&narrow, &storage, "#Storage.ResetToDefaults", json!(["ResetAll"]));
+    advertise_action(&narrow, &node.path, "#ComputerSystem.Decommission", json!(["ManagerConfig", "BIOSConfig"]));
+    narrow.rule(Rule::containing(Some(Method::POST), "/Actions/", Fault::Drop));
+    let erased = driver().erase_out_of_band(&access(emu, &narrow.url, &node)).await.expect("erase");
+    assert_eq!(erased.len(), 1, "{erased:?}");
+    assert_eq!(erased[0].scope, EraseScope::Storage, "{erased:?}");
+    assert_eq!(narrow.changes().len(), 1, "no decommission: {:?}", narrow.changes());
+}
+
+/// Adds the action `name` (e.g. `#Storage.ResetToDefaults`) to the resource at `path` (a JSON
+/// rewrite of its GET), its target under the resource's own `@odata.id`, with `allowed` as the
+/// allowable values of its parameter.
+fn advertise_action(proxy: &FaultProxy, path: &str, name: &'static str, allowed: Value) {
+    proxy.rule(Rule::exact(
+        Some(Method::GET),
+        path,
+        Fault::Rewrite(Arc::new(move |v: &mut Value| {
+            let target = format!("{}/Actions/{}", v["@odata.id"].as_str().unwrap_or_default(), &name[1..]);
+            let param = if name.ends_with("Decommission") { "DecommissionTypes" } else { "ResetType" };
+            let mut action = json!({ "target": target });
+            action[format!("{param}@Redfish.AllowableValues")] = allowed.clone();
+            v["Actions"][name] = action;
+        })),
+    ));
 }

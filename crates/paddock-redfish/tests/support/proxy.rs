@@ -83,6 +83,8 @@ pub struct Seen {
     pub at: Instant,
     /// The status the client got.
     pub status: u16,
+    /// The request's body, when it was JSON.
+    pub body: Option<Value>,
 }
 
 #[derive(Default)]
@@ -247,12 +249,15 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     let path = parts.uri.path().to_owned();
     let path_and_query = parts.uri.path_and_query().map_or(path.clone(), |p| p.as_str().to_owned());
     let _counted = Counted::new(&shared, &path);
+    let body = axum::body::to_bytes(body, 16 << 20).await.expect("request body");
+    let json = serde_json::from_slice(&body).ok();
     let response = respond(&shared, &method, &path, &path_and_query, &parts.headers, body).await;
     shared.seen.lock().expect("seen").push(Seen {
         method,
         path,
         at: Instant::now(),
         status: response.status().as_u16(),
+        body: json,
     });
     response
 }
@@ -263,7 +268,7 @@ async fn respond(
     path: &str,
     path_and_query: &str,
     headers: &HeaderMap,
-    body: Body,
+    body: axum::body::Bytes,
 ) -> Response {
     // Task monitors are the proxy's own resources.
     if let Some(id) = path.strip_prefix(TASK_PREFIX).and_then(|id| id.parse::<u64>().ok()) {
@@ -317,7 +322,6 @@ async fn respond(
     }
 
     // Forward to the emulator.
-    let body = axum::body::to_bytes(body, 16 << 20).await.expect("request body");
     let url = shared.upstream.join(path_and_query).expect("upstream url");
     let mut forward = shared.http.request(method.clone(), url).body(body.to_vec());
     for (name, value) in headers {

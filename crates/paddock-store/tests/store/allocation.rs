@@ -9,10 +9,24 @@ use paddock_types::{ClusterId, MachineId, TenantId};
 
 use crate::support::{class, cluster, count, db, machine, state, tenant};
 
+/// The allocation head timeout (`PADDOCK_ALLOCATION_HEAD_TIMEOUT`) at its default.
+const HEAD: Duration = Duration::from_secs(600);
+
 async fn allocate(store: &Store, tenant: TenantId, cluster: ClusterId, needs: &[Need]) -> Allocation {
+    allocate_within(store, tenant, cluster, needs, HEAD).await
+}
+
+async fn allocate_within(
+    store: &Store,
+    tenant: TenantId,
+    cluster: ClusterId,
+    needs: &[Need],
+    head_timeout: Duration,
+) -> Allocation {
     let mut tx = store.begin().await.expect("begin");
-    let outcome =
-        allocation::allocate(&mut tx, &paddock_testkit::ledger_key(), tenant, cluster, needs).await.expect("allocate");
+    let outcome = allocation::allocate(&mut tx, &paddock_testkit::ledger_key(), tenant, cluster, needs, head_timeout)
+        .await
+        .expect("allocate");
     tx.commit().await.expect("commit");
     outcome
 }
@@ -137,6 +151,39 @@ async fn an_earlier_waiting_cluster_of_the_class_goes_first() {
 }
 
 #[tokio::test]
+async fn a_waiting_head_holds_back_its_class_only_until_its_timeout_and_then_keeps_what_frees_up() {
+    let (_db, store) = db().await;
+    let head_timeout = Duration::from_secs(1);
+    let (big, small) = (tenant(&store, None, None).await, tenant(&store, None, None).await);
+    let cpu = class(&store, "cpu", 0).await;
+    let first = machine(&store, cpu).await;
+    let (a, need_a) = cluster(&store, big, cpu, 0, 2).await;
+    let (b, need_b) = cluster(&store, small, cpu, 0, 1).await;
+    let (c, need_c) = cluster(&store, small, cpu, 0, 1).await;
+    let within = async |t: TenantId, cl: ClusterId, need: &Need| {
+        allocate_within(&store, t, cl, std::slice::from_ref(need), head_timeout).await
+    };
+
+    // A cannot be met for now and waits; within its timeout B waits behind it though one fits.
+    assert!(matches!(within(big, a, &need_a).await, Allocation::Short { .. }));
+    assert_eq!(within(small, b, &need_b).await, Allocation::Behind { cluster_id: a });
+    // Past A's timeout, B is served from the machine that was already free.
+    tokio::time::sleep(head_timeout + Duration::from_millis(300)).await;
+    assert_eq!(within(small, b, &need_b).await, Allocation::Allocated(vec![first]));
+    // A machine freed from then on is kept for A: C, behind A, does not get it.
+    let freed = machine(&store, cpu).await;
+    assert!(matches!(within(small, c, &need_c).await, Allocation::Short { available: 0, .. }));
+    assert_eq!(state(&store, freed).await.0, "available");
+    // Once enough have been freed, A is served; then C is the head and is served in turn.
+    let second = machine(&store, cpu).await;
+    let mut expected = vec![freed, second];
+    expected.sort_by_key(|m| m.uuid());
+    assert_eq!(within(big, a, &need_a).await, Allocation::Allocated(expected));
+    let third = machine(&store, cpu).await;
+    assert_eq!(within(small, c, &need_c).await, Allocation::Allocated(vec![third]));
+}
+
+#[tokio::test]
 async fn a_machine_holds_one_live_allocation_even_when_two_clusters_race_for_it() {
     let (_db, store) = db().await;
     let (t1, t2) = (tenant(&store, None, None).await, tenant(&store, None, None).await);
@@ -147,7 +194,7 @@ async fn a_machine_holds_one_live_allocation_even_when_two_clusters_race_for_it(
 
     let mut first = store.begin().await.expect("begin");
     assert_eq!(
-        allocation::allocate(&mut first, &paddock_testkit::ledger_key(), t1, a, &[need_a]).await.expect("a"),
+        allocation::allocate(&mut first, &paddock_testkit::ledger_key(), t1, a, &[need_a], HEAD).await.expect("a"),
         Allocation::Allocated(vec![only])
     );
     // The second allocator of the class waits for the first one's transaction...

@@ -9,6 +9,9 @@ use paddock_types::machine::MachineState;
 
 use crate::support::{class, cluster as new_cluster, count, db, machine as new_machine, state, tenant};
 
+/// The allocation head timeout (`PADDOCK_ALLOCATION_HEAD_TIMEOUT`) at its default.
+const HEAD: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// The cluster's phase, conditions and status version as stored.
 async fn status(store: &paddock_store::Store, id: paddock_types::ClusterId) -> (String, serde_json::Value, i64) {
     sqlx::query_as("select phase, conditions, status_version from clusters where id = $1")
@@ -103,7 +106,7 @@ async fn machine_moves_on_a_stale_state_or_version_write_nothing() {
 
     let mut tx = store.begin().await.expect("begin");
     assert_eq!(
-        allocation::allocate(&mut tx, &paddock_testkit::ledger_key(), t, c, &[need]).await.expect("allocate"),
+        allocation::allocate(&mut tx, &paddock_testkit::ledger_key(), t, c, &[need], HEAD).await.expect("allocate"),
         Allocation::Allocated(vec![m])
     );
     tx.commit().await.expect("commit");

@@ -7,3 +7,4 @@ mod allocation;
 mod guarded;
 mod job;
 mod support;
+mod tenancy_keys;

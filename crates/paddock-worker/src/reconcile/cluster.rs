@@ -52,6 +52,17 @@ const CAPACITY_WAIT: Duration = Duration::from_secs(60);
 /// spec change tries at once).
 const FAILED_WAIT: Duration = Duration::from_secs(3600);
 
+/// What a tenant is told while its cluster waits for machines: nothing about the fleet, free
+/// capacity or other tenants (SPEC section 6 step 3).
+const TENANT_WAITING: &str = "waiting for machines of the requested class to become available; \
+    the cluster continues by itself";
+
+/// What a tenant is told when a platform step fails for a while (the details are the provider's).
+const TENANT_RETRYING: &str = "a platform step is being retried; the cluster continues by itself";
+
+/// What a tenant is told when a platform step fails for good.
+const TENANT_FAILED: &str = "the cluster could not be set up; the provider has the cause, contact them";
+
 const CONTROL_PLANE_READY: &str = "ControlPlaneReady";
 const NAMESPACE_READY: &str = "NamespaceReady";
 const MACHINES_ALLOCATED: &str = "MachinesAllocated";
@@ -377,20 +388,19 @@ impl ClusterReconciler {
         needs: &[Need],
         observed: &mut Observed,
     ) -> Result<bool, StoreError> {
-        match allocation::allocate(conn, self.services.ledger_key(), cluster.tenant_id, cluster.id, needs).await? {
+        let (tenant, id, timeout) = (cluster.tenant_id, cluster.id, self.settings.allocation_head_timeout);
+        let outcome = allocation::allocate(conn, self.services.ledger_key(), tenant, id, needs, timeout).await?;
+        // The details are the provider's (logged); the tenant's message says only what to expect.
+        match &outcome {
             Allocation::Allocated(machines) => {
                 observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
                 let message = format!("{} machine(s) allocated", machines.len());
                 observed.events.push(("Normal", "MachinesAllocated", message));
                 return Ok(false);
             }
-            Allocation::Behind { .. } => {
-                let message = "waiting for machines: an earlier request for the same machine class goes first";
-                self.insufficient(observed, "InsufficientCapacity", message);
-            }
-            Allocation::Short { machine_class, needed, available } => {
-                let message = format!("waiting for machines: needs {needed} {machine_class}, {available} available");
-                self.insufficient(observed, "InsufficientCapacity", &message);
+            Allocation::Behind { .. } | Allocation::Short { .. } => {
+                tracing::info!(tenant = %tenant, cluster = %id, outcome = ?outcome, "the cluster waits for machines");
+                self.insufficient(observed, "InsufficientCapacity", TENANT_WAITING);
             }
             Allocation::OverQuota { quota, limit, would_hold } => {
                 let message = format!("the tenant's {quota} quota ({limit}) would be exceeded ({would_hold})");
@@ -418,7 +428,7 @@ impl ClusterReconciler {
                 "jwt_hs256_key": random_base64(64),
                 "database_password": random_alphanumeric(32),
             });
-            let sealed = self.services.cipher().seal(fresh.to_string().as_bytes(), binding);
+            let sealed = self.services.cipher().seal(fresh.to_string().as_bytes(), binding)?;
             store::init_slurm_secrets(&mut conn, cluster.tenant_id, cluster.id, &sealed).await?;
         }
         let sealed = store::slurm_secrets(&mut conn, cluster.tenant_id, cluster.id)
@@ -595,7 +605,7 @@ impl ClusterReconciler {
             .and_then(|sealed| self.services.cipher().open(&sealed, binding).ok())
             .is_some_and(|opened| opened == kubeconfig);
         if !same {
-            let sealed = self.services.cipher().seal(kubeconfig, binding);
+            let sealed = self.services.cipher().seal(kubeconfig, binding)?;
             store::set_admin_kubeconfig(&mut conn, cluster.tenant_id, cluster.id, Some(&sealed)).await?;
         }
         Ok(())
@@ -610,11 +620,16 @@ impl ClusterReconciler {
         condition: &str,
         e: DriverError,
     ) -> Outcome {
-        observed.set(condition, false, &e.code, &e.message);
-        observed.set(READY, false, &e.code, &e.message);
         let permanent = !e.is_transient();
+        // The driver's message is the provider's (logged with the cluster); the tenant's is generic.
+        let tenant_message = if permanent { TENANT_FAILED } else { TENANT_RETRYING };
+        let (tenant, id) = (cluster.tenant_id, cluster.id);
+        tracing::warn!(tenant = %tenant, cluster = %id, step = condition, code = %e.code, permanent,
+            error = %e.message, "a cluster step failed");
+        observed.set(condition, false, &e.code, tenant_message);
+        observed.set(READY, false, &e.code, tenant_message);
         let phase = if permanent {
-            observed.events.push(("Warning", "ReconcileFailed", e.message.clone()));
+            observed.events.push(("Warning", "ReconcileFailed", tenant_message.to_owned()));
             ClusterPhase::Failed
         } else if cluster.deleting {
             ClusterPhase::Deleting
@@ -629,7 +644,7 @@ impl ClusterReconciler {
             }
             if permanent {
                 let mut conn = self.services.store().conn().await?;
-                let problem = failed_problem(422, e.code.clone(), e.message.clone());
+                let problem = failed_problem(422, e.code.clone(), tenant_message.to_owned());
                 let mut targets = vec![cluster.id.uuid()];
                 let pools = node_pool::of_cluster(&mut conn, cluster.tenant_id, cluster.id).await?;
                 targets.extend(pools.iter().map(|p| p.id.uuid()));

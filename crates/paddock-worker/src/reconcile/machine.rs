@@ -852,11 +852,11 @@ impl MachineReconciler {
 }
 
 /// The BMC's out-of-band erase (SPEC section 5), after the in-band wipe was verified and in
-/// addition to it: `{drives: [...]}` (empty where the BMC advertises none), or `{error}` when the
+/// addition to it: `{erases: [...]}` (empty where the BMC advertises none), or `{error}` when the
 /// BMC could not be asked; never a reason to hold the machine, whose wipe is already proven.
 async fn erase_out_of_band(bmc: &dyn BmcDriver, access: &BmcAccess) -> serde_json::Value {
-    match bmc.erase_drives(access).await {
-        Ok(drives) => json!({ "drives": drives }),
+    match bmc.erase_out_of_band(access).await {
+        Ok(erases) => json!({ "erases": erases }),
         Err(e) => {
             tracing::warn!(machine.id = %access.machine_id, error = %e, "the BMC's out-of-band erase failed");
             json!({ "error": { "code": e.code, "message": e.message } })

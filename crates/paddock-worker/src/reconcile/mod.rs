@@ -11,6 +11,7 @@
 mod cluster;
 mod machine;
 mod power;
+mod reseal;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +23,7 @@ use paddock_domain::driver::{ClusterRef, KubeDrivers, ServiceType};
 use paddock_domain::model::Machine;
 use paddock_domain::secret::Binding;
 pub use power::{PowerSync, PowerSyncSettings, POWER_DRIFT};
+pub use reseal::Resealer;
 // How the worker reaches a tenant cluster: the one mechanism, shared with the API.
 pub(crate) use paddock_service::credentials::{kubeconfig_binding, tenant_access};
 use paddock_store::{tenant, Conn, StoreError};
@@ -75,6 +77,9 @@ pub struct Settings {
     /// How long a reconcile job waits between tries once its quick retries are spent
     /// ([`OUTAGE_WAIT`]; tests shorten it).
     pub outage_wait: Duration,
+    /// How long a waiting allocation may hold back later ones of its class
+    /// (`PADDOCK_ALLOCATION_HEAD_TIMEOUT`).
+    pub allocation_head_timeout: Duration,
 }
 
 impl Default for Settings {
@@ -89,6 +94,7 @@ impl Default for Settings {
             control_plane_replicas: 2,
             service_type: ServiceType::LoadBalancer,
             outage_wait: OUTAGE_WAIT,
+            allocation_head_timeout: Duration::from_secs(600),
         }
     }
 }

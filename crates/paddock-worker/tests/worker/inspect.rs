@@ -79,9 +79,10 @@ async fn enroll(
         url: url.to_owned(),
         system_id: system_id.map(str::to_owned),
         username: user.to_owned(),
-        password_enc: cipher.seal(password.as_bytes(), binding),
+        password_enc: cipher.seal(password.as_bytes(), binding).expect("seal"),
         ca_cert: None,
         insecure_tls: false,
+        allow_insecure_http: true,
     };
     let labels = Labels::default();
     let new = machine::NewMachine { id, name: "m1", machine_class_id: class.id, labels: &labels, bmc: &bmc };

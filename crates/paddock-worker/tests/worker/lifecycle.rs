@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BootMedia, BoxFuture, DriveErase, Inventory};
+use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BootMedia, BoxFuture, Inventory, OutOfBandErase};
 use paddock_domain::driver::{
     ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, DriverError, Isolation, JoinConfig,
     KubeDrivers, NodeRef, NodeStatus, PlatformDriver, Removal, SlurmDesired, SlurmDriver, SlurmStatus, StackStatus,
@@ -48,6 +48,9 @@ use uuid::Uuid;
 
 use crate::emulator::{assert_booted, assert_finished, emulator, token_of, Emulator, Seen};
 use crate::support::{enqueue, get, init_tracing, new_job};
+
+/// The allocation head timeout (`PADDOCK_ALLOCATION_HEAD_TIMEOUT`) at its default.
+const HEAD: std::time::Duration = std::time::Duration::from_secs(600);
 
 // ---------------------------------------------------------------------------------------------
 // The emulator.
@@ -339,8 +342,8 @@ impl BmcDriver for Recording {
 
     /// Passed through unlogged: the emulator advertises no erase, so it changes nothing there
     /// (the clean's evidence shows that it was asked).
-    fn erase_drives<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Vec<DriveErase>, BmcError>> {
-        self.inner.erase_drives(access)
+    fn erase_out_of_band<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Vec<OutOfBandErase>, BmcError>> {
+        self.inner.erase_out_of_band(access)
     }
 }
 
@@ -423,7 +426,8 @@ impl Bench {
         let body = json!({
             "name": name,
             "machine_class": "metal",
-            "bmc": { "url": url, "system_id": uuid, "username": self.emu.user, "password": self.emu.password },
+            "bmc": { "url": url, "system_id": uuid, "username": self.emu.user, "password": self.emu.password,
+                     "allow_insecure_http": true },
         });
         let view = self.app.post("/v1/machines").token(&admin()).json(&body).send().await.expect(202).json();
         MachineId(uuid_in(&view["machine"]["id"]))
@@ -538,7 +542,7 @@ impl Bench {
             .await
             .expect("endpoints");
         let binding = Binding { table: "clusters", column: "admin_kubeconfig_enc", row: cluster };
-        let sealed = self.app.cipher.seal(b"apiVersion: v1\nkind: Config\n", binding);
+        let sealed = self.app.cipher.seal(b"apiVersion: v1\nkind: Config\n", binding).expect("seal");
         let mut conn = self.store.conn().await.expect("conn");
         cluster::set_admin_kubeconfig(&mut conn, TenantId(tenant), ClusterId(cluster), Some(&sealed))
             .await
@@ -548,7 +552,7 @@ impl Bench {
 
     async fn allocate(&self, tenant: TenantId, cluster: ClusterId, need: Need) -> Allocation {
         let mut tx = self.store.begin().await.expect("begin");
-        let outcome = allocation::allocate(&mut tx, &paddock_testkit::ledger_key(), tenant, cluster, &[need])
+        let outcome = allocation::allocate(&mut tx, &paddock_testkit::ledger_key(), tenant, cluster, &[need], HEAD)
             .await
             .expect("allocate");
         tx.commit().await.expect("commit");
@@ -659,7 +663,7 @@ async fn a_machine_goes_through_its_whole_lifecycle_on_the_emulator() {
     assert_eq!(evidence_drives.len(), 2);
     assert!(evidence_drives.iter().all(|d| d["verification"]["ranges"] == 66 && d["method"].is_string()), "{custody}");
     // The BMC was asked for its out-of-band erase too: sushy-tools advertises none.
-    assert_eq!(custody["out_of_band_erase"], json!({ "drives": [] }), "{custody}");
+    assert_eq!(custody["out_of_band_erase"], json!({ "erases": [] }), "{custody}");
     let (clean_id, clean_run, method, evidence) = &cleans[0];
     assert_eq!(*clean_run, run1.run_id);
     assert_eq!(method, "agent");
@@ -952,8 +956,8 @@ async fn the_bmcs_secure_erase_follows_the_verified_wipe_and_is_recorded() {
     .fetch_one(b.store.pool())
     .await
     .expect("custody entry");
-    let expected = json!({ "drives": [
-        { "drive_id": "nvme0", "action": "Drive.SecureErase", "result": "success", "detail": null },
+    let expected = json!({ "erases": [
+        { "scope": "drive", "id": "nvme0", "action": "Drive.SecureErase", "result": "success", "detail": null },
     ] });
     assert_eq!(custody["out_of_band_erase"], expected, "{custody}");
     assert_eq!(custody["drives"].as_array().map(Vec::len), Some(2), "the in-band evidence stays: {custody}");

@@ -18,5 +18,6 @@ mod power;
 #[allow(dead_code)]
 mod proxy;
 mod queue;
+mod reseal;
 mod support;
 mod worker;

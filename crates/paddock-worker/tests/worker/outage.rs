@@ -402,7 +402,8 @@ impl Bench {
         let body = json!({
             "name": name,
             "machine_class": "metal",
-            "bmc": { "url": emu.url, "system_id": uuid, "username": emu.user, "password": emu.password },
+            "bmc": { "url": emu.url, "system_id": uuid, "username": emu.user, "password": emu.password,
+                     "allow_insecure_http": true },
         });
         let view = self.app.post("/v1/machines").token(&admin()).json(&body).send().await.expect(202).json();
         MachineId(uuid_in(&view["machine"]["id"]))

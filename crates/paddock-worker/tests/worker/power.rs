@@ -35,6 +35,9 @@ use uuid::Uuid;
 use crate::emulator::{emulator, Emulator};
 use crate::support::{claim, db, enqueue, init_tracing, new_job};
 
+/// The allocation head timeout (`PADDOCK_ALLOCATION_HEAD_TIMEOUT`) at its default.
+const HEAD: std::time::Duration = std::time::Duration::from_secs(600);
+
 const SYSTEM: &str = "node-000";
 const WORKER: &str = "power-test-worker";
 
@@ -79,9 +82,10 @@ async fn available_machine(store: &Store, cipher: &Cipher, emu: &Emulator, uuid:
         url: emu.url.clone(),
         system_id: Some(uuid.to_owned()),
         username: emu.user.clone(),
-        password_enc: cipher.seal(emu.password.as_bytes(), binding),
+        password_enc: cipher.seal(emu.password.as_bytes(), binding).expect("seal"),
         ca_cert: None,
         insecure_tls: false,
+        allow_insecure_http: true,
     };
     let labels = Labels::default();
     let new = machine::NewMachine { id, name: "pw-1", machine_class_id: class, labels: &labels, bmc: &bmc };
@@ -319,10 +323,16 @@ async fn an_active_machine_that_keeps_powering_off_is_released_into_maintenance(
     .expect("cluster and pool");
     let need = Need { node_pool_id: NodePoolId(pool), machine_class_id: MachineClassId(class), gpu_count: 0, count: 1 };
     let mut tx = store.begin().await.expect("begin");
-    let allocated =
-        allocation::allocate(&mut tx, &paddock_testkit::ledger_key(), TenantId(tenant), ClusterId(cluster), &[need])
-            .await
-            .expect("allocate");
+    let allocated = allocation::allocate(
+        &mut tx,
+        &paddock_testkit::ledger_key(),
+        TenantId(tenant),
+        ClusterId(cluster),
+        &[need],
+        HEAD,
+    )
+    .await
+    .expect("allocate");
     tx.commit().await.expect("commit");
     assert_eq!(allocated, Allocation::Allocated(vec![id]));
     // Provisioned (a fixture): active, with no job of its own open.

@@ -37,6 +37,12 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- if and (eq .Values.drivers.kube "kubernetes") (not (include "paddock.stacksMounted" .)) -}}
 {{- fail "drivers.kube=kubernetes needs the stacks directory: stacks.image.reference or stacks.persistentVolumeClaim.claimName (PADDOCK_STACKS_DIR)" -}}
 {{- end -}}
+{{- if and (or (ne .Values.drivers.bmc "none") .Values.agent.insecureHttp) (not .Values.agent.baseUrl) -}}
+{{- fail "agent.baseUrl is required with drivers.bmc other than none and with agent.insecureHttp (PADDOCK_AGENT_BASE_URL: the URL machines reach /v1/agent/ at; the default would be the pod's own listen address)" -}}
+{{- end -}}
+{{- if not (has .Values.database.sslMode (list "verify-full" "verify-ca" "require" "prefer" "allow" "disable")) -}}
+{{- fail "database.sslMode must be one of verify-full, verify-ca, require, prefer, allow, disable" -}}
+{{- end -}}
 {{- if and (eq .Values.drivers.bmc "redfish") (not (and .Values.images.wipeUrl .Values.images.osUrl)) -}}
 {{- fail "drivers.bmc=redfish needs images.wipeUrl and images.osUrl (PADDOCK_WIPE_IMAGE_URL, PADDOCK_OS_IMAGE_URL)" -}}
 {{- end -}}
@@ -59,10 +65,20 @@ app.kubernetes.io/component: {{ index . 1 }}
       {{- end }}
 {{- end -}}
 
+{{/* TLS to PostgreSQL (database.*), for every process and the migration Job. */}}
+{{- define "paddock.databaseTlsEnv" -}}
+- { name: PGSSLMODE, value: {{ .Values.database.sslMode | quote }} }
+{{- if .Values.database.caSecret }}
+- { name: PGSSLROOTCERT, value: /etc/paddock/database-ca/ca.crt }
+{{- end }}
+{{- end -}}
+
 {{/* The environment of the API and worker processes (README configuration table). */}}
 {{- define "paddock.env" -}}
 {{- $v := .Values -}}
+- { name: PADDOCK_LISTEN, value: "0.0.0.0:8080" }
 {{ include "paddock.secretEnv" (list . "PADDOCK_DATABASE_URL" false) }}
+{{ include "paddock.databaseTlsEnv" . }}
 {{ include "paddock.secretEnv" (list . "PADDOCK_ENCRYPTION_KEY" false) }}
 {{ include "paddock.secretEnv" (list . "PADDOCK_ENCRYPTION_OLD_KEYS" true) }}
 {{ include "paddock.secretEnv" (list . "PADDOCK_LEDGER_KEY" false) }}
@@ -110,6 +126,20 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- if .Values.jwt.publicKeysSecret }}
 - { name: jwt-keys, mountPath: /etc/paddock/jwt, readOnly: true }
 {{- end }}
+{{- include "paddock.databaseCaMount" . }}
+{{- end -}}
+
+{{- define "paddock.databaseCaMount" -}}
+{{- if .Values.database.caSecret }}
+- { name: database-ca, mountPath: /etc/paddock/database-ca, readOnly: true }
+{{- end }}
+{{- end -}}
+
+{{- define "paddock.databaseCaVolume" -}}
+{{- with .Values.database.caSecret }}
+- name: database-ca
+  secret: { secretName: {{ . | quote }} }
+{{- end }}
 {{- end -}}
 
 {{- define "paddock.volumes" -}}
@@ -128,6 +158,7 @@ app.kubernetes.io/component: {{ index . 1 }}
 - name: jwt-keys
   secret: { secretName: {{ . | quote }} }
 {{- end }}
+{{- include "paddock.databaseCaVolume" . }}
 {{- end -}}
 
 {{/* Prometheus scrape annotations of a pod template. */}}

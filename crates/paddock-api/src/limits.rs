@@ -1,0 +1,130 @@
+//! What bounds a request's cost at the edge: a time limit per request, a limit on the requests in
+//! flight, and a rate limit per caller (a token bucket keyed by the JWT subject once verified,
+//! else by the agent token's hash on the agents' routes, else by the client address). Refusals
+//! are Problems: 429 with `Retry-After` for a caller over its rate, 503 with `Retry-After` when
+//! the process is full or a request outlives its time. The header-read timeout, which is the
+//! connection's and not a request's, is the server's (`paddock::server`).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http::header;
+use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
+
+use crate::auth::{self, Authn};
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// The edge's limits (`PADDOCK_HTTP_*` and `PADDOCK_RATE_LIMIT_*` settings). The defaults sit far
+/// above what `bench/api-load` drives (64 connections, about 20,000 requests a second from one
+/// token), so benchmarks run with them on.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Longest time a request may take, reading its body included.
+    pub request_timeout: Duration,
+    /// Requests in flight at once in this process; more are refused (503), not queued.
+    pub max_in_flight: usize,
+    /// Requests per second one caller may sustain.
+    pub rate_per_second: u32,
+    /// Requests one caller may send at once above its rate.
+    pub rate_burst: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            request_timeout: Duration::from_secs(30),
+            max_in_flight: 1024,
+            rate_per_second: 50_000,
+            rate_burst: 100_000,
+        }
+    }
+}
+
+/// Callers tracked before full (idle) buckets are dropped: bounds the memory a stream of new
+/// addresses or subjects can take.
+const MAX_TRACKED: usize = 10_000;
+
+/// A caller's tokens.
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+/// The edge's state: the in-flight permits and the callers' buckets.
+#[derive(Debug)]
+pub struct Edge {
+    limits: Limits,
+    in_flight: Arc<Semaphore>,
+    buckets: Mutex<HashMap<String, Bucket>>,
+}
+
+impl Edge {
+    /// The state of `limits`.
+    pub fn new(limits: Limits) -> Self {
+        Self { limits, in_flight: Arc::new(Semaphore::new(limits.max_in_flight)), buckets: Mutex::default() }
+    }
+
+    /// Takes one token of `caller`'s bucket; `Err(seconds)` to wait when it is empty.
+    fn take(&self, caller: String) -> Result<(), u64> {
+        let (rate, burst) = (f64::from(self.limits.rate_per_second.max(1)), f64::from(self.limits.rate_burst.max(1)));
+        let now = Instant::now();
+        let Ok(mut buckets) = self.buckets.lock() else { return Ok(()) };
+        if buckets.len() >= MAX_TRACKED {
+            buckets.retain(|_, b| b.tokens + now.duration_since(b.at).as_secs_f64() * rate < burst);
+        }
+        let bucket = buckets.entry(caller).or_insert(Bucket { tokens: burst, at: now });
+        bucket.tokens = (bucket.tokens + now.duration_since(bucket.at).as_secs_f64() * rate).min(burst);
+        bucket.at = now;
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            Ok(())
+        } else {
+            // Whole seconds until one token is back, at least one.
+            Err(((1.0 - bucket.tokens) / rate).ceil().max(1.0) as u64)
+        }
+    }
+}
+
+/// Who a request counts against: the verified JWT subject, the agent token (hashed: it is a
+/// credential), else the client's address (`unknown` without one, as in-process tests run).
+fn caller(req: &Request) -> String {
+    if let Some(Authn::Caller(actor)) = req.extensions().get::<Authn>() {
+        return format!("subject:{}", actor.subject);
+    }
+    if req.uri().path().starts_with("/v1/agent/") {
+        if let Some(Ok(token)) = auth::bearer(req.headers().get(header::AUTHORIZATION)) {
+            return format!("agent:{:x}", Sha256::digest(token.as_bytes()));
+        }
+    }
+    match req.extensions().get::<ConnectInfo<SocketAddr>>() {
+        Some(ConnectInfo(addr)) => format!("address:{}", addr.ip()),
+        None => "address:unknown".to_owned(),
+    }
+}
+
+/// Middleware: the caller's rate limit (after authentication, so a subject is a verified one).
+pub async fn rate_limit(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    match state.edge.take(caller(&req)) {
+        Ok(()) => next.run(req).await,
+        Err(retry_after) => ApiError::RateLimited { retry_after }.into_response(),
+    }
+}
+
+/// Middleware: the process's bound on requests in flight and on each request's time.
+pub async fn bound(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let Ok(_permit) = state.edge.in_flight.clone().try_acquire_owned() else {
+        return ApiError::Overloaded.into_response();
+    };
+    match tokio::time::timeout(state.edge.limits.request_timeout, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::TimedOut.into_response(),
+    }
+}
