@@ -266,7 +266,8 @@ pub fn export_sql() -> String {
 }
 
 /// A record with what the FOCUS export adds: the tenant's and cluster's names (their ids when
-/// they are gone) and, for an adjustment, the period it corrects.
+/// they are gone) and, for an adjustment, the period it corrects and whether that period was
+/// already closed when it was recorded (a FOCUS `Correction`).
 #[derive(Debug, Clone)]
 pub struct FocusRecord {
     /// The record.
@@ -277,14 +278,18 @@ pub struct FocusRecord {
     pub cluster_name: Option<String>,
     /// The period an adjustment corrects.
     pub corrects_period: Option<String>,
+    /// The corrected period was closed (its closing watermark at or below the adjustment's
+    /// second): both are immutable, so a re-export keeps this.
+    pub correction: bool,
 }
 
 /// The SQL [`focus_export`] runs: [`export_sql`]'s rows and order, with names.
 pub fn focus_export_sql() -> String {
     format!(
         "{RECORDS} select r.*, coalesce(t.name, r.tenant_id::text) as tenant_name, \
-           coalesce(c.name, r.cluster_id::text) as cluster_name \
+           coalesce(c.name, r.cluster_id::text) as cluster_name, p.period is not null as correction \
          from r left join tenants t on t.id = r.tenant_id left join clusters c on c.id = r.cluster_id \
+           left join usage_periods p on p.period = r.corrects_period and p.as_of <= r.start_at \
          order by r.start_at, r.id"
     )
 }
@@ -304,6 +309,7 @@ pub fn focus_export<'c>(
                 tenant_name: row.try_get("tenant_name")?,
                 cluster_name: row.try_get("cluster_name")?,
                 corrects_period: row.try_get("corrects_period")?,
+                correction: row.try_get("correction")?,
             })
         })
         .boxed()

@@ -8,7 +8,8 @@
 //! (hours and costs are rounded separately, so their product would not match to the last place).
 //! Control-plane rows cost 0 (SKU `control-plane`, quantity: control-plane hours) in the currency
 //! of the newest price in force at `as_of`. An adjustment is one row at the second it was recorded
-//! (`[recorded_at, recorded_at + 1 s)`), `ChargeClass=Correction` when it corrects a period.
+//! (`[recorded_at, recorded_at + 1 s)`), `ChargeClass=Correction` when it corrects a period that
+//! was already closed when it was recorded.
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -157,7 +158,7 @@ impl Focus {
             }
         };
         let (period_start, period_end) = month_of(start);
-        let correction = r.corrects_period.is_some();
+        let correction = r.correction;
         let description = match (rec.kind, &r.corrects_period) {
             (UsageKind::Machine, _) => format!("{} node hours", class.unwrap_or_default()),
             (UsageKind::ControlPlane, _) => "control plane hours".to_owned(),
