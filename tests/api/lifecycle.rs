@@ -9,6 +9,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use chrono::{DateTime, DurationRound, Utc};
 use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, BoxFuture, Inventory};
 use paddock_domain::driver::{
     ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, DriverError, Isolation, JoinConfig,
@@ -24,6 +25,7 @@ use paddock_worker::reconcile::{ClusterReconciler, Drivers, MachineReconciler, S
 use paddock_worker::{JobHandler, Worker, WorkerConfig};
 use serde_json::{json, Value};
 use tokio::sync::watch;
+use uuid::Uuid;
 
 use crate::common::{id, machine_class, tenant};
 
@@ -746,4 +748,209 @@ async fn a_crash_after_every_side_effect_repeats_it_and_converges_to_the_same_en
     }
     assert!(crashes.count() > 20, "{} crashes", crashes.count());
     lab.check_invariants().await;
+}
+
+/// A machine's time, by the SPEC's conservation categories (section 7), in whole seconds.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Conservation {
+    billable: i64,
+    provisioning: i64,
+    cleaning: i64,
+    maintenance: i64,
+    unallocated: i64,
+}
+
+impl Conservation {
+    fn add(&mut self, state: &str, after_active: bool, seconds: i64) {
+        let slot = match state {
+            "active" => &mut self.billable,
+            "releasing" if after_active => &mut self.billable,
+            "allocated" | "provisioning" | "provision_failed" | "releasing" => &mut self.provisioning,
+            "cleaning" => &mut self.cleaning,
+            "maintenance" | "clean_failed" => &mut self.maintenance,
+            _ => &mut self.unallocated,
+        };
+        *slot += seconds;
+    }
+
+    fn total(&self) -> i64 {
+        self.billable + self.provisioning + self.cleaning + self.maintenance + self.unallocated
+    }
+}
+
+/// One machine's categories over `[from, to)` from its custody ledger (every state change, in
+/// chain order), with the billable stretches bounded by its usage segments: each stretch of the
+/// ledger from `active` to the power-off that ends its release must have exactly one segment,
+/// opened and closed in the transactions of those two entries (their whole seconds differ from
+/// the ledger's transaction start by under a second), and the seconds between them are billable.
+fn categorize(
+    entries: &[(DateTime<Utc>, Option<String>, String)],
+    segments: &[(DateTime<Utc>, DateTime<Utc>)],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<Conservation, String> {
+    let second = chrono::Duration::seconds(1);
+    let near = |ledger: DateTime<Utc>, meter: DateTime<Utc>| {
+        let ledger = ledger.duration_trunc(second).unwrap_or(ledger);
+        meter >= ledger && meter - ledger <= second
+    };
+    // Boundaries: (time, state from then on, whether a release follows `active`).
+    let mut bounds: Vec<(DateTime<Utc>, Option<String>, bool)> = Vec::new();
+    let mut segs = segments.iter();
+    let mut open: Option<&(DateTime<Utc>, DateTime<Utc>)> = None;
+    let mut after_active;
+    for (at, from_state, to_state) in entries {
+        let at_second = at.duration_trunc(second).unwrap_or(*at);
+        let mut t = at_second;
+        if to_state == "active" {
+            let seg = segs.next().ok_or_else(|| format!("active at {at} without a usage segment"))?;
+            if !near(*at, seg.0) {
+                return Err(format!("active at {at}, its segment starts at {}", seg.0));
+            }
+            (t, open, after_active) = (seg.0, Some(seg), true);
+        } else if to_state == "releasing" && from_state.as_deref() == Some("active") {
+            after_active = true;
+        } else if let Some(seg) = open.take() {
+            if !near(*at, seg.1) {
+                return Err(format!("billing ended at {at} ({to_state}), its segment ends at {}", seg.1));
+            }
+            (t, after_active) = (seg.1, false);
+        } else {
+            after_active = false;
+        }
+        // An entry's transaction may have started (its `at`) before the previous one committed
+        // and then waited for the machine's row: the order is the chain's.
+        if let Some(last) = bounds.last() {
+            t = t.max(last.0);
+        }
+        if to_state == "retired" {
+            bounds.push((t, None, false));
+            break;
+        }
+        bounds.push((t, Some(to_state.clone()), after_active));
+    }
+    if let Some(extra) = segs.next() {
+        return Err(format!("a usage segment {extra:?} no activation explains"));
+    }
+    let mut sums = Conservation::default();
+    for (i, (start, state, after)) in bounds.iter().enumerate() {
+        let end = bounds.get(i + 1).map_or(to, |b| b.0);
+        let Some(state) = state else { break };
+        let (s, e) = ((*start).max(from), end.min(to));
+        if e > s {
+            sums.add(state, *after, (e - s).num_seconds());
+        }
+    }
+    Ok(sums)
+}
+
+/// The usage watermark, once it is past `after` (the meter counts whole seconds: a state held
+/// this long is seconds, not zero).
+async fn watermark_past(app: &TestApp, after: DateTime<Utc>) -> DateTime<Utc> {
+    eventually(WAIT, || async {
+        let page = app.get("/v1/usage/records?from=2000-01-01T00:00:00Z&to=2000-01-02T00:00:00Z").token(&admin());
+        let as_of: DateTime<Utc> = page.send().await.expect(200).json()["as_of"].as_str()?.parse().ok()?;
+        if as_of > after {
+            return Some(as_of);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        None
+    })
+    .await
+}
+
+#[tokio::test]
+async fn conservation_per_machine_the_categories_add_up_to_the_wall_clock_seconds() {
+    let lab = Lab::new().await;
+    machine_class(&lab.app, "gpu", 8).await;
+    let machines = lab.enroll("gpu", &["n1", "n2", "n3"]).await;
+    for m in &machines {
+        lab.machine_in(m, "available").await;
+    }
+    // Two tenancies of varying length: up to 2, up to 3, down to 1, deleted; then a round of
+    // maintenance, which leaves through cleaning.
+    let created = lab.create(slurm("hpc", json!([{ "name": "gpu", "machine_class": "gpu", "count": 2 }]))).await;
+    let cluster = id(&created["cluster"]);
+    let pool = id(&created["cluster"]["node_pools"][0]);
+    lab.ready(&cluster).await;
+    watermark_past(&lab.app, Utc::now() + chrono::Duration::seconds(2)).await;
+    lab.scale(&cluster, &pool, 3).await;
+    lab.ready(&cluster).await;
+    watermark_past(&lab.app, Utc::now() + chrono::Duration::seconds(1)).await;
+    lab.scale(&cluster, &pool, 1).await;
+    lab.ready(&cluster).await;
+    watermark_past(&lab.app, Utc::now() + chrono::Duration::seconds(1)).await;
+    lab.delete(&cluster).await;
+    lab.gone(&cluster).await;
+    for m in &machines {
+        lab.machine_in(m, "available").await;
+    }
+    lab.app
+        .post(format!("/v1/machines/{}/maintenance", machines[0]))
+        .token(&admin())
+        .json(&json!({ "reason": "fan swap" }))
+        .send()
+        .await
+        .expect(202);
+    lab.machine_in(&machines[0], "maintenance").await;
+    lab.app.delete(format!("/v1/machines/{}/maintenance", machines[0])).token(&admin()).send().await.expect(202);
+    lab.machine_in(&machines[0], "available").await;
+
+    // Per machine, the period from its enrollment to a watermark taken once all is quiet; billable
+    // seconds as the meter reads them (the records API), the rest from the ledger. The period to a watermark; billable seconds as the meter reads
+    // them (the records API), the rest from the ledger.
+    let last: DateTime<Utc> = sqlx::query_scalar("select max(at) from custody_entries")
+        .fetch_one(&lab.app.db.pool)
+        .await
+        .expect("last entry");
+    let as_of = watermark_past(&lab.app, last + chrono::Duration::seconds(1)).await;
+    let first: DateTime<Utc> = sqlx::query_scalar("select date_trunc('second', min(at)) from custody_entries")
+        .fetch_one(&lab.app.db.pool)
+        .await
+        .expect("first entry");
+    let range = format!(
+        "from={}&to={}&as_of={}&kind=machine&limit=1000",
+        first.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        as_of.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        as_of.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    );
+    let records = lab.app.get(format!("/v1/usage/records?{range}")).token(&admin()).send().await.expect(200).json();
+    assert!(records["next_cursor"].is_null(), "one page holds them: {records}");
+    let mut tenancies = 0;
+    for m in &machines {
+        let uuid: Uuid = m.parse().expect("uuid");
+        let entries: Vec<(DateTime<Utc>, Option<String>, String)> = sqlx::query_as(
+            "select at, from_state, to_state from custody_entries where machine_id = $1 and at < $2 order by seq",
+        )
+        .bind(uuid)
+        .bind(as_of)
+        .fetch_all(&lab.app.db.pool)
+        .await
+        .expect("ledger");
+        let segments: Vec<(DateTime<Utc>, DateTime<Utc>)> = sqlx::query_as(
+            "select start_at, end_at from usage_segments where machine_id = $1 and kind = 'machine' order by start_at",
+        )
+        .bind(uuid)
+        .fetch_all(&lab.app.db.pool)
+        .await
+        .expect("segments");
+        tenancies += segments.len();
+        let enrolled = entries.first().expect("an enrollment entry").0;
+        let enrolled = enrolled.duration_trunc(chrono::Duration::seconds(1)).expect("whole seconds");
+        let sums = categorize(&entries, &segments, enrolled, as_of)
+            .unwrap_or_else(|e| panic!("machine {m}: {e}\nledger: {entries:#?}\nsegments: {segments:#?}"));
+        let metered: i64 = records["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .filter(|r| r["machine_id"] == m.as_str())
+            .map(|r| r["node_seconds"].as_i64().expect("node_seconds"))
+            .sum();
+        // The meter's billable seconds are the ledger's billable stretches, and with the other
+        // categories they add up to the wall clock.
+        assert_eq!(sums.billable, metered, "machine {m}: billable seconds against the meter: {sums:?}");
+        let conserved = Conservation { billable: metered, ..sums };
+        assert_eq!(conserved.total(), (as_of - enrolled).num_seconds(), "machine {m}: {conserved:?}");
+    }
+    assert_eq!(tenancies, 3, "up to three machines, one tenancy each");
 }

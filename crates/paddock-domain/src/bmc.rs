@@ -355,6 +355,7 @@ mod tests {
             gpu_model: String::new(),
             gpu_count: 0,
             description: String::new(),
+            price: None,
         }
     }
 

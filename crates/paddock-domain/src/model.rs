@@ -73,6 +73,7 @@ impl MachineClass {
             gpu_model: s.gpu_model.clone(),
             gpu_count: s.gpu_count,
             description: s.description.clone(),
+            price: s.price.clone(),
             generation: self.generation,
             etag: etag(self.generation),
             created_at: self.created_at,

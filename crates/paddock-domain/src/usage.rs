@@ -194,6 +194,34 @@ pub fn decimal_6(numerator: i128, denominator: i128) -> String {
     format!("{sign}{}.{:06}", q / 1_000_000, q % 1_000_000)
 }
 
+/// A non-negative decimal string (at most 15 digits before the point and 6 after) in millionths.
+pub fn parse_micros(text: &str) -> Option<i64> {
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    let digits = |s: &str, max: usize| s.len() <= max && s.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty() || !digits(whole, 15) || !digits(fraction, 6) || (text.contains('.') && fraction.is_empty()) {
+        return None;
+    }
+    let scaled = format!("{whole}{fraction:0<6}");
+    scaled.parse().ok()
+}
+
+/// A price in millionths as the shortest decimal string (`2500000` is `"2.5"`, `3000000` `"3"`).
+pub fn micros_text(micros: i64) -> String {
+    let (whole, fraction) = (micros / 1_000_000, micros % 1_000_000);
+    let fraction = format!("{fraction:06}");
+    let fraction = fraction.trim_end_matches('0');
+    if fraction.is_empty() {
+        whole.to_string()
+    } else {
+        format!("{whole}.{fraction}")
+    }
+}
+
+/// The cost of `seconds` at `micros` per hour: a decimal string with 6 places, half to even.
+pub fn cost(seconds: i64, micros_per_hour: i64) -> String {
+    decimal_6(i128::from(seconds) * i128::from(micros_per_hour), 3600)
+}
+
 /// A billing period: a UTC month, `YYYY-MM`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Period {
@@ -292,4 +320,21 @@ mod tests {
             assert!(Period::parse(bad).is_err(), "{bad}");
         }
     }
+}
+
+#[test]
+fn prices_parse_to_millionths_and_costs_round_half_to_even() {
+    assert_eq!(parse_micros("2.75"), Some(2_750_000));
+    assert_eq!(parse_micros("0"), Some(0));
+    assert_eq!(parse_micros("1.000001"), Some(1_000_001));
+    for bad in ["", ".5", "1.", "1.0000001", "-1", "1e3", "1,5", "1234567890123456"] {
+        assert_eq!(parse_micros(bad), None, "{bad}");
+    }
+    assert_eq!(micros_text(2_500_000), "2.5");
+    assert_eq!(micros_text(3_000_000), "3");
+    // One second at 0.0018/h is 0.0000005: exactly half, to the even 0.000000.
+    assert_eq!(cost(1, 1_800), "0.000000");
+    assert_eq!(cost(3, 1_800), "0.000002");
+    assert_eq!(cost(3600, 2_750_000), "2.750000");
+    assert_eq!(cost(-7200, 1_000_000), "-2.000000");
 }

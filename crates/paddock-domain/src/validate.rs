@@ -144,6 +144,15 @@ pub fn machine_class(spec: &MachineClassCreate) -> Result<(), Error> {
         "must name the GPU model when gpu_count is above 0",
     );
     c.max_len("description", &spec.description, 1000);
+    if let Some(price) = &spec.price {
+        let upper = |s: &str| s.len() == 3 && s.bytes().all(|b| b.is_ascii_uppercase());
+        c.check(upper(&price.currency), "price.currency", "must be an ISO 4217 code such as USD");
+        c.check(
+            crate::usage::parse_micros(&price.node_hour).is_some(),
+            "price.node_hour",
+            "must be a non-negative decimal string with at most 15 digits before the point and 6 after",
+        );
+    }
     c.finish()
 }
 

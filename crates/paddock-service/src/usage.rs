@@ -26,6 +26,9 @@ use uuid::Uuid;
 use crate::audit::Done;
 use crate::{commit, Body, Ctx, Services};
 
+mod focus;
+pub use focus::COLUMNS as FOCUS_COLUMNS;
+
 /// Metering settings (`PADDOCK_USAGE_CLOSE_GRACE`, `PADDOCK_BILLING_PROVIDER_NAME`).
 #[derive(Debug, Clone)]
 pub struct UsageSettings {
@@ -77,6 +80,8 @@ pub enum ExportFormat {
     Csv,
     /// One JSON record per line and a summary line.
     Ndjson,
+    /// CSV in the FinOps FOCUS 1.2 layout, priced (see the `focus` module).
+    Focus,
 }
 
 impl ExportFormat {
@@ -85,7 +90,7 @@ impl ExportFormat {
         match text {
             Some("csv") => Ok(Self::Csv),
             None | Some("ndjson") => Ok(Self::Ndjson),
-            Some("focus") => Err(Error::conflict("focus_unavailable", "the FOCUS export is not available yet")),
+            Some("focus") => Ok(Self::Focus),
             Some(_) => Err(Error::invalid("format", "must be one of csv, ndjson, focus")),
         }
     }
@@ -93,7 +98,7 @@ impl ExportFormat {
     /// The media type of the body.
     pub fn content_type(self) -> &'static str {
         match self {
-            Self::Csv => "text/csv; charset=utf-8",
+            Self::Csv | Self::Focus => "text/csv; charset=utf-8",
             Self::Ndjson => "application/x-ndjson",
         }
     }
@@ -239,6 +244,12 @@ impl Services {
         let tenant = self.usage_scope(ctx, path_tenant, p.tenant_id).await?;
         let format = ExportFormat::parse(format)?;
         let q = self.usage_query(tenant, p, math::MAX_RECORDS_SPAN_DAYS, None).await?;
+        let focus = match format {
+            ExportFormat::Focus => {
+                Some(focus::Focus::prepare(&self.store, self.usage.billing_provider_name.as_deref(), &q).await?)
+            }
+            ExportFormat::Csv | ExportFormat::Ndjson => None,
+        };
         let (as_of, content_type) = (q.as_of, format.content_type());
         let (sender, receiver) = tokio::sync::mpsc::channel(4);
         let store = self.store.clone();
@@ -247,7 +258,11 @@ impl Services {
                 let sender = sender.clone();
                 async move { sender.send(Ok(Bytes::from(chunk))).await.is_ok() }
             };
-            if let Err(e) = write_export(&store, &q, format, sink).await {
+            let written = match &focus {
+                Some(focus) => write_focus(&store, &q, focus, sink).await,
+                None => write_export(&store, &q, format, sink).await,
+            };
+            if let Err(e) = written {
                 tracing::error!(error = %paddock_domain::error::chain(&e), "usage export failed while streaming");
                 let _ = sender.send(Err(std::io::Error::other("the export failed"))).await;
             }
@@ -493,7 +508,7 @@ where
         count += 1;
         add(&mut sums, &record);
         match format {
-            ExportFormat::Csv => csv_line(&record, &mut buf),
+            ExportFormat::Csv | ExportFormat::Focus => csv_line(&record, &mut buf),
             ExportFormat::Ndjson => ndjson_line(&record, &mut buf),
         }
         if buf.len() >= CHUNK && !sink(std::mem::replace(&mut buf, Vec::with_capacity(CHUNK + 1024))).await {
@@ -502,6 +517,33 @@ where
     }
     if format == ExportFormat::Ndjson {
         ndjson_summary(count, sums, &mut buf);
+    }
+    sink(buf).await;
+    Ok(())
+}
+
+/// Streams the FOCUS export of `q` into `sink`, as [`write_export`] does the others.
+async fn write_focus<F, Fut>(
+    store: &Store,
+    q: &Query,
+    focus: &focus::Focus,
+    sink: F,
+) -> std::result::Result<(), paddock_store::StoreError>
+where
+    F: Fn(Vec<u8>) -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    const CHUNK: usize = 64 * 1024;
+    let mut conn = store.conn().await?;
+    let sql = store::focus_export_sql();
+    let mut rows = store::focus_export(&mut conn, q, &sql);
+    let mut buf = Vec::with_capacity(CHUNK + 4096);
+    focus::Focus::header(&mut buf);
+    while let Some(record) = rows.next().await {
+        focus.rows(&record?, &mut buf)?;
+        if buf.len() >= CHUNK && !sink(std::mem::replace(&mut buf, Vec::with_capacity(CHUNK + 4096))).await {
+            return Ok(());
+        }
     }
     sink(buf).await;
     Ok(())

@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use paddock_domain::model::MachineClass;
-use paddock_types::machine_class::MachineClassCreate;
+use paddock_types::machine_class::{MachineClassCreate, MachineClassPrice};
 use paddock_types::MachineClassId;
 use uuid::Uuid;
 
@@ -17,13 +17,15 @@ struct MachineClassRow {
     gpu_model: String,
     gpu_count: i32,
     description: String,
+    price_currency: Option<String>,
+    price_node_hour: Option<i64>,
     generation: i64,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
 
-const COLUMNS: &str =
-    "id, name, cpu_cores, memory_gib, gpu_model, gpu_count, description, generation, created_at, updated_at";
+const COLUMNS: &str = "id, name, cpu_cores, memory_gib, gpu_model, gpu_count, description, price_currency, \
+    (price_node_hour * 1000000)::bigint as price_node_hour, generation, created_at, updated_at";
 
 fn unsigned(v: i32) -> u32 {
     // The table's check constraints keep these non-negative.
@@ -46,12 +48,21 @@ impl From<MachineClassRow> for MachineClass {
                 gpu_model: r.gpu_model,
                 gpu_count: unsigned(r.gpu_count),
                 description: r.description,
+                price: r.price_currency.zip(r.price_node_hour).map(|(currency, micros)| MachineClassPrice {
+                    currency,
+                    node_hour: paddock_domain::usage::micros_text(micros),
+                }),
             },
             generation: r.generation,
             created_at: r.created_at,
             updated_at: r.updated_at,
         }
     }
+}
+
+/// The class's price in millionths (validation has checked the text).
+fn price_micros(spec: &MachineClassCreate) -> Option<i64> {
+    spec.price.as_ref().and_then(|p| paddock_domain::usage::parse_micros(&p.node_hour))
 }
 
 /// Inserts a class.
@@ -61,8 +72,9 @@ pub async fn insert(
     spec: &MachineClassCreate,
 ) -> Result<MachineClass, StoreError> {
     let row: MachineClassRow = sqlx::query_as(&format!(
-        "insert into machine_classes (id, name, cpu_cores, memory_gib, gpu_model, gpu_count, description) \
-         values ($1, $2, $3, $4, $5, $6, $7) returning {COLUMNS}"
+        "insert into machine_classes (id, name, cpu_cores, memory_gib, gpu_model, gpu_count, description, \
+           price_currency, price_node_hour) \
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9::bigint / 1000000.0) returning {COLUMNS}"
     ))
     .bind(id.uuid())
     .bind(&spec.name)
@@ -71,6 +83,8 @@ pub async fn insert(
     .bind(&spec.gpu_model)
     .bind(signed(spec.gpu_count))
     .bind(&spec.description)
+    .bind(spec.price.as_ref().map(|p| &p.currency))
+    .bind(price_micros(spec))
     .fetch_one(conn)
     .await?;
     Ok(row.into())
@@ -107,7 +121,8 @@ pub async fn update_spec(
 ) -> Result<MachineClass, StoreError> {
     let row: MachineClassRow = sqlx::query_as(&format!(
         "update machine_classes set cpu_cores = $2, memory_gib = $3, gpu_model = $4, gpu_count = $5, \
-         description = $6, generation = generation + 1, updated_at = now() where id = $1 returning {COLUMNS}"
+         description = $6, price_currency = $7, price_node_hour = $8::bigint / 1000000.0, \
+         generation = generation + 1, updated_at = now() where id = $1 returning {COLUMNS}"
     ))
     .bind(id.uuid())
     .bind(signed(spec.cpu_cores))
@@ -115,6 +130,8 @@ pub async fn update_spec(
     .bind(&spec.gpu_model)
     .bind(signed(spec.gpu_count))
     .bind(&spec.description)
+    .bind(spec.price.as_ref().map(|p| &p.currency))
+    .bind(price_micros(spec))
     .fetch_one(conn)
     .await?;
     Ok(row.into())

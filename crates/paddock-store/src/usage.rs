@@ -189,11 +189,12 @@ const RECORDS: &str = "with s as ( \
        st as start_at, en as end_at, \
        case when kind = 'machine' then extract(epoch from en - st)::bigint else 0 end as node_seconds, \
        case when kind = 'machine' then extract(epoch from en - st)::bigint * gpu_count else 0 end as gpu_seconds, \
-       case when kind = 'control_plane' then extract(epoch from en - st)::bigint else 0 end as control_plane_seconds \
+       case when kind = 'control_plane' then extract(epoch from en - st)::bigint else 0 end as control_plane_seconds, \
+       null::text as corrects_period \
      from s where en > st \
      union all \
      select id, 'adjustment', tenant_id, cluster_id, null, null, machine_class, 0, recorded_at, recorded_at, \
-       node_seconds, gpu_seconds, control_plane_seconds \
+       node_seconds, gpu_seconds, control_plane_seconds, corrects_period \
      from usage_adjustments \
      where recorded_at >= $1 and recorded_at < least($2, $3) \
        and ($4::uuid is null or tenant_id = $4) and ($5::uuid is null or cluster_id = $5) \
@@ -262,6 +263,133 @@ pub fn export<'c>(conn: &'c mut Conn, q: &'c Query, sql: &'c str) -> BoxStream<'
 /// The SQL [`export`] runs (kept by the caller for the stream's lifetime).
 pub fn export_sql() -> String {
     format!("{RECORDS} select {RECORD_COLUMNS} from r order by start_at, id")
+}
+
+/// A record with what the FOCUS export adds: the tenant's and cluster's names (their ids when
+/// they are gone) and, for an adjustment, the period it corrects and whether that period was
+/// already closed when it was recorded (a FOCUS `Correction`).
+#[derive(Debug, Clone)]
+pub struct FocusRecord {
+    /// The record.
+    pub record: UsageRecord,
+    /// The tenant's name.
+    pub tenant_name: String,
+    /// The cluster's name.
+    pub cluster_name: Option<String>,
+    /// The period an adjustment corrects.
+    pub corrects_period: Option<String>,
+    /// The corrected period was closed (its closing watermark at or below the adjustment's
+    /// second): both are immutable, so a re-export keeps this.
+    pub correction: bool,
+}
+
+/// The SQL [`focus_export`] runs: [`export_sql`]'s rows and order, with names.
+pub fn focus_export_sql() -> String {
+    format!(
+        "{RECORDS} select r.*, coalesce(t.name, r.tenant_id::text) as tenant_name, \
+           coalesce(c.name, r.cluster_id::text) as cluster_name, p.period is not null as correction \
+         from r left join tenants t on t.id = r.tenant_id left join clusters c on c.id = r.cluster_id \
+           left join usage_periods p on p.period = r.corrects_period and p.as_of <= r.start_at \
+         order by r.start_at, r.id"
+    )
+}
+
+/// Every record with its names, ordered by (start, id), streamed (memory stays flat).
+pub fn focus_export<'c>(
+    conn: &'c mut Conn,
+    q: &'c Query,
+    sql: &'c str,
+) -> BoxStream<'c, Result<FocusRecord, StoreError>> {
+    bind_query(sql, q)
+        .fetch(conn)
+        .map(|row| {
+            let row = row?;
+            Ok(FocusRecord {
+                record: record_from(&row)?,
+                tenant_name: row.try_get("tenant_name")?,
+                cluster_name: row.try_get("cluster_name")?,
+                corrects_period: row.try_get("corrects_period")?,
+                correction: row.try_get("correction")?,
+            })
+        })
+        .boxed()
+}
+
+/// One change of a class's list price: from then on (whole seconds) the price is `price`
+/// (`(currency, millionths per node hour)`, or none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PriceChange {
+    /// The class's name.
+    pub machine_class: String,
+    /// When it took effect.
+    pub from: DateTime<Utc>,
+    /// The price from then on.
+    pub price: Option<(String, i64)>,
+}
+
+/// Every price change that took effect before `as_of`, by class and time (a short list: one
+/// row per class and change).
+pub async fn price_history(conn: &mut Conn, as_of: DateTime<Utc>) -> Result<Vec<PriceChange>, StoreError> {
+    type Row = (String, DateTime<Utc>, Option<String>, Option<i64>);
+    let rows: Vec<Row> = sqlx::query_as(
+        "select machine_class, effective_from, currency, (node_hour * 1000000)::bigint \
+         from machine_class_prices where effective_from < $1 order by machine_class, effective_from",
+    )
+    .bind(as_of)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(machine_class, from, currency, micros)| PriceChange { machine_class, from, price: currency.zip(micros) })
+        .collect())
+}
+
+/// A class's stretch of time without a price: `[from, to)`, unbounded where `None`.
+#[derive(Debug, Clone)]
+pub struct PriceGap {
+    /// The class's name.
+    pub machine_class: String,
+    /// Start (`None`: since always).
+    pub from: Option<DateTime<Utc>>,
+    /// End (`None`: still).
+    pub to: Option<DateTime<Utc>>,
+}
+
+/// The first class (by name) of the query's priced records (machine segments and adjustments)
+/// that has a FOCUS row (a record cut at UTC midnights) starting where the class has no price:
+/// inside one of `gaps`, or anywhere for a class not in `priced`. The caller's transaction runs
+/// in UTC (see [`utc`]).
+pub async fn first_unpriced(
+    conn: &mut Conn,
+    q: &Query,
+    gaps: &[PriceGap],
+    priced: &[String],
+) -> Result<Option<String>, StoreError> {
+    // A row starts in [g0, g1) when the record does, or when the record started earlier and the
+    // first midnight at or after g0 is before both g1 and the record's end.
+    let sql = format!(
+        "{RECORDS} select min(machine_class) from r \
+         where kind <> 'control_plane' and (machine_class <> all($9) or exists ( \
+           select 1 from unnest($10::text[], $11::timestamptz[], $12::timestamptz[]) g(class, g0, g1) \
+           where g.class = r.machine_class and r.start_at < coalesce(g.g1, 'infinity') \
+             and (r.start_at >= coalesce(g.g0, '-infinity') \
+               or date_trunc('day', g.g0 + interval '1 day' - interval '1 second') \
+                  < least(coalesce(g.g1, 'infinity'), r.end_at))))"
+    );
+    let row = bind_query(&sql, q)
+        .bind(priced)
+        .bind(gaps.iter().map(|g| g.machine_class.as_str()).collect::<Vec<_>>())
+        .bind(gaps.iter().map(|g| g.from).collect::<Vec<_>>())
+        .bind(gaps.iter().map(|g| g.to).collect::<Vec<_>>())
+        .fetch_one(conn)
+        .await?;
+    Ok(row.try_get(0)?)
+}
+
+/// Whether the query has any control-plane record.
+pub async fn has_control_plane(conn: &mut Conn, q: &Query) -> Result<bool, StoreError> {
+    let sql = format!("{RECORDS} select exists (select 1 from r where kind = 'control_plane')");
+    Ok(bind_query(&sql, q).fetch_one(conn).await?.try_get(0)?)
 }
 
 /// The window unit of an aggregate, as `date_trunc` names it (`None`: one window, the range).
@@ -414,11 +542,4 @@ pub async fn period_insert(conn: &mut Conn, closed: &ClosedPeriod, actor: &str) 
     .execute(&mut *conn)
     .await?;
     period_get(conn, &closed.period).await?.ok_or_else(|| StoreError::Corrupt("a stored period vanished".to_owned()))
-}
-
-/// The distinct machine classes (by name) that have records in the query.
-pub async fn classes_in(conn: &mut Conn, q: &Query) -> Result<Vec<String>, StoreError> {
-    let sql = format!("{RECORDS} select distinct machine_class from r where machine_class is not null order by 1");
-    let rows = bind_query(&sql, q).fetch_all(conn).await?;
-    rows.iter().map(|r| Ok(r.try_get::<String, _>(0)?)).collect()
 }

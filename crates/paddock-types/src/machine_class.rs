@@ -30,6 +30,22 @@ pub struct MachineClassCreate {
     #[serde(default)]
     #[schema(max_length = 1000)]
     pub description: String,
+    /// List price used by the FOCUS export; null: none (the FOCUS export then answers 409).
+    #[serde(default)]
+    pub price: Option<MachineClassPrice>,
+}
+
+/// A machine class's list price per node hour. Every change is kept in a history: the FOCUS
+/// export prices each row with the price in force at its `ChargePeriodStart`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MachineClassPrice {
+    /// ISO 4217 code, e.g. `USD`.
+    #[schema(pattern = "^[A-Z]{3}$", example = "USD")]
+    pub currency: String,
+    /// Price of one node hour, a decimal string with at most 6 places, e.g. `"2.75"`.
+    #[schema(pattern = "^[0-9]{1,15}(\\.[0-9]{1,6})?$", example = "2.75")]
+    pub node_hour: String,
 }
 
 /// Body of `PATCH /v1/machine-classes/{name}` (JSON merge patch). `name` cannot change, and the
@@ -52,6 +68,8 @@ pub struct MachineClassUpdate {
     /// Free text.
     #[schema(max_length = 1000)]
     pub description: Option<String>,
+    /// The list price (null removes it; a change is audited and kept in the price history).
+    pub price: Option<MachineClassPrice>,
 }
 
 /// A machine class as the API shows it.
@@ -71,6 +89,8 @@ pub struct MachineClassView {
     pub gpu_count: u32,
     /// Free text.
     pub description: String,
+    /// List price, if any.
+    pub price: Option<MachineClassPrice>,
     /// Bumped by every spec change.
     pub generation: i64,
     /// `"<generation>"`, also the `ETag` header.

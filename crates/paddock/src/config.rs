@@ -107,6 +107,12 @@ pub struct Settings {
     /// File holding the signing key.
     #[arg(long, env = "PADDOCK_USAGE_SIGNING_KEY_FILE", global = true)]
     pub usage_signing_key_file: Option<PathBuf>,
+    /// Seconds after a billing period's end before it may be closed.
+    #[arg(long, env = "PADDOCK_USAGE_CLOSE_GRACE", default_value_t = 3600, global = true)]
+    pub usage_close_grace: u32,
+    /// The provider's name in FOCUS exports (unset: the FOCUS export answers 409).
+    #[arg(long, env = "PADDOCK_BILLING_PROVIDER_NAME", global = true)]
+    pub billing_provider_name: Option<String>,
     /// Kubernetes driver.
     #[arg(long, env = "PADDOCK_KUBE_DRIVER", value_enum, default_value = "none", global = true)]
     pub kube_driver: KubeDriver,

@@ -14,7 +14,7 @@ use paddock_domain::signing::SigningKey;
 use paddock_domain::{Actor, Error, Role};
 use paddock_pgembed::{find_binaries, PgCluster, PgOptions};
 use paddock_service::{Body, Ctx, Services};
-use paddock_types::machine_class::MachineClassCreate;
+use paddock_types::machine_class::{MachineClassCreate, MachineClassPrice};
 use paddock_types::tenant::{Quotas, TenantCreate};
 use rand::RngCore;
 use serde_json::json;
@@ -138,11 +138,11 @@ async fn seed(services: &Services, simulated: bool) -> anyhow::Result<uuid::Uuid
     let actor = Actor::from_claims("paddock-dev".into(), vec![Role::ProviderAdmin.as_str().into()], None)?;
     let ctx = Ctx::internal(actor, "paddock-dev-seed");
     let classes = [
-        ("cpu-standard", 64, 512, "", 0, "Dual-socket CPU server"),
-        ("gpu-h100x8", 112, 2048, "NVIDIA H100 80GB SXM", 8, "HGX H100 8-GPU server"),
-        ("gpu-l40sx4", 64, 768, "NVIDIA L40S", 4, "PCIe L40S inference server"),
+        ("cpu-standard", 64, 512, "", 0, "Dual-socket CPU server", "1.2"),
+        ("gpu-h100x8", 112, 2048, "NVIDIA H100 80GB SXM", 8, "HGX H100 8-GPU server", "24"),
+        ("gpu-l40sx4", 64, 768, "NVIDIA L40S", 4, "PCIe L40S inference server", "6.5"),
     ];
-    for (name, cpu_cores, memory_gib, gpu_model, gpu_count, description) in classes {
+    for (name, cpu_cores, memory_gib, gpu_model, gpu_count, description, node_hour) in classes {
         let spec = MachineClassCreate {
             name: name.into(),
             cpu_cores,
@@ -150,6 +150,7 @@ async fn seed(services: &Services, simulated: bool) -> anyhow::Result<uuid::Uuid
             gpu_model: gpu_model.into(),
             gpu_count,
             description: description.into(),
+            price: Some(MachineClassPrice { currency: "USD".into(), node_hour: node_hour.into() }),
         };
         ignore_taken(services.machine_class_create(&ctx, &Body::json(&spec)).await.map(|_| ()))?;
     }

@@ -67,7 +67,13 @@ pub async fn services(settings: &Settings, database_url: &str) -> anyhow::Result
         settings.database_max_connections,
         settings.statement_timeout(),
     )?;
-    let mut services = Services::new(store, settings.cipher()?, settings.ledger_key()?).with_agent(settings.agent()?);
+    let usage = paddock_service::usage::UsageSettings {
+        close_grace: chrono::Duration::seconds(i64::from(settings.usage_close_grace)),
+        billing_provider_name: settings.billing_provider_name.clone().filter(|name| !name.trim().is_empty()),
+    };
+    let mut services = Services::new(store, settings.cipher()?, settings.ledger_key()?)
+        .with_agent(settings.agent()?)
+        .with_usage_settings(usage);
     if let Some(key) = settings.signing_key()? {
         services = services.with_signing_key(key);
     }

@@ -60,7 +60,7 @@ pub struct UsageQuery {
     /// Aggregate: comma-separated `tenant_id`, `cluster_id`, `node_pool_id`, `machine_class`.
     #[param(max_length = 100)]
     pub group_by: Option<String>,
-    /// Export: `csv` or `ndjson` (`focus` is not available yet: 409).
+    /// Export: `csv`, `ndjson`, or `focus` (FinOps FOCUS 1.2 CSV; 409 `price_missing` or without `PADDOCK_BILLING_PROVIDER_NAME`).
     #[param(value_type = Option<String>, pattern = "^(csv|ndjson|focus)$", default = "ndjson")]
     pub format: Option<String>,
 }

@@ -40,6 +40,7 @@ pub async fn class(store: &Store, name: &str, gpus: u32) -> MachineClassId {
         gpu_model: if gpus > 0 { "H100".to_owned() } else { String::new() },
         gpu_count: gpus,
         description: String::new(),
+        price: None,
     };
     let id = MachineClassId::new();
     let mut conn = store.conn().await.expect("conn");
