@@ -198,7 +198,7 @@ async fn run_wipes_the_machines_disks_and_paddock_makes_it_available_with_the_ev
         assert_eq!(e["verification"]["sha256"], sha256_hex(&vec![0u8; read]), "{e}");
     }
     assert_eq!(evidence["report"]["result"], "success", "the whole report is kept: {entry}");
-    assert_eq!(evidence["out_of_band_erase"], json!({ "drives": [] }), "the simulated BMC advertises no erase");
+    assert_eq!(evidence["out_of_band_erase"], json!({ "erases": [] }), "the simulated BMC advertises no erase");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
