@@ -83,6 +83,10 @@ pub fn run(mut settings: Settings, args: DevArgs) -> anyhow::Result<()> {
     if settings.usage_signing_key.is_none() && settings.usage_signing_key_file.is_none() {
         settings.usage_signing_key = Some(kept_secret(&secrets, "usage-signing-key.pem", SigningKey::generate_pem)?);
     }
+    // The demo classes carry prices, so the FOCUS export works in dev too: it needs a provider name.
+    if settings.billing_provider_name.is_none() {
+        settings.billing_provider_name = Some("paddock dev".to_owned());
+    }
     // `dev` runs on the simulated drivers unless a driver was chosen explicitly.
     if std::env::var_os("PADDOCK_KUBE_DRIVER").is_none() && settings.kube_driver == KubeDriver::None {
         settings.kube_driver = KubeDriver::Simulated;

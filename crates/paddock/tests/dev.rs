@@ -1,55 +1,19 @@
 //! `paddock dev` as a newcomer runs it: a private PostgreSQL from the machine's binaries, demo
 //! data, a token that works, and Ctrl-C stopping everything it started.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod support;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
-}
+use std::process::Command;
+use std::time::{Duration, Instant};
 
 #[tokio::test]
 async fn paddock_dev_serves_demo_data_and_stops_its_postgres_on_ctrl_c() {
-    let dir = std::env::temp_dir().join(format!("paddock-dev-test-{}", uuid::Uuid::new_v4().simple()));
-    let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_paddock"))
-        .args(["dev", "--data-dir"])
-        .arg(&dir)
-        .env("PADDOCK_LISTEN", format!("127.0.0.1:{port}"))
-        .env("PADDOCK_LOG", "warn")
-        .env_remove("PADDOCK_DATABASE_URL")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("paddock dev starts");
-
-    // The welcome text carries the provider-admin token. The reader keeps draining stdout after
-    // it, so paddock never writes into a closed pipe.
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(token) = line.trim().strip_prefix("export TOKEN=") {
-                let _ = tx.send(token.to_owned());
-            }
-        }
-    });
-    let token = tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(120)))
-        .await
-        .expect("reader")
-        .expect("paddock dev prints a provider token");
-
-    let base = format!("http://127.0.0.1:{port}");
+    // The banner carries the provider-admin token; its reader keeps draining stdout after it, so
+    // paddock never writes into a closed pipe.
+    let mut dev = tokio::task::spawn_blocking(support::Dev::start).await.expect("paddock dev starts");
+    let (base, token) = (dev.var("B").to_owned(), dev.var("TOKEN").to_owned());
+    support::wait_ready(&dev);
     let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if client.get(format!("{base}/readyz")).send().await.is_ok_and(|r| r.status().is_success()) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "paddock dev did not become ready");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
     let classes: serde_json::Value = client
         .get(format!("{base}/v1/machine-classes"))
         .bearer_auth(&token)
@@ -100,16 +64,33 @@ async fn paddock_dev_serves_demo_data_and_stops_its_postgres_on_ctrl_c() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 
+    // The README's billing pull works in dev as it does in production: the FOCUS export too (the
+    // demo classes have prices, and dev names the provider).
+    let now = chrono::Utc::now();
+    let window = |d: chrono::Duration| (now + d).format("%Y-%m-%dT%H:00:00Z").to_string();
+    let export = client
+        .get(format!("{base}/v1/usage/export"))
+        .query(&[
+            ("format", "focus"),
+            ("from", &window(-chrono::Duration::hours(1))),
+            ("to", &window(chrono::Duration::hours(2))),
+        ])
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("export");
+    let status = export.status().as_u16();
+    let csv = export.text().await.expect("body");
+    assert_eq!(status, 200, "the FOCUS export in dev: {csv}");
+    assert!(csv.lines().skip(1).any(|l| l.contains("paddock dev")), "rows name the provider: {csv}");
+
     // Ctrl-C (SIGINT) stops the API, the worker and the PostgreSQL dev started.
-    let pid = child.id().to_string();
-    Command::new("kill").args(["-INT", &pid]).status().expect("kill -INT");
-    let status = tokio::task::spawn_blocking(move || child.wait()).await.expect("join").expect("wait");
+    let status = dev.stop();
     assert!(status.success(), "paddock dev exits cleanly: {status}");
     let pg_running = Command::new("pgrep")
-        .args(["-f", &format!("postgres -D {}", dir.display())])
+        .args(["-f", &format!("postgres -D {}", dev.dir.display())])
         .output()
         .map(|o| !o.stdout.is_empty())
         .unwrap_or(false);
     assert!(!pg_running, "the dev PostgreSQL is still running");
-    let _ = std::fs::remove_dir_all(&dir);
 }
