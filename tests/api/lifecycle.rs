@@ -103,6 +103,15 @@ impl Lab {
         ids
     }
 
+    /// Enrolls machines and waits until each is `available` (wiped, powered off).
+    async fn available(&self, class: &str, names: &[&str]) -> Vec<String> {
+        let ids = self.enroll(class, names).await;
+        for m in &ids {
+            self.machine_in(m, "available").await;
+        }
+        ids
+    }
+
     async fn machine(&self, id: &str) -> Value {
         self.app.get(format!("/v1/machines/{id}")).token(&admin()).send().await.expect(200).json()
     }
@@ -233,10 +242,7 @@ fn condition(cluster: &Value, type_: &str) -> Value {
 async fn a_slurm_cluster_goes_ready_scales_and_is_deleted_back_to_clean_machines() {
     let lab = Lab::new().await;
     machine_class(&lab.app, "gpu", 8).await;
-    let machines = lab.enroll("gpu", &["n1", "n2", "n3", "n4"]).await;
-    for m in &machines {
-        lab.machine_in(m, "available").await;
-    }
+    lab.available("gpu", &["n1", "n2", "n3", "n4"]).await;
     assert_eq!(lab.scalar("select count(*) from machine_cleans").await, 4, "one verified wipe each");
 
     let created = lab.create(slurm("hpc", json!([{ "name": "gpu", "machine_class": "gpu", "count": 2 }]))).await;
@@ -321,9 +327,7 @@ async fn a_slurm_cluster_goes_ready_scales_and_is_deleted_back_to_clean_machines
 async fn demand_beyond_the_machines_waits_first_come_first_served_and_never_over_allocates() {
     let lab = Lab::new().await;
     machine_class(&lab.app, "gpu", 8).await;
-    for m in lab.enroll("gpu", &["n1", "n2", "n3"]).await {
-        lab.machine_in(&m, "available").await;
-    }
+    lab.available("gpu", &["n1", "n2", "n3"]).await;
     let pool = |count: u32| json!([{ "name": "gpu", "machine_class": "gpu", "count": count }]);
     let a = id(&lab.create(slurm("a", pool(2))).await["cluster"]);
     lab.ready(&a).await;
@@ -712,10 +716,7 @@ async fn a_crash_after_every_side_effect_repeats_it_and_converges_to_the_same_en
     })
     .await;
     machine_class(&lab.app, "gpu", 8).await;
-    let machines = lab.enroll("gpu", &["n1", "n2", "n3"]).await;
-    for m in &machines {
-        lab.machine_in(m, "available").await;
-    }
+    lab.available("gpu", &["n1", "n2", "n3"]).await;
     let created = lab.create(slurm("hpc", json!([{ "name": "gpu", "machine_class": "gpu", "count": 2 }]))).await;
     let cluster = id(&created["cluster"]);
     let pool = id(&created["cluster"]["node_pools"][0]);
@@ -863,10 +864,7 @@ async fn watermark_past(app: &TestApp, after: DateTime<Utc>) -> DateTime<Utc> {
 async fn conservation_per_machine_the_categories_add_up_to_the_wall_clock_seconds() {
     let lab = Lab::new().await;
     machine_class(&lab.app, "gpu", 8).await;
-    let machines = lab.enroll("gpu", &["n1", "n2", "n3"]).await;
-    for m in &machines {
-        lab.machine_in(m, "available").await;
-    }
+    let machines = lab.available("gpu", &["n1", "n2", "n3"]).await;
     // Two tenancies of varying length: up to 2, up to 3, down to 1, deleted; then a round of
     // maintenance, which leaves through cleaning.
     let created = lab.create(slurm("hpc", json!([{ "name": "gpu", "machine_class": "gpu", "count": 2 }]))).await;

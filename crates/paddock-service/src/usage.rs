@@ -482,8 +482,41 @@ fn add(sums: &mut [i64; 3], r: &UsageRecord) {
     sums[2] += r.control_plane_seconds;
 }
 
-/// Streams the export of `q` in `format` into `sink` in chunks of about 64 KiB; stops early when
-/// the sink says the client went away.
+/// The bytes of an export, handed to its sink in chunks of about 64 KiB.
+struct Chunks<F> {
+    buf: Vec<u8>,
+    sink: F,
+}
+
+impl<F, Fut> Chunks<F>
+where
+    F: Fn(Vec<u8>) -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    const SIZE: usize = 64 * 1024;
+    const SLACK: usize = 4096;
+
+    fn new(sink: F) -> Self {
+        Self { buf: Vec::with_capacity(Self::SIZE + Self::SLACK), sink }
+    }
+
+    /// Hands the chunk over once it is full; false when the client went away.
+    async fn flush_full(&mut self) -> bool {
+        if self.buf.len() < Self::SIZE {
+            return true;
+        }
+        let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(Self::SIZE + Self::SLACK));
+        (self.sink)(chunk).await
+    }
+
+    /// Hands over what is left.
+    async fn finish(self) {
+        (self.sink)(self.buf).await;
+    }
+}
+
+/// Streams the CSV or NDJSON export of `q` into `sink`; stops early when the sink says the client
+/// went away.
 async fn write_export<F, Fut>(
     store: &Store,
     q: &Query,
@@ -494,13 +527,12 @@ where
     F: Fn(Vec<u8>) -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    const CHUNK: usize = 64 * 1024;
     let mut conn = store.conn().await?;
     let sql = store::export_sql();
     let mut rows = store::export(&mut conn, q, &sql);
-    let mut buf = Vec::with_capacity(CHUNK + 1024);
+    let mut out = Chunks::new(sink);
     if format == ExportFormat::Csv {
-        buf.extend_from_slice(CSV_HEADER.as_bytes());
+        out.buf.extend_from_slice(CSV_HEADER.as_bytes());
     }
     let (mut count, mut sums) = (0u64, [0i64; 3]);
     while let Some(record) = rows.next().await {
@@ -508,17 +540,17 @@ where
         count += 1;
         add(&mut sums, &record);
         match format {
-            ExportFormat::Csv | ExportFormat::Focus => csv_line(&record, &mut buf),
-            ExportFormat::Ndjson => ndjson_line(&record, &mut buf),
+            ExportFormat::Ndjson => ndjson_line(&record, &mut out.buf),
+            ExportFormat::Csv | ExportFormat::Focus => csv_line(&record, &mut out.buf),
         }
-        if buf.len() >= CHUNK && !sink(std::mem::replace(&mut buf, Vec::with_capacity(CHUNK + 1024))).await {
+        if !out.flush_full().await {
             return Ok(());
         }
     }
     if format == ExportFormat::Ndjson {
-        ndjson_summary(count, sums, &mut buf);
+        ndjson_summary(count, sums, &mut out.buf);
     }
-    sink(buf).await;
+    out.finish().await;
     Ok(())
 }
 
@@ -533,19 +565,18 @@ where
     F: Fn(Vec<u8>) -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    const CHUNK: usize = 64 * 1024;
     let mut conn = store.conn().await?;
     let sql = store::focus_export_sql();
     let mut rows = store::focus_export(&mut conn, q, &sql);
-    let mut buf = Vec::with_capacity(CHUNK + 4096);
-    focus::Focus::header(&mut buf);
+    let mut out = Chunks::new(sink);
+    focus::Focus::header(&mut out.buf);
     while let Some(record) = rows.next().await {
-        focus.rows(&record?, &mut buf)?;
-        if buf.len() >= CHUNK && !sink(std::mem::replace(&mut buf, Vec::with_capacity(CHUNK + 4096))).await {
+        focus.rows(&record?, &mut out.buf)?;
+        if !out.flush_full().await {
             return Ok(());
         }
     }
-    sink(buf).await;
+    out.finish().await;
     Ok(())
 }
 

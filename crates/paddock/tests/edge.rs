@@ -4,46 +4,23 @@
 //! subject) keeps being served. Each test prints what it measured (for BENCHMARKS.md's notes;
 //! no timing is asserted).
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// A `paddock` process, killed when the test ends however it ends.
-struct Proc(Child);
+#[path = "support/process.rs"]
+mod process;
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
-}
+use process::{free_port, Proc};
 
 /// Starts `paddock api` on the test's database with `extra` settings; returns it and its base URL
 /// once `/healthz` answers.
 async fn start_api(db: &paddock_testkit::TestDb, extra: &[(&str, &str)]) -> (Proc, String) {
     let port = free_port();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_paddock"));
-    cmd.arg("api");
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("PADDOCK_")) {
-        cmd.env_remove(k);
-    }
-    let secret = String::from_utf8(paddock_testkit::TEST_SECRET.to_vec()).expect("utf-8");
-    cmd.env("PADDOCK_DATABASE_URL", &db.url)
-        .env("PADDOCK_LISTEN", format!("127.0.0.1:{port}"))
-        .env("PADDOCK_JWT_HS256_SECRET", secret)
-        .env("PADDOCK_ENCRYPTION_KEY", paddock_domain::secret::Cipher::generate_key())
-        .env("PADDOCK_LEDGER_KEY", "edge-test-ledger-key-of-at-least-32-bytes")
-        .env("PADDOCK_LOG", "warn")
-        .envs(extra.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null());
-    let proc = Proc(cmd.spawn().expect("starting `paddock api`"));
+    let mut settings = vec![("PADDOCK_LISTEN", format!("127.0.0.1:{port}"))];
+    settings.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    let proc = process::start("api", db, &settings);
     let base = format!("http://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(60);
     while reqwest::get(format!("{base}/healthz")).await.map(|r| r.status().as_u16()).ok() != Some(200) {

@@ -4,11 +4,13 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 pub struct Dev {
     child: Child,
+    /// How it ended, once stopped.
+    stopped: Option<ExitStatus>,
     /// The data directory; the tests may use it for their own files too.
     pub dir: PathBuf,
     /// The banner's `export NAME=value` lines: B, TOKEN, TENANT_TOKEN, TID.
@@ -32,14 +34,28 @@ impl Dev {
         let exports = banner_exports(child.stdout.take().expect("stdout"));
         let names: Vec<&str> = exports.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["B", "TOKEN", "TENANT_TOKEN", "TID"], "the banner's exports");
-        Dev { child, dir, exports }
+        Dev { child, stopped: None, dir, exports }
+    }
+
+    /// A banner variable's value (`B`, `TOKEN`, `TENANT_TOKEN`, `TID`).
+    pub fn var(&self, name: &str) -> &str {
+        self.exports.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str()).expect("a banner variable")
+    }
+
+    /// Ctrl-C (SIGINT), as a user stops it; returns how it exited.
+    pub fn stop(&mut self) -> ExitStatus {
+        if let Some(status) = self.stopped {
+            return status;
+        }
+        let _ = Command::new("kill").args(["-INT", &self.child.id().to_string()]).status();
+        let status = self.child.wait().expect("waiting for paddock dev");
+        *self.stopped.insert(status)
     }
 }
 
 impl Drop for Dev {
     fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-INT", &self.child.id().to_string()]).status();
-        let _ = self.child.wait();
+        self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -64,7 +80,7 @@ fn banner_exports(stdout: impl std::io::Read + Send + 'static) -> Vec<(String, S
 
 /// Waits until the API answers `/readyz` (two minutes at most).
 pub fn wait_ready(dev: &Dev) {
-    let base = &dev.exports[0].1;
+    let base = dev.var("B");
     let status = Command::new("timeout")
         .args(["120", "bash", "-c", &format!("until curl -sf '{base}/readyz' >/dev/null; do sleep 0.2; done")])
         .status()
