@@ -201,7 +201,7 @@ async fn concurrent_allocations_never_hand_a_machine_to_two_clusters() {
                 assert_eq!(*needed, a.need.count);
                 assert!(*available < *needed, "{outcome:?}");
             }
-            Allocation::Behind { cluster_id } => assert_ne!(*cluster_id, a.cluster),
+            Allocation::Behind { cluster_id, .. } => assert_ne!(*cluster_id, a.cluster),
             Allocation::OverQuota { .. } => panic!("no quota is set: {outcome:?}"),
         }
     }
@@ -281,7 +281,7 @@ async fn concurrent_allocations_never_hand_a_machine_to_two_clusters() {
     others.reverse();
     for a in &others {
         match allocate(&store, a).await {
-            Allocation::Behind { cluster_id } => assert_eq!(cluster_id, head, "the head of the line goes first"),
+            Allocation::Behind { cluster_id, .. } => assert_eq!(cluster_id, head, "the head of the line goes first"),
             other => panic!("cluster {} jumped the line: {other:?}", a.cluster),
         }
     }

@@ -31,6 +31,13 @@ use crate::common::{id, machine_class, tenant};
 
 const WAIT: Duration = Duration::from_secs(60);
 
+/// A tenant and its admin's token.
+#[derive(Clone)]
+struct Seat {
+    tenant: String,
+    token: String,
+}
+
 /// The API on a port, a worker and the simulated machines' agent, over one database.
 struct Lab {
     app: TestApp,
@@ -47,11 +54,16 @@ impl Lab {
 
     /// A lab whose drivers pass through `wrap` (fault injection).
     async fn with(wrap: impl FnOnce(Drivers) -> Drivers) -> Lab {
+        Self::tuned(|_| {}, wrap).await
+    }
+
+    /// A lab whose reconcilers' settings pass through `tune` and drivers through `wrap`.
+    async fn tuned(tune: impl FnOnce(&mut Settings), wrap: impl FnOnce(Drivers) -> Drivers) -> Lab {
         let app = TestApp::served().await;
         let store = Store::from_pool(app.db.pool.clone());
         let world = SimWorld::new(store.clone(), SimConfig::zero());
         let drivers = wrap(Drivers { bmc: Some(world.bmc()), kube: Some(world.kube()) });
-        let settings = Settings {
+        let mut settings = Settings {
             wipe_image_url: Some("http://images.invalid/wipe.iso".into()),
             os_image_url: Some("http://images.invalid/os.iso".into()),
             poll: Duration::from_millis(50),
@@ -61,6 +73,7 @@ impl Lab {
             outage_wait: Duration::from_secs(1),
             ..Settings::default()
         };
+        tune(&mut settings);
         let handlers: Vec<Arc<dyn JobHandler>> = vec![
             Arc::new(MachineReconciler::new(app.services.clone(), drivers.clone(), settings.clone())),
             Arc::new(ClusterReconciler::new(app.services.clone(), drivers, settings)),
@@ -124,9 +137,25 @@ impl Lab {
         .await
     }
 
+    /// The lab's own tenant.
+    fn own(&self) -> Seat {
+        Seat { tenant: self.tenant.clone(), token: self.tenant_token.clone() }
+    }
+
+    /// Another tenant.
+    async fn seat(&self, name: &str) -> Seat {
+        let tenant = id(&tenant(&self.app, name).await);
+        let token = token(&["tenant:admin"], Some(tenant.parse().expect("uuid")));
+        Seat { tenant, token }
+    }
+
     async fn create(&self, body: Value) -> Value {
-        let path = format!("/v1/tenants/{}/clusters", self.tenant);
-        self.app.post(path).token(&self.tenant_token).json(&body).send().await.expect(202).json()
+        self.create_as(&self.own(), body).await
+    }
+
+    async fn create_as(&self, seat: &Seat, body: Value) -> Value {
+        let path = format!("/v1/tenants/{}/clusters", seat.tenant);
+        self.app.post(path).token(&seat.token).json(&body).send().await.expect(202).json()
     }
 
     fn cluster_path(&self, cluster: &str) -> String {
@@ -134,14 +163,33 @@ impl Lab {
     }
 
     async fn cluster(&self, cluster: &str) -> Value {
-        self.app.get(self.cluster_path(cluster)).token(&self.tenant_token).send().await.expect(200).json()
+        self.cluster_as(&self.own(), cluster).await
+    }
+
+    async fn cluster_as(&self, seat: &Seat, cluster: &str) -> Value {
+        let path = format!("/v1/tenants/{}/clusters/{cluster}", seat.tenant);
+        self.app.get(path).token(&seat.token).send().await.expect(200).json()
     }
 
     /// Waits until the cluster is ready at its current generation.
     async fn ready(&self, cluster: &str) -> Value {
-        eventually(WAIT, || async {
-            let c = self.cluster(cluster).await;
+        self.ready_as(&self.own(), cluster, WAIT).await
+    }
+
+    /// Waits up to `within` until `seat`'s cluster is ready at its current generation.
+    async fn ready_as(&self, seat: &Seat, cluster: &str, within: Duration) -> Value {
+        eventually(within, || async {
+            let c = self.cluster_as(seat, cluster).await;
             (c["status"]["phase"] == "ready" && c["status"]["observed_generation"] == c["generation"]).then_some(c)
+        })
+        .await
+    }
+
+    /// Waits until `seat`'s cluster waits for machines.
+    async fn waiting_as(&self, seat: &Seat, cluster: &str) -> Value {
+        eventually(WAIT, || async {
+            let c = self.cluster_as(seat, cluster).await;
+            (condition(&c, "MachinesAllocated")["reason"] == "InsufficientCapacity").then_some(c)
         })
         .await
     }
@@ -398,6 +446,175 @@ async fn demand_beyond_the_machines_waits_first_come_first_served_and_never_over
         .send()
         .await
         .problem(409, "quota_exceeded");
+}
+
+/// SPEC section 6 step 3 through the worker: a head that cannot be met holds the line of its class
+/// only for `PADDOCK_ALLOCATION_HEAD_TIMEOUT`; a later, smaller request of another tenant is then
+/// served (woken when the timeout ends, not a capacity wait later); machines freed after the
+/// timeout are kept for the head, which is served once enough are released; the line goes on.
+/// Nothing any tenant can read on the way names the fleet, another tenant or a platform error
+/// (SPEC section 4), also while its cluster's API server does not answer.
+#[tokio::test]
+async fn a_head_that_cannot_be_met_holds_the_line_only_until_its_timeout_and_nothing_a_tenant_reads_discloses_the_fleet(
+) {
+    let head_timeout = Duration::from_secs(2);
+    let lab = Lab::tuned(|s| s.allocation_head_timeout = head_timeout, |d| d).await;
+    machine_class(&lab.app, "gpu", 8).await;
+    lab.available("gpu", &["n1", "n2", "n3", "n4"]).await;
+    let pool = |count: u32| json!([{ "name": "gpu", "machine_class": "gpu", "count": count }]);
+    let (a, b, c) = (lab.own(), lab.seat("initech").await, lab.seat("umbrella").await);
+    let x = id(&lab.create_as(&a, slurm("x", pool(3))).await["cluster"]);
+    lab.ready_as(&a, &x, WAIT).await;
+    // B's head wants three of the four; one is free: it waits at the head of the line.
+    let head = id(&lab.create_as(&b, slurm("head", pool(3))).await["cluster"]);
+    lab.waiting_as(&b, &head).await;
+    // A's small request fits the free machine but came later: behind the head until its timeout,
+    // then served, woken when the timeout ends (a capacity wait is a minute).
+    let small = id(&lab.create_as(&a, slurm("small", pool(1))).await["cluster"]);
+    lab.waiting_as(&a, &small).await;
+    let seats = [(&a, "acme"), (&b, "initech"), (&c, "umbrella")];
+    for (seat, _) in seats {
+        discloses_nothing(&lab, seat, &seats).await;
+    }
+    lab.ready_as(&a, &small, Duration::from_secs(30)).await;
+    let since: DateTime<Utc> = sqlx::query_scalar("select waiting_since from clusters where id = $1::uuid")
+        .bind(&head)
+        .fetch_one(&lab.app.db.pool)
+        .await
+        .expect("the head still waits");
+    let served: DateTime<Utc> =
+        sqlx::query_scalar("select min(allocated_at) from machine_allocations where cluster_id = $1::uuid")
+            .bind(&small)
+            .fetch_one(&lab.app.db.pool)
+            .await
+            .expect("the small one's allocation");
+    assert!(served >= since + head_timeout, "served at {served}, the head waits since {since}");
+
+    // X goes: its three machines are wiped and kept for the head. C asks for one now, when any
+    // of them would do: it gets none, the head gets all three.
+    lab.delete(&x).await;
+    let late = id(&lab.create_as(&c, slurm("late", pool(1))).await["cluster"]);
+    lab.ready_as(&b, &head, WAIT).await;
+    lab.waiting_as(&c, &late).await;
+    let held_by_late = sqlx::query_scalar::<_, i64>("select count(*) from machines where cluster_id = $1::uuid")
+        .bind(&late)
+        .fetch_one(&lab.app.db.pool)
+        .await
+        .expect("count");
+    assert_eq!(held_by_late, 0, "a machine freed after the head's timeout went to a later request");
+
+    // The head's API server stops answering while B scales it down: its tenant is told a step is
+    // retried, not why, and its machine stays its own until the node is gone.
+    let head_id = ClusterId(head.parse().expect("cluster id"));
+    lab.world.set_cluster_fault(head_id, ClusterFault::TenantUnreachable, true).await.expect("fault");
+    let head_pool = id(&lab.cluster_as(&b, &head).await["node_pools"][0]);
+    let path = format!("/v1/tenants/{}/clusters/{head}/node-pools/{head_pool}", b.tenant);
+    lab.app.patch(path).token(&b.token).json(&json!({ "count": 2 })).send().await.expect(202);
+    eventually(WAIT, || async {
+        let c = lab.cluster_as(&b, &head).await;
+        (condition(&c, "Ready")["reason"] == "tenant_unreachable").then_some(())
+    })
+    .await;
+    for (seat, _) in seats {
+        discloses_nothing(&lab, seat, &seats).await;
+    }
+    // Healed, the line goes on: the machine the head let go is wiped and serves the late one.
+    lab.world.set_cluster_fault(head_id, ClusterFault::TenantUnreachable, false).await.expect("heal");
+    lab.ready_as(&b, &head, WAIT).await;
+    lab.ready_as(&c, &late, WAIT).await;
+    for (seat, _) in seats {
+        discloses_nothing(&lab, seat, &seats).await;
+    }
+    lab.check_invariants().await;
+}
+
+/// Everything `seat` can read about itself: the tenant, its clusters with their events, node
+/// pools and machines, its operations, audit events and isolation report.
+async fn seen_by(lab: &Lab, seat: &Seat) -> Vec<Value> {
+    let get = |path: String| async move { lab.app.get(path).token(&seat.token).send().await.expect(200).json() };
+    let base = format!("/v1/tenants/{}", seat.tenant);
+    let mut seen = vec![get(base.clone()).await];
+    let clusters: Value = get(format!("{base}/clusters?limit=100")).await;
+    for cluster in clusters["items"].as_array().expect("items") {
+        let path = format!("{base}/clusters/{}", id(cluster));
+        seen.push(get(format!("{path}/events?limit=100")).await);
+        let pools: Value = get(format!("{path}/node-pools")).await;
+        for pool in pools["items"].as_array().expect("items") {
+            seen.push(get(format!("{path}/node-pools/{}/machines", id(pool))).await);
+        }
+        seen.push(pools);
+    }
+    seen.push(clusters);
+    for tail in ["operations?limit=100", "audit-events?limit=100", "isolation-report"] {
+        seen.push(get(format!("{base}/{tail}")).await);
+    }
+    seen
+}
+
+/// What `seat` reads names no other tenant (its id, name or clusters), holds no platform error
+/// text, and its messages carry no number but the sizes of its own node pools (nothing of the
+/// fleet, of free machines or of other requests).
+async fn discloses_nothing(lab: &Lab, seat: &Seat, seats: &[(&Seat, &str)]) {
+    let seen = seen_by(lab, seat).await;
+    let text = serde_json::to_string(&seen).expect("json");
+    for (other, name) in seats.iter().filter(|(s, _)| s.tenant != seat.tenant) {
+        assert!(!text.contains(&other.tenant) && !text.contains(&format!("\"{name}\"")), "{name} is named: {text}");
+        let theirs: Vec<String> = sqlx::query_scalar("select id::text from clusters where tenant_id = $1::uuid")
+            .bind(&other.tenant)
+            .fetch_all(&lab.app.db.pool)
+            .await
+            .expect("clusters");
+        for cluster in theirs {
+            assert!(!text.contains(&cluster), "{name}'s cluster {cluster} is named: {text}");
+        }
+    }
+    for internal in ["simulated", "does not answer", "sim://", "images.invalid", "sqlx", "database error", "panicked"] {
+        assert!(!text.to_lowercase().contains(internal), "platform text {internal:?} reaches a tenant: {text}");
+    }
+    // Its own counts ("0 of 3 nodes ready", "3 machine(s) allocated") are at most what its pools
+    // ask for or the machines it ever held.
+    let own: i64 = sqlx::query_scalar(
+        "select greatest((select count(*) from machine_allocations where tenant_id = $1::uuid), \
+           (select coalesce(sum(p.count), 0) from node_pools p join clusters c on c.id = p.cluster_id \
+             where c.tenant_id = $1::uuid))::bigint",
+    )
+    .bind(&seat.tenant)
+    .fetch_one(&lab.app.db.pool)
+    .await
+    .expect("pool sizes");
+    let mut messages = Vec::new();
+    collect_messages(&Value::Array(seen.clone()), &mut messages);
+    for message in messages {
+        let numbers = message.split(|c: char| !c.is_ascii_digit()).filter(|n| !n.is_empty());
+        for n in numbers {
+            let n: i64 = n.parse().unwrap_or(i64::MAX);
+            assert!(n <= own, "a number beyond what the tenant asked for or held ({own}) in {message:?}");
+        }
+    }
+    // A wait for machines says nothing countable at all.
+    for cluster in seen.iter().filter_map(|v| v["items"].as_array()).flatten() {
+        let waiting = condition(cluster, "MachinesAllocated");
+        if waiting["reason"] == "InsufficientCapacity" {
+            let message = waiting["message"].as_str().unwrap_or_default();
+            assert!(!message.chars().any(|c| c.is_ascii_digit()), "{message}");
+        }
+    }
+}
+
+/// Every `message`, `detail` and `title` string in `value`.
+fn collect_messages(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(fields) => {
+            for (key, v) in fields {
+                match (key.as_str(), v) {
+                    ("message" | "detail" | "title", Value::String(s)) => out.push(s.clone()),
+                    _ => collect_messages(v, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_messages(v, out)),
+        _ => {}
+    }
 }
 
 #[tokio::test]

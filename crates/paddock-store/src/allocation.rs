@@ -50,6 +50,8 @@ pub enum Allocation {
     Behind {
         /// The cluster in front.
         cluster_id: ClusterId,
+        /// When its head timeout ends: from then on it holds this one back no more.
+        until: DateTime<Utc>,
     },
     /// Not enough machines of a class are available.
     Short {
@@ -165,8 +167,8 @@ async fn try_allocate(
     names: &[(Uuid, String)],
 ) -> Result<Allocation, StoreError> {
     let classes: Vec<Uuid> = names.iter().map(|(id, _)| *id).collect();
-    if let Some(ahead) = waiting_ahead(conn, cluster, line, &classes).await? {
-        return Ok(Allocation::Behind { cluster_id: ahead });
+    if let Some((ahead, until)) = waiting_ahead(conn, cluster, line, &classes).await? {
+        return Ok(Allocation::Behind { cluster_id: ahead, until });
     }
     if let Some(over) = over_quota(conn, tenant, needs).await? {
         return Ok(over);
@@ -192,18 +194,20 @@ const AHEAD: &str = "from clusters c join node_pools p on p.cluster_id = c.id \
        and p.machine_class_id = any($3) and p.deleted_at is null and p.deletion_requested_at is null \
        and p.count > (select count(*) from machines m where m.node_pool_id = p.id and m.state = any($4))";
 
-/// The first cluster ahead (see [`AHEAD`]) still within its head timeout: it goes first.
+/// The first cluster ahead (see [`AHEAD`]) still within its head timeout, and when that ends:
+/// it goes first until then.
 async fn waiting_ahead(
     conn: &mut Conn,
     cluster: ClusterId,
     line: Line,
     classes: &[Uuid],
-) -> Result<Option<ClusterId>, StoreError> {
+) -> Result<Option<(ClusterId, DateTime<Utc>)>, StoreError> {
     let sql = format!(
-        "select c.id {AHEAD} and c.waiting_since > now() - make_interval(secs => $5) \
+        "select c.id, c.waiting_since + make_interval(secs => $5) {AHEAD} \
+           and c.waiting_since > now() - make_interval(secs => $5) \
          order by c.waiting_since, c.id limit 1"
     );
-    let ahead: Option<Uuid> = sqlx::query_scalar(&sql)
+    let ahead: Option<(Uuid, DateTime<Utc>)> = sqlx::query_as(&sql)
         .bind(cluster.uuid())
         .bind(line.since)
         .bind(classes)
@@ -211,7 +215,7 @@ async fn waiting_ahead(
         .bind(line.timeout_secs())
         .fetch_optional(&mut *conn)
         .await?;
-    Ok(ahead.map(ClusterId))
+    Ok(ahead.map(|(id, until)| (ClusterId(id), until)))
 }
 
 /// Per class, the moment from which freed machines are kept for the first cluster ahead (see

@@ -135,7 +135,8 @@ async fn an_earlier_waiting_cluster_of_the_class_goes_first() {
         Allocation::Short { machine_class: "cpu".to_owned(), needed: 2, available: 1 }
     );
     // B would fit, but A waits for the class since before: B is behind it and takes nothing.
-    assert_eq!(allocate(&store, t, b, std::slice::from_ref(&need_b)).await, Allocation::Behind { cluster_id: a });
+    let behind = allocate(&store, t, b, std::slice::from_ref(&need_b)).await;
+    assert!(matches!(behind, Allocation::Behind { cluster_id, .. } if cluster_id == a), "{behind:?}");
     assert_eq!(state(&store, only).await.0, "available");
     assert!(waiting(&store, b).await);
 
@@ -166,7 +167,11 @@ async fn a_waiting_head_holds_back_its_class_only_until_its_timeout_and_then_kee
 
     // A cannot be met for now and waits; within its timeout B waits behind it though one fits.
     assert!(matches!(within(big, a, &need_a).await, Allocation::Short { .. }));
-    assert_eq!(within(small, b, &need_b).await, Allocation::Behind { cluster_id: a });
+    // Behind it until its timeout ends, which B is told so that it can try again then.
+    let Allocation::Behind { cluster_id, until } = within(small, b, &need_b).await else { panic!("B is not behind A") };
+    assert_eq!(cluster_id, a);
+    let left = until - chrono::Utc::now();
+    assert!(left > chrono::Duration::zero() && left.to_std().expect("positive") <= head_timeout, "{left}");
     // Past A's timeout, B is served from the machine that was already free.
     tokio::time::sleep(head_timeout + Duration::from_millis(300)).await;
     assert_eq!(within(small, b, &need_b).await, Allocation::Allocated(vec![first]));

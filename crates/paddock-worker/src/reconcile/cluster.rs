@@ -45,7 +45,8 @@ use super::{
 use crate::{failed_problem, Job, JobHandler, Outcome};
 
 /// How long a cluster waiting for machines sleeps at most: a machine that becomes available
-/// wakes the first waiting cluster of its class at once; this is the fallback.
+/// wakes the first waiting cluster of its class at once; this is the fallback. A cluster held
+/// back by an earlier one sleeps only until that one's head timeout ends.
 const CAPACITY_WAIT: Duration = Duration::from_secs(60);
 
 /// How long a cluster stopped on a permanent error waits before it tries again by itself (a
@@ -183,7 +184,7 @@ impl ClusterReconciler {
     ) -> Result<Outcome, Stop> {
         self.isolation(kube, reference, observed).await?;
         let cp = self.control_plane(kube, cluster, reference, observed).await?;
-        let waiting_for_capacity = self.machines(cluster, pools, held, observed).await?;
+        let capacity_wait = self.machines(cluster, pools, held, observed).await?;
         let access = self.tenant_access(reference, &cp).await?;
         if access.is_some() {
             self.start_provisioning(held).await?;
@@ -205,7 +206,7 @@ impl ClusterReconciler {
                 }
             }
         }
-        self.status(cluster, pools, &pool_status, observed, waiting_for_capacity && cp.ready).await
+        self.status(cluster, pools, &pool_status, observed, capacity_wait.filter(|_| cp.ready)).await
     }
 
     /// Step 1: the cluster's namespace and its isolation on the platform cluster.
@@ -318,7 +319,7 @@ impl ClusterReconciler {
         pools: &[NodePool],
         pool_status: &[(&NodePool, NodePoolStatus)],
         observed: &mut Observed,
-        waiting_for_capacity: bool,
+        capacity_wait: Option<Duration>,
     ) -> Result<Outcome, Stop> {
         let mut required = vec![NAMESPACE_READY, CONTROL_PLANE_READY, MACHINES_ALLOCATED, NODES_READY, STACK_READY];
         if cluster.spec.kind == ClusterKind::Slurm {
@@ -337,24 +338,23 @@ impl ClusterReconciler {
         if !written {
             return Ok(Outcome::wait(Duration::ZERO, "status_conflict", "the status changed under the run; again"));
         }
-        Ok(if ready {
-            Outcome::Done
-        } else if waiting_for_capacity {
-            Outcome::wait(CAPACITY_WAIT, "insufficient_capacity", "waiting for machines")
-        } else {
-            Outcome::wait(self.settings.poll, "converging", message)
+        Ok(match capacity_wait {
+            _ if ready => Outcome::Done,
+            Some(after) => Outcome::wait(after, "insufficient_capacity", "waiting for machines"),
+            None => Outcome::wait(self.settings.poll, "converging", message),
         })
     }
 
     /// Releases surplus machines, marks emptied deleting pools deleted and allocates the
-    /// shortfall, in one transaction; true when the cluster waits for capacity (or quota).
+    /// shortfall, in one transaction; while the cluster waits for capacity (or quota), how long
+    /// until it tries again.
     async fn machines(
         &self,
         cluster: &Cluster,
         pools: &[NodePool],
         held: &[HeldMachine],
         observed: &mut Observed,
-    ) -> Result<bool, Stop> {
+    ) -> Result<Option<Duration>, Stop> {
         let plan = MachinePlan::of(pools, held);
         let mut tx = self.services.store().begin().await?;
         for m in &plan.release {
@@ -372,7 +372,7 @@ impl ClusterReconciler {
         }
         let waiting = if plan.needs.is_empty() {
             observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
-            false
+            None
         } else {
             self.allocate(&mut tx, cluster, &plan.needs, observed).await?
         };
@@ -380,14 +380,15 @@ impl ClusterReconciler {
         Ok(waiting)
     }
 
-    /// Allocates `needs` all or nothing in the caller's transaction; true when the cluster waits.
+    /// Allocates `needs` all or nothing in the caller's transaction; when the cluster waits, how
+    /// long until it tries again.
     async fn allocate(
         &self,
         conn: &mut Conn,
         cluster: &Cluster,
         needs: &[Need],
         observed: &mut Observed,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<Duration>, StoreError> {
         let (tenant, id, timeout) = (cluster.tenant_id, cluster.id, self.settings.allocation_head_timeout);
         let outcome = allocation::allocate(conn, self.services.ledger_key(), tenant, id, needs, timeout).await?;
         // The details are the provider's (logged); the tenant's message says only what to expect.
@@ -396,9 +397,16 @@ impl ClusterReconciler {
                 observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
                 let message = format!("{} machine(s) allocated", machines.len());
                 observed.events.push(("Normal", "MachinesAllocated", message));
-                return Ok(false);
+                return Ok(None);
             }
-            Allocation::Behind { .. } | Allocation::Short { .. } => {
+            Allocation::Behind { until, .. } => {
+                tracing::info!(tenant = %tenant, cluster = %id, outcome = ?outcome, "the cluster waits for machines");
+                self.insufficient(observed, "InsufficientCapacity", TENANT_WAITING);
+                // Nothing wakes it when the one in front stops holding it back: it wakes itself.
+                let left = (*until - Utc::now()).to_std().unwrap_or_default();
+                return Ok(Some(CAPACITY_WAIT.min(left + Duration::from_millis(100))));
+            }
+            Allocation::Short { .. } => {
                 tracing::info!(tenant = %tenant, cluster = %id, outcome = ?outcome, "the cluster waits for machines");
                 self.insufficient(observed, "InsufficientCapacity", TENANT_WAITING);
             }
@@ -407,7 +415,7 @@ impl ClusterReconciler {
                 self.insufficient(observed, "QuotaExceeded", &message);
             }
         }
-        Ok(true)
+        Ok(Some(CAPACITY_WAIT))
     }
 
     fn insufficient(&self, observed: &mut Observed, reason: &'static str, message: &str) {
