@@ -256,23 +256,24 @@ pub(crate) async fn admin_client(
     cluster_id: ClusterId,
     parsed: Kubeconfig,
 ) -> Result<(Client, Vec<Vec<u8>>), KubeError> {
-    admin_client_within(cluster_id, parsed, crate::timeouts::Timeouts::default()).await
+    admin_client_within(cluster_id, parsed, NodeLimits::default()).await
 }
 
-/// [`admin_client`] with other timeouts.
+/// [`admin_client`] with other limits (timeouts, answer size).
 async fn admin_client_within(
     cluster_id: ClusterId,
     parsed: Kubeconfig,
-    timeouts: crate::timeouts::Timeouts,
+    limits: NodeLimits,
 ) -> Result<(Client, Vec<Vec<u8>>), KubeError> {
     let bad = |source| KubeError::TenantKubeconfig { cluster_id, source };
     let mut config = Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default()).await.map_err(bad)?;
-    timeouts.apply(&mut config);
+    limits.timeouts.apply(&mut config);
     let bundle = config.root_cert.clone().unwrap_or_default();
     if bundle.is_empty() {
         return Err(KubeError::TenantCa { cluster_id, reason: "no certificate-authority-data".to_owned() });
     }
-    let client = Client::try_from(config).map_err(|source| KubeError::Client { source: Box::new(source) })?;
+    let client = crate::timeouts::bounded_client(config, limits.max_response_bytes)
+        .map_err(|source| KubeError::Client { source: Box::new(source) })?;
     Ok((client, bundle))
 }
 
@@ -300,11 +301,18 @@ pub struct NodeLimits {
     pub max_nodes: usize,
     /// The client timeouts ([`crate::timeouts::Timeouts`]).
     pub timeouts: crate::timeouts::Timeouts,
+    /// The largest answer read ([`crate::timeouts::MAX_TENANT_RESPONSE_BYTES`]).
+    pub max_response_bytes: usize,
 }
 
 impl Default for NodeLimits {
     fn default() -> Self {
-        Self { page: 500, max_nodes: 10_000, timeouts: crate::timeouts::Timeouts::default() }
+        Self {
+            page: 500,
+            max_nodes: 10_000,
+            timeouts: crate::timeouts::Timeouts::default(),
+            max_response_bytes: crate::timeouts::MAX_TENANT_RESPONSE_BYTES,
+        }
     }
 }
 
@@ -359,7 +367,7 @@ impl KubeTenantNodes {
         if let Some(cached) = self.cache().get(&cluster_id).filter(|c| c.fingerprint == fingerprint) {
             return Ok(cached.clone());
         }
-        let (client, bundle) = admin_client_within(cluster_id, admin_kubeconfig(tenant)?, self.limits.timeouts).await?;
+        let (client, bundle) = admin_client_within(cluster_id, admin_kubeconfig(tenant)?, self.limits).await?;
         let ca_err = |reason: &str| KubeError::TenantCa { cluster_id, reason: reason.to_owned() };
         let ca_hashes = bundle.iter().map(|c| ca_cert_hash(c)).collect::<Result<Vec<_>, _>>().map_err(ca_err)?;
         let ca_pem = bundle.iter().map(|c| pem("CERTIFICATE", c)).collect();

@@ -5,7 +5,23 @@
 
 use std::time::Duration;
 
-use kube::Config;
+use http_body_util::Limited;
+use kube::client::{ClientBuilder, DynBody};
+use kube::{Client, Config};
+use tower::util::MapResponseLayer;
+
+/// The largest answer read from a tenant's API server (64 MiB). The tenant decides how large its
+/// objects are: a page of 500 Nodes of the 1.5 MiB etcd allows each would be some 750 MiB in the
+/// worker's memory.
+pub const MAX_TENANT_RESPONSE_BYTES: usize = 64 << 20;
+
+/// A client over `config` that reads at most `max_body` bytes of any answer: past that the call
+/// fails (a transient error, like any failed read) instead of buffering what the server sends.
+pub fn bounded_client(config: Config, max_body: usize) -> Result<Client, kube::Error> {
+    let limit =
+        MapResponseLayer::new(move |r: http::Response<Box<DynBody>>| r.map(|body| Limited::new(body, max_body)));
+    Ok(ClientBuilder::try_from(config)?.with_layer(&limit).build())
+}
 
 /// Connect, read and write timeouts of one client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

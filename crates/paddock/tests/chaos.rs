@@ -73,9 +73,17 @@ impl Procs {
             .unwrap_or_else(|e| panic!("starting `paddock {role}`: {e}"))
     }
 
+    /// Starts worker `i` unless it runs.
     fn start_worker(&mut self, i: usize) {
-        let child = self.spawn("worker", &format!("worker-{i}.log"));
-        self.workers[i] = Some(child);
+        if self.workers[i].is_none() {
+            let child = self.spawn("worker", &format!("worker-{i}.log"));
+            self.workers[i] = Some(child);
+        }
+    }
+
+    /// The worker whose process is `pid`.
+    fn worker_of(&self, pid: u32) -> Option<usize> {
+        self.workers.iter().position(|w| w.as_ref().is_some_and(|c| c.id() == pid))
     }
 
     /// SIGKILL (what `Child::kill` sends on Unix), then reap.
@@ -262,6 +270,32 @@ async fn db_snapshot(pool: &PgPool) -> String {
     out
 }
 
+/// Waits up to 1.5 s for a worker that runs the job of a machine in `provisioning` (its
+/// activation opens a usage segment) or `releasing` (its power-off closes one); that worker and
+/// the state.
+async fn aim(pool: &PgPool, procs: &Mutex<Procs>) -> Option<(usize, String)> {
+    let until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < until {
+        let running: Vec<(String, String)> = sqlx::query_as(
+            "select j.locked_by, m.state from jobs j join machines m on m.id = j.target_id \
+              where j.state = 'running' and j.target_type = 'machine' and j.locked_until > now() \
+                and m.state in ('provisioning', 'releasing')",
+        )
+        .fetch_all(pool)
+        .await
+        .expect("running machine jobs");
+        for (worker, state) in running {
+            // `default_worker_id`: worker-<pid>-<random>.
+            let pid = worker.split('-').nth(1).and_then(|p| p.parse().ok());
+            if let Some(i) = pid.and_then(|pid| procs.lock().expect("procs").worker_of(pid)) {
+                return Some((i, state));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_clusters_converge_while_workers_are_killed() {
     let started = Instant::now();
@@ -366,20 +400,32 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
         tenants.push(answer["id"].as_str().expect("tenant id").to_owned());
     }
 
-    // The killer: SIGKILLs a random worker every 0.3-1.5 s and restarts it shortly after.
+    // The killer: every 0.3-1.5 s SIGKILLs a worker and restarts it shortly after. Every other
+    // time it aims: at a worker running the job of a machine about to be activated or released
+    // (where metering opens and closes a segment), else at random.
     let stop = Arc::new(AtomicBool::new(false));
     let kills = Arc::new(AtomicUsize::new(0));
+    let aimed = Arc::new(Mutex::new(BTreeMap::<String, usize>::new()));
     let killer = {
-        let (procs, stop, kills) = (procs.clone(), stop.clone(), kills.clone());
+        let (procs, stop, kills, aimed) = (procs.clone(), stop.clone(), kills.clone(), aimed.clone());
+        let pool = db.pool.clone();
         let mut rng = StdRng::seed_from_u64(seed ^ 0x6b11);
         tokio::spawn(async move {
             let mut events = Vec::new();
             while !stop.load(Ordering::SeqCst) {
                 tokio::time::sleep(Duration::from_millis(rng.random_range(300..1500))).await;
-                let i = rng.random_range(0..WORKERS);
+                let target = if rng.random_bool(0.5) { aim(&pool, &procs).await } else { None };
+                let (i, why) = match target {
+                    Some((i, state)) => {
+                        let why = format!(" running the job of a machine in {state}");
+                        *aimed.lock().expect("aimed").entry(state).or_default() += 1;
+                        (i, why)
+                    }
+                    None => (rng.random_range(0..WORKERS), String::new()),
+                };
                 let pid = procs.lock().expect("procs").kill_worker(i);
                 kills.fetch_add(1, Ordering::SeqCst);
-                events.push(format!("killed worker {i} (pid {pid:?})"));
+                events.push(format!("killed worker {i} (pid {pid:?}){why}"));
                 tokio::time::sleep(Duration::from_millis(rng.random_range(50..500))).await;
                 procs.lock().expect("procs").start_worker(i);
             }
@@ -472,6 +518,7 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
     let kill_events = killer.await.expect("killer");
     let chaos_ended = Instant::now();
     let kills = kills.load(Ordering::SeqCst);
+    let aimed = aimed.lock().expect("aimed").clone();
     {
         let mut p = procs.lock().expect("procs");
         let exited = p.exited_workers();
@@ -668,6 +715,18 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
     )
     .await;
     violations.extend(usage);
+    // No activation went unbilled: an allocation whose machine the ledger saw become `active`
+    // has its segment (the activation and the segment are one transaction).
+    let unbilled = rows(
+        &db.pool,
+        "select format('allocation %s of machine %s reached active but has no usage segment', a.id, a.machine_id)
+           from machine_allocations a
+          where not exists (select 1 from usage_segments s where s.allocation_id = a.id)
+            and exists (select 1 from custody_entries e where e.machine_id = a.machine_id and e.to_state = 'active'
+                          and e.at >= a.allocated_at and (a.released_at is null or e.at <= a.released_at))",
+    )
+    .await;
+    violations.extend(unbilled);
 
     // No job stuck: none running on an expired lease, none due long ago, none failed.
     let stuck = rows(
@@ -701,7 +760,7 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
     let starts = procs.lock().expect("procs").starts;
     println!(
         "chaos: seed {seed}: {} clusters ({} live, {deletes} deleted), {scales} scalings, {kills} worker kills \
-         ({starts} process starts, {taken_over} jobs run again after a lost lease), {allocations} allocations, {cleans} cleans; fleet ready after {:.1} s, chaos {:.1} s, \
+         (aimed at a machine's job: {aimed:?}; {starts} process starts, {taken_over} jobs run again after a lost lease), {allocations} allocations, {cleans} cleans; fleet ready after {:.1} s, chaos {:.1} s, \
          converged {:.1} s after the last kill; {:.1} s in all",
         clusters.len(),
         live.len(),
@@ -710,6 +769,12 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
         converged.as_secs_f64(),
         started.elapsed().as_secs_f64()
     );
+    // The aim must have found its moments, or the kills around activation and release were luck.
+    for state in ["provisioning", "releasing"] {
+        if aimed.get(state).is_none_or(|&n| n == 0) {
+            violations.push(format!("no kill was aimed at a machine's job in {state}"));
+        }
+    }
     if !violations.is_empty() {
         panic!(
             "chaos (seed {seed}) broke {} invariant(s):\n{}\n\n== database {} (kept) ==\n{}\n== actions ==\n{}\n== kills ==\n{}\n== logs ({}) ==\n{}",

@@ -491,6 +491,20 @@ async fn thousands_of_nodes_and_a_slow_webhook_slow_the_driver_within_its_bounds
     let err = paddock_domain::driver::DriverError::from(err);
     assert!(err.is_transient(), "{err:?}");
 
+    // An answer larger than the driver reads (a page of 500 Nodes is well over 64 KiB): the call
+    // fails, transient, instead of the worker buffering whatever the tenant's server sends.
+    let small =
+        KubeTenantNodes::with_limits(NodeLimits { page: 500, max_response_bytes: 64 << 10, ..NodeLimits::default() });
+    let err = small.node(&access(&server), &m).await.expect_err("a page over the size cap");
+    let mut chain = err.to_string();
+    let mut source = std::error::Error::source(&err);
+    while let Some(e) = source {
+        chain.push_str(&format!(": {e}"));
+        source = e.source();
+    }
+    assert!(chain.contains("length limit exceeded"), "{chain}");
+    assert!(paddock_domain::driver::DriverError::from(err).is_transient(), "{chain}");
+
     // Removal reads every page too, and gets the Node deleted through the webhook's hold.
     assert_eq!(paged.remove_node(&access(&server), &m).await.expect("removed"), Removal::Gone);
     assert!(nodes.get_opt("registered-elsewhere").await.expect("get").is_none());
