@@ -260,6 +260,6 @@ async fn a_control_character_in_a_report_is_422_and_leaves_the_run_open() {
         .send()
         .await
         .problem(422, "validation_failed");
-    assert_eq!(problem["errors"][0]["field"], "drives.0.detail", "{problem}");
+    assert_eq!(problem["errors"][0]["field"], "drives[0].detail", "{problem}");
     assert_eq!(verdict(&app).await, (None, None), "a refused report does not use the run up");
 }

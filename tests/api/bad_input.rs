@@ -986,7 +986,7 @@ async fn control_characters_in_bodies_are_422_naming_the_field() {
         .send()
         .await
         .problem(422, "validation_failed");
-    assert_eq!(problem["errors"][0]["field"], "slurm.login.ssh_authorized_keys.0", "{problem}");
+    assert_eq!(problem["errors"][0]["field"], "slurm.login.ssh_authorized_keys[0]", "{problem}");
     assert_eq!(app.count("clusters").await, before, "nothing written");
     for (body, field) in [
         (json!({ "name": "t2", "display_name": "bell\u{7}" }), "display_name"),

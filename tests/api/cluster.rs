@@ -91,11 +91,11 @@ async fn invalid_clusters_are_422_and_write_nothing() {
         (json!({ "name": "a", "kind": "kubernetes", "isolation": "private-nodes", "slurm": {} }), "slurm"),
         (
             json!({ "name": "a", "kind": "kubernetes", "isolation": "private-nodes", "node_pools": [{ "name": "p", "machine_class": "nope", "count": 1 }] }),
-            "node_pools.0.machine_class",
+            "node_pools[0].machine_class",
         ),
         (
             json!({ "name": "a", "kind": "kubernetes", "isolation": "private-nodes", "node_pools": [{ "name": "p", "machine_class": "cpu", "count": 1 }, { "name": "p", "machine_class": "cpu", "count": 1 }] }),
-            "node_pools.1.name",
+            "node_pools[1].name",
         ),
         (
             json!({ "name": "a", "kind": "kubernetes", "isolation": "private-nodes", "kubernetes_version": "latest" }),
@@ -104,16 +104,16 @@ async fn invalid_clusters_are_422_and_write_nothing() {
         (
             json!({ "name": "a", "kind": "slurm", "isolation": "private-nodes", "node_pools": [{ "name": "p", "machine_class": "cpu", "count": 1 }],
                  "slurm": { "partitions": [{ "name": "x", "node_pools": ["q"] }] } }),
-            "slurm.partitions.0.node_pools",
+            "slurm.partitions[0].node_pools",
         ),
         (
             json!({ "name": "a", "kind": "slurm", "isolation": "private-nodes", "node_pools": [{ "name": "p", "machine_class": "cpu", "count": 1 }],
                  "slurm": { "login": { "ssh_authorized_keys": ["not a key"] } } }),
-            "slurm.login.ssh_authorized_keys.0",
+            "slurm.login.ssh_authorized_keys[0]",
         ),
         (
             json!({ "name": "a", "kind": "kubernetes", "isolation": "private-nodes", "node_pools": [{ "name": "p", "machine_class": "cpu", "count": 10001 }] }),
-            "node_pools.0.count",
+            "node_pools[0].count",
         ),
     ];
     for (body, field) in cases {
@@ -163,6 +163,39 @@ async fn quotas_are_checked_against_desired_counts() {
     let pool_path = format!("{path}/{cluster}/node-pools/{cpu_pool}");
     app.patch(&pool_path).token(&t).json(&json!({ "count": 3 })).send().await.problem(409, "quota_exceeded");
     app.patch(&pool_path).token(&t).json(&json!({ "count": 2 })).send().await.expect(202);
+}
+
+/// SPEC section 6 step 3: a cluster asking for more machines of a class than the fleet holds
+/// could never be served and would only hold up the class's line: 409 `insufficient_capacity`,
+/// whether in one pool, across pools or by a scale, with nothing written and nothing said of the
+/// fleet's size.
+#[tokio::test]
+async fn demand_beyond_the_fleet_is_refused_without_saying_its_size() {
+    let app = TestApp::new().await;
+    let (tenant_id, t) = world(&app).await;
+    let path = format!("/v1/tenants/{tenant_id}/clusters");
+    let pools = |counts: &[u32]| {
+        let pools: Vec<Value> = counts
+            .iter()
+            .enumerate()
+            .map(|(i, n)| json!({ "name": format!("p{i}"), "machine_class": "cpu", "count": n }))
+            .collect();
+        json!({ "name": "big", "kind": "kubernetes", "isolation": "private-nodes", "node_pools": pools })
+    };
+    for counts in [&[5][..], &[3, 2]] {
+        let problem = app.post(&path).token(&t).json(&pools(counts)).send().await.problem(409, "insufficient_capacity");
+        let detail = problem["detail"].as_str().expect("detail");
+        assert!(!detail.chars().any(|c| c.is_ascii_digit()), "{problem}");
+    }
+    assert_eq!(app.count("clusters").await, 0);
+    assert_eq!(app.count("node_pools").await, 0);
+    // The whole fleet is a fine request; one more by a scale is not.
+    let created = app.post(&path).token(&t).json(&pools(&[4])).send().await.expect(202).json();
+    let pool = id(&created["cluster"]["node_pools"][0]);
+    let pool_path = format!("{path}/{}/node-pools/{pool}", id(&created["cluster"]));
+    app.patch(&pool_path).token(&t).json(&json!({ "count": 5 })).send().await.problem(409, "insufficient_capacity");
+    let after: Value = app.get(&pool_path).token(&t).send().await.expect(200).json();
+    assert_eq!(after["count"], 4, "{after}");
 }
 
 #[tokio::test]
@@ -226,13 +259,29 @@ async fn cluster_patch_upgrades_and_refuses_immutable_fields_and_downgrades() {
     assert_eq!(body["cluster"]["generation"], 2);
     assert_eq!(body["cluster"]["slurm"]["login"]["replicas"], 2);
     assert_eq!(body["operation"]["kind"], "cluster_update");
-    app.patch(&path)
+    let changed = app
+        .patch(&path)
         .token(&t)
         .header("if-match", "\"1\"")
         .json(&json!({ "kubernetes_version": "v1.35.3" }))
         .send()
         .await
         .problem(412, "precondition_failed");
+    assert!(changed["detail"].as_str().expect("detail").contains("changed: its etag is now \"2\""), "{changed}");
+    // The current etag, but weak or unquoted: still refused (strong comparison), saying how to
+    // write it rather than that the object changed.
+    for misquoted in ["2", "W/\"2\""] {
+        let problem = app
+            .patch(&path)
+            .token(&t)
+            .header("if-match", misquoted)
+            .json(&json!({ "kubernetes_version": "v1.35.3" }))
+            .send()
+            .await
+            .problem(412, "precondition_failed");
+        let detail = problem["detail"].as_str().expect("detail");
+        assert!(detail.contains("has not changed") && detail.contains("\"2\""), "{misquoted}: {problem}");
+    }
     app.patch(&path)
         .token(&t)
         .json(&json!({ "kubernetes_version": "v1.34.0" }))

@@ -111,10 +111,10 @@ pub fn validate_cluster(spec: &ClusterSpec, pools: &[NodePoolSpec]) -> Result<()
     c.check(pools.len() <= MAX_POOLS, "node_pools", format!("at most {MAX_POOLS} node pools"));
     let mut names = HashSet::new();
     for (i, pool) in pools.iter().enumerate() {
-        validate_pool_into(&mut c, &format!("node_pools.{i}."), pool);
+        validate_pool_into(&mut c, &format!("node_pools[{i}]."), pool);
         c.check(
             names.insert(pool.name.as_str()),
-            &format!("node_pools.{i}.name"),
+            &format!("node_pools[{i}].name"),
             "is used by another pool of this cluster",
         );
     }
@@ -139,7 +139,7 @@ fn validate_slurm(c: &mut Checks, slurm: &SlurmSpec, pools: &HashSet<&str>) {
     c.check(slurm.partitions.len() <= 64, "slurm.partitions", "at most 64 partitions");
     let mut names = HashSet::new();
     for (i, p) in slurm.partitions.iter().enumerate() {
-        let field = format!("slurm.partitions.{i}");
+        let field = format!("slurm.partitions[{i}]");
         c.dns_label(&format!("{field}.name"), &p.name, 30);
         c.check(names.insert(p.name.as_str()), &format!("{field}.name"), "is used by another partition");
         c.check(!p.node_pools.is_empty(), &format!("{field}.node_pools"), "must name at least one node pool");
@@ -168,7 +168,7 @@ fn validate_slurm(c: &mut Checks, slurm: &SlurmSpec, pools: &HashSet<&str>) {
     for (i, key) in slurm.login.ssh_authorized_keys.iter().enumerate() {
         c.check(
             SSH_KEY.is_match(key.trim()),
-            &format!("slurm.login.ssh_authorized_keys.{i}"),
+            &format!("slurm.login.ssh_authorized_keys[{i}]"),
             "must be an OpenSSH public key line",
         );
     }
@@ -197,10 +197,10 @@ fn validate_pool_into(c: &mut Checks, prefix: &str, pool: &NodePoolSpec) {
     for (i, t) in pool.taints.iter().enumerate() {
         let mut as_label = Labels::new();
         as_label.insert(t.key.clone(), t.value.clone());
-        c.labels(&format!("{prefix}taints.{i}"), &as_label);
+        c.labels(&format!("{prefix}taints[{i}]"), &as_label);
         c.check(
             seen.insert((t.key.as_str(), t.effect)),
-            &format!("{prefix}taints.{i}"),
+            &format!("{prefix}taints[{i}]"),
             "duplicates another taint's key and effect",
         );
     }

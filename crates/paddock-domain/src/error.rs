@@ -57,10 +57,12 @@ pub enum Error {
         message: String,
     },
     /// `If-Match` does not match the current etag.
-    #[error("the object changed: its etag is now \"{current}\"")]
+    #[error("{}", precondition_message(*current, *misquoted))]
     PreconditionFailed {
         /// The current generation.
         current: i64,
+        /// The header named it, but weak (`W/"3"`) or unquoted (`3`): never a match.
+        misquoted: bool,
     },
     /// A dependency (the database) is unavailable, or the process is draining.
     #[error("the service is temporarily unavailable")]
@@ -111,6 +113,18 @@ impl Error {
             Self::Unavailable(_) => "unavailable",
             Self::Internal(_) => "internal",
         }
+    }
+}
+
+/// The text of [`Error::PreconditionFailed`].
+fn precondition_message(current: i64, misquoted: bool) -> String {
+    if misquoted {
+        format!(
+            "the object has not changed, but If-Match must name its etag strong and quoted: \"{current}\" \
+             (a weak or unquoted tag never matches)"
+        )
+    } else {
+        format!("the object changed: its etag is now \"{current}\"")
     }
 }
 

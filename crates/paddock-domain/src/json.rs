@@ -59,7 +59,9 @@ fn control_character(value: &Value, path: &str) -> Option<String> {
                 control_character(v, &field)
             }
         }),
-        Value::Array(items) => items.iter().enumerate().find_map(|(n, v)| control_character(v, &join(&n.to_string()))),
+        Value::Array(items) => {
+            items.iter().enumerate().find_map(|(n, v)| control_character(v, &format!("{path}[{n}]")))
+        }
         _ => None,
     }
 }
@@ -88,7 +90,7 @@ fn array_for_object(input: &Value, output: &Value, path: &str) -> Option<String>
             i.iter().find_map(|(k, v)| o.get(k).and_then(|ov| array_for_object(v, ov, &join(k))))
         }
         (Value::Array(i), Value::Array(o)) => {
-            i.iter().zip(o).enumerate().find_map(|(n, (iv, ov))| array_for_object(iv, ov, &join(&n.to_string())))
+            i.iter().zip(o).enumerate().find_map(|(n, (iv, ov))| array_for_object(iv, ov, &format!("{path}[{n}]")))
         }
         _ => None,
     }
@@ -106,8 +108,39 @@ fn decode_value<T: DeserializeOwned>(value: Value) -> Result<T, DecodeError> {
             (_, None) => field,
         };
         let field = if field.is_empty() { "body".to_owned() } else { field };
-        DecodeError::Data { field, message: strip_position(&message) }
+        DecodeError::Data { field, message: json_terms(&strip_position(&message)) }
     })
+}
+
+/// serde's "invalid type: string \"x\", expected u32" in JSON's terms: "invalid type: string
+/// \"x\", expected an integer from 0 to 4294967295". What was found and what was expected are
+/// named as a JSON document has them (object, array, number, null), never as Rust types.
+fn json_terms(message: &str) -> String {
+    let Some((found, expected)) = message.split_once(", expected ") else { return message.to_owned() };
+    let found = [("map", "object"), ("sequence", "array"), ("floating point", "number"), ("unit value", "null")]
+        .iter()
+        .fold(found.to_owned(), |f, (rust, json)| match f.split_once(": ") {
+            Some((kind, what)) if what == *rust || what.starts_with(&format!("{rust} ")) => {
+                format!("{kind}: {json}{}", &what[rust.len()..])
+            }
+            _ => f,
+        });
+    let expected = match expected {
+        "u8" => "an integer from 0 to 255".to_owned(),
+        "u16" => "an integer from 0 to 65535".to_owned(),
+        "u32" => "an integer from 0 to 4294967295".to_owned(),
+        "u64" | "usize" => "an integer of at least 0".to_owned(),
+        "i32" => "an integer from -2147483648 to 2147483647".to_owned(),
+        "i64" | "isize" => "an integer".to_owned(),
+        "f32" | "f64" => "a number".to_owned(),
+        "a map" => "an object".to_owned(),
+        "a sequence" => "an array".to_owned(),
+        "a borrowed string" | "a string" => "a string".to_owned(),
+        "unit" => "null".to_owned(),
+        other if other.starts_with("struct ") => "an object".to_owned(),
+        other => other.to_owned(),
+    };
+    format!("{found}, expected {expected}")
 }
 
 fn missing_field(message: &str) -> Option<&str> {
@@ -231,6 +264,30 @@ mod tests {
         }
         let err = decode::<Outer>(br#"{"inner": ["x"]}"#).expect_err("array for a nested object");
         assert!(matches!(err, DecodeError::Data { ref field, .. } if field == "inner"), "{err:?}");
+    }
+
+    #[test]
+    fn type_errors_are_in_json_terms() {
+        let message = |body: &[u8]| match decode::<Spec>(body).expect_err("wrong type") {
+            DecodeError::Data { message, .. } => message,
+            e @ DecodeError::Syntax(_) => panic!("{e}"),
+        };
+        assert_eq!(
+            message(br#"{"name": "x", "size": "big"}"#),
+            "invalid type: string \"big\", expected an integer from 0 to 4294967295"
+        );
+        assert_eq!(
+            message(br#"{"name": "x", "size": -1}"#),
+            "invalid value: integer `-1`, expected an integer from 0 to 4294967295"
+        );
+        assert_eq!(
+            message(br#"{"name": "x", "size": 1.5}"#),
+            "invalid type: number `1.5`, expected an integer from 0 to 4294967295"
+        );
+        assert_eq!(message(br#"{"name": {}, "size": 1}"#), "invalid type: object, expected a string");
+        assert_eq!(message(br#"{"name": [], "size": 1}"#), "invalid type: array, expected a string");
+        assert_eq!(message(br#"{"name": null, "size": 1}"#), "invalid type: null, expected a string");
+        assert_eq!(message(br#""x""#), "invalid type: string \"x\", expected an object");
     }
 
     #[test]

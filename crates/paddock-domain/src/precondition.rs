@@ -10,9 +10,34 @@ pub enum IfMatch {
     Absent,
     /// `*`: the object must exist.
     Any,
-    /// One of these etags must be current. Weak or unparseable tags never match (RFC 9110
-    /// requires strong comparison), so they are kept only to fail.
-    Tags(Vec<Option<i64>>),
+    /// One of these etags must be current.
+    Tags(Vec<Tag>),
+}
+
+/// One entity tag of an `If-Match` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tag {
+    /// `"<generation>"`: the only form that can match (RFC 9110 requires strong comparison).
+    Strong(i64),
+    /// `W/"<generation>"` or a bare `<generation>`: never matches, but when it names the current
+    /// generation the refusal says how to write it rather than that the object changed.
+    Misquoted(i64),
+    /// Anything else.
+    Other,
+}
+
+impl Tag {
+    fn parse(tag: &str) -> Self {
+        let quoted = |t: &str| t.strip_prefix('"').and_then(|t| t.strip_suffix('"')).map(str::to_owned);
+        if let Some(generation) = quoted(tag).and_then(|t| t.parse().ok()) {
+            return Self::Strong(generation);
+        }
+        let weak = tag.strip_prefix("W/").and_then(quoted);
+        match weak.as_deref().unwrap_or(tag).parse() {
+            Ok(generation) => Self::Misquoted(generation),
+            Err(_) => Self::Other,
+        }
+    }
 }
 
 impl IfMatch {
@@ -22,23 +47,18 @@ impl IfMatch {
         if header.trim() == "*" {
             return Self::Any;
         }
-        Self::Tags(
-            header
-                .split(',')
-                .map(|tag| {
-                    let tag = tag.trim();
-                    tag.strip_prefix('"').and_then(|t| t.strip_suffix('"')).and_then(|t| t.parse::<i64>().ok())
-                })
-                .collect(),
-        )
+        Self::Tags(header.split(',').map(|tag| Tag::parse(tag.trim())).collect())
     }
 
     /// Checks the precondition against the current generation (412 when it fails).
     pub fn check(&self, current: i64) -> Result<(), Error> {
         match self {
             Self::Absent | Self::Any => Ok(()),
-            Self::Tags(tags) if tags.contains(&Some(current)) => Ok(()),
-            Self::Tags(_) => Err(Error::PreconditionFailed { current }),
+            Self::Tags(tags) if tags.contains(&Tag::Strong(current)) => Ok(()),
+            Self::Tags(tags) => {
+                let misquoted = tags.contains(&Tag::Misquoted(current));
+                Err(Error::PreconditionFailed { current, misquoted })
+            }
         }
     }
 }
@@ -56,5 +76,18 @@ mod tests {
         assert!(IfMatch::parse(Some("\"2\"")).check(3).is_err());
         assert!(IfMatch::parse(Some("W/\"3\"")).check(3).is_err());
         assert!(IfMatch::parse(Some("3")).check(3).is_err());
+        assert!(IfMatch::parse(Some("\"x\", 3")).check(3).is_err());
+    }
+
+    #[test]
+    fn a_misquoted_current_etag_says_how_to_write_it() {
+        for header in ["3", "W/\"3\"", "\"2\", W/\"3\""] {
+            let err = IfMatch::parse(Some(header)).check(3).expect_err(header);
+            assert!(matches!(err, Error::PreconditionFailed { current: 3, misquoted: true }), "{header}");
+            assert!(err.to_string().contains("has not changed") && err.to_string().contains("\"3\""), "{err}");
+        }
+        let changed = IfMatch::parse(Some("W/\"2\"")).check(3).expect_err("changed");
+        assert!(matches!(changed, Error::PreconditionFailed { current: 3, misquoted: false }), "{changed}");
+        assert!(changed.to_string().contains("changed"), "{changed}");
     }
 }

@@ -273,26 +273,26 @@ fn check_report(report: &AgentReport, nonce: &str) -> Result<()> {
     let mut seen = HashSet::new();
     for (i, drive) in report.drives.iter().enumerate() {
         if let Some(id) = &drive.id {
-            c.text(&format!("drives.{i}.id"), id, 256);
-            c.check(seen.insert(id.as_str()), &format!("drives.{i}.id"), "is reported twice");
+            c.text(&format!("drives[{i}].id"), id, 256);
+            c.check(seen.insert(id.as_str()), &format!("drives[{i}].id"), "is reported twice");
         }
-        c.text(&format!("drives.{i}.method"), &drive.method, 64);
+        c.text(&format!("drives[{i}].method"), &drive.method, 64);
         if let Some(detail) = &drive.detail {
-            c.max_len(&format!("drives.{i}.detail"), detail, 4096);
+            c.max_len(&format!("drives[{i}].detail"), detail, 4096);
         }
         let identity = &drive.identity;
         for (field, value) in
             [("model", &identity.model), ("serial", &identity.serial), ("wwn", &identity.wwn), ("eui", &identity.eui)]
         {
             if let Some(value) = value {
-                c.max_len(&format!("drives.{i}.identity.{field}"), value, 256);
+                c.max_len(&format!("drives[{i}].identity.{field}"), value, 256);
             }
         }
         if let Some(protocol) = &identity.protocol {
-            c.max_len(&format!("drives.{i}.identity.protocol"), protocol, 64);
+            c.max_len(&format!("drives[{i}].identity.protocol"), protocol, 64);
         }
         if let Some(v) = &drive.verification {
-            let field = format!("drives.{i}.verification.sha256");
+            let field = format!("drives[{i}].verification.sha256");
             c.check(is_sha256_hex(&v.sha256), &field, "must be 64 lower-case hex digits");
         }
     }

@@ -81,7 +81,7 @@ impl Services {
             rules::validate_cluster(&spec, &pools)?;
             let mut classes = Vec::with_capacity(pools.len());
             for (i, pool) in pools.iter().enumerate() {
-                classes.push(class_of(&mut tx, &format!("node_pools.{i}.machine_class"), &pool.machine_class).await?);
+                classes.push(class_of(&mut tx, &format!("node_pools[{i}].machine_class"), &pool.machine_class).await?);
             }
             let mut demand = store::demand(&mut tx, tenant_id, None).await?;
             demand.clusters += 1;
@@ -436,9 +436,9 @@ async fn check_fleet(conn: &mut Conn, class: MachineClassId, wanted: u64) -> Res
 
 /// A machine class by name for a pool: its id and GPUs per machine; 422 naming `field` if missing.
 async fn class_of(conn: &mut Conn, field: &str, name: &str) -> Result<(paddock_types::MachineClassId, u32)> {
-    let class = machine_class::get_by_name(conn, name, false)
-        .await?
-        .ok_or_else(|| Error::invalid(field, format!("no machine class is named {name:?}")))?;
+    let Some(class) = machine_class::get_by_name(conn, name, false).await? else {
+        return Err(crate::machine_class::unknown(conn, field, name).await?);
+    };
     Ok((class.id, class.spec.gpu_count))
 }
 

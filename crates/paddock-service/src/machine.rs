@@ -72,9 +72,9 @@ impl Services {
             let id = MachineId::new();
             audit.target(id.uuid(), None);
             let mut tx = self.store.begin().await?;
-            let class = machine_class::get_by_name(&mut tx, &spec.machine_class, false).await?.ok_or_else(|| {
-                Error::invalid("machine_class", format!("no machine class is named {:?}", spec.machine_class))
-            })?;
+            let Some(class) = machine_class::get_by_name(&mut tx, &spec.machine_class, false).await? else {
+                return Err(crate::machine_class::unknown(&mut tx, "machine_class", &spec.machine_class).await?);
+            };
             let bmc = Bmc {
                 url: spec.bmc.url.clone(),
                 system_id: spec.bmc.system_id.clone(),

@@ -101,3 +101,18 @@ impl Services {
         .await
     }
 }
+
+/// The 422 for a request naming a class that does not exist, listing the names that would do
+/// (whoever may name a class may read the classes); a long catalogue is cut short.
+pub(crate) async fn unknown(conn: &mut paddock_store::Conn, field: &str, name: &str) -> Result<Error> {
+    const SHOWN: u32 = 20;
+    let mut names = machine_class::names(conn, SHOWN + 1).await?;
+    let more = if names.len() > SHOWN as usize { ", ..." } else { "" };
+    names.truncate(SHOWN as usize);
+    let known = if names.is_empty() {
+        "there are none yet".to_owned()
+    } else {
+        format!("the classes are {}{more}", names.join(", "))
+    };
+    Ok(Error::invalid(field, format!("no machine class is named {name:?}; {known}")))
+}

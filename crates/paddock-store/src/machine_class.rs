@@ -101,6 +101,15 @@ pub async fn get_by_name(conn: &mut Conn, name: &str, for_update: bool) -> Resul
     Ok(row.map(Into::into))
 }
 
+/// The first `limit` class names, alphabetically.
+pub async fn names(conn: &mut Conn, limit: u32) -> Result<Vec<String>, StoreError> {
+    let names = sqlx::query_scalar("select name from machine_classes order by name limit $1")
+        .bind(i64::from(limit))
+        .fetch_all(conn)
+        .await?;
+    Ok(names)
+}
+
 /// Classes after `after`, by id.
 pub async fn list(conn: &mut Conn, after: Option<Uuid>, limit: u32) -> Result<Vec<MachineClass>, StoreError> {
     let rows: Vec<MachineClassRow> = sqlx::query_as(&format!(

@@ -458,6 +458,21 @@ impl Settings {
         Ok(())
     }
 
+    /// The simulated BMC driver boots simulated images: their URLs default to the simulated ones
+    /// (`paddock dev` and `paddock serve` alike), or every machine would wait in cleaning for a
+    /// wipe image that is never configured (SPEC section 9).
+    pub fn simulated_defaults(&mut self) {
+        if self.bmc_driver == BmcDriver::Simulated {
+            let sim_image = |name: &str| url::Url::parse(&format!("http://images.paddock.invalid/{name}"));
+            if let (None, Ok(url)) = (&self.wipe_image_url, sim_image("wipe.iso")) {
+                self.wipe_image_url = Some(url);
+            }
+            if let (None, Ok(url)) = (&self.os_image_url, sim_image("node-os.iso")) {
+                self.os_image_url = Some(url);
+            }
+        }
+    }
+
     /// Checks the settings that later stages use, so a bad value stops the process at start.
     pub fn validate(&self) -> anyhow::Result<()> {
         self.signing_key()?;
@@ -550,6 +565,20 @@ mod tests {
         assert!(shown.contains("postgres://paddock:%3Credacted%3E@db.example:5432/paddock"), "{shown}");
         assert!(shown.contains("jwt_hs256_secret: \"<set>\""), "{shown}");
         assert!(shown.contains("ledger_key: \"<set>\""), "{shown}");
+    }
+
+    #[test]
+    fn the_simulated_bmc_driver_boots_simulated_images_unless_told_otherwise() {
+        let parse = |args: &[&str]| {
+            let cli = Cli::try_parse_from(std::iter::once("paddock").chain(args.iter().copied())).expect("arguments");
+            let mut settings = cli.settings;
+            settings.simulated_defaults();
+            settings.wipe_image_url.map(|u| u.to_string())
+        };
+        assert_eq!(parse(&["--bmc-driver=simulated"]).as_deref(), Some("http://images.paddock.invalid/wipe.iso"));
+        let chosen = ["--bmc-driver=simulated", "--wipe-image-url=https://images.example/w.iso"];
+        assert_eq!(parse(&chosen).as_deref(), Some("https://images.example/w.iso"));
+        assert_eq!(parse(&["--bmc-driver=none"]), None);
     }
 
     const DIGEST: &str = "0fe69a4d69d37826b61d5cf3668142a99abf86c090c214078aa9042b6d24937a";

@@ -98,10 +98,7 @@ pub fn run(mut settings: Settings, args: DevArgs) -> anyhow::Result<()> {
     if std::env::var_os("PADDOCK_AGENT_INSECURE_HTTP").is_none() {
         settings.agent_insecure_http = true;
     }
-    if settings.bmc_driver == BmcDriver::Simulated {
-        settings.wipe_image_url.get_or_insert_with(|| sim_image("wipe.iso"));
-        settings.os_image_url.get_or_insert_with(|| sim_image("node-os.iso"));
-    }
+    settings.simulated_defaults();
     settings.validate()?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -120,10 +117,6 @@ pub fn run(mut settings: Settings, args: DevArgs) -> anyhow::Result<()> {
 }
 
 /// An image URL the simulated BMCs accept (they never fetch it).
-fn sim_image(name: &str) -> url::Url {
-    url::Url::parse(&format!("http://images.paddock.invalid/{name}")).expect("a valid URL")
-}
-
 /// The simulated machines `dev` enrolls: (name, class).
 const SIM_MACHINES: [(&str, &str); 8] = [
     ("node-001", "cpu-standard"),

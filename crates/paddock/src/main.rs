@@ -73,7 +73,8 @@ fn init_logging(settings: &Settings) {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let settings = cli.settings;
+    let mut settings = cli.settings;
+    settings.simulated_defaults();
     match cli.command {
         Command::Openapi { output } => write_openapi(&output),
         Command::Token { roles, tenant, sub, ttl } => {
