@@ -62,13 +62,15 @@ async fn metrics_count_requests_by_route_template_and_report_gauges() {
     );
     assert!(!text.contains(&crate::common::id(&tenant)), "raw ids must not become labels");
     assert!(text.contains("paddock_http_request_duration_seconds_bucket"));
-    assert!(text.contains(r#"paddock_machines{state="available"} 0"#), "{text}");
+    assert!(text.contains(r#"paddock_clusters{phase="ready",kind="slurm"} 0"#), "{text}");
+    assert!(text.contains(r#"paddock_build_info{version=""#), "{text}");
     assert!(!text.contains("paddock_queue_depth{"), "no jobs yet: {text}");
     crate::common::machine_class(&app, "gpu", 8).await;
     crate::common::machine(&app, "node-1", "gpu").await;
     let text = String::from_utf8(app.get("/metrics").send().await.expect(200).body.to_vec()).expect("utf8");
     assert!(text.contains(r#"paddock_queue_depth{kind="machine_reconcile",state="queued"} 1"#), "{text}");
-    assert!(text.contains(r#"paddock_machines{state="enrolling"} 1"#), "{text}");
+    assert!(text.contains(r#"paddock_machines{state="enrolling",machine_class="gpu"} 1"#), "{text}");
+    assert!(text.contains(r#"paddock_machines{state="available",machine_class="gpu"} 0"#), "{text}");
     assert!(text.contains("paddock_database_up 1"));
 }
 

@@ -51,6 +51,9 @@ impl Exposition {
     /// The scrape's response: the text format, with its content type.
     pub async fn response(&self) -> Response {
         let mut out = String::new();
+        out.push_str("# HELP paddock_build_info The running build: always 1, its version a label.\n");
+        out.push_str("# TYPE paddock_build_info gauge\n");
+        let _ = writeln!(out, "paddock_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"));
         if let Some(http) = &self.http {
             http.render(&mut out);
         }

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use paddock_store::job::Depth;
+use paddock_store::metrics::Count;
 use paddock_store::{job, metrics};
+use paddock_types::cluster::{ClusterKind, ClusterPhase};
 use paddock_types::machine::MachineState;
 
 use crate::Services;
@@ -16,8 +18,21 @@ use crate::Services;
 /// How long one read of the gauges serves scrapes, by default.
 pub const GAUGE_MAX_AGE: Duration = Duration::from_secs(5);
 
-/// One read: machines by state and the queue's depth, `None` when the database did not answer.
-type Reading = Option<(Vec<(String, i64)>, Vec<Depth>)>;
+/// One read, `None` when the database did not answer.
+type Reading = Option<Gauges>;
+
+/// What one read of the database gives.
+#[derive(Debug, Clone)]
+struct Gauges {
+    /// Machines by state and class.
+    machines: Vec<Count>,
+    /// Every class's name.
+    classes: Vec<String>,
+    /// Clusters by phase and kind.
+    clusters: Vec<Count>,
+    /// The queue's depth.
+    jobs: Vec<Depth>,
+}
 
 /// The last read and when it was made; the lock is held while reading, so there is one read at
 /// a time.
@@ -63,9 +78,11 @@ impl Services {
         self.gauges.reads.fetch_add(1, Ordering::Relaxed);
         let read = async {
             let mut conn = self.store.conn().await?;
-            let machines = metrics::machines_by_state(&mut conn).await?;
+            let machines = metrics::machines_by_state_and_class(&mut conn).await?;
+            let classes = metrics::class_names(&mut conn).await?;
+            let clusters = metrics::clusters_by_phase_and_kind(&mut conn).await?;
             let jobs = job::depth(&mut conn).await?;
-            Ok::<_, paddock_store::StoreError>((machines, jobs))
+            Ok::<_, paddock_store::StoreError>(Gauges { machines, classes, clusters, jobs })
         };
         let reading = read.await.ok();
         *last = Some((started, reading.clone()));
@@ -81,15 +98,26 @@ impl Services {
         let _ = writeln!(out, "paddock_gauge_reads_total {}", self.gauges.reads.load(Ordering::Relaxed));
         out.push_str("# HELP paddock_database_up Whether the database answered the last read of the gauges.\n");
         out.push_str("# TYPE paddock_database_up gauge\n");
-        let Some((machines, jobs)) = reading else {
+        let Some(Gauges { machines, classes, clusters, jobs }) = reading else {
             out.push_str("paddock_database_up 0\n");
             return;
         };
         out.push_str("paddock_database_up 1\n");
-        out.push_str("# HELP paddock_machines Machines by lifecycle state.\n# TYPE paddock_machines gauge\n");
-        for state in MachineState::ALL {
-            let n = machines.iter().find(|(s, _)| s == state.as_str()).map_or(0, |(_, n)| *n);
-            let _ = writeln!(out, "paddock_machines{{state=\"{}\"}} {n}", state.as_str());
+        out.push_str("# HELP paddock_machines Machines by lifecycle state and machine class.\n");
+        out.push_str("# TYPE paddock_machines gauge\n");
+        for state in MachineState::ALL.map(MachineState::as_str) {
+            for class in &classes {
+                let n = count(&machines, state, class);
+                let _ = writeln!(out, "paddock_machines{{state=\"{state}\",machine_class=\"{}\"}} {n}", label(class));
+            }
+        }
+        out.push_str("# HELP paddock_clusters Clusters not yet deleted, by phase and kind.\n");
+        out.push_str("# TYPE paddock_clusters gauge\n");
+        for phase in ClusterPhase::ALL.map(ClusterPhase::as_str) {
+            for kind in [ClusterKind::Slurm, ClusterKind::Kubernetes].map(ClusterKind::as_str) {
+                let n = count(&clusters, phase, kind);
+                let _ = writeln!(out, "paddock_clusters{{phase=\"{phase}\",kind=\"{kind}\"}} {n}");
+            }
         }
         out.push_str("# HELP paddock_queue_depth Jobs of the durable queue not yet finished, by kind and state.\n");
         out.push_str("# TYPE paddock_queue_depth gauge\n");
@@ -101,4 +129,14 @@ impl Services {
             );
         }
     }
+}
+
+/// The count under two labels, zero when none.
+fn count(counts: &[Count], a: &str, b: &str) -> i64 {
+    counts.iter().find(|(x, y, _)| x == a && y == b).map_or(0, |(_, _, n)| *n)
+}
+
+/// A label value in the text format's escaping (backslash, quote, newline).
+fn label(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }

@@ -501,6 +501,17 @@ fn reason(ended: &Ended) -> (Option<&str>, Option<&str>, Option<&Cause>) {
     }
 }
 
+/// The code of the error a run ended with: a retry, a failure, or a wait because of an error (a
+/// driver's outage); not a wait for progress.
+fn error_code(ended: &Ended) -> Option<&str> {
+    match ended {
+        Ended::Outcome(Outcome::Retry { error, .. }) => Some(error.code.as_str()),
+        Ended::Outcome(Outcome::Wait { reason, cause: Some(_), .. }) => Some(reason.code.as_str()),
+        Ended::Outcome(Outcome::Fail { problem }) => Some(problem.code.as_str()),
+        _ => None,
+    }
+}
+
 /// Counts how a run ended and logs it: one event per run, with the job, its target and attempt,
 /// the outcome, the duration, and the whole chain of the error behind it (the one place a job's
 /// failure is logged).
@@ -508,6 +519,7 @@ fn finish_log(inner: &Inner, job: &Job, started: Instant, ended: &Ended, written
     let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let (code, message, cause) = reason(ended);
     let chain = cause.map(|c| paddock_domain::error::chain(c.as_ref()));
+    inner.metrics.observe(&job.kind, started.elapsed(), error_code(ended));
     let outcome = match &written {
         Ok(outcome) => {
             inner.metrics.add(&job.kind, outcome);
