@@ -60,6 +60,10 @@ impl Store {
         statement_timeout: Option<Duration>,
     ) -> Result<Self, StoreError> {
         let mut options: PgConnectOptions = url.parse().map_err(StoreError::Config)?;
+        // No JIT compilation: paddock's statements are short, and the planner's estimates switch
+        // it on for the usage aggregates over `generate_series`, where compiling took most of the
+        // time (BENCHMARKS.md, usage metering: provider month 3.3 s with it, 1.8 s without).
+        options = options.options([("jit", "off")]);
         if let Some(timeout) = statement_timeout {
             let ms = timeout.as_millis().to_string();
             options = options.options([("statement_timeout", ms.as_str())]);
