@@ -90,6 +90,13 @@ impl Lab {
         format!("/v1/tenants/{}/clusters/{cluster}", self.tenant)
     }
 
+    /// The tenant view's `quota_use`, as the tenant reads it.
+    async fn quota_use(&self) -> Value {
+        let path = format!("/v1/tenants/{}", self.tenant);
+        let t: Value = self.app.get(path).token(&self.tenant_token).send().await.expect(200).json();
+        t["quota_use"].clone()
+    }
+
     async fn operation(&self, op: &Value) -> Value {
         self.app.get(format!("/v1/operations/{}", id(op))).token(&admin()).send().await.expect(200).json()
     }
@@ -144,12 +151,14 @@ async fn a_create_a_scale_and_a_delete_each_show_their_own_steps_in_the_order_th
     let created = lab.app.post(path).token(&lab.tenant_token).json(&body).send().await.expect(202).json();
     let cluster = id(&created["cluster"]);
     let pool = id(&created["cluster"]["node_pools"][0]);
+    assert_eq!(lab.quota_use().await, json!({ "clusters": 1, "nodes": 2, "gpus": 16 }));
     let create = lab.ended(&created["operation"], "succeeded").await;
     assert_eq!(finished_steps(&create), ["namespace", "control_plane", "machines", "nodes", "stack", "slurm"]);
 
     let pool_path = format!("{}/node-pools/{pool}", lab.cluster_path(&cluster));
     let scaled =
         lab.app.patch(pool_path).token(&lab.tenant_token).json(&json!({ "count": 3 })).send().await.expect(202).json();
+    assert_eq!(lab.quota_use().await, json!({ "clusters": 1, "nodes": 3, "gpus": 24 }));
     let scale = lab.ended(&scaled["operation"], "succeeded").await;
     let steps = finished_steps(&scale);
     assert_eq!(steps[..2], ["machines", "nodes"], "{scale}");
@@ -157,6 +166,7 @@ async fn a_create_a_scale_and_a_delete_each_show_their_own_steps_in_the_order_th
     assert!(time(&scale["steps"][0]["started_at"]) >= time(&scale["created_at"]));
 
     let deleted = lab.app.delete(lab.cluster_path(&cluster)).token(&lab.tenant_token).send().await.expect(202).json();
+    assert_eq!(lab.quota_use().await, json!({ "clusters": 0, "nodes": 0, "gpus": 0 }), "a deletion frees it");
     let delete = lab.ended(&deleted["operation"], "succeeded").await;
     assert_eq!(
         finished_steps(&delete),
