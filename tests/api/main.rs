@@ -20,6 +20,7 @@ mod machine_class;
 mod metrics;
 mod openapi;
 mod operation;
+mod operation_steps;
 mod pagination;
 mod platform;
 mod sweep;

@@ -18,6 +18,8 @@ pub struct Tenant {
     pub id: TenantId,
     /// What the provider asked for.
     pub spec: TenantCreate,
+    /// What it uses of its quotas.
+    pub quota_use: paddock_types::tenant::QuotaUse,
     /// Active or suspended.
     pub state: TenantState,
     /// Spec generation.
@@ -37,6 +39,7 @@ impl Tenant {
             display_name: self.spec.display_name.clone(),
             labels: self.spec.labels.clone(),
             quotas: self.spec.quotas.clone(),
+            quota_use: self.quota_use,
             state: self.state,
             generation: self.generation,
             etag: etag(self.generation),

@@ -129,47 +129,141 @@ pub async fn list(
     rows.into_iter().map(OperationView::try_from).collect()
 }
 
-/// Records progress on the open operations of `targets`: `running`, with their steps and current
-/// step. Writes nothing for an operation that already shows exactly this.
-pub async fn progress(
-    conn: &mut Conn,
-    targets: &[Uuid],
-    steps: &[OperationStep],
-    current_step: Option<&str>,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "update operations set state = 'running', steps = $2, current_step = $3, updated_at = now() \
-         where target_id = any($1) and state in ('pending', 'running') \
-           and (state, steps, current_step) is distinct from ('running', $2, $3)",
-    )
-    .bind(targets)
-    .bind(Json(steps))
-    .bind(current_step)
-    .execute(conn)
-    .await?;
+/// Records progress on the open operations of `targets`: `running`, with `observed` (the
+/// target's steps as the run left them) merged into each operation's own steps by [`merge`].
+/// Writes nothing for an operation that already shows exactly this.
+pub async fn progress(conn: &mut Conn, targets: &[Uuid], observed: &[OperationStep]) -> Result<(), StoreError> {
+    for open in open_of(conn, targets, None).await? {
+        let steps = merge(&open.kind, &open.steps, observed, open.created_at, Utc::now(), false);
+        let current = steps.iter().find(|s| s.state == OperationState::Running).map(|s| s.name.clone());
+        sqlx::query(
+            "update operations set state = 'running', steps = $2, current_step = $3, updated_at = now() \
+             where id = $1 and state in ('pending', 'running') \
+               and (state, steps, current_step) is distinct from ('running', $2, $3)",
+        )
+        .bind(open.id)
+        .bind(Json(&steps))
+        .bind(current)
+        .execute(&mut *conn)
+        .await?;
+    }
     Ok(())
 }
 
 /// Completes the open operations on `target` created for a generation up to `generation` (or all
-/// of them with `None`: the target is gone). SPEC section 4: an operation succeeds when its
-/// target observed the generation it was created for, or the target is gone.
+/// of them with `None`: the target is gone), with `observed` merged into their steps (steps still
+/// running end now). SPEC section 4: an operation succeeds when its target observed the
+/// generation it was created for, or the target is gone.
 pub async fn succeed(
     conn: &mut Conn,
     target: Uuid,
     generation: Option<i64>,
-    steps: &[OperationStep],
+    observed: &[OperationStep],
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "update operations set state = 'succeeded', steps = $3, current_step = null, finished_at = now(), \
-         updated_at = now() where target_id = $1 and state in ('pending', 'running') \
-           and ($2::bigint is null or target_generation <= $2)",
-    )
-    .bind(target)
-    .bind(generation)
-    .bind(Json(steps))
-    .execute(conn)
-    .await?;
+    for open in open_of(conn, &[target], generation).await? {
+        let steps = merge(&open.kind, &open.steps, observed, open.created_at, Utc::now(), true);
+        sqlx::query(
+            "update operations set state = 'succeeded', steps = $2, current_step = null, finished_at = now(), \
+             updated_at = now() where id = $1 and state in ('pending', 'running')",
+        )
+        .bind(open.id)
+        .bind(Json(&steps))
+        .execute(&mut *conn)
+        .await?;
+    }
     Ok(())
+}
+
+struct OpenOperation {
+    id: Uuid,
+    kind: String,
+    steps: Vec<OperationStep>,
+    created_at: DateTime<Utc>,
+}
+
+/// The open operations on `targets` (up to `generation`, if given), locked, oldest first.
+async fn open_of(conn: &mut Conn, targets: &[Uuid], generation: Option<i64>) -> Result<Vec<OpenOperation>, StoreError> {
+    let rows: Vec<(Uuid, String, serde_json::Value, DateTime<Utc>)> = sqlx::query_as(
+        "select id, kind, steps, created_at from operations where target_id = any($1) \
+           and state in ('pending', 'running') and ($2::bigint is null or target_generation <= $2) \
+         order by created_at, id for update",
+    )
+    .bind(targets)
+    .bind(generation)
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter()
+        .map(|(id, kind, steps, created_at)| Ok(OpenOperation { id, kind, steps: from_json(steps)?, created_at }))
+        .collect()
+}
+
+/// The steps an operation of `kind` carries out whatever the target's state before it; other
+/// steps belong to it only when they ran during its lifetime.
+fn own_steps(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "cluster_create" => &["namespace", "control_plane", "machines", "nodes", "stack", "slurm"],
+        "node_pool_create" | "node_pool_update" => &["machines", "nodes"],
+        "cluster_delete" => &["remove_slurm", "release_machines", "delete_control_plane", "delete_namespace"],
+        "node_pool_delete" => &["release_machines"],
+        _ => &[],
+    }
+}
+
+/// An operation's steps after a run: its `existing` steps (their history kept) with the run's
+/// `observed` steps (in the target's order; a succeeded step's `finished_at` is when its
+/// condition turned true) added in the order they ran. A step already done when the operation
+/// was created is left out unless it is one of the kind's [`own_steps`]; pending steps are not
+/// shown until they start. Every time lies within `[created_at, now]`, each step starting when
+/// the one before it finished. With `finished`, steps still running end at `now`.
+pub fn merge(
+    kind: &str,
+    existing: &[OperationStep],
+    observed: &[OperationStep],
+    created_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+    finished: bool,
+) -> Vec<OperationStep> {
+    let clamp = |t: DateTime<Utc>| t.clamp(created_at, now.max(created_at));
+    let mut steps: Vec<OperationStep> = existing.to_vec();
+    for obs in observed {
+        let last_end = steps.iter().filter_map(|s| s.finished_at).max().unwrap_or(created_at);
+        let known = steps.iter_mut().find(|s| s.name == obs.name);
+        match (obs.state, known) {
+            (OperationState::Succeeded, Some(step)) if step.state == OperationState::Running => {
+                let start = step.started_at.unwrap_or(last_end);
+                step.state = OperationState::Succeeded;
+                step.finished_at = Some(clamp(obs.finished_at.unwrap_or(now)).max(start));
+            }
+            (OperationState::Succeeded, None) => {
+                let ran_now = obs.finished_at.is_some_and(|t| t >= created_at);
+                if ran_now || own_steps(kind).contains(&obs.name.as_str()) {
+                    let start = clamp(last_end);
+                    let end = clamp(obs.finished_at.unwrap_or(now)).max(start);
+                    steps.push(step(&obs.name, OperationState::Succeeded, start, Some(end)));
+                }
+            }
+            (OperationState::Running, None) => {
+                steps.push(step(&obs.name, OperationState::Running, clamp(last_end), None));
+            }
+            _ => {}
+        }
+    }
+    if finished {
+        for s in steps.iter_mut().filter(|s| s.state == OperationState::Running) {
+            s.state = OperationState::Succeeded;
+            s.finished_at = Some(clamp(now).max(s.started_at.unwrap_or(created_at)));
+        }
+    }
+    steps
+}
+
+fn step(
+    name: &str,
+    state: OperationState,
+    started_at: DateTime<Utc>,
+    finished_at: Option<DateTime<Utc>>,
+) -> OperationStep {
+    OperationStep { name: name.to_owned(), state, started_at: Some(started_at), finished_at }
 }
 
 /// Fails the open operations on `targets` with `problem` (its `instance` is set per operation).

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use paddock_domain::model::Tenant;
-use paddock_types::tenant::{Quotas, TenantCreate, TenantState};
+use paddock_types::tenant::{QuotaUse, Quotas, TenantCreate, TenantState};
 use paddock_types::TenantId;
 use sqlx::types::Json;
 use uuid::Uuid;
@@ -22,14 +22,27 @@ struct TenantRow {
     max_clusters: Option<i32>,
     max_nodes: Option<i32>,
     max_gpus: Option<i32>,
+    use_clusters: i64,
+    use_nodes: i64,
+    use_gpus: i64,
     state: String,
     generation: i64,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
 
-const COLUMNS: &str = "id, name, display_name, labels, max_clusters, max_nodes, max_gpus, state, \
-                       generation, created_at, updated_at";
+/// The quota use is `cluster::demand`'s, per tenant row.
+const COLUMNS: &str = "id, name, display_name, labels, max_clusters, max_nodes, max_gpus, \
+    (select count(*) from clusters c where c.tenant_id = tenants.id and c.deleted_at is null \
+       and c.deletion_requested_at is null) as use_clusters, \
+    (select coalesce(sum(p.count), 0)::bigint from node_pools p join clusters c on c.id = p.cluster_id \
+       where p.tenant_id = tenants.id and p.deleted_at is null and p.deletion_requested_at is null \
+         and c.deletion_requested_at is null) as use_nodes, \
+    (select coalesce(sum(p.count::bigint * mc.gpu_count), 0)::bigint from node_pools p \
+       join machine_classes mc on mc.id = p.machine_class_id join clusters c on c.id = p.cluster_id \
+       where p.tenant_id = tenants.id and p.deleted_at is null and p.deletion_requested_at is null \
+         and c.deletion_requested_at is null) as use_gpus, \
+    state, generation, created_at, updated_at";
 
 fn quota(value: Option<i32>) -> Option<u32> {
     value.and_then(|v| u32::try_from(v).ok())
@@ -59,6 +72,11 @@ impl TryFrom<TenantRow> for Tenant {
                     max_nodes: quota(r.max_nodes),
                     max_gpus: quota(r.max_gpus),
                 },
+            },
+            quota_use: QuotaUse {
+                clusters: u64::try_from(r.use_clusters).unwrap_or(0),
+                nodes: u64::try_from(r.use_nodes).unwrap_or(0),
+                gpus: u64::try_from(r.use_gpus).unwrap_or(0),
             },
             state,
             generation: r.generation,

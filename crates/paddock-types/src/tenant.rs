@@ -44,6 +44,18 @@ pub struct Quotas {
     pub max_gpus: Option<u32>,
 }
 
+/// What a tenant uses of its [`Quotas`]: the same desired counts the quotas are checked against
+/// (live clusters not being deleted, and their live pools' node and GPU counts).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct QuotaUse {
+    /// Clusters, against `quotas.max_clusters`.
+    pub clusters: u64,
+    /// Nodes over all node pools, against `quotas.max_nodes`.
+    pub nodes: u64,
+    /// GPUs over all node pools, against `quotas.max_gpus`.
+    pub gpus: u64,
+}
+
 /// Body of `POST /v1/tenants`; also the spec a merge patch is applied to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -92,6 +104,8 @@ pub struct TenantView {
     pub labels: Labels,
     /// Quotas.
     pub quotas: Quotas,
+    /// What it uses of its quotas now.
+    pub quota_use: QuotaUse,
     /// `active` or `suspended`.
     pub state: TenantState,
     /// Bumped by every spec change.

@@ -484,9 +484,11 @@ impl ClusterReconciler {
                 Removal::Gone => {
                     // Recorded before anything else goes, so a crash cannot lose it.
                     observed.set(SLURM_REMOVED, true, "Removed", "");
-                    return self.deleting(cluster, pools, observed, "Slurm removed").await;
+                    return self.deleting(cluster, pools, observed, DeleteStage::Machines, "Slurm removed").await;
                 }
-                Removal::Deleting => return self.deleting(cluster, pools, observed, "deleting Slurm").await,
+                Removal::Deleting => {
+                    return self.deleting(cluster, pools, observed, DeleteStage::Slurm, "deleting Slurm").await
+                }
             }
         }
         if !held.is_empty() {
@@ -501,7 +503,7 @@ impl ClusterReconciler {
             tx.commit().await.map_err(StoreError::from)?;
             let message = format!("{} machine(s) are still being released", held.len());
             observed.set(MACHINES_RELEASED, false, "Releasing", &message);
-            return self.deleting(cluster, pools, observed, &message).await;
+            return self.deleting(cluster, pools, observed, DeleteStage::Machines, &message).await;
         }
         observed.set(MACHINES_RELEASED, true, "Released", "");
         let removal = kube
@@ -510,11 +512,13 @@ impl ClusterReconciler {
             .await
             .map_err(|e| Stop::Driver(CONTROL_PLANE_READY, e))?;
         if removal == Removal::Deleting {
-            return self.deleting(cluster, pools, observed, "deleting the control plane").await;
+            return self
+                .deleting(cluster, pools, observed, DeleteStage::ControlPlane, "deleting the control plane")
+                .await;
         }
         let removal = kube.platform.remove_isolation(reference).await.map_err(|e| Stop::Driver(NAMESPACE_READY, e))?;
         if removal == Removal::Deleting {
-            return self.deleting(cluster, pools, observed, "deleting the namespace").await;
+            return self.deleting(cluster, pools, observed, DeleteStage::Namespace, "deleting the namespace").await;
         }
         let mut tx = self.services.store().begin().await?;
         let pool_ids = store::mark_deleted(&mut tx, cluster.tenant_id, cluster.id).await?;
@@ -527,9 +531,10 @@ impl ClusterReconciler {
             "the cluster is gone",
         )
         .await?;
-        operation::succeed(&mut tx, cluster.id.uuid(), None, &[]).await?;
+        let steps = delete_steps(cluster.spec.kind, observed, DeleteStage::Gone);
+        operation::succeed(&mut tx, cluster.id.uuid(), None, &steps).await?;
         for pool in pool_ids {
-            operation::succeed(&mut tx, pool, None, &[]).await?;
+            operation::succeed(&mut tx, pool, None, &steps).await?;
         }
         tx.commit().await.map_err(StoreError::from)?;
         Ok(Outcome::Done)
@@ -541,15 +546,11 @@ impl ClusterReconciler {
         cluster: &Cluster,
         pools: &[NodePool],
         observed: &mut Observed,
+        stage: DeleteStage,
         message: &str,
     ) -> Result<Outcome, Stop> {
         observed.set(READY, false, "Deleting", message);
-        let steps = [OperationStep {
-            name: "delete".to_owned(),
-            state: OperationState::Running,
-            started_at: None,
-            finished_at: None,
-        }];
+        let steps = delete_steps(cluster.spec.kind, observed, stage);
         let generation = cluster.status.observed_generation;
         self.write(cluster, pools, &[], observed, ClusterPhase::Deleting, generation, &steps).await?;
         Ok(Outcome::wait(self.settings.poll, "deleting", message.to_owned()))
@@ -597,8 +598,7 @@ impl ClusterReconciler {
                 operation::succeed(&mut tx, pool.id.uuid(), Some(pool.generation), steps).await?;
             }
         } else {
-            let current = steps.iter().find(|s| s.state == OperationState::Running).map(|s| s.name.as_str());
-            operation::progress(&mut tx, &targets, steps, current).await?;
+            operation::progress(&mut tx, &targets, steps).await?;
         }
         tx.commit().await?;
         Ok(true)
@@ -872,6 +872,47 @@ fn steps(conditions: &[Condition], required: &[&str]) -> Vec<OperationStep> {
                 (OperationState::Pending, None, None)
             };
             OperationStep { name: step_name(type_).to_owned(), state, started_at, finished_at }
+        })
+        .collect()
+}
+
+/// Where a deletion is: the step being carried out (SPEC section 6's order, reversed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum DeleteStage {
+    Slurm,
+    Machines,
+    ControlPlane,
+    Namespace,
+    Gone,
+}
+
+/// A deletion's steps: the ones before `stage` succeeded (each at its condition's transition
+/// where it has one), `stage` running; Slurm's removal only for a Slurm cluster.
+fn delete_steps(kind: ClusterKind, observed: &Observed, stage: DeleteStage) -> Vec<OperationStep> {
+    let transition = |type_: &str| {
+        observed
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_ && c.status == ConditionStatus::True)
+            .map(|c| c.last_transition_time)
+    };
+    let all = [
+        (DeleteStage::Slurm, "remove_slurm", transition(SLURM_REMOVED)),
+        (DeleteStage::Machines, "release_machines", transition(MACHINES_RELEASED)),
+        (DeleteStage::ControlPlane, "delete_control_plane", None),
+        (DeleteStage::Namespace, "delete_namespace", None),
+    ];
+    all.into_iter()
+        .filter(|(s, ..)| kind == ClusterKind::Slurm || *s != DeleteStage::Slurm)
+        .filter(|(s, ..)| *s <= stage)
+        .map(|(s, name, at)| {
+            let done = s < stage;
+            OperationStep {
+                name: name.to_owned(),
+                state: if done { OperationState::Succeeded } else { OperationState::Running },
+                started_at: None,
+                finished_at: if done { Some(at.unwrap_or(observed.now)) } else { None },
+            }
         })
         .collect()
 }

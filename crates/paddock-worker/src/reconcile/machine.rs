@@ -961,7 +961,14 @@ impl MachineReconciler {
             BmcErrorKind::AuthFailed
             | BmcErrorKind::AmbiguousSystem
             | BmcErrorKind::CapabilityGap
-            | BmcErrorKind::Permanent => self.wait_for_fix(m, &e.code, &e.message).await,
+            | BmcErrorKind::Permanent => {
+                // The open operations cannot get further without that fix: they end `failed`
+                // with the BMC's problem (the PATCH that fixes it opens its own).
+                if let Err(se) = self.fail_operations(m, &e).await {
+                    return se.into();
+                }
+                self.wait_for_fix(m, &e.code, &e.message).await
+            }
             BmcErrorKind::Transient => {
                 if let Err(se) = self.record_error(m, &e.code, &e.message).await {
                     return se.into();
@@ -980,6 +987,12 @@ impl MachineReconciler {
         } else {
             Step::Stop(Outcome::wait(self.settings.poll.max(Duration::from_secs(60)), e.code, e.message))
         }
+    }
+
+    async fn fail_operations(&self, m: &Machine, e: &BmcError) -> Result<(), StoreError> {
+        let mut conn = self.services.store().conn().await?;
+        let problem = crate::failed_problem(409, e.code.clone(), format!("the machine's BMC: {}", e.message));
+        paddock_store::operation::fail_open(&mut conn, &[m.id.uuid()], &problem).await
     }
 
     async fn record_error(&self, m: &Machine, code: &str, message: &str) -> Result<(), StoreError> {
