@@ -154,7 +154,14 @@ fn process_routes() -> OpenApiRouter<AppState> {
 
 /// The OpenAPI document, generated from the routes.
 pub fn openapi() -> OpenApiDoc {
-    api_routes().into_openapi()
+    let mut doc = api_routes().into_openapi();
+    // Relative: the document is served by the API itself (`/openapi.json`), so clients resolve
+    // the paths against wherever they fetched it; `paddock dev` serves on http://127.0.0.1:8080.
+    doc.servers = Some(vec![
+        utoipa::openapi::ServerBuilder::new().url("/").description(Some("The API serving this document")).build(),
+        utoipa::openapi::ServerBuilder::new().url("http://127.0.0.1:8080").description(Some("paddock dev")).build(),
+    ]);
+    doc
 }
 
 static OPENAPI_JSON: LazyLock<String> =

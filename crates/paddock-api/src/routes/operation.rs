@@ -33,6 +33,28 @@ pub struct OperationListQuery {
     pub cursor: Option<String>,
 }
 
+/// Query of a tenant's operation list: the tenant is the path's, so no `tenant_id` here.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct TenantOperationListQuery {
+    /// Only operations on this object.
+    pub target_id: Option<uuid::Uuid>,
+    /// Only operations in this state.
+    pub state: Option<OperationState>,
+    /// Page size (text until validated: out of range is 422, not an integer 400).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000, default = 100)]
+    pub limit: Option<String>,
+    /// Opaque cursor from a previous page.
+    #[param(max_length = 512)]
+    pub cursor: Option<String>,
+}
+
+impl From<TenantOperationListQuery> for OperationListQuery {
+    fn from(q: TenantOperationListQuery) -> Self {
+        Self { target_id: q.target_id, state: q.state, tenant_id: None, limit: q.limit, cursor: q.cursor }
+    }
+}
+
 impl OperationListQuery {
     fn split(self) -> Result<(OperationFilter, PageRequest), ApiError> {
         let page = PageRequest::parse(self.limit.as_deref(), self.cursor.as_deref())?;
@@ -72,7 +94,7 @@ pub async fn operation_view(
 
 /// Lists a tenant's operations.
 #[utoipa::path(get, path = "/v1/tenants/{tenant_id}/operations", operation_id = "tenant_operation_list", tag = "operations",
-    params(("tenant_id" = TenantId, Path, description = "Tenant id"), OperationListQuery),
+    params(("tenant_id" = TenantId, Path, description = "Tenant id"), TenantOperationListQuery),
     responses(
         (status = 200, description = "A page of operations", body = paddock_types::page::Page<OperationView>,
             headers(("Link" = String, description = "The next page, rel=\"next\"")))))]
@@ -80,9 +102,9 @@ pub async fn tenant_operation_list(
     State(s): State<AppState>,
     Caller(ctx): Caller,
     Path(tenant): Path<TenantId>,
-    Query(q): Query<OperationListQuery>,
+    Query(q): Query<TenantOperationListQuery>,
 ) -> Result<Response, ApiError> {
-    let (filter, page) = q.split()?;
+    let (filter, page) = OperationListQuery::from(q).split()?;
     let listed = s.services.tenant_operation_list(&ctx, tenant, filter, page).await?;
     Ok(respond::page(listed.items, listed.next_cursor))
 }
