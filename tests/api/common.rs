@@ -132,3 +132,58 @@ pub async fn fleet(app: &TestApp, class: &str, count: usize) {
         machine(app, &format!("{class}-{i}"), class).await;
     }
 }
+
+/// The reconcilers' settings of the labs that run a worker: the simulated images, quick polls.
+pub fn lab_settings() -> paddock_worker::reconcile::Settings {
+    paddock_worker::reconcile::Settings {
+        wipe_image_url: Some("http://images.invalid/wipe.iso".into()),
+        os_image_url: Some("http://images.invalid/os.iso".into()),
+        poll: std::time::Duration::from_millis(50),
+        report_wait: std::time::Duration::from_secs(2),
+        ..paddock_worker::reconcile::Settings::default()
+    }
+}
+
+/// The labs' worker settings: quick polls and backoff, many attempts.
+pub fn lab_worker_config() -> paddock_worker::WorkerConfig {
+    paddock_worker::WorkerConfig {
+        concurrency: 8,
+        poll_interval: std::time::Duration::from_millis(50),
+        backoff_base: std::time::Duration::from_millis(10),
+        backoff_cap: std::time::Duration::from_millis(200),
+        max_attempts: 100,
+        ..paddock_worker::WorkerConfig::default()
+    }
+}
+
+/// Runs, in this test's runtime, a worker named `name` with the machine and cluster reconcilers
+/// over `drivers`, and the simulated machines' agent reporting to the served `app`, until the
+/// returned sender says stop or is dropped.
+pub fn run_worker(
+    app: &TestApp,
+    world: &paddock_sim::SimWorld,
+    drivers: paddock_worker::reconcile::Drivers,
+    settings: paddock_worker::reconcile::Settings,
+    config: paddock_worker::WorkerConfig,
+    name: &str,
+) -> tokio::sync::watch::Sender<bool> {
+    use paddock_worker::reconcile::{ClusterReconciler, MachineReconciler};
+    let handlers: Vec<std::sync::Arc<dyn paddock_worker::JobHandler>> = vec![
+        std::sync::Arc::new(MachineReconciler::new(app.services.clone(), drivers.clone(), settings.clone())),
+        std::sync::Arc::new(ClusterReconciler::new(app.services.clone(), drivers, settings)),
+    ];
+    let store = paddock_store::Store::from_pool(app.db.pool.clone());
+    let worker = paddock_worker::Worker::new(store, name, handlers, config).expect("worker");
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut worker_stop = stopped.clone();
+    tokio::spawn(async move {
+        worker
+            .run(async move {
+                let _ = worker_stop.changed().await;
+            })
+            .await
+    });
+    let client = reqwest::Client::builder().timeout(std::time::Duration::from_secs(10)).build().expect("client");
+    tokio::spawn(world.agent(client).run(stopped));
+    stop
+}

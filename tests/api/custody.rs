@@ -12,19 +12,17 @@
 //!
 //! The lifecycle runs with the worker in-process and the SIMULATED drivers, like `lifecycle`.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use paddock_sim::{SimConfig, SimWorld};
 use paddock_store::Store;
 use paddock_testkit::{admin, eventually, token, TestApp};
-use paddock_worker::reconcile::{ClusterReconciler, Drivers, MachineReconciler, Settings};
-use paddock_worker::{JobHandler, Worker, WorkerConfig};
+use paddock_worker::reconcile::Drivers;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use crate::common::{id, machine_class, set_machine_state, tenant};
+use crate::common::{id, lab_settings, lab_worker_config, machine_class, run_worker, set_machine_state, tenant};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -42,40 +40,9 @@ impl Lab {
 
     /// A lab around a served app (over a database its pool reaches as some role).
     async fn on(app: TestApp) -> Lab {
-        let store = Store::from_pool(app.db.pool.clone());
-        let world = SimWorld::new(store.clone(), SimConfig::zero());
+        let world = SimWorld::new(Store::from_pool(app.db.pool.clone()), SimConfig::zero());
         let drivers = Drivers { bmc: Some(world.bmc()), kube: Some(world.kube()) };
-        let settings = Settings {
-            wipe_image_url: Some("http://images.invalid/wipe.iso".into()),
-            os_image_url: Some("http://images.invalid/os.iso".into()),
-            poll: Duration::from_millis(50),
-            report_wait: Duration::from_secs(2),
-            ..Settings::default()
-        };
-        let handlers: Vec<Arc<dyn JobHandler>> = vec![
-            Arc::new(MachineReconciler::new(app.services.clone(), drivers.clone(), settings.clone())),
-            Arc::new(ClusterReconciler::new(app.services.clone(), drivers, settings)),
-        ];
-        let config = WorkerConfig {
-            concurrency: 8,
-            poll_interval: Duration::from_millis(50),
-            backoff_base: Duration::from_millis(10),
-            backoff_cap: Duration::from_millis(200),
-            max_attempts: 100,
-            ..WorkerConfig::default()
-        };
-        let worker = Worker::new(store, "custody-worker", handlers, config).expect("worker");
-        let (stop, stopped) = watch::channel(false);
-        let mut worker_stop = stopped.clone();
-        tokio::spawn(async move {
-            worker
-                .run(async move {
-                    let _ = worker_stop.changed().await;
-                })
-                .await
-        });
-        let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("client");
-        tokio::spawn(world.agent(client).run(stopped));
+        let stop = run_worker(&app, &world, drivers, lab_settings(), lab_worker_config(), "custody-worker");
         Lab { app, stop }
     }
 

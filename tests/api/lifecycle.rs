@@ -21,13 +21,12 @@ use paddock_sim::{ClusterFault, MachineFault, SimConfig, SimWorld};
 use paddock_store::Store;
 use paddock_testkit::{admin, eventually, token, TestApp};
 use paddock_types::ClusterId;
-use paddock_worker::reconcile::{ClusterReconciler, Drivers, MachineReconciler, Settings};
-use paddock_worker::{JobHandler, Worker, WorkerConfig};
+use paddock_worker::reconcile::{Drivers, Settings};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use crate::common::{id, machine_class, tenant};
+use crate::common::{id, lab_settings, lab_worker_config, machine_class, run_worker, tenant};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -61,42 +60,13 @@ impl Lab {
     async fn tuned(tune: impl FnOnce(&mut Settings), wrap: impl FnOnce(Drivers) -> Drivers) -> Lab {
         let app = TestApp::served().await;
         let store = Store::from_pool(app.db.pool.clone());
-        let world = SimWorld::new(store.clone(), SimConfig::zero());
+        let world = SimWorld::new(store, SimConfig::zero());
         let drivers = wrap(Drivers { bmc: Some(world.bmc()), kube: Some(world.kube()) });
-        let mut settings = Settings {
-            wipe_image_url: Some("http://images.invalid/wipe.iso".into()),
-            os_image_url: Some("http://images.invalid/os.iso".into()),
-            poll: Duration::from_millis(50),
-            report_wait: Duration::from_secs(2),
-            // A fault healed after the quick retries are spent (on a loaded machine they go fast)
-            // is tried again within a second, not five minutes.
-            outage_wait: Duration::from_secs(1),
-            ..Settings::default()
-        };
+        // A fault healed after the quick retries are spent (on a loaded machine they go fast) is
+        // tried again within a second, not five minutes.
+        let mut settings = Settings { outage_wait: Duration::from_secs(1), ..lab_settings() };
         tune(&mut settings);
-        let handlers: Vec<Arc<dyn JobHandler>> = vec![
-            Arc::new(MachineReconciler::new(app.services.clone(), drivers.clone(), settings.clone())),
-            Arc::new(ClusterReconciler::new(app.services.clone(), drivers, settings)),
-        ];
-        let config = WorkerConfig {
-            concurrency: 8,
-            poll_interval: Duration::from_millis(50),
-            backoff_base: Duration::from_millis(10),
-            backoff_cap: Duration::from_millis(200),
-            max_attempts: 100,
-            ..WorkerConfig::default()
-        };
-        let worker = Worker::new(store, "lab-worker", handlers, config).expect("worker");
-        let (stop, stopped) = watch::channel(false);
-        let mut worker_stop = stopped.clone();
-        tokio::spawn(async move {
-            worker
-                .run(async move {
-                    let _ = worker_stop.changed().await;
-                })
-                .await
-        });
-        tokio::spawn(world.agent(reqwest_client()).run(stopped));
+        let stop = run_worker(&app, &world, drivers, settings, lab_worker_config(), "lab-worker");
         let t = tenant(&app, "acme").await;
         let tenant_token = token(&["tenant:admin"], Some(id(&t).parse().expect("uuid")));
         Lab { app, world, stop, tenant: id(&t), tenant_token }
@@ -257,10 +227,6 @@ impl Drop for Lab {
     fn drop(&mut self) {
         let _ = self.stop.send(true);
     }
-}
-
-fn reqwest_client() -> reqwest::Client {
-    reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("client")
 }
 
 fn slurm(name: &str, pools: Value) -> Value {
