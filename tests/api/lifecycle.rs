@@ -30,6 +30,11 @@ use crate::common::{id, lab_settings, lab_worker_config, machine_class, run_work
 
 const WAIT: Duration = Duration::from_secs(60);
 
+/// How long the crash-injection test's cluster may take to get ready: every side effect is
+/// repeated after a crash and retried with backoff, and the whole api binary runs beside it on
+/// two cores (alone it takes seconds; twice in full runs it outlasted 60 s).
+const CRASH_WAIT: Duration = Duration::from_secs(180);
+
 /// A tenant and its admin's token.
 #[derive(Clone)]
 struct Seat {
@@ -129,7 +134,7 @@ impl Lab {
     }
 
     fn cluster_path(&self, cluster: &str) -> String {
-        format!("/v1/tenants/{}/clusters/{cluster}", self.tenant)
+        cluster_path(&self.own(), cluster)
     }
 
     async fn cluster(&self, cluster: &str) -> Value {
@@ -137,8 +142,7 @@ impl Lab {
     }
 
     async fn cluster_as(&self, seat: &Seat, cluster: &str) -> Value {
-        let path = format!("/v1/tenants/{}/clusters/{cluster}", seat.tenant);
-        self.app.get(path).token(&seat.token).send().await.expect(200).json()
+        self.app.get(cluster_path(seat, cluster)).token(&seat.token).send().await.expect(200).json()
     }
 
     /// Waits until the cluster is ready at its current generation.
@@ -221,6 +225,11 @@ impl Lab {
             .await;
         assert_eq!(dirty_available, 0, "a machine became available after a tenancy without a clean");
     }
+}
+
+/// The path of `seat`'s cluster.
+fn cluster_path(seat: &Seat, cluster: &str) -> String {
+    format!("/v1/tenants/{}/clusters/{cluster}", seat.tenant)
 }
 
 impl Drop for Lab {
@@ -474,7 +483,7 @@ async fn a_head_that_cannot_be_met_holds_the_line_only_until_its_timeout_and_not
     let head_id = ClusterId(head.parse().expect("cluster id"));
     lab.world.set_cluster_fault(head_id, ClusterFault::TenantUnreachable, true).await.expect("fault");
     let head_pool = id(&lab.cluster_as(&b, &head).await["node_pools"][0]);
-    let path = format!("/v1/tenants/{}/clusters/{head}/node-pools/{head_pool}", b.tenant);
+    let path = format!("{}/node-pools/{head_pool}", cluster_path(&b, &head));
     lab.app.patch(path).token(&b.token).json(&json!({ "count": 2 })).send().await.expect(202);
     eventually(WAIT, || async {
         let c = lab.cluster_as(&b, &head).await;
@@ -903,9 +912,9 @@ async fn a_crash_after_every_side_effect_repeats_it_and_converges_to_the_same_en
     let created = lab.create(slurm("hpc", json!([{ "name": "gpu", "machine_class": "gpu", "count": 2 }]))).await;
     let cluster = id(&created["cluster"]);
     let pool = id(&created["cluster"]["node_pools"][0]);
-    lab.ready(&cluster).await;
+    lab.ready_as(&lab.own(), &cluster, CRASH_WAIT).await;
     lab.scale(&cluster, &pool, 1).await;
-    lab.ready(&cluster).await;
+    lab.ready_as(&lab.own(), &cluster, CRASH_WAIT).await;
     lab.delete(&cluster).await;
     lab.gone(&cluster).await;
     eventually(WAIT, || async {

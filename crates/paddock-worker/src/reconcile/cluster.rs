@@ -862,16 +862,17 @@ fn steps(conditions: &[Condition], required: &[&str]) -> Vec<OperationStep> {
         .map(|type_| {
             let condition = conditions.iter().find(|c| c.type_ == *type_);
             let done = condition.is_some_and(|c| c.status == ConditionStatus::True);
-            let at = condition.map(|c| c.last_transition_time);
-            let (state, started_at, finished_at) = if done && !running_seen {
-                (OperationState::Succeeded, None, at)
+            // When a step finished is its condition's last transition; when a step started the
+            // operation's own history says (`operation::merge`), so none is given here.
+            let (state, finished_at) = if done && !running_seen {
+                (OperationState::Succeeded, condition.map(|c| c.last_transition_time))
             } else if !running_seen {
                 running_seen = true;
-                (OperationState::Running, at, None)
+                (OperationState::Running, None)
             } else {
-                (OperationState::Pending, None, None)
+                (OperationState::Pending, None)
             };
-            OperationStep { name: step_name(type_).to_owned(), state, started_at, finished_at }
+            OperationStep { name: step_name(type_).to_owned(), state, started_at: None, finished_at }
         })
         .collect()
 }
