@@ -51,3 +51,47 @@ async fn the_served_document_is_the_generated_one() {
     assert_eq!(resp.header("content-type"), Some("application/json"));
     assert_eq!(resp.body, paddock_api::openapi_json().as_bytes());
 }
+
+/// What a portal team reads from the document alone: every operation says what it does, every
+/// request body shows an example, every failure status names its problem codes, no parameter is
+/// listed twice, and every authenticated operation lists its 401, 403, 429 and 503.
+#[test]
+fn every_operation_is_described_with_its_failures_and_examples() {
+    let doc: Value = serde_json::from_str(&paddock_api::openapi_json()).expect("json");
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for (method, op) in item.as_object().expect("item") {
+            let id = op["operationId"].as_str().expect("id");
+            let description = op["description"].as_str().unwrap_or_default();
+            assert!(description.len() >= 20, "{id} has no description");
+            for p in op["parameters"].as_array().into_iter().flatten() {
+                assert!(p["description"].is_string(), "{id}: parameter {} has no description", p["name"]);
+            }
+            let mut seen = std::collections::HashSet::new();
+            for p in op["parameters"].as_array().into_iter().flatten() {
+                assert!(seen.insert(p["name"].as_str().expect("name")), "{id} lists {} twice", p["name"]);
+            }
+            if let Some(body) = op.get("requestBody") {
+                for (media, content) in body["content"].as_object().expect("content") {
+                    let schema = &content["schema"];
+                    let example = content.get("example").or_else(|| {
+                        let name = schema["$ref"].as_str()?.rsplit('/').next()?;
+                        doc["components"]["schemas"][name].get("example")
+                    });
+                    assert!(example.is_some(), "{id}: the {media} body has no example");
+                }
+            }
+            let responses = op["responses"].as_object().expect("responses");
+            for (status, response) in responses {
+                if status.starts_with('4') {
+                    let codes = response["x-problem-codes"].as_array();
+                    assert!(codes.is_some_and(|c| !c.is_empty()), "{id}: {status} names no problem code");
+                }
+            }
+            if op["security"][0].get("bearer").is_some() {
+                for status in ["401", "403", "429", "503"] {
+                    assert!(responses.contains_key(status), "{method} {path} ({id}) does not list {status}");
+                }
+            }
+        }
+    }
+}

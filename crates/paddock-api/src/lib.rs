@@ -122,7 +122,10 @@ fn v1_routes() -> OpenApiRouter<AppState> {
 /// Problem answer, `Idempotency-Key`) is added here, once per group (`routes::doc`).
 fn api_routes() -> OpenApiRouter<AppState> {
     let groups = [(v1_routes(), Access::Bearer), (agent_routes(), Access::Agent), (process_routes(), Access::Open)];
-    groups.into_iter().fold(OpenApiRouter::with_openapi(ApiDoc::openapi()), |api, (mut group, access)| {
+    // `ApiDoc`'s one path is the agents' seed.
+    let mut base = ApiDoc::openapi();
+    doc::document(&mut base, Access::Agent);
+    groups.into_iter().fold(OpenApiRouter::with_openapi(base), |api, (mut group, access)| {
         doc::document(group.get_openapi_mut(), access);
         api.merge(group)
     })
@@ -155,6 +158,7 @@ fn process_routes() -> OpenApiRouter<AppState> {
 /// The OpenAPI document, generated from the routes.
 pub fn openapi() -> OpenApiDoc {
     let mut doc = api_routes().into_openapi();
+    doc::prune_unreferenced(&mut doc);
     // Relative: the document is served by the API itself (`/openapi.json`), so clients resolve
     // the paths against wherever they fetched it; `paddock dev` serves on http://127.0.0.1:8080.
     doc.servers = Some(vec![

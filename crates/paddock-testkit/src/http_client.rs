@@ -50,7 +50,7 @@ impl<'a> Req<'a> {
 
     /// Sends it.
     pub async fn send(self) -> Resp {
-        let mut builder = http::Request::builder().method(self.method).uri(&self.path);
+        let mut builder = http::Request::builder().method(self.method.clone()).uri(&self.path);
         for (name, value) in &self.headers {
             builder = builder.header(name, value);
         }
@@ -58,6 +58,7 @@ impl<'a> Req<'a> {
         let response = self.router.clone().oneshot(request).await.expect("router is infallible");
         let (parts, body) = response.into_parts();
         let body = body.collect().await.expect("body").to_bytes();
+        crate::contract::check(&self.method, &self.path, parts.status, &parts.headers, &body);
         Resp { status: parts.status, headers: parts.headers, body }
     }
 }

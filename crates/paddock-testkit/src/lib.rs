@@ -3,6 +3,7 @@
 //! the real router with its whole middleware stack, token minting for every role, and a small
 //! request builder. Nothing here mocks the store.
 
+mod contract;
 mod db;
 mod http_client;
 

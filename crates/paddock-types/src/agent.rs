@@ -194,6 +194,7 @@ pub struct DriveReport {
 /// `POST /v1/agent/report`: how the run ended. It uses the run up.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"result": "success", "started_at": "2026-12-01T10:00:05Z", "finished_at": "2026-12-01T10:07:41Z", "image_sha256": "9f2c1e0b7a6d5c4b3a29180f7e6d5c4b3a29180f7e6d5c4b3a29180f7e6d5c4b", "nonce": "c2b1f0e9", "drives": [{"id": "Drive0", "match_basis": "serial", "identity": {"model": "SAMSUNG MZQL23T8HCLS", "serial": "S64HNE0T401234", "size_bytes": 3_840_755_982_336_u64, "protocol": "NVMe"}, "method": "nvme_format_crypto", "result": "success", "verification": {"ranges": 64, "bytes_read": 268435456, "sha256": "5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef"}}]}))]
 pub struct AgentReport {
     /// Overall result.
     pub result: AgentResult,

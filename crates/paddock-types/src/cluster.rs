@@ -112,6 +112,7 @@ pub struct Taint {
 /// Body of `POST .../node-pools`, and a pool within `ClusterCreate`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"name": "cpu", "machine_class": "cpu-epyc", "count": 4, "labels": {"team": "data"}, "taints": [{"key": "dedicated", "value": "data", "effect": "NoSchedule"}]}))]
 pub struct NodePoolCreate {
     /// DNS-1123 label, unique in the cluster; also names the Slurm NodeSet and default partition.
     #[schema(min_length = 1, max_length = 30, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
@@ -135,6 +136,7 @@ pub struct NodePoolCreate {
 /// Body of `PATCH .../node-pools/{pool_id}` (JSON merge patch): `count`, `labels`, `taints`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"count": 6}))]
 pub struct NodePoolUpdate {
     /// Desired number of machines.
     #[schema(minimum = 0, maximum = 10000)]
@@ -220,6 +222,7 @@ impl Default for SlurmSpec {
 /// Body of `POST /v1/tenants/{tenant_id}/clusters`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"name": "train", "kind": "slurm", "isolation": "private-nodes", "slurm": {"partitions": [{"name": "gpu", "node_pools": ["h100"], "default": true, "max_time": "2-00:00:00"}], "login": {"replicas": 1, "ssh_authorized_keys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEVvQmOqtB6kGyvIx1Kk3P1d/2oHwZ6Yp5UAs0o7nN8K alice@example.com"]}}, "node_pools": [{"name": "h100", "machine_class": "gpu-h100x8", "count": 2}]}))]
 pub struct ClusterCreate {
     /// DNS-1123 label, unique within the tenant.
     #[schema(min_length = 1, max_length = 40, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
@@ -245,6 +248,7 @@ pub struct ClusterCreate {
 /// change through their own endpoints; `name`, `kind` and `isolation` never change.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"kubernetes_version": "v1.35.1"}))]
 pub struct ClusterUpdate {
     /// Kubernetes version (upgrades only).
     #[schema(max_length = 32)]

@@ -193,6 +193,7 @@ pub struct CustodyCheckpoint {
 /// `POST /v1/custody/verify`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"checkpoint": {"issued_at": "2026-12-01T00:00:00Z", "machines": [{"machine_id": "0193a9c4-6a10-7e55-8c3b-2f4d9e1a7b60", "seq": 42, "mac": "b94d27b9934d3e08a52e52d7da7dabfac484efe37a5380ee9088f7ace2efcde9"}], "signature": "2hXq6nJ1q3b2cH1mS0lQ9Yc1vR7wP4kT8eN5aD3fG6jL0oU2iZ9xV7bC4mQ1sE8rW5tY3uI6oP0aS2dF4gH7jA==", "key_id": "usage-2026"}}))]
 pub struct CustodyVerify {
     /// A checkpoint as `GET /v1/custody/checkpoint` returned it.
     pub checkpoint: CustodyCheckpoint,

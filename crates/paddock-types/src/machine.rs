@@ -111,6 +111,7 @@ pub struct BmcCreate {
 /// Body of `POST /v1/machines`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"name": "gpu-r07-u12", "machine_class": "gpu-h100x8", "labels": {"rack": "r07"}, "bmc": {"url": "https://10.20.7.12", "username": "paddock", "password": "s3cret-from-the-vault"}}))]
 pub struct MachineEnroll {
     /// Unique DNS-1123 label.
     #[schema(min_length = 1, max_length = 63, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
@@ -155,6 +156,7 @@ pub struct BmcUpdate {
 /// asynchronous (202 with an operation); a labels-only change answers 200.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"labels": {"rack": "r08"}}))]
 pub struct MachineUpdate {
     /// Labels to set; a null value removes that label.
     #[schema(value_type = Option<std::collections::HashMap<String, Option<String>>>)]
@@ -166,6 +168,7 @@ pub struct MachineUpdate {
 /// Body of `POST /v1/machines/{machine_id}/maintenance`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"reason": "replace PSU 2 (ticket OPS-3141)"}))]
 pub struct MaintenanceEnter {
     /// Why the machine leaves service; recorded in the audit trail.
     #[schema(min_length = 1, max_length = 1000)]
@@ -175,6 +178,7 @@ pub struct MaintenanceEnter {
 /// Body of `POST /v1/machines/{machine_id}/force-release`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"reason": "the tenant cluster stopped answering; releasing for the scheduled firmware update"}))]
 pub struct MachineForceRelease {
     /// Why the tenancy is ended at once; recorded in the custody ledger and the audit trail.
     #[schema(min_length = 1, max_length = 1000)]

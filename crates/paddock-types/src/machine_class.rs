@@ -9,6 +9,7 @@ use crate::MachineClassId;
 /// Body of `POST /v1/machine-classes`; also the spec a merge patch is applied to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"name": "gpu-h100x8", "cpu_cores": 192, "memory_gib": 2048, "gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 8, "description": "8x H100 SXM, 3.2 Tb/s", "price": {"currency": "USD", "node_hour": "24.00"}}))]
 pub struct MachineClassCreate {
     /// Unique DNS-1123 label.
     #[schema(min_length = 1, max_length = 63, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
@@ -52,6 +53,7 @@ pub struct MachineClassPrice {
 /// hardware fields cannot change while machines of the class are enrolled.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"description": "8x H100 SXM", "price": {"currency": "USD", "node_hour": "22.50"}}))]
 pub struct MachineClassUpdate {
     /// CPU cores.
     #[schema(minimum = 1, maximum = 65536)]

@@ -59,6 +59,7 @@ pub struct QuotaUse {
 /// Body of `POST /v1/tenants`; also the spec a merge patch is applied to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"name": "acme", "display_name": "Acme Research", "labels": {"billing-account": "a-1042"}, "quotas": {"max_clusters": 4, "max_nodes": 64, "max_gpus": 512}}))]
 pub struct TenantCreate {
     /// Unique DNS-1123 label.
     #[schema(min_length = 1, max_length = 40, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
@@ -79,6 +80,7 @@ pub struct TenantCreate {
 /// Body of `PATCH /v1/tenants/{tenant_id}` (JSON merge patch). `name` cannot change.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"display_name": "Acme Research Ltd", "quotas": {"max_gpus": 1024}, "labels": {"billing-account": null}}))]
 pub struct TenantUpdate {
     /// New display name; null resets it to the name.
     #[schema(max_length = 200)]

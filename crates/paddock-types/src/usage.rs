@@ -132,6 +132,7 @@ pub struct UsageAggregate {
 /// A correction, recorded in the open period (`POST /v1/usage/adjustments`).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"tenant_id": "0193a9c4-5b7e-7c3d-9f21-4a8e6d2b1c07", "machine_class": "gpu-h100x8", "node_seconds": -3600, "gpu_seconds": -28800, "control_plane_seconds": 0, "corrects_period": "2026-11", "reason": "credit for the 1 h outage of 2026-11-14 (INC-208)"}))]
 pub struct UsageAdjustmentCreate {
     /// The tenant corrected.
     pub tenant_id: TenantId,

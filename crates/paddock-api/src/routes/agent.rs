@@ -13,7 +13,6 @@ use axum::response::{IntoResponse, Response};
 use http::request::Parts;
 use http::{header, HeaderValue, StatusCode};
 use paddock_types::agent::{AgentConfigView, AgentReport, BinaryFile};
-use paddock_types::problem::Problem;
 
 use crate::context;
 use crate::error::ApiError;
@@ -45,22 +44,26 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for AgentToken {
 }
 
 /// The run's configuration: what to wipe, or how to join.
+///
+/// The machine agent's configuration for its run (what to wipe, or how to install and join), read with the
+/// run's agent token. One run, one token: a used token is 409, an expired one 410.
 #[utoipa::path(get, path = "/v1/agent/config", operation_id = "agent_config_view", tag = "agent",
     responses(
-        (status = 200, description = "The run's configuration", body = AgentConfigView),
-        (status = "default", description = "Problem (401 no bearer, 404 unknown token, 409 used, 410 expired)", body = Problem, content_type = "application/problem+json")),
+        (status = 200, description = "The run's configuration", body = AgentConfigView)),
     security(("agent_token" = [])))]
 pub async fn agent_config_view(State(s): State<AppState>, token: AgentToken) -> Result<Response, ApiError> {
     Ok(respond::ok(&s.services.agent_config(&token.0).await?))
 }
 
-/// The run's seed: NoCloud `meta-data` and `user-data` plus `paddock/agent.json` (ISO 9660,
+/// The run's seed image.
+///
+/// The ISO the BMC attaches as virtual media; the seed token in the URL is its only
+/// credential. NoCloud `meta-data` and `user-data` plus `paddock/agent.json` (ISO 9660,
 /// volume `cidata`, at least 1,474,560 bytes). Generated when fetched.
 #[utoipa::path(get, path = "/v1/agent/seed/{seed_token}.iso", operation_id = "agent_seed_view", tag = "agent",
     params(("seed_token" = String, Path, description = "The run's seed token")),
     responses(
-        (status = 200, description = "The seed image", content_type = "application/x-iso9660-image", body = BinaryFile),
-        (status = "default", description = "Problem (404 unknown, 409 used, 410 expired)", body = Problem, content_type = "application/problem+json")),
+        (status = 200, description = "The seed image", content_type = "application/x-iso9660-image", body = BinaryFile)),
     security(()))]
 pub async fn agent_seed_view(State(s): State<AppState>, Path(file): Path<String>) -> Result<Response, ApiError> {
     // The router cannot match a parameter with a suffix: `{seed_token}.iso` is taken apart here.
@@ -75,11 +78,13 @@ pub async fn agent_seed_view(State(s): State<AppState>, Path(file): Path<String>
 pub const SEED_ROUTE: &str = "/v1/agent/seed/{seed_file}";
 
 /// The run's report; it uses the run up.
+///
+/// The agent's report of its run: the evidence of every drive's wipe (or the first boot). Accepted once;
+/// whether it proves the run is decided from the evidence, not from the agent's word.
 #[utoipa::path(post, path = "/v1/agent/report", operation_id = "agent_report", tag = "agent",
     request_body = AgentReport,
     responses(
-        (status = 204, description = "Recorded (whether it proves the run is decided from its evidence)"),
-        (status = "default", description = "Problem (401 no bearer, 404 unknown token, 409 used, 410 expired, 422 invalid)", body = Problem, content_type = "application/problem+json")),
+        (status = 204, description = "Recorded (whether it proves the run is decided from its evidence)")),
     security(("agent_token" = [])))]
 pub async fn agent_report(
     State(s): State<AppState>,

@@ -60,6 +60,9 @@ impl AuditListQuery {
 }
 
 /// Lists audit events (providers).
+///
+/// Audit events, oldest first, filtered by tenant, action, target, actor, outcome and time (`provider:admin`,
+/// `provider:operator`; a tenant reads its own at `/v1/tenants/{tenant_id}/audit-events`).
 #[utoipa::path(get, path = "/v1/audit-events", operation_id = "audit_event_list", tag = "audit",
     params(AuditListQuery),
     responses(
@@ -76,6 +79,8 @@ pub async fn audit_event_list(
 }
 
 /// Lists a tenant's audit events.
+///
+/// The tenant's audit events (`tenant:admin`), oldest first, with the same filters.
 #[utoipa::path(get, path = "/v1/tenants/{tenant_id}/audit-events", operation_id = "tenant_audit_event_list", tag = "audit",
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), AuditListQuery),
     responses(

@@ -40,6 +40,11 @@ fn pool_accepted(tenant: TenantId, change: NodePoolChange) -> Response {
 }
 
 /// Creates a cluster (with its node pools); the worker builds it.
+///
+/// Creates a Slurm cluster with its node pools (`tenant:admin` of the tenant, or `provider:admin`). The
+/// answer is 202 with the cluster in `pending` and the `Operation-Id` header naming the operation that
+/// follows it to `ready`. Refused before anything is written when the tenant's quotas (409 `quota_exceeded`)
+/// or the fleet (409 `insufficient_capacity`, without saying its size) cannot hold it.
 #[utoipa::path(post, path = "/v1/tenants/{tenant_id}/clusters", operation_id = "cluster_create", tag = "clusters",
     request_body = ClusterCreate,
     params(("tenant_id" = TenantId, Path, description = "Tenant id")),
@@ -56,6 +61,8 @@ pub async fn cluster_create(
 }
 
 /// Lists a tenant's clusters.
+///
+/// The tenant's clusters not yet deleted, a page at a time.
 #[utoipa::path(get, path = "/v1/tenants/{tenant_id}/clusters", operation_id = "cluster_list", tag = "clusters",
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), PageParams),
     responses(
@@ -73,6 +80,9 @@ pub async fn cluster_list(
 }
 
 /// Reads a cluster.
+///
+/// One cluster: its phase, node pools with their desired and ready counts, Slurm version and stack. Poll it
+/// (or its operation) to follow a change.
 #[utoipa::path(get, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}", operation_id = "cluster_view", tag = "clusters",
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id")),
     responses(
@@ -87,6 +97,10 @@ pub async fn cluster_view(
 }
 
 /// Changes a cluster (JSON merge patch): Kubernetes version, Slurm settings.
+///
+/// Changes a cluster with a JSON merge patch (its Kubernetes version or its Slurm settings): 202
+/// and the operation that carries the change out (`Operation-Id`). Pools are scaled through their own
+/// resource.
 #[utoipa::path(patch, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}", operation_id = "cluster_update", tag = "clusters",
     request_body(content = ClusterUpdate, content_type = "application/merge-patch+json"),
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"),
@@ -105,6 +119,10 @@ pub async fn cluster_update(
 }
 
 /// Deletes a cluster; it answers 404 once every machine was released and every object is gone.
+///
+/// Deletes a cluster: 202 and an operation that drains and releases its machines (each wiped before anyone
+/// else may use it) and removes its control plane. The cluster answers 404 once every machine was released
+/// and every object is gone.
 #[utoipa::path(delete, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}", operation_id = "cluster_delete", tag = "clusters",
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"),
         ("If-Match" = Option<String>, Header, description = "Etag the cluster must still have")),
@@ -149,6 +167,9 @@ pub async fn cluster_kubeconfig(
 }
 
 /// Lists a cluster's events, oldest first.
+///
+/// What happened to the cluster, oldest first, a page at a time: phase changes, scale steps, waits for
+/// machines, errors, in words a tenant may read (nothing about other tenants or the fleet).
 #[utoipa::path(get, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}/events", operation_id = "cluster_event_list", tag = "clusters",
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"), PageParams),
     responses(
@@ -166,6 +187,9 @@ pub async fn cluster_event_list(
 }
 
 /// Adds a node pool.
+///
+/// Adds a node pool to a cluster: 202 and the operation that allocates, provisions and joins its machines.
+/// The name is unique within the cluster.
 #[utoipa::path(post, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}/node-pools", operation_id = "node_pool_create", tag = "clusters",
     request_body = NodePoolCreate,
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id")),
@@ -182,6 +206,8 @@ pub async fn node_pool_create(
 }
 
 /// Lists a cluster's node pools (at most 32: one page).
+///
+/// The cluster's node pools in creation order: a cluster has at most 32, so this is one page.
 #[utoipa::path(get, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}/node-pools", operation_id = "node_pool_list", tag = "clusters",
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id")),
     responses(
@@ -196,6 +222,8 @@ pub async fn node_pool_list(
 }
 
 /// Reads a node pool.
+///
+/// One node pool: its machine class, desired and ready node counts, labels and Slurm partition.
 #[utoipa::path(get, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}/node-pools/{pool_id}", operation_id = "node_pool_view", tag = "clusters",
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"),
         ("pool_id" = NodePoolId, Path, description = "Node pool id")),
@@ -211,6 +239,10 @@ pub async fn node_pool_view(
 }
 
 /// Scales a node pool or changes its labels and taints (JSON merge patch).
+///
+/// Changes a node pool with a JSON merge patch: a new `count` scales it, labels and taints are applied
+/// to its nodes (202 and the operation). Scaling down drains the nodes first and releases their machines
+/// through a wipe. Quotas and the fleet are checked as for a create.
 #[utoipa::path(patch, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}/node-pools/{pool_id}", operation_id = "node_pool_update", tag = "clusters",
     request_body(content = NodePoolUpdate, content_type = "application/merge-patch+json"),
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"),
@@ -230,6 +262,8 @@ pub async fn node_pool_update(
 }
 
 /// Deletes a node pool; its machines are released and cleaned.
+///
+/// Deletes a node pool: 202 and the operation that drains it and releases its machines.
 #[utoipa::path(delete, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}/node-pools/{pool_id}", operation_id = "node_pool_delete", tag = "clusters",
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"),
         ("pool_id" = NodePoolId, Path, description = "Node pool id"),
@@ -247,6 +281,9 @@ pub async fn node_pool_delete(
 }
 
 /// Lists the machines of a node pool (never BMC details).
+///
+/// The machines that serve the pool (their node names and lifecycle states), a page at a time; never their
+/// BMC details.
 #[utoipa::path(get, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}/node-pools/{pool_id}/machines", operation_id = "node_pool_machine_list", tag = "clusters",
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"),
         ("pool_id" = NodePoolId, Path, description = "Node pool id"), PageParams),

@@ -12,7 +12,9 @@ use crate::extract::JsonBody;
 use crate::respond;
 use crate::state::AppState;
 
-/// Issues a checkpoint: every machine's chain head (`seq` and MAC of its newest entry), signed
+/// Issues a signed checkpoint of every machine's custody chain.
+///
+/// Every machine's chain head (`seq` and MAC of its newest entry), signed
 /// with the provider's Ed25519 key (`PADDOCK_USAGE_SIGNING_KEY`, public key at
 /// `GET /v1/usage/signing-key`), for the provider to archive outside the database. Each one
 /// issued is recorded; the isolation report names the latest. 409 `signing_key_missing` without
@@ -26,7 +28,9 @@ pub async fn custody_checkpoint_view(State(s): State<AppState>, Caller(ctx): Cal
     Ok(respond::ok(&s.services.custody_checkpoint(&ctx).await?))
 }
 
-/// Verifies the ledger against an archived checkpoint: per machine, whether its chain still
+/// Verifies the ledger against an archived checkpoint.
+///
+/// Per machine, whether its chain still
 /// reaches the checkpointed head and verifies as a whole, so a truncated tail or a restored older
 /// copy of the ledger is found. A checkpoint not signed by this paddock's key is 422.
 #[utoipa::path(post, path = "/v1/custody/verify", operation_id = "custody_verify", tag = "machines",

@@ -2,7 +2,16 @@
 //! instead of in each `#[utoipa::path]`: who may call it (the bearer token of the `/v1` routes
 //! behind `auth::authenticate`, what an agent route declares, nothing for the process endpoints), the Problem answer of every failure,
 //! and the `Idempotency-Key` every authenticated `POST` accepts (`idempotency::idempotency`).
+//!
+//! Every operation also lists the 4xx (and 503) answers it can give, each with the `code`s it
+//! uses (in its description and as `x-problem-codes`): those that follow from the operation's
+//! shape (a bearer token, a path parameter, a body, `If-Match`, a `POST`) are derived here, the
+//! rest (conflicts of state) are [`conflicts`], one table. The API tests hold every answer they
+//! see to this (`paddock_testkit::contract`).
 
+use std::collections::BTreeMap;
+
+use utoipa::openapi::extensions::ExtensionsBuilder;
 use utoipa::openapi::path::{Operation, Parameter, ParameterBuilder, ParameterIn};
 use utoipa::openapi::schema::SchemaType;
 use utoipa::openapi::security::SecurityRequirement;
@@ -32,7 +41,152 @@ pub fn document(openapi: &mut OpenApi, access: Access) {
     }
 }
 
+/// A query parameter named like a path parameter (`tenant_id` of the shared usage and audit
+/// queries under `/v1/tenants/{tenant_id}/...`) is the path's to set: it is not listed twice.
+fn drop_shadowed(op: &mut Operation) {
+    let Some(params) = &mut op.parameters else { return };
+    let fixed: Vec<String> =
+        params.iter().filter(|p| p.parameter_in == ParameterIn::Path).map(|p| p.name.clone()).collect();
+    params.retain(|p| p.parameter_in != ParameterIn::Query || !fixed.contains(&p.name));
+}
+
+/// The failures of one operation: status -> the codes it answers with.
+type Failures = BTreeMap<u16, Vec<&'static str>>;
+
+/// What the operation's shape says it can fail with (before `apply` adds `Idempotency-Key`).
+fn derived(op: &Operation, access: Access, post: bool) -> Failures {
+    let params = op.parameters.as_deref().unwrap_or_default();
+    let has = |place: ParameterIn| params.iter().any(|p| p.parameter_in == place);
+    let named = |name: &str| params.iter().any(|p| p.name == name);
+    let mut f = Failures::new();
+    let mut add = |status: u16, codes: &[&'static str]| f.entry(status).or_default().extend_from_slice(codes);
+    match access {
+        Access::Bearer => {
+            add(401, &["missing_token", "invalid_token", "token_expired", "token_not_yet_valid"]);
+            add(403, &["forbidden"]);
+        }
+        Access::Agent
+            if op.security.as_ref().is_some_and(|s| s.iter().any(|r| *r != SecurityRequirement::default())) =>
+        {
+            add(401, &["missing_token", "invalid_token"]);
+        }
+        Access::Agent | Access::Open => {}
+    }
+    // The edge's limits (`limits`) hold for every route.
+    add(429, &["rate_limited"]);
+    add(503, &["overloaded", "request_timeout"]);
+    if access == Access::Open {
+        return f;
+    }
+    add(503, &["unavailable"]);
+    if has(ParameterIn::Path) {
+        // A malformed id is as unknown as a foreign one (`extract::Path`).
+        add(404, &["not_found"]);
+    }
+    if has(ParameterIn::Query) {
+        add(400, &["invalid_parameter"]);
+        add(422, &["validation_failed"]);
+    }
+    if named("cursor") {
+        add(400, &["invalid_cursor"]);
+    }
+    if op.request_body.is_some() {
+        add(400, &["malformed_body"]);
+        add(413, &["payload_too_large"]);
+        add(415, &["unsupported_media_type"]);
+        add(422, &["validation_failed"]);
+    }
+    if named("If-Match") {
+        add(412, &["precondition_failed"]);
+    }
+    if access == Access::Bearer && post {
+        add(400, &["invalid_idempotency_key"]);
+        add(409, &["idempotency_in_flight"]);
+        add(422, &["idempotency_key_reused"]);
+    }
+    f
+}
+
+/// The conflicts of state (and other failures no shape implies), per operation id.
+fn conflicts(operation_id: &str) -> &'static [(u16, &'static [&'static str])] {
+    const SUSPENDED: &str = "tenant_suspended";
+    const NOT_FOUND: &str = "not_found";
+    const INVALID: &str = "validation_failed";
+    match operation_id {
+        "tenant_create" => &[(409, &["tenant_name_taken"])],
+        "tenant_update" => &[(409, &["tenant_name_taken"])],
+        "tenant_delete" => &[(409, &["tenant_not_empty"])],
+        "machine_class_create" => &[(409, &["machine_class_name_taken"])],
+        "machine_class_update" | "machine_class_delete" => &[(409, &["machine_class_in_use"])],
+        "machine_enroll" => &[(409, &["machine_name_taken"])],
+        "machine_update" => &[(409, &["machine_name_taken", "machine_retired"])],
+        "machine_retire" => &[(409, &["retire_pending", "machine_busy", "machine_retired"])],
+        "machine_force_release" => &[(409, &["machine_not_in_tenancy", "force_release_pending", "machine_retired"])],
+        "machine_maintenance_enter" => &[(409, &["already_in_maintenance", "machine_retired"])],
+        "machine_maintenance_leave" => &[(409, &["not_in_maintenance", "machine_retired"])],
+        "cluster_create" => &[(409, &[SUSPENDED, "cluster_name_taken", "quota_exceeded", "insufficient_capacity"])],
+        "cluster_update" => &[(409, &[SUSPENDED, "cluster_deleting", "quota_exceeded", "insufficient_capacity"])],
+        "cluster_delete" => &[(409, &[SUSPENDED, "cluster_deleting"])],
+        "node_pool_create" => &[(
+            409,
+            &[SUSPENDED, "cluster_deleting", "node_pool_name_taken", "quota_exceeded", "insufficient_capacity"],
+        )],
+        "node_pool_update" => {
+            &[(409, &[SUSPENDED, "cluster_deleting", "node_pool_deleting", "quota_exceeded", "insufficient_capacity"])]
+        }
+        // A Slurm cluster keeps at least one node: removing its last is 422.
+        "node_pool_delete" => &[(409, &[SUSPENDED, "cluster_deleting", "node_pool_deleting"]), (422, &[INVALID])],
+        "cluster_kubeconfig" => {
+            &[(409, &[SUSPENDED, "driver_not_configured", "cluster_not_ready", "cluster_unreachable"])]
+        }
+        "usage_export" => &[(404, &[NOT_FOUND]), (409, &["price_missing", "billing_provider_name_missing"])],
+        "tenant_usage_export" => &[(409, &["price_missing", "billing_provider_name_missing"])],
+        "usage_period_close" => &[
+            (400, &["idempotency_key_required"]),
+            (409, &["period_not_closable", "signing_key_missing"]),
+            (422, &[INVALID]),
+        ],
+        "usage_signing_key_view" | "custody_checkpoint_view" | "custody_verify" => &[(409, &["signing_key_missing"])],
+        // An unknown agent token is 404, like an unknown seed token.
+        "agent_config_view" | "agent_report" | "agent_seed_view" => {
+            &[(404, &[NOT_FOUND]), (409, &["agent_token_used"]), (410, &["agent_token_expired"])]
+        }
+        "usage_period_view" => &[(422, &[INVALID])],
+        // A `tenant_id` filter naming a tenant the caller cannot read is 404.
+        "usage_record_list" | "usage_aggregate_view" | "operation_list" => &[(404, &[NOT_FOUND])],
+        _ => &[],
+    }
+}
+
+/// Adds one response per failure status, each naming its codes.
+fn add_failures(op: &mut Operation, mut failures: Failures) {
+    let id = op.operation_id.clone().unwrap_or_default();
+    for (status, codes) in conflicts(&id) {
+        failures.entry(*status).or_default().extend_from_slice(codes);
+    }
+    for (status, mut codes) in failures {
+        codes.sort_unstable();
+        codes.dedup();
+        op.responses.responses.entry(status.to_string()).or_insert_with(|| failure(status, &codes).into());
+    }
+}
+
+/// A failure's answer: its title, its codes in the description and as `x-problem-codes`.
+fn failure(status: u16, codes: &[&str]) -> utoipa::openapi::Response {
+    let title = http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("Problem");
+    let listed: Vec<String> = codes.iter().map(|c| format!("`{c}`")).collect();
+    let content = ContentBuilder::new().schema(Some(Ref::from_schema_name("Problem"))).build();
+    ResponseBuilder::new()
+        .description(format!("{title}: {}", listed.join(", ")))
+        .content("application/problem+json", content)
+        .extensions(Some(ExtensionsBuilder::new().add("x-problem-codes", codes.to_vec()).build()))
+        .build()
+}
+
 fn apply(op: &mut Operation, access: Access, post: bool) {
+    drop_shadowed(op);
+    let failures = derived(op, access, post);
+    add_failures(op, failures);
     match access {
         Access::Bearer => op.security = Some(vec![SecurityRequirement::new("bearer", Vec::<String>::new())]),
         Access::Agent => {
@@ -41,7 +195,7 @@ fn apply(op: &mut Operation, access: Access, post: bool) {
         Access::Open => op.security = Some(vec![SecurityRequirement::default()]),
     }
     if access != Access::Open {
-        // An operation may describe its own failures more precisely (the agents' do).
+        // An operation may describe its own failures more precisely.
         op.responses.responses.entry("default".to_owned()).or_insert_with(|| problem().into());
     }
     if access == Access::Bearer && post {
@@ -64,4 +218,19 @@ fn idempotency_key() -> Parameter {
         .required(Required::False)
         .schema(Some(optional_string))
         .build()
+}
+
+/// Drops the component schemas nothing refers to: those registered for a generic's parameter
+/// that the generic inlines (`Page<T>`'s items). Repeated until none is left, since a dropped
+/// schema may have been the only one to refer to another.
+pub fn prune_unreferenced(openapi: &mut OpenApi) {
+    loop {
+        let text = serde_json::to_string(&*openapi).unwrap_or_default();
+        let Some(components) = &mut openapi.components else { return };
+        let before = components.schemas.len();
+        components.schemas.retain(|name, _| text.contains(&format!("\"#/components/schemas/{name}\"")));
+        if components.schemas.len() == before {
+            return;
+        }
+    }
 }

@@ -9,6 +9,8 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 /// Liveness: the process answers.
+///
+/// Whether the process runs (no dependency checked): for a liveness probe.
 #[utoipa::path(get, path = "/healthz", operation_id = "health_live", tag = "health",
     responses((status = 200, description = "The process is alive", body = String, content_type = "text/plain")))]
 pub async fn health_live() -> &'static str {
@@ -16,6 +18,9 @@ pub async fn health_live() -> &'static str {
 }
 
 /// Readiness: the database is reachable and migrated, and the process is not draining.
+///
+/// Whether the process can serve: the database answers and it is not draining (503 otherwise): for a
+/// readiness probe.
 #[utoipa::path(get, path = "/readyz", operation_id = "health_ready", tag = "health",
     responses(
         (status = 200, description = "Ready", body = String, content_type = "text/plain"),
@@ -29,6 +34,9 @@ pub async fn health_ready(State(s): State<AppState>) -> Response {
 }
 
 /// Prometheus metrics.
+///
+/// Prometheus metrics in the text format: requests, jobs, machines, clusters, queue depth, build info (see
+/// the README's metrics table).
 #[utoipa::path(get, path = "/metrics", operation_id = "metrics_view", tag = "health",
     responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain; version=0.0.4")))]
 pub async fn metrics_view(State(s): State<AppState>) -> Response {
@@ -40,6 +48,8 @@ pub async fn metrics_view(State(s): State<AppState>) -> Response {
 }
 
 /// The OpenAPI document of this API.
+///
+/// This OpenAPI 3.1 document, as generated from the code: the same bytes as `openapi/openapi.json`.
 #[utoipa::path(get, path = "/openapi.json", operation_id = "openapi_view", tag = "health",
     responses((status = 200, description = "OpenAPI 3.1 document", body = Object)))]
 pub async fn openapi_view() -> Response {

@@ -11,7 +11,9 @@ use crate::extract::Path;
 use crate::respond;
 use crate::state::AppState;
 
-/// The tenant's isolation report: per live cluster, its namespace and API endpoint and every
+/// The tenant's isolation report.
+///
+/// Per live cluster, its namespace and API endpoint and every
 /// machine it holds with the verified wipe that preceded the allocation and the machine's custody
 /// ledger verification; whether any machine is shared; a digest of the whole.
 #[utoipa::path(get, path = "/v1/tenants/{tenant_id}/isolation-report", operation_id = "isolation_report_view",

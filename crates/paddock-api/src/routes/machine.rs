@@ -56,6 +56,11 @@ fn change(change: MachineChange) -> Response {
 }
 
 /// Enrolls a machine; the worker then inspects and cleans it.
+///
+/// Enrolls a bare-metal machine by its BMC (`provider:admin`, `provider:operator`): 202 and the operation
+/// that inspects it through Redfish and wipes it; it becomes `available` only after a verified wipe. An
+/// enroll stopped at the BMC (wrong credentials) fails its operation with `bmc_auth_failed`. The BMC password
+/// is encrypted at rest and never answered.
 #[utoipa::path(post, path = "/v1/machines", operation_id = "machine_enroll", tag = "machines",
     request_body = MachineEnroll,
     responses(
@@ -70,6 +75,8 @@ pub async fn machine_enroll(
 }
 
 /// Lists machines.
+///
+/// The fleet, filtered by `state`, `machine_class` or `tenant_id`, a page at a time (provider roles only).
 #[utoipa::path(get, path = "/v1/machines", operation_id = "machine_list", tag = "machines",
     params(MachineListQuery),
     responses(
@@ -87,6 +94,8 @@ pub async fn machine_list(
 }
 
 /// Reads a machine (never its BMC password).
+///
+/// One machine: its lifecycle state, last error, holder, inventory and BMC (never its password).
 #[utoipa::path(get, path = "/v1/machines/{machine_id}", operation_id = "machine_view", tag = "machines",
     params(("machine_id" = MachineId, Path, description = "Machine id")),
     responses(
@@ -101,6 +110,9 @@ pub async fn machine_view(
 }
 
 /// Changes labels (200) or BMC access (202 with an operation).
+///
+/// Changes a machine with a JSON merge patch: its labels (200), or its BMC access (202 and the operation that
+/// verifies the new address or credentials against the BMC).
 #[utoipa::path(patch, path = "/v1/machines/{machine_id}", operation_id = "machine_update", tag = "machines",
     request_body(content = MachineUpdate, content_type = "application/merge-patch+json"),
     params(("machine_id" = MachineId, Path, description = "Machine id"),
@@ -120,6 +132,9 @@ pub async fn machine_update(
 }
 
 /// Retires a machine (only from available, maintenance or clean_failed).
+///
+/// Retires a machine for good (`provider:admin`, `provider:operator`): 202 and its operation. Only from
+/// `available`, `maintenance` or `clean_failed`; a machine that serves a tenant is 409 `machine_busy`.
 #[utoipa::path(delete, path = "/v1/machines/{machine_id}", operation_id = "machine_retire", tag = "machines",
     params(("machine_id" = MachineId, Path, description = "Machine id"),
         ("If-Match" = Option<String>, Header, description = "Etag the machine must still have")),
@@ -136,6 +151,9 @@ pub async fn machine_retire(
 }
 
 /// Takes a machine out of service.
+///
+/// Takes a machine out of service with a reason: an available machine at once, a serving one after its
+/// tenancy ends.
 #[utoipa::path(post, path = "/v1/machines/{machine_id}/maintenance", operation_id = "machine_maintenance_enter", tag = "machines",
     request_body = MaintenanceEnter,
     params(("machine_id" = MachineId, Path, description = "Machine id")),
@@ -152,6 +170,8 @@ pub async fn machine_maintenance_enter(
 }
 
 /// Returns a machine to service, through cleaning.
+///
+/// Ends maintenance: the machine is wiped again before it is `available`.
 #[utoipa::path(delete, path = "/v1/machines/{machine_id}/maintenance", operation_id = "machine_maintenance_leave", tag = "machines",
     params(("machine_id" = MachineId, Path, description = "Machine id")),
     responses(
@@ -165,8 +185,10 @@ pub async fn machine_maintenance_leave(
     Ok(change(s.services.machine_maintenance_leave(&ctx, id).await?))
 }
 
-/// Forces the release of a machine's tenancy at once: the worker records it (billing stops),
-/// powers the machine off, deletes its Node best effort and sends it to cleaning.
+/// Forces the release of a machine's tenancy at once.
+///
+/// For a machine that must leave a tenant that does not answer (`provider:admin`,
+/// `provider:operator`): the worker records the release (billing stops), powers the machine off, deletes its Node best effort and sends it to cleaning.
 #[utoipa::path(post, path = "/v1/machines/{machine_id}/force-release", operation_id = "machine_force_release", tag = "machines",
     request_body = MachineForceRelease,
     params(("machine_id" = MachineId, Path, description = "Machine id")),
@@ -183,6 +205,9 @@ pub async fn machine_force_release(
 }
 
 /// Reads a machine's custody ledger, oldest first, with its HMAC chain recomputed.
+///
+/// The machine's custody ledger, oldest first: every state change, tenancy and wipe with its evidence, each
+/// entry chained to the one before by an HMAC, recomputed here (`verified`).
 #[utoipa::path(get, path = "/v1/machines/{machine_id}/custody", operation_id = "machine_custody_view", tag = "machines",
     params(("machine_id" = MachineId, Path, description = "Machine id")),
     responses(

@@ -13,6 +13,9 @@ use crate::respond;
 use crate::state::AppState;
 
 /// Creates a machine class.
+///
+/// Defines a machine class (`provider:admin`): the hardware a pool asks for (CPU, memory, GPUs) and
+/// optionally its prices, which the FOCUS export uses.
 #[utoipa::path(post, path = "/v1/machine-classes", operation_id = "machine_class_create", tag = "machine-classes",
     request_body = MachineClassCreate,
     responses(
@@ -28,6 +31,8 @@ pub async fn machine_class_create(
 }
 
 /// Lists machine classes.
+///
+/// Every machine class, a page at a time; readable by every role (a tenant chooses from them).
 #[utoipa::path(get, path = "/v1/machine-classes", operation_id = "machine_class_list", tag = "machine-classes",
     params(PageParams),
     responses(
@@ -44,6 +49,8 @@ pub async fn machine_class_list(
 }
 
 /// Reads a machine class.
+///
+/// One machine class, by name.
 #[utoipa::path(get, path = "/v1/machine-classes/{name}", operation_id = "machine_class_view", tag = "machine-classes",
     params(("name" = String, Path, description = "Class name")),
     responses(
@@ -58,6 +65,9 @@ pub async fn machine_class_view(
 }
 
 /// Changes a machine class (JSON merge patch).
+///
+/// Changes a machine class with a JSON merge patch (`provider:admin`): its description, labels or prices;
+/// what machines of the class are may not change while any is enrolled (409 `machine_class_in_use`).
 #[utoipa::path(patch, path = "/v1/machine-classes/{name}", operation_id = "machine_class_update", tag = "machine-classes",
     request_body(content = MachineClassUpdate, content_type = "application/merge-patch+json"),
     params(("name" = String, Path, description = "Class name"),
@@ -76,6 +86,8 @@ pub async fn machine_class_update(
 }
 
 /// Deletes a machine class; 409 while machines use it.
+///
+/// Deletes a machine class that no machine uses (`provider:admin`; 409 `machine_class_in_use` otherwise).
 #[utoipa::path(delete, path = "/v1/machine-classes/{name}", operation_id = "machine_class_delete", tag = "machine-classes",
     params(("name" = String, Path, description = "Class name"),
         ("If-Match" = Option<String>, Header, description = "Etag the class must still have")),

@@ -63,6 +63,9 @@ impl OperationListQuery {
 }
 
 /// Lists operations (a tenant token sees its own).
+///
+/// Operations, oldest first, filtered by `target_id`, `state` or `tenant_id`; a tenant token sees only its
+/// own tenant's.
 #[utoipa::path(get, path = "/v1/operations", operation_id = "operation_list", tag = "operations",
     params(OperationListQuery),
     responses(
@@ -79,6 +82,9 @@ pub async fn operation_list(
 }
 
 /// Reads an operation.
+///
+/// One operation: its state, its steps in the order they ran with their times, the current step, and the
+/// problem of a failed one.
 #[utoipa::path(get, path = "/v1/operations/{operation_id}", operation_id = "operation_view", tag = "operations",
     params(("operation_id" = OperationId, Path, description = "Operation id")),
     responses(
@@ -93,6 +99,8 @@ pub async fn operation_view(
 }
 
 /// Lists a tenant's operations.
+///
+/// The tenant's operations, oldest first, filtered by `target_id` or `state`.
 #[utoipa::path(get, path = "/v1/tenants/{tenant_id}/operations", operation_id = "tenant_operation_list", tag = "operations",
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), TenantOperationListQuery),
     responses(
@@ -110,6 +118,8 @@ pub async fn tenant_operation_list(
 }
 
 /// Reads one of a tenant's operations.
+///
+/// One of the tenant's operations (a foreign one is a 404).
 #[utoipa::path(get, path = "/v1/tenants/{tenant_id}/operations/{operation_id}", operation_id = "tenant_operation_view", tag = "operations",
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("operation_id" = OperationId, Path, description = "Operation id")),
     responses(

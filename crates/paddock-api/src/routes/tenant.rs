@@ -19,6 +19,9 @@ pub fn location(id: TenantId) -> String {
 }
 
 /// Creates a tenant.
+///
+/// Creates a tenant with its quotas (`provider:admin`). The name is unique among tenants. Audited
+/// (`tenant.create`).
 #[utoipa::path(post, path = "/v1/tenants", operation_id = "tenant_create", tag = "tenants",
     request_body = TenantCreate,
     responses(
@@ -34,6 +37,9 @@ pub async fn tenant_create(
 }
 
 /// Lists tenants; a tenant token sees only its own.
+///
+/// Tenants ordered by creation, a page at a time (`limit`, `cursor`; the `Link` header names the next page).
+/// Provider roles and `billing:reader` see every tenant, tenant roles only their own.
 #[utoipa::path(get, path = "/v1/tenants", operation_id = "tenant_list", tag = "tenants",
     params(PageParams),
     responses(
@@ -50,6 +56,9 @@ pub async fn tenant_list(
 }
 
 /// Reads a tenant.
+///
+/// One tenant with its quotas and `quota_use` (the clusters, nodes and GPUs its clusters ask for against
+/// those quotas). A tenant token may read only its own tenant; any other id is a 404.
 #[utoipa::path(get, path = "/v1/tenants/{tenant_id}", operation_id = "tenant_view", tag = "tenants",
     params(("tenant_id" = TenantId, Path, description = "Tenant id")),
     responses(
@@ -64,6 +73,10 @@ pub async fn tenant_view(
 }
 
 /// Changes a tenant (JSON merge patch).
+///
+/// Changes a tenant's display name, labels or quotas with a JSON merge patch (`provider:admin`). Lowering a
+/// quota below what is in use is allowed: only new demand is refused. Send `If-Match` with the etag you read
+/// to refuse a lost update (412).
 #[utoipa::path(patch, path = "/v1/tenants/{tenant_id}", operation_id = "tenant_update", tag = "tenants",
     request_body(content = TenantUpdate, content_type = "application/merge-patch+json"),
     params(("tenant_id" = TenantId, Path, description = "Tenant id"),
@@ -82,6 +95,9 @@ pub async fn tenant_update(
 }
 
 /// Deletes a tenant; 409 while it has clusters or machines.
+///
+/// Deletes a tenant that has no clusters left (`provider:admin`; 409 `tenant_not_empty` otherwise). Its usage
+/// records and audit events are kept.
 #[utoipa::path(delete, path = "/v1/tenants/{tenant_id}", operation_id = "tenant_delete", tag = "tenants",
     params(("tenant_id" = TenantId, Path, description = "Tenant id"),
         ("If-Match" = Option<String>, Header, description = "Etag the tenant must still have")),
@@ -98,6 +114,9 @@ pub async fn tenant_delete(
 }
 
 /// Suspends a tenant: its own writes get 409, its clusters keep running.
+///
+/// Suspends a tenant (`provider:admin`): its own writes are refused with 409 `tenant_suspended` and no
+/// kubeconfig is issued, while its clusters keep running. Suspending a suspended tenant answers it unchanged.
 #[utoipa::path(post, path = "/v1/tenants/{tenant_id}/suspend", operation_id = "tenant_suspend", tag = "tenants",
     params(("tenant_id" = TenantId, Path, description = "Tenant id")),
     responses(
@@ -112,6 +131,8 @@ pub async fn tenant_suspend(
 }
 
 /// Resumes a suspended tenant.
+///
+/// Resumes a suspended tenant (`provider:admin`); resuming an active tenant answers it unchanged.
 #[utoipa::path(post, path = "/v1/tenants/{tenant_id}/resume", operation_id = "tenant_resume", tag = "tenants",
     params(("tenant_id" = TenantId, Path, description = "Tenant id")),
     responses(

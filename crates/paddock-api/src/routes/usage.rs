@@ -81,6 +81,10 @@ impl UsageQuery {
 }
 
 /// Usage records clipped to the range (every tenant the caller may read).
+///
+/// Usage records (machine-seconds of each tenancy, control-plane time, adjustments) clipped to `[from, to)`,
+/// exact to the second, a page at a time. Every answer carries `as_of`, the watermark: repeat a read with
+/// `as_of` to get the same rows.
 #[utoipa::path(get, path = "/v1/usage/records", operation_id = "usage_record_list", tag = "usage",
     params(UsageQuery),
     responses(
@@ -96,6 +100,8 @@ pub async fn usage_record_list(
 }
 
 /// A tenant's usage records clipped to the range.
+///
+/// The tenant's usage records clipped to `[from, to)`, a page at a time.
 #[utoipa::path(get, path = "/v1/tenants/{tenant_id}/usage/records", operation_id = "tenant_usage_record_list",
     tag = "usage",
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), UsageQuery),
@@ -114,6 +120,9 @@ pub async fn tenant_usage_record_list(
 }
 
 /// Usage summed per UTC window and group.
+///
+/// Usage summed per UTC `window` (`PT1H`, `P1D`, `P1M` or `none`) and per `group_by` (tenant, cluster, node
+/// pool, machine class).
 #[utoipa::path(get, path = "/v1/usage/aggregate", operation_id = "usage_aggregate_view", tag = "usage",
     params(UsageQuery),
     responses(
@@ -128,6 +137,8 @@ pub async fn usage_aggregate_view(
 }
 
 /// A tenant's usage summed per UTC window and group.
+///
+/// The tenant's usage summed per UTC window and group.
 #[utoipa::path(get, path = "/v1/tenants/{tenant_id}/usage/aggregate", operation_id = "tenant_usage_aggregate_view",
     tag = "usage",
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), UsageQuery),
@@ -146,6 +157,10 @@ pub async fn tenant_usage_aggregate_view(
 }
 
 /// Every record of the range, streamed (CSV, or NDJSON with a summary line).
+///
+/// Every record of the range streamed in one answer: CSV, NDJSON ending with a summary line, or FinOps FOCUS
+/// 1.2 CSV priced from the machine classes (409 `price_missing` naming the first unpriced class). The
+/// `x-usage-as-of` header carries the watermark.
 #[utoipa::path(get, path = "/v1/usage/export", operation_id = "usage_export", tag = "usage",
     params(UsageQuery),
     responses(
@@ -161,6 +176,8 @@ pub async fn usage_export(
 }
 
 /// A tenant's records of the range, streamed.
+///
+/// The tenant's records of the range, streamed (CSV, NDJSON or FOCUS).
 #[utoipa::path(get, path = "/v1/tenants/{tenant_id}/usage/export", operation_id = "tenant_usage_export", tag = "usage",
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), UsageQuery),
     responses(
@@ -188,6 +205,8 @@ fn stream(export: paddock_service::usage::Export) -> Response {
 }
 
 /// A billing period: open, or closed with its signed manifest.
+///
+/// A billing month: `open`, or `closed` with its signed manifest (totals per tenant and class).
 #[utoipa::path(get, path = "/v1/usage/periods/{period}", operation_id = "usage_period_view", tag = "usage",
     params(("period" = String, Path, description = "UTC month, YYYY-MM", pattern = "^[0-9]{4}-(0[1-9]|1[0-2])$")),
     responses(
@@ -200,7 +219,10 @@ pub async fn usage_period_view(
     Ok(respond::ok(&s.services.usage_period_view(&ctx, &period).await?))
 }
 
-/// Closes a billing period: signs its manifest (201); closing again answers the stored one (200).
+/// Closes a billing period.
+///
+/// Signs the month's manifest (201) once the close grace has passed after its end (409
+/// `period_not_closable` before); closing again answers the stored one (200).
 /// `Idempotency-Key` is required here (400 `idempotency_key_required` without it).
 #[utoipa::path(post, path = "/v1/usage/periods/{period}/close", operation_id = "usage_period_close", tag = "usage",
     params(("period" = String, Path, description = "UTC month, YYYY-MM", pattern = "^[0-9]{4}-(0[1-9]|1[0-2])$")),
@@ -223,6 +245,9 @@ pub async fn usage_period_close(
 }
 
 /// The public key(s) that verify closed periods' signatures.
+///
+/// The Ed25519 public keys that verify closed periods' and custody checkpoints' signatures (409
+/// `signing_key_missing` when none is configured).
 #[utoipa::path(get, path = "/v1/usage/signing-key", operation_id = "usage_signing_key_view", tag = "usage",
     responses(
         (status = 200, description = "The verification keys", body = UsageSigningKeys)))]
@@ -231,6 +256,9 @@ pub async fn usage_signing_key_view(State(s): State<AppState>, Caller(ctx): Call
 }
 
 /// Records a correction in the open period (provider:admin; audited).
+///
+/// Records a correction (credit or debit of node-seconds) in the open period, with its reason
+/// (`provider:admin`; audited).
 #[utoipa::path(post, path = "/v1/usage/adjustments", operation_id = "usage_adjustment_create", tag = "usage",
     request_body = UsageAdjustmentCreate,
     responses(
