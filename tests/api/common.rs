@@ -158,7 +158,8 @@ pub fn lab_worker_config() -> paddock_worker::WorkerConfig {
 
 /// Runs, in this test's runtime, a worker named `name` with the machine and cluster reconcilers
 /// over `drivers`, and the simulated machines' agent reporting to the served `app`, until the
-/// returned sender says stop or is dropped.
+/// returned sender says stop or is dropped; and the worker's metrics (what the `/metrics` of a
+/// process running it renders).
 pub fn run_worker(
     app: &TestApp,
     world: &paddock_sim::SimWorld,
@@ -166,7 +167,7 @@ pub fn run_worker(
     settings: paddock_worker::reconcile::Settings,
     config: paddock_worker::WorkerConfig,
     name: &str,
-) -> tokio::sync::watch::Sender<bool> {
+) -> (tokio::sync::watch::Sender<bool>, std::sync::Arc<paddock_worker::WorkerMetrics>) {
     use paddock_worker::reconcile::{ClusterReconciler, MachineReconciler};
     let handlers: Vec<std::sync::Arc<dyn paddock_worker::JobHandler>> = vec![
         std::sync::Arc::new(MachineReconciler::new(app.services.clone(), drivers.clone(), settings.clone())),
@@ -174,6 +175,7 @@ pub fn run_worker(
     ];
     let store = paddock_store::Store::from_pool(app.db.pool.clone());
     let worker = paddock_worker::Worker::new(store, name, handlers, config).expect("worker");
+    let metrics = worker.metrics();
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut worker_stop = stopped.clone();
     tokio::spawn(async move {
@@ -185,5 +187,5 @@ pub fn run_worker(
     });
     let client = reqwest::Client::builder().timeout(std::time::Duration::from_secs(10)).build().expect("client");
     tokio::spawn(world.agent(client).run(stopped));
-    stop
+    (stop, metrics)
 }

@@ -42,7 +42,7 @@ impl Lab {
     async fn on(app: TestApp) -> Lab {
         let world = SimWorld::new(Store::from_pool(app.db.pool.clone()), SimConfig::zero());
         let drivers = Drivers { bmc: Some(world.bmc()), kube: Some(world.kube()) };
-        let stop = run_worker(&app, &world, drivers, lab_settings(), lab_worker_config(), "custody-worker");
+        let (stop, _) = run_worker(&app, &world, drivers, lab_settings(), lab_worker_config(), "custody-worker");
         Lab { app, stop }
     }
 

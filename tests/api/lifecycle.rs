@@ -47,6 +47,7 @@ struct Lab {
     app: TestApp,
     world: SimWorld,
     stop: watch::Sender<bool>,
+    metrics: Arc<paddock_worker::WorkerMetrics>,
     tenant: String,
     tenant_token: String,
 }
@@ -71,10 +72,10 @@ impl Lab {
         // tried again within a second, not five minutes.
         let mut settings = Settings { outage_wait: Duration::from_secs(1), ..lab_settings() };
         tune(&mut settings);
-        let stop = run_worker(&app, &world, drivers, settings, lab_worker_config(), "lab-worker");
+        let (stop, metrics) = run_worker(&app, &world, drivers, settings, lab_worker_config(), "lab-worker");
         let t = tenant(&app, "acme").await;
         let tenant_token = token(&["tenant:admin"], Some(id(&t).parse().expect("uuid")));
-        Lab { app, world, stop, tenant: id(&t), tenant_token }
+        Lab { app, world, stop, metrics, tenant: id(&t), tenant_token }
     }
 
     /// Enrolls `sim://<name>` machines of `class`; returns their ids.
@@ -188,6 +189,30 @@ impl Lab {
 
     async fn delete(&self, cluster: &str) -> Value {
         self.app.delete(self.cluster_path(cluster)).token(&self.tenant_token).send().await.expect(202).json()
+    }
+
+    /// The value of one sample of the worker's metrics (`name{labels}` exactly as rendered);
+    /// `None` when the series is not there.
+    fn sample(&self, series: &str) -> Option<f64> {
+        let mut out = String::new();
+        self.metrics.render(&mut out);
+        out.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    /// Waits until the API's `/metrics` (the database gauges, read at most every few seconds)
+    /// has the line `line`.
+    async fn gauge_shows(&self, line: &str) {
+        eventually(WAIT, || async {
+            let body = self.app.get("/metrics").send().await.expect(200).body.to_vec();
+            String::from_utf8(body).expect("utf8").lines().any(|l| l == line).then_some(())
+        })
+        .await
+    }
+
+    /// Waits until the worker's metrics show `series` at `value`: a run records what it did just
+    /// after committing it, so the API may show the effect a moment before.
+    async fn metric_reaches(&self, series: &str, value: f64) {
+        eventually(WAIT, || async { (self.sample(series) == Some(value)).then_some(()) }).await
     }
 
     async fn scalar(&self, sql: &str) -> i64 {
@@ -602,6 +627,9 @@ async fn a_failed_wipe_quarantines_the_machine_until_maintenance_takes_it_back_t
     assert_eq!(m["last_error"]["code"], "wipe_failed", "{m}");
     assert!(m["last_error"]["message"].as_str().expect("message").contains("disk"), "{m}");
     assert_eq!(lab.scalar("select count(*) from machine_cleans").await, 0, "an unverified wipe is no clean");
+    // The worker's scrape counts the failed wipe, and no completed one.
+    lab.metric_reaches("paddock_wipe_failures_total{machine_class=\"gpu\",code=\"wipe_failed\"}", 1.0).await;
+    assert_eq!(lab.sample("paddock_wipe_duration_seconds_count{machine_class=\"gpu\"}"), None);
     // The enrollment did not give the provider a usable machine: its operation failed, saying why.
     let enroll: (String, Option<String>) = eventually(WAIT, || async {
         let op: (String, Option<String>) = sqlx::query_as(
@@ -623,6 +651,7 @@ async fn a_failed_wipe_quarantines_the_machine_until_maintenance_takes_it_back_t
         (condition(&lab.cluster(&cluster).await, "MachinesAllocated")["reason"] == "InsufficientCapacity").then_some(())
     })
     .await;
+    lab.gauge_shows("paddock_clusters_waiting_for_machines 1").await;
 
     // The operator takes it into maintenance, fixes it, and lets it go: it leaves through a wipe.
     let path = format!("/v1/machines/{}/maintenance", ids[0]);
@@ -633,6 +662,16 @@ async fn a_failed_wipe_quarantines_the_machine_until_maintenance_takes_it_back_t
     lab.ready(&cluster).await;
     assert_eq!(lab.scalar("select count(*) from machine_cleans").await, 1);
     lab.check_invariants().await;
+
+    // The worker's scrape: one wipe completed, one machine provisioned, one allocation, which
+    // had waited in line (since the cluster's first try); no cluster waits any more.
+    lab.gauge_shows("paddock_clusters_waiting_for_machines 0").await;
+    lab.metric_reaches("paddock_wipe_duration_seconds_count{machine_class=\"gpu\"}", 1.0).await;
+    lab.metric_reaches("paddock_provisioning_duration_seconds_count{machine_class=\"gpu\"}", 1.0).await;
+    lab.metric_reaches("paddock_allocation_wait_seconds_count", 1.0).await;
+    let waited = lab.sample("paddock_allocation_wait_seconds_sum").expect("the wait's sum");
+    assert!(waited > 0.0, "the allocation waited for the machine's return: {waited}");
+    assert_eq!(lab.sample("paddock_wipe_failures_total{machine_class=\"gpu\",code=\"wipe_failed\"}"), Some(1.0));
 }
 
 #[tokio::test]
@@ -650,6 +689,11 @@ async fn bmc_and_control_plane_faults_end_in_their_documented_states() {
     })
     .await;
     assert_eq!(slow["state"], "enrolling", "a BMC that times out keeps the machine where it was");
+    // Both failed BMC calls are on the worker's scrape (counted before the machine records them).
+    for code in ["no_second_virtual_media", "bmc_timeout"] {
+        let series = format!("paddock_driver_errors_total{{driver=\"bmc\",code=\"{code}\"}}");
+        assert!(lab.sample(&series).is_some_and(|n| n >= 1.0), "{series}");
+    }
     lab.machine_in(&ids[2], "available").await;
     // Healed, the slow one carries on by itself (retries with backoff).
     lab.world.set_machine_fault("slow", MachineFault::BmcTimeout, false).await.expect("heal");

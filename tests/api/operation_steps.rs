@@ -31,7 +31,7 @@ impl Lab {
         let world = SimWorld::new(Store::from_pool(app.db.pool.clone()), SimConfig::zero());
         let drivers = Drivers { bmc: Some(world.bmc()), kube: Some(world.kube()) };
         let settings = Settings { outage_wait: Duration::from_secs(1), ..lab_settings() };
-        let stop = run_worker(&app, &world, drivers, settings, lab_worker_config(), "ops-worker");
+        let (stop, _) = run_worker(&app, &world, drivers, settings, lab_worker_config(), "ops-worker");
         let t = tenant(&app, "acme").await;
         let tenant_token = token(&["tenant:admin"], Some(id(&t).parse().expect("uuid")));
         Lab { app, world, stop, tenant: id(&t), tenant_token }

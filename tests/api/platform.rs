@@ -63,6 +63,8 @@ async fn metrics_count_requests_by_route_template_and_report_gauges() {
     assert!(!text.contains(&crate::common::id(&tenant)), "raw ids must not become labels");
     assert!(text.contains("paddock_http_request_duration_seconds_bucket"));
     assert!(text.contains(r#"paddock_clusters{phase="ready",kind="slurm"} 0"#), "{text}");
+    assert!(text.contains("paddock_clusters_waiting_for_machines 0\n"), "{text}");
+    assert!(text.contains("paddock_allocation_oldest_wait_seconds 0\n"), "{text}");
     assert!(text.contains(r#"paddock_build_info{version=""#), "{text}");
     assert!(!text.contains("paddock_queue_depth{"), "no jobs yet: {text}");
     crate::common::machine_class(&app, "gpu", 8).await;

@@ -30,6 +30,8 @@ struct Gauges {
     classes: Vec<String>,
     /// Clusters by phase and kind.
     clusters: Vec<Count>,
+    /// Clusters waiting for machines, and the longest wait in seconds.
+    waiting: (i64, f64),
     /// The queue's depth.
     jobs: Vec<Depth>,
 }
@@ -81,8 +83,9 @@ impl Services {
             let machines = metrics::machines_by_state_and_class(&mut conn).await?;
             let classes = metrics::class_names(&mut conn).await?;
             let clusters = metrics::clusters_by_phase_and_kind(&mut conn).await?;
+            let waiting = metrics::waiting_for_machines(&mut conn).await?;
             let jobs = job::depth(&mut conn).await?;
-            Ok::<_, paddock_store::StoreError>(Gauges { machines, classes, clusters, jobs })
+            Ok::<_, paddock_store::StoreError>(Gauges { machines, classes, clusters, waiting, jobs })
         };
         let reading = read.await.ok();
         *last = Some((started, reading.clone()));
@@ -98,7 +101,7 @@ impl Services {
         let _ = writeln!(out, "paddock_gauge_reads_total {}", self.gauges.reads.load(Ordering::Relaxed));
         out.push_str("# HELP paddock_database_up Whether the database answered the last read of the gauges.\n");
         out.push_str("# TYPE paddock_database_up gauge\n");
-        let Some(Gauges { machines, classes, clusters, jobs }) = reading else {
+        let Some(Gauges { machines, classes, clusters, waiting, jobs }) = reading else {
             out.push_str("paddock_database_up 0\n");
             return;
         };
@@ -108,7 +111,8 @@ impl Services {
         for state in MachineState::ALL.map(MachineState::as_str) {
             for class in &classes {
                 let n = count(&machines, state, class);
-                let _ = writeln!(out, "paddock_machines{{state=\"{state}\",machine_class=\"{}\"}} {n}", label(class));
+                let _ =
+                    writeln!(out, "paddock_machines{{state=\"{state}\",machine_class=\"{}\"}} {n}", label_value(class));
             }
         }
         out.push_str("# HELP paddock_clusters Clusters not yet deleted, by phase and kind.\n");
@@ -119,6 +123,15 @@ impl Services {
                 let _ = writeln!(out, "paddock_clusters{{phase=\"{phase}\",kind=\"{kind}\"}} {n}");
             }
         }
+        out.push_str("# HELP paddock_clusters_waiting_for_machines Clusters waiting in line for machines now.\n");
+        out.push_str("# TYPE paddock_clusters_waiting_for_machines gauge\n");
+        let _ = writeln!(out, "paddock_clusters_waiting_for_machines {}", waiting.0);
+        out.push_str(
+            "# HELP paddock_allocation_oldest_wait_seconds How long the cluster waiting longest for machines has \
+             waited (0 when none waits).\n",
+        );
+        out.push_str("# TYPE paddock_allocation_oldest_wait_seconds gauge\n");
+        let _ = writeln!(out, "paddock_allocation_oldest_wait_seconds {}", waiting.1);
         out.push_str("# HELP paddock_queue_depth Jobs of the durable queue not yet finished, by kind and state.\n");
         out.push_str("# TYPE paddock_queue_depth gauge\n");
         for depth in &jobs {
@@ -136,7 +149,7 @@ fn count(counts: &[Count], a: &str, b: &str) -> i64 {
     counts.iter().find(|(x, y, _)| x == a && y == b).map_or(0, |(_, _, n)| *n)
 }
 
-/// A label value in the text format's escaping (backslash, quote, newline).
-fn label(value: &str) -> String {
+/// A label value in the Prometheus text format's escaping (backslash, quote, newline).
+pub fn label_value(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }

@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 pub use audit::AuditTrail;
 use audit::Done;
+pub use gauges::label_value;
 pub use machine::MachineChange;
 use paddock_domain::ledger::LedgerKey;
 use paddock_domain::secret::Cipher;

@@ -139,6 +139,22 @@ pub async fn allocate(
     Ok(outcome)
 }
 
+/// How long the cluster has waited in line for machines as of the transaction's start: since its
+/// first try that found too few machines or an earlier cluster ahead; zero when it is not waiting
+/// (before a first try, or while it waits over its tenant's quota). Read in the transaction of an
+/// [`allocate`], before it: when that ends `Allocated`, this is how long the allocation waited.
+pub async fn waited(conn: &mut Conn, tenant: TenantId, cluster: ClusterId) -> Result<Duration, StoreError> {
+    let seconds: Option<f64> = sqlx::query_scalar(
+        "select extract(epoch from now() - coalesce(waiting_since, now()))::float8 from clusters \
+         where tenant_id = $1 and id = $2",
+    )
+    .bind(tenant.uuid())
+    .bind(cluster.uuid())
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(Duration::try_from_secs_f64(seconds.unwrap_or(0.0)).unwrap_or_default())
+}
+
 /// A cluster's place in the line of its classes.
 #[derive(Debug, Clone, Copy)]
 struct Line {

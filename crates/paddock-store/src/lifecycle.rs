@@ -24,16 +24,18 @@ use crate::{job, Conn, StoreError};
 /// An operator's intent as a transition returns it (a maintenance or force-release reason).
 type Intent = Option<String>;
 
-/// A machine's holder as a transition returns it: allocation, tenant, cluster, pool, system UUID.
-type Holder = (Option<Uuid>, Option<Uuid>, Option<Uuid>, Option<Uuid>, Option<String>);
+/// A machine's holder as its activation returns it: allocation, tenant, cluster, pool, system
+/// UUID, and the seconds since its allocation.
+type Holder = (Option<Uuid>, Option<Uuid>, Option<Uuid>, Option<Uuid>, Option<String>, Option<f64>);
 
 fn error_json(code: &str, message: &str) -> Value {
     json!({ "code": code, "message": message, "at": Utc::now() })
 }
 
 /// Records a verified wipe and makes the machine `available` (from `cleaning`, guarded), in the
-/// caller's transaction; wakes the first cluster waiting for the machine's class. False when
-/// someone else moved the machine first (nothing written).
+/// caller's transaction; wakes the first cluster waiting for the machine's class. Returns how
+/// long the machine was in cleaning (from its custody entry into `cleaning` to the clean's
+/// completion); `None` when someone else moved the machine first (nothing written).
 pub async fn complete_clean(
     conn: &mut Conn,
     key: &LedgerKey,
@@ -42,7 +44,7 @@ pub async fn complete_clean(
     run_id: Uuid,
     method: &str,
     evidence: &Value,
-) -> Result<bool, StoreError> {
+) -> Result<Option<std::time::Duration>, StoreError> {
     sqlx::query(
         "insert into machine_cleans (id, machine_id, run_id, method, evidence, completed_at) \
          values ($1, $2, $3, $4, $5, clock_timestamp()) on conflict (run_id) do nothing",
@@ -54,20 +56,23 @@ pub async fn complete_clean(
     .bind(evidence)
     .execute(&mut *conn)
     .await?;
-    let class: Option<(Uuid, Uuid, DateTime<Utc>)> = sqlx::query_as(
+    // Every move into cleaning appended a custody entry in its transaction: the latest one is
+    // when this stay began.
+    let class: Option<(Uuid, Uuid, DateTime<Utc>, Option<f64>)> = sqlx::query_as(
         "update machines m set state = 'available', clean_id = c.id, run_id = null, run_purpose = null, \
          run_booted_at = null, run_finished_at = null, last_error = null, status_version = m.status_version + 1, \
          updated_at = now() from machine_cleans c \
          where m.id = $1 and m.state = 'cleaning' and m.status_version = $2 and c.run_id = $3 and c.machine_id = m.id \
-         returning m.machine_class_id, c.id, c.completed_at",
+         returning m.machine_class_id, c.id, c.completed_at, extract(epoch from c.completed_at - \
+           (select max(e.at) from custody_entries e where e.machine_id = m.id and e.to_state = 'cleaning'))::float8",
     )
     .bind(id.uuid())
     .bind(status_version)
     .bind(run_id)
     .fetch_optional(&mut *conn)
     .await?;
-    let Some((class, clean_id, completed_at)) = class else {
-        return Ok(false);
+    let Some((class, clean_id, completed_at, in_cleaning)) = class else {
+        return Ok(None);
     };
     // The clean's record (with the agent's wipe report) is the evidence of the clean.
     let mut record = match evidence {
@@ -83,7 +88,12 @@ pub async fn complete_clean(
     custody::append(conn, key, id, Some(from), to, WORKER_ACTOR, "verified wipe: every listed drive wiped", &evidence)
         .await?;
     wake_waiting(conn, &[MachineClassId(class)]).await?;
-    Ok(true)
+    Ok(Some(seconds(in_cleaning)))
+}
+
+/// A span the database measured, in seconds (none or negative: zero).
+fn seconds(span: Option<f64>) -> std::time::Duration {
+    std::time::Duration::try_from_secs_f64(span.unwrap_or(0.0)).unwrap_or_default()
 }
 
 /// Moves a machine from `from` to `to` ending its run, with `last_error` (code, message);
@@ -148,27 +158,30 @@ pub async fn end_run(
 }
 
 /// Makes a provisioned machine `active` as node `node_name` (from `provisioning`, guarded).
+/// Returns how long that took from the machine's allocation; `None` when someone else moved the
+/// machine first (nothing written).
 pub async fn activate(
     conn: &mut Conn,
     key: &LedgerKey,
     id: MachineId,
     status_version: i64,
     node_name: &str,
-) -> Result<bool, StoreError> {
+) -> Result<Option<std::time::Duration>, StoreError> {
     let mut tx = conn.begin().await?;
     let holder: Option<Holder> = sqlx::query_as(
-        "update machines set state = 'active', node_name = $3, run_id = null, run_purpose = null, \
+        "update machines m set state = 'active', node_name = $3, run_id = null, run_purpose = null, \
          run_booted_at = null, run_finished_at = null, last_error = null, status_version = status_version + 1, \
          updated_at = now() where id = $1 and state = 'provisioning' and status_version = $2 \
-         returning allocation_id, tenant_id, cluster_id, node_pool_id, system_uuid",
+         returning allocation_id, tenant_id, cluster_id, node_pool_id, system_uuid, extract(epoch from now() - \
+           (select a.allocated_at from machine_allocations a where a.id = m.allocation_id))::float8",
     )
     .bind(id.uuid())
     .bind(status_version)
     .bind(node_name)
     .fetch_optional(&mut *tx)
     .await?;
-    let Some((allocation, tenant, cluster, pool, system_uuid)) = holder else {
-        return Ok(false);
+    let Some((allocation, tenant, cluster, pool, system_uuid, since_allocation)) = holder else {
+        return Ok(None);
     };
     // The node that joined is the evidence: its name and the system UUID it was matched by.
     let evidence = json!({
@@ -179,7 +192,7 @@ pub async fn activate(
     let (from, to) = (MachineState::Provisioning, MachineState::Active);
     custody::append(&mut tx, key, id, Some(from), to, WORKER_ACTOR, &reason, &evidence).await?;
     tx.commit().await?;
-    Ok(true)
+    Ok(Some(seconds(since_allocation)))
 }
 
 /// Starts the release of a machine that holds a tenancy (`allocated`, `provisioning`, `active`

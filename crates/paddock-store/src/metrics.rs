@@ -28,3 +28,14 @@ pub async fn clusters_by_phase_and_kind(conn: &mut Conn) -> Result<Vec<Count>, S
     .fetch_all(conn)
     .await?)
 }
+
+/// Clusters waiting in line for machines (SPEC section 6 step 3): how many, and how long the one
+/// waiting longest has waited, in seconds (0 when none waits).
+pub async fn waiting_for_machines(conn: &mut Conn) -> Result<(i64, f64), StoreError> {
+    Ok(sqlx::query_as(
+        "select count(*), coalesce(extract(epoch from now() - min(waiting_since))::float8, 0) from clusters \
+         where waiting_since is not null and deleted_at is null",
+    )
+    .fetch_one(conn)
+    .await?)
+}

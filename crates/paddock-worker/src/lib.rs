@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-pub use metrics::{JobMetrics, OutcomeCount};
+pub use metrics::{OutcomeCount, WorkerMetrics};
 pub use paddock_store::job::{Job, JobError};
 use paddock_store::job::{FAILED_SLUG, FAILED_TITLE, PROBLEM_BASE};
 use paddock_types::problem::Problem;

@@ -23,7 +23,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{debug, error, info, info_span, warn, Instrument};
 
-use crate::metrics::JobMetrics;
+use crate::metrics::{self, WorkerMetrics};
 use crate::{Cause, JobHandler, Outcome};
 
 /// Settings of a [`Worker`].
@@ -113,7 +113,7 @@ struct Inner {
     kinds: Vec<&'static str>,
     config: WorkerConfig,
     policy: RetryPolicy,
-    metrics: Arc<JobMetrics>,
+    metrics: Arc<WorkerMetrics>,
 }
 
 impl Worker {
@@ -159,7 +159,7 @@ impl Worker {
         kinds.sort_unstable();
         let policy =
             RetryPolicy { max_attempts: config.max_attempts, base: config.backoff_base, cap: config.backoff_cap };
-        let metrics = Arc::new(JobMetrics::new(&kinds));
+        let metrics = Arc::new(WorkerMetrics::new(&kinds));
         Ok(Self { inner: Arc::new(Inner { store, id, handlers: by_kind, kinds, config, policy, metrics }) })
     }
 
@@ -168,8 +168,8 @@ impl Worker {
         &self.inner.id
     }
 
-    /// The outcome counters of this worker.
-    pub fn metrics(&self) -> Arc<JobMetrics> {
+    /// The metrics of this worker: its job outcomes, and what its handlers observe.
+    pub fn metrics(&self) -> Arc<WorkerMetrics> {
         self.inner.metrics.clone()
     }
 
@@ -394,8 +394,9 @@ async fn run_one(inner: Arc<Inner>, job: Job, claimed_at: Instant, mut stop: wat
         let (lost_tx, mut lost_rx) = watch::channel(false);
         let watchdog = tokio::spawn(watchdog(inner.clone(), job.id, claimed_at, lost_tx));
         let ended = {
-            // A panicking handler is a transient failure of this attempt, not of the worker.
-            let run = AssertUnwindSafe(handler.run(&job)).catch_unwind();
+            // A panicking handler is a transient failure of this attempt, not of the worker. What
+            // the handler observes goes to this worker's metrics.
+            let run = AssertUnwindSafe(metrics::scope(inner.metrics.clone(), handler.run(&job))).catch_unwind();
             tokio::select! {
                 outcome = run => Ended::Outcome(outcome.unwrap_or_else(|_| {
                     Outcome::retry("handler_panicked", "the job handler panicked")

@@ -52,6 +52,17 @@ async fn a_worker_process_serves_its_job_outcomes_on_the_metrics_listener() {
     for kind in ["machine_reconcile", "cluster_reconcile"] {
         assert!(body.contains(&format!("paddock_jobs_total{{kind=\"{kind}\",outcome=\"failed\"}} 0")), "{body}");
     }
+    // What the reconcilers observe, from the start (the allocation wait has its one series).
+    for family in [
+        "paddock_wipe_duration_seconds histogram",
+        "paddock_wipe_failures_total counter",
+        "paddock_provisioning_duration_seconds histogram",
+        "paddock_allocation_wait_seconds histogram",
+        "paddock_driver_errors_total counter",
+    ] {
+        assert!(body.contains(&format!("# TYPE {family}\n")), "{family}: {body}");
+    }
+    assert!(body.contains("paddock_allocation_wait_seconds_count 0\n"), "{body}");
     assert!(body.contains("paddock_database_up 1"), "{body}");
     assert!(!body.contains("paddock_http_requests_total{"), "a worker serves no API, so no request metrics: {body}");
     // The metrics listener serves nothing else.

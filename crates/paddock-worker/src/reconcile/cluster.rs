@@ -42,6 +42,7 @@ use serde_json::{json, Value};
 use super::{
     cluster_ref, kubeconfig_binding, store_error, tenant_access, Drivers, Settings, DRIVER_NOT_CONFIGURED, DRIVER_WAIT,
 };
+use crate::metrics::{self, Driver};
 use crate::{failed_problem, Job, JobHandler, Outcome};
 
 /// How long a cluster waiting for machines sleeps at most: a machine that becomes available
@@ -370,26 +371,30 @@ impl ClusterReconciler {
             node_pool::mark_deleted(&mut tx, cluster.tenant_id, *pool).await?;
             operation::succeed(&mut tx, pool.uuid(), None, &[]).await?;
         }
-        let waiting = if plan.needs.is_empty() {
+        let (waiting, allocated) = if plan.needs.is_empty() {
             observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
-            None
+            (None, None)
         } else {
             self.allocate(&mut tx, cluster, &plan.needs, observed).await?
         };
         tx.commit().await.map_err(StoreError::from)?;
+        if let Some(waited) = allocated {
+            metrics::observe(|w| w.allocated(waited));
+        }
         Ok(waiting)
     }
 
     /// Allocates `needs` all or nothing in the caller's transaction; when the cluster waits, how
-    /// long until it tries again.
+    /// long until it tries again; when it got its machines, how long it had waited for them.
     async fn allocate(
         &self,
         conn: &mut Conn,
         cluster: &Cluster,
         needs: &[Need],
         observed: &mut Observed,
-    ) -> Result<Option<Duration>, StoreError> {
+    ) -> Result<(Option<Duration>, Option<Duration>), StoreError> {
         let (tenant, id, timeout) = (cluster.tenant_id, cluster.id, self.settings.allocation_head_timeout);
+        let waited = allocation::waited(conn, tenant, id).await?;
         let outcome = allocation::allocate(conn, self.services.ledger_key(), tenant, id, needs, timeout).await?;
         // The details are the provider's (logged); the tenant's message says only what to expect.
         match &outcome {
@@ -397,14 +402,14 @@ impl ClusterReconciler {
                 observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
                 let message = format!("{} machine(s) allocated", machines.len());
                 observed.events.push(("Normal", "MachinesAllocated", message));
-                return Ok(None);
+                return Ok((None, Some(waited)));
             }
             Allocation::Behind { until, .. } => {
                 tracing::info!(tenant = %tenant, cluster = %id, outcome = ?outcome, "the cluster waits for machines");
                 self.insufficient(observed, "InsufficientCapacity", TENANT_WAITING);
                 // Nothing wakes it when the one in front stops holding it back: it wakes itself.
                 let left = (*until - Utc::now()).to_std().unwrap_or_default();
-                return Ok(Some(CAPACITY_WAIT.min(left + Duration::from_millis(100))));
+                return Ok((Some(CAPACITY_WAIT.min(left + Duration::from_millis(100))), None));
             }
             Allocation::Short { .. } => {
                 tracing::info!(tenant = %tenant, cluster = %id, outcome = ?outcome, "the cluster waits for machines");
@@ -415,7 +420,7 @@ impl ClusterReconciler {
                 self.insufficient(observed, "QuotaExceeded", &message);
             }
         }
-        Ok(Some(CAPACITY_WAIT))
+        Ok((Some(CAPACITY_WAIT), None))
     }
 
     fn insufficient(&self, observed: &mut Observed, reason: &'static str, message: &str) {
@@ -628,6 +633,7 @@ impl ClusterReconciler {
         condition: &str,
         e: DriverError,
     ) -> Outcome {
+        metrics::driver_failed(Driver::Kube, &e.code);
         let permanent = !e.is_transient();
         // The driver's message is the provider's (logged with the cluster); the tenant's is generic.
         let tenant_message = if permanent { TENANT_FAILED } else { TENANT_RETRYING };

@@ -56,6 +56,7 @@ use serde_json::json;
 use super::{
     cluster_ref, password_binding, store_error, tenant_access, Drivers, Settings, DRIVER_NOT_CONFIGURED, DRIVER_WAIT,
 };
+use crate::metrics::{self, Driver};
 use crate::{Job, JobHandler, Outcome};
 
 /// How long a machine waits after an error only a spec change fixes (wrong credentials, an
@@ -199,15 +200,27 @@ impl MachineReconciler {
     where
         F: for<'c> FnOnce(&'c mut paddock_store::Conn, &'c LedgerKey) -> BoxFuture<'c, Result<bool, StoreError>>,
     {
+        self.guarded_then(write, |_| ()).await
+    }
+
+    /// [`Self::guarded`], then `committed` with what the write returned once its transaction
+    /// committed: what a metric may observe (never a write that was lost or rolled back).
+    async fn guarded_then<T, F>(&self, write: F, committed: impl FnOnce(T) + Send) -> Step
+    where
+        F: for<'c> FnOnce(&'c mut paddock_store::Conn, &'c LedgerKey) -> BoxFuture<'c, Result<T, StoreError>>,
+    {
         let result = async {
             let mut tx = self.services.store().begin().await?;
-            write(&mut tx, self.services.ledger_key()).await?;
+            let written = write(&mut tx, self.services.ledger_key()).await?;
             tx.commit().await?;
-            Ok::<_, StoreError>(())
+            Ok::<_, StoreError>(written)
         }
         .await;
         match result {
-            Ok(()) => Step::Again,
+            Ok(written) => {
+                committed(written);
+                Step::Again
+            }
             Err(e) => e.into(),
         }
     }
@@ -227,7 +240,9 @@ impl MachineReconciler {
                 if let Some(run) = self.run(m).await.ok().flatten() {
                     if run.run_booted_at.is_some() {
                         if let Ok(access) = self.access(m) {
-                            let _ = bmc.power_off(&access).await;
+                            if let Err(e) = bmc.power_off(&access).await {
+                                metrics::driver_failed(Driver::Bmc, &e.code);
+                            }
                         }
                     }
                     if let Err(e) = self.expire_tokens(&run).await {
@@ -414,7 +429,7 @@ impl MachineReconciler {
                 if Utc::now() >= deadline {
                     // Quarantined, powered off and ejected (best effort: the seed's token is
                     // expired anyway, and the machine never serves anyone in this state).
-                    let _ = bmc.finish_boot(&access, AfterBoot::PowerOff).await;
+                    power_off_best_effort(bmc, &access).await;
                     let message = "the wipe agent did not report before its token expired";
                     return self.end_run(m, S::CleanFailed, Some(("wipe_timed_out", message)), None).await;
                 }
@@ -428,7 +443,7 @@ impl MachineReconciler {
             Some(report) if !report.verified => {
                 // Quarantined: it leaves only through maintenance or retirement. Power it off
                 // on the way (best effort: it never serves anyone in this state).
-                let _ = bmc.finish_boot(&access, AfterBoot::PowerOff).await;
+                power_off_best_effort(bmc, &access).await;
                 let why = report.failure.as_deref().unwrap_or("the report does not prove every drive wiped");
                 let message = format!("the wipe is not verified: {why}");
                 self.end_run(m, S::CleanFailed, Some(("wipe_failed", &message)), None).await
@@ -453,10 +468,17 @@ impl MachineReconciler {
                     "report": report.report,
                     "reported_at": report.used_at,
                 });
-                self.guarded(move |c, k| {
-                    async move { lifecycle::complete_clean(c, k, id, version, run_id, "agent", &evidence).await }
-                        .boxed()
-                })
+                self.guarded_then(
+                    move |c, k| {
+                        async move { lifecycle::complete_clean(c, k, id, version, run_id, "agent", &evidence).await }
+                            .boxed()
+                    },
+                    |in_cleaning| {
+                        if let Some(took) = in_cleaning {
+                            metrics::observe(|w| w.wipe_completed(&m.machine_class, took));
+                        }
+                    },
+                )
                 .await
             }
         }
@@ -567,16 +589,23 @@ impl MachineReconciler {
         match registered {
             Some(status) if status.ready => {
                 let (id, version, holder) = (m.id, m.status_version, m.tenant_id.zip(m.cluster_id));
-                self.guarded(move |c, k| {
-                    async move {
-                        let activated = lifecycle::activate(c, k, id, version, &status.name).await?;
-                        if let (true, Some((tenant, cluster))) = (activated, holder) {
-                            lifecycle::enqueue_cluster(c, tenant, cluster).await?;
+                self.guarded_then(
+                    move |c, k| {
+                        async move {
+                            let activated = lifecycle::activate(c, k, id, version, &status.name).await?;
+                            if let (Some(_), Some((tenant, cluster))) = (activated, holder) {
+                                lifecycle::enqueue_cluster(c, tenant, cluster).await?;
+                            }
+                            Ok(activated)
                         }
-                        Ok(activated)
-                    }
-                    .boxed()
-                })
+                        .boxed()
+                    },
+                    |since_allocation| {
+                        if let Some(took) = since_allocation {
+                            metrics::observe(|w| w.provisioned(&m.machine_class, took));
+                        }
+                    },
+                )
                 .await
             }
             _ => {
@@ -697,6 +726,7 @@ impl MachineReconciler {
         let powered_off = match self.access(m) {
             Ok(access) if access.system_uuid.is_none() => Ok(()),
             Ok(access) => bmc.power_off(&access).await.map_err(|e| {
+                metrics::driver_failed(Driver::Bmc, &e.code);
                 tracing::error!(machine.id = %m.id, error = %e, "the forced release could not power machine {} off", m.id);
                 format!("the BMC did not power the machine off ({}): {}", e.code, e.message)
             }),
@@ -723,13 +753,16 @@ impl MachineReconciler {
         };
         match tokio::time::timeout(ABANDON_BOUND, kube.nodes.abandon_node(&tenant, &node)).await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(
-                machine.id = %m.id,
-                error = %e,
-                "the forced release could not delete node {} of machine {}; it goes on",
-                node.node_name,
-                m.id
-            ),
+            Ok(Err(e)) => {
+                metrics::driver_failed(Driver::Kube, &e.code);
+                tracing::warn!(
+                    machine.id = %m.id,
+                    error = %e,
+                    "the forced release could not delete node {} of machine {}; it goes on",
+                    node.node_name,
+                    m.id
+                );
+            }
             Err(_) => tracing::warn!(
                 machine.id = %m.id,
                 "the tenant API server did not answer the forced release's deletes of node {} within {ABANDON_BOUND:?}",
@@ -846,6 +879,8 @@ impl MachineReconciler {
         run::expire_unused_tokens(&mut conn, current.run_id).await
     }
 
+    /// Ends the machine's run (guarded), moving it to `to` with `error` (code, message); a wipe
+    /// that ends in `clean_failed` is counted once the move committed.
     async fn end_run(
         &self,
         m: &Machine,
@@ -854,15 +889,23 @@ impl MachineReconciler {
         maintenance_reason: Option<&str>,
     ) -> Step {
         let (id, from, version) = (m.id, m.state, m.status_version);
+        let code = error.map_or("clean_failed", |(code, _)| code);
         let error = error.map(|(code, message)| (code.to_owned(), message.to_owned()));
         let reason = maintenance_reason.map(str::to_owned);
-        self.guarded(move |c, k| {
-            async move {
-                let error = error.as_ref().map(|(code, message)| (code.as_str(), message.as_str()));
-                lifecycle::end_run(c, k, id, from, version, to, error, reason.as_deref()).await
-            }
-            .boxed()
-        })
+        self.guarded_then(
+            move |c, k| {
+                async move {
+                    let error = error.as_ref().map(|(code, message)| (code.as_str(), message.as_str()));
+                    lifecycle::end_run(c, k, id, from, version, to, error, reason.as_deref()).await
+                }
+                .boxed()
+            },
+            |moved| {
+                if moved && to == MachineState::CleanFailed {
+                    metrics::observe(|w| w.wipe_failed(&m.machine_class, code));
+                }
+            },
+        )
         .await
     }
 
@@ -942,6 +985,7 @@ impl MachineReconciler {
 
     async fn bmc_failed(&self, m: &Machine, e: BmcError) -> Step {
         use MachineState as S;
+        metrics::driver_failed(Driver::Bmc, &e.code);
         // A BMC that cannot do what the lifecycle needs, or another system behind the BMC:
         // out of service with the reason, through the path the state allows.
         if e.code == NO_SECOND_VIRTUAL_MEDIA || e.code == SYSTEM_UUID_MISMATCH {
@@ -979,6 +1023,7 @@ impl MachineReconciler {
     }
 
     async fn driver_failed(&self, m: &Machine, e: DriverError) -> Step {
+        metrics::driver_failed(Driver::Kube, &e.code);
         if let Err(se) = self.record_error(m, &e.code, &e.message).await {
             return se.into();
         }
@@ -1056,9 +1101,18 @@ async fn erase_out_of_band(bmc: &dyn BmcDriver, access: &BmcAccess) -> serde_jso
     match bmc.erase_out_of_band(access).await {
         Ok(erases) => json!({ "erases": erases }),
         Err(e) => {
+            metrics::driver_failed(Driver::Bmc, &e.code);
             tracing::warn!(machine.id = %access.machine_id, error = %e, "the BMC's out-of-band erase failed");
             json!({ "error": { "code": e.code, "message": e.message } })
         }
+    }
+}
+
+/// Powers a quarantined machine off and ejects its media, best effort: it never serves anyone
+/// in `clean_failed`, so a failure is only counted.
+async fn power_off_best_effort(bmc: &dyn BmcDriver, access: &BmcAccess) {
+    if let Err(e) = bmc.finish_boot(access, AfterBoot::PowerOff).await {
+        metrics::driver_failed(Driver::Bmc, &e.code);
     }
 }
 

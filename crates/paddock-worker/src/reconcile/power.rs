@@ -50,6 +50,7 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::{password_binding, Drivers, DRIVER_NOT_CONFIGURED, DRIVER_WAIT};
+use crate::metrics::{self, Driver};
 use crate::{Job, JobHandler, Outcome};
 
 /// The maintenance reason and `last_error.code` of a machine whose power keeps drifting.
@@ -252,8 +253,11 @@ impl PowerSync {
             }
             // The next check finds the drift again and counts it: a BMC that cannot be
             // corrected ends out of service like one that keeps drifting.
-            Err(e) => warn!(machine.id = %id, error = &e as &dyn std::error::Error,
-                "powering machine {id} {} failed", on_off(expected)),
+            Err(e) => {
+                metrics::driver_failed(Driver::Bmc, &e.code);
+                warn!(machine.id = %id, error = &e as &dyn std::error::Error, "powering machine {id} {} failed",
+                    on_off(expected));
+            }
         }
         Outcome::Done
     }
@@ -385,6 +389,7 @@ fn on_off(on: bool) -> &'static str {
 }
 
 fn read_failed(m: &Machine, e: &BmcError) {
+    metrics::driver_failed(Driver::Bmc, &e.code);
     warn!(machine.id = %m.id, error = %e, "reading the power of machine {} failed", m.id);
 }
 
