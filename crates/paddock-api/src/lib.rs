@@ -155,6 +155,7 @@ fn process_routes() -> OpenApiRouter<AppState> {
 /// The OpenAPI document, generated from the routes.
 pub fn openapi() -> OpenApiDoc {
     let mut doc = api_routes().into_openapi();
+    routes::links::add(&mut doc);
     // Relative: the document is served by the API itself (`/openapi.json`), so clients resolve
     // the paths against wherever they fetched it; `paddock dev` serves on http://127.0.0.1:8080.
     doc.servers = Some(vec![
