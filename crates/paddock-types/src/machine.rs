@@ -82,8 +82,9 @@ impl MachineState {
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BmcCreate {
-    /// Redfish service URL (`https://bmc.example:443`); `sim://<name>` with the simulated driver.
-    #[schema(min_length = 1, max_length = 2048, example = "https://10.0.0.17")]
+    /// Redfish service URL (`https://bmc.example:443`); `sim://<name>` with the simulated driver;
+    /// `http://` only with `allow_insecure_http`.
+    #[schema(min_length = 1, max_length = 2048, pattern = "^(https?|sim)://", example = "https://10.0.0.17")]
     pub url: String,
     /// The system's `Id` or `UUID`; required when the service lists several systems.
     #[serde(default)]

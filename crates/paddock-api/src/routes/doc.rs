@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 
 use utoipa::openapi::extensions::ExtensionsBuilder;
 use utoipa::openapi::path::{Operation, Parameter, ParameterBuilder, ParameterIn};
-use utoipa::openapi::schema::SchemaType;
 use utoipa::openapi::security::SecurityRequirement;
 use utoipa::openapi::{ContentBuilder, ObjectBuilder, OpenApi, Ref, Required, ResponseBuilder, Type};
 
@@ -199,7 +198,11 @@ fn apply(op: &mut Operation, access: Access, post: bool) {
         op.responses.responses.entry("default".to_owned()).or_insert_with(|| problem().into());
     }
     if access == Access::Bearer && post {
-        op.parameters.get_or_insert_with(Vec::new).push(idempotency_key());
+        // Closing a billing period requires one (400 `idempotency_key_required`).
+        let required = conflicts(op.operation_id.as_deref().unwrap_or_default())
+            .iter()
+            .any(|(_, codes)| codes.contains(&"idempotency_key_required"));
+        op.parameters.get_or_insert_with(Vec::new).push(idempotency_key(required));
     }
 }
 
@@ -209,14 +212,19 @@ fn problem() -> utoipa::openapi::Response {
     ResponseBuilder::new().description("Problem").content("application/problem+json", content).build()
 }
 
-fn idempotency_key() -> Parameter {
-    let optional_string = ObjectBuilder::new().schema_type(SchemaType::from_iter([Type::String, Type::Null]));
+fn idempotency_key(required: bool) -> Parameter {
+    // What `idempotency::idempotency` accepts: 1 to 255 visible ASCII characters.
+    let key = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .max_length(Some(255))
+        .pattern(Some("^[\\x21-\\x7e]+$"));
     ParameterBuilder::new()
         .name("Idempotency-Key")
         .parameter_in(ParameterIn::Header)
         .description(Some("Replays the first answer for 24 h"))
-        .required(Required::False)
-        .schema(Some(optional_string))
+        .required(if required { Required::True } else { Required::False })
+        .schema(Some(key))
         .build()
 }
 

@@ -7,6 +7,7 @@ pub mod custody;
 pub mod doc;
 pub mod health;
 pub mod isolation;
+pub mod links;
 pub mod machine;
 pub mod machine_class;
 pub mod operation;

@@ -28,13 +28,13 @@ pub const AS_OF_HEADER: &str = "x-usage-as-of";
 #[into_params(parameter_in = Query)]
 pub struct UsageQuery {
     /// Range start, inclusive (RFC 3339 UTC, whole seconds). Required.
-    #[param(value_type = String, format = DateTime, example = "2026-11-01T00:00:00Z")]
+    #[param(value_type = String, format = DateTime, pattern = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$", example = "2026-11-01T00:00:00Z")]
     pub from: Option<String>,
     /// Range end, exclusive; after `from`, at most 31 days later (records, export) or 400 (aggregate). Required.
-    #[param(value_type = String, format = DateTime, example = "2026-12-01T00:00:00Z")]
+    #[param(value_type = String, format = DateTime, pattern = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$", example = "2026-12-01T00:00:00Z")]
     pub to: Option<String>,
     /// Read at this watermark (a previous answer's `as_of`); default: now's.
-    #[param(value_type = Option<String>, format = DateTime)]
+    #[param(value_type = Option<String>, format = DateTime, pattern = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$")]
     pub as_of: Option<String>,
     /// Only this tenant's usage.
     pub tenant_id: Option<TenantId>,
@@ -58,7 +58,10 @@ pub struct UsageQuery {
     #[param(value_type = Option<String>, pattern = "^(PT1H|P1D|P1M|none)$", default = "none")]
     pub window: Option<String>,
     /// Aggregate: comma-separated `tenant_id`, `cluster_id`, `node_pool_id`, `machine_class`.
-    #[param(max_length = 100)]
+    #[param(
+        max_length = 100,
+        pattern = "^(tenant_id|cluster_id|node_pool_id|machine_class)(,(tenant_id|cluster_id|node_pool_id|machine_class))*$"
+    )]
     pub group_by: Option<String>,
     /// Export: `csv`, `ndjson`, or `focus` (FinOps FOCUS 1.2 CSV; 409 `price_missing` or without `PADDOCK_BILLING_PROVIDER_NAME`).
     #[param(value_type = Option<String>, pattern = "^(csv|ndjson|focus)$", default = "ndjson")]
