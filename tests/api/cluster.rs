@@ -290,6 +290,20 @@ async fn cluster_patch_upgrades_and_refuses_immutable_fields_and_downgrades() {
         .problem(422, "validation_failed");
     app.patch(&path).token(&t).json(&json!({ "kind": "kubernetes" })).send().await.problem(422, "validation_failed");
     app.patch(&path).token(&t).json(&json!({ "node_pools": [] })).send().await.problem(422, "validation_failed");
+    // A merge patch's null would remove a slurm cluster's Slurm settings (found by the fuzzer: a 500).
+    let problem = app
+        .patch(&path)
+        .token(&t)
+        .json(&json!({ "kubernetes_version": "v1.35.3", "slurm": null }))
+        .send()
+        .await
+        .problem(422, "validation_failed");
+    assert_eq!(problem["errors"][0]["field"], "slurm", "{problem}");
+    let unchanged = app.get(&path).token(&t).send().await.expect(200).json();
+    assert_eq!(
+        (unchanged["generation"].clone(), unchanged["slurm"]["login"]["replicas"].clone()),
+        (json!(2), json!(2))
+    );
     // The first operation was superseded by the newer change.
     let first =
         app.get(format!("/v1/operations/{}", id(&created["operation"]))).token(&t).send().await.expect(200).json();

@@ -129,7 +129,11 @@ pub fn validate_cluster(spec: &ClusterSpec, pools: &[NodePoolSpec]) -> Result<()
                 "a slurm cluster needs at least one node in total",
             );
         }
-        _ => {}
+        // A merge patch's `"slurm": null` would remove them.
+        (ClusterKind::Slurm, None) => {
+            c.fail("slurm", "a `slurm` cluster keeps its Slurm settings: change them with an object, never null")
+        }
+        (ClusterKind::Kubernetes, None) => {}
     }
     c.finish()
 }
@@ -481,6 +485,8 @@ mod tests {
     fn slurm_clusters_need_a_node() {
         assert!(validate_cluster(&slurm_spec(SlurmSpec::default()), &[pool("a", 0)]).is_err());
         assert!(validate_cluster(&slurm_spec(SlurmSpec::default()), &[pool("a", 1)]).is_ok());
+        let without = ClusterSpec { slurm: None, ..slurm_spec(SlurmSpec::default()) };
+        assert!(validate_cluster(&without, &[pool("a", 1)]).is_err(), "a slurm cluster without Slurm settings");
     }
 
     #[test]
