@@ -198,7 +198,7 @@ impl Default for LoginSpec {
 pub struct SlurmSpec {
     /// Slurm version.
     #[serde(default = "default_slurm_version")]
-    #[schema(max_length = 32, default = "25.05")]
+    #[schema(max_length = 32, pattern = "^[0-9]{2}\\.[0-9]{2}(\\.[0-9]{1,3})?$", default = "25.05")]
     pub version: String,
     /// Partitions; default: one per node pool, the first pool's the default.
     #[serde(default)]
@@ -233,7 +233,7 @@ pub struct ClusterCreate {
     pub isolation: Isolation,
     /// Kubernetes version of the tenant control plane.
     #[serde(default)]
-    #[schema(max_length = 32, example = "v1.35.0")]
+    #[schema(max_length = 32, pattern = "^v1\\.[0-9]{2}(\\.[0-9]{1,3})?$", example = "v1.35.0")]
     pub kubernetes_version: Option<String>,
     /// Slurm settings (`slurm` clusters only).
     #[serde(default)]
@@ -251,7 +251,7 @@ pub struct ClusterCreate {
 #[schema(example = json!({"kubernetes_version": "v1.35.1"}))]
 pub struct ClusterUpdate {
     /// Kubernetes version (upgrades only).
-    #[schema(max_length = 32)]
+    #[schema(max_length = 32, pattern = "^v1\\.[0-9]{2}(\\.[0-9]{1,3})?$")]
     pub kubernetes_version: Option<String>,
     /// Slurm settings.
     pub slurm: Option<SlurmSpec>,

@@ -211,7 +211,7 @@ fn stream(export: paddock_service::usage::Export) -> Response {
 ///
 /// A billing month: `open`, or `closed` with its signed manifest (totals per tenant and class).
 #[utoipa::path(get, path = "/v1/usage/periods/{period}", operation_id = "usage_period_view", tag = "usage",
-    params(("period" = String, Path, description = "UTC month, YYYY-MM", pattern = "^[0-9]{4}-(0[1-9]|1[0-2])$")),
+    params(("period" = String, Path, description = "UTC month, YYYY-MM (from 2000)", pattern = "^[2-9][0-9]{3}-(0[1-9]|1[0-2])$")),
     responses(
         (status = 200, description = "The period", body = UsagePeriodView)))]
 pub async fn usage_period_view(
@@ -228,7 +228,7 @@ pub async fn usage_period_view(
 /// `period_not_closable` before); closing again answers the stored one (200).
 /// `Idempotency-Key` is required here (400 `idempotency_key_required` without it).
 #[utoipa::path(post, path = "/v1/usage/periods/{period}/close", operation_id = "usage_period_close", tag = "usage",
-    params(("period" = String, Path, description = "UTC month, YYYY-MM", pattern = "^[0-9]{4}-(0[1-9]|1[0-2])$")),
+    params(("period" = String, Path, description = "UTC month, YYYY-MM (from 2000)", pattern = "^[2-9][0-9]{3}-(0[1-9]|1[0-2])$")),
     responses(
         (status = 201, description = "Closed now", body = UsagePeriodClosed),
         (status = 200, description = "Already closed: the stored manifest", body = UsagePeriodClosed)))]
