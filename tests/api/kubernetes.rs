@@ -61,8 +61,8 @@ use paddock_sim::{MachineFault, SimConfig, SimWorld};
 use paddock_store::Store;
 use paddock_testkit::{admin, eventually, token, TestApp, TEST_SECRET};
 use paddock_types::{ClusterId, MachineId, TenantId};
-use paddock_worker::reconcile::{ClusterReconciler, Drivers, MachineReconciler, Settings};
-use paddock_worker::{JobHandler, Worker, WorkerConfig};
+use paddock_worker::reconcile::{Drivers, Settings};
+use paddock_worker::WorkerConfig;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
@@ -796,10 +796,6 @@ impl Lab {
             ..Settings::default()
         };
         tweak(&mut settings);
-        let handlers: Vec<Arc<dyn JobHandler>> = vec![
-            Arc::new(MachineReconciler::new(app.services.clone(), drivers.clone(), settings.clone())),
-            Arc::new(ClusterReconciler::new(app.services.clone(), drivers, settings)),
-        ];
         let config = WorkerConfig {
             concurrency: 8,
             poll_interval: Duration::from_millis(50),
@@ -808,18 +804,7 @@ impl Lab {
             max_attempts: 1000,
             ..WorkerConfig::default()
         };
-        let worker = Worker::new(store, "kube-lab-worker", handlers, config).expect("worker");
-        let (stop, stopped) = watch::channel(false);
-        let mut worker_stop = stopped.clone();
-        tokio::spawn(async move {
-            worker
-                .run(async move {
-                    let _ = worker_stop.changed().await;
-                })
-                .await
-        });
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("client");
-        tokio::spawn(world.agent(http).run(stopped.clone()));
+        let (stop, _metrics) = crate::common::run_worker(&app, &world, drivers, settings, config, "kube-lab-worker");
         let platform_client = platform.client().await;
         let play = Arc::new(Play {
             platform: platform_client.clone(),
@@ -829,7 +814,7 @@ impl Lab {
             started: Mutex::new(Vec::new()),
             tokens: Mutex::new(HashMap::new()),
         });
-        tokio::spawn(play.clone().run(stopped));
+        tokio::spawn(play.clone().run(stop.subscribe()));
         Some(Lab { app, platform, platform_client, play, world, stop, _stacks: stacks })
     }
 
