@@ -36,8 +36,9 @@ from (select id, substr(name, 8)::int as n from tenants where name like 'bench-t
 create temporary table cl on commit drop as
 select t, c, tenant_id, gen_random_uuid() as cluster_id from bench_usage.pools group by t, c, tenant_id;
 update bench_usage.pools p set cluster_id = cl.cluster_id from cl where cl.t = p.t and cl.c = p.c;
-insert into clusters (id, tenant_id, name, kind, isolation, kubernetes_version, phase, observed_generation)
-select cluster_id, tenant_id, 'bench-k' || c, 'kubernetes', 'private-nodes', '1.31', 'ready', 1 from cl;
+insert into clusters (id, tenant_id, name, kind, isolation, kubernetes_version, stack_version, phase,
+                      observed_generation)
+select cluster_id, tenant_id, 'bench-k' || c, 'kubernetes', 'private-nodes', '1.31', '2026.12.0', 'ready', 1 from cl;
 insert into node_pools (id, tenant_id, cluster_id, name, machine_class_id, count)
 select p.node_pool_id, p.tenant_id, p.cluster_id, 'pool-c' || p.k, mc.id, 0
 from bench_usage.pools p join machine_classes mc on mc.name = 'bench-c' || p.k;

@@ -53,7 +53,8 @@ async fn cluster_create_fills_defaults_and_enqueues_its_reconcile_job() {
     let cluster = &body["cluster"];
     assert_eq!(resp.header("location"), Some(format!("/v1/tenants/{tenant_id}/clusters/{}", id(cluster)).as_str()));
     assert_eq!(cluster["kubernetes_version"], "v1.35.0");
-    assert_eq!(cluster["slurm"]["version"], "25.05");
+    assert_eq!(cluster["slurm"]["version"], "25.11");
+    assert_eq!(cluster["stack_version"], "2026.12.0", "a new cluster runs the newest base stack");
     assert_eq!(cluster["slurm"]["login"], json!({ "replicas": 1, "ssh_authorized_keys": [] }));
     let partitions = cluster["slurm"]["partitions"].as_array().expect("partitions");
     assert_eq!(partitions.len(), 2, "one partition per pool by default");
@@ -232,6 +233,40 @@ async fn a_suspended_tenant_cannot_change_its_clusters_but_the_provider_can() {
     app.delete(&cluster_path).token(&t).send().await.problem(409, "tenant_suspended");
     app.get(&cluster_path).token(&t).send().await.expect(200);
     app.post(&path).token(&admin()).json(&other).send().await.expect(202);
+}
+
+#[tokio::test]
+async fn slurm_versions_follow_the_clusters_base_stack() {
+    let app = TestApp::new().await;
+    let (tenant_id, t) = world(&app).await;
+    let clusters = format!("/v1/tenants/{tenant_id}/clusters");
+
+    // The newest stack's operator (slurm-operator 1.2.1) runs Slurm 25.11 and newer only.
+    let mut older = slurm_cluster("old-slurm");
+    older["slurm"] = json!({ "version": "25.05" });
+    let problem = app.post(&clusters).token(&t).json(&older).send().await.expect(422).json();
+    let errors = problem["errors"].to_string();
+    assert!(errors.contains("slurm.version"), "{problem}");
+    assert!(errors.contains("not supported by the cluster's base stack 2026.12.0 (supported: 25.11)"), "{problem}");
+    let count: i64 = sqlx::query_scalar("select count(*) from clusters").fetch_one(&app.db.pool).await.expect("count");
+    assert_eq!(count, 0, "nothing written");
+
+    // A cluster created on the older stack keeps it, and with it that stack's Slurm releases.
+    let created = app.post(&clusters).token(&t).json(&slurm_cluster("hpc")).send().await.expect(202).json();
+    let cluster = id(&created["cluster"]);
+    sqlx::query("update clusters set stack_version = '2026.11.0' where id = $1::uuid")
+        .bind(&cluster)
+        .execute(&app.db.pool)
+        .await
+        .expect("put the cluster on the older stack");
+    let path = format!("{clusters}/{cluster}");
+    let patch = json!({ "slurm": { "version": "25.05" } });
+    let body = app.patch(&path).token(&t).header("if-match", "\"1\"").json(&patch).send().await.expect(202).json();
+    assert_eq!(body["cluster"]["stack_version"], "2026.11.0");
+    assert_eq!(body["cluster"]["slurm"]["version"], "25.05");
+    let patch = json!({ "slurm": { "version": "24.05" } });
+    let problem = app.patch(&path).token(&t).header("if-match", "\"2\"").json(&patch).send().await.expect(422).json();
+    assert!(problem["errors"].to_string().contains("supported: 24.11, 25.05, 25.11"), "{problem}");
 }
 
 #[tokio::test]

@@ -73,9 +73,9 @@ pub async fn hold_machine(app: &TestApp, machine_id: &str, holder: Option<(&str,
         let (cluster, node_pool): (String, String) = match holder.and_then(|(_, c)| c) {
             Some((c, p)) => (c.to_owned(), p.to_owned()),
             None => sqlx::query_as(
-                "with c as (insert into clusters (id, tenant_id, name, kind, isolation, kubernetes_version) \
-                   values (gen_random_uuid(), $1::uuid, 'fx-' || substr(md5(random()::text), 1, 10), 'kubernetes', \
-                   'private-nodes', 'v1.34.1') returning id) \
+                "with c as (insert into clusters (id, tenant_id, name, kind, isolation, kubernetes_version, \
+                   stack_version) values (gen_random_uuid(), $1::uuid, 'fx-' || substr(md5(random()::text), 1, 10), \
+                   'kubernetes', 'private-nodes', 'v1.34.1', '2026.12.0') returning id) \
                  insert into node_pools (id, tenant_id, cluster_id, name, machine_class_id, count) \
                  select gen_random_uuid(), $1::uuid, c.id, 'fx', m.machine_class_id, 0 from c, machines m \
                  where m.id = $2::uuid returning cluster_id::text, id::text",

@@ -20,12 +20,10 @@
 //!   would create; NodeSets report as many ready replicas as Ready Nodes their selector matches;
 //! - SLURMRESTD: a STAND-IN `SlurmProbe` answers the ping.
 //!
-//! The tenant base stack: the REAL upstream files of the NVIDIA device plugin and
-//! local-path-provisioner (as `scripts/test` fetched them into `PADDOCK_TEST_UPSTREAM_STACKS`, under
-//! the embedded definition's pinned digests), Slinky's real CRDs (from the shared directory), and
-//! labelled STAND-INS for Calico and Slinky's operator (which cannot be had here), pinned by digest
-//! in a test definition. Each tenant cluster has its own API server, so the real files' fixed names
-//! never meet.
+//! The tenant base stack: the newest embedded definition with its REAL upstream files (Calico,
+//! the NVIDIA device plugin, local-path-provisioner, Slinky's CRDs and its rendered operator chart,
+//! as `scripts/test` fetched them into `PADDOCK_TEST_UPSTREAM_STACKS`, under the pinned digests).
+//! Each tenant cluster has its own API server, so the real files' fixed names never meet.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{BufRead, BufReader};
@@ -49,7 +47,7 @@ use kube::{Api, Client, Config, Resource, ResourceExt};
 use paddock_api::{ApiConfig, AppState};
 use paddock_auth::{Secret as AuthSecret, Verifier, VerifierConfig};
 use paddock_domain::driver::{BoxFuture, DriverError, KubeDrivers, TenantAccess};
-use paddock_domain::stack::{latest_version, ReadinessRule, StackComponent, StackDefinition, StackManifest};
+use paddock_domain::stack::latest_version;
 use paddock_kube::isolation::{self, LABEL_CLUSTER_ID, LABEL_TENANT_ID};
 use paddock_kube::kamaji::{self, ADMIN_KUBECONFIG_KEY};
 use paddock_kube::nodes::{BOOTSTRAP_NAMESPACE, LABEL_MACHINE_ID, LABEL_NODE_POOL, NODE_LEASE_NAMESPACE};
@@ -64,7 +62,6 @@ use paddock_types::{ClusterId, MachineId, TenantId};
 use paddock_worker::reconcile::{Drivers, Settings};
 use paddock_worker::WorkerConfig;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 use crate::common::{id, machine_class, tenant};
@@ -196,130 +193,28 @@ const KAMAJI_CRDS: [&str; 2] = ["kamaji.clastix.io_tenantcontrolplanes.yaml", "k
 const SLINKY_KINDS: [&str; 6] = ["accountings", "controllers", "loginsets", "nodesets", "restapis", "tokens"];
 
 // ---------------------------------------------------------------------------------------------
-// The tenant base stack: real upstream files and Slinky CRDs, plus stand-ins.
+// The tenant base stack: the real upstream files.
 
-/// A throw-away stacks directory (removed on drop).
-struct StacksDir(PathBuf);
-
-impl Drop for StacksDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+/// The directory `scripts/test` filled with the real upstream files of the newest embedded stack
+/// (`PADDOCK_TEST_UPSTREAM_STACKS`, laid out as a stacks directory), or None when a file is missing
+/// (test skipped, a failure on CI).
+fn upstream_stacks() -> Option<PathBuf> {
+    let definition = paddock_domain::stack::definition(latest_version()).expect("the embedded definition");
+    let dir = std::env::var("PADDOCK_TEST_UPSTREAM_STACKS").ok().filter(|v| !v.is_empty()).map(PathBuf::from);
+    let files = definition.components.iter().flat_map(|c| &c.manifests);
+    let missing = match &dir {
+        None => Some("PADDOCK_TEST_UPSTREAM_STACKS is not set".to_owned()),
+        Some(d) => files
+            .map(|m| d.join(&definition.version).join(&m.file))
+            .find(|f| !f.is_file())
+            .map(|f| f.display().to_string()),
+    };
+    if let Some(missing) = missing {
+        assert!(!on_ci(), "the upstream stack manifests are missing: {missing} (CI=true)");
+        eprintln!("SKIPPED: the upstream stack manifests are missing: {missing} (scripts/test fetches them)");
+        return None;
     }
-}
-
-const STANDIN_NS: &str = "paddock-standins";
-const OPERATOR_NS: &str = "slinky";
-
-/// STAND-IN manifests, each marked in its first line.
-fn standins() -> [(&'static str, String); 2] {
-    [
-        (
-            "calico/standin.yaml",
-            format!(
-                "# STAND-IN for Calico (cannot be had here). Not the upstream file.\n\
-                 apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {STANDIN_NS}\n---\n\
-                 apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: calico-node\n  namespace: {STANDIN_NS}\n\
-                 spec:\n  selector:\n    matchLabels: {{app: calico-node}}\n  template:\n    metadata:\n\
-                 \x20     labels: {{app: calico-node}}\n    spec:\n      containers:\n      - name: c\n\
-                 \x20       image: example.invalid/standin/calico-node:v3.30.3\n"
-            ),
-        ),
-        (
-            "slurm-operator/standin.yaml",
-            "# STAND-IN for Slinky's slurm-operator chart (cannot be had here). Not the upstream file.\n\
-             apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: slurm-operator\nspec:\n  replicas: 1\n\
-             \x20 selector:\n    matchLabels: {app: slurm-operator}\n  template:\n    metadata:\n\
-             \x20     labels: {app: slurm-operator}\n    spec:\n      containers:\n      - name: c\n\
-             \x20       image: example.invalid/standin/slurm-operator:v1.0.0\n"
-                .to_owned(),
-        ),
-    ]
-}
-
-/// The embedded definition's component `name` with its real upstream files, copied from
-/// `PADDOCK_TEST_UPSTREAM_STACKS` (filled by `scripts/test`) into `<dir>/<version>/`, their pinned
-/// digests unchanged; None when they are not there (test skipped, a failure on CI).
-fn upstream_component(dir: &StacksDir, version: &str, name: &str) -> Option<StackComponent> {
-    let embedded = StackDefinition::embedded(latest_version()).expect("the embedded definition");
-    let component = embedded.components.iter().find(|c| c.name == name).cloned().expect("an embedded component");
-    let from = std::env::var("PADDOCK_TEST_UPSTREAM_STACKS").ok().filter(|v| !v.is_empty());
-    let from = from.map(|d| PathBuf::from(d).join(&embedded.version));
-    for m in &component.manifests {
-        let source = from.as_ref().map(|d| d.join(&m.file)).filter(|f| f.is_file());
-        let Some(source) = source else {
-            assert!(
-                !on_ci(),
-                "{name}: the upstream file {} is missing (PADDOCK_TEST_UPSTREAM_STACKS, CI=true)",
-                m.file
-            );
-            eprintln!("SKIPPED: the upstream file {} is missing (scripts/test fetches it)", m.file);
-            return None;
-        };
-        let target = dir.0.join(version).join(&m.file);
-        std::fs::create_dir_all(target.parent().expect("parent")).expect("mkdir");
-        std::fs::copy(&source, &target).expect("copy an upstream file");
-    }
-    Some(component)
-}
-
-/// Writes the test stack into a fresh directory; returns it with its definition.
-fn test_stack() -> Option<(StacksDir, StackDefinition)> {
-    let crd_files: Vec<String> = SLINKY_KINDS.iter().map(|k| format!("slinky.slurm.net_{k}.yaml")).collect();
-    let crd_refs: Vec<&str> = crd_files.iter().map(String::as_str).collect();
-    let slinky_crds = crds("slinky", &crd_refs)?;
-    let version = "2026.11.0-test";
-    let dir = StacksDir(std::env::temp_dir().join(format!("paddock-api-stacks-{}", uuid::Uuid::new_v4().simple())));
-    let write = |file: &str, bytes: &[u8]| {
-        let path = dir.0.join(version).join(file);
-        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-        std::fs::write(&path, bytes).expect("write");
-        StackManifest {
-            file: file.to_owned(),
-            source: "test: tests/api/kubernetes.rs".to_owned(),
-            render: None,
-            go_module: None,
-            sha256: Some(hex::encode(Sha256::digest(bytes))),
-        }
-    };
-    let component = |name: &str, manifests: Vec<StackManifest>, ready: Vec<ReadinessRule>| StackComponent {
-        name: name.to_owned(),
-        version: "test".to_owned(),
-        namespace: None,
-        notes: None,
-        manifests,
-        ready,
-    };
-    let [cni, operator] = standins();
-    let device_plugin = upstream_component(&dir, version, "nvidia-device-plugin")?;
-    let storage = upstream_component(&dir, version, "local-path-provisioner")?;
-    let slinky = slinky_crds
-        .iter()
-        .map(|p| {
-            let file = p.file_name().and_then(|f| f.to_str()).expect("file name");
-            write(&format!("slinky-crds/{file}"), &std::fs::read(p).expect("read CRD"))
-        })
-        .collect();
-    let mut operator = component(
-        "slurm-operator",
-        vec![write(operator.0, operator.1.as_bytes())],
-        vec![ReadinessRule::CrdsEstablished, ReadinessRule::WorkloadsAvailable],
-    );
-    operator.namespace = Some(OPERATOR_NS.to_owned());
-    let definition = StackDefinition {
-        slurm: None,
-        version: version.to_owned(),
-        notes: Some(
-            "test stack: real upstream files and Slinky CRDs, stand-ins for Calico and the operator".to_owned(),
-        ),
-        components: vec![
-            component("calico", vec![write(cni.0, cni.1.as_bytes())], vec![ReadinessRule::WorkloadsAvailable]),
-            device_plugin,
-            storage,
-            component("slinky-crds", slinky, vec![ReadinessRule::CrdsEstablished]),
-            operator,
-        ],
-    };
-    Some((dir, definition))
+    dir
 }
 
 /// STAND-IN for slurmrestd as the Slinky driver sees it: the ping always answers, no node is
@@ -743,7 +638,6 @@ struct Lab {
     /// The simulated BMCs' world (for faults).
     world: SimWorld,
     stop: watch::Sender<bool>,
-    _stacks: StacksDir,
 }
 
 impl Lab {
@@ -755,7 +649,7 @@ impl Lab {
     /// Like [`Lab::new`], with the worker's settings changed by `tweak` first.
     async fn with(tweak: impl FnOnce(&mut Settings)) -> Option<Lab> {
         let kamaji_crds = crds("kamaji", &KAMAJI_CRDS)?;
-        let (stacks, definition) = test_stack()?;
+        let stacks = upstream_stacks()?;
         control()?;
         let platform = create_server("platform", &kamaji_crds).await;
 
@@ -763,10 +657,10 @@ impl Lab {
         let store = Store::from_pool(app.db.pool.clone());
         let world = SimWorld::new(store.clone(), SimConfig::zero());
         // The drivers as `paddock serve` assembles them with PADDOCK_KUBE_DRIVER=kubernetes,
-        // except the slurmrestd probe (a stand-in) and the stack definition (the test's).
+        // except the slurmrestd probe (a stand-in).
         let kube_platform = KubePlatform::connect(Some(&platform.kubeconfig)).await.expect("platform");
-        let stack = KubeTenantStack::with_definition(stacks.0.clone(), definition).expect("stack definition");
-        stack.verify().expect("the stack files verify");
+        let stack = KubeTenantStack::new(stacks);
+        stack.verify(latest_version()).expect("the stack files verify");
         let credentials = Arc::new(KubeTenantCredentials::new());
         let kube = KubeDrivers {
             control_plane: Arc::new(KamajiBackend::new(kube_platform.client().clone())),
@@ -815,7 +709,7 @@ impl Lab {
             tokens: Mutex::new(HashMap::new()),
         });
         tokio::spawn(play.clone().run(stop.subscribe()));
-        Some(Lab { app, platform, platform_client, play, world, stop, _stacks: stacks })
+        Some(Lab { app, platform, platform_client, play, world, stop })
     }
 
     /// Stops the worker and players, and the API servers of this test.

@@ -893,10 +893,14 @@ impl TenantNodes for CrashingKube {
 }
 
 impl TenantStack for CrashingKube {
-    fn ensure_stack<'a>(&'a self, t: &'a TenantAccess) -> BoxFuture<'a, Result<StackStatus, DriverError>> {
-        Box::pin(
-            async move { self.after(format!("stack:{}", t.cluster.cluster_id), self.0.stack.ensure_stack(t).await) },
-        )
+    fn ensure_stack<'a>(
+        &'a self,
+        t: &'a TenantAccess,
+        version: &'a str,
+    ) -> BoxFuture<'a, Result<StackStatus, DriverError>> {
+        Box::pin(async move {
+            self.after(format!("stack:{}", t.cluster.cluster_id), self.0.stack.ensure_stack(t, version).await)
+        })
     }
 }
 

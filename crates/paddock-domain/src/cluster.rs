@@ -99,8 +99,9 @@ impl From<NodePoolCreate> for NodePoolSpec {
     }
 }
 
-/// Checks a cluster spec against its pools (names and counts of the pools it will have).
-pub fn validate_cluster(spec: &ClusterSpec, pools: &[NodePoolSpec]) -> Result<(), Error> {
+/// Checks a cluster spec against its pools (names and counts of the pools it will have) and the
+/// base stack it runs (`stack_version`: the Slurm releases it supports).
+pub fn validate_cluster(spec: &ClusterSpec, pools: &[NodePoolSpec], stack_version: &str) -> Result<(), Error> {
     let mut c = Checks::new();
     c.dns_label("name", &spec.name, 40);
     c.check(
@@ -121,7 +122,7 @@ pub fn validate_cluster(spec: &ClusterSpec, pools: &[NodePoolSpec]) -> Result<()
     match (spec.kind, &spec.slurm) {
         (ClusterKind::Kubernetes, Some(_)) => c.fail("slurm", "only `slurm` clusters have Slurm settings"),
         (ClusterKind::Slurm, Some(slurm)) => {
-            validate_slurm(&mut c, slurm, &names);
+            validate_slurm(&mut c, slurm, &names, stack_version);
             // Slurm's own control pods run on the tenant's nodes.
             c.check(
                 pools.iter().map(|p| u64::from(p.count)).sum::<u64>() >= 1,
@@ -138,8 +139,21 @@ pub fn validate_cluster(spec: &ClusterSpec, pools: &[NodePoolSpec]) -> Result<()
     c.finish()
 }
 
-fn validate_slurm(c: &mut Checks, slurm: &SlurmSpec, pools: &HashSet<&str>) {
-    c.check(SLURM_VERSION.is_match(&slurm.version), "slurm.version", "must be a Slurm release such as 25.05");
+fn validate_slurm(c: &mut Checks, slurm: &SlurmSpec, pools: &HashSet<&str>, stack_version: &str) {
+    if !SLURM_VERSION.is_match(&slurm.version) {
+        c.fail("slurm.version", "must be a Slurm release such as 25.11");
+    } else {
+        let supported = crate::stack::slurm_versions(stack_version);
+        c.check(
+            supported.contains(&slurm.version.as_str()),
+            "slurm.version",
+            format!(
+                "Slurm {} is not supported by the cluster's base stack {stack_version} (supported: {})",
+                slurm.version,
+                supported.join(", ")
+            ),
+        );
+    }
     c.check(slurm.partitions.len() <= 64, "slurm.partitions", "at most 64 partitions");
     let mut names = HashSet::new();
     for (i, p) in slurm.partitions.iter().enumerate() {
@@ -349,6 +363,8 @@ pub struct Cluster {
     pub spec: ClusterSpec,
     /// Observed state.
     pub status: ClusterStatus,
+    /// The base stack version it runs (chosen at creation, kept until it is upgraded).
+    pub stack_version: String,
     /// Spec generation.
     pub generation: i64,
     /// Status guard of the worker's writes.
@@ -423,6 +439,7 @@ impl Cluster {
             isolation: self.spec.isolation,
             kubernetes_version: self.spec.kubernetes_version.clone(),
             slurm,
+            stack_version: self.stack_version.clone(),
             node_pools: live
                 .iter()
                 .map(|p| NodePoolSummary {
@@ -481,12 +498,30 @@ mod tests {
         assert!(version_key("v1.9.0") < version_key("v1.10.0"));
     }
 
+    const LATEST: &str = "2026.12.0";
+
+    #[test]
+    fn slurm_versions_follow_the_clusters_base_stack() {
+        let on = |version: &str, stack: &str| {
+            let slurm = SlurmSpec { version: version.into(), ..SlurmSpec::default() };
+            validate_cluster(&slurm_spec(slurm), &[pool("a", 1)], stack)
+        };
+        assert!(on("25.11", LATEST).is_ok());
+        assert_eq!(SlurmSpec::default().version, "25.11", "the default runs on the newest stack");
+        let e = on("25.05", LATEST).expect_err("the operator of 2026.12.0 needs 25.11");
+        let text = format!("{e:?}");
+        assert!(text.contains("slurm.version") && text.contains("supported: 25.11"), "{text}");
+        // A cluster created on the older stack keeps its releases.
+        assert!(on("25.05", "2026.11.0").is_ok());
+        assert!(on("25.1", LATEST).is_err());
+    }
+
     #[test]
     fn slurm_clusters_need_a_node() {
-        assert!(validate_cluster(&slurm_spec(SlurmSpec::default()), &[pool("a", 0)]).is_err());
-        assert!(validate_cluster(&slurm_spec(SlurmSpec::default()), &[pool("a", 1)]).is_ok());
+        assert!(validate_cluster(&slurm_spec(SlurmSpec::default()), &[pool("a", 0)], LATEST).is_err());
+        assert!(validate_cluster(&slurm_spec(SlurmSpec::default()), &[pool("a", 1)], LATEST).is_ok());
         let without = ClusterSpec { slurm: None, ..slurm_spec(SlurmSpec::default()) };
-        assert!(validate_cluster(&without, &[pool("a", 1)]).is_err(), "a slurm cluster without Slurm settings");
+        assert!(validate_cluster(&without, &[pool("a", 1)], LATEST).is_err(), "a slurm cluster without Slurm settings");
     }
 
     #[test]
@@ -498,14 +533,14 @@ mod tests {
             max_time: Some("1-00:00:00".into()),
         };
         let ok = SlurmSpec { partitions: vec![partition("p", &["a"], true)], ..SlurmSpec::default() };
-        assert!(validate_cluster(&slurm_spec(ok), &[pool("a", 1)]).is_ok());
+        assert!(validate_cluster(&slurm_spec(ok), &[pool("a", 1)], LATEST).is_ok());
         let unknown = SlurmSpec { partitions: vec![partition("p", &["zz"], true)], ..SlurmSpec::default() };
-        assert!(validate_cluster(&slurm_spec(unknown), &[pool("a", 1)]).is_err());
+        assert!(validate_cluster(&slurm_spec(unknown), &[pool("a", 1)], LATEST).is_err());
         let two = SlurmSpec {
             partitions: vec![partition("p", &["a"], true), partition("q", &["a"], true)],
             ..SlurmSpec::default()
         };
-        assert!(validate_cluster(&slurm_spec(two), &[pool("a", 1)]).is_err());
+        assert!(validate_cluster(&slurm_spec(two), &[pool("a", 1)], LATEST).is_err());
     }
 
     #[test]
@@ -522,9 +557,12 @@ mod tests {
             replicas: 1,
             ssh_authorized_keys: vec!["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIH alice@laptop".into()],
         };
-        assert!(validate_cluster(&slurm_spec(SlurmSpec { login, ..SlurmSpec::default() }), &[pool("a", 1)]).is_ok());
+        assert!(
+            validate_cluster(&slurm_spec(SlurmSpec { login, ..SlurmSpec::default() }), &[pool("a", 1)], LATEST).is_ok()
+        );
         let login = LoginSpec { replicas: 1, ssh_authorized_keys: vec!["rm -rf /".into()] };
-        assert!(validate_cluster(&slurm_spec(SlurmSpec { login, ..SlurmSpec::default() }), &[pool("a", 1)]).is_err());
+        assert!(validate_cluster(&slurm_spec(SlurmSpec { login, ..SlurmSpec::default() }), &[pool("a", 1)], LATEST)
+            .is_err());
         let mut tainted = pool("a", 1);
         tainted.taints = vec![
             Taint { key: "nvidia.com/gpu".into(), value: "present".into(), effect: TaintEffect::NoSchedule },

@@ -303,8 +303,13 @@ pub struct StackStatus {
 /// The tenant base stack (SPEC section 6 step 4): a CNI, the NVIDIA device plugin, a storage
 /// class, Slinky's CRDs and operator, applied in order from digest-pinned manifests.
 pub trait TenantStack: Send + Sync {
-    /// Applies the stack (a no-op when it already matches) and reports whether it is ready.
-    fn ensure_stack<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<StackStatus, DriverError>>;
+    /// Applies the base stack `version` (the cluster's, one of the embedded definitions; a no-op
+    /// when it already matches) and reports whether it is ready. An unknown version is permanent.
+    fn ensure_stack<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        version: &'a str,
+    ) -> BoxFuture<'a, Result<StackStatus, DriverError>>;
 }
 
 /// The tenant's own credentials for its cluster (SPEC section 6 step 2): a kubeconfig for a
@@ -354,6 +359,8 @@ pub struct SlurmSecrets {
 pub struct SlurmDesired {
     /// The cluster's Slurm section.
     pub spec: SlurmSpec,
+    /// The cluster's base stack version (whose images Slurm runs).
+    pub stack_version: String,
     /// Its pools.
     pub pools: Vec<SlurmPool>,
     /// Its secrets.

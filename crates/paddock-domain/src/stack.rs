@@ -2,8 +2,9 @@
 //! stack definitions, `stacks/<version>.json` at the repository root, embedded into the binary
 //! ([`DEFINITIONS`]). A definition lists its components in apply order; each names its upstream
 //! `version`, its manifests (`file` inside the version's directory, upstream `source`, `sha256` of
-//! the file, for Helm-only upstreams the `render` command that produced it, and for files of a Go
-//! module the `go_module` ([`GoModuleFile`]) that holds the same bytes) and its readiness rules
+//! the file, for Helm-only upstreams the `render` command that produced it, for files of a Go
+//! module the `go_module` ([`GoModuleFile`]) that holds the same bytes, and for files kept in the
+//! shared upstream directory their `upstream` copy ([`UpstreamCopy`])) and its readiness rules
 //! ([`ReadinessRule`]); its `slurm` section ([`SlurmImages`]) names the Slurm releases the stack
 //! runs and their images.
 //!
@@ -12,16 +13,45 @@
 
 use std::collections::BTreeSet;
 use std::path::{Component, Path};
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
 /// The stack definitions the binary carries, `(version, JSON)`, oldest first.
-pub const DEFINITIONS: &[(&str, &str)] = &[("2026.11.0", include_str!("../../../stacks/2026.11.0.json"))];
+pub const DEFINITIONS: &[(&str, &str)] = &[
+    ("2026.11.0", include_str!("../../../stacks/2026.11.0.json")),
+    ("2026.12.0", include_str!("../../../stacks/2026.12.0.json")),
+];
 
-/// The version of the newest embedded stack definition.
+/// The version of the newest embedded stack definition: the base stack of new clusters.
 pub fn latest_version() -> &'static str {
     // DEFINITIONS is a non-empty constant (a unit test checks it).
     DEFINITIONS.last().map(|(v, _)| *v).unwrap_or_default()
+}
+
+/// The embedded definition of `version`, parsed once per process.
+pub fn definition(version: &str) -> Result<&'static StackDefinition, DefinitionError> {
+    static PARSED: OnceLock<Vec<StackDefinition>> = OnceLock::new();
+    let all = PARSED.get_or_init(|| {
+        DEFINITIONS
+            .iter()
+            .map(|(v, _)| {
+                StackDefinition::embedded(v)
+                    .expect("the embedded stack definitions are valid (a unit test checks each)")
+            })
+            .collect()
+    });
+    all.iter().find(|d| d.version == version).ok_or_else(|| unknown_version(version))
+}
+
+/// The Slurm versions the embedded stack `version` runs (none for an unknown stack).
+pub fn slurm_versions(version: &str) -> Vec<&'static str> {
+    definition(version).ok().and_then(|d| d.slurm.as_ref()).map(SlurmImages::versions).unwrap_or_default()
+}
+
+fn unknown_version(version: &str) -> DefinitionError {
+    let known = DEFINITIONS.iter().map(|(v, _)| *v).collect::<Vec<_>>().join(", ");
+    DefinitionError::UnknownVersion { version: version.to_owned(), known }
 }
 
 /// A versioned stack definition (`stacks/<version>.json`).
@@ -114,6 +144,10 @@ pub struct StackManifest {
     /// from: paddock checks the file against `sha256` whichever way it came.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub go_module: Option<GoModuleFile>,
+    /// Where the same bytes are kept in the shared upstream directory (`scripts/stacks-fetch`
+    /// tries it first; for a rendered manifest, the tarball its `render` command runs in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<UpstreamCopy>,
     /// Lowercase hex SHA-256 of the file; None while not pinned (the file is then refused).
     pub sha256: Option<String>,
 }
@@ -133,6 +167,19 @@ pub struct GoModuleFile {
     pub path: String,
 }
 
+/// A file kept, byte for byte, in the shared upstream directory beside the repository
+/// (`PADDOCK_UPSTREAM_DIR` of `scripts/stacks-fetch`, default `../shared/upstream`), for machines
+/// that cannot reach the upstream's own host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamCopy {
+    /// Its path in that directory (no `..`, not absolute).
+    pub file: String,
+    /// For a tar archive, the member that is the manifest (no `..`, not absolute).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
+}
+
 /// A readiness rule of a component.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -146,10 +193,10 @@ pub enum ReadinessRule {
 
 impl StackDefinition {
     /// The embedded definition of `version`.
+    /// (Parses it; [`definition`] keeps the parsed ones.)
     pub fn embedded(version: &str) -> Result<Self, DefinitionError> {
         let Some((_, text)) = DEFINITIONS.iter().find(|(v, _)| *v == version) else {
-            let known = DEFINITIONS.iter().map(|(v, _)| *v).collect::<Vec<_>>().join(", ");
-            return Err(DefinitionError::UnknownVersion { version: version.to_owned(), known });
+            return Err(unknown_version(version));
         };
         let definition: Self = serde_json::from_str(text)
             .map_err(|source| DefinitionError::Parse { version: version.to_owned(), source })?;
@@ -182,6 +229,14 @@ impl StackDefinition {
                 let hex_ok = |d: &str| d.len() == 64 && d.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
                 if m.sha256.as_deref().is_some_and(|d| !hex_ok(d)) {
                     return Err(bad(format!("the sha256 of {} is not 64 lowercase hex digits", m.file)));
+                }
+                if let Some(u) = &m.upstream {
+                    if !is_plain_relative(&u.file) || u.member.as_deref().is_some_and(|m| !is_plain_relative(m)) {
+                        return Err(bad(format!(
+                            "the upstream copy of {} must be a relative path without `..`",
+                            m.file
+                        )));
+                    }
                 }
                 if let Some(g) = &m.go_module {
                     // The fetch script passes these to `go mod download` and joins `path` to the
@@ -271,13 +326,16 @@ mod tests {
 
     #[test]
     fn the_pinned_slinky_crd_digests_match_the_shared_copies() {
-        // The shared directory beside the repository holds the real upstream files; skip without it.
+        // The shared directory beside the repository holds the real upstream files (the CRDs of
+        // the 2026.11.0 stack; 2026.12.0's come from the v1.2.1 tarball, checked by the stack
+        // tests of paddock-kube); skip without it, except on CI.
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/crds/slinky");
         if !dir.is_dir() {
+            assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "{} is missing on CI", dir.display());
             eprintln!("SKIPPED: {} is not there", dir.display());
             return;
         }
-        let d = StackDefinition::embedded(latest_version()).expect("latest");
+        let d = StackDefinition::embedded("2026.11.0").expect("2026.11.0");
         let crds = d.components.iter().find(|c| c.name == "slinky-crds").expect("slinky-crds component");
         assert_eq!(crds.manifests.len(), 6);
         for m in &crds.manifests {
@@ -288,12 +346,29 @@ mod tests {
     }
 
     #[test]
+    fn the_latest_stack_is_fully_pinned_and_runs_the_slurm_its_operator_supports() {
+        let latest = definition(latest_version()).expect("latest");
+        for c in &latest.components {
+            for m in &c.manifests {
+                assert!(m.sha256.is_some(), "{}: {} is not pinned", latest.version, m.file);
+            }
+        }
+        // slurm-operator 1.2.1 supports Slurm 25.11 and newer; the older stack keeps its releases.
+        assert_eq!(slurm_versions("2026.12.0"), ["25.11"]);
+        assert_eq!(slurm_versions("2026.11.0"), ["24.11", "25.05", "25.11"]);
+        assert!(slurm_versions("1999.1.0").is_empty());
+        assert_eq!(definition("1999.1.0").expect_err("unknown").code(), "stack_version_unknown");
+        assert!(std::ptr::eq(definition(latest_version()).expect("again"), latest), "parsed once");
+    }
+
+    #[test]
     fn definitions_with_escaping_paths_or_bad_digests_are_refused() {
         let manifest = |file: &str, sha: Option<&str>| StackManifest {
             file: file.to_owned(),
             source: "https://example.invalid".to_owned(),
             render: None,
             go_module: None,
+            upstream: None,
             sha256: sha.map(str::to_owned),
         };
         let def = |m: StackManifest| StackDefinition {
@@ -314,6 +389,15 @@ mod tests {
             assert!(def(manifest(bad, None)).validate().is_err(), "{bad}");
         }
         assert!(def(manifest("a.yaml", Some("ABC"))).validate().is_err());
+
+        let copy = |file: &str, member: Option<&str>| StackManifest {
+            upstream: Some(UpstreamCopy { file: file.to_owned(), member: member.map(str::to_owned) }),
+            ..manifest("a.yaml", None)
+        };
+        assert!(def(copy("x/y.tar.gz", Some("y-1/a.yaml"))).validate().is_ok());
+        for (file, member) in [("../y.tar.gz", None), ("/y.yaml", None), ("y.tar.gz", Some("../a")), ("", None)] {
+            assert!(def(copy(file, member)).validate().is_err(), "{file} {member:?}");
+        }
 
         let go = |module: &str, version: &str, path: &str| StackManifest {
             go_module: Some(GoModuleFile {

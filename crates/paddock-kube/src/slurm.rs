@@ -74,7 +74,7 @@
 pub mod objects;
 mod probe;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use futures::FutureExt;
@@ -177,58 +177,56 @@ pub const ANNOTATION_CORDON_REASON: &str = "nodeset.slinky.slurm.net/node-cordon
 /// The reason paddock drains with.
 pub const DRAIN_REASON: &str = "paddock: machine released";
 
-/// The images the driver deploys: the stack definition's `slurm` section ([`SlurmImages`]) with
-/// the registry resolved, so a release carries its image references.
+/// The images the driver deploys, by base stack version: each stack definition's `slurm` section
+/// ([`SlurmImages`]); a cluster runs the images of its own stack.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlurmCatalog {
-    images: SlurmImages,
+    stacks: BTreeMap<String, SlurmImages>,
 }
 
 impl SlurmCatalog {
-    /// The catalog of a stack definition; `None` when it has no `slurm` section.
-    pub fn of(definition: &StackDefinition) -> Option<Self> {
-        definition.slurm.clone().map(|images| Self { images })
+    /// The catalog of these stack definitions (those with a `slurm` section).
+    pub fn of<'a>(definitions: impl IntoIterator<Item = &'a StackDefinition>) -> Self {
+        let stacks = definitions.into_iter().filter_map(|d| Some((d.version.clone(), d.slurm.clone()?))).collect();
+        Self { stacks }
     }
 
-    /// The catalog of the newest embedded stack definition (the one the binary applies by
-    /// default).
+    /// The catalog of every embedded stack definition (the ones the binary applies).
     pub fn embedded() -> Self {
-        let definition = StackDefinition::embedded(stack::latest_version())
-            .expect("the embedded stack definitions parse (a unit test checks it)");
-        Self::of(&definition).expect("the embedded stack definition has a slurm section (a unit test checks it)")
+        Self::of(stack::DEFINITIONS.iter().filter_map(|(v, _)| stack::definition(v).ok()))
     }
 
-    /// The release of `version`, if the stack runs it.
-    pub fn release(&self, version: &str) -> Option<&SlurmRelease> {
-        self.images.release(version)
-    }
-
-    /// The versions the stack runs.
-    pub fn versions(&self) -> Vec<&str> {
-        self.images.versions()
-    }
-
-    /// A Slinky component's image (`slurmctld`, `slurmd`, `slurmdbd`, `slurmrestd`, `login`).
-    pub fn image(&self, component: &str, release: &SlurmRelease) -> String {
-        format!("{}/{component}:{}", self.images.registry.trim_end_matches('/'), release.image_tag)
-    }
-
-    /// MariaDB's image.
-    pub fn mariadb_image(&self) -> &str {
-        &self.images.mariadb_image
+    /// The images of Slurm `version` on base stack `stack`; an unknown stack or a Slurm release
+    /// the stack does not run is a permanent error (`slurm_version_unsupported`).
+    pub fn images(&self, stack: &str, version: &str) -> Result<Images<'_>, DriverError> {
+        let images = self.stacks.get(stack);
+        if let Some((images, release)) = images.and_then(|i| Some((i, i.release(version)?))) {
+            return Ok(Images { images, release });
+        }
+        let supported = images.map(SlurmImages::versions).unwrap_or_default().join(", ");
+        Err(DriverError::permanent(
+            "slurm_version_unsupported",
+            format!("Slurm {version} is not supported by the base stack {stack} (supported: {supported})"),
+        ))
     }
 }
 
-/// The images of one cluster's Slurm: a release of a catalog.
+/// The images of one cluster's Slurm: a release of its stack's catalog.
 #[derive(Debug, Clone, Copy)]
 pub struct Images<'a> {
-    catalog: &'a SlurmCatalog,
+    images: &'a SlurmImages,
     release: &'a SlurmRelease,
 }
 
 impl Images<'_> {
-    fn of(&self, component: &str) -> String {
-        self.catalog.image(component, self.release)
+    /// A Slinky component's image (`slurmctld`, `slurmd`, `slurmdbd`, `slurmrestd`, `login`).
+    pub fn of(&self, component: &str) -> String {
+        format!("{}/{component}:{}", self.images.registry.trim_end_matches('/'), self.release.image_tag)
+    }
+
+    /// MariaDB's image.
+    pub fn mariadb(&self) -> &str {
+        &self.images.mariadb_image
     }
 }
 
@@ -375,7 +373,7 @@ impl SlinkyDriver {
         tenant: &TenantAccess,
         desired: &SlurmDesired,
     ) -> Result<SlurmStatus, DriverError> {
-        let images = self.images(&desired.spec.version)?;
+        let images = self.settings.catalog.images(&desired.stack_version, &desired.spec.version)?;
         let cluster = tenant.cluster.cluster_id;
         let client = self.client(tenant).await?;
         self.ensure_namespace(&client, cluster).await?;
@@ -393,19 +391,6 @@ impl SlinkyDriver {
         let status = self.endpoints(&client, waiting).await?;
         debug!(cluster.id = %cluster, ready = status.ready, reason = %status.reason, "ensured Slurm");
         Ok(status)
-    }
-
-    /// The images of Slurm `version`; an unknown version is a permanent error, before anything
-    /// is written.
-    fn images(&self, version: &str) -> Result<Images<'_>, DriverError> {
-        let catalog = &self.settings.catalog;
-        let release = catalog.release(version).ok_or_else(|| {
-            DriverError::permanent(
-                "slurm_version_unsupported",
-                format!("Slurm {version} is not supported (supported: {})", catalog.versions().join(", ")),
-            )
-        })?;
-        Ok(Images { catalog, release })
     }
 
     /// Applies the Secrets, the ConfigMap, MariaDB and the Slinky custom resources but the
@@ -430,7 +415,7 @@ impl SlinkyDriver {
         let services: Api<Service> = Api::namespaced(client.clone(), ns);
         apply(&services, "Service", ns, MARIADB, &mariadb_service(ns, cluster)).await?;
         let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
-        let mariadb = mariadb_statefulset(ns, cluster, storage_class, self.settings.catalog.mariadb_image());
+        let mariadb = mariadb_statefulset(ns, cluster, storage_class, images.mariadb());
         let mariadb = apply(&statefulsets, "StatefulSet", ns, MARIADB, &mariadb).await?;
         let objects = [
             ("Accounting", ACCOUNTING, accounting(ns, cluster, images)),

@@ -30,11 +30,13 @@
 //! - **Readiness** per component rule, read from what the API server answered to the apply (CRDs
 //!   are read again once at the end, the API server establishes them asynchronously).
 //!   [`StackStatus::version`] is the definition's version.
+//! - **Versions**: one driver applies every embedded definition; each cluster names its own
+//!   (chosen when it was created), so a release that adds a stack moves no existing cluster.
 //!
 //! Clients are cached per tenant cluster and rebuilt when the admin kubeconfig changes, as in
 //! [`crate::nodes`], whose refusal of kubeconfigs that run programs or read files applies here too.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -315,10 +317,10 @@ struct TenantClient {
     client: Client,
 }
 
-/// The tenant base stack of one version, applied from a stacks directory.
+/// The tenant base stacks, by version, applied from a stacks directory.
 pub struct KubeTenantStack {
     stacks_dir: PathBuf,
-    definition: StackDefinition,
+    definitions: BTreeMap<String, StackDefinition>,
     clients: Mutex<HashMap<ClusterId, TenantClient>>,
 }
 
@@ -327,42 +329,62 @@ impl Debug for KubeTenantStack {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KubeTenantStack")
             .field("stacks_dir", &self.stacks_dir)
-            .field("version", &self.definition.version)
+            .field("versions", &self.definitions.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }
 
 impl KubeTenantStack {
-    /// The embedded stack definition `version` (see [`paddock_domain::stack::DEFINITIONS`], [`paddock_domain::stack::latest_version`]), its
-    /// manifests read from `stacks_dir/<version>/` (`PADDOCK_STACKS_DIR`). Fails on an unknown
-    /// version; the files are checked by [`Self::verify`] and on every run.
-    pub fn new(stacks_dir: PathBuf, version: String) -> Result<Self, StackError> {
-        Self::with_definition(stacks_dir, StackDefinition::embedded(&version)?)
+    /// Every embedded stack definition (see [`paddock_domain::stack::DEFINITIONS`]), their
+    /// manifests read from `stacks_dir/<version>/` (`PADDOCK_STACKS_DIR`); the files are checked
+    /// by [`Self::verify`] and on every run.
+    pub fn new(stacks_dir: PathBuf) -> Self {
+        let definitions = paddock_domain::stack::DEFINITIONS
+            .iter()
+            .filter_map(|(v, _)| paddock_domain::stack::definition(v).ok())
+            .map(|d| (d.version.clone(), d.clone()))
+            .collect();
+        Self { stacks_dir, definitions, clients: Mutex::new(HashMap::new()) }
     }
 
-    /// A stack from a definition that is not embedded (tests, or a provider's own stack).
-    pub fn with_definition(stacks_dir: PathBuf, definition: StackDefinition) -> Result<Self, StackError> {
-        definition.validate()?;
-        Ok(Self { stacks_dir, definition, clients: Mutex::new(HashMap::new()) })
+    /// Stacks from definitions that are not embedded (tests, or a provider's own stacks).
+    pub fn with_definitions(
+        stacks_dir: PathBuf,
+        definitions: impl IntoIterator<Item = StackDefinition>,
+    ) -> Result<Self, StackError> {
+        let mut by_version = BTreeMap::new();
+        for definition in definitions {
+            definition.validate()?;
+            by_version.insert(definition.version.clone(), definition);
+        }
+        Ok(Self { stacks_dir, definitions: by_version, clients: Mutex::new(HashMap::new()) })
     }
 
-    /// The definition this driver applies.
-    pub fn definition(&self) -> &StackDefinition {
-        &self.definition
+    /// The definition of stack `version`.
+    pub fn definition(&self, version: &str) -> Result<&StackDefinition, StackError> {
+        self.definitions.get(version).ok_or_else(|| {
+            let known = self.definitions.keys().cloned().collect::<Vec<_>>().join(", ");
+            StackError::Definition(DefinitionError::UnknownVersion { version: version.to_owned(), known })
+        })
     }
 
-    /// Reads every manifest of the stack and checks its digest and that it parses, without
+    /// The definitions this driver applies, oldest first.
+    pub fn definitions(&self) -> impl Iterator<Item = &StackDefinition> {
+        self.definitions.values()
+    }
+
+    /// Reads every manifest of stack `version` and checks its digest and that it parses, without
     /// talking to any cluster (for a start-up check).
-    pub fn verify(&self) -> Result<(), StackError> {
-        self.load().map(drop)
+    pub fn verify(&self, version: &str) -> Result<(), StackError> {
+        self.load(self.definition(version)?).map(drop)
     }
 
     /// Every component with its verified objects in apply order; fails on the first file that
     /// is missing, does not match its digest, or does not parse.
-    fn load(&self) -> Result<Vec<LoadedComponent>, StackError> {
-        let version = &self.definition.version;
+    fn load(&self, definition: &StackDefinition) -> Result<Vec<LoadedComponent>, StackError> {
+        let version = &definition.version;
         let mut out = Vec::new();
-        for component in &self.definition.components {
+        for component in &definition.components {
             let mut objects = Vec::new();
             for manifest in &component.manifests {
                 let file = format!("{version}/{}", manifest.file);
@@ -416,11 +438,11 @@ impl KubeTenantStack {
 
     /// Verifies the stack's files, applies every object in order into the tenant cluster and
     /// reports readiness (see the module documentation).
-    #[instrument(skip_all, fields(cluster.id = %tenant.cluster.cluster_id, stack.version = %self.definition.version))]
-    pub async fn ensure(&self, tenant: &TenantAccess) -> Result<StackStatus, StackError> {
-        let version = self.definition.version.clone();
+    #[instrument(skip_all, fields(cluster.id = %tenant.cluster.cluster_id, stack.version = %version))]
+    pub async fn ensure(&self, tenant: &TenantAccess, version: &str) -> Result<StackStatus, StackError> {
         // Every file is verified before the first write: a stack that does not verify applies nothing.
-        let components = self.load()?;
+        let components = self.load(self.definition(version)?)?;
+        let version = version.to_owned();
         let client = self.client(tenant).await?;
         // The kinds the stack's own CRDs define, which may be served only once those are applied.
         let defined: BTreeSet<(String, String)> =
@@ -631,8 +653,12 @@ fn workload_unavailable(kind: &str, o: &DynamicObject) -> Option<String> {
 }
 
 impl TenantStack for KubeTenantStack {
-    fn ensure_stack<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<StackStatus, DriverError>> {
-        async move { self.ensure(tenant).await.map_err(DriverError::from) }.boxed()
+    fn ensure_stack<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        version: &'a str,
+    ) -> BoxFuture<'a, Result<StackStatus, DriverError>> {
+        async move { self.ensure(tenant, version).await.map_err(DriverError::from) }.boxed()
     }
 }
 

@@ -78,7 +78,9 @@ impl Services {
             let (mut tx, tenant) = self.begin_tenant_write(ctx, tenant_id, "tenant").await?;
             let (spec, pools) = ClusterSpec::from_create(body.decode::<ClusterCreate>()?);
             let pools: Vec<NodePoolSpec> = pools.into_iter().map(NodePoolSpec::from).collect();
-            rules::validate_cluster(&spec, &pools)?;
+            // New clusters run the newest base stack; existing ones keep theirs.
+            let stack_version = paddock_domain::stack::latest_version();
+            rules::validate_cluster(&spec, &pools, stack_version)?;
             let mut classes = Vec::with_capacity(pools.len());
             for (i, pool) in pools.iter().enumerate() {
                 classes.push(class_of(&mut tx, &format!("node_pools[{i}].machine_class"), &pool.machine_class).await?);
@@ -97,7 +99,7 @@ impl Services {
 
             let id = ClusterId::new();
             audit.target(id.uuid(), Some(tenant_id));
-            store::insert(&mut tx, tenant_id, id, &spec).await?;
+            store::insert(&mut tx, tenant_id, id, &spec, stack_version).await?;
             for (pool, (class, _)) in pools.iter().zip(&classes) {
                 node_pool::insert(&mut tx, tenant_id, id, NodePoolId::new(), *class, pool).await?;
             }
@@ -164,7 +166,7 @@ impl Services {
                 .filter(|p| !p.deleting)
                 .map(|p| p.spec)
                 .collect();
-            rules::validate_cluster(&spec, &pools)?;
+            rules::validate_cluster(&spec, &pools, &current.stack_version)?;
             if rules::version_key(&spec.kubernetes_version) < rules::version_key(&current.spec.kubernetes_version) {
                 return Err(Error::invalid("kubernetes_version", "a cluster's Kubernetes version can only go up"));
             }

@@ -478,8 +478,14 @@ impl TenantNodes for SimKube {
 }
 
 impl TenantStack for SimKube {
-    fn ensure_stack<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<StackStatus, DriverError>> {
+    fn ensure_stack<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        version: &'a str,
+    ) -> BoxFuture<'a, Result<StackStatus, DriverError>> {
         Box::pin(async move {
+            // The simulated stack follows the same definitions as the real one.
+            paddock_domain::stack::definition(version).map_err(|e| DriverError::permanent(e.code(), e.to_string()))?;
             let mut conn = self.conn().await?;
             self.tenant(&mut conn, tenant).await?;
             let id = tenant.cluster.cluster_id;
@@ -494,13 +500,10 @@ impl TenantStack for SimKube {
             .map_err(unavailable)?;
             let ready = self.elapsed(&mut conn, id, "stack_applied_at", self.inner.config.stack_latency).await?;
             let reason = if ready { String::new() } else { "the simulated base stack is rolling out".to_owned() };
-            Ok(StackStatus { ready, reason, version: SIM_STACK_VERSION.to_owned() })
+            Ok(StackStatus { ready, reason, version: version.to_owned() })
         })
     }
 }
-
-/// The version of the simulated base stack.
-pub const SIM_STACK_VERSION: &str = "sim-1";
 
 /// The CA certificate a simulated tenant cluster hands joining machines (not a real certificate:
 /// nothing in the simulation verifies TLS).
@@ -532,6 +535,23 @@ impl TenantCredentials for SimKube {
     }
 }
 
+/// The simulated Slurm runs the releases of the cluster's stack, as the real driver does.
+fn supported_slurm(desired: &SlurmDesired) -> Result<(), DriverError> {
+    let supported = paddock_domain::stack::slurm_versions(&desired.stack_version);
+    if supported.contains(&desired.spec.version.as_str()) {
+        return Ok(());
+    }
+    Err(DriverError::permanent(
+        "slurm_version_unsupported",
+        format!(
+            "Slurm {} is not supported by the base stack {} (supported: {})",
+            desired.spec.version,
+            desired.stack_version,
+            supported.join(", ")
+        ),
+    ))
+}
+
 impl SlurmDriver for SimKube {
     fn ensure_slurm<'a>(
         &'a self,
@@ -539,6 +559,7 @@ impl SlurmDriver for SimKube {
         desired: &'a SlurmDesired,
     ) -> BoxFuture<'a, Result<SlurmStatus, DriverError>> {
         Box::pin(async move {
+            supported_slurm(desired)?;
             let mut conn = self.conn().await?;
             self.tenant(&mut conn, tenant).await?;
             let id = tenant.cluster.cluster_id;

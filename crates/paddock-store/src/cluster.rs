@@ -18,6 +18,7 @@ struct ClusterRow {
     kind: String,
     kubernetes_version: String,
     slurm: Option<serde_json::Value>,
+    stack_version: String,
     generation: i64,
     status_version: i64,
     phase: String,
@@ -29,7 +30,8 @@ struct ClusterRow {
     deletion_requested_at: Option<DateTime<Utc>>,
 }
 
-const CLUSTER_COLUMNS: &str = "id, tenant_id, name, kind, kubernetes_version, slurm, generation, status_version, \
+const CLUSTER_COLUMNS: &str =
+    "id, tenant_id, name, kind, kubernetes_version, slurm, stack_version, generation, status_version, \
      phase, conditions, observed_generation, endpoints, created_at, updated_at, deletion_requested_at";
 
 impl TryFrom<ClusterRow> for Cluster {
@@ -59,6 +61,7 @@ impl TryFrom<ClusterRow> for Cluster {
                 observed_generation: r.observed_generation,
                 endpoints,
             },
+            stack_version: r.stack_version,
             generation: r.generation,
             status_version: r.status_version,
             deleting: r.deletion_requested_at.is_some(),
@@ -68,11 +71,17 @@ impl TryFrom<ClusterRow> for Cluster {
     }
 }
 
-/// Inserts a cluster (phase `pending`).
-pub async fn insert(conn: &mut Conn, tenant: TenantId, id: ClusterId, spec: &ClusterSpec) -> Result<(), StoreError> {
+/// Inserts a cluster (phase `pending`) on the base stack `stack_version`.
+pub async fn insert(
+    conn: &mut Conn,
+    tenant: TenantId,
+    id: ClusterId,
+    spec: &ClusterSpec,
+    stack_version: &str,
+) -> Result<(), StoreError> {
     sqlx::query(
-        "insert into clusters (id, tenant_id, name, kind, isolation, kubernetes_version, slurm) \
-         values ($1, $2, $3, $4, 'private-nodes', $5, $6)",
+        "insert into clusters (id, tenant_id, name, kind, isolation, kubernetes_version, slurm, stack_version) \
+         values ($1, $2, $3, $4, 'private-nodes', $5, $6, $7)",
     )
     .bind(id.uuid())
     .bind(tenant.uuid())
@@ -80,6 +89,7 @@ pub async fn insert(conn: &mut Conn, tenant: TenantId, id: ClusterId, spec: &Clu
     .bind(spec.kind.as_str())
     .bind(&spec.kubernetes_version)
     .bind(spec.slurm.as_ref().map(Json))
+    .bind(stack_version)
     .execute(conn)
     .await?;
     Ok(())
@@ -319,25 +329,6 @@ pub async fn mark_deleted(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> R
     .bind(id.uuid())
     .fetch_all(conn)
     .await?)
-}
-
-/// Records the base stack version a cluster runs (writes nothing when it is already recorded).
-pub async fn set_stack_version(
-    conn: &mut Conn,
-    tenant: TenantId,
-    id: ClusterId,
-    version: &str,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "update clusters set stack_version = $3 where tenant_id = $1 and id = $2 \
-         and stack_version is distinct from $3",
-    )
-    .bind(tenant.uuid())
-    .bind(id.uuid())
-    .bind(version)
-    .execute(conn)
-    .await?;
-    Ok(())
 }
 
 /// The sealed Slurm secrets of a cluster, if generated.

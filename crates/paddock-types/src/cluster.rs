@@ -9,7 +9,7 @@ use crate::{ClusterId, Labels, NodePoolId, TenantId};
 /// Default Kubernetes version of new clusters.
 pub const DEFAULT_KUBERNETES_VERSION: &str = "v1.35.0";
 /// Default Slurm version of new Slurm clusters.
-pub const DEFAULT_SLURM_VERSION: &str = "25.05";
+pub const DEFAULT_SLURM_VERSION: &str = "25.11";
 
 /// What a cluster runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -198,7 +198,7 @@ impl Default for LoginSpec {
 pub struct SlurmSpec {
     /// Slurm version.
     #[serde(default = "default_slurm_version")]
-    #[schema(max_length = 32, pattern = "^[0-9]{2}\\.[0-9]{2}(\\.[0-9]{1,3})?$", default = "25.05")]
+    #[schema(max_length = 32, pattern = "^[0-9]{2}\\.[0-9]{2}(\\.[0-9]{1,3})?$", default = "25.11")]
     pub version: String,
     /// Partitions; default: one per node pool, the first pool's the default.
     #[serde(default)]
@@ -366,6 +366,11 @@ pub struct ClusterView {
     pub kubernetes_version: String,
     /// Slurm settings with defaults filled (partitions resolved); null for `kubernetes`.
     pub slurm: Option<SlurmSpec>,
+    /// The tenant base stack version it runs (CNI, device plugin, storage, Slinky): the newest one
+    /// when it was created, kept until the cluster is upgraded; its Slurm releases are the ones
+    /// `slurm.version` may name.
+    #[schema(example = "2026.12.0")]
+    pub stack_version: String,
     /// Its node pools.
     pub node_pools: Vec<NodePoolSummary>,
     /// Observed state.

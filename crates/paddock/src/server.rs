@@ -316,16 +316,20 @@ async fn kubernetes(settings: &Settings) -> anyhow::Result<paddock_domain::drive
         .await
         .context("PADDOCK_KUBE_DRIVER=kubernetes: connecting to the platform cluster (PADDOCK_KUBECONFIG)")?;
     let stacks_dir = settings.stacks_dir.clone().context("PADDOCK_KUBE_DRIVER=kubernetes needs PADDOCK_STACKS_DIR")?;
-    let version = paddock_domain::stack::latest_version().to_owned();
-    let stack = paddock_kube::KubeTenantStack::new(stacks_dir, version).context("PADDOCK_STACKS_DIR")?;
+    let stack = paddock_kube::KubeTenantStack::new(stacks_dir);
     // A stack whose files are missing or do not match their pinned digests is not fatal here:
-    // each cluster shows it in its StackReady condition, and fixing the directory heals them.
-    if let Err(e) = stack.verify() {
-        tracing::warn!(error = %e, "the tenant base stack in PADDOCK_STACKS_DIR cannot be applied as it is");
+    // each cluster on it shows it in its StackReady condition, and fixing the directory heals them.
+    for definition in stack.definitions() {
+        if let Err(e) = stack.verify(&definition.version) {
+            tracing::warn!(
+                stack.version = %definition.version,
+                error = %e.message_chain(),
+                "a tenant base stack in PADDOCK_STACKS_DIR cannot be applied as it is"
+            );
+        }
     }
-    // Slurm runs the images of the same stack definition.
-    let catalog = paddock_kube::slurm::SlurmCatalog::of(stack.definition())
-        .context("the tenant base stack definition has no slurm section (its images)")?;
+    // Slurm runs the images of each cluster's own stack definition.
+    let catalog = paddock_kube::slurm::SlurmCatalog::of(stack.definitions());
     let slurm = paddock_kube::slurm::SlinkySettings { catalog, ..paddock_kube::slurm::SlinkySettings::default() };
     let control_plane = paddock_kube::KamajiBackend::new(platform.client().clone());
     Ok(paddock_domain::driver::KubeDrivers {

@@ -410,17 +410,23 @@ mod tests {
     }
 
     #[test]
-    fn versions_map_to_the_stacks_pinned_images() {
+    fn versions_map_to_the_pinned_images_of_the_clusters_stack() {
         let catalog = SlurmCatalog::embedded();
-        let r = catalog.release("25.05").expect("25.05 is supported");
-        assert_eq!(catalog.image("slurmctld", r), "ghcr.io/slinkyproject/slurmctld:25.05-ubuntu24.04");
-        assert!(catalog.release("23.02").is_none());
-        for version in catalog.versions() {
-            let r = catalog.release(version).expect("listed");
-            assert!(!r.image_tag.is_empty() && !r.image_tag.contains("latest"), "{r:?}");
+        let r = catalog.images("2026.12.0", "25.11").expect("25.11 runs on 2026.12.0");
+        assert_eq!(r.of("slurmctld"), "ghcr.io/slinkyproject/slurmctld:25.11-ubuntu24.04");
+        let older = catalog.images("2026.11.0", "25.05").expect("25.05 runs on 2026.11.0");
+        assert_eq!(older.of("slurmd"), "ghcr.io/slinkyproject/slurmd:25.05-ubuntu24.04");
+        let e = catalog.images("2026.12.0", "25.05").expect_err("slurm-operator 1.2.1 needs 25.11");
+        assert_eq!(e.code, "slurm_version_unsupported");
+        assert!(e.message.contains("supported: 25.11"), "{}", e.message);
+        assert!(catalog.images("1999.1.0", "25.11").is_err());
+        for (version, _) in paddock_domain::stack::DEFINITIONS {
+            for slurm in paddock_domain::stack::slurm_versions(version) {
+                let images = catalog.images(version, slurm).expect("listed");
+                let (image, mariadb) = (images.of("slurmd"), images.mariadb());
+                assert!(!image.contains("latest") && !mariadb.ends_with(":latest") && mariadb.contains(':'), "{image}");
+            }
         }
-        let mariadb = catalog.mariadb_image();
-        assert!(!mariadb.ends_with(":latest") && mariadb.contains(':'), "{mariadb}");
     }
 
     #[test]
@@ -477,7 +483,7 @@ mod tests {
     #[test]
     fn a_nodeset_is_pinned_and_carries_its_gres() {
         let catalog = SlurmCatalog::embedded();
-        let r = Images { catalog: &catalog, release: catalog.release("25.05").expect("supported") };
+        let r = catalog.images("2026.12.0", "25.11").expect("supported");
         let mut gpu = pool("gpu", 2, 4);
         gpu.taints = vec![Taint { key: "gpu".to_owned(), value: String::new(), effect: TaintEffect::NoSchedule }];
         let body = nodeset("slurm", ClusterId::new(), r, &gpu, true, false);

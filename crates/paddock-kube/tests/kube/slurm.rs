@@ -145,13 +145,14 @@ fn pool(name: &str, count: u32, gpus: u32, taints: Vec<Taint>) -> SlurmPool {
 fn desired(pools: Vec<SlurmPool>, secrets: &SlurmSecrets) -> SlurmDesired {
     SlurmDesired {
         spec: SlurmSpec {
-            version: "25.05".to_owned(),
+            version: "25.11".to_owned(),
             partitions: Vec::new(),
             login: LoginSpec {
                 replicas: 2,
                 ssh_authorized_keys: vec!["ssh-ed25519 AAAAC3Nza alice@example".to_owned()],
             },
         },
+        stack_version: paddock_domain::stack::latest_version().to_owned(),
         pools,
         secrets: secrets.clone(),
     }
@@ -224,7 +225,13 @@ async fn every_object_passes_the_crd_schemas_and_nodesets_pin_to_their_pools() {
     let mariadb = serde_json::to_value(mariadb).expect("json");
     assert_eq!(mariadb["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"], "fast-local");
     let container = &mariadb["spec"]["template"]["spec"]["containers"][0];
-    assert_eq!(container["image"], slurm::SlurmCatalog::embedded().mariadb_image());
+    assert_eq!(
+        container["image"],
+        slurm::SlurmCatalog::embedded()
+            .images(paddock_domain::stack::latest_version(), "25.11")
+            .expect("images")
+            .mariadb()
+    );
     assert!(container["env"].to_string().contains(SECRET_DB));
     Api::<Service>::namespaced(client.clone(), &ns).get(MARIADB).await.expect("MariaDB's Service");
 
@@ -239,7 +246,7 @@ async fn every_object_passes_the_crd_schemas_and_nodesets_pin_to_their_pools() {
     assert_eq!(spec["slurmKeyRef"], json!({"name": SECRET_SLURM_KEY, "key": "slurm.key"}));
     assert_eq!(spec["jwtHs256KeyRef"], json!({"name": SECRET_JWT, "key": SECRET_JWT_KEY}));
     assert_eq!(spec["persistence"]["storageClassName"], "fast-local");
-    assert_eq!(spec["slurmctld"]["image"], "ghcr.io/slinkyproject/slurmctld:25.05-ubuntu24.04");
+    assert_eq!(spec["slurmctld"]["image"], "ghcr.io/slinkyproject/slurmctld:25.11-ubuntu24.04");
     assert_eq!(spec["extraConf"], "GresTypes=gpu");
     assert_eq!(spec["configFileRefs"][0]["name"], slurm::CONFIG_FILES);
     Api::<ConfigMap>::namespaced(client.clone(), &ns).get(slurm::CONFIG_FILES).await.expect("gres.conf");

@@ -108,7 +108,7 @@ pub async fn cluster(
         taints: Vec::new(),
     };
     let mut conn = store.conn().await.expect("conn");
-    cluster::insert(&mut conn, tenant, id, &spec).await.expect("cluster");
+    cluster::insert(&mut conn, tenant, id, &spec, paddock_domain::stack::latest_version()).await.expect("cluster");
     node_pool::insert(&mut conn, tenant, id, pool, class, &pool_spec).await.expect("pool");
     (id, Need { node_pool_id: pool, machine_class_id: class, gpu_count: gpus, count })
 }

@@ -282,10 +282,9 @@ impl ClusterReconciler {
         access: &TenantAccess,
         observed: &mut Observed,
     ) -> Result<bool, Stop> {
-        let stack = kube.stack.ensure_stack(access).await.map_err(|e| Stop::Driver(STACK_READY, e))?;
+        let stack =
+            kube.stack.ensure_stack(access, &cluster.stack_version).await.map_err(|e| Stop::Driver(STACK_READY, e))?;
         observed.set(STACK_READY, stack.ready, if stack.ready { "Ready" } else { "Applying" }, &stack.reason);
-        let mut conn = self.services.store().conn().await?;
-        store::set_stack_version(&mut conn, cluster.tenant_id, cluster.id, &stack.version).await?;
         Ok(stack.ready)
     }
 
@@ -303,7 +302,7 @@ impl ClusterReconciler {
             return Ok(());
         };
         let secrets = self.slurm_secrets(cluster).await?;
-        let desired = slurm_desired(slurm, pools, held, secrets);
+        let desired = slurm_desired(cluster, slurm, pools, held, secrets);
         let status = kube.slurm.ensure_slurm(access, &desired).await.map_err(|e| Stop::Driver(SLURM_READY, e))?;
         observed.set(SLURM_READY, status.ready, if status.ready { "Ready" } else { "Applying" }, &status.reason);
         observed.endpoints.slurm_rest_api = status.rest_api;
@@ -835,6 +834,7 @@ fn random_alphanumeric(len: usize) -> String {
 }
 
 fn slurm_desired(
+    cluster: &Cluster,
     spec: &paddock_types::cluster::SlurmSpec,
     pools: &[NodePool],
     held: &[HeldMachine],
@@ -856,7 +856,7 @@ fn slurm_desired(
             taints: p.spec.taints.clone(),
         })
         .collect();
-    SlurmDesired { spec: spec.clone(), pools, secrets }
+    SlurmDesired { spec: spec.clone(), stack_version: cluster.stack_version.clone(), pools, secrets }
 }
 
 /// The operation steps, from the conditions: succeeded up to the first one not true, which is

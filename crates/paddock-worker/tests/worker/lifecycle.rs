@@ -249,7 +249,7 @@ impl ControlPlaneBackend for TenantStandIn {
 }
 
 impl TenantStack for TenantStandIn {
-    fn ensure_stack<'a>(&'a self, _: &'a TenantAccess) -> BoxFuture<'a, Result<StackStatus, DriverError>> {
+    fn ensure_stack<'a>(&'a self, _: &'a TenantAccess, _: &'a str) -> BoxFuture<'a, Result<StackStatus, DriverError>> {
         Box::pin(async { not_here("ensure_stack") })
     }
 }
