@@ -177,6 +177,10 @@ func startAPIServer(parent context.Context, dataDir, etcdURL string, req startRe
 		"--service-account-signing-key-file=" + files.SAKeyFile,
 		"--service-cluster-ip-range=10.96.0.0/12",
 		"--profiling=false",
+		// Privileged pods (calico-node) are accepted. The flag is only
+		// read by the first API server of the process (capabilities.Setup
+		// is a sync.Once); main's init sets the same value process-wide.
+		"--allow-privileged=true",
 	}
 	if err := fs.Parse(append(args, req.Args...)); err != nil {
 		return nil, fmt.Errorf("kube-apiserver flags: %w", err)

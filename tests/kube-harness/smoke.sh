@@ -7,6 +7,7 @@
 #   - namespace deletion really finishes (namespace controller);
 #   - the "default" ServiceAccount appears, TokenRequest works, and RBAC
 #     applies to the service-account token (403, then 200 once bound);
+#   - a privileged pod is accepted (--allow-privileged, process-wide);
 #   - garbage collection of an owned object; ResourceQuota usage and enforcement;
 #   - the real Kamaji and Slinky CRDs (spec.conversion and the cert-manager
 #     annotation dropped by the harness) are Established and a minimal
@@ -134,6 +135,9 @@ check "RBAC: the service account may not list namespaces (403)" test "$(status t
 check "bind it to cluster-admin" test "$(status tenant POST /apis/rbac.authorization.k8s.io/v1/clusterrolebindings '{"metadata":{"name":"work-admin"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"cluster-admin"},"subjects":[{"kind":"ServiceAccount","name":"default","namespace":"work"}]}')" = 201
 can_list() { test "$(status tenant GET /api/v1/namespaces "" "$sa_token")" = 200; }
 check "RBAC: now it may (200)" wait_for 10 can_list
+# --allow-privileged is process-wide (main.go): calico-node's kind of pod is accepted.
+priv='{"metadata":{"name":"privileged"},"spec":{"hostNetwork":true,"containers":[{"name":"c","image":"calico/node","securityContext":{"privileged":true}}]}}'
+check "a privileged hostNetwork pod is accepted (201)" test "$(status tenant POST /api/v1/namespaces/work/pods "$priv")" = 201
 check "the tenant token is rejected by platform (401)" test "$(status platform GET /api/v1/namespaces "" "$sa_token")" = 401
 
 # --- garbage collector --------------------------------------------------------
