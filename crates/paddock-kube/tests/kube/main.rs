@@ -17,6 +17,7 @@ mod faults;
 mod isolation;
 mod kamaji;
 mod nodes;
+mod operator;
 mod removal;
 mod slurm;
 mod stack;

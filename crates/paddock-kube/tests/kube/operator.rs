@@ -1,0 +1,517 @@
+//! The REAL Slinky slurm-operator (v1.2.1, built from the upstream tarball by
+//! `scripts/slurm-operator`, `PADDOCK_TEST_SLURM_OPERATOR`) reconciling what paddock's real Slurm
+//! driver ([`SlinkyDriver`]) writes, on an API server of the harness with the upstream workload
+//! controllers and the real kube-scheduler: the operator runs as it would in the tenant cluster,
+//! with a token of its chart's ServiceAccount (RBAC from the rendered chart,
+//! `$PADDOCK_TEST_UPSTREAM_STACKS/2026.12.0/slurm-operator/slurm-operator.yaml`) and the Slinky
+//! CRDs of the same tarball.
+//!
+//! The test PLAYS ONLY what cannot run here:
+//! - the kubelets ([`kubelet`]): Nodes of each pool, labelled and tainted by paddock's own node
+//!   driver ([`KubeTenantNodes`]), Ready, with capacity (GPUs as `nvidia.com/gpu`, as the device
+//!   plugin would report them); pods that the scheduler bound are marked Running and Ready, pods
+//!   being deleted are removed;
+//! - a volume provisioner ([`provisioner`]) binding each claim to a new PersistentVolume;
+//! - slurmrestd: a labelled STAND-IN ([`restd`]), since no Slurm 25.11 can run on these machines.
+//!   It answers the `v0.0.44` API that slurm-client v1.2.1 speaks (nodes, reservations, jobs),
+//!   only to tokens signed with the JWT key paddock wrote, and lists a Slurm node for each slurmd
+//!   pod the played kubelet started (as `slurmd -Z` registers itself). The operator reaches it by
+//!   the Service name it dials (`slurm-restapi.<namespace>:6820`): it runs under
+//!   `unshare --mount` with a private `/etc/hosts` naming a loopback address of the stand-in.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Pod, Secret, ServiceAccount};
+use kube::api::{DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
+use kube::discovery::Scope;
+use kube::{Api, Client};
+use paddock_domain::driver::{
+    NodeRef, SlurmDesired, SlurmPool, SlurmSecrets, TenantAccess, TenantNodes,
+};
+use paddock_domain::secret::SecretString;
+use paddock_kube::nodes::{KubeTenantNodes, LABEL_NODE_POOL};
+use paddock_kube::slurm::{self, SlinkySettings, SECRET_DB, SECRET_JWT, SECRET_JWT_KEY, SECRET_SLURM_KEY};
+use paddock_kube::SlinkyDriver;
+use paddock_types::cluster::{LoginSpec, SlurmSpec, Taint, TaintEffect};
+use paddock_types::{MachineId, NodePoolId};
+use serde_json::{json, Value};
+use tokio::task::JoinHandle;
+
+use crate::support::{self, ApiServer};
+
+mod kubelet;
+mod provisioner;
+mod restd;
+
+/// The stack whose rendered operator chart the test applies.
+const STACK: &str = "2026.12.0";
+/// The operator's release, as in the tarball's name.
+const OPERATOR_VERSION: &str = "1.2.1";
+/// The namespace the chart was rendered for.
+const OPERATOR_NAMESPACE: &str = "slinky";
+/// The Slurm release paddock asks for (the operator supports 25.11 and newer).
+const SLURM_VERSION: &str = "25.11";
+/// How long anything may take on a loaded 2-core machine.
+const PATIENCE: Duration = Duration::from_secs(300);
+
+fn on_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// A required input of this test, or None (skipped with a notice; a failure on CI).
+fn required(what: &str, path: Option<PathBuf>) -> Option<PathBuf> {
+    match path.filter(|p| p.exists()) {
+        Some(p) => Some(p),
+        None => {
+            assert!(!on_ci(), "{what} is missing (CI=true)");
+            eprintln!("SKIPPED: {what} is missing");
+            None
+        }
+    }
+}
+
+fn env_path(var: &str) -> Option<PathBuf> {
+    std::env::var(var).ok().filter(|v| !v.is_empty()).map(PathBuf::from)
+}
+
+/// The upstream tarball (`PADDOCK_UPSTREAM_DIR`, default `../shared/upstream` beside the repo).
+fn tarball() -> Option<PathBuf> {
+    let dir = env_path("PADDOCK_UPSTREAM_DIR")
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/upstream"));
+    let file = dir.join(format!("slurm-operator/slurm-operator-{OPERATOR_VERSION}.tar.gz"));
+    required(&format!("the slurm-operator tarball {}", file.display()), Some(file))
+}
+
+/// The Slinky CRDs of the tarball (`helm/slurm-operator-crds/templates`), unpacked into `dir`.
+fn crds(tarball: &Path, dir: &Path) -> Vec<PathBuf> {
+    std::fs::create_dir_all(dir).expect("a directory for the CRDs");
+    let templates = format!("slurm-operator-{OPERATOR_VERSION}/helm/slurm-operator-crds/templates");
+    let out = std::process::Command::new("tar")
+        .arg("-xzf")
+        .arg(tarball)
+        .arg("-C")
+        .arg(dir)
+        .arg(&templates)
+        .output()
+        .expect("running tar");
+    assert!(out.status.success(), "unpacking the CRDs: {}", String::from_utf8_lossy(&out.stderr));
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join(&templates))
+        .expect("the CRD templates")
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 6, "the six Slinky CRDs in {templates}: {files:?}");
+    files.into_iter().map(|f| f.canonicalize().expect("canonical CRD path")).collect()
+}
+
+/// The documents of a multi-document YAML stream (empty ones dropped).
+fn documents(yaml: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(yaml)
+        .map(|d| serde::Deserialize::deserialize(d).expect("valid YAML"))
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+/// Server-side applies `doc` (strict field validation), through discovery.
+async fn apply(client: &Client, doc: &Value) {
+    let api_version = doc["apiVersion"].as_str().expect("apiVersion");
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let kind = doc["kind"].as_str().expect("kind");
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await.expect("the kind is served");
+    let name = doc["metadata"]["name"].as_str().expect("name");
+    let api: Api<DynamicObject> = match caps.scope {
+        Scope::Namespaced => {
+            let ns = doc["metadata"]["namespace"].as_str().unwrap_or(OPERATOR_NAMESPACE);
+            Api::namespaced_with(client.clone(), ns, &resource)
+        }
+        Scope::Cluster => Api::all_with(client.clone(), &resource),
+    };
+    let params = PatchParams::apply("paddock-operator-test").force().validation_strict();
+    api.patch(name, &params, &Patch::Apply(doc)).await.unwrap_or_else(|e| panic!("applying {kind} {name}: {e}"));
+}
+
+/// Applies the rendered chart but its Deployment (the test runs the binary itself) and returns
+/// that Deployment's container arguments and ServiceAccount.
+async fn apply_chart(client: &Client, chart: &Path) -> (Vec<String>, String) {
+    let yaml = std::fs::read_to_string(chart).expect("the rendered chart");
+    let namespace = json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": OPERATOR_NAMESPACE } });
+    apply(client, &namespace).await;
+    let mut deployment = None;
+    for doc in documents(&yaml) {
+        match doc["kind"].as_str() {
+            Some("Deployment") => deployment = Some(doc),
+            Some(_) => apply(client, &doc).await,
+            None => panic!("a document without a kind in {}", chart.display()),
+        }
+    }
+    let deployment = deployment.expect("the chart renders the operator's Deployment");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(container["image"], format!("ghcr.io/slinkyproject/slurm-operator:{OPERATOR_VERSION}"));
+    let args = container["args"].as_array().expect("the operator's args");
+    let args = args.iter().map(|a| a.as_str().expect("string args").to_owned()).collect();
+    (args, pod["serviceAccountName"].as_str().expect("a ServiceAccount").to_owned())
+}
+
+/// The chart's args with the listen addresses moved off ports others use on this machine (8080,
+/// 8081): metrics off, the health probe on a free loopback port. Everything else is kept.
+fn local_args(args: &[String], health_port: u16) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        out.push(arg.clone());
+        let replaced = match arg.as_str() {
+            "--metrics-addr" => "0".to_owned(),
+            "--health-addr" => format!("127.0.0.1:{health_port}"),
+            _ => continue,
+        };
+        it.next();
+        out.push(replaced);
+    }
+    out
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("its address").port()
+}
+
+/// A kubeconfig holding a fresh token of the operator's ServiceAccount (TokenRequest), as the
+/// pod's projected token would be: the operator gets exactly its chart's RBAC, not admin.
+async fn operator_kubeconfig(server: &ApiServer, admin: &Client, account: &str, path: &Path) {
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), OPERATOR_NAMESPACE);
+    let request = TokenRequest {
+        spec: TokenRequestSpec { expiration_seconds: Some(3600), ..TokenRequestSpec::default() },
+        ..TokenRequest::default()
+    };
+    let token = accounts
+        .create_token_request(account, &PostParams::default(), &request)
+        .await
+        .expect("a token of the operator's ServiceAccount")
+        .status
+        .expect("token status")
+        .token;
+    let admin_config = std::fs::read_to_string(&server.kubeconfig).expect("the harness kubeconfig");
+    let ca_line = admin_config
+        .lines()
+        .find(|l| l.trim_start().starts_with("certificate-authority-data:"))
+        .expect("the harness kubeconfig embeds its CA");
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: tenant\n  cluster:\n    server: {}\n    {}\n\
+         users:\n- name: {account}\n  user:\n    token: {token}\ncontexts:\n- name: tenant\n  context:\n    \
+         cluster: tenant\n    user: {account}\ncurrent-context: tenant\n",
+        server.url,
+        ca_line.trim_start()
+    );
+    std::fs::write(path, kubeconfig).expect("write the operator's kubeconfig");
+}
+
+/// The operator process (killed when dropped) and its log.
+struct Operator {
+    child: tokio::process::Child,
+    log: PathBuf,
+}
+
+impl Operator {
+    /// Runs `binary` with `args` and `kubeconfig`, in a private mount namespace whose
+    /// `/etc/hosts` is `hosts` (the Service name of slurmrestd resolves to the stand-in).
+    fn start(binary: &Path, args: &[String], kubeconfig: &Path, hosts: &Path, log: PathBuf) -> Self {
+        let out = std::fs::File::create(&log).expect("the operator's log file");
+        let err = out.try_clone().expect("the log file, twice");
+        let child = tokio::process::Command::new("unshare")
+            .args(["--mount", "--", "sh", "-c", r#"mount --bind "$1" /etc/hosts && shift && exec "$@""#, "sh"])
+            .arg(hosts)
+            .arg(binary)
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {} under unshare: {e}", binary.display()));
+        Self { child, log }
+    }
+
+    /// The last lines of its log.
+    fn tail(&self) -> String {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+}
+
+/// What must stay alive while the test waits: the operator and the played parts.
+struct Alive {
+    operator: Operator,
+    tasks: Vec<(&'static str, JoinHandle<()>)>,
+}
+
+impl Alive {
+    /// Fails the test, naming it, when any of them stopped.
+    fn check(&mut self) {
+        if let Ok(Some(status)) = self.operator.child.try_wait() {
+            panic!("the slurm-operator exited ({status}); its log ends:\n{}", self.operator.tail());
+        }
+        for (name, task) in &mut self.tasks {
+            if task.is_finished() {
+                let result = futures::FutureExt::now_or_never(task).expect("finished");
+                panic!("the {name} task stopped: {result:?}");
+            }
+        }
+    }
+
+    /// Polls `probe` (the last answer kept for the failure message) until it gives Some.
+    async fn until<T, F, Fut>(&mut self, what: &str, mut probe: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, String>>,
+    {
+        let end = Instant::now() + PATIENCE;
+        loop {
+            self.check();
+            match probe().await {
+                Ok(v) => return v,
+                Err(missing) if Instant::now() > end => panic!(
+                    "timed out after {PATIENCE:?} waiting for {what}: {missing}\nthe operator's log ends:\n{}",
+                    self.operator.tail()
+                ),
+                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
+        }
+    }
+}
+
+fn secrets() -> SlurmSecrets {
+    let random = |n: usize| -> Vec<u8> {
+        (0..n.div_ceil(16)).flat_map(|_| *uuid::Uuid::new_v4().as_bytes()).take(n).collect()
+    };
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    SlurmSecrets {
+        slurm_key: SecretString::new(b64(&random(1024))),
+        jwt_hs256_key: SecretString::new(b64(&random(64))),
+        database_password: SecretString::new(uuid::Uuid::new_v4().simple().to_string()),
+    }
+}
+
+fn pool(name: &str, count: u32, gpus: u32, taints: Vec<Taint>) -> SlurmPool {
+    SlurmPool { node_pool_id: NodePoolId::new(), name: name.to_owned(), count, node_names: Vec::new(), gpus_per_node: gpus, taints }
+}
+
+/// This host's address on its default route (the API server's service proxy refuses loopback),
+/// where the stand-in also listens for paddock's probe; None when there is none.
+fn routable_ip() -> Option<std::net::IpAddr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("192.0.2.1:9").or_else(|_| socket.connect("10.255.255.1:9")).ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+/// Registers `count` Nodes for `pool` (played kubelets), then lets paddock's node driver converge
+/// their labels and taints as the worker does; returns their names.
+async fn pool_nodes(client: &Client, tenant: &TenantAccess, pool: &SlurmPool, first_ip: u8) -> Vec<String> {
+    let driver = KubeTenantNodes::new();
+    let mut names = Vec::new();
+    for i in 0..pool.count {
+        let machine_id = MachineId::new();
+        let node = NodeRef {
+            machine_id,
+            node_pool_id: pool.node_pool_id,
+            pool_name: pool.name.clone(),
+            node_name: paddock_domain::driver::node_name(machine_id),
+            system_uuid: uuid::Uuid::new_v4().to_string(),
+            labels: BTreeMap::new(),
+            taints: pool.taints.clone(),
+        };
+        let ip = format!("192.0.2.{}", u32::from(first_ip) + i);
+        kubelet::register_node(client, &node.node_name, &node.system_uuid, &ip, pool.gpus_per_node).await;
+        let status = driver.node(tenant, &node).await.expect("the node driver converges the Node");
+        assert!(status.is_some_and(|s| s.ready), "Node {} is registered and Ready", node.node_name);
+        names.push(node.node_name);
+    }
+    names
+}
+
+/// Everything the test needs from outside, or None (skipped; a failure on CI).
+struct Inputs {
+    binary: PathBuf,
+    tarball: PathBuf,
+    chart: PathBuf,
+}
+
+impl Inputs {
+    fn find() -> Option<Self> {
+        let binary = required("the slurm-operator binary (PADDOCK_TEST_SLURM_OPERATOR; scripts/test builds it with scripts/slurm-operator)", env_path("PADDOCK_TEST_SLURM_OPERATOR"))?;
+        let tarball = tarball()?;
+        let chart = env_path("PADDOCK_TEST_UPSTREAM_STACKS")
+            .map(|d| d.join(STACK).join("slurm-operator/slurm-operator.yaml"));
+        let chart = required(&format!("the rendered operator chart of stack {STACK} (PADDOCK_TEST_UPSTREAM_STACKS)"), chart)?;
+        Some(Self { binary, tarball, chart })
+    }
+}
+
+/// A private `/etc/hosts` for the operator: this machine's, plus `name` at `ip`.
+fn hosts_file(dir: &Path, name: &str, ip: Ipv4Addr) -> PathBuf {
+    let mut hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    hosts.push_str(&format!("\n# paddock's operator test: the slurmrestd stand-in\n{ip} {name}\n"));
+    let path = dir.join("hosts");
+    std::fs::write(&path, hosts).expect("write the private hosts file");
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_real_operator_reconciles_what_the_slurm_driver_writes() {
+    let Some(inputs) = Inputs::find() else { return };
+    let dir = std::env::temp_dir().join(format!("paddock-operator-test-{}", std::process::id()));
+    let crds = crds(&inputs.tarball, &dir.join("crds"));
+    let Some(server) = shim::dedicated_with("operator", &crds, shim::WORKLOADS).await else { return };
+    let admin = server.client().await;
+    let (args, account) = apply_chart(&admin, &inputs.chart).await;
+    provisioner::storage_class(&admin, slurm::DEFAULT_STORAGE_CLASS).await;
+    let kubeconfig = std::fs::read_to_string(&server.kubeconfig).expect("read the harness kubeconfig");
+    let tenant = TenantAccess {
+        cluster: support::cluster("acme", "hpc"),
+        endpoint: server.url.trim_start_matches("https://").to_owned(),
+        admin_kubeconfig: SecretString::new(kubeconfig),
+    };
+    let ns = format!("slurm-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let secrets = secrets();
+    let gpu_taint = Taint { key: "example.com/gpu".to_owned(), value: "true".to_owned(), effect: TaintEffect::NoSchedule };
+    let mut pools = vec![pool("cpu", 2, 0, Vec::new()), pool("gpu", 1, 4, vec![gpu_taint])];
+
+    // The slurmrestd STAND-IN: on a random loopback address for the operator, and on this host's
+    // routable address for paddock's probe through the API server's service proxy.
+    let key = base64::engine::general_purpose::STANDARD.decode(secrets.jwt_hs256_key.expose()).expect("b64");
+    let restd = restd::StandInRestd::new(key);
+    let octets = *uuid::Uuid::new_v4().as_bytes();
+    let loopback = Ipv4Addr::new(127, octets[0] | 1, octets[1], octets[2] | 1);
+    let mut tasks = vec![("slurmrestd stand-in", restd.clone().serve((loopback, slurm::RESTAPI_PORT).into()).await)];
+    let probe_ip = routable_ip();
+    if let Some(ip) = probe_ip {
+        tasks.push(("slurmrestd stand-in (probe)", restd.clone().serve((ip, slurm::RESTAPI_PORT).into()).await));
+    }
+    tasks.push(("played kubelet", kubelet::spawn(admin.clone(), restd.clone(), probe_ip)));
+    tasks.push(("played provisioner", provisioner::spawn(admin.clone(), slurm::DEFAULT_STORAGE_CLASS.to_owned())));
+
+    // The pools' Nodes (and one of another pool, which no NodeSet may use).
+    let mut nodes = BTreeMap::new();
+    for (i, p) in pools.iter_mut().enumerate() {
+        p.node_names = pool_nodes(&admin, &tenant, p, 10 + 10 * i as u8).await;
+        nodes.insert(p.name.clone(), p.node_names.iter().cloned().collect::<BTreeSet<_>>());
+    }
+    pool_nodes(&admin, &tenant, &pool("other", 1, 0, Vec::new()), 100).await;
+
+    // The operator, as in the tenant cluster: its chart's args and ServiceAccount.
+    let kubeconfig = dir.join("operator.kubeconfig");
+    operator_kubeconfig(&server, &admin, &account, &kubeconfig).await;
+    let hosts = hosts_file(&dir, &format!("{}.{ns}", slurm::RESTAPI_SERVICE), loopback);
+    let args = local_args(&args, free_port());
+    let operator = Operator::start(&inputs.binary, &args, &kubeconfig, &hosts, dir.join("operator.log"));
+    let mut alive = Alive { operator, tasks };
+
+    // paddock's real driver, as the worker runs it, until Slurm is ready.
+    let settings = SlinkySettings { namespace: ns.clone(), ..SlinkySettings::default() };
+    let driver = SlinkyDriver::with_service_proxy(settings);
+    let want = SlurmDesired {
+        spec: SlurmSpec {
+            version: SLURM_VERSION.to_owned(),
+            partitions: Vec::new(),
+            login: LoginSpec { replicas: 1, ssh_authorized_keys: vec!["ssh-ed25519 AAAAC3Nza alice@example".to_owned()] },
+        },
+        pools: pools.clone(),
+        secrets: secrets.clone(),
+    };
+    let (d, t, w) = (&driver, &tenant, &want);
+    let status = alive
+        .until("paddock's Slurm to be ready on the real operator's workloads", || async move {
+            let status = d.ensure_slurm(t, w).await.map_err(|e| format!("ensure_slurm: {e}"))?;
+            let only_ping = probe_ip.is_none() && status.reason.starts_with("SlurmRestApiPing");
+            if status.ready || only_ping { Ok(status) } else { Err(status.reason) }
+        })
+        .await;
+    eprintln!("Slurm: {status:?}");
+
+    assert_placement(&admin, &ns, &pools, &nodes).await;
+    assert_workloads(&admin, &ns, &want, &tenant).await;
+    assert_slurm_nodes(&mut alive, &restd, &admin, &ns, &pools).await;
+
+    drop(alive);
+    support::delete(&server).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// TEMPORARY until h1-harness lands `support::dedicated_with`.
+mod shim {
+    use super::*;
+    pub const WORKLOADS: &[&str] = &["defaults", "workloads"];
+    pub async fn dedicated_with(test: &str, crds: &[PathBuf], controllers: &[&str]) -> Option<ApiServer> {
+        let control = std::env::var("PADDOCK_TEST_KUBE_CONTROL").ok().filter(|v| !v.is_empty() && v != "none")?;
+        let name = format!("{test}-{}", std::process::id());
+        let rsp = reqwest::Client::builder()
+            .timeout(Duration::from_secs(300))
+            .build()
+            .expect("client")
+            .post(format!("{control}/apiservers"))
+            .json(&json!({ "name": name, "crds": crds, "controllers": controllers }))
+            .send()
+            .await
+            .expect("POST /apiservers");
+        let status = rsp.status();
+        let body = rsp.text().await.expect("body");
+        assert_eq!(status.as_u16(), 201, "creating API server {name}: {body}");
+        Some(serde_json::from_str(&body).expect("info"))
+    }
+}
+
+async fn assert_placement(
+    client: &Client,
+    ns: &str,
+    pools: &[SlurmPool],
+    nodes: &BTreeMap<String, BTreeSet<String>>,
+) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pods = pods.list(&ListParams::default()).await.expect("list the pods").items;
+    for pool in pools {
+        let of_pool: Vec<&Pod> = pods
+            .iter()
+            .filter(|p| p.metadata.owner_references.iter().flatten().any(|o| o.kind == "NodeSet" && o.name == pool.name))
+            .collect();
+        assert_eq!(of_pool.len(), pool.count as usize, "NodeSet {}'s pods", pool.name);
+        for pod in of_pool {
+            let on = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+            assert!(
+                nodes[&pool.name].contains(&on),
+                "the scheduler put {}'s pod {} on {on}, not on a Node of its pool ({:?})",
+                pool.name,
+                pod.metadata.name.as_deref().unwrap_or_default(),
+                nodes[&pool.name]
+            );
+        }
+    }
+}
+
+async fn assert_workloads(client: &Client, ns: &str, _want: &SlurmDesired, _tenant: &TenantAccess) {
+    for (kind, list) in [
+        ("StatefulSet", serde_json::to_value(Api::<StatefulSet>::namespaced(client.clone(), ns).list(&ListParams::default()).await.expect("list").items).expect("json")),
+        ("Deployment", serde_json::to_value(Api::<Deployment>::namespaced(client.clone(), ns).list(&ListParams::default()).await.expect("list").items).expect("json")),
+        ("ConfigMap", serde_json::to_value(Api::<ConfigMap>::namespaced(client.clone(), ns).list(&ListParams::default()).await.expect("list").items).expect("json")),
+        ("Secret-names", serde_json::to_value(Api::<Secret>::namespaced(client.clone(), ns).list(&ListParams::default()).await.expect("list").items.iter().map(|s| s.metadata.name.clone()).collect::<Vec<_>>()).expect("json")),
+        ("PVC", serde_json::to_value(Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns).list(&ListParams::default()).await.expect("list").items).expect("json")),
+    ] {
+        std::fs::write(format!("/tmp/h2x/dump-{kind}.json"), serde_json::to_string_pretty(&list).expect("json")).expect("dump");
+    }
+}
+
+async fn assert_slurm_nodes(alive: &mut Alive, restd: &restd::StandInRestd, _client: &Client, _ns: &str, _pools: &[SlurmPool]) {
+    alive.check();
+    eprintln!("stand-in nodes: {:?}\nseen: {:?}\ndenied: {}", restd.nodes(), restd.seen(), restd.denied());
+}
