@@ -22,22 +22,19 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, ServiceAccount};
 use kube::api::{DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
 use kube::discovery::Scope;
 use kube::{Api, Client};
-use paddock_domain::driver::{
-    NodeRef, SlurmDesired, SlurmPool, SlurmSecrets, TenantAccess, TenantNodes,
-};
+use paddock_domain::driver::{NodeRef, SlurmDesired, SlurmPool, SlurmSecrets, TenantAccess};
 use paddock_domain::secret::SecretString;
-use paddock_kube::nodes::{KubeTenantNodes, LABEL_NODE_POOL};
-use paddock_kube::slurm::{self, SlinkySettings, SECRET_DB, SECRET_JWT, SECRET_JWT_KEY, SECRET_SLURM_KEY};
+use paddock_kube::nodes::KubeTenantNodes;
+use paddock_kube::slurm::{self, SlinkySettings, SECRET_JWT, SECRET_JWT_KEY, SECRET_SLURM_KEY};
 use paddock_kube::SlinkyDriver;
 use paddock_types::cluster::{LoginSpec, SlurmSpec, Taint, TaintEffect};
 use paddock_types::{MachineId, NodePoolId};
@@ -256,6 +253,14 @@ struct Alive {
     tasks: Vec<(&'static str, JoinHandle<()>)>,
 }
 
+impl Drop for Alive {
+    fn drop(&mut self) {
+        for (_, task) in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
 impl Alive {
     /// Fails the test, naming it, when any of them stopped.
     fn check(&mut self) {
@@ -292,9 +297,8 @@ impl Alive {
 }
 
 fn secrets() -> SlurmSecrets {
-    let random = |n: usize| -> Vec<u8> {
-        (0..n.div_ceil(16)).flat_map(|_| *uuid::Uuid::new_v4().as_bytes()).take(n).collect()
-    };
+    let random =
+        |n: usize| -> Vec<u8> { (0..n.div_ceil(16)).flat_map(|_| *uuid::Uuid::new_v4().as_bytes()).take(n).collect() };
     let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
     SlurmSecrets {
         slurm_key: SecretString::new(b64(&random(1024))),
@@ -304,7 +308,14 @@ fn secrets() -> SlurmSecrets {
 }
 
 fn pool(name: &str, count: u32, gpus: u32, taints: Vec<Taint>) -> SlurmPool {
-    SlurmPool { node_pool_id: NodePoolId::new(), name: name.to_owned(), count, node_names: Vec::new(), gpus_per_node: gpus, taints }
+    SlurmPool {
+        node_pool_id: NodePoolId::new(),
+        name: name.to_owned(),
+        count,
+        node_names: Vec::new(),
+        gpus_per_node: gpus,
+        taints,
+    }
 }
 
 /// This host's address on its default route (the API server's service proxy refuses loopback),
@@ -352,9 +363,10 @@ impl Inputs {
     fn find() -> Option<Self> {
         let binary = required("the slurm-operator binary (PADDOCK_TEST_SLURM_OPERATOR; scripts/test builds it with scripts/slurm-operator)", env_path("PADDOCK_TEST_SLURM_OPERATOR"))?;
         let tarball = tarball()?;
-        let chart = env_path("PADDOCK_TEST_UPSTREAM_STACKS")
-            .map(|d| d.join(STACK).join("slurm-operator/slurm-operator.yaml"));
-        let chart = required(&format!("the rendered operator chart of stack {STACK} (PADDOCK_TEST_UPSTREAM_STACKS)"), chart)?;
+        let chart =
+            env_path("PADDOCK_TEST_UPSTREAM_STACKS").map(|d| d.join(STACK).join("slurm-operator/slurm-operator.yaml"));
+        let chart =
+            required(&format!("the rendered operator chart of stack {STACK} (PADDOCK_TEST_UPSTREAM_STACKS)"), chart)?;
         Some(Self { binary, tarball, chart })
     }
 }
@@ -385,7 +397,8 @@ async fn the_real_operator_reconciles_what_the_slurm_driver_writes() {
     };
     let ns = format!("slurm-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let secrets = secrets();
-    let gpu_taint = Taint { key: "example.com/gpu".to_owned(), value: "true".to_owned(), effect: TaintEffect::NoSchedule };
+    let gpu_taint =
+        Taint { key: "example.com/gpu".to_owned(), value: "true".to_owned(), effect: TaintEffect::NoSchedule };
     let mut pools = vec![pool("cpu", 2, 0, Vec::new()), pool("gpu", 1, 4, vec![gpu_taint])];
 
     // The slurmrestd STAND-IN: on a random loopback address for the operator, and on this host's
@@ -425,7 +438,10 @@ async fn the_real_operator_reconciles_what_the_slurm_driver_writes() {
         spec: SlurmSpec {
             version: SLURM_VERSION.to_owned(),
             partitions: Vec::new(),
-            login: LoginSpec { replicas: 1, ssh_authorized_keys: vec!["ssh-ed25519 AAAAC3Nza alice@example".to_owned()] },
+            login: LoginSpec {
+                replicas: 1,
+                ssh_authorized_keys: vec!["ssh-ed25519 AAAAC3Nza alice@example".to_owned()],
+            },
         },
         pools: pools.clone(),
         secrets: secrets.clone(),
@@ -435,10 +451,14 @@ async fn the_real_operator_reconciles_what_the_slurm_driver_writes() {
         .until("paddock's Slurm to be ready on the real operator's workloads", || async move {
             let status = d.ensure_slurm(t, w).await.map_err(|e| format!("ensure_slurm: {e}"))?;
             let only_ping = probe_ip.is_none() && status.reason.starts_with("SlurmRestApiPing");
-            if status.ready || only_ping { Ok(status) } else { Err(status.reason) }
+            if status.ready || only_ping {
+                Ok(status)
+            } else {
+                Err(status.reason)
+            }
         })
         .await;
-    eprintln!("Slurm: {status:?}");
+    eprintln!("Slurm ready on the real operator: REST API {:?}, login {:?}", status.rest_api, status.login_ssh);
 
     assert_placement(&admin, &ns, &pools, &nodes).await;
     assert_workloads(&admin, &ns, &want, &tenant).await;
@@ -472,18 +492,15 @@ mod shim {
     }
 }
 
-async fn assert_placement(
-    client: &Client,
-    ns: &str,
-    pools: &[SlurmPool],
-    nodes: &BTreeMap<String, BTreeSet<String>>,
-) {
+async fn assert_placement(client: &Client, ns: &str, pools: &[SlurmPool], nodes: &BTreeMap<String, BTreeSet<String>>) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let pods = pods.list(&ListParams::default()).await.expect("list the pods").items;
     for pool in pools {
         let of_pool: Vec<&Pod> = pods
             .iter()
-            .filter(|p| p.metadata.owner_references.iter().flatten().any(|o| o.kind == "NodeSet" && o.name == pool.name))
+            .filter(|p| {
+                p.metadata.owner_references.iter().flatten().any(|o| o.kind == "NodeSet" && o.name == pool.name)
+            })
             .collect();
         assert_eq!(of_pool.len(), pool.count as usize, "NodeSet {}'s pods", pool.name);
         for pod in of_pool {
@@ -499,19 +516,215 @@ async fn assert_placement(
     }
 }
 
-async fn assert_workloads(client: &Client, ns: &str, _want: &SlurmDesired, _tenant: &TenantAccess) {
-    for (kind, list) in [
-        ("StatefulSet", serde_json::to_value(Api::<StatefulSet>::namespaced(client.clone(), ns).list(&ListParams::default()).await.expect("list").items).expect("json")),
-        ("Deployment", serde_json::to_value(Api::<Deployment>::namespaced(client.clone(), ns).list(&ListParams::default()).await.expect("list").items).expect("json")),
-        ("ConfigMap", serde_json::to_value(Api::<ConfigMap>::namespaced(client.clone(), ns).list(&ListParams::default()).await.expect("list").items).expect("json")),
-        ("Secret-names", serde_json::to_value(Api::<Secret>::namespaced(client.clone(), ns).list(&ListParams::default()).await.expect("list").items.iter().map(|s| s.metadata.name.clone()).collect::<Vec<_>>()).expect("json")),
-        ("PVC", serde_json::to_value(Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns).list(&ListParams::default()).await.expect("list").items).expect("json")),
+/// The (Secret or ConfigMap, key) pairs a pod template's projected volumes take.
+fn projected(template: &Value) -> BTreeSet<(String, String, String)> {
+    let mut out = BTreeSet::new();
+    for volume in template["spec"]["volumes"].as_array().into_iter().flatten() {
+        for source in volume["projected"]["sources"].as_array().into_iter().flatten() {
+            for kind in ["secret", "configMap"] {
+                let Some(name) = source[kind]["name"].as_str() else { continue };
+                let keys: Vec<&str> =
+                    source[kind]["items"].as_array().into_iter().flatten().filter_map(|i| i["key"].as_str()).collect();
+                for key in if keys.is_empty() { vec!["*"] } else { keys } {
+                    out.insert((kind.to_owned(), name.to_owned(), key.to_owned()));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn has(refs: &BTreeSet<(String, String, String)>, kind: &str, name: &str, key: &str) -> bool {
+    refs.contains(&(kind.to_owned(), name.to_owned(), key.to_owned()))
+}
+
+/// The images of a pod template's containers and init containers, by container name.
+fn images(template: &Value) -> BTreeMap<String, String> {
+    let spec = &template["spec"];
+    let all = spec["containers"].as_array().into_iter().chain(spec["initContainers"].as_array()).flatten();
+    all.map(|c| (c["name"].as_str().unwrap_or_default().to_owned(), c["image"].as_str().unwrap_or_default().to_owned()))
+        .collect()
+}
+
+async fn template_of<K>(client: &Client, ns: &str, name: &str) -> Value
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    let object = api.get(name).await.unwrap_or_else(|e| panic!("the operator's workload {name}: {e}"));
+    serde_json::to_value(object).expect("json")["spec"]["template"].clone()
+}
+
+/// The operator's slurmctld, slurmdbd, slurmrestd and login workloads run the pinned images of
+/// the Slurm release paddock asked for, with paddock's keys, database and partitions.
+async fn assert_workloads(client: &Client, ns: &str, want: &SlurmDesired, tenant: &TenantAccess) {
+    let catalog = slurm::SlurmCatalog::embedded();
+    let release = catalog.release(SLURM_VERSION).expect("the stack runs the release");
+    let image = |component: &str| catalog.image(component, release);
+    let (slurm_key, jwt_key) = (slurm::SECRET_SLURM_KEY_KEY, SECRET_JWT_KEY);
+
+    let controller = template_of::<StatefulSet>(client, ns, slurm::CONTROLLER_WORKLOAD).await;
+    let want_images =
+        BTreeMap::from([("slurmctld".to_owned(), image("slurmctld")), ("logfile".to_owned(), image("slurmctld"))]);
+    assert_eq!(images(&controller), want_images, "slurmctld's containers");
+    let refs = projected(&controller);
+    assert!(has(&refs, "secret", SECRET_SLURM_KEY, slurm_key) && has(&refs, "secret", SECRET_JWT, jwt_key), "{refs:?}");
+    assert!(
+        has(&refs, "configMap", "slurm-config", "*") && has(&refs, "configMap", slurm::CONFIG_FILES, "*"),
+        "{refs:?}"
+    );
+
+    let accounting = template_of::<StatefulSet>(client, ns, slurm::ACCOUNTING_WORKLOAD).await;
+    assert_eq!(images(&accounting), BTreeMap::from([("slurmdbd".to_owned(), image("slurmdbd"))]));
+    let refs = projected(&accounting);
+    assert!(has(&refs, "secret", SECRET_SLURM_KEY, slurm_key) && has(&refs, "secret", SECRET_JWT, jwt_key), "{refs:?}");
+    assert!(has(&refs, "secret", "slurm-accounting", "slurmdbd.conf"), "{refs:?}");
+    assert_slurmdbd_conf(client, ns, want).await;
+
+    let restapi = template_of::<Deployment>(client, ns, slurm::RESTAPI_SERVICE).await;
+    assert_eq!(images(&restapi), BTreeMap::from([("slurmrestd".to_owned(), image("slurmrestd"))]));
+    assert!(has(&projected(&restapi), "secret", SECRET_SLURM_KEY, slurm_key), "{:?}", projected(&restapi));
+
+    let login = template_of::<Deployment>(client, ns, slurm::LOGINSET).await;
+    let want_images = BTreeMap::from([("login".to_owned(), image("login")), ("initconf".to_owned(), image("login"))]);
+    assert_eq!(images(&login), want_images, "the login pods' containers");
+    let refs = projected(&login);
+    assert!(has(&refs, "secret", slurm::SECRET_SSSD, slurm::SECRET_SSSD_KEY), "{refs:?}");
+    let ssh = Api::<ConfigMap>::namespaced(client.clone(), ns).get("slurm-login-ssh-config").await.expect("ssh config");
+    let authorized = ssh.data.unwrap_or_default().remove("authorized_keys").unwrap_or_default();
+    assert!(authorized.contains(&want.spec.login.ssh_authorized_keys[0]), "root's keys: {authorized}");
+
+    assert_slurm_conf(client, ns, tenant).await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let statesave = claims.get("statesave-slurm-controller-0").await.expect("slurmctld's state claim");
+    let class = statesave.spec.and_then(|s| s.storage_class_name);
+    assert_eq!(class.as_deref(), Some(slurm::DEFAULT_STORAGE_CLASS), "slurmctld's state on the stack's class");
+}
+
+/// slurm.conf, as the operator generated it: the cluster's name, paddock's NodeSets and their
+/// partitions, GRES, accounting through slurmdbd, JWT authentication.
+async fn assert_slurm_conf(client: &Client, ns: &str, tenant: &TenantAccess) {
+    let config = Api::<ConfigMap>::namespaced(client.clone(), ns).get("slurm-config").await.expect("slurm.conf");
+    let conf = config.data.unwrap_or_default().remove("slurm.conf").unwrap_or_default();
+    let lines: BTreeSet<&str> = conf.lines().collect();
+    for line in [
+        format!("ClusterName={}", slurm::cluster_name(tenant.cluster.cluster_id)),
+        "NodeSet=cpu Feature=cpu".to_owned(),
+        "PartitionName=cpu Nodes=cpu Default=YES State=UP".to_owned(),
+        "NodeSet=gpu Feature=gpu".to_owned(),
+        "PartitionName=gpu Nodes=gpu Default=NO State=UP".to_owned(),
+        "GresTypes=gpu".to_owned(),
+        "AccountingStorageType=accounting_storage/slurmdbd".to_owned(),
+        format!("AccountingStorageHost={}", slurm::ACCOUNTING_WORKLOAD),
+        "AuthAltTypes=auth/jwt".to_owned(),
     ] {
-        std::fs::write(format!("/tmp/h2x/dump-{kind}.json"), serde_json::to_string_pretty(&list).expect("json")).expect("dump");
+        assert!(lines.contains(line.as_str()), "slurm.conf has no line {line:?}:\n{conf}");
     }
 }
 
-async fn assert_slurm_nodes(alive: &mut Alive, restd: &restd::StandInRestd, _client: &Client, _ns: &str, _pools: &[SlurmPool]) {
-    alive.check();
-    eprintln!("stand-in nodes: {:?}\nseen: {:?}\ndenied: {}", restd.nodes(), restd.seen(), restd.denied());
+/// slurmdbd.conf (a Secret of the operator): paddock's MariaDB, database, user and password.
+async fn assert_slurmdbd_conf(client: &Client, ns: &str, want: &SlurmDesired) {
+    let secret = Api::<Secret>::namespaced(client.clone(), ns).get("slurm-accounting").await.expect("slurmdbd.conf");
+    let conf = secret.data.unwrap_or_default().remove("slurmdbd.conf").expect("slurmdbd.conf in its Secret").0;
+    let conf = String::from_utf8(conf).expect("utf-8");
+    let lines: BTreeSet<&str> = conf.lines().collect();
+    // Shown without the password line.
+    let shown: Vec<&str> = conf.lines().filter(|l| !l.starts_with("StoragePass")).collect();
+    for line in [
+        format!("StorageHost={}", slurm::MARIADB),
+        "StoragePort=3306".to_owned(),
+        format!("StorageUser={}", slurm::DATABASE_USER),
+        format!("StorageLoc={}", slurm::DATABASE),
+    ] {
+        assert!(lines.contains(line.as_str()), "slurmdbd.conf has no line {line:?}:\n{}", shown.join("\n"));
+    }
+    let password = format!("StoragePass={}", want.secrets.database_password.expose());
+    assert!(lines.contains(password.as_str()), "slurmdbd.conf lacks paddock's database password (not shown)");
+}
+
+/// The NodeSets' pods run slurmd (pinned image, GRES, GPUs) and registered with Slurm (the
+/// stand-in), and the operator wrote each Slurm node its pod's info through slurmrestd, with
+/// tokens of paddock's JWT key; the NodeSets' status counts them.
+async fn assert_slurm_nodes(
+    alive: &mut Alive,
+    restd: &restd::StandInRestd,
+    client: &Client,
+    ns: &str,
+    pools: &[SlurmPool],
+) {
+    let catalog = slurm::SlurmCatalog::embedded();
+    let slurmd = catalog.image("slurmd", catalog.release(SLURM_VERSION).expect("the release"));
+    let pods = Api::<Pod>::namespaced(client.clone(), ns).list(&ListParams::default()).await.expect("pods").items;
+    let mut expected = BTreeMap::new();
+    for pool in pools {
+        for pod in pods.iter().filter(|p| {
+            p.metadata.owner_references.iter().flatten().any(|o| o.kind == "NodeSet" && o.name == pool.name)
+        }) {
+            let template = json!({ "spec": pod.spec });
+            let want_images =
+                BTreeMap::from([("slurmd".to_owned(), slurmd.clone()), ("logfile".to_owned(), slurmd.clone())]);
+            assert_eq!(images(&template), want_images, "pod {:?}", pod.metadata.name);
+            let container = &template["spec"]["containers"][0];
+            let gpus = container["resources"]["limits"]["nvidia.com/gpu"].as_str().map(str::to_owned);
+            assert_eq!(gpus, (pool.gpus_per_node > 0).then(|| pool.gpus_per_node.to_string()), "{}'s GPUs", pool.name);
+            let name = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.hostname.clone())
+                .or_else(|| pod.metadata.name.clone())
+                .expect("a name");
+            expected
+                .insert(name, (pool.clone(), pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default()));
+        }
+    }
+    let (r, e) = (restd, &expected);
+    alive
+        .until("the operator to write every Slurm node its pod's info", || async move {
+            let nodes = r.nodes();
+            let names: BTreeSet<&String> = nodes.keys().collect();
+            if names != e.keys().collect() {
+                return Err(format!("Slurm nodes {names:?}, NodeSet pods {:?}", e.keys()));
+            }
+            for (name, (pool, on)) in e {
+                let node = &nodes[name];
+                assert_eq!(node.features, vec![pool.name.clone()], "Slurm node {name}'s features");
+                let gres = (pool.gpus_per_node > 0).then(|| format!("gpu:{}", pool.gpus_per_node)).unwrap_or_default();
+                assert_eq!(node.gres, gres, "Slurm node {name}'s GRES");
+                let info: Value =
+                    serde_json::from_str(&node.comment).map_err(|_| format!("{name}: comment {:?}", node.comment))?;
+                if info["nodeSetName"] != pool.name.as_str() || info["node"] != on.as_str() || info["namespace"] != ns {
+                    return Err(format!("{name}: pod info {info}"));
+                }
+            }
+            Ok(())
+        })
+        .await;
+    assert_eq!(restd.denied(), 0, "every request to slurmrestd carried a token of paddock's JWT key");
+    assert!(restd.seen().contains("GET /slurm/v0.0.44/nodes/"), "the node cache refresh: {:?}", restd.seen());
+    let nodesets = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &slurm::api_resource("NodeSet"));
+    for pool in pools {
+        let (api, pool) = (&nodesets, pool);
+        alive
+            .until(
+                &format!("NodeSet {}'s status to count its ready pods and idle Slurm nodes", pool.name),
+                || async move {
+                    let nodeset = api.get(&pool.name).await.map_err(|e| format!("the NodeSet: {e}"))?;
+                    let status = &nodeset.data["status"];
+                    let count = Some(i64::from(pool.count));
+                    let counts =
+                        [status["replicas"].as_i64(), status["readyReplicas"].as_i64(), status["slurmIdle"].as_i64()];
+                    if counts == [count; 3] {
+                        Ok(())
+                    } else {
+                        Err(format!("status {status}"))
+                    }
+                },
+            )
+            .await;
+    }
 }

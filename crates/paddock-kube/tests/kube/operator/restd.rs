@@ -78,7 +78,9 @@ impl StandInRestd {
         if nodes.contains_key(name) {
             return;
         }
+        // The operator quotes the value for slurmd's entrypoint: `--conf 'Features=gpu Gres=gpu:4'`.
         let conf = args.iter().skip_while(|a| *a != "--conf").nth(1).cloned().unwrap_or_default();
+        let conf = conf.trim_matches('\'');
         let mut node = SlurmNode { state: vec!["IDLE".to_owned()], ..SlurmNode::default() };
         for item in conf.split_whitespace() {
             match item.split_once('=') {
