@@ -380,10 +380,57 @@ fn hosts_file(dir: &Path, name: &str, ip: Ipv4Addr) -> PathBuf {
     path
 }
 
+/// The played parts: the slurmrestd STAND-IN (on a random loopback address for the operator, and
+/// on this host's routable address, when it has one, for paddock's probe through the API
+/// server's service proxy), the kubelets and the provisioner.
+struct Played {
+    restd: restd::StandInRestd,
+    loopback: Ipv4Addr,
+    probe_ip: Option<std::net::IpAddr>,
+    tasks: Vec<(&'static str, JoinHandle<()>)>,
+}
+
+impl Played {
+    async fn start(admin: &Client, secrets: &SlurmSecrets) -> Self {
+        let key = base64::engine::general_purpose::STANDARD.decode(secrets.jwt_hs256_key.expose()).expect("b64");
+        let restd = restd::StandInRestd::new(key);
+        let octets = *uuid::Uuid::new_v4().as_bytes();
+        let loopback = Ipv4Addr::new(127, octets[0] | 1, octets[1], octets[2] | 1);
+        let mut tasks =
+            vec![("slurmrestd stand-in", restd.clone().serve((loopback, slurm::RESTAPI_PORT).into()).await)];
+        let probe_ip = routable_ip();
+        if let Some(ip) = probe_ip {
+            tasks.push(("slurmrestd stand-in (probe)", restd.clone().serve((ip, slurm::RESTAPI_PORT).into()).await));
+        }
+        tasks.push(("played kubelet", kubelet::spawn(admin.clone(), restd.clone(), probe_ip)));
+        let class = slurm::DEFAULT_STORAGE_CLASS.to_owned();
+        tasks.push(("played provisioner", provisioner::spawn(admin.clone(), class)));
+        Self { restd, loopback, probe_ip, tasks }
+    }
+}
+
+/// The cluster's Slurm as the worker hands it to the driver: the release, one login pod with
+/// root's key, the pools, the sealed secrets.
+fn desired(pools: &[SlurmPool], secrets: &SlurmSecrets) -> SlurmDesired {
+    SlurmDesired {
+        spec: SlurmSpec {
+            version: SLURM_VERSION.to_owned(),
+            partitions: Vec::new(),
+            login: LoginSpec {
+                replicas: 1,
+                ssh_authorized_keys: vec!["ssh-ed25519 AAAAC3Nza alice@example".to_owned()],
+            },
+        },
+        pools: pools.to_vec(),
+        secrets: secrets.clone(),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_real_operator_reconciles_what_the_slurm_driver_writes() {
     let Some(inputs) = Inputs::find() else { return };
     let dir = std::env::temp_dir().join(format!("paddock-operator-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
     let crds = crds(&inputs.tarball, &dir.join("crds"));
     let Some(server) = shim::dedicated_with("operator", &crds, shim::WORKLOADS).await else { return };
     let admin = server.client().await;
@@ -401,19 +448,8 @@ async fn the_real_operator_reconciles_what_the_slurm_driver_writes() {
         Taint { key: "example.com/gpu".to_owned(), value: "true".to_owned(), effect: TaintEffect::NoSchedule };
     let mut pools = vec![pool("cpu", 2, 0, Vec::new()), pool("gpu", 1, 4, vec![gpu_taint])];
 
-    // The slurmrestd STAND-IN: on a random loopback address for the operator, and on this host's
-    // routable address for paddock's probe through the API server's service proxy.
-    let key = base64::engine::general_purpose::STANDARD.decode(secrets.jwt_hs256_key.expose()).expect("b64");
-    let restd = restd::StandInRestd::new(key);
-    let octets = *uuid::Uuid::new_v4().as_bytes();
-    let loopback = Ipv4Addr::new(127, octets[0] | 1, octets[1], octets[2] | 1);
-    let mut tasks = vec![("slurmrestd stand-in", restd.clone().serve((loopback, slurm::RESTAPI_PORT).into()).await)];
-    let probe_ip = routable_ip();
-    if let Some(ip) = probe_ip {
-        tasks.push(("slurmrestd stand-in (probe)", restd.clone().serve((ip, slurm::RESTAPI_PORT).into()).await));
-    }
-    tasks.push(("played kubelet", kubelet::spawn(admin.clone(), restd.clone(), probe_ip)));
-    tasks.push(("played provisioner", provisioner::spawn(admin.clone(), slurm::DEFAULT_STORAGE_CLASS.to_owned())));
+    let played = Played::start(&admin, &secrets).await;
+    let (restd, loopback, probe_ip) = (played.restd.clone(), played.loopback, played.probe_ip);
 
     // The pools' Nodes (and one of another pool, which no NodeSet may use).
     let mut nodes = BTreeMap::new();
@@ -429,23 +465,12 @@ async fn the_real_operator_reconciles_what_the_slurm_driver_writes() {
     let hosts = hosts_file(&dir, &format!("{}.{ns}", slurm::RESTAPI_SERVICE), loopback);
     let args = local_args(&args, free_port());
     let operator = Operator::start(&inputs.binary, &args, &kubeconfig, &hosts, dir.join("operator.log"));
-    let mut alive = Alive { operator, tasks };
+    let mut alive = Alive { operator, tasks: played.tasks };
 
     // paddock's real driver, as the worker runs it, until Slurm is ready.
     let settings = SlinkySettings { namespace: ns.clone(), ..SlinkySettings::default() };
     let driver = SlinkyDriver::with_service_proxy(settings);
-    let want = SlurmDesired {
-        spec: SlurmSpec {
-            version: SLURM_VERSION.to_owned(),
-            partitions: Vec::new(),
-            login: LoginSpec {
-                replicas: 1,
-                ssh_authorized_keys: vec!["ssh-ed25519 AAAAC3Nza alice@example".to_owned()],
-            },
-        },
-        pools: pools.clone(),
-        secrets: secrets.clone(),
-    };
+    let want = desired(&pools, &secrets);
     let (d, t, w) = (&driver, &tenant, &want);
     let status = alive
         .until("paddock's Slurm to be ready on the real operator's workloads", || async move {
@@ -693,7 +718,7 @@ async fn assert_slurm_nodes(
             for (name, (pool, on)) in e {
                 let node = &nodes[name];
                 assert_eq!(node.features, vec![pool.name.clone()], "Slurm node {name}'s features");
-                let gres = (pool.gpus_per_node > 0).then(|| format!("gpu:{}", pool.gpus_per_node)).unwrap_or_default();
+                let gres = if pool.gpus_per_node > 0 { format!("gpu:{}", pool.gpus_per_node) } else { String::new() };
                 assert_eq!(node.gres, gres, "Slurm node {name}'s GRES");
                 let info: Value =
                     serde_json::from_str(&node.comment).map_err(|_| format!("{name}: comment {:?}", node.comment))?;
