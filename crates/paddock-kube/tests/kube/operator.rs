@@ -432,7 +432,7 @@ async fn the_real_operator_reconciles_what_the_slurm_driver_writes() {
     let dir = std::env::temp_dir().join(format!("paddock-operator-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let crds = crds(&inputs.tarball, &dir.join("crds"));
-    let Some(server) = shim::dedicated_with("operator", &crds, shim::WORKLOADS).await else { return };
+    let Some(server) = support::dedicated_with("operator", &crds, support::WORKLOADS).await else { return };
     let admin = server.client().await;
     let (args, account) = apply_chart(&admin, &inputs.chart).await;
     provisioner::storage_class(&admin, slurm::DEFAULT_STORAGE_CLASS).await;
@@ -492,29 +492,6 @@ async fn the_real_operator_reconciles_what_the_slurm_driver_writes() {
     drop(alive);
     support::delete(&server).await;
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-// TEMPORARY until h1-harness lands `support::dedicated_with`.
-mod shim {
-    use super::*;
-    pub const WORKLOADS: &[&str] = &["defaults", "workloads"];
-    pub async fn dedicated_with(test: &str, crds: &[PathBuf], controllers: &[&str]) -> Option<ApiServer> {
-        let control = std::env::var("PADDOCK_TEST_KUBE_CONTROL").ok().filter(|v| !v.is_empty() && v != "none")?;
-        let name = format!("{test}-{}", std::process::id());
-        let rsp = reqwest::Client::builder()
-            .timeout(Duration::from_secs(300))
-            .build()
-            .expect("client")
-            .post(format!("{control}/apiservers"))
-            .json(&json!({ "name": name, "crds": crds, "controllers": controllers }))
-            .send()
-            .await
-            .expect("POST /apiservers");
-        let status = rsp.status();
-        let body = rsp.text().await.expect("body");
-        assert_eq!(status.as_u16(), 201, "creating API server {name}: {body}");
-        Some(serde_json::from_str(&body).expect("info"))
-    }
 }
 
 async fn assert_placement(client: &Client, ns: &str, pools: &[SlurmPool], nodes: &BTreeMap<String, BTreeSet<String>>) {

@@ -41,6 +41,8 @@ async fn timed<T, E: std::fmt::Display>(
 
 /// Registers Node `name` as its kubelet would: Ready, `system_uuid`, an address, capacity for
 /// pods, CPU and memory, and `gpus` `nvidia.com/gpu` (the device plugin's resource) when > 0.
+/// (`support::ready_node` has no system UUID, which paddock's node driver matches machines by,
+/// and no GPUs.)
 pub async fn register_node(client: &Client, name: &str, system_uuid: &str, address: &str, gpus: u32) {
     let nodes: Api<Node> = Api::all(client.clone());
     let node: Node = serde_json::from_value(json!({
