@@ -17,7 +17,13 @@
 //!   only to tokens signed with the JWT key paddock wrote, and lists a Slurm node for each slurmd
 //!   pod the played kubelet started (as `slurmd -Z` registers itself). The operator reaches it by
 //!   the Service name it dials (`slurm-restapi.<namespace>:6820`): it runs under
-//!   `unshare --mount` with a private `/etc/hosts` naming a loopback address of the stand-in.
+//!   `unshare --mount` with a private `/etc/hosts` naming a random loopback address of the
+//!   stand-in. The stand-in also listens on this host's routable address, port 6820 (which must
+//!   be free), given to slurmrestd's pod as its IP, so that paddock's own probe reaches it
+//!   through the API server's service proxy and the driver reports the cluster ready.
+//!
+//! Waits are deadline-based ([`PATIENCE`]) and name what is still missing; a played task or the
+//! operator stopping fails the test at once, with the end of the operator's log.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
