@@ -44,8 +44,9 @@ type startRequest struct {
 	// CRD files (YAML/JSON, multi-document) to install and wait for
 	// Established before the API server is reported ready.
 	CRDs []string `json:"crds,omitempty"`
-	// In-process controllers to run; nil means all of allControllers, an
-	// empty list means none.
+	// In-process controllers to run: group names ("defaults", "workloads")
+	// and single controller names; nil means "defaults", an empty list
+	// means none.
 	Controllers *[]string `json:"controllers,omitempty"`
 	// Extra kube-apiserver flags, e.g. "--feature-gates=..."; they are
 	// parsed after (and so override) the harness's own flags.
@@ -99,9 +100,9 @@ func startAPIServer(parent context.Context, dataDir, etcdURL string, req startRe
 		return nil, fmt.Errorf("generating certificates: %w", err)
 	}
 
-	controllers := allControllers
-	if req.Controllers != nil {
-		controllers = *req.Controllers
+	controllers, err := expandControllers(req.Controllers)
+	if err != nil {
+		return nil, err
 	}
 
 	// Listen first so that the port is known (and ours) before anything else.
@@ -177,6 +178,10 @@ func startAPIServer(parent context.Context, dataDir, etcdURL string, req startRe
 		"--service-account-signing-key-file=" + files.SAKeyFile,
 		"--service-cluster-ip-range=10.96.0.0/12",
 		"--profiling=false",
+		// Privileged pods (calico-node) are accepted. The flag is only
+		// read by the first API server of the process (capabilities.Setup
+		// is a sync.Once); main's init sets the same value process-wide.
+		"--allow-privileged=true",
 	}
 	if err := fs.Parse(append(args, req.Args...)); err != nil {
 		return nil, fmt.Errorf("kube-apiserver flags: %w", err)

@@ -53,21 +53,47 @@ const (
 	ctrlResourceQuota = "resourcequota"
 )
 
-// allControllers is the default set started for each API server.
-var allControllers = []string{ctrlNamespace, ctrlServiceAccount, ctrlServiceAccountToken,
+// defaultControllers is the "defaults" group: the set started for each API
+// server when a request names no controllers.
+var defaultControllers = []string{ctrlNamespace, ctrlServiceAccount, ctrlServiceAccountToken,
 	ctrlGarbageCollector, ctrlRootCACertPublisher, ctrlResourceQuota}
 
-func validateControllers(names []string) error {
+// controllerGroups maps a group name to the controllers it stands for.
+var controllerGroups = map[string][]string{
+	groupDefaults:  defaultControllers,
+	groupWorkloads: workloadControllers,
+}
+
+// expandControllers resolves a request's controller list (group names and
+// single controller names, in any mix) into single names, without
+// duplicates, in the order given. nil means the "defaults" group.
+func expandControllers(requested *[]string) ([]string, error) {
+	if requested == nil {
+		return append([]string(nil), defaultControllers...), nil
+	}
 	known := map[string]bool{}
-	for _, n := range allControllers {
+	for _, n := range append(append([]string(nil), defaultControllers...), workloadControllers...) {
 		known[n] = true
 	}
-	for _, n := range names {
-		if !known[n] {
-			return fmt.Errorf("unknown controller %q (known: %v)", n, allControllers)
+	seen := map[string]bool{}
+	out := []string{}
+	for _, n := range *requested {
+		members, isGroup := controllerGroups[n]
+		if !isGroup {
+			if !known[n] {
+				return nil, fmt.Errorf("unknown controller %q (groups: %s, %s; controllers: %v %v)",
+					n, groupDefaults, groupWorkloads, defaultControllers, workloadControllers)
+			}
+			members = []string{n}
+		}
+		for _, m := range members {
+			if !seen[m] {
+				seen[m] = true
+				out = append(out, m)
+			}
 		}
 	}
-	return nil
+	return out, nil
 }
 
 // startControllers starts the named controllers against the API server
@@ -110,6 +136,7 @@ func startControllers(ctx context.Context, restConfig *restclient.Config, names 
 	// Closed once the factories are started; GC and quota monitors wait for it.
 	informersStarted := make(chan struct{})
 	var runs []func()
+	wantScheduler := false // the scheduler has informers of its own
 
 	for _, name := range names {
 		switch name {
@@ -222,8 +249,19 @@ func startControllers(ctx context.Context, restConfig *restclient.Config, names 
 				func() { rq.Run(ctx, 5) },
 				func() { rq.Sync(ctx, discoveryFunc, 30*time.Second) })
 
+		case ctrlScheduler:
+			wantScheduler = true
+
 		default:
-			return fmt.Errorf("unknown controller %q", name)
+			_, cs, err := newClient(name+"-controller", 1)
+			if err != nil {
+				return err
+			}
+			run, err := newWorkloadController(ctx, name, cs, factory)
+			if err != nil {
+				return fmt.Errorf("%s controller: %w", name, err)
+			}
+			runs = append(runs, run)
 		}
 	}
 
@@ -233,6 +271,11 @@ func startControllers(ctx context.Context, restConfig *restclient.Config, names 
 	close(informersStarted)
 	for _, run := range runs {
 		go run()
+	}
+	if wantScheduler {
+		if err := startScheduler(ctx, restConfig); err != nil {
+			return err
+		}
 	}
 	logger.Info("Started in-process controllers", "controllers", names)
 	return nil

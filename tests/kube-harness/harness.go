@@ -72,7 +72,7 @@ func (h *harness) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Controllers != nil {
-		if err := validateControllers(*req.Controllers); err != nil {
+		if _, err := expandControllers(req.Controllers); err != nil {
 			writeError(w, http.StatusBadRequest, err)
 			return
 		}

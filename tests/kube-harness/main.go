@@ -30,6 +30,7 @@ import (
 	restclient "k8s.io/client-go/rest"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/capabilities"
 )
 
 func init() {
@@ -37,6 +38,15 @@ func init() {
 	// configuration; applying the same one again must not be an error
 	// (StartTestServer does the same).
 	logsapi.ReapplyHandling = logsapi.ReapplyHandlingIgnoreUnchanged
+
+	// kube-apiserver's --allow-privileged is a process-wide capability, not
+	// a per-server setting: CreateKubeAPIServerConfig calls
+	// capabilities.Setup, which is a sync.Once (capabilities.Initialize), so
+	// the first API server of the process would fix it for all. Set it here,
+	// once, before any API server starts: every API server of the harness
+	// accepts privileged containers (e.g. calico-node), and a per-server
+	// --allow-privileged=false in "args" has no effect.
+	capabilities.Setup(true, 0)
 }
 
 func main() {

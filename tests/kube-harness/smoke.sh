@@ -7,11 +7,16 @@
 #   - namespace deletion really finishes (namespace controller);
 #   - the "default" ServiceAccount appears, TokenRequest works, and RBAC
 #     applies to the service-account token (403, then 200 once bound);
+#   - a privileged pod is accepted (--allow-privileged, process-wide);
 #   - garbage collection of an owned object; ResourceQuota usage and enforcement;
 #   - the real Kamaji and Slinky CRDs (spec.conversion and the cert-manager
 #     annotation dropped by the harness) are Established and a minimal
 #     TenantControlPlane is validated, defaulted, stored and its status
 #     subresource written;
+#   - opt-in "workloads" controllers on a third API server: Deployment -> ReplicaSet -> pods,
+#     StatefulSet -> pod-0, DaemonSet -> a pod per eligible Node, Job -> pod, Service ->
+#     EndpointSlice and Endpoints, PVC bound to its PV, and the real kube-scheduler binding pods
+#     only to Nodes that match their nodeSelector (and leaving the others Unschedulable);
 #   - deleting an API server, then stopping the whole process.
 # Prints "smoke: N passed, 0 failed" and exits 0 on success.
 #
@@ -134,6 +139,9 @@ check "RBAC: the service account may not list namespaces (403)" test "$(status t
 check "bind it to cluster-admin" test "$(status tenant POST /apis/rbac.authorization.k8s.io/v1/clusterrolebindings '{"metadata":{"name":"work-admin"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"cluster-admin"},"subjects":[{"kind":"ServiceAccount","name":"default","namespace":"work"}]}')" = 201
 can_list() { test "$(status tenant GET /api/v1/namespaces "" "$sa_token")" = 200; }
 check "RBAC: now it may (200)" wait_for 10 can_list
+# --allow-privileged is process-wide (main.go): calico-node's kind of pod is accepted.
+priv='{"metadata":{"name":"privileged"},"spec":{"hostNetwork":true,"containers":[{"name":"c","image":"calico/node","securityContext":{"privileged":true}}]}}'
+check "a privileged hostNetwork pod is accepted (201)" test "$(status tenant POST /api/v1/namespaces/work/pods "$priv")" = 201
 check "the tenant token is rejected by platform (401)" test "$(status platform GET /api/v1/namespaces "" "$sa_token")" = 401
 
 # --- garbage collector --------------------------------------------------------
@@ -188,6 +196,103 @@ check "TCP is absent from the tenant API server" test "$(status tenant GET $tcps
 check "delete namespace only-in-platform (TCP inside)" test "$(status platform DELETE /api/v1/namespaces/only-in-platform)" = 200
 p_ns_gone() { test "$(status platform GET /api/v1/namespaces/only-in-platform)" = 404; }
 check "namespace with a TenantControlPlane is really gone" wait_for 60 p_ns_gone
+
+# --- opt-in workload controllers and the real kube-scheduler ---------------------------
+check "tenant (no controllers asked) runs only the defaults" test "$(json controllers <"$work/tenant.json")" = '["namespace", "serviceaccount", "serviceaccount-token", "garbagecollector", "root-ca-cert-publisher", "resourcequota"]'
+check "an unknown controller is a 400" test "$(curl -s -o /dev/null -w '%{http_code}' -X POST "$ctl/apiservers" -d '{"name": "bad", "controllers": ["defaults", "kubelet"]}')" = 400
+curl -sf -X POST "$ctl/apiservers" -d '{"name": "workloads", "controllers": ["defaults", "workloads"]}' >"$work/workloads.json" ||
+  { log "creating workloads failed"; tail -50 "$work/stderr"; exit 1; }
+log "workloads: $(json url <"$work/workloads.json"), ready in $(json startup_seconds <"$work/workloads.json")s"
+check "workloads runs the defaults, the workload controllers and the scheduler" test "$(json controllers <"$work/workloads.json" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')" = 15
+URL[workloads]="$(json url <"$work/workloads.json")"
+TOKEN[workloads]="$(json token <"$work/workloads.json")"
+CA[workloads]="$(json ca_file <"$work/workloads.json")"
+# py SERVER PATH EXPR: GET PATH and print the Python expression EXPR over its JSON body `d`.
+py() { body "$1" GET "$2" | python3 -c "import json,sys; d=json.load(sys.stdin); print($3)"; }
+w() { k workloads "$@"; }
+ws() { status workloads "$@"; }
+
+# Nodes as a kubelet would register them. Admission (TaintNodesByCondition) adds the
+# node.kubernetes.io/not-ready taint on create; the node-lifecycle controller, which would lift
+# it, is not run (it would also mark kubelet-less Nodes NotReady), so the test lifts it.
+node() { # node NAME DISK TAINTS-JSON
+  local st='{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady"}],"capacity":{"cpu":"8","memory":"32Gi","pods":"110"},"allocatable":{"cpu":"8","memory":"32Gi","pods":"110"}}'
+  ws POST /api/v1/nodes "{\"metadata\":{\"name\":\"$1\",\"labels\":{\"disk\":\"$2\"}},\"status\":$st}" >/dev/null
+  ws PATCH "/api/v1/nodes/$1" "{\"spec\":{\"taints\":$3}}"
+}
+check "create a Node: admission taints it node.kubernetes.io/not-ready" test "$(status workloads POST /api/v1/nodes '{"metadata":{"name":"probe"}}')-$(py workloads /api/v1/nodes/probe '[t["key"] for t in d["spec"]["taints"]]')" = "201-['node.kubernetes.io/not-ready']"
+check "delete it" test "$(ws DELETE /api/v1/nodes/probe)" = 200
+check "ready Node n-ssd (disk=ssd)" test "$(node n-ssd ssd '[]')" = 200
+check "ready Node n-hdd (disk=hdd)" test "$(node n-hdd hdd '[]')" = 200
+check "ready Node n-tainted (disk=ssd, tainted dedicated=x:NoSchedule)" test "$(node n-tainted ssd '[{"key":"dedicated","value":"x","effect":"NoSchedule"}]')" = 200
+check "create namespace apps" test "$(ws POST /api/v1/namespaces '{"metadata":{"name":"apps"}}')" = 201
+apps_sa() { test "$(ws GET /api/v1/namespaces/apps/serviceaccounts/default)" = 200; }
+check "apps/default ServiceAccount exists" wait_for 30 apps_sa
+pods=/api/v1/namespaces/apps/pods
+# pod_nodes SELECTOR: the sorted nodeNames of the pods matching a label selector ("-" if unbound).
+pod_nodes() { py workloads "$pods?labelSelector=$1" '",".join(sorted(p["spec"].get("nodeName") or "-" for p in d["items"]))'; }
+tmpl() { # tmpl LABEL NODESELECTOR-JSON: a pod template
+  echo "{\"metadata\":{\"labels\":{\"app\":\"$1\"}},\"spec\":{\"nodeSelector\":$2,\"containers\":[{\"name\":\"c\",\"image\":\"registry.k8s.io/pause:3.10\"}]}}"
+}
+
+# Deployment -> ReplicaSet -> pods, scheduled by the real scheduler onto the only ssd Node
+# without a taint.
+check "create Deployment web (2 replicas, nodeSelector disk=ssd)" test "$(ws POST /apis/apps/v1/namespaces/apps/deployments "{\"metadata\":{\"name\":\"web\"},\"spec\":{\"replicas\":2,\"selector\":{\"matchLabels\":{\"app\":\"web\"}},\"template\":$(tmpl web '{"disk":"ssd"}')}}")" = 201
+web_rs() { test "$(py workloads /apis/apps/v1/namespaces/apps/replicasets '[r["metadata"]["ownerReferences"][0]["name"] for r in d["items"]]')" = "['web']"; }
+check "deployment controller creates its ReplicaSet" wait_for 60 web_rs
+web_bound() { test "$(pod_nodes app=web)" = n-ssd,n-ssd; }
+check "replicaset controller creates 2 pods; the scheduler binds both to n-ssd" wait_for 60 web_bound
+
+# StatefulSet -> pod-0, scheduled onto the hdd Node.
+check "create StatefulSet db (nodeSelector disk=hdd)" test "$(ws POST /apis/apps/v1/namespaces/apps/statefulsets "{\"metadata\":{\"name\":\"db\"},\"spec\":{\"replicas\":1,\"serviceName\":\"db\",\"selector\":{\"matchLabels\":{\"app\":\"db\"}},\"template\":$(tmpl db '{"disk":"hdd"}')}}")" = 201
+db_0() { test "$(py workloads $pods/db-0 'd["spec"].get("nodeName")')" = n-hdd; }
+check "statefulset controller creates db-0; the scheduler binds it to n-hdd" wait_for 60 db_0
+
+# DaemonSet -> one pod per Node it may run on (not the tainted one).
+check "create DaemonSet agent" test "$(ws POST /apis/apps/v1/namespaces/apps/daemonsets "{\"metadata\":{\"name\":\"agent\"},\"spec\":{\"selector\":{\"matchLabels\":{\"app\":\"agent\"}},\"template\":$(tmpl agent '{}')}}")" = 201
+agent_pods() { test "$(pod_nodes app=agent)" = n-hdd,n-ssd; }
+check "daemonset controller: one pod on n-ssd, one on n-hdd, none on n-tainted" wait_for 60 agent_pods
+check "the DaemonSet reports 2 desired" test "$(py workloads /apis/apps/v1/namespaces/apps/daemonsets/agent 'd["status"].get("desiredNumberScheduled")')" = 2
+
+# The scheduler never binds to a Node that does not match.
+check "create pod lost (nodeSelector disk=nvme, no such Node)" test "$(ws POST $pods '{"metadata":{"name":"lost","labels":{"app":"lost"}},"spec":{"nodeSelector":{"disk":"nvme"},"containers":[{"name":"c","image":"registry.k8s.io/pause:3.10"}]}}')" = 201
+lost() { test "$(py workloads $pods/lost '[(c["status"], c.get("reason")) for c in d["status"].get("conditions", []) if c["type"] == "PodScheduled"]')" = "[('False', 'Unschedulable')]"; }
+check "the scheduler reports it Unschedulable" wait_for 60 lost
+check "and leaves it unbound" test "$(pod_nodes app=lost)" = -
+check "web's pods are still only on n-ssd" test "$(pod_nodes app=web)" = n-ssd,n-ssd
+
+# Job -> pod.
+check "create Job once" test "$(ws POST /apis/batch/v1/namespaces/apps/jobs "{\"metadata\":{\"name\":\"once\"},\"spec\":{\"template\":{\"spec\":{\"restartPolicy\":\"Never\",\"containers\":[{\"name\":\"c\",\"image\":\"registry.k8s.io/pause:3.10\"}]}}}}")" = 201
+job_pod() { test "$(py workloads "$pods?labelSelector=batch.kubernetes.io/job-name=once" 'len(d["items"])')" = 1; }
+check "job controller creates its pod" wait_for 60 job_pod
+
+# Service -> EndpointSlice (and Endpoints) of its ready pods; the test plays web's kubelet.
+check "create Service web (selector app=web)" test "$(ws POST /api/v1/namespaces/apps/services '{"metadata":{"name":"web"},"spec":{"selector":{"app":"web"},"ports":[{"port":80}]}}')" = 201
+web_pod="$(py workloads "$pods?labelSelector=app=web" 'sorted(p["metadata"]["name"] for p in d["items"])[0]')"
+check "kubelet (played): $web_pod Running and Ready at 10.244.0.5" test "$(ws PATCH "$pods/$web_pod/status" '{"status":{"phase":"Running","podIP":"10.244.0.5","podIPs":[{"ip":"10.244.0.5"}],"conditions":[{"type":"Ready","status":"True"}]}}')" = 200
+slice() { test "$(py workloads "/apis/discovery.k8s.io/v1/namespaces/apps/endpointslices?labelSelector=kubernetes.io/service-name=web" '[a for s in d["items"] for e in (s.get("endpoints") or []) for a in e["addresses"]]')" = "['10.244.0.5']"; }
+check "endpointslice controller: web's slice holds 10.244.0.5" wait_for 60 slice
+endpoints() { test "$(py workloads /api/v1/namespaces/apps/endpoints/web '[a["ip"] for s in d.get("subsets") or [] for a in s.get("addresses") or []]')" = "['10.244.0.5']"; }
+check "endpoints controller: Endpoints web holds 10.244.0.5" wait_for 60 endpoints
+
+# PersistentVolumeClaim -> bound to the matching PersistentVolume.
+check "create PV small (1Gi, class manual)" test "$(ws POST /api/v1/persistentvolumes '{"metadata":{"name":"small"},"spec":{"capacity":{"storage":"1Gi"},"accessModes":["ReadWriteOnce"],"storageClassName":"manual","hostPath":{"path":"/tmp/small"}}}')" = 201
+check "create PV other (1Gi, class other)" test "$(ws POST /api/v1/persistentvolumes '{"metadata":{"name":"other"},"spec":{"capacity":{"storage":"1Gi"},"accessModes":["ReadWriteOnce"],"storageClassName":"other","hostPath":{"path":"/tmp/other"}}}')" = 201
+check "create PVC data (500Mi, class manual)" test "$(ws POST /api/v1/namespaces/apps/persistentvolumeclaims '{"metadata":{"name":"data"},"spec":{"accessModes":["ReadWriteOnce"],"storageClassName":"manual","resources":{"requests":{"storage":"500Mi"}}}}')" = 201
+pvc_bound() { test "$(py workloads /api/v1/namespaces/apps/persistentvolumeclaims/data '(d["status"].get("phase"), d["spec"].get("volumeName"))')" = "('Bound', 'small')"; }
+check "persistentvolume-binder binds data to small" wait_for 60 pvc_bound
+check "PV other stays Available" test "$(py workloads /api/v1/persistentvolumes/other 'd["status"].get("phase")')" = Available
+
+# The default set has no workload controllers: a Deployment in tenant gets no ReplicaSet.
+check "tenant: create Deployment idle" test "$(status tenant POST /apis/apps/v1/namespaces/work/deployments "{\"metadata\":{\"name\":\"idle\"},\"spec\":{\"replicas\":1,\"selector\":{\"matchLabels\":{\"app\":\"idle\"}},\"template\":$(tmpl idle '{}')}}")" = 201
+sleep 3
+check "tenant: no ReplicaSet after 3s (no deployment controller)" test "$(body tenant GET /apis/apps/v1/namespaces/work/replicasets | json items)" = "[]"
+
+stats="$(curl -sf "$ctl/stats")"
+log "process with 3 API servers (one with workloads): RSS $(($(json rss_bytes <<<"$stats") / 1048576)) MiB, $(json goroutines <<<"$stats") goroutines"
+del="$(curl -sf -X DELETE "$ctl/apiservers/workloads")"
+check "DELETE /apiservers/workloads (stops its controllers and scheduler)" test "$(json name <<<"$del")" = workloads
+log "  (stopped in $(json stop_seconds <<<"$del")s)"
 
 # --- delete one API server, then stop everything ----------------------------------
 stats="$(curl -sf "$ctl/stats")"

@@ -201,6 +201,9 @@ pub fn controller(
         "accountingRef": { "name": ACCOUNTING },
         "slurmctld": { "image": images.of("slurmctld") },
         "reconfigure": { "image": images.of("slurmctld") },
+        // The operator's `logfile` sidecar (a POSIX `sh` script) has no default image: the
+        // pinned slurmctld image runs it (upstream's chart would use alpine:latest).
+        "logfile": { "image": images.of("slurmctld") },
         "persistence": {
             "enabled": true,
             "storageClassName": storage_class,
@@ -239,6 +242,9 @@ pub fn loginset(ns: &str, cluster: ClusterId, images: Images<'_>, spec: &SlurmSp
         "controllerRef": { "name": CONTROLLER },
         "replicas": spec.login.replicas,
         "login": { "image": images.of("login") },
+        // The operator's `initconf` init container (a POSIX `sh` script) has no default image:
+        // the pinned login image runs it.
+        "initconf": { "image": images.of("login") },
         "sssdConfRef": secret_key_ref(SECRET_SSSD, SECRET_SSSD_KEY),
         "service": { "spec": { "type": "LoadBalancer" } },
     });
@@ -282,6 +288,8 @@ pub fn nodeset(
     let mut body = json!({
         "controllerRef": { "name": CONTROLLER },
         "replicas": pool.count,
+        // The operator's `logfile` sidecar has no default image: the pinned slurmd image runs it.
+        "logfile": { "image": images.of("slurmd") },
         "scalingMode": "StatefulSet",
         "template": {
             "metadata": { "labels": { LABEL_NODE_POOL: pool.name } },
@@ -492,9 +500,25 @@ mod tests {
         assert_eq!(body["spec"]["extraConf"], "Gres=gpu:4");
         assert_eq!(body["spec"]["slurmd"]["resources"]["limits"]["nvidia.com/gpu"], 4);
         assert_eq!(body["spec"]["partition"], json!({"enabled": true, "config": "Default=NO State=UP"}));
+        assert_eq!(body["spec"]["logfile"]["image"], "ghcr.io/slinkyproject/slurmd:25.05-ubuntu24.04");
         let cpu = nodeset("slurm", ClusterId::new(), r, &pool("cpu", 1, 0), false, true);
         assert_eq!(cpu["spec"]["partition"], json!({"enabled": false}));
         assert!(cpu["spec"].get("extraConf").is_none());
+    }
+
+    #[test]
+    fn the_operators_helper_containers_get_the_pinned_slurm_images() {
+        // The operator gives its logfile sidecars and the login's initconf no image of its own.
+        let catalog = SlurmCatalog::embedded();
+        let r = Images { catalog: &catalog, release: catalog.release("25.11").expect("supported") };
+        let spec = SlurmSpec::default();
+        let controller = controller("slurm", ClusterId::new(), r, "local-path", &spec, &[pool("cpu", 1, 0)]);
+        assert_eq!(controller["spec"]["logfile"]["image"], "ghcr.io/slinkyproject/slurmctld:25.11-ubuntu24.04");
+        assert_eq!(controller["spec"]["reconfigure"]["image"], "ghcr.io/slinkyproject/slurmctld:25.11-ubuntu24.04");
+        let login = loginset("slurm", ClusterId::new(), r, &spec);
+        assert_eq!(login["spec"]["initconf"]["image"], "ghcr.io/slinkyproject/login:25.11-ubuntu24.04");
+        let nodeset = nodeset("slurm", ClusterId::new(), r, &pool("cpu", 1, 0), true, true);
+        assert_eq!(nodeset["spec"]["logfile"]["image"], "ghcr.io/slinkyproject/slurmd:25.11-ubuntu24.04");
     }
 
     #[test]

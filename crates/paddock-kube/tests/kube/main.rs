@@ -7,6 +7,9 @@
 //! `kamaji::*` and `stack::*` (the real upstream stack manifests have fixed, partly cluster-scoped
 //! names) get their own API server, named after the test; `control_plane::*` share one with the
 //! Kamaji CRDs installed. `chart::*` render the Helm chart with `scripts/helm`. `nodes::*` use the shared API server as a tenant cluster.
+//! `operator::*` runs the real Slinky slurm-operator (`PADDOCK_TEST_SLURM_OPERATOR`) on its own API
+//! server with the workload controllers and the kube-scheduler. `workloads::*` get their own API server
+//! with the harness's workload controllers and real kube-scheduler (`support::WORKLOADS`).
 
 mod support;
 
@@ -17,6 +20,8 @@ mod faults;
 mod isolation;
 mod kamaji;
 mod nodes;
+mod operator;
 mod removal;
 mod slurm;
 mod stack;
+mod workloads;

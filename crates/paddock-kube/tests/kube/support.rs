@@ -7,8 +7,11 @@
 //! either, a test is skipped with a notice, except on CI (`CI=true`) where that is a failure.
 //!
 //! Tests share one API server per test process ([`shared`], isolated by namespace: every test
-//! makes fresh cluster ids), except those that stop theirs or need CRDs ([`dedicated`]).
+//! makes fresh cluster ids), except those that stop theirs or need CRDs ([`dedicated`]) or other
+//! controllers ([`dedicated_with`], e.g. [`WORKLOADS`]: the workload controllers and the real
+//! kube-scheduler, with [`ready_node`] playing the kubelets' registration).
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -16,6 +19,9 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use paddock_domain::driver::ClusterRef;
 use paddock_kube::KubePlatform;
 use paddock_types::{ClusterId, TenantId};
@@ -32,6 +38,8 @@ pub struct ApiServer {
     pub kubeconfig: PathBuf,
     /// The admin token (to check that errors do not leak it).
     pub token: String,
+    /// The in-process controllers it runs (the harness's groups expanded).
+    pub controllers: Vec<String>,
 }
 
 impl ApiServer {
@@ -122,14 +130,20 @@ fn server_name(test: &str) -> String {
     name.trim_end_matches('-').to_owned()
 }
 
-async fn create(name: &str, crds: &[PathBuf]) -> ApiServer {
+/// Controller groups of the harness (tests/kube-harness/README.md, "Controllers"): its default set
+/// (namespace, service accounts, garbage collector, root CA, resource quota; what an API server
+/// runs when none are named) plus the workload controllers (deployment, replicaset, statefulset,
+/// daemonset, job, endpointslice, endpoints, persistentvolume-binder) and the real kube-scheduler.
+pub const WORKLOADS: &[&str] = &["defaults", "workloads"];
+
+/// Starts API server `name`; `controllers` None leaves the harness's default.
+async fn create(name: &str, crds: &[PathBuf], controllers: Option<&[&str]>) -> ApiServer {
     let control = control().expect("checked by the caller");
-    let rsp = http()
-        .post(format!("{control}/apiservers"))
-        .json(&serde_json::json!({ "name": name, "crds": crds }))
-        .send()
-        .await
-        .expect("POST /apiservers");
+    let mut body = serde_json::json!({ "name": name, "crds": crds });
+    if let Some(controllers) = controllers {
+        body["controllers"] = serde_json::json!(controllers);
+    }
+    let rsp = http().post(format!("{control}/apiservers")).json(&body).send().await.expect("POST /apiservers");
     let status = rsp.status();
     let body = rsp.text().await.expect("POST /apiservers body");
     assert_eq!(status.as_u16(), 201, "creating API server {name}: {body}");
@@ -141,7 +155,7 @@ pub async fn shared() -> Option<ApiServer> {
     static SHARED: tokio::sync::OnceCell<ApiServer> = tokio::sync::OnceCell::const_new();
     control()?;
     // The OnceCell holds plain data only: each test (own tokio runtime) makes its own clients.
-    Some(SHARED.get_or_init(|| async { create(&server_name("shared"), &[]).await }).await.clone())
+    Some(SHARED.get_or_init(|| async { create(&server_name("shared"), &[], None).await }).await.clone())
 }
 
 /// The API server with the Kamaji CRDs shared by the control-plane tests of this process (each
@@ -150,14 +164,72 @@ pub async fn kamaji() -> Option<ApiServer> {
     static KAMAJI: tokio::sync::OnceCell<ApiServer> = tokio::sync::OnceCell::const_new();
     let crds = kamaji_crds()?;
     control()?;
-    Some(KAMAJI.get_or_init(|| async { create(&server_name("kamaji-shared"), &crds).await }).await.clone())
+    Some(KAMAJI.get_or_init(|| async { create(&server_name("kamaji-shared"), &crds, None).await }).await.clone())
 }
 
 /// An API server for `test` alone (with `crds` installed); delete it with [`delete`].
 pub async fn dedicated(test: &str, crds: &[PathBuf]) -> Option<ApiServer> {
     control()?;
-    Some(create(&server_name(test), crds).await)
+    Some(create(&server_name(test), crds, None).await)
 }
+
+/// An API server for `test` alone running `controllers` (groups such as [`WORKLOADS`], or single
+/// controller names); delete it with [`delete`]. Panics if the harness does not know them (an
+/// outdated harness binary), so a test that needs them cannot pass without them.
+pub async fn dedicated_with(test: &str, crds: &[PathBuf], controllers: &[&str]) -> Option<ApiServer> {
+    control()?;
+    Some(create(&server_name(test), crds, Some(controllers)).await)
+}
+
+/// Plays a kubelet registering: creates Node `name` with `labels`, reports it Ready with
+/// allocatable cpu, memory and pods (without `pods` the scheduler fits nothing on it), and lifts
+/// the `node.kubernetes.io/not-ready` taint that admission (TaintNodesByCondition) puts on every
+/// new Node, since the harness does not run the node-lifecycle controller that would. Taints of
+/// the Node's own are kept. Returns the Node as stored.
+pub async fn ready_node(client: &kube::Client, name: &str, labels: &[(&str, &str)]) -> Node {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut labels: BTreeMap<String, String> = labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    labels.entry("kubernetes.io/hostname".to_owned()).or_insert_with(|| name.to_owned());
+    let node = Node {
+        metadata: ObjectMeta { name: Some(name.to_owned()), labels: Some(labels), ..ObjectMeta::default() },
+        ..Node::default()
+    };
+    nodes.create(&PostParams::default(), &node).await.unwrap_or_else(|e| panic!("creating Node {name}: {e}"));
+    let resources: BTreeMap<String, Quantity> = [("cpu", "8"), ("memory", "32Gi"), ("pods", "110")]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+        .collect();
+    let status = NodeStatus {
+        conditions: Some(vec![NodeCondition {
+            type_: "Ready".to_owned(),
+            status: "True".to_owned(),
+            reason: Some("KubeletReady".to_owned()),
+            message: Some("kubelet is posting ready status (played by the test)".to_owned()),
+            ..NodeCondition::default()
+        }]),
+        capacity: Some(resources.clone()),
+        allocatable: Some(resources),
+        ..NodeStatus::default()
+    };
+    let patch = serde_json::json!({ "status": status });
+    let node = nodes
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("reporting Node {name} Ready: {e}"));
+    let taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+    if !taints.iter().any(|t| t.key == NOT_READY_TAINT) {
+        return node;
+    }
+    let kept: Vec<_> = taints.into_iter().filter(|t| t.key != NOT_READY_TAINT).collect();
+    let patch = serde_json::json!({ "spec": { "taints": kept } });
+    nodes
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("lifting the not-ready taint of Node {name}: {e}"))
+}
+
+/// The taint a Node carries until it is Ready (`node.kubernetes.io/not-ready`).
+pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
 
 /// Stops and forgets an API server of the harness.
 pub async fn delete(server: &ApiServer) {

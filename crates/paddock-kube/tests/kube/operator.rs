@@ -1,0 +1,738 @@
+//! The REAL Slinky slurm-operator (v1.2.1, built from the upstream tarball by
+//! `scripts/slurm-operator`, `PADDOCK_TEST_SLURM_OPERATOR`) reconciling what paddock's real Slurm
+//! driver ([`SlinkyDriver`]) writes, on an API server of the harness with the upstream workload
+//! controllers and the real kube-scheduler: the operator runs as it would in the tenant cluster,
+//! with a token of its chart's ServiceAccount (RBAC from the rendered chart,
+//! `$PADDOCK_TEST_UPSTREAM_STACKS/2026.12.0/slurm-operator/slurm-operator.yaml`) and the Slinky
+//! CRDs of the same tarball.
+//!
+//! The test PLAYS ONLY what cannot run here:
+//! - the kubelets ([`kubelet`]): Nodes of each pool, labelled and tainted by paddock's own node
+//!   driver ([`KubeTenantNodes`]), Ready, with capacity (GPUs as `nvidia.com/gpu`, as the device
+//!   plugin would report them); pods that the scheduler bound are marked Running and Ready, pods
+//!   being deleted are removed;
+//! - a volume provisioner ([`provisioner`]) binding each claim to a new PersistentVolume;
+//! - slurmrestd: a labelled STAND-IN ([`restd`]), since no Slurm 25.11 can run on these machines.
+//!   It answers the `v0.0.44` API that slurm-client v1.2.1 speaks (nodes, reservations, jobs),
+//!   only to tokens signed with the JWT key paddock wrote, and lists a Slurm node for each slurmd
+//!   pod the played kubelet started (as `slurmd -Z` registers itself). The operator reaches it by
+//!   the Service name it dials (`slurm-restapi.<namespace>:6820`): it runs under
+//!   `unshare --mount` with a private `/etc/hosts` naming a random loopback address of the
+//!   stand-in. The stand-in also listens on this host's routable address, port 6820 (which must
+//!   be free), given to slurmrestd's pod as its IP, so that paddock's own probe reaches it
+//!   through the API server's service proxy and the driver reports the cluster ready.
+//!
+//! Waits are deadline-based ([`PATIENCE`]) and name what is still missing; a played task or the
+//! operator stopping fails the test at once, with the end of the operator's log.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, ServiceAccount};
+use kube::api::{DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
+use kube::discovery::Scope;
+use kube::{Api, Client};
+use paddock_domain::driver::{NodeRef, SlurmDesired, SlurmPool, SlurmSecrets, TenantAccess};
+use paddock_domain::secret::SecretString;
+use paddock_kube::nodes::KubeTenantNodes;
+use paddock_kube::slurm::{self, SlinkySettings, SECRET_JWT, SECRET_JWT_KEY, SECRET_SLURM_KEY};
+use paddock_kube::SlinkyDriver;
+use paddock_types::cluster::{LoginSpec, SlurmSpec, Taint, TaintEffect};
+use paddock_types::{MachineId, NodePoolId};
+use serde_json::{json, Value};
+use tokio::task::JoinHandle;
+
+use crate::support::{self, ApiServer};
+
+mod kubelet;
+mod provisioner;
+mod restd;
+
+/// The stack whose rendered operator chart the test applies.
+const STACK: &str = "2026.12.0";
+/// The operator's release, as in the tarball's name.
+const OPERATOR_VERSION: &str = "1.2.1";
+/// The namespace the chart was rendered for.
+const OPERATOR_NAMESPACE: &str = "slinky";
+/// The Slurm release paddock asks for (the operator supports 25.11 and newer).
+const SLURM_VERSION: &str = "25.11";
+/// How long anything may take on a loaded 2-core machine.
+const PATIENCE: Duration = Duration::from_secs(300);
+
+fn on_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// A required input of this test, or None (skipped with a notice; a failure on CI).
+fn required(what: &str, path: Option<PathBuf>) -> Option<PathBuf> {
+    match path.filter(|p| p.exists()) {
+        Some(p) => Some(p),
+        None => {
+            assert!(!on_ci(), "{what} is missing (CI=true)");
+            eprintln!("SKIPPED: {what} is missing");
+            None
+        }
+    }
+}
+
+fn env_path(var: &str) -> Option<PathBuf> {
+    std::env::var(var).ok().filter(|v| !v.is_empty()).map(PathBuf::from)
+}
+
+/// The upstream tarball (`PADDOCK_UPSTREAM_DIR`, default `../shared/upstream` beside the repo).
+fn tarball() -> Option<PathBuf> {
+    let dir = env_path("PADDOCK_UPSTREAM_DIR")
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/upstream"));
+    let file = dir.join(format!("slurm-operator/slurm-operator-{OPERATOR_VERSION}.tar.gz"));
+    required(&format!("the slurm-operator tarball {}", file.display()), Some(file))
+}
+
+/// The Slinky CRDs of the tarball (`helm/slurm-operator-crds/templates`), unpacked into `dir`.
+fn crds(tarball: &Path, dir: &Path) -> Vec<PathBuf> {
+    std::fs::create_dir_all(dir).expect("a directory for the CRDs");
+    let templates = format!("slurm-operator-{OPERATOR_VERSION}/helm/slurm-operator-crds/templates");
+    let out = std::process::Command::new("tar")
+        .arg("-xzf")
+        .arg(tarball)
+        .arg("-C")
+        .arg(dir)
+        .arg(&templates)
+        .output()
+        .expect("running tar");
+    assert!(out.status.success(), "unpacking the CRDs: {}", String::from_utf8_lossy(&out.stderr));
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join(&templates))
+        .expect("the CRD templates")
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 6, "the six Slinky CRDs in {templates}: {files:?}");
+    files.into_iter().map(|f| f.canonicalize().expect("canonical CRD path")).collect()
+}
+
+/// The documents of a multi-document YAML stream (empty ones dropped).
+fn documents(yaml: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(yaml)
+        .map(|d| serde::Deserialize::deserialize(d).expect("valid YAML"))
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+/// Server-side applies `doc` (strict field validation), through discovery.
+async fn apply(client: &Client, doc: &Value) {
+    let api_version = doc["apiVersion"].as_str().expect("apiVersion");
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let kind = doc["kind"].as_str().expect("kind");
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await.expect("the kind is served");
+    let name = doc["metadata"]["name"].as_str().expect("name");
+    let api: Api<DynamicObject> = match caps.scope {
+        Scope::Namespaced => {
+            let ns = doc["metadata"]["namespace"].as_str().unwrap_or(OPERATOR_NAMESPACE);
+            Api::namespaced_with(client.clone(), ns, &resource)
+        }
+        Scope::Cluster => Api::all_with(client.clone(), &resource),
+    };
+    let params = PatchParams::apply("paddock-operator-test").force().validation_strict();
+    api.patch(name, &params, &Patch::Apply(doc)).await.unwrap_or_else(|e| panic!("applying {kind} {name}: {e}"));
+}
+
+/// Applies the rendered chart but its Deployment (the test runs the binary itself) and returns
+/// that Deployment's container arguments and ServiceAccount.
+async fn apply_chart(client: &Client, chart: &Path) -> (Vec<String>, String) {
+    let yaml = std::fs::read_to_string(chart).expect("the rendered chart");
+    let namespace = json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": OPERATOR_NAMESPACE } });
+    apply(client, &namespace).await;
+    let mut deployment = None;
+    for doc in documents(&yaml) {
+        match doc["kind"].as_str() {
+            Some("Deployment") => deployment = Some(doc),
+            Some(_) => apply(client, &doc).await,
+            None => panic!("a document without a kind in {}", chart.display()),
+        }
+    }
+    let deployment = deployment.expect("the chart renders the operator's Deployment");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(container["image"], format!("ghcr.io/slinkyproject/slurm-operator:{OPERATOR_VERSION}"));
+    let args = container["args"].as_array().expect("the operator's args");
+    let args = args.iter().map(|a| a.as_str().expect("string args").to_owned()).collect();
+    (args, pod["serviceAccountName"].as_str().expect("a ServiceAccount").to_owned())
+}
+
+/// The chart's args with the listen addresses moved off ports others use on this machine (8080,
+/// 8081): metrics off, the health probe on a free loopback port. Everything else is kept.
+fn local_args(args: &[String], health_port: u16) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        out.push(arg.clone());
+        let replaced = match arg.as_str() {
+            "--metrics-addr" => "0".to_owned(),
+            "--health-addr" => format!("127.0.0.1:{health_port}"),
+            _ => continue,
+        };
+        it.next();
+        out.push(replaced);
+    }
+    out
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("its address").port()
+}
+
+/// A kubeconfig holding a fresh token of the operator's ServiceAccount (TokenRequest), as the
+/// pod's projected token would be: the operator gets exactly its chart's RBAC, not admin.
+async fn operator_kubeconfig(server: &ApiServer, admin: &Client, account: &str, path: &Path) {
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), OPERATOR_NAMESPACE);
+    let request = TokenRequest {
+        spec: TokenRequestSpec { expiration_seconds: Some(3600), ..TokenRequestSpec::default() },
+        ..TokenRequest::default()
+    };
+    let token = accounts
+        .create_token_request(account, &PostParams::default(), &request)
+        .await
+        .expect("a token of the operator's ServiceAccount")
+        .status
+        .expect("token status")
+        .token;
+    let admin_config = std::fs::read_to_string(&server.kubeconfig).expect("the harness kubeconfig");
+    let ca_line = admin_config
+        .lines()
+        .find(|l| l.trim_start().starts_with("certificate-authority-data:"))
+        .expect("the harness kubeconfig embeds its CA");
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: tenant\n  cluster:\n    server: {}\n    {}\n\
+         users:\n- name: {account}\n  user:\n    token: {token}\ncontexts:\n- name: tenant\n  context:\n    \
+         cluster: tenant\n    user: {account}\ncurrent-context: tenant\n",
+        server.url,
+        ca_line.trim_start()
+    );
+    std::fs::write(path, kubeconfig).expect("write the operator's kubeconfig");
+}
+
+/// The operator process (killed when dropped) and its log.
+struct Operator {
+    child: tokio::process::Child,
+    log: PathBuf,
+}
+
+impl Operator {
+    /// Runs `binary` with `args` and `kubeconfig`, in a private mount namespace whose
+    /// `/etc/hosts` is `hosts` (the Service name of slurmrestd resolves to the stand-in).
+    fn start(binary: &Path, args: &[String], kubeconfig: &Path, hosts: &Path, log: PathBuf) -> Self {
+        let out = std::fs::File::create(&log).expect("the operator's log file");
+        let err = out.try_clone().expect("the log file, twice");
+        let child = tokio::process::Command::new("unshare")
+            .args(["--mount", "--", "sh", "-c", r#"mount --bind "$1" /etc/hosts && shift && exec "$@""#, "sh"])
+            .arg(hosts)
+            .arg(binary)
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {} under unshare: {e}", binary.display()));
+        Self { child, log }
+    }
+
+    /// The last lines of its log.
+    fn tail(&self) -> String {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+}
+
+/// What must stay alive while the test waits: the operator and the played parts.
+struct Alive {
+    operator: Operator,
+    tasks: Vec<(&'static str, JoinHandle<()>)>,
+}
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        for (_, task) in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl Alive {
+    /// Fails the test, naming it, when any of them stopped.
+    fn check(&mut self) {
+        if let Ok(Some(status)) = self.operator.child.try_wait() {
+            panic!("the slurm-operator exited ({status}); its log ends:\n{}", self.operator.tail());
+        }
+        for (name, task) in &mut self.tasks {
+            if task.is_finished() {
+                let result = futures::FutureExt::now_or_never(task).expect("finished");
+                panic!("the {name} task stopped: {result:?}");
+            }
+        }
+    }
+
+    /// Polls `probe` (the last answer kept for the failure message) until it gives Some.
+    async fn until<T, F, Fut>(&mut self, what: &str, mut probe: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, String>>,
+    {
+        let end = Instant::now() + PATIENCE;
+        loop {
+            self.check();
+            match probe().await {
+                Ok(v) => return v,
+                Err(missing) if Instant::now() > end => panic!(
+                    "timed out after {PATIENCE:?} waiting for {what}: {missing}\nthe operator's log ends:\n{}",
+                    self.operator.tail()
+                ),
+                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
+        }
+    }
+}
+
+fn secrets() -> SlurmSecrets {
+    let random =
+        |n: usize| -> Vec<u8> { (0..n.div_ceil(16)).flat_map(|_| *uuid::Uuid::new_v4().as_bytes()).take(n).collect() };
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    SlurmSecrets {
+        slurm_key: SecretString::new(b64(&random(1024))),
+        jwt_hs256_key: SecretString::new(b64(&random(64))),
+        database_password: SecretString::new(uuid::Uuid::new_v4().simple().to_string()),
+    }
+}
+
+fn pool(name: &str, count: u32, gpus: u32, taints: Vec<Taint>) -> SlurmPool {
+    SlurmPool {
+        node_pool_id: NodePoolId::new(),
+        name: name.to_owned(),
+        count,
+        node_names: Vec::new(),
+        gpus_per_node: gpus,
+        taints,
+    }
+}
+
+/// This host's address on its default route (the API server's service proxy refuses loopback),
+/// where the stand-in also listens for paddock's probe; None when there is none.
+fn routable_ip() -> Option<std::net::IpAddr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("192.0.2.1:9").or_else(|_| socket.connect("10.255.255.1:9")).ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+/// Registers `count` Nodes for `pool` (played kubelets), then lets paddock's node driver converge
+/// their labels and taints as the worker does; returns their names.
+async fn pool_nodes(client: &Client, tenant: &TenantAccess, pool: &SlurmPool, first_ip: u8) -> Vec<String> {
+    let driver = KubeTenantNodes::new();
+    let mut names = Vec::new();
+    for i in 0..pool.count {
+        let machine_id = MachineId::new();
+        let node = NodeRef {
+            machine_id,
+            node_pool_id: pool.node_pool_id,
+            pool_name: pool.name.clone(),
+            node_name: paddock_domain::driver::node_name(machine_id),
+            system_uuid: uuid::Uuid::new_v4().to_string(),
+            labels: BTreeMap::new(),
+            taints: pool.taints.clone(),
+        };
+        let ip = format!("192.0.2.{}", u32::from(first_ip) + i);
+        kubelet::register_node(client, &node.node_name, &node.system_uuid, &ip, pool.gpus_per_node).await;
+        let status = driver.node(tenant, &node).await.expect("the node driver converges the Node");
+        assert!(status.is_some_and(|s| s.ready), "Node {} is registered and Ready", node.node_name);
+        names.push(node.node_name);
+    }
+    names
+}
+
+/// Everything the test needs from outside, or None (skipped; a failure on CI).
+struct Inputs {
+    binary: PathBuf,
+    tarball: PathBuf,
+    chart: PathBuf,
+}
+
+impl Inputs {
+    fn find() -> Option<Self> {
+        let binary = required("the slurm-operator binary (PADDOCK_TEST_SLURM_OPERATOR; scripts/test builds it with scripts/slurm-operator)", env_path("PADDOCK_TEST_SLURM_OPERATOR"))?;
+        let tarball = tarball()?;
+        let chart =
+            env_path("PADDOCK_TEST_UPSTREAM_STACKS").map(|d| d.join(STACK).join("slurm-operator/slurm-operator.yaml"));
+        let chart =
+            required(&format!("the rendered operator chart of stack {STACK} (PADDOCK_TEST_UPSTREAM_STACKS)"), chart)?;
+        Some(Self { binary, tarball, chart })
+    }
+}
+
+/// A private `/etc/hosts` for the operator: this machine's, plus `name` at `ip`.
+fn hosts_file(dir: &Path, name: &str, ip: Ipv4Addr) -> PathBuf {
+    let mut hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    hosts.push_str(&format!("\n# paddock's operator test: the slurmrestd stand-in\n{ip} {name}\n"));
+    let path = dir.join("hosts");
+    std::fs::write(&path, hosts).expect("write the private hosts file");
+    path
+}
+
+/// The played parts: the slurmrestd STAND-IN (on a random loopback address for the operator, and
+/// on this host's routable address, when it has one, for paddock's probe through the API
+/// server's service proxy), the kubelets and the provisioner.
+struct Played {
+    restd: restd::StandInRestd,
+    loopback: Ipv4Addr,
+    probe_ip: Option<std::net::IpAddr>,
+    tasks: Vec<(&'static str, JoinHandle<()>)>,
+}
+
+impl Played {
+    async fn start(admin: &Client, secrets: &SlurmSecrets) -> Self {
+        let key = base64::engine::general_purpose::STANDARD.decode(secrets.jwt_hs256_key.expose()).expect("b64");
+        let restd = restd::StandInRestd::new(key);
+        let octets = *uuid::Uuid::new_v4().as_bytes();
+        let loopback = Ipv4Addr::new(127, octets[0] | 1, octets[1], octets[2] | 1);
+        let mut tasks =
+            vec![("slurmrestd stand-in", restd.clone().serve((loopback, slurm::RESTAPI_PORT).into()).await)];
+        let probe_ip = routable_ip();
+        if let Some(ip) = probe_ip {
+            tasks.push(("slurmrestd stand-in (probe)", restd.clone().serve((ip, slurm::RESTAPI_PORT).into()).await));
+        }
+        tasks.push(("played kubelet", kubelet::spawn(admin.clone(), restd.clone(), probe_ip)));
+        let class = slurm::DEFAULT_STORAGE_CLASS.to_owned();
+        tasks.push(("played provisioner", provisioner::spawn(admin.clone(), class)));
+        Self { restd, loopback, probe_ip, tasks }
+    }
+}
+
+/// The cluster's Slurm as the worker hands it to the driver: the release, one login pod with
+/// root's key, the pools, the sealed secrets.
+fn desired(pools: &[SlurmPool], secrets: &SlurmSecrets) -> SlurmDesired {
+    SlurmDesired {
+        spec: SlurmSpec {
+            version: SLURM_VERSION.to_owned(),
+            partitions: Vec::new(),
+            login: LoginSpec {
+                replicas: 1,
+                ssh_authorized_keys: vec!["ssh-ed25519 AAAAC3Nza alice@example".to_owned()],
+            },
+        },
+        pools: pools.to_vec(),
+        secrets: secrets.clone(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_real_operator_reconciles_what_the_slurm_driver_writes() {
+    let Some(inputs) = Inputs::find() else { return };
+    let dir = std::env::temp_dir().join(format!("paddock-operator-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let crds = crds(&inputs.tarball, &dir.join("crds"));
+    let Some(server) = support::dedicated_with("operator", &crds, support::WORKLOADS).await else { return };
+    let admin = server.client().await;
+    let (args, account) = apply_chart(&admin, &inputs.chart).await;
+    provisioner::storage_class(&admin, slurm::DEFAULT_STORAGE_CLASS).await;
+    let kubeconfig = std::fs::read_to_string(&server.kubeconfig).expect("read the harness kubeconfig");
+    let tenant = TenantAccess {
+        cluster: support::cluster("acme", "hpc"),
+        endpoint: server.url.trim_start_matches("https://").to_owned(),
+        admin_kubeconfig: SecretString::new(kubeconfig),
+    };
+    let ns = format!("slurm-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let secrets = secrets();
+    let gpu_taint =
+        Taint { key: "example.com/gpu".to_owned(), value: "true".to_owned(), effect: TaintEffect::NoSchedule };
+    let mut pools = vec![pool("cpu", 2, 0, Vec::new()), pool("gpu", 1, 4, vec![gpu_taint])];
+
+    let played = Played::start(&admin, &secrets).await;
+    let (restd, loopback, probe_ip) = (played.restd.clone(), played.loopback, played.probe_ip);
+
+    // The pools' Nodes (and one of another pool, which no NodeSet may use).
+    let mut nodes = BTreeMap::new();
+    for (i, p) in pools.iter_mut().enumerate() {
+        p.node_names = pool_nodes(&admin, &tenant, p, 10 + 10 * i as u8).await;
+        nodes.insert(p.name.clone(), p.node_names.iter().cloned().collect::<BTreeSet<_>>());
+    }
+    pool_nodes(&admin, &tenant, &pool("other", 1, 0, Vec::new()), 100).await;
+
+    // The operator, as in the tenant cluster: its chart's args and ServiceAccount.
+    let kubeconfig = dir.join("operator.kubeconfig");
+    operator_kubeconfig(&server, &admin, &account, &kubeconfig).await;
+    let hosts = hosts_file(&dir, &format!("{}.{ns}", slurm::RESTAPI_SERVICE), loopback);
+    let args = local_args(&args, free_port());
+    let operator = Operator::start(&inputs.binary, &args, &kubeconfig, &hosts, dir.join("operator.log"));
+    let mut alive = Alive { operator, tasks: played.tasks };
+
+    // paddock's real driver, as the worker runs it, until Slurm is ready.
+    let settings = SlinkySettings { namespace: ns.clone(), ..SlinkySettings::default() };
+    let driver = SlinkyDriver::with_service_proxy(settings);
+    let want = desired(&pools, &secrets);
+    let (d, t, w) = (&driver, &tenant, &want);
+    let status = alive
+        .until("paddock's Slurm to be ready on the real operator's workloads", || async move {
+            let status = d.ensure_slurm(t, w).await.map_err(|e| format!("ensure_slurm: {e}"))?;
+            let only_ping = probe_ip.is_none() && status.reason.starts_with("SlurmRestApiPing");
+            if status.ready || only_ping {
+                Ok(status)
+            } else {
+                Err(status.reason)
+            }
+        })
+        .await;
+    eprintln!("Slurm ready on the real operator: REST API {:?}, login {:?}", status.rest_api, status.login_ssh);
+
+    assert_placement(&admin, &ns, &pools, &nodes).await;
+    assert_workloads(&admin, &ns, &want, &tenant).await;
+    assert_slurm_nodes(&mut alive, &restd, &admin, &ns, &pools).await;
+
+    drop(alive);
+    support::delete(&server).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+async fn assert_placement(client: &Client, ns: &str, pools: &[SlurmPool], nodes: &BTreeMap<String, BTreeSet<String>>) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pods = pods.list(&ListParams::default()).await.expect("list the pods").items;
+    for pool in pools {
+        let of_pool: Vec<&Pod> = pods
+            .iter()
+            .filter(|p| {
+                p.metadata.owner_references.iter().flatten().any(|o| o.kind == "NodeSet" && o.name == pool.name)
+            })
+            .collect();
+        assert_eq!(of_pool.len(), pool.count as usize, "NodeSet {}'s pods", pool.name);
+        for pod in of_pool {
+            let on = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+            assert!(
+                nodes[&pool.name].contains(&on),
+                "the scheduler put {}'s pod {} on {on}, not on a Node of its pool ({:?})",
+                pool.name,
+                pod.metadata.name.as_deref().unwrap_or_default(),
+                nodes[&pool.name]
+            );
+        }
+    }
+}
+
+/// The (Secret or ConfigMap, key) pairs a pod template's projected volumes take.
+fn projected(template: &Value) -> BTreeSet<(String, String, String)> {
+    let mut out = BTreeSet::new();
+    for volume in template["spec"]["volumes"].as_array().into_iter().flatten() {
+        for source in volume["projected"]["sources"].as_array().into_iter().flatten() {
+            for kind in ["secret", "configMap"] {
+                let Some(name) = source[kind]["name"].as_str() else { continue };
+                let keys: Vec<&str> =
+                    source[kind]["items"].as_array().into_iter().flatten().filter_map(|i| i["key"].as_str()).collect();
+                for key in if keys.is_empty() { vec!["*"] } else { keys } {
+                    out.insert((kind.to_owned(), name.to_owned(), key.to_owned()));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn has(refs: &BTreeSet<(String, String, String)>, kind: &str, name: &str, key: &str) -> bool {
+    refs.contains(&(kind.to_owned(), name.to_owned(), key.to_owned()))
+}
+
+/// The images of a pod template's containers and init containers, by container name.
+fn images(template: &Value) -> BTreeMap<String, String> {
+    let spec = &template["spec"];
+    let all = spec["containers"].as_array().into_iter().chain(spec["initContainers"].as_array()).flatten();
+    all.map(|c| (c["name"].as_str().unwrap_or_default().to_owned(), c["image"].as_str().unwrap_or_default().to_owned()))
+        .collect()
+}
+
+async fn template_of<K>(client: &Client, ns: &str, name: &str) -> Value
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    let object = api.get(name).await.unwrap_or_else(|e| panic!("the operator's workload {name}: {e}"));
+    serde_json::to_value(object).expect("json")["spec"]["template"].clone()
+}
+
+/// The operator's slurmctld, slurmdbd, slurmrestd and login workloads run the pinned images of
+/// the Slurm release paddock asked for, with paddock's keys, database and partitions.
+async fn assert_workloads(client: &Client, ns: &str, want: &SlurmDesired, tenant: &TenantAccess) {
+    let catalog = slurm::SlurmCatalog::embedded();
+    let release = catalog.release(SLURM_VERSION).expect("the stack runs the release");
+    let image = |component: &str| catalog.image(component, release);
+    let (slurm_key, jwt_key) = (slurm::SECRET_SLURM_KEY_KEY, SECRET_JWT_KEY);
+
+    let controller = template_of::<StatefulSet>(client, ns, slurm::CONTROLLER_WORKLOAD).await;
+    let want_images =
+        BTreeMap::from([("slurmctld".to_owned(), image("slurmctld")), ("logfile".to_owned(), image("slurmctld"))]);
+    assert_eq!(images(&controller), want_images, "slurmctld's containers");
+    let refs = projected(&controller);
+    assert!(has(&refs, "secret", SECRET_SLURM_KEY, slurm_key) && has(&refs, "secret", SECRET_JWT, jwt_key), "{refs:?}");
+    assert!(
+        has(&refs, "configMap", "slurm-config", "*") && has(&refs, "configMap", slurm::CONFIG_FILES, "*"),
+        "{refs:?}"
+    );
+
+    let accounting = template_of::<StatefulSet>(client, ns, slurm::ACCOUNTING_WORKLOAD).await;
+    assert_eq!(images(&accounting), BTreeMap::from([("slurmdbd".to_owned(), image("slurmdbd"))]));
+    let refs = projected(&accounting);
+    assert!(has(&refs, "secret", SECRET_SLURM_KEY, slurm_key) && has(&refs, "secret", SECRET_JWT, jwt_key), "{refs:?}");
+    assert!(has(&refs, "secret", "slurm-accounting", "slurmdbd.conf"), "{refs:?}");
+    assert_slurmdbd_conf(client, ns, want).await;
+
+    let restapi = template_of::<Deployment>(client, ns, slurm::RESTAPI_SERVICE).await;
+    assert_eq!(images(&restapi), BTreeMap::from([("slurmrestd".to_owned(), image("slurmrestd"))]));
+    assert!(has(&projected(&restapi), "secret", SECRET_SLURM_KEY, slurm_key), "{:?}", projected(&restapi));
+
+    let login = template_of::<Deployment>(client, ns, slurm::LOGINSET).await;
+    let want_images = BTreeMap::from([("login".to_owned(), image("login")), ("initconf".to_owned(), image("login"))]);
+    assert_eq!(images(&login), want_images, "the login pods' containers");
+    let refs = projected(&login);
+    assert!(has(&refs, "secret", slurm::SECRET_SSSD, slurm::SECRET_SSSD_KEY), "{refs:?}");
+    let ssh = Api::<ConfigMap>::namespaced(client.clone(), ns).get("slurm-login-ssh-config").await.expect("ssh config");
+    let authorized = ssh.data.unwrap_or_default().remove("authorized_keys").unwrap_or_default();
+    assert!(authorized.contains(&want.spec.login.ssh_authorized_keys[0]), "root's keys: {authorized}");
+
+    assert_slurm_conf(client, ns, tenant).await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let statesave = claims.get("statesave-slurm-controller-0").await.expect("slurmctld's state claim");
+    let class = statesave.spec.and_then(|s| s.storage_class_name);
+    assert_eq!(class.as_deref(), Some(slurm::DEFAULT_STORAGE_CLASS), "slurmctld's state on the stack's class");
+}
+
+/// slurm.conf, as the operator generated it: the cluster's name, paddock's NodeSets and their
+/// partitions, GRES, accounting through slurmdbd, JWT authentication.
+async fn assert_slurm_conf(client: &Client, ns: &str, tenant: &TenantAccess) {
+    let config = Api::<ConfigMap>::namespaced(client.clone(), ns).get("slurm-config").await.expect("slurm.conf");
+    let conf = config.data.unwrap_or_default().remove("slurm.conf").unwrap_or_default();
+    let lines: BTreeSet<&str> = conf.lines().collect();
+    for line in [
+        format!("ClusterName={}", slurm::cluster_name(tenant.cluster.cluster_id)),
+        "NodeSet=cpu Feature=cpu".to_owned(),
+        "PartitionName=cpu Nodes=cpu Default=YES State=UP".to_owned(),
+        "NodeSet=gpu Feature=gpu".to_owned(),
+        "PartitionName=gpu Nodes=gpu Default=NO State=UP".to_owned(),
+        "GresTypes=gpu".to_owned(),
+        "AccountingStorageType=accounting_storage/slurmdbd".to_owned(),
+        format!("AccountingStorageHost={}", slurm::ACCOUNTING_WORKLOAD),
+        "AuthAltTypes=auth/jwt".to_owned(),
+    ] {
+        assert!(lines.contains(line.as_str()), "slurm.conf has no line {line:?}:\n{conf}");
+    }
+}
+
+/// slurmdbd.conf (a Secret of the operator): paddock's MariaDB, database, user and password.
+async fn assert_slurmdbd_conf(client: &Client, ns: &str, want: &SlurmDesired) {
+    let secret = Api::<Secret>::namespaced(client.clone(), ns).get("slurm-accounting").await.expect("slurmdbd.conf");
+    let conf = secret.data.unwrap_or_default().remove("slurmdbd.conf").expect("slurmdbd.conf in its Secret").0;
+    let conf = String::from_utf8(conf).expect("utf-8");
+    let lines: BTreeSet<&str> = conf.lines().collect();
+    // Shown without the password line.
+    let shown: Vec<&str> = conf.lines().filter(|l| !l.starts_with("StoragePass")).collect();
+    for line in [
+        format!("StorageHost={}", slurm::MARIADB),
+        "StoragePort=3306".to_owned(),
+        format!("StorageUser={}", slurm::DATABASE_USER),
+        format!("StorageLoc={}", slurm::DATABASE),
+    ] {
+        assert!(lines.contains(line.as_str()), "slurmdbd.conf has no line {line:?}:\n{}", shown.join("\n"));
+    }
+    let password = format!("StoragePass={}", want.secrets.database_password.expose());
+    assert!(lines.contains(password.as_str()), "slurmdbd.conf lacks paddock's database password (not shown)");
+}
+
+/// The NodeSets' pods run slurmd (pinned image, GRES, GPUs) and registered with Slurm (the
+/// stand-in), and the operator wrote each Slurm node its pod's info through slurmrestd, with
+/// tokens of paddock's JWT key; the NodeSets' status counts them.
+async fn assert_slurm_nodes(
+    alive: &mut Alive,
+    restd: &restd::StandInRestd,
+    client: &Client,
+    ns: &str,
+    pools: &[SlurmPool],
+) {
+    let catalog = slurm::SlurmCatalog::embedded();
+    let slurmd = catalog.image("slurmd", catalog.release(SLURM_VERSION).expect("the release"));
+    let pods = Api::<Pod>::namespaced(client.clone(), ns).list(&ListParams::default()).await.expect("pods").items;
+    let mut expected = BTreeMap::new();
+    for pool in pools {
+        for pod in pods.iter().filter(|p| {
+            p.metadata.owner_references.iter().flatten().any(|o| o.kind == "NodeSet" && o.name == pool.name)
+        }) {
+            let template = json!({ "spec": pod.spec });
+            let want_images =
+                BTreeMap::from([("slurmd".to_owned(), slurmd.clone()), ("logfile".to_owned(), slurmd.clone())]);
+            assert_eq!(images(&template), want_images, "pod {:?}", pod.metadata.name);
+            let container = &template["spec"]["containers"][0];
+            let gpus = container["resources"]["limits"]["nvidia.com/gpu"].as_str().map(str::to_owned);
+            assert_eq!(gpus, (pool.gpus_per_node > 0).then(|| pool.gpus_per_node.to_string()), "{}'s GPUs", pool.name);
+            let name = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.hostname.clone())
+                .or_else(|| pod.metadata.name.clone())
+                .expect("a name");
+            expected
+                .insert(name, (pool.clone(), pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default()));
+        }
+    }
+    let (r, e) = (restd, &expected);
+    alive
+        .until("the operator to write every Slurm node its pod's info", || async move {
+            let nodes = r.nodes();
+            let names: BTreeSet<&String> = nodes.keys().collect();
+            if names != e.keys().collect() {
+                return Err(format!("Slurm nodes {names:?}, NodeSet pods {:?}", e.keys()));
+            }
+            for (name, (pool, on)) in e {
+                let node = &nodes[name];
+                assert_eq!(node.features, vec![pool.name.clone()], "Slurm node {name}'s features");
+                let gres = if pool.gpus_per_node > 0 { format!("gpu:{}", pool.gpus_per_node) } else { String::new() };
+                assert_eq!(node.gres, gres, "Slurm node {name}'s GRES");
+                let info: Value =
+                    serde_json::from_str(&node.comment).map_err(|_| format!("{name}: comment {:?}", node.comment))?;
+                if info["nodeSetName"] != pool.name.as_str() || info["node"] != on.as_str() || info["namespace"] != ns {
+                    return Err(format!("{name}: pod info {info}"));
+                }
+            }
+            Ok(())
+        })
+        .await;
+    assert_eq!(restd.denied(), 0, "every request to slurmrestd carried a token of paddock's JWT key");
+    assert!(restd.seen().contains("GET /slurm/v0.0.44/nodes/"), "the node cache refresh: {:?}", restd.seen());
+    let nodesets = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &slurm::api_resource("NodeSet"));
+    for pool in pools {
+        let (api, pool) = (&nodesets, pool);
+        alive
+            .until(
+                &format!("NodeSet {}'s status to count its ready pods and idle Slurm nodes", pool.name),
+                || async move {
+                    let nodeset = api.get(&pool.name).await.map_err(|e| format!("the NodeSet: {e}"))?;
+                    let status = &nodeset.data["status"];
+                    let count = Some(i64::from(pool.count));
+                    let counts =
+                        [status["replicas"].as_i64(), status["readyReplicas"].as_i64(), status["slurmIdle"].as_i64()];
+                    if counts == [count; 3] {
+                        Ok(())
+                    } else {
+                        Err(format!("status {status}"))
+                    }
+                },
+            )
+            .await;
+    }
+}

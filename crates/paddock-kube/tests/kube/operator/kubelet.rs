@@ -1,0 +1,229 @@
+//! PLAYS THE KUBELETS (no container runs here): Nodes that register Ready with capacity, and a
+//! loop that starts every pod the real scheduler bound (`spec.nodeName` set): status Running and
+//! Ready, a pod IP, every container running. It re-marks a pod that is not (or no longer) Running
+//! and Ready, finishes graceful deletions (as a kubelet does once containers stop), and starts
+//! slurmd in the slurmrestd stand-in for NodeSet pods. Every request has a timeout; errors are
+//! logged and retried on the next round, never swallowed.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::chrono::{SecondsFormat, Utc};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{json, Value};
+use tokio::task::JoinHandle;
+
+use super::restd::StandInRestd;
+
+/// The timeout of each request of the played kubelet.
+const REQUEST: Duration = Duration::from_secs(20);
+/// The pause between two rounds.
+const ROUND: Duration = Duration::from_millis(300);
+
+fn now() -> String {
+    Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+async fn timed<T, E: std::fmt::Display>(
+    what: &str,
+    fut: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(REQUEST, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(format!("{what}: {e}")),
+        Err(_) => Err(format!("{what}: no answer within {REQUEST:?}")),
+    }
+}
+
+/// Registers Node `name` as its kubelet would: Ready, `system_uuid`, an address, capacity for
+/// pods, CPU and memory, and `gpus` `nvidia.com/gpu` (the device plugin's resource) when > 0.
+/// (`support::ready_node` has no system UUID, which paddock's node driver matches machines by,
+/// and no GPUs.)
+pub async fn register_node(client: &Client, name: &str, system_uuid: &str, address: &str, gpus: u32) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node: Node = serde_json::from_value(json!({
+        "metadata": { "name": name, "labels": { "kubernetes.io/hostname": name, "kubernetes.io/os": "linux" } },
+    }))
+    .expect("a Node");
+    nodes.create(&PostParams::default(), &node).await.unwrap_or_else(|e| panic!("registering Node {name}: {e}"));
+    let mut capacity = json!({ "cpu": "32", "memory": "128Gi", "pods": "110", "ephemeral-storage": "500Gi" });
+    if gpus > 0 {
+        capacity["nvidia.com/gpu"] = json!(gpus.to_string());
+    }
+    let status = json!({ "status": {
+        "capacity": capacity, "allocatable": capacity,
+        "addresses": [{ "type": "InternalIP", "address": address }, { "type": "Hostname", "address": name }],
+        "conditions": [{ "type": "Ready", "status": "True", "reason": "KubeletReady", "message": "played",
+                         "lastHeartbeatTime": now(), "lastTransitionTime": now() }],
+        "nodeInfo": { "systemUUID": system_uuid, "machineID": "m", "bootID": "b", "kernelVersion": "6.8.0",
+                      "osImage": "Ubuntu 24.04", "containerRuntimeVersion": "containerd://2.0.0",
+                      "kubeletVersion": "v1.35.0", "kubeProxyVersion": "", "operatingSystem": "linux",
+                      "architecture": "amd64" },
+    }});
+    nodes
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap_or_else(|e| panic!("writing Node {name}'s status: {e}"));
+    // Admission taints every new Node not-ready; the node lifecycle controller, which lifts it
+    // once the kubelet reports Ready, does not run in the harness.
+    let untaint = json!({ "spec": { "taints": [] } });
+    nodes
+        .patch(name, &PatchParams::default(), &Patch::Merge(&untaint))
+        .await
+        .unwrap_or_else(|e| panic!("lifting Node {name}'s not-ready taint: {e}"));
+}
+
+/// Pod addresses: `restd_pod_ip` for slurmrestd's pods (where the stand-in listens, so that the
+/// API server's service proxy reaches it), `10.244.x.y` for the others.
+struct Addresses {
+    next: AtomicU32,
+    restd_pod_ip: Option<IpAddr>,
+}
+
+impl Addresses {
+    fn for_pod(&self, pod: &Pod) -> String {
+        if let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) {
+            return ip; // a pod keeps its address
+        }
+        let restd = pod.metadata.labels.as_ref().and_then(|l| l.get("app.kubernetes.io/name")).map(String::as_str)
+            == Some("slurmrestd");
+        match self.restd_pod_ip.filter(|_| restd) {
+            Some(ip) => ip.to_string(),
+            None => {
+                let n = self.next.fetch_add(1, Ordering::SeqCst);
+                format!("10.244.{}.{}", n / 250 % 250, n % 250 + 1)
+            }
+        }
+    }
+}
+
+/// Starts the played kubelets; the task only ends by a panic (the test checks it is alive).
+pub fn spawn(client: Client, restd: StandInRestd, restd_pod_ip: Option<IpAddr>) -> JoinHandle<()> {
+    let addresses = Addresses { next: AtomicU32::new(1), restd_pod_ip };
+    tokio::spawn(async move {
+        loop {
+            round(&client, &restd, &addresses).await;
+            tokio::time::sleep(ROUND).await;
+        }
+    })
+}
+
+async fn round(client: &Client, restd: &StandInRestd, addresses: &Addresses) {
+    let pods: Api<Pod> = Api::all(client.clone());
+    let nodes: Api<Node> = Api::all(client.clone());
+    let (pods, nodes) = match (
+        timed("listing pods", pods.list(&ListParams::default())).await,
+        timed("listing Nodes", nodes.list(&ListParams::default())).await,
+    ) {
+        (Ok(p), Ok(n)) => (p.items, n.items),
+        (Err(e), _) | (_, Err(e)) => return eprintln!("played kubelet: {e}"),
+    };
+    let host_ips: HashMap<String, String> = nodes
+        .iter()
+        .filter_map(|n| {
+            let address = n.status.as_ref()?.addresses.as_ref()?.iter().find(|a| a.type_ == "InternalIP")?;
+            Some((n.metadata.name.clone()?, address.address.clone()))
+        })
+        .collect();
+    for pod in &pods {
+        if let Err(e) = tend(client, restd, addresses, &host_ips, pod).await {
+            let (ns, name) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref());
+            eprintln!("played kubelet: pod {}/{}: {e}", ns.unwrap_or_default(), name.unwrap_or_default());
+        }
+    }
+}
+
+fn running_and_ready(pod: &Pod) -> bool {
+    let Some(status) = pod.status.as_ref() else { return false };
+    status.phase.as_deref() == Some("Running")
+        && status.conditions.iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+fn owned_by_nodeset(pod: &Pod) -> bool {
+    pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "NodeSet")
+}
+
+/// slurmd's container arguments (the operator names the container `slurmd`).
+fn slurmd_args(pod: &Pod) -> Vec<String> {
+    let spec = pod.spec.as_ref();
+    let slurmd = spec.and_then(|s| s.containers.iter().find(|c| c.name == "slurmd"));
+    slurmd.and_then(|c| c.args.clone()).unwrap_or_default()
+}
+
+async fn tend(
+    client: &Client,
+    restd: &StandInRestd,
+    addresses: &Addresses,
+    host_ips: &HashMap<String, String>,
+    pod: &Pod,
+) -> Result<(), String> {
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    if pod.metadata.deletion_timestamp.is_some() {
+        // The containers stopped: the kubelet removes the pod for good.
+        let now = DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() };
+        return match tokio::time::timeout(REQUEST, api.delete(&name, &now)).await {
+            Ok(Ok(_)) | Ok(Err(kube::Error::Api(kube::core::ErrorResponse { code: 404, .. }))) => Ok(()),
+            Ok(Err(e)) => Err(format!("deleting: {e}")),
+            Err(_) => Err(format!("deleting: no answer within {REQUEST:?}")),
+        };
+    }
+    let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else { return Ok(()) };
+    if !running_and_ready(pod) {
+        let host_ip = host_ips.get(&node).cloned().ok_or_else(|| format!("bound to unknown Node {node}"))?;
+        let status = running_status(pod, &addresses.for_pod(pod), &host_ip);
+        timed("marking it Running and Ready", api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)))
+            .await?;
+    }
+    if owned_by_nodeset(pod) {
+        // slurmd started: its dynamic node registers with Slurm (the stand-in).
+        let slurm_name = pod.spec.as_ref().and_then(|s| s.hostname.clone()).unwrap_or(name);
+        restd.register(&slurm_name, &slurmd_args(pod));
+    }
+    Ok(())
+}
+
+/// The status a kubelet reports for a started pod.
+fn running_status(pod: &Pod, pod_ip: &str, host_ip: &str) -> Value {
+    let spec = pod.spec.as_ref();
+    let started = json!({ "running": { "startedAt": now() } });
+    let containers: Vec<Value> = spec
+        .map(|s| s.containers.iter())
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let image = c.image.clone().unwrap_or_default();
+            json!({ "name": c.name, "image": image, "imageID": format!("{image}@played"), "ready": true,
+                    "started": true, "restartCount": 0, "state": started })
+        })
+        .collect();
+    let init: Vec<Value> = spec
+        .and_then(|s| s.init_containers.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let image = c.image.clone().unwrap_or_default();
+            let sidecar = c.restart_policy.as_deref() == Some("Always");
+            let state = if sidecar {
+                started.clone()
+            } else {
+                json!({ "terminated": { "exitCode": 0, "reason": "Completed", "startedAt": now(), "finishedAt": now() } })
+            };
+            json!({ "name": c.name, "image": image, "imageID": format!("{image}@played"), "ready": sidecar,
+                    "started": sidecar, "restartCount": 0, "state": state })
+        })
+        .collect();
+    let condition = |t: &str| json!({ "type": t, "status": "True", "lastTransitionTime": now() });
+    json!({ "status": {
+        "phase": "Running", "podIP": pod_ip, "podIPs": [{ "ip": pod_ip }], "hostIP": host_ip,
+        "hostIPs": [{ "ip": host_ip }], "startTime": now(),
+        "conditions": [condition("PodScheduled"), condition("Initialized"), condition("ContainersReady"),
+                       condition("Ready")],
+        "containerStatuses": containers, "initContainerStatuses": init,
+    }})
+}

@@ -1,0 +1,258 @@
+//! STAND-IN for slurmrestd (no Slurm 25.11 can run on these machines): the `v0.0.44` endpoints
+//! that slurm-client v1.2.1 calls for the operator (nodes, reservations, jobs), answering only
+//! tokens signed with the JWT key paddock wrote (HS256, `sun` = `slurm`, `exp` required), and
+//! `v0.0.42`'s ping for paddock's own probe. Its Slurm nodes are the slurmd pods the played
+//! kubelet started ([`StandInRestd::register`], as `slurmd -Z --conf ...` registers a dynamic
+//! node with slurmctld); updates (comment, DRAIN/UNDRAIN) are kept and readable by the test.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::routing::get;
+use axum::Json;
+use serde_json::{json, Value};
+use tokio::task::JoinHandle;
+
+/// A Slurm node as the stand-in holds it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SlurmNode {
+    /// Its `Features` (from slurmd's `--conf`).
+    pub features: Vec<String>,
+    /// Its `Gres` (from slurmd's `--conf`), empty without.
+    pub gres: String,
+    /// The comment the operator writes (its pod info).
+    pub comment: String,
+    /// State flags (`IDLE`, `DRAIN`).
+    pub state: Vec<String>,
+}
+
+#[derive(Default)]
+struct Inner {
+    key: Vec<u8>,
+    nodes: Mutex<BTreeMap<String, SlurmNode>>,
+    /// `METHOD path` of every authorized request.
+    seen: Mutex<BTreeSet<String>>,
+    denied: AtomicUsize,
+}
+
+/// The stand-in; clones share its state.
+#[derive(Clone)]
+pub struct StandInRestd(Arc<Inner>);
+
+type Answer = (StatusCode, Json<Value>);
+
+fn openapi(body: Value) -> Answer {
+    let mut body = body;
+    body["errors"] = json!([]);
+    body["warnings"] = json!([]);
+    body["meta"] = json!({ "plugin": { "type": "openapi/slurmctld", "name": "Slurm OpenAPI slurmctld" } });
+    (StatusCode::OK, Json(body))
+}
+
+fn not_found(what: &str) -> Answer {
+    (StatusCode::NOT_FOUND, Json(json!({ "errors": [{ "error": format!("{what} not found") }], "warnings": [] })))
+}
+
+fn node_json(name: &str, node: &SlurmNode) -> Value {
+    json!({
+        "name": name, "hostname": name, "state": node.state, "features": node.features,
+        "active_features": node.features, "gres": node.gres, "comment": node.comment, "reason": "",
+        "cpus": 16, "real_memory": 65536,
+    })
+}
+
+impl StandInRestd {
+    /// A stand-in accepting tokens signed with `key` (the JWT key's bytes).
+    pub fn new(key: Vec<u8>) -> Self {
+        Self(Arc::new(Inner { key, ..Inner::default() }))
+    }
+
+    /// slurmd of pod `name` started with `args`: registers its dynamic node (`--conf` gives its
+    /// Features and Gres), once.
+    pub fn register(&self, name: &str, args: &[String]) {
+        let mut nodes = self.0.nodes.lock().expect("lock");
+        if nodes.contains_key(name) {
+            return;
+        }
+        // The operator quotes the value for slurmd's entrypoint: `--conf 'Features=gpu Gres=gpu:4'`.
+        let conf = args.iter().skip_while(|a| *a != "--conf").nth(1).cloned().unwrap_or_default();
+        let conf = conf.trim_matches('\'');
+        let mut node = SlurmNode { state: vec!["IDLE".to_owned()], ..SlurmNode::default() };
+        for item in conf.split_whitespace() {
+            match item.split_once('=') {
+                Some(("Features", v)) => node.features = v.split(',').map(str::to_owned).collect(),
+                Some(("Gres", v)) => node.gres = v.to_owned(),
+                _ => {}
+            }
+        }
+        nodes.insert(name.to_owned(), node);
+    }
+
+    /// The Slurm nodes.
+    pub fn nodes(&self) -> BTreeMap<String, SlurmNode> {
+        self.0.nodes.lock().expect("lock").clone()
+    }
+
+    /// `METHOD path` of every authorized request so far.
+    pub fn seen(&self) -> BTreeSet<String> {
+        self.0.seen.lock().expect("lock").clone()
+    }
+
+    /// How many requests were refused (no token, or a token of another key).
+    pub fn denied(&self) -> usize {
+        self.0.denied.load(Ordering::SeqCst)
+    }
+
+    fn authorize(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> bool {
+        let token = headers.get("X-SLURM-USER-TOKEN").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::HS256);
+        validation.set_required_spec_claims(&["exp"]);
+        let key = jsonwebtoken::DecodingKey::from_secret(&self.0.key);
+        let ok = jsonwebtoken::decode::<Value>(token, &key, &validation).is_ok_and(|t| t.claims["sun"] == "slurm");
+        if ok {
+            self.0.seen.lock().expect("lock").insert(format!("{method} {}", uri.path()));
+        } else {
+            self.0.denied.fetch_add(1, Ordering::SeqCst);
+            eprintln!("slurmrestd stand-in: refused {method} {uri} (no token or another key)");
+        }
+        ok
+    }
+
+    /// Serves on `addr` until the test ends.
+    pub async fn serve(self, addr: SocketAddr) -> JoinHandle<()> {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .unwrap_or_else(|e| panic!("binding the slurmrestd stand-in to {addr}: {e}"));
+        let app = router(self);
+        tokio::spawn(async move { axum::serve(listener, app).await.expect("the slurmrestd stand-in serves") })
+    }
+}
+
+const UNAUTHORIZED: (StatusCode, Json<Value>) = (StatusCode::UNAUTHORIZED, Json(Value::Null));
+
+async fn nodes(State(r): State<StandInRestd>, method: Method, uri: Uri, headers: HeaderMap) -> Answer {
+    if !r.authorize(&method, &uri, &headers) {
+        return UNAUTHORIZED;
+    }
+    let nodes: Vec<Value> = r.nodes().iter().map(|(name, n)| node_json(name, n)).collect();
+    openapi(json!({ "nodes": nodes, "last_update": { "set": true, "infinite": false, "number": 1 } }))
+}
+
+async fn node_get(
+    State(r): State<StandInRestd>,
+    Path(name): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Answer {
+    if !r.authorize(&method, &uri, &headers) {
+        return UNAUTHORIZED;
+    }
+    match r.nodes().get(&name) {
+        Some(n) => openapi(json!({ "nodes": [node_json(&name, n)] })),
+        None => not_found(&format!("node {name}")),
+    }
+}
+
+async fn node_post(
+    State(r): State<StandInRestd>,
+    Path(name): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    Json(update): Json<Value>,
+) -> Answer {
+    if !r.authorize(&method, &uri, &headers) {
+        return UNAUTHORIZED;
+    }
+    let mut nodes = r.0.nodes.lock().expect("lock");
+    let Some(node) = nodes.get_mut(&name) else { return not_found(&format!("node {name}")) };
+    if let Some(comment) = update["comment"].as_str() {
+        node.comment = comment.to_owned();
+    }
+    for state in update["state"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+        match state {
+            "DRAIN" if !node.state.iter().any(|s| s == "DRAIN") => node.state.push("DRAIN".to_owned()),
+            "UNDRAIN" | "RESUME" => node.state.retain(|s| s != "DRAIN"),
+            _ => {}
+        }
+    }
+    openapi(json!({}))
+}
+
+async fn node_delete(
+    State(r): State<StandInRestd>,
+    Path(name): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Answer {
+    if !r.authorize(&method, &uri, &headers) {
+        return UNAUTHORIZED;
+    }
+    r.0.nodes.lock().expect("lock").remove(&name);
+    openapi(json!({}))
+}
+
+async fn jobs(State(r): State<StandInRestd>, method: Method, uri: Uri, headers: HeaderMap) -> Answer {
+    if !r.authorize(&method, &uri, &headers) {
+        return UNAUTHORIZED;
+    }
+    openapi(json!({ "jobs": [], "last_update": { "set": true, "infinite": false, "number": 1 } }))
+}
+
+async fn reservations(State(r): State<StandInRestd>, method: Method, uri: Uri, headers: HeaderMap) -> Answer {
+    if !r.authorize(&method, &uri, &headers) {
+        return UNAUTHORIZED;
+    }
+    openapi(json!({ "reservations": [], "last_update": { "set": true, "infinite": false, "number": 1 } }))
+}
+
+async fn reservation(
+    State(r): State<StandInRestd>,
+    Path(name): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Answer {
+    if !r.authorize(&method, &uri, &headers) {
+        return UNAUTHORIZED;
+    }
+    not_found(&format!("reservation {name}"))
+}
+
+/// paddock's probe (`ServiceProxyProbe`) pings v0.0.42 through the API server's service proxy.
+async fn ping(State(r): State<StandInRestd>, method: Method, uri: Uri, headers: HeaderMap) -> Answer {
+    if !r.authorize(&method, &uri, &headers) {
+        return UNAUTHORIZED;
+    }
+    let pings = json!([{ "hostname": "slurm-controller-0", "pinged": "UP", "latency": 93, "mode": "primary",
+                         "primary": true, "responding": true }]);
+    openapi(json!({ "pings": pings }))
+}
+
+async fn unknown(method: Method, uri: Uri) -> Answer {
+    eprintln!("slurmrestd stand-in: no such endpoint here: {method} {uri}");
+    not_found(&format!("{method} {uri}"))
+}
+
+fn router(restd: StandInRestd) -> axum::Router {
+    const V44: &str = "/slurm/v0.0.44";
+    axum::Router::new()
+        .route(&format!("{V44}/nodes/"), get(nodes))
+        .route(&format!("{V44}/nodes"), get(nodes))
+        .route(&format!("{V44}/node/{{name}}"), get(node_get).post(node_post).delete(node_delete))
+        .route(&format!("{V44}/jobs/"), get(jobs))
+        .route(&format!("{V44}/jobs"), get(jobs))
+        .route(&format!("{V44}/reservations/"), get(reservations))
+        .route(&format!("{V44}/reservations"), get(reservations))
+        .route(&format!("{V44}/reservation/{{name}}"), get(reservation))
+        .route("/slurm/v0.0.42/ping", get(ping))
+        .route("/slurm/v0.0.42/ping/", get(ping))
+        .fallback(unknown)
+        .with_state(restd)
+}
