@@ -510,7 +510,7 @@ mod tests {
     fn the_operators_helper_containers_get_the_pinned_slurm_images() {
         // The operator gives its logfile sidecars and the login's initconf no image of its own.
         let catalog = SlurmCatalog::embedded();
-        let r = Images { catalog: &catalog, release: catalog.release("25.11").expect("supported") };
+        let r = catalog.images("2026.12.0", "25.11").expect("supported");
         let spec = SlurmSpec::default();
         let controller = controller("slurm", ClusterId::new(), r, "local-path", &spec, &[pool("cpu", 1, 0)]);
         assert_eq!(controller["spec"]["logfile"]["image"], "ghcr.io/slinkyproject/slurmctld:25.11-ubuntu24.04");

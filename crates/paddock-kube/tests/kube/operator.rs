@@ -427,6 +427,7 @@ fn desired(pools: &[SlurmPool], secrets: &SlurmSecrets) -> SlurmDesired {
                 ssh_authorized_keys: vec!["ssh-ed25519 AAAAC3Nza alice@example".to_owned()],
             },
         },
+        stack_version: STACK.to_owned(),
         pools: pools.to_vec(),
         secrets: secrets.clone(),
     }
@@ -572,8 +573,8 @@ where
 /// the Slurm release paddock asked for, with paddock's keys, database and partitions.
 async fn assert_workloads(client: &Client, ns: &str, want: &SlurmDesired, tenant: &TenantAccess) {
     let catalog = slurm::SlurmCatalog::embedded();
-    let release = catalog.release(SLURM_VERSION).expect("the stack runs the release");
-    let image = |component: &str| catalog.image(component, release);
+    let pinned = catalog.images(STACK, SLURM_VERSION).expect("the stack runs the release");
+    let image = |component: &str| pinned.of(component);
     let (slurm_key, jwt_key) = (slurm::SECRET_SLURM_KEY_KEY, SECRET_JWT_KEY);
 
     let controller = template_of::<StatefulSet>(client, ns, slurm::CONTROLLER_WORKLOAD).await;
@@ -666,7 +667,7 @@ async fn assert_slurm_nodes(
     pools: &[SlurmPool],
 ) {
     let catalog = slurm::SlurmCatalog::embedded();
-    let slurmd = catalog.image("slurmd", catalog.release(SLURM_VERSION).expect("the release"));
+    let slurmd = catalog.images(STACK, SLURM_VERSION).expect("the release").of("slurmd");
     let pods = Api::<Pod>::namespaced(client.clone(), ns).list(&ListParams::default()).await.expect("pods").items;
     let mut expected = BTreeMap::new();
     for pool in pools {
