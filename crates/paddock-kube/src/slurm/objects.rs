@@ -500,7 +500,7 @@ mod tests {
         assert_eq!(body["spec"]["extraConf"], "Gres=gpu:4");
         assert_eq!(body["spec"]["slurmd"]["resources"]["limits"]["nvidia.com/gpu"], 4);
         assert_eq!(body["spec"]["partition"], json!({"enabled": true, "config": "Default=NO State=UP"}));
-        assert_eq!(body["spec"]["logfile"]["image"], "ghcr.io/slinkyproject/slurmd:25.05-ubuntu24.04");
+        assert_eq!(body["spec"]["logfile"]["image"], "ghcr.io/slinkyproject/slurmd:25.11-ubuntu24.04");
         let cpu = nodeset("slurm", ClusterId::new(), r, &pool("cpu", 1, 0), false, true);
         assert_eq!(cpu["spec"]["partition"], json!({"enabled": false}));
         assert!(cpu["spec"].get("extraConf").is_none());
