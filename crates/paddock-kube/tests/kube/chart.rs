@@ -12,8 +12,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::ByteString;
@@ -247,30 +246,7 @@ async fn the_rendered_chart_applies_and_its_worker_role_suffices_for_the_platfor
 /// A client holding a fresh token of the chart's ServiceAccount `account`, built from a kubeconfig
 /// file as the worker would read PADDOCK_KUBECONFIG.
 async fn client_as(server: &ApiServer, admin: &Client, account: &str) -> Client {
-    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), NAMESPACE);
-    let request = TokenRequest {
-        spec: TokenRequestSpec { expiration_seconds: Some(3600), ..TokenRequestSpec::default() },
-        ..TokenRequest::default()
-    };
-    let token = accounts
-        .create_token_request(account, &PostParams::default(), &request)
-        .await
-        .expect("a token of the chart's ServiceAccount")
-        .status
-        .expect("token status")
-        .token;
-    let admin_config = std::fs::read_to_string(&server.kubeconfig).expect("the harness kubeconfig");
-    let ca_line = admin_config
-        .lines()
-        .find(|l| l.trim_start().starts_with("certificate-authority-data:"))
-        .expect("the harness kubeconfig embeds its CA");
-    let kubeconfig = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: platform\n  cluster:\n    server: {}\n    {}\n\
-         users:\n- name: {account}\n  user:\n    token: {token}\ncontexts:\n- name: platform\n  context:\n    \
-         cluster: platform\n    user: {account}\ncurrent-context: platform\n",
-        server.url,
-        ca_line.trim_start()
-    );
+    let kubeconfig = support::service_account_kubeconfig(server, admin, NAMESPACE, account).await;
     let path = std::env::temp_dir().join(format!("paddock-chart-{account}-{}.kubeconfig", std::process::id()));
     std::fs::write(&path, kubeconfig).expect("write the kubeconfig");
     let platform = KubePlatform::connect(Some(&path)).await.expect("connect with the token kubeconfig");

@@ -32,9 +32,8 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, ServiceAccount};
-use kube::api::{DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};
+use kube::api::{DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use kube::discovery::Scope;
 use kube::{Api, Client};
 use paddock_domain::driver::{NodeRef, SlurmDesired, SlurmPool, SlurmSecrets, TenantAccess};
@@ -43,10 +42,11 @@ use paddock_kube::nodes::KubeTenantNodes;
 use paddock_kube::slurm::{self, SlinkySettings, SECRET_JWT, SECRET_JWT_KEY, SECRET_SLURM_KEY};
 use paddock_kube::SlinkyDriver;
 use paddock_types::cluster::{LoginSpec, SlurmSpec, Taint, TaintEffect};
-use paddock_types::{MachineId, NodePoolId};
+use paddock_types::MachineId;
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 
+use crate::slurm::{pool, secrets};
 use crate::support::{self, ApiServer};
 
 mod kubelet;
@@ -188,33 +188,10 @@ fn free_port() -> u16 {
     listener.local_addr().expect("its address").port()
 }
 
-/// A kubeconfig holding a fresh token of the operator's ServiceAccount (TokenRequest), as the
-/// pod's projected token would be: the operator gets exactly its chart's RBAC, not admin.
+/// A kubeconfig holding a fresh token of the operator's ServiceAccount, as the pod's projected
+/// token would be: the operator gets exactly its chart's RBAC, not admin.
 async fn operator_kubeconfig(server: &ApiServer, admin: &Client, account: &str, path: &Path) {
-    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), OPERATOR_NAMESPACE);
-    let request = TokenRequest {
-        spec: TokenRequestSpec { expiration_seconds: Some(3600), ..TokenRequestSpec::default() },
-        ..TokenRequest::default()
-    };
-    let token = accounts
-        .create_token_request(account, &PostParams::default(), &request)
-        .await
-        .expect("a token of the operator's ServiceAccount")
-        .status
-        .expect("token status")
-        .token;
-    let admin_config = std::fs::read_to_string(&server.kubeconfig).expect("the harness kubeconfig");
-    let ca_line = admin_config
-        .lines()
-        .find(|l| l.trim_start().starts_with("certificate-authority-data:"))
-        .expect("the harness kubeconfig embeds its CA");
-    let kubeconfig = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: tenant\n  cluster:\n    server: {}\n    {}\n\
-         users:\n- name: {account}\n  user:\n    token: {token}\ncontexts:\n- name: tenant\n  context:\n    \
-         cluster: tenant\n    user: {account}\ncurrent-context: tenant\n",
-        server.url,
-        ca_line.trim_start()
-    );
+    let kubeconfig = support::service_account_kubeconfig(server, admin, OPERATOR_NAMESPACE, account).await;
     std::fs::write(path, kubeconfig).expect("write the operator's kubeconfig");
 }
 
@@ -299,28 +276,6 @@ impl Alive {
                 Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
             }
         }
-    }
-}
-
-fn secrets() -> SlurmSecrets {
-    let random =
-        |n: usize| -> Vec<u8> { (0..n.div_ceil(16)).flat_map(|_| *uuid::Uuid::new_v4().as_bytes()).take(n).collect() };
-    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
-    SlurmSecrets {
-        slurm_key: SecretString::new(b64(&random(1024))),
-        jwt_hs256_key: SecretString::new(b64(&random(64))),
-        database_password: SecretString::new(uuid::Uuid::new_v4().simple().to_string()),
-    }
-}
-
-fn pool(name: &str, count: u32, gpus: u32, taints: Vec<Taint>) -> SlurmPool {
-    SlurmPool {
-        node_pool_id: NodePoolId::new(),
-        name: name.to_owned(),
-        count,
-        node_names: Vec::new(),
-        gpus_per_node: gpus,
-        taints,
     }
 }
 

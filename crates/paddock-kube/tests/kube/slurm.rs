@@ -123,7 +123,8 @@ fn random_bytes(n: usize) -> Vec<u8> {
     (0..n.div_ceil(16)).flat_map(|_| *uuid::Uuid::new_v4().as_bytes()).take(n).collect()
 }
 
-fn secrets() -> SlurmSecrets {
+/// Fresh Slurm secrets, as the worker generates them (also the operator test's).
+pub(crate) fn secrets() -> SlurmSecrets {
     SlurmSecrets {
         slurm_key: SecretString::new(b64(&random_bytes(1024))),
         jwt_hs256_key: SecretString::new(b64(&random_bytes(64))),
@@ -131,7 +132,8 @@ fn secrets() -> SlurmSecrets {
     }
 }
 
-fn pool(name: &str, count: u32, gpus: u32, taints: Vec<Taint>) -> SlurmPool {
+/// A pool of the desired Slurm (also the operator test's).
+pub(crate) fn pool(name: &str, count: u32, gpus: u32, taints: Vec<Taint>) -> SlurmPool {
     SlurmPool {
         node_pool_id: NodePoolId::new(),
         name: name.to_owned(),
