@@ -10,8 +10,10 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Json;
 use serde_json::{json, Value};
@@ -134,41 +136,27 @@ impl StandInRestd {
 
 const UNAUTHORIZED: (StatusCode, Json<Value>) = (StatusCode::UNAUTHORIZED, Json(Value::Null));
 
-async fn nodes(State(r): State<StandInRestd>, method: Method, uri: Uri, headers: HeaderMap) -> Answer {
-    if !r.authorize(&method, &uri, &headers) {
-        return UNAUTHORIZED;
+/// Every endpoint wants a JWT of the cluster's key (as slurmrestd with auth/jwt does).
+async fn authorized(State(r): State<StandInRestd>, request: Request, next: Next) -> Response {
+    if !r.authorize(request.method(), request.uri(), request.headers()) {
+        return UNAUTHORIZED.into_response();
     }
+    next.run(request).await
+}
+
+async fn nodes(State(r): State<StandInRestd>) -> Answer {
     let nodes: Vec<Value> = r.nodes().iter().map(|(name, n)| node_json(name, n)).collect();
     openapi(json!({ "nodes": nodes, "last_update": { "set": true, "infinite": false, "number": 1 } }))
 }
 
-async fn node_get(
-    State(r): State<StandInRestd>,
-    Path(name): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-) -> Answer {
-    if !r.authorize(&method, &uri, &headers) {
-        return UNAUTHORIZED;
-    }
+async fn node_get(State(r): State<StandInRestd>, Path(name): Path<String>) -> Answer {
     match r.nodes().get(&name) {
         Some(n) => openapi(json!({ "nodes": [node_json(&name, n)] })),
         None => not_found(&format!("node {name}")),
     }
 }
 
-async fn node_post(
-    State(r): State<StandInRestd>,
-    Path(name): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    Json(update): Json<Value>,
-) -> Answer {
-    if !r.authorize(&method, &uri, &headers) {
-        return UNAUTHORIZED;
-    }
+async fn node_post(State(r): State<StandInRestd>, Path(name): Path<String>, Json(update): Json<Value>) -> Answer {
     let mut nodes = r.0.nodes.lock().expect("lock");
     let Some(node) = nodes.get_mut(&name) else { return not_found(&format!("node {name}")) };
     if let Some(comment) = update["comment"].as_str() {
@@ -184,52 +172,25 @@ async fn node_post(
     openapi(json!({}))
 }
 
-async fn node_delete(
-    State(r): State<StandInRestd>,
-    Path(name): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-) -> Answer {
-    if !r.authorize(&method, &uri, &headers) {
-        return UNAUTHORIZED;
-    }
+async fn node_delete(State(r): State<StandInRestd>, Path(name): Path<String>) -> Answer {
     r.0.nodes.lock().expect("lock").remove(&name);
     openapi(json!({}))
 }
 
-async fn jobs(State(r): State<StandInRestd>, method: Method, uri: Uri, headers: HeaderMap) -> Answer {
-    if !r.authorize(&method, &uri, &headers) {
-        return UNAUTHORIZED;
-    }
+async fn jobs() -> Answer {
     openapi(json!({ "jobs": [], "last_update": { "set": true, "infinite": false, "number": 1 } }))
 }
 
-async fn reservations(State(r): State<StandInRestd>, method: Method, uri: Uri, headers: HeaderMap) -> Answer {
-    if !r.authorize(&method, &uri, &headers) {
-        return UNAUTHORIZED;
-    }
+async fn reservations() -> Answer {
     openapi(json!({ "reservations": [], "last_update": { "set": true, "infinite": false, "number": 1 } }))
 }
 
-async fn reservation(
-    State(r): State<StandInRestd>,
-    Path(name): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-) -> Answer {
-    if !r.authorize(&method, &uri, &headers) {
-        return UNAUTHORIZED;
-    }
+async fn reservation(Path(name): Path<String>) -> Answer {
     not_found(&format!("reservation {name}"))
 }
 
 /// paddock's probe (`ServiceProxyProbe`) pings v0.0.42 through the API server's service proxy.
-async fn ping(State(r): State<StandInRestd>, method: Method, uri: Uri, headers: HeaderMap) -> Answer {
-    if !r.authorize(&method, &uri, &headers) {
-        return UNAUTHORIZED;
-    }
+async fn ping() -> Answer {
     let pings = json!([{ "hostname": "slurm-controller-0", "pinged": "UP", "latency": 93, "mode": "primary",
                          "primary": true, "responding": true }]);
     openapi(json!({ "pings": pings }))
@@ -253,6 +214,7 @@ fn router(restd: StandInRestd) -> axum::Router {
         .route(&format!("{V44}/reservation/{{name}}"), get(reservation))
         .route("/slurm/v0.0.42/ping", get(ping))
         .route("/slurm/v0.0.42/ping/", get(ping))
+        .route_layer(axum::middleware::from_fn_with_state(restd.clone(), authorized))
         .fallback(unknown)
         .with_state(restd)
 }
