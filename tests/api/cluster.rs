@@ -270,6 +270,59 @@ async fn slurm_versions_follow_the_clusters_base_stack() {
 }
 
 #[tokio::test]
+async fn a_cluster_moves_to_a_newer_base_stack_only_with_a_slurm_that_stack_runs() {
+    let app = TestApp::new().await;
+    let (tenant_id, t) = world(&app).await;
+    let clusters = format!("/v1/tenants/{tenant_id}/clusters");
+    let created = app.post(&clusters).token(&t).json(&slurm_cluster("hpc")).send().await.expect(202).json();
+    let cluster = id(&created["cluster"]);
+    // A cluster of the older stack, on a Slurm the newer one does not run.
+    sqlx::query("update clusters set stack_version = '2026.11.0', slurm = slurm || '{\"version\": \"25.05\"}' where id = $1::uuid")
+        .bind(&cluster)
+        .execute(&app.db.pool)
+        .await
+        .expect("put the cluster on the older stack");
+    let path = format!("{clusters}/{cluster}");
+    let patch =
+        |etag: &str, body: Value| app.patch(&path).token(&t).header("if-match", &format!("\"{etag}\"")).json(&body);
+
+    // Refused, and nothing written: the new stack's operator does not run 25.05.
+    let problem = patch("1", json!({ "stack_version": "2026.12.0" })).send().await.expect(422).json();
+    assert!(problem["errors"].to_string().contains("base stack 2026.12.0 (supported: 25.11)"), "{problem}");
+    for (body, says) in [
+        (
+            json!({ "stack_version": "2099.1.0" }),
+            "no stack definition has version 2099.1.0 (known: 2026.11.0, 2026.12.0)",
+        ),
+        (json!({ "stack_version": null }), "cannot be removed"),
+        (json!({ "stack_version": 3 }), "such as 2026.12.0"),
+    ] {
+        let problem = patch("1", body).send().await.expect(422).json();
+        assert_eq!(problem["errors"][0]["field"], "stack_version", "{problem}");
+        assert!(problem["errors"].to_string().contains(says), "{says}: {problem}");
+    }
+    let unchanged = app.get(&path).token(&t).send().await.expect(200).json();
+    assert_eq!((unchanged["stack_version"].as_str(), unchanged["generation"].as_i64()), (Some("2026.11.0"), Some(1)));
+
+    // With the Slurm release in the same patch it moves, as a spec change the worker reconciles.
+    let body = json!({ "stack_version": "2026.12.0", "slurm": { "version": "25.11" } });
+    let moved = patch("1", body).send().await.expect(202).json();
+    assert_eq!(moved["cluster"]["stack_version"], "2026.12.0");
+    assert_eq!(moved["cluster"]["slurm"]["version"], "25.11");
+    assert_eq!(moved["cluster"]["generation"], 2);
+    assert_eq!(moved["operation"]["kind"], "cluster_update");
+    let events = app.get(format!("{path}/events")).token(&t).send().await.expect(200).json();
+    assert!(events.to_string().contains("the cluster's base stack moves from 2026.11.0 to 2026.12.0"), "{events}");
+
+    // Never back.
+    let problem = patch("2", json!({ "stack_version": "2026.11.0" })).send().await.expect(422).json();
+    assert!(problem["errors"].to_string().contains("can only go up (it runs 2026.12.0)"), "{problem}");
+    // The same version again changes nothing.
+    let same = patch("2", json!({ "stack_version": "2026.12.0" })).send().await.expect(202).json();
+    assert_eq!(same["cluster"]["generation"], 2);
+}
+
+#[tokio::test]
 async fn cluster_patch_upgrades_and_refuses_immutable_fields_and_downgrades() {
     let app = TestApp::new().await;
     let (tenant_id, t) = world(&app).await;

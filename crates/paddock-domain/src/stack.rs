@@ -49,6 +49,12 @@ pub fn slurm_versions(version: &str) -> Vec<&'static str> {
     definition(version).ok().and_then(|d| d.slurm.as_ref()).map(SlurmImages::versions).unwrap_or_default()
 }
 
+/// Orders stack versions (`2026.9.0` < `2026.12.0`); unparseable parts count as 0.
+pub fn version_key(version: &str) -> (u32, u32, u32) {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
 fn unknown_version(version: &str) -> DefinitionError {
     let known = DEFINITIONS.iter().map(|(v, _)| *v).collect::<Vec<_>>().join(", ");
     DefinitionError::UnknownVersion { version: version.to_owned(), known }

@@ -159,22 +159,28 @@ impl Services {
             let current = cluster_for_change(&mut tx, tenant_id, id).await?;
             if_match.check(current.generation)?;
             let patch = body.value()?;
-            let spec: ClusterSpec = json::apply_patch(&current.spec, &patch, &["name", "kind", "isolation"])?;
+            let mut spec_patch = patch.clone();
+            let stack_version = patched_stack_version(&mut spec_patch, &current.stack_version)?;
+            let spec: ClusterSpec = json::apply_patch(&current.spec, &spec_patch, &["name", "kind", "isolation"])?;
             let pools: Vec<NodePoolSpec> = node_pool::of_cluster(&mut tx, tenant_id, id)
                 .await?
                 .into_iter()
                 .filter(|p| !p.deleting)
                 .map(|p| p.spec)
                 .collect();
-            rules::validate_cluster(&spec, &pools, &current.stack_version)?;
+            rules::validate_cluster(&spec, &pools, &stack_version)?;
             if rules::version_key(&spec.kubernetes_version) < rules::version_key(&current.spec.kubernetes_version) {
                 return Err(Error::invalid("kubernetes_version", "a cluster's Kubernetes version can only go up"));
             }
-            let changed = spec != current.spec;
+            let changed = spec != current.spec || stack_version != current.stack_version;
             if changed {
-                store::update_spec(&mut tx, tenant_id, id, &spec).await?;
-                cluster_event::insert(&mut tx, tenant_id, id, "Normal", "ClusterUpdated", "the cluster's spec changed")
-                    .await?;
+                store::update_spec(&mut tx, tenant_id, id, &spec, &stack_version).await?;
+                let message = if stack_version == current.stack_version {
+                    "the cluster's spec changed".to_owned()
+                } else {
+                    format!("the cluster's base stack moves from {} to {stack_version}", current.stack_version)
+                };
+                cluster_event::insert(&mut tx, tenant_id, id, "Normal", "ClusterUpdated", &message).await?;
             }
             let change = Accepted {
                 kind: "cluster_update",
@@ -421,6 +427,30 @@ impl Services {
         }
         Ok(())
     }
+}
+
+/// Takes `stack_version` out of a cluster merge patch (it is no part of the spec) and returns the
+/// cluster's base stack after the patch: a stack this binary carries, never an older one.
+fn patched_stack_version(patch: &mut serde_json::Value, current: &str) -> Result<String> {
+    let Some(value) = patch.as_object_mut().and_then(|p| p.remove("stack_version")) else {
+        return Ok(current.to_owned());
+    };
+    let Some(version) = value.as_str() else {
+        return Err(Error::invalid(
+            "stack_version",
+            "must be a base stack version such as 2026.12.0; it cannot be removed",
+        ));
+    };
+    if let Err(e) = paddock_domain::stack::definition(version) {
+        return Err(Error::invalid("stack_version", e.to_string()));
+    }
+    if paddock_domain::stack::version_key(version) < paddock_domain::stack::version_key(current) {
+        return Err(Error::invalid(
+            "stack_version",
+            format!("a cluster's base stack can only go up (it runs {current})"),
+        ));
+    }
+    Ok(version.to_owned())
 }
 
 /// 409 `insufficient_capacity` when a cluster would ask for more machines of a class than the

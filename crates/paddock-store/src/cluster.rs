@@ -132,21 +132,24 @@ pub async fn list(
     rows.into_iter().map(Cluster::try_from).collect()
 }
 
-/// Writes a new spec and bumps the generation. The caller holds the row lock.
+/// Writes a new spec and base stack version and bumps the generation. The caller holds the row
+/// lock.
 pub async fn update_spec(
     conn: &mut Conn,
     tenant: TenantId,
     id: ClusterId,
     spec: &ClusterSpec,
+    stack_version: &str,
 ) -> Result<(), StoreError> {
     sqlx::query(
-        "update clusters set kubernetes_version = $3, slurm = $4, generation = generation + 1, updated_at = now() \
-         where tenant_id = $1 and id = $2",
+        "update clusters set kubernetes_version = $3, slurm = $4, stack_version = $5, generation = generation + 1, \
+         updated_at = now() where tenant_id = $1 and id = $2",
     )
     .bind(tenant.uuid())
     .bind(id.uuid())
     .bind(&spec.kubernetes_version)
     .bind(spec.slurm.as_ref().map(Json))
+    .bind(stack_version)
     .execute(conn)
     .await?;
     Ok(())

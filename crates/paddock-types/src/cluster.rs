@@ -255,6 +255,10 @@ pub struct ClusterUpdate {
     pub kubernetes_version: Option<String>,
     /// Slurm settings.
     pub slurm: Option<SlurmSpec>,
+    /// The tenant base stack version to move to (upgrades only, to a stack this release carries;
+    /// `slurm.version` must be one of its Slurm releases, which the same patch may change).
+    #[schema(max_length = 32, pattern = "^[0-9]{4}\\.[0-9]{1,2}\\.[0-9]{1,4}$", example = "2026.12.0")]
+    pub stack_version: Option<String>,
 }
 
 /// Whether a condition holds, as Kubernetes spells it.
