@@ -192,7 +192,8 @@ fn validate_slurm(c: &mut Checks, slurm: &SlurmSpec, pools: &HashSet<&str>, stac
     }
 }
 
-/// Orders Kubernetes versions (`v1.35` < `v1.35.1` < `v1.36.0`); unparseable parts count as 0.
+/// Orders Kubernetes versions (`v1.35` < `v1.35.1` < `v1.36.0`) and base stack versions (`2026.9.0` <
+/// `2026.12.0`), part by part; unparseable parts count as 0.
 pub fn version_key(version: &str) -> (u32, u32, u32) {
     let mut parts = version.trim_start_matches('v').split('.').map(|p| p.parse::<u32>().unwrap_or(0));
     (parts.next().unwrap_or(0), parts.next().unwrap_or(0), parts.next().unwrap_or(0))

@@ -44,15 +44,14 @@ pub fn definition(version: &str) -> Result<&'static StackDefinition, DefinitionE
     all.iter().find(|d| d.version == version).ok_or_else(|| unknown_version(version))
 }
 
+/// Every embedded definition, oldest first.
+pub fn definitions() -> impl Iterator<Item = &'static StackDefinition> {
+    DEFINITIONS.iter().filter_map(|(v, _)| definition(v).ok())
+}
+
 /// The Slurm versions the embedded stack `version` runs (none for an unknown stack).
 pub fn slurm_versions(version: &str) -> Vec<&'static str> {
     definition(version).ok().and_then(|d| d.slurm.as_ref()).map(SlurmImages::versions).unwrap_or_default()
-}
-
-/// Orders stack versions (`2026.9.0` < `2026.12.0`); unparseable parts count as 0.
-pub fn version_key(version: &str) -> (u32, u32, u32) {
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    (parts.next().unwrap_or(0), parts.next().unwrap_or(0), parts.next().unwrap_or(0))
 }
 
 fn unknown_version(version: &str) -> DefinitionError {

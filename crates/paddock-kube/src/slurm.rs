@@ -193,7 +193,7 @@ impl SlurmCatalog {
 
     /// The catalog of every embedded stack definition (the ones the binary applies).
     pub fn embedded() -> Self {
-        Self::of(stack::DEFINITIONS.iter().filter_map(|(v, _)| stack::definition(v).ok()))
+        Self::of(stack::definitions())
     }
 
     /// The images of Slurm `version` on base stack `stack`; an unknown stack or a Slurm release

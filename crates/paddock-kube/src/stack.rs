@@ -339,11 +339,7 @@ impl KubeTenantStack {
     /// manifests read from `stacks_dir/<version>/` (`PADDOCK_STACKS_DIR`); the files are checked
     /// by [`Self::verify`] and on every run.
     pub fn new(stacks_dir: PathBuf) -> Self {
-        let definitions = paddock_domain::stack::DEFINITIONS
-            .iter()
-            .filter_map(|(v, _)| paddock_domain::stack::definition(v).ok())
-            .map(|d| (d.version.clone(), d.clone()))
-            .collect();
+        let definitions = paddock_domain::stack::definitions().map(|d| (d.version.clone(), d.clone())).collect();
         Self { stacks_dir, definitions, clients: Mutex::new(HashMap::new()) }
     }
 

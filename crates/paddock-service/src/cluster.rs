@@ -444,7 +444,8 @@ fn patched_stack_version(patch: &mut serde_json::Value, current: &str) -> Result
     if let Err(e) = paddock_domain::stack::definition(version) {
         return Err(Error::invalid("stack_version", e.to_string()));
     }
-    if paddock_domain::stack::version_key(version) < paddock_domain::stack::version_key(current) {
+    // Stack versions order as Kubernetes versions do, part by part (2026.9.0 < 2026.12.0).
+    if rules::version_key(version) < rules::version_key(current) {
         return Err(Error::invalid(
             "stack_version",
             format!("a cluster's base stack can only go up (it runs {current})"),
