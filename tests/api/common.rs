@@ -157,6 +157,7 @@ pub fn lab_worker_config() -> paddock_worker::WorkerConfig {
 }
 
 /// Runs, in this test's runtime, a worker named `name` with the machine and cluster reconcilers
+/// (and the clusters' drift checks)
 /// over `drivers`, and the simulated machines' agent reporting to the served `app`, until the
 /// returned sender says stop or is dropped; and the worker's metrics (what the `/metrics` of a
 /// process running it renders).
@@ -168,10 +169,12 @@ pub fn run_worker(
     config: paddock_worker::WorkerConfig,
     name: &str,
 ) -> (tokio::sync::watch::Sender<bool>, std::sync::Arc<paddock_worker::WorkerMetrics>) {
-    use paddock_worker::reconcile::{ClusterReconciler, MachineReconciler};
+    use paddock_worker::reconcile::{ClusterReconciler, DriftCheck, MachineReconciler};
+    let clusters = ClusterReconciler::new(app.services.clone(), drivers.clone(), settings.clone());
     let handlers: Vec<std::sync::Arc<dyn paddock_worker::JobHandler>> = vec![
-        std::sync::Arc::new(MachineReconciler::new(app.services.clone(), drivers.clone(), settings.clone())),
-        std::sync::Arc::new(ClusterReconciler::new(app.services.clone(), drivers, settings)),
+        std::sync::Arc::new(MachineReconciler::new(app.services.clone(), drivers, settings)),
+        std::sync::Arc::new(DriftCheck(clusters.clone())),
+        std::sync::Arc::new(clusters),
     ];
     let store = paddock_store::Store::from_pool(app.db.pool.clone());
     let worker = paddock_worker::Worker::new(store, name, handlers, config).expect("worker");

@@ -8,6 +8,7 @@ mod bad_input;
 mod cluster;
 mod common;
 mod custody;
+mod drift;
 mod focus;
 mod idempotency;
 mod jwt;

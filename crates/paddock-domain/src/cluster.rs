@@ -397,6 +397,8 @@ pub struct NodePool {
     pub status: NodePoolStatus,
     /// Spec generation.
     pub generation: i64,
+    /// The generation the cluster was last ready at.
+    pub observed_generation: i64,
     /// Whether deletion was requested.
     pub deleting: bool,
     /// Creation time.

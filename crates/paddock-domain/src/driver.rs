@@ -90,8 +90,10 @@ pub enum Removal {
 pub struct Isolation {
     /// The cluster's namespace on the platform cluster.
     pub namespace: String,
-    /// Whether any object was created or modified (false: everything already held).
-    pub changed: bool,
+    /// What this call had to create or correct (`Kind namespace/name`, or the simulated
+    /// world's names); empty when everything already held. At rest that is drift: something
+    /// changed or removed behind paddock's back.
+    pub changed: Vec<String>,
 }
 
 /// The platform cluster: one namespace per tenant cluster with its isolation objects.
@@ -162,6 +164,10 @@ pub struct ControlPlaneStatus {
     /// The admin kubeconfig, when the backend has written it. A secret: paddock stores it
     /// encrypted and never logs it ([`fmt::Debug`] prints its length only).
     pub admin_kubeconfig: Option<Vec<u8>>,
+    /// What this call had to create or correct (`Kind namespace/name`, or the simulated
+    /// world's names); empty when everything already held. At rest that is drift: something
+    /// changed or removed behind paddock's back.
+    pub changed: Vec<String>,
 }
 
 impl fmt::Debug for ControlPlaneStatus {
@@ -172,6 +178,7 @@ impl fmt::Debug for ControlPlaneStatus {
             .field("reason", &self.reason)
             .field("endpoint", &self.endpoint)
             .field("admin_kubeconfig", &kubeconfig)
+            .field("changed", &self.changed)
             .finish()
     }
 }
@@ -298,6 +305,10 @@ pub struct StackStatus {
     pub reason: String,
     /// The stack version applied (the cluster records it).
     pub version: String,
+    /// What this call had to create or correct (`Kind namespace/name`, or the simulated
+    /// world's names); empty when everything already held. At rest that is drift: something
+    /// changed or removed behind paddock's back.
+    pub changed: Vec<String>,
 }
 
 /// The tenant base stack (SPEC section 6 step 4): a CNI, the NVIDIA device plugin, a storage
@@ -380,6 +391,10 @@ pub struct SlurmStatus {
     pub login_ssh: Option<String>,
     /// The login nodes' SSH host keys, once published (sorted by algorithm).
     pub login_ssh_host_keys: Vec<SshHostKey>,
+    /// What this call had to create or correct (`Kind namespace/name`, or the simulated
+    /// world's names); empty when everything already held. At rest that is drift: something
+    /// changed or removed behind paddock's back.
+    pub changed: Vec<String>,
 }
 
 /// Slurm in a tenant cluster through Slinky (SPEC section 6 step 5).
@@ -445,6 +460,7 @@ mod tests {
             reason: String::new(),
             endpoint: Some("10.0.0.1:6443".to_owned()),
             admin_kubeconfig: Some(b"client-key-data: SECRET".to_vec()),
+            changed: Vec::new(),
         };
         let shown = format!("{status:?}");
         assert!(!shown.contains("SECRET"), "{shown}");

@@ -9,6 +9,9 @@ use serde_json::Value;
 pub const MACHINE_RECONCILE: &str = "machine_reconcile";
 /// Converges a cluster and its node pools to their spec (deletion included).
 pub const CLUSTER_RECONCILE: &str = "cluster_reconcile";
+/// Re-verifies a ready cluster at rest (`PADDOCK_DRIFT_INTERVAL`): the reconcile's steps, which
+/// read everything and correct only what changed behind paddock's back; then queued again.
+pub const CLUSTER_DRIFT_CHECK: &str = "cluster_drift_check";
 /// Keeps machines' power in line with their state: one fleet-wide job that reads the power of
 /// machines in stable states, and per-machine jobs that correct a drift it found.
 pub const POWER_SYNC: &str = "power_sync";

@@ -3,10 +3,10 @@
 //! The inherent methods return [`KubeError`] (tests and callers can look at the exact failure);
 //! the trait implementation converts it into a [`DriverError`] at the boundary.
 //!
-//! Every write is a server-side apply with the one field manager [`MANAGER`], forced: paddock
-//! owns these objects outright, so a field another manager took over is taken back rather than
-//! failing the run forever. Whether an apply changed anything is read from the object's
-//! `resourceVersion` before and after (the API server keeps it when an apply is a no-op).
+//! Every write is a server-side apply with the one field manager `paddock`, forced: paddock owns
+//! these objects outright, so a field another manager took over is taken back rather than failing
+//! the run forever. It is made only when the object read lacks one of paddock's fields
+//! ([`crate::apply`]), and what it changed is reported in [`Isolation::changed`].
 
 use std::fmt::Debug;
 use std::path::Path;
@@ -15,13 +15,14 @@ use futures::FutureExt;
 use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::NamespaceResourceScope;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::DeleteParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, Resource};
 use paddock_domain::driver::{BoxFuture, ClusterRef, DriverError, Isolation, PlatformDriver, Removal};
-use tracing::{debug, info, instrument};
+use tracing::{info, instrument};
 
-use crate::isolation::{self, IsolationSettings, LABEL_CLUSTER_ID, MANAGER};
+use crate::apply::{converge, get_and_converge, Converged, Target};
+use crate::isolation::{self, IsolationSettings, LABEL_CLUSTER_ID};
 use crate::KubeError;
 
 /// The platform cluster, reached with one kube-rs client.
@@ -78,19 +79,20 @@ impl KubePlatform {
                 return Err(KubeError::NamespaceTerminating { namespace: ns_name });
             }
         }
-        let mut changed = apply(&namespaces, "Namespace", existing, &isolation::namespace(cluster)).await?;
-
+        let mut changed = Vec::new();
+        let target = Target { kind: "Namespace", name: &ns_name, full_name: &ns_name };
+        note(&mut changed, target, converge(&namespaces, target, existing, &isolation::namespace(cluster)).await?);
         let policies: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), &ns_name);
         for policy in isolation::network_policies(cluster, &self.settings) {
-            changed |= apply_namespaced(&policies, "NetworkPolicy", &policy).await?;
+            note_namespaced(&mut changed, &policies, "NetworkPolicy", &policy).await?;
         }
         let quotas: Api<ResourceQuota> = Api::namespaced(self.client.clone(), &ns_name);
-        changed |= apply_namespaced(&quotas, "ResourceQuota", &isolation::resource_quota(cluster)).await?;
+        note_namespaced(&mut changed, &quotas, "ResourceQuota", &isolation::resource_quota(cluster)).await?;
         let limits: Api<LimitRange> = Api::namespaced(self.client.clone(), &ns_name);
-        changed |= apply_namespaced(&limits, "LimitRange", &isolation::limit_range(cluster)).await?;
+        note_namespaced(&mut changed, &limits, "LimitRange", &isolation::limit_range(cluster)).await?;
 
-        if changed {
-            info!(namespace = %ns_name, "isolation of cluster {} converged in namespace {ns_name}", cluster.cluster_id);
+        if !changed.is_empty() {
+            info!(namespace = %ns_name, changed = ?changed, "isolation of cluster {} converged in namespace {ns_name}", cluster.cluster_id);
         }
         Ok(Isolation { namespace: ns_name, changed })
     }
@@ -160,30 +162,26 @@ where
     api.get_opt(name).await.map_err(|source| KubeError::api("get", kind, name, source))
 }
 
-async fn apply_namespaced<K>(api: &Api<K>, kind: &'static str, desired: &K) -> Result<bool, KubeError>
+/// Converges one namespaced object paddock owns; its name is added to `changed` when that
+/// created or corrected it.
+async fn note_namespaced<K>(
+    changed: &mut Vec<String>,
+    api: &Api<K>,
+    kind: &'static str,
+    desired: &K,
+) -> Result<(), KubeError>
 where
     K: Resource<Scope = NamespaceResourceScope> + Clone + serde::Serialize + serde::de::DeserializeOwned + Debug,
 {
     let name = desired.meta().name.clone().unwrap_or_default();
-    let existing =
-        api.get_opt(&name).await.map_err(|source| KubeError::api("get", kind, full_name(desired), source))?;
-    apply(api, kind, existing, desired).await
+    let full_name = full_name(desired);
+    let target = Target { kind, name: &name, full_name: &full_name };
+    note(changed, target, get_and_converge(api, target, desired).await?);
+    Ok(())
 }
 
-/// Server-side applies `desired`; true when the object was created or its resourceVersion moved.
-async fn apply<K>(api: &Api<K>, kind: &'static str, existing: Option<K>, desired: &K) -> Result<bool, KubeError>
-where
-    K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + Debug,
-{
-    let name = desired.meta().name.clone().unwrap_or_default();
-    let before = existing.and_then(|o| o.meta().resource_version.clone());
-    // k8s-openapi serializes apiVersion and kind with the object, as an apply body needs.
-    let params = PatchParams::apply(MANAGER).force();
-    let applied = api
-        .patch(&name, &params, &Patch::Apply(desired))
-        .await
-        .map_err(|source| KubeError::api("apply", kind, full_name(desired), source))?;
-    let changed = before.is_none() || before != applied.meta().resource_version;
-    debug!(kind, name = %full_name(desired), changed, "applied {kind} {}", full_name(desired));
-    Ok(changed)
+fn note<K>(changed: &mut Vec<String>, target: Target<'_>, converged: Converged<K>) {
+    if converged.changed {
+        changed.push(target.describe());
+    }
 }

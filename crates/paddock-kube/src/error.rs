@@ -106,6 +106,17 @@ pub enum KubeError {
         /// The limit.
         max: usize,
     },
+    /// An object could not be encoded as JSON to compare it with what the API server holds.
+    #[error("encoding {kind} {name} as JSON")]
+    Encode {
+        /// The object's kind.
+        kind: &'static str,
+        /// `namespace/name`, or just the name.
+        name: String,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
     /// The TokenRequest of the tenant's ServiceAccount was answered without a token.
     #[error("the API server of tenant cluster {cluster_id} answered a TokenRequest without a token")]
     TenantToken {
@@ -132,7 +143,8 @@ impl KubeError {
             | Self::ForeignNamespace { .. }
             | Self::TenantKubeconfigRefused { .. }
             | Self::TenantCa { .. }
-            | Self::TenantToken { .. } => false,
+            | Self::TenantToken { .. }
+            | Self::Encode { .. } => false,
             // Kamaji rewrites a broken admin kubeconfig when it reconciles; paddock re-reads it
             // from the control plane on every run. Until then, retrying the same one is useless.
             Self::TenantKubeconfig { .. } => false,
@@ -160,6 +172,7 @@ impl KubeError {
             Self::TenantCa { .. } => "tenant_ca_invalid",
             Self::TenantToken { .. } => "tenant_token_missing",
             Self::TooManyNodes { .. } => "tenant_nodes_over_limit",
+            Self::Encode { .. } => "kube_encode_error",
         }
     }
 

@@ -26,7 +26,7 @@ use std::fmt::Debug;
 
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
 use paddock_domain::driver::{
     BoxFuture, ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, DriverError, Removal,
@@ -35,7 +35,8 @@ use paddock_types::ClusterId;
 use serde_json::{json, Value};
 use tracing::{debug, info, instrument};
 
-use crate::isolation::{self, ANNOTATION_CLUSTER_NAME, ANNOTATION_TENANT_NAME, MANAGER};
+use crate::apply::{get_and_converge, Target};
+use crate::isolation::{self, ANNOTATION_CLUSTER_NAME, ANNOTATION_TENANT_NAME};
 use crate::KubeError;
 
 /// Kamaji's API group.
@@ -155,7 +156,13 @@ pub fn assess(tcp: &DynamicObject, admin_secret: Option<&Secret>) -> ControlPlan
             kubeconfig.map(|k| k.0.clone())
         }
     };
-    ControlPlaneStatus { ready: missing.is_empty(), reason: missing.join("; "), endpoint, admin_kubeconfig }
+    ControlPlaneStatus {
+        ready: missing.is_empty(),
+        reason: missing.join("; "),
+        endpoint,
+        admin_kubeconfig,
+        changed: Vec::new(),
+    }
 }
 
 fn non_empty(v: &Value) -> Option<&str> {
@@ -206,22 +213,14 @@ impl KamajiBackend {
         let name = tenant_control_plane_name(cluster.cluster_id);
         let full = format!("{ns_name}/{name}");
         let tcps = self.tcps(&ns_name);
-        let before = tcps
-            .get_opt(&name)
-            .await
-            .map_err(|source| KubeError::api("get", OBJECT, full.as_str(), source))?
-            .and_then(|o| o.metadata.resource_version);
         // Forced: paddock owns these fields outright (see `driver`). A rejected body (e.g. an
         // unset dataStore, which the CRD forbids) is a 422, hence permanent.
-        let params = PatchParams::apply(MANAGER).force();
-        let applied = tcps
-            .patch(&name, &params, &Patch::Apply(&tenant_control_plane(spec)))
-            .await
-            .map_err(|source| KubeError::api("apply", OBJECT, full.as_str(), source))?;
-        if before.is_none() || before != applied.metadata.resource_version {
+        let target = Target { kind: OBJECT, name: &name, full_name: &full };
+        let converged = get_and_converge(&tcps, target, &tenant_control_plane(spec)).await?;
+        if converged.changed {
             info!(namespace = %ns_name, "applied TenantControlPlane {full} of cluster {}", cluster.cluster_id);
         }
-
+        let applied = converged.object;
         let secret = match admin_kubeconfig_secret_name(&applied) {
             Some(secret_name) => {
                 let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &ns_name);
@@ -232,7 +231,10 @@ impl KamajiBackend {
             }
             None => None,
         };
-        let status = assess(&applied, secret.as_ref());
+        let mut status = assess(&applied, secret.as_ref());
+        if converged.changed {
+            status.changed.push(target.describe());
+        }
         debug!(ready = status.ready, reason = %status.reason, "TenantControlPlane {full}");
         Ok(status)
     }

@@ -15,7 +15,8 @@
 //!   TokenRequest token with a TTL ([`credentials`]).
 //!
 //! Invariants: object names derive from our ids only; every write of a converged object is a
-//! server-side apply with the one field manager `paddock`; a namespace labelled for another
+//! server-side apply with the one field manager `paddock`, made only when the object lacks one of
+//! paddock's fields ([`apply`]: a converged cluster costs reads, no writes); a namespace labelled for another
 //! cluster is never touched. Failures are [`KubeError`]s inside the crate and become
 //! [`DriverError`]s (transient or permanent, a stable code) at the trait boundary.
 //!
@@ -25,6 +26,7 @@
 //! [`TenantCredentials`]: paddock_domain::driver::TenantCredentials
 //! [`DriverError`]: paddock_domain::driver::DriverError
 
+pub mod apply;
 pub mod credentials;
 mod der;
 mod driver;

@@ -81,7 +81,7 @@ use futures::FutureExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, PersistentVolumeClaim, Pod, Secret, Service};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
-use kube::{Api, Client};
+use kube::{Api, Client, Resource};
 use paddock_domain::driver::{
     BoxFuture, DriverError, Removal, SlurmDesired, SlurmDriver, SlurmPool, SlurmStatus, TenantAccess,
 };
@@ -89,6 +89,7 @@ use paddock_domain::stack::{self, SlurmImages, SlurmRelease, StackDefinition};
 use paddock_types::cluster::SlurmSpec;
 use paddock_types::ClusterId;
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::{json, Value};
 use tracing::{debug, info, instrument};
 
@@ -99,6 +100,7 @@ use objects::{
 };
 pub use probe::{node_drained, ping_succeeded, ServiceProxyProbe, SlurmProbe, REST_API_VERSION, SLURM_USER};
 
+use crate::apply::{get_and_converge, Target};
 use crate::isolation::MANAGER;
 use crate::nodes::{admin_client, admin_kubeconfig};
 use crate::KubeError;
@@ -282,17 +284,26 @@ impl std::fmt::Debug for SlinkyDriver {
     }
 }
 
-fn apply_params() -> PatchParams {
-    PatchParams::apply(MANAGER).force()
-}
-
-async fn apply<K>(api: &Api<K>, kind: &'static str, ns: &str, name: &str, body: &Value) -> Result<K, KubeError>
+/// Converges one object (read, applied only when it lacks one of paddock's fields) and adds it to
+/// `changed` when that created or corrected it.
+async fn apply<K>(
+    changed: &mut Vec<String>,
+    api: &Api<K>,
+    kind: &'static str,
+    ns: &str,
+    name: &str,
+    body: &Value,
+) -> Result<K, KubeError>
 where
-    K: Clone + DeserializeOwned + std::fmt::Debug,
+    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
 {
-    api.patch(name, &apply_params(), &Patch::Apply(body))
-        .await
-        .map_err(|source| KubeError::api("apply", kind, format!("{ns}/{name}"), source))
+    let full_name = format!("{ns}/{name}");
+    let target = Target { kind, name, full_name: &full_name };
+    let converged = get_and_converge(api, target, body).await?;
+    if converged.changed {
+        changed.push(target.describe());
+    }
+    Ok(converged.object)
 }
 
 async fn get<K>(api: &Api<K>, kind: &'static str, ns: &str, name: &str) -> Result<Option<K>, KubeError>
@@ -346,7 +357,12 @@ impl SlinkyDriver {
         Api::namespaced_with(client.clone(), &self.settings.namespace, &api_resource(kind))
     }
 
-    async fn ensure_namespace(&self, client: &Client, cluster: ClusterId) -> Result<(), KubeError> {
+    async fn ensure_namespace(
+        &self,
+        changed: &mut Vec<String>,
+        client: &Client,
+        cluster: ClusterId,
+    ) -> Result<(), KubeError> {
         let ns = &self.settings.namespace;
         let api: Api<Namespace> = Api::all(client.clone());
         let body = json!({
@@ -354,11 +370,12 @@ impl SlinkyDriver {
             "kind": "Namespace",
             "metadata": { "name": ns, "labels": labels(cluster) },
         });
-        let applied = api
-            .patch(ns, &apply_params(), &Patch::Apply(&body))
-            .await
-            .map_err(|source| KubeError::api("apply", "Namespace", ns.as_str(), source))?;
-        if applied.status.and_then(|s| s.phase).as_deref() == Some("Terminating") {
+        let target = Target { kind: "Namespace", name: ns, full_name: ns };
+        let converged = get_and_converge(&api, target, &body).await?;
+        if converged.changed {
+            changed.push(target.describe());
+        }
+        if converged.object.status.and_then(|s| s.phase).as_deref() == Some("Terminating") {
             return Err(KubeError::NamespaceTerminating { namespace: ns.clone() });
         }
         Ok(())
@@ -376,9 +393,11 @@ impl SlinkyDriver {
         let images = self.settings.catalog.images(&desired.stack_version, &desired.spec.version)?;
         let cluster = tenant.cluster.cluster_id;
         let client = self.client(tenant).await?;
-        self.ensure_namespace(&client, cluster).await?;
-        let mariadb = self.apply_objects(&client, cluster, images, desired).await?;
-        let nodesets = self.apply_nodesets(&client, cluster, images, &desired.spec, &desired.pools).await?;
+        let mut changed = Vec::new();
+        self.ensure_namespace(&mut changed, &client, cluster).await?;
+        let mariadb = self.apply_objects(&mut changed, &client, cluster, images, desired).await?;
+        let nodesets =
+            self.apply_nodesets(&mut changed, &client, cluster, images, &desired.spec, &desired.pools).await?;
         self.prune_nodesets(&client, cluster, &desired.pools).await?;
         let mut waiting = self.waiting(&client, &mariadb, &nodesets).await?;
         if waiting.is_empty() {
@@ -388,7 +407,11 @@ impl SlinkyDriver {
                 Err(e) => waiting.push(format!("SlurmRestApiPing ({e})")),
             }
         }
-        let status = self.endpoints(&client, waiting).await?;
+        let mut status = self.endpoints(&client, waiting).await?;
+        if !changed.is_empty() {
+            info!(cluster.id = %cluster, changed = ?changed, "applied Slurm objects of cluster {cluster}");
+        }
+        status.changed = changed;
         debug!(cluster.id = %cluster, ready = status.ready, reason = %status.reason, "ensured Slurm");
         Ok(status)
     }
@@ -397,6 +420,7 @@ impl SlinkyDriver {
     /// NodeSets; MariaDB's StatefulSet as applied.
     async fn apply_objects(
         &self,
+        changed: &mut Vec<String>,
         client: &Client,
         cluster: ClusterId,
         images: Images<'_>,
@@ -406,17 +430,17 @@ impl SlinkyDriver {
         let storage_class = &self.settings.storage_class;
         let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
         for (name, body) in secret_bodies(ns, cluster, &desired.secrets) {
-            apply(&secrets, "Secret", ns, name, &body).await?;
+            apply(changed, &secrets, "Secret", ns, name, &body).await?;
         }
         if has_gpus(&desired.pools) {
             let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-            apply(&config_maps, "ConfigMap", ns, CONFIG_FILES, &config_files(ns, cluster)).await?;
+            apply(changed, &config_maps, "ConfigMap", ns, CONFIG_FILES, &config_files(ns, cluster)).await?;
         }
         let services: Api<Service> = Api::namespaced(client.clone(), ns);
-        apply(&services, "Service", ns, MARIADB, &mariadb_service(ns, cluster)).await?;
+        apply(changed, &services, "Service", ns, MARIADB, &mariadb_service(ns, cluster)).await?;
         let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
         let mariadb = mariadb_statefulset(ns, cluster, storage_class, images.mariadb());
-        let mariadb = apply(&statefulsets, "StatefulSet", ns, MARIADB, &mariadb).await?;
+        let mariadb = apply(changed, &statefulsets, "StatefulSet", ns, MARIADB, &mariadb).await?;
         let objects = [
             ("Accounting", ACCOUNTING, accounting(ns, cluster, images)),
             ("Controller", CONTROLLER, controller(ns, cluster, images, storage_class, &desired.spec, &desired.pools)),
@@ -424,7 +448,7 @@ impl SlinkyDriver {
             ("LoginSet", LOGINSET, loginset(ns, cluster, images, &desired.spec)),
         ];
         for (kind, name, body) in &objects {
-            apply(&self.dynamic(client, kind), kind, ns, name, body).await?;
+            apply(changed, &self.dynamic(client, kind), kind, ns, name, body).await?;
         }
         Ok(mariadb)
     }
@@ -432,6 +456,7 @@ impl SlinkyDriver {
     /// Applies one NodeSet per pool; each pool with its NodeSet as applied.
     async fn apply_nodesets<'p>(
         &self,
+        changed: &mut Vec<String>,
         client: &Client,
         cluster: ClusterId,
         images: Images<'_>,
@@ -444,7 +469,7 @@ impl SlinkyDriver {
         let mut applied = Vec::new();
         for (i, pool) in pools.iter().enumerate() {
             let body = nodeset(ns, cluster, images, pool, own_partitions, i == 0);
-            applied.push((pool, apply(&nodesets, "NodeSet", ns, &pool.name, &body).await?));
+            applied.push((pool, apply(changed, &nodesets, "NodeSet", ns, &pool.name, &body).await?));
         }
         Ok(applied)
     }
@@ -526,6 +551,7 @@ impl SlinkyDriver {
             rest_api,
             login_ssh,
             login_ssh_host_keys,
+            changed: Vec::new(),
         })
     }
 

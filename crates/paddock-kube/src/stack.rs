@@ -14,15 +14,16 @@
 //!   both digests) or is not pinned (`stack_digest_unpinned`): nothing is applied from a stack that
 //!   does not verify.
 //! - **Applying**: each file is parsed as multi-document YAML (empty documents skipped, `List`s
-//!   flattened) and each object is server-side applied, forced, with the field manager
-//!   [`MANAGER`], through discovery and [`DynamicObject`]: discovery says whether a kind is
+//!   flattened) and each object is read and, unless it already holds every field of the file's
+//!   object ([`crate::apply`]), server-side applied, forced, with the field manager
+//!   [`crate::isolation::MANAGER`], through discovery and [`DynamicObject`]: discovery says whether a kind is
 //!   namespaced (objects without a namespace go to the component's `namespace`, else `default`) or
 //!   cluster-scoped (a stray namespace is dropped). Components go in definition order; inside one,
 //!   Namespaces first, then CRDs, then the rest, each group in file order. A kind served by a CRD
 //!   this stack just applied may not be discoverable yet: paddock waits for it (bounded), and
 //!   reports "not ready" rather than failing when the wait runs out.
-//! - **Idempotency and upgrades**: an apply that changes nothing is a no-op for the API server (the
-//!   object keeps its `resourceVersion`), so re-applying a converged stack writes nothing, and
+//! - **Idempotency, drift and upgrades**: a converged stack is only read; an object edited or
+//!   deleted behind paddock's back is applied again and reported in [`StackStatus::changed`]; and
 //!   moving to a new stack version rewrites exactly the objects whose content changed. Upstream
 //!   objects are applied as they are, plus one label, [`LABEL_STACK_COMPONENT`] (the component's
 //!   name: the same in every version, so it never causes a rewrite). Objects dropped by a newer
@@ -43,7 +44,6 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use kube::api::{Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersion};
 use kube::discovery::{ApiCapabilities, Scope};
 use kube::{Api, Client};
@@ -55,7 +55,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tracing::{debug, info, instrument};
 
-use crate::isolation::MANAGER;
+use crate::apply::{get_and_converge, Target};
 use crate::nodes;
 use crate::KubeError;
 
@@ -445,41 +445,36 @@ impl KubeTenantStack {
             components.iter().flat_map(|c| &c.objects).filter_map(StackObject::defines).collect();
         let mut resolver = Resolver { client: client.clone(), served: HashMap::new() };
         let mut applied = Vec::new();
-        let mut changed = 0usize;
+        let mut changed = Vec::new();
         for (index, component) in components.iter().enumerate() {
-            if let Some(ns) = &component.namespace {
-                let object = namespace_object(ns, &component.objects);
-                if let Some(object) = object {
-                    let (a, c) = self.apply(&mut resolver, &defined, index, component, &object).await?;
-                    changed += usize::from(c);
-                    applied.extend(a);
-                }
-            }
-            for object in &component.objects {
-                match self.apply(&mut resolver, &defined, index, component, object).await? {
-                    (Some(a), c) => {
-                        changed += usize::from(c);
-                        applied.push(a);
-                    }
+            let own_namespace = component.namespace.as_ref().and_then(|ns| namespace_object(ns, &component.objects));
+            for object in own_namespace.iter().chain(&component.objects) {
+                let (found, c) = self.apply(&mut resolver, &defined, index, component, object).await?;
+                changed.extend(c);
+                let Some(found) = found else {
                     // A kind of the stack's own CRDs is not served yet: the next run goes on.
-                    (None, _) => {
-                        let reason = format!(
-                            "component {}: waiting for the API server to serve {} {}",
-                            component.name, object.api_version, object.kind
-                        );
-                        info!(changed, "{reason}");
-                        return Ok(StackStatus { ready: false, reason, version });
-                    }
-                }
+                    let reason = format!(
+                        "component {}: waiting for the API server to serve {} {}",
+                        component.name, object.api_version, object.kind
+                    );
+                    info!(changed = changed.len(), "{reason}");
+                    return Ok(StackStatus { ready: false, reason, version, changed });
+                };
+                applied.push(found);
             }
         }
         let waiting = readiness(&components, &mut applied).await?;
-        info!(objects = applied.len(), changed, ready = waiting.is_empty(), "applied stack {version}");
-        Ok(StackStatus { ready: waiting.is_empty(), reason: waiting.join("; "), version })
+        if changed.is_empty() {
+            debug!(objects = applied.len(), ready = waiting.is_empty(), "stack {version} holds");
+        } else {
+            info!(objects = applied.len(), changed = ?changed, ready = waiting.is_empty(), "applied stack {version}");
+        }
+        Ok(StackStatus { ready: waiting.is_empty(), reason: waiting.join("; "), version, changed })
     }
 
-    /// Applies one object; None when its kind is defined by a CRD of the stack that is not served
-    /// yet. The flag says whether the object changed (created, or its resourceVersion moved).
+    /// Applies one object unless it holds already; None when its kind is defined by a CRD of the
+    /// stack that is not served yet. Second: the object (`Kind ns/name`) when this created or
+    /// corrected it.
     async fn apply(
         &self,
         resolver: &mut Resolver,
@@ -487,7 +482,7 @@ impl KubeTenantStack {
         index: usize,
         component: &LoadedComponent,
         object: &StackObject,
-    ) -> Result<(Option<Applied>, bool), StackError> {
+    ) -> Result<(Option<Applied>, Option<String>), StackError> {
         let mut found = resolver.resolve(object, false).await?;
         if found.is_none() {
             if !defined.contains(&(object.group().to_owned(), object.kind.clone())) {
@@ -504,7 +499,7 @@ impl KubeTenantStack {
                 found = resolver.resolve(object, true).await?;
             }
         }
-        let Some((resource, caps)) = found else { return Ok((None, false)) };
+        let Some((resource, caps)) = found else { return Ok((None, None)) };
         let mut body = object.body.clone();
         label(&mut body, &component.name);
         let (api, full_name): (Api<DynamicObject>, String) = match caps.scope {
@@ -528,18 +523,10 @@ impl KubeTenantStack {
             }
         };
         let what = format!("{} {full_name}", object.kind);
-        let before = api
-            .get_metadata_opt(&object.name)
-            .await
-            .map_err(|source| KubeError::api("get", "stack object", &what, source))?
-            .and_then(|o| o.metadata.resource_version);
-        let params = PatchParams::apply(MANAGER).force();
-        let result = api
-            .patch(&object.name, &params, &Patch::Apply(&body))
-            .await
-            .map_err(|source| KubeError::api("apply", "stack object", &what, source))?;
-        let changed = before.is_none() || before != result.metadata.resource_version;
-        debug!(component = %component.name, changed, "applied {what}");
+        let target = Target { kind: "stack object", name: &object.name, full_name: &what };
+        let converged = get_and_converge(&api, target, &body).await?;
+        debug!(component = %component.name, changed = converged.changed, "ensured {what}");
+        let (result, changed) = (converged.object, converged.changed.then_some(what));
         let applied = Applied {
             component: index,
             kind: object.kind.clone(),

@@ -52,12 +52,20 @@ fn unavailable(e: impl Into<SimError>) -> DriverError {
 
 type Conn = sqlx::pool::PoolConnection<sqlx::Postgres>;
 
-/// What the world holds about one cluster, with the elapsed-time checks done by the database.
+/// What the world holds about one cluster, with the ages of its parts by the database's clock.
 struct ClusterRow {
     namespace_exists: bool,
     namespace_deleting: bool,
     control_plane_exists: bool,
     control_plane_deleting: bool,
+    kubernetes_version: Option<String>,
+    /// Microseconds since the control plane, the stack and every pool's first node were there.
+    control_plane_age: Option<i64>,
+    stack_age: Option<i64>,
+    slurm_nodes_age: Option<i64>,
+    slurm_applied: bool,
+    slurm_deleting: bool,
+    slurm_pools: Option<serde_json::Value>,
     faults: Vec<String>,
 }
 
@@ -65,6 +73,11 @@ impl ClusterRow {
     fn has(&self, fault: ClusterFault) -> bool {
         self.faults.iter().any(|f| f == fault.as_str())
     }
+}
+
+/// Whether a part that has been there `age` microseconds is ready after `latency`.
+fn aged(age: Option<i64>, latency: std::time::Duration) -> bool {
+    age.is_some_and(|age| age >= micros(latency))
 }
 
 /// Where a removal stands after this call, decided in one statement from the database's clock:
@@ -108,36 +121,50 @@ impl SimKube {
         self.inner.store.conn().await.map_err(unavailable)
     }
 
-    /// The cluster's record, created empty on first contact.
+    /// The cluster's record, created empty on first contact: one read when it exists.
     async fn cluster(&self, conn: &mut PgConnection, cluster: ClusterId) -> Result<ClusterRow, DriverError> {
-        sqlx::query("insert into paddock_sim.clusters (cluster_id) values ($1) on conflict (cluster_id) do nothing")
+        const READ: &str = "select namespace_created_at is not null as ns, namespace_deleting_at is not null as ns_del,
+                control_plane_created_at is not null as cp, control_plane_deleting_at is not null as cp_del,
+                kubernetes_version,
+                (extract(epoch from now() - control_plane_created_at) * 1000000)::int8 as cp_age,
+                (extract(epoch from now() - stack_applied_at) * 1000000)::int8 as stack_age,
+                (extract(epoch from now() - slurm_nodes_at) * 1000000)::int8 as nodes_age,
+                slurm_applied_at is not null as slurm, slurm_deleting_at is not null as slurm_del, slurm_pools,
+                faults
+            from paddock_sim.clusters where cluster_id = $1";
+        let mut row = sqlx::query(READ).bind(cluster.uuid()).fetch_optional(&mut *conn).await.map_err(unavailable)?;
+        if row.is_none() {
+            sqlx::query(
+                "insert into paddock_sim.clusters (cluster_id) values ($1) on conflict (cluster_id) do nothing",
+            )
             .bind(cluster.uuid())
             .execute(&mut *conn)
             .await
             .map_err(unavailable)?;
-        let row = sqlx::query(
-            "select namespace_created_at is not null as ns, namespace_deleting_at is not null as ns_del,
-                    control_plane_created_at is not null as cp, control_plane_deleting_at is not null as cp_del,
-                    faults
-             from paddock_sim.clusters where cluster_id = $1",
-        )
-        .bind(cluster.uuid())
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(unavailable)?;
+            row = Some(sqlx::query(READ).bind(cluster.uuid()).fetch_one(&mut *conn).await.map_err(unavailable)?);
+        }
+        let row = row.expect("read or created above");
         let get = |col: &str| row.try_get::<bool, _>(col).map_err(unavailable);
+        let age = |col: &str| row.try_get::<Option<i64>, _>(col).map_err(unavailable);
         Ok(ClusterRow {
             namespace_exists: get("ns")?,
             namespace_deleting: get("ns_del")?,
             control_plane_exists: get("cp")?,
             control_plane_deleting: get("cp_del")?,
+            kubernetes_version: row.try_get("kubernetes_version").map_err(unavailable)?,
+            control_plane_age: age("cp_age")?,
+            stack_age: age("stack_age")?,
+            slurm_nodes_age: age("nodes_age")?,
+            slurm_applied: get("slurm")?,
+            slurm_deleting: get("slurm_del")?,
+            slurm_pools: row.try_get("slurm_pools").map_err(unavailable)?,
             faults: row.try_get("faults").map_err(unavailable)?,
         })
     }
 
     /// Reaches a tenant cluster's API server: its control plane must exist (and not be going
     /// away), and the cluster must not be cut off by a fault.
-    async fn tenant(&self, conn: &mut PgConnection, tenant: &TenantAccess) -> Result<(), DriverError> {
+    async fn tenant(&self, conn: &mut PgConnection, tenant: &TenantAccess) -> Result<ClusterRow, DriverError> {
         let id = tenant.cluster.cluster_id;
         let row = self.cluster(conn, id).await?;
         if row.has(ClusterFault::TenantUnreachable) {
@@ -152,26 +179,7 @@ impl SimKube {
                 format!("cluster {id} has no simulated control plane to answer at {}", tenant.endpoint),
             ));
         }
-        Ok(())
-    }
-
-    /// Ready once `latency` has passed since `col` (a timestamp column) was first set.
-    async fn elapsed(
-        &self,
-        conn: &mut PgConnection,
-        cluster: ClusterId,
-        col: &str,
-        latency: std::time::Duration,
-    ) -> Result<bool, DriverError> {
-        let ready: Option<bool> = sqlx::query_scalar(&format!(
-            "select {col} + $2 * interval '1 microsecond' <= now() from paddock_sim.clusters where cluster_id = $1"
-        ))
-        .bind(cluster.uuid())
-        .bind(micros(latency))
-        .fetch_one(conn)
-        .await
-        .map_err(unavailable)?;
-        Ok(ready == Some(true))
+        Ok(row)
     }
 }
 
@@ -189,6 +197,9 @@ impl PlatformDriver for SimKube {
                     format!("namespace {namespace} is being deleted"),
                 ));
             }
+            if row.namespace_exists {
+                return Ok(Isolation { namespace, changed: Vec::new() });
+            }
             let created = sqlx::query(
                 "update paddock_sim.clusters set namespace = $2, namespace_created_at = now(), updated_at = now()
                  where cluster_id = $1 and namespace_created_at is null",
@@ -198,7 +209,8 @@ impl PlatformDriver for SimKube {
             .execute(&mut *conn)
             .await
             .map_err(unavailable)?;
-            Ok(Isolation { namespace, changed: created.rows_affected() > 0 })
+            let changed = if created.rows_affected() > 0 { vec![format!("Namespace {namespace}")] } else { Vec::new() };
+            Ok(Isolation { namespace, changed })
         })
     }
 
@@ -284,25 +296,31 @@ impl ControlPlaneBackend for SimKube {
                     format!("the control plane of cluster {id} is being deleted"),
                 ));
             }
-            sqlx::query(
-                "update paddock_sim.clusters set control_plane_created_at = coalesce(control_plane_created_at, now()),
-                        kubernetes_version = $2, updated_at = now()
-                 where cluster_id = $1",
-            )
-            .bind(id.uuid())
-            .bind(&spec.kubernetes_version)
-            .execute(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-            let started = self
-                .elapsed(&mut conn, id, "control_plane_created_at", self.inner.config.control_plane_latency)
-                .await?;
+            let mut changed = Vec::new();
+            let mut age = row.control_plane_age;
+            if !row.control_plane_exists || row.kubernetes_version.as_deref() != Some(spec.kubernetes_version.as_str())
+            {
+                age = sqlx::query_scalar(
+                    "update paddock_sim.clusters set control_plane_created_at = coalesce(control_plane_created_at, now()),
+                            kubernetes_version = $2, updated_at = now()
+                     where cluster_id = $1
+                     returning (extract(epoch from now() - control_plane_created_at) * 1000000)::int8",
+                )
+                .bind(id.uuid())
+                .bind(&spec.kubernetes_version)
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(unavailable)?;
+                changed.push(format!("TenantControlPlane {}", namespace_name(id)));
+            }
+            let started = aged(age, self.inner.config.control_plane_latency);
             let ready = started && !row.has(ClusterFault::ControlPlaneNeverReady);
             Ok(ControlPlaneStatus {
                 ready,
                 reason: if ready { String::new() } else { "the simulated control plane is starting".to_owned() },
                 endpoint: ready.then(|| endpoint(id)),
                 admin_kubeconfig: ready.then(|| admin_kubeconfig(id)),
+                changed,
             })
         })
     }
@@ -487,20 +505,26 @@ impl TenantStack for SimKube {
             // The simulated stack follows the same definitions as the real one.
             paddock_domain::stack::definition(version).map_err(|e| DriverError::permanent(e.code(), e.to_string()))?;
             let mut conn = self.conn().await?;
-            self.tenant(&mut conn, tenant).await?;
+            let row = self.tenant(&mut conn, tenant).await?;
             let id = tenant.cluster.cluster_id;
-            sqlx::query(
-                "update paddock_sim.clusters set stack_applied_at = coalesce(stack_applied_at, now()),
-                        updated_at = now()
-                 where cluster_id = $1",
-            )
-            .bind(id.uuid())
-            .execute(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-            let ready = self.elapsed(&mut conn, id, "stack_applied_at", self.inner.config.stack_latency).await?;
+            let mut changed = Vec::new();
+            let mut age = row.stack_age;
+            if age.is_none() {
+                age = sqlx::query_scalar(
+                    "update paddock_sim.clusters set stack_applied_at = coalesce(stack_applied_at, now()),
+                            updated_at = now()
+                     where cluster_id = $1
+                     returning (extract(epoch from now() - stack_applied_at) * 1000000)::int8",
+                )
+                .bind(id.uuid())
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(unavailable)?;
+                changed.push(format!("stack {version}"));
+            }
+            let ready = aged(age, self.inner.config.stack_latency);
             let reason = if ready { String::new() } else { "the simulated base stack is rolling out".to_owned() };
-            Ok(StackStatus { ready, reason, version: version.to_owned() })
+            Ok(StackStatus { ready, reason, version: version.to_owned(), changed })
         })
     }
 }
@@ -561,7 +585,7 @@ impl SlurmDriver for SimKube {
         Box::pin(async move {
             supported_slurm(desired)?;
             let mut conn = self.conn().await?;
-            self.tenant(&mut conn, tenant).await?;
+            let row = self.tenant(&mut conn, tenant).await?;
             let id = tenant.cluster.cluster_id;
             let empty: Vec<&str> = desired
                 .pools
@@ -569,39 +593,51 @@ impl SlurmDriver for SimKube {
                 .filter(|p| p.count > 0 && p.node_names.is_empty())
                 .map(|p| p.name.as_str())
                 .collect();
-            let pools: Vec<serde_json::Value> = desired
-                .pools
-                .iter()
-                .map(|p| serde_json::json!({"name": p.name, "count": p.count, "node_names": p.node_names}))
-                .collect();
-            // `slurm_nodes_at` is when every pool with a count first had a node; it is reset when
-            // one loses its last node, so readiness waits for the NodeSets again.
-            sqlx::query(
-                "update paddock_sim.clusters set slurm_applied_at = coalesce(slurm_applied_at, now()),
-                        slurm_nodes_at = case when $2 then coalesce(slurm_nodes_at, now()) else null end,
-                        slurm_deleting_at = null, slurm_pools = $3, updated_at = now()
-                 where cluster_id = $1",
-            )
-            .bind(id.uuid())
-            .bind(empty.is_empty())
-            .bind(serde_json::Value::Array(pools))
-            .execute(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-            let status = |ready: bool, reason: String| SlurmStatus {
+            let pools = serde_json::Value::Array(
+                desired
+                    .pools
+                    .iter()
+                    .map(|p| serde_json::json!({"name": p.name, "count": p.count, "node_names": p.node_names}))
+                    .collect(),
+            );
+            let mut changed = Vec::new();
+            let mut nodes_age = row.slurm_nodes_age;
+            let held = row.slurm_applied
+                && !row.slurm_deleting
+                && row.slurm_pools.as_ref() == Some(&pools)
+                && nodes_age.is_some() == empty.is_empty();
+            if !held {
+                // `slurm_nodes_at` is when every pool with a count first had a node; it is reset
+                // when one loses its last node, so readiness waits for the NodeSets again.
+                nodes_age = sqlx::query_scalar(
+                    "update paddock_sim.clusters set slurm_applied_at = coalesce(slurm_applied_at, now()),
+                            slurm_nodes_at = case when $2 then coalesce(slurm_nodes_at, now()) else null end,
+                            slurm_deleting_at = null, slurm_pools = $3, updated_at = now()
+                     where cluster_id = $1
+                     returning (extract(epoch from now() - slurm_nodes_at) * 1000000)::int8",
+                )
+                .bind(id.uuid())
+                .bind(empty.is_empty())
+                .bind(&pools)
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(unavailable)?;
+                changed.push(format!("Slurm of cluster {id}"));
+            }
+            let (ready, reason) = if !empty.is_empty() {
+                (false, format!("node pools without nodes: {}", empty.join(", ")))
+            } else if aged(nodes_age, self.inner.config.slurm_latency) {
+                (true, String::new())
+            } else {
+                (false, "the simulated Slurm workloads are starting".to_owned())
+            };
+            Ok(SlurmStatus {
                 ready,
                 reason,
                 rest_api: Some(format!("http://slurmrestd.{}.paddock.invalid:6820", id.uuid().simple())),
                 login_ssh: Some(format!("login.{}.paddock.invalid:22", id.uuid().simple())),
                 login_ssh_host_keys: vec![sim_host_key(id)],
-            };
-            if !empty.is_empty() {
-                return Ok(status(false, format!("node pools without nodes: {}", empty.join(", "))));
-            }
-            Ok(if self.elapsed(&mut conn, id, "slurm_nodes_at", self.inner.config.slurm_latency).await? {
-                status(true, String::new())
-            } else {
-                status(false, "the simulated Slurm workloads are starting".to_owned())
+                changed,
             })
         })
     }

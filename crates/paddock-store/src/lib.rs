@@ -9,6 +9,7 @@ pub mod audit;
 pub mod cluster;
 pub mod cluster_event;
 pub mod custody;
+pub mod drift;
 mod error;
 pub mod idempotency;
 pub mod job;

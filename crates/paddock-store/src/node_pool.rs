@@ -24,6 +24,7 @@ struct PoolRow {
     labels: Json<Labels>,
     taints: Json<Vec<Taint>>,
     generation: i64,
+    observed_generation: i64,
     ready: i32,
     allocated: i32,
     conditions: serde_json::Value,
@@ -34,7 +35,7 @@ struct PoolRow {
 
 const POOL_SELECT: &str =
     "select p.id, p.tenant_id, p.cluster_id, p.name, p.machine_class_id, mc.name as machine_class, \
-     mc.gpu_count, p.count, p.labels, p.taints, p.generation, p.ready, p.allocated, p.conditions, p.created_at, \
+     mc.gpu_count, p.count, p.labels, p.taints, p.generation, p.observed_generation, p.ready, p.allocated, p.conditions, p.created_at, \
      p.updated_at, p.deletion_requested_at from node_pools p join machine_classes mc on mc.id = p.machine_class_id";
 
 fn unsigned(v: i32) -> u32 {
@@ -64,6 +65,7 @@ impl TryFrom<PoolRow> for NodePool {
                 conditions: from_json(r.conditions)?,
             },
             generation: r.generation,
+            observed_generation: r.observed_generation,
             deleting: r.deletion_requested_at.is_some(),
             created_at: r.created_at,
             updated_at: r.updated_at,

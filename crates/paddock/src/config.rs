@@ -185,6 +185,12 @@ pub struct Settings {
     #[arg(long, env = "PADDOCK_POWER_SYNC_INTERVAL", default_value_t = 300, global = true)]
     pub power_sync_interval: u64,
 
+    /// Seconds between two drift checks of a ready cluster (0 = never): its objects are read and
+    /// what was changed or removed behind paddock's back is restored and named in the cluster's
+    /// events. Each cluster's check is spread by a tenth either way.
+    #[arg(long, env = "PADDOCK_DRIFT_INTERVAL", default_value_t = 600, global = true)]
+    pub drift_interval: u64,
+
     /// Scales every latency of the simulated drivers (1 = their dev defaults, 0 = none); for
     /// demos, tests and benchmarks. Not part of the production configuration.
     #[arg(long, env = "PADDOCK_SIM_LATENCY_SCALE", default_value_t = 1.0, global = true, hide = true)]
@@ -513,6 +519,9 @@ impl Settings {
         }
         if !(10..=86_400).contains(&self.power_sync_interval) {
             bail!("PADDOCK_POWER_SYNC_INTERVAL must be between 10 and 86400 seconds");
+        }
+        if self.drift_interval != 0 && !(10..=604_800).contains(&self.drift_interval) {
+            bail!("PADDOCK_DRIFT_INTERVAL must be 0 (never) or between 10 and 604800 seconds");
         }
         if self.database_statement_timeout > 3600 {
             bail!("PADDOCK_DATABASE_STATEMENT_TIMEOUT must be at most 3600 seconds (0 = no limit)");

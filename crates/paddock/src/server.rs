@@ -12,7 +12,7 @@ use paddock_auth::Verifier;
 use paddock_service::Services;
 use paddock_store::Store;
 use paddock_worker::reconcile::{
-    self, ClusterReconciler, Drivers, MachineReconciler, PowerSync, PowerSyncSettings, Resealer,
+    self, ClusterReconciler, DriftCheck, Drivers, MachineReconciler, PowerSync, PowerSyncSettings, Resealer,
 };
 use paddock_worker::{default_worker_id, JobHandler, Worker, WorkerConfig};
 use tokio::sync::watch;
@@ -126,7 +126,8 @@ pub async fn run(
         if let Some(agent) = agent {
             tokio::spawn(agent.run(stop_rx.clone()));
         }
-        tokio::spawn(run_worker(services.clone(), worker, stop_rx.clone()))
+        let drift_interval = Duration::from_secs(settings.drift_interval);
+        tokio::spawn(run_worker(services.clone(), worker, drift_interval, stop_rx.clone()))
     });
     let api = if roles.api {
         let verifier = Verifier::new(settings.verifier()?).await.context("JWT configuration")?;
@@ -180,17 +181,19 @@ fn build_worker(settings: &Settings, services: &Services, drivers: Drivers) -> a
         shutdown_grace: Duration::from_secs(settings.shutdown_grace),
         ..WorkerConfig::default()
     };
+    let clusters = ClusterReconciler::new(services.clone(), drivers.clone(), lifecycle.clone());
     let handlers: Vec<Arc<dyn JobHandler>> = vec![
         Arc::new(MachineReconciler::new(services.clone(), drivers.clone(), lifecycle.clone())),
         Arc::new(PowerSync::new(services.clone(), drivers.clone(), power_sync)),
-        Arc::new(ClusterReconciler::new(services.clone(), drivers, lifecycle)),
+        Arc::new(DriftCheck(clusters.clone())),
+        Arc::new(clusters),
         Arc::new(Resealer::new(services.clone())),
     ];
     Worker::new(services.store().clone(), default_worker_id(), handlers, config).context("the worker's settings")
 }
 
 /// The worker: runs the reconcile jobs of the durable queue, and does the housekeeping.
-async fn run_worker(services: Services, worker: Worker, mut stop: watch::Receiver<bool>) {
+async fn run_worker(services: Services, worker: Worker, drift_interval: Duration, mut stop: watch::Receiver<bool>) {
     let store = services.store().clone();
     // The power sync's one fleet-wide job: merged into the queued one when another worker (or an
     // earlier start) enqueued it already, so this runs one check round now and costs nothing more.
@@ -202,6 +205,21 @@ async fn run_worker(services: Services, worker: Worker, mut stop: watch::Receive
     .await;
     if let Err(e) = enqueued {
         tracing::warn!(error = &e as &dyn std::error::Error, "the power sync's job could not be enqueued");
+    }
+    // The drift checks of ready clusters that have none (ready before drift checks existed, or
+    // while they were off), spread over one interval. A failure is not fatal: the next start
+    // arms them.
+    if !drift_interval.is_zero() {
+        let armed = async {
+            let mut conn = store.conn().await?;
+            paddock_store::drift::arm_unarmed(&mut conn, drift_interval).await
+        }
+        .await;
+        match armed {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(clusters = n, "armed the drift checks of {n} ready clusters"),
+            Err(e) => tracing::warn!(error = &e as &dyn std::error::Error, "the drift checks could not be armed"),
+        }
     }
     tracing::info!(worker.id = worker.id(), "worker {} started", worker.id());
     let mut jobs_stop = stop.clone();
@@ -371,6 +389,7 @@ fn lifecycle(settings: &Settings) -> reconcile::Settings {
         join_token_ttl: Duration::from_secs(settings.join_token_ttl),
         release_timeout: Duration::from_secs(settings.release_timeout),
         allocation_head_timeout: Duration::from_secs(settings.allocation_head_timeout),
+        drift_interval: Duration::from_secs(settings.drift_interval),
         // The simulated world answers at once; polling it often costs little.
         poll: if settings.kube_driver == KubeDriver::Simulated {
             Duration::from_secs(1).mul_f64(settings.sim_latency_scale.clamp(0.05, 5.0))

@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, LimitRange, Namespace, Pod, PodSpec, ResourceQuota};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
 use paddock_domain::driver::ClusterRef;
 use paddock_kube::isolation::{self, IsolationSettings};
 use paddock_kube::KubePlatform;
+use serde_json::json;
 
 use crate::support::{self, eventually};
 
@@ -67,18 +68,64 @@ async fn ensure_isolation_twice_changes_nothing_the_second_time() {
     let c = support::cluster("ensure-twice", "c1");
 
     let first = platform.ensure_isolation(&c).await.expect("first ensure");
-    assert!(first.changed, "the first run creates the objects");
+    assert_eq!(first.changed.len(), 7, "the first run creates every object: {:?}", first.changed);
     quota_computed(&client, &c).await;
     let before = stored(&client, &c).await;
     assert_eq!(before.len(), 7, "namespace, 4 policies, quota, limit range: {:?}", names(&before));
 
     let second = platform.ensure_isolation(&c).await.expect("second ensure");
-    assert_eq!(second, paddock_domain::driver::Isolation { namespace: first.namespace.clone(), changed: false });
+    assert_eq!(second, paddock_domain::driver::Isolation { namespace: first.namespace.clone(), changed: Vec::new() });
     let after = stored(&client, &c).await;
     let versions = |rows: &[(String, String, BTreeMap<String, String>, String)]| {
         rows.iter().map(|r| (r.0.clone(), r.1.clone())).collect::<Vec<_>>()
     };
     assert_eq!(versions(&before), versions(&after), "no object got a new resourceVersion");
+}
+
+/// Drift: what was deleted or edited behind paddock's back is restored and named, nothing else is
+/// written (a field of another manager stays), and the run after that changes nothing again.
+#[tokio::test]
+async fn ensure_isolation_restores_and_names_what_was_deleted_or_edited_and_nothing_else() {
+    let Some((platform, client)) = setup().await else { return };
+    let c = support::cluster("drift", "c1");
+    platform.ensure_isolation(&c).await.expect("first ensure");
+    quota_computed(&client, &c).await;
+    let ns = isolation::namespace_name(c.cluster_id);
+    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), &ns);
+    policies.delete("paddock-allow-dns", &DeleteParams::default()).await.expect("delete a policy");
+    let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns);
+    let edit = PatchParams { field_manager: Some("someone-else".into()), ..PatchParams::default() };
+    let hard = json!({ "spec": { "hard": { "pods": "100000" } } });
+    quotas.patch(isolation::QUOTA_NAME, &edit, &Patch::Merge(&hard)).await.expect("edit the quota");
+    let label = json!({ "metadata": { "labels": { "owner.example/team": "ops" } } });
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces.patch(&ns, &edit, &Patch::Merge(&label)).await.expect("label the namespace");
+    let before = stored(&client, &c).await;
+
+    let corrected = platform.ensure_isolation(&c).await.expect("ensure after drift");
+    let mut changed = corrected.changed.clone();
+    changed.sort();
+    let want = [format!("NetworkPolicy {ns}/paddock-allow-dns"), format!("ResourceQuota {ns}/paddock-quota")];
+    assert_eq!(changed, want, "exactly the deleted policy and the edited quota");
+    let quota = quotas.get(isolation::QUOTA_NAME).await.expect("quota");
+    let pods = quota.spec.and_then(|s| s.hard).and_then(|h| h.get("pods").cloned()).expect("pods");
+    assert_ne!(pods.0, "100000", "paddock's value is back");
+    policies.get("paddock-allow-dns").await.expect("the policy is back");
+    let after = stored(&client, &c).await;
+    let namespace_row = |rows: &[(String, String, BTreeMap<String, String>, String)]| {
+        rows.iter().find(|r| r.0.starts_with("Namespace/")).cloned().expect("namespace")
+    };
+    assert_eq!(namespace_row(&before).1, namespace_row(&after).1, "the namespace was not written");
+    assert_eq!(namespace_row(&after).2.get("owner.example/team").map(String::as_str), Some("ops"));
+
+    quota_computed(&client, &c).await;
+    let settled = stored(&client, &c).await;
+    let again = platform.ensure_isolation(&c).await.expect("ensure once more");
+    assert!(again.changed.is_empty(), "{:?}", again.changed);
+    let versions = |rows: &[(String, String, BTreeMap<String, String>, String)]| {
+        rows.iter().map(|r| (r.0.clone(), r.1.clone())).collect::<Vec<_>>()
+    };
+    assert_eq!(versions(&settled), versions(&stored(&client, &c).await), "nothing written");
 }
 
 fn names(rows: &[(String, String, BTreeMap<String, String>, String)]) -> Vec<&str> {

@@ -509,6 +509,7 @@ async fn readiness_follows_the_workloads_the_nodesets_and_the_ping() {
             rest_api: Some(format!("{restapi_ip}:6820")),
             login_ssh: Some("203.0.113.10:22".to_owned()),
             login_ssh_host_keys: host_keys,
+            changed: Vec::new(),
         }
     );
 }
@@ -835,4 +836,36 @@ async fn the_service_proxy_probe_pings_and_drains_through_the_api_server() {
 
 fn secrets_with_jwt(secrets: &SlurmSecrets, jwt: String) -> SlurmSecrets {
     SlurmSecrets { jwt_hs256_key: SecretString::new(jwt), ..secrets.clone() }
+}
+
+/// Drift: a NodeSet scaled by hand and a deleted Secret are restored and named, a label another
+/// manager added stays, and the run after that changes nothing.
+#[tokio::test]
+async fn what_was_edited_or_deleted_behind_paddocks_back_is_restored_and_named() {
+    let Some(server) = server().await else { return };
+    let client = server.client().await;
+    let tenant = access(&server);
+    let ns = unique("drift");
+    let cpu = unique("cpu");
+    let driver = SlinkyDriver::new(settings(&ns), Arc::new(StandInProbe::default()));
+    let want = desired(vec![pool(&cpu, 2, 0, Vec::new())], &secrets());
+    assert!(!driver.ensure_slurm(&tenant, &want).await.expect("ensure").changed.is_empty(), "created");
+    let settled = driver.ensure_slurm(&tenant, &want).await.expect("again");
+    assert!(settled.changed.is_empty(), "a converged Slurm is only read: {:?}", settled.changed);
+
+    let edit = PatchParams { field_manager: Some("someone-else".into()), ..PatchParams::default() };
+    let scaled = json!({ "metadata": { "labels": { "owner.example/team": "ops" } }, "spec": { "replicas": 7 } });
+    slinky(&client, &ns, "NodeSet").patch(&cpu, &edit, &Patch::Merge(&scaled)).await.expect("scale by hand");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    secrets.delete(SECRET_JWT, &Default::default()).await.expect("delete the JWT key");
+
+    let mut changed = driver.ensure_slurm(&tenant, &want).await.expect("after drift").changed;
+    changed.sort();
+    assert_eq!(changed, [format!("NodeSet {ns}/{cpu}"), format!("Secret {ns}/{SECRET_JWT}")]);
+    let nodeset = cr(&client, &ns, "NodeSet", &cpu).await.expect("NodeSet");
+    assert_eq!(nodeset.data["spec"]["replicas"], 2, "paddock's count is back");
+    assert_eq!(nodeset.metadata.labels.unwrap_or_default().get("owner.example/team").map(String::as_str), Some("ops"));
+    assert!(secrets.get_opt(SECRET_JWT).await.expect("get").is_some(), "the key is back");
+    let again = driver.ensure_slurm(&tenant, &want).await.expect("once more");
+    assert!(again.changed.is_empty(), "{:?}", again.changed);
 }

@@ -470,6 +470,7 @@ async fn an_upgrade_rewrites_only_the_changed_component() {
     assert_eq!(after.len(), before.len());
     let changed: Vec<_> = after.iter().filter(|(k, v)| before.get(*k) != Some(*v)).map(|(k, _)| k.clone()).collect();
     assert_eq!(changed, ["Deployment slinky/slurm-operator"], "only the changed object may be rewritten");
+    assert_eq!(status.changed, changed, "and the driver says which");
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "slinky");
     let d = deployments.get("slurm-operator").await.expect("operator");
     let image = d.spec.and_then(|s| s.template.spec).map(|s| s.containers[0].image.clone());
@@ -500,5 +501,28 @@ async fn the_embedded_stack_applies_from_the_fetched_upstream_files_and_becomes_
     play_controllers(&client).await;
     let status = stack.ensure_stack(&tenant, version).await.expect("ensure once ready");
     assert_eq!((status.ready, status.reason.as_str()), (true, ""));
+    assert!(status.changed.is_empty(), "a converged stack is only read: {:?}", status.changed);
+
+    // Drift: the operator's image swapped by hand, Calico's node agent deleted. Both come back,
+    // named; a label another manager put on the operator stays.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "slinky");
+    let edit = PatchParams { field_manager: Some("someone-else".into()), ..PatchParams::default() };
+    let swap = json!({ "metadata": { "labels": { "owner.example/team": "ops" } },
+        "spec": { "template": { "spec": { "containers": [{ "name": "slurm-operator", "image": "example.invalid/evil:1" }] } } } });
+    deployments.patch("slurm-operator", &edit, &Patch::Strategic(&swap)).await.expect("swap the image");
+    let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), "kube-system");
+    daemonsets.delete("calico-node", &Default::default()).await.expect("delete calico-node");
+    let mut changed = stack.ensure_stack(&tenant, version).await.expect("ensure after drift").changed;
+    changed.sort();
+    assert_eq!(changed, ["DaemonSet kube-system/calico-node", "Deployment slinky/slurm-operator"]);
+    let operator = deployments.get("slurm-operator").await.expect("operator");
+    let image = operator.spec.as_ref().and_then(|s| s.template.spec.as_ref()).map(|s| s.containers[0].image.clone());
+    assert_eq!(image.flatten().as_deref(), Some("ghcr.io/slinkyproject/slurm-operator:1.2.1"));
+    let labels = operator.metadata.labels.unwrap_or_default();
+    assert_eq!(labels.get("owner.example/team").map(String::as_str), Some("ops"));
+    assert!(daemonsets.get_opt("calico-node").await.expect("get").is_some(), "calico-node is back");
+    play_controllers(&client).await;
+    let again = stack.ensure_stack(&tenant, version).await.expect("once more");
+    assert!(again.changed.is_empty() && again.ready, "{again:?}");
     support::delete(&w.server).await;
 }

@@ -27,12 +27,12 @@ use paddock_domain::driver::{
     ClusterRef, ControlPlaneSpec, ControlPlaneStatus, DriverError, KubeDrivers, Removal, SlurmDesired, SlurmPool,
     SlurmSecrets, TenantAccess,
 };
-use paddock_domain::job_kind::{ClusterJob, Payload, CLUSTER_RECONCILE};
+use paddock_domain::job_kind::{ClusterJob, Payload, CLUSTER_DRIFT_CHECK, CLUSTER_RECONCILE};
 use paddock_domain::machine::HELD;
 use paddock_domain::secret::{Binding, SecretString};
 use paddock_service::Services;
 use paddock_store::allocation::{self, Allocation, HeldMachine, Need};
-use paddock_store::{cluster as store, cluster_event, lifecycle, node_pool, operation, Conn, StoreError};
+use paddock_store::{cluster as store, cluster_event, drift, lifecycle, node_pool, operation, Conn, StoreError};
 use paddock_types::cluster::{ClusterKind, ClusterPhase, Condition, ConditionStatus, NodePoolStatus};
 use paddock_types::machine::MachineState;
 use paddock_types::operation::{OperationState, OperationStep};
@@ -95,6 +95,8 @@ struct Observed {
     endpoints: paddock_types::cluster::Endpoints,
     events: Vec<(&'static str, &'static str, String)>,
     now: DateTime<Utc>,
+    /// What the drivers had to create or correct in this run (`Kind namespace/name`).
+    changed: Vec<String>,
 }
 
 impl Observed {
@@ -110,6 +112,24 @@ impl Observed {
     fn was_true(before: &[Condition], type_: &str) -> bool {
         before.iter().any(|c| c.type_ == type_ && c.status == ConditionStatus::True)
     }
+}
+
+/// Why a run was started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// The cluster's reconcile job: a spec change, a machine that moved, a retry.
+    Reconcile,
+    /// A drift check ([`CLUSTER_DRIFT_CHECK`]): only a cluster at rest is looked at, and a run
+    /// that finds everything as it was writes nothing.
+    DriftCheck,
+}
+
+/// Whether a cluster is at rest: ready at its current generation and not being deleted. What a
+/// run must correct on such a cluster changed behind paddock's back.
+fn at_rest(cluster: &Cluster) -> bool {
+    !cluster.deleting
+        && cluster.status.phase == ClusterPhase::Ready
+        && cluster.status.observed_generation == cluster.generation
 }
 
 /// Why a run stops early.
@@ -132,7 +152,7 @@ impl ClusterReconciler {
         Self { services, drivers, settings: Arc::new(settings) }
     }
 
-    async fn reconcile(&self, tenant: TenantId, id: ClusterId) -> Outcome {
+    async fn reconcile(&self, tenant: TenantId, id: ClusterId, mode: Mode) -> Outcome {
         let Some(kube) = self.drivers.kube.clone() else {
             return self.no_driver(tenant, id).await;
         };
@@ -155,16 +175,21 @@ impl ClusterReconciler {
             Ok(None) => return Outcome::Done,
             Err(e) => return store_error(e),
         };
+        if mode == Mode::DriftCheck && !at_rest(&cluster) {
+            // Its reconcile job owns it until it is ready again, and then arms the next check.
+            return Outcome::Done;
+        }
         let mut observed = Observed {
             conditions: cluster.status.conditions.clone(),
             endpoints: cluster.status.endpoints.clone(),
             events: Vec::new(),
             now: Utc::now(),
+            changed: Vec::new(),
         };
         let result = if cluster.deleting {
             self.delete(&kube, &cluster, &pools, &reference, &held, &mut observed).await
         } else {
-            self.converge(&kube, &cluster, &pools, &reference, &held, &mut observed).await
+            self.converge(&kube, &cluster, &pools, &reference, &held, &mut observed, mode).await
         };
         match result {
             Ok(outcome) => outcome,
@@ -174,6 +199,7 @@ impl ClusterReconciler {
     }
 
     /// One run over SPEC section 6's steps, in order; the status is written at the end.
+    #[expect(clippy::too_many_arguments, reason = "one run's whole input")]
     async fn converge(
         &self,
         kube: &KubeDrivers,
@@ -182,6 +208,7 @@ impl ClusterReconciler {
         reference: &ClusterRef,
         held: &[HeldMachine],
         observed: &mut Observed,
+        mode: Mode,
     ) -> Result<Outcome, Stop> {
         self.isolation(kube, reference, observed).await?;
         let cp = self.control_plane(kube, cluster, reference, observed).await?;
@@ -207,12 +234,18 @@ impl ClusterReconciler {
                 }
             }
         }
-        self.status(cluster, pools, &pool_status, observed, capacity_wait.filter(|_| cp.ready)).await
+        if at_rest(cluster) && !observed.changed.is_empty() {
+            drift_corrected(cluster, observed);
+        }
+        let quiet = mode == Mode::DriftCheck;
+        self.status(cluster, pools, &pool_status, observed, capacity_wait.filter(|_| cp.ready), quiet).await
     }
 
     /// Step 1: the cluster's namespace and its isolation on the platform cluster.
     async fn isolation(&self, kube: &KubeDrivers, reference: &ClusterRef, observed: &mut Observed) -> Result<(), Stop> {
-        kube.platform.ensure_isolation(reference).await.map_err(|e| Stop::Driver(NAMESPACE_READY, e))?;
+        let isolation =
+            kube.platform.ensure_isolation(reference).await.map_err(|e| Stop::Driver(NAMESPACE_READY, e))?;
+        observed.changed.extend(isolation.changed);
         observed.set(NAMESPACE_READY, true, "Ready", "");
         Ok(())
     }
@@ -233,8 +266,9 @@ impl ClusterReconciler {
             service_type: self.settings.service_type,
             datastore: None,
         };
-        let cp =
+        let mut cp =
             kube.control_plane.ensure_control_plane(&spec).await.map_err(|e| Stop::Driver(CONTROL_PLANE_READY, e))?;
+        observed.changed.append(&mut cp.changed);
         if let Some(kubeconfig) = &cp.admin_kubeconfig {
             self.store_kubeconfig(cluster, kubeconfig).await?;
         }
@@ -284,6 +318,7 @@ impl ClusterReconciler {
     ) -> Result<bool, Stop> {
         let stack =
             kube.stack.ensure_stack(access, &cluster.stack_version).await.map_err(|e| Stop::Driver(STACK_READY, e))?;
+        observed.changed.extend(stack.changed);
         observed.set(STACK_READY, stack.ready, if stack.ready { "Ready" } else { "Applying" }, &stack.reason);
         Ok(stack.ready)
     }
@@ -304,6 +339,7 @@ impl ClusterReconciler {
         let secrets = self.slurm_secrets(cluster).await?;
         let desired = slurm_desired(cluster, slurm, pools, held, secrets);
         let status = kube.slurm.ensure_slurm(access, &desired).await.map_err(|e| Stop::Driver(SLURM_READY, e))?;
+        observed.changed.extend(status.changed);
         observed.set(SLURM_READY, status.ready, if status.ready { "Ready" } else { "Applying" }, &status.reason);
         observed.endpoints.slurm_rest_api = status.rest_api;
         observed.endpoints.login_ssh = status.login_ssh;
@@ -320,6 +356,7 @@ impl ClusterReconciler {
         pool_status: &[(&NodePool, NodePoolStatus)],
         observed: &mut Observed,
         capacity_wait: Option<Duration>,
+        quiet: bool,
     ) -> Result<Outcome, Stop> {
         let mut required = vec![NAMESPACE_READY, CONTROL_PLANE_READY, MACHINES_ALLOCATED, NODES_READY, STACK_READY];
         if cluster.spec.kind == ClusterKind::Slurm {
@@ -332,6 +369,10 @@ impl ClusterReconciler {
         let (phase, observed_generation) = phase(cluster, ready);
         if ready && !Observed::was_true(&cluster.status.conditions, READY) {
             observed.events.push(("Normal", "ClusterReady", "the cluster is ready".to_owned()));
+        }
+        if quiet && unchanged(cluster, pool_status, observed, phase, observed_generation) {
+            // A drift check that found everything as it was: nothing to write.
+            return Ok(Outcome::Done);
         }
         let steps = steps(&observed.conditions, &required);
         let written = self.write(cluster, pools, pool_status, observed, phase, observed_generation, &steps).await?;
@@ -356,6 +397,10 @@ impl ClusterReconciler {
         observed: &mut Observed,
     ) -> Result<Option<Duration>, Stop> {
         let plan = MachinePlan::of(pools, held);
+        if plan.release.is_empty() && plan.gone_pools.is_empty() && plan.needs.is_empty() {
+            observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
+            return Ok(None);
+        }
         let mut tx = self.services.store().begin().await?;
         for m in &plan.release {
             if lifecycle::begin_release(&mut tx, self.services.ledger_key(), m.id, m.state, m.status_version).await? {
@@ -595,6 +640,9 @@ impl ClusterReconciler {
         let mut targets = vec![id.uuid()];
         targets.extend(pools.iter().map(|p| p.id.uuid()));
         if ready {
+            if !self.settings.drift_interval.is_zero() {
+                drift::arm(&mut tx, tenant, id, spread(self.settings.drift_interval)).await?;
+            }
             // The control plane is billed from the first time the cluster is ready (SPEC section 7).
             paddock_store::usage::open_control_plane_segment(&mut tx, tenant, id).await?;
             operation::succeed(&mut tx, id.uuid(), Some(cluster.generation), steps).await?;
@@ -798,6 +846,46 @@ fn phase(cluster: &Cluster, ready: bool) -> (ClusterPhase, i64) {
     }
 }
 
+/// Whether a run found the cluster and its pools exactly as their stored status says, with
+/// nothing to tell: then writing would change nothing.
+fn unchanged(
+    cluster: &Cluster,
+    pool_status: &[(&NodePool, NodePoolStatus)],
+    observed: &Observed,
+    phase: ClusterPhase,
+    observed_generation: i64,
+) -> bool {
+    let ready = phase == ClusterPhase::Ready;
+    phase == cluster.status.phase
+        && observed_generation == cluster.status.observed_generation
+        && observed.conditions == cluster.status.conditions
+        && observed.endpoints == cluster.status.endpoints
+        && observed.events.is_empty()
+        && pool_status
+            .iter()
+            .all(|(pool, status)| *status == pool.status && (!ready || pool.observed_generation == pool.generation))
+}
+
+/// The cluster's event for what a run on a cluster at rest had to restore: drift, named object by
+/// object (the first few).
+fn drift_corrected(cluster: &Cluster, observed: &mut Observed) {
+    const NAMED: usize = 8;
+    let changed = &observed.changed;
+    let mut named = changed.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ");
+    if changed.len() > NAMED {
+        named.push_str(&format!(" and {} more", changed.len() - NAMED));
+    }
+    tracing::warn!(tenant = %cluster.tenant_id, cluster = %cluster.id, changed = ?changed,
+        "cluster {} had drifted: restored {} object(s)", cluster.id, changed.len());
+    let message = format!("restored what had been changed or removed behind paddock's back: {named}");
+    observed.events.push(("Warning", "DriftCorrected", message));
+}
+
+/// `interval`, give or take a tenth at random, so clusters that were checked together drift apart.
+fn spread(interval: Duration) -> Duration {
+    interval.mul_f64(rand::Rng::random_range(&mut rand::rng(), 0.9..1.1))
+}
+
 /// Each pool's ready (active) and allocated (held) counts and its conditions.
 fn pool_statuses<'a>(pools: &'a [NodePool], held: &[HeldMachine]) -> Vec<(&'a NodePool, NodePoolStatus)> {
     let now = Utc::now();
@@ -944,13 +1032,62 @@ impl JobHandler for ClusterReconciler {
     fn run<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Outcome> {
         match ClusterJob::from_value(&job.payload) {
             Ok(c) => async move {
-                super::patient(self.reconcile(c.tenant_id, c.cluster_id).await, job, self.settings.outage_wait)
+                let outcome = self.reconcile(c.tenant_id, c.cluster_id, Mode::Reconcile).await;
+                super::patient(outcome, job, self.settings.outage_wait)
             }
             .boxed(),
-            Err(e) => {
-                let detail = format!("the job's payload is not a cluster's: {e}");
-                async move { Outcome::fail("bad_job", detail) }.boxed()
+            Err(e) => bad_payload(e),
+        }
+    }
+}
+
+/// The [`CLUSTER_DRIFT_CHECK`] handler: the cluster reconciler's run on a cluster at rest, queued
+/// again for the next check; what it cannot settle in one run goes to the cluster's reconcile job.
+#[derive(Clone, Debug)]
+pub struct DriftCheck(pub ClusterReconciler);
+
+impl DriftCheck {
+    async fn check(&self, tenant: TenantId, id: ClusterId) -> Outcome {
+        let interval = self.0.settings.drift_interval;
+        if interval.is_zero() {
+            // Drift checks were switched off: the queued ones end as they come due.
+            return Outcome::Done;
+        }
+        match self.0.reconcile(tenant, id, Mode::DriftCheck).await {
+            Outcome::Done => {
+                Outcome::wait(spread(interval), "at_rest", "the cluster is ready; waiting for its next drift check")
+            }
+            // Not ready any more (its status says why) or a failure: the reconcile job takes over,
+            // with its retries, and arms the next check once the cluster is ready again.
+            _ => {
+                let handed = async {
+                    let mut conn = self.0.services.store().conn().await?;
+                    lifecycle::enqueue_cluster(&mut conn, tenant, id).await
+                }
+                .await;
+                match handed {
+                    Ok(()) => Outcome::Done,
+                    Err(e) => store_error(e),
+                }
             }
         }
     }
+}
+
+impl JobHandler for DriftCheck {
+    fn kind(&self) -> &'static str {
+        CLUSTER_DRIFT_CHECK
+    }
+
+    fn run<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Outcome> {
+        match ClusterJob::from_value(&job.payload) {
+            Ok(c) => self.check(c.tenant_id, c.cluster_id).boxed(),
+            Err(e) => bad_payload(e),
+        }
+    }
+}
+
+fn bad_payload(e: serde_json::Error) -> BoxFuture<'static, Outcome> {
+    let detail = format!("the job's payload is not a cluster's: {e}");
+    async move { Outcome::fail("bad_job", detail) }.boxed()
 }

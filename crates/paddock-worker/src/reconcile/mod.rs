@@ -16,7 +16,7 @@ mod reseal;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use cluster::ClusterReconciler;
+pub use cluster::{ClusterReconciler, DriftCheck};
 pub use machine::{MachineReconciler, BMC_FIX_WAIT, RELEASE_POWER_OFF_FAILED};
 use paddock_domain::bmc::BmcDriver;
 use paddock_domain::driver::{ClusterRef, KubeDrivers, ServiceType};
@@ -86,6 +86,8 @@ pub struct Settings {
     /// How long a waiting allocation may hold back later ones of its class
     /// (`PADDOCK_ALLOCATION_HEAD_TIMEOUT`).
     pub allocation_head_timeout: Duration,
+    /// How often a ready cluster is checked for drift (`PADDOCK_DRIFT_INTERVAL`; zero: never).
+    pub drift_interval: Duration,
 }
 
 impl Default for Settings {
@@ -103,6 +105,7 @@ impl Default for Settings {
             service_type: ServiceType::LoadBalancer,
             outage_wait: OUTAGE_WAIT,
             allocation_head_timeout: Duration::from_secs(600),
+            drift_interval: Duration::from_secs(600),
         }
     }
 }
