@@ -401,6 +401,9 @@ async fn a_slurm_cluster_goes_ready_scales_and_is_deleted_with_the_real_operator
         .filter(|s| s.starts_with("POST ") && s.ends_with(&format!("/node/{}", removed[0])))
         .collect();
     assert!(!drains.is_empty(), "Slurm node {} went without a drain: {:?}", removed[0], restd.seen());
+    // paddock's own drain (its probe, v0.0.42) asked slurmrestd about it before the release.
+    let asked = format!("GET /slurm/v0.0.42/node/{}", removed[0]);
+    assert!(restd.seen().contains(&asked), "paddock never drained {}: {:?}", removed[0], restd.seen());
     if let Some(node) = restd.nodes().get(removed[0]) {
         assert!(node.state.iter().any(|s| s == "DRAIN"), "Slurm node {} kept but not drained: {node:?}", removed[0]);
     }
