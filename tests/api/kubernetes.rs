@@ -66,8 +66,12 @@ use tokio::sync::watch;
 
 use crate::common::{id, machine_class, tenant};
 
+mod operator;
+
 /// Real API servers start slowly when tests share 2 cores.
 const WAIT: Duration = Duration::from_secs(240);
+/// With the real operator, the workload controllers and the scheduler also share them.
+const WAIT_REAL: Duration = Duration::from_secs(600);
 
 /// The finalizer Kamaji puts on a TenantControlPlane (played here).
 const KAMAJI_FINALIZER: &str = "finalizer.kamaji.clastix.io";
@@ -148,17 +152,17 @@ fn harness_http() -> reqwest::Client {
     reqwest::Client::builder().timeout(Duration::from_secs(240)).build().expect("client")
 }
 
-/// A fresh API server (with `crds`), named after `label`, unique in the harness.
-async fn create_server(label: &str, crds: &[PathBuf]) -> ApiServer {
+/// A fresh API server (with `crds`; `controllers` None: the harness's default ones), named after
+/// `label`, unique in the harness.
+async fn create_server(label: &str, crds: &[PathBuf], controllers: Option<&[&str]>) -> ApiServer {
     let control = control().expect("checked by Lab::new");
     let mut name = format!("api-{label}-{}-{}", std::process::id(), &uuid::Uuid::new_v4().simple().to_string()[..6]);
     name.truncate(63);
-    let rsp = harness_http()
-        .post(format!("{control}/apiservers"))
-        .json(&json!({ "name": name, "crds": crds }))
-        .send()
-        .await
-        .expect("POST /apiservers");
+    let mut body = json!({ "name": name, "crds": crds });
+    if let Some(controllers) = controllers {
+        body["controllers"] = json!(controllers);
+    }
+    let rsp = harness_http().post(format!("{control}/apiservers")).json(&body).send().await.expect("POST /apiservers");
     let status = rsp.status().as_u16();
     let body = rsp.text().await.expect("body");
     assert_eq!(status, 201, "creating API server {name}: {body}");
@@ -260,6 +264,9 @@ struct Play {
     /// Machine id -> the bootstrap tokens its kubelet found to join with: (Secret name, lifetime
     /// in seconds from the Secret's creation to its `expiration`).
     tokens: Mutex<HashMap<String, Vec<(String, i64)>>>,
+    /// The REAL operator and what it needs, instead of the played operator and workload
+    /// controllers (see [`operator`]); None plays them.
+    real: Option<operator::RealOperator>,
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -289,6 +296,22 @@ impl Play {
         self.tenants.lock().expect("lock").get(cluster).cloned()
     }
 
+    /// Fails the test when the real operator or a played part of it stopped (no-op when played).
+    fn check(&self) {
+        if let Some(real) = &self.real {
+            real.check();
+        }
+    }
+
+    /// What the real operator's cluster still waits for (pods, the operator's log); empty when
+    /// the operator is played.
+    async fn diagnose(&self, cluster: &str) -> String {
+        match (&self.real, self.tenant(cluster)) {
+            (Some(real), Some(t)) => real.diagnose(cluster, &t.client).await,
+            _ => String::new(),
+        }
+    }
+
     /// PLAYS KAMAJI.
     async fn kamaji(&self) -> Result<(), String> {
         let all: Api<DynamicObject> = Api::all_with(self.platform.clone(), &kamaji::api_resource());
@@ -302,6 +325,9 @@ impl Play {
                 let gone = self.tenants.lock().expect("lock").remove(&cluster);
                 if let Some(t) = gone {
                     let held = holdings(&t.client).await;
+                    if let Some(real) = &self.real {
+                        real.stop(&cluster);
+                    }
                     eprintln!("kamaji (played): control plane of {cluster} deleted; its API server held {held}");
                     self.at_deletion.lock().expect("lock").insert(cluster.clone(), held);
                     delete_server(&t.server.name).await;
@@ -313,7 +339,8 @@ impl Play {
             let tenant = match self.tenant(&cluster) {
                 Some(t) => t,
                 None => {
-                    let server = create_server("tenant", &[]).await;
+                    let controllers = self.real.as_ref().map(|_| operator::WORKLOADS);
+                    let server = create_server("tenant", &[], controllers).await;
                     self.started.lock().expect("lock").push(server.name.clone());
                     let t = TenantServer { client: server.client().await, server };
                     self.tenants.lock().expect("lock").insert(cluster.clone(), t.clone());
@@ -364,8 +391,7 @@ impl Play {
             let Some(tenant) = m["cluster_id"].as_str().and_then(|c| self.tenant(c)) else { continue };
             let machine_id = MachineId(m["id"].as_str().and_then(|i| i.parse().ok()).ok_or("machine id")?);
             let name = paddock_domain::driver::node_name(machine_id);
-            let nodes: Api<Node> = Api::all(tenant.client.clone());
-            if nodes.get_opt(&name).await.map_err(err)?.is_some() {
+            if self.registered(&tenant.client, &name).await? {
                 continue;
             }
             let secrets: Api<Secret> = Api::namespaced(tenant.client.clone(), BOOTSTRAP_NAMESPACE);
@@ -394,35 +420,59 @@ impl Play {
                 .as_str()
                 .map(str::to_owned)
                 .unwrap_or_else(|| paddock_sim::system_uuid(m["name"].as_str().unwrap_or_default()));
-            let node: Node = serde_json::from_value(json!({
-                "metadata": { "name": name, "labels": { "kubernetes.io/hostname": name } },
-            }))
-            .map_err(err)?;
-            nodes.create(&PostParams::default(), &node).await.map_err(err)?;
-            let status = json!({ "status": {
-                "nodeInfo": {
-                    "systemUUID": uuid, "machineID": "m", "bootID": "b", "kernelVersion": "6.8.0",
-                    "osImage": "Ubuntu 24.04", "containerRuntimeVersion": "containerd://2.0.0",
-                    "kubeletVersion": "v1.34.1", "kubeProxyVersion": "", "operatingSystem": "linux",
-                    "architecture": "amd64",
-                },
-                "conditions": [{ "type": "Ready", "status": "True", "reason": "KubeletReady" }],
-            }});
-            nodes.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await.map_err(err)?;
+            match &self.real {
+                Some(real) => real.register(&self.api, &tenant.client, &name, &uuid, &m).await?,
+                None => register_node(&tenant.client, &name, &uuid).await?,
+            }
         }
         Ok(())
     }
 
+    /// Whether machine's Node `name` is registered (by the real-operator kubelets: completely).
+    async fn registered(&self, client: &Client, name: &str) -> Result<bool, String> {
+        if let Some(real) = &self.real {
+            return Ok(real.registered(name));
+        }
+        Ok(Api::<Node>::all(client.clone()).get_opt(name).await.map_err(err)?.is_some())
+    }
+
     /// PLAYS THE WORKLOAD CONTROLLERS AND THE SLINKY OPERATOR in every tenant API server.
     async fn controllers(&self) -> Result<(), String> {
-        let tenants: Vec<TenantServer> = self.tenants.lock().expect("lock").values().cloned().collect();
-        for t in tenants {
+        let tenants: Vec<(String, TenantServer)> =
+            self.tenants.lock().expect("lock").iter().map(|(c, t)| (c.clone(), t.clone())).collect();
+        for (cluster, t) in tenants {
+            if let Some(real) = &self.real {
+                real.tend(&cluster, &t).await?;
+                continue;
+            }
             operator(&t.client).await?;
             workloads(&t.client).await?;
             nodesets(&t.client).await?;
         }
         Ok(())
     }
+}
+
+/// A Node as the kubelet registers it (PLAYED): its system UUID, Ready; no capacity (nothing is
+/// scheduled without the real operator, [`operator`]).
+async fn register_node(client: &Client, name: &str, uuid: &str) -> Result<(), String> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node: Node = serde_json::from_value(json!({
+        "metadata": { "name": name, "labels": { "kubernetes.io/hostname": name } },
+    }))
+    .map_err(err)?;
+    nodes.create(&PostParams::default(), &node).await.map_err(err)?;
+    let status = json!({ "status": {
+        "nodeInfo": {
+            "systemUUID": uuid, "machineID": "m", "bootID": "b", "kernelVersion": "6.8.0",
+            "osImage": "Ubuntu 24.04", "containerRuntimeVersion": "containerd://2.0.0",
+            "kubeletVersion": "v1.34.1", "kubeProxyVersion": "", "operatingSystem": "linux",
+            "architecture": "amd64",
+        },
+        "conditions": [{ "type": "Ready", "status": "True", "reason": "KubeletReady" }],
+    }});
+    nodes.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.map_err(err)?;
+    Ok(())
 }
 
 /// What a tenant API server holds: its Nodes and its Slurm custom objects.
@@ -638,6 +688,8 @@ struct Lab {
     /// The simulated BMCs' world (for faults).
     world: SimWorld,
     stop: watch::Sender<bool>,
+    /// How long a wait for the cluster may take: [`WAIT`], longer with the real operator.
+    wait: Duration,
 }
 
 impl Lab {
@@ -651,13 +703,32 @@ impl Lab {
         let kamaji_crds = crds("kamaji", &KAMAJI_CRDS)?;
         let stacks = upstream_stacks()?;
         control()?;
-        let platform = create_server("platform", &kamaji_crds).await;
+        Some(Self::build(tweak, kamaji_crds, stacks, None).await)
+    }
+
+    /// The lab with the REAL Slinky operator in every tenant cluster (see [`operator`]) and
+    /// paddock's real slurmrestd probe; None: skipped (a failure on CI) without its inputs.
+    async fn with_real_operator() -> Option<Lab> {
+        let kamaji_crds = crds("kamaji", &KAMAJI_CRDS)?;
+        let stacks = upstream_stacks()?;
+        control()?;
+        let real = operator::RealOperator::start().await?;
+        Some(Self::build(|_| {}, kamaji_crds, stacks, Some(real)).await)
+    }
+
+    async fn build(
+        tweak: impl FnOnce(&mut Settings),
+        kamaji_crds: Vec<PathBuf>,
+        stacks: PathBuf,
+        real: Option<operator::RealOperator>,
+    ) -> Lab {
+        let platform = create_server("platform", &kamaji_crds, None).await;
 
         let mut app = TestApp::served().await;
         let store = Store::from_pool(app.db.pool.clone());
         let world = SimWorld::new(store.clone(), SimConfig::zero());
         // The drivers as `paddock serve` assembles them with PADDOCK_KUBE_DRIVER=kubernetes,
-        // except the slurmrestd probe (a stand-in).
+        // except the slurmrestd probe (a stand-in) when the operator is played.
         let kube_platform = KubePlatform::connect(Some(&platform.kubeconfig)).await.expect("platform");
         let stack = KubeTenantStack::new(stacks);
         stack.verify(latest_version()).expect("the stack files verify");
@@ -667,7 +738,10 @@ impl Lab {
             platform: Arc::new(kube_platform),
             nodes: Arc::new(KubeTenantNodes::new()),
             stack: Arc::new(stack),
-            slurm: Arc::new(SlinkyDriver::new(SlinkySettings::default(), Arc::new(StandInProbe))),
+            slurm: Arc::new(match real {
+                Some(_) => SlinkyDriver::with_service_proxy(SlinkySettings::default()),
+                None => SlinkyDriver::new(SlinkySettings::default(), Arc::new(StandInProbe)),
+            }),
             credentials: credentials.clone(),
         };
         // The router as `paddock api` builds it with the real credentials driver (in-process
@@ -707,15 +781,20 @@ impl Lab {
             at_deletion: Mutex::new(HashMap::new()),
             started: Mutex::new(Vec::new()),
             tokens: Mutex::new(HashMap::new()),
+            real,
         });
+        let wait = if play.real.is_some() { WAIT_REAL } else { WAIT };
         tokio::spawn(play.clone().run(stop.subscribe()));
-        Some(Lab { app, platform, platform_client, play, world, stop })
+        Lab { app, platform, platform_client, play, world, stop, wait }
     }
 
     /// Stops the worker and players, and the API servers of this test.
     async fn finish(self) {
         let _ = self.stop.send(true);
         tokio::time::sleep(Duration::from_millis(500)).await;
+        if let Some(real) = &self.play.real {
+            real.stop_all();
+        }
         let started: Vec<String> = self.play.started.lock().expect("lock").clone();
         for name in started {
             delete_server(&name).await;
@@ -749,6 +828,28 @@ impl Lab {
         ids
     }
 
+    /// Tenant acme's Slurm cluster `hpc` with a CPU pool and a GPU pool (`gpus` per machine) of
+    /// one machine each, three machines enrolled (two CPU, one GPU); its id and its pools' ids
+    /// by name.
+    async fn create_hpc(&self, gpus: u32) -> (Tenant, String, BTreeMap<String, String>) {
+        machine_class(&self.app, "cpu", 0).await;
+        machine_class(&self.app, "gpu", gpus).await;
+        self.enroll("cpu", &["c1", "c2"]).await;
+        self.enroll("gpu", &["g1"]).await;
+        let t = self.tenant("acme").await;
+        let body = json!({
+            "name": "hpc", "kind": "slurm", "isolation": "private-nodes",
+            "node_pools": [
+                { "name": "cpu", "machine_class": "cpu", "count": 1 },
+                { "name": "gpu", "machine_class": "gpu", "count": 1 },
+            ],
+        });
+        let created = self.create(&t, body).await;
+        let pools = created["cluster"]["node_pools"].as_array().expect("pools");
+        let pools = pools.iter().map(|p| (p["name"].as_str().expect("name").to_owned(), id(p))).collect();
+        (t, id(&created["cluster"]), pools)
+    }
+
     async fn create(&self, t: &Tenant, body: Value) -> Value {
         let path = format!("/v1/tenants/{}/clusters", t.id);
         self.app.post(path).token(&t.token).json(&body).send().await.expect(202).json()
@@ -764,26 +865,32 @@ impl Lab {
 
     /// Waits until the cluster is ready at its current generation (on timeout, shows the cluster).
     async fn ready(&self, t: &Tenant, cluster: &str) -> Value {
-        let end = std::time::Instant::now() + WAIT;
+        let end = std::time::Instant::now() + self.wait;
         loop {
             let c = self.cluster(t, cluster).await;
             if c["status"]["phase"] == "ready" && c["status"]["observed_generation"] == c["generation"] {
                 return c;
             }
-            assert!(std::time::Instant::now() < end, "not ready after {WAIT:?}: {c:#}");
+            self.play.check();
+            if std::time::Instant::now() > end {
+                panic!("not ready after {:?}: {c:#}\n{}", self.wait, self.play.diagnose(cluster).await);
+            }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 
     /// Waits until the cluster is gone (404); on timeout, shows it.
     async fn gone(&self, t: &Tenant, cluster: &str) {
-        let end = std::time::Instant::now() + WAIT;
+        let end = std::time::Instant::now() + self.wait;
         loop {
             let rsp = self.app.get(Self::path(t, cluster)).token(&t.token).send().await;
             if rsp.status.as_u16() == 404 {
                 return;
             }
-            assert!(std::time::Instant::now() < end, "not gone after {WAIT:?}: {:#}", rsp.json());
+            self.play.check();
+            if std::time::Instant::now() > end {
+                panic!("not gone after {:?}: {:#}\n{}", self.wait, rsp.json(), self.play.diagnose(cluster).await);
+            }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
@@ -1107,22 +1214,8 @@ async fn reconciling_a_converged_kubernetes_cluster_again_changes_nothing() {
 #[tokio::test]
 async fn a_slurm_cluster_with_cpu_and_gpu_pools_goes_ready_scales_and_is_deleted_slurm_first() {
     let Some(lab) = Lab::new().await else { return };
-    machine_class(&lab.app, "cpu", 0).await;
-    machine_class(&lab.app, "gpu", 8).await;
-    lab.enroll("cpu", &["c1", "c2"]).await;
-    lab.enroll("gpu", &["g1"]).await;
-    let t = lab.tenant("acme").await;
-    let body = json!({
-        "name": "hpc", "kind": "slurm", "isolation": "private-nodes",
-        "node_pools": [
-            { "name": "cpu", "machine_class": "cpu", "count": 1 },
-            { "name": "gpu", "machine_class": "gpu", "count": 1 },
-        ],
-    });
-    let created = lab.create(&t, body).await;
-    let c = id(&created["cluster"]);
-    let pools = created["cluster"]["node_pools"].as_array().expect("pools").clone();
-    let cpu_pool = id(pools.iter().find(|p| p["name"] == "cpu").expect("cpu pool"));
+    let (t, c, pools) = lab.create_hpc(8).await;
+    let cpu_pool = pools["cpu"].clone();
     let ready = lab.ready(&t, &c).await;
     all_true(&ready);
     let rest = ready["status"]["endpoints"]["slurm_rest_api"].as_str().expect("slurm_rest_api");
@@ -1160,14 +1253,13 @@ async fn a_slurm_cluster_with_cpu_and_gpu_pools_goes_ready_scales_and_is_deleted
         assert!(cr(kind, name).await.is_some(), "{kind} {name} is missing");
     }
     // One NodeSet per pool, selecting exactly its pool's Nodes; GRES on the GPU pool only.
-    for p in &pools {
-        let name = p["name"].as_str().expect("name");
+    for (name, p) in &pools {
         let nodeset = cr("NodeSet", name).await.expect("the pool's NodeSet");
         let spec = &nodeset.data["spec"];
         assert_eq!(spec["replicas"], 1);
         assert_eq!(
             selected_nodes(&client, spec).await.expect("nodes"),
-            lab.pool_nodes(&t, &c, &id(p)).await,
+            lab.pool_nodes(&t, &c, p).await,
             "NodeSet {name}"
         );
         assert!(spec["template"]["spec"]["nodeSelector"].get(LABEL_NODE_POOL).is_some(), "{spec}");

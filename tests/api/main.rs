@@ -28,3 +28,9 @@ mod sweep;
 mod tenant;
 mod usage;
 mod worker;
+
+// The played kubelets, provisioner, slurmrestd stand-in and operator process of paddock-kube's
+// operator test, shared with `kubernetes::operator`, which does not use every part of them.
+#[path = "../../crates/paddock-kube/tests/played/mod.rs"]
+#[allow(dead_code)]
+mod played;

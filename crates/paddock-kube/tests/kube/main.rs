@@ -13,6 +13,11 @@
 
 mod support;
 
+// Shared with the API's end-to-end test, which does not use every part of it.
+#[path = "../played/mod.rs"]
+#[allow(dead_code)]
+mod played;
+
 mod chart;
 mod control_plane;
 mod credentials;

@@ -46,12 +46,10 @@ use paddock_types::MachineId;
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 
+use crate::played::operator::{deployment_args, hosts_file, local_args, random_loopback, routable_ip, Operator};
+use crate::played::{kubelet, provisioner, restd};
 use crate::slurm::{pool, secrets};
 use crate::support::{self, ApiServer};
-
-mod kubelet;
-mod provisioner;
-mod restd;
 
 /// The stack whose rendered operator chart the test applies.
 const STACK: &str = "2026.12.0";
@@ -157,35 +155,7 @@ async fn apply_chart(client: &Client, chart: &Path) -> (Vec<String>, String) {
         }
     }
     let deployment = deployment.expect("the chart renders the operator's Deployment");
-    let pod = &deployment["spec"]["template"]["spec"];
-    let container = &pod["containers"][0];
-    assert_eq!(container["image"], format!("ghcr.io/slinkyproject/slurm-operator:{OPERATOR_VERSION}"));
-    let args = container["args"].as_array().expect("the operator's args");
-    let args = args.iter().map(|a| a.as_str().expect("string args").to_owned()).collect();
-    (args, pod["serviceAccountName"].as_str().expect("a ServiceAccount").to_owned())
-}
-
-/// The chart's args with the listen addresses moved off ports others use on this machine (8080,
-/// 8081): metrics off, the health probe on a free loopback port. Everything else is kept.
-fn local_args(args: &[String], health_port: u16) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        out.push(arg.clone());
-        let replaced = match arg.as_str() {
-            "--metrics-addr" => "0".to_owned(),
-            "--health-addr" => format!("127.0.0.1:{health_port}"),
-            _ => continue,
-        };
-        it.next();
-        out.push(replaced);
-    }
-    out
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("its address").port()
+    deployment_args(&deployment, OPERATOR_VERSION)
 }
 
 /// A kubeconfig holding a fresh token of the operator's ServiceAccount, as the pod's projected
@@ -195,45 +165,12 @@ async fn operator_kubeconfig(server: &ApiServer, admin: &Client, account: &str, 
     std::fs::write(path, kubeconfig).expect("write the operator's kubeconfig");
 }
 
-/// The operator process (killed when dropped) and its log.
-struct Operator {
-    child: tokio::process::Child,
-    log: PathBuf,
-}
-
-impl Operator {
-    /// Runs `binary` with `args` and `kubeconfig`, in a private mount namespace whose
-    /// `/etc/hosts` is `hosts` (the Service name of slurmrestd resolves to the stand-in).
-    fn start(binary: &Path, args: &[String], kubeconfig: &Path, hosts: &Path, log: PathBuf) -> Self {
-        let out = std::fs::File::create(&log).expect("the operator's log file");
-        let err = out.try_clone().expect("the log file, twice");
-        let child = tokio::process::Command::new("unshare")
-            .args(["--mount", "--", "sh", "-c", r#"mount --bind "$1" /etc/hosts && shift && exec "$@""#, "sh"])
-            .arg(hosts)
-            .arg(binary)
-            .args(args)
-            .env("KUBECONFIG", kubeconfig)
-            .stdin(std::process::Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {} under unshare: {e}", binary.display()));
-        Self { child, log }
-    }
-
-    /// The last lines of its log.
-    fn tail(&self) -> String {
-        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
-    }
-}
-
 /// What must stay alive while the test waits: the operator and the played parts.
 struct Alive {
     operator: Operator,
     tasks: Vec<(&'static str, JoinHandle<()>)>,
+    /// The API server's admin (for the pods' state in failure messages).
+    client: Client,
 }
 
 impl Drop for Alive {
@@ -247,9 +184,7 @@ impl Drop for Alive {
 impl Alive {
     /// Fails the test, naming it, when any of them stopped.
     fn check(&mut self) {
-        if let Ok(Some(status)) = self.operator.child.try_wait() {
-            panic!("the slurm-operator exited ({status}); its log ends:\n{}", self.operator.tail());
-        }
+        self.operator.check();
         for (name, task) in &mut self.tasks {
             if task.is_finished() {
                 let result = futures::FutureExt::now_or_never(task).expect("finished");
@@ -269,23 +204,17 @@ impl Alive {
             self.check();
             match probe().await {
                 Ok(v) => return v,
-                Err(missing) if Instant::now() > end => panic!(
-                    "timed out after {PATIENCE:?} waiting for {what}: {missing}\nthe operator's log ends:\n{}",
-                    self.operator.tail()
-                ),
+                Err(missing) if Instant::now() > end => {
+                    let pods = kubelet::unready_pods(&self.client).await;
+                    panic!(
+                        "timed out after {PATIENCE:?} waiting for {what}: {missing}\n{pods}\nthe operator's log ends:\n{}",
+                        self.operator.tail()
+                    )
+                }
                 Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
             }
         }
     }
-}
-
-/// This host's address on its default route (the API server's service proxy refuses loopback),
-/// where the stand-in also listens for paddock's probe; None when there is none.
-fn routable_ip() -> Option<std::net::IpAddr> {
-    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
-    socket.connect("192.0.2.1:9").or_else(|_| socket.connect("10.255.255.1:9")).ok()?;
-    let ip = socket.local_addr().ok()?.ip();
-    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
 }
 
 /// Registers `count` Nodes for `pool` (played kubelets), then lets paddock's node driver converge
@@ -332,15 +261,6 @@ impl Inputs {
     }
 }
 
-/// A private `/etc/hosts` for the operator: this machine's, plus `name` at `ip`.
-fn hosts_file(dir: &Path, name: &str, ip: Ipv4Addr) -> PathBuf {
-    let mut hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
-    hosts.push_str(&format!("\n# paddock's operator test: the slurmrestd stand-in\n{ip} {name}\n"));
-    let path = dir.join("hosts");
-    std::fs::write(&path, hosts).expect("write the private hosts file");
-    path
-}
-
 /// The played parts: the slurmrestd STAND-IN (on a random loopback address for the operator, and
 /// on this host's routable address, when it has one, for paddock's probe through the API
 /// server's service proxy), the kubelets and the provisioner.
@@ -355,8 +275,7 @@ impl Played {
     async fn start(admin: &Client, secrets: &SlurmSecrets) -> Self {
         let key = base64::engine::general_purpose::STANDARD.decode(secrets.jwt_hs256_key.expose()).expect("b64");
         let restd = restd::StandInRestd::new(key);
-        let octets = *uuid::Uuid::new_v4().as_bytes();
-        let loopback = Ipv4Addr::new(127, octets[0] | 1, octets[1], octets[2] | 1);
+        let loopback = random_loopback();
         let mut tasks =
             vec![("slurmrestd stand-in", restd.clone().serve((loopback, slurm::RESTAPI_PORT).into()).await)];
         let probe_ip = routable_ip();
@@ -425,9 +344,9 @@ async fn the_real_operator_reconciles_what_the_slurm_driver_writes() {
     let kubeconfig = dir.join("operator.kubeconfig");
     operator_kubeconfig(&server, &admin, &account, &kubeconfig).await;
     let hosts = hosts_file(&dir, &format!("{}.{ns}", slurm::RESTAPI_SERVICE), loopback);
-    let args = local_args(&args, free_port());
+    let args = local_args(&args);
     let operator = Operator::start(&inputs.binary, &args, &kubeconfig, &hosts, dir.join("operator.log"));
-    let mut alive = Alive { operator, tasks: played.tasks };
+    let mut alive = Alive { operator, tasks: played.tasks, client: admin.clone() };
 
     // paddock's real driver, as the worker runs it, until Slurm is ready.
     let settings = SlinkySettings { namespace: ns.clone(), ..SlinkySettings::default() };

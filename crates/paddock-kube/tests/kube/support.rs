@@ -19,8 +19,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus, ServiceAccount};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use paddock_domain::driver::ClusterRef;
@@ -296,28 +295,6 @@ pub async fn service_account_kubeconfig(
     namespace: &str,
     account: &str,
 ) -> String {
-    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), namespace);
-    let request = TokenRequest {
-        spec: TokenRequestSpec { expiration_seconds: Some(3600), ..TokenRequestSpec::default() },
-        ..TokenRequest::default()
-    };
-    let token = accounts
-        .create_token_request(account, &PostParams::default(), &request)
-        .await
-        .unwrap_or_else(|e| panic!("a token of the ServiceAccount {namespace}/{account}: {e}"))
-        .status
-        .expect("token status")
-        .token;
     let admin_config = std::fs::read_to_string(&server.kubeconfig).expect("the harness kubeconfig");
-    let ca_line = admin_config
-        .lines()
-        .find(|l| l.trim_start().starts_with("certificate-authority-data:"))
-        .expect("the harness kubeconfig embeds its CA");
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: harness\n  cluster:\n    server: {}\n    {}\n\
-         users:\n- name: {account}\n  user:\n    token: {token}\ncontexts:\n- name: harness\n  context:\n    \
-         cluster: harness\n    user: {account}\ncurrent-context: harness\n",
-        server.url,
-        ca_line.trim_start()
-    )
+    crate::played::operator::service_account_kubeconfig(admin, &server.url, &admin_config, namespace, account).await
 }

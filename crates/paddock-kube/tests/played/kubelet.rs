@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::chrono::{SecondsFormat, Utc};
@@ -42,14 +42,24 @@ async fn timed<T, E: std::fmt::Display>(
 /// Registers Node `name` as its kubelet would: Ready, `system_uuid`, an address, capacity for
 /// pods, CPU and memory, and `gpus` `nvidia.com/gpu` (the device plugin's resource) when > 0.
 /// (`support::ready_node` has no system UUID, which paddock's node driver matches machines by,
-/// and no GPUs.)
+/// and no GPUs.) Panics on an error (see [`register`]).
 pub async fn register_node(client: &Client, name: &str, system_uuid: &str, address: &str, gpus: u32) {
+    register(client, name, system_uuid, address, gpus).await.unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// [`register_node`], its errors returned; an already registered Node is completed (status,
+/// taint), so a caller may retry.
+pub async fn register(client: &Client, name: &str, system_uuid: &str, address: &str, gpus: u32) -> Result<(), String> {
     let nodes: Api<Node> = Api::all(client.clone());
     let node: Node = serde_json::from_value(json!({
         "metadata": { "name": name, "labels": { "kubernetes.io/hostname": name, "kubernetes.io/os": "linux" } },
     }))
-    .expect("a Node");
-    nodes.create(&PostParams::default(), &node).await.unwrap_or_else(|e| panic!("registering Node {name}: {e}"));
+    .map_err(|e| format!("a Node: {e}"))?;
+    match timed(&format!("registering Node {name}"), nodes.create(&PostParams::default(), &node)).await {
+        Ok(_) => {}
+        Err(e) if e.contains("already exists") => {}
+        Err(e) => return Err(e),
+    }
     let mut capacity = json!({ "cpu": "32", "memory": "128Gi", "pods": "110", "ephemeral-storage": "500Gi" });
     if gpus > 0 {
         capacity["nvidia.com/gpu"] = json!(gpus.to_string());
@@ -64,17 +74,71 @@ pub async fn register_node(client: &Client, name: &str, system_uuid: &str, addre
                       "kubeletVersion": "v1.35.0", "kubeProxyVersion": "", "operatingSystem": "linux",
                       "architecture": "amd64" },
     }});
-    nodes
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .unwrap_or_else(|e| panic!("writing Node {name}'s status: {e}"));
-    // Admission taints every new Node not-ready; the node lifecycle controller, which lifts it
-    // once the kubelet reports Ready, does not run in the harness.
-    let untaint = json!({ "spec": { "taints": [] } });
-    nodes
-        .patch(name, &PatchParams::default(), &Patch::Merge(&untaint))
-        .await
-        .unwrap_or_else(|e| panic!("lifting Node {name}'s not-ready taint: {e}"));
+    let what = format!("writing Node {name}'s status");
+    timed(&what, nodes.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))).await?;
+    lift_not_ready(&nodes, name).await
+}
+
+/// Admission taints every new Node not-ready; the node lifecycle controller, which lifts it once
+/// the kubelet reports Ready, does not run in the harness. Only that taint goes (paddock's node
+/// driver may be tainting the Node at the same time): a patch conditional on the
+/// `resourceVersion` read, retried on a conflict.
+async fn lift_not_ready(nodes: &Api<Node>, name: &str) -> Result<(), String> {
+    for _ in 0..50 {
+        let node = timed(&format!("reading Node {name}"), nodes.get(name)).await?;
+        let taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+        if !taints.iter().any(|t| t.key == NOT_READY_TAINT) {
+            return Ok(());
+        }
+        let kept: Vec<_> = taints.into_iter().filter(|t| t.key != NOT_READY_TAINT).collect();
+        let patch = json!({ "metadata": { "resourceVersion": node.metadata.resource_version },
+                            "spec": { "taints": kept } });
+        match timed("lifting the not-ready taint", nodes.patch(name, &PatchParams::default(), &Patch::Merge(&patch)))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if e.contains("409") || e.contains("modified") => continue,
+            Err(e) => return Err(format!("Node {name}: {e}")),
+        }
+    }
+    Err(format!("Node {name}: the not-ready taint kept conflicting"))
+}
+
+/// The taint admission puts on a new Node.
+const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+
+/// The pods that are not Running and Ready, with why (for failure messages): phase, Node, and the
+/// scheduler's or the kubelet's conditions.
+pub async fn unready_pods(client: &Client) -> String {
+    let pods: Api<Pod> = Api::all(client.clone());
+    let pods = match timed("listing pods", pods.list(&ListParams::default())).await {
+        Ok(list) => list.items,
+        Err(e) => return e,
+    };
+    let mut out = Vec::new();
+    for pod in pods.iter().filter(|p| !running_and_ready(p)) {
+        let status = pod.status.clone().unwrap_or_default();
+        let conditions: Vec<String> = status
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| format!("{}={} {}", c.type_, c.status, c.message.as_deref().unwrap_or_default()))
+            .collect();
+        out.push(format!(
+            "{}/{} phase {:?} on {:?} deleting {} [{}]",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default(),
+            status.phase,
+            pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+            pod.metadata.deletion_timestamp.is_some(),
+            conditions.join("; ")
+        ));
+    }
+    if out.is_empty() {
+        "every pod is Running and Ready".to_owned()
+    } else {
+        format!("pods not Running and Ready:\n  {}", out.join("\n  "))
+    }
 }
 
 /// Pod addresses: `restd_pod_ip` for slurmrestd's pods (where the stand-in listens, so that the
@@ -105,14 +169,23 @@ impl Addresses {
 pub fn spawn(client: Client, restd: StandInRestd, restd_pod_ip: Option<IpAddr>) -> JoinHandle<()> {
     let addresses = Addresses { next: AtomicU32::new(1), restd_pod_ip };
     tokio::spawn(async move {
+        let mut said = Instant::now();
         loop {
-            round(&client, &restd, &addresses).await;
+            let unbound = round(&client, &restd, &addresses).await;
+            if !unbound.is_empty() && said.elapsed() > SAY_EVERY {
+                eprintln!("played kubelet: waiting for the scheduler to bind {}", unbound.join(", "));
+                said = Instant::now();
+            }
             tokio::time::sleep(ROUND).await;
         }
     })
 }
 
-async fn round(client: &Client, restd: &StandInRestd, addresses: &Addresses) {
+/// How often the kubelet says which pods it still waits for.
+const SAY_EVERY: Duration = Duration::from_secs(15);
+
+/// One pass over every pod; returns the pods not bound to a Node yet (with the scheduler's word).
+async fn round(client: &Client, restd: &StandInRestd, addresses: &Addresses) -> Vec<String> {
     let pods: Api<Pod> = Api::all(client.clone());
     let nodes: Api<Node> = Api::all(client.clone());
     let (pods, nodes) = match (
@@ -120,7 +193,10 @@ async fn round(client: &Client, restd: &StandInRestd, addresses: &Addresses) {
         timed("listing Nodes", nodes.list(&ListParams::default())).await,
     ) {
         (Ok(p), Ok(n)) => (p.items, n.items),
-        (Err(e), _) | (_, Err(e)) => return eprintln!("played kubelet: {e}"),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("played kubelet: {e}");
+            return vec![e];
+        }
     };
     let host_ips: HashMap<String, String> = nodes
         .iter()
@@ -135,6 +211,17 @@ async fn round(client: &Client, restd: &StandInRestd, addresses: &Addresses) {
             eprintln!("played kubelet: pod {}/{}: {e}", ns.unwrap_or_default(), name.unwrap_or_default());
         }
     }
+    pods.iter()
+        .filter(|p| {
+            p.metadata.deletion_timestamp.is_none() && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none()
+        })
+        .map(|p| {
+            let conditions = p.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+            let why = conditions.iter().find(|c| c.type_ == "PodScheduled").and_then(|c| c.message.clone());
+            let (ns, name) = (p.metadata.namespace.as_deref(), p.metadata.name.as_deref());
+            format!("{}/{} ({})", ns.unwrap_or_default(), name.unwrap_or_default(), why.unwrap_or_default())
+        })
+        .collect()
 }
 
 fn running_and_ready(pod: &Pod) -> bool {

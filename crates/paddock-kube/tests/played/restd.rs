@@ -1,7 +1,7 @@
 //! STAND-IN for slurmrestd (no Slurm 25.11 can run on these machines): the `v0.0.44` endpoints
 //! that slurm-client v1.2.1 calls for the operator (nodes, reservations, jobs), answering only
 //! tokens signed with the JWT key paddock wrote (HS256, `sun` = `slurm`, `exp` required), and
-//! `v0.0.42`'s ping for paddock's own probe. Its Slurm nodes are the slurmd pods the played
+//! `v0.0.42`'s ping and node read/update for paddock's own probe (its drain). Its Slurm nodes are the slurmd pods the played
 //! kubelet started ([`StandInRestd::register`], as `slurmd -Z --conf ...` registers a dynamic
 //! node with slurmctld); updates (comment, DRAIN/UNDRAIN) are kept and readable by the test.
 
@@ -34,7 +34,8 @@ pub struct SlurmNode {
 
 #[derive(Default)]
 struct Inner {
-    key: Vec<u8>,
+    /// The JWT key; empty (every request refused) until [`StandInRestd::set_key`].
+    key: Mutex<Vec<u8>>,
     nodes: Mutex<BTreeMap<String, SlurmNode>>,
     /// `METHOD path` of every authorized request.
     seen: Mutex<BTreeSet<String>>,
@@ -70,7 +71,12 @@ fn node_json(name: &str, node: &SlurmNode) -> Value {
 impl StandInRestd {
     /// A stand-in accepting tokens signed with `key` (the JWT key's bytes).
     pub fn new(key: Vec<u8>) -> Self {
-        Self(Arc::new(Inner { key, ..Inner::default() }))
+        Self(Arc::new(Inner { key: Mutex::new(key), ..Inner::default() }))
+    }
+
+    /// Accepts tokens signed with `key` from now on (when the key is known only later).
+    pub fn set_key(&self, key: Vec<u8>) {
+        *self.0.key.lock().expect("lock") = key;
     }
 
     /// slurmd of pod `name` started with `args`: registers its dynamic node (`--conf` gives its
@@ -113,7 +119,7 @@ impl StandInRestd {
         let token = headers.get("X-SLURM-USER-TOKEN").and_then(|v| v.to_str().ok()).unwrap_or_default();
         let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::HS256);
         validation.set_required_spec_claims(&["exp"]);
-        let key = jsonwebtoken::DecodingKey::from_secret(&self.0.key);
+        let key = jsonwebtoken::DecodingKey::from_secret(&self.0.key.lock().expect("lock"));
         let ok = jsonwebtoken::decode::<Value>(token, &key, &validation).is_ok_and(|t| t.claims["sun"] == "slurm");
         if ok {
             self.0.seen.lock().expect("lock").insert(format!("{method} {}", uri.path()));
@@ -212,6 +218,8 @@ fn router(restd: StandInRestd) -> axum::Router {
         .route(&format!("{V44}/reservations/"), get(reservations))
         .route(&format!("{V44}/reservations"), get(reservations))
         .route(&format!("{V44}/reservation/{{name}}"), get(reservation))
+        // paddock's probe drains through v0.0.42 (a version Slurm 25.11 still serves).
+        .route("/slurm/v0.0.42/node/{name}", get(node_get).post(node_post))
         .route("/slurm/v0.0.42/ping", get(ping))
         .route("/slurm/v0.0.42/ping/", get(ping))
         .route_layer(axum::middleware::from_fn_with_state(restd.clone(), authorized))

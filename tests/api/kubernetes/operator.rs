@@ -1,0 +1,436 @@
+//! Issue #20 item 4: the lab with the REAL Slinky slurm-operator 1.2.1 (built by
+//! `scripts/slurm-operator`, `PADDOCK_TEST_SLURM_OPERATOR`) instead of the played one. Each tenant
+//! API server then runs the harness's workload controllers and the real kube-scheduler
+//! ([`WORKLOADS`]); paddock's stack applies the real operator chart into it, and once paddock has
+//! written Slurm's JWT key there the operator process starts as the chart's Deployment would run
+//! it: its args, a token of its chart's ServiceAccount in that tenant API server (and nothing
+//! else), its slurmrestd Service name resolved to the stand-in by a private `/etc/hosts`.
+//!
+//! What is still PLAYED (shared with paddock-kube's operator test, `crates/paddock-kube/tests/played`):
+//! - the kubelets: each machine paddock provisions registers a Node with capacity (the GPUs of
+//!   its machine class as `nvidia.com/gpu`), and every pod the scheduler bound is marked Running
+//!   and Ready;
+//! - a volume provisioner for the stack's storage class;
+//! - slurmrestd: a labelled STAND-IN (no Slurm 25.11 can run here) for the operator (v0.0.44)
+//!   and for paddock's own probe and drain (v0.0.42, through the tenant API server's service
+//!   proxy to the slurmrestd pod, whose IP is this host's routable address, port 6820, which must
+//!   be free). One stand-in per lab: the lab runs one Slurm cluster.
+//!
+//! The Kamaji player, the machines and their BMCs are the lab's as for the played operator.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use kube::api::{DynamicObject, ListParams};
+use kube::{Api, Client, ResourceExt};
+use paddock_kube::slurm;
+use paddock_kube::stack::LABEL_STACK_COMPONENT;
+use serde_json::{json, Value};
+use tokio::task::JoinHandle;
+
+use super::{err, on_ci, Lab, TenantServer};
+
+use crate::played::operator::{
+    deployment_args, hosts_file, local_args, random_loopback, routable_ip, service_account_kubeconfig, Operator,
+};
+use crate::played::restd::StandInRestd;
+use crate::played::{kubelet, provisioner};
+use paddock_testkit::admin;
+
+/// The harness controller groups of a tenant API server with the real operator: the defaults plus
+/// the workload controllers and the real kube-scheduler.
+pub(super) const WORKLOADS: &[&str] = &["defaults", "workloads"];
+/// The operator's release (the stack's chart runs it).
+const OPERATOR_VERSION: &str = "1.2.1";
+/// The stack component whose Deployment is the operator.
+const OPERATOR_COMPONENT: &str = "slurm-operator";
+
+/// What runs for one tenant API server.
+struct Running {
+    /// The operator, once paddock applied its chart and Slurm's JWT key.
+    operator: Option<Operator>,
+    /// The played kubelet and provisioner.
+    tasks: Vec<(&'static str, JoinHandle<()>)>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        for (_, task) in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// The real operator of the lab and its played surroundings.
+pub(super) struct RealOperator {
+    binary: PathBuf,
+    /// Logs, kubeconfigs and hosts files, per cluster.
+    dir: PathBuf,
+    restd: StandInRestd,
+    /// Where the operator reaches the stand-in.
+    loopback: Ipv4Addr,
+    /// Where paddock's probe reaches it (slurmrestd's pod IP).
+    probe_ip: IpAddr,
+    /// The stand-in's listeners.
+    serving: Vec<JoinHandle<()>>,
+    /// Cluster id -> what runs for its tenant API server.
+    running: Mutex<HashMap<String, Running>>,
+    /// Nodes the played kubelets registered completely.
+    registered: Mutex<HashSet<String>>,
+    next_ip: AtomicU32,
+}
+
+impl RealOperator {
+    /// The stand-in serving; None (skipped, a failure on CI) without the operator binary or a
+    /// routable address.
+    pub(super) async fn start() -> Option<Self> {
+        let binary = std::env::var("PADDOCK_TEST_SLURM_OPERATOR").ok().filter(|v| !v.is_empty()).map(PathBuf::from);
+        let Some(binary) = binary.filter(|b| b.is_file()) else {
+            let what = "the slurm-operator binary (PADDOCK_TEST_SLURM_OPERATOR; scripts/test builds it)";
+            assert!(!on_ci(), "{what} is missing (CI=true)");
+            eprintln!("SKIPPED: {what} is missing");
+            return None;
+        };
+        let Some(probe_ip) = routable_ip() else {
+            assert!(!on_ci(), "no routable address for the slurmrestd stand-in (CI=true)");
+            eprintln!("SKIPPED: no routable address for the slurmrestd stand-in");
+            return None;
+        };
+        let tag = &uuid::Uuid::new_v4().simple().to_string()[..8];
+        let dir = std::env::temp_dir().join(format!("paddock-api-operator-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("the operator's directory");
+        let restd = StandInRestd::new(Vec::new());
+        let loopback = random_loopback();
+        let serving = vec![
+            restd.clone().serve((loopback, slurm::RESTAPI_PORT).into()).await,
+            restd.clone().serve((probe_ip, slurm::RESTAPI_PORT).into()).await,
+        ];
+        let (running, registered) = (Mutex::new(HashMap::new()), Mutex::new(HashSet::new()));
+        let next_ip = AtomicU32::new(10);
+        Some(Self { binary, dir, restd, loopback, probe_ip, serving, running, registered, next_ip })
+    }
+
+    pub(super) fn registered(&self, node: &str) -> bool {
+        self.registered.lock().expect("lock").contains(node)
+    }
+
+    /// PLAYS THE KUBELET of `machine` (as the API lists it): Node `name`, with the GPUs of its
+    /// machine class.
+    pub(super) async fn register(
+        &self,
+        api: &str,
+        client: &Client,
+        name: &str,
+        uuid: &str,
+        machine: &Value,
+    ) -> Result<(), String> {
+        let class = machine["machine_class"].as_str().ok_or("the machine's class")?;
+        let url = format!("{api}/v1/machine-classes/{class}");
+        let rsp = reqwest::Client::new().get(url).bearer_auth(admin()).send().await.map_err(err)?;
+        let class: Value = rsp.json().await.map_err(err)?;
+        let gpus = class["gpu_count"].as_u64().and_then(|g| u32::try_from(g).ok()).unwrap_or(0);
+        let n = self.next_ip.fetch_add(1, Ordering::SeqCst);
+        let ip = format!("192.0.2.{}", n % 240 + 10);
+        kubelet::register(client, name, uuid, &ip, gpus).await?;
+        eprintln!("played kubelet: registered Node {name} ({gpus} GPUs)");
+        self.registered.lock().expect("lock").insert(name.to_owned());
+        Ok(())
+    }
+
+    /// For the tenant API server of `cluster`: the played kubelet and provisioner from the
+    /// start, the operator once paddock applied its chart and Slurm's JWT key.
+    pub(super) async fn tend(&self, cluster: &str, t: &TenantServer) -> Result<(), String> {
+        {
+            let mut running = self.running.lock().expect("lock");
+            match running.get(cluster) {
+                Some(r) if r.operator.is_some() => return Ok(()),
+                Some(_) => {}
+                None => {
+                    let kubelet = kubelet::spawn(t.client.clone(), self.restd.clone(), Some(self.probe_ip));
+                    let class = slurm::DEFAULT_STORAGE_CLASS.to_owned();
+                    let provisioner = provisioner::spawn(t.client.clone(), class);
+                    let tasks = vec![("played kubelet", kubelet), ("played provisioner", provisioner)];
+                    running.insert(cluster.to_owned(), Running { operator: None, tasks });
+                }
+            }
+        }
+        let Some(operator) = self.operator_if_due(cluster, t).await? else { return Ok(()) };
+        if let Some(r) = self.running.lock().expect("lock").get_mut(cluster) {
+            r.operator = Some(operator);
+        }
+        Ok(())
+    }
+
+    /// Starts the operator when its chart's Deployment and Slurm's JWT key are in the tenant API
+    /// server; None until then.
+    async fn operator_if_due(&self, cluster: &str, t: &TenantServer) -> Result<Option<Operator>, String> {
+        let selector = format!("{LABEL_STACK_COMPONENT}={OPERATOR_COMPONENT}");
+        let deployments = Api::<Deployment>::all(t.client.clone());
+        let listed = deployments.list(&ListParams::default().labels(&selector)).await.map_err(err)?.items;
+        let Some(deployment) = listed.into_iter().next() else { return Ok(None) };
+        let secrets: Api<Secret> = Api::namespaced(t.client.clone(), slurm::NAMESPACE);
+        let Some(secret) = secrets.get_opt(slurm::SECRET_JWT).await.map_err(err)? else { return Ok(None) };
+        let key = secret.data.and_then(|mut d| d.remove(slurm::SECRET_JWT_KEY)).ok_or("the JWT key")?;
+        self.restd.set_key(key.0);
+
+        let namespace = deployment.namespace().unwrap_or_default();
+        let (args, account) = deployment_args(&serde_json::to_value(&deployment).map_err(err)?, OPERATOR_VERSION);
+        let admin_kubeconfig = std::fs::read_to_string(&t.server.kubeconfig).map_err(err)?;
+        let kubeconfig =
+            service_account_kubeconfig(&t.client, &t.server.url, &admin_kubeconfig, &namespace, &account).await;
+        let dir = self.dir.join(cluster);
+        std::fs::create_dir_all(&dir).map_err(err)?;
+        std::fs::write(dir.join("operator.kubeconfig"), kubeconfig).map_err(err)?;
+        let restapi = format!("{}.{}", slurm::RESTAPI_SERVICE, slurm::NAMESPACE);
+        let hosts = hosts_file(&dir, &restapi, self.loopback);
+        let log = dir.join("operator.log");
+        eprintln!(
+            "starting the real slurm-operator for cluster {cluster} as {namespace}/{account} (log {})",
+            log.display()
+        );
+        let operator = Operator::start(&self.binary, &local_args(&args), &dir.join("operator.kubeconfig"), &hosts, log);
+        Ok(Some(operator))
+    }
+
+    /// Fails the test when the operator, a played part or the stand-in stopped.
+    pub(super) fn check(&self) {
+        for (cluster, r) in self.running.lock().expect("lock").iter_mut() {
+            if let Some(operator) = r.operator.as_mut() {
+                operator.check();
+            }
+            if let Some((name, _)) = r.tasks.iter().find(|(_, t)| t.is_finished()) {
+                panic!("the {name} of cluster {cluster} stopped");
+            }
+        }
+        assert!(self.serving.iter().all(|s| !s.is_finished()), "the slurmrestd stand-in stopped serving");
+    }
+
+    /// The pods still not Running and Ready, and the end of the operator's log.
+    pub(super) async fn diagnose(&self, cluster: &str, client: &Client) -> String {
+        let pods = kubelet::unready_pods(client).await;
+        let tail =
+            self.running.lock().expect("lock").get(cluster).and_then(|r| r.operator.as_ref().map(Operator::tail));
+        format!("{pods}\nthe operator's log ends:\n{}", tail.unwrap_or_else(|| "(not started)".to_owned()))
+    }
+
+    /// Stops what runs for `cluster` (its control plane goes).
+    pub(super) fn stop(&self, cluster: &str) {
+        self.running.lock().expect("lock").remove(cluster);
+    }
+
+    /// Stops everything (the lab ends).
+    pub(super) fn stop_all(&self) {
+        self.running.lock().expect("lock").clear();
+        for s in &self.serving {
+            s.abort();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+
+    pub(super) fn restd(&self) -> &StandInRestd {
+        &self.restd
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The test.
+
+/// Polls `probe` until it gives Ok, within the lab's patience; on timeout fails with its last
+/// answer and what the cluster's pods and operator say.
+async fn until<T, F, Fut>(lab: &Lab, cluster: &str, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let end = std::time::Instant::now() + lab.wait;
+    loop {
+        lab.play.check();
+        match probe().await {
+            Ok(v) => return v,
+            Err(missing) if std::time::Instant::now() > end => {
+                panic!("timed out waiting for {what}: {missing}\n{}", lab.play.diagnose(cluster).await)
+            }
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(500)).await,
+        }
+    }
+}
+
+/// The slurmd pods of NodeSet `pool` (not being deleted): their Slurm node name -> their Node.
+async fn slurmd_pods(client: &Client, pool: &str) -> Result<BTreeMap<String, String>, String> {
+    let pods = Api::<Pod>::namespaced(client.clone(), slurm::NAMESPACE);
+    let pods = pods.list(&ListParams::default()).await.map_err(err)?.items;
+    Ok(pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| p.owner_references().iter().any(|o| o.kind == "NodeSet" && o.name == pool))
+        .map(|p| {
+            let spec = p.spec.clone().unwrap_or_default();
+            (spec.hostname.unwrap_or_else(|| p.name_any()), spec.node_name.unwrap_or_default())
+        })
+        .collect())
+}
+
+/// NodeSet `pool` runs `count` slurmd pods, each on a Node of its pool (the real scheduler), each
+/// a Slurm node (the stand-in) with the pool's feature and GRES; returns their Slurm names.
+async fn assert_pool(
+    lab: &Lab,
+    t: &super::Tenant,
+    c: &str,
+    pool: (&str, &str),
+    count: usize,
+    gpus: u32,
+) -> BTreeSet<String> {
+    let (name, pool_id) = pool;
+    let client = lab.tenant_client(c);
+    let restd = lab.play.real.as_ref().expect("the real operator").restd().clone();
+    let (client, restd) = (&client, &restd);
+    let placed =
+        until(lab, c, &format!("NodeSet {name}'s {count} slurmd pods, registered with Slurm"), || async move {
+            let pods = slurmd_pods(client, name).await?;
+            let slurm = restd.nodes();
+            if pods.len() != count || pods.keys().any(|p| !slurm.contains_key(p)) {
+                return Err(format!("pods {pods:?}, Slurm nodes {:?}", slurm.keys()));
+            }
+            Ok(pods)
+        })
+        .await;
+    let nodes = lab.pool_nodes(t, c, pool_id).await;
+    let slurm = restd.nodes();
+    let gres = if gpus > 0 { format!("gpu:{gpus}") } else { String::new() };
+    for (pod, on) in &placed {
+        assert!(nodes.contains(on), "the scheduler put {name}'s pod {pod} on {on}, not on its pool's Nodes {nodes:?}");
+        assert_eq!(slurm[pod].features, vec![name.to_owned()], "Slurm node {pod}'s features");
+        assert_eq!(slurm[pod].gres, gres, "Slurm node {pod}'s GRES");
+    }
+    placed.into_keys().collect()
+}
+
+/// The real operator made slurmctld, slurmdbd, slurmrestd and the login pods from paddock's
+/// objects, in the tenant API server's Slurm namespace.
+async fn assert_operator_workloads(client: &Client) {
+    let statefulsets = Api::<StatefulSet>::namespaced(client.clone(), slurm::NAMESPACE);
+    for name in [slurm::CONTROLLER_WORKLOAD, slurm::ACCOUNTING_WORKLOAD] {
+        let made = statefulsets.get(name).await.unwrap_or_else(|e| panic!("the operator's StatefulSet {name}: {e}"));
+        let owners: Vec<String> = made.owner_references().iter().map(|o| o.kind.clone()).collect();
+        assert!(owners.iter().any(|k| k == "Controller" || k == "Accounting"), "{name} owned by {owners:?}");
+    }
+    let deployments = Api::<Deployment>::namespaced(client.clone(), slurm::NAMESPACE);
+    for name in [slurm::RESTAPI_SERVICE, slurm::LOGINSET] {
+        let made = deployments.get(name).await.unwrap_or_else(|e| panic!("the operator's Deployment {name}: {e}"));
+        let owners: Vec<String> = made.owner_references().iter().map(|o| o.kind.clone()).collect();
+        assert!(owners.iter().any(|k| k == "RestApi" || k == "LoginSet"), "{name} owned by {owners:?}");
+    }
+}
+
+/// The operator acts inside its tenant's API server only: its token (of its chart's
+/// ServiceAccount there) reads its Slurm pods, and the platform API server refuses it and holds
+/// no workload, pod or Slinky object of it.
+async fn assert_operator_confined(lab: &Lab, c: &str) {
+    let real = lab.play.real.as_ref().expect("the real operator");
+    let text = std::fs::read_to_string(real.dir.join(c).join("operator.kubeconfig")).expect("its kubeconfig");
+    let bearer = super::kubeconfig_token(&text);
+    let insecure = reqwest::Client::builder().danger_accept_invalid_certs(true).build().expect("client");
+    let get = |url: String| {
+        let (insecure, bearer) = (&insecure, &bearer);
+        async move { insecure.get(url).bearer_auth(bearer).send().await.expect("a request").status().as_u16() }
+    };
+    let own = lab.tenant_server(c).url;
+    assert_eq!(get(format!("{own}/api/v1/namespaces/{}/pods", slurm::NAMESPACE)).await, 200, "its own pods");
+    for path in ["/api/v1/pods", "/apis/apps/v1/statefulsets", "/api/v1/namespaces"] {
+        let status = get(format!("{}{path}", lab.platform.url)).await;
+        assert!(status == 401 || status == 403, "the operator's token got {status} on the platform's {path}");
+    }
+    let platform = &lab.platform_client;
+    let pods = Api::<Pod>::all(platform.clone()).list(&ListParams::default()).await.expect("pods").items;
+    let sets = Api::<StatefulSet>::all(platform.clone()).list(&ListParams::default()).await.expect("sets").items;
+    let deployments = Api::<Deployment>::all(platform.clone()).list(&ListParams::default()).await.expect("d").items;
+    let names = |v: Vec<String>| v.join(", ");
+    assert!(pods.is_empty(), "pods on the platform: {}", names(pods.iter().map(ResourceExt::name_any).collect()));
+    assert!(
+        sets.is_empty(),
+        "StatefulSets on the platform: {}",
+        names(sets.iter().map(ResourceExt::name_any).collect())
+    );
+    assert!(deployments.is_empty(), "Deployments on the platform");
+    let nodesets: Api<DynamicObject> = Api::all_with(platform.clone(), &slurm::api_resource("NodeSet"));
+    assert!(nodesets.list(&ListParams::default()).await.is_err(), "the platform serves no Slinky kinds");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slurm_cluster_goes_ready_scales_and_is_deleted_with_the_real_operator() {
+    let Some(lab) = Lab::with_real_operator().await else { return };
+    let started = std::time::Instant::now();
+    let (t, c, pools) = lab.create_hpc(4).await;
+    let (cpu, gpu) = (pools["cpu"].clone(), pools["gpu"].clone());
+
+    // Ready: the real operator's workloads, slurmd on each pool's Nodes, Slurm answering.
+    let ready = lab.ready(&t, &c).await;
+    super::all_true(&ready);
+    eprintln!("ready on the real operator after {:?}", started.elapsed());
+    let client = lab.tenant_client(&c);
+    assert_operator_workloads(&client).await;
+    assert_pool(&lab, &t, &c, ("cpu", &cpu), 1, 0).await;
+    assert_pool(&lab, &t, &c, ("gpu", &gpu), 1, 4).await;
+    let restd = lab.play.real.as_ref().expect("the real operator").restd().clone();
+    assert!(restd.seen().contains("GET /slurm/v0.0.44/nodes/"), "the operator's node cache: {:?}", restd.seen());
+    assert!(restd.seen().contains("GET /slurm/v0.0.42/ping"), "paddock's probe: {:?}", restd.seen());
+    assert_operator_confined(&lab, &c).await;
+
+    // Scaling up: the operator's NodeSet scale puts a second slurmd on the new Node.
+    lab.scale(&t, &c, &cpu, 2).await;
+    lab.ready(&t, &c).await;
+    let two = assert_pool(&lab, &t, &c, ("cpu", &cpu), 2, 0).await;
+    eprintln!("scaled up after {:?}", started.elapsed());
+
+    // Scaling down: the released machine's Slurm node is drained (paddock's drain through
+    // slurmrestd, the operator's on its NodeSet scale-in) before its slurmd goes.
+    lab.scale(&t, &c, &cpu, 1).await;
+    lab.ready(&t, &c).await;
+    let one = assert_pool(&lab, &t, &c, ("cpu", &cpu), 1, 0).await;
+    eprintln!("scaled down after {:?}; slurmrestd saw {:?}", started.elapsed(), restd.seen());
+    let removed: Vec<&String> = two.difference(&one).collect();
+    assert_eq!(removed.len(), 1, "one slurmd went: {two:?} -> {one:?}");
+    let drains: Vec<String> = restd
+        .seen()
+        .into_iter()
+        .filter(|s| s.starts_with("POST ") && s.ends_with(&format!("/node/{}", removed[0])))
+        .collect();
+    assert!(!drains.is_empty(), "Slurm node {} went without a drain: {:?}", removed[0], restd.seen());
+    // paddock's own drain (its probe, v0.0.42) asked slurmrestd about it before the release.
+    let asked = format!("GET /slurm/v0.0.42/node/{}", removed[0]);
+    assert!(restd.seen().contains(&asked), "paddock never drained {}: {:?}", removed[0], restd.seen());
+    if let Some(node) = restd.nodes().get(removed[0]) {
+        assert!(node.state.iter().any(|s| s == "DRAIN"), "Slurm node {} kept but not drained: {node:?}", removed[0]);
+    }
+    assert_eq!(lab.pool_nodes(&t, &c, &cpu).await.len(), 1, "the released machine's Node");
+    let nodes: BTreeSet<String> = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("nodes")
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    assert_eq!(nodes.len(), 2, "one Node per machine left: {nodes:?}");
+    assert_eq!(restd.denied(), 0, "every request to slurmrestd carried a token of paddock's JWT key");
+
+    // Deleting: Slurm (the operator's workloads with it) and the Nodes go before the control
+    // plane; the operator stops with it; the machines are wiped and available again.
+    lab.app.delete(Lab::path(&t, &c)).token(&t.token).send().await.expect(202);
+    lab.gone(&t, &c).await;
+    let held = lab.play.at_deletion.lock().expect("lock").get(&c).cloned().expect("Kamaji saw the deletion");
+    assert_eq!(held, json!({ "nodes": [], "slurm": [] }), "left when the control plane went");
+    let real = lab.play.real.as_ref().expect("the real operator");
+    assert!(real.running.lock().expect("lock").get(&c).is_none(), "the operator outlived its control plane");
+    paddock_testkit::eventually(lab.wait, || async {
+        (lab.scalar("select count(*) from machines where state = 'available'").await == 3).then_some(())
+    })
+    .await;
+    eprintln!("deleted after {:?}", started.elapsed());
+    lab.finish().await;
+}
