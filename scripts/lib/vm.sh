@@ -136,6 +136,7 @@ PY
 vm_start_bmc() {
   local base=$1 name=$2 port=$3 certs=$4 dir=$1/bmc-$2 scheme=http
   mkdir -p "$dir/state"
+  printf '%s\n' "$port" >"$dir/port"
   [[ -z $certs ]] || scheme=https
   VM_BASE=$base VM_STATE=$dir/state VM_PORT=$port VM_CERTS=$certs VM_POOL=$(cat "$base/prefix") VM_URI=$vm_uri \
     /usr/bin/python3 "$vm_here/scripts/lib/vm-bmc-config.py" >"$dir/emulator.conf" || vm_die "could not write the $name emulator's config"

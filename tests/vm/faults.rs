@@ -1,0 +1,157 @@
+//! Faults on the testbed (issue 19, item 3), each on a real VM.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::testbed::{self, console_tail, fill, not_erased, reset, virsh, Disk, Paddock, Testbed, Vm};
+use crate::{custody_entry, enroll, settle, vm_class, VMS};
+
+/// A port nothing listens on (bound, then released).
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a port")
+}
+
+/// A VM whose agent never reaches paddock (its seed names a port nothing listens on) times out
+/// into `clean_failed` with `wipe_timed_out` once its token expires, and is powered off; its disks
+/// were never touched.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vm_that_never_reports_times_out_into_clean_failed() {
+    let Some(bed) = Testbed::from_env() else { return };
+    let _vms = VMS.lock().await;
+    let vm = &bed.vms[0];
+    reset(vm);
+    vm.disks.iter().for_each(fill);
+    let p = Paddock::start(&bed, Duration::from_secs(150), Some(closed_port())).await;
+    vm_class(&p).await;
+    let id = enroll(&p, &bed, vm, false).await;
+    let m = settle(&p, vm, &id, &["available", "clean_failed", "maintenance"]).await;
+    assert_eq!(m["state"], "clean_failed", "{m}");
+    assert_eq!(m["last_error"]["code"], "wipe_timed_out", "{m}");
+    assert_eq!(virsh(&["domstate", &vm.name]), "shut off", "powered off on the way to clean_failed");
+    let console = console_tail(vm, 400);
+    assert!(console.contains("paddock-agent: seed on"), "the VM booted the image and found its seed:\n{console}");
+    for disk in &vm.disks {
+        assert!(not_erased(&disk.path).is_some(), "{} was not wiped: no config ever reached the agent", disk.name);
+    }
+}
+
+/// A third disk, attached to the domain as an operator would (virtio, not in the BMC's drive
+/// inventory), filled with its pattern; `mode` is `readonly` or empty.
+fn attach_extra(bed: &Testbed, vm: &Vm, readonly: bool) -> Disk {
+    let path = bed.dir.join(format!("disks/{}-extra.raw", vm.name));
+    let serial = format!("PVX{}", if readonly { "RO" } else { "RW" });
+    let disk = Disk { name: "vdb".into(), path, serial, size_bytes: 16 << 20 };
+    fill(&disk);
+    let path = disk.path.to_str().expect("utf-8 path");
+    let mut args = vec!["attach-disk", &vm.name, path, "vdb", "--config", "--targetbus", "virtio"];
+    args.extend(["--serial", &disk.serial]);
+    if readonly {
+        args.extend(["--mode", "readonly"]);
+    }
+    virsh(&args);
+    disk
+}
+
+fn detach_extra(vm: &Vm, path: &Path) {
+    virsh(&["detach-disk", &vm.name, "vdb", "--config"]);
+    let _ = std::fs::remove_file(path);
+}
+
+/// A disk the BMC does not report is found by the agent, wiped and reported (with no inventory
+/// id); the machine becomes `available` and every byte of the three disks is zero.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_disk_the_bmc_does_not_report_is_wiped_and_reported() {
+    let Some(bed) = Testbed::from_env() else { return };
+    let _vms = VMS.lock().await;
+    let vm = &bed.vms[1];
+    reset(vm);
+    vm.disks.iter().for_each(fill);
+    let extra = attach_extra(&bed, vm, false);
+    let p = Paddock::start(&bed, Duration::from_secs(3600), None).await;
+    vm_class(&p).await;
+    let id = enroll(&p, &bed, vm, true).await;
+    let m = settle(&p, vm, &id, &["available", "clean_failed", "maintenance"]).await;
+    let unlisted = not_erased(&extra.path);
+    detach_extra(vm, &extra.path);
+    assert_eq!(m["state"], "available", "{m}\n{}", console_tail(vm, 30));
+    let evidence = custody_entry(&p, &id, "available").await["evidence"].clone();
+    let drives = evidence["drives"].as_array().expect("drives");
+    assert_eq!(drives.len(), 3, "{evidence}");
+    let found = drives.iter().find(|d| d["identity"]["serial"] == extra.serial).expect("the unlisted disk is reported");
+    assert!(found["id"].is_null(), "no inventory id for a disk the BMC did not list: {found}");
+    assert_eq!(found["result"], "success", "{found}");
+    assert_eq!(unlisted, None, "the unlisted disk is erased");
+    for disk in &vm.disks {
+        assert_eq!(not_erased(&disk.path), None, "{} erased", disk.name);
+    }
+}
+
+/// A disk the guest cannot write (attached read-only, and not in the BMC's inventory, so the agent
+/// must wipe it) fails the clean: `clean_failed`, with the drive named in the machine's error.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_only_disk_ends_in_clean_failed_naming_the_drive() {
+    let Some(bed) = Testbed::from_env() else { return };
+    let _vms = VMS.lock().await;
+    let vm = &bed.vms[0];
+    reset(vm);
+    vm.disks.iter().for_each(fill);
+    let extra = attach_extra(&bed, vm, true);
+    let p = Paddock::start(&bed, Duration::from_secs(3600), None).await;
+    vm_class(&p).await;
+    let id = enroll(&p, &bed, vm, false).await;
+    let m = settle(&p, vm, &id, &["available", "clean_failed", "maintenance"]).await;
+    let untouched = not_erased(&extra.path).is_some();
+    detach_extra(vm, &extra.path);
+    assert_eq!(m["state"], "clean_failed", "{m}");
+    assert_eq!(m["last_error"]["code"], "wipe_failed", "{m}");
+    let message = m["last_error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(&extra.serial) || message.contains("vdb"), "the drive is named: {m}");
+    assert!(untouched, "the read-only disk kept its pattern");
+    assert_eq!(virsh(&["domstate", &vm.name]), "shut off", "powered off on the way to clean_failed");
+    testbed::reset(vm);
+}
+
+/// `scripts/vm-bmc <action> main`.
+fn main_bmc(action: &str) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/vm-bmc");
+    let status = std::process::Command::new(script).args([action, "main"]).status().expect("scripts/vm-bmc");
+    assert!(status.success(), "scripts/vm-bmc {action} main");
+}
+
+/// Polls `what` once a second until it holds, failing with `why` and the console after `within`.
+async fn until(vm: &Vm, within: Duration, why: &str, what: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + within;
+    while !what() {
+        assert!(std::time::Instant::now() < deadline, "{why} within {within:?}; console:\n{}", console_tail(vm, 30));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// The BMC emulator stopped while the VM wipes (the VM goes on: it wipes, reports and powers itself
+/// off), then started again: the clean resumes and ends `available`, the disks erased.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_bmc_stopped_mid_wipe_then_started_again_the_clean_resumes() {
+    let Some(bed) = Testbed::from_env() else { return };
+    let _vms = VMS.lock().await;
+    let vm = &bed.vms[1];
+    reset(vm);
+    vm.disks.iter().for_each(fill);
+    let p = Paddock::start(&bed, Duration::from_secs(3600), None).await;
+    vm_class(&p).await;
+    let id = enroll(&p, &bed, vm, false).await;
+    let booted = || std::fs::read_to_string(&vm.console).is_ok_and(|c| c.contains("paddock-agent: seed on"));
+    until(vm, Duration::from_secs(600), "the VM booted the wipe image", booted).await;
+    main_bmc("stop");
+    let off = || virsh(&["domstate", &vm.name]) == "shut off";
+    until(vm, Duration::from_secs(600), "the agent wiped, reported and powered the VM off", off).await;
+    let m = p.get(&format!("/v1/machines/{id}")).await;
+    assert_eq!(m["state"], "cleaning", "no clean completes while its BMC is away: {m}");
+    main_bmc("start");
+    let m = settle(&p, vm, &id, &["available", "clean_failed", "maintenance"]).await;
+    assert_eq!(m["state"], "available", "{m}");
+    let evidence = custody_entry(&p, &id, "available").await["evidence"].clone();
+    assert_eq!(evidence["image_sha256"], bed.image_sha256, "{evidence}");
+    for disk in &vm.disks {
+        assert_eq!(not_erased(&disk.path), None, "{} erased", disk.name);
+    }
+}
