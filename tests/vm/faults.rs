@@ -113,7 +113,7 @@ async fn a_read_only_disk_ends_in_clean_failed_naming_the_drive() {
 
 /// `scripts/vm-bmc <action> main`.
 fn main_bmc(action: &str) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/vm-bmc");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/vm-bmc");
     let status = std::process::Command::new(script).args([action, "main"]).status().expect("scripts/vm-bmc");
     assert!(status.success(), "scripts/vm-bmc {action} main");
 }
@@ -154,4 +154,29 @@ async fn the_bmc_stopped_mid_wipe_then_started_again_the_clean_resumes() {
     for disk in &vm.disks {
         assert_eq!(not_erased(&disk.path), None, "{} erased", disk.name);
     }
+}
+
+/// A drive of the BMC's inventory taken out of the domain (the SATA disk, detached as an operator
+/// would): the agent cannot find it, so the wipe fails and the machine ends `clean_failed`, the
+/// drive named. The domain gets its disk back afterwards.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_inventory_drive_removed_from_the_domain_fails_the_wipe() {
+    let Some(bed) = Testbed::from_env() else { return };
+    let _vms = VMS.lock().await;
+    let vm = &bed.vms[0];
+    reset(vm);
+    vm.disks.iter().for_each(fill);
+    let definition = bed.dir.join(format!("{}.xml", vm.name));
+    std::fs::write(&definition, virsh(&["dumpxml", "--inactive", &vm.name])).expect("saving the definition");
+    virsh(&["detach-disk", &vm.name, "sda", "--config"]);
+    let p = Paddock::start(&bed, Duration::from_secs(3600), None).await;
+    vm_class(&p).await;
+    let id = enroll(&p, &bed, vm, true).await;
+    let m = settle(&p, vm, &id, &["available", "clean_failed", "maintenance"]).await;
+    virsh(&["define", definition.to_str().expect("utf-8 path")]);
+    assert_eq!(m["state"], "clean_failed", "{m}");
+    assert_eq!(m["last_error"]["code"], "wipe_failed", "{m}");
+    let message = m["last_error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("sda"), "the missing inventory drive is named: {m}");
+    assert_eq!(virsh(&["domstate", &vm.name]), "shut off", "powered off on the way to clean_failed");
 }

@@ -151,3 +151,72 @@ async fn two_vms_are_enrolled_inspected_and_wiped_for_real_through_the_api() {
     }
     eprintln!("two VMs at once: enroll -> both available in {:.1} s", t0.elapsed().as_secs_f64());
 }
+
+/// CPU seconds (user + system) QEMU has used for each running domain of `vms` so far, by the PID
+/// libvirt records; sampled while they run, the largest sample of each counts.
+fn qemu_cpu_seconds(vms: &[Vm]) -> Vec<f64> {
+    let ticks = 100.0; // USER_HZ on Linux
+    vms.iter()
+        .map(|vm| {
+            let pid = std::fs::read_to_string(format!("/run/libvirt/qemu/{}.pid", vm.name)).unwrap_or_default();
+            let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+            let fields: Vec<&str> =
+                stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
+            let tick = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+            (tick(11) + tick(12)) / ticks
+        })
+        .collect()
+}
+
+/// The benchmark of BENCHMARKS.md ("Real VMs cleaned through the API", `bench/vm-clean`): every VM
+/// of the testbed enrolled at once, each one's enroll -> available and where it went, the wall
+/// time of all, and the CPU QEMU used (TCG is CPU-bound: its share of the machine's cores).
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a benchmark: bench/vm-clean runs it"]
+async fn bench_every_vm_of_the_testbed_cleaned_at_once() {
+    let Some(bed) = Testbed::from_env() else { return };
+    let _vms = VMS.lock().await;
+    for vm in &bed.vms {
+        reset(vm);
+        vm.disks.iter().for_each(fill);
+    }
+    let p = Paddock::start(&bed, Duration::from_secs(3600), None).await;
+    vm_class(&p).await;
+    let t0 = Instant::now();
+    let mut ids = Vec::new();
+    for (i, vm) in bed.vms.iter().enumerate() {
+        ids.push(enroll(&p, &bed, vm, i % 2 == 0).await);
+    }
+    let mut cpu = vec![0.0; bed.vms.len()];
+    let mut left: Vec<usize> = (0..bed.vms.len()).collect();
+    while !left.is_empty() {
+        for (c, now) in cpu.iter_mut().zip(qemu_cpu_seconds(&bed.vms)) {
+            *c = f64::max(*c, now);
+        }
+        let mut still = Vec::new();
+        for i in left {
+            let m = p.get(&format!("/v1/machines/{}", ids[i])).await;
+            match m["state"].as_str() {
+                Some("available") => {}
+                Some("clean_failed" | "maintenance") => panic!("{}: {m}", bed.vms[i].name),
+                _ => still.push(i),
+            }
+        }
+        left = still;
+        assert!(t0.elapsed() < SETTLE, "not all available within {SETTLE:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    for (vm, id) in bed.vms.iter().zip(&ids) {
+        let entry = custody_entry(&p, id, "available").await;
+        assert_wiped(&bed, vm, &entry["evidence"]);
+        println!("bench: {}: {}", vm.name, timings(&p, id, &entry["evidence"]).await);
+    }
+    let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
+    let qemu: f64 = cpu.iter().sum();
+    println!(
+        "bench: {} VMs at once: all available in {wall:.1} s; QEMU used {qemu:.1} CPU s ({:.0}% of {cores} cores over the run)",
+        bed.vms.len(),
+        100.0 * qemu / (wall * cores)
+    );
+}
