@@ -3,8 +3,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::testbed::{self, console_tail, fill, not_erased, reset, virsh, Disk, Paddock, Testbed, Vm};
-use crate::{custody_entry, enroll, settle, vm_class, VMS};
+use crate::testbed::{self, console_tail, fill, not_erased, virsh, Disk, Paddock, Testbed, Vm};
+use crate::{custody_entry, enroll, settle, vm_class};
 
 /// A port nothing listens on (bound, then released).
 fn closed_port() -> u16 {
@@ -17,11 +17,9 @@ fn closed_port() -> u16 {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_vm_that_never_reports_times_out_into_clean_failed() {
     let Some(bed) = Testbed::from_env() else { return };
-    let _vms = VMS.lock().await;
-    let vm = &bed.vms[0];
-    reset(vm);
-    vm.disks.iter().for_each(fill);
-    let p = Paddock::start(&bed, Duration::from_secs(150), Some(closed_port())).await;
+    let lease = bed.lease(1, false).await;
+    let vm = &lease.vms[0];
+    let p = Paddock::start(&bed, Duration::from_secs(60), Some(closed_port())).await;
     vm_class(&p).await;
     let id = enroll(&p, &bed, vm, false).await;
     let m = settle(&p, vm, &id, &["available", "clean_failed", "maintenance"]).await;
@@ -62,10 +60,8 @@ fn detach_extra(vm: &Vm, path: &Path) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_disk_the_bmc_does_not_report_is_wiped_and_reported() {
     let Some(bed) = Testbed::from_env() else { return };
-    let _vms = VMS.lock().await;
-    let vm = &bed.vms[1];
-    reset(vm);
-    vm.disks.iter().for_each(fill);
+    let lease = bed.lease(1, false).await;
+    let vm = &lease.vms[0];
     let extra = attach_extra(&bed, vm, false);
     let p = Paddock::start(&bed, Duration::from_secs(3600), None).await;
     vm_class(&p).await;
@@ -91,10 +87,8 @@ async fn a_disk_the_bmc_does_not_report_is_wiped_and_reported() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_read_only_disk_ends_in_clean_failed_naming_the_drive() {
     let Some(bed) = Testbed::from_env() else { return };
-    let _vms = VMS.lock().await;
-    let vm = &bed.vms[0];
-    reset(vm);
-    vm.disks.iter().for_each(fill);
+    let lease = bed.lease(1, false).await;
+    let vm = &lease.vms[0];
     let extra = attach_extra(&bed, vm, true);
     let p = Paddock::start(&bed, Duration::from_secs(3600), None).await;
     vm_class(&p).await;
@@ -132,10 +126,8 @@ async fn until(vm: &Vm, within: Duration, why: &str, what: impl Fn() -> bool) {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_bmc_stopped_mid_wipe_then_started_again_the_clean_resumes() {
     let Some(bed) = Testbed::from_env() else { return };
-    let _vms = VMS.lock().await;
-    let vm = &bed.vms[1];
-    reset(vm);
-    vm.disks.iter().for_each(fill);
+    let lease = bed.lease(1, true).await;
+    let vm = &lease.vms[0];
     let p = Paddock::start(&bed, Duration::from_secs(3600), None).await;
     vm_class(&p).await;
     let id = enroll(&p, &bed, vm, false).await;
@@ -162,10 +154,8 @@ async fn the_bmc_stopped_mid_wipe_then_started_again_the_clean_resumes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_inventory_drive_removed_from_the_domain_fails_the_wipe() {
     let Some(bed) = Testbed::from_env() else { return };
-    let _vms = VMS.lock().await;
-    let vm = &bed.vms[0];
-    reset(vm);
-    vm.disks.iter().for_each(fill);
+    let lease = bed.lease(1, false).await;
+    let vm = &lease.vms[0];
     let definition = bed.dir.join(format!("{}.xml", vm.name));
     std::fs::write(&definition, virsh(&["dumpxml", "--inactive", &vm.name])).expect("saving the definition");
     virsh(&["detach-disk", &vm.name, "sda", "--config"]);

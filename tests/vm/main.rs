@@ -6,7 +6,8 @@
 //! then reads the disk files on this host. `scripts/test` starts the testbed (scripts/vm-start);
 //! without it the tests skip locally, and fail on CI.
 //!
-//! The tests take the testbed's VMs one test at a time (TCG on 2 cores is CPU-bound).
+//! Each test leases the VMs it uses from the testbed (`Testbed::lease`), so tests run side by side
+//! on different VMs.
 
 mod faults;
 mod testbed;
@@ -14,10 +15,7 @@ mod testbed;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use testbed::{console_tail, fill, not_erased, reset, Paddock, Testbed, Vm};
-
-/// One test at a time on the VMs.
-static VMS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use testbed::{console_tail, not_erased, Paddock, Testbed, Vm};
 
 /// How long one machine may take from enrollment to a settled state (a TCG boot and wipe of two
 /// 64 MiB disks takes about a minute here; the bound is for a loaded CI machine).
@@ -127,11 +125,9 @@ fn assert_wiped(bed: &Testbed, vm: &Vm, evidence: &Value) {
 #[tokio::test(flavor = "multi_thread")]
 async fn two_vms_are_enrolled_inspected_and_wiped_for_real_through_the_api() {
     let Some(bed) = Testbed::from_env() else { return };
-    let _vms = VMS.lock().await;
-    let vms = &bed.vms[..2];
+    let lease = bed.lease(2, false).await;
+    let vms = &lease.vms;
     for vm in vms {
-        reset(vm);
-        vm.disks.iter().for_each(fill);
         assert!(vm.disks.iter().all(|d| not_erased(&d.path).is_some()), "the pattern is on the disks");
     }
     let p = Paddock::start(&bed, Duration::from_secs(3600), None).await;
@@ -175,11 +171,7 @@ fn qemu_cpu_seconds(vms: &[Vm]) -> Vec<f64> {
 #[ignore = "a benchmark: bench/vm-clean runs it"]
 async fn bench_every_vm_of_the_testbed_cleaned_at_once() {
     let Some(bed) = Testbed::from_env() else { return };
-    let _vms = VMS.lock().await;
-    for vm in &bed.vms {
-        reset(vm);
-        vm.disks.iter().for_each(fill);
-    }
+    let _lease = bed.lease(bed.vms.len(), true).await;
     let p = Paddock::start(&bed, Duration::from_secs(3600), None).await;
     vm_class(&p).await;
     let t0 = Instant::now();

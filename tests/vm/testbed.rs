@@ -244,3 +244,58 @@ impl Paddock {
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client")
 }
+
+/// The testbed's VMs as a pool: a test leases the VMs it needs, other tests run beside it on
+/// others; the BMC emulators are shared, so a test that stops one leases them exclusively.
+pub struct Lease {
+    pub vms: Vec<Vm>,
+    taken: Vec<usize>,
+    _permits: tokio::sync::OwnedSemaphorePermit,
+    _bmcs: Bmcs,
+}
+
+enum Bmcs {
+    Shared(#[expect(dead_code, reason = "held for its drop")] tokio::sync::RwLockReadGuard<'static, ()>),
+    Exclusive(#[expect(dead_code, reason = "held for its drop")] tokio::sync::RwLockWriteGuard<'static, ()>),
+}
+
+struct Pool {
+    slots: Arc<tokio::sync::Semaphore>,
+    free: std::sync::Mutex<Vec<usize>>,
+}
+
+static POOL: std::sync::OnceLock<Pool> = std::sync::OnceLock::new();
+static BMCS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(pool) = POOL.get() {
+            pool.free.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(&self.taken);
+        }
+    }
+}
+
+impl Testbed {
+    /// Leases `n` VMs (waiting for them), powered off and with their disks filled with their
+    /// patterns; with `exclusive_bmcs`, also the BMC emulators for this test alone.
+    pub async fn lease(&self, n: usize, exclusive_bmcs: bool) -> Lease {
+        assert!(n <= self.vms.len(), "the testbed has {} VMs, a test wants {n}", self.vms.len());
+        let pool = POOL.get_or_init(|| Pool {
+            slots: Arc::new(tokio::sync::Semaphore::new(self.vms.len())),
+            free: std::sync::Mutex::new((0..self.vms.len()).collect()),
+        });
+        let bmcs = if exclusive_bmcs { Bmcs::Exclusive(BMCS.write().await) } else { Bmcs::Shared(BMCS.read().await) };
+        let permits = pool.slots.clone().acquire_many_owned(u32::try_from(n).expect("n")).await.expect("pool");
+        let taken: Vec<usize> = {
+            let mut free = pool.free.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let at = free.len() - n;
+            free.split_off(at)
+        };
+        let vms: Vec<Vm> = taken.iter().map(|i| self.vms[*i].clone()).collect();
+        for vm in &vms {
+            reset(vm);
+            vm.disks.iter().for_each(fill);
+        }
+        Lease { vms, taken, _permits: permits, _bmcs: bmcs }
+    }
+}
