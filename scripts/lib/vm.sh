@@ -20,7 +20,7 @@ vm_free_port() {
 vm_alive() {
   local pid
   pid=$(cat "$1" 2>/dev/null) || return 1
-  [[ $pid =~ ^[0-9]+$ ]] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$2"
+  [[ $pid =~ ^[0-9]+$ ]] && { tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -q -- "$2"
 }
 
 # vm_kill PIDFILE NAME: SIGTERM, then SIGKILL after 10 s, if it is still that process.

@@ -168,7 +168,7 @@ fn qemu_cpu_seconds(vms: &[Vm]) -> Vec<f64> {
 /// of the testbed enrolled at once, each one's enroll -> available and where it went, the wall
 /// time of all, and the CPU QEMU used (TCG is CPU-bound: its share of the machine's cores).
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "a benchmark: bench/vm-clean runs it"]
+#[ignore = "a benchmark: bench/vm/run runs it"]
 async fn bench_every_vm_of_the_testbed_cleaned_at_once() {
     let Some(bed) = Testbed::from_env() else { return };
     let _lease = bed.lease(bed.vms.len(), true).await;
