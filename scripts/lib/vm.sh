@@ -113,11 +113,12 @@ print(sys.argv[1] + ":" + bcrypt.hashpw(pw, bcrypt.gensalt(rounds=4)).decode())'
     vm_die "could not write the htpasswd file"
 }
 
-# vm_wait_url URL PIDFILE NAME: until URL answers (any HTTP status), 60 s at most.
+# vm_wait_url URL PIDFILE NAME: until URL answers (any HTTP status), 60 s at most, while the
+# process lives (by PID only: it may not have exec'd NAME yet).
 vm_wait_url() {
   local i
   for ((i = 0; i < 300; i++)); do
-    vm_alive "$2" "$3" || return 1
+    kill -0 "$(cat "$2")" 2>/dev/null || return 1
     /usr/bin/python3 - "$1" <<'PY' && return 0
 import ssl, sys, urllib.error, urllib.request
 try:
