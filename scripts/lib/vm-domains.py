@@ -77,10 +77,15 @@ def main():
             nvme_device=quoteattr("nvme,serial=%s,drive=nvm0,bus=pci.0,addr=0x10" % nvme_serial),
         )
         dom = conn.defineXML(xml)
+        # The definition as defined, for the tests to put a domain back as it was.
+        definition = os.path.join(base, "%s.xml" % name)
+        with open(definition, "w") as f:
+            f.write(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
         machines.append({
             "name": name,
             "uuid": dom.UUIDString(),
             "console": console,
+            "definition": definition,
             "disks": [
                 {"name": "nvme0", "path": nvme, "bus": "nvme", "serial": nvme_serial, "size_bytes": size},
                 {"name": "sda", "path": sata, "bus": "sata", "serial": sata_serial, "size_bytes": size},

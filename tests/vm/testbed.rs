@@ -27,6 +27,8 @@ pub struct Vm {
     pub name: String,
     pub uuid: String,
     pub console: PathBuf,
+    /// The domain's definition as the testbed defined it.
+    pub definition: PathBuf,
     pub disks: Vec<Disk>,
 }
 
@@ -40,6 +42,7 @@ fn machines(json: &Value) -> Vec<Vm> {
             name: s(m, "name"),
             uuid: s(m, "uuid"),
             console: PathBuf::from(s(m, "console")),
+            definition: PathBuf::from(s(m, "definition")),
             disks: list(m, "disks")
                 .iter()
                 .map(|d| Disk {
@@ -115,11 +118,13 @@ pub fn virsh(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-/// Powers `vm` off (if on) and clears its console log: a machine at rest before a test.
+/// Powers `vm` off (if on), defines it again as the testbed defined it (no media, no disk a
+/// test attached) and clears its console log: a machine at rest before a test.
 pub fn reset(vm: &Vm) {
     if virsh(&["domstate", &vm.name]) != "shut off" {
         virsh(&["destroy", &vm.name]);
     }
+    virsh(&["define", vm.definition.to_str().expect("utf-8 path")]);
     let _ = std::fs::write(&vm.console, b"");
 }
 
