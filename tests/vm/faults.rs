@@ -3,6 +3,8 @@
 use std::path::Path;
 use std::time::Duration;
 
+use serde_json::{json, Value};
+
 use crate::testbed::{self, console_tail, fill, not_erased, virsh, Disk, Paddock, Testbed, Vm};
 use crate::{custody_entry, enroll, settle, vm_class};
 
@@ -11,16 +13,59 @@ fn closed_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a port")
 }
 
+/// The seeds the BMC downloaded for `vm` (files of its storage pool named `<seed token>-iso-<uuid>`),
+/// oldest first.
+fn seeds_of(bed: &Testbed, vm: &Vm) -> Vec<std::path::PathBuf> {
+    let suffix = format!("-iso-{}.img", vm.uuid);
+    let mut seeds: Vec<(std::time::SystemTime, std::path::PathBuf)> = std::fs::read_dir(bed.dir.join("pool"))
+        .expect("the BMC's pool")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(&suffix))
+        .filter(|e| !e.file_name().to_string_lossy().starts_with("paddock-wipe"))
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    seeds.sort();
+    seeds.into_iter().map(|(_, p)| p).collect()
+}
+
+/// The agent token in a seed file, as the booted machine reads it.
+fn agent_token(seed: &Path) -> String {
+    let iso = std::fs::read(seed).expect("the seed");
+    let json = paddock_seed::read_file(&iso, "paddock/agent.json").expect("paddock/agent.json in the seed");
+    let seed: Value = serde_json::from_slice(&json).expect("agent.json");
+    seed["agent_token"].as_str().expect("agent_token").to_owned()
+}
+
+/// A complete report of success for the VM's two disks, as an agent would send it.
+fn forged_report(bed: &Testbed, vm: &Vm) -> Value {
+    let drives: Vec<Value> = vm
+        .disks
+        .iter()
+        .map(|d| json!({
+            "id": d.name, "match_basis": "protocol_capacity",
+            "identity": { "model": "QEMU", "serial": d.serial, "wwn": null, "eui": null, "size_bytes": d.size_bytes },
+            "method": "overwrite-zeroes", "result": "success", "detail": null,
+            "verification": { "ranges": 66, "bytes_read": 69_206_016, "sha256": "a".repeat(64) },
+        }))
+        .collect();
+    json!({
+        "result": "success", "drives": drives, "image_sha256": bed.image_sha256,
+        "started_at": chrono::Utc::now() - chrono::Duration::minutes(1), "finished_at": chrono::Utc::now(),
+    })
+}
+
 /// A VM whose agent never reaches paddock (its seed names a port nothing listens on) times out
 /// into `clean_failed` with `wipe_timed_out` once its token expires, and is powered off; its disks
-/// were never touched.
+/// were never touched. Taken through maintenance it boots a new run; a report carrying the first
+/// run's token (read from the seed the BMC downloaded) is refused, and the new run goes its own way.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_vm_that_never_reports_times_out_into_clean_failed() {
+async fn a_vm_that_never_reports_times_out_and_another_runs_token_is_refused() {
     let Some(bed) = Testbed::from_env() else { return };
     let lease = bed.lease(1, false).await;
     let vm = &lease.vms[0];
     let p = Paddock::start(&bed, Duration::from_secs(60), Some(closed_port())).await;
     vm_class(&p).await;
+    let before = seeds_of(&bed, vm).len();
     let id = enroll(&p, &bed, vm, false).await;
     let m = settle(&p, vm, &id, &["available", "clean_failed", "maintenance"]).await;
     assert_eq!(m["state"], "clean_failed", "{m}");
@@ -31,6 +76,32 @@ async fn a_vm_that_never_reports_times_out_into_clean_failed() {
     for disk in &vm.disks {
         assert!(not_erased(&disk.path).is_some(), "{} was not wiped: no config ever reached the agent", disk.name);
     }
+    let seeds = seeds_of(&bed, vm);
+    assert_eq!(seeds.len(), before + 1, "one seed downloaded for the run: {seeds:?}");
+    let old_token = agent_token(seeds.last().expect("the run's seed"));
+
+    // Through maintenance into a new run: its seed is the second one the BMC downloads.
+    let path = format!("/v1/machines/{id}/maintenance");
+    let (status, body) = p.call(reqwest::Method::POST, &path, Some(json!({ "reason": "retry the wipe" }))).await;
+    assert_eq!(status, 202, "{body}");
+    settle(&p, vm, &id, &["maintenance"]).await;
+    let (status, body) = p.call(reqwest::Method::DELETE, &path, None).await;
+    assert_eq!(status, 202, "{body}");
+    let second = || seeds_of(&bed, vm).len() == before + 2;
+    until(vm, Duration::from_secs(600), "the BMC downloaded the new run's seed", second).await;
+    let base = p.app.base_url.as_deref().expect("served");
+    let rsp = testbed::client()
+        .post(format!("{base}/v1/agent/report"))
+        .bearer_auth(&old_token)
+        .json(&forged_report(&bed, vm))
+        .send()
+        .await
+        .expect("report");
+    let code = rsp.status().as_u16();
+    assert!([404, 409, 410].contains(&code), "the first run's token is refused: {code}");
+    let m = settle(&p, vm, &id, &["available", "clean_failed", "maintenance"]).await;
+    assert_eq!(m["state"], "clean_failed", "the new run was not completed by the old token: {m}");
+    assert_eq!(m["last_error"]["code"], "wipe_timed_out", "{m}");
 }
 
 /// A third disk, attached to the domain as an operator would (virtio, not in the BMC's drive
