@@ -913,6 +913,33 @@ impl Lab {
     }
 
     /// Makes the worker reconcile the cluster once more and waits until that run finished.
+    /// Makes the cluster's queued drift check due now and waits until it has run (queued again).
+    async fn drift_check_now(&self, cluster: &str) {
+        let pool = &self.app.db.pool;
+        let due: Option<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar(
+            "update jobs set run_at = now() where target_id = $1::uuid and kind = 'cluster_drift_check' \
+             and state = 'queued' returning now()",
+        )
+        .bind(cluster)
+        .fetch_optional(pool)
+        .await
+        .expect("make the drift check due");
+        let due = due.expect("a ready cluster has a queued drift check");
+        eventually(WAIT, || async {
+            let again: i64 = sqlx::query_scalar(
+                "select count(*) from jobs where target_id = $1::uuid and kind = 'cluster_drift_check' \
+                 and state = 'queued' and run_at > $2 + interval '1 minute'",
+            )
+            .bind(cluster)
+            .bind(due)
+            .fetch_one(pool)
+            .await
+            .expect("jobs");
+            (again > 0).then_some(())
+        })
+        .await;
+    }
+
     async fn reconcile_again(&self, t: &Tenant, cluster: &str) {
         let pool = &self.app.db.pool;
         let t0: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("select now()").fetch_one(pool).await.expect("now");
@@ -1251,6 +1278,29 @@ async fn drift_behind_paddocks_back_is_restored_by_the_next_check_and_named_in_t
     lab.finish().await;
 }
 
+/// BENCHMARK, not a test (ignored; `bench/drift/run` runs it): what one drift check of a converged
+/// Slurm cluster costs on real API servers of the harness: requests by verb on the platform and
+/// in the tenant cluster, and CPU of the harness (every API server) and of this process (paddock's
+/// worker, and the played parts, idle by then). Each window with one check is measured against a
+/// window of the same length without one (the played parts' own polling), in the same run.
+#[tokio::test]
+#[ignore = "a benchmark: bench/drift/run"]
+async fn drift_check_cost_of_a_converged_slurm_cluster() {
+    let Some(lab) = Lab::with(|s| s.drift_interval = Duration::from_secs(86_400)).await else { return };
+    let (t, c, _) = lab.create_hpc(8).await;
+    lab.ready(&t, &c).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let servers = [("platform", lab.platform_client.clone()), ("tenant", lab.tenant_client(&c))];
+    let window = Duration::from_secs(4);
+    for round in 1..=3 {
+        let idle = cost_window(&servers, window, || async {}).await;
+        let checked = cost_window(&servers, window, || lab.drift_check_now(&c)).await;
+        println!("round {round}: one drift check: {}", checked.minus(&idle));
+        println!("round {round}: idle window of {window:?}: {idle}");
+    }
+    lab.finish().await;
+}
+
 #[tokio::test]
 async fn a_slurm_cluster_with_cpu_and_gpu_pools_goes_ready_scales_and_is_deleted_slurm_first() {
     let Some(lab) = Lab::new().await else { return };
@@ -1469,4 +1519,78 @@ async fn a_release_the_tenant_holds_up_is_forced_after_the_release_timeout() {
     let release = json!({ "metadata": { "finalizers": null } });
     nodes.patch(&node, &PatchParams::default(), &Patch::Merge(&release)).await.expect("finalizer removed");
     lab.finish().await;
+}
+
+/// What a window cost: API requests by (server, verb), and CPU seconds of the harness process and
+/// of this one.
+#[derive(Default)]
+struct Cost {
+    requests: BTreeMap<(String, String), f64>,
+    harness_cpu: f64,
+    own_cpu: f64,
+}
+
+impl Cost {
+    fn minus(&self, base: &Cost) -> Cost {
+        let mut requests = self.requests.clone();
+        for (k, v) in &base.requests {
+            *requests.entry(k.clone()).or_default() -= v;
+        }
+        Cost { requests, harness_cpu: self.harness_cpu - base.harness_cpu, own_cpu: self.own_cpu - base.own_cpu }
+    }
+}
+
+impl std::fmt::Display for Cost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let total: f64 = self.requests.values().sum();
+        write!(f, "{total:.0} requests (")?;
+        let parts: Vec<String> = self.requests.iter().map(|((s, v), n)| format!("{s} {v} {n:.0}")).collect();
+        write!(
+            f,
+            "{}), harness CPU {:.1} ms, paddock+test process CPU {:.1} ms",
+            parts.join(", "),
+            self.harness_cpu * 1e3,
+            self.own_cpu * 1e3
+        )
+    }
+}
+
+/// Runs `during` and measures the window of `length` around it.
+async fn cost_window<F, Fut>(servers: &[(&str, Client)], length: Duration, during: F) -> Cost
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let before = cost_now(servers).await;
+    let started = std::time::Instant::now();
+    during().await;
+    tokio::time::sleep(length.saturating_sub(started.elapsed())).await;
+    cost_now(servers).await.minus(&before)
+}
+
+async fn cost_now(servers: &[(&str, Client)]) -> Cost {
+    let mut requests = BTreeMap::new();
+    for (name, client) in servers {
+        let request = http::Request::get("/metrics").body(Vec::new()).expect("request");
+        let text = client.request_text(request).await.expect("the API server's metrics");
+        for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+            let verb = line.split("verb=\"").nth(1).and_then(|r| r.split('"').next()).unwrap_or("?");
+            let value: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+            *requests.entry(((*name).to_owned(), verb.to_owned())).or_default() += value;
+        }
+    }
+    let harness = std::env::var("PADDOCK_TEST_KUBE_DIR")
+        .ok()
+        .and_then(|dir| std::fs::read_to_string(format!("{dir}/pid")).ok())
+        .and_then(|pid| process_cpu(pid.trim()))
+        .unwrap_or(0.0);
+    Cost { requests, harness_cpu: harness, own_cpu: process_cpu("self").unwrap_or(0.0) }
+}
+
+/// utime + stime of a process, seconds (Linux clock ticks of 1/100 s).
+fn process_cpu(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
 }
