@@ -26,18 +26,20 @@ use crate::isolation::MANAGER;
 use crate::KubeError;
 
 /// Whether every field of `desired` (an apply body) holds in `live`: objects key by key (a key
-/// the body sets to null need not exist), lists entry by entry and of the same length, numbers by
+/// the body sets to null, `{}`, `[]` or a zero value need not exist; a null holds anywhere), lists entry by entry and of the same length, numbers by
 /// value, everything else equal. Fields only the live object has (defaults, status, other
 /// managers' fields) do not matter.
 pub fn holds(desired: &Value, live: &Value) -> bool {
     match (desired, live) {
         (Value::Object(want), Value::Object(have)) => {
-            want.iter().all(|(key, value)| have.get(key).map_or(value.is_null(), |found| holds(value, found)))
+            want.iter().all(|(key, value)| have.get(key).map_or_else(|| nothing(value), |found| holds(value, found)))
         }
         (Value::Array(want), Value::Array(have)) => {
             want.len() == have.len() && want.iter().zip(have).all(|(w, h)| holds(w, h))
         }
         (Value::Number(want), Value::Number(have)) => want == have || want.as_f64() == have.as_f64(),
+        // A body's null has no opinion (`creationTimestamp: null` in rendered manifests).
+        (Value::Null, _) => true,
         (want, have) => want == have,
     }
 }
@@ -50,7 +52,7 @@ pub fn owns_only(fields_v1: &Value, desired: &Value) -> bool {
     owned.iter().all(|(key, below)| {
         let Some(name) = key.strip_prefix("f:") else { return true };
         match desired.get(name) {
-            None | Some(Value::Null) => false,
+            None => false,
             Some(inner @ Value::Object(_)) => owns_only(below, inner),
             Some(_) => true,
         }
@@ -77,6 +79,38 @@ fn as_wanted<K: Resource + Serialize>(live: &K, desired: &Value) -> Result<bool,
         }
         _ => holds(desired, &live),
     })
+}
+
+/// Where `desired` first fails to hold in `live` (a `/`-separated path), for the logs.
+fn difference(desired: &Value, live: &Value) -> Option<String> {
+    match (desired, live) {
+        (Value::Object(want), Value::Object(have)) => want.iter().find_map(|(key, value)| match have.get(key) {
+            None if nothing(value) => None,
+            None => Some(format!("/{key} (missing)")),
+            Some(found) => difference(value, found).map(|below| format!("/{key}{below}")),
+        }),
+        (Value::Array(want), Value::Array(have)) if want.len() == have.len() => {
+            want.iter().zip(have).enumerate().find_map(|(i, (w, h))| difference(w, h).map(|b| format!("/{i}{b}")))
+        }
+        (Value::Array(want), Value::Array(have)) => Some(format!(" ({} entries, {} live)", want.len(), have.len())),
+        _ if holds(desired, live) => None,
+        _ => Some(format!(" ({desired} != {live})")),
+    }
+}
+
+/// Whether a body's value sets nothing, so that the API server keeps no field for it: null, an
+/// empty map or list (`resources: {}`, `args: []`), and a zero value.
+fn nothing(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Object(map) => map.is_empty(),
+        Value::Array(list) => list.is_empty(),
+        // Kubernetes' Go types drop zero values (`omitempty`): a `false`, `0` or `""` the body
+        // sets is stored as no field at all (`preserveUnknownFields: false`, `readOnly: false`).
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(text) => text.is_empty(),
+    }
 }
 
 /// The object as it is after making sure `body` holds in it, and whether that changed it.
@@ -130,9 +164,10 @@ where
         return Ok(Converged { object: live, changed: false });
     }
     let before = live.meta().resource_version.clone();
+    let differs = serde_json::to_value(&live).ok().and_then(|l| difference(&desired, &l)).unwrap_or_default();
     let object = apply(api, target, &desired).await?;
     let changed = before != object.meta().resource_version;
-    debug!(changed, "applied {} {}: it differed from paddock's fields", target.kind, target.full_name);
+    debug!(changed, differs = %differs, "applied {} {}: it differed from paddock's fields", target.kind, target.full_name);
     Ok(Converged { object, changed })
 }
 
@@ -183,6 +218,12 @@ mod tests {
         added["spec"]["ports"].as_array_mut().expect("ports").push(json!({"port": 443}));
         assert!(!holds(&body, &added), "a list paddock set has another entry: applied again, SSA decides");
         assert!(holds(&json!({"n": 1}), &json!({"n": 1.0})), "numbers by value");
+        assert!(
+            holds(&json!({"r": {}, "a": [], "z": null, "f": false, "n": 0, "s": ""}), &json!({})),
+            "what sets nothing need not be there"
+        );
+        assert!(holds(&json!({"creationTimestamp": null}), &json!({"creationTimestamp": "2026-12-03T21:20:50Z"})));
+        assert!(!holds(&json!({"f": true, "n": 2}), &json!({})), "a value that sets something must be there");
         assert!(!holds(&json!({"n": "1"}), &json!({"n": 1})), "a string is not a number");
     }
 
