@@ -122,6 +122,15 @@ pub async fn get(conn: &mut Conn, id: TenantId) -> Result<Option<Tenant>, StoreE
     row.map(Tenant::try_from).transpose()
 }
 
+/// A live tenant's name: what the drivers label objects with, without the usage counts [`get`]
+/// sums over every cluster and pool of the tenant (a reconcile runs for every cluster).
+pub async fn name(conn: &mut Conn, id: TenantId) -> Result<Option<String>, StoreError> {
+    Ok(sqlx::query_scalar("select name from tenants where id = $1 and deleted_at is null")
+        .bind(id.uuid())
+        .fetch_optional(conn)
+        .await?)
+}
+
 /// A live tenant by id, locked until the transaction ends against other writers of the tenant
 /// (its quota checks, its spec). `for no key update`, not `for update`: the foreign-key checks
 /// of rows inserted under the tenant (a worker's cluster events, allocations) take `key share`

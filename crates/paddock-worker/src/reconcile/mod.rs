@@ -150,10 +150,10 @@ pub(crate) async fn cluster_ref(
     cluster_id: ClusterId,
     cluster_name: &str,
 ) -> Result<Option<ClusterRef>, StoreError> {
-    let Some(t) = tenant::get(conn, tenant_id).await? else {
+    let Some(tenant_name) = tenant::name(conn, tenant_id).await? else {
         return Ok(None);
     };
-    Ok(Some(ClusterRef { tenant_id, cluster_id, tenant_name: t.spec.name, cluster_name: cluster_name.to_owned() }))
+    Ok(Some(ClusterRef { tenant_id, cluster_id, tenant_name, cluster_name: cluster_name.to_owned() }))
 }
 
 #[cfg(test)]
