@@ -1238,46 +1238,6 @@ async fn reconciling_a_converged_kubernetes_cluster_again_changes_nothing() {
     lab.finish().await;
 }
 
-/// Drift at rest (issue #20 item 5) with the real drivers: checks of a converged cluster write
-/// nothing; a NetworkPolicy deleted on the platform and a NodeSet scaled by hand in the tenant
-/// cluster are restored by the next check, and the cluster's events name both.
-#[tokio::test]
-async fn drift_behind_paddocks_back_is_restored_by_the_next_check_and_named_in_the_events() {
-    let Some(lab) = Lab::with(|s| s.drift_interval = Duration::from_secs(2)).await else { return };
-    let (t, c, _) = lab.create_hpc(8).await;
-    lab.ready(&t, &c).await;
-    // Two checks and more (each 1.8 to 2.2 s apart) of the settled cluster: nothing written.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let platform = platform_versions(&lab.platform_client, &c).await;
-    let tenant = tenant_versions(&lab.tenant_client(&c)).await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(platform_versions(&lab.platform_client, &c).await, platform, "a drift check wrote");
-    assert_eq!(tenant_versions(&lab.tenant_client(&c)).await, tenant, "a drift check wrote");
-
-    let ns = isolation::namespace_name(ClusterId(c.parse().expect("uuid")));
-    let policies: Api<NetworkPolicy> = Api::namespaced(lab.platform_client.clone(), &ns);
-    policies.delete("paddock-allow-dns", &Default::default()).await.expect("delete a policy");
-    let nodesets: Api<DynamicObject> =
-        Api::namespaced_with(lab.tenant_client(&c), slurm::NAMESPACE, &slurm::api_resource("NodeSet"));
-    let edit = PatchParams { field_manager: Some("someone-else".into()), ..PatchParams::default() };
-    let scaled = json!({ "spec": { "replicas": 5 } });
-    nodesets.patch("cpu", &edit, &Patch::Merge(&scaled)).await.expect("scale the NodeSet by hand");
-
-    let path = format!("{}/events", Lab::path(&t, &c));
-    let told = eventually(WAIT, || async {
-        let events = lab.app.get(&path).token(&t.token).send().await.expect(200).json();
-        events["items"].as_array().expect("items").iter().find(|e| e["reason"] == "DriftCorrected").cloned()
-    })
-    .await;
-    let message = told["message"].as_str().expect("message");
-    assert!(message.contains(&format!("NetworkPolicy {ns}/paddock-allow-dns")), "{message}");
-    assert!(message.contains(&format!("NodeSet {}/cpu", slurm::NAMESPACE)), "{message}");
-    policies.get("paddock-allow-dns").await.expect("the policy is back");
-    assert_eq!(nodesets.get("cpu").await.expect("NodeSet").data["spec"]["replicas"], 1, "the pool's count is back");
-    lab.ready(&t, &c).await;
-    lab.finish().await;
-}
-
 /// BENCHMARK, not a test (ignored; `bench/drift/run` runs it): what one drift check of a converged
 /// Slurm cluster costs on real API servers of the harness: requests by verb on the platform and
 /// in the tenant cluster, and CPU of the harness (every API server) and of this process (paddock's
