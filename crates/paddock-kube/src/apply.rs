@@ -26,22 +26,11 @@ use crate::isolation::MANAGER;
 use crate::KubeError;
 
 /// Whether every field of `desired` (an apply body) holds in `live`: objects key by key (a key
-/// the body sets to null, `{}`, `[]` or a zero value need not exist; a null holds anywhere), lists entry by entry and of the same length, numbers by
-/// value, everything else equal. Fields only the live object has (defaults, status, other
-/// managers' fields) do not matter.
+/// the body sets to null, `{}`, `[]` or a zero value need not exist; a null holds anywhere),
+/// lists entry by entry and of the same length, numbers by value, everything else equal. Fields
+/// only the live object has (defaults, status, other managers' fields) do not matter.
 pub fn holds(desired: &Value, live: &Value) -> bool {
-    match (desired, live) {
-        (Value::Object(want), Value::Object(have)) => {
-            want.iter().all(|(key, value)| have.get(key).map_or_else(|| nothing(value), |found| holds(value, found)))
-        }
-        (Value::Array(want), Value::Array(have)) => {
-            want.len() == have.len() && want.iter().zip(have).all(|(w, h)| holds(w, h))
-        }
-        (Value::Number(want), Value::Number(have)) => want == have || want.as_f64() == have.as_f64(),
-        // A body's null has no opinion (`creationTimestamp: null` in rendered manifests).
-        (Value::Null, _) => true,
-        (want, have) => want == have,
-    }
+    difference(desired, live).is_none()
 }
 
 /// Whether every field that a field manager owns (its `managedFields` entry's `fieldsV1`) is
@@ -81,7 +70,8 @@ fn as_wanted<K: Resource + Serialize>(live: &K, desired: &Value) -> Result<bool,
     })
 }
 
-/// Where `desired` first fails to hold in `live` (a `/`-separated path), for the logs.
+/// Where `desired` first fails to [`hold`](holds) in `live` (a `/`-separated path and the two
+/// values), or None when it holds: the one comparison, whose answer the logs can show.
 fn difference(desired: &Value, live: &Value) -> Option<String> {
     match (desired, live) {
         (Value::Object(want), Value::Object(have)) => want.iter().find_map(|(key, value)| match have.get(key) {
@@ -93,8 +83,11 @@ fn difference(desired: &Value, live: &Value) -> Option<String> {
             want.iter().zip(have).enumerate().find_map(|(i, (w, h))| difference(w, h).map(|b| format!("/{i}{b}")))
         }
         (Value::Array(want), Value::Array(have)) => Some(format!(" ({} entries, {} live)", want.len(), have.len())),
-        _ if holds(desired, live) => None,
-        _ => Some(format!(" ({desired} != {live})")),
+        (Value::Number(want), Value::Number(have)) if want == have || want.as_f64() == have.as_f64() => None,
+        // A body's null has no opinion (`creationTimestamp: null` in rendered manifests).
+        (Value::Null, _) => None,
+        (want, have) if want == have => None,
+        (want, have) => Some(format!(" ({want} != {have})")),
     }
 }
 

@@ -479,7 +479,8 @@ impl ClusterReconciler {
     async fn slurm_secrets(&self, cluster: &Cluster) -> Result<SlurmSecrets, StoreError> {
         let binding = Binding { table: "clusters", column: "slurm_secrets_enc", row: cluster.id.uuid() };
         let mut conn = self.services.store().conn().await?;
-        if store::slurm_secrets(&mut conn, cluster.tenant_id, cluster.id).await?.is_none() {
+        let mut stored = store::slurm_secrets(&mut conn, cluster.tenant_id, cluster.id).await?;
+        if stored.is_none() {
             let fresh = json!({
                 "slurm_key": random_base64(1024),
                 "jwt_hs256_key": random_base64(64),
@@ -487,9 +488,10 @@ impl ClusterReconciler {
             });
             let sealed = self.services.cipher().seal(fresh.to_string().as_bytes(), binding)?;
             store::init_slurm_secrets(&mut conn, cluster.tenant_id, cluster.id, &sealed).await?;
+            // Read back: a concurrent run's secrets win if it stored them first.
+            stored = store::slurm_secrets(&mut conn, cluster.tenant_id, cluster.id).await?;
         }
-        let sealed = store::slurm_secrets(&mut conn, cluster.tenant_id, cluster.id)
-            .await?
+        let sealed = stored
             .ok_or_else(|| StoreError::Corrupt(format!("the Slurm secrets of cluster {} vanished", cluster.id)))?;
         let corrupt = |what: &str| StoreError::Corrupt(format!("the Slurm secrets of cluster {}: {what}", cluster.id));
         let opened = self.services.cipher().open(&sealed, binding).map_err(|e| corrupt(&e.to_string()))?;
