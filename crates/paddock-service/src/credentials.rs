@@ -46,14 +46,20 @@ pub async fn tenant_access(
     let opened = cipher.open(&sealed, kubeconfig_binding(cluster.cluster_id)).map_err(|e| {
         StoreError::Corrupt(format!("the admin kubeconfig of cluster {} cannot be opened: {e}", cluster.cluster_id))
     })?;
-    let kubeconfig = String::from_utf8(opened).map_err(|_| {
+    access(cluster, endpoint, opened).map(Some)
+}
+
+/// How paddock reaches `cluster`'s own API at `endpoint` with the admin kubeconfig `kubeconfig`
+/// (opened, or just reported by the control plane).
+pub fn access(cluster: ClusterRef, endpoint: &str, kubeconfig: Vec<u8>) -> Result<TenantAccess, StoreError> {
+    let kubeconfig = String::from_utf8(kubeconfig).map_err(|_| {
         StoreError::Corrupt(format!("the admin kubeconfig of cluster {} is not UTF-8", cluster.cluster_id))
     })?;
-    Ok(Some(TenantAccess {
+    Ok(TenantAccess {
         cluster,
         endpoint: endpoint.trim_start_matches("https://").to_owned(),
         admin_kubeconfig: SecretString::new(kubeconfig),
-    }))
+    })
 }
 
 /// The credentials driver the API uses (`PADDOCK_KUBE_DRIVER`); shows nothing of itself.

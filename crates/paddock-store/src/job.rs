@@ -411,30 +411,6 @@ fn held_by_tenant(alias: &str) -> String {
     )
 }
 
-/// How long until the next queued job of `kinds` that `worker` could claim comes due: its target
-/// free, its tenant below `tenant_slots` on this worker (a job of a tenant at its bound is not
-/// waited for: a run ending wakes the worker anyway). `None` when there is none. Walks the ready
-/// index from its start.
-pub async fn next_due_in(
-    conn: &mut Conn,
-    worker: &str,
-    kinds: &[&str],
-    tenant_slots: u32,
-) -> Result<Option<Duration>, StoreError> {
-    let sql = format!(
-        "select greatest(extract(epoch from (j.run_at - now())) * 1000, 0)::float8 from jobs j \
-         where j.state = 'queued' and j.kind = any($1) \
-           and not exists (select 1 from jobs r where r.target_id = j.target_id and r.state = 'running') \
-           and (j.tenant_id is null or {} < $3) \
-         order by j.run_at limit 1",
-        held_by_tenant("j")
-    );
-    let millis: Option<f64> =
-        sqlx::query_scalar(&sql).bind(kinds).bind(worker).bind(i64::from(tenant_slots)).fetch_optional(conn).await?;
-    // At least 20 ms, so a job that is due but not claimable yet never turns this into a spin.
-    Ok(millis.map(|ms| Duration::from_secs_f64(ms.max(0.0) / 1000.0) + Duration::from_millis(20)))
-}
-
 /// Claims up to `limit` due jobs of `kinds` for `worker`, leased for `lease`.
 ///
 /// Takes queued jobs whose `run_at` has come and whose target has no running job, and running
@@ -445,6 +421,9 @@ pub async fn next_due_in(
 /// and the others stay for other tenants and the fleet's own jobs. Linked pending operations
 /// become `running` in the same statement. Runs as one statement, outside any transaction;
 /// `for update skip locked` lets any number of workers claim at once.
+///
+/// The same statement says how long until the next queued job of `kinds` that `worker` could
+/// claim comes due (see [`Claimed::next_due_in`]), so an idle worker makes one statement per poll.
 pub async fn claim(
     conn: &mut Conn,
     worker: &str,
@@ -452,9 +431,9 @@ pub async fn claim(
     lease: Duration,
     limit: u32,
     tenant_slots: u32,
-) -> Result<Vec<Job>, StoreError> {
+) -> Result<Claimed, StoreError> {
     if limit == 0 || kinds.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Claimed { jobs: Vec::new(), next_due_in: None });
     }
     // The run starts when the claim executes (`clock_timestamp()`), not when the statement arrived
     // (`now()`): under load the two differ, and a run must never appear to start before the one it
@@ -469,6 +448,8 @@ pub async fn claim(
     // (one prepared statement per value): as a parameter, PostgreSQL would plan the statement
     // anew on every call, which costs more than running it.
     let (held_e, held_q, held_r) = (held_by_tenant("e"), held_by_tenant("q"), held_by_tenant("ranked"));
+    let held_n = held_by_tenant("n");
+    let columns = COLUMNS.split(", ").map(|c| format!("c.{c}")).collect::<Vec<_>>().join(", ");
     let sql = format!(
         "with expired as ( \
              select id, target_id, tenant_id, 0 as pri, locked_until as due from jobs e \
@@ -511,11 +492,19 @@ pub async fn claim(
          ), started as ( \
              update operations o set state = 'running', updated_at = now() \
              from claimed c where o.id = c.operation_id and o.state = 'pending' \
+         ), next as ( \
+             select greatest(extract(epoch from (n.run_at - now())) * 1000, 0)::float8 as due_ms from jobs n \
+             where n.state = 'queued' and n.run_at > now() and n.kind = any($1) \
+               and not exists (select 1 from jobs r where r.target_id = n.target_id and r.state = 'running') \
+               and n.target_id not in (select target_id from claimed) \
+               and (n.tenant_id is null or {held_n} < $4) \
+             order by n.run_at limit 1 \
          ) \
-         select {COLUMNS} from claimed order by run_at, id"
+         select {columns}, d.due_ms from (select (select due_ms from next) as due_ms) d \
+         left join claimed c on true order by c.run_at, c.id"
     );
     for _ in 0..RACE_TURNS {
-        let rows: Result<Vec<JobRow>, StoreError> = sqlx::query_as(&sql)
+        let rows = sqlx::query(&sql)
             .bind(kinds)
             .bind(worker)
             .bind(millis(lease))
@@ -524,14 +513,45 @@ pub async fn claim(
             .await
             .map_err(StoreError::from);
         match rows {
-            Ok(rows) => return rows.into_iter().map(Job::try_from).collect(),
+            Ok(rows) => return Claimed::from_rows(&rows),
             // Another worker started a job of the same target after this statement's snapshot
             // was taken; the statement was undone as a whole. A new snapshot sees that job.
             Err(e) if lost_race(&e, RUNNING_TARGET_KEY) => continue,
             Err(e) => return Err(e),
         }
     }
-    Ok(Vec::new())
+    Ok(Claimed { jobs: Vec::new(), next_due_in: None })
+}
+
+/// What one [`claim`] took, and when to claim again.
+#[derive(Debug)]
+pub struct Claimed {
+    /// The jobs claimed, oldest due first.
+    pub jobs: Vec<Job>,
+    /// How long until the next queued job of the claimed kinds that the worker could claim comes
+    /// due, after those it just claimed: its target free (and not one just claimed), its tenant
+    /// below the slots on this worker as they were when the statement started (a job of a tenant
+    /// at its bound is not waited for: a run ending wakes the worker anyway). Only jobs due later
+    /// count: a due job it did not take is held by another worker's claim or beyond the batch.
+    /// At least 20 ms, so it never turns into a spin. `None` when there is none.
+    pub next_due_in: Option<Duration>,
+}
+
+impl Claimed {
+    fn from_rows(rows: &[sqlx::postgres::PgRow]) -> Result<Self, StoreError> {
+        use sqlx::{FromRow, Row};
+        let mut claimed = Claimed { jobs: Vec::with_capacity(rows.len()), next_due_in: None };
+        for row in rows {
+            let due_ms: Option<f64> = row.try_get("due_ms")?;
+            claimed.next_due_in =
+                due_ms.map(|ms| Duration::from_secs_f64(ms.max(0.0) / 1000.0) + Duration::from_millis(20));
+            // The one row of a claim that took nothing has no job in it.
+            if row.try_get::<Option<Uuid>, _>("id")?.is_some() {
+                claimed.jobs.push(Job::try_from(JobRow::from_row(row)?)?);
+            }
+        }
+        Ok(claimed)
+    }
 }
 
 /// Renews the lease of a running job; `false` when `worker` no longer holds it (the job was

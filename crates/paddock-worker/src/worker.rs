@@ -283,20 +283,14 @@ impl Inner {
         };
         let limit = u32::try_from(limit).unwrap_or(u32::MAX);
         let sent = Instant::now();
-        let claimed = async {
-            let slots = u32::try_from(self.config.tenant_slots).unwrap_or(u32::MAX);
-            let jobs = job::claim(c, &self.id, &self.kinds, self.config.lease, limit, slots).await?;
+        let slots = u32::try_from(self.config.tenant_slots).unwrap_or(u32::MAX);
+        match job::claim(c, &self.id, &self.kinds, self.config.lease, limit, slots).await {
             // With room left, sleep no longer than until the next queued job this worker may take
             // comes due: a job waiting a fraction of the poll interval runs on time.
-            let next = if jobs.len() < limit as usize {
-                job::next_due_in(c, &self.id, &self.kinds, slots).await?
-            } else {
-                None
-            };
-            Ok::<_, StoreError>((jobs, next))
-        };
-        match claimed.await {
-            Ok((jobs, next)) => Ok((sent, jobs, next)),
+            Ok(claimed) => {
+                let next = claimed.next_due_in.filter(|_| claimed.jobs.len() < limit as usize);
+                Ok((sent, claimed.jobs, next))
+            }
             Err(e) => {
                 *conn = None;
                 Err(e)

@@ -1,4 +1,4 @@
-//! The queue's due times: what `next_due_in` and `claim` see of jobs due later, and of jobs whose
+//! The queue's due times: what `claim` takes and says is due next of jobs due later, and of jobs whose
 //! target is busy. (Lease expiry and takeover, a stale worker's completion and the merging of
 //! queued jobs are tested in `paddock-worker/tests/worker/queue.rs`.)
 
@@ -28,38 +28,47 @@ fn new_job(kind: &'static str, target: Uuid) -> NewJob<'static> {
 async fn the_next_due_time_skips_busy_targets_and_other_kinds() {
     let (_db, store) = db().await;
     let mut conn = store.conn().await.expect("conn");
-    assert_eq!(job::next_due_in(&mut conn, "w2", &["a_kind"], u32::MAX).await.expect("empty"), None);
+    let empty = job::claim(&mut conn, "w2", &["a_kind"], LEASE, 10, u32::MAX).await.expect("empty");
+    assert!(empty.jobs.is_empty() && empty.next_due_in.is_none(), "{empty:?}");
 
     let later = Utc::now() + chrono::Duration::minutes(10);
     let target = Uuid::now_v7();
     job::enqueue(&mut conn, &NewJob { run_at: Some(later), ..new_job("a_kind", target) }).await.expect("later");
     job::enqueue(&mut conn, &new_job("b_kind", Uuid::now_v7())).await.expect("other kind");
-    let due_in = job::next_due_in(&mut conn, "w2", &["a_kind"], u32::MAX).await.expect("due").expect("a job");
+    let not_yet = job::claim(&mut conn, "w1", &["a_kind"], LEASE, 10, u32::MAX).await.expect("claim");
+    assert!(not_yet.jobs.is_empty(), "not due yet: {not_yet:?}");
+    let due_in = not_yet.next_due_in.expect("a job");
     assert!(due_in > Duration::from_secs(9 * 60) && due_in <= Duration::from_secs(10 * 60 + 1), "{due_in:?}");
-    assert!(
-        job::claim(&mut conn, "w1", &["a_kind"], LEASE, 10, u32::MAX).await.expect("claim").is_empty(),
-        "not due yet"
-    );
 
-    // A due job whose target runs another job is neither due nor claimable until that run ends.
+    // A job due later whose target runs another job is not waited for while that run lasts, nor
+    // is one whose target this very claim took.
     let busy = Uuid::now_v7();
     job::enqueue(&mut conn, &new_job("c_kind", busy)).await.expect("runs");
-    let running = job::claim(&mut conn, "w1", &["c_kind"], LEASE, 1, u32::MAX).await.expect("claim");
-    assert_eq!(running.len(), 1);
-    let queued = job::enqueue(&mut conn, &new_job("a_kind", busy)).await.expect("queued behind");
-    assert!(
-        job::next_due_in(&mut conn, "w2", &["a_kind"], u32::MAX).await.expect("due").expect("a job")
-            > Duration::from_secs(60)
-    );
-    assert!(job::claim(&mut conn, "w2", &["a_kind"], LEASE, 10, u32::MAX).await.expect("claim").is_empty());
+    let soon = Utc::now() + chrono::Duration::seconds(30);
+    let queued = job::enqueue(&mut conn, &NewJob { run_at: Some(soon), ..new_job("a_kind", busy) })
+        .await
+        .expect("queued behind");
+    let running = job::claim(&mut conn, "w1", &["c_kind", "a_kind"], LEASE, 1, u32::MAX).await.expect("claim");
+    assert_eq!(running.jobs.len(), 1);
+    let due_in = running.next_due_in.expect("the one due in 10 minutes");
+    assert!(due_in > Duration::from_secs(60), "the busy target's job is not waited for: {due_in:?}");
+    let behind = job::claim(&mut conn, "w2", &["a_kind"], LEASE, 10, u32::MAX).await.expect("claim");
+    assert!(behind.jobs.is_empty());
+    assert!(behind.next_due_in.expect("a job") > Duration::from_secs(60), "{behind:?}");
 
-    assert!(job::complete(&mut conn, running[0].id, "w1").await.expect("complete"));
-    assert!(
-        job::next_due_in(&mut conn, "w2", &["a_kind"], u32::MAX).await.expect("due").expect("a job")
-            < Duration::from_secs(1)
-    );
+    // Once that run ends, it is.
+    assert!(job::complete(&mut conn, running.jobs[0].id, "w1").await.expect("complete"));
+    let free = job::claim(&mut conn, "w2", &["a_kind"], LEASE, 10, u32::MAX).await.expect("claim");
+    assert!(free.jobs.is_empty());
+    let due_in = free.next_due_in.expect("a job");
+    assert!(due_in <= Duration::from_secs(31), "{due_in:?}");
+    sqlx::query("update jobs set run_at = now() where id = $1")
+        .bind(queued.uuid())
+        .execute(store.pool())
+        .await
+        .expect("due");
     let claimed = job::claim(&mut conn, "w2", &["a_kind"], LEASE, 10, u32::MAX).await.expect("claim");
-    assert_eq!(claimed.iter().map(|j| (j.id, j.state)).collect::<Vec<_>>(), vec![(queued, JobState::Running)]);
+    assert_eq!(claimed.jobs.iter().map(|j| (j.id, j.state)).collect::<Vec<_>>(), vec![(queued, JobState::Running)]);
 }
 
 #[tokio::test]

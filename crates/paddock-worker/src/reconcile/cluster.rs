@@ -40,7 +40,8 @@ use paddock_types::{ClusterId, NodePoolId, TenantId};
 use serde_json::{json, Value};
 
 use super::{
-    cluster_ref, kubeconfig_binding, store_error, tenant_access, Drivers, Settings, DRIVER_NOT_CONFIGURED, DRIVER_WAIT,
+    access, cluster_ref, kubeconfig_binding, store_error, tenant_access, Drivers, Settings, DRIVER_NOT_CONFIGURED,
+    DRIVER_WAIT,
 };
 use crate::metrics::{self, Driver};
 use crate::{failed_problem, Job, JobHandler, Outcome};
@@ -288,6 +289,11 @@ impl ClusterReconciler {
     ) -> Result<Option<TenantAccess>, StoreError> {
         if !cp.ready {
             return Ok(None);
+        }
+        if let (Some(kubeconfig), Some(endpoint)) = (&cp.admin_kubeconfig, &cp.endpoint) {
+            // The kubeconfig the control plane just reported (and `control_plane` stored): not
+            // read back.
+            return access(reference.clone(), endpoint, kubeconfig.clone()).map(Some);
         }
         let mut conn = self.services.store().conn().await?;
         tenant_access(&mut conn, self.services.cipher(), reference.clone(), cp.endpoint.as_deref()).await

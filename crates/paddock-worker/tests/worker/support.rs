@@ -124,7 +124,7 @@ pub async fn claim_within(
     tenant_slots: u32,
 ) -> Vec<Job> {
     let mut conn = store.conn().await.expect("conn");
-    job::claim(&mut conn, worker, kinds, lease, limit, tenant_slots).await.expect("claim")
+    job::claim(&mut conn, worker, kinds, lease, limit, tenant_slots).await.expect("claim").jobs
 }
 
 /// Ends the lease of a running job now, as if its worker had died `lease` ago.
