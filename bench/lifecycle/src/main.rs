@@ -700,7 +700,12 @@ async fn lifecycle(admin_url: &str, args: &Args) -> anyhow::Result<()> {
     let db = PgPoolOptions::new().max_connections(2).connect(&url).await?;
     let server = Server::start(
         &url,
-        &[("concurrency", concurrency.clone()), ("pool", pool_size.clone()), ("poll-ms", args.str("poll-ms", "50"))],
+        &[
+            ("concurrency", concurrency.clone()),
+            ("pool", pool_size.clone()),
+            ("poll-ms", args.str("poll-ms", "50")),
+            ("agent-poll-ms", args.str("agent-poll-ms", "20")),
+        ],
     )
     .await?;
     let api = Api::new(&server.base)?;
@@ -792,6 +797,8 @@ async fn lifecycle(admin_url: &str, args: &Args) -> anyhow::Result<()> {
     let jobs_after: i64 = sqlx::query_scalar("select count(*) from jobs").fetch_one(&db).await?;
     let leftover: i64 =
         sqlx::query_scalar("select count(*) from clusters where deleted_at is null").fetch_one(&db).await.unwrap_or(-1);
+
+    let idle = idle_after(&admin, &db, name, server.pid, args).await?;
 
     eprintln!("pgbench insert (after): {pg_clients} clients, {pg_seconds} s");
     let (tps_after, pg_after) =
@@ -885,7 +892,37 @@ async fn lifecycle(admin_url: &str, args: &Args) -> anyhow::Result<()> {
         );
     }
     print_statements("statements during the lifecycle", "cluster", &statements, n);
+    let (after, window) = (idle.after.as_secs(), idle.window.secs);
+    println!(
+        "idle_after_last_deletion: from {after} s after the last cluster was gone, for {window:.0} s: \
+         {:.1} commits/s, paddock {:.2}% of a core",
+        idle.window.commits as f64 / window,
+        idle.window.server * 100.0 / window
+    );
+    print_statements("statements while idle", "second", &idle.statements, window);
     Ok(())
+}
+
+/// The idle process after the lifecycle (issue #23 item 6): what it still commits.
+struct Idle {
+    after: Duration,
+    window: Delta,
+    statements: Vec<(i64, f64, String)>,
+}
+
+/// Waits `--idle-after-s` (10) after the last deletion, then measures `--idle-seconds` (30).
+async fn idle_after(admin: &PgPool, db: &PgPool, name: &str, pid: u32, args: &Args) -> anyhow::Result<Idle> {
+    let after = Duration::from_secs(args.get("idle-after-s", 10)?);
+    let seconds = Duration::from_secs(args.get("idle-seconds", 30)?);
+    eprintln!("idle: waiting {after:?}, then measuring {seconds:?}");
+    tokio::time::sleep(after).await;
+    reset_statements(db).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await; // statistics flush
+    let a = snap(admin, name, Some(pid)).await?;
+    tokio::time::sleep(seconds).await;
+    let b = snap(admin, name, Some(pid)).await?;
+    let statements = top_statements(db, 12).await;
+    Ok(Idle { after, window: delta(&a, &b), statements })
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -33,6 +33,8 @@ const CLAIM_LEASE: Duration = Duration::from_secs(60);
 const CLAIM_BATCH: i64 = 16;
 /// Timeout of each HTTP call.
 const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest an idle agent waits before it looks again (at least `agent_poll`).
+const IDLE_POLL: Duration = Duration::from_secs(1);
 
 /// The simulated agents of every machine; see [`crate::SimWorld::agent`].
 pub struct SimAgent {
@@ -76,20 +78,30 @@ enum Failure {
 }
 
 impl SimAgent {
-    /// Reports due boots every `agent_poll` until `shutdown` turns true (or its sender is
-    /// dropped).
+    /// Reports due boots until `shutdown` turns true (or its sender is dropped): every
+    /// `agent_poll` while there are boots to report; when a pass found none, it waits for the
+    /// next boot this process's BMCs made to come due, and at most [`IDLE_POLL`] (boots made by
+    /// another process over the same world), so an idle world costs one statement a second.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         tracing::info!("simulated machine agents started");
+        let poll = self.inner.config.agent_poll;
         loop {
             if *shutdown.borrow() {
                 break;
             }
-            if let Err(e) = self.tick().await {
-                tracing::warn!(error = %e, "the simulated agents could not look for due boots");
-            }
+            let busy = match self.pass().await {
+                Ok((claimed, _)) => claimed > 0,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the simulated agents could not look for due boots");
+                    true
+                }
+            };
+            let boots = &self.inner.boots;
+            let pause = if busy { poll } else { boots.idle_wait(poll, poll.max(IDLE_POLL)) };
             tokio::select! {
                 changed = shutdown.changed() => if changed.is_err() { break },
-                () = tokio::time::sleep(self.inner.config.agent_poll) => {}
+                () = tokio::time::sleep(pause) => {}
+                () = boots.wait(), if !busy => {}
             }
         }
         tracing::info!("simulated machine agents stopped");
@@ -98,7 +110,13 @@ impl SimAgent {
     /// One pass: claims the due boots and handles each; returns how many it finished (reported or
     /// gave up on). Boots to retry are released for the next pass.
     pub async fn tick(&self) -> Result<usize, SimError> {
+        Ok(self.pass().await?.1)
+    }
+
+    /// A pass: how many due boots it claimed, and how many of those it finished.
+    async fn pass(&self) -> Result<(usize, usize), SimError> {
         let boots = self.claim().await?;
+        let claimed = boots.len();
         let mut finished = 0;
         for boot in boots {
             let outcome = self.handle(&boot).await;
@@ -124,7 +142,7 @@ impl SimAgent {
                 }
             }
         }
-        Ok(finished)
+        Ok((claimed, finished))
     }
 
     /// Claims due boots in one short statement; another process skips the rows this one locks

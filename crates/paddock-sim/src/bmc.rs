@@ -266,6 +266,7 @@ impl BmcDriver for SimBmc {
             .await
             .map_err(|e| unavailable(e.into()))?;
             nodes_down(&mut conn, &row.system_uuid).await.map_err(unavailable)?;
+            self.inner.boots.made(self.inner.config.boot_latency);
             Ok(())
         })
     }

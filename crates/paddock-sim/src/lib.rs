@@ -305,6 +305,48 @@ pub(crate) fn micros(d: Duration) -> i64 {
 pub(crate) struct Inner {
     pub(crate) store: Store,
     pub(crate) config: SimConfig,
+    /// Boots this process's BMCs made: the agent wakes for them instead of polling an idle world.
+    pub(crate) boots: Boots,
+}
+
+/// What the simulated BMCs of one process tell its agents: a boot was made, and when the first
+/// one not reported yet comes due (its `booted_at` plus the boot latency).
+#[derive(Default)]
+pub(crate) struct Boots {
+    made: tokio::sync::Notify,
+    next_due: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl Boots {
+    /// A boot was just made: it comes due after `latency`.
+    pub(crate) fn made(&self, latency: Duration) {
+        let due = std::time::Instant::now() + latency;
+        let mut next = self.next_due.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *next = Some(next.map_or(due, |at| at.min(due)));
+        drop(next);
+        self.made.notify_one();
+    }
+
+    /// How long an agent that found nothing to do may wait: until the next boot it knows of
+    /// comes due, at most `idle`; a boot that came due is forgotten once waited for (the pass
+    /// after it claims it).
+    pub(crate) fn idle_wait(&self, poll: Duration, idle: Duration) -> Duration {
+        let mut next = self.next_due.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = std::time::Instant::now();
+        match *next {
+            Some(at) if at > now => (at - now).min(idle),
+            Some(_) => {
+                *next = None;
+                poll
+            }
+            None => idle,
+        }
+    }
+
+    /// Until a boot is made (or one was made since the last call).
+    pub(crate) async fn wait(&self) {
+        self.made.notified().await;
+    }
 }
 
 /// The simulated world: hands out the drivers and the agent, and lets tests inject faults.
@@ -322,7 +364,7 @@ impl std::fmt::Debug for SimWorld {
 impl SimWorld {
     /// The world stored in `store`'s database, which [`migrate`] has prepared.
     pub fn new(store: Store, config: SimConfig) -> Self {
-        Self { inner: Arc::new(Inner { store, config }) }
+        Self { inner: Arc::new(Inner { store, config, boots: Boots::default() }) }
     }
 
     /// Its latencies.
