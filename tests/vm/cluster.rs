@@ -3,11 +3,11 @@
 //! provisioned by a real boot of the node OS image URL (the BMC downloads it, QEMU boots it, the
 //! image's agent fetches the run's join configuration and reports the first boot; paddock ejects
 //! and restarts the VM from disk), released (on scale-down, and on the cluster's deletion) and
-//! wiped for real again before they
-//! are `available`. Only the join is simulated: the simulated tenant cluster registers a real
-//! machine's Node once paddock holds its verified first-boot report and has restarted it from disk.
+//! wiped for real again before they are `available`. Only the join is simulated: the simulated
+//! tenant cluster registers a real machine's Node once paddock holds its verified first-boot
+//! report and has restarted it from disk.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -64,12 +64,13 @@ async fn first_boot_report(p: &Paddock, machine: &str) -> (String, bool) {
     .unwrap_or_else(|e| panic!("machine {machine} has no reported provisioning boot: {e}"))
 }
 
-/// Whether the BMC downloaded the node OS image for `vm` (the emulator keeps what it inserts as a
-/// volume of its storage pool named after the image and the system).
-fn node_image_inserted(bed: &Testbed, vm: &Vm) -> bool {
+/// Whether the BMC downloaded the node OS image for `vm` since `since` (the emulator uploads what
+/// it inserts into a volume of its storage pool named after the image and the system).
+fn node_image_inserted(bed: &Testbed, vm: &Vm, since: SystemTime) -> bool {
     std::fs::read_dir(bed.dir.join("pool")).expect("the BMC's pool").filter_map(Result::ok).any(|e| {
         let name = e.file_name().to_string_lossy().into_owned();
-        name.starts_with("paddock-node") && name.contains(&vm.uuid)
+        let written = e.metadata().and_then(|m| m.modified()).is_ok_and(|t| t >= since);
+        name.starts_with("paddock-node") && name.contains(&vm.uuid) && written
     })
 }
 
@@ -112,7 +113,7 @@ async fn a_slurm_cluster_takes_two_vms_and_releasing_them_wipes_them_for_real() 
     let cluster_id = created["cluster"]["id"].as_str().expect("cluster id").to_owned();
     let pool_id = created["cluster"]["node_pools"][0]["id"].as_str().expect("pool id").to_owned();
     let path = format!("{clusters}/{cluster_id}");
-    let t0 = Instant::now();
+    let (t0, created_at) = (Instant::now(), SystemTime::now());
     ready(&p, &token, &path).await;
     eprintln!("cluster ready with both VMs provisioned in {:.1} s", t0.elapsed().as_secs_f64());
 
@@ -122,7 +123,7 @@ async fn a_slurm_cluster_takes_two_vms_and_releasing_them_wipes_them_for_real() 
         assert_eq!(m["cluster_id"].as_str(), Some(cluster_id.as_str()), "{m}");
         // The VM booted the node OS image the BMC downloaded, and its agent reported the first
         // boot, naming that image; paddock restarted it from disk (it runs).
-        assert!(node_image_inserted(&bed, vm), "the BMC inserted the node OS image into {}", vm.name);
+        assert!(node_image_inserted(&bed, vm, created_at), "the BMC inserted the node OS image into {}", vm.name);
         let (digest, verified) = first_boot_report(&p, id).await;
         assert_eq!((digest.as_str(), verified), (bed.image_sha256.as_str(), true), "{}", vm.name);
         assert_eq!(crate::testbed::virsh(&["domstate", &vm.name]), "running", "{} restarted from disk", vm.name);
