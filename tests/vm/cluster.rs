@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::testbed::{console_tail, fill, Paddock, Testbed, Vm};
+use crate::testbed::{console_tail, fill, holds_pattern, Paddock, Testbed, Vm};
 use crate::{assert_wiped, custody_entry, enroll, settle, vm_class, SETTLE};
 
 /// Waits until `what` (polled every second) returns something; fails with `why` after [`SETTLE`].
@@ -82,11 +82,12 @@ async fn custody(p: &Paddock, id: &str) -> Vec<Value> {
 }
 
 /// Issue 19, item 4: two VMs enrolled and wiped; a Slurm cluster with a two-machine pool
-/// allocates both, each boots the node OS image for real and reports its first boot, both go
-/// `active`; the tenant's data (a pattern written onto the disk files) is there; the pool is
-/// scaled to 1 (a Slurm cluster keeps at least one node): one is released, wiped for real (every
-/// byte of every disk file erased) and `available` again, the custody ledger showing the tenant's
-/// hold and the wipe after it; the cluster is deleted, and the other one goes the same way.
+/// allocates both, each boots the node OS image for real and reports its first boot (writing
+/// nothing to the disks: the pattern written onto the disk files before is intact, and stands for
+/// the tenant's data), both go `active`; the pool is scaled to 1 (a Slurm cluster keeps at least
+/// one node): one is released, wiped for real (every byte of every disk file erased) and
+/// `available` again, the custody ledger showing the tenant's hold and the wipe after it; the
+/// cluster is deleted, and the other one goes the same way.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_slurm_cluster_takes_two_vms_and_releasing_them_wipes_them_for_real() {
     let Some(bed) = Testbed::from_env() else { return };
@@ -98,6 +99,8 @@ async fn a_slurm_cluster_takes_two_vms_and_releasing_them_wipes_them_for_real() 
     for (vm, id) in vms.iter().zip(&ids) {
         let m = settle(&p, vm, id, &["available", "clean_failed", "maintenance"]).await;
         assert_eq!(m["state"], "available", "{m}\nconsole:\n{}", console_tail(vm, 30));
+        // A pattern the provisioning boot must leave alone, and the tenant's data after it.
+        vm.disks.iter().for_each(fill);
     }
 
     // A tenant and its Slurm cluster of both VMs.
@@ -127,8 +130,9 @@ async fn a_slurm_cluster_takes_two_vms_and_releasing_them_wipes_them_for_real() 
         let (digest, verified) = first_boot_report(&p, id).await;
         assert_eq!((digest.as_str(), verified), (bed.image_sha256.as_str(), true), "{}", vm.name);
         assert_eq!(crate::testbed::virsh(&["domstate", &vm.name]), "running", "{} restarted from disk", vm.name);
-        // The tenant's data.
-        vm.disks.iter().for_each(fill);
+        for disk in &vm.disks {
+            assert!(holds_pattern(disk), "the first boot wrote nothing to {} of {}", disk.name, vm.name);
+        }
     }
 
     // Scale to 1: one is released, wiped for real and available; the other serves on.

@@ -156,12 +156,22 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
     out
 }
 
+/// The seed of the disk's pattern (FNV-1a of its serial).
+fn pattern_seed(disk: &Disk) -> u64 {
+    disk.serial.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
+
+/// Whether the disk file holds exactly its pattern (nothing wrote to it since [`fill`]).
+pub fn holds_pattern(disk: &Disk) -> bool {
+    let bytes = std::fs::read(&disk.path).unwrap_or_else(|e| panic!("reading {}: {e}", disk.path.display()));
+    bytes == pattern(pattern_seed(disk), usize::try_from(disk.size_bytes).expect("size"))
+}
+
 /// Fills the disk file with its pattern, in place (never shorter meanwhile: a running machine may
 /// have it open, as a tenant's node has).
 pub fn fill(disk: &Disk) {
     use std::io::Write;
-    let seed =
-        disk.serial.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    let seed = pattern_seed(disk);
     let size = usize::try_from(disk.size_bytes).expect("size");
     let written =
         std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(&disk.path).and_then(|mut f| {
