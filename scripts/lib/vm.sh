@@ -148,11 +148,13 @@ vm_start_bmc() {
     { tail -n 20 "$dir/emulator.log" >&2; vm_die "the $name emulator did not come up"; }
 }
 
-# vm_start_files BASE PORT IMAGE: HTTPS file server of the wipe image (a hard link or copy).
+# vm_start_files BASE PORT IMAGE: HTTPS file server of the wipe image (a hard link or copy), also
+# as paddock-node.iso: the node OS image URL, whose boot the agent reports as a first boot.
 vm_start_files() {
   local base=$1 port=$2 dir=$1/files
   mkdir -p "$dir/www"
   ln "$3" "$dir/www/paddock-wipe.iso" 2>/dev/null || cp "$3" "$dir/www/paddock-wipe.iso"
+  ln "$dir/www/paddock-wipe.iso" "$dir/www/paddock-node.iso"
   (cd "$dir/www" && exec setsid nohup /usr/bin/python3 "$vm_here/scripts/lib/vm-files.py" "$port" \
     "$base/certs/server.pem" "$base/certs/server.key" >>"$dir/files.log" 2>&1 </dev/null) &
   echo $! >"$dir/pid"

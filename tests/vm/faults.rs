@@ -13,15 +13,15 @@ fn closed_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a port")
 }
 
-/// The seeds the BMC downloaded for `vm` (files of its storage pool named `<seed token>-iso-<uuid>`),
-/// oldest first.
+/// The seeds the BMC downloaded for `vm` (files of its storage pool named `<seed token>-iso-<uuid>`,
+/// not the images `paddock-wipe` and `paddock-node`), oldest first.
 fn seeds_of(bed: &Testbed, vm: &Vm) -> Vec<std::path::PathBuf> {
     let suffix = format!("-iso-{}.img", vm.uuid);
     let mut seeds: Vec<(std::time::SystemTime, std::path::PathBuf)> = std::fs::read_dir(bed.dir.join("pool"))
         .expect("the BMC's pool")
         .filter_map(Result::ok)
         .filter(|e| e.file_name().to_string_lossy().ends_with(&suffix))
-        .filter(|e| !e.file_name().to_string_lossy().starts_with("paddock-wipe"))
+        .filter(|e| !e.file_name().to_string_lossy().starts_with("paddock-"))
         .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
         .collect();
     seeds.sort();

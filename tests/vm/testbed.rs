@@ -1,6 +1,7 @@
 //! The VM testbed `scripts/vm-start` started (`PADDOCK_TEST_VM_*`): its domains, their disk files,
 //! libvirt (through `virsh`, as an operator would change a machine), and paddock (API and worker
-//! with the Redfish driver) whose agent URL the guests reach through QEMU's user-mode networking.
+//! with the Redfish driver, and for clusters the simulated Kubernetes drivers) whose agent URL the
+//! guests reach through QEMU's user-mode networking.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -9,8 +10,9 @@ use std::time::Duration;
 
 use paddock_redfish::{BmcLimiter, RedfishBmc};
 use paddock_service::agent::AgentSettings;
+use paddock_sim::{SimConfig, SimWorld};
 use paddock_testkit::TestApp;
-use paddock_worker::reconcile::{Drivers, MachineReconciler, Settings};
+use paddock_worker::reconcile::{ClusterReconciler, DriftCheck, Drivers, MachineReconciler, Settings};
 use paddock_worker::{JobHandler, Worker, WorkerConfig};
 use serde_json::{json, Value};
 
@@ -65,6 +67,9 @@ pub struct Testbed {
     pub password: String,
     pub ca_cert: String,
     pub image_url: String,
+    /// The same image under another name, as the node OS image (`PADDOCK_OS_IMAGE_URL`): its
+    /// agent reports a provisioning boot's first boot.
+    pub os_image_url: String,
     pub image_sha256: String,
 }
 
@@ -93,6 +98,7 @@ impl Testbed {
             password: need("PADDOCK_TEST_VM_REDFISH_PASSWORD"),
             ca_cert: std::fs::read_to_string(need("PADDOCK_TEST_VM_CA_CERT")).expect("the testbed's CA"),
             image_url: need("PADDOCK_TEST_VM_IMAGE_URL"),
+            os_image_url: need("PADDOCK_TEST_VM_OS_IMAGE_URL"),
             image_sha256: need("PADDOCK_TEST_VM_IMAGE_SHA256"),
         })
     }
@@ -150,12 +156,28 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
     out
 }
 
-/// Fills the disk file with its pattern (the machine is off).
+/// The seed of the disk's pattern (FNV-1a of its serial).
+fn pattern_seed(disk: &Disk) -> u64 {
+    disk.serial.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
+
+/// Whether the disk file holds exactly its pattern (nothing wrote to it since [`fill`]).
+pub fn holds_pattern(disk: &Disk) -> bool {
+    let bytes = std::fs::read(&disk.path).unwrap_or_else(|e| panic!("reading {}: {e}", disk.path.display()));
+    bytes == pattern(pattern_seed(disk), usize::try_from(disk.size_bytes).expect("size"))
+}
+
+/// Fills the disk file with its pattern, in place (never shorter meanwhile: a running machine may
+/// have it open, as a tenant's node has).
 pub fn fill(disk: &Disk) {
-    let seed =
-        disk.serial.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    use std::io::Write;
+    let seed = pattern_seed(disk);
     let size = usize::try_from(disk.size_bytes).expect("size");
-    std::fs::write(&disk.path, pattern(seed, size)).unwrap_or_else(|e| panic!("filling {}: {e}", disk.path.display()));
+    let written =
+        std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(&disk.path).and_then(|mut f| {
+            f.write_all(&pattern(seed, size)).and_then(|()| f.set_len(disk.size_bytes)).and_then(|()| f.sync_all())
+        });
+    written.unwrap_or_else(|e| panic!("filling {}: {e}", disk.path.display()));
 }
 
 /// Where the disk file is not zero: `None` when every byte is, else the first offset and how many
@@ -167,9 +189,13 @@ pub fn not_erased(path: &Path) -> Option<(usize, usize)> {
 }
 
 /// paddock as `serve` runs it, in this process: the API served on a loopback port (the guests'
-/// 10.0.2.2) and a worker whose machine reconciler has the real Redfish driver. Stopped on drop.
+/// 10.0.2.2) and a worker whose machine reconciler has the real Redfish driver (and, with
+/// clusters, the cluster reconciler on the simulated Kubernetes drivers, as `PADDOCK_BMC_DRIVER=
+/// redfish PADDOCK_KUBE_DRIVER=simulated` runs them). Stopped on drop.
 pub struct Paddock {
     pub app: TestApp,
+    /// The simulated platform and tenant clusters, with clusters.
+    pub world: Option<SimWorld>,
     stop: tokio::sync::watch::Sender<bool>,
 }
 
@@ -183,6 +209,18 @@ impl Paddock {
     /// `agent_port` overrides the port the seeds name for the agent (a port nothing listens on:
     /// machines that never report). Tokens live `token_ttl`.
     pub async fn start(bed: &Testbed, token_ttl: Duration, agent_port: Option<u16>) -> Paddock {
+        Self::start_with(bed, token_ttl, agent_port, false).await
+    }
+
+    /// With the cluster reconciler (and the clusters' drift checks) on the simulated Kubernetes
+    /// drivers: machines are provisioned by a real boot of the OS image; the join is simulated
+    /// (`paddock_sim`: a real machine's Node registers once paddock holds its verified
+    /// first-boot report and has restarted it from disk).
+    pub async fn with_clusters(bed: &Testbed) -> Paddock {
+        Self::start_with(bed, Duration::from_secs(3600), None, true).await
+    }
+
+    async fn start_with(bed: &Testbed, token_ttl: Duration, agent_port: Option<u16>, clusters: bool) -> Paddock {
         let digest = bed.image_sha256.clone();
         let app = TestApp::served_with(|a| {
             let port = a.base_url.rsplit(':').next().expect("port").parse::<u16>().expect("port");
@@ -196,17 +234,24 @@ impl Paddock {
         .await;
         let settings = Settings {
             wipe_image_url: Some(bed.image_url.clone()),
-            // No OS image is booted here; the setting is required with the Redfish driver.
-            os_image_url: Some(bed.image_url.clone()),
+            os_image_url: Some(bed.os_image_url.clone()),
             agent_token_ttl: token_ttl,
             report_wait: Duration::from_secs(5),
+            // The simulated clusters answer at once (`paddock serve` polls them every second).
+            poll: Duration::from_secs(1),
             ..Settings::default()
         };
-        let bmc = Arc::new(RedfishBmc::new(BmcLimiter::new(4)));
-        let drivers = Drivers { bmc: Some(bmc), kube: None };
-        let handlers: Vec<Arc<dyn JobHandler>> =
-            vec![Arc::new(MachineReconciler::new(app.services.clone(), drivers, settings))];
         let store = paddock_store::Store::from_pool(app.db.pool.clone());
+        let world = clusters.then(|| SimWorld::new(store.clone(), SimConfig::zero()));
+        let bmc = Arc::new(RedfishBmc::new(BmcLimiter::new(4)));
+        let drivers = Drivers { bmc: Some(bmc), kube: world.as_ref().map(SimWorld::kube) };
+        let mut handlers: Vec<Arc<dyn JobHandler>> =
+            vec![Arc::new(MachineReconciler::new(app.services.clone(), drivers.clone(), settings.clone()))];
+        if clusters {
+            let reconciler = ClusterReconciler::new(app.services.clone(), drivers, settings);
+            handlers.push(Arc::new(DriftCheck(reconciler.clone())));
+            handlers.push(Arc::new(reconciler));
+        }
         let config = WorkerConfig {
             poll_interval: Duration::from_millis(200),
             backoff_base: Duration::from_millis(200),
@@ -223,13 +268,18 @@ impl Paddock {
                 })
                 .await
         });
-        Paddock { app, stop }
+        Paddock { app, world, stop }
     }
 
     /// An admin request: (status, body).
     pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        self.call_as(&paddock_testkit::admin(), method, path, body).await
+    }
+
+    /// A request with `token`: (status, body).
+    pub async fn call_as(&self, token: &str, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
         let base = self.app.base_url.as_deref().expect("served");
-        let mut req = client().request(method, format!("{base}{path}")).bearer_auth(paddock_testkit::admin());
+        let mut req = client().request(method, format!("{base}{path}")).bearer_auth(token);
         if let Some(body) = body {
             req = req.json(&body);
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use paddock_agent::device::{self, Roots};
-use paddock_agent::run::{self, RunOptions};
+use paddock_agent::run::{self, Purpose, RunOptions};
 use paddock_agent::wipe::{self, Choice, Outcome};
 use serde_json::json;
 
@@ -129,7 +129,12 @@ fn run_cmd(opts: &Opts) -> anyhow::Result<ExitCode> {
     };
     let outcome = run::run(&Roots::default(), &run_opts);
     if !opts.no_poweroff {
-        power_off();
+        match &outcome {
+            // A first boot stays up, as an installed node would: paddock ejects the media and
+            // restarts it from disk (or, after a failure, powers it off as it releases it).
+            Ok(o) if o.purpose == Purpose::Provision => wait_for_restart(),
+            _ => power_off(),
+        }
     }
     match outcome? {
         o if o.result == Outcome::Success => Ok(ExitCode::SUCCESS),
@@ -159,6 +164,14 @@ fn discover_cmd() -> anyhow::Result<ExitCode> {
     let skipped: Vec<_> = skipped.iter().map(|s| json!({ "name": s.name, "reason": s.reason })).collect();
     println!("{}", serde_json::to_string_pretty(&json!({ "disks": disks, "skipped": skipped }))?);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Waits for paddock to restart the machine (never returns).
+fn wait_for_restart() -> ! {
+    eprintln!("paddock-agent: first boot reported; waiting for paddock to restart the machine from disk");
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
 }
 
 /// Flushes and powers the machine off (busybox's or systemd's `poweroff -f`).

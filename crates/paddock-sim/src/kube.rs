@@ -383,6 +383,46 @@ pub(crate) async fn nodes_list(conn: &mut PgConnection, cluster: ClusterId) -> R
         .collect()
 }
 
+impl SimKube {
+    /// The join of a machine behind a real BMC (not `sim://`), which no simulated agent or BMC
+    /// plays: its Node registers once paddock holds the verified report of the machine's current
+    /// provisioning boot (its agent booted the OS image, fetched the join configuration with the
+    /// run's token and reported the first boot) and has restarted it from disk
+    /// (`run_finished_at`); Ready `node_ready_latency` later. Both are read from paddock's own
+    /// records, since there is no kubelet to register it. Simulated machines join as before.
+    async fn join_reported(
+        &self,
+        conn: &mut PgConnection,
+        tenant: &TenantAccess,
+        node: &NodeRef,
+        labels: &serde_json::Value,
+        taints: &serde_json::Value,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "insert into paddock_sim.nodes (cluster_id, node_name, system_uuid, labels, taints, joined_at, ready_at)
+             select $1, $3, $2, $4, $5, now(), now() + $6 * interval '1 microsecond'
+             from machines m
+             where m.id = $7 and m.system_uuid = $2 and m.bmc_url not like 'sim://%'
+               and m.run_purpose = 'provision' and m.run_finished_at is not null
+               and exists (select 1 from agent_tokens t
+                           where t.machine_id = m.id and t.run_id = m.run_id and t.used_at is not null
+                             and coalesce(t.verified, false))
+               and not exists (select 1 from paddock_sim.nodes n where n.cluster_id = $1 and n.system_uuid = $2)
+             on conflict do nothing",
+        )
+        .bind(tenant.cluster.cluster_id.uuid())
+        .bind(&node.system_uuid)
+        .bind(&node.node_name)
+        .bind(labels)
+        .bind(taints)
+        .bind(micros(self.inner.config.node_ready_latency))
+        .bind(node.machine_id.uuid())
+        .execute(conn)
+        .await
+        .map(drop)
+    }
+}
+
 impl TenantNodes for SimKube {
     fn join_config<'a>(
         &'a self,
@@ -425,6 +465,7 @@ impl TenantNodes for SimKube {
             // Maps of strings and plain structs: serializing them cannot fail.
             let labels = serde_json::to_value(&node.labels).unwrap_or_else(|_| serde_json::json!({}));
             let taints = serde_json::to_value(&node.taints).unwrap_or_else(|_| serde_json::json!([]));
+            self.join_reported(&mut conn, tenant, node, &labels, &taints).await.map_err(unavailable)?;
             // Converge the registered Node's labels and taints to the pool's, then read it. A
             // machine with `never_joins` stays NotReady even if the fault came later.
             let row = sqlx::query(

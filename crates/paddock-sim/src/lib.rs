@@ -19,7 +19,10 @@
 //!   it reads `paddock/agent.json` from the seed image the BMC's URL serves, then calls
 //!   `{agent_url}/v1/agent/config` and `/report` with the agent token as its bearer.
 //! - A provisioned machine becomes a Node of the cluster its join configuration names once it
-//!   restarts from disk, and Ready `node_ready_latency` later.
+//!   restarts from disk, and Ready `node_ready_latency` later. A machine behind a real BMC (the
+//!   Redfish driver with the simulated cluster drivers: the VM testbed) has no simulated agent:
+//!   its Node registers once paddock holds the verified report of its provisioning boot and has
+//!   restarted it from disk, as paddock's records show (the join is simulated, the boot is not).
 //!
 //! This proves nothing about the real drivers (`paddock_redfish`, `paddock_kube`): it only lets
 //! the rest of paddock run end to end without hardware or Kubernetes.
