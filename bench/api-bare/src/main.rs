@@ -164,9 +164,8 @@ impl Bare {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or_else(unauthenticated)?;
-        let claims = jsonwebtoken::decode::<Claims>(token, &self.key, &self.validation)
-            .map_err(|_| unauthenticated())?
-            .claims;
+        let claims =
+            jsonwebtoken::decode::<Claims>(token, &self.key, &self.validation).map_err(|_| unauthenticated())?.claims;
         if claims.sub.is_empty() || claims.exp.saturating_sub(claims.iat) > MAX_LIFETIME_SECS {
             return Err(unauthenticated());
         }
@@ -249,7 +248,8 @@ fn env_or(name: &str, default: &str) -> String {
 /// The pool as paddock-store's `Store::connect_lazy_with_timeout` makes it.
 fn pool() -> anyhow::Result<PgPool> {
     let url = std::env::var("PADDOCK_DATABASE_URL").context("PADDOCK_DATABASE_URL")?;
-    let max: u32 = env_or("PADDOCK_DATABASE_MAX_CONNECTIONS", "16").parse().context("PADDOCK_DATABASE_MAX_CONNECTIONS")?;
+    let max: u32 =
+        env_or("PADDOCK_DATABASE_MAX_CONNECTIONS", "16").parse().context("PADDOCK_DATABASE_MAX_CONNECTIONS")?;
     let options: PgConnectOptions = url.parse().context("PADDOCK_DATABASE_URL")?;
     let options = options.options([("jit", "off")]).options([("statement_timeout", "30000")]);
     Ok(PgPoolOptions::new()
@@ -292,7 +292,8 @@ fn main() -> anyhow::Result<()> {
             .route("/v1/tenants", axum::routing::post(tenant_create))
             .route("/v1/tenants/{id}", get(tenant_view))
             .with_state(state()?);
-        let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("listening on {listen}"))?;
+        let listener =
+            tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("listening on {listen}"))?;
         eprintln!("api-bare: listening on http://{listen}");
         axum::serve(listener, app).await.context("serving")
     })
