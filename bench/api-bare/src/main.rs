@@ -142,10 +142,8 @@ fn answer(status: StatusCode, view: &TenantView, location: bool) -> Response {
     if let Ok(etag) = HeaderValue::from_str(&view.etag) {
         headers.insert(header::ETAG, etag);
     }
-    if let Some(location) = location.then(|| HeaderValue::from_str(&format!("/v1/tenants/{}", view.id.0))) {
-        if let Ok(location) = location {
-            headers.insert(header::LOCATION, location);
-        }
+    if let Some(Ok(location)) = location.then(|| HeaderValue::from_str(&format!("/v1/tenants/{}", view.id.0))) {
+        headers.insert(header::LOCATION, location);
     }
     response
 }
@@ -156,27 +154,21 @@ fn database_error(e: &sqlx::Error) -> Response {
 }
 
 impl Bare {
-    /// The verified claims of the request's bearer token.
-    fn verify(&self, headers: &HeaderMap) -> Result<Claims, Response> {
-        let unauthenticated = || problem(StatusCode::UNAUTHORIZED, "invalid or missing bearer token");
-        let token = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .ok_or_else(unauthenticated)?;
-        let claims =
-            jsonwebtoken::decode::<Claims>(token, &self.key, &self.validation).map_err(|_| unauthenticated())?.claims;
-        if claims.sub.is_empty() || claims.exp.saturating_sub(claims.iat) > MAX_LIFETIME_SECS {
-            return Err(unauthenticated());
-        }
-        Ok(claims)
+    /// The verified claims of the request's bearer token; `None` answers 401.
+    fn verify(&self, headers: &HeaderMap) -> Option<Claims> {
+        let token = headers.get(header::AUTHORIZATION)?.to_str().ok()?.strip_prefix("Bearer ")?;
+        let claims = jsonwebtoken::decode::<Claims>(token, &self.key, &self.validation).ok()?.claims;
+        (!claims.sub.is_empty() && claims.exp.saturating_sub(claims.iat) <= MAX_LIFETIME_SECS).then_some(claims)
     }
 }
 
+fn unauthenticated() -> Response {
+    problem(StatusCode::UNAUTHORIZED, "invalid or missing bearer token")
+}
+
 async fn tenant_view(State(bare): State<Bare>, headers: HeaderMap, Path(id): Path<Uuid>) -> Response {
-    let claims = match bare.verify(&headers) {
-        Ok(claims) => claims,
-        Err(refused) => return refused,
+    let Some(claims) = bare.verify(&headers) else {
+        return unauthenticated();
     };
     let provider = claims.roles.iter().any(|r| r.starts_with("provider:"));
     if !provider && claims.tenant_id != Some(id) {
@@ -193,9 +185,8 @@ async fn tenant_view(State(bare): State<Bare>, headers: HeaderMap, Path(id): Pat
 }
 
 async fn tenant_create(State(bare): State<Bare>, headers: HeaderMap, body: Bytes) -> Response {
-    let claims = match bare.verify(&headers) {
-        Ok(claims) => claims,
-        Err(refused) => return refused,
+    let Some(claims) = bare.verify(&headers) else {
+        return unauthenticated();
     };
     if !claims.roles.iter().any(|r| r == "provider:admin") {
         return problem(StatusCode::FORBIDDEN, "provider:admin only");

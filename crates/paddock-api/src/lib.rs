@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::{from_fn, from_fn_with_state, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 use http::{header, HeaderName, HeaderValue, Method};
 use tower_http::cors::{AllowOrigin, CorsLayer};
@@ -203,7 +203,7 @@ pub fn router(state: AppState) -> Router {
 async fn v1_edge(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     auth::identify(&state, &mut req).await;
     if let Err(refused) = limits::admit(&state, &req) {
-        return refused;
+        return refused.into_response();
     }
     idempotency::idempotency(State(state), req, next).await
 }

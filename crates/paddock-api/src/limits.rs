@@ -114,13 +114,13 @@ fn caller(req: &Request) -> String {
 pub async fn rate_limit(State(state): State<AppState>, req: Request, next: Next) -> Response {
     match admit(&state, &req) {
         Ok(()) => next.run(req).await,
-        Err(refused) => refused,
+        Err(refused) => refused.into_response(),
     }
 }
 
 /// The caller's rate limit: `Err` with the 429 when the caller is over its rate.
-pub fn admit(state: &AppState, req: &Request) -> Result<(), Response> {
-    state.edge.take(caller(req)).map_err(|retry_after| ApiError::RateLimited { retry_after }.into_response())
+pub fn admit(state: &AppState, req: &Request) -> Result<(), ApiError> {
+    state.edge.take(caller(req)).map_err(|retry_after| ApiError::RateLimited { retry_after })
 }
 
 /// Middleware: the process's bound on requests in flight and on each request's time.
