@@ -33,9 +33,15 @@ pub enum Authn {
 
 /// Middleware: verifies the bearer token, if any.
 pub async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    identify(&state, &mut req).await;
+    next.run(req).await
+}
+
+/// Verifies the request's bearer token, if any, and leaves the [`Authn`] in its extensions.
+pub async fn identify(state: &AppState, req: &mut Request) {
     // The agents' bearer is their run's agent token, not a JWT: their handlers read it.
     if req.uri().path().starts_with("/v1/agent/") {
-        return next.run(req).await;
+        return;
     }
     let outcome = match bearer(req.headers().get(header::AUTHORIZATION)) {
         None => Authn::Refused {
@@ -57,7 +63,6 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
         },
     };
     req.extensions_mut().insert(outcome);
-    next.run(req).await
 }
 
 /// The token of an `Authorization: Bearer` header; `Err` for another scheme or garbage.

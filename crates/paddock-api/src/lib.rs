@@ -16,8 +16,9 @@ pub mod state;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use axum::extract::DefaultBodyLimit;
-use axum::middleware::{from_fn, from_fn_with_state};
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::{from_fn, from_fn_with_state, Next};
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 use http::{header, HeaderName, HeaderValue, Method};
 use tower_http::cors::{AllowOrigin, CorsLayer};
@@ -181,9 +182,7 @@ pub fn openapi_json() -> String {
 pub fn router(state: AppState) -> Router {
     let (v1, _) = OpenApiRouter::<AppState>::new()
         .merge(v1_routes())
-        .layer(from_fn_with_state(state.clone(), idempotency::idempotency))
-        .layer(from_fn_with_state(state.clone(), limits::rate_limit))
-        .layer(from_fn_with_state(state.clone(), auth::authenticate))
+        .layer(from_fn_with_state(state.clone(), v1_edge))
         .split_for_parts();
     let (public, _) = public_routes().layer(from_fn_with_state(state.clone(), limits::rate_limit)).split_for_parts();
     let mut app = v1
@@ -191,12 +190,22 @@ pub fn router(state: AppState) -> Router {
         .fallback(extract::route_not_found)
         .method_not_allowed_fallback(extract::method_not_allowed)
         .layer(DefaultBodyLimit::max(extract::BODY_LIMIT))
-        .layer(from_fn_with_state(state.clone(), limits::bound))
-        .layer(from_fn_with_state(state.clone(), metrics::track));
+        .layer(from_fn_with_state(state.clone(), metrics::track_bounded));
     if let Some(cors) = cors(&state.config.cors_origins) {
         app = app.layer(cors);
     }
     app.layer(from_fn(context::request_context)).with_state(state)
+}
+
+/// The `/v1` routes' middleware, in one layer (every layer boxes its future and clones the state
+/// on every request): authentication (`auth`), then the caller's rate limit (`limits`; after
+/// authentication, so a subject is a verified one), then idempotency keys (`idempotency`).
+async fn v1_edge(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    auth::identify(&state, &mut req).await;
+    if let Err(refused) = limits::admit(&state, &req) {
+        return refused.into_response();
+    }
+    idempotency::idempotency(State(state), req, next).await
 }
 
 /// CORS for the portal's origins; none configured, no CORS headers at all.

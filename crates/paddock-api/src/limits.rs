@@ -112,18 +112,29 @@ fn caller(req: &Request) -> String {
 
 /// Middleware: the caller's rate limit (after authentication, so a subject is a verified one).
 pub async fn rate_limit(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    match state.edge.take(caller(&req)) {
+    match admit(&state, &req) {
         Ok(()) => next.run(req).await,
-        Err(retry_after) => ApiError::RateLimited { retry_after }.into_response(),
+        Err(refused) => refused.into_response(),
     }
+}
+
+/// The caller's rate limit: `Err` with the 429 when the caller is over its rate.
+pub fn admit(state: &AppState, req: &Request) -> Result<(), ApiError> {
+    state.edge.take(caller(req)).map_err(|retry_after| ApiError::RateLimited { retry_after })
 }
 
 /// Middleware: the process's bound on requests in flight and on each request's time.
 pub async fn bound(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    within_bounds(&state, next.run(req)).await
+}
+
+/// Runs `request` (a request's handling, not yet started) within the process's bound on requests
+/// in flight and on each request's time.
+pub async fn within_bounds(state: &AppState, request: impl std::future::Future<Output = Response>) -> Response {
     let Ok(_permit) = state.edge.in_flight.clone().try_acquire_owned() else {
         return ApiError::Overloaded.into_response();
     };
-    match tokio::time::timeout(state.edge.limits.request_timeout, next.run(req)).await {
+    match tokio::time::timeout(state.edge.limits.request_timeout, request).await {
         Ok(response) => response,
         Err(_) => ApiError::TimedOut.into_response(),
     }

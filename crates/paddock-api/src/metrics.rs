@@ -7,7 +7,7 @@
 //! listener of their own ([`metrics_router`]; the only listener of a `paddock worker`), and then
 //! no longer on the API's.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -86,11 +86,18 @@ struct Histogram {
     count: u64,
 }
 
-/// Request counters and latency histograms.
+/// One method's requests on one route: counts by status, and the latency histogram.
+#[derive(Default)]
+struct Series {
+    statuses: BTreeMap<u16, u64>,
+    latency: Histogram,
+}
+
+/// Request counters and latency histograms, by route template and then method: one lock per
+/// request, and a known route is found by its `&str` (no key allocated per request).
 #[derive(Default)]
 pub struct Metrics {
-    requests: Mutex<BTreeMap<(String, String, u16), u64>>,
-    latency: Mutex<BTreeMap<(String, String), Histogram>>,
+    routes: Mutex<HashMap<Arc<str>, BTreeMap<&'static str, Series>>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -100,28 +107,37 @@ impl std::fmt::Debug for Metrics {
 }
 
 impl Metrics {
-    fn observe(&self, method: &str, route: &str, status: u16, seconds: f64) {
-        if let Ok(mut requests) = self.requests.lock() {
-            *requests.entry((method.to_owned(), route.to_owned(), status)).or_default() += 1;
-        }
-        if let Ok(mut latency) = self.latency.lock() {
-            let h = latency.entry((method.to_owned(), route.to_owned())).or_default();
-            for (i, bound) in BUCKETS.iter().enumerate() {
-                if seconds <= *bound {
-                    h.counts[i] += 1;
-                }
+    fn observe(&self, method: &'static str, route: &str, status: u16, seconds: f64) {
+        let Ok(mut routes) = self.routes.lock() else { return };
+        let methods = match routes.get_mut(route) {
+            Some(methods) => methods,
+            None => routes.entry(Arc::from(route)).or_default(),
+        };
+        let series = methods.entry(method).or_default();
+        *series.statuses.entry(status).or_default() += 1;
+        let h = &mut series.latency;
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            if seconds <= *bound {
+                h.counts[i] += 1;
             }
-            h.sum += seconds;
-            h.count += 1;
         }
+        h.sum += seconds;
+        h.count += 1;
     }
 
-    /// Renders the request metrics in the Prometheus text format.
+    /// Renders the request metrics in the Prometheus text format, ordered by method, route and
+    /// status.
     pub fn render(&self, out: &mut String) {
+        let Ok(routes) = self.routes.lock() else { return };
+        let mut series: Vec<(&str, &str, &Series)> = routes
+            .iter()
+            .flat_map(|(route, methods)| methods.iter().map(move |(method, s)| (*method, &**route, s)))
+            .collect();
+        series.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
         out.push_str("# HELP paddock_http_requests_total HTTP requests by route template and status.\n");
         out.push_str("# TYPE paddock_http_requests_total counter\n");
-        if let Ok(requests) = self.requests.lock() {
-            for ((method, route, status), n) in requests.iter() {
+        for (method, route, s) in &series {
+            for (status, n) in &s.statuses {
                 let _ = writeln!(
                     out,
                     "paddock_http_requests_total{{method=\"{method}\",route=\"{route}\",status=\"{status}\"}} {n}"
@@ -130,20 +146,16 @@ impl Metrics {
         }
         out.push_str("# HELP paddock_http_request_duration_seconds HTTP request latency.\n");
         out.push_str("# TYPE paddock_http_request_duration_seconds histogram\n");
-        if let Ok(latency) = self.latency.lock() {
-            for ((method, route), h) in latency.iter() {
-                let labels = format!("method=\"{method}\",route=\"{route}\"");
-                for (bound, count) in BUCKETS.iter().zip(h.counts) {
-                    let _ = writeln!(
-                        out,
-                        "paddock_http_request_duration_seconds_bucket{{{labels},le=\"{bound}\"}} {count}"
-                    );
-                }
+        for (method, route, s) in &series {
+            let h = &s.latency;
+            let labels = format!("method=\"{method}\",route=\"{route}\"");
+            for (bound, count) in BUCKETS.iter().zip(h.counts) {
                 let _ =
-                    writeln!(out, "paddock_http_request_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
-                let _ = writeln!(out, "paddock_http_request_duration_seconds_sum{{{labels}}} {}", h.sum);
-                let _ = writeln!(out, "paddock_http_request_duration_seconds_count{{{labels}}} {}", h.count);
+                    writeln!(out, "paddock_http_request_duration_seconds_bucket{{{labels},le=\"{bound}\"}} {count}");
             }
+            let _ = writeln!(out, "paddock_http_request_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
+            let _ = writeln!(out, "paddock_http_request_duration_seconds_sum{{{labels}}} {}", h.sum);
+            let _ = writeln!(out, "paddock_http_request_duration_seconds_count{{{labels}}} {}", h.count);
         }
     }
 }
@@ -169,11 +181,24 @@ fn method_label(method: &http::Method) -> &'static str {
 /// Middleware: counts and times every request under its route template (never its raw path,
 /// which could carry ids or agent tokens).
 pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let route = req.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let method = method_label(req.method()).to_owned();
+    tracked(&state, req, async |req| next.run(req).await).await
+}
+
+/// Middleware: [`track`] around [`crate::limits::bound`], in one layer (every layer boxes its
+/// future and clones the state on every request): a request refused by the bound is counted too.
+pub async fn track_bounded(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    tracked(&state, req, async |req| crate::limits::within_bounds(&state, next.run(req)).await).await
+}
+
+/// Runs `handle` on `req`, counting and timing its answer.
+async fn tracked(state: &AppState, req: Request, handle: impl AsyncFnOnce(Request) -> Response) -> Response {
+    // `MatchedPath` holds an `Arc<str>`: cloning it allocates nothing.
+    let route = req.extensions().get::<MatchedPath>().cloned();
+    let method = method_label(req.method());
     let started = Instant::now();
-    let response = next.run(req).await;
-    state.metrics.observe(&method, &route, response.status().as_u16(), started.elapsed().as_secs_f64());
+    let response = handle(req).await;
+    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
+    state.metrics.observe(method, route, response.status().as_u16(), started.elapsed().as_secs_f64());
     response
 }
 

@@ -1,6 +1,8 @@
 //! Tenants. Deletion is soft (`deleted_at`): the id stays valid in usage and audit history, and
 //! a deleted tenant answers 404 like a missing one.
 
+use std::sync::LazyLock;
+
 use chrono::{DateTime, Utc};
 use paddock_domain::model::Tenant;
 use paddock_types::tenant::{QuotaUse, Quotas, TenantCreate, TenantState};
@@ -43,6 +45,18 @@ const COLUMNS: &str = "id, name, display_name, labels, max_clusters, max_nodes, 
        where p.tenant_id = tenants.id and p.deleted_at is null and p.deletion_requested_at is null \
          and c.deletion_requested_at is null) as use_gpus, \
     state, generation, created_at, updated_at";
+
+/// The two statements of the API's hottest calls, built once rather than on every request.
+static GET_SQL: LazyLock<String> =
+    LazyLock::new(|| format!("select {COLUMNS} from tenants where id = $1 and deleted_at is null"));
+static INSERT_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "with t as (insert into tenants (id, name, display_name, labels, max_clusters, max_nodes, max_gpus) \
+         values ($1, $2, $3, $4, $5, $6, $7) returning {COLUMNS}), \
+         e as ({}) select * from t",
+        audit::insert_sql(8)
+    )
+});
 
 fn quota(value: Option<i32>) -> Option<u32> {
     value.and_then(|v| u32::try_from(v).ok())
@@ -94,13 +108,7 @@ pub async fn insert(
     spec: &TenantCreate,
     event: &NewAuditEvent<'_>,
 ) -> Result<Tenant, StoreError> {
-    let sql = format!(
-        "with t as (insert into tenants (id, name, display_name, labels, max_clusters, max_nodes, max_gpus) \
-         values ($1, $2, $3, $4, $5, $6, $7) returning {COLUMNS}), \
-         e as ({}) select * from t",
-        audit::insert_sql(8)
-    );
-    let query = sqlx::query(&sql)
+    let query = sqlx::query(&INSERT_SQL)
         .bind(id.uuid())
         .bind(&spec.name)
         .bind(&spec.display_name)
@@ -114,11 +122,7 @@ pub async fn insert(
 
 /// A live tenant by id.
 pub async fn get(conn: &mut Conn, id: TenantId) -> Result<Option<Tenant>, StoreError> {
-    let row: Option<TenantRow> =
-        sqlx::query_as(&format!("select {COLUMNS} from tenants where id = $1 and deleted_at is null"))
-            .bind(id.uuid())
-            .fetch_optional(conn)
-            .await?;
+    let row: Option<TenantRow> = sqlx::query_as(&GET_SQL).bind(id.uuid()).fetch_optional(conn).await?;
     row.map(Tenant::try_from).transpose()
 }
 
