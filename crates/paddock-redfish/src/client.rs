@@ -1195,7 +1195,8 @@ impl RedfishClient {
             return Err(gap("virtual media"));
         };
         // The member whose URI ends with the Id is almost always it; read the others only if not.
-        let mut ordered: Vec<&String> = members.iter().filter(|m| last_segment(m).eq_ignore_ascii_case(device)).collect();
+        let mut ordered: Vec<&String> =
+            members.iter().filter(|m| last_segment(m).eq_ignore_ascii_case(device)).collect();
         ordered.extend(members.iter().filter(|m| !last_segment(m).eq_ignore_ascii_case(device)));
         for member in ordered {
             let (res, etag) = self.transport.get_tagged::<VirtualMediaRes>(member).await?;
