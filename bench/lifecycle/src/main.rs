@@ -15,6 +15,8 @@
 //! agent, as `paddock serve` with `PADDOCK_BMC_DRIVER=simulated` runs them) is measured apart from
 //! the driver's. Results are printed as `key: value` lines on stdout; progress goes to stderr.
 
+mod fleet;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -89,7 +91,8 @@ fn usage() -> ! {
          \x20      lifecycle-bench lifecycle <admin-url> [--clusters N] [--in-flight K] [--machines M] \
          [--pgbench PATH] [--pgbench-seconds S] [--pgbench-clients C] [--sql-dir DIR]\n\
          \x20      lifecycle-bench rest <admin-url> [--clusters N] [--real R] [--seconds S]\n\
-         \x20      lifecycle-bench parallel <admin-url> [--nodes N] [--boot-ms MS]"
+         \x20      lifecycle-bench parallel <admin-url> [--nodes N] [--boot-ms MS]\n\
+         \x20      lifecycle-bench fleet <admin-url> [--machines N] [--concurrency N] [--pool N]"
     );
     std::process::exit(2)
 }
@@ -103,6 +106,7 @@ async fn main() -> anyhow::Result<()> {
         "lifecycle" => lifecycle(url, &args).await,
         "rest" => rest(url, &args).await,
         "parallel" => parallel(url, &args).await,
+        "fleet" => fleet::fleet(url, &args).await,
         _ => usage(),
     }
 }

@@ -58,6 +58,17 @@ pub enum AfterBoot {
     BootFromDisk,
 }
 
+/// Where an operation that ends in a power change stands when it returns without waiting for
+/// the BMC (issue 23: a power change takes the BMC seconds to minutes; a worker does not sit in a
+/// job slot meanwhile).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PowerProgress {
+    /// The call's part is done: see each call for what may still be under way.
+    Done,
+    /// The BMC is carrying out a power change the call needs: call again after this long.
+    Pending(std::time::Duration),
+}
+
 /// A drive as the BMC reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InventoryDrive {
@@ -151,6 +162,44 @@ pub trait BmcDriver: Send + Sync {
     /// ejects every medium, sets the boot device back to disk, and for
     /// [`AfterBoot::BootFromDisk`] restarts the system from disk. Idempotent.
     fn finish_boot<'a>(&'a self, access: &'a BmcAccess, after: AfterBoot) -> BoxFuture<'a, Result<(), BmcError>>;
+
+    /// [`Self::boot_from_media`] without waiting for the power: answers
+    /// [`PowerProgress::Pending`] while the power-off before the media is under way (nothing else
+    /// changed yet: call it again), and [`PowerProgress::Done`] once the media are in and the
+    /// power-on is asked for: the boot is under way, and [`Self::power_progress`] (or
+    /// [`Self::start_finish_boot`]) settles its power-on. Calling it again after `Done` restarts
+    /// the boot. The default waits ([`Self::boot_from_media`]).
+    fn start_boot_from_media<'a>(
+        &'a self,
+        access: &'a BmcAccess,
+        media: &'a BootMedia,
+    ) -> BoxFuture<'a, Result<PowerProgress, BmcError>> {
+        Box::pin(async move { self.boot_from_media(access, media).await.map(|()| PowerProgress::Done) })
+    }
+
+    /// [`Self::finish_boot`] without waiting for the power: first settles a power change this
+    /// driver still has pending for the machine (the boot's power-on), then powers off (for
+    /// [`AfterBoot::PowerOff`]) answering [`PowerProgress::Pending`] until it reads off, then
+    /// ejects and points the boot at the disk and answers [`PowerProgress::Done`]. Call it again
+    /// until it does. The default waits ([`Self::finish_boot`]).
+    fn start_finish_boot<'a>(
+        &'a self,
+        access: &'a BmcAccess,
+        after: AfterBoot,
+    ) -> BoxFuture<'a, Result<PowerProgress, BmcError>> {
+        Box::pin(async move { self.finish_boot(access, after).await.map(|()| PowerProgress::Done) })
+    }
+
+    /// Settles a power change a `start_*` call of this driver left pending for the machine: reads
+    /// the power (after checking the system UUID), sends the request again when it looks lost,
+    /// and fails with a transient timeout past the driver's power timeout. Answers
+    /// [`PowerProgress::Done`] once it reads the state asked for, and at once, without a request,
+    /// when nothing is pending (also in another process than the one that asked: the pending
+    /// change is remembered in memory only). The default: nothing is ever pending.
+    fn power_progress<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<PowerProgress, BmcError>> {
+        let _ = access;
+        Box::pin(async { Ok(PowerProgress::Done) })
+    }
 
     /// Powers the system off (checking the system UUID first); already off is success.
     fn power_off<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<(), BmcError>>;

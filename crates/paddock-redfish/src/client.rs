@@ -12,7 +12,7 @@
 
 use std::time::Instant;
 
-use paddock_domain::bmc::{AfterBoot, EraseResult, EraseScope, OutOfBandErase};
+use paddock_domain::bmc::{AfterBoot, EraseResult, EraseScope, OutOfBandErase, PowerProgress};
 use paddock_domain::secret::SecretString;
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -40,8 +40,42 @@ pub struct RedfishClient {
     system_id: Option<String>,
     power: PowerPolicy,
     limiter: Option<(BmcLimiter, String)>,
-    /// The system's path, resolved once (the service's layout does not change under us).
+    /// The system's path, resolved once (the service's layout does not change under us), or
+    /// given by the caller from an earlier client's [`Discovery`].
     system_path: tokio::sync::OnceCell<String>,
+    /// The virtual media devices' paths (the collection's members), read once or given.
+    media_members: std::sync::Mutex<Option<Vec<String>>>,
+}
+
+/// Where a client found the system and its virtual media devices on the BMC: what the driver
+/// keeps per machine so that the next client skips the service root, the `Systems` collection and
+/// the virtual media collection (issue 23). Never the system itself: every destructive call still
+/// reads it and checks its UUID first (SPEC section 5).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Discovery {
+    /// The system's path.
+    pub system_path: Option<String>,
+    /// The paths of the virtual media devices.
+    pub media_members: Option<Vec<String>>,
+}
+
+impl Discovery {
+    /// Whether anything is known.
+    pub fn is_empty(&self) -> bool {
+        self.system_path.is_none() && self.media_members.is_none()
+    }
+}
+
+/// A power change a client asked the BMC for and has not yet seen settle: what the driver keeps
+/// per machine between the calls of a job that does not wait for the power (issue 23).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingPower {
+    /// The state asked for.
+    pub target: PowerState,
+    /// When the wait began (the first request, or the start of a new window after a timeout).
+    pub since: Instant,
+    /// Whether the request was sent again after looking lost.
+    pub reissued: bool,
 }
 
 /// A system resource as read, with where it lives and its `ETag`.
@@ -200,7 +234,28 @@ impl RedfishClient {
             power: config.power,
             limiter: None,
             system_path: tokio::sync::OnceCell::new(),
+            media_members: std::sync::Mutex::new(None),
         })
+    }
+
+    /// Starts the client from what an earlier client of the same machine found out.
+    pub fn with_discovery(mut self, discovery: Discovery) -> Self {
+        self.system_path = tokio::sync::OnceCell::new_with(discovery.system_path);
+        self.media_members = std::sync::Mutex::new(discovery.media_members);
+        self
+    }
+
+    /// What this client knows of the BMC's layout (to give the next client of the machine).
+    pub fn discovery(&self) -> Discovery {
+        Discovery {
+            system_path: self.system_path.get().cloned(),
+            media_members: self.media_members.lock().map(|m| m.clone()).unwrap_or_default(),
+        }
+    }
+
+    /// The power policy (timeouts, poll interval).
+    pub fn power_policy(&self) -> PowerPolicy {
+        self.power
     }
 
     /// Puts the client under shared bounds: one operation at a time for `machine_key` (the
@@ -424,6 +479,91 @@ impl RedfishClient {
         Ok(())
     }
 
+    /// [`boot_from_media`](Self::boot_from_media) without waiting for the power (issue 23): takes
+    /// the boot as far as the power allows. While the system is not off it asks for the power-off
+    /// (once; again when it looks lost, see [`PowerPolicy`]) and answers `Pending` with nothing else
+    /// changed; once off, it ejects, inserts, sets the one-time boot, asks for the power-on and
+    /// answers `Done` (the boot is under way): from there [`power_progress`](Self::power_progress)
+    /// settles the power-on. `pending` is the power change asked for by earlier calls for this
+    /// machine, updated here.
+    #[instrument(skip_all, fields(bmc.host = %self.host_key(), system.uuid = %expected))]
+    pub async fn start_boot_from_media(
+        &self,
+        expected: &SystemUuid,
+        image: &Url,
+        seed: &SecretString,
+        pending: &mut Option<PendingPower>,
+    ) -> Result<PowerProgress, RedfishError> {
+        let _slot = self.operation().await;
+        let redactor = Redactor::for_url(seed.expose());
+        let system = self.guarded_system(expected).await?;
+        let path = system.path.clone();
+        let (cd, second) = self.media_plan(&system.res).await?;
+        let boot = BootPlan::once(&system, BootTarget::Cd)?;
+        if !self.power_step(&system, PowerState::Off, pending).await? {
+            return Ok(self.pending_progress());
+        }
+        info!(media.image_device = %cd.id(), media.seed_device = %second.id(), "booting from virtual media");
+        self.eject_all(&system.res).await?;
+        self.insert_into(&self.reread(&cd).await?, image.as_str(), None).await?;
+        self.insert_into(&self.reread(&second).await?, seed.expose(), Some(&redactor)).await?;
+        let system = self.reread_guarded(&path, expected).await?;
+        self.apply_boot(&system, &boot).await?;
+        let system = self.reread_guarded(&path, expected).await?;
+        if !self.power_step(&system, PowerState::On, pending).await? {
+            info!("booting once from virtual media; the power-on is under way");
+        }
+        Ok(PowerProgress::Done)
+    }
+
+    /// [`finish_boot`](Self::finish_boot) with [`AfterBoot::PowerOff`] without waiting for the
+    /// power (issue 23): first settles a power-on still `pending` (the boot's), then asks for the
+    /// power-off and answers `Pending` until it reads off; then ejects and points the boot at the
+    /// disk and answers `Done`.
+    #[instrument(skip_all, fields(bmc.host = %self.host_key(), system.uuid = %expected))]
+    pub async fn start_finish_boot_off(
+        &self,
+        expected: &SystemUuid,
+        pending: &mut Option<PendingPower>,
+    ) -> Result<PowerProgress, RedfishError> {
+        let _slot = self.operation().await;
+        let system = self.guarded_system(expected).await?;
+        let path = system.path.clone();
+        let boot = BootPlan::disk(&system)?;
+        let booting = pending.is_some_and(|p| p.target == PowerState::On);
+        if booting && !self.power_step(&system, PowerState::On, pending).await? {
+            return Ok(self.pending_progress());
+        }
+        let system = if booting { self.reread_guarded(&path, expected).await? } else { system };
+        if !self.power_step(&system, PowerState::Off, pending).await? {
+            return Ok(self.pending_progress());
+        }
+        self.eject_all(&system.res).await?;
+        let system = self.reread_guarded(&path, expected).await?;
+        self.apply_boot(&system, &boot).await?;
+        Ok(PowerProgress::Done)
+    }
+
+    /// Settles the power change `pending` names: `Done` at once (no request) when there is
+    /// none; otherwise reads the system (UUID checked), re-sends a request that looks lost, and
+    /// fails with a transient `PowerTimeout` past the power timeout.
+    #[instrument(skip_all, fields(bmc.host = %self.host_key(), system.uuid = %expected))]
+    pub async fn power_progress(
+        &self,
+        expected: &SystemUuid,
+        pending: &mut Option<PendingPower>,
+    ) -> Result<PowerProgress, RedfishError> {
+        let Some(target) = pending.map(|p| p.target) else {
+            return Ok(PowerProgress::Done);
+        };
+        let _slot = self.operation().await;
+        let system = self.guarded_system(expected).await?;
+        if self.power_step(&system, target, pending).await? {
+            return Ok(PowerProgress::Done);
+        }
+        Ok(self.pending_progress())
+    }
+
     /// Ends a media boot, as one operation: checks the UUID, powers off (for
     /// [`AfterBoot::PowerOff`]), ejects every medium, points the boot at the disk
     /// ([`set_boot_disk`](Self::set_boot_disk)), and for [`AfterBoot::BootFromDisk`] restarts the
@@ -590,6 +730,84 @@ impl RedfishClient {
             }
             last = now;
         }
+    }
+
+    /// The answer of a call that left a power change under way: look again after a poll interval.
+    fn pending_progress(&self) -> PowerProgress {
+        PowerProgress::Pending(self.power.poll_interval)
+    }
+
+    /// One look at a power change, without waiting (issue 23): `true` when `system` reads
+    /// `target` (whatever was pending is then over). Otherwise asks for it unless `pending`
+    /// already has it asked (or the system is on its way there), sends it once more when it
+    /// looks lost ([`PowerPolicy::reissue_after`]), and past [`PowerPolicy::timeout`] fails with
+    /// a transient `PowerTimeout` and starts a new window (the next calls ask again).
+    async fn power_step(
+        &self,
+        system: &SystemRead,
+        target: PowerState,
+        pending: &mut Option<PendingPower>,
+    ) -> Result<bool, RedfishError> {
+        let current = system.res.power_state().ok_or_else(|| missing(&system.path, "PowerState"))?;
+        if current.settled() == Some(target) {
+            *pending = None;
+            return Ok(true);
+        }
+        let Some(mut asked) = pending.filter(|p| p.target == target) else {
+            // Already on its way there: wait rather than send (the emulator, for one, drops a
+            // request made while a change is pending).
+            let on_its_way = matches!(
+                (&current, target),
+                (ReportedPowerState::PoweringOn, PowerState::On) | (ReportedPowerState::PoweringOff, PowerState::Off)
+            );
+            if !on_its_way {
+                self.send_reset(system, target, &current).await?;
+            }
+            *pending = Some(PendingPower { target, since: Instant::now(), reissued: false });
+            return Ok(false);
+        };
+        let elapsed = asked.since.elapsed();
+        if elapsed >= self.power.timeout {
+            *pending = Some(PendingPower { target, since: Instant::now(), reissued: false });
+            return Err(RedfishError::PowerTimeout {
+                wanted: target.to_string(),
+                last: Some(current.as_str().to_owned()),
+                timeout: self.power.timeout,
+            });
+        }
+        // Still in the old settled state long after the request: the BMC dropped it (BMCs busy
+        // with a previous change do). A state in transition is left alone.
+        let unchanged = current.settled().is_some_and(|s| s != target);
+        if !asked.reissued && unchanged && elapsed >= self.power.reissue_after {
+            warn!("power still not {target} after {elapsed:?}; asking once more");
+            self.send_reset(system, target, &current).await?;
+            asked.reissued = true;
+            *pending = Some(asked);
+        }
+        Ok(false)
+    }
+
+    /// Sends the `Reset` that takes `system` (reading `current`) to `target`: the first advertised
+    /// type that reaches it, the power button only from the opposite settled state (it toggles).
+    async fn send_reset(
+        &self,
+        system: &SystemRead,
+        target: PowerState,
+        current: &ReportedPowerState,
+    ) -> Result<(), RedfishError> {
+        let action = system.res.actions.as_ref().and_then(|a| a.reset.clone()).unwrap_or_default();
+        let Some(action_target) = action.target.clone() else {
+            return Err(gap("ComputerSystem.Reset"));
+        };
+        let allowed = self.allowed_reset_types(&action).await?;
+        let reset_type = pick_reset_type(allowed.as_deref(), target.reset_types())
+            .ok_or_else(|| gap(&format!("ComputerSystem.Reset to {target}{}", allowed_list(allowed.as_deref()))))?;
+        if reset_type == "PushPowerButton" && current.settled().is_none() {
+            return Ok(());
+        }
+        info!(power.reset_type = reset_type, "powering {target} with Reset {reset_type}");
+        let what = format!("ComputerSystem.Reset with ResetType {reset_type}");
+        self.transport.change(Method::POST, &action_target, &json!({ "ResetType": reset_type }), None, &what).await
     }
 
     /// The restart of [`restart`](Self::restart), on a system already read and checked.
@@ -942,39 +1160,54 @@ impl RedfishClient {
         Ok(None)
     }
 
-    async fn devices(&self, system: &SystemRes) -> Result<Vec<DeviceRead>, RedfishError> {
+    /// The paths of the virtual media devices (the collection's members), read once per machine
+    /// (see [`Discovery`]); `None` when the BMC has no virtual media.
+    async fn media_members(&self, system: &SystemRes) -> Result<Option<Vec<String>>, RedfishError> {
+        if let Some(known) = self.media_members.lock().ok().and_then(|m| m.clone()) {
+            return Ok(Some(known));
+        }
         let Some(collection) = self.media_collection(system).await? else {
+            return Ok(None);
+        };
+        let members: Vec<String> =
+            self.transport.get::<Collection>(&collection).await?.members.into_iter().map(|m| m.id).collect();
+        if let Ok(mut known) = self.media_members.lock() {
+            *known = Some(members.clone());
+        }
+        Ok(Some(members))
+    }
+
+    async fn devices(&self, system: &SystemRes) -> Result<Vec<DeviceRead>, RedfishError> {
+        let Some(members) = self.media_members(system).await? else {
             return Ok(Vec::new());
         };
-        let members = self.transport.get::<Collection>(&collection).await?.members;
         let mut devices = Vec::with_capacity(members.len());
-        for member in members {
-            let (res, etag) = self.transport.get_tagged::<VirtualMediaRes>(&member.id).await?;
-            devices.push(DeviceRead { path: member.id, res, etag });
+        for path in members {
+            let (res, etag) = self.transport.get_tagged::<VirtualMediaRes>(&path).await?;
+            devices.push(DeviceRead { path, res, etag });
         }
         Ok(devices)
     }
 
     /// The device with `Id` `device` (case-insensitive), read through the links.
     async fn device(&self, system: &SystemRes, device: &str) -> Result<DeviceRead, RedfishError> {
-        let Some(collection) = self.media_collection(system).await? else {
+        let Some(members) = self.media_members(system).await? else {
             return Err(gap("virtual media"));
         };
-        let members = self.transport.get::<Collection>(&collection).await?.members;
         // The member whose URI ends with the Id is almost always it; read the others only if not.
-        let mut ordered: Vec<&Link> =
-            members.iter().filter(|m| last_segment(&m.id).eq_ignore_ascii_case(device)).collect();
-        ordered.extend(members.iter().filter(|m| !last_segment(&m.id).eq_ignore_ascii_case(device)));
+        let mut ordered: Vec<&String> =
+            members.iter().filter(|m| last_segment(m).eq_ignore_ascii_case(device)).collect();
+        ordered.extend(members.iter().filter(|m| !last_segment(m).eq_ignore_ascii_case(device)));
         for member in ordered {
-            let (res, etag) = self.transport.get_tagged::<VirtualMediaRes>(&member.id).await?;
-            let id = res.id.clone().unwrap_or_else(|| last_segment(&member.id).to_owned());
+            let (res, etag) = self.transport.get_tagged::<VirtualMediaRes>(member).await?;
+            let id = res.id.clone().unwrap_or_else(|| last_segment(member).to_owned());
             if id.eq_ignore_ascii_case(device) {
-                return Ok(DeviceRead { path: member.id.clone(), res, etag });
+                return Ok(DeviceRead { path: member.clone(), res, etag });
             }
         }
         Err(RedfishError::NoSuchVirtualMedia {
             device: device.to_owned(),
-            available: members.iter().map(|m| last_segment(&m.id).to_owned()).collect(),
+            available: members.iter().map(|m| last_segment(m).to_owned()).collect(),
         })
     }
 }

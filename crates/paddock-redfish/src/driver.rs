@@ -3,15 +3,42 @@
 //! One [`RedfishClient`] per call, built from the machine's [`BmcAccess`]; every client shares the
 //! process's [`BmcLimiter`] with the machine id as its machine key, so SPEC section 5's bounds (one
 //! call in flight per machine, a bound per BMC host) hold across all the worker's jobs.
+//!
+//! The driver remembers two things per machine, in memory (issue 23): where the system and its
+//! virtual media devices are on the BMC ([`Discovery`]: the next client skips the service root
+//! and the collections; never the system read that checks the UUID before a destructive call,
+//! SPEC section 5), and the power change a `start_*` call asked for and has not seen settle
+//! ([`PendingPower`]), so that a job can end its run while the BMC works and settle it in the
+//! next. A memo is about one endpoint (URL and system id): new credentials or another system id
+//! start afresh. A layout that changed under a remembered discovery (a path that is gone, another
+//! UUID behind it) is discovered again at once, and the call repeated once.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
 
 use paddock_domain::bmc::{
     AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, BoxFuture, Inventory, InventoryDrive,
-    OutOfBandErase, NO_SECOND_VIRTUAL_MEDIA, SYSTEM_UUID_MISMATCH,
+    OutOfBandErase, PowerProgress, NO_SECOND_VIRTUAL_MEDIA, SYSTEM_UUID_MISMATCH,
 };
 
 use crate::{
-    BmcLimiter, Password, PowerState, RedfishClient, RedfishConfig, RedfishError, SystemInventory, SystemUuid, Url,
+    BmcLimiter, Discovery, Password, PendingPower, PowerState, RedfishClient, RedfishConfig, RedfishError,
+    SystemInventory, SystemUuid, Url,
 };
+
+/// What the driver remembers of one machine between calls.
+#[derive(Debug, Clone, Default)]
+struct Memo {
+    /// The endpoint it is about: the BMC URL and the configured system id.
+    endpoint: (String, Option<String>),
+    discovery: Discovery,
+    pending: Option<PendingPower>,
+}
+
+/// What one run of an operation hands back to the memo: the result, the client's discovery, the
+/// pending power change.
+type Ran<T> = (Result<T, RedfishError>, Discovery, Option<PendingPower>);
 
 /// Adjusts a client's config after it is built from the access.
 type Tune = std::sync::Arc<dyn Fn(&mut RedfishConfig) + Send + Sync>;
@@ -21,6 +48,7 @@ type Tune = std::sync::Arc<dyn Fn(&mut RedfishConfig) + Send + Sync>;
 pub struct RedfishBmc {
     limiter: BmcLimiter,
     tune: Option<Tune>,
+    memos: Arc<Mutex<HashMap<String, Memo>>>,
 }
 
 impl std::fmt::Debug for RedfishBmc {
@@ -32,7 +60,7 @@ impl std::fmt::Debug for RedfishBmc {
 impl RedfishBmc {
     /// A driver whose clients share `limiter` (one per process) and use the default timeouts.
     pub fn new(limiter: BmcLimiter) -> Self {
-        Self { limiter, tune: None }
+        Self { limiter, tune: None, memos: Arc::default() }
     }
 
     /// Adjusts every client's config (timeouts, retries) after it is built from the access.
@@ -57,13 +85,65 @@ impl RedfishBmc {
         Ok(client.with_limiter(self.limiter.clone(), access.machine_id.to_string()))
     }
 
-    /// The client and the UUID on record; a machine without one is refused before any change
-    /// (naming what the BMC reports, when it can be read).
-    async fn guarded(&self, access: &BmcAccess) -> Result<(RedfishClient, SystemUuid), BmcError> {
-        let client = self.client(access)?;
+    /// The machine's memo, empty when there is none or it is about another endpoint.
+    fn memo(&self, access: &BmcAccess) -> Memo {
+        let endpoint = (access.url.clone(), access.system_id.clone());
+        let known = self.memos.lock().ok().and_then(|m| m.get(&access.machine_id.to_string()).cloned());
+        match known {
+            Some(memo) if memo.endpoint == endpoint => memo,
+            _ => Memo { endpoint, ..Memo::default() },
+        }
+    }
+
+    fn remember(&self, access: &BmcAccess, discovery: Discovery, pending: Option<PendingPower>) {
+        let endpoint = (access.url.clone(), access.system_id.clone());
+        if let Ok(mut memos) = self.memos.lock() {
+            if discovery.is_empty() && pending.is_none() {
+                memos.remove(&access.machine_id.to_string());
+            } else {
+                memos.insert(access.machine_id.to_string(), Memo { endpoint, discovery, pending });
+            }
+        }
+    }
+
+    /// Runs `op` with a client that starts from the machine's memo, and keeps what it found out.
+    /// A failure forgets the discovery; one that a stale discovery may explain (a path gone,
+    /// another system behind it) runs `op` once more with a fresh one. Every operation is
+    /// idempotent, and the UUID check comes before any change.
+    async fn with_memo<T, F, Fut>(&self, access: &BmcAccess, op: F) -> Result<T, BmcError>
+    where
+        F: Fn(RedfishClient, Option<PendingPower>) -> Fut,
+        Fut: Future<Output = Ran<T>>,
+    {
+        let memo = self.memo(access);
+        let remembered = !memo.discovery.is_empty();
+        let (result, discovery, pending) = op(self.client(access)?.with_discovery(memo.discovery), memo.pending).await;
+        let (result, discovery, pending) = match result {
+            Err(e) if remembered && stale_layout(&e) => {
+                tracing::debug!(machine.id = %access.machine_id, error = %e, "discovering the BMC's layout again");
+                op(self.client(access)?, pending).await
+            }
+            other => (other, discovery, pending),
+        };
+        match result {
+            Ok(value) => {
+                self.remember(access, discovery, pending);
+                Ok(value)
+            }
+            Err(e) => {
+                self.remember(access, Discovery::default(), pending);
+                Err(map_error(e))
+            }
+        }
+    }
+
+    /// The UUID on record; a machine without one is refused before any change (naming what the
+    /// BMC reports, when it can be read).
+    async fn expected(&self, access: &BmcAccess) -> Result<SystemUuid, BmcError> {
         match access.system_uuid.as_deref().map(str::trim).filter(|u| !u.is_empty()) {
-            Some(uuid) => Ok((client, SystemUuid::new(uuid))),
+            Some(uuid) => Ok(SystemUuid::new(uuid)),
             None => {
+                let client = self.client(access)?;
                 let reported = match client.reported_uuid().await {
                     Ok(Some(uuid)) => uuid.to_string(),
                     Ok(None) => "not reported".to_owned(),
@@ -140,11 +220,23 @@ pub fn to_inventory(inv: SystemInventory) -> Result<Inventory, BmcError> {
     })
 }
 
+/// Whether `e` may come from a remembered layout that changed under it.
+fn stale_layout(e: &RedfishError) -> bool {
+    matches!(
+        e,
+        RedfishError::NotFound { .. } | RedfishError::UuidMismatch { .. } | RedfishError::NoSuchVirtualMedia { .. }
+    )
+}
+
 impl BmcDriver for RedfishBmc {
     fn inspect<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Inventory, BmcError>> {
         Box::pin(async move {
-            let client = self.client(access)?;
-            let inv = client.system().await.map_err(map_error)?;
+            let inv = self
+                .with_memo(access, |client, pending| async move {
+                    let inv = client.system().await;
+                    (inv, client.discovery(), pending)
+                })
+                .await?;
             to_inventory(inv)
         })
     }
@@ -155,43 +247,94 @@ impl BmcDriver for RedfishBmc {
         media: &'a BootMedia,
     ) -> BoxFuture<'a, Result<(), BmcError>> {
         Box::pin(async move {
-            let image = Url::parse(&media.image_url).map_err(|e| {
-                BmcError::new(
-                    BmcErrorKind::Permanent,
-                    "bmc_media_url_invalid",
-                    format!("the image URL does not parse: {e}"),
-                )
-            })?;
-            let (client, expected) = self.guarded(access).await?;
-            client.boot_from_media(&expected, &image, &media.seed_url).await.map_err(map_error)
+            let image = media_url(media)?;
+            let expected = self.expected(access).await?;
+            let (image, expected) = (&image, &expected);
+            self.with_memo(access, |client, _| async move {
+                let done = client.boot_from_media(expected, image, &media.seed_url).await;
+                (done, client.discovery(), None)
+            })
+            .await
+        })
+    }
+
+    fn start_boot_from_media<'a>(
+        &'a self,
+        access: &'a BmcAccess,
+        media: &'a BootMedia,
+    ) -> BoxFuture<'a, Result<PowerProgress, BmcError>> {
+        Box::pin(async move {
+            let image = media_url(media)?;
+            let expected = self.expected(access).await?;
+            let (image, expected) = (&image, &expected);
+            self.with_memo(access, |client, mut pending| async move {
+                let progress = client.start_boot_from_media(expected, image, &media.seed_url, &mut pending).await;
+                (progress, client.discovery(), pending)
+            })
+            .await
         })
     }
 
     fn finish_boot<'a>(&'a self, access: &'a BmcAccess, after: AfterBoot) -> BoxFuture<'a, Result<(), BmcError>> {
         Box::pin(async move {
-            let (client, expected) = self.guarded(access).await?;
-            client.finish_boot(&expected, after).await.map_err(map_error)
+            let expected = &self.expected(access).await?;
+            self.with_memo(access, |client, _| async move {
+                let done = client.finish_boot(expected, after).await;
+                (done, client.discovery(), None)
+            })
+            .await
+        })
+    }
+
+    fn start_finish_boot<'a>(
+        &'a self,
+        access: &'a BmcAccess,
+        after: AfterBoot,
+    ) -> BoxFuture<'a, Result<PowerProgress, BmcError>> {
+        if after != AfterBoot::PowerOff {
+            // A restart from disk is the provisioning's: it waits, as it always did.
+            return Box::pin(async move { self.finish_boot(access, after).await.map(|()| PowerProgress::Done) });
+        }
+        Box::pin(async move {
+            let expected = &self.expected(access).await?;
+            self.with_memo(access, |client, mut pending| async move {
+                let progress = client.start_finish_boot_off(expected, &mut pending).await;
+                (progress, client.discovery(), pending)
+            })
+            .await
+        })
+    }
+
+    fn power_progress<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<PowerProgress, BmcError>> {
+        Box::pin(async move {
+            if self.memo(access).pending.is_none() {
+                return Ok(PowerProgress::Done);
+            }
+            let expected = &self.expected(access).await?;
+            self.with_memo(access, |client, mut pending| async move {
+                let progress = client.power_progress(expected, &mut pending).await;
+                (progress, client.discovery(), pending)
+            })
+            .await
         })
     }
 
     fn power_off<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<(), BmcError>> {
-        Box::pin(async move {
-            let (client, expected) = self.guarded(access).await?;
-            client.power(&expected, PowerState::Off).await.map(drop).map_err(map_error)
-        })
+        Box::pin(async move { self.power(access, PowerState::Off).await })
     }
 
     fn power_on<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<(), BmcError>> {
-        Box::pin(async move {
-            let (client, expected) = self.guarded(access).await?;
-            client.power(&expected, PowerState::On).await.map(drop).map_err(map_error)
-        })
+        Box::pin(async move { self.power(access, PowerState::On).await })
     }
 
     fn erase_out_of_band<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Vec<OutOfBandErase>, BmcError>> {
         Box::pin(async move {
-            let (client, expected) = self.guarded(access).await?;
-            client.erase_out_of_band(&expected).await.map_err(map_error)
+            let expected = &self.expected(access).await?;
+            self.with_memo(access, |client, pending| async move {
+                let erased = client.erase_out_of_band(expected).await;
+                (erased, client.discovery(), pending)
+            })
+            .await
         })
     }
 
@@ -199,9 +342,34 @@ impl BmcDriver for RedfishBmc {
         Box::pin(async move {
             // The UUID on record is required even for this read: the power sync acts on what it
             // reads, and must never act on another system behind the same BMC.
-            let (client, expected) = self.guarded(access).await?;
-            let state = client.power_state(&expected).await.map_err(map_error)?;
+            let expected = &self.expected(access).await?;
+            let state = self
+                .with_memo(access, |client, pending| async move {
+                    let state = client.power_state(expected).await;
+                    (state, client.discovery(), pending)
+                })
+                .await?;
             Ok(state.map(|p| p == PowerState::On))
         })
     }
+}
+
+impl RedfishBmc {
+    /// A power change that waits until it is read back (the power sync's corrections, releases);
+    /// whatever a `start_*` call had pending is over with it.
+    async fn power(&self, access: &BmcAccess, target: PowerState) -> Result<(), BmcError> {
+        let expected = &self.expected(access).await?;
+        self.with_memo(access, |client, _| async move {
+            let done = client.power(expected, target).await.map(drop);
+            (done, client.discovery(), None)
+        })
+        .await
+    }
+}
+
+/// The image URL of a media boot.
+fn media_url(media: &BootMedia) -> Result<Url, BmcError> {
+    Url::parse(&media.image_url).map_err(|e| {
+        BmcError::new(BmcErrorKind::Permanent, "bmc_media_url_invalid", format!("the image URL does not parse: {e}"))
+    })
 }

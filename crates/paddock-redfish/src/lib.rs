@@ -44,7 +44,7 @@ mod model;
 mod redact;
 mod transport;
 
-pub use client::RedfishClient;
+pub use client::{Discovery, PendingPower, RedfishClient};
 pub use config::{Backoff, Password, PowerPolicy, RedfishConfig, TaskPolicy, DEFAULT_MAX_BODY_BYTES};
 pub use driver::RedfishBmc;
 pub use error::RedfishError;

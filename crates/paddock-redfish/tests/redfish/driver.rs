@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use paddock_domain::bmc::{
-    AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, NO_SECOND_VIRTUAL_MEDIA, SYSTEM_UUID_MISMATCH,
+    AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, PowerProgress, NO_SECOND_VIRTUAL_MEDIA,
+    SYSTEM_UUID_MISMATCH,
 };
 use paddock_domain::secret::SecretString;
 use paddock_redfish::{BmcLimiter, Password, RedfishBmc, RedfishClient, RedfishConfig, ReportedPowerState, Url};
@@ -359,6 +360,99 @@ async fn media_boot_over_tls_polls_the_delayed_power_changes() {
         bmc.inspect(&access).await.expect("inspect").power_on == Some(false)
     })
     .await;
+}
+
+/// Issue 23: a wipe's boot and its end without waiting for the power, on the emulator that applies
+/// power changes 2 s late. The boot's call returns once the power-on is asked for; the power
+/// settles through `power_progress`; the end, asked for before the power-on has even shown (an
+/// agent that reports at once), first settles that power-on, then answers `Pending` until the
+/// power-off is through, and leaves the machine off for good.
+#[tokio::test]
+async fn a_wipe_boot_and_its_end_return_while_the_power_changes() {
+    let tls = require!(tls_emulator());
+    let _only_user = tls_system_lock().await;
+    let images = ImageServer::start().await;
+    let bmc = driver();
+    let mut access = BmcAccess {
+        machine_id: Default::default(),
+        url: tls.url.to_string(),
+        system_id: None,
+        username: String::new(),
+        password: SecretString::new(String::new()),
+        ca_cert: Some(tls.ca_pem.clone()),
+        insecure_tls: false,
+        system_uuid: None,
+    };
+    access.system_uuid = Some(bmc.inspect(&access).await.expect("inspect").system_uuid);
+    bmc.power_off(&access).await.expect("off to begin with");
+    assert_eq!(bmc.power_progress(&access).await.expect("nothing pending"), PowerProgress::Done);
+    let media = media(&images, "tok-GGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGG");
+
+    let started = std::time::Instant::now();
+    let boot = bmc.start_boot_from_media(&access, &media).await.expect("start the boot");
+    assert_eq!(boot, PowerProgress::Done, "the boot is under way");
+    assert!(started.elapsed() < Duration::from_secs(2), "waited for the power: {:?}", started.elapsed());
+    // The emulator still reads Off: the power-on is pending.
+    assert!(matches!(bmc.power_progress(&access).await.expect("progress"), PowerProgress::Pending(_)));
+
+    // The end at once, before the power-on shows: Pending until the machine was on and is off.
+    let mut pending = 0;
+    loop {
+        match bmc.start_finish_boot(&access, AfterBoot::PowerOff).await.expect("finish") {
+            PowerProgress::Done => break,
+            PowerProgress::Pending(after) => {
+                pending += 1;
+                assert!(pending < 200, "the power never settled");
+                tokio::time::sleep(after).await;
+            }
+        }
+    }
+    assert!(started.elapsed() >= Duration::from_secs(4), "two delayed power changes: {:?}", started.elapsed());
+    assert!(pending >= 2, "{pending}");
+    assert_eq!(bmc.power_progress(&access).await.expect("settled"), PowerProgress::Done);
+    // Off for good, media out, boot back to the disk: no power-on was still pending.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let inv = bmc.inspect(&access).await.expect("inspect");
+    assert_eq!(inv.power_on, Some(false));
+    let mut config = fast(RedfishConfig::new(tls.url.clone(), "", Password::new("")));
+    config.ca_cert_pem = Some(tls.ca_pem.clone());
+    let reader = RedfishClient::new(config).expect("client");
+    assert_eq!(reader.system().await.expect("system").boot.and_then(|b| b.target).as_deref(), Some("Hdd"));
+    let devices = reader.virtual_media_devices().await.expect("devices");
+    assert!(devices.iter().all(|d| d.inserted != Some(true)), "{devices:?}");
+}
+
+/// Issue 23: the driver remembers where a machine's system and media devices are, so only its
+/// first call reads the service root and the collections; every call still reads the system
+/// itself (the UUID guard of SPEC section 5). Another endpoint for the machine starts afresh.
+/// Read-only calls on node-011.
+#[tokio::test]
+async fn discovery_is_remembered_per_machine_but_the_system_is_read_every_time() {
+    let emu = require!(emulators());
+    let raw = emu.raw();
+    let node = raw.node("node-011").await;
+    let proxy = FaultProxy::start(&emu.url).await; // transparent: counts requests only
+    let bmc = driver();
+    let access = access(emu, &proxy.url, &node);
+    let reads = |path: &str| {
+        proxy.seen().iter().filter(|s| s.method == Method::GET && s.path.trim_end_matches('/') == path).count()
+    };
+    bmc.inspect(&access).await.expect("inspect");
+    for _ in 0..3 {
+        bmc.power_state(&access).await.expect("power");
+    }
+    let calls = 1 + 3;
+    assert_eq!(reads("/redfish/v1"), 1, "service root");
+    assert_eq!(reads("/redfish/v1/Systems"), 1, "Systems collection");
+    // Once per call, plus once by the discovery (matching the configured system id).
+    assert_eq!(reads(node.path.trim_end_matches('/')), calls + 1, "the system, once per call");
+
+    // Another endpoint (here: the system id spelled otherwise, as after a PATCH of it) is
+    // discovered again.
+    let mut moved = access.clone();
+    moved.system_id = Some(node.uuid.to_uppercase());
+    bmc.inspect(&moved).await.expect("inspect at the new endpoint");
+    assert_eq!(reads("/redfish/v1"), 2, "service root again");
 }
 
 /// Adds `#Drive.SecureErase` to the drive's resource (a JSON rewrite of its GET), its target

@@ -34,7 +34,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use paddock_domain::bmc::{
     check_against_class, inventory_json, AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia,
-    NO_SECOND_VIRTUAL_MEDIA, SYSTEM_UUID_MISMATCH,
+    PowerProgress, NO_SECOND_VIRTUAL_MEDIA, SYSTEM_UUID_MISMATCH,
 };
 use paddock_domain::driver::{node_name, DriverError, KubeDrivers, NodeRef, Removal, TenantAccess};
 use paddock_domain::job_kind::MACHINE_RECONCILE;
@@ -63,6 +63,9 @@ use crate::{Job, JobHandler, Outcome};
 /// ambiguous or unknown system): no retry storm against the BMC. The credentials PATCH enqueues a
 /// new `machine_reconcile` job, so a fix is picked up at once, not after this wait.
 pub const BMC_FIX_WAIT: Duration = Duration::from_secs(3600);
+
+/// The wait reason of a run that ends while the BMC changes the power (issue 23).
+const POWERING: &str = "waiting_for_power";
 
 /// Steps one run may take before it yields (each re-reads the machine).
 const STEPS_PER_RUN: usize = 16;
@@ -425,6 +428,15 @@ impl MachineReconciler {
         };
         match report {
             None => {
+                // The boot's power-on first: the BMC carries it out while the job holds no slot
+                // (issue 23); a request that looks lost is sent again.
+                match bmc.power_progress(&access).await {
+                    Ok(PowerProgress::Done) => {}
+                    Ok(PowerProgress::Pending(after)) => {
+                        return Step::Stop(Outcome::wait(after, POWERING, "the machine is powering on for its wipe"))
+                    }
+                    Err(e) => return self.bmc_failed(m, e).await,
+                }
                 let deadline = booted_at + ttl(self.settings.agent_token_ttl);
                 if Utc::now() >= deadline {
                     // Quarantined, powered off and ejected (best effort: the seed's token is
@@ -450,8 +462,13 @@ impl MachineReconciler {
             }
             Some(report) => {
                 if run.run_finished_at.is_none() {
-                    if let Err(e) = bmc.finish_boot(&access, AfterBoot::PowerOff).await {
-                        return self.bmc_failed(m, e).await;
+                    match bmc.start_finish_boot(&access, AfterBoot::PowerOff).await {
+                        Ok(PowerProgress::Done) => {}
+                        Ok(PowerProgress::Pending(after)) => {
+                            let message = "the wipe is verified; the machine is powering off";
+                            return Step::Stop(Outcome::wait(after, POWERING, message));
+                        }
+                        Err(e) => return self.bmc_failed(m, e).await,
                     }
                     let (state, version) = (m.state, m.status_version);
                     return self.guarded(|c, _| run::mark_finished(c, m.id, state, version).boxed()).await;
@@ -857,8 +874,18 @@ impl MachineReconciler {
             Err(e) => return Step::Stop(Outcome::retry("agent_token", format!("issuing the run's token failed: {e}"))),
         };
         let media = BootMedia { image_url, seed_url: self.services.agent_seed_url(&seed_token) };
-        if let Err(e) = bmc.boot_from_media(access, &media).await {
-            return self.bmc_failed(m, e).await;
+        // A wipe's boot does not wait for the power (issue 23): the power-off before the media
+        // ends the run until it is through, the power-on is settled by the next runs.
+        let booted = match purpose {
+            AgentPurpose::Wipe => bmc.start_boot_from_media(access, &media).await,
+            _ => bmc.boot_from_media(access, &media).await.map(|()| PowerProgress::Done),
+        };
+        match booted {
+            Ok(PowerProgress::Done) => {}
+            Ok(PowerProgress::Pending(after)) => {
+                return Step::Stop(Outcome::wait(after, POWERING, "the machine is powering off before its boot"))
+            }
+            Err(e) => return self.bmc_failed(m, e).await,
         }
         let (state, version) = (m.state, m.status_version);
         self.guarded(|c, _| run::mark_booted(c, m.id, state, version).boxed()).await
