@@ -676,13 +676,7 @@ impl RedfishClient {
             debug!("power already {target}");
             return Ok(PowerOutcome::AlreadyThere);
         }
-        let action = system.res.actions.as_ref().and_then(|a| a.reset.clone()).unwrap_or_default();
-        let Some(action_target) = action.target.clone() else {
-            return Err(gap("ComputerSystem.Reset"));
-        };
-        let allowed = self.allowed_reset_types(&action).await?;
-        let reset_type = pick_reset_type(allowed.as_deref(), target.reset_types())
-            .ok_or_else(|| gap(&format!("ComputerSystem.Reset to {target}{}", allowed_list(allowed.as_deref()))))?;
+        let (action_target, reset_type) = self.reset_for(&system, target).await?;
         let body = json!({ "ResetType": reset_type });
         let what = format!("ComputerSystem.Reset with ResetType {reset_type}");
         // Already on its way there: wait rather than send (the emulator, for one, drops a request
@@ -795,13 +789,7 @@ impl RedfishClient {
         target: PowerState,
         current: &ReportedPowerState,
     ) -> Result<(), RedfishError> {
-        let action = system.res.actions.as_ref().and_then(|a| a.reset.clone()).unwrap_or_default();
-        let Some(action_target) = action.target.clone() else {
-            return Err(gap("ComputerSystem.Reset"));
-        };
-        let allowed = self.allowed_reset_types(&action).await?;
-        let reset_type = pick_reset_type(allowed.as_deref(), target.reset_types())
-            .ok_or_else(|| gap(&format!("ComputerSystem.Reset to {target}{}", allowed_list(allowed.as_deref()))))?;
+        let (action_target, reset_type) = self.reset_for(system, target).await?;
         if reset_type == "PushPowerButton" && current.settled().is_none() {
             return Ok(());
         }
@@ -1066,6 +1054,19 @@ impl RedfishClient {
     }
 
     /// Allowed `ResetType`s, inline or through `@Redfish.ActionInfo`; `None` = not advertised.
+    /// Where `system`'s `Reset` action is sent, and the first advertised type that reaches
+    /// `target`; a capability gap when there is none.
+    async fn reset_for(&self, system: &SystemRead, target: PowerState) -> Result<(String, &'static str), RedfishError> {
+        let action = system.res.actions.as_ref().and_then(|a| a.reset.clone()).unwrap_or_default();
+        let Some(action_target) = action.target.clone() else {
+            return Err(gap("ComputerSystem.Reset"));
+        };
+        let allowed = self.allowed_reset_types(&action).await?;
+        let reset_type = pick_reset_type(allowed.as_deref(), target.reset_types())
+            .ok_or_else(|| gap(&format!("ComputerSystem.Reset to {target}{}", allowed_list(allowed.as_deref()))))?;
+        Ok((action_target, reset_type))
+    }
+
     async fn allowed_reset_types(&self, action: &ActionRes) -> Result<Option<Vec<String>>, RedfishError> {
         self.allowed_values(action, "ResetType").await
     }
