@@ -40,10 +40,21 @@ pub async fn tenant_access(
     let Some(endpoint) = endpoint else {
         return Ok(None);
     };
-    let Some(sealed) = cluster_store::admin_kubeconfig(conn, cluster.tenant_id, cluster.cluster_id).await? else {
+    let sealed = cluster_store::admin_kubeconfig(conn, cluster.tenant_id, cluster.cluster_id).await?;
+    open_access(cipher, cluster, Some(endpoint), sealed.as_deref())
+}
+
+/// [`tenant_access`] from a sealed admin kubeconfig already read; `None` without both.
+pub fn open_access(
+    cipher: &Cipher,
+    cluster: ClusterRef,
+    endpoint: Option<&str>,
+    sealed: Option<&[u8]>,
+) -> std::result::Result<Option<TenantAccess>, StoreError> {
+    let (Some(endpoint), Some(sealed)) = (endpoint, sealed) else {
         return Ok(None);
     };
-    let opened = cipher.open(&sealed, kubeconfig_binding(cluster.cluster_id)).map_err(|e| {
+    let opened = cipher.open(sealed, kubeconfig_binding(cluster.cluster_id)).map_err(|e| {
         StoreError::Corrupt(format!("the admin kubeconfig of cluster {} cannot be opened: {e}", cluster.cluster_id))
     })?;
     access(cluster, endpoint, opened).map(Some)

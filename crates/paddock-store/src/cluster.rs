@@ -280,6 +280,28 @@ pub async fn admin_kubeconfig(conn: &mut Conn, tenant: TenantId, id: ClusterId) 
     sealed(conn, tenant, id, "admin_kubeconfig_enc").await
 }
 
+/// A cluster's sealed secrets, as stored (each `None` until written).
+#[derive(Debug, Clone, Default, sqlx::FromRow)]
+pub struct SealedSecrets {
+    /// The control plane's admin kubeconfig (`admin_kubeconfig_enc`).
+    pub admin_kubeconfig: Option<Vec<u8>>,
+    /// The Slurm secrets (`slurm_secrets_enc`).
+    pub slurm_secrets: Option<Vec<u8>>,
+}
+
+/// Both sealed secrets of a tenant's cluster in one read (the reconciler's, once per run).
+pub async fn sealed_secrets(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<SealedSecrets, StoreError> {
+    let row: Option<SealedSecrets> = sqlx::query_as(
+        "select admin_kubeconfig_enc as admin_kubeconfig, slurm_secrets_enc as slurm_secrets \
+         from clusters where tenant_id = $1 and id = $2",
+    )
+    .bind(tenant.uuid())
+    .bind(id.uuid())
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.unwrap_or_default())
+}
+
 /// One sealed column of a tenant's cluster (`column` is one of ours, never input).
 async fn sealed(
     conn: &mut Conn,

@@ -12,6 +12,7 @@ use sqlx::types::Json;
 use sqlx::Connection;
 use uuid::Uuid;
 
+use crate::run::{Run, RunRow, REPORT_JOIN, RUN_COLUMNS};
 use crate::{custody, from_json, parse_state, Conn, StoreError};
 
 #[derive(sqlx::FromRow)]
@@ -134,6 +135,22 @@ pub async fn get(conn: &mut Conn, id: MachineId, for_update: bool) -> Result<Opt
     let row: Option<MachineRow> =
         sqlx::query_as(&format!("{SELECT} where m.id = $1{lock}")).bind(id.uuid()).fetch_optional(conn).await?;
     row.map(Machine::try_from).transpose()
+}
+
+/// A machine and the run it is in (with the run's report), in one read: the reconciler's, once
+/// per step.
+pub async fn get_with_run(conn: &mut Conn, id: MachineId) -> Result<Option<(Machine, Option<Run>)>, StoreError> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        #[sqlx(flatten)]
+        machine: MachineRow,
+        #[sqlx(flatten)]
+        run: RunRow,
+    }
+    let select = SELECT.replacen(" from machines m", &format!(", {RUN_COLUMNS} from machines m"), 1);
+    let row: Option<Row> =
+        sqlx::query_as(&format!("{select}{REPORT_JOIN} where m.id = $1")).bind(id.uuid()).fetch_optional(conn).await?;
+    row.map(|row| Ok((Machine::try_from(row.machine)?, row.run.into_run()))).transpose()
 }
 
 /// Machines after `after`, by id.

@@ -39,7 +39,7 @@ impl RunPurpose {
 }
 
 /// The agent run a machine is in.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Run {
     /// The run.
     pub run_id: Uuid,
@@ -49,16 +49,66 @@ pub struct Run {
     pub run_booted_at: Option<DateTime<Utc>>,
     /// When the media were ejected and the boot device set back to disk after the report.
     pub run_finished_at: Option<DateTime<Utc>>,
+    /// The agent's report of the run, once it arrived.
+    pub report: Option<RunReport>,
 }
 
-/// The run of a machine, if it is in one.
+/// The columns of [`RunRow`], from `machines m` joined with [`REPORT_JOIN`].
+pub(crate) const RUN_COLUMNS: &str = "m.run_id, m.run_purpose, m.run_booted_at, m.run_finished_at, \
+     r.verified as report_verified, r.failure as report_failure, r.report as report_body, r.used_at as report_used_at";
+
+/// The first report of the machine's current run (a token is used once; a run has one report).
+pub(crate) const REPORT_JOIN: &str = " left join lateral (select coalesce(t.verified, false) as verified, t.failure, \
+     t.report, t.used_at from agent_tokens t \
+     where t.machine_id = m.id and t.run_id = m.run_id and t.used_at is not null order by t.used_at limit 1) r on true";
+
+/// A machine's run and its report as read with [`RUN_COLUMNS`].
+#[derive(sqlx::FromRow)]
+pub(crate) struct RunRow {
+    run_id: Option<Uuid>,
+    run_purpose: Option<String>,
+    run_booted_at: Option<DateTime<Utc>>,
+    run_finished_at: Option<DateTime<Utc>>,
+    report_verified: Option<bool>,
+    report_failure: Option<String>,
+    report_body: Option<Value>,
+    report_used_at: Option<DateTime<Utc>>,
+}
+
+impl RunRow {
+    /// The run, if the machine is in one.
+    pub(crate) fn into_run(self) -> Option<Run> {
+        let (Some(run_id), Some(run_purpose)) = (self.run_id, self.run_purpose) else {
+            return None;
+        };
+        let report = match (self.report_used_at, self.report_body) {
+            (Some(used_at), Some(report)) => Some(RunReport {
+                verified: self.report_verified.unwrap_or(false),
+                failure: self.report_failure,
+                report,
+                used_at,
+            }),
+            _ => None,
+        };
+        Some(Run {
+            run_id,
+            run_purpose,
+            run_booted_at: self.run_booted_at,
+            run_finished_at: self.run_finished_at,
+            report,
+        })
+    }
+}
+
+/// The run of a machine, with its report, if it is in one.
 pub async fn run_of(conn: &mut Conn, id: MachineId) -> Result<Option<Run>, StoreError> {
-    Ok(sqlx::query_as(
-        "select run_id, run_purpose, run_booted_at, run_finished_at from machines where id = $1 and run_id is not null",
-    )
+    let row: Option<RunRow> = sqlx::query_as(&format!(
+        "select {RUN_COLUMNS} from machines m{REPORT_JOIN} where m.id = $1 and m.run_id is not null"
+    ))
     .bind(id.uuid())
     .fetch_optional(conn)
-    .await?)
+    .await?;
+    Ok(row.and_then(RunRow::into_run))
 }
 
 /// Starts a run for a machine in `state` (decided before the machine boots, so a crash re-enters
@@ -157,7 +207,7 @@ pub async fn expire_unused_tokens(conn: &mut Conn, run_id: Uuid) -> Result<(), S
 }
 
 /// The agent's report of a run, if it arrived.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RunReport {
     /// Whether the report proves the run (a wipe: every drive wiped, with complete evidence,
     /// from the configured image).
@@ -168,16 +218,4 @@ pub struct RunReport {
     pub report: Value,
     /// When it arrived.
     pub used_at: DateTime<Utc>,
-}
-
-/// The report of `run_id` on `machine`, if one arrived.
-pub async fn run_report(conn: &mut Conn, machine: MachineId, run_id: Uuid) -> Result<Option<RunReport>, StoreError> {
-    Ok(sqlx::query_as(
-        "select coalesce(verified, false) as verified, failure, report, used_at from agent_tokens \
-         where machine_id = $1 and run_id = $2 and used_at is not null order by used_at limit 1",
-    )
-    .bind(machine.uuid())
-    .bind(run_id)
-    .fetch_optional(conn)
-    .await?)
 }

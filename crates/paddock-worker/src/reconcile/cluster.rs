@@ -40,7 +40,7 @@ use paddock_types::{ClusterId, NodePoolId, TenantId};
 use serde_json::{json, Value};
 
 use super::{
-    access, cluster_ref, kubeconfig_binding, store_error, tenant_access, Drivers, Settings, DRIVER_NOT_CONFIGURED,
+    access, cluster_ref, kubeconfig_binding, open_access, store_error, Drivers, Settings, DRIVER_NOT_CONFIGURED,
     DRIVER_WAIT,
 };
 use crate::metrics::{self, Driver};
@@ -50,6 +50,10 @@ use crate::{failed_problem, Job, JobHandler, Outcome};
 /// wakes the first waiting cluster of its class at once; this is the fallback. A cluster held
 /// back by an earlier one sleeps only until that one's head timeout ends.
 const CAPACITY_WAIT: Duration = Duration::from_secs(60);
+
+/// How long a cluster waiting only for its own machines (to become active, or to leave) sleeps at
+/// most: each machine's transition wakes it at once; this is the fallback.
+const MACHINE_WAIT: Duration = Duration::from_secs(60);
 
 /// How long a cluster stopped on a permanent error waits before it tries again by itself (a
 /// spec change tries at once).
@@ -115,6 +119,25 @@ impl Observed {
     }
 }
 
+/// What a run starts from ([`ClusterReconciler::load`]).
+struct Loaded {
+    cluster: Cluster,
+    pools: Vec<NodePool>,
+    reference: ClusterRef,
+    held: Vec<HeldMachine>,
+    sealed: store::SealedSecrets,
+}
+
+/// A run's input, borrowed by its steps.
+#[derive(Clone, Copy)]
+struct Run<'a> {
+    cluster: &'a Cluster,
+    pools: &'a [NodePool],
+    reference: &'a ClusterRef,
+    held: &'a [HeldMachine],
+    sealed: &'a store::SealedSecrets,
+}
+
 /// Why a run was started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -157,20 +180,7 @@ impl ClusterReconciler {
         let Some(kube) = self.drivers.kube.clone() else {
             return self.no_driver(tenant, id).await;
         };
-        let loaded = async {
-            let mut conn = self.services.store().conn().await?;
-            let Some(cluster) = store::get(&mut conn, tenant, id, false).await? else {
-                return Ok(None);
-            };
-            let pools = node_pool::of_cluster(&mut conn, tenant, id).await?;
-            let Some(reference) = cluster_ref(&mut conn, tenant, id, &cluster.spec.name).await? else {
-                return Ok(None);
-            };
-            let held = allocation::machines_of(&mut conn, tenant, id).await?;
-            Ok::<_, StoreError>(Some((cluster, pools, reference, held)))
-        }
-        .await;
-        let (cluster, pools, reference, held) = match loaded {
+        let Loaded { cluster, pools, reference, held, sealed } = match self.load(tenant, id).await {
             Ok(Some(found)) => found,
             // Gone (deleted, or never existed): nothing to converge.
             Ok(None) => return Outcome::Done,
@@ -187,10 +197,11 @@ impl ClusterReconciler {
             now: Utc::now(),
             changed: Vec::new(),
         };
+        let run = Run { cluster: &cluster, pools: &pools, reference: &reference, held: &held, sealed: &sealed };
         let result = if cluster.deleting {
-            self.delete(&kube, &cluster, &pools, &reference, &held, &mut observed).await
+            self.delete(&kube, &run, &mut observed).await
         } else {
-            self.converge(&kube, &cluster, &pools, &reference, &held, &mut observed, mode).await
+            self.converge(&kube, &run, &mut observed, mode).await
         };
         match result {
             Ok(outcome) => outcome,
@@ -199,22 +210,35 @@ impl ClusterReconciler {
         }
     }
 
+    /// What a run starts from, read in one transaction: one consistent view, one commit.
+    async fn load(&self, tenant: TenantId, id: ClusterId) -> Result<Option<Loaded>, StoreError> {
+        let mut tx = self.services.store().begin().await?;
+        let Some(cluster) = store::get(&mut tx, tenant, id, false).await? else {
+            return Ok(None);
+        };
+        let Some(reference) = cluster_ref(&mut tx, tenant, id, &cluster.spec.name).await? else {
+            return Ok(None);
+        };
+        let pools = node_pool::of_cluster(&mut tx, tenant, id).await?;
+        let held = allocation::machines_of(&mut tx, tenant, id).await?;
+        let sealed = store::sealed_secrets(&mut tx, tenant, id).await?;
+        tx.commit().await?;
+        Ok(Some(Loaded { cluster, pools, reference, held, sealed }))
+    }
+
     /// One run over SPEC section 6's steps, in order; the status is written at the end.
-    #[expect(clippy::too_many_arguments, reason = "one run's whole input")]
     async fn converge(
         &self,
         kube: &KubeDrivers,
-        cluster: &Cluster,
-        pools: &[NodePool],
-        reference: &ClusterRef,
-        held: &[HeldMachine],
+        run: &Run<'_>,
         observed: &mut Observed,
         mode: Mode,
     ) -> Result<Outcome, Stop> {
+        let Run { cluster, pools, reference, held, .. } = *run;
         self.isolation(kube, reference, observed).await?;
-        let cp = self.control_plane(kube, cluster, reference, observed).await?;
+        let cp = self.control_plane(kube, run, observed).await?;
         let capacity_wait = self.machines(cluster, pools, held, observed).await?;
-        let access = self.tenant_access(reference, &cp).await?;
+        let access = self.tenant_access(run, &cp)?;
         if access.is_some() {
             self.start_provisioning(held).await?;
         }
@@ -222,7 +246,7 @@ impl ClusterReconciler {
         match &access {
             Some(access) => {
                 if self.stack(kube, cluster, access, observed).await? {
-                    self.slurm(kube, cluster, pools, held, access, observed).await?;
+                    self.slurm(kube, run, access, observed).await?;
                 } else if cluster.spec.kind == ClusterKind::Slurm && cluster.spec.slurm.is_some() {
                     observed.set(SLURM_READY, false, "WaitingForStack", "waiting for the tenant base stack");
                 }
@@ -256,10 +280,10 @@ impl ClusterReconciler {
     async fn control_plane(
         &self,
         kube: &KubeDrivers,
-        cluster: &Cluster,
-        reference: &ClusterRef,
+        run: &Run<'_>,
         observed: &mut Observed,
     ) -> Result<ControlPlaneStatus, Stop> {
+        let Run { cluster, reference, sealed, .. } = *run;
         let spec = ControlPlaneSpec {
             cluster: reference.clone(),
             kubernetes_version: cluster.spec.kubernetes_version.clone(),
@@ -271,7 +295,7 @@ impl ClusterReconciler {
             kube.control_plane.ensure_control_plane(&spec).await.map_err(|e| Stop::Driver(CONTROL_PLANE_READY, e))?;
         observed.changed.append(&mut cp.changed);
         if let Some(kubeconfig) = &cp.admin_kubeconfig {
-            self.store_kubeconfig(cluster, kubeconfig).await?;
+            self.store_kubeconfig(cluster, kubeconfig, sealed.admin_kubeconfig.as_deref()).await?;
         }
         if let Some(endpoint) = &cp.endpoint {
             observed.endpoints.kubernetes_api = Some(format!("https://{endpoint}"));
@@ -282,21 +306,17 @@ impl ClusterReconciler {
     }
 
     /// Access to the tenant cluster, once its control plane is ready.
-    async fn tenant_access(
-        &self,
-        reference: &ClusterRef,
-        cp: &ControlPlaneStatus,
-    ) -> Result<Option<TenantAccess>, StoreError> {
+    fn tenant_access(&self, run: &Run<'_>, cp: &ControlPlaneStatus) -> Result<Option<TenantAccess>, StoreError> {
         if !cp.ready {
             return Ok(None);
         }
         if let (Some(kubeconfig), Some(endpoint)) = (&cp.admin_kubeconfig, &cp.endpoint) {
             // The kubeconfig the control plane just reported (and `control_plane` stored): not
             // read back.
-            return access(reference.clone(), endpoint, kubeconfig.clone()).map(Some);
+            return access(run.reference.clone(), endpoint, kubeconfig.clone()).map(Some);
         }
-        let mut conn = self.services.store().conn().await?;
-        tenant_access(&mut conn, self.services.cipher(), reference.clone(), cp.endpoint.as_deref()).await
+        let sealed = run.sealed.admin_kubeconfig.as_deref();
+        open_access(self.services.cipher(), run.reference.clone(), cp.endpoint.as_deref(), sealed)
     }
 
     /// Step 3, once the control plane is up: allocated machines, which wait for it, go on to be
@@ -333,16 +353,15 @@ impl ClusterReconciler {
     async fn slurm(
         &self,
         kube: &KubeDrivers,
-        cluster: &Cluster,
-        pools: &[NodePool],
-        held: &[HeldMachine],
+        run: &Run<'_>,
         access: &TenantAccess,
         observed: &mut Observed,
     ) -> Result<(), Stop> {
+        let Run { cluster, pools, held, sealed, .. } = *run;
         let (ClusterKind::Slurm, Some(slurm)) = (cluster.spec.kind, &cluster.spec.slurm) else {
             return Ok(());
         };
-        let secrets = self.slurm_secrets(cluster).await?;
+        let secrets = self.slurm_secrets(cluster, sealed.slurm_secrets.clone()).await?;
         let desired = slurm_desired(cluster, slurm, pools, held, secrets);
         let status = kube.slurm.ensure_slurm(access, &desired).await.map_err(|e| Stop::Driver(SLURM_READY, e))?;
         observed.changed.extend(status.changed);
@@ -376,20 +395,26 @@ impl ClusterReconciler {
         if ready && !Observed::was_true(&cluster.status.conditions, READY) {
             observed.events.push(("Normal", "ClusterReady", "the cluster is ready".to_owned()));
         }
-        if quiet && unchanged(cluster, pool_status, observed, phase, observed_generation) {
-            // A drift check that found everything as it was: nothing to write.
-            return Ok(Outcome::Done);
+        let outcome = match capacity_wait {
+            _ if ready => Outcome::Done,
+            Some(after) => Outcome::wait(after, "insufficient_capacity", "waiting for machines"),
+            // Each of its machines wakes the cluster when it becomes active or fails (and a
+            // released one when it has left): nothing to poll for.
+            None if waits_for_machines(&missing) => Outcome::wait(MACHINE_WAIT, "waiting_for_machines", message),
+            None => Outcome::wait(self.settings.poll, "converging", message),
+        };
+        if (quiet || !ready) && unchanged(cluster, pool_status, observed, phase, observed_generation) {
+            // Found as its status says (a drift check at rest, or a converging run that saw no
+            // progress): nothing to write. A run that finds the cluster ready always writes: it
+            // finishes the generation's operations and arms the next drift check.
+            return Ok(outcome);
         }
         let steps = steps(&observed.conditions, &required);
         let written = self.write(cluster, pools, pool_status, observed, phase, observed_generation, &steps).await?;
         if !written {
             return Ok(Outcome::wait(Duration::ZERO, "status_conflict", "the status changed under the run; again"));
         }
-        Ok(match capacity_wait {
-            _ if ready => Outcome::Done,
-            Some(after) => Outcome::wait(after, "insufficient_capacity", "waiting for machines"),
-            None => Outcome::wait(self.settings.poll, "converging", message),
-        })
+        Ok(outcome)
     }
 
     /// Releases surplus machines, marks emptied deleting pools deleted and allocates the
@@ -481,12 +506,12 @@ impl ClusterReconciler {
         }
     }
 
-    /// The cluster's Slurm secrets: generated once, stored sealed, then always the stored ones.
-    async fn slurm_secrets(&self, cluster: &Cluster) -> Result<SlurmSecrets, StoreError> {
+    /// The cluster's Slurm secrets: generated once, stored sealed, then always the stored ones
+    /// (`stored`, read with the run's input).
+    async fn slurm_secrets(&self, cluster: &Cluster, mut stored: Option<Vec<u8>>) -> Result<SlurmSecrets, StoreError> {
         let binding = Binding { table: "clusters", column: "slurm_secrets_enc", row: cluster.id.uuid() };
-        let mut conn = self.services.store().conn().await?;
-        let mut stored = store::slurm_secrets(&mut conn, cluster.tenant_id, cluster.id).await?;
         if stored.is_none() {
+            let mut conn = self.services.store().conn().await?;
             let fresh = json!({
                 "slurm_key": random_base64(1024),
                 "jwt_hs256_key": random_base64(64),
@@ -517,22 +542,13 @@ impl ClusterReconciler {
 
     /// Deletion: Slurm removed, every machine released to cleaning, then the control plane and the
     /// namespace removed; the cluster is marked deleted only when all of that is confirmed.
-    async fn delete(
-        &self,
-        kube: &KubeDrivers,
-        cluster: &Cluster,
-        pools: &[NodePool],
-        reference: &ClusterRef,
-        held: &[HeldMachine],
-        observed: &mut Observed,
-    ) -> Result<Outcome, Stop> {
+    async fn delete(&self, kube: &KubeDrivers, run: &Run<'_>, observed: &mut Observed) -> Result<Outcome, Stop> {
+        let Run { cluster, reference, held, sealed, .. } = *run;
         // Slurm goes first, while its nodes still exist, so nothing of it outlives them; then the
         // machines, through cleaning.
-        let access = {
-            let mut conn = self.services.store().conn().await?;
-            let endpoint = cluster.status.endpoints.kubernetes_api.clone();
-            tenant_access(&mut conn, self.services.cipher(), reference.clone(), endpoint.as_deref()).await?
-        };
+        let endpoint = cluster.status.endpoints.kubernetes_api.as_deref();
+        let access =
+            open_access(self.services.cipher(), reference.clone(), endpoint, sealed.admin_kubeconfig.as_deref())?;
         // Once removed, Slurm is not asked again: the control plane's deletion that follows takes
         // the tenant API server with it, and a later run could not reach it.
         let slurm_removed = observed.is_true(SLURM_REMOVED);
@@ -541,26 +557,21 @@ impl ClusterReconciler {
                 Removal::Gone => {
                     // Recorded before anything else goes, so a crash cannot lose it.
                     observed.set(SLURM_REMOVED, true, "Removed", "");
-                    return self.deleting(cluster, pools, observed, DeleteStage::Machines, "Slurm removed").await;
+                    let (stage, poll) = (DeleteStage::Machines, self.settings.poll);
+                    return self.deleting(run, observed, stage, "Slurm removed", poll).await;
                 }
                 Removal::Deleting => {
-                    return self.deleting(cluster, pools, observed, DeleteStage::Slurm, "deleting Slurm").await
+                    let (stage, poll) = (DeleteStage::Slurm, self.settings.poll);
+                    return self.deleting(run, observed, stage, "deleting Slurm", poll).await;
                 }
             }
         }
         if !held.is_empty() {
-            let mut tx = self.services.store().begin().await?;
-            for m in held.iter().filter(|m| HELD.contains(&m.state)) {
-                if lifecycle::begin_release(&mut tx, self.services.ledger_key(), m.id, m.state, m.status_version)
-                    .await?
-                {
-                    lifecycle::enqueue_machine(&mut tx, m.id, None).await?;
-                }
-            }
-            tx.commit().await.map_err(StoreError::from)?;
+            self.release_all(held).await?;
             let message = format!("{} machine(s) are still being released", held.len());
             observed.set(MACHINES_RELEASED, false, "Releasing", &message);
-            return self.deleting(cluster, pools, observed, DeleteStage::Machines, &message).await;
+            // Each machine wakes the cluster when its tenancy has ended.
+            return self.deleting(run, observed, DeleteStage::Machines, &message, MACHINE_WAIT).await;
         }
         observed.set(MACHINES_RELEASED, true, "Released", "");
         let removal = kube
@@ -569,13 +580,13 @@ impl ClusterReconciler {
             .await
             .map_err(|e| Stop::Driver(CONTROL_PLANE_READY, e))?;
         if removal == Removal::Deleting {
-            return self
-                .deleting(cluster, pools, observed, DeleteStage::ControlPlane, "deleting the control plane")
-                .await;
+            let (stage, poll) = (DeleteStage::ControlPlane, self.settings.poll);
+            return self.deleting(run, observed, stage, "deleting the control plane", poll).await;
         }
         let removal = kube.platform.remove_isolation(reference).await.map_err(|e| Stop::Driver(NAMESPACE_READY, e))?;
         if removal == Removal::Deleting {
-            return self.deleting(cluster, pools, observed, DeleteStage::Namespace, "deleting the namespace").await;
+            let (stage, poll) = (DeleteStage::Namespace, self.settings.poll);
+            return self.deleting(run, observed, stage, "deleting the namespace", poll).await;
         }
         let mut tx = self.services.store().begin().await?;
         let pool_ids = store::mark_deleted(&mut tx, cluster.tenant_id, cluster.id).await?;
@@ -597,20 +608,40 @@ impl ClusterReconciler {
         Ok(Outcome::Done)
     }
 
-    /// Writes the deleting status and waits.
+    /// Starts the release of every machine the deleting cluster still holds, in one transaction.
+    async fn release_all(&self, held: &[HeldMachine]) -> Result<(), StoreError> {
+        let holding: Vec<_> = held.iter().filter(|m| HELD.contains(&m.state)).collect();
+        if holding.is_empty() {
+            // All on their way out already.
+            return Ok(());
+        }
+        let mut tx = self.services.store().begin().await?;
+        for m in holding {
+            if lifecycle::begin_release(&mut tx, self.services.ledger_key(), m.id, m.state, m.status_version).await? {
+                lifecycle::enqueue_machine(&mut tx, m.id, None).await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Writes the deleting status, when it changed, and waits `after`.
     async fn deleting(
         &self,
-        cluster: &Cluster,
-        pools: &[NodePool],
+        run: &Run<'_>,
         observed: &mut Observed,
         stage: DeleteStage,
         message: &str,
+        after: Duration,
     ) -> Result<Outcome, Stop> {
         observed.set(READY, false, "Deleting", message);
-        let steps = delete_steps(cluster.spec.kind, observed, stage);
+        let (cluster, pools) = (run.cluster, run.pools);
         let generation = cluster.status.observed_generation;
-        self.write(cluster, pools, &[], observed, ClusterPhase::Deleting, generation, &steps).await?;
-        Ok(Outcome::wait(self.settings.poll, "deleting", message.to_owned()))
+        if !unchanged(cluster, &[], observed, ClusterPhase::Deleting, generation) {
+            let steps = delete_steps(cluster.spec.kind, observed, stage);
+            self.write(cluster, pools, &[], observed, ClusterPhase::Deleting, generation, &steps).await?;
+        }
+        Ok(Outcome::wait(after, "deleting", message.to_owned()))
     }
 
     /// Writes the run's status, pool counts, events and operation progress in one transaction;
@@ -664,15 +695,20 @@ impl ClusterReconciler {
         Ok(true)
     }
 
-    /// Stores the control plane's admin kubeconfig sealed, when it changed.
-    async fn store_kubeconfig(&self, cluster: &Cluster, kubeconfig: &[u8]) -> Result<(), StoreError> {
+    /// Stores the control plane's admin kubeconfig sealed, when it differs from `stored` (read
+    /// with the run's input).
+    async fn store_kubeconfig(
+        &self,
+        cluster: &Cluster,
+        kubeconfig: &[u8],
+        stored: Option<&[u8]>,
+    ) -> Result<(), StoreError> {
         let binding = kubeconfig_binding(cluster.id);
-        let mut conn = self.services.store().conn().await?;
-        let stored = store::admin_kubeconfig(&mut conn, cluster.tenant_id, cluster.id).await?;
         let same = stored
-            .and_then(|sealed| self.services.cipher().open(&sealed, binding).ok())
+            .and_then(|sealed| self.services.cipher().open(sealed, binding).ok())
             .is_some_and(|opened| opened == kubeconfig);
         if !same {
+            let mut conn = self.services.store().conn().await?;
             let sealed = self.services.cipher().seal(kubeconfig, binding)?;
             store::set_admin_kubeconfig(&mut conn, cluster.tenant_id, cluster.id, Some(&sealed)).await?;
         }
@@ -837,6 +873,12 @@ fn nodes<'a>(
         &format!("{ready_nodes} of {wanted_nodes} nodes ready"),
     );
     pool_status
+}
+
+/// Whether a run that is not ready waits only for its machines: nodes not ready, and nothing
+/// missing that does not follow from them (Slurm waits for its nodes).
+fn waits_for_machines(missing: &[&str]) -> bool {
+    missing.contains(&NODES_READY) && missing.iter().all(|t| [NODES_READY, SLURM_READY].contains(t))
 }
 
 /// The phase and observed generation of a run that found the cluster `ready` or not (SPEC

@@ -78,10 +78,12 @@ pub const RELEASE_POWER_OFF_FAILED: &str = "release_power_off_failed";
 /// and its Lease (best effort: the release goes on either way).
 const ABANDON_BOUND: Duration = Duration::from_secs(30);
 
-/// What a step decided: stop with this outcome, or read the machine again and continue.
+/// What a step decided: stop with this outcome, or continue: with the machine read again, or
+/// with the machine as a write just left it (read in the write's transaction).
 enum Step {
     Stop(Outcome),
     Again,
+    Next(Box<(Machine, Option<Run>)>),
 }
 
 impl From<StoreError> for Step {
@@ -139,29 +141,36 @@ impl MachineReconciler {
         }
     }
 
-    /// Runs the steps from the top; each step re-reads the machine.
+    /// Runs the steps from the top; each step starts from the machine as stored (read again, or
+    /// read by the last step's write in its transaction).
     async fn converge(&self, bmc: &dyn BmcDriver, id: MachineId) -> Outcome {
+        let mut next = None;
         for _ in 0..STEPS_PER_RUN {
-            let current = {
+            let current = if let Some(current) = next.take() {
+                current
+            } else {
                 let mut conn = match self.services.store().conn().await {
                     Ok(c) => c,
                     Err(e) => return store_error(e),
                 };
-                match machine::get(&mut conn, id, false).await {
-                    Ok(Some(m)) => m,
+                match machine::get_with_run(&mut conn, id).await {
+                    Ok(Some(found)) => found,
                     Ok(None) => return Outcome::Done,
                     Err(e) => return store_error(e),
                 }
             };
-            match self.step(bmc, &current).await {
+            let (current, run) = current;
+            match self.step(bmc, &current, run).await {
                 Step::Stop(outcome) => return outcome,
                 Step::Again => {}
+                Step::Next(current) => next = Some(*current),
             }
         }
         Outcome::retry("machine_contended", "the machine kept changing under the reconciler; trying again")
     }
 
-    async fn step(&self, bmc: &dyn BmcDriver, m: &Machine) -> Step {
+    /// One step of `m`, in the run `run` (read with it).
+    async fn step(&self, bmc: &dyn BmcDriver, m: &Machine, run: Option<Run>) -> Step {
         use MachineState as S;
         // Retired is final: a maintenance reason left on the record must not bring it back.
         if m.state == S::Retired {
@@ -169,7 +178,7 @@ impl MachineReconciler {
         }
         if m.retire_requested && RETIRABLE.contains(&m.state) {
             return self
-                .guarded(|c, k| machine::transition(c, k, m.id, m.state, m.status_version, S::Retired).boxed())
+                .guarded(m.id, |c, k| machine::transition(c, k, m.id, m.state, m.status_version, S::Retired).boxed())
                 .await;
         }
         // An operator forces the release (SPEC section 4): a machine still being given to its
@@ -178,17 +187,19 @@ impl MachineReconciler {
             return self.begin_release(m).await;
         }
         if m.maintenance_reason.is_some() && m.state != S::Maintenance {
-            return self.enter_maintenance(bmc, m).await;
+            return self.enter_maintenance(bmc, m, run).await;
         }
         match m.state {
             S::Enrolling | S::Inspecting => self.inspect(bmc, m).await,
-            S::Cleaning => self.clean(bmc, m).await,
+            S::Cleaning => self.clean(bmc, m, run).await,
             S::Maintenance if m.maintenance_reason.is_none() => {
                 // The operator's maintenance ended: leave through cleaning.
-                self.guarded(|c, k| machine::advance(c, k, m.id, m.state, m.status_version, S::Cleaning, None).boxed())
-                    .await
+                self.guarded(m.id, |c, k| {
+                    machine::advance(c, k, m.id, m.state, m.status_version, S::Cleaning, None).boxed()
+                })
+                .await
             }
-            S::Allocated | S::Provisioning => self.provision(bmc, m).await,
+            S::Allocated | S::Provisioning => self.provision(bmc, m, run).await,
             S::Releasing | S::ProvisionFailed => self.release(bmc, m).await,
             // Converged: the cluster reconciler (allocation, release) or an operator (intents)
             // moves the machine on, and enqueues this job again when it does.
@@ -199,30 +210,32 @@ impl MachineReconciler {
     /// Runs one guarded write, given the ledger key for the custody entry a move appends (sealed
     /// as it is written, in the move's transaction); lost or won, the next step reads the machine
     /// again.
-    async fn guarded<F>(&self, write: F) -> Step
+    async fn guarded<F>(&self, id: MachineId, write: F) -> Step
     where
         F: for<'c> FnOnce(&'c mut paddock_store::Conn, &'c LedgerKey) -> BoxFuture<'c, Result<bool, StoreError>>,
     {
-        self.guarded_then(write, |_| ()).await
+        self.guarded_then(id, write, |_| ()).await
     }
 
     /// [`Self::guarded`], then `committed` with what the write returned once its transaction
     /// committed: what a metric may observe (never a write that was lost or rolled back).
-    async fn guarded_then<T, F>(&self, write: F, committed: impl FnOnce(T) + Send) -> Step
+    async fn guarded_then<T, F>(&self, id: MachineId, write: F, committed: impl FnOnce(T) + Send) -> Step
     where
         F: for<'c> FnOnce(&'c mut paddock_store::Conn, &'c LedgerKey) -> BoxFuture<'c, Result<T, StoreError>>,
     {
         let result = async {
             let mut tx = self.services.store().begin().await?;
             let written = write(&mut tx, self.services.ledger_key()).await?;
+            // What the next step starts from, read before the commit: no read of its own.
+            let next = machine::get_with_run(&mut tx, id).await?;
             tx.commit().await?;
-            Ok::<_, StoreError>(written)
+            Ok::<_, StoreError>((written, next))
         }
         .await;
         match result {
-            Ok(written) => {
+            Ok((written, next)) => {
                 committed(written);
-                Step::Again
+                next.map_or(Step::Again, |next| Step::Next(Box::new(next)))
             }
             Err(e) => e.into(),
         }
@@ -231,7 +244,7 @@ impl MachineReconciler {
     // -----------------------------------------------------------------------------------------
     // Operator intents.
 
-    async fn enter_maintenance(&self, bmc: &dyn BmcDriver, m: &Machine) -> Step {
+    async fn enter_maintenance(&self, bmc: &dyn BmcDriver, m: &Machine, run: Option<Run>) -> Step {
         use MachineState as S;
         match m.state {
             // A tenancy ends through releasing and cleaning first; cleaning then sees the intent.
@@ -240,7 +253,7 @@ impl MachineReconciler {
             _ => {
                 // Abandon whatever run it was in; a machine that was booted into a wipe is
                 // powered off on its way out of service (best effort: it is leaving service).
-                if let Some(run) = self.run(m).await.ok().flatten() {
+                if let Some(run) = run {
                     if run.run_booted_at.is_some() {
                         if let Ok(access) = self.access(m) {
                             if let Err(e) = bmc.power_off(&access).await {
@@ -253,8 +266,10 @@ impl MachineReconciler {
                     }
                 }
                 let to = S::Maintenance;
-                self.guarded(|c, k| lifecycle::end_run(c, k, m.id, m.state, m.status_version, to, None, None).boxed())
-                    .await
+                self.guarded(m.id, |c, k| {
+                    lifecycle::end_run(c, k, m.id, m.state, m.status_version, to, None, None).boxed()
+                })
+                .await
             }
         }
     }
@@ -263,7 +278,7 @@ impl MachineReconciler {
     /// which allocates a replacement if its pool still wants one.
     async fn begin_release(&self, m: &Machine) -> Step {
         let (id, state, version, holder) = (m.id, m.state, m.status_version, m.tenant_id.zip(m.cluster_id));
-        self.guarded(move |c, k| {
+        self.guarded(m.id, move |c, k| {
             async move {
                 let released = lifecycle::begin_release(c, k, id, state, version).await?;
                 if let (true, Some((tenant, cluster))) = (released, holder) {
@@ -387,17 +402,18 @@ impl MachineReconciler {
     /// The wipe (SPEC section 5): a run, a boot from the wipe image with the run's seed, the
     /// agent's report, power off and eject, then `available` with the clean recorded, or
     /// `clean_failed`. Nothing becomes available without every listed drive wiped.
-    async fn clean(&self, bmc: &dyn BmcDriver, m: &Machine) -> Step {
+    async fn clean(&self, bmc: &dyn BmcDriver, m: &Machine, run: Option<Run>) -> Step {
         use MachineState as S;
-        let run = match self.run(m).await {
-            Ok(Some(run)) if run.run_purpose == RunPurpose::Wipe.as_str() => run,
-            Ok(_) => {
+        let run = match run {
+            Some(run) if run.run_purpose == RunPurpose::Wipe.as_str() => run,
+            _ => {
                 let (state, version) = (m.state, m.status_version);
                 return self
-                    .guarded(|c, k| run::start_run(c, k, m.id, state, version, S::Cleaning, RunPurpose::Wipe).boxed())
+                    .guarded(m.id, |c, k| {
+                        run::start_run(c, k, m.id, state, version, S::Cleaning, RunPurpose::Wipe).boxed()
+                    })
                     .await;
             }
-            Err(e) => return e.into(),
         };
         let access = match self.access(m) {
             Ok(a) => a,
@@ -422,10 +438,7 @@ impl MachineReconciler {
             };
             return self.boot(bmc, m, &access, &run, AgentPurpose::Wipe, config, image).await;
         };
-        let report = match self.report(m, &run).await {
-            Ok(r) => r,
-            Err(e) => return e.into(),
-        };
+        let report = run.report.clone();
         match report {
             None => {
                 // The boot's power-on first: the BMC carries it out while the job holds no slot
@@ -471,7 +484,7 @@ impl MachineReconciler {
                         Err(e) => return self.bmc_failed(m, e).await,
                     }
                     let (state, version) = (m.state, m.status_version);
-                    return self.guarded(|c, _| run::mark_finished(c, m.id, state, version).boxed()).await;
+                    return self.guarded(m.id, |c, _| run::mark_finished(c, m.id, state, version).boxed()).await;
                 }
                 let (id, version, run_id) = (m.id, m.status_version, run.run_id);
                 let out_of_band = erase_out_of_band(bmc, &access).await;
@@ -486,6 +499,7 @@ impl MachineReconciler {
                     "reported_at": report.used_at,
                 });
                 self.guarded_then(
+                    m.id,
                     move |c, k| {
                         async move { lifecycle::complete_clean(c, k, id, version, run_id, "agent", &evidence).await }
                             .boxed()
@@ -506,31 +520,26 @@ impl MachineReconciler {
 
     /// From `allocated` (once the tenant control plane is up) through a provisioning boot with a
     /// join configuration to `active`, when a Ready Node with the machine's system UUID exists.
-    async fn provision(&self, bmc: &dyn BmcDriver, m: &Machine) -> Step {
+    async fn provision(&self, bmc: &dyn BmcDriver, m: &Machine, run: Option<Run>) -> Step {
         use MachineState as S;
         let Some(kube) = self.drivers.kube.clone() else {
             let message = "no Kubernetes driver is configured (PADDOCK_KUBE_DRIVER=none); the machine waits";
             return self.wait_with(m, DRIVER_WAIT, DRIVER_NOT_CONFIGURED, message).await;
         };
-        let (tenant_access, node) = match self.tenant_side(m).await {
-            Ok(Some(found)) => found,
-            // The cluster reconciler enqueues this job again once its control plane is up.
-            Ok(None) => {
-                let message = "waiting for the cluster's control plane";
-                return Step::Stop(Outcome::wait(self.settings.poll, "waiting_for_control_plane", message));
-            }
-            Err(e) => return e.into(),
-        };
-        let run = match self.run(m).await {
-            Ok(Some(run)) if m.state == S::Provisioning && run.run_purpose == RunPurpose::Provision.as_str() => run,
-            Ok(_) => {
+        // The tenant side is read only by the steps that talk to the tenant cluster (and before
+        // the run starts: not before its control plane is up).
+        let run = match run {
+            Some(run) if m.state == S::Provisioning && run.run_purpose == RunPurpose::Provision.as_str() => run,
+            _ => {
+                if let Err(step) = self.provisioning_side(m).await {
+                    return step;
+                }
                 let (state, version) = (m.state, m.status_version);
                 let purpose = RunPurpose::Provision;
                 return self
-                    .guarded(|c, k| run::start_run(c, k, m.id, state, version, S::Provisioning, purpose).boxed())
+                    .guarded(m.id, |c, k| run::start_run(c, k, m.id, state, version, S::Provisioning, purpose).boxed())
                     .await;
             }
-            Err(e) => return e.into(),
         };
         let access = match self.access(m) {
             Ok(a) => a,
@@ -543,6 +552,10 @@ impl MachineReconciler {
             };
             // The bootstrap token lives for the join token TTL only (SPEC section 5), not the
             // run's: it is deleted once the Node has registered.
+            let (tenant_access, node) = match self.provisioning_side(m).await {
+                Ok(found) => found,
+                Err(step) => return step,
+            };
             let ttl_secs = self.settings.join_token_ttl.as_secs().max(1);
             let join = match kube.nodes.join_config(&tenant_access, &node, ttl_secs).await {
                 Ok(j) => j,
@@ -551,10 +564,7 @@ impl MachineReconciler {
             let config = provision_config(&node.node_name, join.0);
             return self.boot(bmc, m, &access, &run, AgentPurpose::Provision, config, image).await;
         };
-        let report = match self.report(m, &run).await {
-            Ok(r) => r,
-            Err(e) => return e.into(),
-        };
+        let report = run.report.clone();
         let Some(report) = report else {
             let deadline = booted_at + ttl(self.settings.agent_token_ttl);
             if Utc::now() >= deadline {
@@ -578,9 +588,27 @@ impl MachineReconciler {
                 return self.bmc_failed(m, e).await;
             }
             let (state, version) = (m.state, m.status_version);
-            return self.guarded(|c, _| run::mark_finished(c, m.id, state, version).boxed()).await;
+            return self.guarded(m.id, |c, _| run::mark_finished(c, m.id, state, version).boxed()).await;
+        };
+        let (tenant_access, node) = match self.provisioning_side(m).await {
+            Ok(found) => found,
+            Err(step) => return step,
         };
         self.await_node(m, &kube, &tenant_access, &node, finished_at).await
+    }
+
+    /// [`Self::tenant_side`] for provisioning: without it, the machine waits for the cluster's
+    /// control plane.
+    async fn provisioning_side(&self, m: &Machine) -> Result<(TenantAccess, NodeRef), Step> {
+        match self.tenant_side(m).await {
+            Ok(Some(found)) => Ok(found),
+            // The cluster reconciler enqueues this job again once its control plane is up.
+            Ok(None) => {
+                let message = "waiting for the cluster's control plane";
+                Err(Step::Stop(Outcome::wait(self.settings.poll, "waiting_for_control_plane", message)))
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The last step of provisioning: the machine booted from disk at `finished_at`; it is
@@ -607,6 +635,7 @@ impl MachineReconciler {
             Some(status) if status.ready => {
                 let (id, version, holder) = (m.id, m.status_version, m.tenant_id.zip(m.cluster_id));
                 self.guarded_then(
+                    m.id,
                     move |c, k| {
                         async move {
                             let activated = lifecycle::activate(c, k, id, version, &status.name).await?;
@@ -643,7 +672,7 @@ impl MachineReconciler {
     async fn provision_failed(&self, m: &Machine, code: &str, message: &str) -> Step {
         let (id, state, version, holder) = (m.id, m.state, m.status_version, m.tenant_id.zip(m.cluster_id));
         let (code, message) = (code.to_owned(), message.to_owned());
-        self.guarded(move |c, k| {
+        self.guarded(m.id, move |c, k| {
             async move {
                 let to = MachineState::ProvisionFailed;
                 let failed = lifecycle::end_run(c, k, id, state, version, to, Some((&code, &message)), None).await?;
@@ -734,7 +763,7 @@ impl MachineReconciler {
             tracing::warn!(machine.id = %m.id, "forcing the release of machine {}: {reason}", m.id);
             let (id, state, version) = (m.id, m.state, m.status_version);
             return self
-                .guarded(move |c, k| {
+                .guarded(m.id, move |c, k| {
                     async move { lifecycle::record_forced_release(c, k, id, state, version, &reason, &evidence).await }
                         .boxed()
                 })
@@ -793,7 +822,7 @@ impl MachineReconciler {
     async fn end_tenancy(&self, m: &Machine, failure: Option<(&str, &str)>) -> Step {
         let (id, state, version) = (m.id, m.state, m.status_version);
         let failure = failure.map(|(code, message)| (code.to_owned(), message.to_owned()));
-        self.guarded(move |c, k| {
+        self.guarded(m.id, move |c, k| {
             async move {
                 if let Some(current) = run::run_of(c, id).await? {
                     run::expire_unused_tokens(c, current.run_id).await?;
@@ -888,17 +917,7 @@ impl MachineReconciler {
             Err(e) => return self.bmc_failed(m, e).await,
         }
         let (state, version) = (m.state, m.status_version);
-        self.guarded(|c, _| run::mark_booted(c, m.id, state, version).boxed()).await
-    }
-
-    async fn run(&self, m: &Machine) -> Result<Option<Run>, StoreError> {
-        let mut conn = self.services.store().conn().await?;
-        run::run_of(&mut conn, m.id).await
-    }
-
-    async fn report(&self, m: &Machine, current: &Run) -> Result<Option<run::RunReport>, StoreError> {
-        let mut conn = self.services.store().conn().await?;
-        run::run_report(&mut conn, m.id, current.run_id).await
+        self.guarded(m.id, |c, _| run::mark_booted(c, m.id, state, version).boxed()).await
     }
 
     async fn expire_tokens(&self, current: &Run) -> Result<(), StoreError> {
@@ -920,6 +939,7 @@ impl MachineReconciler {
         let error = error.map(|(code, message)| (code.to_owned(), message.to_owned()));
         let reason = maintenance_reason.map(str::to_owned);
         self.guarded_then(
+            m.id,
             move |c, k| {
                 async move {
                     let error = error.as_ref().map(|(code, message)| (code.as_str(), message.as_str()));
@@ -942,19 +962,21 @@ impl MachineReconciler {
         let (Some(tenant), Some(cluster_id), Some(pool_id)) = (m.tenant_id, m.cluster_id, m.node_pool_id) else {
             return Ok(None);
         };
-        let mut conn = self.services.store().conn().await?;
-        let Some(c) = cluster::get(&mut conn, tenant, cluster_id, false).await? else {
+        // One transaction: one consistent view, one commit.
+        let mut tx = self.services.store().begin().await?;
+        let Some(c) = cluster::get(&mut tx, tenant, cluster_id, false).await? else {
             return Ok(None);
         };
-        let Some(pool) = node_pool::get(&mut conn, tenant, cluster_id, pool_id, false).await? else {
+        let Some(pool) = node_pool::get(&mut tx, tenant, cluster_id, pool_id, false).await? else {
             return Ok(None);
         };
-        let Some(reference) = cluster_ref(&mut conn, tenant, cluster_id, &c.spec.name).await? else {
+        let Some(reference) = cluster_ref(&mut tx, tenant, cluster_id, &c.spec.name).await? else {
             return Ok(None);
         };
         let endpoint = c.status.endpoints.kubernetes_api.clone();
-        let Some(access) = tenant_access(&mut conn, self.services.cipher(), reference, endpoint.as_deref()).await?
-        else {
+        let access = tenant_access(&mut tx, self.services.cipher(), reference, endpoint.as_deref()).await?;
+        tx.commit().await?;
+        let Some(access) = access else {
             return Ok(None);
         };
         let node = NodeRef {

@@ -25,7 +25,7 @@ use paddock_domain::secret::Binding;
 pub use power::{PowerSync, PowerSyncSettings, POWER_DRIFT};
 pub use reseal::Resealer;
 // How the worker reaches a tenant cluster: the one mechanism, shared with the API.
-pub(crate) use paddock_service::credentials::{access, kubeconfig_binding, tenant_access};
+pub(crate) use paddock_service::credentials::{access, kubeconfig_binding, open_access, tenant_access};
 use paddock_store::{tenant, Conn, StoreError};
 use paddock_types::{ClusterId, TenantId};
 
