@@ -113,9 +113,9 @@ impl Services {
         self.cipher.derive(AGENT_TOKEN_LABEL, seed_token.as_bytes()).iter().map(|t| URL_SAFE_NO_PAD.encode(t)).collect()
     }
 
-    /// Issues the tokens of a run (called by the worker before it boots the machine); returns the
-    /// seed token, which exists nowhere else afterwards. Put it in a URL with
-    /// [`Services::agent_seed_url`].
+    /// Issues the tokens of a run's boot (called by the worker before it boots the machine), ending
+    /// the unused tokens of its earlier boots; returns the seed token, which exists nowhere else
+    /// afterwards. Put it in a URL with [`Services::agent_seed_url`].
     pub async fn agent_token_issue(&self, run: &AgentRun, ttl: Duration) -> Result<SecretString> {
         if run.purpose == AgentPurpose::Wipe {
             let wipe: WipeConfig = serde_json::from_value(run.config.clone())
@@ -142,8 +142,12 @@ impl Services {
             nonce: &nonce,
             expires_at,
         };
-        let mut conn = self.store.conn().await?;
-        store::insert(&mut conn, &new).await?;
+        // A run has one live token: the unused ones of an earlier boot of the run end as this one
+        // is stored, in one transaction.
+        let mut tx = self.store.begin().await?;
+        paddock_store::run::expire_unused_tokens(&mut tx, run.run_id).await?;
+        store::insert(&mut tx, &new).await?;
+        crate::commit(tx).await?;
         Ok(SecretString::new(seed_token))
     }
 

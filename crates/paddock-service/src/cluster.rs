@@ -140,8 +140,11 @@ impl Services {
     /// Reads a cluster.
     pub async fn cluster_get(&self, ctx: &Ctx, tenant_id: TenantId, id: ClusterId) -> Result<ClusterWithPools> {
         ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "cluster")?;
-        let mut conn = self.store.conn().await?;
-        cluster_with_pools(&mut conn, tenant_id, id).await
+        // One transaction: the cluster and its pools as of one moment, one commit.
+        let mut tx = self.store.begin().await?;
+        let found = cluster_with_pools(&mut tx, tenant_id, id).await?;
+        crate::commit(tx).await?;
+        Ok(found)
     }
 
     /// Applies a merge patch to a cluster (Kubernetes version, Slurm settings).

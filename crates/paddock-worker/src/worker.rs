@@ -187,18 +187,26 @@ impl Worker {
         let mut runs = JoinSet::new();
         let mut claim_conn = None;
         let mut failures: u32 = 0;
-        let mut next_due: Option<Duration> = None;
+        // When the next queued job this worker knows of comes due, and whether there is reason
+        // to claim: a job may be due (a notification, a deadline reached, a run that gave its
+        // job back due now) or waiting for a slot (the last claim filled every free one). A
+        // run's end alone is no reason: an idle worker's claims are its poll and its deadlines.
+        let mut due_at: Option<Instant> = None;
+        let mut claim = true;
+        let mut full = false;
         info!(worker.id = %inner.id, kinds = ?inner.kinds, "worker {} started for {:?}", inner.id, inner.kinds);
         loop {
             // Reap every run that already ended, so a burst of short jobs is claimed as one batch.
             while let Some(ended) = runs.try_join_next() {
-                report_panic(ended);
+                claim |= rearm(ended, &mut due_at, full);
             }
             let free = concurrency.saturating_sub(runs.len());
-            if free > 0 {
+            if free > 0 && claim {
+                claim = false;
                 match inner.claim(&mut claim_conn, free).await {
                     Ok((claimed_at, jobs, due_in)) => {
-                        next_due = due_in;
+                        due_at = due_in.map(|d| Instant::now() + d);
+                        full = jobs.len() >= free;
                         if failures > 0 {
                             info!(worker.id = %inner.id, "the job queue is reachable again");
                         }
@@ -219,14 +227,15 @@ impl Worker {
             let pause = if failures > 0 {
                 inner.config.poll_interval.max(Duration::from_millis(100 << failures.min(6)))
             } else {
-                next_due.take().map_or(inner.config.poll_interval, |due| due.min(inner.config.poll_interval))
+                let due = due_at.map(|at| at.saturating_duration_since(Instant::now()));
+                due.map_or(inner.config.poll_interval, |due| due.min(inner.config.poll_interval))
             };
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
-                Some(ended) = runs.join_next(), if !runs.is_empty() => report_panic(ended),
-                () = wake.notified(), if failures == 0 => {}
-                () = tokio::time::sleep(pause) => {}
+                Some(ended) = runs.join_next(), if !runs.is_empty() => claim |= rearm(ended, &mut due_at, full),
+                () = wake.notified(), if failures == 0 => claim = true,
+                () = tokio::time::sleep(pause) => claim = true,
             }
         }
 
@@ -242,7 +251,9 @@ impl Worker {
         loop {
             tokio::select! {
                 ended = runs.join_next() => match ended {
-                    Some(ended) => report_panic(ended),
+                    Some(ended) => {
+                        report_panic(ended);
+                    }
                     None => break,
                 },
                 () = &mut deadline => {
@@ -261,10 +272,38 @@ impl Worker {
 
 /// A run's task only ends by panicking when the worker itself has a bug (handler panics are
 /// caught in `run_one`); the job's lease then expires and another worker takes it over.
-fn report_panic(ended: Result<(), tokio::task::JoinError>) {
-    if let Err(e) = ended {
+fn report_panic(ended: Result<Again, tokio::task::JoinError>) -> Again {
+    ended.unwrap_or_else(|e| {
         error!(error = &e as &dyn std::error::Error, "a job run's task failed: {e}");
+        // Its job is still leased: it runs again once the lease expires, which a claim finds.
+        Again::Now
+    })
+}
+
+/// Whether the worker should claim after a run ended (`full`: the last claim filled every free
+/// slot, so a freed one may have a due job waiting); a job given back for later moves `due_at`.
+fn rearm(ended: Result<Again, tokio::task::JoinError>, due_at: &mut Option<Instant>, full: bool) -> bool {
+    match report_panic(ended) {
+        Again::Now => true,
+        Again::After(after) => {
+            let at = Instant::now() + after;
+            *due_at = Some(due_at.map_or(at, |due| due.min(at)));
+            full || after.is_zero()
+        }
+        Again::Never => full,
     }
+}
+
+/// When a run's job is due again, as far as this worker can tell without asking the queue.
+#[derive(Debug, Clone, Copy)]
+enum Again {
+    /// Unknown (a retry's backoff is the store's, a failed write back): claim to find out.
+    Now,
+    /// Queued again to run this much later (a wait).
+    After(Duration),
+    /// Not by this run: it ended, was handed over (the follow-up's enqueue notified), or its
+    /// lease was lost.
+    Never,
 }
 
 impl Inner {
@@ -353,7 +392,7 @@ enum Ended {
 
 /// Runs one claimed job: the handler against the lease watchdog and the forced stop, then writes
 /// the outcome back.
-async fn run_one(inner: Arc<Inner>, job: Job, claimed_at: Instant, mut stop: watch::Receiver<bool>) {
+async fn run_one(inner: Arc<Inner>, job: Job, claimed_at: Instant, mut stop: watch::Receiver<bool>) -> Again {
     let span = info_span!("job", job.id = %job.id, job.kind = %job.kind, job.attempt = job.attempts + 1, target.id = %job.target_id);
     async move {
         let started = Instant::now();
@@ -377,12 +416,12 @@ async fn run_one(inner: Arc<Inner>, job: Job, claimed_at: Instant, mut stop: wat
             let written = persist(&inner, &job, &Write::Fail(&problem)).await;
             let ended = Ended::Outcome(Outcome::Fail { problem });
             finish_log(&inner, &job, started, &ended, written.map(|w| w.label("exhausted")));
-            return;
+            return Again::Never;
         }
         let Some(handler) = inner.handlers.get(job.kind.as_str()).cloned() else {
             // Unreachable: the claim asks only for kinds with a handler.
             error!(job.id = %job.id, job.kind = %job.kind, "no handler for job kind {}", job.kind);
-            return;
+            return Again::Never;
         };
 
         let (lost_tx, mut lost_rx) = watch::channel(false);
@@ -402,10 +441,21 @@ async fn run_one(inner: Arc<Inner>, job: Job, claimed_at: Instant, mut stop: wat
         watchdog.abort();
 
         let written = write_back(&inner, &job, &ended).await;
+        // The labels are `write_back`'s (`Written::label`): a job handed over, lost or failed is not
+        // this run's to bring back.
+        let again = match (&ended, &written) {
+            (_, Err(_)) => Again::Now,
+            (_, Ok("handed_over" | "lease_lost" | "exhausted")) => Again::Never,
+            (Ended::Outcome(Outcome::Wait { after, .. }), _) => Again::After(*after),
+            (Ended::Stopped, _) => Again::After(Duration::ZERO),
+            (Ended::Outcome(Outcome::Retry { .. }), _) => Again::Now,
+            _ => Again::Never,
+        };
         finish_log(&inner, &job, started, &ended, written);
+        again
     }
     .instrument(span)
-    .await;
+    .await
 }
 
 /// The end of a run, to be written back.

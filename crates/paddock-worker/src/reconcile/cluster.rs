@@ -555,10 +555,15 @@ impl ClusterReconciler {
         if let (ClusterKind::Slurm, Some(access), false) = (cluster.spec.kind, &access, slurm_removed) {
             match kube.slurm.remove_slurm(access).await.map_err(|e| Stop::Driver(SLURM_READY, e))? {
                 Removal::Gone => {
-                    // Recorded before anything else goes, so a crash cannot lose it.
                     observed.set(SLURM_REMOVED, true, "Removed", "");
-                    let (stage, poll) = (DeleteStage::Machines, self.settings.poll);
-                    return self.deleting(run, observed, stage, "Slurm removed", poll).await;
+                    if held.is_empty() {
+                        // Recorded before the control plane goes (and the tenant API server with
+                        // it), so a crash cannot lose it.
+                        let (stage, poll) = (DeleteStage::Machines, self.settings.poll);
+                        return self.deleting(run, observed, stage, "Slurm removed", poll).await;
+                    }
+                    // The machines' release goes on in this run; its status write records this
+                    // first (a crash before it asks again, while the tenant API server is there).
                 }
                 Removal::Deleting => {
                     let (stage, poll) = (DeleteStage::Slurm, self.settings.poll);

@@ -894,9 +894,7 @@ impl MachineReconciler {
         config: serde_json::Value,
         image_url: String,
     ) -> Step {
-        if let Err(e) = self.expire_tokens(run).await {
-            return e.into();
-        }
+        // Issuing the boot's token ends the unused ones of the run's earlier boots.
         let agent_run = AgentRun { machine_id: m.id, run_id: run.run_id, purpose, config };
         let seed_token = match self.services.agent_token_issue(&agent_run, self.settings.agent_token_ttl).await {
             Ok(t) => t,
