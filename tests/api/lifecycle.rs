@@ -382,6 +382,28 @@ async fn a_slurm_cluster_goes_ready_scales_and_is_deleted_back_to_clean_machines
     // Released machines went back through a wipe: six cleans now (four first ones, two after release).
     assert_eq!(lab.scalar("select count(*) from machine_cleans").await, 6);
 
+    // A patch that changes nothing is answered with an operation too, and it ends: the run it
+    // asks for finds the cluster ready at its generation (before, it stayed pending for good).
+    let same = lab
+        .app
+        .patch(lab.cluster_path(&cluster))
+        .token(&lab.tenant_token)
+        .json(&json!({ "kubernetes_version": after["kubernetes_version"] }))
+        .send()
+        .await
+        .expect(202)
+        .json();
+    assert_eq!(same["cluster"]["generation"], after["generation"], "nothing changed");
+    let same_pool = lab.scale(&cluster, &pool, 1).await;
+    for op in [&same["operation"], &same_pool["operation"]] {
+        let ended = eventually(WAIT, || async {
+            let op = lab.operation(op).await;
+            (op["state"] != "pending" && op["state"] != "running").then_some(op)
+        })
+        .await;
+        assert_eq!(ended["state"], "succeeded", "{ended}");
+    }
+
     // Delete: every machine back to available, through cleaning; then 404.
     let deleted = lab.delete(&cluster).await;
     assert_eq!(deleted["cluster"]["status"]["phase"], "deleting");

@@ -189,7 +189,9 @@ impl Services {
                 kind: "cluster_update",
                 generation: current.generation + i64::from(changed),
                 supersedes: &["cluster_create"],
-                reconcile: changed,
+                // Also when nothing changed: the operation ends when a run finds the cluster
+                // ready at its generation, and only a run can tell.
+                reconcile: true,
             };
             cluster_changed(tx, tenant_id, id, change, json!({ "patch": patch, "changed": changed })).await
         })
@@ -339,7 +341,8 @@ impl Services {
                 kind: "node_pool_update",
                 generation: current.generation + i64::from(changed),
                 supersedes: &["node_pool_create"],
-                reconcile: changed,
+                // Also when nothing changed, as for a cluster's patch: a run ends the operation.
+                reconcile: true,
             };
             pool_changed(
                 tx,
