@@ -817,6 +817,27 @@ pub async fn depth(conn: &mut Conn) -> Result<Vec<Depth>, StoreError> {
     .await?)
 }
 
+/// Analyzes the `jobs` table when PostgreSQL has no statistics of its columns yet; returns whether
+/// it did. Without them (a new database, until autovacuum's first pass: a minute or more) the
+/// planner takes the claim's `kind = any($1)` for a rare value, reads every queued job through
+/// `jobs_queued_key` and sorts them, so each claim costs in proportion to the backlog (12,600
+/// buffers with 4,100 jobs due, against some 400 on the `(run_at, id)` order of `jobs_ready_idx`
+/// once any statistics exist, however old: BENCHMARKS.md, issue 23 item 2). Cheap when they
+/// exist (one catalog read), so callers run it when a backlog shows until it has them.
+pub async fn ensure_statistics(conn: &mut Conn) -> Result<bool, StoreError> {
+    let measured: bool = sqlx::query_scalar(
+        "select exists (select 1 from pg_stats \
+         where schemaname = current_schema() and tablename = 'jobs' and attname = 'kind')",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if measured {
+        return Ok(false);
+    }
+    sqlx::query("analyze jobs").execute(conn).await?;
+    Ok(true)
+}
+
 /// Deletes up to `limit` jobs that finished more than `age` ago; returns how many. Housekeeping:
 /// run it periodically until it returns less than `limit`.
 pub async fn purge_finished(conn: &mut Conn, age: Duration, limit: u32) -> Result<u64, StoreError> {

@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -114,6 +115,8 @@ struct Inner {
     config: WorkerConfig,
     policy: RetryPolicy,
     metrics: Arc<WorkerMetrics>,
+    /// Whether the jobs table is known to have statistics (see [`Inner::measure_queue`]).
+    measured: AtomicBool,
 }
 
 impl Worker {
@@ -160,7 +163,8 @@ impl Worker {
         let policy =
             RetryPolicy { max_attempts: config.max_attempts, base: config.backoff_base, cap: config.backoff_cap };
         let metrics = Arc::new(WorkerMetrics::new(&kinds));
-        Ok(Self { inner: Arc::new(Inner { store, id, handlers: by_kind, kinds, config, policy, metrics }) })
+        let measured = AtomicBool::new(false);
+        Ok(Self { inner: Arc::new(Inner { store, id, handlers: by_kind, kinds, config, policy, metrics, measured }) })
     }
 
     /// The worker id written to `locked_by`.
@@ -327,12 +331,36 @@ impl Inner {
             // With room left, sleep no longer than until the next queued job this worker may take
             // comes due: a job waiting a fraction of the poll interval runs on time.
             Ok(claimed) => {
-                let next = claimed.next_due_in.filter(|_| claimed.jobs.len() < limit as usize);
+                let full = claimed.jobs.len() >= limit as usize;
+                if full {
+                    self.measure_queue(c).await;
+                }
+                let next = claimed.next_due_in.filter(|_| !full);
                 Ok((sent, claimed.jobs, next))
             }
             Err(e) => {
                 *conn = None;
                 Err(e)
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Once a claim fills every free slot (a backlog), makes sure the jobs table has statistics,
+    /// until it has: without them each claim reads the whole backlog ([`job::ensure_statistics`]).
+    /// A failure (say the role may not analyze the table) is logged once and not retried: the
+    /// claim stays correct, only slower until autovacuum analyzes the table.
+    async fn measure_queue(&self, conn: &mut PoolConnection<Postgres>) {
+        if self.measured.load(Ordering::Relaxed) {
+            return;
+        }
+        self.measured.store(true, Ordering::Relaxed);
+        match job::ensure_statistics(conn).await {
+            Ok(true) => info!(worker.id = %self.id, "analyzed the jobs table, which had no statistics yet"),
+            Ok(false) => {}
+            Err(e) => {
+                warn!(worker.id = %self.id, error = &e as &dyn std::error::Error, "analyzing the jobs table failed: {}", paddock_domain::error::chain(&e))
             }
         }
     }

@@ -93,3 +93,44 @@ async fn a_merged_request_keeps_the_earlier_due_time_either_way() {
     );
     assert_eq!(job::list_for_target(&mut conn, target).await.expect("list").len(), 1);
 }
+
+/// The plan PostgreSQL picks for the claim's read of due jobs (the `ready` part of `claim`, its
+/// ordering and kinds), as text.
+async fn ready_plan(store: &paddock_store::Store, kinds: &[&str]) -> String {
+    let rows: Vec<String> = sqlx::query_scalar(
+        "explain select id from jobs q where state = 'queued' and run_at <= now() and kind = any($1) \
+         order by run_at, id limit 8",
+    )
+    .bind(kinds)
+    .fetch_all(store.pool())
+    .await
+    .expect("explain");
+    rows.join("\n")
+}
+
+#[tokio::test]
+async fn a_backlog_on_a_table_without_statistics_gets_them_and_the_claim_reads_in_due_order() {
+    let (_db, store) = db().await;
+    let mut conn = store.conn().await.expect("conn");
+    let kinds = ["a_kind", "b_kind"];
+    let enqueue = |n: usize| {
+        let store = store.clone();
+        async move {
+            let mut conn = store.conn().await.expect("conn");
+            for i in 0..n {
+                job::enqueue(&mut conn, &new_job(kinds[i % 2], Uuid::now_v7())).await.expect("enqueue");
+            }
+        }
+    };
+    enqueue(40).await;
+    assert!(job::ensure_statistics(&mut conn).await.expect("analyze"), "a new table has no statistics");
+    assert!(!job::ensure_statistics(&mut conn).await.expect("check"), "once is enough");
+
+    // Statistics of 40 jobs still steer the plan when the backlog is a hundred times larger:
+    // the due jobs are read in order from `jobs_ready_idx` and the read stops at the limit.
+    enqueue(4_000).await;
+    let plan = ready_plan(&store, &kinds).await;
+    assert!(plan.contains("Index Scan using jobs_ready_idx") && !plan.contains("Sort"), "{plan}");
+    let claimed = job::claim(&mut conn, "w1", &kinds, LEASE, 8, u32::MAX).await.expect("claim");
+    assert_eq!(claimed.jobs.len(), 8);
+}
