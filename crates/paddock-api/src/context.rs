@@ -3,7 +3,6 @@
 //! included) carries `instance` and `request_id` without threading them through every call.
 
 use axum::extract::Request;
-use axum::middleware::Next;
 use axum::response::Response;
 use http::HeaderValue;
 
@@ -59,22 +58,20 @@ fn redact(path: &str) -> String {
     }
 }
 
-/// Middleware: sets the request id and path for the request, and echoes the id back.
-pub async fn request_context(mut req: Request, next: Next) -> Response {
+/// Runs `handle` on `req` with the request id and path set for it, and echoes the id back (the
+/// outermost step of every route's middleware, `crate::router`).
+pub async fn in_context(mut req: Request, handle: impl AsyncFnOnce(Request) -> Response) -> Response {
     let server_request_id = uuid::Uuid::now_v7();
     let request_id = accept_request_id(req.headers().get(REQUEST_ID), server_request_id);
-    let info = RequestInfo {
-        request_id: request_id.clone(),
-        server_request_id,
-        path: redact(req.uri().path()),
-        query: req.uri().query().map(str::to_owned),
-    };
-    if let Ok(value) = HeaderValue::from_str(&request_id) {
-        req.headers_mut().insert(REQUEST_ID, value);
+    let echoed = HeaderValue::from_str(&request_id).ok();
+    if let Some(value) = &echoed {
+        req.headers_mut().insert(REQUEST_ID, value.clone());
     }
-    let span = tracing::info_span!("request", request.id = %request_id, request.server_id = %server_request_id, method = %req.method(), path = %info.path);
-    let mut response = tracing::Instrument::instrument(scope(info, next.run(req)), span).await;
-    if let Ok(value) = HeaderValue::from_str(&request_id) {
+    let path = redact(req.uri().path());
+    let span = tracing::info_span!("request", request.id = %request_id, request.server_id = %server_request_id, method = %req.method(), path = %path);
+    let info = RequestInfo { request_id, server_request_id, path, query: req.uri().query().map(str::to_owned) };
+    let mut response = tracing::Instrument::instrument(scope(info, handle(req)), span).await;
+    if let Some(value) = echoed {
         response.headers_mut().insert(REQUEST_ID, value);
     }
     response

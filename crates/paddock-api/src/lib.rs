@@ -17,10 +17,11 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::middleware::{from_fn, from_fn_with_state, Next};
+use axum::middleware::{from_fn_with_state, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use http::{header, HeaderName, HeaderValue, Method};
+use tower::ServiceBuilder;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::openapi::OpenApi as OpenApiDoc;
@@ -179,33 +180,66 @@ pub fn openapi_json() -> String {
 }
 
 /// The application: routes, fallbacks and the middleware stack.
+///
+/// Every route has one middleware layer, [`edge`], with the steps its group needs; a layer costs
+/// each request a clone of the boxed route below it, a boxed `Next` and a boxed future, so the
+/// steps are one function rather than one layer each. The 405 of a known path with another method
+/// and the 404 of an unknown path go through their group's steps too.
 pub fn router(state: AppState) -> Router {
-    let (v1, _) = OpenApiRouter::<AppState>::new()
-        .merge(v1_routes())
-        .layer(from_fn_with_state(state.clone(), v1_edge))
-        .split_for_parts();
-    let (public, _) = public_routes().layer(from_fn_with_state(state.clone(), limits::rate_limit)).split_for_parts();
-    let mut app = v1
-        .merge(public)
+    let layer = |group| {
+        ServiceBuilder::new()
+            .layer(from_fn_with_state((state.clone(), group), edge))
+            .option_layer(cors(&state.config.cors_origins))
+            .layer(DefaultBodyLimit::max(extract::BODY_LIMIT))
+    };
+    let (v1, _) = OpenApiRouter::<AppState>::new().merge(v1_routes()).split_for_parts();
+    let (public, _) = public_routes().split_for_parts();
+    Router::new()
         .fallback(extract::route_not_found)
-        .method_not_allowed_fallback(extract::method_not_allowed)
-        .layer(DefaultBodyLimit::max(extract::BODY_LIMIT))
-        .layer(from_fn_with_state(state.clone(), metrics::track_bounded));
-    if let Some(cors) = cors(&state.config.cors_origins) {
-        app = app.layer(cors);
-    }
-    app.layer(from_fn(context::request_context)).with_state(state)
+        .layer(layer(Group::Unmatched))
+        .merge(v1.method_not_allowed_fallback(extract::method_not_allowed).layer(layer(Group::V1)))
+        .merge(public.method_not_allowed_fallback(extract::method_not_allowed).layer(layer(Group::Public)))
+        .with_state(state)
 }
 
-/// The `/v1` routes' middleware, in one layer (every layer boxes its future and clones the state
-/// on every request): authentication (`auth`), then the caller's rate limit (`limits`; after
-/// authentication, so a subject is a verified one), then idempotency keys (`idempotency`).
-async fn v1_edge(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
-    auth::identify(&state, &mut req).await;
-    if let Err(refused) = limits::admit(&state, &req) {
-        return refused.into_response();
-    }
-    idempotency::idempotency(State(state), req, next).await
+/// The routes that share one set of middleware steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Group {
+    /// `/v1`: the caller is authenticated, rate limited, and its idempotency key honoured.
+    V1,
+    /// The agents' and the process's own routes: rate limited by address or agent token.
+    Public,
+    /// No route: the 404.
+    Unmatched,
+}
+
+/// The middleware of every route, outermost first: the request's id and path (`context`), its
+/// count and time (`metrics`), the process's bound on requests in flight and on their time
+/// (`limits`); then for `/v1` authentication (`auth`), the caller's rate limit (after
+/// authentication, so a subject is a verified one) and idempotency keys (`idempotency`), and for
+/// the public routes the rate limit.
+async fn edge(State((state, group)): State<(AppState, Group)>, req: Request, next: Next) -> Response {
+    context::in_context(req, async |req| {
+        metrics::tracked(&state, req, async |mut req| {
+            limits::within_bounds(&state, async {
+                if group == Group::V1 {
+                    auth::identify(&state, &mut req).await;
+                }
+                if group != Group::Unmatched {
+                    if let Err(refused) = limits::admit(&state, &req) {
+                        return refused.into_response();
+                    }
+                }
+                if group == Group::V1 {
+                    return idempotency::idempotency(State(state.clone()), req, next).await;
+                }
+                next.run(req).await
+            })
+            .await
+        })
+        .await
+    })
+    .await
 }
 
 /// CORS for the portal's origins; none configured, no CORS headers at all.

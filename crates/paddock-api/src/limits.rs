@@ -10,8 +10,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::{ConnectInfo, Request, State};
-use axum::middleware::Next;
+use axum::extract::{ConnectInfo, Request};
 use axum::response::{IntoResponse, Response};
 use http::header;
 use sha2::{Digest, Sha256};
@@ -110,22 +109,9 @@ fn caller(req: &Request) -> String {
     }
 }
 
-/// Middleware: the caller's rate limit (after authentication, so a subject is a verified one).
-pub async fn rate_limit(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    match admit(&state, &req) {
-        Ok(()) => next.run(req).await,
-        Err(refused) => refused.into_response(),
-    }
-}
-
 /// The caller's rate limit: `Err` with the 429 when the caller is over its rate.
 pub fn admit(state: &AppState, req: &Request) -> Result<(), ApiError> {
     state.edge.take(caller(req)).map_err(|retry_after| ApiError::RateLimited { retry_after })
-}
-
-/// Middleware: the process's bound on requests in flight and on each request's time.
-pub async fn bound(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    within_bounds(&state, next.run(req)).await
 }
 
 /// Runs `request` (a request's handling, not yet started) within the process's bound on requests

@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -178,20 +177,9 @@ fn method_label(method: &http::Method) -> &'static str {
     KNOWN.iter().find(|(m, _)| m == method).map_or("other", |(_, label)| label)
 }
 
-/// Middleware: counts and times every request under its route template (never its raw path,
-/// which could carry ids or agent tokens).
-pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    tracked(&state, req, async |req| next.run(req).await).await
-}
-
-/// Middleware: [`track`] around [`crate::limits::bound`], in one layer (every layer boxes its
-/// future and clones the state on every request): a request refused by the bound is counted too.
-pub async fn track_bounded(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    tracked(&state, req, async |req| crate::limits::within_bounds(&state, next.run(req)).await).await
-}
-
-/// Runs `handle` on `req`, counting and timing its answer.
-async fn tracked(state: &AppState, req: Request, handle: impl AsyncFnOnce(Request) -> Response) -> Response {
+/// Runs `handle` on `req`, counting and timing its answer under its route template (never its raw
+/// path, which could carry ids or agent tokens).
+pub async fn tracked(state: &AppState, req: Request, handle: impl AsyncFnOnce(Request) -> Response) -> Response {
     // `MatchedPath` holds an `Arc<str>`: cloning it allocates nothing.
     let route = req.extensions().get::<MatchedPath>().cloned();
     let method = method_label(req.method());
