@@ -89,12 +89,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         match parts.extensions.get::<Authn>() {
             Some(Authn::Caller(actor)) => {
-                let info = context::current();
-                Ok(Caller(Ctx {
-                    actor: actor.clone(),
-                    request_id: info.request_id,
-                    server_request_id: info.server_request_id,
-                }))
+                let (request_id, server_request_id) = context::ids();
+                Ok(Caller(Ctx { actor: actor.clone(), request_id, server_request_id }))
             }
             Some(Authn::Refused { server_side: true, .. }) => {
                 Err(ApiError::Domain(paddock_domain::Error::Unavailable(None)))

@@ -32,6 +32,12 @@ pub fn current() -> RequestInfo {
     REQUEST.try_with(Clone::clone).unwrap_or_default()
 }
 
+/// The current request's ids (the client's or the server's request id, and the server's), without
+/// copying the rest of [`RequestInfo`]; empty outside a request.
+pub fn ids() -> (String, uuid::Uuid) {
+    REQUEST.try_with(|r| (r.request_id.clone(), r.server_request_id)).unwrap_or_default()
+}
+
 /// Runs `fut` with `info` as the current request (also used where work moves to another task).
 pub async fn scope<F: std::future::Future>(info: RequestInfo, fut: F) -> F::Output {
     REQUEST.scope(info, fut).await

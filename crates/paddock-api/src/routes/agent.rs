@@ -91,7 +91,7 @@ pub async fn agent_report(
     token: AgentToken,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let info = context::current();
-    s.services.agent_report(&token.0, &body, info.request_id, info.server_request_id).await?;
+    let (request_id, server_request_id) = context::ids();
+    s.services.agent_report(&token.0, &body, request_id, server_request_id).await?;
     Ok(respond::no_content())
 }
