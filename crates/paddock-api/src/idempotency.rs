@@ -3,7 +3,7 @@
 //! server error releases the key so that a retry runs again.
 
 use axum::body::{to_bytes, Body};
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http::{header, HeaderName, HeaderValue, Method, StatusCode};
@@ -22,8 +22,8 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// Headers of a stored answer that are replayed.
 const REPLAYED_HEADERS: [HeaderName; 3] = [header::CONTENT_TYPE, header::LOCATION, header::ETAG];
 
-/// Middleware: applies idempotency keys to authenticated `POST`s.
-pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next) -> Response {
+/// Applies idempotency keys to authenticated `POST`s: a step of the `/v1` routes' middleware.
+pub async fn idempotency(state: &AppState, req: Request, next: Next) -> Response {
     let Some(key) = req.headers().get(IDEMPOTENCY_KEY) else {
         return next.run(req).await;
     };
@@ -58,7 +58,7 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
         Ok(Claim::Claimed(holder)) => {
             let req = Request::from_parts(parts, Body::from(bytes));
             let run = tokio::spawn(context::scope(context::current(), next.run(req)));
-            let response = match holding(&state, &scope, holder, run).await {
+            let response = match holding(state, &scope, holder, run).await {
                 Ok(response) => response,
                 Err(e) => ApiError::Domain(paddock_domain::Error::internal(e)).into_response(),
             };

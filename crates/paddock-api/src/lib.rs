@@ -231,7 +231,7 @@ async fn edge(State((state, group)): State<(AppState, Group)>, req: Request, nex
                     }
                 }
                 if group == Group::V1 {
-                    return idempotency::idempotency(State(state.clone()), req, next).await;
+                    return idempotency::idempotency(&state, req, next).await;
                 }
                 next.run(req).await
             })

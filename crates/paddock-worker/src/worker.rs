@@ -115,7 +115,7 @@ struct Inner {
     config: WorkerConfig,
     policy: RetryPolicy,
     metrics: Arc<WorkerMetrics>,
-    /// Whether the jobs table is known to have statistics (see [`Inner::measure_queue`]).
+    /// Whether the jobs table's statistics were checked (see [`Inner::measure_queue`]).
     measured: AtomicBool,
 }
 
@@ -344,13 +344,12 @@ impl Inner {
             }
         }
     }
-}
 
-impl Inner {
-    /// Once a claim fills every free slot (a backlog), makes sure the jobs table has statistics,
-    /// until it has: without them each claim reads the whole backlog ([`job::ensure_statistics`]).
-    /// A failure (say the role may not analyze the table) is logged once and not retried: the
-    /// claim stays correct, only slower until autovacuum analyzes the table.
+    /// The first time a claim fills every free slot (a backlog), makes sure the jobs table has
+    /// statistics: without them each claim reads the whole backlog ([`job::ensure_statistics`]).
+    /// Checked once per process, whatever the outcome: statistics once present stay (autovacuum
+    /// keeps them fresh), and a failure (say the role may not analyze the table) is logged and
+    /// not retried, as the claim stays correct, only slower until autovacuum analyzes the table.
     async fn measure_queue(&self, conn: &mut PoolConnection<Postgres>) {
         if self.measured.load(Ordering::Relaxed) {
             return;
