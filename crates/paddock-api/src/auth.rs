@@ -1,10 +1,8 @@
-//! Bearer authentication. A middleware verifies the token once per request and leaves the result
-//! in the request's extensions: the `Caller` extractor turns it into the service context (or a
-//! 401), and the idempotency middleware scopes keys by it.
+//! Bearer authentication. A middleware step verifies the token once per request and leaves the
+//! result in the request's extensions: the `Caller` extractor turns it into the service context
+//! (or a 401), and the idempotency step scopes keys by it.
 
-use axum::extract::{FromRequestParts, Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
+use axum::extract::{FromRequestParts, Request};
 use http::header;
 use http::request::Parts;
 use paddock_domain::Actor;
@@ -29,12 +27,6 @@ pub enum Authn {
         /// The refusal is on our side (keys unavailable): 503, not 401.
         server_side: bool,
     },
-}
-
-/// Middleware: verifies the bearer token, if any.
-pub async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
-    identify(&state, &mut req).await;
-    next.run(req).await
 }
 
 /// Verifies the request's bearer token, if any, and leaves the [`Authn`] in its extensions.
