@@ -1,7 +1,7 @@
 //! [`Claims`] and their validation. Validation runs only after the signature has been verified.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::error::AuthError;
 
@@ -30,6 +30,23 @@ pub struct Claims {
     pub aud: Value,
 }
 
+/// The claims of a payload that [`Claims`] reads, as sent; any other claim is skipped unread (no
+/// map of owned names to build and search). Each is a JSON value: an explicit `null` reads as
+/// absent, and a claim of the wrong type is refused naming it, not as a parse error. A claim
+/// given twice fails the parse (RFC 7519 section 4 lets a parser refuse duplicate names).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct Payload {
+    exp: Option<Value>,
+    nbf: Option<Value>,
+    iat: Option<Value>,
+    iss: Option<Value>,
+    aud: Option<Value>,
+    sub: Option<Value>,
+    roles: Option<Value>,
+    tenant_id: Option<Value>,
+}
+
 /// What a token's claims are checked against.
 pub(crate) struct Expectations<'a> {
     pub(crate) issuer: &'a str,
@@ -42,20 +59,20 @@ pub(crate) struct Expectations<'a> {
 
 impl Claims {
     /// Validates a (signature-verified) payload and builds the claims.
-    pub(crate) fn from_payload(mut payload: Map<String, Value>, expect: &Expectations<'_>) -> Result<Self, AuthError> {
+    pub(crate) fn from_payload(payload: Payload, expect: &Expectations<'_>) -> Result<Self, AuthError> {
         // Time first: an expired token is reported as expired whatever else is wrong with it,
         // which tells a client the one useful thing (get a new token).
-        let exp = numeric_date(take(&mut payload, "exp"), "exp")?.ok_or(AuthError::MissingClaim("exp"))?;
+        let exp = numeric_date(payload.exp, "exp")?.ok_or(AuthError::MissingClaim("exp"))?;
         if expect.now >= exp.saturating_add(expect.leeway) {
             return Err(AuthError::Expired);
         }
-        let nbf = numeric_date(take(&mut payload, "nbf"), "nbf")?;
+        let nbf = numeric_date(payload.nbf, "nbf")?;
         if nbf.is_some_and(|nbf| nbf > expect.now.saturating_add(expect.leeway)) {
             return Err(AuthError::NotYetValid);
         }
         // A token must say when it was issued, not in the future, and must not live longer than
         // the configured maximum: a token minted for a year is refused even while unexpired.
-        let iat = numeric_date(take(&mut payload, "iat"), "iat")?.ok_or(AuthError::MissingClaim("iat"))?;
+        let iat = numeric_date(payload.iat, "iat")?.ok_or(AuthError::MissingClaim("iat"))?;
         if iat > expect.now.saturating_add(expect.leeway) {
             return Err(AuthError::InvalidClaim("iat"));
         }
@@ -64,20 +81,20 @@ impl Claims {
         }
         let iat = Some(iat);
 
-        let iss = required_string(take(&mut payload, "iss"), "iss")?;
+        let iss = required_string(payload.iss, "iss")?;
         if iss != expect.issuer {
             return Err(AuthError::WrongIssuer);
         }
-        let aud = take(&mut payload, "aud").ok_or(AuthError::MissingClaim("aud"))?;
+        let aud = payload.aud.ok_or(AuthError::MissingClaim("aud"))?;
         if !audience_contains(&aud, expect.audience)? {
             return Err(AuthError::WrongAudience);
         }
 
-        let sub = required_string(take(&mut payload, "sub"), "sub")?;
+        let sub = required_string(payload.sub, "sub")?;
         if sub.is_empty() {
             return Err(AuthError::MissingClaim("sub"));
         }
-        let roles = match take(&mut payload, "roles") {
+        let roles = match payload.roles {
             None => Vec::new(),
             Some(Value::Array(items)) => items
                 .into_iter()
@@ -88,7 +105,7 @@ impl Claims {
                 .collect::<Result<_, _>>()?,
             Some(_) => return Err(AuthError::InvalidClaim("roles")),
         };
-        let tenant_id = match take(&mut payload, "tenant_id") {
+        let tenant_id = match payload.tenant_id {
             None => None,
             Some(Value::String(id)) => {
                 Some(uuid::Uuid::parse_str(&id).map_err(|_| AuthError::InvalidClaim("tenant_id"))?)
@@ -98,11 +115,6 @@ impl Claims {
 
         Ok(Self { sub, roles, tenant_id, exp, nbf, iat, iss, aud })
     }
-}
-
-/// Removes a claim; an explicit `null` counts as absent.
-fn take(payload: &mut Map<String, Value>, name: &str) -> Option<Value> {
-    payload.remove(name).filter(|value| !value.is_null())
 }
 
 fn required_string(value: Option<Value>, name: &'static str) -> Result<String, AuthError> {

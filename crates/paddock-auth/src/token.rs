@@ -22,15 +22,17 @@ struct RawHeader {
 }
 
 impl RawHeader {
-    /// Parses a header, which must be a JSON object (serde would also accept an array for a
-    /// struct, so check the shape first).
+    /// Parses a header, which must be a JSON object.
     fn from_json(bytes: &[u8]) -> Option<Self> {
-        let value: serde_json::Value = serde_json::from_slice(bytes).ok()?;
-        if !value.is_object() {
-            return None;
-        }
-        serde_json::from_value(value).ok()
+        is_json_object(bytes).then(|| serde_json::from_slice(bytes).ok()).flatten()
     }
+}
+
+/// Whether JSON text is an object (at least it starts as one: the parse checks the rest). serde
+/// would also read an array into a struct, field by position; a JOSE header and a JWT payload are
+/// objects.
+pub(crate) fn is_json_object(json: &[u8]) -> bool {
+    json.iter().find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r')) == Some(&b'{')
 }
 
 /// A structurally valid token: segments decoded, header understood, nothing verified yet.
@@ -109,6 +111,16 @@ mod tests {
         ] {
             assert!(matches!(ParsedToken::parse(&token), Err(AuthError::Malformed(_))), "{token:.40}");
         }
+    }
+
+    #[test]
+    fn a_header_that_is_not_an_object_is_refused() {
+        for header in [r#"["HS256"]"#, r#" ["HS256", "k"]"#, r#""HS256""#] {
+            let token = format!("{}.e30.c2ln", b64(header));
+            assert!(matches!(ParsedToken::parse(&token), Err(AuthError::Malformed(_))), "{header}");
+        }
+        let spaced = format!("{}.e30.c2ln", b64(" \r\n\t{\"alg\":\"HS256\"}"));
+        assert_eq!(ParsedToken::parse(&spaced).expect("an object after whitespace").alg, "HS256");
     }
 
     #[test]

@@ -6,13 +6,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use url::Url;
 
-use crate::claims::{Claims, Expectations};
+use crate::claims::{Claims, Expectations, Payload};
 use crate::error::{AuthConfigError, AuthError};
 use crate::jwks::{Jwks, Snapshot};
 use crate::keys::{KeyAlg, VerifyKey};
 use crate::mint::MIN_HS256_SECRET_LEN;
 use crate::secret::Secret;
-use crate::token::ParsedToken;
+use crate::token::{is_json_object, ParsedToken};
 
 /// Minimum time between two JWKS fetches used by [`Verifier::new`].
 pub const DEFAULT_JWKS_MIN_REFRESH_INTERVAL: Duration = Duration::from_secs(10);
@@ -156,8 +156,10 @@ impl Verifier {
         let alg = KeyAlg::from_header(&parsed.alg).ok_or(AuthError::UnsupportedAlgorithm)?;
         self.check_signature(&parsed, alg).await?;
         // Only now is the payload trusted enough to look at.
-        let payload: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&parsed.payload)
-            .map_err(|_| AuthError::Malformed("the payload is not a JSON object"))?;
+        let payload: Payload = is_json_object(&parsed.payload)
+            .then(|| serde_json::from_slice(&parsed.payload).ok())
+            .flatten()
+            .ok_or(AuthError::Malformed("the payload is not a JSON object with each claim once"))?;
         let inner = &self.inner;
         Claims::from_payload(
             payload,

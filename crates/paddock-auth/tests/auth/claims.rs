@@ -165,3 +165,21 @@ async fn signed_payload_that_is_not_an_object_is_malformed() {
         assert!(matches!(error, AuthError::Malformed(_)), "{error:?}");
     }
 }
+
+/// Signed payloads a struct-shaped parse could misread: the claims as an array (serde reads a
+/// struct from one, by position) and a claim given twice (which one counts is ambiguous).
+#[tokio::test]
+async fn signed_payload_of_positional_claims_or_a_claim_twice_is_malformed() {
+    let verifier = verifier(hs_config()).await;
+    let (now, header) = (now(), b64(r#"{"alg":"HS256","typ":"JWT"}"#));
+    let positional = json!([now + 600, null, now, "paddock", "paddock", "user-1", ["tenant:admin"], TENANT]);
+    let twice =
+        format!(r#"{{"sub":"user-1","sub":"admin","iss":"paddock","aud":"paddock","exp":{},"iat":{now}}}"#, now + 600);
+    for payload in [positional.to_string(), twice] {
+        let input = format!("{header}.{}", b64(&payload));
+        let key = encoding_key(Algorithm::HS256);
+        let signature = jsonwebtoken::crypto::sign(input.as_bytes(), &key, Algorithm::HS256).expect("sign");
+        let error = reject(&verifier, &format!("{input}.{signature}")).await;
+        assert!(matches!(error, AuthError::Malformed(_)), "{payload}: {error:?}");
+    }
+}
