@@ -79,17 +79,17 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        match parts.extensions.get::<Authn>() {
+        // Taken, not cloned: the handler's one `Caller` is the last reader of the request's
+        // authentication (the rate limit and the idempotency step read it before).
+        match parts.extensions.remove::<Authn>() {
             Some(Authn::Caller(actor)) => {
                 let (request_id, server_request_id) = context::ids();
-                Ok(Caller(Ctx { actor: actor.clone(), request_id, server_request_id }))
+                Ok(Caller(Ctx { actor, request_id, server_request_id }))
             }
             Some(Authn::Refused { server_side: true, .. }) => {
                 Err(ApiError::Domain(paddock_domain::Error::Unavailable(None)))
             }
-            Some(Authn::Refused { code, message, .. }) => {
-                Err(ApiError::Unauthenticated { code, message: message.clone() })
-            }
+            Some(Authn::Refused { code, message, .. }) => Err(ApiError::Unauthenticated { code, message }),
             None => Err(ApiError::Unauthenticated {
                 code: "missing_token",
                 message: "authentication is required".to_owned(),

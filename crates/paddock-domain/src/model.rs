@@ -31,14 +31,14 @@ pub struct Tenant {
 }
 
 impl Tenant {
-    /// The API view.
-    pub fn view(&self) -> TenantView {
+    /// The API view (it takes the tenant: its strings and labels move into the view).
+    pub fn view(self) -> TenantView {
         TenantView {
             id: self.id,
-            name: self.spec.name.clone(),
-            display_name: self.spec.display_name.clone(),
-            labels: self.spec.labels.clone(),
-            quotas: self.spec.quotas.clone(),
+            name: self.spec.name,
+            display_name: self.spec.display_name,
+            labels: self.spec.labels,
+            quotas: self.spec.quotas,
             quota_use: self.quota_use,
             state: self.state,
             generation: self.generation,

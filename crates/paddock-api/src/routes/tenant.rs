@@ -3,6 +3,7 @@
 use axum::extract::State;
 use axum::response::Response;
 use paddock_domain::cursor::PageRequest;
+use paddock_domain::model::Tenant;
 use paddock_types::page::PageParams;
 use paddock_types::tenant::{TenantCreate, TenantUpdate, TenantView};
 use paddock_types::TenantId;
@@ -52,7 +53,7 @@ pub async fn tenant_list(
 ) -> Result<Response, ApiError> {
     let page = PageRequest::parse(q.limit.as_deref(), q.cursor.as_deref())?;
     let listed = s.services.tenant_list(&ctx, page).await?;
-    Ok(respond::page(listed.items.iter().map(|t| t.view()).collect(), listed.next_cursor))
+    Ok(respond::page(listed.items.into_iter().map(Tenant::view).collect(), listed.next_cursor))
 }
 
 /// Reads a tenant.
