@@ -66,13 +66,10 @@ fn redact(path: &str) -> String {
 
 /// Runs `handle` on `req` with the request id and path set for it, and echoes the id back (the
 /// outermost step of every route's middleware, `crate::router`).
-pub async fn in_context(mut req: Request, handle: impl AsyncFnOnce(Request) -> Response) -> Response {
+pub async fn in_context(req: Request, handle: impl AsyncFnOnce(Request) -> Response) -> Response {
     let server_request_id = uuid::Uuid::now_v7();
     let request_id = accept_request_id(req.headers().get(REQUEST_ID), server_request_id);
     let echoed = HeaderValue::from_str(&request_id).ok();
-    if let Some(value) = &echoed {
-        req.headers_mut().insert(REQUEST_ID, value.clone());
-    }
     let path = redact(req.uri().path());
     let span = tracing::info_span!("request", request.id = %request_id, request.server_id = %server_request_id, method = %req.method(), path = %path);
     let info = RequestInfo { request_id, server_request_id, path, query: req.uri().query().map(str::to_owned) };

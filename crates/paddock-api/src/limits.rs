@@ -6,7 +6,7 @@
 //! connection's and not a request's, is the server's (`paddock::server`).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -57,12 +57,75 @@ struct Bucket {
     at: Instant,
 }
 
+impl Bucket {
+    /// Refills at `rate` up to `burst` and takes one token; `Err(seconds)` to wait when empty.
+    fn take(&mut self, now: Instant, rate: f64, burst: f64) -> Result<(), u64> {
+        self.tokens = (self.tokens + now.duration_since(self.at).as_secs_f64() * rate).min(burst);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            // Whole seconds until one token is back, at least one.
+            Err(((1.0 - self.tokens) / rate).ceil().max(1.0) as u64)
+        }
+    }
+
+    /// Whether the bucket is full again (its caller idle): dropping it changes nothing.
+    fn full(&self, now: Instant, rate: f64, burst: f64) -> bool {
+        self.tokens + now.duration_since(self.at).as_secs_f64() * rate >= burst
+    }
+}
+
+/// Who a request counts against: the verified JWT subject, the agent token (hashed: it is a
+/// credential), else the client's address (none as in-process tests run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Caller<'a> {
+    Subject(&'a str),
+    Agent([u8; 32]),
+    Address(Option<IpAddr>),
+}
+
+/// The callers' buckets, one map per kind of caller so that a request's lookup borrows its key
+/// (a subject is looked up by `&str`; only a new caller's key is allocated).
+#[derive(Debug, Default)]
+struct Buckets {
+    subjects: HashMap<String, Bucket>,
+    agents: HashMap<[u8; 32], Bucket>,
+    addresses: HashMap<Option<IpAddr>, Bucket>,
+}
+
+impl Buckets {
+    fn len(&self) -> usize {
+        self.subjects.len() + self.agents.len() + self.addresses.len()
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&Bucket) -> bool) {
+        self.subjects.retain(|_, b| keep(b));
+        self.agents.retain(|_, b| keep(b));
+        self.addresses.retain(|_, b| keep(b));
+    }
+
+    /// Takes one of `caller`'s tokens (a new caller starts with a full bucket).
+    fn take(&mut self, caller: Caller<'_>, now: Instant, rate: f64, burst: f64) -> Result<(), u64> {
+        let full = Bucket { tokens: burst, at: now };
+        match caller {
+            Caller::Subject(subject) => match self.subjects.get_mut(subject) {
+                Some(bucket) => bucket.take(now, rate, burst),
+                None => self.subjects.entry(subject.to_owned()).or_insert(full).take(now, rate, burst),
+            },
+            Caller::Agent(hash) => self.agents.entry(hash).or_insert(full).take(now, rate, burst),
+            Caller::Address(ip) => self.addresses.entry(ip).or_insert(full).take(now, rate, burst),
+        }
+    }
+}
+
 /// The edge's state: the in-flight permits and the callers' buckets.
 #[derive(Debug)]
 pub struct Edge {
     limits: Limits,
     in_flight: Arc<Semaphore>,
-    buckets: Mutex<HashMap<String, Bucket>>,
+    buckets: Mutex<Buckets>,
 }
 
 impl Edge {
@@ -72,41 +135,28 @@ impl Edge {
     }
 
     /// Takes one token of `caller`'s bucket; `Err(seconds)` to wait when it is empty.
-    fn take(&self, caller: String) -> Result<(), u64> {
+    fn take(&self, caller: Caller<'_>) -> Result<(), u64> {
         let (rate, burst) = (f64::from(self.limits.rate_per_second.max(1)), f64::from(self.limits.rate_burst.max(1)));
         let now = Instant::now();
         let Ok(mut buckets) = self.buckets.lock() else { return Ok(()) };
         if buckets.len() >= MAX_TRACKED {
-            buckets.retain(|_, b| b.tokens + now.duration_since(b.at).as_secs_f64() * rate < burst);
+            buckets.retain(|b| !b.full(now, rate, burst));
         }
-        let bucket = buckets.entry(caller).or_insert(Bucket { tokens: burst, at: now });
-        bucket.tokens = (bucket.tokens + now.duration_since(bucket.at).as_secs_f64() * rate).min(burst);
-        bucket.at = now;
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
-            Ok(())
-        } else {
-            // Whole seconds until one token is back, at least one.
-            Err(((1.0 - bucket.tokens) / rate).ceil().max(1.0) as u64)
-        }
+        buckets.take(caller, now, rate, burst)
     }
 }
 
-/// Who a request counts against: the verified JWT subject, the agent token (hashed: it is a
-/// credential), else the client's address (`unknown` without one, as in-process tests run).
-fn caller(req: &Request) -> String {
+/// Who `req` counts against.
+fn caller(req: &Request) -> Caller<'_> {
     if let Some(Authn::Caller(actor)) = req.extensions().get::<Authn>() {
-        return format!("subject:{}", actor.subject);
+        return Caller::Subject(&actor.subject);
     }
     if req.uri().path().starts_with("/v1/agent/") {
         if let Some(Ok(token)) = auth::bearer(req.headers().get(header::AUTHORIZATION)) {
-            return format!("agent:{:x}", Sha256::digest(token.as_bytes()));
+            return Caller::Agent(Sha256::digest(token.as_bytes()).into());
         }
     }
-    match req.extensions().get::<ConnectInfo<SocketAddr>>() {
-        Some(ConnectInfo(addr)) => format!("address:{}", addr.ip()),
-        None => "address:unknown".to_owned(),
-    }
+    Caller::Address(req.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip()))
 }
 
 /// The caller's rate limit: `Err` with the 429 when the caller is over its rate.
