@@ -4,10 +4,10 @@
 
 use axum::extract::Request;
 use axum::response::Response;
-use http::HeaderValue;
+use http::{HeaderName, HeaderValue};
 
 /// The request id header.
-pub const REQUEST_ID: &str = "x-request-id";
+pub static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// What a request is.
 #[derive(Debug, Clone, Default)]
@@ -68,14 +68,14 @@ fn redact(path: &str) -> String {
 /// outermost step of every route's middleware, `crate::router`).
 pub async fn in_context(req: Request, handle: impl AsyncFnOnce(Request) -> Response) -> Response {
     let server_request_id = uuid::Uuid::now_v7();
-    let request_id = accept_request_id(req.headers().get(REQUEST_ID), server_request_id);
+    let request_id = accept_request_id(req.headers().get(&REQUEST_ID), server_request_id);
     let echoed = HeaderValue::from_str(&request_id).ok();
     let path = redact(req.uri().path());
     let span = tracing::info_span!("request", request.id = %request_id, request.server_id = %server_request_id, method = %req.method(), path = %path);
     let info = RequestInfo { request_id, server_request_id, path, query: req.uri().query().map(str::to_owned) };
     let mut response = tracing::Instrument::instrument(scope(info, handle(req)), span).await;
     if let Some(value) = echoed {
-        response.headers_mut().insert(REQUEST_ID, value);
+        response.headers_mut().insert(&REQUEST_ID, value);
     }
     response
 }

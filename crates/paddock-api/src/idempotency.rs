@@ -17,20 +17,20 @@ use crate::extract::BODY_LIMIT;
 use crate::state::AppState;
 
 /// The request header.
-pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+pub static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
 /// Headers of a stored answer that are replayed.
 const REPLAYED_HEADERS: [HeaderName; 3] = [header::CONTENT_TYPE, header::LOCATION, header::ETAG];
 
 /// Whether a request is one [`idempotency`] applies to: a `POST` with an `Idempotency-Key`.
 pub fn applies(req: &Request) -> bool {
-    req.method() == Method::POST && req.headers().contains_key(IDEMPOTENCY_KEY)
+    req.method() == Method::POST && req.headers().contains_key(&IDEMPOTENCY_KEY)
 }
 
 /// Honours the idempotency key of a request it [`applies`] to (a step of the `/v1` routes'
 /// middleware): validates the key, then runs the request once per key and replays its answer.
 pub async fn idempotency(state: &AppState, req: Request, next: Next) -> Response {
-    let key = req.headers().get(IDEMPOTENCY_KEY).and_then(|k| k.to_str().ok());
+    let key = req.headers().get(&IDEMPOTENCY_KEY).and_then(|k| k.to_str().ok());
     let Some(key) = key.filter(|k| !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic())) else {
         return ApiError::Domain(paddock_domain::Error::BadRequest {
             code: "invalid_idempotency_key",

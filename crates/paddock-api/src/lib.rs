@@ -254,8 +254,8 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
     if origins.is_empty() {
         return None;
     }
-    let request_id = HeaderName::from_static(context::REQUEST_ID);
-    let idempotency_key = HeaderName::from_static(idempotency::IDEMPOTENCY_KEY);
+    let request_id = context::REQUEST_ID.clone();
+    let idempotency_key = idempotency::IDEMPOTENCY_KEY.clone();
     Some(
         CorsLayer::new()
             .allow_origin(AllowOrigin::list(origins))
