@@ -49,7 +49,8 @@ fn accept_request_id(value: Option<&HeaderValue>, server_request_id: uuid::Uuid)
         .and_then(|v| v.to_str().ok())
         .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
         .map(str::to_owned)
-        .unwrap_or_else(|| server_request_id.to_string())
+        // Encoded in place, one allocation of the exact size (`to_string` goes through `Display`).
+        .unwrap_or_else(|| server_request_id.hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer()).to_owned())
 }
 
 /// The path as it may be logged and shown: a run's seed token is a credential, so
