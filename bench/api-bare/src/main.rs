@@ -9,8 +9,9 @@
 //!   one statement that inserts the tenant and its `tenant.create` audit event, answering 201
 //!   with the view, `ETag` and `Location`.
 //!
-//! Same pool settings as `paddock api` (`PADDOCK_DATABASE_MAX_CONNECTIONS`, default 16; no ping
-//! before an acquire; `jit=off`; `statement_timeout` 30 s), same multi-threaded tokio runtime.
+//! Same allocator (jemalloc) and pool settings as `paddock api` (`PADDOCK_DATABASE_MAX_CONNECTIONS`,
+//! default 16; no ping before an acquire; `jit=off`; `statement_timeout` 30 s), same
+//! multi-threaded tokio runtime.
 //! What it leaves out is paddock's own request path: request ids and the request's task-local,
 //! metrics, the in-flight bound and request timeout, the rate limit, the idempotency middleware,
 //! the actor and permission model, name and label validation, failure audit events, and the
@@ -273,6 +274,10 @@ fn state() -> anyhow::Result<Bare> {
         .into(),
     })
 }
+
+/// paddock's allocator (`crates/paddock/src/main.rs`): the baseline runs on the same stack.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> anyhow::Result<()> {
     let listen = env_or("API_BARE_LISTEN", "127.0.0.1:6830");
