@@ -21,18 +21,12 @@ struct RawHeader {
     crit: Option<serde_json::Value>,
 }
 
-impl RawHeader {
-    /// Parses a header, which must be a JSON object.
-    fn from_json(bytes: &[u8]) -> Option<Self> {
-        is_json_object(bytes).then(|| serde_json::from_slice(bytes).ok()).flatten()
-    }
-}
-
-/// Whether JSON text is an object (at least it starts as one: the parse checks the rest). serde
-/// would also read an array into a struct, field by position; a JOSE header and a JWT payload are
-/// objects.
-pub(crate) fn is_json_object(json: &[u8]) -> bool {
-    json.iter().find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r')) == Some(&b'{')
+/// Parses JSON text that must be an object into `T`. serde would also read an array into a
+/// struct, field by position; a JOSE header and a JWT payload are objects, so the text must start
+/// as one (the parse checks the rest).
+pub(crate) fn from_json_object<T: serde::de::DeserializeOwned>(json: &[u8]) -> Option<T> {
+    let object = json.iter().find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r')) == Some(&b'{');
+    object.then(|| serde_json::from_slice(json).ok()).flatten()
 }
 
 /// A structurally valid token: segments decoded, header understood, nothing verified yet.
@@ -64,7 +58,7 @@ impl<'a> ParsedToken<'a> {
 
         let header =
             URL_SAFE_NO_PAD.decode(header_b64).map_err(|_| AuthError::Malformed("the header is not base64url"))?;
-        let header = RawHeader::from_json(&header)
+        let header = from_json_object::<RawHeader>(&header)
             .ok_or(AuthError::Malformed("the header is not a JSON object with an `alg`"))?;
         // RFC 7515 §4.1.11: extensions listed in `crit` must be understood; we understand none.
         if header.crit.is_some() {

@@ -12,7 +12,7 @@ use crate::jwks::{Jwks, Snapshot};
 use crate::keys::{KeyAlg, VerifyKey};
 use crate::mint::MIN_HS256_SECRET_LEN;
 use crate::secret::Secret;
-use crate::token::{is_json_object, ParsedToken};
+use crate::token::{from_json_object, ParsedToken};
 
 /// Minimum time between two JWKS fetches used by [`Verifier::new`].
 pub const DEFAULT_JWKS_MIN_REFRESH_INTERVAL: Duration = Duration::from_secs(10);
@@ -156,9 +156,7 @@ impl Verifier {
         let alg = KeyAlg::from_header(&parsed.alg).ok_or(AuthError::UnsupportedAlgorithm)?;
         self.check_signature(&parsed, alg).await?;
         // Only now is the payload trusted enough to look at.
-        let payload: Payload = is_json_object(&parsed.payload)
-            .then(|| serde_json::from_slice(&parsed.payload).ok())
-            .flatten()
+        let payload: Payload = from_json_object(&parsed.payload)
             .ok_or(AuthError::Malformed("the payload is not a JSON object with each claim once"))?;
         let inner = &self.inner;
         Claims::from_payload(
