@@ -12,6 +12,7 @@ use http::{header, StatusCode};
 use paddock_domain::precondition::IfMatch;
 use paddock_domain::Error;
 use paddock_service::Body;
+use serde::de::value::{Error as ValueError, SeqDeserializer, StringDeserializer};
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
@@ -72,22 +73,27 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T>
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let not_found = || ApiError::Domain(paddock_domain::Error::NotFound { kind: "resource" });
         let raw = RawPathParams::from_request_parts(parts, state).await.map_err(|_| not_found())?;
-        let mut values: Vec<serde_json::Value> = raw
-            .iter()
-            .map(|(key, value)| {
-                let value = if key.ends_with("_id") && uuid::Uuid::parse_str(value).is_err() {
-                    uuid::Uuid::max().to_string()
-                } else if value.chars().any(paddock_domain::validate::is_forbidden_control) {
-                    // No name holds one: the empty name, which none is, stands for it.
-                    String::new()
-                } else {
-                    value.to_owned()
-                };
-                serde_json::Value::String(value)
-            })
-            .collect();
-        let value = if values.len() == 1 { values.remove(0) } else { serde_json::Value::Array(values) };
-        serde_json::from_value(value).map(Path).map_err(|_| not_found())
+        let mut values: Vec<String> = raw.iter().map(|(key, value)| path_value(key, value)).collect();
+        // One parameter is the value itself, several a sequence (a tuple): as axum's `Path`.
+        let parsed = if values.len() == 1 {
+            T::deserialize(StringDeserializer::<ValueError>::new(values.remove(0)))
+        } else {
+            T::deserialize(SeqDeserializer::<_, ValueError>::new(values.into_iter()))
+        };
+        parsed.map(Path).map_err(|_| not_found())
+    }
+}
+
+/// A path parameter as the route's extractor sees it: an `..._id` that is not a UUID becomes the
+/// max UUID, a value with a forbidden control character the empty name (see [`Path`]).
+fn path_value(key: &str, value: &str) -> String {
+    if key.ends_with("_id") && uuid::Uuid::try_parse(value).is_err() {
+        uuid::Uuid::max().to_string()
+    } else if value.chars().any(paddock_domain::validate::is_forbidden_control) {
+        // No name holds one: the empty name, which none is, stands for it.
+        String::new()
+    } else {
+        value.to_owned()
     }
 }
 
