@@ -435,6 +435,30 @@ pub async fn claim(
     if limit == 0 || kinds.is_empty() {
         return Ok(Claimed { jobs: Vec::new(), next_due_in: None });
     }
+    let sql = claim_statement(limit);
+    for _ in 0..RACE_TURNS {
+        let rows = sqlx::query(&sql)
+            .bind(kinds)
+            .bind(worker)
+            .bind(millis(lease))
+            .bind(i64::from(tenant_slots))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(StoreError::from);
+        match rows {
+            Ok(rows) => return Claimed::from_rows(&rows),
+            // Another worker started a job of the same target after this statement's snapshot
+            // was taken; the statement was undone as a whole. A new snapshot sees that job.
+            Err(e) if lost_race(&e, RUNNING_TARGET_KEY) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Claimed { jobs: Vec::new(), next_due_in: None })
+}
+
+/// The statement of [`claim`] for batches of `limit`: `$1` the kinds, `$2` the worker, `$3` the
+/// lease in milliseconds, `$4` the slots per tenant.
+fn claim_statement(limit: u32) -> String {
     // The run starts when the claim executes (`clock_timestamp()`), not when the statement arrived
     // (`now()`): under load the two differ, and a run must never appear to start before the one it
     // waited for finished.
@@ -450,7 +474,7 @@ pub async fn claim(
     let (held_e, held_q, held_r) = (held_by_tenant("e"), held_by_tenant("q"), held_by_tenant("ranked"));
     let held_n = held_by_tenant("n");
     let columns = COLUMNS.split(", ").map(|c| format!("c.{c}")).collect::<Vec<_>>().join(", ");
-    let sql = format!(
+    format!(
         "with expired as ( \
              select id, target_id, tenant_id, 0 as pri, locked_until as due from jobs e \
              where state = 'running' and locked_until < now() and kind = any($1) \
@@ -502,25 +526,7 @@ pub async fn claim(
          ) \
          select {columns}, d.due_ms from (select (select due_ms from next) as due_ms) d \
          left join claimed c on true order by c.run_at, c.id"
-    );
-    for _ in 0..RACE_TURNS {
-        let rows = sqlx::query(&sql)
-            .bind(kinds)
-            .bind(worker)
-            .bind(millis(lease))
-            .bind(i64::from(tenant_slots))
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(StoreError::from);
-        match rows {
-            Ok(rows) => return Claimed::from_rows(&rows),
-            // Another worker started a job of the same target after this statement's snapshot
-            // was taken; the statement was undone as a whole. A new snapshot sees that job.
-            Err(e) if lost_race(&e, RUNNING_TARGET_KEY) => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(Claimed { jobs: Vec::new(), next_due_in: None })
+    )
 }
 
 /// What one [`claim`] took, and when to claim again.

@@ -245,32 +245,38 @@ impl Worker {
 
         // Back to the pool: the runs may need it to record their ends.
         drop(claim_conn);
-        let grace = inner.config.shutdown_grace;
-        info!(worker.id = %inner.id, running = runs.len(), "worker {} stopping: no new claims, waiting up to {grace:?} for {} running jobs", inner.id, runs.len());
         if let Some(listener) = listener {
             listener.abort();
         }
-        let deadline = tokio::time::sleep(grace);
-        tokio::pin!(deadline);
-        loop {
-            tokio::select! {
-                ended = runs.join_next() => match ended {
-                    Some(ended) => {
-                        report_panic(ended);
-                    }
-                    None => break,
-                },
-                () = &mut deadline => {
-                    warn!(worker.id = %inner.id, running = runs.len(), "grace period over: giving {} running jobs back to the queue", runs.len());
-                    let _ = stop_tx.send(true);
-                    while let Some(ended) = runs.join_next().await {
-                        report_panic(ended);
-                    }
-                    break;
+        drain(inner, runs, &stop_tx).await;
+        info!(worker.id = %inner.id, "worker {} stopped", inner.id);
+    }
+}
+
+/// The shutdown: no new claims; the running jobs get [`WorkerConfig::shutdown_grace`] to end,
+/// then those still going are told to give their job back, and are waited for.
+async fn drain(inner: &Inner, mut runs: JoinSet<Again>, stop_tx: &watch::Sender<bool>) {
+    let grace = inner.config.shutdown_grace;
+    info!(worker.id = %inner.id, running = runs.len(), "worker {} stopping: no new claims, waiting up to {grace:?} for {} running jobs", inner.id, runs.len());
+    let deadline = tokio::time::sleep(grace);
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            ended = runs.join_next() => match ended {
+                Some(ended) => {
+                    report_panic(ended);
                 }
+                None => break,
+            },
+            () = &mut deadline => {
+                warn!(worker.id = %inner.id, running = runs.len(), "grace period over: giving {} running jobs back to the queue", runs.len());
+                let _ = stop_tx.send(true);
+                while let Some(ended) = runs.join_next().await {
+                    report_panic(ended);
+                }
+                break;
             }
         }
-        info!(worker.id = %inner.id, "worker {} stopped", inner.id);
     }
 }
 

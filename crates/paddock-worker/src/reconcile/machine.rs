@@ -33,7 +33,7 @@ use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use paddock_domain::bmc::{
-    check_against_class, inventory_json, AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia,
+    check_against_class, inventory_json, AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, Inventory,
     PowerProgress, NO_SECOND_VIRTUAL_MEDIA, SYSTEM_UUID_MISMATCH,
 };
 use paddock_domain::driver::{node_name, DriverError, KubeDrivers, NodeRef, Removal, TenantAccess};
@@ -46,7 +46,7 @@ use paddock_service::agent::AgentRun;
 use paddock_service::Services;
 use paddock_store::lifecycle;
 use paddock_store::run::{self, Run, RunPurpose, RunReport};
-use paddock_store::{cluster, machine, machine_class, node_pool, StoreError};
+use paddock_store::{cluster, machine, machine_class, node_pool, Conn, StoreError};
 use paddock_types::agent::{AgentPurpose, WipeConfig, WipeDrive};
 use paddock_types::cluster::ClusterKind;
 use paddock_types::machine::{LastError, MachineState};
@@ -212,7 +212,7 @@ impl MachineReconciler {
     /// again.
     async fn guarded<F>(&self, id: MachineId, write: F) -> Step
     where
-        F: for<'c> FnOnce(&'c mut paddock_store::Conn, &'c LedgerKey) -> BoxFuture<'c, Result<bool, StoreError>>,
+        F: for<'c> FnOnce(&'c mut Conn, &'c LedgerKey) -> BoxFuture<'c, Result<bool, StoreError>>,
     {
         self.guarded_then(id, write, |_| ()).await
     }
@@ -221,7 +221,7 @@ impl MachineReconciler {
     /// committed: what a metric may observe (never a write that was lost or rolled back).
     async fn guarded_then<T, F>(&self, id: MachineId, write: F, committed: impl FnOnce(T) + Send) -> Step
     where
-        F: for<'c> FnOnce(&'c mut paddock_store::Conn, &'c LedgerKey) -> BoxFuture<'c, Result<T, StoreError>>,
+        F: for<'c> FnOnce(&'c mut Conn, &'c LedgerKey) -> BoxFuture<'c, Result<T, StoreError>>,
     {
         let result = async {
             let mut tx = self.services.store().begin().await?;
@@ -305,95 +305,57 @@ impl MachineReconciler {
             Ok(inv) => inv,
             Err(e) => return self.bmc_failed(m, e).await,
         };
-
         let result = async {
             let mut conn = self.services.store().conn().await?;
-            let Some(class) = machine_class::get_by_name(&mut conn, &m.machine_class, false).await? else {
-                // The class is restricted from deletion while in use: a race at most.
-                return Ok(Step::Again);
-            };
-            // A machine that already went through enrolling knows its UUID: another system
-            // answering now is a contradiction, never something to overwrite silently.
-            if m.state == MachineState::Inspecting {
-                if let Some(known) = &m.system_uuid {
-                    if !known.eq_ignore_ascii_case(&inventory.system_uuid) {
-                        let reason = format!(
-                            "the BMC now reports system UUID {} but inspection recorded {known}",
-                            inventory.system_uuid
-                        );
-                        let to = MachineState::Maintenance;
-                        machine::advance(
-                            &mut conn,
-                            self.services.ledger_key(),
-                            m.id,
-                            m.state,
-                            m.status_version,
-                            to,
-                            Some(&reason),
-                        )
-                        .await?;
-                        return Ok(Step::Again);
-                    }
-                }
-            }
-            let verdict = check_against_class(&inventory, &class.spec);
-            let json = inventory_json(&inventory, &verdict);
-            let mut version = m.status_version;
-            let mut state = m.state;
-            if m.system_uuid.as_deref() != Some(inventory.system_uuid.as_str()) || m.inventory != json {
-                if !machine::set_inventory(&mut conn, m.id, state, version, &inventory.system_uuid, &json).await? {
-                    return Ok(Step::Again);
-                }
-                version += 1;
-            }
-            if state == MachineState::Enrolling {
-                if !machine::advance(
-                    &mut conn,
-                    self.services.ledger_key(),
-                    m.id,
-                    state,
-                    version,
-                    MachineState::Inspecting,
-                    None,
-                )
-                .await?
-                {
-                    return Ok(Step::Again);
-                }
-                version += 1;
-                state = MachineState::Inspecting;
-            }
-            match verdict.maintenance_reason() {
-                Some(reason) => {
-                    machine::advance(
-                        &mut conn,
-                        self.services.ledger_key(),
-                        m.id,
-                        state,
-                        version,
-                        MachineState::Maintenance,
-                        Some(&reason),
-                    )
-                    .await?;
-                }
-                None => {
-                    machine::advance(
-                        &mut conn,
-                        self.services.ledger_key(),
-                        m.id,
-                        state,
-                        version,
-                        MachineState::Cleaning,
-                        None,
-                    )
-                    .await?;
-                }
-            }
-            // Whether it moved or lost a race, the next step reads the machine again.
-            Ok::<_, StoreError>(Step::Again)
+            self.record_inspection(&mut conn, m, &inventory).await
         }
         .await;
-        result.unwrap_or_else(Step::from)
+        // Whether it moved or lost a race, the next step reads the machine again.
+        result.map_or_else(Step::from, |()| Step::Again)
+    }
+
+    /// What inspection found, against the machine's class: the inventory recorded (if it
+    /// changed), `enrolling` -> `inspecting`, then `cleaning`, or `maintenance` with the reason
+    /// the machine does not match its class or answers with another system's UUID. A lost race
+    /// (a guarded write that matched nothing) stops the walk.
+    async fn record_inspection(&self, conn: &mut Conn, m: &Machine, inventory: &Inventory) -> Result<(), StoreError> {
+        let key = self.services.ledger_key();
+        let Some(class) = machine_class::get_by_name(conn, &m.machine_class, false).await? else {
+            // The class is restricted from deletion while in use: a race at most.
+            return Ok(());
+        };
+        // A machine that already went through enrolling knows its UUID: another system
+        // answering now is a contradiction, never something to overwrite silently.
+        if let Some(known) = m.system_uuid.as_deref().filter(|_| m.state == MachineState::Inspecting) {
+            if !known.eq_ignore_ascii_case(&inventory.system_uuid) {
+                let reason = format!(
+                    "the BMC now reports system UUID {} but inspection recorded {known}",
+                    inventory.system_uuid
+                );
+                let to = MachineState::Maintenance;
+                machine::advance(conn, key, m.id, m.state, m.status_version, to, Some(&reason)).await?;
+                return Ok(());
+            }
+        }
+        let verdict = check_against_class(inventory, &class.spec);
+        let json = inventory_json(inventory, &verdict);
+        let (mut state, mut version) = (m.state, m.status_version);
+        if m.system_uuid.as_deref() != Some(inventory.system_uuid.as_str()) || m.inventory != json {
+            if !machine::set_inventory(conn, m.id, state, version, &inventory.system_uuid, &json).await? {
+                return Ok(());
+            }
+            version += 1;
+        }
+        if state == MachineState::Enrolling {
+            if !machine::advance(conn, key, m.id, state, version, MachineState::Inspecting, None).await? {
+                return Ok(());
+            }
+            (state, version) = (MachineState::Inspecting, version + 1);
+        }
+        let reason = verdict.maintenance_reason();
+        let to = if reason.is_some() { MachineState::Maintenance } else { MachineState::Cleaning };
+        machine::advance(conn, key, m.id, state, version, to, reason.as_deref()).await?;
+        Ok(())
     }
 
     // -----------------------------------------------------------------------------------------

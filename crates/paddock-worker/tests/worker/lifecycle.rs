@@ -524,6 +524,24 @@ impl Bench {
 
     /// The agent token the machine's current boot carries: in `paddock/agent.json` of its seed,
     /// read with the independent ISO reader; the seed names this API, the machine and a run.
+    /// How long until the machine's run has timed out for a reconciler with `ttl`: its latest
+    /// agent token expired and the run booted `ttl` ago, as the database has them.
+    async fn run_left(&self, id: MachineId, ttl: Duration) -> Duration {
+        let (left,): (f64,) = sqlx::query_as(
+            "select greatest(extract(epoch from greatest(t.expires_at, m.run_booted_at + $2 * interval '1 millisecond') \
+                 - now()), 0)::float8 \
+             from machines m, lateral (select expires_at from agent_tokens where machine_id = m.id \
+                 order by created_at desc limit 1) t \
+             where m.id = $1",
+        )
+        .bind(id.uuid())
+        .bind(i64::try_from(ttl.as_millis()).expect("ttl"))
+        .fetch_one(self.store.pool())
+        .await
+        .expect("the run's deadline");
+        Duration::from_secs_f64(left)
+    }
+
     async fn booted_token(&self, uuid: &str) -> String {
         let found = crate::agent::seed(&self.app, &self.booted_seed(uuid).await).await;
         assert_eq!(found.agent_url, self.base_url());
@@ -859,14 +877,17 @@ async fn a_failed_drive_quarantines_the_machine_and_an_expired_token_is_refused(
         other => panic!("a clean_failed machine must not be allocated: {other:?}"),
     }
 
-    // Out only through maintenance: enter, leave -> cleaning, a new wipe boot (short token TTL).
+    // Out only through maintenance: enter, leave -> cleaning, a new wipe boot (short token TTL:
+    // long enough for a loaded machine to read the config in time; the test then waits until the
+    // token and the run have expired as the database has them, not for a guessed time).
     let body = json!({ "reason": "drive nvme1 replaced" });
     let resp = b.app.post(format!("/v1/machines/{id}/maintenance")).token(&admin()).json(&body).send().await;
     assert!(resp.status.is_success(), "{resp:?}");
     b.drive(&r, id, MachineState::Maintenance, None).await;
     let resp = b.app.delete(format!("/v1/machines/{id}/maintenance")).token(&admin()).send().await;
     assert!(resp.status.is_success(), "{resp:?}");
-    let short = b.reconciler(Duration::from_secs(3));
+    let ttl = Duration::from_secs(8);
+    let short = b.reconciler(ttl);
     b.drive(&short, id, MachineState::Cleaning, Some("waiting_for_agent")).await;
     assert_booted(&b.emu.seen(&uuid).await, &b.images.url("wipe.iso"));
     b.bmc.take();
@@ -876,7 +897,7 @@ async fn a_failed_drive_quarantines_the_machine_and_an_expired_token_is_refused(
     b.app.get("/v1/agent/config").token(&token2).send().await.expect(200);
 
     // The agent never reports in time: its token expires (410 everywhere) and the wipe times out.
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    tokio::time::sleep(b.run_left(id, ttl).await + Duration::from_millis(500)).await;
     b.app.get("/v1/agent/config").token(&token2).send().await.problem(410, "agent_token_expired");
     b.app.get(&seed2).send().await.problem(410, "agent_token_expired");
     assert_eq!(b.report(&token2, "success", wiped(&drives)).await, 410);
