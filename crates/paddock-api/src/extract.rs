@@ -12,7 +12,7 @@ use http::{header, StatusCode};
 use paddock_domain::precondition::IfMatch;
 use paddock_domain::Error;
 use paddock_service::Body;
-use serde::de::value::{Error as ValueError, SeqDeserializer, StringDeserializer};
+use serde::de::value::{Error as ValueError, SeqDeserializer, StrDeserializer};
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
@@ -73,27 +73,31 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T>
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let not_found = || ApiError::Domain(paddock_domain::Error::NotFound { kind: "resource" });
         let raw = RawPathParams::from_request_parts(parts, state).await.map_err(|_| not_found())?;
-        let mut values: Vec<String> = raw.iter().map(|(key, value)| path_value(key, value)).collect();
+        let mut values = raw.iter().map(|(key, value)| path_value(key, value));
         // One parameter is the value itself, several a sequence (a tuple): as axum's `Path`.
-        let parsed = if values.len() == 1 {
-            T::deserialize(StringDeserializer::<ValueError>::new(values.remove(0)))
-        } else {
-            T::deserialize(SeqDeserializer::<_, ValueError>::new(values.into_iter()))
+        let parsed = match (values.next(), values.next()) {
+            (Some(one), None) => T::deserialize(StrDeserializer::<ValueError>::new(one)),
+            (first, second) => {
+                T::deserialize(SeqDeserializer::<_, ValueError>::new(first.into_iter().chain(second).chain(values)))
+            }
         };
         parsed.map(Path).map_err(|_| not_found())
     }
 }
 
+/// The max UUID, which paddock never issues: what a malformed id stands for (see [`Path`]).
+const MAX_UUID: &str = "ffffffff-ffff-ffff-ffff-ffffffffffff";
+
 /// A path parameter as the route's extractor sees it: an `..._id` that is not a UUID becomes the
 /// max UUID, a value with a forbidden control character the empty name (see [`Path`]).
-fn path_value(key: &str, value: &str) -> String {
+fn path_value<'a>(key: &str, value: &'a str) -> &'a str {
     if key.ends_with("_id") && uuid::Uuid::try_parse(value).is_err() {
-        uuid::Uuid::max().to_string()
+        MAX_UUID
     } else if value.chars().any(paddock_domain::validate::is_forbidden_control) {
         // No name holds one: the empty name, which none is, stands for it.
-        String::new()
+        ""
     } else {
-        value.to_owned()
+        value
     }
 }
 
@@ -186,4 +190,19 @@ pub async fn route_not_found(uri: http::Uri) -> Response {
 /// Fallback of known routes with another method.
 pub async fn method_not_allowed() -> Response {
     ApiError::MethodNotAllowed.into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_malformed_id_stands_for_the_max_uuid_and_a_control_character_for_the_empty_name() {
+        assert_eq!(MAX_UUID, uuid::Uuid::max().to_string());
+        assert_eq!(path_value("tenant_id", "not-a-uuid"), MAX_UUID);
+        let id = "01a24222-7867-7512-84d0-16fcdbc5a074";
+        assert_eq!(path_value("tenant_id", id), id);
+        assert_eq!(path_value("name", "a\u{7}b"), "");
+        assert_eq!(path_value("name", "gpu-a"), "gpu-a");
+    }
 }
