@@ -1076,6 +1076,9 @@ impl Conservation {
     }
 }
 
+/// A billable stretch of the ledger: `[start, end)`.
+type Stretch = (DateTime<Utc>, DateTime<Utc>);
+
 /// One machine's categories over `[from, to)` from its custody ledger alone (every state change,
 /// in chain order, at the whole second of its transaction), and its billable stretches: from an
 /// entry into `active` to the entry that ends the tenant's control (the one after `active` other
@@ -1085,7 +1088,7 @@ fn categorize(
     entries: &[(DateTime<Utc>, Option<String>, String)],
     from: DateTime<Utc>,
     to: DateTime<Utc>,
-) -> (Conservation, Vec<(DateTime<Utc>, DateTime<Utc>)>) {
+) -> (Conservation, Vec<Stretch>) {
     let second = chrono::Duration::seconds(1);
     // Boundaries: (time, state from then on, whether a release follows `active`).
     let mut bounds: Vec<(DateTime<Utc>, Option<String>, bool)> = Vec::new();
@@ -1134,7 +1137,7 @@ fn categorize(
 /// per stretch, each bound within the second after the ledger's (a segment's bounds are the
 /// whole seconds of the writing transaction's clock, the ledger's those of its start), and
 /// `node_seconds` the record's own length.
-fn check_meter(machine: &str, records: &[&Value], stretches: &[(DateTime<Utc>, DateTime<Utc>)]) {
+fn check_meter(machine: &str, records: &[&Value], stretches: &[Stretch]) {
     assert_eq!(records.len(), stretches.len(), "machine {machine}: one record per tenancy: {records:?} {stretches:?}");
     let second = chrono::Duration::seconds(1);
     let time = |r: &Value, k: &str| -> DateTime<Utc> { r[k].as_str().expect("a time").parse().expect("RFC 3339") };
