@@ -333,10 +333,13 @@ async fn setting_and_changing_a_price_is_audited_and_kept_in_the_history() {
     }
 }
 
-/// The FinOps Foundation's validator (scripts/focus-validator: focus-validator 1.0.0, which knows
-/// FOCUS 1.0 at most, with the overrides that script explains) passes the export.
+/// The FinOps Foundation's validator (scripts/focus-validator: focus-validator 1.0.0) passes the
+/// export under FOCUS **1.0** rules, with the presence checks that script's overrides switch off.
+/// It is a second opinion on values and types only: conformance to the 1.2 column list, types and
+/// nullability is checked from the 1.2 specification's own files by
+/// `the_focus_export_has_every_mandatory_column_with_the_specified_types_and_nulls`.
 #[tokio::test]
-async fn the_focus_validator_passes_the_export() {
+async fn the_finops_validator_passes_the_export_under_focus_1_0_rules_without_presence_checks() {
     let Some(validator) = std::env::var("PADDOCK_TEST_FOCUS_VALIDATOR").ok().filter(|v| !v.is_empty()) else {
         assert!(std::env::var("CI").as_deref() != Ok("true"), "PADDOCK_TEST_FOCUS_VALIDATOR is unset (CI=true)");
         eprintln!("skipped: PADDOCK_TEST_FOCUS_VALIDATOR is unset (scripts/test sets it via scripts/focus-validator)");

@@ -26,6 +26,7 @@ mod pagination;
 mod platform;
 mod sweep;
 mod tenant;
+mod tenant_scope;
 mod usage;
 mod worker;
 

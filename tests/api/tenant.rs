@@ -143,6 +143,11 @@ async fn suspend_and_resume_are_idempotent() {
     assert_eq!(body["generation"], 2, "suspending a suspended tenant changes nothing");
     let body = app.post(format!("{path}/resume")).token(&admin()).send().await.expect(200).json();
     assert_eq!(body["state"], "active");
+    let resumed = body["generation"].clone();
+    let body = app.post(format!("{path}/resume")).token(&admin()).send().await.expect(200).json();
+    assert_eq!(body["state"], "active");
+    assert_eq!(body["generation"], resumed, "resuming an active tenant changes nothing");
+    assert_eq!(app.count("audit_events where action like 'tenant.%' and outcome = 'success'").await, 5);
 }
 
 #[tokio::test]

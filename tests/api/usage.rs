@@ -75,7 +75,7 @@ async fn get(app: &TestApp, path: &str) -> Value {
 }
 
 #[tokio::test]
-async fn a_machine_segment_opens_at_activation_and_closes_once_at_the_release_power_off() {
+async fn a_machine_segment_opens_at_activation_and_closes_once_when_the_release_finishes() {
     let app = TestApp::new().await;
     common::machine_class(&app, "gpu-8", 8).await;
     let machine = id(&common::machine(&app, "node-1", "gpu-8").await);
@@ -106,7 +106,8 @@ async fn a_machine_segment_opens_at_activation_and_closes_once_at_the_release_po
             .await
             .expect("one segment");
     assert_eq!(open, (None, 8, "gpu-8".to_owned()));
-    // The release starts: still billed until the power-off that ends it.
+    // The release starts: still billed until the release finishes (`finish_release`, which the
+    // machine reconciler calls once the BMC has powered the machine off; no BMC here).
     assert!(lifecycle::begin_release(
         &mut conn,
         &paddock_testkit::ledger_key(),

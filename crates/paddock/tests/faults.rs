@@ -1,12 +1,13 @@
-//! Faults of the environment, with real `paddock` processes (issue "Ship it"):
+//! Faults of the environment, with real `paddock` processes:
 //! - PostgreSQL restarted under load: while it is down requests fail fast with 503 and
 //!   `Retry-After`, the process recovers by itself, and every acknowledged write is there (counted);
 //!   this test starts a PostgreSQL of its own (scripts/pg-start in a directory of its own) so that it
 //!   can stop and start it;
 //! - a slow database (a table locked by another session): `PADDOCK_DATABASE_STATEMENT_TIMEOUT`
 //!   turns the stuck requests into 503s, and requests that do not touch the table are served;
-//! - SIGTERM: the request in flight is finished, the running job is given back to the queue within
-//!   `PADDOCK_SHUTDOWN_GRACE`, and the process exits 0 within its grace period.
+//! - SIGTERM: the request in flight is finished, the running job (held in a BMC call that never
+//!   answers, so that it cannot end by itself) is given back to the queue once `PADDOCK_SHUTDOWN_GRACE` is over, and the
+//!   process exits 0 within its grace period.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -302,18 +303,7 @@ async fn postgres_restarted_under_load_gives_fast_503s_and_loses_no_acknowledged
 
 /// Holds an exclusive lock on `tenants` in an open transaction until the returned sender fires.
 async fn lock_tenants(pool: &PgPool) -> tokio::sync::oneshot::Sender<()> {
-    let (locked_tx, locked_rx) = tokio::sync::oneshot::channel();
-    let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
-    let pool = pool.clone();
-    tokio::spawn(async move {
-        let mut tx = pool.begin().await.expect("begin");
-        sqlx::query("lock table tenants in access exclusive mode").execute(&mut *tx).await.expect("lock");
-        let _ = locked_tx.send(());
-        let _ = release_rx.await;
-        tx.commit().await.expect("commit");
-    });
-    locked_rx.await.expect("the lock is taken");
-    release_tx
+    lock_table(pool, "tenants", "access exclusive").await
 }
 
 #[tokio::test]
@@ -357,25 +347,70 @@ async fn a_slow_database_times_statements_out_without_starving_other_requests() 
     let _ = std::fs::remove_file(&log);
 }
 
+/// Holds `lock table <table> in <mode> mode` in an open transaction until the returned sender fires.
+async fn lock_table(pool: &PgPool, table: &str, mode: &str) -> tokio::sync::oneshot::Sender<()> {
+    let (locked_tx, locked_rx) = tokio::sync::oneshot::channel();
+    let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
+    let (pool, statement) = (pool.clone(), format!("lock table {table} in {mode} mode"));
+    tokio::spawn(async move {
+        let mut tx = pool.begin().await.expect("begin");
+        sqlx::query(&statement).execute(&mut *tx).await.expect("lock");
+        let _ = locked_tx.send(());
+        let _ = release_rx.await;
+        tx.commit().await.expect("commit");
+    });
+    locked_rx.await.expect("the lock is taken");
+    release_tx
+}
+
+/// Waits until a statement naming `table` waits for a lock (what "stuck behind the lock" means).
+async fn blocked_on(pool: &PgPool, table: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let q = "select count(*) from pg_stat_activity where wait_event_type = 'Lock' and query ilike '%' || $1 || '%'";
+    while sqlx::query_scalar::<_, i64>(q).bind(table).fetch_one(pool).await.expect("pg_stat_activity") == 0 {
+        if Instant::now() > deadline {
+            let seen: Vec<(Option<String>, Option<String>, Option<String>)> = sqlx::query_as(
+                "select state, wait_event_type, left(query, 160) from pg_stat_activity where datname = current_database()",
+            )
+            .fetch_all(pool)
+            .await
+            .expect("pg_stat_activity");
+            panic!("no statement on {table} ever waited for the lock: {seen:#?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until the process's log has `line`.
+async fn logged(log: &Path, line: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(log).unwrap_or_default().contains(line) {
+        assert!(Instant::now() < deadline, "never logged {line:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn sigterm_finishes_the_request_in_flight_gives_back_the_running_job_and_exits_in_time() {
     let db = paddock_testkit::TestDb::new().await;
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
     let log = std::env::temp_dir().join(format!("paddock-faults-term-{}.log", uuid::Uuid::new_v4().simple()));
-    // Slow simulated machines (a machine's enrollment runs for a while), a grace of 3 s.
     let env = [
         ("PADDOCK_KUBE_DRIVER", "simulated"),
         ("PADDOCK_BMC_DRIVER", "simulated"),
         ("PADDOCK_WIPE_IMAGE_URL", "http://images.faults.invalid/wipe.iso"),
         ("PADDOCK_OS_IMAGE_URL", "http://images.faults.invalid/os.img"),
         ("PADDOCK_AGENT_INSECURE_HTTP", "true"),
-        ("PADDOCK_SIM_LATENCY_SCALE", "50"),
         ("PADDOCK_SHUTDOWN_GRACE", "3"),
-        ("PADDOCK_DATABASE_STATEMENT_TIMEOUT", "20"),
+        ("PADDOCK_DATABASE_STATEMENT_TIMEOUT", "60"),
     ];
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
     let mut proc = start("serve", &db.url, port, &log, &env);
     wait_ready(&base, &log).await;
+    // The simulated BMCs' world refuses new machines while this lock is held: the machine's first
+    // BMC call (its inspection) then never answers, like a BMC that hangs, and its job cannot end
+    // by itself.
+    let release_bmcs = lock_table(&db.pool, "paddock_sim.machines", "share").await;
     let class = json!({"name": "small", "cpu_cores": 8, "memory_gib": 32, "gpu_count": 0});
     let a = send(reqwest::Method::POST, &format!("{base}/v1/machine-classes"), Some(class)).await;
     assert_eq!(a.status, 201, "{}", a.body);
@@ -385,44 +420,41 @@ async fn sigterm_finishes_the_request_in_flight_gives_back_the_running_job_and_e
     assert!(a.status == 201 || a.status == 202, "{}", a.body);
     let machine_id = a.body["machine"]["id"].as_str().expect("machine id").to_owned();
     let running = "select count(*) from jobs where state = 'running' and target_id = $1::uuid";
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let n: i64 = sqlx::query_scalar(running).bind(&machine_id).fetch_one(&db.pool).await.expect("count");
-        if n == 1 {
-            break;
-        }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while sqlx::query_scalar::<_, i64>(running).bind(&machine_id).fetch_one(&db.pool).await.expect("count") != 1 {
         assert!(Instant::now() < deadline, "the machine's job never ran");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    blocked_on(&db.pool, "paddock_sim.machines").await;
 
-    // A request in flight when SIGTERM arrives: stuck behind a lock, released after the signal.
-    let release = lock_tenants(&db.pool).await;
+    // A request in flight when SIGTERM arrives: stuck behind a lock, released once the process
+    // has started to shut down.
+    let release_tenants = lock_tenants(&db.pool).await;
     let in_flight = {
         let base = base.clone();
         tokio::spawn(async move { create_tenant(&base, "in-flight").await })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    blocked_on(&db.pool, "insert into tenants").await;
     let signalled = Instant::now();
     proc.sigterm();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let _ = release.send(());
+    logged(&log, "shutting down: finishing requests in flight").await;
+    let _ = release_tenants.send(());
     let a = in_flight.await.expect("in-flight task");
     assert_eq!(a.status, 201, "the request in flight was not finished: {}", a.body);
 
     let status = proc.exit_within(Duration::from_secs(3 + 5)).await;
     println!("faults: exited {status} {:?} after SIGTERM", signalled.elapsed());
     assert!(status.success(), "exit status {status}");
-    // The job is no longer held by the stopped process: given back (or done), never left leased.
-    let (state, code): (String, Option<String>) = sqlx::query_as(
-        "select state, last_error->>'code' from jobs where target_id = $1::uuid order by created_at limit 1",
+    // The job, which could not end, was given back by the stopped process without using up an
+    // attempt: queued again with the reason, never left leased.
+    let (state, code, locked_by): (String, Option<String>, Option<String>) = sqlx::query_as(
+        "select state, last_error->>'code', locked_by from jobs where target_id = $1::uuid order by created_at limit 1",
     )
     .bind(&machine_id)
     .fetch_one(&db.pool)
     .await
     .expect("the job");
-    assert!(
-        (state == "queued" && code.as_deref() == Some("worker_stopped")) || state == "succeeded",
-        "the machine's job after the stop: {state} {code:?}"
-    );
+    assert_eq!((state.as_str(), code.as_deref(), locked_by), ("queued", Some("worker_stopped"), None));
+    let _ = release_bmcs.send(());
     let _ = std::fs::remove_file(&log);
 }

@@ -260,6 +260,30 @@ where
     }
 }
 
+/// Watches NodeSet `pool` until its `spec.replicas` drops below `from`: when that was first seen
+/// (polled every 20 ms) and the Slurm nodes as the stand-in held them then.
+fn watch_shrink(
+    client: &Client,
+    pool: &str,
+    from: i64,
+    restd: &StandInRestd,
+) -> JoinHandle<(std::time::Instant, BTreeMap<String, crate::played::restd::SlurmNode>)> {
+    let nodesets: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), slurm::NAMESPACE, &slurm::api_resource("NodeSet"));
+    let (pool, restd) = (pool.to_owned(), restd.clone());
+    tokio::spawn(async move {
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(600);
+        loop {
+            let replicas = nodesets.get(&pool).await.ok().and_then(|n| n.data["spec"]["replicas"].as_i64());
+            if replicas.is_some_and(|r| r < from) {
+                return (std::time::Instant::now(), restd.nodes());
+            }
+            assert!(std::time::Instant::now() < end, "NodeSet {pool} never shrank below {from}");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+}
+
 /// The slurmd pods of NodeSet `pool` (not being deleted): their Slurm node name -> their Node.
 async fn slurmd_pods(client: &Client, pool: &str) -> Result<BTreeMap<String, String>, String> {
     let pods = Api::<Pod>::namespaced(client.clone(), slurm::NAMESPACE);
@@ -387,26 +411,34 @@ async fn a_slurm_cluster_goes_ready_scales_and_is_deleted_with_the_real_operator
     let two = assert_pool(&lab, &t, &c, ("cpu", &cpu), 2, 0).await;
     eprintln!("scaled up after {:?}", started.elapsed());
 
-    // Scaling down: the released machine's Slurm node is drained (paddock's drain through
-    // slurmrestd, the operator's on its NodeSet scale-in) before its slurmd goes.
+    // Scaling down: the released machine's Slurm node is drained before its slurmd goes. A
+    // watcher records when the NodeSet first asks for one replica, and the Slurm nodes' states
+    // at that moment.
+    let shrunk = watch_shrink(&client, "cpu", 2, &restd);
     lab.scale(&t, &c, &cpu, 1).await;
     lab.ready(&t, &c).await;
     let one = assert_pool(&lab, &t, &c, ("cpu", &cpu), 1, 0).await;
     eprintln!("scaled down after {:?}; slurmrestd saw {:?}", started.elapsed(), restd.seen());
     let removed: Vec<&String> = two.difference(&one).collect();
     assert_eq!(removed.len(), 1, "one slurmd went: {two:?} -> {one:?}");
-    let drains: Vec<String> = restd
-        .seen()
-        .into_iter()
-        .filter(|s| s.starts_with("POST ") && s.ends_with(&format!("/node/{}", removed[0])))
-        .collect();
-    assert!(!drains.is_empty(), "Slurm node {} went without a drain: {:?}", removed[0], restd.seen());
-    // paddock's own drain (its probe, v0.0.42) asked slurmrestd about it before the release.
+    let (shrunk_at, states) = shrunk.await.expect("the NodeSet watcher");
+    // Ordered: paddock asked slurmrestd about the node (its drain, v0.0.42, which only paddock
+    // speaks) before the NodeSet shrank, and the node was DRAIN when it did. Nothing but
+    // paddock drains a node before the NodeSet shrinks: its cordon or its slurmrestd update.
     let asked = format!("GET /slurm/v0.0.42/node/{}", removed[0]);
-    assert!(restd.seen().contains(&asked), "paddock never drained {}: {:?}", removed[0], restd.seen());
-    if let Some(node) = restd.nodes().get(removed[0]) {
-        assert!(node.state.iter().any(|s| s == "DRAIN"), "Slurm node {} kept but not drained: {node:?}", removed[0]);
-    }
+    let log = restd.log();
+    let first_ask = log.iter().find(|(_, r)| *r == asked).map(|(at, _)| *at);
+    assert!(
+        first_ask.is_some_and(|at| at < shrunk_at),
+        "paddock's drain of {} did not precede the NodeSet's scale-down: {log:?}",
+        removed[0]
+    );
+    let node = states.get(removed[0]).unwrap_or_else(|| panic!("{} unknown to Slurm at the scale-down", removed[0]));
+    assert!(
+        node.state.iter().any(|s| s == "DRAIN"),
+        "Slurm node {} not drained at the scale-down: {node:?}",
+        removed[0]
+    );
     assert_eq!(lab.pool_nodes(&t, &c, &cpu).await.len(), 1, "the released machine's Node");
     let nodes: BTreeSet<String> = Api::<Node>::all(client.clone())
         .list(&ListParams::default())

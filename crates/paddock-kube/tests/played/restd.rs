@@ -39,6 +39,8 @@ struct Inner {
     nodes: Mutex<BTreeMap<String, SlurmNode>>,
     /// `METHOD path` of every authorized request.
     seen: Mutex<BTreeSet<String>>,
+    /// The same, in the order they came, with when.
+    log: Mutex<Vec<(std::time::Instant, String)>>,
     denied: AtomicUsize,
 }
 
@@ -110,6 +112,11 @@ impl StandInRestd {
         self.0.seen.lock().expect("lock").clone()
     }
 
+    /// `METHOD path` of every authorized request so far, in order, with when it came.
+    pub fn log(&self) -> Vec<(std::time::Instant, String)> {
+        self.0.log.lock().expect("lock").clone()
+    }
+
     /// How many requests were refused (no token, or a token of another key).
     pub fn denied(&self) -> usize {
         self.0.denied.load(Ordering::SeqCst)
@@ -122,7 +129,9 @@ impl StandInRestd {
         let key = jsonwebtoken::DecodingKey::from_secret(&self.0.key.lock().expect("lock"));
         let ok = jsonwebtoken::decode::<Value>(token, &key, &validation).is_ok_and(|t| t.claims["sun"] == "slurm");
         if ok {
-            self.0.seen.lock().expect("lock").insert(format!("{method} {}", uri.path()));
+            let request = format!("{method} {}", uri.path());
+            self.0.log.lock().expect("lock").push((std::time::Instant::now(), request.clone()));
+            self.0.seen.lock().expect("lock").insert(request);
         } else {
             self.0.denied.fetch_add(1, Ordering::SeqCst);
             eprintln!("slurmrestd stand-in: refused {method} {uri} (no token or another key)");

@@ -388,11 +388,9 @@ async fn a_wipe_boot_and_its_end_return_while_the_power_changes() {
     assert_eq!(bmc.power_progress(&access).await.expect("nothing pending"), PowerProgress::Done);
     let media = media(&images, "tok-GGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGG");
 
-    let started = std::time::Instant::now();
     let boot = bmc.start_boot_from_media(&access, &media).await.expect("start the boot");
     assert_eq!(boot, PowerProgress::Done, "the boot is under way");
-    assert!(started.elapsed() < Duration::from_secs(2), "waited for the power: {:?}", started.elapsed());
-    // The emulator still reads Off: the power-on is pending.
+    // The emulator still reads Off: the power-on is pending, so the call did not wait for it.
     assert!(matches!(bmc.power_progress(&access).await.expect("progress"), PowerProgress::Pending(_)));
 
     // The end at once, before the power-on shows: Pending until the machine was on and is off.

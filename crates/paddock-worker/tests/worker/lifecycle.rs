@@ -956,9 +956,10 @@ async fn a_failed_drive_quarantines_the_machine_and_an_expired_token_is_refused(
 /// (rewriting its GET) and answers the POST to it with 204, as a BMC that accepted the erase, and
 /// records it; everything else is the real emulator's. The reconciler asks for the erase only once
 /// the agent's report is verified, in addition to the in-band wipe, and the custody entry of the
-/// verified wipe records the result.
+/// verified wipe records the BMC's answer. No erase is performed: what this proves is when the
+/// request is made, how often, and that the BMC's acceptance is what the ledger records.
 #[tokio::test]
-async fn the_bmcs_secure_erase_follows_the_verified_wipe_and_is_recorded() {
+async fn the_bmcs_secure_erase_is_requested_once_after_the_verified_wipe_and_its_answer_recorded() {
     use crate::proxy::{Fault, FaultProxy, Rule};
     let emu = require!(emulator("lifecycle tests"));
     let b = Bench::new(emu.clone()).await;

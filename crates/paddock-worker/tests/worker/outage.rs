@@ -594,7 +594,7 @@ async fn the_bmc_gone_after_the_wipe_report_keeps_the_machine_cleaning_until_it_
 }
 
 #[tokio::test]
-async fn the_bmc_gone_while_enrolling_retries_without_a_storm_and_converges_when_back() {
+async fn the_bmc_gone_while_enrolling_makes_one_call_per_run_and_converges_when_back() {
     let emu = require!(PrivateEmulator::start("enrolling").await);
     let b = Bench::new().await;
     b.class().await;
@@ -604,8 +604,8 @@ async fn the_bmc_gone_while_enrolling_retries_without_a_storm_and_converges_when
     assert_eq!(enrolled.state, MachineState::Enrolling);
 
     emu.stop().await;
-    // Each run makes one BMC call and answers a transient retry: the worker's backoff spaces the
-    // next one; the state does not move.
+    // Each run (called directly here, not through the worker loop, whose backoff the queue tests
+    // cover) makes one BMC call and answers a transient retry; the state does not move.
     for attempt in 0..3 {
         let started = tokio::time::Instant::now();
         let outcome = b.run(id).await;
