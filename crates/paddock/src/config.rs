@@ -166,7 +166,6 @@ pub struct Settings {
     /// Origins allowed for the portal, comma-separated.
     #[arg(long, env = "PADDOCK_CORS_ORIGINS", value_delimiter = ',', global = true)]
     pub cors_origins: Vec<String>,
-    /// Log filter.
     /// Jobs one worker process runs at once.
     #[arg(long, env = "PADDOCK_WORKER_CONCURRENCY", default_value_t = 8, global = true)]
     pub worker_concurrency: usize,
@@ -226,6 +225,7 @@ pub struct Settings {
     #[arg(long, env = "PADDOCK_RATE_LIMIT_BURST", default_value_t = 100_000, global = true)]
     pub rate_limit_burst: u32,
 
+    /// Log filter (`tracing` EnvFilter syntax, e.g. `info,paddock_worker=debug`).
     #[arg(long, env = "PADDOCK_LOG", default_value = "info", global = true)]
     pub log: String,
     /// Log format.
