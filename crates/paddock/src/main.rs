@@ -18,7 +18,7 @@ use config::{LogFormat, Settings};
 /// jemalloc rather than glibc's malloc: a request's allocations are often freed on another tokio
 /// worker than the one that made them, and under glibc that cost paddock's API (more and larger
 /// allocations per request than the bare stack) some 10% of its GET rate against api-bare with
-/// the same allocator (BENCHMARKS.md, issue 23 item 4).
+/// the same allocator (bench/results/api-load.md).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

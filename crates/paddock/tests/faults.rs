@@ -1,4 +1,4 @@
-//! Faults of the environment, with real `paddock` processes (issue "Ship it"):
+//! Faults of the environment, with real `paddock` processes:
 //! - PostgreSQL restarted under load: while it is down requests fail fast with 503 and
 //!   `Retry-After`, the process recovers by itself, and every acknowledged write is there (counted);
 //!   this test starts a PostgreSQL of its own (scripts/pg-start in a directory of its own) so that it
