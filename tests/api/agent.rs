@@ -1,4 +1,4 @@
-//! The agents' endpoints (SPEC section 5): the seed token only in the seed's URL, the agent token
+//! The agents' endpoints (docs/security.md): the seed token only in the seed's URL, the agent token
 //! (derived, found in the seed's `paddock/agent.json`) as the bearer of `config` and `report`,
 //! both stored only hashed; 404 unknown, 409 used, 410 expired; the report that proves a wipe only
 //! with complete evidence of every drive from the configured image.
@@ -245,7 +245,7 @@ async fn a_wipe_without_drives_cannot_be_issued() {
 }
 
 /// A NUL in a report's text (a drive's `detail`) is a 422 naming it, and the run is not used up
-/// (issue "Edge hardening", item 1: it reached PostgreSQL and failed as a 500).
+/// (it once reached PostgreSQL and failed as a 500).
 #[tokio::test]
 async fn a_control_character_in_a_report_is_422_and_leaves_the_run_open() {
     let app = TestApp::new().await;

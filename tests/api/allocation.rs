@@ -1,4 +1,4 @@
-//! Allocation under concurrency (SPEC sections 5 and 6): many clusters asking at once for the same
+//! Allocation under concurrency (docs/architecture.md): many clusters asking at once for the same
 //! few machines through `paddock_store::allocation::allocate`, each in its own transaction, as the
 //! cluster reconcilers of several workers would. No machine is ever handed to two clusters, every
 //! cluster gets all it asked for or nothing, those left without machines wait in line, and the

@@ -1,4 +1,4 @@
-//! authz: the authorization matrix of SPEC section 3. Every `/v1` route × every role (× own,
+//! authz: the authorization matrix of docs/api.md. Every `/v1` route × every role (× own,
 //! foreign and missing objects) gets exactly the status the matrix says, with the Problem code
 //! `forbidden` / `not_found`; a tenant token's 2xx bodies never mention another tenant; every
 //! refused mutating call is audited as a failure; without a token every route is 401

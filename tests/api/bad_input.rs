@@ -557,7 +557,7 @@ async fn a_limit_that_is_not_a_number_is_400_invalid_parameter() {
 
 #[tokio::test]
 async fn a_huge_numeric_limit_is_422_like_any_limit_above_the_maximum() {
-    // Found as a bug (400 once the number overflowed u32); SPEC §3: above the maximum is 422.
+    // Found as a bug (400 once the number overflowed u32); docs/api.md: above the maximum is 422.
     let app = TestApp::new().await;
     for limit in ["4294967296", "99999999999999999999", "-99999999999999999999"] {
         let resp = app.get(format!("/v1/tenants?limit={limit}")).token(&admin()).send().await;
@@ -967,7 +967,7 @@ async fn bad_input_is_refused_after_authentication_and_authorization() {
 }
 
 /// Text PostgreSQL cannot store (NUL) or that no field gives a meaning to (other controls) is a
-/// 422 naming the field (issue "Edge hardening", item 1): it used to reach the database and fail
+/// 422 naming the field : it used to reach the database and fail
 /// there as a 500.
 #[tokio::test]
 async fn control_characters_in_bodies_are_422_naming_the_field() {

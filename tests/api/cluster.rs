@@ -166,7 +166,7 @@ async fn quotas_are_checked_against_desired_counts() {
     app.patch(&pool_path).token(&t).json(&json!({ "count": 2 })).send().await.expect(202);
 }
 
-/// SPEC section 6 step 3: a cluster asking for more machines of a class than the fleet holds
+/// Allocation (docs/architecture.md): a cluster asking for more machines of a class than the fleet holds
 /// could never be served and would only hold up the class's line: 409 `insufficient_capacity`,
 /// whether in one pool, across pools or by a scale, with nothing written and nothing said of the
 /// fleet's size.

@@ -1,10 +1,10 @@
-//! The custody ledger and the isolation report (SPEC section 5; issue #7): every transition of a
+//! The custody ledger and the isolation report (docs/security.md): every transition of a
 //! machine's whole lifecycle is recorded and its HMAC chain verifies; an edit made directly in
 //! the database (a changed reason, a deleted entry, two entries swapped) is found at the right
 //! entry; a tenant's isolation report lists only its own machines, each with the verified wipe
 //! that preceded its allocation, and says so when a wipe record is missing; who may read what.
 //!
-//! Issue 16: a row inserted in the database never verifies, even once the next transition is
+//! Also: a row inserted in the database never verifies, even once the next transition is
 //! sealed after it; a transition missing from the ledger breaks the state chain; a cut tail and a
 //! restored older copy of the ledger are found against a signed checkpoint, which must be ours;
 //! the isolation report names the checkpoint it verified against; a runtime role that does not own

@@ -1,4 +1,4 @@
-//! Drift checks at rest (issue #20, `PADDOCK_DRIFT_INTERVAL`) through the API, on the simulated
+//! Drift checks at rest (`PADDOCK_DRIFT_INTERVAL`) through the API, on the simulated
 //! drivers: a ready cluster gets a queued drift check, which runs, writes nothing while nothing
 //! changed and queues itself again; what changed behind paddock's back in the (simulated) tenant
 //! cluster is restored and named in the cluster's events; with the interval at zero no check is

@@ -1,4 +1,4 @@
-//! focus: the FOCUS export (SPEC section 7) on the real PostgreSQL, checked against the FOCUS 1.2
+//! focus: the FOCUS export (docs/billing.md) on the real PostgreSQL, checked against the FOCUS 1.2
 //! specification's own column files (PADDOCK_TEST_FOCUS_SPEC, unpacked by scripts/focus-spec from
 //! the pinned tarball): every mandatory column is present, every FOCUS column's values have the
 //! column's data type, and no value is null where the column allows none. Rows are cut at UTC

@@ -1,5 +1,5 @@
 //! `GET /v1/tenants/{tenant_id}/clusters/{cluster_id}/kubeconfig`: the tenant's own kubeconfig
-//! (SPEC sections 4 and 6 step 2). The worker runs in-process with the SIMULATED cluster drivers
+//! (docs/api.md, docs/tenants.md). The worker runs in-process with the SIMULATED cluster drivers
 //! (their kubeconfig is a stand-in; the real one is tested in paddock-kube against a real API
 //! server); no machines are needed, since the control plane comes up while the cluster waits for
 //! capacity.

@@ -1374,7 +1374,7 @@ async fn custody(lab: &Lab, machine: &str) -> Vec<(String, String, String)> {
         .collect()
 }
 
-/// Issue #15 items 1 and 4 with the real tenant-node driver: bootstrap tokens live for
+/// With the real tenant-node driver: bootstrap tokens live for
 /// PADDOCK_JOIN_TOKEN_TTL and are gone once the Nodes registered; then a tenant holds one machine
 /// (a finalizer on its Node) and another's BMC stops answering: after PADDOCK_RELEASE_TIMEOUT both
 /// releases are forced, billing stops at the forcing, the first machine is powered off, its

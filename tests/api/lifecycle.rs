@@ -254,7 +254,7 @@ impl Lab {
         }
     }
 
-    /// The schema-level history invariants (SPEC section 5).
+    /// The schema-level history invariants (docs/security.md).
     async fn check_invariants(&self) {
         let overlapping = self
             .scalar(
@@ -505,12 +505,12 @@ async fn demand_beyond_the_machines_waits_first_come_first_served_and_never_over
         .problem(409, "quota_exceeded");
 }
 
-/// SPEC section 6 step 3 through the worker: a head that cannot be met holds the line of its class
+/// Allocation (docs/architecture.md) through the worker: a head that cannot be met holds the line of its class
 /// only for `PADDOCK_ALLOCATION_HEAD_TIMEOUT`; a later, smaller request of another tenant is then
 /// served (woken when the timeout ends, not a capacity wait later); machines freed after the
 /// timeout are kept for the head, which is served once enough are released; the line goes on.
 /// Nothing any tenant can read on the way names the fleet, another tenant or a platform error
-/// (SPEC section 4), also while its cluster's API server does not answer.
+/// (docs/api.md), also while its cluster's API server does not answer.
 #[tokio::test]
 async fn a_head_that_cannot_be_met_holds_the_line_only_until_its_timeout_and_nothing_a_tenant_reads_discloses_the_fleet(
 ) {
@@ -1048,7 +1048,7 @@ async fn a_crash_after_every_side_effect_repeats_it_and_converges_to_the_same_en
     lab.check_invariants().await;
 }
 
-/// A machine's time, by the SPEC's conservation categories (section 7), in whole seconds.
+/// A machine's time, by conservation categories of docs/billing.md, in whole seconds.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Conservation {
     billable: i64,

@@ -1,4 +1,4 @@
-//! The edge's limits (issue "Edge hardening", item 4): a caller over its rate gets 429 with
+//! The edge's limits: a caller over its rate gets 429 with
 //! `Retry-After` while other callers are served; a full process and a request over its time get
 //! 503 with `Retry-After`. The header-read timeout is the server's: `crates/paddock/tests/edge.rs`.
 

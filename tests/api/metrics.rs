@@ -1,4 +1,4 @@
-//! `/metrics` stays bounded whatever clients send (issue "Edge hardening", item 2).
+//! `/metrics` stays bounded whatever clients send.
 
 use paddock_testkit::TestApp;
 

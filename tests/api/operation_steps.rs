@@ -1,4 +1,4 @@
-//! Operations as a portal shows them (issue #22 item 4): each operation's own steps in the order
+//! Operations as a portal shows them: each operation's own steps in the order
 //! they ran, with times inside the operation's lifetime; a delete's own steps; an enrollment the
 //! BMC refuses ends `failed` with the BMC's problem. The worker runs in-process on the simulated
 //! drivers, as in `lifecycle.rs`.

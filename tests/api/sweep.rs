@@ -1,4 +1,4 @@
-//! A sweep over the OpenAPI document the server serves (issue "Edge hardening", item 1): a NUL,
+//! A sweep over the OpenAPI document the server serves: a NUL,
 //! invalid UTF-8 and an over-long string (one past `maxLength`, or 100,000 characters where none
 //! is documented) go into every path and query parameter and every string field of every request body it
 //! lists, on real objects (so no 404 answers first), each body field inside an otherwise valid

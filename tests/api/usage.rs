@@ -1,4 +1,4 @@
-//! usage: metering (SPEC section 7) on the real PostgreSQL. Segments open and close in the
+//! usage: metering (docs/billing.md) on the real PostgreSQL. Segments open and close in the
 //! transaction of the machine's state change; the schema forbids overlaps and changes of a
 //! closed segment; reads clip to the range at a watermark; any windowing and grouping sums to the
 //! same total (property tests over random timelines); a cursor walk is complete and duplicate-free

@@ -1,6 +1,6 @@
 //! The worker runs the reconcile jobs the API enqueues. With the drivers set to `none`, a machine shows
 //! `driver_not_configured` and a cluster a `Ready=False` condition, the job waits (its attempts
-//! untouched), and the machine's operation is running: SPEC section 9 for a driver set to `none`.
+//! untouched), and the machine's operation is running: docs/configuration.md for a driver set to `none`.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! The cluster path on the testbed (issue 19, item 4): a Slurm cluster on the simulated Kubernetes
+//! The cluster path on the testbed: a Slurm cluster on the simulated Kubernetes
 //! drivers and the real Redfish driver. Its machines are real VMs: wiped for real when enrolled,
 //! provisioned by a real boot of the node OS image URL (the BMC downloads it, QEMU boots it, the
 //! image's agent fetches the run's join configuration and reports the first boot; paddock ejects
@@ -81,7 +81,7 @@ async fn custody(p: &Paddock, id: &str) -> Vec<Value> {
     custody["items"].as_array().expect("items").clone()
 }
 
-/// Issue 19, item 4: two VMs enrolled and wiped; a Slurm cluster with a two-machine pool
+/// Two VMs enrolled and wiped; a Slurm cluster with a two-machine pool
 /// allocates both, each boots the node OS image for real and reports its first boot (writing
 /// nothing to the disks: the pattern written onto the disk files before is intact, and stands for
 /// the tenant's data), both go `active`; the pool is scaled to 1 (a Slurm cluster keeps at least

@@ -1,4 +1,4 @@
-//! Faults on the testbed (issue 19, item 3), each on a real VM.
+//! Faults on the testbed, each on a real VM.
 
 use std::path::Path;
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Real machines (issue 19): virtual machines booted through a real BMC emulator (sushy-tools with
+//! Real machines: virtual machines booted through a real BMC emulator (sushy-tools with
 //! its libvirt driver), wiped for real, end to end through the API (served on a loopback port, as
 //! `paddock serve` serves it) and the worker's machine reconciler with the real Redfish driver. Nothing in this path is played by the test: the BMC downloads the wipe image
 //! (HTTPS) and the run's seed, QEMU boots the image, the agent finds its seed on the floppy, wipes
@@ -120,7 +120,7 @@ fn assert_wiped(bed: &Testbed, vm: &Vm, evidence: &Value) {
     }
 }
 
-/// Issue 19, item 2: two VMs enrolled through the API (one BMC over https, one over http with
+/// Two VMs enrolled through the API (one BMC over https, one over http with
 /// basic auth), inspected, cleaned by the real wipe image booted from virtual media, `available`,
 /// powered off; every byte of their disks erased; the custody entry carries the evidence.
 #[tokio::test(flavor = "multi_thread")]

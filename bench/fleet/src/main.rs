@@ -1,4 +1,4 @@
-//! `bench/fleet/run`'s driver (issue #7): enroll and clean a fleet of emulated machines spread over
+//! `bench/fleet/run`'s driver: enroll and clean a fleet of emulated machines spread over
 //! several sushy-tools Redfish emulators, with the REAL Redfish driver, against one machine alone
 //! measured in the same run.
 //!

@@ -1,4 +1,4 @@
-//! `lifecycle-bench fleet` (issue 23, item 5; run by `bench/fleet/sim`): a fleet of simulated
+//! `lifecycle-bench fleet` (run by `bench/lifecycle/run fleet`): a fleet of simulated
 //! machines from enroll to `available` with zero-latency simulated BMCs and agents, the paddock
 //! process under test at `paddock serve`'s settings for the simulated drivers at
 //! `PADDOCK_SIM_LATENCY_SCALE=0` (worker concurrency 8, a pool of 16, the agent polling every

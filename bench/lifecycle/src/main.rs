@@ -869,8 +869,8 @@ async fn lifecycle(admin_url: &str, args: &Args) -> anyhow::Result<()> {
             sim as f64 / n
         );
         println!(
-            "commits_per_cluster_of_paddock: {:.1} (without the driver's requests and the simulator's commits; issue 23 \
-             item 1 target <= 100)",
+            "commits_per_cluster_of_paddock: {:.1} (without the driver's requests and the simulator's commits; \
+             target <= 100)",
             (d.commits as f64 - requests as f64 - sim as f64) / n
         );
     }
@@ -931,7 +931,7 @@ async fn lifecycle(admin_url: &str, args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The idle process after the lifecycle (issue #23 item 6): what it still commits.
+/// The idle process after the lifecycle: what it still commits.
 struct Idle {
     after: Duration,
     window: Delta,

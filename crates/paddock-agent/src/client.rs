@@ -1,4 +1,4 @@
-//! The agent API (SPEC section 5): `GET {agent_url}/v1/agent/config` and
+//! The agent API (docs/security.md): `GET {agent_url}/v1/agent/config` and
 //! `POST {agent_url}/v1/agent/report` with the seed's bearer token, TLS verified against the seed's
 //! CA when it names one. Network errors and 5xx are retried with backoff until a deadline.
 

@@ -14,7 +14,7 @@ pub const SEED_LABEL: &str = "cidata";
 /// Volume label of the wipe image itself (images/wipe/build sets it).
 pub const IMAGE_LABEL: &str = "PADDOCK_WIPE";
 
-/// A drive's identity as the running kernel sees it (SPEC: `identity`).
+/// A drive's identity as the running kernel sees it (the report's `identity`, docs/security.md).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Identity {
     /// Model string.

@@ -1,4 +1,4 @@
-//! paddock's wipe agent (SPEC section 5): boots from the wipe image between tenancies, finds the
+//! paddock's wipe agent (docs/security.md): boots from the wipe image between tenancies, finds the
 //! run's seed by its `cidata` label, fetches `config`, wipes every disk with the strongest method it
 //! supports, verifies each with its own O_DIRECT reads and reports the evidence. The same wipe runs
 //! standalone for operators (`paddock-agent wipe --device ...`).

@@ -1,4 +1,4 @@
-//! Matching the drives found to the drives `config` lists (SPEC section 5): by serial where the
+//! Matching the drives found to the drives `config` lists (docs/security.md): by serial where the
 //! serial is unique on both sides, else by (protocol, capacity); the basis is recorded.
 
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,4 @@
-//! Erase methods (SPEC section 5's names) and the pure choice of them from what a device advertises.
+//! Erase methods (the names of docs/security.md) and the pure choice of them from what a device advertises.
 //!
 //! The capabilities come from the field's own tools: nvme-cli's `id-ctrl`/`id-ns -o json` for NVMe,
 //! `hdparm -I` for ATA, sysfs for discard. [`candidates`] orders the methods a device supports,
@@ -45,7 +45,7 @@ impl Method {
         Method::OverwriteZeroes,
     ];
 
-    /// The SPEC's name of the method.
+    /// The method's name in the agent's report (docs/security.md).
     pub fn name(self) -> &'static str {
         match self {
             Method::NvmeSanitizeCrypto => "nvme-sanitize-crypto",

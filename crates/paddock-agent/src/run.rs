@@ -1,4 +1,4 @@
-//! `paddock-agent run`: seed, `config`, then the run's purpose, then the report (SPEC section 5):
+//! `paddock-agent run`: seed, `config`, then the run's purpose, then the report (docs/security.md):
 //! a wipe ("Cleaning"), or a provisioning boot's first boot ("Provisioning").
 //!
 //! A provisioning boot is handled by the same agent in the same image, as the smallest honest
@@ -91,7 +91,7 @@ pub fn run(roots: &Roots, opts: &RunOptions) -> anyhow::Result<RunOutcome> {
     Ok(RunOutcome { purpose, result, delivered })
 }
 
-/// The join configuration's keys a first boot needs (SPEC section 5: the API endpoint, the CA
+/// The join configuration's keys a first boot needs (docs/security.md: the API endpoint, the CA
 /// certificate and its pin, the bootstrap token) and the node's name.
 const JOIN_KEYS: [&str; 5] = ["node_name", "api_endpoint", "ca_cert", "ca_cert_hash", "bootstrap_token"];
 

@@ -15,7 +15,7 @@ use crate::iso;
 /// Where the seed keeps the agent's part.
 pub const AGENT_JSON: &str = "paddock/agent.json";
 
-/// `paddock/agent.json` (SPEC section 5, "Agent tokens").
+/// `paddock/agent.json` (docs/security.md, "Agent tokens").
 #[derive(Clone, Deserialize, Serialize)]
 pub struct AgentSeed {
     /// Base URL of the agent API, without a trailing slash.

@@ -20,7 +20,7 @@ const READERS: usize = 8;
 /// Alignment of the read buffer and of offsets (covers 512- and 4096-byte logical blocks).
 const ALIGN: usize = 4096;
 
-/// What verification read (SPEC: `verification`).
+/// What verification read (the report's `verification`, docs/security.md).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Verification {
     /// Ranges read.

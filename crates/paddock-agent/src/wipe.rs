@@ -34,7 +34,7 @@ pub enum Outcome {
     Failure,
 }
 
-/// One drive's evidence (SPEC: the report's `drives[]`).
+/// One drive's evidence (the report's `drives[]`, docs/security.md).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DriveReport {
     /// The device node wiped; in the standalone output only (the report names drives by `id`).

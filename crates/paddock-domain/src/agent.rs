@@ -1,4 +1,4 @@
-//! The rules of an agent's report (SPEC section 5, "Wipe evidence"): when a wipe counts as
+//! The rules of an agent's report (docs/security.md, "Wiped before anyone else"): when a wipe counts as
 //! verified, and why not otherwise. Pure: the service decides with these and records the verdict.
 //!
 //! A wipe is verified only when the report names the configured wipe image, every drive the

@@ -6,7 +6,7 @@ use paddock_types::TenantId;
 
 use crate::Error;
 
-/// The five roles of SPEC section 3.
+/// The five roles of docs/api.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {
     /// Everything.

@@ -1,4 +1,4 @@
-//! The BMC seam of the machine lifecycle (SPEC section 5): the [`BmcDriver`] trait the worker
+//! The BMC seam of the machine lifecycle (docs/architecture.md): the [`BmcDriver`] trait the worker
 //! calls, the values it exchanges, and the pure rule that checks an inspected machine against its
 //! class. No HTTP here: the Redfish implementation lives in `paddock_redfish::driver`.
 //!
@@ -59,7 +59,7 @@ pub enum AfterBoot {
 }
 
 /// Where an operation that ends in a power change stands when it returns without waiting for
-/// the BMC (issue 23: a power change takes the BMC seconds to minutes; a worker does not sit in a
+/// the BMC (a power change takes the BMC seconds to minutes; a worker does not sit in a
 /// job slot meanwhile).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PowerProgress {
@@ -242,7 +242,7 @@ pub trait BmcDriver: Send + Sync {
         })
     }
 
-    /// Out-of-band erase (SPEC section 5, in addition to the in-band wipe, never instead of it):
+    /// Out-of-band erase (docs/security.md, in addition to the in-band wipe, never instead of it):
     /// checks the system UUID, then asks the BMC for every erase it advertises, narrowest first
     /// (Redfish `Drive.SecureErase` per drive, `Storage.ResetToDefaults` per controller,
     /// `ComputerSystem.Decommission` of the user data), one result per action called; a refused or

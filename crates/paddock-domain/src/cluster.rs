@@ -1,5 +1,5 @@
 //! Clusters and node pools: spec normalisation, validation, partitions and quotas. The desired
-//! counts of node pools are what quotas are checked against (SPEC section 2), at the API, in the
+//! counts of node pools are what quotas are checked against (docs/api.md), at the API, in the
 //! same transaction that writes them, with the tenant row locked so that concurrent requests of
 //! one tenant cannot both pass.
 

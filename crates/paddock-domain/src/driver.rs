@@ -1,4 +1,4 @@
-//! The cluster side's driver seams (SPEC section 6): what the cluster and machine reconcilers ask
+//! The cluster side's driver seams (docs/architecture.md): what the cluster and machine reconcilers ask
 //! of the platform cluster, of whatever runs tenant control planes, of a tenant cluster's own API
 //! (nodes, the base stack) and of Slurm. The BMC seam is [`crate::bmc`].
 //!
@@ -240,7 +240,7 @@ pub struct NodeStatus {
 }
 
 /// The configuration a machine needs to join a tenant cluster. A driver gives at least the agent
-/// contract's keys (SPEC section 5): `api_endpoint`, `ca_cert` (PEM), `ca_cert_hash` (the
+/// contract's keys (docs/security.md): `api_endpoint`, `ca_cert` (PEM), `ca_cert_hash` (the
 /// `sha256:<hex>` pin) and `bootstrap_token`; anything else it needs besides. A secret as a whole
 /// (it goes into the machine's sealed agent configuration).
 #[derive(Clone, PartialEq, Eq)]
@@ -285,7 +285,7 @@ pub trait TenantNodes: Send + Sync {
         node: &'a NodeRef,
     ) -> BoxFuture<'a, Result<(), DriverError>>;
 
-    /// A forced release's cleanup (SPEC section 5), once the machine is powered off: deletes the
+    /// A forced release's cleanup (docs/security.md), once the machine is powered off: deletes the
     /// machine's Nodes and their Leases without waiting for them to go (a finalizer may keep a
     /// Node terminating; that no longer holds the machine). The caller treats a failure as
     /// best effort.
@@ -311,7 +311,7 @@ pub struct StackStatus {
     pub changed: Vec<String>,
 }
 
-/// The tenant base stack (SPEC section 6 step 4): a CNI, the NVIDIA device plugin, a storage
+/// The tenant base stack (docs/architecture.md, cluster reconciler step 4): a CNI, the NVIDIA device plugin, a storage
 /// class, Slinky's CRDs and operator, applied in order from digest-pinned manifests.
 pub trait TenantStack: Send + Sync {
     /// Applies the base stack `version` (the cluster's, one of the embedded definitions; a no-op
@@ -323,7 +323,7 @@ pub trait TenantStack: Send + Sync {
     ) -> BoxFuture<'a, Result<StackStatus, DriverError>>;
 }
 
-/// The tenant's own credentials for its cluster (SPEC section 6 step 2): a kubeconfig for a
+/// The tenant's own credentials for its cluster (docs/architecture.md, cluster reconciler step 2): a kubeconfig for a
 /// per-cluster ServiceAccount bound to cluster-admin in the tenant cluster, with a TokenRequest
 /// token of a bounded lifetime. Never the admin (or super-admin) credentials paddock itself uses.
 pub trait TenantCredentials: Send + Sync {
@@ -397,7 +397,7 @@ pub struct SlurmStatus {
     pub changed: Vec<String>,
 }
 
-/// Slurm in a tenant cluster through Slinky (SPEC section 6 step 5).
+/// Slurm in a tenant cluster through Slinky (docs/architecture.md, cluster reconciler step 5).
 pub trait SlurmDriver: Send + Sync {
     /// Applies the cluster's Slurm (secrets generated once, accounting, controller, REST API,
     /// login, one NodeSet per pool, partitions) and reports whether it is ready, including a

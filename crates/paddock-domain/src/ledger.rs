@@ -1,4 +1,4 @@
-//! The custody ledger's cryptography (SPEC section 5): canonical JSON (RFC 8785, the JSON
+//! The custody ledger's cryptography (docs/security.md): canonical JSON (RFC 8785, the JSON
 //! Canonicalization Scheme), the HMAC-SHA256 chain of a machine's entries, and its verification.
 //!
 //! An entry's MAC is `HMAC-SHA256(key, JCS({v, id, machine_id, seq, at, actor, from, to, reason,

@@ -1,4 +1,4 @@
-//! The machine lifecycle of SPEC section 5 as a transition table. The worker (and the API, for
+//! The machine lifecycle of docs/architecture.md as a transition table. The worker (and the API, for
 //! operator actions) moves machines only along these edges, with a guarded update on the current
 //! state, so every exit from a tenancy passes through cleaning.
 

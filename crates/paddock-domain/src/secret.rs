@@ -170,7 +170,7 @@ impl Cipher {
 
     /// HMAC-SHA256 of `label`, a zero byte and `data` under each configured key, the current one
     /// first: a value derived under the server key that needs no storage (the agent tokens of
-    /// SPEC section 5 use the label `paddock-agent-token`). Older keys come after, so a value
+    /// docs/security.md use the label `paddock-agent-token`). Older keys come after, so a value
     /// derived before a rotation can still be recognised.
     pub fn derive(&self, label: &str, data: &[u8]) -> Vec<[u8; 32]> {
         std::iter::once(&self.current)

@@ -1,5 +1,5 @@
 //! Ed25519 signatures over canonical JSON (RFC 8785), made with the provider's signing key
-//! (`PADDOCK_USAGE_SIGNING_KEY`): closed billing periods' manifests (SPEC section 7) and custody
+//! (`PADDOCK_USAGE_SIGNING_KEY`): closed billing periods' manifests (docs/billing.md) and custody
 //! ledger checkpoints (section 5), so that a billing system or an auditor can check them with the
 //! published public key alone, without trusting the database.
 //!
@@ -180,7 +180,7 @@ MCowBQYDK2VwAyEAUkVrBFI9O6Dvo23MeZT0MPJdIEVjSAMWVyYmE4eoL+0=
         assert!(!verify(&raw, &value, "not base64!"));
     }
 
-    /// What the README tells a billing system to run: openssl checks our signature.
+    /// What docs/billing.md tells a billing system to run: openssl checks our signature.
     #[test]
     fn openssl_verifies_a_signature() {
         let dir = std::env::temp_dir().join(format!("paddock-signing-{}", uuid::Uuid::new_v4().simple()));

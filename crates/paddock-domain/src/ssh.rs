@@ -1,4 +1,4 @@
-//! OpenSSH public keys as the cluster view shows a login node's host keys (SPEC section 4,
+//! OpenSSH public keys as the cluster view shows a login node's host keys (docs/api.md,
 //! `endpoints`): the key line without its comment, and its SHA-256 fingerprint exactly as
 //! `ssh-keygen -l -E sha256` prints it (`SHA256:` and the unpadded base64 of the SHA-256 of the
 //! key blob), so a user compares it with what `ssh` shows on first connect.

@@ -1,4 +1,4 @@
-//! The tenant base stack's definition format (SPEC section 6 step 4): the project's versioned
+//! The tenant base stack's definition format (docs/architecture.md, cluster reconciler step 4): the project's versioned
 //! stack definitions, `stacks/<version>.json` at the repository root, embedded into the binary
 //! ([`DEFINITIONS`]). A definition lists its components in apply order; each names its upstream
 //! `version`, its manifests (`file` inside the version's directory, upstream `source`, `sha256` of

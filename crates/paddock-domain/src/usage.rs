@@ -1,4 +1,4 @@
-//! Metering math (SPEC section 7), pure: the parameters of usage reads (ranges of whole UTC
+//! Metering math (docs/billing.md), pure: the parameters of usage reads (ranges of whole UTC
 //! seconds, windows, groups, billing periods), UTC-aligned windows, clipping of half-open
 //! intervals, and hours as decimal strings (6 places, half-even) derived from exact seconds.
 //!

@@ -1,4 +1,5 @@
-//! `KubeTenantCredentials`: the [`TenantCredentials`] driver (SPEC section 6 step 2), the tenant's
+//! `KubeTenantCredentials`: the [`TenantCredentials`] driver (docs/architecture.md, cluster
+//! reconciler step 2), the tenant's
 //! own kubeconfig for its cluster. Never the admin kubeconfig paddock itself uses.
 //!
 //! On the tenant cluster's API server, reached with the admin kubeconfig the control plane backend

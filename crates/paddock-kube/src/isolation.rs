@@ -1,4 +1,5 @@
-//! The objects that isolate one tenant cluster on the platform cluster (SPEC section 6 step 1),
+//! The objects that isolate one tenant cluster on the platform cluster (docs/architecture.md,
+//! cluster reconciler step 1),
 //! built as pure values from our ids so every run produces the same desired state.
 //!
 //! Per cluster, in the namespace `pc-<cluster id, 32 hex digits>`:

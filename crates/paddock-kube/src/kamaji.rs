@@ -1,6 +1,6 @@
 //! Kamaji as the [`ControlPlaneBackend`]: one `TenantControlPlane` (`kamaji.clastix.io/v1alpha1`)
 //! per tenant cluster, named `tcp-<cluster id, 32 hex digits>`, in the cluster's namespace from
-//! [`crate::isolation`] (SPEC section 6 step 2).
+//! [`crate::isolation`] (docs/architecture.md, cluster reconciler step 2).
 //!
 //! The object is handled as a [`DynamicObject`] with a hand-built body: the CRD is ~729 KB of
 //! embedded PodSpecs, and paddock sets a handful of fields. The body sets only what paddock

@@ -1,5 +1,5 @@
 //! The Kubernetes drivers of paddock (kube-rs + k8s-openapi): what the worker does on the
-//! **platform** cluster and inside each **tenant** cluster (SPEC section 6). The traits they
+//! **platform** cluster and inside each **tenant** cluster (docs/architecture.md). The traits they
 //! implement live in [`paddock_domain::driver`].
 //!
 //! - Step 1, isolation: [`KubePlatform`] implements [`PlatformDriver`]: one namespace per tenant

@@ -1,5 +1,5 @@
-//! `KubeTenantNodes`: the [`TenantNodes`] driver on a tenant cluster's own API server (SPEC
-//! section 5 "Provisioning" and section 6 step 3), reached with the admin kubeconfig the control
+//! `KubeTenantNodes`: the [`TenantNodes`] driver on a tenant cluster's own API server (docs/security.md,
+//! "Agent tokens", and docs/architecture.md), reached with the admin kubeconfig the control
 //! plane backend wrote ([`TenantAccess::admin_kubeconfig`]).
 //!
 //! - Joining: a kubeadm bootstrap token (a `bootstrap.kubernetes.io/token` Secret
@@ -444,7 +444,7 @@ impl KubeTenantNodes {
 
         let taints: Vec<Value> =
             node.taints.iter().map(|t| json!({ "key": t.key, "value": t.value, "effect": effect_str(t) })).collect();
-        // The agent contract's keys (SPEC section 5) first, then the kubeadm-style ones.
+        // The agent contract's keys (docs/security.md) first, then the kubeadm-style ones.
         Ok(JoinConfig(json!({
             "api_endpoint": tenant.endpoint,
             "ca_cert": tc.ca_pem,

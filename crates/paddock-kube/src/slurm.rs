@@ -1,4 +1,4 @@
-//! `SlinkyDriver`: the [`SlurmDriver`] (SPEC section 6 step 5) on a tenant cluster's own API
+//! `SlinkyDriver`: the [`SlurmDriver`] (docs/architecture.md, cluster reconciler step 5) on a tenant cluster's own API
 //! server, through SchedMD's Slinky operator (`slinky.slurm.net/v1beta1` custom resources; the
 //! operator itself is part of the tenant base stack, [`crate::stack`]).
 //!

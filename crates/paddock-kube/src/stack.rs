@@ -1,4 +1,5 @@
-//! `KubeTenantStack`: the [`TenantStack`] driver (SPEC section 6 step 4), the base stack paddock
+//! `KubeTenantStack`: the [`TenantStack`] driver (docs/architecture.md, cluster reconciler step 4),
+//! the base stack paddock
 //! installs into every tenant cluster: a CNI, the NVIDIA device plugin, a storage class, Slinky's
 //! CRDs and operator.
 //!

@@ -49,8 +49,8 @@ pub struct RedfishClient {
 
 /// Where a client found the system and its virtual media devices on the BMC: what the driver
 /// keeps per machine so that the next client skips the service root, the `Systems` collection and
-/// the virtual media collection (issue 23). Never the system itself: every destructive call still
-/// reads it and checks its UUID first (SPEC section 5).
+/// the virtual media collection. Never the system itself: every destructive call still
+/// reads it and checks its UUID first (docs/security.md).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Discovery {
     /// The system's path.
@@ -67,7 +67,7 @@ impl Discovery {
 }
 
 /// A power change a client asked the BMC for and has not yet seen settle: what the driver keeps
-/// per machine between the calls of a job that does not wait for the power (issue 23).
+/// per machine between the calls of a job that does not wait for the power.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PendingPower {
     /// The state asked for.
@@ -479,7 +479,7 @@ impl RedfishClient {
         Ok(())
     }
 
-    /// [`boot_from_media`](Self::boot_from_media) without waiting for the power (issue 23): takes
+    /// [`boot_from_media`](Self::boot_from_media) without waiting for the power: takes
     /// the boot as far as the power allows. While the system is not off it asks for the power-off
     /// (once; again when it looks lost, see [`PowerPolicy`]) and answers `Pending` with nothing else
     /// changed; once off, it ejects, inserts, sets the one-time boot, asks for the power-on and
@@ -517,7 +517,7 @@ impl RedfishClient {
     }
 
     /// [`finish_boot`](Self::finish_boot) with [`AfterBoot::PowerOff`] without waiting for the
-    /// power (issue 23): first settles a power-on still `pending` (the boot's), then asks for the
+    /// power: first settles a power-on still `pending` (the boot's), then asks for the
     /// power-off and answers `Pending` until it reads off; then ejects and points the boot at the
     /// disk and answers `Done`.
     #[instrument(skip_all, fields(bmc.host = %self.host_key(), system.uuid = %expected))]
@@ -592,7 +592,7 @@ impl RedfishClient {
         Ok(())
     }
 
-    /// Out-of-band erase (SPEC section 5): calls every erase the BMC advertises, narrowest first
+    /// Out-of-band erase (docs/security.md): calls every erase the BMC advertises, narrowest first
     /// and one after the other (a task monitor is followed to its end): `#Drive.SecureErase` on
     /// each drive, `#Storage.ResetToDefaults` (`ResetAll`) on each storage subsystem, then
     /// `#ComputerSystem.Decommission` of the `UserData` with `RequireSecureErase` (never the
@@ -731,7 +731,7 @@ impl RedfishClient {
         PowerProgress::Pending(self.power.poll_interval)
     }
 
-    /// One look at a power change, without waiting (issue 23): `true` when `system` reads
+    /// One look at a power change, without waiting: `true` when `system` reads
     /// `target` (whatever was pending is then over). Otherwise asks for it unless `pending`
     /// already has it asked (or the system is on its way there), sends it once more when it
     /// looks lost ([`PowerPolicy::reissue_after`]), and past [`PowerPolicy::timeout`] fails with

@@ -1,13 +1,13 @@
 //! [`RedfishBmc`]: the Redfish implementation of `paddock_domain::bmc::BmcDriver`.
 //!
 //! One [`RedfishClient`] per call, built from the machine's [`BmcAccess`]; every client shares the
-//! process's [`BmcLimiter`] with the machine id as its machine key, so SPEC section 5's bounds (one
+//! process's [`BmcLimiter`] with the machine id as its machine key, so the BMC bounds of docs/security.md (one
 //! call in flight per machine, a bound per BMC host) hold across all the worker's jobs.
 //!
-//! The driver remembers two things per machine, in memory (issue 23): where the system and its
+//! The driver remembers two things per machine, in memory: where the system and its
 //! virtual media devices are on the BMC ([`Discovery`]: the next client skips the service root
 //! and the collections; never the system read that checks the UUID before a destructive call,
-//! SPEC section 5), and the power change a `start_*` call asked for and has not seen settle
+//! docs/security.md), and the power change a `start_*` call asked for and has not seen settle
 //! ([`PendingPower`]), so that a job can end its run while the BMC works and settle it in the
 //! next. A memo is about one endpoint (URL and system id): new credentials or another system id
 //! start afresh. A layout that changed under a remembered discovery (a path that is gone, another

@@ -5,7 +5,8 @@
 //! needs (power convergence, restart, one-time boot, boot back to disk, virtual media), each
 //! destructive one guarded by a system UUID check, and the two composite operations of the
 //! `BmcDriver` seam, `boot_from_media` and `finish_boot`, each one operation under one machine
-//! slot. The seed URL's token is never logged nor put into an error ([`mask_url`]). [`BmcLimiter`] keeps SPEC §5's bounds: one call in flight per machine and a
+//! slot. The seed URL's token is never logged nor put into an error ([`mask_url`]). [`BmcLimiter`]
+//! keeps the BMC bounds of docs/security.md: one call in flight per machine and a
 //! configurable number per BMC host.
 //!
 //! Errors are [`RedfishError`], classified with [`RedfishError::is_transient`] and

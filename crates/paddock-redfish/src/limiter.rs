@@ -1,4 +1,4 @@
-//! `BmcLimiter`: the concurrency bounds of SPEC §5, shared by every client of a process.
+//! `BmcLimiter`: the concurrency bounds of docs/security.md, shared by every client of a process.
 //!
 //! - At most one operation in flight per machine (key: the machine id or system UUID the caller
 //!   chooses). A [`RedfishClient`](crate::RedfishClient) holds this permit for a whole operation,

@@ -1,4 +1,4 @@
-//! cloud-init NoCloud seed images of paddock (SPEC §5: `seed.iso`, volume label `cidata`).
+//! cloud-init NoCloud seed images of paddock (docs/security.md: `seed.iso`, volume label `cidata`).
 //!
 //! [`iso_image`] writes a small ISO 9660 (ECMA-119) image holding files in its root directory and in
 //! directories one level below it; [`nocloud_iso`] is the flat case; [`seed_iso`] is the NoCloud
@@ -112,7 +112,7 @@ pub fn seed_iso(meta_data: &[u8], user_data: &[u8], network_config: Option<&[u8]
     nocloud_iso(&files, NOCLOUD_LABEL)
 }
 
-/// Writes a run's agent seed (SPEC section 5): `meta-data` and `user-data` for cloud-init's NoCloud
+/// Writes a run's agent seed (docs/security.md): `meta-data` and `user-data` for cloud-init's NoCloud
 /// data source, and `paddock/agent.json` for the agent, label `cidata`, padded to at least
 /// [`MIN_SEED_BYTES`] so that a floppy-type virtual media device can carry it.
 pub fn agent_seed_iso(meta_data: &[u8], user_data: &[u8], agent_json: &[u8]) -> Result<Vec<u8>, SeedError> {

@@ -1,4 +1,4 @@
-//! The machine agents' side (SPEC section 5): a run's tokens (a wipe or a provisioning boot), its
+//! The machine agents' side (docs/security.md): a run's tokens (a wipe or a provisioning boot), its
 //! NoCloud seed image, its configuration, and the report that uses the run up.
 //!
 //! Tokens. The seed token is 32 random bytes (base64url), the only secret in a URL: the BMC fetches
@@ -44,7 +44,7 @@ const TOKEN_BYTES: usize = 32;
 const AGENT_TOKEN_LABEL: &str = "paddock-agent-token";
 const UNKNOWN: Error = Error::NotFound { kind: "agent token" };
 
-/// What the agent endpoints need from the configuration (SPEC section 9).
+/// What the agent endpoints need from the configuration (docs/configuration.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentSettings {
     /// `PADDOCK_AGENT_BASE_URL`, no trailing slash: what machines call.

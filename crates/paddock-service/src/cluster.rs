@@ -5,7 +5,7 @@
 //! against quotas one after the other.
 //!
 //! Operations of clusters and pools complete when the reconciler's observed generation reaches
-//! the generation they were created for (SPEC section 4); jobs therefore carry no operation.
+//! the generation they were created for (docs/api.md); jobs therefore carry no operation.
 
 use paddock_domain::cluster::{self as rules, Cluster, ClusterSpec, NodePool, NodePoolSpec};
 use paddock_domain::cursor::PageRequest;
@@ -462,7 +462,7 @@ fn patched_stack_version(patch: &mut serde_json::Value, current: &str) -> Result
 
 /// 409 `insufficient_capacity` when a cluster would ask for more machines of a class than the
 /// fleet holds: such a request could never be met and would only hold up the class's line. The
-/// message keeps the fleet's size to the provider (SPEC section 6 step 3).
+/// message keeps the fleet's size to the provider (docs/architecture.md, cluster reconciler step 3).
 async fn check_fleet(conn: &mut Conn, class: MachineClassId, wanted: u64) -> Result<()> {
     if wanted > machine_class::fleet_size(conn, class).await? {
         return Err(Error::conflict(

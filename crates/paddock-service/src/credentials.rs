@@ -1,6 +1,6 @@
 //! Tenant cluster credentials: how paddock reaches a tenant cluster's own API server (the sealed
 //! admin kubeconfig, shared by the worker and the API), and the tenant's own kubeconfig
-//! (`GET /v1/tenants/{tenant_id}/clusters/{cluster_id}/kubeconfig`, SPEC sections 4 and 6 step 2).
+//! (`GET /v1/tenants/{tenant_id}/clusters/{cluster_id}/kubeconfig`, docs/api.md, docs/tenants.md).
 //!
 //! The tenant's kubeconfig holds a TokenRequest token of a per-cluster ServiceAccount bound to
 //! cluster-admin (made by the [`TenantCredentials`] driver), never the admin kubeconfig. Only
@@ -146,7 +146,7 @@ impl Services {
                     .ok_or(Error::NotFound { kind: "cluster" })?;
                 let t = tenant::get(&mut conn, tenant_id).await?.ok_or(Error::NotFound { kind: "cluster" })?;
                 // Minting a credential is a write of the tenant's: refused while it is suspended,
-                // like its other writes (SPEC section 2); a provider admin still gets one.
+                // like its other writes (docs/api.md); a provider admin still gets one.
                 if matches!(scope, Scope::Tenant(_)) && t.state == TenantState::Suspended {
                     return Err(Error::conflict(
                         "tenant_suspended",

@@ -1,4 +1,4 @@
-//! The custody ledger (SPEC section 5), its signed checkpoints, and the tenant isolation report.
+//! The custody ledger (docs/security.md), its signed checkpoints, and the tenant isolation report.
 //!
 //! The services hold the ledger key and hand it to every store function that moves a machine,
 //! which writes the transition's entry with its MAC already computed (`paddock_store::custody`):

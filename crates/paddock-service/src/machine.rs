@@ -239,7 +239,7 @@ impl Services {
         .await
     }
 
-    /// Forces the release of a machine's tenancy at once (SPEC sections 4 and 5): 409 unless the
+    /// Forces the release of a machine's tenancy at once (docs/api.md, docs/security.md): 409 unless the
     /// machine holds a tenancy, or while a forced release is already pending; the worker then
     /// records the forcing (billing stops there), powers the machine off, deletes its Node best
     /// effort and sends it to cleaning.

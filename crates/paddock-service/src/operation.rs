@@ -19,7 +19,7 @@ pub(crate) enum Target {
     /// A machine (provider-owned): its own reconcile job reports to the operation.
     Machine(MachineId),
     /// A cluster, or one of its node pools: the cluster's reconcile job converges both, and the
-    /// operation completes when the observed generation reaches its own (SPEC section 4).
+    /// operation completes when the observed generation reaches its own (docs/api.md).
     Cluster { tenant: TenantId, cluster: ClusterId, pool: Option<NodePoolId> },
 }
 

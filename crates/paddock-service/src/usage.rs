@@ -1,4 +1,4 @@
-//! Usage reads, exports, billing periods and adjustments (SPEC section 7).
+//! Usage reads, exports, billing periods and adjustments (docs/billing.md).
 //!
 //! Every read happens at a watermark `as_of` (see `paddock_store::usage`): taken now, or given by
 //! the caller (never above the current one), and kept in cursors, so a repeated read at the same

@@ -7,7 +7,7 @@
 //!
 //! The agent reads its seed as the booted machine reads its second virtual media device: it
 //! fetches the image from the seed URL the BMC holds (`<seed base>/v1/agent/seed/<seed token>.iso`)
-//! and finds `paddock/agent.json` in it (SPEC section 5); then it fetches
+//! and finds `paddock/agent.json` in it (docs/security.md); then it fetches
 //! `{agent_url}/v1/agent/config` and posts `{agent_url}/v1/agent/report` with the agent token as its
 //! bearer. A wipe's report carries evidence per drive as the real agent's does (identity, method,
 //! a verification of 66 ranges read back as zeros) and the simulated wipe image's digest. 2xx =
@@ -108,7 +108,7 @@ impl SimAgent {
     }
 
     /// One pass: claims the due boots and handles them all at once (a machine's agent does not
-    /// wait for another machine's: issue 23 found 4,500 boots handled one at a time bounding a
+    /// wait for another machine's: handled one at a time, 4,500 boots bounded a
     /// zero-latency fleet at ~45 reports/s); returns how many it finished (reported or gave up
     /// on). Boots to retry are released for the next pass.
     pub async fn tick(&self) -> Result<usize, SimError> {

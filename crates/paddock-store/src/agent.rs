@@ -1,4 +1,4 @@
-//! Agent tokens (SPEC section 5): a run's row is found by the SHA-256 of its seed token (the BMC's
+//! Agent tokens (docs/security.md): a run's row is found by the SHA-256 of its seed token (the BMC's
 //! seed fetch) or of its agent token (the agent's bearer), never by a token itself.
 
 use chrono::{DateTime, Utc};

@@ -1,4 +1,5 @@
-//! Allocation (SPEC section 6 step 3): a cluster's shortfall is allocated all or nothing, first
+//! Allocation (docs/architecture.md, cluster reconciler step 3): a cluster's shortfall is allocated
+//! all or nothing, first
 //! come first served among the clusters waiting for a class, within the tenant's quotas, in the
 //! caller's transaction; and what a cluster holds.
 //!
@@ -170,7 +171,8 @@ impl Line {
     }
 }
 
-/// One allocation attempt, in the order SPEC section 6 step 3 gives: an earlier waiting cluster
+/// One allocation attempt, in the order docs/architecture.md, cluster reconciler step 3 gives: an
+/// earlier waiting cluster
 /// of the class goes first (until its head timeout), then the tenant's quotas, then the machines
 /// themselves (without those kept for a head past its timeout).
 async fn try_allocate(

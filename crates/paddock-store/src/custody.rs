@@ -138,7 +138,7 @@ pub async fn append_all(
         entries.push(entry);
     }
     insert(conn, &entries).await?;
-    // Usage segments open and close with the transition that causes them (SPEC section 7).
+    // Usage segments open and close with the transition that causes them (docs/billing.md).
     for n in new {
         crate::usage::on_transition(conn, n.machine, n.from, n.to).await?;
     }

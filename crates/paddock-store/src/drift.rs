@@ -1,4 +1,4 @@
-//! Drift checks of ready clusters (SPEC section 6; issue #20): every ready cluster has one queued
+//! Drift checks of ready clusters (docs/architecture.md): every ready cluster has one queued
 //! [`CLUSTER_DRIFT_CHECK`] job, due a drift interval after the last check (spread, so clusters that
 //! became ready together do not wake together). The job shares the cluster's target with its
 //! reconcile job, so the queue never runs the two at once. It is armed in the transaction that

@@ -828,7 +828,7 @@ pub async fn depth(conn: &mut Conn) -> Result<Vec<Depth>, StoreError> {
 /// planner takes the claim's `kind = any($1)` for a rare value, reads every queued job through
 /// `jobs_queued_key` and sorts them, so each claim costs in proportion to the backlog (12,600
 /// buffers with 4,100 jobs due, against some 400 on the `(run_at, id)` order of `jobs_ready_idx`
-/// once any statistics exist, however old: BENCHMARKS.md, issue 23 item 2). Cheap when they
+/// once any statistics exist, however old: bench/results/fleet.md). Cheap when they
 /// exist (one catalog read); the worker runs it once, when the first backlog shows.
 pub async fn ensure_statistics(conn: &mut Conn) -> Result<bool, StoreError> {
     let measured: bool = sqlx::query_scalar(

@@ -1,4 +1,4 @@
-//! The machine lifecycle's writes beyond inspection (SPEC sections 5 and 6): verified cleans,
+//! The machine lifecycle's writes beyond inspection (docs/architecture.md): verified cleans,
 //! activation and release (agent runs are [`crate::run`], allocation is [`crate::allocation`]).
 //!
 //! Every write is guarded on the machine's state and status version read before it, so a lost
@@ -251,7 +251,7 @@ pub async fn finish_release(
 
 /// Ends a machine's tenancy like [`finish_release`], but into `maintenance` with `failure`
 /// (code, message) as its maintenance reason (the code) and last error: a forced release whose
-/// power-off failed (SPEC section 5). The machine leaves maintenance only through cleaning.
+/// power-off failed (docs/architecture.md). The machine leaves maintenance only through cleaning.
 pub async fn end_tenancy_in_maintenance(
     conn: &mut Conn,
     key: &LedgerKey,
@@ -340,11 +340,11 @@ pub async fn release_clock(conn: &mut Conn, id: MachineId) -> Result<Option<Rele
     Ok(row.map(|(allocation_id, started_at, forced_at)| ReleaseClock { allocation_id, started_at, forced_at }))
 }
 
-/// Records that a release is forced (SPEC section 5): the moment the machine leaves the tenant's
+/// Records that a release is forced (docs/security.md): the moment the machine leaves the tenant's
 /// control. In one transaction, guarded on the state (`releasing` or `provision_failed`, which
 /// it keeps) and status version: the allocation's `release_forced_at`, the ledger entry with
 /// `reason` and `evidence` (plus the holder and who asked), and the close of the machine's usage
-/// segment at this moment (SPEC section 7). False when someone else moved the machine first, or
+/// segment at this moment (docs/billing.md). False when someone else moved the machine first, or
 /// the release was already forced (nothing written).
 pub async fn record_forced_release(
     conn: &mut Conn,

@@ -165,7 +165,7 @@ pub async fn delete(conn: &mut Conn, id: MachineClassId) -> Result<(), StoreErro
 }
 
 /// How many machines the fleet holds of a class (every machine not retired): the most one
-/// request may ask for (SPEC section 6 step 3).
+/// request may ask for (docs/architecture.md, cluster reconciler step 3).
 pub async fn fleet_size(conn: &mut Conn, id: MachineClassId) -> Result<u64, StoreError> {
     let n: i64 = sqlx::query_scalar("select count(*) from machines where machine_class_id = $1 and state <> 'retired'")
         .bind(id.uuid())

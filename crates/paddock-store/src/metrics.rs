@@ -29,7 +29,8 @@ pub async fn clusters_by_phase_and_kind(conn: &mut Conn) -> Result<Vec<Count>, S
     .await?)
 }
 
-/// Clusters waiting in line for machines (SPEC section 6 step 3): how many, and how long the one
+/// Clusters waiting in line for machines (docs/architecture.md, cluster reconciler step 3): how
+/// many, and how long the one
 /// waiting longest has waited, in seconds (0 when none waits).
 pub async fn waiting_for_machines(conn: &mut Conn) -> Result<(i64, f64), StoreError> {
     Ok(sqlx::query_as(

@@ -152,7 +152,7 @@ pub async fn progress(conn: &mut Conn, targets: &[Uuid], observed: &[OperationSt
 
 /// Completes the open operations on `target` created for a generation up to `generation` (or all
 /// of them with `None`: the target is gone), with `observed` merged into their steps (steps still
-/// running end now). SPEC section 4: an operation succeeds when its target observed the
+/// running end now). docs/api.md: an operation succeeds when its target observed the
 /// generation it was created for, or the target is gone.
 pub async fn succeed(
     conn: &mut Conn,

@@ -1,4 +1,4 @@
-//! The power sync's bookkeeping (issue #7): which machines are due for a power check, the drift
+//! The power sync's bookkeeping: which machines are due for a power check, the drift
 //! count of each, the fleet-wide job and the per-machine correction jobs, and the guarded moves
 //! out of service after repeated drift.
 //!

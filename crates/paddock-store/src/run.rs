@@ -1,4 +1,4 @@
-//! Agent runs (SPEC section 5): a wipe in `cleaning` or a provisioning boot in `provisioning`,
+//! Agent runs (docs/security.md): a wipe in `cleaning` or a provisioning boot in `provisioning`,
 //! decided and recorded on the machine before it boots (`run_id`), then its boot
 //! (`run_booted_at`), the agent's report (in `agent_tokens`, see `agent`) and the media ejected
 //! after it (`run_finished_at`). Every write is guarded on the machine's state and status version

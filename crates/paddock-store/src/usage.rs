@@ -1,4 +1,4 @@
-//! Usage segments (SPEC section 7): written in the transaction of the state change that causes
+//! Usage segments (docs/billing.md): written in the transaction of the state change that causes
 //! them, read back clipped to a range at a watermark.
 //!
 //! Writes. A machine segment opens (end null) when the machine becomes `active` (keyed by its

@@ -1,5 +1,5 @@
 //! What the machine agents (the wipe image and the node's first boot) find in their seed, fetch and
-//! report (SPEC section 5): the seed token is in the seed's URL only; `config` and `report` take the
+//! report (docs/security.md): the seed token is in the seed's URL only; `config` and `report` take the
 //! run's agent token as a bearer instead of a JWT.
 
 use chrono::{DateTime, Utc};

@@ -1,4 +1,4 @@
-//! The custody ledger of a machine and a tenant's isolation report (SPEC section 5).
+//! The custody ledger of a machine and a tenant's isolation report (docs/security.md).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

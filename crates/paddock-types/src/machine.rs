@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 use crate::operation::OperationView;
 use crate::{ClusterId, Labels, MachineId, NodePoolId, TenantId};
 
-/// Where a machine is in its lifecycle (SPEC section 5).
+/// Where a machine is in its lifecycle (docs/architecture.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MachineState {

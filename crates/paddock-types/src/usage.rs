@@ -1,4 +1,4 @@
-//! Usage (SPEC section 7): records clipped to a range, aggregates by window and group, billing
+//! Usage (docs/billing.md): records clipped to a range, aggregates by window and group, billing
 //! periods and adjustments. Seconds are exact integers; hours are derived decimal strings.
 
 use chrono::{DateTime, Utc};

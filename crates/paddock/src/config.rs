@@ -1,5 +1,5 @@
 //! The one configuration of a paddock process: parsed once (flags with environment fallbacks, the
-//! names of SPEC section 9), validated, then passed down as typed parts. No other code reads the
+//! names of docs/configuration.md), validated, then passed down as typed parts. No other code reads the
 //! environment.
 
 use std::net::SocketAddr;
@@ -166,7 +166,6 @@ pub struct Settings {
     /// Origins allowed for the portal, comma-separated.
     #[arg(long, env = "PADDOCK_CORS_ORIGINS", value_delimiter = ',', global = true)]
     pub cors_origins: Vec<String>,
-    /// Log filter.
     /// Jobs one worker process runs at once.
     #[arg(long, env = "PADDOCK_WORKER_CONCURRENCY", default_value_t = 8, global = true)]
     pub worker_concurrency: usize,
@@ -226,6 +225,7 @@ pub struct Settings {
     #[arg(long, env = "PADDOCK_RATE_LIMIT_BURST", default_value_t = 100_000, global = true)]
     pub rate_limit_burst: u32,
 
+    /// Log filter (`tracing` EnvFilter syntax, e.g. `info,paddock_worker=debug`).
     #[arg(long, env = "PADDOCK_LOG", default_value = "info", global = true)]
     pub log: String,
     /// Log format.
@@ -381,7 +381,7 @@ impl Settings {
         Ok(Some(key))
     }
 
-    /// What the agent endpoints need (SPEC sections 5 and 9): their URLs (the machines' and the
+    /// What the agent endpoints need (docs/security.md, docs/configuration.md): their URLs (the machines' and the
     /// BMCs'), the CA the agents are to trust, and the two images' digests (the simulated images'
     /// when not configured, which only the simulated machines report).
     pub fn agent(&self) -> anyhow::Result<paddock_service::agent::AgentSettings> {
@@ -428,7 +428,7 @@ impl Settings {
             }
         }
         // The images travel the same provisioning network as the seeds, fetched by the BMCs: the
-        // same rule and the same opt-in (SPEC names no other setting for them).
+        // same rule and the same opt-in (no other setting exists for them).
         for (name, url) in
             [("PADDOCK_WIPE_IMAGE_URL", &self.wipe_image_url), ("PADDOCK_OS_IMAGE_URL", &self.os_image_url)]
         {
@@ -466,7 +466,7 @@ impl Settings {
 
     /// The simulated BMC driver boots simulated images: their URLs default to the simulated ones
     /// (`paddock dev` and `paddock serve` alike), or every machine would wait in cleaning for a
-    /// wipe image that is never configured (SPEC section 9).
+    /// wipe image that is never configured (docs/configuration.md).
     pub fn simulated_defaults(&mut self) {
         if self.bmc_driver == BmcDriver::Simulated {
             let sim_image = |name: &str| url::Url::parse(&format!("http://images.paddock.invalid/{name}"));

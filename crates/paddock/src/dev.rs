@@ -94,7 +94,7 @@ pub fn run(mut settings: Settings, args: DevArgs) -> anyhow::Result<()> {
     if std::env::var_os("PADDOCK_BMC_DRIVER").is_none() && settings.bmc_driver == BmcDriver::None {
         settings.bmc_driver = BmcDriver::Simulated;
     }
-    // `dev` serves its agents on the loopback listener over plain http (SPEC section 9).
+    // `dev` serves its agents on the loopback listener over plain http (docs/configuration.md).
     if std::env::var_os("PADDOCK_AGENT_INSECURE_HTTP").is_none() {
         settings.agent_insecure_http = true;
     }

@@ -4,6 +4,7 @@
 mod config;
 mod dev;
 mod http;
+mod reference;
 mod server;
 
 use std::path::PathBuf;
@@ -17,7 +18,7 @@ use config::{LogFormat, Settings};
 /// jemalloc rather than glibc's malloc: a request's allocations are often freed on another tokio
 /// worker than the one that made them, and under glibc that cost paddock's API (more and larger
 /// allocations per request than the bare stack) some 10% of its GET rate against api-bare with
-/// the same allocator (BENCHMARKS.md, issue 23 item 4).
+/// the same allocator (bench/results/api-load.md).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -47,6 +48,12 @@ enum Command {
     Openapi {
         /// Where to write it; `-` for standard output.
         #[arg(long, short, default_value = "openapi/openapi.json")]
+        output: PathBuf,
+    },
+    /// Write the configuration reference (every setting: variable, flag, default, meaning).
+    ConfigReference {
+        /// Where to write it; `-` for standard output.
+        #[arg(long, short, default_value = reference::DEFAULT_PATH)]
         output: PathBuf,
     },
     /// Mint a token with the configured HS256 secret.
@@ -83,7 +90,8 @@ fn main() -> anyhow::Result<()> {
     let mut settings = cli.settings;
     settings.simulated_defaults();
     match cli.command {
-        Command::Openapi { output } => write_openapi(&output),
+        Command::Openapi { output } => write_document(&output, &paddock_api::openapi_json()),
+        Command::ConfigReference { output } => write_document(&output, &reference::markdown()),
         Command::Token { roles, tenant, sub, ttl } => {
             let secret = settings.hs256_secret()?.context("`paddock token` needs PADDOCK_JWT_HS256_SECRET")?;
             println!("{}", mint(&secret, &settings, sub, roles, tenant, ttl)?);
@@ -117,14 +125,15 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-fn write_openapi(output: &std::path::Path) -> anyhow::Result<()> {
-    let json = paddock_api::openapi_json();
+/// Writes a generated document (the OpenAPI document, the configuration reference) to a file,
+/// or to standard output for `-`.
+fn write_document(output: &std::path::Path, text: &str) -> anyhow::Result<()> {
     if output.as_os_str() == "-" {
         use std::io::Write;
         // A closed pipe (`| head`) is not an error worth a panic.
-        let _ = std::io::stdout().write_all(json.as_bytes());
+        let _ = std::io::stdout().write_all(text.as_bytes());
     } else {
-        std::fs::write(output, json).with_context(|| format!("writing {}", output.display()))?;
+        std::fs::write(output, text).with_context(|| format!("writing {}", output.display()))?;
         eprintln!("wrote {}", output.display());
     }
     Ok(())

@@ -1,4 +1,4 @@
-//! Chaos (issue "Durable work"): with a fixed seed and a bounded size, 50 clusters are created,
+//! Chaos: with a fixed seed and a bounded size, 50 clusters are created,
 //! scaled and deleted through a real `paddock api` process while `paddock worker` processes are
 //! killed with SIGKILL at random moments and restarted. Afterwards every cluster reaches its
 //! desired state, no machine was ever in two live allocations, no machine became `available`

@@ -64,7 +64,7 @@ async fn paddock_dev_serves_demo_data_and_stops_its_postgres_on_ctrl_c() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 
-    // The README's billing pull works in dev as it does in production: the FOCUS export too (the
+    // The billing pull of docs/billing.md works in dev as it does in production: the FOCUS export too (the
     // demo classes have prices, and dev names the provider).
     let now = chrono::Utc::now();
     let window = |d: chrono::Duration| (now + d).format("%Y-%m-%dT%H:00:00Z").to_string();

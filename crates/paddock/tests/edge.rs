@@ -1,4 +1,4 @@
-//! The HTTP edge of a real `paddock api` process (issue "Edge hardening", item 4): a client that
+//! The HTTP edge of a real `paddock api` process: a client that
 //! sends its headers slowly (slowloris) loses its connection after PADDOCK_HTTP_HEADER_READ_TIMEOUT,
 //! and a flood from one client address gets 429 with `Retry-After` while another caller (a JWT
 //! subject) keeps being served. Each test prints what it measured (for BENCHMARKS.md's notes;

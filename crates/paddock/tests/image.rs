@@ -44,23 +44,13 @@ fn one(stage: &[(String, String)], op: &str) -> String {
     found[0].clone()
 }
 
-/// The variable names of the configuration tables: the README's and SPEC section 9's (the shared
-/// directory beside the repository, `PADDOCK_SHARED`; required on CI).
+/// The variable names of the configuration reference (docs/configuration.md, generated from the
+/// settings' definitions).
 fn configuration_names() -> Vec<String> {
-    let shared = std::env::var("PADDOCK_SHARED").map_or_else(|_| repo().join("../shared"), PathBuf::from);
-    let spec = std::fs::read_to_string(shared.join("SPEC.md")).unwrap_or_else(|e| {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "SPEC.md in {}: {e} (CI=true)", shared.display());
-        String::new()
-    });
-    let readme = read("README.md");
-    let table = readme.split("## Configuration").nth(1).expect("a Configuration section");
-    let spec_table = spec.split("## 9. Configuration").nth(1).unwrap_or_default();
-    table
+    read("docs/configuration.md")
         .lines()
-        .chain(spec_table.lines())
         .filter(|l| l.starts_with("| `PADDOCK_"))
-        .flat_map(|l| l.split('|').nth(1).unwrap_or_default().split([',', '/']).map(str::to_owned).collect::<Vec<_>>())
-        .map(|n| n.trim().trim_matches('`').split(' ').next().unwrap_or_default().trim_matches('`').to_owned())
+        .map(|l| l.split('|').nth(1).unwrap_or_default().trim().trim_matches('`').to_owned())
         .collect()
 }
 

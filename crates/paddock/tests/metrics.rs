@@ -1,4 +1,4 @@
-//! `/metrics` of real `paddock` processes (SPEC sections 3 and 9): every process that runs a worker
+//! `/metrics` of real `paddock` processes (docs/api.md, docs/configuration.md): every process that runs a worker
 //! renders its job outcomes, and `PADDOCK_METRICS_LISTEN` gives the metrics a listener of their
 //! own: the only one of a `paddock worker`, and then `/metrics` is off the API listener.
 

@@ -1,4 +1,4 @@
-//! What a real `paddock` process refuses at start (SPEC sections 5 and 9): outside `paddock dev`,
+//! What a real `paddock` process refuses at start (docs/security.md, docs/configuration.md): outside `paddock dev`,
 //! every process that serves or works needs the custody ledger's key, and says which setting; and
 //! `paddock migrate` with an owner URL leaves the runtime role only reads and appends of the ledger.
 

@@ -1,4 +1,4 @@
-//! Issue #20 item 4: the lab with the REAL Slinky slurm-operator 1.2.1 (built by
+//! The lab with the REAL Slinky slurm-operator 1.2.1 (built by
 //! `scripts/slurm-operator`, `PADDOCK_TEST_SLURM_OPERATOR`) instead of the played one. Each tenant
 //! API server then runs the harness's workload controllers and the real kube-scheduler
 //! ([`WORKLOADS`]); paddock's stack applies the real operator chart into it, and once paddock has

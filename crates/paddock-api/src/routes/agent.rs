@@ -1,4 +1,4 @@
-//! The machine-facing agent endpoints (SPEC sections 4 and 5), no JWT:
+//! The machine-facing agent endpoints (docs/api.md, docs/security.md), no JWT:
 //! - `GET /v1/agent/seed/{seed_token}.iso`: the run's seed, the only agent URL with a secret in
 //!   it (a BMC fetching virtual media cannot send headers);
 //! - `GET /v1/agent/config` and `POST /v1/agent/report` with `Authorization: Bearer <agent token>`,

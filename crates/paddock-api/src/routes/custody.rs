@@ -1,5 +1,5 @@
 //! `/v1/custody/checkpoint` and `/v1/custody/verify`: signed heads of every machine's custody
-//! chain, and the check that the chains still reach them (SPEC sections 4 and 5).
+//! chain, and the check that the chains still reach them (docs/api.md, docs/security.md).
 
 use axum::extract::State;
 use axum::response::Response;

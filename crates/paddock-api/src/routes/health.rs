@@ -36,7 +36,7 @@ pub async fn health_ready(State(s): State<AppState>) -> Response {
 /// Prometheus metrics.
 ///
 /// Prometheus metrics in the text format: requests, jobs, machines, clusters, queue depth, build info (see
-/// the README's metrics table).
+/// the metrics table of docs/operating.md).
 #[utoipa::path(get, path = "/metrics", operation_id = "metrics_view", tag = "health",
     responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain; version=0.0.4")))]
 pub async fn metrics_view(State(s): State<AppState>) -> Response {

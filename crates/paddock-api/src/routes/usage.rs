@@ -1,4 +1,4 @@
-//! `/v1/usage/...` and `/v1/tenants/{tenant_id}/usage/...` (SPEC section 7).
+//! `/v1/usage/...` and `/v1/tenants/{tenant_id}/usage/...` (docs/billing.md).
 
 use axum::body::Body;
 use axum::extract::State;

@@ -362,7 +362,7 @@ async fn media_boot_over_tls_polls_the_delayed_power_changes() {
     .await;
 }
 
-/// Issue 23: a wipe's boot and its end without waiting for the power, on the emulator that applies
+/// A wipe's boot and its end without waiting for the power, on the emulator that applies
 /// power changes 2 s late. The boot's call returns once the power-on is asked for; the power
 /// settles through `power_progress`; the end, asked for before the power-on has even shown (an
 /// agent that reports at once), first settles that power-on, then answers `Pending` until the
@@ -421,9 +421,9 @@ async fn a_wipe_boot_and_its_end_return_while_the_power_changes() {
     assert!(devices.iter().all(|d| d.inserted != Some(true)), "{devices:?}");
 }
 
-/// Issue 23: the driver remembers where a machine's system and media devices are, so only its
+/// The driver remembers where a machine's system and media devices are, so only its
 /// first call reads the service root and the collections; every call still reads the system
-/// itself (the UUID guard of SPEC section 5). Another endpoint for the machine starts afresh.
+/// itself (the UUID guard of docs/security.md). Another endpoint for the machine starts afresh.
 /// Read-only calls on node-011.
 #[tokio::test]
 async fn discovery_is_remembered_per_machine_but_the_system_is_read_every_time() {
@@ -467,7 +467,7 @@ fn advertise_secure_erase(proxy: &FaultProxy, node: &Node, drive: &str) {
     ));
 }
 
-/// Out-of-band erase (SPEC section 5). sushy-tools has no `Drive.SecureErase`, so the action is
+/// Out-of-band erase (docs/security.md). sushy-tools has no `Drive.SecureErase`, so the action is
 /// the TEST PROXY's: it adds the action to drives `nvme0` and `nvme1` of the real emulator's
 /// system (rewriting their GETs), answers the POST to `nvme0`'s itself with 204 (a BMC that
 /// accepted the erase) and refuses `nvme1`'s with 400, and records both POSTs. Everything else,
@@ -522,7 +522,7 @@ async fn secure_erase_is_called_on_every_drive_that_advertises_it_and_each_resul
     assert_eq!(proxy.changes().len(), 2, "no erase on another system");
 }
 
-/// Out-of-band erase beyond drives (SPEC section 5: "the BIOS/`Storage` actions a BMC lists").
+/// Out-of-band erase beyond drives (docs/security.md: "the BIOS/`Storage` actions a BMC lists").
 /// sushy-tools has neither action, so they are the TEST PROXY's: it adds
 /// `#Storage.ResetToDefaults` to the real emulator's storage subsystem `1` and
 /// `#ComputerSystem.Decommission` to its system (rewriting their GETs), accepts the POSTs itself

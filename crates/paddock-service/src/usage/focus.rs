@@ -1,4 +1,4 @@
-//! The FOCUS export (SPEC section 7): a CSV in the FinOps FOCUS 1.2 layout, one row per record
+//! The FOCUS export (docs/billing.md): a CSV in the FinOps FOCUS 1.2 layout, one row per record
 //! per UTC day, priced with each class's list price in force at the row's `ChargePeriodStart`.
 //!
 //! Columns: every column FOCUS 1.2 makes mandatory, the conditional ones this product has

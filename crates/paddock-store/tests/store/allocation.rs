@@ -1,4 +1,4 @@
-//! Allocation (SPEC section 6 step 3): all or nothing, within quota, first come first served,
+//! Allocation (docs/architecture.md, cluster reconciler step 3): all or nothing, within quota, first come first served,
 //! one live allocation per machine.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! The cluster reconciler: SPEC section 6, converged from the top on every run.
+//! The cluster reconciler: docs/architecture.md, converged from the top on every run.
 //!
 //! 1. isolation on the platform cluster; 2. the tenant control plane (its admin kubeconfig stored
 //!    sealed); 3. machines: surplus released, shortfall allocated all or nothing, first come first
@@ -6,7 +6,7 @@
 //!    when machines free up), allocated machines provisioned by their own jobs; 4. the tenant base
 //!    stack; 5. Slurm (`kind: slurm`); 6. status: conditions, phase, endpoints, pool counts, and
 //!    `observed_generation` once everything is ready, which completes the operations created for
-//!    that generation (SPEC section 4).
+//!    that generation (docs/api.md).
 //!
 //! Deletion removes Slurm, releases every machine (they go back through cleaning), then removes
 //! the control plane and the namespace, and only when each is confirmed gone marks the cluster
@@ -60,7 +60,7 @@ const MACHINE_WAIT: Duration = Duration::from_secs(60);
 const FAILED_WAIT: Duration = Duration::from_secs(3600);
 
 /// What a tenant is told while its cluster waits for machines: nothing about the fleet, free
-/// capacity or other tenants (SPEC section 6 step 3).
+/// capacity or other tenants (docs/architecture.md, cluster reconciler step 3).
 const TENANT_WAITING: &str = "waiting for machines of the requested class to become available; \
     the cluster continues by itself";
 
@@ -226,7 +226,7 @@ impl ClusterReconciler {
         Ok(Some(Loaded { cluster, pools, reference, held, sealed }))
     }
 
-    /// One run over SPEC section 6's steps, in order; the status is written at the end.
+    /// One run over the cluster reconciler's steps (docs/architecture.md), in order; the status is written at the end.
     async fn converge(
         &self,
         kube: &KubeDrivers,
@@ -687,7 +687,7 @@ impl ClusterReconciler {
             if !self.settings.drift_interval.is_zero() {
                 drift::arm(&mut tx, tenant, id, spread(self.settings.drift_interval)).await?;
             }
-            // The control plane is billed from the first time the cluster is ready (SPEC section 7).
+            // The control plane is billed from the first time the cluster is ready (docs/billing.md).
             paddock_store::usage::open_control_plane_segment(&mut tx, tenant, id).await?;
             operation::succeed(&mut tx, id.uuid(), Some(cluster.generation), steps).await?;
             for pool in pools {
@@ -886,8 +886,7 @@ fn waits_for_machines(missing: &[&str]) -> bool {
     missing.contains(&NODES_READY) && missing.iter().all(|t| [NODES_READY, SLURM_READY].contains(t))
 }
 
-/// The phase and observed generation of a run that found the cluster `ready` or not (SPEC
-/// section 4).
+/// The phase and observed generation of a run that found the cluster `ready` or not (docs/api.md).
 fn phase(cluster: &Cluster, ready: bool) -> (ClusterPhase, i64) {
     let before = cluster.status.observed_generation;
     if ready {
@@ -1026,7 +1025,7 @@ fn steps(conditions: &[Condition], required: &[&str]) -> Vec<OperationStep> {
         .collect()
 }
 
-/// Where a deletion is: the step being carried out (SPEC section 6's order, reversed).
+/// Where a deletion is: the step being carried out (the reconciler's order in docs/architecture.md, reversed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum DeleteStage {
     Slurm,

@@ -1,4 +1,4 @@
-//! The machine reconciler: the lifecycle of SPEC section 5, one guarded step at a time.
+//! The machine reconciler: the machine lifecycle of docs/architecture.md, one guarded step at a time.
 //!
 //! ```text
 //! enrolling -> inspecting -> cleaning -> available -> allocated -> provisioning -> active
@@ -64,14 +64,14 @@ use crate::{Job, JobHandler, Outcome};
 /// new `machine_reconcile` job, so a fix is picked up at once, not after this wait.
 pub const BMC_FIX_WAIT: Duration = Duration::from_secs(3600);
 
-/// The wait reason of a run that ends while the BMC changes the power (issue 23).
+/// The wait reason of a run that ends while the BMC changes the power.
 const POWERING: &str = "waiting_for_power";
 
 /// Steps one run may take before it yields (each re-reads the machine).
 const STEPS_PER_RUN: usize = 16;
 
 /// The maintenance reason (and `last_error.code`) of a machine whose forced release could not
-/// power it off (SPEC section 5).
+/// power it off (docs/architecture.md).
 pub const RELEASE_POWER_OFF_FAILED: &str = "release_power_off_failed";
 
 /// How long a forced release waits for the tenant API server to take the deletes of the Node
@@ -181,7 +181,7 @@ impl MachineReconciler {
                 .guarded(m.id, |c, k| machine::transition(c, k, m.id, m.state, m.status_version, S::Retired).boxed())
                 .await;
         }
-        // An operator forces the release (SPEC section 4): a machine still being given to its
+        // An operator forces the release (docs/api.md): a machine still being given to its
         // tenant, or serving it, starts releasing; `release` then forces it at once.
         if m.force_release_reason.is_some() && HELD.contains(&m.state) {
             return self.begin_release(m).await;
@@ -361,7 +361,7 @@ impl MachineReconciler {
     // -----------------------------------------------------------------------------------------
     // Cleaning.
 
-    /// The wipe (SPEC section 5): a run, a boot from the wipe image with the run's seed, the
+    /// The wipe (docs/architecture.md): a run, a boot from the wipe image with the run's seed, the
     /// agent's report, power off and eject, then `available` with the clean recorded, or
     /// `clean_failed`. Nothing becomes available without every listed drive wiped.
     async fn clean(&self, bmc: &dyn BmcDriver, m: &Machine, run: Option<Run>) -> Step {
@@ -426,8 +426,8 @@ impl MachineReconciler {
         access: &BmcAccess,
         booted_at: DateTime<Utc>,
     ) -> Step {
-        // The boot's power-on first: the BMC carries it out while the job holds no slot
-        // (issue 23); a request that looks lost is sent again.
+        // The boot's power-on first: the BMC carries it out while the job holds no slot;
+        // a request that looks lost is sent again.
         match bmc.power_progress(access).await {
             Ok(PowerProgress::Done) => {}
             Ok(PowerProgress::Pending(after)) => {
@@ -534,7 +534,7 @@ impl MachineReconciler {
                 let message = "no node OS image is configured (PADDOCK_OS_IMAGE_URL); the machine waits";
                 return self.wait_for_fix(m, "os_image_not_configured", message).await;
             };
-            // The bootstrap token lives for the join token TTL only (SPEC section 5), not the
+            // The bootstrap token lives for the join token TTL only (docs/security.md), not the
             // run's: it is deleted once the Node has registered.
             let (tenant_access, node) = match self.provisioning_side(m).await {
                 Ok(found) => found,
@@ -610,7 +610,7 @@ impl MachineReconciler {
             Err(e) => return self.driver_failed(m, e).await,
         };
         if registered.is_some() {
-            // The Node has registered: its bootstrap tokens have done their work (SPEC section 5).
+            // The Node has registered: its bootstrap tokens have done their work (docs/security.md).
             if let Err(e) = kube.nodes.delete_join_tokens(tenant_access, node).await {
                 return self.driver_failed(m, e).await;
             }
@@ -676,7 +676,7 @@ impl MachineReconciler {
 
     /// `releasing` / `provision_failed` -> `cleaning`: drain the Slurm node, remove the Node,
     /// power off, end the tenancy. Every step checks its postcondition, so a repeat is harmless.
-    /// Bounded by `PADDOCK_RELEASE_TIMEOUT` (SPEC section 5): after it, or at once when an
+    /// Bounded by `PADDOCK_RELEASE_TIMEOUT` (docs/architecture.md): after it, or at once when an
     /// operator asks, the release is forced ([`Self::force_release`]); nothing a tenant does
     /// inside its cluster can keep the machine out of cleaning.
     async fn release(&self, bmc: &dyn BmcDriver, m: &Machine) -> Step {
@@ -737,7 +737,7 @@ impl MachineReconciler {
         self.end_tenancy(m, None).await
     }
 
-    /// The forced release (SPEC section 5): first recorded (ledger entry with the reason, the
+    /// The forced release (docs/security.md): first recorded (ledger entry with the reason, the
     /// usage segment closed: the machine leaves the tenant's control at this moment), then the
     /// power-off through the BMC, then the Node and its Lease deleted best effort, then cleaning;
     /// a failed power-off ends the tenancy in maintenance with `release_power_off_failed`. Each
@@ -885,7 +885,7 @@ impl MachineReconciler {
             Err(e) => return Step::Stop(Outcome::retry("agent_token", format!("issuing the run's token failed: {e}"))),
         };
         let media = BootMedia { image_url, seed_url: self.services.agent_seed_url(&seed_token) };
-        // A wipe's boot does not wait for the power (issue 23): the power-off before the media
+        // A wipe's boot does not wait for the power: the power-off before the media
         // ends the run until it is through, the power-on is settled by the next runs.
         let booted = match purpose {
             AgentPurpose::Wipe => bmc.start_boot_from_media(access, &media).await,
@@ -1125,7 +1125,7 @@ fn cap_wait(step: Step, deadline: DateTime<Utc>) -> Step {
     }
 }
 
-/// The BMC's out-of-band erase (SPEC section 5), after the in-band wipe was verified and in
+/// The BMC's out-of-band erase (docs/security.md), after the in-band wipe was verified and in
 /// addition to it: `{erases: [...]}` (empty where the BMC advertises none), or `{error}` when the
 /// BMC could not be asked; never a reason to hold the machine, whose wipe is already proven.
 async fn erase_out_of_band(bmc: &dyn BmcDriver, access: &BmcAccess) -> serde_json::Value {
@@ -1163,7 +1163,7 @@ fn wipe_drives(inventory: &serde_json::Value) -> Vec<WipeDrive> {
         .collect()
 }
 
-/// A provisioning boot's `config` (SPEC section 5): the join configuration's contract keys at the
+/// A provisioning boot's `config` (docs/security.md): the join configuration's contract keys at the
 /// top (`api_endpoint`, `ca_cert`, `ca_cert_hash`, `bootstrap_token`), the node's name, and the
 /// driver's whole join configuration under `join`.
 fn provision_config(node_name: &str, join: serde_json::Value) -> serde_json::Value {

@@ -3,8 +3,8 @@
 //! status write is guarded on the version read before it, so a run that lost a race re-reads, and
 //! a run repeated after a crash (at any await point) converges to the same result.
 //!
-//! Without a driver (`PADDOCK_BMC_DRIVER` / `PADDOCK_KUBE_DRIVER` = `none`), every run ends the
-//! way SPEC section 9 prescribes: the job waits, the machine shows
+//! Without a driver (`PADDOCK_BMC_DRIVER` / `PADDOCK_KUBE_DRIVER` = `none`), every run ends the way
+//! docs/configuration.md describes: the job waits, the machine shows
 //! `last_error.code = driver_not_configured` and the cluster a `Ready=False` condition with
 //! reason `DriverNotConfigured`; the API still serves.
 

@@ -1,4 +1,4 @@
-//! The power sync (issue #7): machines at rest keep the power their state implies, `available`,
+//! The power sync: machines at rest keep the power their state implies, `available`,
 //! `maintenance` and `clean_failed` off and `active` on, whatever happens behind paddock's back.
 //!
 //! One job kind, [`POWER_SYNC`], with two kinds of target:
@@ -7,7 +7,7 @@
 //!   the queued one): reads the power of up to [`PowerSyncSettings::batch`] machines due for a
 //!   check (in a stable state, not checked for [`PowerSyncSettings::interval`], no job of their
 //!   own open), [`PowerSyncSettings::concurrency`] at a time, through the BMC driver, whose
-//!   limiter keeps SPEC section 5's bounds (one call in flight per machine, a bound per BMC host).
+//!   limiter keeps the BMC bounds of docs/security.md (one call in flight per machine, a bound per BMC host).
 //!   It only reads: a machine whose power is right has its drift count reset; one that drifted
 //!   gets a correction job. Then it waits until the next machine is due. At rest that is one
 //!   indexed query per check and one cheap power read per machine per interval.

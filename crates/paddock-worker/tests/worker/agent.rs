@@ -1,4 +1,4 @@
-//! The wipe and first-boot agent as these tests play it, on the agent contract of SPEC section 5:
+//! The wipe and first-boot agent as these tests play it, on the agent contract of docs/security.md:
 //! the seed fetched from the URL the BMC was given (as the emulator fetched it), read with the
 //! independent ISO reader (pycdlib, see paddock-seed's tests), its `paddock/agent.json` giving the
 //! agent URL and token; `config` and `report` with that token as the bearer.

@@ -1,4 +1,4 @@
-//! Enrollment and inspection of machines (SPEC section 5) through the `MachineReconciler` with the
+//! Enrollment and inspection of machines (docs/architecture.md) through the `MachineReconciler` with the
 //! Redfish driver, against the REAL Redfish emulator that `scripts/test` starts (sushy-tools,
 //! `PADDOCK_TEST_REDFISH_*`). Without the emulator these tests skip with a notice, except under
 //! `CI=true`, where a missing emulator fails them. One test uses a fake driver: the emulator

@@ -1,4 +1,4 @@
-//! The whole machine lifecycle of SPEC section 5 through the `MachineReconciler` with the REAL
+//! The whole machine lifecycle of docs/architecture.md through the `MachineReconciler` with the REAL
 //! Redfish driver against the REAL Redfish emulator (sushy-tools, started by `scripts/test`,
 //! `PADDOCK_TEST_REDFISH_*`) and the real agent endpoints served on a loopback port:
 //!
@@ -950,7 +950,7 @@ async fn a_failed_drive_quarantines_the_machine_and_an_expired_token_is_refused(
     emu.tidy(&uuid).await;
 }
 
-/// Out-of-band erase in the cleaning step (SPEC section 5). sushy-tools has no `Drive.SecureErase`,
+/// Out-of-band erase in the cleaning step (docs/security.md). sushy-tools has no `Drive.SecureErase`,
 /// so node-009 is reached through paddock-redfish's labelled TEST PROXY
 /// (`crates/paddock-redfish/tests/support/proxy.rs`), which adds the action to drive `nvme0`
 /// (rewriting its GET) and answers the POST to it with 204, as a BMC that accepted the erase, and

@@ -1,4 +1,4 @@
-//! Issue #6, fault "emulator stopped mid-operation": the BMC goes away while the
+//! The fault "emulator stopped mid-operation": the BMC goes away while the
 //! `MachineReconciler` works on a machine, and comes back with its state. Nothing is lost (the
 //! agent's report stays recorded, the clean is recorded once) and nothing is reused unwiped (a
 //! machine whose wipe media could not be ejected and whose power could not be confirmed off does

@@ -1,4 +1,4 @@
-//! The power sync (issue #7) with the REAL Redfish driver against the REAL Redfish emulator
+//! The power sync with the REAL Redfish driver against the REAL Redfish emulator
 //! (sushy-tools, started by `scripts/test`, `PADDOCK_TEST_REDFISH_*`): a machine powered on behind
 //! paddock's back is powered off again; a check that finds it right resets the count; drift that
 //! keeps coming back takes the machine to maintenance with reason `power_drift`, recorded (and

@@ -73,7 +73,7 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 {{- end -}}
 
-{{/* The environment of the API and worker processes (README configuration table). */}}
+{{/* The environment of the API and worker processes (docs/configuration.md). */}}
 {{- define "paddock.env" -}}
 {{- $v := .Values -}}
 - { name: PADDOCK_LISTEN, value: "0.0.0.0:8080" }
