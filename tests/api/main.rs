@@ -27,6 +27,9 @@ mod platform;
 mod sweep;
 mod tenant;
 mod usage;
+mod usage_adjustments;
+mod usage_export;
+mod usage_prices;
 mod worker;
 
 // The played kubelets, provisioner, slurmrestd stand-in and operator process of paddock-kube's
