@@ -58,7 +58,7 @@ async fn each_component_of_an_adjustment_is_bounded_and_a_wider_one_is_422_namin
 /// Two adjustments of 2^63 - 1 seconds this month, as rows written before the bound: the bound's
 /// constraint is dropped first, which only the schema's owner can do.
 async fn legacy_overflow(app: &TestApp, tenant: &str) {
-    sqlx::query("alter table usage_adjustments drop constraint usage_adjustments_seconds_bounded")
+    sqlx::query("alter table usage_adjustments drop constraint if exists usage_adjustments_seconds_bounded")
         .execute(&app.db.pool)
         .await
         .expect("dropping the bound");
