@@ -28,6 +28,9 @@ mod sweep;
 mod tenant;
 mod tenant_scope;
 mod usage;
+mod usage_adjustments;
+mod usage_export;
+mod usage_prices;
 mod worker;
 
 // The played kubelets, provisioner, slurmrestd stand-in and operator process of paddock-kube's

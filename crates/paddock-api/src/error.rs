@@ -84,6 +84,7 @@ fn kind(e: &ApiError) -> Kind {
             Error::PreconditionFailed { .. } => {
                 k(StatusCode::PRECONDITION_FAILED, "precondition-failed", "Precondition failed")
             }
+            Error::TooManyRequests { .. } => k(StatusCode::TOO_MANY_REQUESTS, "too-many-requests", "Too many requests"),
             Error::Unavailable(_) => k(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "Service unavailable"),
             Error::Internal(_) => k(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error"),
         },
@@ -164,7 +165,8 @@ impl IntoResponse for ApiError {
             }
             StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS => {
                 let value = match &self {
-                    ApiError::RateLimited { retry_after } => HeaderValue::from(*retry_after),
+                    ApiError::RateLimited { retry_after }
+                    | ApiError::Domain(Error::TooManyRequests { retry_after, .. }) => HeaderValue::from(*retry_after),
                     _ => HeaderValue::from_static(RETRY_AFTER_SECS),
                 };
                 headers.insert(header::RETRY_AFTER, value);

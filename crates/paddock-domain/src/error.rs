@@ -64,6 +64,16 @@ pub enum Error {
         /// The header named it, but weak (`W/"3"`) or unquoted (`3`): never a match.
         misquoted: bool,
     },
+    /// The caller has as many of these requests running as it may (429 with `Retry-After`).
+    #[error("{message}")]
+    TooManyRequests {
+        /// Stable code.
+        code: &'static str,
+        /// Readable message.
+        message: String,
+        /// Seconds the caller should wait before it retries.
+        retry_after: u64,
+    },
     /// A dependency (the database) is unavailable, or the process is draining.
     #[error("the service is temporarily unavailable")]
     Unavailable(#[source] Option<Box<dyn std::error::Error + Send + Sync>>),
@@ -104,7 +114,10 @@ impl Error {
         match self {
             Self::NotFound { .. } => "not_found",
             Self::Forbidden(_) => "forbidden",
-            Self::BadRequest { code, .. } | Self::Conflict { code, .. } | Self::Gone { code, .. } => code,
+            Self::BadRequest { code, .. }
+            | Self::Conflict { code, .. }
+            | Self::Gone { code, .. }
+            | Self::TooManyRequests { code, .. } => code,
             Self::Invalid(_) => "validation_failed",
             Self::UnsupportedMediaType(_) => "unsupported_media_type",
             Self::PayloadTooLarge { .. } => "payload_too_large",

@@ -14,6 +14,11 @@ pub const MAX_RECORDS_SPAN_DAYS: i64 = 31;
 /// Longest span of an aggregate read.
 pub const MAX_AGGREGATE_SPAN_DAYS: i64 = 400;
 
+/// The largest magnitude of each component of an adjustment, in seconds (10^12: about 31,700
+/// years of one node). Far below 64 bits, so sums of adjustments stay exact; the sums are checked
+/// all the same.
+pub const MAX_ADJUSTMENT_SECONDS: i64 = 1_000_000_000_000;
+
 /// A validated half-open range `[from, to)` of whole UTC seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Range {

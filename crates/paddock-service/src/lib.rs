@@ -120,6 +120,8 @@ pub struct Services {
     signing_key: Option<Arc<SigningKey>>,
     /// Metering settings (close grace, FOCUS provider name).
     usage: Arc<usage::UsageSettings>,
+    /// The exports running per caller (`usage::export`).
+    exports: Arc<usage::ExportSlots>,
     /// The `/metrics` gauges' last read (`gauges`).
     gauges: Arc<gauges::GaugeCache>,
 }
@@ -135,6 +137,7 @@ impl Services {
             ledger_key: Arc::new(ledger_key),
             signing_key: None,
             usage: Arc::default(),
+            exports: Arc::default(),
             gauges: Arc::default(),
         }
     }

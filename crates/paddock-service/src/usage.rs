@@ -12,7 +12,6 @@ use futures::StreamExt;
 use paddock_domain::usage::{self as math, GroupBy, Period, Range, Window};
 use paddock_domain::{cursor, Error, Permission, Result};
 use paddock_store::usage::{self as store, ClosedPeriod, NewAdjustment, Query};
-use paddock_store::Store;
 use paddock_types::usage::{
     UsageAdjustmentCreate, UsageAdjustmentView, UsageAggregate, UsageKind, UsagePeriodClosed, UsagePeriodView,
     UsageRecord, UsageRecordPage, UsageSigningKey, UsageSigningKeys, UsageTotals,
@@ -26,21 +25,37 @@ use uuid::Uuid;
 use crate::audit::Done;
 use crate::{commit, Body, Ctx, Services};
 
+mod export;
 mod focus;
+mod prices;
+pub use export::ExportSlots;
 pub use focus::COLUMNS as FOCUS_COLUMNS;
 
-/// Metering settings (`PADDOCK_USAGE_CLOSE_GRACE`, `PADDOCK_BILLING_PROVIDER_NAME`).
+/// Metering settings (`PADDOCK_USAGE_CLOSE_GRACE`, `PADDOCK_BILLING_PROVIDER_NAME`,
+/// `PADDOCK_USAGE_EXPORT_*`).
 #[derive(Debug, Clone)]
 pub struct UsageSettings {
     /// How long after a period's end it may be closed.
     pub close_grace: Duration,
     /// The provider's name in FOCUS exports.
     pub billing_provider_name: Option<String>,
+    /// Exports one caller (JWT subject) may run at once; one more is 429.
+    pub export_max_per_caller: usize,
+    /// Longest an export waits for the client to take its next chunk before it is cut off.
+    pub export_idle_timeout: std::time::Duration,
+    /// Longest an export may run before it is cut off.
+    pub export_max_duration: std::time::Duration,
 }
 
 impl Default for UsageSettings {
     fn default() -> Self {
-        Self { close_grace: Duration::seconds(3600), billing_provider_name: None }
+        Self {
+            close_grace: Duration::seconds(3600),
+            billing_provider_name: None,
+            export_max_per_caller: 4,
+            export_idle_timeout: std::time::Duration::from_secs(60),
+            export_max_duration: std::time::Duration::from_secs(3600),
+        }
     }
 }
 
@@ -226,14 +241,14 @@ impl Services {
         store::utc(&mut tx).await?;
         let items = store::aggregate(&mut tx, &q, unit, groups).await?;
         commit(tx).await?;
-        let totals = totals_of(
-            items.iter().map(|i| [i.totals.node_seconds, i.totals.gpu_seconds, i.totals.control_plane_seconds]),
-        );
+        let totals = totals_of(items.iter().map(|i| &i.totals))?;
         Ok(UsageAggregate { items, totals, as_of: q.as_of })
     }
 
-    /// `GET /v1/usage/export` (and the tenant's): every record ordered by (start, id), streamed
-    /// from one database cursor through a small bounded channel: memory stays flat in the rows.
+    /// `GET /v1/usage/export` (and the tenant's): every record ordered by (start, id), streamed in
+    /// keyset pages through a small bounded channel (see `export`): memory stays flat in the rows,
+    /// and no database connection is held while the client reads. 429 when the caller already
+    /// runs its maximum of exports.
     pub async fn usage_export(
         &self,
         ctx: &Ctx,
@@ -243,32 +258,18 @@ impl Services {
     ) -> Result<Export> {
         let tenant = self.usage_scope(ctx, path_tenant, p.tenant_id).await?;
         let format = ExportFormat::parse(format)?;
+        let slot = self.exports.take(&ctx.actor.subject, self.usage.export_max_per_caller)?;
         let q = self.usage_query(tenant, p, math::MAX_RECORDS_SPAN_DAYS, None).await?;
-        let focus = match format {
-            ExportFormat::Focus => {
-                Some(focus::Focus::prepare(&self.store, self.usage.billing_provider_name.as_deref(), &q).await?)
-            }
-            ExportFormat::Csv | ExportFormat::Ndjson => None,
+        let source = match format {
+            ExportFormat::Focus => export::Source::Focus(Box::new(
+                focus::Focus::prepare(&self.store, self.usage.billing_provider_name.as_deref(), &q).await?,
+            )),
+            ExportFormat::Csv | ExportFormat::Ndjson => export::Source::Plain(format),
         };
+        let bounds = export::Bounds { idle: self.usage.export_idle_timeout, total: self.usage.export_max_duration };
         let (as_of, content_type) = (q.as_of, format.content_type());
-        let (sender, receiver) = tokio::sync::mpsc::channel(4);
-        let store = self.store.clone();
-        tokio::spawn(async move {
-            let sink = |chunk: Vec<u8>| {
-                let sender = sender.clone();
-                async move { sender.send(Ok(Bytes::from(chunk))).await.is_ok() }
-            };
-            let written = match &focus {
-                Some(focus) => write_focus(&store, &q, focus, sink).await,
-                None => write_export(&store, &q, format, sink).await,
-            };
-            if let Err(e) = written {
-                tracing::error!(error = %paddock_domain::error::chain(&e), "usage export failed while streaming");
-                let _ = sender.send(Err(std::io::Error::other("the export failed"))).await;
-            }
-        });
-        let body = futures::stream::unfold(receiver, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
-        Ok(Export { as_of, content_type, body: body.boxed() })
+        let body = export::spawn(self.store.clone(), q, source, bounds, slot);
+        Ok(Export { as_of, content_type, body })
     }
 
     /// `GET /v1/usage/signing-key`: the published verification key (409 without one).
@@ -352,8 +353,8 @@ impl Services {
         .await
     }
 
-    /// The manifest of `period` at `as_of`: rows, totals per tenant and class, prices, and the
-    /// SHA-256 of the canonical (NDJSON) export.
+    /// The manifest of `period` at `as_of`: rows, totals per tenant and class, the list prices in
+    /// force during the period (`prices`), and the SHA-256 of the canonical (NDJSON) export.
     async fn manifest(&self, period: Period, as_of: DateTime<Utc>) -> Result<Value> {
         let q = Query { from: period.start, to: period.end, as_of, ..Query::default() };
         let mut hasher = Sha256::new();
@@ -363,26 +364,26 @@ impl Services {
             let sql = store::export_sql();
             let mut stream = store::export(&mut conn, &q, &sql);
             let mut line = Vec::new();
-            let mut sums = [0i64; 3];
+            let mut sums = Sums::default();
             while let Some(record) = stream.next().await {
                 let record = record?;
-                add(&mut sums, &record);
+                sums.add_record(&record)?;
                 line.clear();
-                ndjson_line(&record, &mut line);
+                export::ndjson_line(&record, &mut line);
                 hasher.update(&line);
                 rows += 1;
             }
             line.clear();
-            ndjson_summary(rows, sums, &mut line);
+            export::ndjson_summary(rows, sums.0, &mut line);
             hasher.update(&line);
         }
         let mut tx = self.store.begin().await?;
         store::utc(&mut tx).await?;
         let groups = store::aggregate(&mut tx, &q, None, [true, false, false, true]).await?;
+        let history = store::price_history(&mut tx, as_of).await?;
         commit(tx).await?;
-        let totals = totals_of(
-            groups.iter().map(|i| [i.totals.node_seconds, i.totals.gpu_seconds, i.totals.control_plane_seconds]),
-        );
+        let prices = prices::manifest_prices(&prices::in_force(&history, period.start, period.end));
+        let totals = totals_of(groups.iter().map(|i| &i.totals))?;
         let by_tenant_and_class: Vec<Value> = groups
             .iter()
             .map(|g| {
@@ -391,9 +392,10 @@ impl Services {
             })
             .collect();
         Ok(json!({
+            "version": prices::MANIFEST_VERSION,
             "period": period.name(), "start": period.start, "end": period.end, "as_of": as_of,
             "row_count": rows, "totals": totals, "by_tenant_and_class": by_tenant_and_class,
-            "prices": [],
+            "prices": prices,
             "export": { "format": "ndjson", "sha256": hex::encode(hasher.finalize()) },
         }))
     }
@@ -416,6 +418,11 @@ impl Services {
                 actor: &ctx.actor.subject,
             };
             let mut tx = self.store.begin().await?;
+            if let Some(cluster) = spec.cluster_id {
+                if !store::cluster_of_tenant(&mut tx, spec.tenant_id, cluster).await? {
+                    return Err(Error::invalid("cluster_id", "must name a cluster of the tenant tenant_id"));
+                }
+            }
             let (id, recorded_at) = store::adjustment_insert(&mut tx, &new).await?;
             audit.target(id, Some(spec.tenant_id));
             let details = serde_json::to_value(&spec).unwrap_or_default();
@@ -440,6 +447,14 @@ impl Services {
 fn validate_adjustment(spec: &UsageAdjustmentCreate) -> Result<()> {
     let mut c = paddock_domain::validate::Checks::new();
     c.dns_label("machine_class", &spec.machine_class, 63);
+    let bound = format!("must be from -{0} to {0} seconds", math::MAX_ADJUSTMENT_SECONDS);
+    for (field, seconds) in [
+        ("node_seconds", spec.node_seconds),
+        ("gpu_seconds", spec.gpu_seconds),
+        ("control_plane_seconds", spec.control_plane_seconds),
+    ] {
+        c.check(seconds.unsigned_abs() <= math::MAX_ADJUSTMENT_SECONDS.unsigned_abs(), field, bound.as_str());
+    }
     if let Some(period) = &spec.corrects_period {
         c.check(Period::parse(period).is_ok(), "corrects_period", "must be a UTC month as YYYY-MM");
     }
@@ -460,170 +475,50 @@ fn closed_view(stored: &ClosedPeriod) -> Result<UsagePeriodClosed> {
     Ok(UsagePeriodClosed { manifest, signature: stored.signature.clone(), key_id: stored.key_id.clone() })
 }
 
-fn totals_of(rows: impl Iterator<Item = [i64; 3]>) -> UsageTotals {
-    let mut sums = [0i64; 3];
-    for row in rows {
-        for (sum, v) in sums.iter_mut().zip(row) {
-            *sum += v;
+/// Sums of node, GPU and control-plane seconds, checked: past the range of a 64-bit integer they
+/// are 409 `usage_overflow`, never a wrapped number.
+#[derive(Debug, Default, Clone, Copy)]
+struct Sums([i64; 3]);
+
+impl Sums {
+    fn add(&mut self, row: [i64; 3]) -> Result<()> {
+        for (sum, v) in self.0.iter_mut().zip(row) {
+            *sum = sum.checked_add(v).ok_or_else(overflow)?;
+        }
+        Ok(())
+    }
+
+    fn add_record(&mut self, r: &UsageRecord) -> Result<()> {
+        self.add([r.node_seconds, r.gpu_seconds, r.control_plane_seconds])
+    }
+
+    fn totals(self) -> UsageTotals {
+        let [node_seconds, gpu_seconds, control_plane_seconds] = self.0;
+        UsageTotals {
+            node_seconds,
+            gpu_seconds,
+            control_plane_seconds,
+            node_hours: math::hours(node_seconds),
+            gpu_hours: math::hours(gpu_seconds),
         }
     }
-    UsageTotals {
-        node_seconds: sums[0],
-        gpu_seconds: sums[1],
-        control_plane_seconds: sums[2],
-        node_hours: math::hours(sums[0]),
-        gpu_hours: math::hours(sums[1]),
-    }
 }
 
-fn add(sums: &mut [i64; 3], r: &UsageRecord) {
-    sums[0] += r.node_seconds;
-    sums[1] += r.gpu_seconds;
-    sums[2] += r.control_plane_seconds;
+fn overflow() -> Error {
+    Error::conflict(
+        "usage_overflow",
+        "the usage sums exceed the range of a 64-bit integer (9223372036854775807 seconds): narrow the query",
+    )
 }
 
-/// The bytes of an export, handed to its sink in chunks of about 64 KiB.
-struct Chunks<F> {
-    buf: Vec<u8>,
-    sink: F,
+fn totals_of<'a>(items: impl Iterator<Item = &'a UsageTotals>) -> Result<UsageTotals> {
+    let mut sums = Sums::default();
+    for t in items {
+        sums.add([t.node_seconds, t.gpu_seconds, t.control_plane_seconds])?;
+    }
+    Ok(sums.totals())
 }
-
-impl<F, Fut> Chunks<F>
-where
-    F: Fn(Vec<u8>) -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    const SIZE: usize = 64 * 1024;
-    const SLACK: usize = 4096;
-
-    fn new(sink: F) -> Self {
-        Self { buf: Vec::with_capacity(Self::SIZE + Self::SLACK), sink }
-    }
-
-    /// Hands the chunk over once it is full; false when the client went away.
-    async fn flush_full(&mut self) -> bool {
-        if self.buf.len() < Self::SIZE {
-            return true;
-        }
-        let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(Self::SIZE + Self::SLACK));
-        (self.sink)(chunk).await
-    }
-
-    /// Hands over what is left.
-    async fn finish(self) {
-        (self.sink)(self.buf).await;
-    }
-}
-
-/// Streams the CSV or NDJSON export of `q` into `sink`; stops early when the sink says the client
-/// went away.
-async fn write_export<F, Fut>(
-    store: &Store,
-    q: &Query,
-    format: ExportFormat,
-    sink: F,
-) -> std::result::Result<(), paddock_store::StoreError>
-where
-    F: Fn(Vec<u8>) -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let mut conn = store.conn().await?;
-    let sql = store::export_sql();
-    let mut rows = store::export(&mut conn, q, &sql);
-    let mut out = Chunks::new(sink);
-    if format == ExportFormat::Csv {
-        out.buf.extend_from_slice(CSV_HEADER.as_bytes());
-    }
-    let (mut count, mut sums) = (0u64, [0i64; 3]);
-    while let Some(record) = rows.next().await {
-        let record = record?;
-        count += 1;
-        add(&mut sums, &record);
-        match format {
-            ExportFormat::Ndjson => ndjson_line(&record, &mut out.buf),
-            ExportFormat::Csv | ExportFormat::Focus => csv_line(&record, &mut out.buf),
-        }
-        if !out.flush_full().await {
-            return Ok(());
-        }
-    }
-    if format == ExportFormat::Ndjson {
-        ndjson_summary(count, sums, &mut out.buf);
-    }
-    out.finish().await;
-    Ok(())
-}
-
-/// Streams the FOCUS export of `q` into `sink`, as [`write_export`] does the others.
-async fn write_focus<F, Fut>(
-    store: &Store,
-    q: &Query,
-    focus: &focus::Focus,
-    sink: F,
-) -> std::result::Result<(), paddock_store::StoreError>
-where
-    F: Fn(Vec<u8>) -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let mut conn = store.conn().await?;
-    let sql = store::focus_export_sql();
-    let mut rows = store::focus_export(&mut conn, q, &sql);
-    let mut out = Chunks::new(sink);
-    focus::Focus::header(&mut out.buf);
-    while let Some(record) = rows.next().await {
-        focus.rows(&record?, &mut out.buf)?;
-        if !out.flush_full().await {
-            return Ok(());
-        }
-    }
-    out.finish().await;
-    Ok(())
-}
-
-const CSV_HEADER: &str = "id,kind,tenant_id,cluster_id,node_pool_id,machine_id,machine_class,gpu_count,start,end,\
-node_seconds,gpu_seconds,control_plane_seconds\n";
 
 fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
-
-/// One CSV row. No field can hold a comma, quote or newline (ids, DNS labels, timestamps).
-fn csv_line(r: &UsageRecord, out: &mut Vec<u8>) {
-    let opt = |v: Option<String>| v.unwrap_or_default();
-    let line = format!(
-        "{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-        r.id,
-        r.kind.as_str(),
-        r.tenant_id,
-        opt(r.cluster_id.map(|c| c.to_string())),
-        opt(r.node_pool_id.map(|c| c.to_string())),
-        opt(r.machine_id.map(|c| c.to_string())),
-        r.machine_class.as_deref().unwrap_or(""),
-        r.gpu_count,
-        rfc3339(r.start),
-        rfc3339(r.end),
-        r.node_seconds,
-        r.gpu_seconds,
-        r.control_plane_seconds
-    );
-    out.extend_from_slice(line.as_bytes());
-}
-
-/// One NDJSON record line: the record's fields in a fixed order, with `"type": "record"`.
-fn ndjson_line(r: &UsageRecord, out: &mut Vec<u8>) {
-    let mut value = serde_json::to_value(r).unwrap_or_default();
-    if let Value::Object(map) = &mut value {
-        map.insert("type".to_owned(), json!("record"));
-    }
-    // Writing JSON into a Vec cannot fail.
-    // serde_json's maps are ordered by key, so the line is the same for the same record.
-    let _ = serde_json::to_writer(&mut *out, &value);
-    out.push(b'\n');
-}
-
-fn ndjson_summary(rows: u64, sums: [i64; 3], out: &mut Vec<u8>) {
-    let summary = json!({ "type": "summary", "row_count": rows, "node_seconds": sums[0], "gpu_seconds": sums[1],
-        "control_plane_seconds": sums[2] });
-    let _ = serde_json::to_writer(&mut *out, &summary);
-    out.push(b'\n');
 }

@@ -39,6 +39,12 @@ pub enum StoreError {
     /// A stored value the code cannot read.
     #[error("stored data is invalid: {0}")]
     Corrupt(String),
+    /// A sum of usage seconds left the range of a 64-bit integer.
+    #[error("the sum of {what} exceeds 64 bits")]
+    Overflow {
+        /// What was summed.
+        what: &'static str,
+    },
     /// A value could not be sealed or opened.
     #[error("encrypting or decrypting a stored secret failed")]
     Cipher(#[from] paddock_domain::secret::CipherError),
@@ -106,6 +112,10 @@ impl From<StoreError> for Error {
             StoreError::ForeignKey { .. } => Error::conflict(
                 "reference_changed",
                 "an object this request refers to was changed or deleted at the same time; retry",
+            ),
+            StoreError::Overflow { .. } => Error::conflict(
+                "usage_overflow",
+                "the usage sums exceed the range of a 64-bit integer (9223372036854775807 seconds): narrow the query",
             ),
             other => Error::internal(other),
         }

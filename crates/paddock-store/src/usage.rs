@@ -283,36 +283,39 @@ pub struct FocusRecord {
     pub correction: bool,
 }
 
-/// The SQL [`focus_export`] runs: [`export_sql`]'s rows and order, with names.
-pub fn focus_export_sql() -> String {
-    format!(
+/// One page of records with their names, ordered by (start, id), after the keyset position
+/// `after`: [`records`]' rows and order.
+pub async fn focus_records(
+    conn: &mut Conn,
+    q: &Query,
+    after: Option<(DateTime<Utc>, Uuid)>,
+    limit: u32,
+) -> Result<Vec<FocusRecord>, StoreError> {
+    let sql = format!(
         "{RECORDS} select r.*, coalesce(t.name, r.tenant_id::text) as tenant_name, \
            coalesce(c.name, r.cluster_id::text) as cluster_name, p.period is not null as correction \
          from r left join tenants t on t.id = r.tenant_id left join clusters c on c.id = r.cluster_id \
            left join usage_periods p on p.period = r.corrects_period and p.as_of <= r.start_at \
-         order by r.start_at, r.id"
-    )
-}
-
-/// Every record with its names, ordered by (start, id), streamed (memory stays flat).
-pub fn focus_export<'c>(
-    conn: &'c mut Conn,
-    q: &'c Query,
-    sql: &'c str,
-) -> BoxStream<'c, Result<FocusRecord, StoreError>> {
-    bind_query(sql, q)
-        .fetch(conn)
+         where $9::timestamptz is null or (r.start_at, r.id) > ($9, $10) \
+         order by r.start_at, r.id limit $11"
+    );
+    let rows = bind_query(&sql, q)
+        .bind(after.map(|a| a.0))
+        .bind(after.map(|a| a.1))
+        .bind(i64::from(limit))
+        .fetch_all(conn)
+        .await?;
+    rows.iter()
         .map(|row| {
-            let row = row?;
             Ok(FocusRecord {
-                record: record_from(&row)?,
+                record: record_from(row)?,
                 tenant_name: row.try_get("tenant_name")?,
                 cluster_name: row.try_get("cluster_name")?,
                 corrects_period: row.try_get("corrects_period")?,
                 correction: row.try_get("correction")?,
             })
         })
-        .boxed()
+        .collect()
 }
 
 /// One change of a class's list price: from then on (whole seconds) the price is `price`
@@ -404,6 +407,8 @@ pub async fn aggregate(
     group: [bool; 4],
 ) -> Result<Vec<UsageAggregateItem>, StoreError> {
     // One row per record and window it meets; a record of no length (an adjustment) meets one.
+    // The sums are exact (numeric) and read back as text: a sum past 64 bits is an
+    // `Overflow`, not a failing cast.
     let sql = format!(
         "{RECORDS}, w as ( \
            select r.*, g as ws, case when $9::text is null then $2 else g + ('1 ' || $9)::interval end as we \
@@ -418,9 +423,9 @@ pub async fn aggregate(
              extract(epoch from least(end_at, we) - greatest(start_at, ws))::bigint as part \
            from w) \
          select greatest(ws, $1) as window_start, least(we, $2) as window_end, g_tenant, g_cluster, g_pool, g_class, \
-           sum(case kind when 'adjustment' then node_seconds when 'machine' then part else 0 end)::bigint as node_seconds, \
-           sum(case kind when 'adjustment' then gpu_seconds when 'machine' then part * gpu_count else 0 end)::bigint as gpu_seconds, \
-           sum(case kind when 'adjustment' then control_plane_seconds when 'control_plane' then part else 0 end)::bigint \
+           sum(case kind when 'adjustment' then node_seconds when 'machine' then part else 0 end)::text as node_seconds, \
+           sum(case kind when 'adjustment' then gpu_seconds when 'machine' then part * gpu_count else 0 end)::text as gpu_seconds, \
+           sum(case kind when 'adjustment' then control_plane_seconds when 'control_plane' then part else 0 end)::text \
              as control_plane_seconds \
          from p group by 1, 2, 3, 4, 5, 6 order by 1, 3, 4, 5, 6"
     );
@@ -435,8 +440,14 @@ pub async fn aggregate(
     rows.iter().map(aggregate_item_from).collect()
 }
 
+/// An exact sum read back as text, as a 64-bit integer.
+fn sum_of(row: &sqlx::postgres::PgRow, column: &'static str) -> Result<i64, StoreError> {
+    let text: String = row.try_get(column)?;
+    text.parse().map_err(|_| StoreError::Overflow { what: column })
+}
+
 fn aggregate_item_from(row: &sqlx::postgres::PgRow) -> Result<UsageAggregateItem, StoreError> {
-    let (node_seconds, gpu_seconds): (i64, i64) = (row.try_get("node_seconds")?, row.try_get("gpu_seconds")?);
+    let (node_seconds, gpu_seconds) = (sum_of(row, "node_seconds")?, sum_of(row, "gpu_seconds")?);
     Ok(UsageAggregateItem {
         window_start: row.try_get("window_start")?,
         window_end: row.try_get("window_end")?,
@@ -447,7 +458,7 @@ fn aggregate_item_from(row: &sqlx::postgres::PgRow) -> Result<UsageAggregateItem
         totals: UsageTotals {
             node_seconds,
             gpu_seconds,
-            control_plane_seconds: row.try_get("control_plane_seconds")?,
+            control_plane_seconds: sum_of(row, "control_plane_seconds")?,
             node_hours: paddock_domain::usage::hours(node_seconds),
             gpu_hours: paddock_domain::usage::hours(gpu_seconds),
         },
@@ -477,6 +488,15 @@ pub struct NewAdjustment<'a> {
     pub reason: &'a str,
     /// Who.
     pub actor: &'a str,
+}
+
+/// Whether `cluster` is (or was: deleted clusters count) one of `tenant`'s.
+pub async fn cluster_of_tenant(conn: &mut Conn, tenant: TenantId, cluster: ClusterId) -> Result<bool, StoreError> {
+    Ok(sqlx::query_scalar("select exists (select 1 from clusters where id = $2 and tenant_id = $1)")
+        .bind(tenant.uuid())
+        .bind(cluster.uuid())
+        .fetch_one(conn)
+        .await?)
 }
 
 /// Records an adjustment now (in the open period), as a usage writer; returns its id and time.

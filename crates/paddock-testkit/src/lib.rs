@@ -87,6 +87,19 @@ impl TestApp {
         app
     }
 
+    /// Like [`TestApp::served`], with the services changed by `edit` first (usage settings).
+    pub async fn served_with_services(edit: impl FnOnce(Services) -> Services) -> TestApp {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding a loopback port");
+        let base = format!("http://{}", listener.local_addr().expect("local address"));
+        let mut app = Self::build(TestDb::new().await, ApiConfig::default(), Some(&base), None, true).await;
+        app.services = edit(app.services);
+        app.router =
+            paddock_api::router(AppState::new(app.services.clone(), Self::verifier().await, ApiConfig::default()));
+        let router = app.router.clone();
+        tokio::spawn(async move { axum::serve(listener, router).await.expect("serving the test app") });
+        app
+    }
+
     /// A fresh app with API settings (CORS origins).
     pub async fn with_config(config: ApiConfig) -> TestApp {
         Self::build(TestDb::new().await, config, None, None, true).await

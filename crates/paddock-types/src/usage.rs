@@ -136,17 +136,20 @@ pub struct UsageAggregate {
 pub struct UsageAdjustmentCreate {
     /// The tenant corrected.
     pub tenant_id: TenantId,
-    /// The cluster, if the correction concerns one.
+    /// The cluster, if the correction concerns one: one of the tenant's (422 otherwise).
     #[serde(default)]
     pub cluster_id: Option<ClusterId>,
     /// The machine class's name.
     #[schema(max_length = 63, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
     pub machine_class: String,
-    /// Signed machine seconds.
+    /// Signed machine seconds, at most 10^12 either way.
+    #[schema(minimum = -1000000000000.0, maximum = 1000000000000.0)]
     pub node_seconds: i64,
-    /// Signed GPU seconds.
+    /// Signed GPU seconds, at most 10^12 either way.
+    #[schema(minimum = -1000000000000.0, maximum = 1000000000000.0)]
     pub gpu_seconds: i64,
-    /// Signed control-plane seconds.
+    /// Signed control-plane seconds, at most 10^12 either way.
+    #[schema(minimum = -1000000000000.0, maximum = 1000000000000.0)]
     pub control_plane_seconds: i64,
     /// The period corrected (`YYYY-MM`), if any.
     #[serde(default)]
@@ -203,8 +206,10 @@ pub struct UsagePeriodView {
 /// A closed period's signed manifest.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct UsagePeriodClosed {
-    /// The manifest (row count, totals per tenant and class, prices used, SHA-256 of the
-    /// canonical NDJSON export at the closing watermark).
+    /// The manifest (`version` 2: row count, totals per tenant and class, `prices`: every list
+    /// price in force during the period as `{machine_class, effective_from, currency, node_hour}`,
+    /// with which its FOCUS export is priced, and the SHA-256 of the canonical NDJSON export at
+    /// the closing watermark).
     #[schema(value_type = Object)]
     pub manifest: serde_json::Value,
     /// Ed25519 signature over the manifest's RFC 8785 canonical JSON, base64.

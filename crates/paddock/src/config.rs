@@ -113,6 +113,19 @@ pub struct Settings {
     /// The provider's name in FOCUS exports (unset: the FOCUS export answers 409).
     #[arg(long, env = "PADDOCK_BILLING_PROVIDER_NAME", global = true)]
     pub billing_provider_name: Option<String>,
+    /// Usage exports one caller (JWT subject) may run at once per API process; one more is
+    /// answered 429 with Retry-After.
+    #[arg(long, env = "PADDOCK_USAGE_EXPORT_MAX_PER_CALLER", default_value_t = 4,
+          value_parser = clap::value_parser!(u32).range(1..), global = true)]
+    pub usage_export_max_per_caller: u32,
+    /// Seconds a usage export waits for the client to read on before it is cut off.
+    #[arg(long, env = "PADDOCK_USAGE_EXPORT_IDLE_TIMEOUT", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..), global = true)]
+    pub usage_export_idle_timeout: u64,
+    /// Seconds a usage export may run in all before it is cut off.
+    #[arg(long, env = "PADDOCK_USAGE_EXPORT_MAX_DURATION", default_value_t = 3600,
+          value_parser = clap::value_parser!(u64).range(1..), global = true)]
+    pub usage_export_max_duration: u64,
     /// Kubernetes driver.
     #[arg(long, env = "PADDOCK_KUBE_DRIVER", value_enum, default_value = "none", global = true)]
     pub kube_driver: KubeDriver,

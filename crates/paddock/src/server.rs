@@ -70,6 +70,9 @@ pub async fn services(settings: &Settings, database_url: &str) -> anyhow::Result
     let usage = paddock_service::usage::UsageSettings {
         close_grace: chrono::Duration::seconds(i64::from(settings.usage_close_grace)),
         billing_provider_name: settings.billing_provider_name.clone().filter(|name| !name.trim().is_empty()),
+        export_max_per_caller: settings.usage_export_max_per_caller as usize,
+        export_idle_timeout: std::time::Duration::from_secs(settings.usage_export_idle_timeout),
+        export_max_duration: std::time::Duration::from_secs(settings.usage_export_max_duration),
     };
     let mut services = Services::new(store, settings.cipher()?, settings.ledger_key()?)
         .with_agent(settings.agent()?)

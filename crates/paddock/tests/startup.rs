@@ -1,6 +1,7 @@
 //! What a real `paddock` process refuses at start (docs/security.md, docs/configuration.md): outside `paddock dev`,
 //! every process that serves or works needs the custody ledger's key, and says which setting; and
-//! `paddock migrate` with an owner URL leaves the runtime role only reads and appends of the ledger.
+//! `paddock migrate` with an owner URL leaves the runtime role only reads and appends of the ledger
+//! and of the price history.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -87,7 +88,7 @@ async fn migrate_with_an_owner_url_grants_the_runtime_role_only_reads_and_append
             granted
         }
     };
-    for table in ["custody_entries", "custody_checkpoints"] {
+    for table in ["custody_entries", "custody_checkpoints", "machine_class_prices"] {
         assert!(may(table, "SELECT").await && may(table, "INSERT").await, "{table}: reads and appends");
         for privilege in ["UPDATE", "DELETE", "TRUNCATE", "TRIGGER"] {
             assert!(!may(table, privilege).await, "{table}: {privilege} granted to the runtime role");

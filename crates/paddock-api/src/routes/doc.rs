@@ -138,11 +138,18 @@ fn conflicts(operation_id: &str) -> &'static [(u16, &'static [&'static str])] {
         "cluster_kubeconfig" => {
             &[(409, &[SUSPENDED, "driver_not_configured", "cluster_not_ready", "cluster_unreachable"])]
         }
-        "usage_export" => &[(404, &[NOT_FOUND]), (409, &["price_missing", "billing_provider_name_missing"])],
-        "tenant_usage_export" => &[(409, &["price_missing", "billing_provider_name_missing"])],
+        // Past its exports running at once, a caller is refused (429 with Retry-After).
+        "usage_export" => &[
+            (404, &[NOT_FOUND]),
+            (409, &["price_missing", "billing_provider_name_missing"]),
+            (429, &["too_many_exports"]),
+        ],
+        "tenant_usage_export" => {
+            &[(409, &["price_missing", "billing_provider_name_missing"]), (429, &["too_many_exports"])]
+        }
         "usage_period_close" => &[
             (400, &["idempotency_key_required"]),
-            (409, &["period_not_closable", "signing_key_missing"]),
+            (409, &["period_not_closable", "signing_key_missing", "usage_overflow"]),
             (422, &[INVALID]),
         ],
         "usage_signing_key_view" | "custody_checkpoint_view" | "custody_verify" => &[(409, &["signing_key_missing"])],
@@ -152,7 +159,12 @@ fn conflicts(operation_id: &str) -> &'static [(u16, &'static [&'static str])] {
         }
         "usage_period_view" => &[(422, &[INVALID])],
         // A `tenant_id` filter naming a tenant the caller cannot read is 404.
-        "usage_record_list" | "usage_aggregate_view" | "operation_list" => &[(404, &[NOT_FOUND])],
+        "usage_record_list" | "operation_list" => &[(404, &[NOT_FOUND])],
+        // Sums past 64 bits are refused, never wrapped.
+        "usage_aggregate_view" => &[(404, &[NOT_FOUND]), (409, &["usage_overflow"])],
+        "tenant_usage_aggregate_view" => &[(409, &["usage_overflow"])],
+        // A cluster that is not the tenant's is a field error.
+        "usage_adjustment_create" => &[(404, &[NOT_FOUND]), (422, &[INVALID])],
         _ => &[],
     }
 }

@@ -162,8 +162,12 @@ pub async fn tenant_usage_aggregate_view(
 /// Every record of the range, streamed (CSV, or NDJSON with a summary line).
 ///
 /// Every record of the range streamed in one answer: CSV, NDJSON ending with a summary line, or FinOps FOCUS
-/// 1.2 CSV priced from the machine classes (409 `price_missing` naming the first unpriced class). The
-/// `x-usage-as-of` header carries the watermark.
+/// 1.2 CSV priced from the machine classes (409 `price_missing` naming the first unpriced class); a closed
+/// period's FOCUS rows carry the prices its signed manifest pins. The `x-usage-as-of` header carries the
+/// watermark. A caller runs at most `PADDOCK_USAGE_EXPORT_MAX_PER_CALLER` exports at once (429
+/// `too_many_exports` with `Retry-After` beyond); an export the client stops reading for
+/// `PADDOCK_USAGE_EXPORT_IDLE_TIMEOUT` seconds, or still running after `PADDOCK_USAGE_EXPORT_MAX_DURATION`,
+/// is cut off: its body ends in an error, never as a complete export.
 #[utoipa::path(get, path = "/v1/usage/export", operation_id = "usage_export", tag = "usage",
     params(UsageQuery),
     responses(

@@ -9,7 +9,8 @@
 //! Control-plane rows cost 0 (SKU `control-plane`, quantity: control-plane hours) in the currency
 //! of the newest price in force at `as_of`. An adjustment is one row at the second it was recorded
 //! (`[recorded_at, recorded_at + 1 s)`), `ChargeClass=Correction` when it corrects a period that
-//! was already closed when it was recorded.
+//! was already closed when it was recorded. Rows in a closed period are priced with the prices its
+//! signed manifest pins (`prices`), not with the history as it is now.
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -20,6 +21,8 @@ use paddock_domain::{Error, Result};
 use paddock_store::usage::{self as store, FocusRecord, PriceChange, PriceGap, Query};
 use paddock_store::{Store, StoreError};
 use paddock_types::usage::UsageKind;
+
+use super::prices;
 
 /// The header row: the column names, in order.
 pub const COLUMNS: [&str; 30] = [
@@ -63,6 +66,7 @@ const CONTROL_PLANE_SKU: &str = "control-plane";
 pub struct Focus {
     provider: String,
     prices: HashMap<String, Vec<PriceChange>>,
+    pinned: Vec<prices::Pinned>,
     control_plane_currency: String,
 }
 
@@ -100,15 +104,17 @@ impl Focus {
             None if store::has_control_plane(&mut tx, q).await? => return Err(price_missing(CONTROL_PLANE_SKU)),
             None => String::new(),
         };
+        let pinned = prices::closed(&mut tx, q).await?;
         tx.commit().await.map_err(StoreError::from)?;
-        Ok(Self { provider: provider.to_owned(), prices, control_plane_currency })
+        Ok(Self { provider: provider.to_owned(), prices, pinned, control_plane_currency })
     }
 
-    /// The price of `class` in force at `at`.
+    /// The price of `class` in force at `at`: the one a closed period pinned, else the history's.
     fn price_at(&self, class: &str, at: DateTime<Utc>) -> Option<&(String, i64)> {
-        let changes = self.prices.get(class)?;
-        let index = changes.partition_point(|c| c.from <= at);
-        changes.get(index.checked_sub(1)?)?.price.as_ref()
+        if let Some(pinned) = self.pinned.iter().find_map(|p| p.price_at(class, at)) {
+            return pinned;
+        }
+        prices::price_at(self.prices.get(class)?, at)
     }
 
     /// Appends the header row.
