@@ -678,3 +678,80 @@ async fn a_runtime_role_that_does_not_own_the_ledger_runs_machines_but_cannot_re
         sqlx::query_scalar("select count(*) from custody_entries").fetch_one(&app.db.pool).await.expect("count");
     assert_eq!(rows, 7);
 }
+
+/// A checkpoint answers every head; reading it again while no head moved answers the same
+/// checkpoint and records nothing, and one is issued (and recorded) once a head moved.
+#[tokio::test]
+async fn a_checkpoint_is_issued_only_when_a_chain_head_moved() {
+    let app = TestApp::new().await;
+    machine_class(&app, "gpu", 8).await;
+    let n1 = id(&crate::common::machine(&app, "n1", "gpu").await);
+    let first = checkpoint(&app).await;
+    for _ in 0..3 {
+        assert_eq!(checkpoint(&app).await, first, "nothing moved: the same checkpoint");
+    }
+    assert_eq!(app.count("custody_checkpoints").await, 1);
+    let (v, head) = verify(&app, &first, &n1).await;
+    assert_eq!((v["verified"].as_bool(), head["reaches_checkpoint"].as_bool()), (Some(true), Some(true)), "{v}");
+
+    // A new machine is a new head.
+    let n2 = id(&crate::common::machine(&app, "n2", "gpu").await);
+    let second = checkpoint(&app).await;
+    assert_ne!(second["signature"], first["signature"]);
+    assert_eq!((head_seq(&second, &n1), head_seq(&second, &n2)), (Some(1), Some(1)));
+    assert_eq!(app.count("custody_checkpoints").await, 2);
+    assert_eq!(checkpoint(&app).await, second);
+
+    // A head that moves along its chain.
+    let mut conn = app.db.pool.acquire().await.expect("conn");
+    let key = app.services.ledger_key();
+    let machine_id = paddock_types::MachineId(n1.parse().expect("uuid"));
+    let (from, to) =
+        (paddock_types::machine::MachineState::Enrolling, paddock_types::machine::MachineState::Inspecting);
+    assert!(paddock_store::machine::transition(&mut conn, key, machine_id, from, 1, to).await.expect("move"));
+    drop(conn);
+    let third = checkpoint(&app).await;
+    assert_eq!((head_seq(&third, &n1), head_seq(&third, &n2)), (Some(2), Some(1)));
+    assert_eq!(app.count("custody_checkpoints").await, 3);
+}
+
+/// The custody chains the isolation report verified in full so far, from `/metrics`.
+async fn chain_verifications(app: &TestApp) -> u64 {
+    let text = String::from_utf8(app.get("/metrics").send().await.expect(200).body.to_vec()).expect("utf-8");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("paddock_custody_chain_verifications_total "))
+        .unwrap_or_else(|| panic!("no chain verification counter in {text}"));
+    line.rsplit(' ').next().and_then(|n| n.parse().ok()).expect("a count")
+}
+
+/// The isolation report verifies a machine's chain (every MAC) once per chain: a report read
+/// again reuses the verdict; any change to the chain, below its head too, is verified anew.
+#[tokio::test]
+async fn the_isolation_report_verifies_a_chain_again_only_once_it_changed() {
+    let lab = Lab::new().await;
+    let app = &lab.app;
+    machine_class(app, "gpu", 8).await;
+    let m = lab.enroll("gpu", &["n1"]).await.remove(0);
+    lab.machine_in(&m, "available").await;
+    let acme = id(&tenant(app, "acme").await);
+    let acme_admin = token(&["tenant:admin"], Some(acme.parse().expect("uuid")));
+    lab.ready_cluster(&acme, &acme_admin, "hpc", "gpu").await;
+    let held = |r: &Value| r["clusters"][0]["machines"][0].clone();
+
+    let before = chain_verifications(app).await;
+    let first = report(app, &acme, &acme_admin).await;
+    assert_eq!(held(&first)["ledger_verified"], true, "{first}");
+    assert_eq!(chain_verifications(app).await, before + 1);
+    for _ in 0..3 {
+        assert_eq!(report(app, &acme, &acme_admin).await["digest"], first["digest"]);
+    }
+    assert_eq!(chain_verifications(app).await, before + 1, "an unchanged chain is not verified again");
+
+    // An entry below the head edited by someone with database access: a new chain, found at once.
+    tamper(app, &format!("update custody_entries set reason = 'nothing to see' where machine_id = '{m}' and seq = 2"))
+        .await;
+    let edited = report(app, &acme, &acme_admin).await;
+    assert_eq!(held(&edited)["ledger_verified"], false, "{edited}");
+    assert_eq!(chain_verifications(app).await, before + 2);
+}

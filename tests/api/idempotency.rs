@@ -1,7 +1,10 @@
 //! `Idempotency-Key` on POST: replay, mismatch, in flight, scoping.
 
-use paddock_testkit::{admin, TestApp};
-use serde_json::json;
+use std::time::Duration;
+
+use paddock_service::fault;
+use paddock_testkit::{admin, eventually, Resp, TestApp};
+use serde_json::{json, Value};
 
 #[tokio::test]
 async fn same_key_and_body_replays_the_first_answer() {
@@ -219,4 +222,76 @@ async fn the_worker_forgets_keys_older_than_a_day() {
         .expect("age");
     assert_eq!(app.services.purge_expired_idempotency_keys().await.expect("purge"), 1);
     assert_eq!(app.count("idempotency_keys").await, 1);
+}
+
+/// Sends `body` to `path` with a key, in a process that is killed right after the transaction of
+/// the request's effect commits (the fault point stops the request there for good, as SIGKILL
+/// would: no answer, nothing recorded after it), waits until `effect` (a count) shows the
+/// change, lets the dead request's lease run out, and retries with the same key and body.
+async fn killed_after_commit_then_retried(app: &TestApp, path: &str, body: &Value, effect: &str) -> Resp {
+    let request_id = format!("killed-{}", uuid::Uuid::now_v7());
+    fault::arm(fault::AFTER_COMMIT, &request_id);
+    let send = |request_id: &str| {
+        app.post(path)
+            .token(&admin())
+            .header("idempotency-key", "k-killed")
+            .header("x-request-id", request_id)
+            .json(body)
+    };
+    let first = send(&request_id).send();
+    tokio::pin!(first);
+    let pool = app.db.pool.clone();
+    let committed = eventually(Duration::from_secs(30), || {
+        let pool = pool.clone();
+        async move {
+            let n: i64 = sqlx::query_scalar(effect).fetch_one(&pool).await.expect("count");
+            (n > 0).then_some(())
+        }
+    });
+    tokio::select! {
+        answered = &mut first => panic!("the request answered ({}) though its process died", answered.status),
+        () = committed => {}
+    }
+    // Nothing renews the dead request's lease: it runs out.
+    sqlx::query("update idempotency_keys set lease_until = now() - interval '1 second' where key = 'k-killed'")
+        .execute(&app.db.pool)
+        .await
+        .expect("lease");
+    send(&format!("retry-{}", uuid::Uuid::now_v7())).send().await
+}
+
+/// A tenant created just before its process was killed: the retry gets the first answer (201,
+/// the same tenant), not a second run (409 `tenant_name_taken`).
+#[tokio::test]
+async fn a_retry_after_a_kill_between_commit_and_answer_gets_the_first_answer() {
+    let app = TestApp::new().await;
+    let body = json!({ "name": "acme" });
+    let effect = "select count(*) from tenants where name = 'acme'";
+    let retry = killed_after_commit_then_retried(&app, "/v1/tenants", &body, effect).await.expect(201);
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    let stored: uuid::Uuid =
+        sqlx::query_scalar("select id from tenants where name = 'acme'").fetch_one(&app.db.pool).await.expect("tenant");
+    assert_eq!(retry.json()["id"], stored.to_string());
+    assert_eq!(retry.header("location"), Some(format!("/v1/tenants/{stored}").as_str()));
+    assert_eq!(app.count("tenants").await, 1);
+    let creates = app.get("/v1/audit-events?action=tenant.create").token(&admin()).send().await.expect(200).json();
+    assert_eq!(creates["items"].as_array().map(Vec::len), Some(1), "the tenant was created once: {creates}");
+}
+
+/// The same for an accepted change (202 with an operation), through the same one mechanism: the
+/// machine is enrolled once, with one operation, and the retry replays the first answer.
+#[tokio::test]
+async fn an_accepted_change_killed_before_its_answer_is_made_once() {
+    let app = TestApp::new().await;
+    crate::common::machine_class(&app, "gpu", 8).await;
+    let body = crate::common::enroll_body("node-1", "gpu");
+    let effect = "select count(*) from machines";
+    let retry = killed_after_commit_then_retried(&app, "/v1/machines", &body, effect).await.expect(202);
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    let view = retry.json();
+    let stored: uuid::Uuid =
+        sqlx::query_scalar("select id from machines").fetch_one(&app.db.pool).await.expect("machine");
+    assert_eq!(view["machine"]["id"], stored.to_string());
+    assert_eq!(app.count("machines").await, 1);
+    assert_eq!(app.count("operations").await, 1);
 }

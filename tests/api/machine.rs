@@ -373,3 +373,110 @@ async fn force_release_needs_a_tenancy_and_an_existing_machine() {
         .await
         .problem(409, "machine_retired");
 }
+
+/// An enrollment body for `name` at the BMC `url`, system `system_id`.
+fn enroll_at(name: &str, url: &str, system_id: Option<&str>) -> serde_json::Value {
+    json!({ "name": name, "machine_class": "gpu",
+            "bmc": { "url": url, "system_id": system_id, "username": "admin", "password": "s3cret-pw" } })
+}
+
+#[tokio::test]
+async fn enrolling_a_bmc_system_already_enrolled_returns_409_and_writes_nothing() {
+    let app = TestApp::new().await;
+    machine_class(&app, "gpu", 8).await;
+    let first = app
+        .post("/v1/machines")
+        .token(&admin())
+        .json(&enroll_at("node-1", "https://BMC-7.example:443/redfish/v1/", Some("1")))
+        .send()
+        .await
+        .expect(202)
+        .json();
+    // The same system behind other spellings of its BMC's address: the driver talks to the origin.
+    for url in ["https://bmc-7.example", "https://bmc-7.example./", "HTTPS://bmc-7.EXAMPLE:443/redfish/v1/Systems"] {
+        let problem = app.post("/v1/machines").token(&admin()).json(&enroll_at("node-2", url, Some("1"))).send().await;
+        let problem = problem.problem(409, "machine_already_enrolled");
+        assert_eq!(problem["type"], "https://paddock.dev/problems/conflict", "{problem}");
+    }
+    assert_eq!(app.count("machines").await, 1);
+    assert_eq!(app.count("operations").await, 1);
+    // A system named by its UUID in another case is the same system too.
+    let uuid = "0b1e4a3c-0000-4000-8000-00000000000a";
+    app.post("/v1/machines")
+        .token(&admin())
+        .json(&enroll_at("node-2", "https://bmc-9.example", Some(uuid)))
+        .send()
+        .await
+        .expect(202);
+    app.post("/v1/machines")
+        .token(&admin())
+        .json(&enroll_at("node-3", "https://bmc-9.example", Some(&uuid.to_uppercase())))
+        .send()
+        .await
+        .problem(409, "machine_already_enrolled");
+
+    // Another system of the same BMC, and the same system id at another BMC, are other servers.
+    app.post("/v1/machines")
+        .token(&admin())
+        .json(&enroll_at("node-3", "https://bmc-7.example", Some("2")))
+        .send()
+        .await
+        .expect(202);
+    let other = app
+        .post("/v1/machines")
+        .token(&admin())
+        .json(&enroll_at("node-4", "https://bmc-8.example", Some("1")))
+        .send()
+        .await
+        .expect(202)
+        .json();
+    // Pointing a machine's BMC access at an enrolled system is refused as well.
+    let path = format!("/v1/machines/{}", id(&other["machine"]));
+    app.patch(&path)
+        .token(&admin())
+        .json(&json!({ "bmc": { "url": "https://bmc-7.example:443" } }))
+        .send()
+        .await
+        .problem(409, "machine_already_enrolled");
+
+    // Once the record is retired, its system may be enrolled again (a rebuilt record).
+    set_machine_state(&app, &id(&first["machine"]), "retired").await;
+    app.post("/v1/machines")
+        .token(&admin())
+        .json(&enroll_at("node-5", "https://bmc-7.example", Some("1")))
+        .send()
+        .await
+        .expect(202);
+}
+
+#[tokio::test]
+async fn a_duplicate_record_of_an_enrolled_server_can_only_be_retired() {
+    let app = TestApp::new().await;
+    machine_class(&app, "gpu", 8).await;
+    let held = machine(&app, "node-1", "gpu").await;
+    let dup = machine(&app, "node-2", "gpu").await;
+    // What inspection writes when it finds node-2's system UUID held by node-1 (the worker's
+    // tests drive that through the Redfish emulator).
+    sqlx::query(
+        "update machines set state = 'inspecting', duplicate_of = $2::uuid, \
+         last_error = jsonb_build_object('code', 'duplicate_system', 'message', 'held', 'at', now()) where id = $1::uuid",
+    )
+    .bind(id(&dup))
+    .bind(id(&held))
+    .execute(&app.db.pool)
+    .await
+    .expect("fixture");
+    let path = format!("/v1/machines/{}", id(&dup));
+    let view = app.get(&path).token(&admin()).send().await.expect(200).json();
+    assert_eq!(view["last_error"]["code"], "duplicate_system");
+    let reason = json!({ "reason": "look at it" });
+    app.post(format!("{path}/maintenance")).token(&admin()).json(&reason).send().await.problem(409, "duplicate_system");
+    app.patch(&path)
+        .token(&admin())
+        .json(&json!({ "bmc": { "password": "another" } }))
+        .send()
+        .await
+        .problem(409, "duplicate_system");
+    let body = app.delete(&path).token(&admin()).send().await.expect(202).json();
+    assert_eq!(body["operation"]["kind"], "machine_retire");
+}

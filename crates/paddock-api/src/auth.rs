@@ -6,6 +6,7 @@ use axum::extract::{FromRequestParts, Request};
 use http::header;
 use http::request::Parts;
 use paddock_domain::Actor;
+use paddock_service::idempotency::DeferredCommit;
 use paddock_service::Ctx;
 use paddock_types::TenantId;
 
@@ -84,7 +85,9 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
         match parts.extensions.remove::<Authn>() {
             Some(Authn::Caller(actor)) => {
                 let (request_id, server_request_id) = context::ids();
-                Ok(Caller(Ctx { actor, request_id, server_request_id }))
+                // Set by the idempotency step: the write leaves its transaction for the answer.
+                let deferred_commit = parts.extensions.get::<DeferredCommit>().cloned();
+                Ok(Caller(Ctx { actor, request_id, server_request_id, deferred_commit }))
             }
             Some(Authn::Refused { server_side: true, .. }) => {
                 Err(ApiError::Domain(paddock_domain::Error::Unavailable(None)))

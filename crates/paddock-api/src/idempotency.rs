@@ -1,13 +1,14 @@
 //! The `Idempotency-Key` middleware for `POST`. The first request with a key runs to completion
-//! in its own task (even when the client goes away), and its answer is stored and replayed; a
-//! server error releases the key so that a retry runs again.
+//! in its own task (even when the client goes away), and its answer is stored, in the transaction
+//! of the request's effect, and replayed; a server error releases the key (and rolls the effect
+//! back) so that a retry runs again.
 
 use axum::body::{to_bytes, Body};
 use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http::{header, HeaderName, HeaderValue, Method, StatusCode};
-use paddock_service::idempotency::{key_scope, Claim, IdemKey, StoredResponse, KEY_RENEWAL};
+use paddock_service::idempotency::{key_scope, Claim, DeferredCommit, IdemKey, StoredResponse, KEY_RENEWAL};
 use sha2::{Digest, Sha256};
 
 use crate::auth::Authn;
@@ -55,44 +56,75 @@ pub async fn idempotency(state: &AppState, req: Request, next: Next) -> Response
         Ok(Claim::InFlight) => ApiError::IdempotencyInFlight.into_response(),
         Ok(Claim::Replay(stored)) => replay(stored),
         Ok(Claim::Claimed(holder)) => {
-            let req = Request::from_parts(parts, Body::from(bytes));
+            let mut req = Request::from_parts(parts, Body::from(bytes));
+            let deferred = DeferredCommit::new(&context::ids().0);
+            req.extensions_mut().insert(deferred.clone());
             let run = tokio::spawn(context::scope(context::current(), next.run(req)));
             let response = match holding(state, &scope, holder, run).await {
                 Ok(response) => response,
                 Err(e) => ApiError::Domain(paddock_domain::Error::internal(e)).into_response(),
             };
-            let (parts, body) = response.into_parts();
-            let body = match to_bytes(body, usize::MAX).await {
-                Ok(body) => body,
-                Err(e) => {
-                    let _ = services.idempotency_release(&scope, holder).await;
-                    return ApiError::Domain(paddock_domain::Error::internal(e)).into_response();
-                }
-            };
-            let outcome = if parts.status.is_server_error() {
-                services.idempotency_release(&scope, holder).await
-            } else {
-                let headers: serde_json::Map<String, serde_json::Value> = REPLAYED_HEADERS
-                    .iter()
-                    .filter_map(|name| {
-                        let value = parts.headers.get(name)?.to_str().ok()?;
-                        Some((name.as_str().to_owned(), value.into()))
-                    })
-                    .collect();
-                let stored = StoredResponse {
-                    response_status: i32::from(parts.status.as_u16()),
-                    response_headers: headers.into(),
-                    response_body: body.to_vec(),
-                };
-                services.idempotency_complete(&scope, holder, &stored).await
-            };
-            if let Err(e) = outcome {
-                // The change itself was made; a retry will see 409 (in flight) until the key expires.
-                tracing::warn!(error = &e as &dyn std::error::Error, "could not record the idempotent response");
-            }
-            Response::from_parts(parts, Body::from(body))
+            answer(state, &scope, holder, &deferred, response).await
         }
     }
+}
+
+/// Records the first answer to a key and gives it back: a server error releases the key (and
+/// rolls back a write left open); any other answer is written in the transaction the request's
+/// write left open, and that commit is what makes the answer true, so when it fails the client
+/// gets the failure instead (see `paddock_service::idempotency`).
+async fn answer(
+    state: &AppState,
+    scope: &IdemKey,
+    holder: uuid::Uuid,
+    deferred: &DeferredCommit,
+    response: Response,
+) -> Response {
+    let services = &state.services;
+    let (parts, body) = response.into_parts();
+    let body = match to_bytes(body, usize::MAX).await {
+        Ok(body) => body,
+        Err(e) => {
+            let _ = services.idempotency_release(scope, holder, deferred).await;
+            return ApiError::Domain(paddock_domain::Error::internal(e)).into_response();
+        }
+    };
+    if parts.status.is_server_error() {
+        if let Err(e) = services.idempotency_release(scope, holder, deferred).await {
+            tracing::warn!(error = &e as &dyn std::error::Error, "could not release an idempotency key");
+        }
+        return Response::from_parts(parts, Body::from(body));
+    }
+    let headers: serde_json::Map<String, serde_json::Value> = REPLAYED_HEADERS
+        .iter()
+        .filter_map(|name| {
+            let value = parts.headers.get(name)?.to_str().ok()?;
+            Some((name.as_str().to_owned(), value.into()))
+        })
+        .collect();
+    let stored = StoredResponse {
+        response_status: i32::from(parts.status.as_u16()),
+        response_headers: headers.into(),
+        response_body: body.to_vec(),
+    };
+    let effect = deferred.is_pending();
+    match services.idempotency_complete(scope, holder, &stored, deferred).await {
+        Ok(true) => {}
+        // The key was taken over (this request outlived its lease): the retry that holds it now
+        // makes the change; this one's was rolled back.
+        Ok(false) if effect => return ApiError::IdempotencyInFlight.into_response(),
+        Err(e) if effect => {
+            // Nothing was committed: the key goes back, and the client learns the request failed.
+            let _ = services.idempotency_release(scope, holder, deferred).await;
+            return ApiError::from(e).into_response();
+        }
+        // The request changed nothing; a retry runs it again.
+        Ok(false) => {}
+        Err(e) => {
+            tracing::warn!(error = &e as &dyn std::error::Error, "could not record the idempotent response");
+        }
+    }
+    Response::from_parts(parts, Body::from(body))
 }
 
 /// Awaits the request's run, renewing the key's lease every [`KEY_RENEWAL`] meanwhile (a failed

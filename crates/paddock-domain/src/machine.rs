@@ -39,6 +39,15 @@ pub const HELD: [MachineState; 3] = [S::Allocated, S::Provisioning, S::Active];
 /// States from which a machine may be retired.
 pub const RETIRABLE: [MachineState; 3] = [S::Available, S::Maintenance, S::CleanFailed];
 
+/// The `last_error.code` of a record whose inspection found its system UUID held by another
+/// record that is not retired: the same server enrolled twice. The record stays in `inspecting`,
+/// is never powered or wiped (that would act on the other record's server, which may serve a
+/// tenant), and can only be retired.
+pub const DUPLICATE_SYSTEM: &str = "duplicate_system";
+
+/// The state a duplicate record (see [`DUPLICATE_SYSTEM`]) waits in, and retires from.
+pub const DUPLICATE_STATE: MachineState = S::Inspecting;
+
 /// Whether the machine holds (or is being given to) a tenant.
 pub fn holds_tenancy(state: MachineState) -> bool {
     matches!(state, S::Allocated | S::Provisioning | S::Active | S::Releasing | S::ProvisionFailed)

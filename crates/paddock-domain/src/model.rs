@@ -139,6 +139,9 @@ pub struct Machine {
     pub retire_requested: bool,
     /// Why an operator asked to force the release of its tenancy, while that is pending.
     pub force_release_reason: Option<String>,
+    /// The record that holds this machine's system UUID, when inspection found the server
+    /// enrolled already (`duplicate_system`): this record may then only be retired.
+    pub duplicate_of: Option<MachineId>,
     /// BMC access.
     pub bmc: Bmc,
     /// Spec generation.

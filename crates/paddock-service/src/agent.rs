@@ -230,7 +230,7 @@ impl Services {
         let found = self.agent_run(TokenKind::Agent, agent_token).await?;
         let actor =
             Actor::from_claims(format!("agent:{}", found.machine_name), Vec::new(), None).map_err(Error::internal)?;
-        let ctx = Ctx { actor, request_id, server_request_id };
+        let ctx = Ctx { actor, request_id, server_request_id, deferred_commit: None };
         self.audited(&ctx, "agent.report", "machine", async |audit| {
             audit.target(found.machine_id, None);
             let report: AgentReport = body.decode()?;

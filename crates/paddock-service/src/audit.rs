@@ -31,6 +31,14 @@ pub(crate) enum Done<T> {
     /// The write appended its success event in the very statement that made the change (one
     /// round trip, atomic without a transaction; see [`AuditTrail::success_event`]).
     Recorded(T),
+    /// Like [`Done::Recorded`], in an open transaction: for a request whose answer is recorded
+    /// with its effect ([`Ctx::deferred_commit`]), which needs one.
+    RecordedIn {
+        /// The write's transaction, not yet committed, its success event written.
+        tx: Tx,
+        /// The answer.
+        value: T,
+    },
 }
 
 impl Services {
@@ -52,16 +60,34 @@ impl Services {
             Ok(Done::Commit { mut tx, value, details }) => {
                 async {
                     audit.success(&mut tx, details).await?;
-                    commit(tx).await?;
+                    commit_or_defer(ctx, tx).await?;
                     Ok(value)
                 }
                 .await
             }
+            Ok(Done::RecordedIn { tx, value }) => commit_or_defer(ctx, tx).await.map(|()| value),
             Ok(Done::Recorded(value)) => Ok(value),
             Err(e) => Err(e),
         };
         audit.finish(result).await
     }
+}
+
+/// Commits a write's transaction, or, for a request whose answer is recorded with its effect,
+/// leaves it to the caller, who records the answer in it and commits both at once
+/// ([`DeferredCommit`](crate::idempotency::DeferredCommit)).
+async fn commit_or_defer(ctx: &Ctx, tx: Tx) -> Result<()> {
+    // A second write in one request (none does this today) commits on its own.
+    let tx = match &ctx.deferred_commit {
+        Some(deferred) => match deferred.defer(tx) {
+            Ok(()) => return Ok(()),
+            Err(tx) => tx,
+        },
+        None => tx,
+    };
+    commit(tx).await?;
+    crate::fault::reached(crate::fault::AFTER_COMMIT, &ctx.request_id).await;
+    Ok(())
 }
 
 /// Audits one call.

@@ -30,6 +30,7 @@ use serde_json::{json, Value};
 use tracing::instrument;
 
 use crate::audit::Done;
+use crate::chain_cache::Basis;
 use crate::{commit, Body, Ctx, Services};
 
 impl Services {
@@ -67,9 +68,17 @@ impl Services {
                 // checkpoint vouches only for what paddock wrote, so such a head is left out.
                 .filter_map(|(machine_id, seq, mac)| mac.map(|m| CustodyHead { machine_id, seq, mac: hex::encode(m) }))
                 .collect();
+            // No head moved since the latest checkpoint we issued: it still names every head, and
+            // is the answer (a read records no row; a checkpoint is issued when the ledger moved).
+            if let Some((latest, name)) = self.latest_checkpoint(&mut tx).await? {
+                if latest.machines == machines {
+                    let details = json!({ "digest": name.digest, "machines": machines.len(), "issued": false });
+                    return Ok(Done::Commit { tx, value: latest, details });
+                }
+            }
             let document = checkpoint_document(issued_at, &machines);
             let signature = key.sign(&document);
-            let details = json!({ "digest": ledger::digest(&document), "machines": machines.len() });
+            let details = json!({ "digest": ledger::digest(&document), "machines": machines.len(), "issued": true });
             let stored =
                 StoredCheckpoint { document, signature: signature.signature.clone(), key_id: signature.key_id.clone() };
             custody::checkpoint_insert(&mut tx, issued_at, &stored).await?;
@@ -137,8 +146,21 @@ impl Services {
         })
     }
 
-    /// The latest recorded checkpoint signed by our key, as (its name, the heads it names).
-    async fn latest_checkpoint(&self, conn: &mut Conn) -> Result<Option<(CheckpointRef, Vec<CustodyHead>)>> {
+    /// Whether `machine`'s chain verifies, in its state and against the checkpointed head of
+    /// `basis`: the verdict reached on the same basis before, else a full verification (`chain_cache`).
+    async fn chain_verified(&self, conn: &mut Conn, machine: MachineId, basis: Basis) -> Result<bool> {
+        if let Some(verified) = self.chains.get(machine, &basis) {
+            return Ok(verified);
+        }
+        let entries = custody::entries(conn, machine).await?;
+        let verified = self.verify_chain(machine, &entries, Some(&basis.state)).verified
+            && basis.checkpoint.as_ref().is_none_or(|h| reaches_head(&entries, h));
+        self.chains.put(machine, basis, verified);
+        Ok(verified)
+    }
+
+    /// The latest recorded checkpoint signed by our key, and its name.
+    async fn latest_checkpoint(&self, conn: &mut Conn) -> Result<Option<(CustodyCheckpoint, CheckpointRef)>> {
         let Some(key) = self.signing_key() else { return Ok(None) };
         let Some(stored) = custody::checkpoint_latest(conn, key.key_id()).await? else {
             return Ok(None);
@@ -149,8 +171,9 @@ impl Services {
         }
         let parsed: std::result::Result<(DateTime<Utc>, Vec<CustodyHead>), _> =
             serde_json::from_value(json!([stored.document["issued_at"], stored.document["machines"]]));
-        let (issued_at, heads) = parsed.map_err(Error::internal)?;
-        Ok(Some((checkpoint_ref(&stored.document, issued_at, &stored.key_id), heads)))
+        let (issued_at, machines) = parsed.map_err(Error::internal)?;
+        let name = checkpoint_ref(&stored.document, issued_at, &stored.key_id);
+        Ok(Some((CustodyCheckpoint { issued_at, machines, signature: stored.signature, key_id: stored.key_id }, name)))
     }
 
     /// A machine's custody ledger, oldest first, with the chain recomputed: provider roles only
@@ -190,6 +213,8 @@ impl Services {
         let clusters = custody::report_clusters(&mut tx, tenant_id).await?;
         let machines = custody::report_machines(&mut tx, tenant_id).await?;
         let checkpoint = self.latest_checkpoint(&mut tx).await?;
+        let ids: Vec<MachineId> = machines.iter().map(|m| m.machine_id).collect();
+        let fingerprints = custody::chain_fingerprints(&mut tx, &ids).await?;
         let mut no_machine_shared = true;
         let mut views: Vec<IsolationCluster> = clusters
             .into_iter()
@@ -207,10 +232,13 @@ impl Services {
             if m.live_allocations != 1 || m.holder_tenant_id != Some(tenant_id) {
                 no_machine_shared = false;
             }
-            let entries = custody::entries(&mut tx, m.machine_id).await?;
-            let head = checkpoint.as_ref().and_then(|(_, heads)| heads.iter().find(|h| h.machine_id == m.machine_id));
-            let ledger_verified = self.verify_chain(m.machine_id, &entries, Some(&m.state)).verified
-                && head.is_none_or(|h| reaches_head(&entries, h));
+            let head = checkpoint.as_ref().and_then(|(c, _)| c.machines.iter().find(|h| h.machine_id == m.machine_id));
+            let basis = Basis {
+                fingerprint: fingerprints.get(&m.machine_id).cloned().unwrap_or_default(),
+                state: m.state.clone(),
+                checkpoint: head.cloned(),
+            };
+            let ledger_verified = self.chain_verified(&mut tx, m.machine_id, basis).await?;
             let wipe = m.clean.as_ref().map(|(method, run_id, completed_at)| IsolationWipe {
                 clean_id: m.clean_id,
                 method: method.clone(),
@@ -244,7 +272,7 @@ impl Services {
             clusters: views,
             no_machine_shared,
             complete,
-            checkpoint: checkpoint.map(|(name, _)| name),
+            checkpoint: checkpoint.map(|(_, name)| name),
             digest: String::new(),
         };
         report.digest = report_digest(&report);

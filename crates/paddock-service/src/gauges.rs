@@ -99,6 +99,12 @@ impl Services {
         out.push_str("# HELP paddock_gauge_reads_total Reads of the database gauges (cached between scrapes).\n");
         out.push_str("# TYPE paddock_gauge_reads_total counter\n");
         let _ = writeln!(out, "paddock_gauge_reads_total {}", self.gauges.reads.load(Ordering::Relaxed));
+        out.push_str(
+            "# HELP paddock_custody_chain_verifications_total Custody chains the isolation report verified in full \
+             (a chain unchanged since its last verification is not verified again).\n",
+        );
+        out.push_str("# TYPE paddock_custody_chain_verifications_total counter\n");
+        let _ = writeln!(out, "paddock_custody_chain_verifications_total {}", self.chains.verifications());
         out.push_str("# HELP paddock_database_up Whether the database answered the last read of the gauges.\n");
         out.push_str("# TYPE paddock_database_up gauge\n");
         let Some(Gauges { machines, classes, clusters, waiting, jobs }) = reading else {

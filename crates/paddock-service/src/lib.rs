@@ -5,9 +5,11 @@
 
 pub mod agent;
 mod audit;
+mod chain_cache;
 pub mod cluster;
 pub mod credentials;
 mod custody;
+pub mod fault;
 mod gauges;
 mod housekeeping;
 pub mod idempotency;
@@ -40,12 +42,20 @@ pub struct Ctx {
     /// The id the server gave the request, recorded beside the client's: the one a client cannot
     /// choose, so two calls that sent the same request id stay apart on the trail.
     pub server_request_id: uuid::Uuid,
+    /// Set for a request whose answer must be recorded with its effect (an `Idempotency-Key`):
+    /// the audited write leaves its transaction here instead of committing it.
+    pub deferred_commit: Option<idempotency::DeferredCommit>,
 }
 
 impl Ctx {
     /// The context of work that is no HTTP request (seeding, tests), under `request_id`.
     pub fn internal(actor: Actor, request_id: &str) -> Self {
-        Self { actor, request_id: request_id.to_owned(), server_request_id: uuid::Uuid::now_v7() }
+        Self {
+            actor,
+            request_id: request_id.to_owned(),
+            server_request_id: uuid::Uuid::now_v7(),
+            deferred_commit: None,
+        }
     }
 }
 
@@ -124,6 +134,8 @@ pub struct Services {
     exports: Arc<usage::ExportSlots>,
     /// The `/metrics` gauges' last read (`gauges`).
     gauges: Arc<gauges::GaugeCache>,
+    /// The isolation report's verdicts on custody chains (`chain_cache`).
+    chains: Arc<chain_cache::ChainCache>,
 }
 
 impl Services {
@@ -139,6 +151,7 @@ impl Services {
             usage: Arc::default(),
             exports: Arc::default(),
             gauges: Arc::default(),
+            chains: Arc::default(),
         }
     }
 

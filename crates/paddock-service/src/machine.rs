@@ -4,7 +4,7 @@
 //! worker acts, the machine record carries the operator's intent.
 
 use paddock_domain::cursor::PageRequest;
-use paddock_domain::machine::{holds_tenancy, RETIRABLE};
+use paddock_domain::machine::{holds_tenancy, DUPLICATE_SYSTEM, RETIRABLE};
 use paddock_domain::model::{Bmc, Machine};
 use paddock_domain::precondition::IfMatch;
 use paddock_domain::secret::Binding;
@@ -276,15 +276,17 @@ impl Services {
         .await
     }
 
-    /// Retires a machine: only from `available`, `maintenance` or `clean_failed`.
+    /// Retires a machine: only from `available`, `maintenance` or `clean_failed`, or a duplicate
+    /// record of a server enrolled already (`duplicate_system`) from wherever inspection stopped it.
     pub async fn machine_retire(&self, ctx: &Ctx, id: MachineId, if_match: &IfMatch) -> Result<MachineChange> {
         self.audited(ctx, "machine.retire", "machine", async |audit| {
             audit.target(id.uuid(), None);
             ctx.actor.authorize(Permission::MachineWrite)?;
             let mut tx = self.store.begin().await?;
-            let current = self.machine_for_change(&mut tx, id).await?;
+            let current = self.machine_for_retire(&mut tx, id).await?;
             if_match.check(current.generation)?;
-            if !RETIRABLE.contains(&current.state) {
+            // A duplicate record (`duplicate_system`) retires from where inspection stopped it.
+            if !RETIRABLE.contains(&current.state) && current.duplicate_of.is_none() {
                 return Err(Error::conflict(
                     "machine_busy",
                     format!(
@@ -303,8 +305,23 @@ impl Services {
         .await
     }
 
-    /// Locks a machine for a change; a retired one takes no more changes.
+    /// Locks a machine for a change; a retired one takes no more changes, and a duplicate record
+    /// of a server enrolled already takes none but retirement.
     async fn machine_for_change(&self, conn: &mut Conn, id: MachineId) -> Result<Machine> {
+        let machine = self.machine_for_retire(conn, id).await?;
+        if let Some(holder) = machine.duplicate_of {
+            return Err(Error::conflict(
+                DUPLICATE_SYSTEM,
+                format!(
+                    "the machine's server is enrolled already as machine {holder}; this record can only be retired"
+                ),
+            ));
+        }
+        Ok(machine)
+    }
+
+    /// Locks a machine for its retirement; a retired one takes no more changes.
+    async fn machine_for_retire(&self, conn: &mut Conn, id: MachineId) -> Result<Machine> {
         let machine = store::get(conn, id, true).await?.ok_or(NOT_FOUND)?;
         if machine.state == MachineState::Retired {
             return Err(Error::conflict("machine_retired", "the machine is retired"));

@@ -30,9 +30,15 @@ impl Services {
             validate::tenant(&spec)?;
             let id = TenantId::new();
             audit.target(id.uuid(), Some(id));
-            // One statement writes the tenant and its audit event: no transaction needed.
-            let mut conn = self.store.conn().await?;
+            // One statement writes the tenant and its audit event: no transaction needed, unless
+            // the answer is to be recorded with it (an idempotent request).
             let event = audit.success_event(json!({ "name": spec.name }));
+            if ctx.deferred_commit.is_some() {
+                let mut tx = self.store.begin().await?;
+                let value = tenant::insert(&mut tx, id, &spec, &event).await?;
+                return Ok(Done::RecordedIn { tx, value });
+            }
+            let mut conn = self.store.conn().await?;
             Ok(Done::Recorded(tenant::insert(&mut conn, id, &spec, &event).await?))
         })
         .await

@@ -193,6 +193,24 @@ pub async fn heads(conn: &mut Conn) -> Result<Vec<(MachineId, i64, Option<Vec<u8
     Ok(rows.into_iter().map(|(m, seq, mac)| (MachineId(m), seq, mac)).collect())
 }
 
+/// A fingerprint of each machine's whole chain, computed by the database: a digest of every
+/// entry's row as stored, in order. Any change to any entry (an edit, a cut tail, a row put back
+/// with the head's MAC) changes it; reading it costs no MAC and moves no entry over the wire.
+pub async fn chain_fingerprints(
+    conn: &mut Conn,
+    machines: &[MachineId],
+) -> Result<std::collections::HashMap<MachineId, String>, StoreError> {
+    let ids: Vec<Uuid> = machines.iter().map(|m| m.uuid()).collect();
+    let rows: Vec<(Uuid, String)> = sqlx::query_as(
+        "select e.machine_id, md5(string_agg(e::text, E'\\n' order by e.seq, e.id)) from custody_entries e \
+         where e.machine_id = any($1) group by e.machine_id",
+    )
+    .bind(&ids)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(|(m, fingerprint)| (MachineId(m), fingerprint)).collect())
+}
+
 /// A checkpoint as recorded when it was issued.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredCheckpoint {

@@ -95,6 +95,13 @@ fn conflict_for(constraint: &str) -> Option<(&'static str, &'static str)> {
         "tenants_name_key" => ("tenant_name_taken", "a tenant with this name already exists"),
         "machine_classes_name_key" => ("machine_class_name_taken", "a machine class with this name already exists"),
         "machines_name_key" => ("machine_name_taken", "a machine with this name is already enrolled"),
+        "machines_bmc_system_key" => (
+            "machine_already_enrolled",
+            "a machine that is not retired is already enrolled with this BMC system (same BMC address and system id)",
+        ),
+        "machines_system_uuid_key" => {
+            ("duplicate_system", "a machine that is not retired already holds this system UUID")
+        }
         "clusters_tenant_name_key" => ("cluster_name_taken", "the tenant already has a cluster with this name"),
         "node_pools_cluster_name_key" => ("node_pool_name_taken", "the cluster already has a node pool with this name"),
         _ => return None,

@@ -136,14 +136,15 @@ pub async fn renew(conn: &mut Conn, key: &IdemKey, holder: Uuid, lease: Duration
     Ok(renewed.rows_affected() == 1)
 }
 
-/// Stores the response of a key `holder` claimed (nothing when it lost the key meanwhile).
+/// Stores the response of a key `holder` claimed; false (nothing stored) when it lost the key
+/// meanwhile. Run in the transaction of the request's effect, it commits with it.
 pub async fn complete(
     conn: &mut Conn,
     key: &IdemKey,
     holder: Uuid,
     response: &StoredResponse,
-) -> Result<(), StoreError> {
-    bind_key!(
+) -> Result<bool, StoreError> {
+    let done = bind_key!(
         sqlx::query(
             "update idempotency_keys set response_status = $7, response_headers = $8, response_body = $9, \
          completed_at = now() where subject = $1 and tenant_scope = $2 and method = $3 and path = $4 and key = $5 \
@@ -157,7 +158,7 @@ pub async fn complete(
     .bind(&response.response_body)
     .execute(conn)
     .await?;
-    Ok(())
+    Ok(done.rows_affected() == 1)
 }
 
 /// Releases a key `holder` claimed, without a response (the request failed with a server

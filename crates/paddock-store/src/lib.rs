@@ -104,6 +104,29 @@ impl Store {
         Ok(())
     }
 
+    /// How the connected role could rewrite the custody ledger, if it can: as a superuser, as
+    /// the ledger's owner (an owner may drop or disable the append-only triggers), or holding
+    /// UPDATE, DELETE or TRUNCATE on the ledger or its checkpoints (what a single role that
+    /// migrated the schema has). `None`: it may only read and append, the two-role split of
+    /// `paddock_grant_runtime`. The role's name comes first.
+    pub async fn ledger_rewrite_access(&self) -> Result<(String, Option<&'static str>), StoreError> {
+        let (role, superuser, owner, rewrite): (String, bool, bool, bool) = sqlx::query_as(
+            "select current_user::text,                coalesce((select rolsuper from pg_roles where rolname = current_user), false),                pg_has_role(current_user, (select relowner from pg_class where oid = 'custody_entries'::regclass),                  'USAGE'),                exists (select 1 from unnest(array['custody_entries', 'custody_checkpoints']) as t(name),                  unnest(array['UPDATE', 'DELETE', 'TRUNCATE']) as p(privilege)                  where has_table_privilege(current_user, t.name, p.privilege))",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        let how = if superuser {
+            Some("it is a superuser")
+        } else if owner {
+            Some("it owns the ledger's tables")
+        } else if rewrite {
+            Some("it holds UPDATE, DELETE or TRUNCATE on the ledger's tables")
+        } else {
+            None
+        };
+        Ok((role, how))
+    }
+
     /// Starts a transaction.
     pub async fn begin(&self) -> Result<Tx, StoreError> {
         Ok(self.pool.begin().await?)

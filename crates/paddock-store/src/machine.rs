@@ -33,6 +33,7 @@ struct MachineRow {
     maintenance_reason: Option<String>,
     retire_requested: bool,
     force_release_reason: Option<String>,
+    duplicate_of: Option<Uuid>,
     bmc_url: String,
     bmc_system_id: Option<String>,
     bmc_username: String,
@@ -48,7 +49,7 @@ struct MachineRow {
 
 const SELECT: &str = "select m.id, m.name, m.machine_class_id, c.name as machine_class, m.labels, \
      m.state, m.last_error, m.tenant_id, m.cluster_id, m.node_pool_id, m.node_name, m.system_uuid, \
-     m.inventory, m.maintenance_reason, m.retire_requested_at is not null as retire_requested, m.force_release_reason, m.bmc_url, m.bmc_system_id, m.bmc_username, \
+     m.inventory, m.maintenance_reason, m.retire_requested_at is not null as retire_requested, m.force_release_reason, m.duplicate_of, m.bmc_url, m.bmc_system_id, m.bmc_username, \
      m.bmc_password_enc, m.bmc_ca_cert, m.bmc_insecure_tls, m.bmc_allow_insecure_http, m.generation, m.status_version, \
      m.created_at, m.updated_at \
      from machines m join machine_classes c on c.id = m.machine_class_id";
@@ -74,6 +75,7 @@ impl TryFrom<MachineRow> for Machine {
             maintenance_reason: r.maintenance_reason,
             retire_requested: r.retire_requested,
             force_release_reason: r.force_release_reason,
+            duplicate_of: r.duplicate_of.map(MachineId),
             bmc: Bmc {
                 url: r.bmc_url,
                 system_id: r.bmc_system_id,
@@ -409,6 +411,71 @@ pub async fn advance(
         evidence.insert("system_uuid".to_owned(), serde_json::json!(system_uuid));
     }
     custody::append(&mut tx, key, id, Some(from), to, custody::WORKER_ACTOR, &reason, &evidence.into()).await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// The unique index that keeps a system UUID on one record among machines not retired.
+pub const SYSTEM_UUID_KEY: &str = "machines_system_uuid_key";
+
+/// The record (not retired, other than `id`) that holds `system_uuid`, with its name.
+pub async fn system_uuid_holder(
+    conn: &mut Conn,
+    id: MachineId,
+    system_uuid: &str,
+) -> Result<Option<(MachineId, String)>, StoreError> {
+    let found: Option<(Uuid, String)> = sqlx::query_as(
+        "select id, name from machines where lower(system_uuid) = lower($2) and retired_at is null and id <> $1",
+    )
+    .bind(id.uuid())
+    .bind(system_uuid)
+    .fetch_optional(conn)
+    .await?;
+    Ok(found.map(|(holder, name)| (MachineId(holder), name)))
+}
+
+/// Stops a record whose inspection found its system UUID held by `holder`: it moves (from
+/// `enrolling` or `inspecting`, guarded on the state and status version) to
+/// [`DUPLICATE_STATE`](paddock_domain::machine::DUPLICATE_STATE) with `duplicate_of` and a
+/// `duplicate_system` error, and the finding goes on its custody ledger in the same transaction.
+/// The UUID itself is not recorded on the row: the holder's index entry keeps it. False when
+/// someone else moved the machine first.
+pub async fn mark_duplicate(
+    conn: &mut Conn,
+    key: &LedgerKey,
+    id: MachineId,
+    from: MachineState,
+    status_version: i64,
+    holder: (MachineId, &str),
+    system_uuid: &str,
+) -> Result<bool, StoreError> {
+    use paddock_domain::machine::{DUPLICATE_STATE, DUPLICATE_SYSTEM};
+    let message = format!(
+        "the BMC answers with system UUID {system_uuid}, which machine {} ({}) holds: the same server is enrolled \
+         twice; this record is never powered or wiped and can only be retired",
+        holder.1, holder.0
+    );
+    let error = serde_json::json!({ "code": DUPLICATE_SYSTEM, "message": message, "at": chrono::Utc::now() });
+    let mut tx = conn.begin().await?;
+    let done = sqlx::query(
+        "update machines set state = $4, duplicate_of = $5, last_error = $6, status_version = status_version + 1, \
+         updated_at = now() where id = $1 and state = $2 and status_version = $3",
+    )
+    .bind(id.uuid())
+    .bind(from.as_str())
+    .bind(status_version)
+    .bind(DUPLICATE_STATE.as_str())
+    .bind(holder.0.uuid())
+    .bind(error)
+    .execute(&mut *tx)
+    .await?;
+    if done.rows_affected() != 1 {
+        return Ok(false);
+    }
+    let evidence = serde_json::json!({
+        "code": DUPLICATE_SYSTEM, "system_uuid": system_uuid, "duplicate_of": holder.0, "duplicate_of_name": holder.1,
+    });
+    custody::append(&mut tx, key, id, Some(from), DUPLICATE_STATE, custody::WORKER_ACTOR, &message, &evidence).await?;
     tx.commit().await?;
     Ok(true)
 }

@@ -86,7 +86,13 @@ pub async fn services(settings: &Settings, database_url: &str) -> anyhow::Result
 /// Runs the chosen parts until a shutdown signal.
 pub async fn serve(settings: &Settings, roles: Roles) -> anyhow::Result<()> {
     let services = services(settings, settings.database_url()?).await?;
-    run(settings, services, roles, shutdown_signal()).await
+    if roles.migrate {
+        migrate(settings).await?;
+    }
+    // After migrating (the check reads the ledger's tables); `paddock dev`, which runs a private
+    // one-role database, skips it.
+    tokio::spawn(check_ledger_access(services.store().clone()));
+    run(settings, services, Roles { migrate: false, ..roles }, shutdown_signal()).await
 }
 
 /// Runs the chosen parts over ready services until `shutdown` completes.
@@ -168,6 +174,28 @@ pub async fn run(
         let _ = metrics.await;
     }
     result
+}
+
+/// Warns, once the database answers, when the role serving requests and running jobs could
+/// rewrite the custody ledger: the ledger's MACs still expose an edit, but the two-role split
+/// (`PADDOCK_MIGRATE_DATABASE_URL`) is what keeps a compromised process from deleting its tail.
+/// Off the request path: a database that is not up yet delays no start.
+async fn check_ledger_access(store: Store) {
+    match store.ledger_rewrite_access().await {
+        Ok((role, Some(how))) => tracing::warn!(
+            db.role = %role,
+            "the database role {role} that serves requests can rewrite the custody ledger ({how}): run `paddock \
+             migrate` with PADDOCK_MIGRATE_DATABASE_URL naming a role that owns the schema, and serve as another \
+             role, which may then only read and append the ledger"
+        ),
+        Ok((role, None)) => {
+            tracing::info!(db.role = %role, "the database role {role} may only read and append the custody ledger");
+        }
+        Err(e) => tracing::warn!(
+            error = &e as &dyn std::error::Error,
+            "could not check whether the database role can rewrite the custody ledger"
+        ),
+    }
 }
 
 /// The worker, with the handlers of every reconcile job kind, and the settings' lifecycle.

@@ -104,3 +104,85 @@ async fn migrate_with_an_owner_url_grants_the_runtime_role_only_reads_and_append
     assert_eq!(owner_of, owner);
     pool.close().await;
 }
+
+/// Starts `paddock api` on `database_url` and returns what it logged once it said whether its
+/// database role can rewrite the custody ledger (or panics after a deadline).
+fn ledger_access_logged(database_url: &str) -> String {
+    let secret = String::from_utf8(paddock_testkit::TEST_SECRET.to_vec()).expect("utf-8");
+    let log = std::env::temp_dir().join(format!("paddock-ledger-access-{}.log", uuid::Uuid::new_v4().simple()));
+    let file = std::fs::File::create(&log).expect("log file");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_paddock"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("PADDOCK_")) {
+        cmd.env_remove(k);
+    }
+    let mut child = cmd
+        .arg("api")
+        .env("PADDOCK_DATABASE_URL", database_url)
+        .env("PADDOCK_JWT_HS256_SECRET", &secret)
+        .env("PADDOCK_ENCRYPTION_KEY", paddock_domain::secret::Cipher::generate_key())
+        .env("PADDOCK_LEDGER_KEY", "startup-test-ledger-key-of-at-least-32-bytes")
+        .env("PADDOCK_LISTEN", "127.0.0.1:0")
+        .env("PADDOCK_LOG", "info,sqlx=warn")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(file)
+        .spawn()
+        .expect("starting `paddock api`");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let logged = loop {
+        let logged = std::fs::read_to_string(&log).unwrap_or_default();
+        if logged.contains("custody ledger") {
+            break logged;
+        }
+        if Instant::now() > deadline || child.try_wait().expect("waiting").is_some() {
+            let _ = child.kill();
+            panic!("`paddock api` said nothing about its access to the custody ledger: {logged}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&log);
+    logged
+}
+
+/// A serving process warns at start when its database role could rewrite the custody ledger (one
+/// role for everything, the default), and only notes it with the two roles of `paddock migrate`.
+#[tokio::test]
+async fn a_serving_process_warns_when_its_database_role_can_rewrite_the_ledger() {
+    let admin = paddock_testkit::TestDb::empty().await;
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    let (owner, runtime, database) = (format!("owner_{suffix}"), format!("runtime_{suffix}"), format!("w_{suffix}"));
+    for statement in [
+        format!("create role {owner} login"),
+        format!("create role {runtime} login"),
+        format!("create database {database} owner {owner}"),
+    ] {
+        sqlx::query(&statement).execute(&admin.pool).await.unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+    let base = admin.url.rsplit_once('@').map(|(_, host)| host.rsplit_once('/').map_or(host, |(h, _)| h)).expect("url");
+    let url = |role: &str| format!("postgres://{role}@{base}/{database}");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_paddock"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("PADDOCK_")) {
+        cmd.env_remove(k);
+    }
+    let output = cmd
+        .arg("migrate")
+        .env("PADDOCK_MIGRATE_DATABASE_URL", url(&owner))
+        .env("PADDOCK_DATABASE_URL", url(&runtime))
+        .env("PADDOCK_LOG", "warn")
+        .output()
+        .expect("running `paddock migrate`");
+    assert!(output.status.success(), "paddock migrate: {}", String::from_utf8_lossy(&output.stderr));
+
+    let one_role = ledger_access_logged(&url(&owner));
+    assert!(one_role.contains("WARN"), "{one_role}");
+    assert!(one_role.contains(&format!("the database role {owner} that serves requests can rewrite")), "{one_role}");
+    assert!(one_role.contains("it owns the ledger's tables"), "{one_role}");
+    assert!(one_role.contains("PADDOCK_MIGRATE_DATABASE_URL"), "{one_role}");
+
+    let two_roles = ledger_access_logged(&url(&runtime));
+    assert!(two_roles.contains(&format!("the database role {runtime} may only read and append")), "{two_roles}");
+    assert!(!two_roles.contains("can rewrite"), "{two_roles}");
+}

@@ -117,12 +117,16 @@ fn conflicts(operation_id: &str) -> &'static [(u16, &'static [&'static str])] {
         "tenant_delete" => &[(409, &["tenant_not_empty"])],
         "machine_class_create" => &[(409, &["machine_class_name_taken"])],
         "machine_class_update" | "machine_class_delete" => &[(409, &["machine_class_in_use"])],
-        "machine_enroll" => &[(409, &["machine_name_taken"])],
-        "machine_update" => &[(409, &["machine_name_taken", "machine_retired"])],
+        "machine_enroll" => &[(409, &["machine_name_taken", "machine_already_enrolled"])],
+        "machine_update" => {
+            &[(409, &["machine_name_taken", "machine_already_enrolled", "duplicate_system", "machine_retired"])]
+        }
         "machine_retire" => &[(409, &["retire_pending", "machine_busy", "machine_retired"])],
-        "machine_force_release" => &[(409, &["machine_not_in_tenancy", "force_release_pending", "machine_retired"])],
-        "machine_maintenance_enter" => &[(409, &["already_in_maintenance", "machine_retired"])],
-        "machine_maintenance_leave" => &[(409, &["not_in_maintenance", "machine_retired"])],
+        "machine_force_release" => {
+            &[(409, &["machine_not_in_tenancy", "force_release_pending", "duplicate_system", "machine_retired"])]
+        }
+        "machine_maintenance_enter" => &[(409, &["already_in_maintenance", "duplicate_system", "machine_retired"])],
+        "machine_maintenance_leave" => &[(409, &["not_in_maintenance", "duplicate_system", "machine_retired"])],
         "cluster_create" => &[(409, &[SUSPENDED, "cluster_name_taken", "quota_exceeded", "insufficient_capacity"])],
         "cluster_update" => &[(409, &[SUSPENDED, "cluster_deleting", "quota_exceeded", "insufficient_capacity"])],
         "cluster_delete" => &[(409, &[SUSPENDED, "cluster_deleting"])],

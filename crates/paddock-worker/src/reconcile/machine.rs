@@ -39,7 +39,7 @@ use paddock_domain::bmc::{
 use paddock_domain::driver::{node_name, DriverError, KubeDrivers, NodeRef, Removal, TenantAccess};
 use paddock_domain::job_kind::MACHINE_RECONCILE;
 use paddock_domain::ledger::LedgerKey;
-use paddock_domain::machine::{HELD, RETIRABLE};
+use paddock_domain::machine::{DUPLICATE_SYSTEM, HELD, RETIRABLE};
 use paddock_domain::model::Machine;
 use paddock_domain::secret::SecretString;
 use paddock_service::agent::AgentRun;
@@ -175,6 +175,16 @@ impl MachineReconciler {
         // Retired is final: a maintenance reason left on the record must not bring it back.
         if m.state == S::Retired {
             return Step::Stop(Outcome::Done);
+        }
+        // A second record of a server enrolled already: nothing but retirement, never a BMC call
+        // (a power action would hit the other record's server, perhaps serving a tenant).
+        if m.duplicate_of.is_some() {
+            if !m.retire_requested {
+                return Step::Stop(Outcome::Done);
+            }
+            return self
+                .guarded(m.id, |c, k| machine::transition(c, k, m.id, m.state, m.status_version, S::Retired).boxed())
+                .await;
         }
         if m.retire_requested && RETIRABLE.contains(&m.state) {
             return self
@@ -337,14 +347,29 @@ impl MachineReconciler {
                 return Ok(());
             }
         }
+        // The same server enrolled twice (another URL for its BMC, its system named by `Id` once
+        // and by `UUID` once): the record that holds the UUID keeps it, this one stops here,
+        // before anything powers or wipes the server the UUID check would let it reach.
+        let holds = m.system_uuid.as_deref().is_some_and(|known| known.eq_ignore_ascii_case(&inventory.system_uuid));
+        if !holds {
+            if let Some((holder, name)) = machine::system_uuid_holder(conn, m.id, &inventory.system_uuid).await? {
+                let uuid = &inventory.system_uuid;
+                machine::mark_duplicate(conn, key, m.id, m.state, m.status_version, (holder, &name), uuid).await?;
+                return Ok(());
+            }
+        }
         let verdict = check_against_class(inventory, &class.spec);
         let json = inventory_json(inventory, &verdict);
         let (mut state, mut version) = (m.state, m.status_version);
         if m.system_uuid.as_deref() != Some(inventory.system_uuid.as_str()) || m.inventory != json {
-            if !machine::set_inventory(conn, m.id, state, version, &inventory.system_uuid, &json).await? {
-                return Ok(());
+            match machine::set_inventory(conn, m.id, state, version, &inventory.system_uuid, &json).await {
+                Ok(true) => version += 1,
+                // A lost race, or another record inspected the same server at the same moment and
+                // took the UUID first (the unique index): the next step reads again and sees it.
+                Ok(false) => return Ok(()),
+                Err(StoreError::Unique { constraint, .. }) if constraint == machine::SYSTEM_UUID_KEY => return Ok(()),
+                Err(e) => return Err(e),
             }
-            version += 1;
         }
         if state == MachineState::Enrolling {
             if !machine::advance(conn, key, m.id, state, version, MachineState::Inspecting, None).await? {
@@ -1210,6 +1235,10 @@ impl MachineReconciler {
         }
         .await;
         match found {
+            Ok((Some(op), Some(m))) if m.duplicate_of.is_some() && op.kind == "machine_enroll" => {
+                let message = m.last_error.map(|e| e.message).unwrap_or_default();
+                Outcome::fail_with_status(409, DUPLICATE_SYSTEM, message)
+            }
             Ok((Some(op), Some(m)))
                 if m.state == MachineState::CleanFailed
                     && matches!(op.kind.as_str(), "machine_enroll" | "machine_maintenance_leave") =>

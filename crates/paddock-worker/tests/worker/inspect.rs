@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use paddock_domain::bmc::{
     AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, BoxFuture, Inventory, InventoryDrive,
+    OutOfBandErase, PowerProgress,
 };
 use paddock_domain::job_kind::MACHINE_RECONCILE;
 use paddock_domain::model::{Bmc, Machine};
@@ -62,10 +63,24 @@ async fn class(store: &Store, cpu: u32, memory: u32) {
     machine_class::insert(&mut conn, MachineClassId::new(), &spec).await.expect("class");
 }
 
-/// Enrolls a machine of class `metal` (inserted in `enrolling`), its password sealed by `cipher`.
+/// Enrolls a machine `m1` of class `metal` (inserted in `enrolling`), its password sealed by
+/// `cipher`.
 async fn enroll(
     store: &Store,
     cipher: &Cipher,
+    url: &str,
+    system_id: Option<&str>,
+    user: &str,
+    password: &str,
+) -> MachineId {
+    enroll_as(store, cipher, "m1", url, system_id, user, password).await
+}
+
+/// [`enroll`] under `name`.
+async fn enroll_as(
+    store: &Store,
+    cipher: &Cipher,
+    name: &str,
     url: &str,
     system_id: Option<&str>,
     user: &str,
@@ -85,7 +100,7 @@ async fn enroll(
         allow_insecure_http: true,
     };
     let labels = Labels::default();
-    let new = machine::NewMachine { id, name: "m1", machine_class_id: class.id, labels: &labels, bmc: &bmc };
+    let new = machine::NewMachine { id, name, machine_class_id: class.id, labels: &labels, bmc: &bmc };
     machine::insert(&mut conn, &new).await.expect("insert machine");
     id
 }
@@ -311,4 +326,127 @@ async fn an_unreachable_bmc_is_transient_and_retried() {
     let m = load(&store, id).await;
     assert_eq!(m.state, MachineState::Enrolling);
     assert_eq!(m.last_error.as_ref().map(|e| e.code.as_str()), Some("bmc_unreachable"));
+}
+
+/// A driver that reads through `inner` and refuses (and notes) every call that would act on the
+/// server: power, boot, media, erase.
+struct ReadOnly {
+    inner: Arc<dyn BmcDriver>,
+    acted: std::sync::Mutex<Vec<&'static str>>,
+}
+
+impl ReadOnly {
+    fn refuse(&self, call: &'static str) -> BmcError {
+        self.acted.lock().expect("lock").push(call);
+        BmcError::new(BmcErrorKind::Permanent, "not_in_this_test", "this test allows no action on the server")
+    }
+
+    fn acted(&self) -> Vec<&'static str> {
+        self.acted.lock().expect("lock").clone()
+    }
+}
+
+impl BmcDriver for ReadOnly {
+    fn inspect<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Inventory, BmcError>> {
+        self.inner.inspect(access)
+    }
+
+    fn boot_from_media<'a>(&'a self, _: &'a BmcAccess, _: &'a BootMedia) -> BoxFuture<'a, Result<(), BmcError>> {
+        Box::pin(async { Err(self.refuse("boot_from_media")) })
+    }
+
+    fn finish_boot<'a>(&'a self, _: &'a BmcAccess, _: AfterBoot) -> BoxFuture<'a, Result<(), BmcError>> {
+        Box::pin(async { Err(self.refuse("finish_boot")) })
+    }
+
+    fn start_boot_from_media<'a>(
+        &'a self,
+        _: &'a BmcAccess,
+        _: &'a BootMedia,
+    ) -> BoxFuture<'a, Result<PowerProgress, BmcError>> {
+        Box::pin(async { Err(self.refuse("start_boot_from_media")) })
+    }
+
+    fn start_finish_boot<'a>(
+        &'a self,
+        _: &'a BmcAccess,
+        _: AfterBoot,
+    ) -> BoxFuture<'a, Result<PowerProgress, BmcError>> {
+        Box::pin(async { Err(self.refuse("start_finish_boot")) })
+    }
+
+    fn power_off<'a>(&'a self, _: &'a BmcAccess) -> BoxFuture<'a, Result<(), BmcError>> {
+        Box::pin(async { Err(self.refuse("power_off")) })
+    }
+
+    fn power_on<'a>(&'a self, _: &'a BmcAccess) -> BoxFuture<'a, Result<(), BmcError>> {
+        Box::pin(async { Err(self.refuse("power_on")) })
+    }
+
+    fn erase_out_of_band<'a>(&'a self, _: &'a BmcAccess) -> BoxFuture<'a, Result<Vec<OutOfBandErase>, BmcError>> {
+        Box::pin(async { Err(self.refuse("erase_out_of_band")) })
+    }
+}
+
+/// The same server enrolled twice, under another spelling of its BMC's address (which the
+/// enrollment check cannot see through): the record inspected second finds the UUID held, stops
+/// in `inspecting` with `duplicate_system` before any action on the server (a wipe would power
+/// off the first record's machine, perhaps serving a tenant), and can only be retired.
+#[tokio::test]
+async fn a_server_enrolled_twice_is_stopped_before_any_power_action_and_can_only_be_retired() {
+    let emu = require!(emulator("inspection tests"));
+    let (_db, store) = db().await;
+    let cipher = cipher();
+    class(&store, 64, 512).await;
+    let uuid = emu.uuid_at(13).await;
+    let url = paddock_redfish::Url::parse(&emu.url).expect("emulator url");
+    let host = url.host_str().expect("host");
+    let other = if host == "localhost" { "127.0.0.1" } else { "localhost" };
+    let other_url = emu.url.replacen(host, other, 1);
+    let first = enroll_as(&store, &cipher, "first", &emu.url, Some(&uuid), &emu.user, &emu.password).await;
+    let second = enroll_as(&store, &cipher, "second", &other_url, Some(&uuid), &emu.user, &emu.password).await;
+
+    // The first record is inspected as usual (it waits in cleaning for the missing wipe image).
+    let outcome = run(&reconciler(&store, &cipher, redfish()), &store, first).await;
+    assert_eq!(wait_code(&outcome).1, "wipe_image_not_configured");
+    let held = load(&store, first).await;
+    assert_eq!(held.system_uuid.as_deref(), Some(uuid.as_str()));
+
+    // The second, with a wipe image configured: it would boot the wipe at once if it got there.
+    let watched = Arc::new(ReadOnly { inner: redfish(), acted: std::sync::Mutex::default() });
+    let services = paddock_service::Services::new(store.clone(), cipher.clone(), paddock_testkit::ledger_key());
+    let settings = Settings { wipe_image_url: Some("http://127.0.0.1:9/wipe.iso".into()), ..Settings::default() };
+    let drivers = Drivers { bmc: Some(watched.clone()), kube: None };
+    let strict = MachineReconciler::new(services, drivers, settings);
+    let outcome = run(&strict, &store, second).await;
+    assert!(matches!(outcome, Outcome::Done), "{outcome:?}");
+    let m = load(&store, second).await;
+    assert_eq!(m.state, MachineState::Inspecting);
+    assert_eq!(m.duplicate_of, Some(first));
+    let error = m.last_error.as_ref().expect("an error");
+    assert_eq!(error.code, "duplicate_system");
+    assert!(error.message.contains(&uuid) && error.message.contains("first"), "{}", error.message);
+    assert_eq!(m.system_uuid, None, "the UUID stays with the record that holds it");
+    assert_eq!(watched.acted(), Vec::<&str>::new(), "nothing may act on the server");
+
+    // Again: it stays where it is, and still nothing acts on the server.
+    assert!(matches!(run(&strict, &store, second).await, Outcome::Done));
+    assert_eq!(load(&store, second).await.status_version, m.status_version);
+    assert_eq!(watched.acted(), Vec::<&str>::new());
+
+    // The finding is on the record's ledger.
+    let mut conn = store.conn().await.expect("conn");
+    let entries = paddock_store::custody::entries(&mut conn, second).await.expect("entries");
+    let last = entries.last().expect("an entry");
+    assert_eq!(last.evidence["code"], "duplicate_system");
+    assert_eq!(last.evidence["system_uuid"], uuid.as_str());
+
+    // Retirement is what it takes, from where it stopped; the first record is untouched.
+    machine::set_retire_intent(&mut conn, second).await.expect("retire intent");
+    drop(conn);
+    assert!(matches!(run(&strict, &store, second).await, Outcome::Done));
+    assert_eq!(load(&store, second).await.state, MachineState::Retired);
+    assert_eq!(watched.acted(), Vec::<&str>::new());
+    let first_now = load(&store, first).await;
+    assert_eq!((first_now.state, first_now.status_version), (held.state, held.status_version));
 }
