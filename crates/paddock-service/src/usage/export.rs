@@ -1,4 +1,4 @@
-//! Streaming an export (SPEC section 7) without holding the database while the client reads.
+//! Streaming an export (docs/billing.md) without holding the database while the client reads.
 //!
 //! The records are read in keyset pages of [`PAGE`] rows ordered by (start, id), each page on a
 //! pooled connection taken for that one query and given back before its bytes are handed on: an

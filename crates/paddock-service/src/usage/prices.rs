@@ -1,4 +1,4 @@
-//! The prices a closed period pins (SPEC section 7): its signed manifest lists every list price in
+//! The prices a closed period pins (docs/billing.md): its signed manifest lists every list price in
 //! force during the period, and a FOCUS export prices the period's rows with that list, not with
 //! the price history as it is now.
 //!
