@@ -179,26 +179,41 @@ pub fn openapi_json() -> String {
     format!("{}\n", *OPENAPI_JSON)
 }
 
-/// The application: routes, fallbacks and the middleware stack.
+/// The application: routes, fallbacks and the middleware stack. The agents' routes are left out
+/// when they have a listener of their own ([`AppState::with_agent_routes`], [`agent_router`]).
+pub fn router(state: AppState) -> Router {
+    let (v1, _) = OpenApiRouter::<AppState>::new().merge(v1_routes()).split_for_parts();
+    let public = if state.agents_here { public_routes() } else { process_routes() };
+    let (public, _) = public.split_for_parts();
+    assemble(state, [(v1, Group::V1), (public, Group::Public)])
+}
+
+/// The agents' routes alone, for the listener of their own (`PADDOCK_AGENT_LISTEN`, on the
+/// provisioning network): nothing else of the API answers there, its document included (404).
+pub fn agent_router(state: AppState) -> Router {
+    let (agents, _) = agent_routes().split_for_parts();
+    assemble(state, [(agents, Group::Public)])
+}
+
+/// `routes` with their groups' middleware, and the 404 of the paths none matches.
 ///
 /// Every route has one middleware layer, [`edge`], with the steps its group needs; a layer costs
 /// each request a clone of the boxed route below it, a boxed `Next` and a boxed future, so the
 /// steps are one function rather than one layer each. The 405 of a known path with another method
 /// and the 404 of an unknown path go through their group's steps too.
-pub fn router(state: AppState) -> Router {
+fn assemble<const N: usize>(state: AppState, routes: [(Router<AppState>, Group); N]) -> Router {
     let layer = |group| {
         ServiceBuilder::new()
             .layer(from_fn_with_state((state.clone(), group), edge))
             .option_layer(cors(&state.config.cors_origins))
             .layer(DefaultBodyLimit::max(extract::BODY_LIMIT))
     };
-    let (v1, _) = OpenApiRouter::<AppState>::new().merge(v1_routes()).split_for_parts();
-    let (public, _) = public_routes().split_for_parts();
-    Router::new()
-        .fallback(extract::route_not_found)
-        .layer(layer(Group::Unmatched))
-        .merge(v1.method_not_allowed_fallback(extract::method_not_allowed).layer(layer(Group::V1)))
-        .merge(public.method_not_allowed_fallback(extract::method_not_allowed).layer(layer(Group::Public)))
+    let unmatched = Router::new().fallback(extract::route_not_found).layer(layer(Group::Unmatched));
+    routes
+        .into_iter()
+        .fold(unmatched, |app, (group_routes, group)| {
+            app.merge(group_routes.method_not_allowed_fallback(extract::method_not_allowed).layer(layer(group)))
+        })
         .with_state(state)
 }
 
@@ -207,9 +222,10 @@ pub fn router(state: AppState) -> Router {
 enum Group {
     /// `/v1`: the caller is authenticated, rate limited, and its idempotency key honoured.
     V1,
-    /// The agents' and the process's own routes: rate limited by address or agent token.
+    /// The agents' and the process's own routes: rate limited by address, or by agent token once
+    /// a route has accepted it.
     Public,
-    /// No route: the 404.
+    /// No route: the 404, rate limited by address.
     Unmatched,
 }
 
@@ -231,21 +247,25 @@ async fn edge(State((state, group)): State<(AppState, Group)>, req: Request, nex
 
 /// The steps of a route group: for `/v1` authentication (`auth`), the caller's rate limit (after
 /// authentication, so a subject is a verified one) and idempotency keys (`idempotency`); for the
-/// public routes the rate limit.
+/// other routes and the 404 the rate limit, and on the agents' routes the vouching for a token
+/// the route accepted.
 async fn steps(state: &AppState, group: Group, mut req: Request, next: Next) -> Response {
     if group == Group::V1 {
         auth::identify(state, &mut req).await;
     }
-    if group != Group::Unmatched {
-        if let Err(refused) = limits::admit(state, &req) {
-            return refused.into_response();
-        }
+    if let Err(refused) = limits::admit(state, &req) {
+        return refused.into_response();
     }
     if group == Group::V1 && idempotency::applies(&req) {
         // Boxed: its kilobytes of state are for these requests only.
         return Box::pin(idempotency::idempotency(state, req, next)).await;
     }
-    next.run(req).await
+    let agent = limits::agent_key(&req);
+    let response = next.run(req).await;
+    if let Some(key) = agent {
+        limits::vouch(state, key, &response);
+    }
+    response
 }
 
 /// CORS for the portal's origins; none configured, no CORS headers at all.

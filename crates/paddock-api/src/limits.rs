@@ -1,6 +1,8 @@
 //! What bounds a request's cost at the edge: a time limit per request, a limit on the requests in
 //! flight, and a rate limit per caller (a token bucket keyed by the JWT subject once verified,
-//! else by the agent token's hash on the agents' routes, else by the client address). Refusals
+//! else by the agent token's hash once an agents' route has accepted that token, else by the
+//! client address: a token nobody vouched for, a bad JWT and a path no route matches all count
+//! against their address, so new strings cannot buy new buckets). Refusals
 //! are Problems: 429 with `Retry-After` for a caller over its rate, 503 with `Retry-After` when
 //! the process is full or a request outlives its time. The header-read timeout, which is the
 //! connection's and not a request's, is the server's (`paddock::server`).
@@ -77,21 +79,28 @@ impl Bucket {
     }
 }
 
-/// Who a request counts against: the verified JWT subject, the agent token (hashed: it is a
-/// credential), else the client's address (none as in-process tests run).
+/// Who a request counts against: the verified JWT subject, an agent token (hashed: it is a
+/// credential) once known valid, else the client's address (none as in-process tests run).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Caller<'a> {
     Subject(&'a str),
-    Agent([u8; 32]),
+    /// An agent token and the client's address: the token's own bucket once it is vouched for
+    /// ([`vouch`]), the address's until then.
+    Agent(AgentKey, Option<IpAddr>),
     Address(Option<IpAddr>),
 }
+
+/// The hash of an agent token sent to one of the agents' bearer routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AgentKey([u8; 32]);
 
 /// The callers' buckets, one map per kind of caller so that a request's lookup borrows its key
 /// (a subject is looked up by `&str`; only a new caller's key is allocated).
 #[derive(Debug, Default)]
 struct Buckets {
     subjects: HashMap<String, Bucket>,
-    agents: HashMap<[u8; 32], Bucket>,
+    /// The agent tokens a route has accepted (only they have buckets of their own).
+    agents: HashMap<AgentKey, Bucket>,
     addresses: HashMap<Option<IpAddr>, Bucket>,
 }
 
@@ -114,7 +123,10 @@ impl Buckets {
                 Some(bucket) => bucket.take(now, rate, burst),
                 None => self.subjects.entry(subject.to_owned()).or_insert(full).take(now, rate, burst),
             },
-            Caller::Agent(hash) => self.agents.entry(hash).or_insert(full).take(now, rate, burst),
+            Caller::Agent(key, ip) => match self.agents.get_mut(&key) {
+                Some(bucket) => bucket.take(now, rate, burst),
+                None => self.addresses.entry(ip).or_insert(full).take(now, rate, burst),
+            },
             Caller::Address(ip) => self.addresses.entry(ip).or_insert(full).take(now, rate, burst),
         }
     }
@@ -144,6 +156,14 @@ impl Edge {
         }
         buckets.take(caller, now, rate, burst)
     }
+
+    /// Gives the agent token `key` a (full) bucket of its own, if it has none.
+    fn vouch(&self, key: AgentKey) {
+        let burst = f64::from(self.limits.rate_burst.max(1));
+        if let Ok(mut buckets) = self.buckets.lock() {
+            buckets.agents.entry(key).or_insert(Bucket { tokens: burst, at: Instant::now() });
+        }
+    }
 }
 
 /// Who `req` counts against.
@@ -151,12 +171,32 @@ fn caller(req: &Request) -> Caller<'_> {
     if let Some(Authn::Caller(actor)) = req.extensions().get::<Authn>() {
         return Caller::Subject(&actor.subject);
     }
-    if req.uri().path().starts_with("/v1/agent/") {
-        if let Some(Ok(token)) = auth::bearer(req.headers().get(header::AUTHORIZATION)) {
-            return Caller::Agent(Sha256::digest(token.as_bytes()).into());
-        }
+    let address = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
+    match agent_key(req) {
+        Some(key) => Caller::Agent(key, address),
+        None => Caller::Address(address),
     }
-    Caller::Address(req.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip()))
+}
+
+/// The agent token of a request to one of the agents' bearer routes (`config`, `report`).
+pub fn agent_key(req: &Request) -> Option<AgentKey> {
+    if !matches!(req.uri().path(), "/v1/agent/config" | "/v1/agent/report") {
+        return None;
+    }
+    match auth::bearer(req.headers().get(header::AUTHORIZATION)) {
+        Some(Ok(token)) => Some(AgentKey(Sha256::digest(token.as_bytes()).into())),
+        _ => None,
+    }
+}
+
+/// After an agents' route has answered: a token it accepted (a success) is known valid, and from
+/// now on counts against a bucket of its own rather than its client's address (one run's token
+/// per machine: many machines behind one address are not limited together once their token is
+/// known). A token the route refused never gets a bucket.
+pub fn vouch(state: &AppState, key: AgentKey, response: &Response) {
+    if response.status().is_success() {
+        state.edge.vouch(key);
+    }
 }
 
 /// The caller's rate limit: `Err` with the 429 when the caller is over its rate.

@@ -36,6 +36,9 @@ pub struct Parts {
     /// Whether the API listener serves `/metrics` (not when `PADDOCK_METRICS_LISTEN` gives them a
     /// listener of their own).
     pub metrics_here: bool,
+    /// Whether the API listener serves the agents' routes (not when `PADDOCK_AGENT_LISTEN` gives
+    /// them a listener of their own, [`crate::agent_router`]).
+    pub agents_here: bool,
     /// Settings.
     pub config: Arc<ApiConfig>,
     /// The edge's limits and their state (`limits`).
@@ -60,6 +63,7 @@ impl AppState {
             metrics: Arc::new(Metrics::default()),
             metric_sources: Sources::default(),
             metrics_here: true,
+            agents_here: true,
             config: Arc::new(config),
             edge: Arc::new(Edge::new(Limits::default())),
             draining: Arc::new(AtomicBool::new(false)),
@@ -73,6 +77,13 @@ impl AppState {
         let parts = Arc::make_mut(&mut self.0);
         parts.metric_sources = sources;
         parts.metrics_here = served_here;
+        self
+    }
+
+    /// `served_here: false` when the agents' routes have a listener of their own
+    /// ([`crate::agent_router`] over this state): the API's router then answers 404 for them.
+    pub fn with_agent_routes(mut self, served_here: bool) -> Self {
+        Arc::make_mut(&mut self.0).agents_here = served_here;
         self
     }
 

@@ -1,7 +1,9 @@
 //! Every answer an API test sees is held to the OpenAPI document: its status is one the
 //! operation lists (not only through `default`), and a problem's `code` is one of those the
 //! listed status names (`x-problem-codes`, `paddock_api::routes::doc`). So the document cannot
-//! drift from what the server sends while the tests pass. Answers to requests no operation
+//! drift from what the server sends while the tests pass. A YAML answer is parsed, as a client
+//! that parses YAML does (schemathesis), and must have the documented schema's type and required
+//! properties. Answers to requests no operation
 //! matches (an unknown route or method), and 500s (a bug the test itself reports), are not
 //! checked.
 //!
@@ -28,6 +30,11 @@ pub(crate) fn check(method: &Method, uri: &str, status: StatusCode, headers: &He
     let Some(response) = op["responses"].get(status.as_str()) else {
         return mismatch(format!("{method} {template} ({id}) answered {status}, which the document does not list"));
     };
+    if headers.get(http::header::CONTENT_TYPE).is_some_and(|v| v == "application/yaml") {
+        if let Err(why) = yaml_conforms(&response["content"]["application/yaml"]["schema"], body) {
+            return mismatch(format!("{method} {template} ({id}) answered {status} with YAML {why}"));
+        }
+    }
     let problem = headers.get(http::header::CONTENT_TYPE).is_some_and(|v| v == "application/problem+json");
     let Some(codes) = response.get("x-problem-codes").and_then(Value::as_array) else { return };
     let code = if problem { serde_json::from_slice::<Value>(body).ok().map(|p| p["code"].clone()) } else { None };
@@ -38,6 +45,38 @@ pub(crate) fn check(method: &Method, uri: &str, status: StatusCode, headers: &He
         )),
         None => mismatch(format!("{method} {template} ({id}) answered {status} without a problem+json body")),
     }
+}
+
+/// Whether a YAML `body`, parsed, has the type of `schema` (a `$ref` resolved) and its required
+/// properties; `Err` says what it lacks.
+fn yaml_conforms(schema: &Value, body: &[u8]) -> Result<(), String> {
+    let schema = match schema["$ref"].as_str().and_then(|r| r.strip_prefix("#/components/schemas/")) {
+        Some(name) => &DOCUMENT["components"]["schemas"][name],
+        None => schema,
+    };
+    if schema.is_null() {
+        return Err("that the document does not describe".to_owned());
+    }
+    let parsed: Value = serde_yaml::from_slice(body).map_err(|e| format!("that does not parse: {e}"))?;
+    let kind = match &parsed {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    };
+    if let Some(documented) = schema["type"].as_str().filter(|t| *t != kind) {
+        return Err(format!("that parses to {kind}, where the document says {documented}"));
+    }
+    let missing: Vec<&str> = (schema["required"].as_array().into_iter().flatten())
+        .filter_map(Value::as_str)
+        .filter(|name| parsed.get(name).is_none())
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!("without its required {missing:?}"));
+    }
+    Ok(())
 }
 
 /// The operation whose path template matches `path` (the most literal one when several do).

@@ -65,6 +65,11 @@ pub struct Settings {
     /// other.
     #[arg(long, env = "PADDOCK_METRICS_LISTEN", global = true)]
     pub metrics_listen: Option<SocketAddr>,
+    /// A separate listener for the agents' endpoints (`/v1/agent/...`), e.g. on the provisioning
+    /// network: then they are served there only (404 on PADDOCK_LISTEN), and nothing else is (no
+    /// other route, no `/openapi.json`). Default: none, they are served on PADDOCK_LISTEN.
+    #[arg(long, env = "PADDOCK_AGENT_LISTEN", global = true)]
+    pub agent_listen: Option<SocketAddr>,
     /// Shared secret for HS256 tokens.
     #[arg(long, env = "PADDOCK_JWT_HS256_SECRET", hide_env_values = true, global = true)]
     pub jwt_hs256_secret: Option<String>,
@@ -136,7 +141,8 @@ pub struct Settings {
     #[arg(long, env = "PADDOCK_KUBECONFIG", global = true)]
     pub kubeconfig: Option<PathBuf>,
     /// URL machines use to reach `/v1/agent/config` and `/report`; https unless
-    /// PADDOCK_AGENT_INSECURE_HTTP=true (default: http:// + the listen address, for labs).
+    /// PADDOCK_AGENT_INSECURE_HTTP=true (default: http:// + PADDOCK_AGENT_LISTEN, else the
+    /// listen address, for labs).
     #[arg(long, env = "PADDOCK_AGENT_BASE_URL", global = true)]
     pub agent_base_url: Option<url::Url>,
     /// URL the BMCs fetch seed images from (`/v1/agent/seed/...`); default PADDOCK_AGENT_BASE_URL.
@@ -230,7 +236,8 @@ pub struct Settings {
     /// Requests in flight at once per process; more are answered 503 with Retry-After.
     #[arg(long, env = "PADDOCK_HTTP_MAX_IN_FLIGHT", default_value_t = 1024, global = true)]
     pub http_max_in_flight: usize,
-    /// Requests per second one caller (JWT subject, agent token, else client address) may
+    /// Requests per second one caller (a verified JWT subject, an agent token once a route has
+    /// accepted it, else the client address: made-up tokens and unmatched paths included) may
     /// sustain; more are answered 429 with Retry-After.
     #[arg(long, env = "PADDOCK_RATE_LIMIT_PER_SECOND", default_value_t = 50_000, global = true)]
     pub rate_limit_per_second: u32,
@@ -279,6 +286,7 @@ impl std::fmt::Debug for Settings {
             .field("database_url", &database)
             .field("listen", &self.listen)
             .field("metrics_listen", &self.metrics_listen)
+            .field("agent_listen", &self.agent_listen)
             .field("jwt_hs256_secret", &set(&self.jwt_hs256_secret, &self.jwt_hs256_secret_file))
             .field("jwt_public_keys", &self.jwt_public_keys)
             .field("jwt_jwks_url", &self.jwt_jwks_url.as_ref().map(url::Url::as_str))
@@ -401,7 +409,7 @@ impl Settings {
         let defaults = paddock_service::agent::AgentSettings::default();
         let base_url = match &self.agent_base_url {
             Some(url) => url.to_string(),
-            None => format!("http://{}", self.listen),
+            None => format!("http://{}", self.agent_listen.unwrap_or(self.listen)),
         };
         let seed_base_url = self.agent_seed_base_url.as_ref().map_or_else(|| base_url.clone(), ToString::to_string);
         let ca_cert = match &self.agent_ca_cert_file {
@@ -513,6 +521,11 @@ impl Settings {
             bail!("PADDOCK_KUBE_DRIVER=kubernetes needs PADDOCK_STACKS_DIR (the tenant base stack's manifests; see scripts/stacks-fetch)");
         }
         self.validate_agent()?;
+        if let Some(agent) = self.agent_listen {
+            if agent == self.listen || Some(agent) == self.metrics_listen {
+                bail!("PADDOCK_AGENT_LISTEN must differ from PADDOCK_LISTEN and PADDOCK_METRICS_LISTEN ({agent})");
+            }
+        }
         if self.bmc_driver == BmcDriver::Redfish {
             if self.wipe_image_url.is_none() {
                 bail!("PADDOCK_BMC_DRIVER=redfish needs PADDOCK_WIPE_IMAGE_URL (the image machines boot to be wiped)");
@@ -668,5 +681,18 @@ mod tests {
         }
         let bad = ["--wipe-image-sha256", "ABC"];
         assert!(refusal(&bad).expect("refused").contains("PADDOCK_WIPE_IMAGE_SHA256"));
+    }
+
+    #[test]
+    fn the_agent_listener_is_one_of_its_own_and_the_default_agent_url() {
+        let none = ["--bmc-driver", "none", "--listen", "127.0.0.1:8080", "--metrics-listen", "127.0.0.1:9090"];
+        for taken in ["127.0.0.1:8080", "127.0.0.1:9090"] {
+            let why = refusal(&[&none[..], &["--agent-listen", taken]].concat()).expect("refused");
+            assert!(why.contains("PADDOCK_AGENT_LISTEN"), "{taken}: {why}");
+        }
+        let own = [&none[..], &["--agent-listen", "127.0.0.1:8081"]].concat();
+        assert_eq!(refusal(&own), None);
+        let cli = Cli::try_parse_from(std::iter::once("paddock").chain(own)).expect("arguments");
+        assert_eq!(cli.settings.agent().expect("agent settings").base_url, "http://127.0.0.1:8081");
     }
 }

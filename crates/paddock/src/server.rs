@@ -142,6 +142,7 @@ pub async fn run(
         let verifier = Verifier::new(settings.verifier()?).await.context("JWT configuration")?;
         let config = ApiConfig { cors_origins: settings.cors_origins.clone() };
         let state = AppState::new(services.clone(), verifier, config).with_limits(settings.limits());
+        let state = state.with_agent_routes(settings.agent_listen.is_none());
         Some(state.with_metrics(sources.clone(), settings.metrics_listen.is_none()))
     } else {
         None
@@ -270,13 +271,18 @@ async fn run_worker(services: Services, worker: Worker, drift_interval: Duration
     tracing::info!("worker stopped");
 }
 
-/// Serves the API until `stop` turns true, then drains the requests in flight for up to
-/// PADDOCK_SHUTDOWN_GRACE (those still running then are dropped with their connections).
+/// Serves the API (and the agents' listener, PADDOCK_AGENT_LISTEN) until `stop` turns true, then
+/// drains the requests in flight for up to PADDOCK_SHUTDOWN_GRACE (those still running then are
+/// dropped with their connections).
 async fn serve_api(settings: &Settings, state: AppState, mut stop: watch::Receiver<bool>) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .with_context(|| format!("listening on {}", settings.listen))?;
     tracing::info!(listen = %settings.listen, "API listening on http://{}", settings.listen);
+    let agents = match settings.agent_listen {
+        Some(listen) => Some(serve_agents(listen, settings.header_read_timeout(), &state, stop.clone()).await?),
+        None => None,
+    };
     let draining = state.clone();
     let app = paddock_api::router(state);
     let mut deadline = stop.clone();
@@ -285,6 +291,14 @@ async fn serve_api(settings: &Settings, state: AppState, mut stop: watch::Receiv
         draining.start_draining();
         tracing::info!("shutting down: finishing requests in flight");
     });
+    let served = async move {
+        match agents {
+            Some(agents) => {
+                tokio::join!(served, agents);
+            }
+            None => served.await,
+        }
+    };
     let grace = Duration::from_secs(settings.shutdown_grace);
     tokio::select! {
         () = served => Ok(()),
@@ -296,6 +310,27 @@ async fn serve_api(settings: &Settings, state: AppState, mut stop: watch::Receiv
             Ok(())
         }
     }
+}
+
+/// Binds the agents' listener (`PADDOCK_AGENT_LISTEN`) and returns the future serving their routes
+/// alone there until `stop` turns true.
+async fn serve_agents(
+    listen: SocketAddr,
+    header_read_timeout: Duration,
+    state: &AppState,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("listening on {listen} (PADDOCK_AGENT_LISTEN)"))?;
+    tracing::info!(listen = %listen, "agent endpoints on http://{listen}/v1/agent/ (and only there)");
+    let app = paddock_api::agent_router(state.clone());
+    Ok(async move {
+        crate::http::serve(listener, app, header_read_timeout, async move {
+            let _ = stop.wait_for(|stop| *stop).await;
+        })
+        .await;
+    })
 }
 
 /// Binds the metrics listener (`PADDOCK_METRICS_LISTEN`) and returns the future serving it until

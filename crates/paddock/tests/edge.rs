@@ -1,7 +1,8 @@
-//! The HTTP edge of a real `paddock api` process: a client that
-//! sends its headers slowly (slowloris) loses its connection after PADDOCK_HTTP_HEADER_READ_TIMEOUT,
-//! and a flood from one client address gets 429 with `Retry-After` while another caller (a JWT
-//! subject) keeps being served. Each test prints what it measured (for BENCHMARKS.md's notes;
+//! The HTTP edge of a real `paddock api` process: a client that sends its headers slowly
+//! (slowloris) loses its connection after PADDOCK_HTTP_HEADER_READ_TIMEOUT, a flood from one client
+//! address gets 429 with `Retry-After` while another caller (a JWT subject) keeps being served, and
+//! neither made-up agent tokens nor paths no route matches escape their address's limit. Each
+//! test prints what it measured (for BENCHMARKS.md's notes;
 //! no timing is asserted).
 
 use std::time::{Duration, Instant};
@@ -134,4 +135,74 @@ async fn a_flood_from_one_address_gets_429s_while_another_caller_is_served() {
     );
     assert!(refused > 0, "a flood over the rate gets 429s");
     assert!(ok <= 100 + 3 * 100 + 10, "{ok} served: the burst and the rate, no more");
+}
+
+/// A client whose connections come from `source`, another loopback address: another client
+/// address to the server.
+fn client_from(source: [u8; 4]) -> reqwest::Client {
+    let source = std::net::IpAddr::from(source);
+    reqwest::Client::builder().local_address(source).build().expect("a client")
+}
+
+#[tokio::test]
+async fn made_up_agent_tokens_and_unmatched_paths_are_limited_by_the_client_address() {
+    let db = paddock_testkit::TestDb::new().await;
+    let limits = [("PADDOCK_RATE_LIMIT_PER_SECOND", "1"), ("PADDOCK_RATE_LIMIT_BURST", "10")];
+    let (_api, base) = start_api(&db, &limits).await;
+    // Each flood from an address of its own: 40 requests, each agent request with a new token.
+    for (source, path) in [([127, 0, 0, 2], "/v1/agent/config"), ([127, 0, 0, 3], "/no-such-route")] {
+        let client = client_from(source);
+        let (mut served, mut refused) = (0u64, 0u64);
+        let started = Instant::now();
+        for i in 0..40 {
+            let request = client.get(format!("{base}{path}"));
+            let request =
+                if path.starts_with("/v1/agent/") { request.bearer_auth(format!("made-up-{i}")) } else { request };
+            let resp = request.send().await.expect("the flood's request");
+            match resp.status().as_u16() {
+                404 => served += 1,
+                429 => {
+                    let retry_after = resp.headers().get("retry-after").and_then(|v| v.to_str().ok());
+                    assert!(retry_after.is_some_and(|v| v.parse::<u64>().is_ok_and(|s| s >= 1)), "{retry_after:?}");
+                    refused += 1;
+                }
+                other => panic!("{path} answered {other}"),
+            }
+        }
+        // The burst, and one a second since the first request.
+        let allowed = 10 + started.elapsed().as_secs() + 1;
+        eprintln!("{path}: {served} of 40 answered, {refused} refused (429), {allowed} allowed");
+        assert!(served <= allowed, "{path}: {served} of 40 answered, the address's burst and rate are {allowed}");
+    }
+    let other = client_from([127, 0, 0, 4]).get(format!("{base}/healthz")).send().await.expect("another address");
+    assert_eq!(other.status(), 200, "another client address is served");
+}
+
+#[tokio::test]
+async fn the_agent_listener_serves_the_agent_routes_and_nothing_else() {
+    let db = paddock_testkit::TestDb::new().await;
+    let agent_port = free_port();
+    let (_api, base) = start_api(&db, &[("PADDOCK_AGENT_LISTEN", &format!("127.0.0.1:{agent_port}"))]).await;
+    let agents = format!("http://127.0.0.1:{agent_port}");
+    let client = reqwest::Client::new();
+    let admin = paddock_testkit::admin();
+    let status = |url: String, token: Option<&str>| {
+        let request = client.get(url);
+        let request = match token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        };
+        async move { request.send().await.expect("an answer").status().as_u16() }
+    };
+    // The agents' routes are there (a config read without its token is theirs to refuse)...
+    assert_eq!(status(format!("{agents}/v1/agent/config"), None).await, 401);
+    assert_eq!(status(format!("{agents}/v1/agent/config"), Some("made-up")).await, 404);
+    // ... and nothing else is: not the API, not its document, not the process endpoints.
+    for path in ["/openapi.json", "/v1/tenants", "/healthz", "/metrics"] {
+        assert_eq!(status(format!("{agents}{path}"), Some(&admin)).await, 404, "{path} on the agent listener");
+    }
+    // The API listener serves everything but the agents' routes.
+    assert_eq!(status(format!("{base}/openapi.json"), None).await, 200);
+    assert_eq!(status(format!("{base}/v1/tenants"), Some(&admin)).await, 200);
+    assert_eq!(status(format!("{base}/v1/agent/config"), None).await, 404, "the agents' routes moved");
 }

@@ -141,6 +141,29 @@ pub async fn cluster_delete(
 /// The header of a kubeconfig answer naming when its token expires (RFC 3339, UTC).
 pub const EXPIRES_AT: &str = "x-paddock-expires-at";
 
+/// A kubeconfig file (`kind: Config`), served as YAML only: the file a client saves. Described as
+/// the mapping its YAML parses to, so that a client that parses YAML answers checks what it gets;
+/// there is no JSON form.
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
+pub struct Kubeconfig {
+    /// `v1`.
+    #[serde(rename = "apiVersion")]
+    #[schema(example = "v1")]
+    pub api_version: String,
+    /// `Config`.
+    #[schema(example = "Config")]
+    pub kind: String,
+    /// The tenant cluster's API server (`server`, `certificate-authority-data`).
+    pub clusters: Vec<serde_json::Value>,
+    /// The one context, of that cluster and user.
+    pub contexts: Vec<serde_json::Value>,
+    /// The user, with its token (valid until `x-paddock-expires-at`).
+    pub users: Vec<serde_json::Value>,
+    /// The context's name.
+    #[serde(rename = "current-context")]
+    pub current_context: String,
+}
+
 /// Issues the tenant's kubeconfig of a cluster.
 ///
 /// The kubeconfig holds a token of a ServiceAccount bound to cluster-admin in the tenant
@@ -152,7 +175,7 @@ pub const EXPIRES_AT: &str = "x-paddock-expires-at";
 #[utoipa::path(get, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}/kubeconfig", operation_id = "cluster_kubeconfig", tag = "clusters",
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"), KubeconfigParams),
     responses(
-        (status = 200, description = "The kubeconfig (YAML)", body = String, content_type = "application/yaml",
+        (status = 200, description = "The kubeconfig (YAML)", body = Kubeconfig, content_type = "application/yaml",
             headers(("x-paddock-expires-at" = String, description = "When the token expires (RFC 3339, UTC)"),
                 ("Cache-Control" = String, description = "`no-store`: the body is a credential")))))]
 pub async fn cluster_kubeconfig(

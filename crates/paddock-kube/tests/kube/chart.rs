@@ -193,6 +193,41 @@ fn every_process_verifies_the_database_tls_and_none_is_left_at_loopback_defaults
     }
 }
 
+#[test]
+fn the_agent_service_reaches_the_agent_listener_alone() {
+    let committed = std::fs::read_to_string(repo().join("deploy/paddock.yaml")).expect("deploy/paddock.yaml");
+    for docs in [documents(&committed), render_everything()] {
+        let named = |k: &str, suffix: &str| {
+            let found = docs
+                .iter()
+                .find(|d| kind(d) == k && d["metadata"]["name"].as_str().is_some_and(|n| n.ends_with(suffix)));
+            found.unwrap_or_else(|| panic!("a {k} *{suffix}")).clone()
+        };
+        let service = named("Service", "-agent");
+        assert_eq!(service["spec"]["ports"][0]["targetPort"], "agent", "{service}");
+        let api = named("Deployment", "-api");
+        let container = &api["spec"]["template"]["spec"]["containers"][0];
+        let ports = container["ports"].as_array().expect("ports");
+        assert!(ports.contains(&json!({ "name": "agent", "containerPort": 8081 })), "{ports:?}");
+        let envs = container_envs(&docs);
+        for (name, env) in envs.iter().filter(|(n, _)| !n.ends_with("-migrate")) {
+            assert_eq!(env.get("PADDOCK_AGENT_LISTEN"), Some(&json!("0.0.0.0:8081")), "{name}");
+        }
+    }
+    // Without the agent Service the machines reach the agents' routes on the API's listener.
+    let db = "secrets.databaseUrl=postgres://paddock@db.example/paddock";
+    let stacks = "stacks.persistentVolumeClaim.claimName=stacks";
+    let off = helm(&["template", "p", &chart(), "--set", db, "--set", stacks, "--set", "agent.service.enabled=false"]);
+    assert!(!off.contains("PADDOCK_AGENT_LISTEN"), "{off}");
+    // A port another listener has is refused, naming the setting.
+    let out = Command::new(repo().join("scripts/helm"))
+        .args(["template", "p", &chart(), "--set", db, "--set", stacks, "--set", "agent.listenPort=9090"])
+        .output()
+        .expect("running scripts/helm");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("agent.listenPort"), "{out:?}");
+}
+
 #[tokio::test]
 async fn the_rendered_chart_applies_and_its_worker_role_suffices_for_the_platform_drivers() {
     let docs = render_everything();

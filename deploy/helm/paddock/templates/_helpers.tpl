@@ -40,6 +40,9 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- if and (or (ne .Values.drivers.bmc "none") .Values.agent.insecureHttp) (not .Values.agent.baseUrl) -}}
 {{- fail "agent.baseUrl is required with drivers.bmc other than none and with agent.insecureHttp (PADDOCK_AGENT_BASE_URL: the URL machines reach /v1/agent/ at; the default would be the pod's own listen address)" -}}
 {{- end -}}
+{{- if and .Values.agent.service.enabled (has (int .Values.agent.listenPort) (list 8080 (int .Values.metrics.port))) -}}
+{{- fail "agent.listenPort must differ from the API's port 8080 and metrics.port (PADDOCK_AGENT_LISTEN is a listener of its own)" -}}
+{{- end -}}
 {{- if not (has .Values.database.sslMode (list "verify-full" "verify-ca" "require" "prefer" "allow" "disable")) -}}
 {{- fail "database.sslMode must be one of verify-full, verify-ca, require, prefer, allow, disable" -}}
 {{- end -}}
@@ -104,6 +107,9 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 {{- if $v.agent.insecureHttp }}
 - { name: PADDOCK_AGENT_INSECURE_HTTP, value: "true" }
+{{- end }}
+{{- if $v.agent.service.enabled }}
+- { name: PADDOCK_AGENT_LISTEN, value: {{ printf "0.0.0.0:%v" $v.agent.listenPort | quote }} }
 {{- end }}
 {{- range $name, $value := dict "PADDOCK_WIPE_IMAGE_URL" $v.images.wipeUrl "PADDOCK_WIPE_IMAGE_SHA256" $v.images.wipeSha256 "PADDOCK_OS_IMAGE_URL" $v.images.osUrl "PADDOCK_OS_IMAGE_SHA256" $v.images.osSha256 }}
 {{- if $value }}
