@@ -11,6 +11,7 @@
 
 mod cluster;
 mod faults;
+mod planted;
 mod testbed;
 
 use std::time::{Duration, Instant};
