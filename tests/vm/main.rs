@@ -11,7 +11,6 @@
 
 mod cluster;
 mod faults;
-mod planted;
 mod testbed;
 
 use std::time::{Duration, Instant};

@@ -373,6 +373,8 @@ mod tests {
 
     /// The evidence the security review found accepted: serials not the BMC's, a 1-byte size
     /// for a 3.8 TB drive, one byte read for 66 ranges, an all-zero digest, no nonce.
+    type Edit = dyn Fn(&mut AgentReport);
+
     fn d(r: &mut AgentReport) -> &mut DriveReport {
         &mut r.drives[0]
     }
@@ -385,7 +387,7 @@ mod tests {
             edit(&mut r);
             judge_wipe(&run(), &listed, &r, IMAGE).expect_err("refused")
         };
-        let cases: [(&dyn Fn(&mut AgentReport), &str); 9] = [
+        let cases: [(&Edit, &str); 9] = [
             (
                 &|r| d(r).identity.serial = Some("NOT-THE-BMCS".into()),
                 "drive nvme0: serial Some(\"NOT-THE-BMCS\") is not",
