@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use paddock_domain::agent::SIMULATED_WIPE_IMAGE_SHA256;
+use paddock_domain::agent::{verified_bytes, zeros_sha256, SIMULATED_WIPE_IMAGE_SHA256};
 use paddock_domain::secret::SecretString;
 use paddock_service::agent::AgentRun;
 use paddock_testkit::{admin, TestApp};
@@ -25,7 +25,7 @@ async fn wipe_run(app: &TestApp, ttl: Duration) -> (SecretString, String) {
         purpose: AgentPurpose::Wipe,
         config: json!({ "drives": [
             { "id": "nvme0", "serial": "S0", "capacity_bytes": 3840755982336u64, "protocol": "nvme" },
-            { "id": "nvme1" },
+            { "id": "nvme1", "serial": null, "capacity_bytes": 1920383410176u64, "protocol": "SATA" },
         ] }),
     };
     let seed = app.services.agent_token_issue(&run, ttl).await.expect("issue");
@@ -44,21 +44,43 @@ async fn agent_seed(app: &TestApp, seed: &SecretString) -> AgentSeed {
     serde_json::from_slice(&json).expect("agent.json")
 }
 
-/// Complete evidence of a wiped drive.
+/// Complete evidence of a wiped drive: `nvme0` (matched by its unique serial), `nvme1` (no
+/// serial: by protocol and capacity), or a drive the BMC did not list.
 fn wiped(id: Option<&str>) -> Value {
+    let (basis, serial, size, protocol) = match id {
+        Some("nvme1") => ("protocol_capacity", None, 1920383410176u64, "sata"),
+        Some(_) => ("serial", Some("S0"), 3840755982336u64, "nvme"),
+        None => ("serial", Some("S9"), 3840755982336u64, "nvme"),
+    };
+    let bytes = verified_bytes(size);
     json!({
-        "id": id, "match_basis": id.map(|_| "serial"),
-        "identity": { "model": "M", "serial": "S0", "wwn": null, "eui": null, "size_bytes": 3840755982336u64, "protocol": "nvme" },
+        "id": id, "match_basis": id.map(|_| basis),
+        "identity": { "model": "M", "serial": serial, "wwn": null, "eui": null, "size_bytes": size, "protocol": protocol },
         "method": "nvme-sanitize-crypto", "result": "success", "detail": null,
-        "verification": { "ranges": 66, "bytes_read": 69206016, "sha256": "a".repeat(64) },
+        "verification": { "ranges": 66, "bytes_read": bytes, "sha256": zeros_sha256(bytes) },
     })
 }
 
+/// A report of `drives`, each a disk the agent saw and wiped, beside the CD it booted from.
 fn report(drives: Value) -> Value {
+    let count = drives.as_array().map_or(0, Vec::len);
+    let mut devices: Vec<Value> = (0..count)
+        .map(|i| json!({ "name": format!("nvme{i}n1"), "kind": "disk", "action": "wiped", "reason": "a disk" }))
+        .collect();
+    devices.push(json!({ "name": "sr0", "kind": "cd", "action": "left", "reason": "the wipe image" }));
+    let now = chrono::Utc::now();
     json!({
-        "result": "success", "drives": drives, "image_sha256": SIMULATED_WIPE_IMAGE_SHA256,
-        "started_at": "2026-11-30T10:00:00Z", "finished_at": "2026-11-30T10:07:00Z",
+        "result": "success", "drives": drives, "devices": devices, "image_sha256": SIMULATED_WIPE_IMAGE_SHA256,
+        "started_at": now - chrono::Duration::minutes(1), "finished_at": now,
     })
+}
+
+/// Posts `body` with the run's nonce (unless `body` sets its own): the status.
+async fn post_report(app: &TestApp, token: &str, mut body: Value) -> u16 {
+    if body.get("nonce").is_none() {
+        body["nonce"] = app.get("/v1/agent/config").token(token).send().await.expect(200).json()["nonce"].clone();
+    }
+    app.post("/v1/agent/report").token(token).json(&body).send().await.status.as_u16()
 }
 
 async fn verdict(app: &TestApp) -> (Option<bool>, Option<String>) {
@@ -136,10 +158,13 @@ async fn a_wipe_is_verified_only_with_complete_evidence_of_every_drive_from_the_
         (report(json!([wiped(Some("nvme0")), failed])), "drive nvme1: wipe failed (I/O error)"),
         (report(json!([wiped(Some("nvme0")), unknown_method])), "drive nvme1: unknown method \"sim-overwrite\""),
         (report(json!([wiped(Some("nvme0")), no_verification])), "drive nvme1: verification missing"),
-        (report(json!([wiped(Some("nvme0")), few_ranges])), "drive nvme1: verification read 65 ranges, fewer than 66"),
+        (
+            report(json!([wiped(Some("nvme0")), few_ranges])),
+            "drive nvme1: verification read 65 ranges, not the contract's 66",
+        ),
         (
             report(json!([wiped(Some("nvme0")), wiped(Some("nvme1")), stranger_failed])),
-            "unlisted drive with serial S0: wipe failed",
+            "unlisted drive with serial S9: wipe failed",
         ),
         (
             report(json!([wiped(Some("nvme0")), wiped(Some("nvme1")), wiped(Some("sda"))])),
@@ -151,7 +176,68 @@ async fn a_wipe_is_verified_only_with_complete_evidence_of_every_drive_from_the_
         let app = TestApp::new().await;
         let (seed, _) = wipe_run(&app, Duration::from_secs(3600)).await;
         let token = agent_seed(&app, &seed).await.agent_token;
-        app.post("/v1/agent/report").token(&token).json(&body).send().await.expect(204);
+        assert_eq!(post_report(&app, &token, body.clone()).await, 204, "{body}");
+        let (verified, failure) = verdict(&app).await;
+        assert_eq!(verified, Some(false), "{body}");
+        let failure = failure.expect("a reason");
+        assert!(failure.starts_with(why), "{failure:?} should start with {why:?}");
+    }
+}
+
+/// Evidence that contradicts the BMC's inventory or itself (what a forged report carried: serials
+/// not the BMC's, a 1-byte size for a 3.8 TB drive, one byte read for 66 ranges, an all-zero
+/// digest, no nonce), or leaves a disk the agent saw unwiped, is recorded but verifies nothing,
+/// and the reason names the check.
+#[tokio::test]
+async fn evidence_contradicting_the_inventory_or_itself_fails_naming_the_check() {
+    let two = || [wiped(Some("nvme0")), wiped(Some("nvme1"))];
+    let edit = |f: &dyn Fn(&mut Value)| {
+        let mut body = report(json!(two()));
+        f(&mut body);
+        body
+    };
+    let cases: Vec<(Value, &str)> = vec![
+        (
+            edit(&|b| b["drives"][0]["identity"]["serial"] = json!("FORGED")),
+            "drive nvme0: serial Some(\"FORGED\") is not the inventory's",
+        ),
+        (
+            edit(&|b| b["drives"][0]["identity"]["size_bytes"] = json!(1)),
+            "drive nvme0: size 1 bytes is not the inventory's 3840755982336",
+        ),
+        (
+            edit(&|b| b["drives"][0]["verification"]["bytes_read"] = json!(1)),
+            "drive nvme0: verification read 1 bytes, but its ranges hold 6291456",
+        ),
+        (
+            edit(&|b| b["drives"][0]["verification"]["sha256"] = json!("0".repeat(64))),
+            "drive nvme0: verification digest 0000",
+        ),
+        (
+            edit(&|b| b["drives"][1]["match_basis"] = json!("serial")),
+            "drive nvme1: matched by Some(Serial), but the inventory calls for ProtocolCapacity",
+        ),
+        (
+            edit(&|b| b["drives"][1]["identity"]["protocol"] = json!("nvme")),
+            "drive nvme1: protocol Some(\"nvme\") is not the inventory's",
+        ),
+        (edit(&|b| b["nonce"] = Value::Null), "nonce: missing"),
+        (edit(&|b| b["started_at"] = json!("2026-01-01T00:00:00Z")), "times: started_at 2026-01-01"),
+        (edit(&|b| b["finished_at"] = json!("2099-01-01T00:00:00Z")), "times: finished_at 2099-01-01"),
+        (
+            edit(&|b| {
+                b["devices"][0] =
+                    json!({ "name": "vdc", "kind": "disk", "action": "left", "reason": "carries a cidata volume" })
+            }),
+            "device vdc: a disk of the machine was not wiped (carries a cidata volume)",
+        ),
+        (edit(&|b| b["devices"] = json!([])), "devices: the report lists no block device"),
+    ];
+    for (body, why) in cases {
+        let app = TestApp::new().await;
+        let (seed, _) = wipe_run(&app, Duration::from_secs(3600)).await;
+        let token = agent_seed(&app, &seed).await.agent_token;
+        assert_eq!(post_report(&app, &token, body.clone()).await, 204, "{body}");
         let (verified, failure) = verdict(&app).await;
         assert_eq!(verified, Some(false), "{body}");
         let failure = failure.expect("a reason");

@@ -527,21 +527,14 @@ async fn answer(http: &reqwest::Client, bmc: &str, uuid: &str) -> anyhow::Result
     let config =
         http.get(format!("{}/v1/agent/config", found.agent_url)).bearer_auth(&found.agent_token).send().await?;
     let config: Value = config.error_for_status().context("GET config")?.json().await?;
-    let drives: Vec<Value> = config["config"]["drives"]
-        .as_array()
-        .context("no drives in the config")?
-        .iter()
-        .map(|d| {
-            json!({
-                "id": d["id"], "match_basis": "protocol_capacity",
-                "identity": { "size_bytes": d["capacity_bytes"].as_u64().unwrap_or(0), "protocol": d["protocol"] },
-                "method": "nvme-format-user-data", "result": "success",
-                "verification": { "ranges": 66, "bytes_read": 66 * 4096, "sha256": hex::encode(Sha256::digest([0u8; 66 * 4096])) },
-            })
-        })
+    let listed = config["config"]["drives"].as_array().context("no drives in the config")?;
+    let drives: Vec<Value> = listed.iter().map(|d| evidence(listed, d)).collect();
+    let devices: Vec<Value> = (0..drives.len())
+        .map(|i| json!({ "name": format!("disk{i}"), "kind": "disk", "action": "wiped", "reason": "a disk" }))
         .collect();
     let body = json!({
-        "result": "success", "drives": drives, "image_sha256": image_sha256(), "nonce": config["nonce"],
+        "result": "success", "drives": drives, "devices": devices, "image_sha256": image_sha256(),
+        "nonce": config["nonce"],
         "started_at": chrono::Utc::now() - chrono::Duration::seconds(1), "finished_at": chrono::Utc::now(),
     });
     let report = format!("{}/v1/agent/report", found.agent_url);
@@ -889,4 +882,19 @@ async fn run(admin_url: &str, args: &Args) -> anyhow::Result<()> {
 /// The custody ledger key of the bench's process (`PADDOCK_LEDGER_KEY` of `paddock serve`).
 fn bench_ledger_key() -> paddock_domain::ledger::LedgerKey {
     paddock_domain::ledger::LedgerKey::new(b"bench-ledger-key-of-at-least-32-bytes".to_vec())
+}
+
+/// A listed drive's evidence as the wipe agent reports it: its identity as the BMC listed it
+/// (matched by a unique serial, else by protocol and capacity) and the contract's ranges read
+/// back as zeroes.
+fn evidence(listed: &[Value], d: &Value) -> Value {
+    let size = d["capacity_bytes"].as_u64().unwrap_or(0);
+    let unique = d["serial"].is_string() && listed.iter().filter(|o| o["serial"] == d["serial"]).count() == 1;
+    let bytes = paddock_domain::agent::verified_bytes(size);
+    json!({
+        "id": d["id"], "match_basis": if unique { "serial" } else { "protocol_capacity" },
+        "identity": { "serial": d["serial"], "size_bytes": size, "protocol": d["protocol"] },
+        "method": "nvme-format-user-data", "result": "success",
+        "verification": { "ranges": 66, "bytes_read": bytes, "sha256": paddock_domain::agent::zeros_sha256(bytes) },
+    })
 }

@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use ureq::tls::{parse_pem, PemItem, RootCerts, TlsConfig};
 
+use crate::device::Seen;
 use crate::matching::ConfigDrive;
 use crate::seed::AgentSeed;
 use crate::wipe::{DriveReport, Outcome};
@@ -69,6 +70,8 @@ pub struct Report {
     pub nonce: String,
     /// Per-drive evidence.
     pub drives: Vec<DriveReport>,
+    /// Every block device seen, with what was done to it and why (empty for a first boot).
+    pub devices: Vec<Seen>,
 }
 
 /// How a delivered report was acknowledged.
@@ -240,6 +243,12 @@ mod tests {
             image_sha256: "f".repeat(64),
             nonce: "n".into(),
             drives: vec![drive],
+            devices: vec![Seen {
+                name: "nvme0n1".into(),
+                kind: crate::device::Kind::Disk,
+                action: crate::device::Action::Wiped,
+                reason: "wiped".into(),
+            }],
         };
         assert_eq!(
             serde_json::to_value(&report).expect("json"),
@@ -251,7 +260,8 @@ mod tests {
                     "identity": {"model": null, "serial": "S1", "wwn": null, "eui": null, "size_bytes": 4096, "protocol": "nvme"},
                     "method": "nvme-format-user-data", "result": "success", "detail": null,
                     "verification": {"ranges": 66, "bytes_read": 4096, "sha256": "ab"}
-                }]
+                }],
+                "devices": [{"name": "nvme0n1", "kind": "disk", "action": "wiped", "reason": "wiped"}]
             })
         );
     }

@@ -1,5 +1,8 @@
-//! Block devices: discovery from /sys/block, identity as the running kernel sees it, and the
-//! labels that mark the devices the agent must leave alone (the seed and its own image).
+//! Block devices: discovery from /sys/block, identity as the running kernel sees it, and what
+//! each device is by how the kernel says it is attached (never by what it holds, which a disk's
+//! owner can write): the machine's disks, which are wiped; removable media as a BMC presents
+//! virtual media (a CD `sr*`, a floppy `fd*`, a device on the USB transport), where the seed and
+//! the agent's own image are and which are never wiped; and virtual devices (loop, RAM, ...).
 
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom};
@@ -8,11 +11,6 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
-
-/// Volume label of the run's seed (cloud-init NoCloud).
-pub const SEED_LABEL: &str = "cidata";
-/// Volume label of the wipe image itself (images/wipe/build sets it).
-pub const IMAGE_LABEL: &str = "PADDOCK_WIPE";
 
 /// A drive's identity as the running kernel sees it (the report's `identity`, docs/security.md).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,11 +40,50 @@ pub struct Disk {
     pub identity: Identity,
 }
 
-/// Why discovery skipped a device.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Skipped {
+/// What a block device is (the report's `devices[].kind`, docs/security.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A disk of the machine.
+    Disk,
+    /// A CD-ROM.
+    Cd,
+    /// A floppy.
+    Floppy,
+    /// A device on the USB transport.
+    Usb,
+    /// Not a disk: loop, RAM, zram, device-mapper, md, network block device.
+    Virtual,
+}
+
+impl Kind {
+    /// Removable media: where virtual media (the seed, the image) may be; never wiped.
+    pub fn is_media(self) -> bool {
+        matches!(self, Kind::Cd | Kind::Floppy | Kind::Usb)
+    }
+}
+
+/// What the agent did with a block device (the report's `devices[].action`, docs/security.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Wiped and verified.
+    Wiped,
+    /// Its wipe failed.
+    WipeFailed,
+    /// Left alone.
+    Left,
+}
+
+/// A block device the agent saw, what it did with it and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Seen {
     /// Kernel name.
     pub name: String,
+    /// What it is.
+    pub kind: Kind,
+    /// What was done.
+    pub action: Action,
     /// Why.
     pub reason: String,
 }
@@ -66,43 +103,82 @@ impl Default for Roots {
     }
 }
 
-/// Kernel name prefixes discovery never wipes: CD-ROMs, loop, RAM disks, zram, device-mapper, md
-/// arrays (their member disks are wiped), network block devices and floppies (where a seed may be).
-const VIRTUAL_PREFIXES: &[&str] = &["sr", "loop", "ram", "zram", "dm-", "md", "nbd", "fd"];
+/// Kernel name prefixes of devices that are not disks: loop, RAM disks, zram, device-mapper, md
+/// arrays (their member disks are wiped) and network block devices.
+const VIRTUAL_PREFIXES: &[&str] = &["loop", "ram", "zram", "dm-", "md", "nbd"];
 
-/// Every disk the kernel shows that the agent must wipe, and those it skipped with the reason.
-/// (Loop devices are wiped only when an operator names them: see [`disk_at`].)
-pub fn discover(roots: &Roots) -> anyhow::Result<(Vec<Disk>, Vec<Skipped>)> {
-    let mut names: Vec<String> = fs::read_dir(roots.sys.join("block"))
-        .with_context(|| format!("listing {}", roots.sys.join("block").display()))?
+/// The whole-disk block devices (`/sys/block`), sorted by kernel name.
+pub fn block_devices(roots: &Roots) -> anyhow::Result<Vec<String>> {
+    let block = roots.sys.join("block");
+    let mut names: Vec<String> = fs::read_dir(&block)
+        .with_context(|| format!("listing {}", block.display()))?
         .filter_map(|e| e.ok().and_then(|e| e.file_name().into_string().ok()))
         .collect();
     names.sort();
-    let (mut disks, mut skipped) = (Vec::new(), Vec::new());
-    for name in names {
-        let skip = |reason: String| Skipped { name: name.clone(), reason };
-        if is_virtual(roots, &name) {
-            skipped.push(skip("not a disk (rom, loop, RAM, zram, device-mapper or similar)".into()));
-            continue;
-        }
-        // A disk without an identity is an error, not a skip: it would go unwiped unreported.
-        let disk = disk(roots, &name)?;
-        // A disk whose label cannot be read is kept: its wipe then fails with the reason, which
-        // the report shows, rather than the disk being passed over quietly.
-        if disk.identity.size_bytes == 0 {
-            skipped.push(skip("no medium (size 0)".into()));
-        } else if let Ok(Some(label)) = protected_label(roots, &name) {
-            skipped.push(skip(format!("carries the {label:?} volume (the seed or the agent's image)")));
-        } else {
-            disks.push(disk);
-        }
-    }
-    Ok((disks, skipped))
+    Ok(names)
 }
 
-fn is_virtual(roots: &Roots, name: &str) -> bool {
-    let dev_type = read_attr(&roots.sys.join("block").join(name).join("device/type"));
-    VIRTUAL_PREFIXES.iter().any(|p| name.starts_with(p)) || dev_type.as_deref() == Some("5")
+/// Every disk of the machine, to wipe, and every other block device, left alone with the reason.
+/// (Loop devices are wiped only when an operator names them: see [`disk_at`].)
+pub fn discover(roots: &Roots) -> anyhow::Result<(Vec<Disk>, Vec<Seen>)> {
+    let (mut disks, mut left) = (Vec::new(), Vec::new());
+    for name in block_devices(roots)? {
+        let kind = kind(roots, &name);
+        let mut leave =
+            |reason: &str| left.push(Seen { name: name.clone(), kind, action: Action::Left, reason: reason.into() });
+        match kind {
+            Kind::Virtual => leave("not a disk (loop, RAM, zram, device-mapper, md or network block device)"),
+            Kind::Cd | Kind::Floppy | Kind::Usb => {
+                leave("removable media (virtual media: the seed or the agent's image)")
+            }
+            Kind::Disk => {
+                // A disk without an identity is an error, not a skip: it would go unwiped.
+                let disk = disk(roots, &name)?;
+                if disk.identity.size_bytes == 0 {
+                    leave("no medium (size 0)");
+                } else {
+                    disks.push(disk);
+                }
+            }
+        }
+    }
+    Ok((disks, left))
+}
+
+/// What the block device `name` is, from its kernel name and its place in sysfs alone.
+pub fn kind(roots: &Roots, name: &str) -> Kind {
+    let sys = roots.sys.join("block").join(name);
+    let rom = read_attr(&sys.join("device/type")).as_deref() == Some("5");
+    if name.starts_with("sr") || rom {
+        Kind::Cd
+    } else if name.starts_with("fd") {
+        Kind::Floppy
+    } else if VIRTUAL_PREFIXES.iter().any(|p| name.starts_with(p)) {
+        Kind::Virtual
+    } else if on_usb(&sys) {
+        Kind::Usb
+    } else {
+        Kind::Disk
+    }
+}
+
+/// Whether the device hangs off a USB bus: a `usb<N>` step in its sysfs device path.
+fn on_usb(sys: &Path) -> bool {
+    let Ok(device) = fs::canonicalize(sys.join("device")) else { return false };
+    device.components().any(|c| c.as_os_str().to_str().is_some_and(|c| c.starts_with("usb")))
+}
+
+/// The removable media devices (by [`kind`]) and their partitions, as device nodes, in
+/// kernel-name order: where the seed and the image may be.
+pub fn media(roots: &Roots) -> anyhow::Result<Vec<PathBuf>> {
+    let mut nodes = Vec::new();
+    for name in block_devices(roots)? {
+        if kind(roots, &name).is_media() {
+            nodes.push(roots.dev.join(&name));
+            nodes.extend(partitions(roots, &name).into_iter().map(|p| roots.dev.join(p)));
+        }
+    }
+    Ok(nodes)
 }
 
 /// The disk `name` (a kernel name under /sys/block) with its identity.
@@ -138,56 +214,39 @@ pub fn disk_at(roots: &Roots, path: &Path) -> anyhow::Result<Disk> {
     Ok(d)
 }
 
-/// The label of the seed or the agent's image if the disk or one of its partitions carries one.
-pub fn protected_label(roots: &Roots, name: &str) -> anyhow::Result<Option<String>> {
-    let mut nodes = vec![name.to_owned()];
-    nodes.extend(partitions(roots, name));
-    for node in nodes {
-        let label = match File::open(roots.dev.join(&node)) {
-            Ok(mut f) => volume_label(&mut f).with_context(|| format!("reading the label of /dev/{node}"))?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(e).with_context(|| format!("opening /dev/{node}")),
-        };
-        if let Some(l) = label.filter(|l| l.eq_ignore_ascii_case(SEED_LABEL) || l.eq_ignore_ascii_case(IMAGE_LABEL)) {
-            return Ok(Some(l));
-        }
-    }
-    Ok(None)
-}
-
-/// The kernel names of every block device and partition (`/sys/class/block`), sorted.
-pub fn block_devices(roots: &Roots) -> anyhow::Result<Vec<String>> {
-    let class = roots.sys.join("class/block");
-    let mut names: Vec<String> = fs::read_dir(&class)
-        .with_context(|| format!("listing {}", class.display()))?
-        .filter_map(|e| e.ok().and_then(|e| e.file_name().into_string().ok()))
-        .collect();
-    names.sort();
-    Ok(names)
-}
-
-/// SHA-256 (hex) of the wipe image the agent booted from: the device labelled [`IMAGE_LABEL`]
-/// (the CD, or a USB disk the ISO was written to), read up to the ISO's own length, so it is the
-/// digest `images/wipe/build` printed for the ISO file.
-pub fn image_sha256(roots: &Roots) -> anyhow::Result<String> {
-    let names = block_devices(roots)?;
-    for name in names {
-        let path = roots.dev.join(&name);
-        let Ok(mut f) = File::open(&path) else { continue };
-        if volume_label(&mut f).ok().flatten().is_none_or(|l| l != IMAGE_LABEL) {
+/// SHA-256 (hex) of the wipe image the agent booted from: the one removable media device,
+/// besides the seed's, that holds an ISO 9660 image (the CD, or a USB disk the ISO was written
+/// to), read up to the ISO's own length, so it is the digest `images/wipe/build` printed for the
+/// ISO file. Never a disk of the machine: whatever a disk holds does not count. More than one
+/// candidate is an error naming them all.
+pub fn image_sha256(roots: &Roots, seed: &Path) -> anyhow::Result<String> {
+    let seed = seed.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let mut images = Vec::new();
+    for name in block_devices(roots)? {
+        if !kind(roots, &name).is_media() || name == seed || partitions(roots, &name).iter().any(|p| p == seed) {
             continue;
         }
-        let len =
-            crate::iso::image_len(&mut f).with_context(|| format!("reading the image length on {}", path.display()))?;
-        f.seek(SeekFrom::Start(0))?;
-        let mut hasher = sha2::Sha256::new();
-        let copied = io::copy(&mut f.take(len), &mut hasher).with_context(|| format!("reading {}", path.display()))?;
-        if copied != len {
-            anyhow::bail!("{} ends after {copied} of the image's {len} bytes", path.display());
+        let node = roots.dev.join(&name);
+        let Ok(mut f) = File::open(&node) else { continue };
+        if let Ok(len) = crate::iso::image_len(&mut f) {
+            images.push((node, f, len));
         }
-        return Ok(hex::encode(hasher.finalize()));
     }
-    anyhow::bail!("no block device carries the wipe image (volume label {IMAGE_LABEL:?})")
+    let (path, mut f, len) = match images.len() {
+        1 => images.remove(0),
+        0 => anyhow::bail!("no removable media device but the seed's holds an ISO 9660 image (the wipe image)"),
+        _ => {
+            let names: Vec<String> = images.iter().map(|(p, _, _)| p.display().to_string()).collect();
+            anyhow::bail!("more than one removable media device holds an ISO 9660 image: {}", names.join(", "))
+        }
+    };
+    f.seek(SeekFrom::Start(0))?;
+    let mut hasher = sha2::Sha256::new();
+    let copied = io::copy(&mut f.take(len), &mut hasher).with_context(|| format!("reading {}", path.display()))?;
+    if copied != len {
+        anyhow::bail!("{} ends after {copied} of the image's {len} bytes", path.display());
+    }
+    Ok(hex::encode(hasher.finalize()))
 }
 
 /// Partitions of the disk `name` (kernel names).
@@ -200,50 +259,6 @@ pub fn partitions(roots: &Roots, name: &str) -> Vec<String> {
         .collect();
     parts.sort();
     parts
-}
-
-/// The volume label of an ISO 9660 or FAT file system at the start of `dev`, if it holds one.
-pub fn volume_label(dev: &mut (impl Read + Seek)) -> io::Result<Option<String>> {
-    let mut boot = [0u8; 512];
-    if read_full(dev, 0, &mut boot)? {
-        if let Some(l) = fat_label(&boot) {
-            return Ok(Some(l));
-        }
-    }
-    let mut pvd = [0u8; 2048];
-    if read_full(dev, 16 * 2048, &mut pvd)? && pvd[0] == 1 && &pvd[1..6] == b"CD001" {
-        return Ok(Some(trim_label(&pvd[40..72])));
-    }
-    Ok(None)
-}
-
-fn fat_label(boot: &[u8; 512]) -> Option<String> {
-    if boot[510..512] != [0x55, 0xaa] {
-        return None;
-    }
-    // FAT32 keeps its extended boot record at 64, FAT12/16 at 36 (signature 0x29 at +2).
-    let at = if &boot[82..87] == b"FAT32" {
-        64
-    } else if &boot[54..57] == b"FAT" {
-        36
-    } else {
-        return None;
-    };
-    (boot[at + 2] == 0x29).then(|| trim_label(&boot[at + 7..at + 18]))
-}
-
-fn trim_label(raw: &[u8]) -> String {
-    String::from_utf8_lossy(raw).trim_end_matches([' ', '\0']).to_owned()
-}
-
-/// Fills `buf` from `offset`; `false` when the device is shorter.
-fn read_full(dev: &mut (impl Read + Seek), offset: u64, buf: &mut [u8]) -> io::Result<bool> {
-    dev.seek(SeekFrom::Start(offset))?;
-    match dev.read_exact(buf) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
-        Err(e) => Err(e),
-    }
 }
 
 fn serial(sys: &Path) -> Option<String> {
@@ -289,35 +304,4 @@ pub fn read_attr(path: &Path) -> Option<String> {
     let s = fs::read_to_string(path).ok()?;
     let s = s.trim();
     (!s.is_empty()).then(|| s.to_owned())
-}
-
-#[cfg(test)]
-mod tests {
-    use std::io::Cursor;
-
-    use super::*;
-
-    #[test]
-    fn reads_the_label_of_a_seed_iso() {
-        let iso = paddock_seed::seed_iso(b"instance-id: m\n", b"#cloud-config\n", None).expect("seed");
-        assert_eq!(volume_label(&mut Cursor::new(iso)).expect("label").as_deref(), Some("cidata"));
-    }
-
-    #[test]
-    fn reads_the_label_of_a_fat_file_system() {
-        let mut boot = [0u8; 512];
-        boot[54..62].copy_from_slice(b"FAT12   ");
-        boot[38] = 0x29;
-        boot[43..54].copy_from_slice(b"CIDATA     ");
-        boot[510] = 0x55;
-        boot[511] = 0xaa;
-        assert_eq!(volume_label(&mut Cursor::new(boot.to_vec())).expect("label").as_deref(), Some("CIDATA"));
-    }
-
-    #[test]
-    fn random_bytes_have_no_label() {
-        let bytes: Vec<u8> = (0..40_000u32).map(|i| (i * 7 % 251) as u8).collect();
-        assert_eq!(volume_label(&mut Cursor::new(bytes)).expect("label"), None);
-        assert_eq!(volume_label(&mut Cursor::new(vec![1u8; 100])).expect("short"), None);
-    }
 }

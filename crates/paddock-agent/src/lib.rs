@@ -1,7 +1,8 @@
 //! paddock's wipe agent (docs/security.md): boots from the wipe image between tenancies, finds the
-//! run's seed by its `cidata` label, fetches `config`, wipes every disk with the strongest method it
-//! supports, verifies each with its own O_DIRECT reads and reports the evidence. The same wipe runs
-//! standalone for operators (`paddock-agent wipe --device ...`).
+//! run's seed on the removable media the BMC inserted (never on a disk of the machine), fetches
+//! `config`, wipes every disk with the strongest method it supports, verifies each with its own
+//! O_DIRECT reads and reports the evidence, with every block device it saw and what it did to it.
+//! The same wipe runs standalone for operators (`paddock-agent wipe --device ...`).
 
 pub mod client;
 pub mod device;

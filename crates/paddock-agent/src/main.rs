@@ -11,7 +11,8 @@ use paddock_agent::run::{self, Purpose, RunOptions};
 use paddock_agent::wipe::{self, Choice, Outcome};
 use serde_json::json;
 
-/// Where an image may state its digest (the ISO cannot hold its own: see [`device::image_sha256`]).
+/// Where an image may state its digest (the ISO cannot hold its own: see
+/// [`paddock_agent::device::image_sha256`]).
 const IMAGE_SHA256_FILE: &str = "/etc/paddock/image.sha256";
 
 const USAGE: &str = "usage:
@@ -92,7 +93,7 @@ fn wipe_cmd(opts: &Opts) -> anyhow::Result<ExitCode> {
         Some(name) => Choice::Only(name.parse()?),
     };
     let roots = Roots::default();
-    let disks = run::disks(&roots, &opts.devices)?;
+    let (disks, _) = run::disks(&roots, &opts.devices)?;
     let drives = wipe::wipe_all(&roots, &disks, choice);
     let ok = drives.iter().all(|d| d.result == Outcome::Success);
     for d in drives.iter().filter(|d| d.result == Outcome::Failure) {
@@ -119,12 +120,14 @@ fn disks_path(d: &wipe::DriveReport) -> String {
 }
 
 fn run_cmd(opts: &Opts) -> anyhow::Result<ExitCode> {
-    let image_sha256 = image_sha256(opts.image_sha256.as_deref())?;
-    eprintln!("paddock-agent: image sha256 {image_sha256}");
     let run_opts = RunOptions {
         seed_device: opts.seed_device.clone(),
         devices: opts.devices.clone(),
-        image_sha256,
+        // The flag, else the file an image may carry, else (in `run`) the boot medium's digest.
+        image_sha256: opts
+            .image_sha256
+            .clone()
+            .or_else(|| std::fs::read_to_string(IMAGE_SHA256_FILE).ok().map(|f| f.trim().to_owned())),
         config_timeout: Duration::from_secs(opts.config_timeout.unwrap_or(3600)),
     };
     let outcome = run::run(&Roots::default(), &run_opts);
@@ -142,27 +145,10 @@ fn run_cmd(opts: &Opts) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// The image digest: the flag, else the file an image may carry, else the digest of the boot
-/// medium itself; 64 lowercase hex digits.
-fn image_sha256(flag: Option<&str>) -> anyhow::Result<String> {
-    let digest = match (flag, std::fs::read_to_string(IMAGE_SHA256_FILE)) {
-        (Some(d), _) => d.to_owned(),
-        (None, Ok(file)) => file.trim().to_owned(),
-        (None, Err(_)) => {
-            device::image_sha256(&Roots::default()).context("finding the image digest (or pass --image-sha256)")?
-        }
-    };
-    if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
-        bail!("the image digest {digest:?} is not 64 lowercase hex digits");
-    }
-    Ok(digest)
-}
-
 fn discover_cmd() -> anyhow::Result<ExitCode> {
-    let (disks, skipped) = device::discover(&Roots::default())?;
+    let (disks, left) = device::discover(&Roots::default())?;
     let disks: Vec<_> = disks.iter().map(|d| json!({ "device": d.path, "identity": d.identity })).collect();
-    let skipped: Vec<_> = skipped.iter().map(|s| json!({ "name": s.name, "reason": s.reason })).collect();
-    println!("{}", serde_json::to_string_pretty(&json!({ "disks": disks, "skipped": skipped }))?);
+    println!("{}", serde_json::to_string_pretty(&json!({ "disks": disks, "left": left }))?);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -17,7 +17,7 @@ use anyhow::{bail, Context};
 use chrono::Utc;
 
 use crate::client::{AgentConfig, Client, Delivered, Report, WipeConfig};
-use crate::device::{self, Disk, Roots};
+use crate::device::{self, Action, Disk, Kind, Roots, Seen};
 use crate::matching::match_drives;
 use crate::seed::{self, FoundSeed};
 use crate::wipe::{self, Choice, DriveReport, Outcome};
@@ -29,8 +29,9 @@ pub struct RunOptions {
     pub seed_device: Option<PathBuf>,
     /// Wipe exactly these devices instead of every disk discovered (tests, and loop devices).
     pub devices: Vec<PathBuf>,
-    /// SHA-256 of the image the agent runs in.
-    pub image_sha256: String,
+    /// SHA-256 of the image the agent runs in; `None`: the digest of the removable media device,
+    /// besides the seed's, that holds it ([`device::image_sha256`]).
+    pub image_sha256: Option<String>,
     /// How long to keep trying to fetch `config`.
     pub config_timeout: Duration,
 }
@@ -63,27 +64,31 @@ pub fn run(roots: &Roots, opts: &RunOptions) -> anyhow::Result<RunOutcome> {
     };
     let seed = &found.seed;
     eprintln!("paddock-agent: seed on {} (machine {}, run {})", found.device.display(), seed.machine_id, seed.run_id);
+    let image_sha256 = match &opts.image_sha256 {
+        Some(digest) => digest.clone(),
+        None => device::image_sha256(roots, &found.device).context("finding the image digest")?,
+    };
+    check_digest(&image_sha256)?;
+    eprintln!("paddock-agent: image sha256 {image_sha256}");
     let client = Client::new(seed)?;
     let config = client.config(Instant::now() + opts.config_timeout)?;
     if config.run_id != seed.run_id {
         bail!("config is for run {}, the seed for run {}", config.run_id, seed.run_id);
     }
     let started_at = Utc::now();
-    let (purpose, result, drives) = match config.purpose.as_str() {
-        "wipe" => {
-            let (result, drives) = wipe_run(roots, opts, &config)?;
-            (Purpose::Wipe, result, drives)
-        }
-        "provision" => (Purpose::Provision, first_boot(&config.config), Vec::new()),
+    let (purpose, (result, drives, devices)) = match config.purpose.as_str() {
+        "wipe" => (Purpose::Wipe, wipe_run(roots, opts, &config)?),
+        "provision" => (Purpose::Provision, (first_boot(&config.config), Vec::new(), Vec::new())),
         other => bail!("purpose {other:?} is not carried out by this agent"),
     };
     let report = Report {
         result,
         started_at,
         finished_at: Utc::now(),
-        image_sha256: opts.image_sha256.clone(),
+        image_sha256,
         nonce: config.nonce.clone(),
         drives,
+        devices,
     };
     let left = (config.expires_at - Utc::now()).to_std().unwrap_or_default();
     let delivered = client.report(&report, Instant::now() + left)?;
@@ -109,31 +114,60 @@ fn first_boot(join: &serde_json::Value) -> Outcome {
     }
 }
 
-/// A wipe: every disk found, matched against the drives `config` lists.
-fn wipe_run(roots: &Roots, opts: &RunOptions, config: &AgentConfig) -> anyhow::Result<(Outcome, Vec<DriveReport>)> {
+/// What a wipe run reports: the overall result, each drive's evidence and every device seen.
+type WipeResult = (Outcome, Vec<DriveReport>, Vec<Seen>);
+
+/// A wipe: every disk found, matched against the drives `config` lists; every device seen
+/// reported with what was done to it.
+fn wipe_run(roots: &Roots, opts: &RunOptions, config: &AgentConfig) -> anyhow::Result<WipeResult> {
     let wipe: WipeConfig =
         serde_json::from_value(config.config.clone()).context("config's wipe configuration is not valid")?;
-    let disks = disks(roots, &opts.devices)?;
+    let (disks, left) = disks(roots, &opts.devices)?;
     let mut drives = wipe::wipe_all(roots, &disks, Choice::Auto);
     let all_found = assign(&wipe, &mut drives);
-    let result = if all_found && drives.iter().all(|d| d.result == Outcome::Success && d.verification.is_some()) {
-        Outcome::Success
-    } else {
-        Outcome::Failure
-    };
-    Ok((result, drives))
+    let devices = seen(&disks, &drives, left);
+    let disk_left = devices.iter().any(|d| d.kind == Kind::Disk && d.action != Action::Wiped);
+    let all_wiped = drives.iter().all(|d| d.result == Outcome::Success && d.verification.is_some());
+    let result = if all_found && all_wiped && !disk_left { Outcome::Success } else { Outcome::Failure };
+    Ok((result, drives, devices))
 }
 
-/// The disks to wipe: the named devices, or every disk discovery finds.
-pub fn disks(roots: &Roots, named: &[PathBuf]) -> anyhow::Result<Vec<Disk>> {
+/// Every device seen: the disks with how their wipe went, then those left alone.
+fn seen(disks: &[Disk], drives: &[DriveReport], left: Vec<Seen>) -> Vec<Seen> {
+    let wiped = disks.iter().zip(drives).map(|(disk, drive)| {
+        let (action, reason) = match drive.result {
+            Outcome::Success => {
+                (Action::Wiped, format!("a disk of the machine: wiped with {} and verified", drive.method))
+            }
+            Outcome::Failure => {
+                (Action::WipeFailed, "a disk of the machine: its wipe failed (see its drive)".to_owned())
+            }
+        };
+        Seen { name: disk.name.clone(), kind: Kind::Disk, action, reason }
+    });
+    wiped.chain(left).collect()
+}
+
+/// The disks to wipe, and every other device seen with why it is left alone: the named devices
+/// (and nothing else), or what discovery finds.
+pub fn disks(roots: &Roots, named: &[PathBuf]) -> anyhow::Result<(Vec<Disk>, Vec<Seen>)> {
     if !named.is_empty() {
-        return named.iter().map(|p| device::disk_at(roots, p)).collect();
+        let disks = named.iter().map(|p| device::disk_at(roots, p)).collect::<anyhow::Result<_>>()?;
+        return Ok((disks, Vec::new()));
     }
-    let (disks, skipped) = device::discover(roots)?;
-    for s in skipped {
-        eprintln!("paddock-agent: skipping {}: {}", s.name, s.reason);
+    let (disks, left) = device::discover(roots)?;
+    for s in &left {
+        eprintln!("paddock-agent: leaving {} alone: {}", s.name, s.reason);
     }
-    Ok(disks)
+    Ok((disks, left))
+}
+
+/// An image digest is 64 lowercase hex digits.
+fn check_digest(digest: &str) -> anyhow::Result<()> {
+    if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        bail!("the image digest {digest:?} is not 64 lowercase hex digits");
+    }
+    Ok(())
 }
 
 /// Fills in each drive's config id and match basis; `false` if a listed drive was not found.

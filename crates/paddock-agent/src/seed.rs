@@ -1,5 +1,8 @@
-//! The run's seed: found by its `cidata` volume label on any block device (CD, floppy, USB image),
-//! read for `paddock/agent.json` (ISO 9660 directly; other file systems through a read-only mount).
+//! The run's seed: found among the removable media the BMC presents as virtual media (a CD, a
+//! floppy or a USB device, by how the kernel says each is attached: [`device::kind`]), never on a
+//! disk of the machine, whose contents its previous tenant wrote; read for `paddock/agent.json`
+//! (ISO 9660 directly; other file systems through a read-only mount). Exactly one device may hold
+//! one: a second is a planted seed that would send the agent elsewhere, and fails the run.
 
 use std::ffi::OsStr;
 use std::fs::{self, File};
@@ -9,7 +12,7 @@ use std::process::Command;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
-use crate::device::{block_devices, volume_label, Roots, SEED_LABEL};
+use crate::device::{self, Roots};
 use crate::iso;
 
 /// Where the seed keeps the agent's part.
@@ -51,30 +54,27 @@ pub struct FoundSeed {
     pub seed: AgentSeed,
 }
 
-/// Scans every block device and partition for the `cidata` label and reads the first seed that
-/// reads.
+/// Reads every removable media device and partition for [`AGENT_JSON`]: the one that holds it is
+/// the seed; none, or more than one, is an error naming each device tried.
 pub fn find(roots: &Roots) -> anyhow::Result<FoundSeed> {
-    let devices = devices(roots)?;
-    let mut last_error = None;
-    for device in devices {
+    let candidates = device::media(roots)?;
+    let mut found = Vec::new();
+    let mut errors = Vec::new();
+    for device in candidates {
         match read(&device) {
-            Ok(seed) => return Ok(FoundSeed { device, seed }),
-            Err(e) => last_error = Some(e.context(format!("reading the seed on {}", device.display()))),
+            Ok(seed) => found.push(FoundSeed { device, seed }),
+            Err(e) => errors.push(format!("{}: {e:#}", device.display())),
         }
     }
-    Err(last_error.unwrap_or_else(|| anyhow::anyhow!("no block device carries a volume labelled {SEED_LABEL:?}")))
-}
-
-/// Every block device or partition whose volume label is `cidata`, in kernel-name order.
-pub fn devices(roots: &Roots) -> anyhow::Result<Vec<PathBuf>> {
-    let names = block_devices(roots)?;
-    let labelled = |device: &PathBuf| {
-        File::open(device)
-            .ok()
-            .and_then(|mut f| volume_label(&mut f).ok().flatten())
-            .is_some_and(|l| l.eq_ignore_ascii_case(SEED_LABEL))
-    };
-    Ok(names.into_iter().map(|n| roots.dev.join(n)).filter(labelled).collect())
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 if errors.is_empty() => bail!("no removable media device (CD, floppy, USB) to find the seed on"),
+        0 => bail!("no removable media device holds the seed ({})", errors.join("; ")),
+        _ => {
+            let devices: Vec<String> = found.iter().map(|f| f.device.display().to_string()).collect();
+            bail!("more than one device holds {AGENT_JSON}, refusing to choose: {}", devices.join(", "))
+        }
+    }
 }
 
 /// Reads [`AGENT_JSON`] from the seed on `device`: an ISO 9660 image directly, anything else (a

@@ -6,7 +6,7 @@ use std::thread;
 
 use serde::{Deserialize, Serialize};
 
-use crate::device::{self, read_attr, Disk, Identity, Roots};
+use crate::device::{read_attr, Disk, Identity, Roots};
 use crate::erase;
 use crate::matching::MatchBasis;
 use crate::method::{self, Method};
@@ -109,16 +109,10 @@ pub fn wipe_disk(roots: &Roots, disk: &Disk, choice: Choice) -> DriveReport {
     failed(disk, last, notes)
 }
 
-/// Refuses a read-only disk, one carrying the seed or the agent's image, and one in use.
+/// Refuses a read-only disk and one in use.
 fn precheck(roots: &Roots, disk: &Disk) -> anyhow::Result<()> {
     if read_attr(&roots.sys.join("block").join(&disk.name).join("ro")).as_deref() == Some("1") {
         anyhow::bail!("{} is read-only", disk.path.display());
-    }
-    if let Some(label) = device::protected_label(roots, &disk.name)? {
-        anyhow::bail!(
-            "{} carries the {label:?} volume (the seed or the agent's image): left alone",
-            disk.path.display()
-        );
     }
     erase::open_for_erase(&disk.path).map(drop)
 }

@@ -23,7 +23,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use chrono::Utc;
 use paddock_domain::agent::{
-    ct_eq, is_sha256_hex, judge_provision, judge_wipe, SIMULATED_OS_IMAGE_SHA256, SIMULATED_WIPE_IMAGE_SHA256,
+    ct_eq, is_sha256_hex, judge_provision, judge_wipe, Run, SIMULATED_OS_IMAGE_SHA256, SIMULATED_WIPE_IMAGE_SHA256,
 };
 use paddock_domain::secret::{Binding, SecretString};
 use paddock_domain::validate::Checks;
@@ -236,12 +236,13 @@ impl Services {
             let report: AgentReport = body.decode()?;
             check_report(&report, &found.nonce)?;
             let config = self.agent_config_of(&found)?;
+            let run = Run { issued_at: found.created_at, received_at: Utc::now() };
             let verdict = match config.purpose {
                 AgentPurpose::Wipe => {
                     let wipe: WipeConfig = serde_json::from_value(config.config).map_err(Error::internal)?;
-                    judge_wipe(&wipe.drives, &report, &self.agent.wipe_image_sha256)
+                    judge_wipe(&run, &wipe.drives, &report, &self.agent.wipe_image_sha256)
                 }
-                AgentPurpose::Provision => judge_provision(&report, &self.agent.os_image_sha256),
+                AgentPurpose::Provision => judge_provision(&run, &report, &self.agent.os_image_sha256),
             };
             let failure = verdict.err();
             let verified = failure.is_none();
@@ -265,7 +266,8 @@ impl Services {
 }
 
 /// What a report must satisfy to be recorded at all (422 otherwise, and the run stays open):
-/// well-formed values and the run's nonce when it echoes one. Whether its evidence proves the run
+/// well-formed values and the run's nonce when it echoes one (a report without one is recorded
+/// and fails: see `judge_wipe`). Whether its evidence proves the run
 /// is decided afterwards, by the domain's rules.
 fn check_report(report: &AgentReport, nonce: &str) -> Result<()> {
     let mut c = Checks::new();
@@ -274,6 +276,8 @@ fn check_report(report: &AgentReport, nonce: &str) -> Result<()> {
     if let Some(echo) = &report.nonce {
         c.check(ct_eq(echo.as_bytes(), nonce.as_bytes()), "nonce", "is not this run's nonce");
     }
+    c.check(report.drives.len() <= 256, "drives", "must list at most 256 drives");
+    c.check(report.devices.len() <= 1024, "devices", "must list at most 1024 devices");
     let mut seen = HashSet::new();
     for (i, drive) in report.drives.iter().enumerate() {
         if let Some(id) = &drive.id {
@@ -299,6 +303,10 @@ fn check_report(report: &AgentReport, nonce: &str) -> Result<()> {
             let field = format!("drives[{i}].verification.sha256");
             c.check(is_sha256_hex(&v.sha256), &field, "must be 64 lower-case hex digits");
         }
+    }
+    for (i, device) in report.devices.iter().enumerate() {
+        c.text(&format!("devices[{i}].name"), &device.name, 64);
+        c.max_len(&format!("devices[{i}].reason"), &device.reason, 1024);
     }
     c.finish()
 }

@@ -18,10 +18,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use paddock_domain::agent::{SIMULATED_OS_IMAGE_SHA256, SIMULATED_WIPE_IMAGE_SHA256};
+use paddock_domain::agent::{
+    verified_bytes, zeros_sha256, SIMULATED_OS_IMAGE_SHA256, SIMULATED_WIPE_IMAGE_SHA256, VERIFIED_RANGES,
+};
 use paddock_types::agent::AgentSeed;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use sqlx::Row;
 use tokio::sync::watch;
 
@@ -244,9 +245,11 @@ impl SimAgent {
             }
         };
         let finished_at = Utc::now().max(started_at);
+        let devices = devices(&drives);
         let report = json!({
             "result": result,
             "drives": drives,
+            "devices": devices,
             "image_sha256": image_sha256,
             "nonce": config["nonce"],
             "started_at": started_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
@@ -351,47 +354,62 @@ fn check(response: reqwest::Response) -> Result<reqwest::Response, Failure> {
     }
 }
 
-/// Ranges a simulated verification reads back (the fewest the contract accepts) and their size.
-const VERIFIED_RANGES: u64 = 66;
-const RANGE_BYTES: u64 = 4096;
-
 /// The wipe image's work: every drive the configuration lists, wiped and verified, with its
 /// evidence; a listed drive the machine does not have fails, and with `wipe_fails` the first
 /// listed drive fails.
 fn wipe(boot: &Boot, config: &Value) -> (&'static str, Vec<Value>) {
     let listed = config["drives"].as_array().cloned().unwrap_or_default();
-    let drives: Vec<Value> = listed.iter().enumerate().map(|(i, d)| wiped(boot, d, i == 0)).collect();
+    let drives: Vec<Value> = listed.iter().enumerate().map(|(i, d)| wiped(boot, &listed, d, i == 0)).collect();
     let all_ok = !drives.is_empty() && drives.iter().all(|d| d["result"] == "success");
     (if all_ok { "success" } else { "failure" }, drives)
 }
 
-/// One drive's evidence: matched by serial when the configuration has one, else by protocol
-/// and capacity; wiped with the strongest method its protocol allows; 66 ranges read back as
-/// zeros, their SHA-256 the digest.
-fn wiped(boot: &Boot, listed: &Value, first: bool) -> Value {
-    let id = listed["id"].as_str().unwrap_or_default();
+/// The block devices the simulated agent saw: a disk per drive it found (the wipe image's CD and
+/// the seed's floppy left alone), named like the kernel would.
+fn devices(drives: &[Value]) -> Vec<Value> {
+    let mut devices = vec![
+        json!({ "name": "sr0", "kind": "cd", "action": "left", "reason": "virtual media: the wipe image" }),
+        json!({ "name": "fd0", "kind": "floppy", "action": "left", "reason": "virtual media: the seed" }),
+    ];
+    let found = drives.iter().filter(|d| d["identity"]["size_bytes"].as_u64().unwrap_or(0) > 0);
+    devices.extend(found.enumerate().map(|(i, d)| {
+        let (action, reason) = match d["result"].as_str() {
+            Some("success") => ("wiped", "a disk of the machine: wiped and verified"),
+            _ => ("wipe_failed", "a disk of the machine: its wipe failed"),
+        };
+        json!({ "name": format!("nvme{i}n1"), "kind": "disk", "action": action, "reason": reason })
+    }));
+    devices
+}
+
+/// One drive's evidence: matched by serial when the configuration's serial is unique among the
+/// listed drives, else by protocol and capacity; wiped with the strongest method its protocol
+/// allows; the contract's 66 ranges read back as zeros, their SHA-256 the digest.
+fn wiped(boot: &Boot, listed: &[Value], drive: &Value, first: bool) -> Value {
+    let id = drive["id"].as_str().unwrap_or_default();
     let found = boot.drives.iter().find(|d| d["id"].as_str() == Some(id));
-    let protocol = listed["protocol"].as_str().map(str::to_ascii_lowercase);
+    let protocol = drive["protocol"].as_str().map(str::to_ascii_lowercase);
     let method = if protocol.as_deref() == Some("nvme") { "nvme-sanitize-crypto" } else { "overwrite-zeroes" };
     let Some(found) = found else {
         let identity = json!({ "size_bytes": 0, "serial": null, "model": null, "wwn": null, "eui": null });
         return json!({ "id": id, "match_basis": null, "identity": identity, "method": method,
                        "result": "failure", "detail": "no such drive", "verification": null });
     };
+    let size = found["capacity_bytes"].as_u64().unwrap_or(0);
     let identity = json!({
         "model": found["model"], "serial": found["serial"], "wwn": null, "eui": null,
-        "size_bytes": found["capacity_bytes"].as_u64().unwrap_or(0), "protocol": protocol,
+        "size_bytes": size, "protocol": protocol,
     });
-    let basis = if listed["serial"].is_string() { "serial" } else { "protocol_capacity" };
+    let unique = drive["serial"].is_string() && listed.iter().filter(|d| d["serial"] == drive["serial"]).count() == 1;
+    let basis = if unique { "serial" } else { "protocol_capacity" };
     if boot.wipe_fails && first {
         return json!({ "id": id, "match_basis": basis, "identity": identity, "method": method,
                        "result": "failure", "detail": "simulated write error (fault wipe_fails)",
                        "verification": null });
     }
-    let bytes_read = VERIFIED_RANGES * RANGE_BYTES;
-    let zeros = vec![0u8; usize::try_from(bytes_read).unwrap_or(0)];
+    let bytes_read = verified_bytes(size);
     let verification =
-        json!({ "ranges": VERIFIED_RANGES, "bytes_read": bytes_read, "sha256": hex::encode(Sha256::digest(&zeros)) });
+        json!({ "ranges": VERIFIED_RANGES, "bytes_read": bytes_read, "sha256": zeros_sha256(bytes_read) });
     json!({ "id": id, "match_basis": basis, "identity": identity, "method": method, "result": "success",
             "detail": null, "verification": verification })
 }

@@ -49,6 +49,8 @@ pub struct AgentToken {
     pub config_enc: Vec<u8>,
     /// The run's nonce.
     pub nonce: String,
+    /// When it was issued.
+    pub created_at: DateTime<Utc>,
     /// End of validity.
     pub expires_at: DateTime<Utc>,
     /// When the report used it up.
@@ -94,7 +96,7 @@ pub async fn get(conn: &mut Conn, kind: TokenKind, sha256: &[u8]) -> Result<Opti
     };
     Ok(sqlx::query_as(&format!(
         "select t.id, t.agent_sha256, t.machine_id, m.name as machine_name, t.run_id, t.purpose, t.config_enc, \
-         t.nonce, t.expires_at, t.used_at, t.verified from agent_tokens t join machines m on m.id = t.machine_id \
+         t.nonce, t.created_at, t.expires_at, t.used_at, t.verified from agent_tokens t join machines m on m.id = t.machine_id \
          where t.{column} = $1"
     ))
     .bind(sha256)

@@ -151,13 +151,15 @@ pub struct DriveIdentity {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Verification {
-    /// Ranges read back: at least 66 (64 sampled over the device, plus the first and last MiB).
+    /// Ranges read back: 66 (64 sampled over the device, plus the first and last MiB).
     #[schema(minimum = 0)]
     pub ranges: u64,
-    /// Bytes read back.
+    /// Bytes read back: what those ranges hold on a drive of the identity's size (each range cut
+    /// to the size: 6 MiB on any drive of at least 1 MiB).
     #[schema(minimum = 0)]
     pub bytes_read: u64,
-    /// SHA-256 of what was read (64 hex digits).
+    /// SHA-256 of what was read (64 hex digits): of that many zero bytes, since every range must
+    /// read back as zeroes.
     #[schema(pattern = "^[0-9a-f]{64}$")]
     pub sha256: String,
 }
@@ -194,7 +196,7 @@ pub struct DriveReport {
 /// `POST /v1/agent/report`: how the run ended. It uses the run up.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(example = json!({"result": "success", "started_at": "2026-12-01T10:00:05Z", "finished_at": "2026-12-01T10:07:41Z", "image_sha256": "9f2c1e0b7a6d5c4b3a29180f7e6d5c4b3a29180f7e6d5c4b3a29180f7e6d5c4b", "nonce": "c2b1f0e9", "drives": [{"id": "Drive0", "match_basis": "serial", "identity": {"model": "SAMSUNG MZQL23T8HCLS", "serial": "S64HNE0T401234", "size_bytes": 3_840_755_982_336_u64, "protocol": "NVMe"}, "method": "nvme_format_crypto", "result": "success", "verification": {"ranges": 64, "bytes_read": 268435456, "sha256": "5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef"}}]}))]
+#[schema(example = json!({"result": "success", "started_at": "2026-12-01T10:00:05Z", "finished_at": "2026-12-01T10:07:41Z", "image_sha256": "9f2c1e0b7a6d5c4b3a29180f7e6d5c4b3a29180f7e6d5c4b3a29180f7e6d5c4b", "nonce": "c2b1f0e9", "drives": [{"id": "Drive0", "match_basis": "serial", "identity": {"model": "SAMSUNG MZQL23T8HCLS", "serial": "S64HNE0T401234", "size_bytes": 3_840_755_982_336_u64, "protocol": "NVMe"}, "method": "nvme-format-crypto", "result": "success", "verification": {"ranges": 66, "bytes_read": 6291456, "sha256": "b69dae56a14d1a8314ed40664c4033ea0a550eea2673e04df42a66ac6b9faf2c"}}], "devices": [{"name": "nvme0n1", "kind": "disk", "action": "wiped", "reason": "a disk of the machine: wiped with nvme-format-crypto and verified"}, {"name": "sr0", "kind": "cd", "action": "left", "reason": "virtual media: the wipe image"}]}))]
 pub struct AgentReport {
     /// Overall result.
     pub result: AgentResult,
@@ -205,7 +207,8 @@ pub struct AgentReport {
     /// SHA-256 of the image the machine booted (64 hex digits).
     #[schema(pattern = "^[0-9a-f]{64}$")]
     pub image_sha256: String,
-    /// The configuration's nonce, echoed; checked when present.
+    /// The configuration's nonce, echoed. Required: a report without it is recorded but proves
+    /// nothing (the run fails); another run's nonce is refused (422).
     #[serde(default)]
     #[schema(max_length = 64)]
     pub nonce: Option<String>,
@@ -213,6 +216,56 @@ pub struct AgentReport {
     #[serde(default)]
     #[schema(max_items = 256)]
     pub drives: Vec<DriveReport>,
+    /// Every block device the agent saw, with what it did to it and why (wipes; empty for a
+    /// provisioning boot). A wipe listing none, or leaving a `disk` not `wiped`, fails.
+    #[serde(default)]
+    #[schema(max_items = 1024)]
+    pub devices: Vec<BlockDevice>,
+}
+
+/// What a block device is, from the kernel's view of how it is attached (never from what it
+/// holds, which a disk's owner can write).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockDeviceKind {
+    /// A disk of the machine: wiped.
+    Disk,
+    /// A CD-ROM (`sr*`): virtual media (the wipe image, or the seed); never wiped.
+    Cd,
+    /// A floppy (`fd*`): virtual media (the seed); never wiped.
+    Floppy,
+    /// A device on the USB transport: virtual media as a BMC presents it; never wiped.
+    Usb,
+    /// Not a disk: loop, RAM, zram, device-mapper, md or network block devices.
+    Virtual,
+}
+
+/// What the agent did with a block device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockDeviceAction {
+    /// Wiped and verified (its evidence is among `drives`).
+    Wiped,
+    /// A wipe was tried and failed (its evidence is among `drives`).
+    WipeFailed,
+    /// Left alone (`reason` says why).
+    Left,
+}
+
+/// A block device the agent saw.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BlockDevice {
+    /// The kernel's name (`nvme0n1`, `sda`, `sr0`).
+    #[schema(min_length = 1, max_length = 64)]
+    pub name: String,
+    /// What it is.
+    pub kind: BlockDeviceKind,
+    /// What was done to it.
+    pub action: BlockDeviceAction,
+    /// Why.
+    #[schema(max_length = 1024)]
+    pub reason: String,
 }
 
 /// The bytes of a file, for the OpenAPI document (a binary string).

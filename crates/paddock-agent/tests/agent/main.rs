@@ -2,6 +2,7 @@
 //! the real binary (as root, as CI runs; `losetup` must work); `run` also against a local paddock
 //! (`scripts/test`'s PostgreSQL); and the wipe image built around the agent, booted in QEMU.
 
+mod discovery;
 mod harness;
 mod image;
 mod run;

@@ -198,6 +198,12 @@ async fn run_wipes_the_machines_disks_and_paddock_makes_it_available_with_the_ev
         assert_eq!(e["verification"]["sha256"], sha256_hex(&vec![0u8; read]), "{e}");
     }
     assert_eq!(evidence["report"]["result"], "success", "the whole report is kept: {entry}");
+    let devices = evidence["report"]["devices"].as_array().expect("every device seen is reported");
+    for d in &disks {
+        let name = d.dev.file_name().and_then(|n| n.to_str()).expect("name");
+        let seen = devices.iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("{name} in {entry}"));
+        assert_eq!((&seen["kind"], &seen["action"]), (&json!("disk"), &json!("wiped")), "{seen}");
+    }
     assert_eq!(evidence["out_of_band_erase"], json!({ "erases": [] }), "the simulated BMC advertises no erase");
 }
 

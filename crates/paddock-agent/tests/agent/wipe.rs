@@ -75,17 +75,18 @@ fn a_read_only_device_fails_is_named_and_the_others_are_still_wiped() {
     assert!(rw.contents().iter().all(|&b| b == 0));
 }
 
+/// What a disk holds protects nothing: one carrying a `cidata` volume with a `paddock/agent.json`
+/// (a seed its owner wrote) is wiped like any other.
 #[test]
-fn a_device_carrying_the_seed_is_left_alone() {
-    let mut iso = paddock_seed::seed_iso(b"instance-id: m-1\n", b"#cloud-config\n", None).expect("seed image");
-    iso.resize(1_474_560, 0);
-    let seed = Loop::with_contents(&iso, false);
-    let out = agent(&["wipe", "--device", path(&seed.dev)]);
-    assert_eq!(out.status.code(), Some(1));
-    let d = drive(&json(&out.stdout), &seed).clone();
-    assert_eq!(d["result"], "failure");
-    assert!(d["detail"].as_str().is_some_and(|s| s.contains("\"cidata\"") && s.contains("left alone")), "{d}");
-    assert_eq!(seed.contents(), iso, "the seed is untouched");
+fn a_disk_carrying_a_seed_volume_is_wiped_like_any_other() {
+    let agent_json = br#"{"agent_url": "https://tenant.example", "agent_token": "t", "ca_cert": null,
+        "machine_id": "00000000-0000-0000-0000-000000000001", "run_id": "00000000-0000-0000-0000-000000000002"}"#;
+    let iso = paddock_seed::agent_seed_iso(b"instance-id: m-1\n", b"#cloud-config\n", agent_json).expect("seed image");
+    let planted = Loop::with_contents(&iso, false);
+    let out = agent(&["wipe", "--device", path(&planted.dev)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(drive(&json(&out.stdout), &planted)["result"], "success");
+    assert!(planted.contents().iter().all(|&b| b == 0), "the planted seed is erased");
 }
 
 #[test]
@@ -96,9 +97,12 @@ fn discovery_passes_over_loop_devices_it_was_not_given() {
     let found = json(&out.stdout);
     let name = dev.dev.file_name().and_then(|n| n.to_str()).expect("name");
     assert!(found["disks"].as_array().expect("disks").iter().all(|d| d["device"] != path(&dev.dev)));
-    let skipped = found["skipped"].as_array().expect("skipped");
+    let left = found["left"].as_array().expect("left");
     assert!(
-        skipped.iter().any(|s| s["name"] == name && s["reason"].as_str().is_some_and(|r| r.contains("loop"))),
+        left.iter().any(|s| s["name"] == name
+            && s["kind"] == "virtual"
+            && s["action"] == "left"
+            && s["reason"].as_str().is_some_and(|r| r.contains("loop"))),
         "{found}"
     );
 }

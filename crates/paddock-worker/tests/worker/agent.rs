@@ -3,6 +3,7 @@
 //! independent ISO reader (pycdlib, see paddock-seed's tests), its `paddock/agent.json` giving the
 //! agent URL and token; `config` and `report` with that token as the bearer.
 
+use paddock_domain::agent::{verified_bytes, zeros_sha256};
 use paddock_testkit::TestApp;
 use paddock_types::agent::AgentSeed;
 use serde_json::{json, Value};
@@ -49,18 +50,18 @@ pub async fn config(app: &TestApp, token: &str) -> Value {
     app.get("/v1/agent/config").token(token).send().await.expect(200).json()
 }
 
-/// Complete evidence of each of `ids` wiped, as the real agent reports it.
+/// Complete evidence of each of `ids` wiped, as the real agent reports it ([`report`] fills in
+/// each drive's identity and verification as the drive the run listed).
 pub fn wiped(ids: &[String]) -> Value {
     ids.iter().map(|id| drive(id, "success", None)).collect()
 }
 
 /// One drive's evidence with `result` (and `detail`); verified when it succeeded.
 pub fn drive(id: &str, result: &str, detail: Option<&str>) -> Value {
-    let verification = (result == "success")
-        .then(|| json!({ "ranges": 66, "bytes_read": 66 * 1024 * 1024, "sha256": hex::encode(Sha256::digest(id)) }));
+    let verification = (result == "success").then(|| json!({ "ranges": 66, "bytes_read": 0, "sha256": "" }));
     json!({
         "id": id, "match_basis": "protocol_capacity",
-        "identity": { "model": "emulated", "serial": null, "wwn": null, "eui": null, "size_bytes": 1u64 << 40, "protocol": "nvme" },
+        "identity": { "model": "emulated", "serial": null, "wwn": null, "eui": null, "size_bytes": 0, "protocol": null },
         "method": "nvme-format-user-data", "result": result, "detail": detail, "verification": verification,
     })
 }
@@ -73,7 +74,45 @@ pub fn report_body(result: &str, drives: Value) -> Value {
     })
 }
 
-/// `POST /v1/agent/report` with `token`: the status.
+/// `POST /v1/agent/report` with `token`: the status. While the run is open, the body is first
+/// completed as the agent sees its machine: the run's nonce, each listed drive's identity as the
+/// BMC reported it (matched by a unique serial, else by protocol and capacity), a verification of
+/// the contract's ranges read back as zeroes where the body has one, and every drive as a disk
+/// the agent saw.
 pub async fn report(app: &TestApp, token: &str, body: &Value) -> u16 {
-    app.post("/v1/agent/report").token(token).json(body).send().await.status.as_u16()
+    let mut body = body.clone();
+    let open = app.get("/v1/agent/config").token(token).send().await;
+    if open.status.as_u16() == 200 {
+        complete(&mut body, &open.json());
+    }
+    app.post("/v1/agent/report").token(token).json(&body).send().await.status.as_u16()
+}
+
+fn complete(body: &mut Value, config: &Value) {
+    body["nonce"] = config["nonce"].clone();
+    let listed = config["config"]["drives"].as_array().cloned().unwrap_or_default();
+    let drives = body["drives"].as_array_mut().expect("drives");
+    for d in drives.iter_mut() {
+        let Some(l) = listed.iter().find(|l| l["id"] == d["id"]) else { continue };
+        let unique = l["serial"].is_string() && listed.iter().filter(|o| o["serial"] == l["serial"]).count() == 1;
+        d["match_basis"] = json!(if unique { "serial" } else { "protocol_capacity" });
+        let size = l["capacity_bytes"].as_u64().unwrap_or(0);
+        d["identity"]["serial"] = l["serial"].clone();
+        d["identity"]["size_bytes"] = json!(size);
+        d["identity"]["protocol"] = l["protocol"].clone();
+        if d["verification"].is_object() && d["verification"]["sha256"] == "" {
+            let bytes = verified_bytes(size);
+            d["verification"]["bytes_read"] = json!(bytes);
+            d["verification"]["sha256"] = json!(zeros_sha256(bytes));
+        }
+    }
+    let devices: Vec<Value> = drives
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let action = if d["result"] == "success" { "wiped" } else { "wipe_failed" };
+            json!({ "name": format!("disk{i}"), "kind": "disk", "action": action, "reason": "a disk of the machine" })
+        })
+        .collect();
+    body["devices"] = json!(devices);
 }
