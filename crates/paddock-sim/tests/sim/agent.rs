@@ -104,8 +104,20 @@ impl Harness {
     }
 }
 
-fn wipe_config() -> Value {
-    json!({"drives": [{"id": "disk0"}, {"id": "disk1"}]})
+impl Harness {
+    /// A wipe run's configuration as the worker writes it: the drives as the machine's BMC
+    /// reports them (the evidence of the report is checked against them).
+    async fn wipe_config(&self, name: &str) -> Value {
+        let inventory =
+            self.world.bmc().inspect(&access(name, Some(system_uuid(name)))).await.expect("the sim BMC's inventory");
+        let drives: Vec<Value> = inventory
+            .drives
+            .unwrap_or_default()
+            .iter()
+            .map(|d| json!({ "id": d.id, "serial": d.serial, "capacity_bytes": d.capacity_bytes, "protocol": d.protocol }))
+            .collect();
+        json!({ "drives": drives })
+    }
 }
 
 #[tokio::test]
@@ -114,7 +126,7 @@ async fn a_wipe_is_reported_once_and_verified() {
     let machine = h.enroll("w1").await;
     let agent = h.world.agent(reqwest::Client::new());
     assert_eq!(agent.tick().await.expect("tick"), 0, "nothing booted yet");
-    h.boot("w1", machine, AgentPurpose::Wipe, wipe_config()).await;
+    h.boot("w1", machine, AgentPurpose::Wipe, h.wipe_config("w1").await).await;
 
     assert_eq!(agent.tick().await.expect("tick"), 1);
     let (used, verified, report) = h.token_row(machine).await;
@@ -173,7 +185,7 @@ async fn a_machine_that_never_reports_keeps_its_token() {
     let h = Harness::new().await;
     let machine = h.enroll("w3").await;
     h.world.set_machine_fault("w3", MachineFault::NeverReports, true).await.expect("fault");
-    h.boot("w3", machine, AgentPurpose::Wipe, wipe_config()).await;
+    h.boot("w3", machine, AgentPurpose::Wipe, h.wipe_config("w3").await).await;
     let agent = h.world.agent(reqwest::Client::new());
     assert_eq!(agent.tick().await.expect("tick"), 0);
     assert!(!h.token_row(machine).await.0);
@@ -188,8 +200,8 @@ async fn an_unreachable_api_is_retried() {
     let h = Harness::new().await;
     let machine = h.enroll("w4").await;
     // A seed pointing at a closed port: the boot stays due.
-    let run =
-        AgentRun { machine_id: machine, run_id: Uuid::now_v7(), purpose: AgentPurpose::Wipe, config: wipe_config() };
+    let config = h.wipe_config("w4").await;
+    let run = AgentRun { machine_id: machine, run_id: Uuid::now_v7(), purpose: AgentPurpose::Wipe, config };
     let token = h.services.agent_token_issue(&run, Duration::from_secs(600)).await.expect("token");
     let media = BootMedia {
         image_url: "https://images.example/wipe.iso".to_owned(),
@@ -253,7 +265,8 @@ async fn two_agents_never_report_one_boot_twice() {
     for i in 0..4 {
         let name = format!("r{i}");
         let id = h.enroll(&name).await;
-        h.boot(&name, id, AgentPurpose::Wipe, wipe_config()).await;
+        let config = h.wipe_config(&name).await;
+        h.boot(&name, id, AgentPurpose::Wipe, config).await;
         machines.push(id);
     }
     let one = h.world.agent(reqwest::Client::new());
