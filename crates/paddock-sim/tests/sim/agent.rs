@@ -136,7 +136,9 @@ async fn a_wipe_is_reported_once_and_verified() {
     assert_eq!(report["result"], "success");
     let drives = report["drives"].as_array().expect("drives");
     assert_eq!(drives.len(), 2);
-    assert!(drives.iter().all(|d| d["method"] == "overwrite-zeroes" && d["result"] == "success"), "{report}");
+    // NVMe drives, as the BMC lists them: the strongest method NVMe allows.
+    assert!(drives.iter().all(|d| d["method"] == "nvme-sanitize-crypto" && d["result"] == "success"), "{report}");
+    assert!(drives.iter().all(|d| d["match_basis"] == "serial"), "unique serials match by serial: {report}");
     assert!(drives.iter().all(|d| d["verification"]["ranges"] == 66), "complete evidence: {report}");
     assert_eq!(report["image_sha256"], paddock_domain::agent::SIMULATED_WIPE_IMAGE_SHA256);
     // Reported once: a second pass has nothing to do.
