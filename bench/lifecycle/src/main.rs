@@ -1207,7 +1207,7 @@ insert into node_pools
 insert into machines
   select (jsonb_populate_record(null::machines, to_jsonb(x)
     || jsonb_build_object('id', mm.new_id, 'name', 'copy-' || mm.k, 'bmc_url', 'sim://copy-' || mm.k,
-         'state', 'enrolling', 'clean_id', null, 'allocation_id', null, 'tenant_id', null, 'cluster_id', null,
+         'system_uuid', gen_random_uuid()::text, 'state', 'enrolling', 'clean_id', null, 'allocation_id', null, 'tenant_id', null, 'cluster_id', null,
          'node_pool_id', null, 'node_name', null))).*
   from mmap mm join machines x on x.id = mm.old_id;
 insert into machine_cleans

@@ -55,7 +55,7 @@ pub async fn machine(store: &Store, class: MachineClassId) -> MachineId {
     let mut tx = store.pool().begin().await.expect("begin");
     sqlx::query(
         "insert into machines (id, name, machine_class_id, state, bmc_url, bmc_username, bmc_password_enc) \
-         values ($1, $2, $3, 'cleaning', 'https://bmc.invalid', 'u', '\\x00')",
+         values ($1, $2, $3, 'cleaning', 'https://bmc-' || $2 || '.invalid', 'u', '\\x00')",
     )
     .bind(id.uuid())
     .bind(format!("m-{}", id.uuid().simple()))
