@@ -25,6 +25,18 @@ pub async fn machine_class(app: &TestApp, name: &str, gpus: u32) -> Value {
         .json()
 }
 
+/// Closes billing period `period` as provider:admin with idempotency key `key` (a first close:
+/// 201); returns the answer `{manifest, signature, key_id}`.
+pub async fn close_period(app: &TestApp, period: &str, key: &str) -> Value {
+    app.post(format!("/v1/usage/periods/{period}/close"))
+        .token(&admin())
+        .header("idempotency-key", key)
+        .send()
+        .await
+        .expect(201)
+        .json()
+}
+
 /// An enrollment body.
 pub fn enroll_body(name: &str, class: &str) -> Value {
     json!({

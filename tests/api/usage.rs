@@ -551,14 +551,7 @@ async fn a_closed_period_is_signed_and_never_changes_after_new_data_and_correcti
         .send()
         .await
         .problem(409, "period_not_closable");
-    let closed = app
-        .post("/v1/usage/periods/2026-10/close")
-        .token(&admin())
-        .header("idempotency-key", "k1")
-        .send()
-        .await
-        .expect(201);
-    let body = closed.json();
+    let body = common::close_period(&app, "2026-10", "k1").await;
     let manifest = &body["manifest"];
     assert_eq!(manifest["row_count"], 2);
     assert_eq!(manifest["totals"]["node_seconds"], 3600 + 17 * 86400);

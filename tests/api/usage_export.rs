@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use paddock_service::usage::UsageSettings;
-use paddock_testkit::{admin, eventually, token, token_with, TestApp};
+use paddock_testkit::{eventually, token, token_with, TestApp};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
@@ -167,14 +167,7 @@ async fn an_export_read_in_keyset_pages_is_the_bytes_the_signed_manifest_hashes(
     let busy = id(&common::tenant(&app, "busy").await);
     // Several pages, with ties of `start` across the page boundaries.
     many_segments(&app, busy.parse().expect("uuid"), 2_505).await;
-    let closed = app
-        .post("/v1/usage/periods/2026-10/close")
-        .token(&admin())
-        .header("idempotency-key", "k1")
-        .send()
-        .await
-        .expect(201)
-        .json();
+    let closed = common::close_period(&app, "2026-10", "k1").await;
     let manifest = &closed["manifest"];
     assert_eq!(manifest["row_count"], 2_505);
     let q = format!(

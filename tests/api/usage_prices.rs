@@ -10,6 +10,7 @@ use paddock_testkit::{admin, token, TestApp};
 use serde_json::json;
 use uuid::Uuid;
 
+use crate::common;
 use crate::focus::{class_with_price, past_price, rows, segment};
 
 async fn app() -> TestApp {
@@ -38,14 +39,7 @@ async fn a_closed_period_pins_its_prices_in_the_signed_manifest_and_its_focus_ex
     past_price(&app, "gpu-l4", "2026-10-15T00:00:00Z", Some("12.5")).await;
     segment(&app, tenant, Some("gpu-l4"), "2026-10-01T00:00:00Z", "2026-10-01T02:00:00Z").await;
     assert_eq!(billed(&app).await, ["20.000000"]);
-    let closed = app
-        .post("/v1/usage/periods/2026-10/close")
-        .token(&admin())
-        .header("idempotency-key", "k1")
-        .send()
-        .await
-        .expect(201)
-        .json();
+    let closed = common::close_period(&app, "2026-10", "k1").await;
     let manifest = &closed["manifest"];
     // The price in force at the start (not the one it replaced) and the change within.
     assert_eq!(

@@ -45,14 +45,14 @@ fn serving_processes_refuse_to_start_without_the_ledger_key_and_name_it() {
     }
 }
 
-/// `paddock migrate` with two roles: it migrates as the owner of PADDOCK_MIGRATE_DATABASE_URL and
-/// grants the user of PADDOCK_DATABASE_URL everything it needs, but only SELECT and INSERT on the
-/// custody ledger and its checkpoints.
-#[tokio::test]
-async fn migrate_with_an_owner_url_grants_the_runtime_role_only_reads_and_appends_of_the_ledger() {
+/// A database owned by a new role `owner`, migrated by `paddock migrate` with a second role
+/// `runtime` as PADDOCK_DATABASE_URL's user; returns the server (kept for the test's length), a
+/// URL builder for either role, and the two role names.
+async fn migrated_with_two_roles(prefix: &str) -> (paddock_testkit::TestDb, impl Fn(&str) -> String, String, String) {
     let admin = paddock_testkit::TestDb::empty().await;
     let suffix = uuid::Uuid::new_v4().simple().to_string();
-    let (owner, runtime, database) = (format!("owner_{suffix}"), format!("runtime_{suffix}"), format!("m_{suffix}"));
+    let (owner, runtime, database) =
+        (format!("owner_{suffix}"), format!("runtime_{suffix}"), format!("{prefix}_{suffix}"));
     for statement in [
         format!("create role {owner} login"),
         format!("create role {runtime} login"),
@@ -61,7 +61,8 @@ async fn migrate_with_an_owner_url_grants_the_runtime_role_only_reads_and_append
         sqlx::query(&statement).execute(&admin.pool).await.unwrap_or_else(|e| panic!("{statement}: {e}"));
     }
     let base = admin.url.rsplit_once('@').map(|(_, host)| host.rsplit_once('/').map_or(host, |(h, _)| h)).expect("url");
-    let url = |role: &str| format!("postgres://{role}@{base}/{database}");
+    let base = base.to_owned();
+    let url = move |role: &str| format!("postgres://{role}@{base}/{database}");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_paddock"));
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("PADDOCK_")) {
         cmd.env_remove(k);
@@ -74,6 +75,15 @@ async fn migrate_with_an_owner_url_grants_the_runtime_role_only_reads_and_append
         .output()
         .expect("running `paddock migrate`");
     assert!(output.status.success(), "paddock migrate: {}", String::from_utf8_lossy(&output.stderr));
+    (admin, url, owner, runtime)
+}
+
+/// `paddock migrate` with two roles: it migrates as the owner of PADDOCK_MIGRATE_DATABASE_URL and
+/// grants the user of PADDOCK_DATABASE_URL everything it needs, but only SELECT and INSERT on the
+/// custody ledger and its checkpoints.
+#[tokio::test]
+async fn migrate_with_an_owner_url_grants_the_runtime_role_only_reads_and_appends_of_the_ledger() {
+    let (_admin, url, owner, runtime) = migrated_with_two_roles("m").await;
 
     let pool = sqlx::PgPool::connect(&url(&runtime)).await.expect("connecting as the runtime role");
     let may = |table: &'static str, privilege: &'static str| {
@@ -151,30 +161,7 @@ fn ledger_access_logged(database_url: &str) -> String {
 /// role for everything, the default), and only notes it with the two roles of `paddock migrate`.
 #[tokio::test]
 async fn a_serving_process_warns_when_its_database_role_can_rewrite_the_ledger() {
-    let admin = paddock_testkit::TestDb::empty().await;
-    let suffix = uuid::Uuid::new_v4().simple().to_string();
-    let (owner, runtime, database) = (format!("owner_{suffix}"), format!("runtime_{suffix}"), format!("w_{suffix}"));
-    for statement in [
-        format!("create role {owner} login"),
-        format!("create role {runtime} login"),
-        format!("create database {database} owner {owner}"),
-    ] {
-        sqlx::query(&statement).execute(&admin.pool).await.unwrap_or_else(|e| panic!("{statement}: {e}"));
-    }
-    let base = admin.url.rsplit_once('@').map(|(_, host)| host.rsplit_once('/').map_or(host, |(h, _)| h)).expect("url");
-    let url = |role: &str| format!("postgres://{role}@{base}/{database}");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_paddock"));
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("PADDOCK_")) {
-        cmd.env_remove(k);
-    }
-    let output = cmd
-        .arg("migrate")
-        .env("PADDOCK_MIGRATE_DATABASE_URL", url(&owner))
-        .env("PADDOCK_DATABASE_URL", url(&runtime))
-        .env("PADDOCK_LOG", "warn")
-        .output()
-        .expect("running `paddock migrate`");
-    assert!(output.status.success(), "paddock migrate: {}", String::from_utf8_lossy(&output.stderr));
+    let (_admin, url, owner, runtime) = migrated_with_two_roles("w").await;
 
     let one_role = ledger_access_logged(&url(&owner));
     assert!(one_role.contains("WARN"), "{one_role}");
