@@ -70,6 +70,16 @@ enum Outcome {
     Retry,
 }
 
+/// What the simulated installer left on the machine's disk.
+enum Installed {
+    /// The OS, configured to join the cluster its configuration names.
+    Joinable,
+    /// Nothing usable: the join configuration names no cluster or node (it reports failure).
+    Unusable,
+    /// Nothing: the machine restarted since this boot, which ended the installer.
+    Superseded,
+}
+
 /// Why an HTTP exchange did not succeed.
 enum Failure {
     /// Network error or 5xx.
@@ -149,7 +159,8 @@ impl SimAgent {
             Outcome::Finished => {
                 sqlx::query(
                     "update paddock_sim.machines set reported_seq = greatest(reported_seq, $2),
-                            agent_claimed_until = null, updated_at = now()
+                            agent_claimed_until = case when boot_seq = $2 then null else agent_claimed_until end,
+                            updated_at = now()
                      where bmc_url = $1",
                 )
                 .bind(&boot.bmc_url)
@@ -159,10 +170,14 @@ impl SimAgent {
                 Ok(true)
             }
             Outcome::Retry => {
-                sqlx::query("update paddock_sim.machines set agent_claimed_until = null where bmc_url = $1")
-                    .bind(&boot.bmc_url)
-                    .execute(&mut *conn)
-                    .await?;
+                // Only this boot's claim: a later boot's belongs to the agent that claimed it.
+                sqlx::query(
+                    "update paddock_sim.machines set agent_claimed_until = null where bmc_url = $1 and boot_seq = $2",
+                )
+                .bind(&boot.bmc_url)
+                .bind(boot.boot_seq)
+                .execute(&mut *conn)
+                .await?;
                 Ok(false)
             }
         }
@@ -232,8 +247,12 @@ impl SimAgent {
                 (result, drives, SIMULATED_WIPE_IMAGE_SHA256)
             }
             Some("provision") => match self.provision(boot, &config["config"]).await {
-                Ok(true) => ("success", Vec::new(), SIMULATED_OS_IMAGE_SHA256),
-                Ok(false) => ("failure", Vec::new(), SIMULATED_OS_IMAGE_SHA256),
+                Ok(Installed::Joinable) => ("success", Vec::new(), SIMULATED_OS_IMAGE_SHA256),
+                Ok(Installed::Unusable) => ("failure", Vec::new(), SIMULATED_OS_IMAGE_SHA256),
+                Ok(Installed::Superseded) => {
+                    tracing::debug!(machine, "{machine} restarted under its installer; the boot ends unreported");
+                    return Outcome::Finished;
+                }
                 Err(e) => {
                     tracing::warn!(machine, error = %e, "the simulated installer of {machine} could not write its node");
                     return Outcome::Retry;
@@ -299,9 +318,8 @@ impl SimAgent {
 
     /// The installer's work: the OS is on disk, configured to join the cluster its join
     /// configuration names; the Node registers once the machine restarts from disk. Written
-    /// before the report, so a worker that acts on the report at once finds it. False when the
-    /// join configuration is unusable (the installer reports failure).
-    async fn provision(&self, boot: &Boot, config: &Value) -> Result<bool, SimError> {
+    /// before the report, so a worker that acts on the report at once finds it.
+    async fn provision(&self, boot: &Boot, config: &Value) -> Result<Installed, SimError> {
         // The join configuration `SimKube::join_config` wrote, as the run's whole configuration
         // or under `join` / `join_config` (however the worker wraps it).
         let join = [config, &config["join"], &config["join_config"]]
@@ -311,11 +329,26 @@ impl SimAgent {
         let cluster = join["cluster_id"].as_str().and_then(|c| uuid::Uuid::parse_str(c).ok());
         let (Some(cluster), Some(node_name)) = (cluster, join["node_name"].as_str()) else {
             tracing::warn!(machine = boot.bmc_url, "the join configuration names no cluster_id and node_name");
-            return Ok(false);
+            return Ok(Installed::Unusable);
         };
         let labels = if join["labels"].is_object() { join["labels"].clone() } else { json!({}) };
         let taints = if join["taints"].is_array() { join["taints"].clone() } else { json!([]) };
         let mut tx = self.inner.store.begin().await?;
+        // A real installer dies with the boot it runs in. A simulated one outlives it, so it
+        // writes only while its boot is still the machine's current one (the row lock orders it
+        // with the BMC's restarts): a late installer of a superseded boot would otherwise undo
+        // the join of the OS the machine has since booted from disk.
+        let current: Option<bool> = sqlx::query_scalar(
+            "select boot_seq = $2 and power_on and boot_override = 'cd'
+             from paddock_sim.machines where bmc_url = $1 for update",
+        )
+        .bind(&boot.bmc_url)
+        .bind(boot.boot_seq)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if current != Some(true) {
+            return Ok(Installed::Superseded);
+        }
         // The machine may have been this cluster's node under another name: one Node per machine.
         sqlx::query("delete from paddock_sim.nodes where cluster_id = $1 and system_uuid = $2 and node_name <> $3")
             .bind(cluster)
@@ -338,7 +371,7 @@ impl SimAgent {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(true)
+        Ok(Installed::Joinable)
     }
 }
 
