@@ -99,7 +99,7 @@ pub fn run(mut settings: Settings, args: DevArgs) -> anyhow::Result<()> {
         settings.agent_insecure_http = true;
     }
     settings.simulated_defaults();
-    settings.validate()?;
+    settings.validate(crate::validate::Process::Serve)?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let result = runtime.block_on(async {

@@ -1,11 +1,13 @@
 //! `paddock`: one binary for every process of the control plane.
-//! `serve` (API and worker), `api`, `worker`, `migrate`, `reseal`, `openapi`, `token`, `dev`.
+//! `serve` (API and worker), `api`, `worker`, `migrate`, `reseal`, `check-config`, `openapi`,
+//! `token`, `dev`.
 
 mod config;
 mod dev;
 mod http;
 mod reference;
 mod server;
+mod validate;
 
 use std::path::PathBuf;
 
@@ -14,6 +16,7 @@ use clap::{Parser, Subcommand};
 use paddock_auth::Claims;
 
 use config::{LogFormat, Settings};
+use validate::Process;
 
 /// jemalloc rather than glibc's malloc: a request's allocations are often freed on another tokio
 /// worker than the one that made them, and under glibc that cost paddock's API (more and larger
@@ -44,6 +47,13 @@ enum Command {
     /// Ask the workers to seal every secret again under the current encryption key (for key
     /// rotation: the old keys can be retired once the `reseal` job has succeeded).
     Reseal,
+    /// Check the configuration as PROCESS would at its start, and list every problem (exit 1), or
+    /// say it is fine (exit 0). Reads nothing but the settings: no database, no listener.
+    CheckConfig {
+        /// The process whose start to check.
+        #[arg(value_enum, default_value = "serve")]
+        process: Process,
+    },
     /// Write the OpenAPI document.
     Openapi {
         /// Where to write it; `-` for standard output.
@@ -97,13 +107,25 @@ fn main() -> anyhow::Result<()> {
             println!("{}", mint(&secret, &settings, sub, roles, tenant, ttl)?);
             Ok(())
         }
+        Command::CheckConfig { process } => {
+            settings.validate(process)?;
+            println!("the configuration is valid for `paddock {}`", config::name(process));
+            Ok(())
+        }
         Command::Dev(args) => {
             init_logging(&settings);
             dev::run(settings, args)
         }
         command => {
             init_logging(&settings);
-            settings.validate()?;
+            let process = match command {
+                Command::Serve => Process::Serve,
+                Command::Api => Process::Api,
+                Command::Worker => Process::Worker,
+                Command::Migrate => Process::Migrate,
+                _ => Process::Reseal,
+            };
+            settings.validate(process)?;
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             runtime.block_on(async {
                 match command {
