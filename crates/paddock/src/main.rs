@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use paddock_auth::Claims;
+use paddock_domain::{Actor, Role};
 
 use config::{LogFormat, Settings};
 use validate::Process;
@@ -161,6 +162,25 @@ fn write_document(output: &std::path::Path, text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Refuses the claims a paddock server would refuse or ignore: an unknown role (it grants
+/// nothing), a tenant role without its tenant (the token is refused), an empty subject.
+fn check_claims(sub: &str, roles: &[String], tenant: Option<uuid::Uuid>) -> anyhow::Result<()> {
+    let known = || Role::ALL.map(Role::as_str).join(", ");
+    if let Some(unknown) = roles.iter().find(|r| Role::parse(r).is_none()) {
+        anyhow::bail!("unknown role `{unknown}`: the roles are {} (a server ignores any other)", known());
+    }
+    if sub.is_empty() {
+        anyhow::bail!("--sub must not be empty: a server refuses a token without a subject");
+    }
+    if Actor::from_claims(sub.to_owned(), roles.to_vec(), tenant.map(paddock_types::TenantId)).is_err() {
+        let role = roles.iter().find(|r| Role::parse(r).is_some_and(Role::is_tenant_role)).map_or("", String::as_str);
+        anyhow::bail!(
+            "{role} acts within one tenant: add --tenant <tenant id> (a server refuses a tenant role without it)"
+        );
+    }
+    Ok(())
+}
+
 /// Mints an HS256 token for `paddock token` and `paddock dev`.
 pub(crate) fn mint(
     secret: &paddock_auth::Secret,
@@ -170,6 +190,7 @@ pub(crate) fn mint(
     tenant: Option<uuid::Uuid>,
     ttl: i64,
 ) -> anyhow::Result<String> {
+    check_claims(&sub, &roles, tenant)?;
     let max = i64::try_from(settings.token_max_lifetime).unwrap_or(i64::MAX);
     if !(1..=max).contains(&ttl) {
         anyhow::bail!(

@@ -163,6 +163,36 @@ async fn the_commands_the_banner_prints_work_as_printed() {
     }
 }
 
+/// `paddock token` refuses what a server would refuse or ignore, with the reason: a tenant role
+/// without its tenant, an unknown role.
+#[test]
+fn paddock_token_refuses_tokens_a_server_refuses() {
+    let secret = String::from_utf8(paddock_testkit::TEST_SECRET.to_vec()).expect("utf-8");
+    let token = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_paddock"))
+            .arg("token")
+            .args(args)
+            .env("PADDOCK_JWT_HS256_SECRET", &secret)
+            .output()
+            .expect("running paddock token");
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let tenant = uuid::Uuid::new_v4().to_string();
+    for (args, reason) in [
+        (vec!["--role", "tenant:admin"], "--tenant"),
+        (vec!["--role", "provider:operator", "--role", "tenant:member"], "--tenant"),
+        (vec!["--role", "admin"], "unknown role `admin`"),
+        (vec!["--role", "tenant:admin", "--tenant", &tenant, "--role", "tenant:owner"], "unknown role `tenant:owner`"),
+        (vec!["--role", "provider:admin", "--sub", ""], "--sub"),
+    ] {
+        let (minted, stderr) = token(&args);
+        assert!(!minted, "`paddock token {args:?}` minted a token a server refuses");
+        assert!(stderr.contains(reason), "`paddock token {args:?}` did not say why ({reason}): {stderr}");
+    }
+    assert!(token(&["--role", "tenant:admin", "--tenant", &tenant]).0);
+    assert!(token(&["--role", "billing:reader"]).0);
+}
+
 /// On an address already in use, `paddock dev` stops before it starts anything or prints a
 /// token, and says how to choose another address.
 #[test]
