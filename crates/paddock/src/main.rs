@@ -72,7 +72,7 @@ enum Command {
         /// Role (repeatable): provider:admin, provider:operator, billing:reader, tenant:admin, tenant:member.
         #[arg(long = "role", required = true)]
         roles: Vec<String>,
-        /// Tenant id, for tenant roles.
+        /// Tenant id: required with the tenant roles (tenant:admin, tenant:member).
         #[arg(long)]
         tenant: Option<uuid::Uuid>,
         /// Subject.
