@@ -13,6 +13,9 @@ use paddock_domain::ledger::LedgerKey;
 use paddock_domain::secret::Cipher;
 use paddock_domain::signing::SigningKey;
 
+/// The host of the simulated images' URLs: the simulated BMCs never fetch them.
+pub const SIMULATED_IMAGE_HOST: &str = "images.paddock.invalid";
+
 /// Kubernetes driver choice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum KubeDriver {
@@ -259,7 +262,11 @@ pub fn name(value: impl ValueEnum) -> String {
 }
 
 /// A secret given directly or through a `_FILE` variant (trailing newline removed).
-fn secret_value(direct: &Option<String>, file: &Option<PathBuf>, name: &str) -> anyhow::Result<Option<String>> {
+pub(crate) fn secret_value(
+    direct: &Option<String>,
+    file: &Option<PathBuf>,
+    name: &str,
+) -> anyhow::Result<Option<String>> {
     match (direct, file) {
         (Some(_), Some(_)) => bail!("set {name} or {name}_FILE, not both"),
         (Some(v), None) => Ok(Some(v.clone())),
@@ -428,69 +435,12 @@ impl Settings {
         })
     }
 
-    /// The agent transport and image digests: https agent URLs unless PADDOCK_AGENT_INSECURE_HTTP,
-    /// and with the Redfish driver both URLs and both digests set explicitly.
-    fn validate_agent(&self) -> anyhow::Result<()> {
-        let redfish = self.bmc_driver == BmcDriver::Redfish;
-        for (name, url) in [
-            ("PADDOCK_AGENT_BASE_URL", &self.agent_base_url),
-            ("PADDOCK_AGENT_SEED_BASE_URL", &self.agent_seed_base_url),
-        ] {
-            match url {
-                None if redfish => bail!(
-                    "PADDOCK_BMC_DRIVER=redfish needs {name} (https; the URL {} reach paddock's agent endpoints at)",
-                    if name == "PADDOCK_AGENT_BASE_URL" { "machines" } else { "BMCs" }
-                ),
-                Some(url) if url.scheme() != "https" && !(self.agent_insecure_http && url.scheme() == "http") => bail!(
-                    "{name} must be an https URL (plain http only with PADDOCK_AGENT_INSECURE_HTTP=true), not {}://...",
-                    url.scheme()
-                ),
-                _ => {}
-            }
-        }
-        // The images travel the same provisioning network as the seeds, fetched by the BMCs: the
-        // same rule and the same opt-in (no other setting exists for them).
-        for (name, url) in
-            [("PADDOCK_WIPE_IMAGE_URL", &self.wipe_image_url), ("PADDOCK_OS_IMAGE_URL", &self.os_image_url)]
-        {
-            if let Some(url) = url.as_ref().filter(|u| u.scheme() != "https") {
-                if !(self.agent_insecure_http && url.scheme() == "http") {
-                    bail!(
-                        "{name} must be an https URL (plain http only with PADDOCK_AGENT_INSECURE_HTTP=true), not {}://...",
-                        url.scheme()
-                    );
-                }
-            }
-        }
-        // Without an explicit URL the default is http:// + the listen address: a lab's choice.
-        if self.agent_base_url.is_none() && !self.agent_insecure_http && self.bmc_driver != BmcDriver::None {
-            bail!("PADDOCK_AGENT_BASE_URL is not set and its default is plain http: set an https URL, or PADDOCK_AGENT_INSECURE_HTTP=true for a lab");
-        }
-        for (name, digest) in
-            [("PADDOCK_WIPE_IMAGE_SHA256", &self.wipe_image_sha256), ("PADDOCK_OS_IMAGE_SHA256", &self.os_image_sha256)]
-        {
-            match digest {
-                None if redfish => {
-                    bail!("PADDOCK_BMC_DRIVER=redfish needs {name} (the image's SHA-256, 64 hex digits: `sha256sum`)")
-                }
-                Some(d) if !paddock_domain::agent::is_sha256_hex(d) => {
-                    bail!("{name} must be a SHA-256 in lower-case hex (64 digits)")
-                }
-                _ => {}
-            }
-        }
-        if self.agent_ca_cert_file.as_ref().is_some_and(|p| !p.is_file()) {
-            bail!("PADDOCK_AGENT_CA_CERT_FILE is not a readable file");
-        }
-        Ok(())
-    }
-
     /// The simulated BMC driver boots simulated images: their URLs default to the simulated ones
     /// (`paddock dev` and `paddock serve` alike), or every machine would wait in cleaning for a
     /// wipe image that is never configured (docs/configuration.md).
     pub fn simulated_defaults(&mut self) {
         if self.bmc_driver == BmcDriver::Simulated {
-            let sim_image = |name: &str| url::Url::parse(&format!("http://images.paddock.invalid/{name}"));
+            let sim_image = |name: &str| url::Url::parse(&format!("http://{SIMULATED_IMAGE_HOST}/{name}"));
             if let (None, Ok(url)) = (&self.wipe_image_url, sim_image("wipe.iso")) {
                 self.wipe_image_url = Some(url);
             }
@@ -498,72 +448,6 @@ impl Settings {
                 self.os_image_url = Some(url);
             }
         }
-    }
-
-    /// Checks the settings that later stages use, so a bad value stops the process at start.
-    pub fn validate(&self) -> anyhow::Result<()> {
-        self.signing_key()?;
-        if let Some(key) = secret_value(&self.ledger_key, &self.ledger_key_file, "PADDOCK_LEDGER_KEY")? {
-            if key.len() < 32 {
-                bail!("PADDOCK_LEDGER_KEY must be at least 32 characters");
-            }
-        }
-        if self.agent_token_ttl == 0 || self.agent_token_ttl > 7 * 24 * 3600 {
-            bail!("PADDOCK_AGENT_TOKEN_TTL must be between 1 and 604800 seconds");
-        }
-        if self.join_token_ttl == 0 || self.join_token_ttl > 24 * 3600 {
-            bail!("PADDOCK_JOIN_TOKEN_TTL must be between 1 and 86400 seconds");
-        }
-        if self.release_timeout == 0 || self.release_timeout > 7 * 24 * 3600 {
-            bail!("PADDOCK_RELEASE_TIMEOUT must be between 1 and 604800 seconds");
-        }
-        if self.kube_driver == KubeDriver::Kubernetes && self.stacks_dir.is_none() {
-            bail!("PADDOCK_KUBE_DRIVER=kubernetes needs PADDOCK_STACKS_DIR (the tenant base stack's manifests; see scripts/stacks-fetch)");
-        }
-        self.validate_agent()?;
-        if let Some(agent) = self.agent_listen {
-            if agent == self.listen || Some(agent) == self.metrics_listen {
-                bail!("PADDOCK_AGENT_LISTEN must differ from PADDOCK_LISTEN and PADDOCK_METRICS_LISTEN ({agent})");
-            }
-        }
-        if self.bmc_driver == BmcDriver::Redfish {
-            if self.wipe_image_url.is_none() {
-                bail!("PADDOCK_BMC_DRIVER=redfish needs PADDOCK_WIPE_IMAGE_URL (the image machines boot to be wiped)");
-            }
-            if self.os_image_url.is_none() {
-                bail!("PADDOCK_BMC_DRIVER=redfish needs PADDOCK_OS_IMAGE_URL (the node OS image machines are provisioned with)");
-            }
-        }
-        if !(1..=256).contains(&self.worker_concurrency) {
-            bail!("PADDOCK_WORKER_CONCURRENCY must be between 1 and 256");
-        }
-        if !(1..=256).contains(&self.worker_tenant_slots) {
-            bail!("PADDOCK_WORKER_TENANT_SLOTS must be between 1 and 256");
-        }
-        if !(3..=600).contains(&self.worker_lease) {
-            bail!("PADDOCK_WORKER_LEASE must be between 3 and 600 seconds");
-        }
-        if !(10..=86_400).contains(&self.power_sync_interval) {
-            bail!("PADDOCK_POWER_SYNC_INTERVAL must be between 10 and 86400 seconds");
-        }
-        if self.drift_interval != 0 && !(10..=604_800).contains(&self.drift_interval) {
-            bail!("PADDOCK_DRIFT_INTERVAL must be 0 (never) or between 10 and 604800 seconds");
-        }
-        if self.database_statement_timeout > 3600 {
-            bail!("PADDOCK_DATABASE_STATEMENT_TIMEOUT must be at most 3600 seconds (0 = no limit)");
-        }
-        if !(1..=3600).contains(&self.shutdown_grace) {
-            bail!("PADDOCK_SHUTDOWN_GRACE must be between 1 and 3600 seconds");
-        }
-        if !(0.0..=100.0).contains(&self.sim_latency_scale) {
-            bail!("PADDOCK_SIM_LATENCY_SCALE must be between 0 and 100");
-        }
-        if let Some(dir) = &self.stacks_dir {
-            if !dir.is_dir() {
-                bail!("PADDOCK_STACKS_DIR {} is not a directory", dir.display());
-            }
-        }
-        Ok(())
     }
 }
 
@@ -614,85 +498,5 @@ mod tests {
         let chosen = ["--bmc-driver=simulated", "--wipe-image-url=https://images.example/w.iso"];
         assert_eq!(parse(&chosen).as_deref(), Some("https://images.example/w.iso"));
         assert_eq!(parse(&["--bmc-driver=none"]), None);
-    }
-
-    const DIGEST: &str = "0fe69a4d69d37826b61d5cf3668142a99abf86c090c214078aa9042b6d24937a";
-
-    fn refusal(args: &[&str]) -> Option<String> {
-        let cli = Cli::try_parse_from(std::iter::once("paddock").chain(args.iter().copied())).expect("arguments");
-        cli.settings.validate().err().map(|e| e.to_string())
-    }
-
-    fn redfish(extra: &[&'static str]) -> Vec<&'static str> {
-        let mut args = vec![
-            "--bmc-driver",
-            "redfish",
-            "--wipe-image-url",
-            "https://images.example/wipe.iso",
-            "--os-image-url",
-            "https://images.example/os.iso",
-        ];
-        args.extend_from_slice(extra);
-        args
-    }
-
-    #[test]
-    fn the_redfish_driver_needs_https_agent_urls_and_both_image_digests() {
-        let base = ["--agent-base-url", "https://paddock.example"];
-        let seed = ["--agent-seed-base-url", "https://seeds.example"];
-        let wipe = ["--wipe-image-sha256", DIGEST];
-        let os = ["--os-image-sha256", DIGEST];
-        let cases: [(Vec<&str>, Option<&str>); 5] = [
-            (redfish(&[]), Some("PADDOCK_AGENT_BASE_URL")),
-            (redfish(&base), Some("PADDOCK_AGENT_SEED_BASE_URL")),
-            (redfish(&[&base[..], &seed[..]].concat()), Some("PADDOCK_WIPE_IMAGE_SHA256")),
-            (redfish(&[&base[..], &seed[..], &wipe[..]].concat()), Some("PADDOCK_OS_IMAGE_SHA256")),
-            (redfish(&[&base[..], &seed[..], &wipe[..], &os[..]].concat()), None),
-        ];
-        for (args, named) in cases {
-            match (refusal(&args), named) {
-                (Some(why), Some(name)) => assert!(why.contains(name), "{args:?}: {why}"),
-                (None, None) => {}
-                (got, want) => panic!("{args:?}: refused {got:?}, expected a refusal naming {want:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn plain_http_agent_urls_need_the_insecure_setting() {
-        let http = ["--bmc-driver", "simulated", "--agent-base-url", "http://10.0.0.1:8080"];
-        let why = refusal(&http).expect("refused");
-        assert!(why.contains("PADDOCK_AGENT_BASE_URL") && why.contains("PADDOCK_AGENT_INSECURE_HTTP"), "{why}");
-        let why = refusal(&["--bmc-driver", "simulated"]).expect("the default is plain http");
-        assert!(why.contains("PADDOCK_AGENT_INSECURE_HTTP"), "{why}");
-        assert_eq!(refusal(&[&http[..], &["--agent-insecure-http", "true"]].concat()), None);
-        assert_eq!(refusal(&["--bmc-driver", "none"]), None, "no machines, no agents");
-        let seed = ["--agent-insecure-http", "true", "--agent-seed-base-url", "ftp://x"];
-        assert!(refusal(&seed).expect("refused").contains("PADDOCK_AGENT_SEED_BASE_URL"));
-        for (flag, name) in [("--wipe-image-url", "PADDOCK_WIPE_IMAGE_URL"), ("--os-image-url", "PADDOCK_OS_IMAGE_URL")]
-        {
-            for url in ["http://images.example/i.iso", "ftp://images.example/i.iso", "file:///srv/i.iso"] {
-                let why = refusal(&["--bmc-driver", "none", flag, url]).expect("refused");
-                assert!(why.contains(name), "{url}: {why}");
-            }
-            assert_eq!(refusal(&["--bmc-driver", "none", flag, "https://images.example/i.iso"]), None);
-            let lab = ["--agent-insecure-http", "true", flag, "http://images.example/i.iso"];
-            assert_eq!(refusal(&lab), None, "plain http with the opt-in");
-        }
-        let bad = ["--wipe-image-sha256", "ABC"];
-        assert!(refusal(&bad).expect("refused").contains("PADDOCK_WIPE_IMAGE_SHA256"));
-    }
-
-    #[test]
-    fn the_agent_listener_is_one_of_its_own_and_the_default_agent_url() {
-        let none = ["--bmc-driver", "none", "--listen", "127.0.0.1:8080", "--metrics-listen", "127.0.0.1:9090"];
-        for taken in ["127.0.0.1:8080", "127.0.0.1:9090"] {
-            let why = refusal(&[&none[..], &["--agent-listen", taken]].concat()).expect("refused");
-            assert!(why.contains("PADDOCK_AGENT_LISTEN"), "{taken}: {why}");
-        }
-        let own = [&none[..], &["--agent-listen", "127.0.0.1:8081"]].concat();
-        assert_eq!(refusal(&own), None);
-        let cli = Cli::try_parse_from(std::iter::once("paddock").chain(own)).expect("arguments");
-        assert_eq!(cli.settings.agent().expect("agent settings").base_url, "http://127.0.0.1:8081");
     }
 }

@@ -57,11 +57,25 @@ fn random_base64(bytes: usize) -> String {
 
 /// Runs the dev environment until Ctrl-C.
 pub fn run(mut settings: Settings, args: DevArgs) -> anyhow::Result<()> {
+    // The address first: a taken port stops dev before it starts anything or prints a token.
+    let listener = server::bind(settings.listen).with_context(|| {
+        format!(
+            "paddock dev cannot listen on {}: stop what listens there, or choose another address with \
+             --listen (PADDOCK_LISTEN), e.g. `--listen 127.0.0.1:8081`, or `--listen 127.0.0.1:0` for any free port",
+            settings.listen
+        )
+    })?;
+    settings.listen = listener.local_addr()?;
     let bin = find_binaries(args.pg_bin_dir.as_deref())?;
     std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
     let data_dir = std::path::absolute(&args.data_dir)?;
     let secrets = data_dir.join("secrets");
     std::fs::create_dir_all(&secrets)?;
+    // Where `paddock token` reads the secret from, for the banner's hints.
+    let secret_file = settings
+        .jwt_hs256_secret_file
+        .clone()
+        .or_else(|| settings.jwt_hs256_secret.is_none().then(|| secrets.join("jwt-hs256-secret")));
     eprintln!("paddock dev: starting PostgreSQL {} from {}", bin.version, bin.bin_dir.display());
     let pg = PgCluster::start(PgOptions { data_dir: data_dir.join("pgdata"), port: None, bin })?;
     eprintln!("paddock dev: PostgreSQL data in {}", pg.data_dir().display());
@@ -99,16 +113,16 @@ pub fn run(mut settings: Settings, args: DevArgs) -> anyhow::Result<()> {
         settings.agent_insecure_http = true;
     }
     settings.simulated_defaults();
-    settings.validate()?;
+    settings.validate(crate::validate::Process::Serve)?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let result = runtime.block_on(async {
         let services = server::services(&settings, settings.database_url()?).await?;
         services.store().migrate().await.context("migrating the dev database")?;
         let tenant = seed(&services, settings.bmc_driver == BmcDriver::Simulated).await?;
-        print_welcome(&settings, tenant, &secrets)?;
-        server::run(&settings, services, Roles { api: true, worker: true, migrate: false }, server::shutdown_signal())
-            .await
+        print_welcome(&settings, tenant, secret_file.as_deref())?;
+        let roles = Roles { api: true, worker: true, migrate: false };
+        server::run(&settings, services, roles, Some(listener), server::shutdown_signal()).await
     });
     drop(runtime);
     eprintln!("paddock dev: stopping PostgreSQL");
@@ -180,7 +194,38 @@ fn ignore_taken(result: Result<(), Error>) -> anyhow::Result<()> {
     }
 }
 
-fn print_welcome(settings: &Settings, tenant: uuid::Uuid, secrets: &Path) -> anyhow::Result<()> {
+/// `text` as one shell word.
+fn shell_word(text: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-=:+@%,".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+/// The command that mints more tokens, as a shell runs it after `cargo run` (the binary by its
+/// path: `paddock` is on no PATH then), with the settings tokens must match.
+fn token_command(settings: &Settings, secret_file: Option<&Path>) -> String {
+    let mut words = Vec::new();
+    match secret_file {
+        Some(file) => words.push(shell_word(&format!("PADDOCK_JWT_HS256_SECRET_FILE={}", file.display()))),
+        None => words.push("PADDOCK_JWT_HS256_SECRET=<the secret you gave>".to_owned()),
+    }
+    for (name, value) in
+        [("PADDOCK_JWT_ISSUER", &settings.jwt_issuer), ("PADDOCK_JWT_AUDIENCE", &settings.jwt_audience)]
+    {
+        if value != "paddock" {
+            words.push(shell_word(&format!("{name}={value}")));
+        }
+    }
+    let exe = std::env::current_exe().map_or_else(|_| "paddock".to_owned(), |p| p.display().to_string());
+    words.push(shell_word(&exe));
+    words.push("token".to_owned());
+    words.join(" ")
+}
+
+fn print_welcome(settings: &Settings, tenant: uuid::Uuid, secret_file: Option<&Path>) -> anyhow::Result<()> {
     let secret = settings.hs256_secret()?.context("dev always has an HS256 secret")?;
     let ttl = i64::try_from(settings.token_max_lifetime).unwrap_or(i64::MAX).min(24 * 3600);
     let admin = crate::mint(&secret, settings, "dev-admin".into(), vec!["provider:admin".into()], None, ttl)?;
@@ -228,12 +273,15 @@ Create a Slurm cluster as the tenant and watch it go ready:
        -H 'Content-Type: application/json' -d '{cluster}'
   curl -s {base}/v1/tenants/{tenant}/clusters -H "Authorization: Bearer $TENANT_TOKEN"
   curl -s {base}/openapi.json | head
-More tokens: PADDOCK_JWT_HS256_SECRET_FILE={secrets}/jwt-hs256-secret paddock token --role provider:operator
+More tokens (roles: provider:admin, provider:operator, billing:reader, tenant:admin and
+tenant:member, the tenant roles with --tenant):
+  {token} --role provider:operator
+  {token} --role tenant:member --tenant {tenant}
 "#,
         db = settings.database_url.as_deref().unwrap_or_default(),
         kube = crate::config::name(settings.kube_driver),
         bmc = crate::config::name(settings.bmc_driver),
-        secrets = secrets.display(),
+        token = token_command(settings, secret_file),
     );
     Ok(())
 }

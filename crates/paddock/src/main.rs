@@ -1,19 +1,23 @@
 //! `paddock`: one binary for every process of the control plane.
-//! `serve` (API and worker), `api`, `worker`, `migrate`, `reseal`, `openapi`, `token`, `dev`.
+//! `serve` (API and worker), `api`, `worker`, `migrate`, `reseal`, `check-config`, `openapi`,
+//! `token`, `dev`.
 
 mod config;
 mod dev;
 mod http;
 mod reference;
 mod server;
+mod validate;
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use paddock_auth::Claims;
+use paddock_domain::{Actor, Role};
 
 use config::{LogFormat, Settings};
+use validate::Process;
 
 /// jemalloc rather than glibc's malloc: a request's allocations are often freed on another tokio
 /// worker than the one that made them, and under glibc that cost paddock's API (more and larger
@@ -44,6 +48,13 @@ enum Command {
     /// Ask the workers to seal every secret again under the current encryption key (for key
     /// rotation: the old keys can be retired once the `reseal` job has succeeded).
     Reseal,
+    /// Check the configuration as PROCESS would at its start, and list every problem (exit 1), or
+    /// say it is fine (exit 0). Reads nothing but the settings: no database, no listener.
+    CheckConfig {
+        /// The process whose start to check.
+        #[arg(value_enum, default_value = "serve")]
+        process: Process,
+    },
     /// Write the OpenAPI document.
     Openapi {
         /// Where to write it; `-` for standard output.
@@ -61,7 +72,7 @@ enum Command {
         /// Role (repeatable): provider:admin, provider:operator, billing:reader, tenant:admin, tenant:member.
         #[arg(long = "role", required = true)]
         roles: Vec<String>,
-        /// Tenant id, for tenant roles.
+        /// Tenant id: required with the tenant roles (tenant:admin, tenant:member).
         #[arg(long)]
         tenant: Option<uuid::Uuid>,
         /// Subject.
@@ -97,13 +108,25 @@ fn main() -> anyhow::Result<()> {
             println!("{}", mint(&secret, &settings, sub, roles, tenant, ttl)?);
             Ok(())
         }
+        Command::CheckConfig { process } => {
+            settings.validate(process)?;
+            println!("the configuration is valid for `paddock {}`", config::name(process));
+            Ok(())
+        }
         Command::Dev(args) => {
             init_logging(&settings);
             dev::run(settings, args)
         }
         command => {
             init_logging(&settings);
-            settings.validate()?;
+            let process = match command {
+                Command::Serve => Process::Serve,
+                Command::Api => Process::Api,
+                Command::Worker => Process::Worker,
+                Command::Migrate => Process::Migrate,
+                _ => Process::Reseal,
+            };
+            settings.validate(process)?;
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             runtime.block_on(async {
                 match command {
@@ -139,6 +162,25 @@ fn write_document(output: &std::path::Path, text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Refuses the claims a paddock server would refuse or ignore: an unknown role (it grants
+/// nothing), a tenant role without its tenant (the token is refused), an empty subject.
+fn check_claims(sub: &str, roles: &[String], tenant: Option<uuid::Uuid>) -> anyhow::Result<()> {
+    let known = || Role::ALL.map(Role::as_str).join(", ");
+    if let Some(unknown) = roles.iter().find(|r| Role::parse(r).is_none()) {
+        anyhow::bail!("unknown role `{unknown}`: the roles are {} (a server ignores any other)", known());
+    }
+    if sub.is_empty() {
+        anyhow::bail!("--sub must not be empty: a server refuses a token without a subject");
+    }
+    if Actor::from_claims(sub.to_owned(), roles.to_vec(), tenant.map(paddock_types::TenantId)).is_err() {
+        let role = roles.iter().find(|r| Role::parse(r).is_some_and(Role::is_tenant_role)).map_or("", String::as_str);
+        anyhow::bail!(
+            "{role} acts within one tenant: add --tenant <tenant id> (a server refuses a tenant role without it)"
+        );
+    }
+    Ok(())
+}
+
 /// Mints an HS256 token for `paddock token` and `paddock dev`.
 pub(crate) fn mint(
     secret: &paddock_auth::Secret,
@@ -148,6 +190,7 @@ pub(crate) fn mint(
     tenant: Option<uuid::Uuid>,
     ttl: i64,
 ) -> anyhow::Result<String> {
+    check_claims(&sub, &roles, tenant)?;
     let max = i64::try_from(settings.token_max_lifetime).unwrap_or(i64::MAX);
     if !(1..=max).contains(&ttl) {
         anyhow::bail!(

@@ -20,8 +20,9 @@ fails when this file and the code disagree. -->
 Every setting of a paddock process (`serve`, `api`, `worker`, `migrate`, `reseal`, `dev`) is an
 environment variable or the flag beside it; the flag wins. A secret is also accepted from a file
 through its `_FILE` variant (one or the other, not both; a trailing newline is dropped). A process
-refuses to start, naming the setting, when a value is malformed or a chosen driver lacks what it
-needs. How the settings work together (keys, drivers, the agent endpoint, limits) is in
+refuses to start when a value is malformed or a chosen driver lacks what it needs, listing every
+such problem at once, each naming its setting; `paddock check-config <process>` says the same
+without starting anything. How the settings work together (keys, drivers, the agent endpoint, limits) is in
 [operating.md](operating.md).
 
 | variable | flag | default | meaning |

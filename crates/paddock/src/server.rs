@@ -92,14 +92,24 @@ pub async fn serve(settings: &Settings, roles: Roles) -> anyhow::Result<()> {
     // After migrating (the check reads the ledger's tables); `paddock dev`, which runs a private
     // one-role database, skips it.
     tokio::spawn(check_ledger_access(services.store().clone()));
-    run(settings, services, Roles { migrate: false, ..roles }, shutdown_signal()).await
+    run(settings, services, Roles { migrate: false, ..roles }, None, shutdown_signal()).await
 }
 
-/// Runs the chosen parts over ready services until `shutdown` completes.
+/// Binds the API's address ahead of serving (`paddock dev`, so that a taken port stops it
+/// before it prints anything).
+pub fn bind(listen: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let listener = std::net::TcpListener::bind(listen)?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// Runs the chosen parts over ready services until `shutdown` completes; the API on `listener`
+/// when it is bound already (else on PADDOCK_LISTEN).
 pub async fn run(
     settings: &Settings,
     services: Services,
     roles: Roles,
+    listener: Option<std::net::TcpListener>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     if roles.migrate {
@@ -160,7 +170,7 @@ pub async fn run(
         None => None,
     };
     let result = match api {
-        Some(state) => serve_api(settings, state, stop_rx.clone()).await,
+        Some(state) => serve_api(settings, state, listener, stop_rx.clone()).await,
         None => {
             let _ = stop_rx.clone().wait_for(|stop| *stop).await;
             Ok(())
@@ -274,10 +284,17 @@ async fn run_worker(services: Services, worker: Worker, drift_interval: Duration
 /// Serves the API (and the agents' listener, PADDOCK_AGENT_LISTEN) until `stop` turns true, then
 /// drains the requests in flight for up to PADDOCK_SHUTDOWN_GRACE (those still running then are
 /// dropped with their connections).
-async fn serve_api(settings: &Settings, state: AppState, mut stop: watch::Receiver<bool>) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(settings.listen)
-        .await
-        .with_context(|| format!("listening on {}", settings.listen))?;
+async fn serve_api(
+    settings: &Settings,
+    state: AppState,
+    bound: Option<std::net::TcpListener>,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let listener = match bound {
+        Some(listener) => tokio::net::TcpListener::from_std(listener),
+        None => tokio::net::TcpListener::bind(settings.listen).await,
+    }
+    .with_context(|| format!("listening on {}", settings.listen))?;
     tracing::info!(listen = %settings.listen, "API listening on http://{}", settings.listen);
     let agents = match settings.agent_listen {
         Some(listen) => Some(serve_agents(listen, settings.header_read_timeout(), &state, stop.clone()).await?),

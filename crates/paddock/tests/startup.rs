@@ -173,3 +173,42 @@ async fn a_serving_process_warns_when_its_database_role_can_rewrite_the_ledger()
     assert!(two_roles.contains(&format!("the database role {runtime} may only read and append")), "{two_roles}");
     assert!(!two_roles.contains("can rewrite"), "{two_roles}");
 }
+
+/// A process with several settings missing or wrong names every one in one refusal, rather than
+/// one per start; `paddock check-config` says the same without starting anything.
+#[test]
+fn a_process_lists_every_missing_or_invalid_setting_at_once() {
+    for args in [&["serve"][..], &["check-config", "serve"]] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_paddock"));
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("PADDOCK_")) {
+            cmd.env_remove(k);
+        }
+        let out = cmd
+            .args(args)
+            .env("PADDOCK_BMC_DRIVER", "redfish")
+            .env("PADDOCK_WORKER_LEASE", "1")
+            .env("PADDOCK_LEDGER_KEY", "too-short")
+            .env("PADDOCK_LISTEN", "127.0.0.1:0")
+            .stdin(Stdio::null())
+            .output()
+            .expect("running paddock");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "`paddock {args:?}` accepted: {stderr}");
+        for named in [
+            "PADDOCK_DATABASE_URL",
+            "PADDOCK_ENCRYPTION_KEY",
+            "PADDOCK_LEDGER_KEY must be at least 32",
+            "PADDOCK_JWT_HS256_SECRET",
+            "PADDOCK_AGENT_BASE_URL",
+            "PADDOCK_AGENT_SEED_BASE_URL",
+            "PADDOCK_WIPE_IMAGE_URL",
+            "PADDOCK_WIPE_IMAGE_SHA256",
+            "PADDOCK_OS_IMAGE_URL",
+            "PADDOCK_OS_IMAGE_SHA256",
+            "PADDOCK_WORKER_LEASE",
+        ] {
+            assert!(stderr.contains(named), "`paddock {args:?}` did not name {named}: {stderr}");
+        }
+        assert!(stderr.contains("the configuration has 11 problems"), "{stderr}");
+    }
+}

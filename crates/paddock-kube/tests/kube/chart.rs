@@ -108,6 +108,12 @@ fn render_everything() -> Vec<Value> {
         "images.wipeUrl=https://images.example/wipe.iso",
         "--set",
         "images.osUrl=https://images.example/os.img",
+        "--set",
+        "agent.seedBaseUrl=https://agent.paddock.example",
+        "--set",
+        "images.wipeSha256=0fe69a4d69d37826b61d5cf3668142a99abf86c090c214078aa9042b6d24937a",
+        "--set",
+        "images.osSha256=0fe69a4d69d37826b61d5cf3668142a99abf86c090c214078aa9042b6d24937a",
     ]);
     documents(&yaml)
 }
@@ -129,10 +135,11 @@ fn the_plain_manifest_is_the_chart_rendered() {
 #[test]
 fn helm_lint_passes() {
     let db = "secrets.databaseUrl=postgres://paddock@db.example/paddock";
-    helm(&["lint", "--strict", &chart(), "--set", db, "--set", "stacks.persistentVolumeClaim.claimName=stacks"]);
+    let (stacks, jwt) = ("stacks.persistentVolumeClaim.claimName=stacks", "jwt.jwksUrl=https://idp.example/jwks");
+    helm(&["lint", "--strict", &chart(), "--set", db, "--set", stacks, "--set", jwt]);
     // A kubernetes driver without its stacks directory is refused, naming the setting.
     let out = Command::new(repo().join("scripts/helm"))
-        .args(["template", "paddock", &chart(), "--set", db])
+        .args(["template", "paddock", &chart(), "--set", db, "--set", jwt])
         .output()
         .expect("running scripts/helm");
     assert!(!out.status.success());
@@ -172,20 +179,34 @@ fn every_process_verifies_the_database_tls_and_none_is_left_at_loopback_defaults
     // The CA of a private database is mounted where PGSSLROOTCERT says.
     let db = "secrets.databaseUrl=postgres://paddock@db.example/paddock";
     let stacks = "stacks.persistentVolumeClaim.claimName=stacks";
-    let with_ca = helm(&["template", "p", &chart(), "--set", db, "--set", stacks, "--set", "database.caSecret=pg-ca"]);
+    let jwt = "jwt.jwksUrl=https://idp.example/jwks";
+    let with_ca = helm(&[
+        "template",
+        "p",
+        &chart(),
+        "--set",
+        db,
+        "--set",
+        stacks,
+        "--set",
+        jwt,
+        "--set",
+        "database.caSecret=pg-ca",
+    ]);
     let docs = documents(&with_ca);
     for (name, env) in container_envs(&docs) {
         assert_eq!(env.get("PGSSLROOTCERT"), Some(&json!("/etc/paddock/database-ca/ca.crt")), "{name}");
     }
     assert_eq!(with_ca.matches("secretName: \"pg-ca\"").count(), 3, "the CA volume of api, worker and the Job");
-    // Machines need a reachable agent URL: without one the chart refuses, naming the setting.
+    // Machines need a reachable agent URL, https unless insecureHttp: the chart refuses otherwise,
+    // naming the setting.
     for (extra, named) in [
         ("drivers.bmc=simulated", "PADDOCK_AGENT_BASE_URL"),
-        ("agent.insecureHttp=true", "PADDOCK_AGENT_BASE_URL"),
+        ("agent.baseUrl=http://agent.paddock.example", "PADDOCK_AGENT_BASE_URL"),
         ("database.sslMode=sometimes", "database.sslMode"),
     ] {
         let out = Command::new(repo().join("scripts/helm"))
-            .args(["template", "p", &chart(), "--set", db, "--set", stacks, "--set", extra])
+            .args(["template", "p", &chart(), "--set", db, "--set", stacks, "--set", jwt, "--set", extra])
             .output()
             .expect("running scripts/helm");
         assert!(!out.status.success(), "{extra} renders");
@@ -217,11 +238,24 @@ fn the_agent_service_reaches_the_agent_listener_alone() {
     // Without the agent Service the machines reach the agents' routes on the API's listener.
     let db = "secrets.databaseUrl=postgres://paddock@db.example/paddock";
     let stacks = "stacks.persistentVolumeClaim.claimName=stacks";
-    let off = helm(&["template", "p", &chart(), "--set", db, "--set", stacks, "--set", "agent.service.enabled=false"]);
+    let jwt = "jwt.jwksUrl=https://idp.example/jwks";
+    let off = helm(&[
+        "template",
+        "p",
+        &chart(),
+        "--set",
+        db,
+        "--set",
+        stacks,
+        "--set",
+        jwt,
+        "--set",
+        "agent.service.enabled=false",
+    ]);
     assert!(!off.contains("PADDOCK_AGENT_LISTEN"), "{off}");
     // A port another listener has is refused, naming the setting.
     let out = Command::new(repo().join("scripts/helm"))
-        .args(["template", "p", &chart(), "--set", db, "--set", stacks, "--set", "agent.listenPort=9090"])
+        .args(["template", "p", &chart(), "--set", db, "--set", stacks, "--set", jwt, "--set", "agent.listenPort=9090"])
         .output()
         .expect("running scripts/helm");
     assert!(!out.status.success());

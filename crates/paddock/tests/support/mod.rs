@@ -15,6 +15,9 @@ pub struct Dev {
     pub dir: PathBuf,
     /// The banner's `export NAME=value` lines: B, TOKEN, TENANT_TOKEN, TID.
     pub exports: Vec<(String, String)>,
+    /// The whole banner, line by line.
+    #[allow(dead_code, reason = "read by the dev tests, not by every binary including this file")]
+    pub banner: Vec<String>,
 }
 
 impl Dev {
@@ -31,10 +34,15 @@ impl Dev {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("paddock dev starts");
-        let exports = banner_exports(child.stdout.take().expect("stdout"));
+        let banner = banner(child.stdout.take().expect("stdout"));
+        let exports: Vec<(String, String)> = banner
+            .iter()
+            .filter_map(|line| line.trim().strip_prefix("export ").and_then(|l| l.split_once('=')))
+            .map(|(name, value)| (name.to_owned(), value.to_owned()))
+            .collect();
         let names: Vec<&str> = exports.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["B", "TOKEN", "TENANT_TOKEN", "TID"], "the banner's exports");
-        Dev { child, stopped: None, dir, exports }
+        Dev { child, stopped: None, dir, exports, banner }
     }
 
     /// A banner variable's value (`B`, `TOKEN`, `TENANT_TOKEN`, `TID`).
@@ -60,22 +68,24 @@ impl Drop for Dev {
     }
 }
 
-/// The `export NAME=value` lines of the banner, until all four were seen.
-fn banner_exports(stdout: impl std::io::Read + Send + 'static) -> Vec<(String, String)> {
+/// The banner's lines, up to its last (the tenant token's command); its reader keeps draining
+/// stdout after it, so paddock never writes into a closed pipe.
+fn banner(stdout: impl std::io::Read + Send + 'static) -> Vec<String> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some((name, value)) = line.trim().strip_prefix("export ").and_then(|l| l.split_once('=')) {
-                let _ = tx.send((name.to_owned(), value.to_owned()));
-            }
+            let _ = tx.send(line);
         }
     });
-    let mut exports = Vec::new();
-    while exports.len() < 4 {
-        let export = rx.recv_timeout(Duration::from_secs(120)).expect("paddock dev prints four export lines");
-        exports.push(export);
+    let mut banner = Vec::new();
+    loop {
+        let line = rx.recv_timeout(Duration::from_secs(120)).expect("paddock dev prints its banner");
+        let last = line.contains(" token --role tenant:member ");
+        banner.push(line);
+        if last {
+            return banner;
+        }
     }
-    exports
 }
 
 /// Waits until the API answers `/readyz` (two minutes at most).

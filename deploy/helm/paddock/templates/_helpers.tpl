@@ -32,25 +32,6 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- .Values.secrets.existingSecret | default (printf "%s-keys" (include "paddock.fullname" .)) -}}
 {{- end -}}
 
-{{/* Settings without which the processes would refuse to start: refused here already. */}}
-{{- define "paddock.check" -}}
-{{- if and (eq .Values.drivers.kube "kubernetes") (not (include "paddock.stacksMounted" .)) -}}
-{{- fail "drivers.kube=kubernetes needs the stacks directory: stacks.image.reference or stacks.persistentVolumeClaim.claimName (PADDOCK_STACKS_DIR)" -}}
-{{- end -}}
-{{- if and (or (ne .Values.drivers.bmc "none") .Values.agent.insecureHttp) (not .Values.agent.baseUrl) -}}
-{{- fail "agent.baseUrl is required with drivers.bmc other than none and with agent.insecureHttp (PADDOCK_AGENT_BASE_URL: the URL machines reach /v1/agent/ at; the default would be the pod's own listen address)" -}}
-{{- end -}}
-{{- if and .Values.agent.service.enabled (has (int .Values.agent.listenPort) (list 8080 (int .Values.metrics.port))) -}}
-{{- fail "agent.listenPort must differ from the API's port 8080 and metrics.port (PADDOCK_AGENT_LISTEN is a listener of its own)" -}}
-{{- end -}}
-{{- if not (has .Values.database.sslMode (list "verify-full" "verify-ca" "require" "prefer" "allow" "disable")) -}}
-{{- fail "database.sslMode must be one of verify-full, verify-ca, require, prefer, allow, disable" -}}
-{{- end -}}
-{{- if and (eq .Values.drivers.bmc "redfish") (not (and .Values.images.wipeUrl .Values.images.osUrl)) -}}
-{{- fail "drivers.bmc=redfish needs images.wipeUrl and images.osUrl (PADDOCK_WIPE_IMAGE_URL, PADDOCK_OS_IMAGE_URL)" -}}
-{{- end -}}
-{{- end -}}
-
 {{- define "paddock.stacksMounted" -}}
 {{- if or .Values.stacks.image.reference .Values.stacks.persistentVolumeClaim.claimName -}}true{{- end -}}
 {{- end -}}
