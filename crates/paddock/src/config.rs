@@ -140,6 +140,11 @@ pub struct Settings {
     /// Kubeconfig of the platform cluster (default: in-cluster configuration).
     #[arg(long, env = "PADDOCK_KUBECONFIG", global = true)]
     pub kubeconfig: Option<PathBuf>,
+    /// A ClusterRole the worker binds its own account to in each tenant namespace it makes (a
+    /// RoleBinding in that namespace), for an account whose platform-cluster role only creates
+    /// namespaces (the chart's). Default: none, the account works in every namespace.
+    #[arg(long, env = "PADDOCK_KUBE_NAMESPACE_ROLE", global = true)]
+    pub kube_namespace_role: Option<String>,
     /// URL machines use to reach `/v1/agent/config` and `/report`; https unless
     /// PADDOCK_AGENT_INSECURE_HTTP=true (default: http:// + PADDOCK_AGENT_LISTEN, else the
     /// listen address, for labs).
@@ -295,6 +300,7 @@ impl std::fmt::Debug for Settings {
             .field("ledger_key", &set(&self.ledger_key, &self.ledger_key_file))
             .field("usage_signing_key", &set(&self.usage_signing_key, &self.usage_signing_key_file))
             .field("kube_driver", &self.kube_driver)
+            .field("kube_namespace_role", &self.kube_namespace_role)
             .field("bmc_driver", &self.bmc_driver)
             .field("agent_base_url", &self.agent_base_url.as_ref().map(url::Url::as_str))
             .field("agent_seed_base_url", &self.agent_seed_base_url.as_ref().map(url::Url::as_str))
@@ -517,6 +523,11 @@ impl Settings {
         if self.release_timeout == 0 || self.release_timeout > 7 * 24 * 3600 {
             bail!("PADDOCK_RELEASE_TIMEOUT must be between 1 and 604800 seconds");
         }
+        if let Some(role) = &self.kube_namespace_role {
+            if role.is_empty() || role.len() > 253 || role.contains(['/', '%']) || role.contains(char::is_whitespace) {
+                bail!("PADDOCK_KUBE_NAMESPACE_ROLE must be a ClusterRole's name (1 to 253 characters, no '/', '%' or space)");
+            }
+        }
         if self.kube_driver == KubeDriver::Kubernetes && self.stacks_dir.is_none() {
             bail!("PADDOCK_KUBE_DRIVER=kubernetes needs PADDOCK_STACKS_DIR (the tenant base stack's manifests; see scripts/stacks-fetch)");
         }
@@ -694,5 +705,14 @@ mod tests {
         assert_eq!(refusal(&own), None);
         let cli = Cli::try_parse_from(std::iter::once("paddock").chain(own)).expect("arguments");
         assert_eq!(cli.settings.agent().expect("agent settings").base_url, "http://127.0.0.1:8081");
+    }
+
+    #[test]
+    fn the_namespace_role_is_a_cluster_roles_name() {
+        for bad in ["", "a/b", "a b", "50%"] {
+            let why = refusal(&["--bmc-driver", "none", "--kube-namespace-role", bad]).expect("refused");
+            assert!(why.contains("PADDOCK_KUBE_NAMESPACE_ROLE"), "{bad:?}: {why}");
+        }
+        assert_eq!(refusal(&["--bmc-driver", "none", "--kube-namespace-role", "paddock-worker-namespace"]), None);
     }
 }
