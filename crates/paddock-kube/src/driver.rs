@@ -6,7 +6,9 @@
 //! Every write is a server-side apply with the one field manager `paddock`, forced: paddock owns
 //! these objects outright, so a field another manager took over is taken back rather than failing
 //! the run forever. It is made only when the object read lacks one of paddock's fields
-//! ([`crate::apply`]), and what it changed is reported in [`Isolation::changed`].
+//! ([`crate::apply`]), and what it changed is reported in [`Isolation::changed`]. The namespace
+//! alone is made with a plain create: with a namespace role ([`KubePlatform::with_namespace_role`],
+//! [`crate::access`]) the account may not patch a namespace before it is bound in it.
 
 use std::fmt::Debug;
 use std::path::Path;
@@ -15,14 +17,15 @@ use futures::FutureExt;
 use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::NamespaceResourceScope;
-use kube::api::DeleteParams;
+use kube::api::{DeleteParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, Resource};
 use paddock_domain::driver::{BoxFuture, ClusterRef, DriverError, Isolation, PlatformDriver, Removal};
 use tracing::{info, instrument};
 
+use crate::access::NamespaceAccess;
 use crate::apply::{converge, get_and_converge, Converged, Target};
-use crate::isolation::{self, IsolationSettings, LABEL_CLUSTER_ID};
+use crate::isolation::{self, IsolationSettings, LABEL_CLUSTER_ID, MANAGER, WORKER_BINDING_NAME};
 use crate::KubeError;
 
 /// The platform cluster, reached with one kube-rs client.
@@ -30,12 +33,17 @@ use crate::KubeError;
 pub struct KubePlatform {
     client: Client,
     settings: IsolationSettings,
+    access: NamespaceAccess,
 }
 
 impl Debug for KubePlatform {
     // The client holds the credentials: show nothing of it.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KubePlatform").field("settings", &self.settings).finish_non_exhaustive()
+        let role = self.access.role();
+        f.debug_struct("KubePlatform")
+            .field("settings", &self.settings)
+            .field("namespace_role", &role)
+            .finish_non_exhaustive()
     }
 }
 
@@ -58,7 +66,21 @@ impl KubePlatform {
 
     /// A driver over an existing client.
     pub fn new(client: Client, settings: IsolationSettings) -> Self {
-        Self { client, settings }
+        let access = NamespaceAccess::new(client.clone(), None);
+        Self { client, settings, access }
+    }
+
+    /// Binds this account to the ClusterRole `role` in each tenant namespace (and works there
+    /// through it), for an account whose own role only creates namespaces (the chart's worker,
+    /// `PADDOCK_KUBE_NAMESPACE_ROLE`); None: the account works in every namespace.
+    pub fn with_namespace_role(mut self, role: Option<String>) -> Self {
+        self.access = NamespaceAccess::new(self.client.clone(), role);
+        self
+    }
+
+    /// The ClusterRole bound in each tenant namespace, if any.
+    pub fn namespace_role(&self) -> Option<&str> {
+        self.access.role()
     }
 
     /// The client (for tests and later steps that share it).
@@ -71,17 +93,26 @@ impl KubePlatform {
     pub async fn ensure_isolation(&self, cluster: &ClusterRef) -> Result<Isolation, KubeError> {
         let ns_name = isolation::namespace_name(cluster.cluster_id);
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
-        let existing = get_opt(&namespaces, "Namespace", &ns_name).await?;
-        if let Some(ns) = &existing {
-            check_ours(ns, cluster)?;
-            // Applying into a terminating namespace fails object by object; say it once.
-            if ns.metadata.deletion_timestamp.is_some() {
-                return Err(KubeError::NamespaceTerminating { namespace: ns_name });
-            }
-        }
-        let mut changed = Vec::new();
         let target = Target { kind: "Namespace", name: &ns_name, full_name: &ns_name };
-        note(&mut changed, target, converge(&namespaces, target, existing, &isolation::namespace(cluster)).await?);
+        let (existing, created) = match get_opt(&namespaces, "Namespace", &ns_name).await? {
+            Some(ns) => (ns, false),
+            None => (create_namespace(&namespaces, cluster).await?, true),
+        };
+        check_ours(&existing, cluster)?;
+        // Applying into a terminating namespace fails object by object; say it once.
+        if existing.metadata.deletion_timestamp.is_some() {
+            return Err(KubeError::NamespaceTerminating { namespace: ns_name });
+        }
+        // Before anything else in it: with a namespace role, the binding grants the rest.
+        let bound = self.access.ensure(cluster).await?;
+        let converged = converge(&namespaces, target, Some(existing), &isolation::namespace(cluster)).await?;
+        let mut changed = Vec::new();
+        if created || converged.changed {
+            changed.push(target.describe());
+        }
+        if bound {
+            changed.push(format!("RoleBinding {ns_name}/{WORKER_BINDING_NAME}"));
+        }
         let policies: Api<NetworkPolicy> = Api::namespaced(self.client.clone(), &ns_name);
         for policy in isolation::network_policies(cluster, &self.settings) {
             note_namespaced(&mut changed, &policies, "NetworkPolicy", &policy).await?;
@@ -109,6 +140,8 @@ impl KubePlatform {
         if ns.metadata.deletion_timestamp.is_some() {
             return Ok(Removal::Deleting);
         }
+        // With a namespace role, deleting it is a right of the binding (made again if missing).
+        self.access.ensure(cluster).await?;
         match namespaces.delete(&ns_name, &DeleteParams::default()).await {
             // NotFound: someone else finished the job in between, which is what we wanted.
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(Removal::Gone),
@@ -160,6 +193,20 @@ where
     K: Resource + Clone + serde::de::DeserializeOwned + Debug,
 {
     api.get_opt(name).await.map_err(|source| KubeError::api("get", kind, name, source))
+}
+
+/// Creates the cluster's namespace (a plain create: see the module's documentation); made in
+/// between by someone else, it is read back for the caller to check.
+async fn create_namespace(namespaces: &Api<Namespace>, cluster: &ClusterRef) -> Result<Namespace, KubeError> {
+    let name = isolation::namespace_name(cluster.cluster_id);
+    let params = PostParams { field_manager: Some(MANAGER.to_owned()), ..PostParams::default() };
+    match namespaces.create(&params, &isolation::namespace(cluster)).await {
+        Ok(ns) => Ok(ns),
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            get_opt(namespaces, "Namespace", &name).await?.ok_or(KubeError::NamespaceMissing { namespace: name })
+        }
+        Err(source) => Err(KubeError::api("create", "Namespace", name, source)),
+    }
 }
 
 /// Converges one namespaced object paddock owns; its name is added to `changed` when that

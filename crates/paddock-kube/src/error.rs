@@ -69,6 +69,13 @@ pub enum KubeError {
         /// The cluster that was expected in its label.
         cluster_id: paddock_types::ClusterId,
     },
+    /// The worker's RoleBinding in a tenant namespace was made but did not yet grant anything
+    /// (the API server's authorizer had not seen it); the next run finds it in effect.
+    #[error("the worker's RoleBinding in namespace {namespace} is not in effect yet")]
+    BindingPending {
+        /// The namespace.
+        namespace: String,
+    },
     /// The admin kubeconfig of a tenant cluster did not yield a usable configuration.
     #[error("loading the admin kubeconfig of tenant cluster {cluster_id}")]
     TenantKubeconfig {
@@ -152,6 +159,7 @@ impl KubeError {
             Self::NamespaceTerminating { .. } => true,
             // The reconciler ensures isolation before the control plane; the next run creates it.
             Self::NamespaceMissing { .. } => true,
+            Self::BindingPending { .. } => true,
             Self::TooManyNodes { .. } => true,
             Self::Api { source, .. } => source_is_transient(source),
         }
@@ -167,6 +175,7 @@ impl KubeError {
             Self::NamespaceTerminating { .. } => "namespace_terminating",
             Self::NamespaceMissing { .. } => "namespace_missing",
             Self::ForeignNamespace { .. } => "foreign_namespace",
+            Self::BindingPending { .. } => "namespace_binding_pending",
             Self::TenantKubeconfig { .. } => "tenant_kubeconfig_invalid",
             Self::TenantKubeconfigRefused { .. } => "tenant_kubeconfig_refused",
             Self::TenantCa { .. } => "tenant_ca_invalid",

@@ -13,6 +13,7 @@
 //! | NetworkPolicy | `paddock-allow-datastore` | egress to the Kamaji DataStore (etcd, 2379/TCP) in its namespace |
 //! | ResourceQuota | `paddock-quota` | bounds what one tenant cluster's control plane may take (see [`QUOTA`]) |
 //! | LimitRange | `paddock-limits` | default requests/limits, so containers without them fit the quota |
+//! | RoleBinding | `paddock-worker` | with a namespace role only (`PADDOCK_KUBE_NAMESPACE_ROLE`, [`crate::access`]): the worker's own account bound to that ClusterRole in this namespace alone |
 //!
 //! Choices, kept simple on purpose:
 //! - **API server and konnectivity ingress from anywhere.** The tenant's machines sit outside the
@@ -38,6 +39,7 @@ use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
     NetworkPolicySpec,
 };
+use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -70,6 +72,8 @@ pub const POLICY_ALLOW_DATASTORE: &str = "paddock-allow-datastore";
 pub const QUOTA_NAME: &str = "paddock-quota";
 /// Name of the LimitRange.
 pub const LIMITS_NAME: &str = "paddock-limits";
+/// Name of the RoleBinding of the worker's own account in the namespace.
+pub const WORKER_BINDING_NAME: &str = "paddock-worker";
 
 /// Port of a Kamaji tenant API server.
 pub const API_SERVER_PORT: i32 = 6443;
@@ -268,6 +272,40 @@ pub fn limit_range(cluster: &ClusterRef) -> LimitRange {
     }
 }
 
+/// The RBAC subject of the account the API server calls `username`: a ServiceAccount for
+/// `system:serviceaccount:<namespace>:<name>`, else a User.
+pub fn subject(username: &str) -> Subject {
+    match username.strip_prefix("system:serviceaccount:").and_then(|rest| rest.split_once(':')) {
+        Some((namespace, name)) => Subject {
+            kind: "ServiceAccount".to_owned(),
+            name: name.to_owned(),
+            namespace: Some(namespace.to_owned()),
+            api_group: None,
+        },
+        None => Subject {
+            kind: "User".to_owned(),
+            name: username.to_owned(),
+            namespace: None,
+            api_group: Some("rbac.authorization.k8s.io".to_owned()),
+        },
+    }
+}
+
+/// The RoleBinding of `account` (the worker's own) to the ClusterRole `role` in the cluster's
+/// namespace: what the worker may do there, and nowhere else.
+pub fn worker_binding(cluster: &ClusterRef, role: &str, account: Subject) -> RoleBinding {
+    let ns = namespace_name(cluster.cluster_id);
+    RoleBinding {
+        metadata: meta(cluster, WORKER_BINDING_NAME, Some(&ns)),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".to_owned(),
+            kind: "ClusterRole".to_owned(),
+            name: role.to_owned(),
+        },
+        subjects: Some(vec![account]),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use paddock_types::TenantId;
@@ -298,11 +336,22 @@ mod tests {
     fn every_object_lives_in_the_cluster_namespace_with_its_labels() {
         let c = cluster();
         let ns = namespace_name(c.cluster_id);
-        let mut metas = vec![resource_quota(&c).metadata, limit_range(&c).metadata];
+        let account = subject("system:serviceaccount:paddock-system:paddock-worker");
+        let binding = worker_binding(&c, "paddock-worker-namespace", account).metadata;
+        let mut metas = vec![resource_quota(&c).metadata, limit_range(&c).metadata, binding];
         metas.extend(network_policies(&c, &IsolationSettings::default()).into_iter().map(|p| p.metadata));
         for m in metas {
             assert_eq!(m.namespace.as_deref(), Some(ns.as_str()));
             assert_eq!(m.labels.as_ref(), Some(&labels(&c)));
         }
+    }
+
+    #[test]
+    fn the_binding_names_the_workers_own_account() {
+        let account = subject("system:serviceaccount:paddock-system:paddock-worker");
+        assert_eq!((account.kind.as_str(), account.name.as_str()), ("ServiceAccount", "paddock-worker"));
+        assert_eq!(account.namespace.as_deref(), Some("paddock-system"));
+        let user = subject("kubernetes-admin");
+        assert_eq!((user.kind.as_str(), user.name.as_str(), user.namespace), ("User", "kubernetes-admin", None));
     }
 }

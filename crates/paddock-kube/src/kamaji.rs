@@ -35,6 +35,7 @@ use paddock_types::ClusterId;
 use serde_json::{json, Value};
 use tracing::{debug, info, instrument};
 
+use crate::access::{forbidden, Entry, NamespaceAccess};
 use crate::apply::{get_and_converge, Target};
 use crate::isolation::{self, ANNOTATION_CLUSTER_NAME, ANNOTATION_TENANT_NAME};
 use crate::KubeError;
@@ -173,6 +174,7 @@ fn non_empty(v: &Value) -> Option<&str> {
 #[derive(Clone)]
 pub struct KamajiBackend {
     client: Client,
+    access: NamespaceAccess,
 }
 
 impl Debug for KamajiBackend {
@@ -185,7 +187,15 @@ impl Debug for KamajiBackend {
 impl KamajiBackend {
     /// A backend over an existing client (usually [`crate::KubePlatform::client`]'s).
     pub fn new(client: Client) -> Self {
-        Self { client }
+        let access = NamespaceAccess::new(client.clone(), None);
+        Self { client, access }
+    }
+
+    /// Works in tenant namespaces through the worker's RoleBinding to `role` there, as
+    /// [`crate::KubePlatform::with_namespace_role`] (whose role this should be).
+    pub fn with_namespace_role(mut self, role: Option<String>) -> Self {
+        self.access = NamespaceAccess::new(self.client.clone(), role);
+        self
     }
 
     fn tcps(&self, namespace: &str) -> Api<DynamicObject> {
@@ -247,10 +257,23 @@ impl KamajiBackend {
         let name = tenant_control_plane_name(cluster.cluster_id);
         let full = format!("{ns_name}/{name}");
         let tcps = self.tcps(&ns_name);
+        let get = || async {
+            tcps.get_opt(&name).await.map_err(|source| KubeError::api("get", OBJECT, full.as_str(), source))
+        };
+        let found = match get().await {
+            // With a namespace role, unreadable is unbound: the namespace (and the binding in it)
+            // is gone or going, which takes the object with it, or the binding is to be made again.
+            Err(KubeError::Api { source, .. }) if self.access.role().is_some() && forbidden(&source) => {
+                match self.access.enter(cluster).await? {
+                    Entry::Absent => None,
+                    Entry::Terminating => return Ok(Removal::Deleting),
+                    Entry::Bound => get().await?,
+                }
+            }
+            found => found?,
+        };
         // Also None when the namespace is gone: nothing can be left in it.
-        let Some(tcp) =
-            tcps.get_opt(&name).await.map_err(|source| KubeError::api("get", OBJECT, full.as_str(), source))?
-        else {
+        let Some(tcp) = found else {
             return Ok(Removal::Gone);
         };
         if tcp.metadata.deletion_timestamp.is_some() {

@@ -5,7 +5,8 @@
 //! - Step 1, isolation: [`KubePlatform`] implements [`PlatformDriver`]: one namespace per tenant
 //!   cluster, named from the cluster id, with default-deny NetworkPolicies plus the flows a Kamaji
 //!   tenant control plane needs, a ResourceQuota and a LimitRange ([`isolation`] documents each
-//!   object and default).
+//!   object and default); with a namespace role, the worker's own RoleBinding there, through which
+//!   alone it works in that namespace (`access`: how the chart confines the worker's account).
 //! - Step 2, the tenant control plane: [`KamajiBackend`] implements [`ControlPlaneBackend`] with
 //!   Kamaji's `TenantControlPlane` ([`kamaji`]).
 //! - Step 3, joining machines: [`KubeTenantNodes`] implements [`TenantNodes`] against the tenant
@@ -26,6 +27,7 @@
 //! [`TenantCredentials`]: paddock_domain::driver::TenantCredentials
 //! [`DriverError`]: paddock_domain::driver::DriverError
 
+mod access;
 pub mod apply;
 pub mod credentials;
 mod der;

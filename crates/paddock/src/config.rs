@@ -143,6 +143,11 @@ pub struct Settings {
     /// Kubeconfig of the platform cluster (default: in-cluster configuration).
     #[arg(long, env = "PADDOCK_KUBECONFIG", global = true)]
     pub kubeconfig: Option<PathBuf>,
+    /// A ClusterRole the worker binds its own account to in each tenant namespace it makes (a
+    /// RoleBinding in that namespace), for an account whose platform-cluster role only creates
+    /// namespaces (the chart's). Default: none, the account works in every namespace.
+    #[arg(long, env = "PADDOCK_KUBE_NAMESPACE_ROLE", global = true)]
+    pub kube_namespace_role: Option<String>,
     /// URL machines use to reach `/v1/agent/config` and `/report`; https unless
     /// PADDOCK_AGENT_INSECURE_HTTP=true (default: http:// + PADDOCK_AGENT_LISTEN, else the
     /// listen address, for labs).
@@ -302,6 +307,7 @@ impl std::fmt::Debug for Settings {
             .field("ledger_key", &set(&self.ledger_key, &self.ledger_key_file))
             .field("usage_signing_key", &set(&self.usage_signing_key, &self.usage_signing_key_file))
             .field("kube_driver", &self.kube_driver)
+            .field("kube_namespace_role", &self.kube_namespace_role)
             .field("bmc_driver", &self.bmc_driver)
             .field("agent_base_url", &self.agent_base_url.as_ref().map(url::Url::as_str))
             .field("agent_seed_base_url", &self.agent_seed_base_url.as_ref().map(url::Url::as_str))

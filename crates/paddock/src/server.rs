@@ -415,7 +415,8 @@ async fn sim_world(settings: &Settings, store: &Store) -> anyhow::Result<Option<
 async fn kubernetes(settings: &Settings) -> anyhow::Result<paddock_domain::driver::KubeDrivers> {
     let platform = paddock_kube::KubePlatform::connect(settings.kubeconfig.as_deref())
         .await
-        .context("PADDOCK_KUBE_DRIVER=kubernetes: connecting to the platform cluster (PADDOCK_KUBECONFIG)")?;
+        .context("PADDOCK_KUBE_DRIVER=kubernetes: connecting to the platform cluster (PADDOCK_KUBECONFIG)")?
+        .with_namespace_role(settings.kube_namespace_role.clone());
     let stacks_dir = settings.stacks_dir.clone().context("PADDOCK_KUBE_DRIVER=kubernetes needs PADDOCK_STACKS_DIR")?;
     let stack = paddock_kube::KubeTenantStack::new(stacks_dir);
     // A stack whose files are missing or do not match their pinned digests is not fatal here:
@@ -432,7 +433,8 @@ async fn kubernetes(settings: &Settings) -> anyhow::Result<paddock_domain::drive
     // Slurm runs the images of each cluster's own stack definition.
     let catalog = paddock_kube::slurm::SlurmCatalog::of(stack.definitions());
     let slurm = paddock_kube::slurm::SlinkySettings { catalog, ..paddock_kube::slurm::SlinkySettings::default() };
-    let control_plane = paddock_kube::KamajiBackend::new(platform.client().clone());
+    let control_plane = paddock_kube::KamajiBackend::new(platform.client().clone())
+        .with_namespace_role(settings.kube_namespace_role.clone());
     Ok(paddock_domain::driver::KubeDrivers {
         platform: Arc::new(platform),
         control_plane: Arc::new(control_plane),

@@ -142,6 +142,13 @@ impl Settings {
         if let Some(dir) = &self.stacks_dir {
             problems.check(dir.is_dir(), || format!("PADDOCK_STACKS_DIR {} is not a directory", dir.display()));
         }
+        if let Some(role) = &self.kube_namespace_role {
+            let named = !role.is_empty() && role.len() <= 253 && !role.contains(['/', '%']);
+            problems.check(named && !role.contains(char::is_whitespace), || {
+                "PADDOCK_KUBE_NAMESPACE_ROLE must be a ClusterRole's name (1 to 253 characters, no '/', '%' or space)"
+                    .to_owned()
+            });
+        }
         if self.bmc_driver == BmcDriver::Redfish {
             for (name, url, what) in [
                 ("PADDOCK_WIPE_IMAGE_URL", &self.wipe_image_url, "the image machines boot to be wiped"),
@@ -390,5 +397,14 @@ mod tests {
         assert_eq!(refusal(&own), None);
         let cli = Cli::try_parse_from(std::iter::once("paddock").chain(own)).expect("arguments");
         assert_eq!(cli.settings.agent().expect("agent settings").base_url, "http://127.0.0.1:8081");
+    }
+
+    #[test]
+    fn the_namespace_role_is_a_cluster_roles_name() {
+        for bad in ["", "a/b", "a b", "50%"] {
+            let why = refusal(&["--bmc-driver", "none", "--kube-namespace-role", bad]).expect("refused");
+            assert!(why.contains("PADDOCK_KUBE_NAMESPACE_ROLE"), "{bad:?}: {why}");
+        }
+        assert_eq!(refusal(&["--bmc-driver", "none", "--kube-namespace-role", "paddock-worker-namespace"]), None);
     }
 }

@@ -2,8 +2,11 @@
 //! manifests are server-side applied with strict field validation (a schema error fails here),
 //! the plain manifest `deploy/paddock.yaml` is the chart's rendering, `helm upgrade` and a
 //! reinstall keep the generated keys (real `helm install`/`upgrade`/`uninstall` with `lookup`
-//! against the API server), and the worker's ClusterRole is enough for the platform driver and the
-//! Kamaji backend, run with a token of the chart's worker ServiceAccount, and no more.
+//! against the API server), and the worker's roles are enough for the platform driver and the
+//! Kamaji backend, run with a token of the chart's worker ServiceAccount, and no more: it creates
+//! namespaces only as tenant clusters' and works only in those (through its RoleBinding in each),
+//! so it reads no other Secret, deletes no other namespace, binds itself nowhere else and cannot
+//! relabel a namespace to look like paddock's.
 //!
 //! Helm is `scripts/helm` (built once from the Go module proxy, cached; `.ci/run` builds it first).
 //! The ServiceMonitor is rendered but not applied: the harness has no Prometheus Operator CRDs.
@@ -13,7 +16,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
-use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::ByteString;
 use kube::api::{DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
@@ -286,8 +289,24 @@ async fn the_rendered_chart_applies_and_its_worker_role_suffices_for_the_platfor
         apply(&admin, doc).await;
     }
 
+    // Beside the worker's: a namespace it did not make and kube-system, each with a Secret.
+    apply(&admin, &json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": BYSTANDER } })).await;
+    for ns in [BYSTANDER, "kube-system"] {
+        let secret = json!({ "apiVersion": "v1", "kind": "Secret", "metadata": { "name": "s", "namespace": ns } });
+        apply(&admin, &secret).await;
+    }
+
     let worker = client_as(&server, &admin, "full-paddock-worker").await;
-    run_platform_drivers(&admin, &worker).await;
+    let role = namespace_role(&docs);
+    // Every claim is checked, and what fails is listed together at the end.
+    let mut failures = Vec::new();
+    if role.is_none() {
+        failures.push("the worker is given no PADDOCK_KUBE_NAMESPACE_ROLE".to_owned());
+    }
+    let bind_as = role.clone().unwrap_or_else(|| "full-paddock-worker-namespace".to_owned());
+    confined_outside_its_namespaces(&worker, &bind_as, &mut failures).await;
+    run_platform_drivers(&admin, &worker, role.as_deref()).await;
+    confined_inside_its_namespaces(&worker, &bind_as, role.as_deref(), &mut failures).await;
 
     // Nothing beyond: no pods, no ConfigMaps, no RBAC of its own.
     let forbidden = |r: Result<(), kube::Error>, what: &str| match r {
@@ -310,6 +329,128 @@ async fn the_rendered_chart_applies_and_its_worker_role_suffices_for_the_platfor
     let namespaces: Api<Namespace> = Api::all(api);
     forbidden(namespaces.get("default").await.map(drop), "reading a namespace as the API");
     support::delete(&server).await;
+    assert!(failures.is_empty(), "the worker's token was not confined:\n{}", failures.join("\n"));
+}
+
+/// A namespace the worker did not make (no label).
+const BYSTANDER: &str = "bystander";
+
+/// The namespace role the chart gives the worker (its Deployment's PADDOCK_KUBE_NAMESPACE_ROLE).
+fn namespace_role(docs: &[Value]) -> Option<String> {
+    let envs = container_envs(docs);
+    let (_, env) = envs.iter().find(|(name, _)| name == "full-paddock-worker").expect("the worker's Deployment");
+    env.get("PADDOCK_KUBE_NAMESPACE_ROLE").map(|v| v.as_str().expect("a string").to_owned())
+}
+
+/// Adds `what` to `failures` unless `result` is the API server's 403.
+fn refused<T: std::fmt::Debug>(failures: &mut Vec<String>, what: &str, result: Result<T, kube::Error>) {
+    match result {
+        Err(kube::Error::Api(status)) if status.code == 403 => {}
+        other => failures.push(format!("{what}: expected 403, got {other:?}")),
+    }
+}
+
+/// A RoleBinding in `namespace` of `role` to the ServiceAccount `account` of the release.
+fn binding(namespace: &str, name: &str, kind: &str, role: &str, account: &str) -> RoleBinding {
+    serde_json::from_value(json!({
+        "metadata": { "name": name, "namespace": namespace },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role },
+        "subjects": [{ "kind": "ServiceAccount", "name": account, "namespace": NAMESPACE }],
+    }))
+    .expect("a RoleBinding")
+}
+
+/// A namespace labelled as tenant cluster `id`'s.
+fn labelled_namespace(name: &str, id: &uuid::Uuid) -> Namespace {
+    let labels = json!({ "app.kubernetes.io/managed-by": "paddock", "paddock.dev/cluster-id": id.to_string() });
+    serde_json::from_value(json!({ "metadata": { "name": name, "labels": labels } })).expect("a Namespace")
+}
+
+/// Polls a dry run of `attempt` (nothing is stored) until the API server refuses it: admission
+/// policies take effect a moment after they are created. False if it never did.
+async fn enforced<T, F, Fut>(attempt: F) -> bool
+where
+    F: Fn(PostParams) -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let dry = PostParams { dry_run: true, ..PostParams::default() };
+        if let Err(kube::Error::Api(status)) = attempt(dry).await {
+            if status.code == 403 {
+                return true;
+            }
+        }
+        if std::time::Instant::now() > end {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// Outside the tenant namespaces, the worker's token reads no Secret, deletes no namespace,
+/// creates none but a tenant cluster's, binds itself nowhere and relabels nothing.
+async fn confined_outside_its_namespaces(worker: &Client, role: &str, failures: &mut Vec<String>) {
+    let namespaces: Api<Namespace> = Api::all(worker.clone());
+    let post = PostParams::default();
+    let into_kube_system = binding("kube-system", "paddock-worker", "ClusterRole", role, "full-paddock-worker");
+    let system_bindings: Api<RoleBinding> = Api::namespaced(worker.clone(), "kube-system");
+    let unlabelled = Namespace {
+        metadata: ObjectMeta { name: Some(format!("pc-{}", uuid::Uuid::new_v4().simple())), ..ObjectMeta::default() },
+        ..Namespace::default()
+    };
+    let (rb, ns_api) = (&system_bindings, &namespaces);
+    let (into, fresh) = (&into_kube_system, &unlabelled);
+    let policies = [
+        ("binding", enforced(|dry| async move { rb.create(&dry, into).await }).await),
+        ("namespace", enforced(|dry| async move { ns_api.create(&dry, fresh).await }).await),
+    ];
+    for (which, on) in policies {
+        if !on {
+            failures.push(format!("the {which} admission policy never refused the worker's dry run"));
+        }
+    }
+    refused(failures, "binding itself in kube-system", system_bindings.create(&post, &into_kube_system).await);
+    let bystander: Api<RoleBinding> = Api::namespaced(worker.clone(), BYSTANDER);
+    let into_bystander = binding(BYSTANDER, "paddock-worker", "ClusterRole", role, "full-paddock-worker");
+    refused(failures, "binding itself in a namespace it did not make", bystander.create(&post, &into_bystander).await);
+    // Read after the attempts to bind: a binding let through would show here too.
+    for ns in ["kube-system", BYSTANDER] {
+        let secrets: Api<Secret> = Api::namespaced(worker.clone(), ns);
+        refused(failures, &format!("reading a Secret in {ns}"), secrets.get("s").await);
+    }
+    refused(
+        failures,
+        "deleting a namespace it did not make",
+        namespaces.delete(BYSTANDER, &DeleteParams::default()).await,
+    );
+    let id = uuid::Uuid::new_v4();
+    let relabel = json!({ "metadata": { "labels": labelled_namespace("kube-system", &id).metadata.labels } });
+    let patched = namespaces.patch("kube-system", &PatchParams::default(), &Patch::Merge(&relabel)).await;
+    refused(failures, "relabelling kube-system as a tenant cluster's namespace", patched);
+    refused(failures, "creating a namespace without paddock's labels", namespaces.create(&post, &unlabelled).await);
+    let misnamed = labelled_namespace("kamaji-tenants", &id);
+    refused(
+        failures,
+        "creating a namespace labelled as paddock's but not named pc-<id>",
+        namespaces.create(&post, &misnamed).await,
+    );
+}
+
+/// In a tenant namespace it made, the worker binds nothing but its own account to its namespace
+/// role (`role`; `bound` is None when the chart gave it none).
+async fn confined_inside_its_namespaces(worker: &Client, role: &str, bound: Option<&str>, failures: &mut Vec<String>) {
+    let platform = KubePlatform::new(worker.clone(), isolation::IsolationSettings::default())
+        .with_namespace_role(bound.map(str::to_owned));
+    let cluster = support::cluster("chart", "confined");
+    let ns = platform.ensure_isolation(&cluster).await.expect("isolation as the worker").namespace;
+    let bindings: Api<RoleBinding> = Api::namespaced(worker.clone(), &ns);
+    let post = PostParams::default();
+    let admin = binding(&ns, "as-admin", "ClusterRole", "cluster-admin", "full-paddock-worker");
+    refused(failures, "binding itself to cluster-admin in its namespace", bindings.create(&post, &admin).await);
+    let other = binding(&ns, "other", "ClusterRole", role, "full-paddock-api");
+    refused(failures, "binding another account in its namespace", bindings.create(&post, &other).await);
+    assert_eq!(platform.remove_isolation(&cluster).await.expect("remove isolation"), Removal::Deleting);
 }
 
 /// A client holding a fresh token of the chart's ServiceAccount `account`, built from a kubeconfig
@@ -324,13 +465,21 @@ async fn client_as(server: &ApiServer, admin: &Client, account: &str) -> Client 
     client
 }
 
-/// What the worker does on the platform cluster, as the worker: isolation, the control plane
-/// (reading the admin kubeconfig Secret Kamaji writes, played here by the admin), then removal.
-async fn run_platform_drivers(admin: &Client, worker: &Client) {
-    let platform = KubePlatform::new(worker.clone(), isolation::IsolationSettings::default());
-    let backend = KamajiBackend::new(worker.clone());
+/// What the worker does on the platform cluster, as the worker (bound in its namespaces to
+/// `role`): isolation, the control plane (reading the admin kubeconfig Secret Kamaji writes,
+/// played here by the admin), a lost binding made again, then removal until the namespace is gone.
+async fn run_platform_drivers(admin: &Client, worker: &Client, role: Option<&str>) {
+    let role = role.map(str::to_owned);
+    let platform =
+        KubePlatform::new(worker.clone(), isolation::IsolationSettings::default()).with_namespace_role(role.clone());
+    let backend = KamajiBackend::new(worker.clone()).with_namespace_role(role.clone());
     let cluster = support::cluster("chart", "rbac");
-    let ns = platform.ensure_isolation(&cluster).await.expect("isolation as the worker").namespace;
+    let isolated = platform.ensure_isolation(&cluster).await.expect("isolation as the worker");
+    let ns = isolated.namespace;
+    let binding = format!("RoleBinding {ns}/{}", isolation::WORKER_BINDING_NAME);
+    assert_eq!(isolated.changed.contains(&binding), role.is_some(), "{:?}", isolated.changed);
+    let again = platform.ensure_isolation(&cluster).await.expect("isolation again as the worker");
+    assert!(again.changed.is_empty(), "a converged cluster changes nothing: {:?}", again.changed);
     let spec = ControlPlaneSpec {
         cluster: cluster.clone(),
         kubernetes_version: "v1.35.0".to_owned(),
@@ -355,9 +504,25 @@ async fn run_platform_drivers(admin: &Client, worker: &Client) {
     Api::<Secret>::namespaced(admin.clone(), &ns).create(&PostParams::default(), &secret).await.expect("secret");
     backend.ensure_control_plane(&spec).await.expect("the control plane with its Secret, as the worker");
 
+    if role.is_some() {
+        // A binding lost (a run stopped between the namespace and its binding): made again.
+        let bindings: Api<RoleBinding> = Api::namespaced(admin.clone(), &ns);
+        bindings.delete(isolation::WORKER_BINDING_NAME, &DeleteParams::default()).await.expect("delete the binding");
+        let restored = platform.ensure_isolation(&cluster).await.expect("isolation as the worker, unbound");
+        assert!(restored.changed.contains(&binding), "{:?}", restored.changed);
+    }
+
     // No Kamaji finalizer here: the object goes at once.
     assert_eq!(backend.delete_control_plane(&cluster).await.expect("delete the control plane"), Removal::Gone);
     assert_eq!(platform.remove_isolation(&cluster).await.expect("remove isolation"), Removal::Deleting);
+    // The namespace goes (and the binding with it); both drivers then find nothing left.
+    let deadline = std::time::Duration::from_secs(120);
+    support::eventually(deadline, "the tenant namespace gone", || async {
+        let removal = platform.remove_isolation(&cluster).await.expect("remove isolation until gone");
+        (removal == Removal::Gone).then_some(())
+    })
+    .await;
+    assert_eq!(backend.delete_control_plane(&cluster).await.expect("delete it again"), Removal::Gone);
 }
 
 /// `helm` against the API server, with its kubeconfig. No hooks: nothing runs the migration Job

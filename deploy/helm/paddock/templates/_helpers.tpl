@@ -79,6 +79,9 @@ app.kubernetes.io/component: {{ index . 1 }}
 - { name: PADDOCK_JWT_PUBLIC_KEYS, value: /etc/paddock/jwt }
 {{- end }}
 - { name: PADDOCK_KUBE_DRIVER, value: {{ $v.drivers.kube | quote }} }
+{{- if eq $v.drivers.kube "kubernetes" }}
+- { name: PADDOCK_KUBE_NAMESPACE_ROLE, value: {{ printf "%s-worker-namespace" (include "paddock.fullname" .) | quote }} }
+{{- end }}
 - { name: PADDOCK_BMC_DRIVER, value: {{ $v.drivers.bmc | quote }} }
 {{- with $v.agent.baseUrl }}
 - { name: PADDOCK_AGENT_BASE_URL, value: {{ . | quote }} }
