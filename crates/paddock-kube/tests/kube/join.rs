@@ -211,18 +211,15 @@ async fn bootstrap_certificate(bootstrap: &Client, token: &str, node: &str) -> (
     let groups = created.spec.groups.clone().unwrap_or_default();
     assert!(groups.iter().any(|g| g == "system:bootstrappers:kubeadm:default-node-token"), "{groups:?}");
     let name = created.metadata.name.expect("CSR name");
-    let signed = eventually(WAIT, "the CSR approved (csrapproving) and signed (csrsigning)", || async {
-        let csr = csrs.get(&name).await.expect("the bootstrap token reads its CSR");
-        csr.status.and_then(|s| Some((s.conditions?, s.certificate?)))
+    let status =
+        || async { csrs.get(&name).await.expect("the bootstrap token reads its CSR").status.unwrap_or_default() };
+    let approval = eventually(WAIT, "the CSR approved (csrapproving)", || async {
+        status().await.conditions.unwrap_or_default().into_iter().find(|c| c.type_ == "Approved")
     })
     .await;
-    let (conditions, certificate) = signed;
-    assert!(
-        conditions
-            .iter()
-            .any(|c| c.type_ == "Approved" && c.status == "True" && c.reason.as_deref() == Some("AutoApproved")),
-        "{conditions:?}"
-    );
+    assert_eq!((approval.status.as_str(), approval.reason.as_deref()), ("True", Some("AutoApproved")), "{approval:?}");
+    let certificate =
+        eventually(WAIT, "the approved CSR signed (csrsigning)", || async { status().await.certificate }).await;
     (String::from_utf8(certificate.0).expect("PEM certificate"), key_pem)
 }
 
