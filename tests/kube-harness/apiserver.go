@@ -172,7 +172,15 @@ func startAPIServer(parent context.Context, dataDir, etcdURL string, req startRe
 		"--tls-cert-file=" + files.ServingCert,
 		"--tls-private-key-file=" + files.ServingKey,
 		"--token-auth-file=" + files.TokenAuthFile,
-		"--authorization-mode=RBAC",
+		// What a kubelet's TLS bootstrap and registration need on the API
+		// server side, as in a kubeadm (Kamaji) control plane: bootstrap
+		// tokens authenticate, certificates of its CA (which the csrsigning
+		// controller signs with) too, and the Node authorizer with
+		// NodeRestriction confine a node to its own objects.
+		"--enable-bootstrap-token-auth",
+		"--client-ca-file=" + files.CAFile,
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
 		"--service-account-issuer=" + serviceAccountIssuer,
 		"--service-account-key-file=" + files.SAKeyFile,
 		"--service-account-signing-key-file=" + files.SAKeyFile,
@@ -227,7 +235,10 @@ func startAPIServer(parent context.Context, dataDir, etcdURL string, req startRe
 	if err := srv.waitReady(ctx, files.CAData, token); err != nil {
 		return nil, err
 	}
-	if err := startControllers(ctrlCtx, srv.loopback, controllers, files.SAKeyFile, files.CAData); err != nil {
+	if err := srv.setUpNodeBootstrap(ctx, files.CAData); err != nil {
+		return nil, fmt.Errorf("node bootstrap RBAC and cluster-info: %w", err)
+	}
+	if err := startControllers(ctrlCtx, srv.loopback, controllers, files); err != nil {
 		return nil, fmt.Errorf("starting controllers: %w", err)
 	}
 	if len(req.CRDs) > 0 {
@@ -289,6 +300,16 @@ func (s *apiServer) waitReady(ctx context.Context, caData []byte, token string) 
 		}
 		return err == nil, nil
 	})
+}
+
+// setUpNodeBootstrap writes kubeadm's bootstrap-token RBAC and cluster-info
+// (join.go) with the loopback identity.
+func (s *apiServer) setUpNodeBootstrap(ctx context.Context, caData []byte) error {
+	client, err := clientset.NewForConfig(s.loopback)
+	if err != nil {
+		return err
+	}
+	return setUpNodeBootstrap(ctx, client, s.info.URL, caData)
 }
 
 // shutdown stops the API server and its controllers and waits (up to

@@ -25,6 +25,7 @@ import (
 type serverFiles struct {
 	CAFile         string // CA that signed the serving certificate (kubeconfig trusts it)
 	CAData         []byte
+	CAKeyFile      string // the CA's key: the csrsigning controller signs with it
 	ServingCert    string // serving certificate for 127.0.0.1, ::1 and localhost
 	ServingKey     string
 	SAKeyFile      string // service-account signing key (ECDSA P-256, private: also verifies)
@@ -37,6 +38,7 @@ type serverFiles struct {
 func generateServerFiles(dir, name, token string) (*serverFiles, error) {
 	f := &serverFiles{
 		CAFile:         filepath.Join(dir, "ca.crt"),
+		CAKeyFile:      filepath.Join(dir, "ca.key"),
 		ServingCert:    filepath.Join(dir, "serving.crt"),
 		ServingKey:     filepath.Join(dir, "serving.key"),
 		SAKeyFile:      filepath.Join(dir, "sa.key"),
@@ -98,7 +100,7 @@ func generateServerFiles(dir, name, token string) (*serverFiles, error) {
 		data func() ([]byte, error)
 	}{
 		{f.CAFile, func() ([]byte, error) { return f.CAData, nil }},
-		{filepath.Join(dir, "ca.key"), func() ([]byte, error) { return keyutil.MarshalPrivateKeyToPEM(caKey) }},
+		{f.CAKeyFile, func() ([]byte, error) { return keyutil.MarshalPrivateKeyToPEM(caKey) }},
 		{f.ServingCert, func() ([]byte, error) { return pemCert(servingDER), nil }},
 		{f.ServingKey, func() ([]byte, error) { return keyutil.MarshalPrivateKeyToPEM(servingKey) }},
 		{f.SAKeyFile, func() ([]byte, error) { return keyutil.MarshalPrivateKeyToPEM(saKey) }},

@@ -62,6 +62,7 @@ var defaultControllers = []string{ctrlNamespace, ctrlServiceAccount, ctrlService
 var controllerGroups = map[string][]string{
 	groupDefaults:  defaultControllers,
 	groupWorkloads: workloadControllers,
+	groupNodeJoin:  joinControllers,
 }
 
 // expandControllers resolves a request's controller list (group names and
@@ -72,8 +73,10 @@ func expandControllers(requested *[]string) ([]string, error) {
 		return append([]string(nil), defaultControllers...), nil
 	}
 	known := map[string]bool{}
-	for _, n := range append(append([]string(nil), defaultControllers...), workloadControllers...) {
-		known[n] = true
+	for _, group := range controllerGroups {
+		for _, n := range group {
+			known[n] = true
+		}
 	}
 	seen := map[string]bool{}
 	out := []string{}
@@ -81,8 +84,8 @@ func expandControllers(requested *[]string) ([]string, error) {
 		members, isGroup := controllerGroups[n]
 		if !isGroup {
 			if !known[n] {
-				return nil, fmt.Errorf("unknown controller %q (groups: %s, %s; controllers: %v %v)",
-					n, groupDefaults, groupWorkloads, defaultControllers, workloadControllers)
+				return nil, fmt.Errorf("unknown controller %q (groups: %s, %s, %s; controllers: %v %v %v)",
+					n, groupDefaults, groupWorkloads, groupNodeJoin, defaultControllers, workloadControllers, joinControllers)
 			}
 			members = []string{n}
 		}
@@ -99,8 +102,9 @@ func expandControllers(requested *[]string) ([]string, error) {
 // startControllers starts the named controllers against the API server
 // reachable with restConfig (the API server's in-process loopback config,
 // which is a system:masters identity). They stop when ctx is cancelled.
-// caData is the cluster CA published in token secrets and kube-root-ca.crt.
-func startControllers(ctx context.Context, restConfig *restclient.Config, names []string, saKeyFile string, caData []byte) error {
+// files are the API server's credentials: its CA (published in token secrets
+// and kube-root-ca.crt, and signing CSRs) and service-account key.
+func startControllers(ctx context.Context, restConfig *restclient.Config, names []string, files *serverFiles) error {
 	if len(names) == 0 {
 		return nil
 	}
@@ -172,7 +176,7 @@ func startControllers(ctx context.Context, restConfig *restclient.Config, names 
 			if err != nil {
 				return err
 			}
-			key, err := keyutil.PrivateKeyFromFile(saKeyFile)
+			key, err := keyutil.PrivateKeyFromFile(files.SAKeyFile)
 			if err != nil {
 				return err
 			}
@@ -182,7 +186,7 @@ func startControllers(ctx context.Context, restConfig *restclient.Config, names 
 			}
 			tc, err := serviceaccountcontroller.NewTokensController(logger,
 				factory.Core().V1().ServiceAccounts(), factory.Core().V1().Secrets(), cs,
-				serviceaccountcontroller.TokensControllerOptions{TokenGenerator: gen, RootCA: caData})
+				serviceaccountcontroller.TokensControllerOptions{TokenGenerator: gen, RootCA: files.CAData})
 			if err != nil {
 				return fmt.Errorf("serviceaccount-token controller: %w", err)
 			}
@@ -216,7 +220,7 @@ func startControllers(ctx context.Context, restConfig *restclient.Config, names 
 				return err
 			}
 			p, err := rootcacertpublisher.NewPublisher(factory.Core().V1().ConfigMaps(),
-				factory.Core().V1().Namespaces(), cs, caData)
+				factory.Core().V1().Namespaces(), cs, files.CAData)
 			if err != nil {
 				return fmt.Errorf("root-ca-cert-publisher: %w", err)
 			}
@@ -251,6 +255,17 @@ func startControllers(ctx context.Context, restConfig *restclient.Config, names 
 
 		case ctrlScheduler:
 			wantScheduler = true
+
+		case ctrlCSRApproving, ctrlCSRSigning, ctrlBootstrapSigner, ctrlTokenCleaner, ctrlNodeLifecycle:
+			_, cs, err := newClient(name+"-controller", 1)
+			if err != nil {
+				return err
+			}
+			run, err := newJoinController(ctx, name, cs, factory, files.CAFile, files.CAKeyFile)
+			if err != nil {
+				return fmt.Errorf("%s controller: %w", name, err)
+			}
+			runs = append(runs, run)
 
 		default:
 			_, cs, err := newClient(name+"-controller", 1)

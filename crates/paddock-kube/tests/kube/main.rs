@@ -9,7 +9,9 @@
 //! Kamaji CRDs installed. `chart::*` render the Helm chart with `scripts/helm`. `nodes::*` use the shared API server as a tenant cluster.
 //! `operator::*` runs the real Slinky slurm-operator (`PADDOCK_TEST_SLURM_OPERATOR`) on its own API
 //! server with the workload controllers and the kube-scheduler. `workloads::*` get their own API server
-//! with the harness's workload controllers and real kube-scheduler (`support::WORKLOADS`).
+//! with the harness's workload controllers and real kube-scheduler (`support::WORKLOADS`). `join::*`
+//! get their own API server with the harness's `node-join` controllers and play a kubelet's TLS
+//! bootstrap with paddock's join token.
 
 mod support;
 
@@ -23,6 +25,7 @@ mod control_plane;
 mod credentials;
 mod faults;
 mod isolation;
+mod join;
 mod kamaji;
 mod nodes;
 mod operator;

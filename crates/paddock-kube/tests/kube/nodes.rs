@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 use crate::support::{self, ApiServer};
 
 /// The tenant cluster as the worker reaches it: the API server's admin kubeconfig.
-fn access(server: &ApiServer) -> TenantAccess {
+pub(crate) fn access(server: &ApiServer) -> TenantAccess {
     let kubeconfig = std::fs::read_to_string(&server.kubeconfig).expect("read the harness kubeconfig");
     TenantAccess {
         cluster: support::cluster("nodes", "tenant"),
@@ -40,7 +40,7 @@ fn taint(key: &str, value: &str, effect: TaintEffect) -> Taint {
 }
 
 /// A machine of pool `gpu` with a fresh id, UUID and node name.
-fn machine() -> NodeRef {
+pub(crate) fn machine() -> NodeRef {
     let machine_id = MachineId::new();
     NodeRef {
         machine_id,
