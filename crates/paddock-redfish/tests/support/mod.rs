@@ -12,6 +12,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use paddock_redfish::{Backoff, Password, PowerPolicy, RedfishConfig, SystemUuid, TaskPolicy, Url};
+use paddock_testkit::skip;
 use serde_json::Value;
 
 /// The emulators this run talks to.
@@ -61,26 +62,15 @@ fn load() -> Result<Emulators, String> {
     Ok(Emulators { url, user, password, tls })
 }
 
-fn on_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// Missing servers fail the test on CI and skip it (with a notice) elsewhere.
+/// A missing emulator skips the test ([`skip`]: a failure under `CI=true`).
 fn absent(what: &str) {
-    let msg = format!(
+    skip::skip(format_args!(
         "{what}: the Redfish emulator is not configured. Run the tests with `scripts/test -p paddock-redfish`, \
          which starts it with scripts/redfish-start and exports PADDOCK_TEST_REDFISH_*"
-    );
-    assert!(!on_ci(), "{msg} (CI=true: missing test servers are a failure)");
-    // Once per run, and straight to stderr: the harness captures `eprintln!` of passing tests.
-    static NOTICE: std::sync::Once = std::sync::Once::new();
-    NOTICE.call_once(|| {
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "SKIPPED (Redfish tests pass vacuously): {msg}");
-    });
+    ));
 }
 
-/// The emulators, or `None` (skip) outside CI when they are not configured.
+/// The emulators, or `None` (the test is skipped) when they are not configured.
 pub fn emulators() -> Option<&'static Emulators> {
     static EMULATORS: OnceLock<Result<Emulators, String>> = OnceLock::new();
     match EMULATORS.get_or_init(load) {
@@ -92,7 +82,7 @@ pub fn emulators() -> Option<&'static Emulators> {
     }
 }
 
-/// The TLS emulator, or `None` (skip) outside CI.
+/// The TLS emulator, or `None` (the test is skipped) when it is not configured.
 pub fn tls_emulator() -> Option<&'static TlsEmulator> {
     let emulators = emulators()?;
     if emulators.tls.is_none() {
