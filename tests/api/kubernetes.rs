@@ -29,6 +29,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -270,6 +271,8 @@ struct Play {
     /// The REAL operator and what it needs, instead of the played operator and workload
     /// controllers (see [`operator`]); None plays them.
     real: Option<operator::RealOperator>,
+    /// The players' rounds completed so far.
+    rounds: AtomicU64,
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -288,6 +291,7 @@ impl Play {
                     eprintln!("player {what}: {e}");
                 }
             }
+            self.rounds.fetch_add(1, Ordering::SeqCst);
             tokio::select! {
                 _ = stop.changed() => return,
                 () = tokio::time::sleep(Duration::from_millis(300)) => {}
@@ -785,6 +789,7 @@ impl Lab {
             started: Mutex::new(Vec::new()),
             tokens: Mutex::new(HashMap::new()),
             real,
+            rounds: AtomicU64::new(0),
         });
         let wait = if play.real.is_some() { WAIT_REAL } else { WAIT };
         tokio::spawn(play.clone().run(stop.subscribe()));
@@ -913,6 +918,30 @@ impl Lab {
 
     async fn scalar(&self, sql: &str) -> i64 {
         sqlx::query_scalar(sql).fetch_one(&self.app.db.pool).await.expect(sql)
+    }
+
+    /// The versions of the cluster's objects on the platform and in its tenant API server once the
+    /// players are at rest: a whole round of theirs, begun after a read, changed none of them.
+    async fn at_rest(&self, cluster: &str) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+        let versions = || async {
+            (
+                platform_versions(&self.platform_client, cluster).await,
+                tenant_versions(&self.tenant_client(cluster)).await,
+            )
+        };
+        let until = tokio::time::Instant::now() + self.wait;
+        let mut seen = versions().await;
+        loop {
+            // Two rounds ended: one of them began after the read above.
+            let round = self.play.rounds.load(Ordering::SeqCst) + 2;
+            eventually(self.wait, || async { (self.play.rounds.load(Ordering::SeqCst) >= round).then_some(()) }).await;
+            let now = versions().await;
+            if now == seen {
+                return now;
+            }
+            assert!(tokio::time::Instant::now() < until, "the players never came to rest: {now:?}");
+            seen = now;
+        }
     }
 
     /// Makes the worker reconcile the cluster once more and waits until that run finished.
@@ -1223,10 +1252,8 @@ async fn reconciling_a_converged_kubernetes_cluster_again_changes_nothing() {
         lab.create(&t, kubernetes("idem", json!([{ "name": "workers", "machine_class": "cpu", "count": 1 }]))).await;
     let c = id(&created["cluster"]);
     let ready = lab.ready(&t, &c).await;
-    // Let the players settle (their status writes happen once).
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let platform = platform_versions(&lab.platform_client, &c).await;
-    let tenant = tenant_versions(&lab.tenant_client(&c)).await;
+    // The players' status writes happen once: the versions once a whole round of theirs wrote none.
+    let (platform, tenant) = lab.at_rest(&c).await;
     assert!(platform.keys().any(|k| k.starts_with("TenantControlPlane")), "{platform:?}");
     assert!(platform.keys().any(|k| k.starts_with("NetworkPolicy")), "{platform:?}");
 

@@ -741,8 +741,8 @@ pub const NO_ROUTABLE_ADDRESS: &str =
 
 #[tokio::test]
 async fn the_service_proxy_probe_pings_and_drains_through_the_api_server() {
-    let Some(server) = server().await else { return };
     let Some(ip) = skip::require(routable_ip(), NO_ROUTABLE_ADDRESS) else { return };
+    let Some(server) = server().await else { return };
     let client = server.client().await;
     let tenant = access(&server);
     let ns = unique("slurm");

@@ -91,6 +91,39 @@ pub fn tls_emulator() -> Option<&'static TlsEmulator> {
     emulators.tls.as_ref()
 }
 
+/// Reads the power change sushy-tools' fake driver still has pending for a system: the driver
+/// keeps it in its state database until a read after its time applies it.
+const PENDING_POWER: &str = r#"
+import pickle, sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+for key, value in db.execute("select key, value from cache"):
+    if pickle.loads(key) == sys.argv[2]:
+        pending = pickle.loads(value).get("pending_power")
+        print(pending["power_state"] if pending else "")
+        break
+else:
+    sys.exit("no system " + sys.argv[2] + " in " + sys.argv[1])
+"#;
+
+/// The power change (`On`, `Off`, a restart) the TLS emulator has accepted for the system `uuid`
+/// but not applied yet, read from its state (`$PADDOCK_TEST_REDFISH_DIR/tls/state`): what a BMC
+/// would still do by itself. `Err` (the test is skipped) without the emulator's run directory.
+pub fn tls_pending_power(uuid: &str) -> Result<Option<String>, ()> {
+    let Some(dir) = skip::env("PADDOCK_TEST_REDFISH_DIR", "the emulators' run directory, for their state") else {
+        return Err(());
+    };
+    let db = std::path::Path::new(&dir).join("tls/state/fakedriver.sqlite");
+    let out = std::process::Command::new("python3")
+        .args(["-c", PENDING_POWER])
+        .arg(&db)
+        .arg(uuid)
+        .output()
+        .expect("running python3 (the emulator's own interpreter is one)");
+    assert!(out.status.success(), "reading {}: {}", db.display(), String::from_utf8_lossy(&out.stderr));
+    let pending = String::from_utf8(out.stdout).expect("utf-8").trim().to_owned();
+    Ok(Some(pending).filter(|p| !p.is_empty()))
+}
+
 /// The TLS emulator has a single system: tests that change it take this lock, so that they do
 /// not interleave.
 pub async fn tls_system_lock() -> tokio::sync::MutexGuard<'static, ()> {
