@@ -29,6 +29,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -57,7 +58,7 @@ use paddock_kube::{
 };
 use paddock_sim::{MachineFault, SimConfig, SimWorld};
 use paddock_store::Store;
-use paddock_testkit::{admin, eventually, token, TestApp, TEST_SECRET};
+use paddock_testkit::{admin, eventually, skip, token, TestApp, TEST_SECRET};
 use paddock_types::{ClusterId, MachineId, TenantId};
 use paddock_worker::reconcile::{Drivers, Settings};
 use paddock_worker::WorkerConfig;
@@ -95,57 +96,62 @@ impl ApiServer {
     }
 }
 
-fn on_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
 /// The harness we started ourselves (stdin kept open) when `scripts/test` did not start one.
 static OWN_HARNESS: Mutex<Option<(Child, ChildStdin)>> = Mutex::new(None);
 
-/// The harness's control endpoint, or None (the test is skipped; a failure on CI).
+/// The harness's control endpoint, or None (the test is skipped: [`skip`]).
 fn control() -> Option<String> {
-    static CONTROL: OnceLock<Option<String>> = OnceLock::new();
-    CONTROL
-        .get_or_init(|| {
-            if let Some(url) = std::env::var("PADDOCK_TEST_KUBE_CONTROL").ok().filter(|v| !v.is_empty()) {
-                return Some(url.trim_end_matches('/').to_owned());
-            }
-            assert!(!on_ci(), "CI=true: PADDOCK_TEST_KUBE_CONTROL is not set (run the tests with scripts/test)");
-            let bin = std::env::var("PADDOCK_KUBE_HARNESS_BIN").ok().filter(|v| !v.is_empty()).map_or_else(
-                || {
-                    PathBuf::from(std::env::var("HOME").unwrap_or_default())
-                        .join(".cache/paddock/kube-harness/kube-harness")
-                },
-                PathBuf::from,
-            );
-            if !bin.is_file() {
-                eprintln!("SKIPPED: no kube-harness (run the tests with scripts/test, or build tests/kube-harness)");
-                return None;
-            }
-            let log = std::env::temp_dir().join(format!("paddock-api-kube-harness-{}.log", std::process::id()));
-            let stderr = std::fs::File::create(&log).ok()?;
-            let mut child = Command::new(&bin)
-                .arg("--exit-on-stdin-eof")
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(stderr)
-                .spawn()
-                .ok()?;
-            let stdin = child.stdin.take()?;
-            let stdout = child.stdout.take()?;
-            let mut addr = None;
-            for line in BufReader::new(stdout).lines() {
-                let line = line.ok()?;
-                if let Some(a) = line.strip_prefix("CONTROL_ADDR=") {
-                    addr = Some(a.to_owned());
-                } else if line == "READY" {
-                    break;
-                }
-            }
-            *OWN_HARNESS.lock().ok()? = Some((child, stdin));
-            addr.map(|a| format!("http://{a}"))
-        })
-        .clone()
+    static CONTROL: OnceLock<Result<String, String>> = OnceLock::new();
+    match CONTROL.get_or_init(find_or_start_harness) {
+        Ok(url) => Some(url.clone()),
+        Err(why) => {
+            skip::skip(why);
+            None
+        }
+    }
+}
+
+/// `PADDOCK_TEST_KUBE_CONTROL`, or (outside CI) a harness started here, or why there is none.
+fn find_or_start_harness() -> Result<String, String> {
+    if let Some(url) = std::env::var("PADDOCK_TEST_KUBE_CONTROL").ok().filter(|v| !v.is_empty()) {
+        return Ok(url.trim_end_matches('/').to_owned());
+    }
+    let unset = "PADDOCK_TEST_KUBE_CONTROL is not set (run the tests with scripts/test)";
+    if skip::on_ci() {
+        return Err(unset.to_owned());
+    }
+    let bin = std::env::var("PADDOCK_KUBE_HARNESS_BIN").ok().filter(|v| !v.is_empty()).map_or_else(
+        || PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/paddock/kube-harness/kube-harness"),
+        PathBuf::from,
+    );
+    if !bin.is_file() {
+        return Err(format!("{unset}, and there is no kube-harness at {} (build tests/kube-harness)", bin.display()));
+    }
+    let failed = |e: &dyn std::fmt::Display| format!("{unset}, and starting {} failed: {e}", bin.display());
+    let log = std::env::temp_dir().join(format!("paddock-api-kube-harness-{}.log", std::process::id()));
+    let stderr = std::fs::File::create(&log).map_err(|e| failed(&e))?;
+    let mut child = Command::new(&bin)
+        .arg("--exit-on-stdin-eof")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .map_err(|e| failed(&e))?;
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err(failed(&"no pipes to it"));
+    };
+    let mut addr = None;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.map_err(|e| failed(&e))?;
+        if let Some(a) = line.strip_prefix("CONTROL_ADDR=") {
+            addr = Some(a.to_owned());
+        } else if line == "READY" {
+            break;
+        }
+    }
+    let addr = addr.ok_or_else(|| failed(&format!("it printed no CONTROL_ADDR (its log: {})", log.display())))?;
+    *OWN_HARNESS.lock().map_err(|e| failed(&e))? = Some((child, stdin));
+    Ok(format!("http://{addr}"))
 }
 
 fn harness_http() -> reqwest::Client {
@@ -181,15 +187,14 @@ fn shared_dir() -> PathBuf {
     }
 }
 
-/// Absolute paths of `files` in `shared/crds/<dir>`, or None (skipped; a failure on CI).
+/// Absolute paths of `files` in `shared/crds/<dir>`, or None (the test is skipped: [`skip`]).
 fn crds(dir: &str, files: &[&str]) -> Option<Vec<PathBuf>> {
     let dir = shared_dir().join("crds").join(dir);
     let paths: Vec<PathBuf> = files.iter().map(|f| dir.join(f)).collect();
     if paths.iter().all(|p| p.is_file()) {
         return Some(paths.into_iter().map(|p| p.canonicalize().expect("canonical path")).collect());
     }
-    assert!(!on_ci(), "CRDs missing in {} (CI=true)", dir.display());
-    eprintln!("SKIPPED: CRDs missing in {}", dir.display());
+    skip::skip(format_args!("CRDs missing in {}", dir.display()));
     None
 }
 
@@ -201,7 +206,7 @@ const SLINKY_KINDS: [&str; 6] = ["accountings", "controllers", "loginsets", "nod
 
 /// The directory `scripts/test` filled with the real upstream files of the newest embedded stack
 /// (`PADDOCK_TEST_UPSTREAM_STACKS`, laid out as a stacks directory), or None when a file is missing
-/// (test skipped, a failure on CI).
+/// (the test is skipped: [`skip`]).
 fn upstream_stacks() -> Option<PathBuf> {
     let definition = paddock_domain::stack::definition(latest_version()).expect("the embedded definition");
     let dir = std::env::var("PADDOCK_TEST_UPSTREAM_STACKS").ok().filter(|v| !v.is_empty()).map(PathBuf::from);
@@ -214,8 +219,7 @@ fn upstream_stacks() -> Option<PathBuf> {
             .map(|f| f.display().to_string()),
     };
     if let Some(missing) = missing {
-        assert!(!on_ci(), "the upstream stack manifests are missing: {missing} (CI=true)");
-        eprintln!("SKIPPED: the upstream stack manifests are missing: {missing} (scripts/test fetches them)");
+        skip::skip(format_args!("the upstream stack manifests are missing: {missing} (scripts/test fetches them)"));
         return None;
     }
     dir
@@ -267,6 +271,8 @@ struct Play {
     /// The REAL operator and what it needs, instead of the played operator and workload
     /// controllers (see [`operator`]); None plays them.
     real: Option<operator::RealOperator>,
+    /// The players' rounds completed so far.
+    rounds: AtomicU64,
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -285,6 +291,7 @@ impl Play {
                     eprintln!("player {what}: {e}");
                 }
             }
+            self.rounds.fetch_add(1, Ordering::SeqCst);
             tokio::select! {
                 _ = stop.changed() => return,
                 () = tokio::time::sleep(Duration::from_millis(300)) => {}
@@ -707,7 +714,7 @@ impl Lab {
     }
 
     /// The lab with the REAL Slinky operator in every tenant cluster (see [`operator`]) and
-    /// paddock's real slurmrestd probe; None: skipped (a failure on CI) without its inputs.
+    /// paddock's real slurmrestd probe; None: skipped ([`skip`]) without its inputs.
     async fn with_real_operator() -> Option<Lab> {
         let kamaji_crds = crds("kamaji", &KAMAJI_CRDS)?;
         let stacks = upstream_stacks()?;
@@ -782,6 +789,7 @@ impl Lab {
             started: Mutex::new(Vec::new()),
             tokens: Mutex::new(HashMap::new()),
             real,
+            rounds: AtomicU64::new(0),
         });
         let wait = if play.real.is_some() { WAIT_REAL } else { WAIT };
         tokio::spawn(play.clone().run(stop.subscribe()));
@@ -910,6 +918,30 @@ impl Lab {
 
     async fn scalar(&self, sql: &str) -> i64 {
         sqlx::query_scalar(sql).fetch_one(&self.app.db.pool).await.expect(sql)
+    }
+
+    /// The versions of the cluster's objects on the platform and in its tenant API server once the
+    /// players are at rest: a whole round of theirs, begun after a read, changed none of them.
+    async fn at_rest(&self, cluster: &str) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+        let versions = || async {
+            (
+                platform_versions(&self.platform_client, cluster).await,
+                tenant_versions(&self.tenant_client(cluster)).await,
+            )
+        };
+        let until = tokio::time::Instant::now() + self.wait;
+        let mut seen = versions().await;
+        loop {
+            // Two rounds ended: one of them began after the read above.
+            let round = self.play.rounds.load(Ordering::SeqCst) + 2;
+            eventually(self.wait, || async { (self.play.rounds.load(Ordering::SeqCst) >= round).then_some(()) }).await;
+            let now = versions().await;
+            if now == seen {
+                return now;
+            }
+            assert!(tokio::time::Instant::now() < until, "the players never came to rest: {now:?}");
+            seen = now;
+        }
     }
 
     /// Makes the worker reconcile the cluster once more and waits until that run finished.
@@ -1220,10 +1252,8 @@ async fn reconciling_a_converged_kubernetes_cluster_again_changes_nothing() {
         lab.create(&t, kubernetes("idem", json!([{ "name": "workers", "machine_class": "cpu", "count": 1 }]))).await;
     let c = id(&created["cluster"]);
     let ready = lab.ready(&t, &c).await;
-    // Let the players settle (their status writes happen once).
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let platform = platform_versions(&lab.platform_client, &c).await;
-    let tenant = tenant_versions(&lab.tenant_client(&c)).await;
+    // The players' status writes happen once: the versions once a whole round of theirs wrote none.
+    let (platform, tenant) = lab.at_rest(&c).await;
     assert!(platform.keys().any(|k| k.starts_with("TenantControlPlane")), "{platform:?}");
     assert!(platform.keys().any(|k| k.starts_with("NetworkPolicy")), "{platform:?}");
 

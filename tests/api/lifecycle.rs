@@ -461,7 +461,9 @@ async fn demand_beyond_the_machines_waits_first_come_first_served_and_never_over
         );
         assert!(!message.contains("earlier request") && !message.contains("available,"), "{message}");
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Once the passes that told them so are over (neither has a run in progress), still only A's 2.
+    let running = format!("select count(*) from jobs where target_id in ('{b}', '{c}') and state = 'running'");
+    eventually(WAIT, || async { (lab.scalar(&running).await == 0).then_some(()) }).await;
     assert_eq!(
         lab.scalar("select count(*) from machines where cluster_id is not null").await,
         2,
@@ -764,7 +766,22 @@ async fn bmc_and_control_plane_faults_end_in_their_documented_states() {
         .set_cluster_fault(ClusterId(cluster.parse().expect("cluster id")), ClusterFault::ControlPlaneNeverReady, true)
         .await
         .expect("fault");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Two passes of its reconcile find the control plane not ready (each ends waiting, converging).
+    let pass = format!(
+        "select coalesce(max(extract(epoch from run_at) * 1000000)::bigint, 0) from jobs where target_id = '{cluster}' \
+         and kind = 'cluster_reconcile' and state = 'queued' and last_error->>'code' = 'converging'"
+    );
+    let at_control_plane = || async {
+        let op = lab.operation(&created["operation"]).await;
+        let c = lab.cluster(&cluster).await;
+        op["current_step"] == "control_plane" && condition(&c, "ControlPlaneReady")["status"] == "False"
+    };
+    let first = eventually(WAIT, || async {
+        let at = lab.scalar(&pass).await;
+        (at > 0 && at_control_plane().await).then_some(at)
+    })
+    .await;
+    eventually(WAIT, || async { (lab.scalar(&pass).await > first).then_some(()) }).await;
     let c = lab.cluster(&cluster).await;
     assert_eq!(c["status"]["phase"], "provisioning", "{c}");
     assert_eq!(condition(&c, "ControlPlaneReady")["status"], "False");

@@ -6,6 +6,7 @@
 mod contract;
 mod db;
 mod http_client;
+pub mod skip;
 
 use std::sync::Arc;
 

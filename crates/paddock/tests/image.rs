@@ -128,13 +128,7 @@ async fn status(url: &str) -> Option<u16> {
 #[tokio::test]
 async fn the_binary_serves_as_the_images_user_with_composes_configuration() {
     // Switching users needs root (CI runs as root).
-    let root_user = std::fs::read_to_string("/proc/self/status")
-        .expect("/proc/self/status")
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
-    if !root_user {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI runs as root");
-        eprintln!("SKIPPED: running as the image's user needs root");
+    if !paddock_testkit::skip::root("running as the image's user") {
         return;
     }
     let db = paddock_testkit::TestDb::new().await;

@@ -33,14 +33,14 @@ use paddock_kube::stack::LABEL_STACK_COMPONENT;
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 
-use super::{err, on_ci, Lab, TenantServer};
+use super::{err, Lab, TenantServer};
 
 use crate::played::operator::{
     deployment_args, hosts_file, local_args, random_loopback, routable_ip, service_account_kubeconfig, Operator,
 };
 use crate::played::restd::StandInRestd;
 use crate::played::{kubelet, provisioner};
-use paddock_testkit::admin;
+use paddock_testkit::{admin, skip};
 
 /// The harness controller groups of a tenant API server with the real operator: the defaults plus
 /// the workload controllers and the real kube-scheduler.
@@ -86,21 +86,15 @@ pub(super) struct RealOperator {
 }
 
 impl RealOperator {
-    /// The stand-in serving; None (skipped, a failure on CI) without the operator binary or a
+    /// The stand-in serving; None (the test is skipped: [`skip`]) without the operator binary or a
     /// routable address.
     pub(super) async fn start() -> Option<Self> {
         let binary = std::env::var("PADDOCK_TEST_SLURM_OPERATOR").ok().filter(|v| !v.is_empty()).map(PathBuf::from);
-        let Some(binary) = binary.filter(|b| b.is_file()) else {
-            let what = "the slurm-operator binary (PADDOCK_TEST_SLURM_OPERATOR; scripts/test builds it)";
-            assert!(!on_ci(), "{what} is missing (CI=true)");
-            eprintln!("SKIPPED: {what} is missing");
-            return None;
-        };
-        let Some(probe_ip) = routable_ip() else {
-            assert!(!on_ci(), "no routable address for the slurmrestd stand-in (CI=true)");
-            eprintln!("SKIPPED: no routable address for the slurmrestd stand-in");
-            return None;
-        };
+        let what = "the slurm-operator binary (PADDOCK_TEST_SLURM_OPERATOR; scripts/test builds it) is missing";
+        let binary = skip::require(binary.filter(|b| b.is_file()), what)?;
+        let why =
+            "this host has no routable address for the slurmrestd stand-in (the API server proxies to no loopback)";
+        let probe_ip = skip::require(routable_ip(), why)?;
         let tag = &uuid::Uuid::new_v4().simple().to_string()[..8];
         let dir = std::env::temp_dir().join(format!("paddock-api-operator-{}-{tag}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("the operator's directory");

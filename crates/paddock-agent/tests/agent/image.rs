@@ -8,18 +8,12 @@ use std::process::Command;
 
 use crate::harness::sha256_hex;
 
-/// The image and its printed digest, or None (test skipped locally; a failure on CI).
+/// The image and its printed digest, or None (the test is skipped: `paddock_testkit::skip`).
 fn image() -> Option<(PathBuf, String)> {
-    let var = |name| std::env::var(name).ok().filter(|v| !v.is_empty());
-    match (var("PADDOCK_TEST_WIPE_IMAGE"), var("PADDOCK_TEST_WIPE_IMAGE_SHA256")) {
-        (Some(iso), Some(sha)) => Some((PathBuf::from(iso), sha)),
-        _ => {
-            let why = "PADDOCK_TEST_WIPE_IMAGE(_SHA256) is not set (scripts/test builds the image and sets it)";
-            assert!(std::env::var("CI").as_deref() != Ok("true"), "the wipe image is missing: {why} (CI=true)");
-            eprintln!("SKIPPED: {why}");
-            None
-        }
-    }
+    let why = "scripts/test builds the image and sets it";
+    let iso = paddock_testkit::skip::env("PADDOCK_TEST_WIPE_IMAGE", why)?;
+    let sha = paddock_testkit::skip::env("PADDOCK_TEST_WIPE_IMAGE_SHA256", why)?;
+    Some((PathBuf::from(iso), sha))
 }
 
 /// The `manifest.txt` beside the ISO: `<sha256>  <path>` lines.

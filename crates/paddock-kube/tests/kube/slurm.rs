@@ -34,13 +34,15 @@ use paddock_kube::slurm::{
     SECRET_DB, SECRET_JWT, SECRET_JWT_KEY, SECRET_SLURM_KEY, SECRET_SSSD,
 };
 use paddock_kube::SlinkyDriver;
+use paddock_testkit::skip;
 use paddock_types::cluster::{LoginSpec, Partition, SlurmSpec, Taint, TaintEffect};
 use paddock_types::NodePoolId;
 use serde_json::{json, Value};
 
+use crate::played::operator::routable_ip;
 use crate::support::{self, ApiServer};
 
-/// The Slinky CRDs of the shared directory, or None (test skipped; a failure on CI).
+/// The Slinky CRDs of the shared directory, or None (the test is skipped: [`skip`]).
 fn slinky_crds() -> Option<Vec<PathBuf>> {
     let shared = match std::env::var("PADDOCK_SHARED").ok().filter(|v| !v.is_empty()) {
         Some(s) => PathBuf::from(s),
@@ -54,8 +56,7 @@ fn slinky_crds() -> Option<Vec<PathBuf>> {
     if files.iter().all(|f| f.is_file()) {
         Some(files.into_iter().map(|f| f.canonicalize().expect("canonical CRD path")).collect())
     } else {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "the Slinky CRDs are missing in {}", dir.display());
-        eprintln!("SKIPPED: the Slinky CRDs are not in {}", dir.display());
+        skip::skip(format_args!("the Slinky CRDs are not in {}", dir.display()));
         None
     }
 }
@@ -734,21 +735,14 @@ async fn restd_router(restd: StandInRestd) -> axum::Router {
         .with_state(restd)
 }
 
-/// This host's address on its default route (the API server refuses to proxy to loopback).
-fn routable_ip() -> Option<std::net::IpAddr> {
-    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
-    socket.connect("192.0.2.1:9").or_else(|_| socket.connect("10.255.255.1:9")).ok()?;
-    let ip = socket.local_addr().ok()?.ip();
-    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
-}
+/// Why a test of paddock's probe through the API server's service proxy cannot run on this host.
+pub const NO_ROUTABLE_ADDRESS: &str =
+    "this host has no routable address for the slurmrestd stand-in (the API server proxies to no loopback address)";
 
 #[tokio::test]
 async fn the_service_proxy_probe_pings_and_drains_through_the_api_server() {
+    let Some(ip) = skip::require(routable_ip(), NO_ROUTABLE_ADDRESS) else { return };
     let Some(server) = server().await else { return };
-    let Some(ip) = routable_ip() else {
-        eprintln!("SKIPPED: no non-loopback address for the slurmrestd stand-in");
-        return;
-    };
     let client = server.client().await;
     let tenant = access(&server);
     let ns = unique("slurm");

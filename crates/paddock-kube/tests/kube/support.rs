@@ -4,7 +4,7 @@
 //! `PADDOCK_TEST_KUBE_CONTROL`); without it, the harness binary (`PADDOCK_KUBE_HARNESS_BIN`, or
 //! the default `~/.cache/paddock/kube-harness/kube-harness` that `tests/kube-harness/build.sh`
 //! writes) is started for this test process, and stops when the process exits (stdin EOF). Without
-//! either, a test is skipped with a notice, except on CI (`CI=true`) where that is a failure.
+//! either, a test is skipped ([`skip`]: a notice, or a failure under `CI=true`).
 //!
 //! Tests share one API server per test process ([`shared`], isolated by namespace: every test
 //! makes fresh cluster ids), except those that stop theirs or need CRDs ([`dedicated`]) or other
@@ -24,6 +24,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use paddock_domain::driver::ClusterRef;
 use paddock_kube::KubePlatform;
+use paddock_testkit::skip;
 use paddock_types::{ClusterId, TenantId};
 use serde::Deserialize;
 
@@ -54,30 +55,28 @@ impl ApiServer {
     }
 }
 
-fn on_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// The harness's control endpoint (`http://127.0.0.1:<port>`), or None (test skipped).
+/// The harness's control endpoint (`http://127.0.0.1:<port>`), or None (the test is skipped:
+/// [`skip`]).
 fn control() -> Option<String> {
-    static CONTROL: OnceLock<Option<String>> = OnceLock::new();
-    CONTROL
-        .get_or_init(|| {
-            if let Some(url) = std::env::var("PADDOCK_TEST_KUBE_CONTROL").ok().filter(|v| !v.is_empty()) {
-                return Some(url.trim_end_matches('/').to_owned());
-            }
-            let msg = "the kube-harness is not running: run the tests with `scripts/test -p paddock-kube`, which \
-                       starts it (scripts/kube-start) and exports PADDOCK_TEST_KUBE_CONTROL";
-            assert!(!on_ci(), "{msg} (CI=true: missing test servers are a failure)");
-            match spawn_harness() {
-                Ok(url) => Some(url),
-                Err(e) => {
-                    eprintln!("SKIPPED: {msg}; starting it here failed too: {e}");
-                    None
-                }
-            }
-        })
-        .clone()
+    static CONTROL: OnceLock<Result<String, String>> = OnceLock::new();
+    let found = CONTROL.get_or_init(|| {
+        if let Some(url) = std::env::var("PADDOCK_TEST_KUBE_CONTROL").ok().filter(|v| !v.is_empty()) {
+            return Ok(url.trim_end_matches('/').to_owned());
+        }
+        let msg = "the kube-harness is not running: run the tests with `scripts/test -p paddock-kube`, which \
+                   starts it (scripts/kube-start) and exports PADDOCK_TEST_KUBE_CONTROL";
+        if skip::on_ci() {
+            return Err(msg.to_owned());
+        }
+        spawn_harness().map_err(|e| format!("{msg}; starting it here failed too: {e}"))
+    });
+    match found {
+        Ok(url) => Some(url.clone()),
+        Err(why) => {
+            skip::skip(why);
+            None
+        }
+    }
 }
 
 /// Keeps the harness we started alive (its stdin open) for the rest of the process.
@@ -265,7 +264,7 @@ where
 }
 
 /// The Kamaji CRDs of the shared directory (`PADDOCK_SHARED`, default `../shared` beside the
-/// repository), or None when they are not there (not on CI: `.ci/run` fails without them).
+/// repository), or None when they are not there (the test is skipped: [`skip`]).
 pub fn kamaji_crds() -> Option<Vec<PathBuf>> {
     let shared = match std::env::var("PADDOCK_SHARED").ok().filter(|v| !v.is_empty()) {
         Some(s) => PathBuf::from(s),
@@ -280,8 +279,7 @@ pub fn kamaji_crds() -> Option<Vec<PathBuf>> {
         // The harness wants absolute paths.
         Some(files.into_iter().map(|f| f.canonicalize().expect("canonical CRD path")).collect())
     } else {
-        assert!(!on_ci(), "the Kamaji CRDs are missing in {} (CI=true)", dir.display());
-        eprintln!("SKIPPED: the Kamaji CRDs are not in {}", dir.display());
+        skip::skip(format_args!("the Kamaji CRDs are not in {}", dir.display()));
         None
     }
 }

@@ -177,9 +177,7 @@ fn an_explicit_bin_dir_without_server_programs_is_rejected() {
 
 #[test]
 fn as_root_an_unreachable_data_dir_falls_back_to_var_tmp() {
-    let uid = Command::new("id").arg("-u").output().expect("id -u");
-    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-        eprintln!("skipped: only meaningful when run as root");
+    if !paddock_testkit::skip::root("the fallback when PostgreSQL, started by root, cannot reach its data directory") {
         return;
     }
     let tmp = TempDir::new("fallback");

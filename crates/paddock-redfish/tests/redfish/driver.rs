@@ -18,7 +18,7 @@ use crate::require;
 use crate::support::images::ImageServer;
 use crate::support::logs;
 use crate::support::proxy::{Fault, FaultProxy, Rule};
-use crate::support::{emulators, eventually, fast, tls_emulator, tls_system_lock, Emulators, Node, Raw};
+use crate::support::{emulators, fast, tls_emulator, tls_pending_power, tls_system_lock, Emulators, Node, Raw};
 
 fn driver() -> RedfishBmc {
     RedfishBmc::new(BmcLimiter::new(4)).with_tuning(|c: &mut RedfishConfig| *c = fast(c.clone()))
@@ -354,12 +354,10 @@ async fn media_boot_over_tls_polls_the_delayed_power_changes() {
     bmc.finish_boot(&access, AfterBoot::PowerOff).await.expect("power off");
     bmc.power_off(&access).await.expect("already off");
     assert_eq!(bmc.inspect(&access).await.expect("inspect").power_on, Some(false));
-    // Off for good: no restart is still pending.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    eventually(Duration::from_secs(1), || async {
-        bmc.inspect(&access).await.expect("inspect").power_on == Some(false)
-    })
-    .await;
+    // Off for good: the emulator holds no power change that it would still apply by itself.
+    let uuid = access.system_uuid.clone().expect("inspected");
+    let Ok(pending) = tls_pending_power(&uuid) else { return };
+    assert_eq!(pending, None, "a power change is still pending");
 }
 
 /// A wipe's boot and its end without waiting for the power, on the emulator that applies
@@ -410,9 +408,10 @@ async fn a_wipe_boot_and_its_end_return_while_the_power_changes() {
     assert!(pending >= 2, "{pending}");
     assert_eq!(bmc.power_progress(&access).await.expect("settled"), PowerProgress::Done);
     // Off for good, media out, boot back to the disk: no power-on was still pending.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
     let inv = bmc.inspect(&access).await.expect("inspect");
     assert_eq!(inv.power_on, Some(false));
+    let Ok(pending) = tls_pending_power(&inv.system_uuid) else { return };
+    assert_eq!(pending, None, "a power change is still pending");
     let mut config = fast(RedfishConfig::new(tls.url.clone(), "", Password::new("")));
     config.ca_cert_pem = Some(tls.ca_pem.clone());
     let reader = RedfishClient::new(config).expect("client");

@@ -12,6 +12,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use paddock_redfish::{Backoff, Password, PowerPolicy, RedfishConfig, SystemUuid, TaskPolicy, Url};
+use paddock_testkit::skip;
 use serde_json::Value;
 
 /// The emulators this run talks to.
@@ -61,26 +62,15 @@ fn load() -> Result<Emulators, String> {
     Ok(Emulators { url, user, password, tls })
 }
 
-fn on_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// Missing servers fail the test on CI and skip it (with a notice) elsewhere.
+/// A missing emulator skips the test ([`skip`]: a failure under `CI=true`).
 fn absent(what: &str) {
-    let msg = format!(
+    skip::skip(format_args!(
         "{what}: the Redfish emulator is not configured. Run the tests with `scripts/test -p paddock-redfish`, \
          which starts it with scripts/redfish-start and exports PADDOCK_TEST_REDFISH_*"
-    );
-    assert!(!on_ci(), "{msg} (CI=true: missing test servers are a failure)");
-    // Once per run, and straight to stderr: the harness captures `eprintln!` of passing tests.
-    static NOTICE: std::sync::Once = std::sync::Once::new();
-    NOTICE.call_once(|| {
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "SKIPPED (Redfish tests pass vacuously): {msg}");
-    });
+    ));
 }
 
-/// The emulators, or `None` (skip) outside CI when they are not configured.
+/// The emulators, or `None` (the test is skipped) when they are not configured.
 pub fn emulators() -> Option<&'static Emulators> {
     static EMULATORS: OnceLock<Result<Emulators, String>> = OnceLock::new();
     match EMULATORS.get_or_init(load) {
@@ -92,13 +82,46 @@ pub fn emulators() -> Option<&'static Emulators> {
     }
 }
 
-/// The TLS emulator, or `None` (skip) outside CI.
+/// The TLS emulator, or `None` (the test is skipped) when it is not configured.
 pub fn tls_emulator() -> Option<&'static TlsEmulator> {
     let emulators = emulators()?;
     if emulators.tls.is_none() {
         absent("PADDOCK_TEST_REDFISH_TLS_URL / PADDOCK_TEST_REDFISH_TLS_CA_CERT are not set");
     }
     emulators.tls.as_ref()
+}
+
+/// Reads the power change sushy-tools' fake driver still has pending for a system: the driver
+/// keeps it in its state database until a read after its time applies it.
+const PENDING_POWER: &str = r#"
+import pickle, sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+for key, value in db.execute("select key, value from cache"):
+    if pickle.loads(key) == sys.argv[2]:
+        pending = pickle.loads(value).get("pending_power")
+        print(pending["power_state"] if pending else "")
+        break
+else:
+    sys.exit("no system " + sys.argv[2] + " in " + sys.argv[1])
+"#;
+
+/// The power change (`On`, `Off`, a restart) the TLS emulator has accepted for the system `uuid`
+/// but not applied yet, read from its state (`$PADDOCK_TEST_REDFISH_DIR/tls/state`): what a BMC
+/// would still do by itself. `Err` (the test is skipped) without the emulator's run directory.
+pub fn tls_pending_power(uuid: &str) -> Result<Option<String>, ()> {
+    let Some(dir) = skip::env("PADDOCK_TEST_REDFISH_DIR", "the emulators' run directory, for their state") else {
+        return Err(());
+    };
+    let db = std::path::Path::new(&dir).join("tls/state/fakedriver.sqlite");
+    let out = std::process::Command::new("python3")
+        .args(["-c", PENDING_POWER])
+        .arg(&db)
+        .arg(uuid)
+        .output()
+        .expect("running python3 (the emulator's own interpreter is one)");
+    assert!(out.status.success(), "reading {}: {}", db.display(), String::from_utf8_lossy(&out.stderr));
+    let pending = String::from_utf8(out.stdout).expect("utf-8").trim().to_owned();
+    Ok(Some(pending).filter(|p| !p.is_empty()))
 }
 
 /// The TLS emulator has a single system: tests that change it take this lock, so that they do

@@ -88,10 +88,7 @@ fn several_directories_read_back_through_both_readers() {
 #[test]
 fn blkid_reports_the_agent_seed_as_an_iso9660_volume_labelled_cidata() {
     let image = agent_seed_iso(META_DATA, USER_DATA, AGENT_JSON).expect("agent seed");
-    let Some(export) = reader::blkid("blkid-agent", &image) else {
-        eprintln!("NOTICE: blkid not installed, skipping");
-        return;
-    };
+    let Some(export) = reader::blkid("blkid-agent", &image) else { return };
     assert!(export.lines().any(|l| l == "LABEL=cidata"), "blkid said: {export}");
     assert!(export.lines().any(|l| l == "TYPE=iso9660"), "blkid said: {export}");
 }
@@ -174,10 +171,7 @@ fn primary_volume_descriptor_fields_are_both_endian_and_consistent() {
 #[test]
 fn blkid_reports_an_iso9660_volume_labelled_cidata() {
     let image = seed_iso(META_DATA, USER_DATA, None).expect("seed image");
-    let Some(export) = reader::blkid("blkid", &image) else {
-        eprintln!("NOTICE: blkid not installed, skipping");
-        return;
-    };
+    let Some(export) = reader::blkid("blkid", &image) else { return };
     assert!(export.lines().any(|l| l == "LABEL=cidata"), "blkid said: {export}");
     assert!(export.lines().any(|l| l == "TYPE=iso9660"), "blkid said: {export}");
 }
@@ -215,10 +209,7 @@ fn oversize_input_is_rejected() {
 #[test]
 fn xorriso_extracts_the_joliet_tree_by_real_names() {
     let image = seed_iso(META_DATA, b"", Some(NETWORK_CONFIG)).expect("seed image");
-    let Some((volume_id, files)) = reader::xorriso_extract("xorriso", &image) else {
-        eprintln!("NOTICE: xorriso not installed, skipping the second reader");
-        return;
-    };
+    let Some((volume_id, files)) = reader::xorriso_extract("xorriso", &image) else { return };
     assert_eq!(volume_id, "cidata");
     let expected = [("meta-data", META_DATA), ("user-data", &b""[..]), ("network-config", NETWORK_CONFIG)];
     assert_eq!(files, owned(&expected));

@@ -1,12 +1,14 @@
-//! The independent reader: pycdlib (PyPI) in a private venv, plus `blkid` when installed.
+//! The independent readers: pycdlib (PyPI) in a private venv, `xorriso` (libisofs) and `blkid`.
 //!
-//! The venv lives in `$HOME/.cache/paddock/pycdlib-venv` and is created once, then reused. Under
-//! `CI=true` a missing reader fails the test; locally the test prints a notice and skips.
+//! The venv lives in `$HOME/.cache/paddock/pycdlib-venv` and is created once, then reused. A
+//! missing reader skips the check that needs it ([`skip`]: a notice, or a failure under
+//! `CI=true`, whose runner installs all three).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+use paddock_testkit::skip;
 use serde_json::Value;
 
 /// The pycdlib release the venv installs.
@@ -79,18 +81,31 @@ impl Seen {
     }
 }
 
-/// The venv's python with pycdlib, or `None` (after a notice) when it cannot be had locally.
+/// The venv's python with pycdlib, or `None` (the check is skipped: [`skip`]) when it cannot be
+/// had.
 pub fn pycdlib_python() -> Option<&'static Path> {
     static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     match PYTHON.get_or_init(ensure_venv) {
         Ok(python) => Some(python),
-        Err(why) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("CI=true and pycdlib {PYCDLIB_VERSION} is unavailable, so the seed image cannot be checked: {why}")
-        }
         Err(why) => {
-            eprintln!("NOTICE: skipping the pycdlib check (set CI=true to make this fatal): {why}");
+            skip::skip(format_args!(
+                "pycdlib {PYCDLIB_VERSION} is unavailable, so the seed image is not read by it: {why}"
+            ));
             None
         }
+    }
+}
+
+/// The output of `command`, or `None` (the check is skipped: [`skip`]) when its program is not
+/// installed; any other failure to run it fails the test.
+fn run_reader(command: &mut Command) -> Option<std::process::Output> {
+    match command.output() {
+        Ok(output) => Some(output),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            skip::skip(format_args!("{:?} is not installed, so the image is not read by it", command.get_program()));
+            None
+        }
+        Err(e) => panic!("running {:?}: {e}", command.get_program()),
     }
 }
 
@@ -163,19 +178,18 @@ pub fn read_with_pycdlib(test: &str, image: &[u8]) -> Option<Seen> {
 }
 
 /// The PVD volume id and the Joliet tree's files (by path) as `xorriso` (libisofs) reads them, with
-/// Rock Ridge ignored (`-read_fs norock`); `None` when xorriso is not installed. An optional second
-/// reader: unlike pycdlib it is not required under `CI=true`.
+/// Rock Ridge ignored (`-read_fs norock`); `None` (skipped) when xorriso is not installed.
 pub fn xorriso_extract(test: &str, image: &[u8]) -> Option<(String, Files)> {
     let file = ImageFile::new(test, image);
     let out = std::env::temp_dir().join(format!("paddock-seed-{}-{test}.d", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    let output = Command::new("xorriso")
-        .args(["-abort_on", "FAILURE", "-read_fs", "norock", "-osirrox", "on", "-indev"])
-        .arg(&file.0)
-        .args(["-pvd_info", "-extract", "/"])
-        .arg(&out)
-        .output()
-        .ok()?;
+    let output = run_reader(
+        Command::new("xorriso")
+            .args(["-abort_on", "FAILURE", "-read_fs", "norock", "-osirrox", "on", "-indev"])
+            .arg(&file.0)
+            .args(["-pvd_info", "-extract", "/"])
+            .arg(&out),
+    )?;
     let report = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(output.status.success(), "xorriso failed: {}", String::from_utf8_lossy(&output.stderr));
     let volume_id = report
@@ -203,10 +217,10 @@ pub fn xorriso_extract(test: &str, image: &[u8]) -> Option<(String, Files)> {
     Some((volume_id, files))
 }
 
-/// `blkid -p -o export` of `image` as KEY=VALUE lines; `None` when blkid is not installed.
+/// `blkid -p -o export` of `image` as KEY=VALUE lines; `None` (skipped) when blkid is not installed.
 pub fn blkid(test: &str, image: &[u8]) -> Option<String> {
     let file = ImageFile::new(test, image);
-    let output = Command::new("blkid").args(["-p", "-o", "export"]).arg(&file.0).output().ok()?;
+    let output = run_reader(Command::new("blkid").args(["-p", "-o", "export"]).arg(&file.0))?;
     assert!(output.status.success(), "blkid failed: {}", String::from_utf8_lossy(&output.stderr));
     Some(String::from_utf8_lossy(&output.stdout).into_owned())
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use paddock_store::allocation::{self, Allocation, Need};
 use paddock_store::Store;
+use paddock_testkit::eventually;
 use paddock_types::{ClusterId, MachineId, TenantId};
 
 use crate::support::{class, cluster, count, db, machine, state, tenant};
@@ -172,9 +173,23 @@ async fn a_waiting_head_holds_back_its_class_only_until_its_timeout_and_then_kee
     assert_eq!(cluster_id, a);
     let left = until - chrono::Utc::now();
     assert!(left > chrono::Duration::zero() && left.to_std().expect("positive") <= head_timeout, "{left}");
-    // Past A's timeout, B is served from the machine that was already free.
-    tokio::time::sleep(head_timeout + Duration::from_millis(300)).await;
-    assert_eq!(within(small, b, &need_b).await, Allocation::Allocated(vec![first]));
+    // Past A's timeout, and not before it, B is served from the machine that was already free:
+    // until then every try is told the same wait.
+    let served = eventually(head_timeout * 20, || async {
+        // The database's clock is this host's: a try that starts past `until` is served.
+        let past = chrono::Utc::now() > until;
+        match within(small, b, &need_b).await {
+            Allocation::Allocated(machines) => Some(machines),
+            other => {
+                assert!(!past, "still held back after A's timeout ended ({until}): {other:?}");
+                assert_eq!(other, Allocation::Behind { cluster_id: a, until }, "behind A until its timeout ends");
+                None
+            }
+        }
+    })
+    .await;
+    assert!(chrono::Utc::now() >= until, "B was served before A's timeout ended ({until})");
+    assert_eq!(served, vec![first]);
     // A machine freed from then on is kept for A: C, behind A, does not get it.
     let freed = machine(&store, cpu).await;
     assert!(matches!(within(small, c, &need_c).await, Allocation::Short { available: 0, .. }));
@@ -198,6 +213,7 @@ async fn a_machine_holds_one_live_allocation_even_when_two_clusters_race_for_it(
     let (b, need_b) = cluster(&store, t2, cpu, 0, 1).await;
 
     let mut first = store.begin().await.expect("begin");
+    let holder: i32 = sqlx::query_scalar("select pg_backend_pid()").fetch_one(&mut *first).await.expect("pid");
     assert_eq!(
         allocation::allocate(&mut first, &paddock_testkit::ledger_key(), t1, a, &[need_a], HEAD).await.expect("a"),
         Allocation::Allocated(vec![only])
@@ -207,7 +223,13 @@ async fn a_machine_holds_one_live_allocation_even_when_two_clusters_race_for_it(
         let store = store.clone();
         tokio::spawn(async move { allocate(&store, t2, b, &[need_b]).await })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // (it waits on a lock the first one holds; no allocator without a wait would get there).
+    let blocked = "select exists (select 1 from pg_stat_activity where $1 = any(pg_blocking_pids(pid)))";
+    eventually(Duration::from_secs(30), || async {
+        let waits: bool = sqlx::query_scalar(blocked).bind(holder).fetch_one(store.pool()).await.expect("locks");
+        waits.then_some(())
+    })
+    .await;
     assert!(!racing.is_finished(), "one allocator per class at a time");
     first.commit().await.expect("commit");
     // ...and then finds the machine taken.

@@ -1,10 +1,11 @@
 //! The Redfish emulator `scripts/test` starts (sushy-tools, `PADDOCK_TEST_REDFISH_*`), as the
-//! worker's tests reach it. Without it these tests skip with a notice, except under `CI=true`,
-//! where a missing emulator fails them.
+//! worker's tests reach it. Without it these tests skip ([`skip`]: a notice, or a failure under
+//! `CI=true`).
 
 use std::collections::HashMap;
 
 use paddock_redfish::{Password, PowerState, RedfishClient, RedfishConfig, RedfishError, Url};
+use paddock_testkit::skip;
 
 /// Skips the rest of a test (returns) when `$e` is `None`.
 macro_rules! require {
@@ -28,7 +29,7 @@ fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-/// The emulator, or `None` (skip, with a notice naming `tests`) outside CI when it is not
+/// The emulator, or `None` (the test is skipped, [`skip`] naming `tests`) when it is not
 /// configured.
 pub fn emulator(tests: &str) -> Option<Emulator> {
     match var("PADDOCK_TEST_REDFISH_URL") {
@@ -38,14 +39,10 @@ pub fn emulator(tests: &str) -> Option<Emulator> {
             password: var("PADDOCK_TEST_REDFISH_PASSWORD").unwrap_or_default(),
         }),
         None => {
-            let msg = "PADDOCK_TEST_REDFISH_URL is not set: run `scripts/test -p paddock-worker`, which starts \
-                       the Redfish emulator";
-            assert!(
-                std::env::var("CI").map_or(true, |v| v != "true"),
-                "{msg} (CI=true: missing test servers are a failure)"
-            );
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "SKIPPED ({tests} pass vacuously): {msg}");
+            skip::skip(format_args!(
+                "{tests}: PADDOCK_TEST_REDFISH_URL is not set: run `scripts/test -p paddock-worker`, which starts \
+                 the Redfish emulator"
+            ));
             None
         }
     }

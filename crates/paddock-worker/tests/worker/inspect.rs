@@ -1,7 +1,7 @@
 //! Enrollment and inspection of machines (docs/architecture.md) through the `MachineReconciler` with the
 //! Redfish driver, against the REAL Redfish emulator that `scripts/test` starts (sushy-tools,
-//! `PADDOCK_TEST_REDFISH_*`). Without the emulator these tests skip with a notice, except under
-//! `CI=true`, where a missing emulator fails them. One test uses a fake driver: the emulator
+//! `PADDOCK_TEST_REDFISH_*`). Without the emulator (or, for the wrong password, without its
+//! authentication) these tests skip ([`skip`]: a notice, or a failure under `CI=true`). One test uses a fake driver: the emulator
 //! reports no CPU or memory, so it cannot contradict a class.
 
 use std::sync::Arc;
@@ -16,6 +16,7 @@ use paddock_domain::model::{Bmc, Machine};
 use paddock_domain::secret::{Binding, Cipher};
 use paddock_redfish::{BmcLimiter, RedfishBmc};
 use paddock_store::{machine, machine_class, Store};
+use paddock_testkit::skip;
 use paddock_types::machine::MachineState;
 use paddock_types::machine_class::MachineClassCreate;
 use paddock_types::{Labels, MachineClassId, MachineId};
@@ -211,7 +212,7 @@ async fn a_crash_after_inspecting_resumes() {
 async fn wrong_password_keeps_the_machine_enrolling_without_a_retry_storm() {
     let emu = require!(emulator("inspection tests"));
     if emu.user.is_empty() {
-        eprintln!("SKIPPED: the emulator runs without authentication");
+        skip::skip("the emulator runs without authentication (PADDOCK_TEST_REDFISH_USER is empty)");
         return;
     }
     let (_db, store) = db().await;

@@ -37,7 +37,7 @@ use paddock_service::agent::AgentSettings;
 use paddock_store::allocation::{self, Allocation, Need};
 use paddock_store::lifecycle;
 use paddock_store::{cluster, machine, run, Store};
-use paddock_testkit::{admin, TestApp};
+use paddock_testkit::{admin, eventually, TestApp};
 use paddock_types::machine::MachineState;
 use paddock_types::{ClusterId, MachineClassId, MachineId, NodePoolId, TenantId};
 use paddock_worker::reconcile::{Drivers, MachineReconciler, Settings};
@@ -897,7 +897,7 @@ async fn a_failed_drive_quarantines_the_machine_and_an_expired_token_is_refused(
     b.app.get("/v1/agent/config").token(&token2).send().await.expect(200);
 
     // The agent never reports in time: its token expires (410 everywhere) and the wipe times out.
-    tokio::time::sleep(b.run_left(id, ttl).await + Duration::from_millis(500)).await;
+    eventually(ttl * 4, || async { b.run_left(id, ttl).await.is_zero().then_some(()) }).await;
     b.app.get("/v1/agent/config").token(&token2).send().await.problem(410, "agent_token_expired");
     b.app.get(&seed2).send().await.problem(410, "agent_token_expired");
     assert_eq!(b.report(&token2, "success", wiped(&drives)).await, 410);
