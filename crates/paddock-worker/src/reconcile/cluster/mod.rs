@@ -203,7 +203,7 @@ impl ClusterReconciler {
     /// What a run starts from, read in one transaction: one consistent view, one commit.
     async fn load(&self, tenant: TenantId, id: ClusterId) -> Result<Option<Loaded>, StoreError> {
         let mut tx = self.services.store().begin().await?;
-        let Some(cluster) = store::get(&mut tx, tenant, id, false).await? else {
+        let Some(cluster) = store::get(&mut tx, tenant, id).await? else {
             return Ok(None);
         };
         let Some(reference) = cluster_ref(&mut tx, tenant, id, &cluster.spec.name).await? else {
@@ -263,7 +263,7 @@ impl ClusterReconciler {
             // A lost race on the status guard means another writer moved on: read again, once
             // per attempt (the next run re-reads anyway).
             for _ in 0..3 {
-                let Some(current) = store::get(&mut conn, tenant, id, false).await? else {
+                let Some(current) = store::get(&mut conn, tenant, id).await? else {
                     return Ok(false);
                 };
                 let mut conditions = current.status.conditions.clone();

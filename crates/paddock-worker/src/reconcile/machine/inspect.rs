@@ -34,7 +34,7 @@ impl MachineReconciler {
     /// (a guarded write that matched nothing) stops the walk.
     async fn record_inspection(&self, conn: &mut Conn, m: &Machine, inventory: &Inventory) -> Result<(), StoreError> {
         let key = self.services.ledger_key();
-        let Some(class) = machine_class::get_by_name(conn, &m.machine_class, false).await? else {
+        let Some(class) = machine_class::get_by_name(conn, &m.machine_class).await? else {
             // The class is restricted from deletion while in use: a race at most.
             return Ok(());
         };

@@ -123,7 +123,7 @@ impl MachineReconciler {
         let message = "no BMC driver is configured (PADDOCK_BMC_DRIVER=none); the machine waits";
         let result = async {
             let mut conn = self.services.store().conn().await?;
-            if machine::get(&mut conn, id, false).await?.is_none() {
+            if machine::get(&mut conn, id).await?.is_none() {
                 return Ok(false);
             }
             let error =
@@ -258,10 +258,10 @@ impl MachineReconciler {
         };
         // One transaction: one consistent view, one commit.
         let mut tx = self.services.store().begin().await?;
-        let Some(c) = cluster::get(&mut tx, tenant, cluster_id, false).await? else {
+        let Some(c) = cluster::get(&mut tx, tenant, cluster_id).await? else {
             return Ok(None);
         };
-        let Some(pool) = node_pool::get(&mut tx, tenant, cluster_id, pool_id, false).await? else {
+        let Some(pool) = node_pool::get(&mut tx, tenant, cluster_id, pool_id).await? else {
             return Ok(None);
         };
         let Some(reference) = cluster_ref(&mut tx, tenant, cluster_id, &c.spec.name).await? else {
@@ -344,7 +344,7 @@ impl MachineReconciler {
         let found = async {
             let mut conn = self.services.store().conn().await?;
             let op = paddock_store::operation::get(&mut conn, None, operation).await?;
-            let m = machine::get(&mut conn, id, false).await?;
+            let m = machine::get(&mut conn, id).await?;
             Ok::<_, StoreError>((op, m))
         }
         .await;

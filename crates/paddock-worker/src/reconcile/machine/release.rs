@@ -187,7 +187,7 @@ impl MachineReconciler {
                 Err(e) => return Some(e.into()),
             };
             let (Some(t), Some(c)) = (m.tenant_id, m.cluster_id) else { return None };
-            match cluster::get(&mut conn, t, c, false).await {
+            match cluster::get(&mut conn, t, c).await {
                 Ok(found) => found.is_some_and(|c| c.spec.kind == ClusterKind::Slurm),
                 Err(e) => return Some(e.into()),
             }
