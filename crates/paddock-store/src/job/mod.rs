@@ -22,7 +22,8 @@
 //!
 //! Enqueueing a due job, and ending a run while another job of the same target is due, sends
 //! `pg_notify('paddock_jobs', <kind>)` (delivered at commit) so idle workers wake at once;
-//! workers also poll, so a lost notification only costs latency.
+//! workers also poll, so a lost notification only costs latency. [`JobListener`] is the workers'
+//! end of the channel.
 //!
 //! The functions expect PostgreSQL's default `read committed` isolation. [`claim`] runs as a
 //! statement of its own: call it outside a transaction.
@@ -36,6 +37,10 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::{from_json, parse_state, Conn, StoreError};
+
+mod listen;
+
+pub use listen::JobListener;
 
 /// The `LISTEN`/`NOTIFY` channel; the payload is the job kind.
 pub const NOTIFY_CHANNEL: &str = "paddock_jobs";
