@@ -5,6 +5,7 @@
 use axum::extract::{FromRequestParts, Request};
 use http::header;
 use http::request::Parts;
+use paddock_auth::Verifier;
 use paddock_domain::Actor;
 use paddock_service::idempotency::DeferredCommit;
 use paddock_service::Ctx;
@@ -12,7 +13,6 @@ use paddock_types::TenantId;
 
 use crate::context;
 use crate::error::ApiError;
-use crate::state::AppState;
 
 /// What authentication concluded about a request.
 #[derive(Clone, Debug)]
@@ -31,7 +31,7 @@ pub enum Authn {
 }
 
 /// Verifies the request's bearer token, if any, and leaves the [`Authn`] in its extensions.
-pub async fn identify(state: &AppState, req: &mut Request) {
+pub async fn identify(verifier: &Verifier, req: &mut Request) {
     // The agents' bearer is their run's agent token, not a JWT: their handlers read it.
     if req.uri().path().starts_with("/v1/agent/") {
         return;
@@ -47,7 +47,7 @@ pub async fn identify(state: &AppState, req: &mut Request) {
             message: "the Authorization header is not a Bearer token".to_owned(),
             server_side: false,
         },
-        Some(Ok(token)) => match state.verifier.verify(token).await {
+        Some(Ok(token)) => match verifier.verify(token).await {
             Ok(claims) => match Actor::from_claims(claims.sub, claims.roles, claims.tenant_id.map(TenantId)) {
                 Ok(actor) => Authn::Caller(actor),
                 Err(e) => Authn::Refused { code: "invalid_token", message: e.to_string(), server_side: false },

@@ -5,7 +5,7 @@
 use axum::response::{IntoResponse, Response};
 use http::{header, HeaderValue, StatusCode};
 use paddock_domain::Error;
-use paddock_types::problem::{FieldError, Problem};
+use paddock_types::problem::{self, FieldError, Problem, ProblemType};
 
 use crate::context;
 
@@ -61,44 +61,35 @@ impl ApiError {
 
 struct Kind {
     status: StatusCode,
-    slug: &'static str,
-    title: &'static str,
+    type_: ProblemType,
 }
 
-/// The problem kinds: one type URI and one title each.
+/// The problem kind of each error: its status and its entry of the problem type table.
 fn kind(e: &ApiError) -> Kind {
-    let k = |status, slug, title| Kind { status, slug, title };
+    let k = |status, type_| Kind { status, type_ };
     match e {
         ApiError::Domain(d) => match d {
-            Error::NotFound { .. } => k(StatusCode::NOT_FOUND, "not-found", "Not found"),
-            Error::Forbidden(_) => k(StatusCode::FORBIDDEN, "forbidden", "Forbidden"),
-            Error::BadRequest { .. } => k(StatusCode::BAD_REQUEST, "bad-request", "Bad request"),
-            Error::Invalid(_) => k(StatusCode::UNPROCESSABLE_ENTITY, "validation", "Invalid request"),
-            Error::UnsupportedMediaType(_) => {
-                k(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported-media-type", "Unsupported media type")
-            }
-            Error::PayloadTooLarge { .. } => k(StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", "Payload too large"),
-            Error::Conflict { .. } => k(StatusCode::CONFLICT, "conflict", "Conflict"),
-            Error::QuotaExceeded(_) => k(StatusCode::CONFLICT, "quota-exceeded", "Quota exceeded"),
-            Error::Gone { .. } => k(StatusCode::GONE, "gone", "Gone"),
-            Error::PreconditionFailed { .. } => {
-                k(StatusCode::PRECONDITION_FAILED, "precondition-failed", "Precondition failed")
-            }
-            Error::TooManyRequests { .. } => k(StatusCode::TOO_MANY_REQUESTS, "too-many-requests", "Too many requests"),
-            Error::Unavailable(_) => k(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "Service unavailable"),
-            Error::Internal(_) => k(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error"),
+            Error::NotFound { .. } => k(StatusCode::NOT_FOUND, problem::NOT_FOUND),
+            Error::Forbidden(_) => k(StatusCode::FORBIDDEN, problem::FORBIDDEN),
+            Error::BadRequest { .. } => k(StatusCode::BAD_REQUEST, problem::BAD_REQUEST),
+            Error::Invalid(_) => k(StatusCode::UNPROCESSABLE_ENTITY, problem::VALIDATION),
+            Error::UnsupportedMediaType(_) => k(StatusCode::UNSUPPORTED_MEDIA_TYPE, problem::UNSUPPORTED_MEDIA_TYPE),
+            Error::PayloadTooLarge { .. } => k(StatusCode::PAYLOAD_TOO_LARGE, problem::PAYLOAD_TOO_LARGE),
+            Error::Conflict { .. } => k(StatusCode::CONFLICT, problem::CONFLICT),
+            Error::QuotaExceeded(_) => k(StatusCode::CONFLICT, problem::QUOTA_EXCEEDED),
+            Error::Gone { .. } => k(StatusCode::GONE, problem::GONE),
+            Error::PreconditionFailed { .. } => k(StatusCode::PRECONDITION_FAILED, problem::PRECONDITION_FAILED),
+            Error::TooManyRequests { .. } => k(StatusCode::TOO_MANY_REQUESTS, problem::TOO_MANY_REQUESTS),
+            Error::Unavailable(_) => k(StatusCode::SERVICE_UNAVAILABLE, problem::UNAVAILABLE),
+            Error::Internal(_) => k(StatusCode::INTERNAL_SERVER_ERROR, problem::INTERNAL),
         },
-        ApiError::Unauthenticated { .. } => k(StatusCode::UNAUTHORIZED, "unauthenticated", "Unauthenticated"),
-        ApiError::RouteNotFound(_) => k(StatusCode::NOT_FOUND, "not-found", "Not found"),
-        ApiError::MethodNotAllowed => k(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", "Method not allowed"),
-        ApiError::IdempotencyMismatch => {
-            k(StatusCode::UNPROCESSABLE_ENTITY, "idempotency-key-reused", "Idempotency key reused")
-        }
-        ApiError::IdempotencyInFlight => k(StatusCode::CONFLICT, "conflict", "Conflict"),
-        ApiError::RateLimited { .. } => k(StatusCode::TOO_MANY_REQUESTS, "rate-limited", "Too many requests"),
-        ApiError::Overloaded | ApiError::TimedOut => {
-            k(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "Service unavailable")
-        }
+        ApiError::Unauthenticated { .. } => k(StatusCode::UNAUTHORIZED, problem::UNAUTHENTICATED),
+        ApiError::RouteNotFound(_) => k(StatusCode::NOT_FOUND, problem::NOT_FOUND),
+        ApiError::MethodNotAllowed => k(StatusCode::METHOD_NOT_ALLOWED, problem::METHOD_NOT_ALLOWED),
+        ApiError::IdempotencyMismatch => k(StatusCode::UNPROCESSABLE_ENTITY, problem::IDEMPOTENCY_KEY_REUSED),
+        ApiError::IdempotencyInFlight => k(StatusCode::CONFLICT, problem::CONFLICT),
+        ApiError::RateLimited { .. } => k(StatusCode::TOO_MANY_REQUESTS, problem::RATE_LIMITED),
+        ApiError::Overloaded | ApiError::TimedOut => k(StatusCode::SERVICE_UNAVAILABLE, problem::UNAVAILABLE),
     }
 }
 
@@ -115,9 +106,6 @@ fn code(e: &ApiError) -> &'static str {
         ApiError::TimedOut => "request_timeout",
     }
 }
-
-/// Base of the problem type URIs.
-pub const PROBLEM_BASE: &str = "https://paddock.dev/problems/";
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -141,8 +129,8 @@ impl IntoResponse for ApiError {
             _ => Vec::new(),
         };
         let problem = Problem {
-            type_: format!("{PROBLEM_BASE}{}", kind.slug),
-            title: kind.title.to_owned(),
+            type_: kind.type_.uri(),
+            title: kind.type_.title.to_owned(),
             status: kind.status.as_u16(),
             detail,
             instance: info.path,

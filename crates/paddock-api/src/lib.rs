@@ -234,11 +234,11 @@ enum Group {
 /// (`limits`), then the group's [`steps`].
 async fn edge(State((state, group)): State<(AppState, Group)>, req: Request, next: Next) -> Response {
     context::in_context(req, async |req| {
-        metrics::tracked(&state, req, async |req| {
+        metrics::tracked(&state.metrics, req, async |req| {
             // Boxed: each wrapper above holds (and so moves) the future it runs, and the steps'
             // future is the largest of them (the token check's). One allocation is cheaper than
             // copying it at every level (it made the whole future 15 kB).
-            limits::within_bounds(&state, Box::pin(steps(&state, group, req, next))).await
+            limits::within_bounds(&state.edge, Box::pin(steps(&state, group, req, next))).await
         })
         .await
     })
@@ -251,9 +251,9 @@ async fn edge(State((state, group)): State<(AppState, Group)>, req: Request, nex
 /// the route accepted.
 async fn steps(state: &AppState, group: Group, mut req: Request, next: Next) -> Response {
     if group == Group::V1 {
-        auth::identify(state, &mut req).await;
+        auth::identify(&state.verifier, &mut req).await;
     }
-    if let Err(refused) = limits::admit(state, &req) {
+    if let Err(refused) = limits::admit(&state.edge, &req) {
         return refused.into_response();
     }
     if group == Group::V1 && idempotency::applies(&req) {
@@ -263,7 +263,7 @@ async fn steps(state: &AppState, group: Group, mut req: Request, next: Next) -> 
     let agent = limits::agent_key(&req);
     let response = next.run(req).await;
     if let Some(key) = agent {
-        limits::vouch(state, key, &response);
+        limits::vouch(&state.edge, key, &response);
     }
     response
 }

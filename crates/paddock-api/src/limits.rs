@@ -20,7 +20,6 @@ use tokio::sync::Semaphore;
 
 use crate::auth::{self, Authn};
 use crate::error::ApiError;
-use crate::state::AppState;
 
 /// The edge's limits (`PADDOCK_HTTP_*` and `PADDOCK_RATE_LIMIT_*` settings). The defaults sit far
 /// above what `bench/api-load` drives (64 connections, about 20,000 requests a second from one
@@ -193,24 +192,24 @@ pub fn agent_key(req: &Request) -> Option<AgentKey> {
 /// now on counts against a bucket of its own rather than its client's address (one run's token
 /// per machine: many machines behind one address are not limited together once their token is
 /// known). A token the route refused never gets a bucket.
-pub fn vouch(state: &AppState, key: AgentKey, response: &Response) {
+pub fn vouch(edge: &Edge, key: AgentKey, response: &Response) {
     if response.status().is_success() {
-        state.edge.vouch(key);
+        edge.vouch(key);
     }
 }
 
 /// The caller's rate limit: `Err` with the 429 when the caller is over its rate.
-pub fn admit(state: &AppState, req: &Request) -> Result<(), ApiError> {
-    state.edge.take(caller(req)).map_err(|retry_after| ApiError::RateLimited { retry_after })
+pub fn admit(edge: &Edge, req: &Request) -> Result<(), ApiError> {
+    edge.take(caller(req)).map_err(|retry_after| ApiError::RateLimited { retry_after })
 }
 
 /// Runs `request` (a request's handling, not yet started) within the process's bound on requests
 /// in flight and on each request's time.
-pub async fn within_bounds(state: &AppState, request: impl std::future::Future<Output = Response>) -> Response {
-    let Ok(_permit) = state.edge.in_flight.clone().try_acquire_owned() else {
+pub async fn within_bounds(edge: &Edge, request: impl std::future::Future<Output = Response>) -> Response {
+    let Ok(_permit) = edge.in_flight.clone().try_acquire_owned() else {
         return ApiError::Overloaded.into_response();
     };
-    match tokio::time::timeout(state.edge.limits.request_timeout, request).await {
+    match tokio::time::timeout(edge.limits.request_timeout, request).await {
         Ok(response) => response,
         Err(_) => ApiError::TimedOut.into_response(),
     }

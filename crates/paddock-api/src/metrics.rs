@@ -19,8 +19,6 @@ use axum::Router;
 use http::{header, HeaderValue, StatusCode};
 use paddock_service::Services;
 
-use crate::state::AppState;
-
 /// Something else in the process that has metrics to add to every scrape, rendered in the
 /// Prometheus text format with bounded label sets (the worker's job outcome counters).
 pub type MetricsSource = Arc<dyn Fn(&mut String) + Send + Sync>;
@@ -179,14 +177,14 @@ fn method_label(method: &http::Method) -> &'static str {
 
 /// Runs `handle` on `req`, counting and timing its answer under its route template (never its raw
 /// path, which could carry ids or agent tokens).
-pub async fn tracked(state: &AppState, req: Request, handle: impl AsyncFnOnce(Request) -> Response) -> Response {
+pub async fn tracked(metrics: &Metrics, req: Request, handle: impl AsyncFnOnce(Request) -> Response) -> Response {
     // `MatchedPath` holds an `Arc<str>`: cloning it allocates nothing.
     let route = req.extensions().get::<MatchedPath>().cloned();
     let method = method_label(req.method());
     let started = Instant::now();
     let response = handle(req).await;
     let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
-    state.metrics.observe(method, route, response.status().as_u16(), started.elapsed().as_secs_f64());
+    metrics.observe(method, route, response.status().as_u16(), started.elapsed().as_secs_f64());
     response
 }
 

@@ -236,7 +236,7 @@ impl Services {
     ) -> Result<Listed<ClusterEventView>> {
         ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "cluster")?;
         let mut conn = self.store.conn().await?;
-        store::get(&mut conn, tenant_id, id, false).await?.ok_or(CLUSTER_NOT_FOUND)?;
+        store::get(&mut conn, tenant_id, id).await?.ok_or(CLUSTER_NOT_FOUND)?;
         let items = cluster_event::list(&mut conn, tenant_id, id, page.after, page.limit).await?;
         let next_cursor = page.next_cursor(&items, |e| e.id);
         Ok(Listed { items, next_cursor })
@@ -281,7 +281,7 @@ impl Services {
     pub async fn node_pool_list(&self, ctx: &Ctx, tenant_id: TenantId, cluster_id: ClusterId) -> Result<Vec<NodePool>> {
         ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "cluster")?;
         let mut conn = self.store.conn().await?;
-        store::get(&mut conn, tenant_id, cluster_id, false).await?.ok_or(CLUSTER_NOT_FOUND)?;
+        store::get(&mut conn, tenant_id, cluster_id).await?.ok_or(CLUSTER_NOT_FOUND)?;
         Ok(node_pool::of_cluster(&mut conn, tenant_id, cluster_id).await?)
     }
 
@@ -295,7 +295,7 @@ impl Services {
     ) -> Result<NodePool> {
         ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "node pool")?;
         let mut conn = self.store.conn().await?;
-        node_pool::get(&mut conn, tenant_id, cluster_id, id, false).await?.ok_or(POOL_NOT_FOUND)
+        node_pool::get(&mut conn, tenant_id, cluster_id, id).await?.ok_or(POOL_NOT_FOUND)
     }
 
     /// Scales a pool or changes its labels and taints (JSON merge patch).
@@ -404,7 +404,7 @@ impl Services {
     ) -> Result<Listed<PoolMachineView>> {
         ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "node pool")?;
         let mut conn = self.store.conn().await?;
-        node_pool::get(&mut conn, tenant_id, cluster_id, id, false).await?.ok_or(POOL_NOT_FOUND)?;
+        node_pool::get(&mut conn, tenant_id, cluster_id, id).await?.ok_or(POOL_NOT_FOUND)?;
         let rows = node_pool::machines(&mut conn, tenant_id, id, page.after, page.limit).await?;
         let next_cursor = page.next_cursor(&rows, |(id, _)| *id);
         Ok(Listed { items: rows.into_iter().map(|(_, m)| m).collect(), next_cursor })
@@ -475,21 +475,21 @@ async fn check_fleet(conn: &mut Conn, class: MachineClassId, wanted: u64) -> Res
 
 /// A machine class by name for a pool: its id and GPUs per machine; 422 naming `field` if missing.
 async fn class_of(conn: &mut Conn, field: &str, name: &str) -> Result<(paddock_types::MachineClassId, u32)> {
-    let Some(class) = machine_class::get_by_name(conn, name, false).await? else {
+    let Some(class) = machine_class::get_by_name(conn, name).await? else {
         return Err(crate::machine_class::unknown(conn, field, name).await?);
     };
     Ok((class.id, class.spec.gpu_count))
 }
 
 async fn cluster_with_pools(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<ClusterWithPools> {
-    let cluster = store::get(conn, tenant, id, false).await?.ok_or(CLUSTER_NOT_FOUND)?;
+    let cluster = store::get(conn, tenant, id).await?.ok_or(CLUSTER_NOT_FOUND)?;
     let pools = node_pool::of_cluster(conn, tenant, id).await?;
     Ok(ClusterWithPools { cluster, pools })
 }
 
 /// Locks a cluster for a change; one being deleted takes no more changes.
 async fn cluster_for_change(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<Cluster> {
-    let cluster = store::get(conn, tenant, id, true).await?.ok_or(CLUSTER_NOT_FOUND)?;
+    let cluster = store::get_for_update(conn, tenant, id).await?.ok_or(CLUSTER_NOT_FOUND)?;
     if cluster.deleting {
         return Err(Error::conflict("cluster_deleting", "the cluster is being deleted"));
     }
@@ -498,7 +498,7 @@ async fn cluster_for_change(conn: &mut Conn, tenant: TenantId, id: ClusterId) ->
 
 /// Locks a pool for a change; one being deleted takes no more changes.
 async fn pool_for_change(conn: &mut Conn, tenant: TenantId, cluster: ClusterId, id: NodePoolId) -> Result<NodePool> {
-    let pool = node_pool::get(conn, tenant, cluster, id, true).await?.ok_or(POOL_NOT_FOUND)?;
+    let pool = node_pool::get_for_update(conn, tenant, cluster, id).await?.ok_or(POOL_NOT_FOUND)?;
     if pool.deleting {
         return Err(Error::conflict("node_pool_deleting", "the node pool is being deleted"));
     }
@@ -528,6 +528,6 @@ async fn pool_changed(
     details: serde_json::Value,
 ) -> Result<Done<NodePoolChange>> {
     let operation = accept(&mut tx, Target::Cluster { tenant, cluster, pool: Some(id) }, change).await?;
-    let pool = node_pool::get(&mut tx, tenant, cluster, id, false).await?.ok_or(POOL_NOT_FOUND)?;
+    let pool = node_pool::get(&mut tx, tenant, cluster, id).await?.ok_or(POOL_NOT_FOUND)?;
     Ok(Done::Commit { tx, value: NodePoolChange { pool, operation }, details })
 }

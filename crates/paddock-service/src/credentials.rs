@@ -141,9 +141,8 @@ impl Services {
             let scope = ctx.actor.authorize_tenant(Permission::ClusterCredentials, tenant_id, "cluster")?;
             let (access, driver, ttl_seconds) = {
                 let mut conn = self.store.conn().await?;
-                let cluster = cluster_store::get(&mut conn, tenant_id, id, false)
-                    .await?
-                    .ok_or(Error::NotFound { kind: "cluster" })?;
+                let cluster =
+                    cluster_store::get(&mut conn, tenant_id, id).await?.ok_or(Error::NotFound { kind: "cluster" })?;
                 let t = tenant::get(&mut conn, tenant_id).await?.ok_or(Error::NotFound { kind: "cluster" })?;
                 // Minting a credential is a write of the tenant's: refused while it is suspended,
                 // like its other writes (docs/api.md); a provider admin still gets one.

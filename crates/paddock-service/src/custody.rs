@@ -123,7 +123,7 @@ impl Services {
     }
 
     async fn verify_head(&self, conn: &mut Conn, head: &CustodyHead) -> Result<CustodyHeadVerification> {
-        let state = machine::get(conn, head.machine_id, false).await?.map(|m| m.state);
+        let state = machine::get(conn, head.machine_id).await?.map(|m| m.state);
         let entries = custody::entries(conn, head.machine_id).await?;
         let chain = self.verify_chain(head.machine_id, &entries, state.map(|s| s.as_str()));
         // The signature covered the MAC's text: one that is not hex cannot be any entry's.
@@ -184,7 +184,7 @@ impl Services {
         // One snapshot: the machine's state and its entries agree even while it moves.
         let mut tx = self.store.begin().await?;
         custody::read_one_snapshot(&mut tx).await?;
-        let m = machine::get(&mut tx, id, false).await?.ok_or(Error::NotFound { kind: "machine" })?;
+        let m = machine::get(&mut tx, id).await?.ok_or(Error::NotFound { kind: "machine" })?;
         let entries = custody::entries(&mut tx, id).await?;
         commit(tx).await?;
         let v = self.verify_chain(id, &entries, Some(m.state.as_str()));

@@ -72,7 +72,7 @@ impl Services {
             let id = MachineId::new();
             audit.target(id.uuid(), None);
             let mut tx = self.store.begin().await?;
-            let Some(class) = machine_class::get_by_name(&mut tx, &spec.machine_class, false).await? else {
+            let Some(class) = machine_class::get_by_name(&mut tx, &spec.machine_class).await? else {
                 return Err(crate::machine_class::unknown(&mut tx, "machine_class", &spec.machine_class).await?);
             };
             let bmc = Bmc {
@@ -116,7 +116,7 @@ impl Services {
     pub async fn machine_get(&self, ctx: &Ctx, id: MachineId) -> Result<Machine> {
         ctx.actor.authorize(Permission::MachineRead)?;
         let mut conn = self.store.conn().await?;
-        store::get(&mut conn, id, false).await?.ok_or(NOT_FOUND)
+        store::get(&mut conn, id).await?.ok_or(NOT_FOUND)
     }
 
     /// Applies a merge patch to labels and BMC access. A BMC change is carried out by the worker
@@ -188,7 +188,7 @@ impl Services {
             if bmc_changed {
                 return changed(tx, id, current.generation + 1, "machine_update_credentials", &[], details).await;
             }
-            let machine = store::get(&mut tx, id, false).await?.ok_or(NOT_FOUND)?;
+            let machine = store::get(&mut tx, id).await?.ok_or(NOT_FOUND)?;
             Ok(Done::Commit { tx, value: MachineChange { machine, operation: None }, details })
         })
         .await
@@ -322,7 +322,7 @@ impl Services {
 
     /// Locks a machine for its retirement; a retired one takes no more changes.
     async fn machine_for_retire(&self, conn: &mut Conn, id: MachineId) -> Result<Machine> {
-        let machine = store::get(conn, id, true).await?.ok_or(NOT_FOUND)?;
+        let machine = store::get_for_update(conn, id).await?.ok_or(NOT_FOUND)?;
         if machine.state == MachineState::Retired {
             return Err(Error::conflict("machine_retired", "the machine is retired"));
         }
@@ -355,6 +355,6 @@ async fn changed(
 ) -> Result<Done<MachineChange>> {
     let change = Accepted { kind, generation, supersedes, reconcile: true };
     let operation = accept(&mut tx, Target::Machine(id), change).await?;
-    let machine = store::get(&mut tx, id, false).await?.ok_or(NOT_FOUND)?;
+    let machine = store::get(&mut tx, id).await?.ok_or(NOT_FOUND)?;
     Ok(Done::Commit { tx, value: MachineChange { machine, operation: Some(operation) }, details })
 }

@@ -42,7 +42,7 @@ impl Services {
     pub async fn machine_class_get(&self, ctx: &Ctx, name: &str) -> Result<MachineClass> {
         ctx.actor.authorize(Permission::MachineClassRead)?;
         let mut conn = self.store.conn().await?;
-        machine_class::get_by_name(&mut conn, name, false).await?.ok_or(NOT_FOUND)
+        machine_class::get_by_name(&mut conn, name).await?.ok_or(NOT_FOUND)
     }
 
     /// Applies a merge patch. The hardware fields (`cpu_cores`, `memory_gib`, `gpu_count`) cannot
@@ -57,7 +57,7 @@ impl Services {
         self.audited(ctx, "machine_class.update", "machine_class", async |audit| {
             ctx.actor.authorize(Permission::MachineClassWrite)?;
             let mut tx = self.store.begin().await?;
-            let current = machine_class::get_by_name(&mut tx, name, true).await?.ok_or(NOT_FOUND)?;
+            let current = machine_class::get_by_name_for_update(&mut tx, name).await?.ok_or(NOT_FOUND)?;
             audit.target(current.id.uuid(), None);
             if_match.check(current.generation)?;
             let patch = body.value()?;
@@ -86,7 +86,7 @@ impl Services {
         self.audited(ctx, "machine_class.delete", "machine_class", async |audit| {
             ctx.actor.authorize(Permission::MachineClassWrite)?;
             let mut tx = self.store.begin().await?;
-            let current = machine_class::get_by_name(&mut tx, name, true).await?.ok_or(NOT_FOUND)?;
+            let current = machine_class::get_by_name_for_update(&mut tx, name).await?.ok_or(NOT_FOUND)?;
             audit.target(current.id.uuid(), None);
             if_match.check(current.generation)?;
             if machine_class::in_use(&mut tx, current.id).await? {

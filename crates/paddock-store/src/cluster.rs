@@ -95,14 +95,17 @@ pub async fn insert(
     Ok(())
 }
 
-/// A tenant's live cluster; `for_update` locks the row.
-pub async fn get(
-    conn: &mut Conn,
-    tenant: TenantId,
-    id: ClusterId,
-    for_update: bool,
-) -> Result<Option<Cluster>, StoreError> {
-    let lock = if for_update { " for update" } else { "" };
+/// A tenant's live cluster.
+pub async fn get(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<Option<Cluster>, StoreError> {
+    select(conn, tenant, id, "").await
+}
+
+/// A tenant's live cluster, its row locked until the transaction ends.
+pub async fn get_for_update(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<Option<Cluster>, StoreError> {
+    select(conn, tenant, id, " for update").await
+}
+
+async fn select(conn: &mut Conn, tenant: TenantId, id: ClusterId, lock: &str) -> Result<Option<Cluster>, StoreError> {
     let row: Option<ClusterRow> = sqlx::query_as(&format!(
         "select {CLUSTER_COLUMNS} from clusters where tenant_id = $1 and id = $2 and deleted_at is null{lock}"
     ))

@@ -131,9 +131,17 @@ pub async fn insert(conn: &mut Conn, m: &NewMachine<'_>) -> Result<(), StoreErro
     Ok(())
 }
 
-/// A machine (retired ones included: their record stays readable); `for_update` locks the row.
-pub async fn get(conn: &mut Conn, id: MachineId, for_update: bool) -> Result<Option<Machine>, StoreError> {
-    let lock = if for_update { " for update of m" } else { "" };
+/// A machine (retired ones included: their record stays readable).
+pub async fn get(conn: &mut Conn, id: MachineId) -> Result<Option<Machine>, StoreError> {
+    select(conn, id, "").await
+}
+
+/// A machine (retired ones included), its row locked until the transaction ends.
+pub async fn get_for_update(conn: &mut Conn, id: MachineId) -> Result<Option<Machine>, StoreError> {
+    select(conn, id, " for update of m").await
+}
+
+async fn select(conn: &mut Conn, id: MachineId, lock: &str) -> Result<Option<Machine>, StoreError> {
     let row: Option<MachineRow> =
         sqlx::query_as(&format!("{SELECT} where m.id = $1{lock}")).bind(id.uuid()).fetch_optional(conn).await?;
     row.map(Machine::try_from).transpose()

@@ -90,9 +90,17 @@ pub async fn insert(
     Ok(row.into())
 }
 
-/// A class by name; `for_update` locks it until the transaction ends.
-pub async fn get_by_name(conn: &mut Conn, name: &str, for_update: bool) -> Result<Option<MachineClass>, StoreError> {
-    let lock = if for_update { " for update" } else { "" };
+/// A class by name.
+pub async fn get_by_name(conn: &mut Conn, name: &str) -> Result<Option<MachineClass>, StoreError> {
+    select_by_name(conn, name, "").await
+}
+
+/// A class by name, locked until the transaction ends.
+pub async fn get_by_name_for_update(conn: &mut Conn, name: &str) -> Result<Option<MachineClass>, StoreError> {
+    select_by_name(conn, name, " for update").await
+}
+
+async fn select_by_name(conn: &mut Conn, name: &str, lock: &str) -> Result<Option<MachineClass>, StoreError> {
     let row: Option<MachineClassRow> =
         sqlx::query_as(&format!("select {COLUMNS} from machine_classes where name = $1{lock}"))
             .bind(name)

@@ -123,15 +123,33 @@ pub async fn of_clusters(conn: &mut Conn, tenant: TenantId, clusters: &[Uuid]) -
     rows.into_iter().map(NodePool::try_from).collect()
 }
 
-/// One live pool of a cluster; `for_update` locks it.
+/// One live pool of a cluster.
 pub async fn get(
     conn: &mut Conn,
     tenant: TenantId,
     cluster: ClusterId,
     id: NodePoolId,
-    for_update: bool,
 ) -> Result<Option<NodePool>, StoreError> {
-    let lock = if for_update { " for update of p" } else { "" };
+    select(conn, tenant, cluster, id, "").await
+}
+
+/// One live pool of a cluster, its row locked until the transaction ends.
+pub async fn get_for_update(
+    conn: &mut Conn,
+    tenant: TenantId,
+    cluster: ClusterId,
+    id: NodePoolId,
+) -> Result<Option<NodePool>, StoreError> {
+    select(conn, tenant, cluster, id, " for update of p").await
+}
+
+async fn select(
+    conn: &mut Conn,
+    tenant: TenantId,
+    cluster: ClusterId,
+    id: NodePoolId,
+    lock: &str,
+) -> Result<Option<NodePool>, StoreError> {
     let row: Option<PoolRow> = sqlx::query_as(&format!(
         "{POOL_SELECT} where p.tenant_id = $1 and p.cluster_id = $2 and p.id = $3 and p.deleted_at is null{lock}"
     ))

@@ -27,8 +27,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 pub use metrics::{OutcomeCount, WorkerMetrics};
 pub use paddock_store::job::{Job, JobError};
-use paddock_store::job::{FAILED_SLUG, FAILED_TITLE, PROBLEM_BASE};
-use paddock_types::problem::Problem;
+use paddock_types::problem::{Problem, OPERATION_FAILED};
 pub use worker::{default_worker_id, Worker, WorkerConfig, WorkerError};
 
 /// Carries out the jobs of one kind.
@@ -125,8 +124,8 @@ impl Outcome {
 /// An `operation-failed` problem (`instance` and `request_id` are filled in by the store).
 pub(crate) fn failed_problem(status: u16, code: String, detail: String) -> Problem {
     Problem {
-        type_: format!("{PROBLEM_BASE}{FAILED_SLUG}"),
-        title: FAILED_TITLE.to_owned(),
+        type_: OPERATION_FAILED.uri(),
+        title: OPERATION_FAILED.title.to_owned(),
         status,
         detail,
         instance: String::new(),

@@ -14,10 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use paddock_store::job::{self, Job, JobError, Requeue, RetryPolicy, NOTIFY_CHANNEL};
+use paddock_store::job::{self, Job, JobError, JobListener, Requeue, RetryPolicy, NOTIFY_CHANNEL};
 use paddock_store::{Store, StoreError};
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::PgListener;
 use sqlx::Postgres;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
@@ -381,16 +380,11 @@ async fn listen(inner: Arc<Inner>, wake: Arc<Notify>) {
         if failures > 0 {
             tokio::time::sleep(Duration::from_millis(100 << failures.min(7))).await;
         }
-        let connected = async {
-            let mut listener = PgListener::connect_with(inner.store.pool()).await?;
-            listener.listen(NOTIFY_CHANNEL).await?;
-            Ok::<_, sqlx::Error>(listener)
-        };
-        let mut listener = match connected.await {
+        let mut listener = match JobListener::connect(&inner.store).await {
             Ok(listener) => listener,
             Err(e) => {
                 if failures == 0 {
-                    warn!(worker.id = %inner.id, error = &e as &dyn std::error::Error, "LISTEN {NOTIFY_CHANNEL} failed, polling only until it works: {e}");
+                    warn!(worker.id = %inner.id, error = &e as &dyn std::error::Error, "LISTEN {NOTIFY_CHANNEL} failed, polling only until it works: {}", paddock_domain::error::chain(&e));
                 }
                 failures = failures.saturating_add(1);
                 continue;
@@ -399,9 +393,9 @@ async fn listen(inner: Arc<Inner>, wake: Arc<Notify>) {
         failures = 0;
         wake.notify_one();
         let lost = loop {
-            match listener.try_recv().await {
-                Ok(Some(n)) => {
-                    if inner.handlers.contains_key(n.payload()) {
+            match listener.next_kind().await {
+                Ok(Some(kind)) => {
+                    if inner.handlers.contains_key(kind.as_str()) {
                         wake.notify_one();
                     }
                 }
@@ -410,7 +404,7 @@ async fn listen(inner: Arc<Inner>, wake: Arc<Notify>) {
                 Err(e) => break e,
             }
         };
-        debug!(worker.id = %inner.id, error = &lost as &dyn std::error::Error, "LISTEN connection lost, reconnecting: {lost}");
+        debug!(worker.id = %inner.id, error = &lost as &dyn std::error::Error, "LISTEN connection lost, reconnecting: {}", paddock_domain::error::chain(&lost));
         // Pause before reconnecting, but warn if that fails too: it is a new outage.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

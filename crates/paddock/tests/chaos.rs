@@ -3,7 +3,9 @@
 //! killed with SIGKILL at random moments and restarted. Afterwards every cluster reaches its
 //! desired state, no machine was ever in two live allocations, no machine became `available`
 //! after a tenancy without a recorded clean, no job is stuck, and metering kept one usage segment
-//! per billed allocation, open exactly while the machine is held and inside its allocation.
+//! per billed allocation, open exactly while the machine is held and inside its allocation. Each
+//! invariant is a function of its own, named for what it holds (`no_machine_in_two_live_allocations`,
+//! ...); a failure names the invariants it broke and leads each finding with that name.
 //!
 //! The seed is fixed (`PADDOCK_CHAOS_SEED` overrides it to replay or explore); the sequence of API
 //! calls follows from it, the timing of the kills relative to the work does not. Each process's
@@ -583,27 +585,115 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
     }
     let converged = chaos_ended.elapsed();
 
-    let mut violations = Vec::new();
-    if !pending.is_empty() {
-        violations.push(format!(
-            "not converged {} s after the last kill ({} items):\n  {}",
-            converged.as_secs(),
-            pending.len(),
-            pending.join("\n  ")
-        ));
+    let mut violations = Violations::default();
+    violations.check("every_cluster_converged", every_cluster_converged(&pending, converged));
+    violations.check("pools_hold_their_counts", pools_hold_their_counts(&db.pool, &clusters).await);
+    violations.check("the_api_shows_the_counts_asked_for", the_api_shows_the_counts_asked_for(&api, &live).await);
+    violations.check("no_machine_in_two_live_allocations", no_machine_in_two_live_allocations(&db.pool).await);
+    violations.check("every_allocation_took_a_fresh_clean", every_allocation_took_a_fresh_clean(&db.pool).await);
+    violations.check("no_machine_available_without_a_clean", no_machine_available_without_a_clean(&db.pool).await);
+    violations.check("metering_survived_the_kills", metering_survived_the_kills(&db.pool).await);
+    violations.check("no_activation_went_unbilled", no_activation_went_unbilled(&db.pool).await);
+    violations.check("no_job_is_stuck", no_job_is_stuck(&db.pool).await);
+    if pending.is_empty() {
+        violations.check("no_operation_is_left_open", no_operation_is_left_open(&db.pool).await);
     }
 
-    // Each live pool holds exactly its count of active machines, and the API shows the count asked for.
+    let allocations: i64 =
+        sqlx::query_scalar("select count(*) from machine_allocations").fetch_one(&db.pool).await.expect("count");
+    let cleans: i64 =
+        sqlx::query_scalar("select count(*) from machine_cleans").fetch_one(&db.pool).await.expect("count");
+    let taken_over: i64 =
+        sqlx::query_scalar("select count(*) from jobs where attempts > 0").fetch_one(&db.pool).await.expect("count");
+    let starts = procs.lock().expect("procs").starts;
+    println!(
+        "chaos: seed {seed}: {} clusters ({} live, {deletes} deleted), {scales} scalings, {kills} worker kills \
+         (aimed at a machine's job: {aimed:?}; {starts} process starts, {taken_over} jobs run again after a lost lease), {allocations} allocations, {cleans} cleans; fleet ready after {:.1} s, chaos {:.1} s, \
+         converged {:.1} s after the last kill; {:.1} s in all",
+        clusters.len(),
+        live.len(),
+        fleet_ready.as_secs_f64(),
+        (chaos_ended - chaos_started).as_secs_f64(),
+        converged.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    violations.check("the_kills_were_aimed", the_kills_were_aimed(&aimed));
+    if !violations.is_empty() {
+        panic!(
+            "chaos (seed {seed}) broke {}:\n{}\n\n== database {} (kept) ==\n{}\n== actions ==\n{}\n== kills ==\n{}\n== logs ({}) ==\n{}",
+            violations.names(),
+            violations.report(),
+            db.name,
+            db_snapshot(&db.pool).await,
+            actions.join("\n"),
+            kill_events.join("\n"),
+            logs.display(),
+            log_problems(&logs)
+        );
+    }
+    drop(procs);
+    if std::env::var_os("PADDOCK_CHAOS_KEEP_LOGS").is_none() {
+        let _ = std::fs::remove_dir_all(&logs);
+    }
+}
+
+/// The invariants the test found broken: per invariant (the name of the function that checks
+/// it), what it found.
+#[derive(Default)]
+struct Violations(Vec<(&'static str, Vec<String>)>);
+
+impl Violations {
+    /// Records what the invariant `name` found broken (nothing: it holds).
+    fn check(&mut self, name: &'static str, found: Vec<String>) {
+        if !found.is_empty() {
+            self.0.push((name, found));
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The broken invariants' names.
+    fn names(&self) -> String {
+        self.0.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(", ")
+    }
+
+    /// Each finding, led by its invariant's name.
+    fn report(&self) -> String {
+        let lines = self.0.iter().flat_map(|(name, found)| found.iter().map(move |v| format!("[{name}] {v}")));
+        lines.collect::<Vec<_>>().join("\n")
+    }
+}
+
+/// Every live cluster is ready at its generation with exactly its machines, every deleted one
+/// gone, every machine available or active, within [`CONVERGE_MAX`] of the last kill.
+fn every_cluster_converged(pending: &[String], converged: Duration) -> Vec<String> {
+    if pending.is_empty() {
+        return Vec::new();
+    }
+    vec![format!(
+        "not converged {} s after the last kill ({} items):\n  {}",
+        converged.as_secs(),
+        pending.len(),
+        pending.join("\n  ")
+    )]
+}
+
+/// Each pool holds exactly its count of active machines (none of a deleted cluster), and no
+/// machine in another state.
+async fn pools_hold_their_counts(db: &PgPool, clusters: &[ClusterModel]) -> Vec<String> {
+    let mut violations = Vec::new();
     let held: BTreeMap<(String, String), i64> = sqlx::query(
         "select node_pool_id::text as pool, state, count(*) as n from machines where node_pool_id is not null group by 1, 2",
     )
-    .fetch_all(&db.pool)
+    .fetch_all(db)
     .await
     .expect("held machines")
     .iter()
     .map(|r| ((r.get("pool"), r.get("state")), r.get("n")))
     .collect();
-    for c in &clusters {
+    for c in clusters {
         for p in &c.pools {
             let active = held.get(&(p.id.clone(), "active".to_owned())).copied().unwrap_or(0);
             let other: i64 = held.iter().filter(|((pool, s), _)| *pool == p.id && s != "active").map(|(_, n)| n).sum();
@@ -616,7 +706,13 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
             }
         }
     }
-    for c in &live {
+    violations
+}
+
+/// The API shows each live pool with the count asked for.
+async fn the_api_shows_the_counts_asked_for(api: &Api, live: &[&ClusterModel]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for c in live {
         let (_, view) = api.call(reqwest::Method::GET, &c.path(), None).await;
         for p in &c.pools {
             let shown = view["node_pools"]
@@ -631,10 +727,13 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
             }
         }
     }
+    violations
+}
 
-    // No machine was ever in two live allocations.
-    let overlaps = rows(
-        &db.pool,
+/// No machine was ever in two live allocations.
+async fn no_machine_in_two_live_allocations(pool: &PgPool) -> Vec<String> {
+    rows(
+        pool,
         "select format('machine %s: allocation %s [%s, %s) overlaps allocation %s [%s, %s)', m.name,
                 a.id, a.allocated_at, a.released_at, b.id, b.allocated_at, b.released_at)
            from machine_allocations a
@@ -643,13 +742,14 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
           where tstzrange(a.allocated_at, coalesce(a.released_at, 'infinity'), '[)')
              && tstzrange(b.allocated_at, coalesce(b.released_at, 'infinity'), '[)')",
     )
-    .await;
-    violations.extend(overlaps);
+    .await
+}
 
-    // Every allocation consumed a clean of its machine completed after the previous tenancy ended
-    // (or after enrollment) and before the allocation.
-    let unclean = rows(
-        &db.pool,
+/// Every allocation consumed a clean of its machine completed after the previous tenancy ended
+/// (or after enrollment) and before the allocation.
+async fn every_allocation_took_a_fresh_clean(pool: &PgPool) -> Vec<String> {
+    rows(
+        pool,
         "with ordered as (
              select a.*, lag(a.released_at) over (partition by a.machine_id order by a.allocated_at, a.id) as prev_released,
                     lag(a.id) over (partition by a.machine_id order by a.allocated_at, a.id) as prev_id
@@ -666,12 +766,13 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
              or c.completed_at <= coalesce(o.prev_released, m.created_at)
              or c.completed_at > o.allocated_at",
     )
-    .await;
-    violations.extend(unclean);
+    .await
+}
 
-    // No machine is available after a tenancy without a clean since (nor with a used clean).
-    let dirty = rows(
-        &db.pool,
+/// No machine is available after a tenancy without a clean since (nor with a used clean).
+async fn no_machine_available_without_a_clean(pool: &PgPool) -> Vec<String> {
+    rows(
+        pool,
         "select format('machine %s is available: last allocation %s released %s, its clean_id %s completed %s',
                        m.name, a.id, a.released_at, m.clean_id, c.completed_at)
            from machines m
@@ -683,14 +784,15 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
                  or (a.id is not null and (a.released_at is null or c.completed_at <= a.released_at))
                  or exists (select 1 from machine_allocations u where u.clean_id = m.clean_id))",
     )
-    .await;
-    violations.extend(dirty);
+    .await
+}
 
-    // Metering survived the kills: one segment per allocation that reached `active` (the schema
-    // also forbids overlaps); an active machine's is open, every other one closed, and a closed
-    // one lies inside its allocation (its close reads the clock just after the release's); no control plane of a deleted cluster is still billed.
-    let usage = rows(
-        &db.pool,
+/// Metering survived the kills: one segment per allocation that reached `active` (the schema
+/// also forbids overlaps); an active machine's is open, every other one closed, and a closed
+/// one lies inside its allocation (its close reads the clock just after the release's); no control plane of a deleted cluster is still billed.
+async fn metering_survived_the_kills(pool: &PgPool) -> Vec<String> {
+    rows(
+        pool,
         "select format('machine %s (%s, allocation %s): %s', m.name, m.state, m.allocation_id, problem)
            from (select m.id, 'active without an open segment' as problem from machines m
                   where m.state = 'active' and not exists (select 1 from usage_segments s
@@ -713,24 +815,27 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
            from clusters c join usage_segments s on s.cluster_id = c.id and s.kind = 'control_plane'
           where c.deletion_requested_at is not null and s.end_at is null",
     )
-    .await;
-    violations.extend(usage);
-    // No activation went unbilled: an allocation whose machine the ledger saw become `active`
-    // has its segment (the activation and the segment are one transaction).
-    let unbilled = rows(
-        &db.pool,
+    .await
+}
+
+/// No activation went unbilled: an allocation whose machine the ledger saw become `active`
+/// has its segment (the activation and the segment are one transaction).
+async fn no_activation_went_unbilled(pool: &PgPool) -> Vec<String> {
+    rows(
+        pool,
         "select format('allocation %s of machine %s reached active but has no usage segment', a.id, a.machine_id)
            from machine_allocations a
           where not exists (select 1 from usage_segments s where s.allocation_id = a.id)
             and exists (select 1 from custody_entries e where e.machine_id = a.machine_id and e.to_state = 'active'
                           and e.at >= a.allocated_at and (a.released_at is null or e.at <= a.released_at))",
     )
-    .await;
-    violations.extend(unbilled);
+    .await
+}
 
-    // No job stuck: none running on an expired lease, none due long ago, none failed.
-    let stuck = rows(
-        &db.pool,
+/// No job stuck: none running on an expired lease, none due long ago, none failed.
+async fn no_job_is_stuck(pool: &PgPool) -> Vec<String> {
+    rows(
+        pool,
         "select format('job %s %s target=%s: %s, attempts %s, run_at %s, locked_by %s until %s, last_error %s',
                        id, kind, target_id, state, attempts, run_at, locked_by, locked_until, last_error)
            from jobs
@@ -739,57 +844,25 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
              or state = 'failed'
           order by created_at",
     )
-    .await;
-    violations.extend(stuck);
-    let open_ops = rows(
-        &db.pool,
+    .await
+}
+
+/// Every operation ended, and none failed (checked only once everything converged).
+async fn no_operation_is_left_open(pool: &PgPool) -> Vec<String> {
+    rows(
+        pool,
         "select format('operation %s %s on %s (generation %s): %s, error %s', id, kind, target_id, target_generation, state, error)
            from operations where state in ('pending', 'running', 'failed') order by created_at",
     )
-    .await;
-    if pending.is_empty() {
-        violations.extend(open_ops.iter().cloned());
-    }
+    .await
+}
 
-    let allocations: i64 =
-        sqlx::query_scalar("select count(*) from machine_allocations").fetch_one(&db.pool).await.expect("count");
-    let cleans: i64 =
-        sqlx::query_scalar("select count(*) from machine_cleans").fetch_one(&db.pool).await.expect("count");
-    let taken_over: i64 =
-        sqlx::query_scalar("select count(*) from jobs where attempts > 0").fetch_one(&db.pool).await.expect("count");
-    let starts = procs.lock().expect("procs").starts;
-    println!(
-        "chaos: seed {seed}: {} clusters ({} live, {deletes} deleted), {scales} scalings, {kills} worker kills \
-         (aimed at a machine's job: {aimed:?}; {starts} process starts, {taken_over} jobs run again after a lost lease), {allocations} allocations, {cleans} cleans; fleet ready after {:.1} s, chaos {:.1} s, \
-         converged {:.1} s after the last kill; {:.1} s in all",
-        clusters.len(),
-        live.len(),
-        fleet_ready.as_secs_f64(),
-        (chaos_ended - chaos_started).as_secs_f64(),
-        converged.as_secs_f64(),
-        started.elapsed().as_secs_f64()
-    );
-    // The aim must have found its moments, or the kills around activation and release were luck.
-    for state in ["provisioning", "releasing"] {
-        if aimed.get(state).is_none_or(|&n| n == 0) {
-            violations.push(format!("no kill was aimed at a machine's job in {state}"));
-        }
-    }
-    if !violations.is_empty() {
-        panic!(
-            "chaos (seed {seed}) broke {} invariant(s):\n{}\n\n== database {} (kept) ==\n{}\n== actions ==\n{}\n== kills ==\n{}\n== logs ({}) ==\n{}",
-            violations.len(),
-            violations.join("\n"),
-            db.name,
-            db_snapshot(&db.pool).await,
-            actions.join("\n"),
-            kill_events.join("\n"),
-            logs.display(),
-            log_problems(&logs)
-        );
-    }
-    drop(procs);
-    if std::env::var_os("PADDOCK_CHAOS_KEEP_LOGS").is_none() {
-        let _ = std::fs::remove_dir_all(&logs);
-    }
+/// The aim found its moments: a kill hit a machine's job in `provisioning` and one in
+/// `releasing`, or the kills around activation and release were luck.
+fn the_kills_were_aimed(aimed: &BTreeMap<String, usize>) -> Vec<String> {
+    ["provisioning", "releasing"]
+        .into_iter()
+        .filter(|state| aimed.get(*state).is_none_or(|&n| n == 0))
+        .map(|state| format!("no kill was aimed at a machine's job in {state}"))
+        .collect()
 }

@@ -202,7 +202,7 @@ impl PowerSync {
         let Some(bmc) = self.drivers.bmc.clone() else { return Outcome::Done };
         let loaded = async {
             let mut conn = self.services.store().conn().await?;
-            let m = machine::get(&mut conn, id, false).await?;
+            let m = machine::get(&mut conn, id).await?;
             let pending = power::reconcile_pending(&mut conn, id).await?;
             Ok::<_, StoreError>((m, pending))
         }
@@ -337,7 +337,7 @@ impl PowerSync {
 
     async fn load(&self, id: MachineId) -> Result<Option<Machine>, StoreError> {
         let mut conn = self.services.store().conn().await?;
-        machine::get(&mut conn, id, false).await
+        machine::get(&mut conn, id).await
     }
 
     async fn record_check(&self, id: MachineId) -> Result<(), StoreError> {

@@ -88,7 +88,7 @@ async fn enroll_as(
     password: &str,
 ) -> MachineId {
     let mut conn = store.conn().await.expect("conn");
-    let class = machine_class::get_by_name(&mut conn, "metal", false).await.expect("get").expect("class");
+    let class = machine_class::get_by_name(&mut conn, "metal").await.expect("get").expect("class");
     let id = MachineId::new();
     let binding = Binding { table: "machines", column: "bmc_password_enc", row: id.uuid() };
     let bmc = Bmc {
@@ -108,7 +108,7 @@ async fn enroll_as(
 
 async fn load(store: &Store, id: MachineId) -> Machine {
     let mut conn = store.conn().await.expect("conn");
-    machine::get(&mut conn, id, false).await.expect("get").expect("machine")
+    machine::get(&mut conn, id).await.expect("get").expect("machine")
 }
 
 /// Runs the handler once on a job loaded from the queue.

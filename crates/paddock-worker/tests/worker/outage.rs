@@ -407,7 +407,7 @@ impl Bench {
 
     async fn load(&self, id: MachineId) -> Machine {
         let mut conn = self.store.conn().await.expect("conn");
-        machine::get(&mut conn, id, false).await.expect("get").expect("machine")
+        machine::get(&mut conn, id).await.expect("get").expect("machine")
     }
 
     /// Runs the handler once, as the worker would, on a job loaded from the queue.

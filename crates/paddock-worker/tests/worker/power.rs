@@ -112,7 +112,7 @@ async fn available_machine(store: &Store, cipher: &Cipher, emu: &Emulator, uuid:
 
 async fn load(store: &Store, id: MachineId) -> Machine {
     let mut conn = store.conn().await.expect("conn");
-    machine::get(&mut conn, id, false).await.expect("get").expect("machine")
+    machine::get(&mut conn, id).await.expect("get").expect("machine")
 }
 
 async fn drift_count(store: &Store, id: MachineId) -> u32 {

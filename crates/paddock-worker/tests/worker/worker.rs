@@ -191,17 +191,12 @@ async fn a_permanent_failure_fails_the_operation_with_the_handlers_problem() {
     running.stop().await;
 
     let p = op(&store, op_id).await.error.expect("problem");
-    assert_eq!(p.type_, format!("{}operation-failed", paddock_api::error::PROBLEM_BASE));
+    assert_eq!(p.type_, format!("{}operation-failed", paddock_types::problem::PROBLEM_BASE));
     assert_eq!((p.title.as_str(), p.status, p.code.as_str()), ("Operation failed", 422, "inventory_mismatch"));
     assert_eq!(p.detail, "the class asks for 8 GPUs; the BMC reports 4");
     assert_eq!(p.instance, format!("/v1/operations/{op_id}"));
     assert_eq!(get(&store, id).await.attempts, 0);
     assert_eq!(metrics.get("machine_enroll", "failed"), 1);
-}
-
-#[tokio::test]
-async fn the_queue_writes_problems_under_the_apis_type_uris() {
-    assert_eq!(paddock_store::job::PROBLEM_BASE, paddock_api::error::PROBLEM_BASE);
 }
 
 #[tokio::test]

@@ -22,7 +22,8 @@
 //!
 //! Enqueueing a due job, and ending a run while another job of the same target is due, sends
 //! `pg_notify('paddock_jobs', <kind>)` (delivered at commit) so idle workers wake at once;
-//! workers also poll, so a lost notification only costs latency.
+//! workers also poll, so a lost notification only costs latency. [`JobListener`] is the workers'
+//! end of the channel.
 //!
 //! The functions expect PostgreSQL's default `read committed` isolation. [`claim`] runs as a
 //! statement of its own: call it outside a transaction.
@@ -30,27 +31,20 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use paddock_types::problem::Problem;
+use paddock_types::problem::{Problem, RETRIES_EXHAUSTED};
 use paddock_types::{JobId, OperationId, TenantId};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::{from_json, parse_state, Conn, StoreError};
 
+mod listen;
+
+pub use listen::JobListener;
+
 /// The `LISTEN`/`NOTIFY` channel; the payload is the job kind.
 pub const NOTIFY_CHANNEL: &str = "paddock_jobs";
 
-/// Base of problem type URIs (the API's `PROBLEM_BASE`; kept equal by a test in paddock-worker).
-pub const PROBLEM_BASE: &str = "https://paddock.dev/problems/";
-
-/// Problem type slug and title of an operation whose job failed permanently.
-pub const FAILED_SLUG: &str = "operation-failed";
-/// Title of [`FAILED_SLUG`] problems.
-pub const FAILED_TITLE: &str = "Operation failed";
-/// Problem type slug of an operation whose job ran out of attempts.
-pub const EXHAUSTED_SLUG: &str = "retries-exhausted";
-/// Title of [`EXHAUSTED_SLUG`] problems.
-pub const EXHAUSTED_TITLE: &str = "Retries exhausted";
 /// HTTP-style status recorded in a retries-exhausted problem: the work could not be done for now.
 pub const EXHAUSTED_STATUS: u16 = 503;
 
@@ -637,8 +631,8 @@ pub async fn fail(conn: &mut Conn, id: JobId, worker: &str, problem: &Problem) -
 /// writes); for a worker that finds a taken-over job already past its attempts.
 pub fn retries_exhausted(job: &Job, last: &JobError) -> Problem {
     Problem {
-        type_: format!("{PROBLEM_BASE}{EXHAUSTED_SLUG}"),
-        title: EXHAUSTED_TITLE.to_owned(),
+        type_: RETRIES_EXHAUSTED.uri(),
+        title: RETRIES_EXHAUSTED.title.to_owned(),
         status: EXHAUSTED_STATUS,
         detail: format!("gave up after {} attempts; last error: {}", job.attempts, last.message),
         instance: job.operation_id.map(|op| format!("/v1/operations/{op}")).unwrap_or_default(),
@@ -678,8 +672,8 @@ pub async fn retry(
             .bind(millis(policy.cap) as f64)
             .bind(error.code.clone())
             .bind(error.message.clone())
-            .bind(format!("{PROBLEM_BASE}{EXHAUSTED_SLUG}"))
-            .bind(EXHAUSTED_TITLE)
+            .bind(RETRIES_EXHAUSTED.uri())
+            .bind(RETRIES_EXHAUSTED.title)
             .bind(i32::from(EXHAUSTED_STATUS))
     })
     .await

@@ -1,0 +1,224 @@
+//! Step 3: machines released, allocated all or nothing, and handed to provisioning.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use paddock_domain::cluster::{set_condition, Cluster, NodePool};
+use paddock_domain::machine::HELD;
+use paddock_store::allocation::{self, Allocation, HeldMachine, Need};
+use paddock_store::{lifecycle, node_pool, operation, Conn, StoreError};
+use paddock_types::cluster::{ConditionStatus, NodePoolStatus};
+use paddock_types::machine::MachineState;
+use paddock_types::NodePoolId;
+
+use crate::metrics::{self};
+
+use super::{ClusterReconciler, Observed, Stop, MACHINES_ALLOCATED, NODES_READY};
+
+/// How long a cluster waiting for machines sleeps at most: a machine that becomes available
+/// wakes the first waiting cluster of its class at once; this is the fallback. A cluster held
+/// back by an earlier one sleeps only until that one's head timeout ends.
+const CAPACITY_WAIT: Duration = Duration::from_secs(60);
+
+/// What a tenant is told while its cluster waits for machines: nothing about the fleet, free
+/// capacity or other tenants (docs/architecture.md, cluster reconciler step 3).
+const TENANT_WAITING: &str = "waiting for machines of the requested class to become available; \
+    the cluster continues by itself";
+
+impl ClusterReconciler {
+    /// Step 3, once the control plane is up: allocated machines, which wait for it, go on to be
+    /// provisioned by their own jobs.
+    pub(super) async fn start_provisioning(&self, held: &[HeldMachine]) -> Result<(), StoreError> {
+        let waiting: Vec<_> = held.iter().filter(|m| m.state == MachineState::Allocated).map(|m| m.id).collect();
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.services.store().begin().await?;
+        for machine in waiting {
+            lifecycle::enqueue_machine(&mut tx, machine, None).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Releases surplus machines, marks emptied deleting pools deleted and allocates the
+    /// shortfall, in one transaction; while the cluster waits for capacity (or quota), how long
+    /// until it tries again.
+    pub(super) async fn machines(
+        &self,
+        cluster: &Cluster,
+        pools: &[NodePool],
+        held: &[HeldMachine],
+        observed: &mut Observed,
+    ) -> Result<Option<Duration>, Stop> {
+        let plan = MachinePlan::of(pools, held);
+        if plan.release.is_empty() && plan.gone_pools.is_empty() && plan.needs.is_empty() {
+            observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
+            return Ok(None);
+        }
+        let mut tx = self.services.store().begin().await?;
+        for m in &plan.release {
+            if lifecycle::begin_release(&mut tx, self.services.ledger_key(), m.id, m.state, m.status_version).await? {
+                lifecycle::enqueue_machine(&mut tx, m.id, None).await?;
+            }
+        }
+        if !plan.release.is_empty() {
+            let message = format!("{} machine(s) are being released", plan.release.len());
+            observed.events.push(("Normal", "MachinesReleasing", message));
+        }
+        for pool in &plan.gone_pools {
+            node_pool::mark_deleted(&mut tx, cluster.tenant_id, *pool).await?;
+            operation::succeed(&mut tx, pool.uuid(), None, &[]).await?;
+        }
+        let (waiting, allocated) = if plan.needs.is_empty() {
+            observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
+            (None, None)
+        } else {
+            self.allocate(&mut tx, cluster, &plan.needs, observed).await?
+        };
+        tx.commit().await.map_err(StoreError::from)?;
+        if let Some(waited) = allocated {
+            metrics::observe(|w| w.allocated(waited));
+        }
+        Ok(waiting)
+    }
+
+    /// Allocates `needs` all or nothing in the caller's transaction; when the cluster waits, how
+    /// long until it tries again; when it got its machines, how long it had waited for them.
+    async fn allocate(
+        &self,
+        conn: &mut Conn,
+        cluster: &Cluster,
+        needs: &[Need],
+        observed: &mut Observed,
+    ) -> Result<(Option<Duration>, Option<Duration>), StoreError> {
+        let (tenant, id, timeout) = (cluster.tenant_id, cluster.id, self.settings.allocation_head_timeout);
+        let waited = allocation::waited(conn, tenant, id).await?;
+        let outcome = allocation::allocate(conn, self.services.ledger_key(), tenant, id, needs, timeout).await?;
+        // The details are the provider's (logged); the tenant's message says only what to expect.
+        match &outcome {
+            Allocation::Allocated(machines) => {
+                observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
+                let message = format!("{} machine(s) allocated", machines.len());
+                observed.events.push(("Normal", "MachinesAllocated", message));
+                return Ok((None, Some(waited)));
+            }
+            Allocation::Behind { until, .. } => {
+                tracing::info!(tenant = %tenant, cluster = %id, outcome = ?outcome, "the cluster waits for machines");
+                self.insufficient(observed, "InsufficientCapacity", TENANT_WAITING);
+                // Nothing wakes it when the one in front stops holding it back: it wakes itself.
+                let left = (*until - Utc::now()).to_std().unwrap_or_default();
+                return Ok((Some(CAPACITY_WAIT.min(left + Duration::from_millis(100))), None));
+            }
+            Allocation::Short { .. } => {
+                tracing::info!(tenant = %tenant, cluster = %id, outcome = ?outcome, "the cluster waits for machines");
+                self.insufficient(observed, "InsufficientCapacity", TENANT_WAITING);
+            }
+            Allocation::OverQuota { quota, limit, would_hold } => {
+                let message = format!("the tenant's {quota} quota ({limit}) would be exceeded ({would_hold})");
+                self.insufficient(observed, "QuotaExceeded", &message);
+            }
+        }
+        Ok((Some(CAPACITY_WAIT), None))
+    }
+
+    fn insufficient(&self, observed: &mut Observed, reason: &'static str, message: &str) {
+        let was = observed.conditions.iter().find(|c| c.type_ == MACHINES_ALLOCATED).map(|c| c.reason.clone());
+        observed.set(MACHINES_ALLOCATED, false, reason, message);
+        if was.as_deref() != Some(reason) {
+            observed.events.push(("Warning", reason, message.to_owned()));
+        }
+    }
+}
+
+/// What step 3 does to a cluster's pools.
+#[derive(Default)]
+struct MachinePlan {
+    /// Surplus machines to give back.
+    release: Vec<HeldMachine>,
+    /// The shortfall to allocate.
+    needs: Vec<Need>,
+    /// Deleting pools that hold no machine any more.
+    gone_pools: Vec<NodePoolId>,
+}
+
+impl MachinePlan {
+    fn of(pools: &[NodePool], held: &[HeldMachine]) -> Self {
+        let mut plan = Self::default();
+        for pool in pools {
+            let want = if pool.deleting { 0 } else { pool.spec.count as usize };
+            let mut holding: Vec<&HeldMachine> =
+                held.iter().filter(|m| m.node_pool_id == pool.id && HELD.contains(&m.state)).collect();
+            if holding.len() > want {
+                // Give back the machines that serve least first: not yet provisioned, then
+                // provisioning, then active; the newest first within each.
+                holding.sort_by_key(|m| (release_rank(m.state), std::cmp::Reverse(m.id.uuid())));
+                plan.release.extend(holding.iter().take(holding.len() - want).map(|m| (*m).clone()));
+            } else if holding.len() < want {
+                let count = u32::try_from(want - holding.len()).unwrap_or(u32::MAX);
+                plan.needs.push(Need {
+                    node_pool_id: pool.id,
+                    machine_class_id: pool.machine_class_id,
+                    gpu_count: pool.gpu_count,
+                    count,
+                });
+            }
+            if pool.deleting && !held.iter().any(|m| m.node_pool_id == pool.id) {
+                plan.gone_pools.push(pool.id);
+            }
+        }
+        plan
+    }
+}
+
+/// The order in which surplus machines are given back.
+fn release_rank(state: MachineState) -> u8 {
+    match state {
+        MachineState::Allocated => 0,
+        MachineState::Provisioning => 1,
+        _ => 2,
+    }
+}
+
+/// Step 3's `NodesReady`: every wanted node ready and every held machine active; each pool's
+/// status.
+pub(super) fn nodes<'a>(
+    pools: &'a [NodePool],
+    held: &[HeldMachine],
+    observed: &mut Observed,
+) -> Vec<(&'a NodePool, NodePoolStatus)> {
+    let pool_status = pool_statuses(pools, held);
+    let (ready_nodes, wanted_nodes) = pool_status
+        .iter()
+        .filter(|(p, _)| !p.deleting)
+        .fold((0, 0), |(r, w), (p, s)| (r + s.ready.min(p.spec.count), w + p.spec.count));
+    let nodes_ready = ready_nodes == wanted_nodes && held.iter().all(|m| m.state == MachineState::Active);
+    observed.set(
+        NODES_READY,
+        nodes_ready,
+        if nodes_ready { "Ready" } else { "Provisioning" },
+        &format!("{ready_nodes} of {wanted_nodes} nodes ready"),
+    );
+    pool_status
+}
+
+/// Each pool's ready (active) and allocated (held) counts and its conditions.
+fn pool_statuses<'a>(pools: &'a [NodePool], held: &[HeldMachine]) -> Vec<(&'a NodePool, NodePoolStatus)> {
+    let now = Utc::now();
+    pools
+        .iter()
+        .map(|pool| {
+            let mine = held.iter().filter(|m| m.node_pool_id == pool.id);
+            let ready = mine.clone().filter(|m| m.state == MachineState::Active).count();
+            let allocated = mine.filter(|m| HELD.contains(&m.state)).count();
+            let mut conditions = pool.status.conditions.clone();
+            let want = pool.spec.count as usize;
+            let (status, reason) =
+                if ready >= want { (ConditionStatus::True, "Ready") } else { (ConditionStatus::False, "Provisioning") };
+            let message = format!("{ready} of {want} nodes ready");
+            set_condition(&mut conditions, NODES_READY, status, reason, &message, now);
+            let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+            (pool, NodePoolStatus { ready: count(ready), allocated: count(allocated), conditions })
+        })
+        .collect()
+}
