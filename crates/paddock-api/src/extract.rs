@@ -21,9 +21,15 @@ use crate::error::ApiError;
 pub const BODY_LIMIT: usize = 1024 * 1024;
 
 /// A JSON body, not yet decoded: services decode it after authorization. Accepts
-/// `application/json` and `application/merge-patch+json` (with parameters such as charset).
+/// `application/json` (with parameters such as charset), and for a `PATCH` (a JSON merge patch)
+/// `application/merge-patch+json` too: what the OpenAPI document lists for each operation.
 #[derive(Debug)]
 pub struct JsonBody(pub Body);
+
+/// Whether a body of `media_type` is accepted by a request of `method`.
+fn accepted_media_type(method: &http::Method, media_type: &str) -> bool {
+    media_type == "application/json" || (method == http::Method::PATCH && media_type == "application/merge-patch+json")
+}
 
 impl<S: Send + Sync> FromRequest<S> for JsonBody {
     type Rejection = ApiError;
@@ -36,11 +42,13 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .map(|v| v.split(';').next().unwrap_or_default().trim().to_ascii_lowercase());
+        let patch = req.method() == http::Method::PATCH;
         let refusal = match media_type.as_deref() {
-            Some("application/json" | "application/merge-patch+json") => None,
-            Some(other) => {
-                Some(format!("the body must be application/json or application/merge-patch+json, not {other}"))
+            Some(media_type) if accepted_media_type(req.method(), media_type) => None,
+            Some(other) if patch => {
+                Some(format!("the body must be application/merge-patch+json or application/json, not {other}"))
             }
+            Some(other) => Some(format!("the body must be application/json, not {other}")),
             None => Some("the body must be application/json; the Content-Type header is missing".to_owned()),
         };
         if let Some(message) = refusal {
