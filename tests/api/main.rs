@@ -5,6 +5,7 @@ mod agent;
 mod allocation;
 mod authz;
 mod bad_input;
+mod body_shape;
 mod cluster;
 mod common;
 mod custody;

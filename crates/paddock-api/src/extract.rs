@@ -37,6 +37,8 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
     /// Never rejects: a refusal travels inside the body and is raised when the service decodes
     /// it, after authorization.
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let route = req.extensions().get::<MatchedPath>().map(MatchedPath::as_str).unwrap_or_default();
+        let shape = crate::shape::body_shape(req.method(), route);
         let media_type = req
             .headers()
             .get(header::CONTENT_TYPE)
@@ -55,7 +57,7 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
             return Ok(JsonBody(Body::refused(Error::UnsupportedMediaType(message))));
         }
         Ok(JsonBody(match Bytes::from_request(req, state).await {
-            Ok(bytes) => Body::bytes(bytes.to_vec()),
+            Ok(bytes) => Body::bytes(bytes.to_vec()).with_shape(shape),
             Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
                 Body::refused(Error::PayloadTooLarge { limit: BODY_LIMIT })
             }
