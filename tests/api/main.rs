@@ -25,6 +25,7 @@ mod operation;
 mod operation_steps;
 mod pagination;
 mod platform;
+mod query_params;
 mod sweep;
 mod tenant;
 mod tenant_scope;
