@@ -225,6 +225,17 @@ async fn demand_beyond_the_fleet_is_refused_without_saying_its_size() {
     app.patch(&pool_path).token(&t).json(&json!({ "count": 5 })).send().await.problem(409, "insufficient_capacity");
     let after: Value = app.get(&pool_path).token(&t).send().await.expect(200).json();
     assert_eq!(after["count"], 4, "{after}");
+    // The provider, who owns the fleet, is told the bound and what is free.
+    let problem = app
+        .patch(&pool_path)
+        .token(&admin())
+        .json(&json!({ "count": 5 }))
+        .send()
+        .await
+        .problem(409, "insufficient_capacity");
+    let detail = problem["detail"].as_str().expect("detail");
+    assert!(detail.contains("holds 4 machines of class cpu") && detail.contains("0 of them available"), "{problem}");
+    assert!(detail.contains("would want 5"), "{problem}");
 }
 
 #[tokio::test]

@@ -95,7 +95,7 @@ impl Services {
             rules::check_quotas(&tenant.spec.quotas, demand)?;
             for (class, _) in classes.iter().flatten() {
                 let wanted = pools.iter().zip(&classes).filter(|(_, c)| c.is_some_and(|(c, _)| c == *class));
-                check_fleet(&mut tx, *class, wanted.map(|(p, _)| u64::from(p.count)).sum()).await?;
+                check_fleet(&mut tx, ctx, *class, wanted.map(|(p, _)| u64::from(p.count)).sum()).await?;
             }
             // New clusters run the newest base stack; existing ones keep theirs.
             let stack_version = paddock_domain::stack::latest_version();
@@ -272,7 +272,7 @@ impl Services {
             rules::check_quotas(&tenant.spec.quotas, demand)?;
             if let Some((class, _)) = known {
                 let others = node_pool::class_count(&mut tx, tenant_id, cluster_id, class, None).await?;
-                check_fleet(&mut tx, class, others + u64::from(spec.count)).await?;
+                check_fleet(&mut tx, ctx, class, others + u64::from(spec.count)).await?;
             }
             rules::validate_pool(&spec)?;
             let (class, _) = class_of(&mut tx, "machine_class", &spec.machine_class).await?;
@@ -337,7 +337,7 @@ impl Services {
                 rules::check_quotas(&tenant.spec.quotas, demand)?;
                 let class = current.machine_class_id;
                 let others = node_pool::class_count(&mut tx, tenant_id, cluster_id, class, Some(id)).await?;
-                check_fleet(&mut tx, class, others + u64::from(spec.count)).await?;
+                check_fleet(&mut tx, ctx, class, others + u64::from(spec.count)).await?;
             }
             // The values after the 409s (docs/api.md).
             rules::validate_pool(&spec)?;
@@ -477,14 +477,23 @@ fn patched_stack_version(patch: &mut serde_json::Value, current: &str) -> Result
 /// 409 `insufficient_capacity` when a cluster would ask for more machines of a class than the
 /// fleet holds: such a request could never be met and would only hold up the class's line. The
 /// message keeps the fleet's size to the provider (docs/architecture.md, cluster reconciler step 3).
-async fn check_fleet(conn: &mut Conn, class: MachineClassId, wanted: u64) -> Result<()> {
-    if wanted > machine_class::fleet_size(conn, class).await? {
-        return Err(Error::conflict(
-            "insufficient_capacity",
-            "the provider's fleet cannot hold this many machines of the class; ask for fewer",
-        ));
+async fn check_fleet(conn: &mut Conn, ctx: &Ctx, class: MachineClassId, wanted: u64) -> Result<()> {
+    let fleet = machine_class::fleet_size(conn, class).await?;
+    if wanted <= fleet {
+        return Ok(());
     }
-    Ok(())
+    // A tenant never learns the fleet's size or what is free (docs/api.md); the provider,
+    // who owns the fleet, is told which bound it hit and by how much.
+    let message = if ctx.actor.home_tenant().is_some() {
+        "the provider's fleet cannot hold this many machines of the class; ask for fewer".to_owned()
+    } else {
+        let (name, available) = machine_class::available_of(conn, class).await?;
+        format!(
+            "the fleet holds {fleet} machines of class {name} (not retired, {available} of them available now); \
+             this tenant would want {wanted} of them"
+        )
+    };
+    Err(Error::conflict("insufficient_capacity", message))
 }
 
 /// A machine class by name: its id and GPUs per machine, `None` if missing (its 422 comes later,
