@@ -112,10 +112,6 @@ async fn invalid_clusters_are_422_and_write_nothing() {
                  "slurm": { "login": { "ssh_authorized_keys": ["not a key"] } } }),
             "slurm.login.ssh_authorized_keys[0]",
         ),
-        (
-            json!({ "name": "a", "kind": "kubernetes", "isolation": "private-nodes", "node_pools": [{ "name": "p", "machine_class": "cpu", "count": 10001 }] }),
-            "node_pools[0].count",
-        ),
     ];
     for (body, field) in cases {
         let problem = app.post(&path).token(&t).json(&body).send().await.problem(422, "validation_failed");
@@ -123,6 +119,10 @@ async fn invalid_clusters_are_422_and_write_nothing() {
             problem["errors"].as_array().expect("errors").iter().filter_map(|e| e["field"].as_str()).collect();
         assert!(fields.contains(&field), "{body}: expected an error on {field}, got {problem}");
     }
+    // A count past the document's maximum is past the fleet too: its 409 comes first (docs/api.md).
+    let huge = json!({ "name": "a", "kind": "kubernetes", "isolation": "private-nodes",
+                       "node_pools": [{ "name": "p", "machine_class": "cpu", "count": 10001 }] });
+    app.post(&path).token(&t).json(&huge).send().await.problem(409, "insufficient_capacity");
     assert_eq!(app.count("clusters").await, 0);
     assert_eq!(app.count("node_pools").await, 0);
     let cluster_jobs: i64 = sqlx::query_scalar("select count(*) from jobs where target_type <> 'machine'")
@@ -166,6 +166,34 @@ async fn quotas_are_checked_against_desired_counts() {
     app.patch(&pool_path).token(&t).json(&json!({ "count": 2 })).send().await.expect(202);
 }
 
+/// The order of checks (docs/api.md): a 409 comes before any 422. A tenant at `max_clusters`
+/// that names an unknown class, or asks for more nodes than its quota with an invalid value
+/// elsewhere, hears of the quota; a pool of an unknown class over the nodes quota too.
+#[tokio::test]
+async fn a_quota_409_comes_before_the_values_422() {
+    let app = TestApp::new().await;
+    let (tenant_id, t) = world(&app).await;
+    let quotas = json!({ "quotas": { "max_clusters": 1, "max_nodes": 3 } });
+    app.patch(format!("/v1/tenants/{tenant_id}")).token(&admin()).json(&quotas).send().await.expect(200);
+    let path = format!("/v1/tenants/{tenant_id}/clusters");
+    let unknown_class = |name: &str, count: u32| {
+        json!({ "name": name, "kind": "kubernetes", "isolation": "private-nodes",
+                "node_pools": [{ "name": "x", "machine_class": "no-such-class", "count": count }] })
+    };
+    // Within the quotas, the unknown class is the answer.
+    app.post(&path).token(&t).json(&unknown_class("one", 1)).send().await.problem(422, "validation_failed");
+    // Over the nodes quota, whatever the class.
+    app.post(&path).token(&t).json(&unknown_class("one", 4)).send().await.problem(409, "quota_exceeded");
+    let created = app.post(&path).token(&t).json(&slurm_cluster("one")).send().await.expect(202).json();
+    // At `max_clusters`: the quota, before the unknown class and the invalid name.
+    app.post(&path).token(&t).json(&unknown_class("Not_A_Label", 1)).send().await.problem(409, "quota_exceeded");
+    // A pool of an unknown class past the nodes quota.
+    let pools = format!("{path}/{}/node-pools", id(&created["cluster"]));
+    let pool = json!({ "name": "more", "machine_class": "no-such-class", "count": 5 });
+    app.post(&pools).token(&t).json(&pool).send().await.problem(409, "quota_exceeded");
+    assert_eq!(app.count("clusters").await, 1);
+}
+
 /// Allocation (docs/architecture.md): a cluster asking for more machines of a class than the fleet holds
 /// could never be served and would only hold up the class's line: 409 `insufficient_capacity`,
 /// whether in one pool, across pools or by a scale, with nothing written and nothing said of the
@@ -197,6 +225,17 @@ async fn demand_beyond_the_fleet_is_refused_without_saying_its_size() {
     app.patch(&pool_path).token(&t).json(&json!({ "count": 5 })).send().await.problem(409, "insufficient_capacity");
     let after: Value = app.get(&pool_path).token(&t).send().await.expect(200).json();
     assert_eq!(after["count"], 4, "{after}");
+    // The provider, who owns the fleet, is told the bound and what is free.
+    let problem = app
+        .patch(&pool_path)
+        .token(&admin())
+        .json(&json!({ "count": 5 }))
+        .send()
+        .await
+        .problem(409, "insufficient_capacity");
+    let detail = problem["detail"].as_str().expect("detail");
+    assert!(detail.contains("holds 4 machines of class cpu") && detail.contains("0 of them available"), "{problem}");
+    assert!(detail.contains("would want 5"), "{problem}");
 }
 
 #[tokio::test]

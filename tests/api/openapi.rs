@@ -95,3 +95,41 @@ fn every_operation_is_described_with_its_failures_and_examples() {
         }
     }
 }
+
+/// The media types the served document lists for a body are what the server accepts: a PATCH
+/// (a JSON merge patch) takes `application/merge-patch+json` and `application/json`, every other
+/// body `application/json` only; a media type the document does not list for the operation is 415.
+#[tokio::test]
+async fn the_documented_body_media_types_are_the_accepted_ones() {
+    let app = TestApp::new().await;
+    let doc: Value = app.get("/openapi.json").send().await.expect(200).json();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for (method, op) in item.as_object().expect("item") {
+            let Some(body) = op.get("requestBody") else { continue };
+            let mut media: Vec<&str> =
+                body["content"].as_object().expect("content").keys().map(String::as_str).collect();
+            media.sort_unstable();
+            let want: &[&str] = match method.as_str() {
+                "patch" => &["application/json", "application/merge-patch+json"],
+                _ => &["application/json"],
+            };
+            assert_eq!(media, want, "{method} {path}");
+        }
+    }
+    let admin = paddock_testkit::admin();
+    let created = app.post("/v1/tenants").token(&admin).json(&serde_json::json!({ "name": "acme" })).send().await;
+    let tenant = created.expect(201).json();
+    let path = format!("/v1/tenants/{}", tenant["id"].as_str().expect("id"));
+    for (n, ct) in ["application/merge-patch+json", "application/json"].into_iter().enumerate() {
+        let body = format!(r#"{{"display_name": "Acme {n}"}}"#);
+        app.patch(&path).token(&admin).header("content-type", ct).raw(body).send().await.expect(200);
+    }
+    let resp = app
+        .post("/v1/tenants")
+        .token(&admin)
+        .header("content-type", "application/merge-patch+json")
+        .raw(&br#"{"name": "globex"}"#[..])
+        .send()
+        .await;
+    resp.problem(415, "unsupported_media_type");
+}

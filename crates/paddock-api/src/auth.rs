@@ -87,6 +87,9 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
                 let (request_id, server_request_id) = context::ids();
                 // Set by the idempotency step: the write leaves its transaction for the answer.
                 let deferred_commit = parts.extensions.get::<DeferredCommit>().cloned();
+                // Every authenticated route refuses what its query should not hold, also a route
+                // that reads no parameter (`extract::Query`).
+                crate::extract::check_query_of(parts)?;
                 Ok(Caller(Ctx { actor, request_id, server_request_id, deferred_commit }))
             }
             Some(Authn::Refused { server_side: true, .. }) => {

@@ -12,6 +12,7 @@ use http::{header, StatusCode};
 use paddock_domain::precondition::IfMatch;
 use paddock_domain::Error;
 use paddock_service::Body;
+use paddock_types::problem::FieldError;
 use serde::de::value::{Error as ValueError, SeqDeserializer, StrDeserializer};
 use serde::de::DeserializeOwned;
 
@@ -21,9 +22,15 @@ use crate::error::ApiError;
 pub const BODY_LIMIT: usize = 1024 * 1024;
 
 /// A JSON body, not yet decoded: services decode it after authorization. Accepts
-/// `application/json` and `application/merge-patch+json` (with parameters such as charset).
+/// `application/json` (with parameters such as charset), and for a `PATCH` (a JSON merge patch)
+/// `application/merge-patch+json` too: what the OpenAPI document lists for each operation.
 #[derive(Debug)]
 pub struct JsonBody(pub Body);
+
+/// Whether a body of `media_type` is accepted by a request of `method`.
+fn accepted_media_type(method: &http::Method, media_type: &str) -> bool {
+    media_type == "application/json" || (method == http::Method::PATCH && media_type == "application/merge-patch+json")
+}
 
 impl<S: Send + Sync> FromRequest<S> for JsonBody {
     type Rejection = ApiError;
@@ -31,23 +38,27 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
     /// Never rejects: a refusal travels inside the body and is raised when the service decodes
     /// it, after authorization.
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let route = req.extensions().get::<MatchedPath>().map(MatchedPath::as_str).unwrap_or_default();
+        let shape = crate::shape::body_shape(req.method(), route);
         let media_type = req
             .headers()
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .map(|v| v.split(';').next().unwrap_or_default().trim().to_ascii_lowercase());
+        let patch = req.method() == http::Method::PATCH;
         let refusal = match media_type.as_deref() {
-            Some("application/json" | "application/merge-patch+json") => None,
-            Some(other) => {
-                Some(format!("the body must be application/json or application/merge-patch+json, not {other}"))
+            Some(media_type) if accepted_media_type(req.method(), media_type) => None,
+            Some(other) if patch => {
+                Some(format!("the body must be application/merge-patch+json or application/json, not {other}"))
             }
+            Some(other) => Some(format!("the body must be application/json, not {other}")),
             None => Some("the body must be application/json; the Content-Type header is missing".to_owned()),
         };
         if let Some(message) = refusal {
             return Ok(JsonBody(Body::refused(Error::UnsupportedMediaType(message))));
         }
         Ok(JsonBody(match Bytes::from_request(req, state).await {
-            Ok(bytes) => Body::bytes(bytes.to_vec()),
+            Ok(bytes) => Body::bytes(bytes.to_vec()).with_shape(shape),
             Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
                 Body::refused(Error::PayloadTooLarge { limit: BODY_LIMIT })
             }
@@ -101,7 +112,11 @@ fn path_value<'a>(key: &str, value: &'a str) -> &'a str {
     }
 }
 
-/// Query parameters; malformed ones are a 400 naming the parameter.
+/// Query parameters, one rule for every route (docs/api.md, "Query parameters"): a query that
+/// cannot be read (not UTF-8, a control character, longer than documented) or a value that is
+/// not of its parameter's type is malformed, 400 `invalid_parameter`; a parameter the operation
+/// does not document is 422 `validation_failed` naming each; a well-formed value outside its
+/// documented bounds is 422 on that parameter (checked where it is parsed, `PageRequest`).
 #[derive(Debug)]
 pub struct Query<T>(pub T);
 
@@ -109,9 +124,8 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Query<T
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        check_query_of(parts)?;
         let query = parts.uri.query().unwrap_or_default();
-        let route = parts.extensions.get::<MatchedPath>().map(MatchedPath::as_str).unwrap_or_default();
-        check_query(query, query_bounds(&parts.method, route))?;
         let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
         serde_path_to_error::deserialize(de)
             .map(Query)
@@ -119,32 +133,48 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Query<T
     }
 }
 
-/// The documented `maxLength` of each query parameter, by method and route template, read from
-/// the OpenAPI document itself: what the document promises is what is enforced.
-static QUERY_BOUNDS: LazyLock<HashMap<(String, String), HashMap<String, usize>>> = LazyLock::new(|| {
+/// Checks a request's query against its operation's documented parameters (see [`Query`]):
+/// run for every authenticated route by `Caller`, so a route that reads no parameter refuses
+/// unknown ones too.
+pub(crate) fn check_query_of(parts: &Parts) -> Result<(), ApiError> {
+    let query = parts.uri.query().unwrap_or_default();
+    let route = parts.extensions.get::<MatchedPath>().map(MatchedPath::as_str).unwrap_or_default();
+    check_query(query, query_params(&parts.method, route))
+}
+
+/// An operation's query parameters: name -> documented `maxLength`.
+type Params = HashMap<String, Option<usize>>;
+
+/// The documented query parameters of each operation, by method and route template, with their
+/// `maxLength`, read from the OpenAPI document itself: what the document promises is what is
+/// enforced.
+static QUERY_PARAMS: LazyLock<HashMap<(String, String), Params>> = LazyLock::new(|| {
     let doc: serde_json::Value = serde_json::from_str(&crate::openapi_json()).unwrap_or_default();
-    let mut bounds = HashMap::new();
+    let mut params = HashMap::new();
     for (path, item) in doc["paths"].as_object().into_iter().flatten() {
         for (method, op) in item.as_object().into_iter().flatten() {
-            let params = op["parameters"].as_array().into_iter().flatten().filter(|p| p["in"] == "query");
-            let max: HashMap<String, usize> = params
-                .filter_map(|p| Some((p["name"].as_str()?.to_owned(), p["schema"]["maxLength"].as_u64()? as usize)))
+            let query = op["parameters"].as_array().into_iter().flatten().filter(|p| p["in"] == "query");
+            let named: Params = query
+                .filter_map(|p| {
+                    Some((p["name"].as_str()?.to_owned(), p["schema"]["maxLength"].as_u64().map(|m| m as usize)))
+                })
                 .collect();
-            bounds.insert((method.to_ascii_uppercase(), path.clone()), max);
+            params.insert((method.to_ascii_uppercase(), path.clone()), named);
         }
     }
-    bounds
+    params
 });
 
-/// The documented bounds of a route's query parameters (none for an undocumented route).
-fn query_bounds(method: &http::Method, route: &str) -> Option<&'static HashMap<String, usize>> {
-    QUERY_BOUNDS.get(&(method.as_str().to_owned(), route.to_owned()))
+/// The documented query parameters of a route (none known for an undocumented route).
+fn query_params(method: &http::Method, route: &str) -> Option<&'static Params> {
+    QUERY_PARAMS.get(&(method.as_str().to_owned(), route.to_owned()))
 }
 
 /// Refuses a query whose names or values are not UTF-8 once decoded (the decoder would replace
 /// the bytes silently), hold a control character no parameter allows, or are longer than the
-/// document says.
-fn check_query(query: &str, bounds: Option<&HashMap<String, usize>>) -> Result<(), ApiError> {
+/// document says (400); then one naming every parameter the operation does not document (422).
+fn check_query(query: &str, params: Option<&Params>) -> Result<(), ApiError> {
+    let mut unknown: Vec<String> = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
         let decode = |raw: &str| {
@@ -162,11 +192,34 @@ fn check_query(query: &str, bounds: Option<&HashMap<String, usize>>) -> Result<(
                 name.escape_default()
             )));
         }
-        if let Some(max) = bounds.and_then(|b| b.get(&name)).filter(|max| value.chars().count() > **max) {
-            return Err(ApiError::bad_parameter(format!("invalid query parameter {name}: at most {max} characters")));
+        match params.map(|p| p.get(&name)) {
+            Some(Some(Some(max))) if value.chars().count() > *max => {
+                return Err(ApiError::bad_parameter(format!(
+                    "invalid query parameter {name}: at most {max} characters"
+                )));
+            }
+            Some(None) if !unknown.contains(&name) => unknown.push(name),
+            _ => {}
         }
     }
-    Ok(())
+    match params {
+        Some(params) if !unknown.is_empty() => {
+            Err(ApiError::Domain(Error::Invalid(unknown_parameters(unknown, params))))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// One field error per unknown parameter, listing those the operation takes.
+fn unknown_parameters(unknown: Vec<String>, params: &Params) -> Vec<FieldError> {
+    let mut known: Vec<&str> = params.keys().map(String::as_str).collect();
+    known.sort_unstable();
+    let message = if known.is_empty() {
+        "is not a query parameter of this operation, which takes none".to_owned()
+    } else {
+        format!("is not a query parameter of this operation; its parameters are {}", known.join(", "))
+    };
+    unknown.into_iter().map(|field| FieldError { field, message: message.clone() }).collect()
 }
 
 /// The `If-Match` header.

@@ -11,6 +11,7 @@ pub mod limits;
 pub mod metrics;
 pub mod respond;
 pub mod routes;
+pub mod shape;
 pub mod state;
 
 use std::sync::LazyLock;

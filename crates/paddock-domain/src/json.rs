@@ -37,12 +37,18 @@ impl DecodeError {
 
 /// Decodes `bytes` into `T`, naming the offending field on a shape error.
 pub fn decode<T: DeserializeOwned + Serialize>(bytes: &[u8]) -> Result<T, DecodeError> {
+    from_value(parse(bytes)?)
+}
+
+/// Parses `bytes` as JSON (400 when it is not) whose strings hold no control character a field
+/// never allows (422 naming the field).
+pub fn parse(bytes: &[u8]) -> Result<Value, DecodeError> {
     let value: Value = serde_json::from_slice(bytes).map_err(|e| DecodeError::Syntax(syntax_message(&e)))?;
     if let Some(field) = control_character(&value, "") {
         let field = if field.is_empty() { "body".to_owned() } else { field };
         return Err(DecodeError::Data { field, message: crate::validate::CONTROL_MESSAGE.to_owned() });
     }
-    from_value(value)
+    Ok(value)
 }
 
 /// The path of the first string (value or key) with a control character no field allows.

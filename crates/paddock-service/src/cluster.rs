@@ -11,7 +11,7 @@ use paddock_domain::cluster::{self as rules, Cluster, ClusterSpec, NodePool, Nod
 use paddock_domain::cursor::PageRequest;
 use paddock_domain::model::Tenant;
 use paddock_domain::precondition::IfMatch;
-use paddock_domain::{json, Error, Permission, Result, Scope};
+use paddock_domain::{Error, Permission, Result, Scope};
 use paddock_store::{cluster as store, cluster_event, machine_class, node_pool, tenant, Conn, Tx};
 use paddock_types::cluster::{ClusterCreate, ClusterEventView, NodePoolCreate, PoolMachineView};
 use paddock_types::operation::OperationView;
@@ -76,25 +76,33 @@ impl Services {
         self.audited(ctx, "cluster.create", "cluster", async |audit| {
             audit.target_tenant(tenant_id);
             let (mut tx, tenant) = self.begin_tenant_write(ctx, tenant_id, "tenant").await?;
+            // The order of checks (docs/api.md): a 409 goes before any 422. The cluster count
+            // needs no body; the nodes, GPUs and the fleet need the body's counts and classes,
+            // so they are checked before the values are (an unknown class adds no GPUs).
+            let mut demand = store::demand(&mut tx, tenant_id, None).await?;
+            demand.clusters += 1;
+            rules::check_quotas(&tenant.spec.quotas, demand)?;
             let (spec, pools) = ClusterSpec::from_create(body.decode::<ClusterCreate>()?);
             let pools: Vec<NodePoolSpec> = pools.into_iter().map(NodePoolSpec::from).collect();
+            let mut classes = Vec::with_capacity(pools.len());
+            for pool in &pools {
+                classes.push(known_class(&mut tx, &pool.machine_class).await?);
+            }
+            for (pool, class) in pools.iter().zip(&classes) {
+                demand.nodes += u64::from(pool.count);
+                demand.gpus += u64::from(pool.count) * u64::from(class.map_or(0, |(_, gpus)| gpus));
+            }
+            rules::check_quotas(&tenant.spec.quotas, demand)?;
+            for (class, _) in classes.iter().flatten() {
+                let wanted = pools.iter().zip(&classes).filter(|(_, c)| c.is_some_and(|(c, _)| c == *class));
+                check_fleet(&mut tx, ctx, *class, wanted.map(|(p, _)| u64::from(p.count)).sum()).await?;
+            }
             // New clusters run the newest base stack; existing ones keep theirs.
             let stack_version = paddock_domain::stack::latest_version();
             rules::validate_cluster(&spec, &pools, stack_version)?;
             let mut classes = Vec::with_capacity(pools.len());
             for (i, pool) in pools.iter().enumerate() {
                 classes.push(class_of(&mut tx, &format!("node_pools[{i}].machine_class"), &pool.machine_class).await?);
-            }
-            let mut demand = store::demand(&mut tx, tenant_id, None).await?;
-            demand.clusters += 1;
-            for (pool, (_, gpus)) in pools.iter().zip(&classes) {
-                demand.nodes += u64::from(pool.count);
-                demand.gpus += u64::from(pool.count) * u64::from(*gpus);
-            }
-            rules::check_quotas(&tenant.spec.quotas, demand)?;
-            for (class, _) in &classes {
-                let wanted = pools.iter().zip(&classes).filter(|(_, (c, _))| c == class);
-                check_fleet(&mut tx, *class, wanted.map(|(p, _)| u64::from(p.count)).sum()).await?;
             }
 
             let id = ClusterId::new();
@@ -164,7 +172,7 @@ impl Services {
             let patch = body.value()?;
             let mut spec_patch = patch.clone();
             let stack_version = patched_stack_version(&mut spec_patch, &current.stack_version)?;
-            let spec: ClusterSpec = json::apply_patch(&current.spec, &spec_patch, &["name", "kind", "isolation"])?;
+            let spec: ClusterSpec = body.apply_patch(&current.spec, &spec_patch, &["name", "kind", "isolation"])?;
             let pools: Vec<NodePoolSpec> = node_pool::of_cluster(&mut tx, tenant_id, id)
                 .await?
                 .into_iter()
@@ -255,14 +263,19 @@ impl Services {
             let (mut tx, tenant) = self.begin_tenant_write(ctx, tenant_id, "cluster").await?;
             cluster_for_change(&mut tx, tenant_id, cluster_id).await?;
             let spec = NodePoolSpec::from(body.decode::<NodePoolCreate>()?);
-            rules::validate_pool(&spec)?;
-            let (class, gpus) = class_of(&mut tx, "machine_class", &spec.machine_class).await?;
+            // 409s before 422s (docs/api.md): quotas and the fleet first, an unknown class
+            // adding no GPUs; then the values.
+            let known = known_class(&mut tx, &spec.machine_class).await?;
             let mut demand = store::demand(&mut tx, tenant_id, None).await?;
             demand.nodes += u64::from(spec.count);
-            demand.gpus += u64::from(spec.count) * u64::from(gpus);
+            demand.gpus += u64::from(spec.count) * u64::from(known.map_or(0, |(_, gpus)| gpus));
             rules::check_quotas(&tenant.spec.quotas, demand)?;
-            let others = node_pool::class_count(&mut tx, tenant_id, cluster_id, class, None).await?;
-            check_fleet(&mut tx, class, others + u64::from(spec.count)).await?;
+            if let Some((class, _)) = known {
+                let others = node_pool::class_count(&mut tx, tenant_id, cluster_id, class, None).await?;
+                check_fleet(&mut tx, ctx, class, others + u64::from(spec.count)).await?;
+            }
+            rules::validate_pool(&spec)?;
+            let (class, _) = class_of(&mut tx, "machine_class", &spec.machine_class).await?;
             let id = NodePoolId::new();
             audit.target(id.uuid(), Some(tenant_id));
             node_pool::insert(&mut tx, tenant_id, cluster_id, id, class, &spec).await?;
@@ -315,9 +328,7 @@ impl Services {
             let current = pool_for_change(&mut tx, tenant_id, cluster_id, id).await?;
             if_match.check(current.generation)?;
             let patch = body.value()?;
-            let spec: NodePoolSpec = json::apply_patch(&current.spec, &patch, &["name", "machine_class"])?;
-            rules::validate_pool(&spec)?;
-            self.check_slurm_keeps_a_node(&mut tx, &cluster, id, spec.count).await?;
+            let spec: NodePoolSpec = body.apply_patch(&current.spec, &patch, &["name", "machine_class"])?;
             let mut demand = store::demand(&mut tx, tenant_id, Some(id)).await?;
             demand.nodes += u64::from(spec.count);
             demand.gpus += u64::from(spec.count) * u64::from(current.gpu_count);
@@ -326,8 +337,11 @@ impl Services {
                 rules::check_quotas(&tenant.spec.quotas, demand)?;
                 let class = current.machine_class_id;
                 let others = node_pool::class_count(&mut tx, tenant_id, cluster_id, class, Some(id)).await?;
-                check_fleet(&mut tx, class, others + u64::from(spec.count)).await?;
+                check_fleet(&mut tx, ctx, class, others + u64::from(spec.count)).await?;
             }
+            // The values after the 409s (docs/api.md).
+            rules::validate_pool(&spec)?;
+            self.check_slurm_keeps_a_node(&mut tx, &cluster, id, spec.count).await?;
             let changed = spec != current.spec;
             if changed {
                 node_pool::update_spec(&mut tx, tenant_id, id, &spec).await?;
@@ -463,14 +477,29 @@ fn patched_stack_version(patch: &mut serde_json::Value, current: &str) -> Result
 /// 409 `insufficient_capacity` when a cluster would ask for more machines of a class than the
 /// fleet holds: such a request could never be met and would only hold up the class's line. The
 /// message keeps the fleet's size to the provider (docs/architecture.md, cluster reconciler step 3).
-async fn check_fleet(conn: &mut Conn, class: MachineClassId, wanted: u64) -> Result<()> {
-    if wanted > machine_class::fleet_size(conn, class).await? {
-        return Err(Error::conflict(
-            "insufficient_capacity",
-            "the provider's fleet cannot hold this many machines of the class; ask for fewer",
-        ));
+async fn check_fleet(conn: &mut Conn, ctx: &Ctx, class: MachineClassId, wanted: u64) -> Result<()> {
+    let fleet = machine_class::fleet_size(conn, class).await?;
+    if wanted <= fleet {
+        return Ok(());
     }
-    Ok(())
+    // A tenant never learns the fleet's size or what is free (docs/api.md); the provider,
+    // who owns the fleet, is told which bound it hit and by how much.
+    let message = if ctx.actor.home_tenant().is_some() {
+        "the provider's fleet cannot hold this many machines of the class; ask for fewer".to_owned()
+    } else {
+        let (name, available) = machine_class::available_of(conn, class).await?;
+        format!(
+            "the fleet holds {fleet} machines of class {name} (not retired, {available} of them available now); \
+             this tenant would want {wanted} of them"
+        )
+    };
+    Err(Error::conflict("insufficient_capacity", message))
+}
+
+/// A machine class by name: its id and GPUs per machine, `None` if missing (its 422 comes later,
+/// from [`class_of`], after the 409s).
+async fn known_class(conn: &mut Conn, name: &str) -> Result<Option<(MachineClassId, u32)>> {
+    Ok(machine_class::get_by_name(conn, name, false).await?.map(|class| (class.id, class.spec.gpu_count)))
 }
 
 /// A machine class by name for a pool: its id and GPUs per machine; 422 naming `field` if missing.

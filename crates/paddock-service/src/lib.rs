@@ -63,11 +63,34 @@ impl Ctx {
 /// checks (401, 403, 404, 412/409, then the body: 413, 415, 400, 422) holds for bodies too. A body
 /// the edge could not accept (wrong media type, too large) carries that refusal until decoded.
 /// `Debug` shows its length only: a body may hold a BMC password.
-pub struct Body(std::result::Result<Vec<u8>, Error>);
+pub struct Body {
+    bytes: std::result::Result<Vec<u8>, Error>,
+    shape: Option<&'static dyn BodyShape>,
+}
+
+/// The shape a request's body must have, as its operation documents it (the OpenAPI schema):
+/// every field that does not fit is reported at once, in the document's terms and bounds.
+pub trait BodyShape: Send + Sync {
+    /// The field errors of `value` read as `reading`, none when it fits.
+    fn check(&self, value: &serde_json::Value, reading: Reading<'_>) -> Vec<paddock_types::problem::FieldError>;
+}
+
+/// How a body is read.
+#[derive(Debug, Clone, Copy)]
+pub enum Reading<'a> {
+    /// As the whole request: every required field present.
+    Whole,
+    /// As a JSON merge patch: any field may be left out, and the `immutable` top-level fields are
+    /// left to `paddock_domain::json::apply_patch` (repeated unchanged, they are no change).
+    Patch {
+        /// The fields a patch may repeat but not change.
+        immutable: &'a [&'a str],
+    },
+}
 
 impl std::fmt::Debug for Body {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.0 {
+        match &self.bytes {
             Ok(bytes) => write!(f, "Body({} bytes)", bytes.len()),
             Err(refusal) => f.debug_tuple("Body").field(refusal).finish(),
         }
@@ -77,12 +100,17 @@ impl std::fmt::Debug for Body {
 impl Body {
     /// A body of these bytes.
     pub fn bytes(bytes: Vec<u8>) -> Self {
-        Self(Ok(bytes))
+        Self { bytes: Ok(bytes), shape: None }
     }
 
     /// A body the edge refused; decoding it yields `error`.
     pub fn refused(error: Error) -> Self {
-        Self(Err(error))
+        Self { bytes: Err(error), shape: None }
+    }
+
+    /// The same body, checked against `shape` when decoded.
+    pub fn with_shape(self, shape: Option<&'static dyn BodyShape>) -> Self {
+        Self { shape, ..self }
     }
 
     /// A body from a value (seeding, tests).
@@ -90,18 +118,49 @@ impl Body {
         Self::bytes(serde_json::to_vec(value).unwrap_or_default())
     }
 
-    /// Decodes the body into a request type: 400 for bad syntax, 422 naming the field otherwise.
+    /// Decodes the body into a request type: 400 for bad syntax; 422 when the type refuses it,
+    /// naming every field that does not fit the documented shape at once (and the type's own
+    /// refusal if it names another field). A body the type takes goes on to the service's checks.
     pub fn decode<T: DeserializeOwned + serde::Serialize>(&self) -> Result<T> {
-        let bytes = match &self.0 {
+        let value = self.value()?;
+        paddock_domain::json::from_value(value.clone())
+            .map_err(|e| self.refusal(&value, Reading::Whole, e.into_error()))
+    }
+
+    /// The body as a JSON value (merge patches): 400 for bad syntax.
+    pub fn value(&self) -> Result<serde_json::Value> {
+        let bytes = match &self.bytes {
             Ok(bytes) => bytes,
             Err(refusal) => return Err(refusal.clone_refusal()),
         };
-        paddock_domain::json::decode(bytes).map_err(paddock_domain::json::DecodeError::into_error)
+        paddock_domain::json::parse(bytes).map_err(paddock_domain::json::DecodeError::into_error)
     }
 
-    /// The body as a JSON value (merge patches).
-    pub fn value(&self) -> Result<serde_json::Value> {
-        self.decode()
+    /// Applies `patch` (this body's merge patch, perhaps with fields the service took out) to
+    /// `current` with `paddock_domain::json::apply_patch`; a refusal names every field of the
+    /// patch that does not fit the documented shape, as [`Body::decode`] does.
+    pub fn apply_patch<S: serde::Serialize + DeserializeOwned>(
+        &self,
+        current: &S,
+        patch: &serde_json::Value,
+        immutable: &[&str],
+    ) -> Result<S> {
+        paddock_domain::json::apply_patch(current, patch, immutable)
+            .map_err(|e| self.refusal(patch, Reading::Patch { immutable }, e))
+    }
+
+    /// `error`, with every field of `value` that does not fit the documented shape: those in the
+    /// document's terms first, then the errors of `error` on other fields.
+    fn refusal(&self, value: &serde_json::Value, reading: Reading<'_>, error: Error) -> Error {
+        let mut errors = self.shape.map(|shape| shape.check(value, reading)).unwrap_or_default();
+        if errors.is_empty() {
+            return error;
+        }
+        if let Error::Invalid(own) = error {
+            let other: Vec<_> = own.into_iter().filter(|e| !errors.iter().any(|s| s.field == e.field)).collect();
+            errors.extend(other);
+        }
+        Error::Invalid(errors)
     }
 }
 

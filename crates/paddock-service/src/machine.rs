@@ -9,7 +9,7 @@ use paddock_domain::model::{Bmc, Machine};
 use paddock_domain::precondition::IfMatch;
 use paddock_domain::secret::Binding;
 use paddock_domain::validate::{self, Checks};
-use paddock_domain::{json, Error, Permission, Result};
+use paddock_domain::{Error, Permission, Result};
 use paddock_store::machine::{self as store, NewMachine};
 use paddock_store::{custody, machine_class, Conn, Tx};
 use paddock_types::machine::MachineFilter;
@@ -147,7 +147,7 @@ impl Services {
                     allow_insecure_http: current.bmc.allow_insecure_http,
                 },
             };
-            let after: MachineSpec = json::apply_patch(&before, &patch, &[])?;
+            let after: MachineSpec = body.apply_patch(&before, &patch, &[])?;
             let mut c = Checks::new();
             c.labels("labels", &after.labels);
             let b = &after.bmc;

@@ -3,7 +3,7 @@
 use paddock_domain::cursor::PageRequest;
 use paddock_domain::model::MachineClass;
 use paddock_domain::precondition::IfMatch;
-use paddock_domain::{json, validate, Error, Permission, Result};
+use paddock_domain::{validate, Error, Permission, Result};
 use paddock_store::machine_class;
 use paddock_types::machine_class::MachineClassCreate;
 use paddock_types::MachineClassId;
@@ -61,7 +61,7 @@ impl Services {
             audit.target(current.id.uuid(), None);
             if_match.check(current.generation)?;
             let patch = body.value()?;
-            let spec = json::apply_patch(&current.spec, &patch, &["name"])?;
+            let spec = body.apply_patch(&current.spec, &patch, &["name"])?;
             validate::machine_class(&spec)?;
             // A patch that changes nothing keeps the generation (and the etag), but is audited.
             if spec == current.spec {

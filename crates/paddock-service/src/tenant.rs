@@ -3,7 +3,7 @@
 use paddock_domain::cursor::PageRequest;
 use paddock_domain::model::Tenant;
 use paddock_domain::precondition::IfMatch;
-use paddock_domain::{json, validate, Error, Permission, Result};
+use paddock_domain::{validate, Error, Permission, Result};
 use paddock_store::tenant;
 use paddock_types::tenant::{TenantCreate, TenantState};
 use paddock_types::TenantId;
@@ -75,7 +75,7 @@ impl Services {
             let current = tenant::get_for_update(&mut tx, id).await?.ok_or(NOT_FOUND)?;
             if_match.check(current.generation)?;
             let patch = body.value()?;
-            let spec = normalize(json::apply_patch(&current.spec, &patch, &["name"])?);
+            let spec = normalize(body.apply_patch(&current.spec, &patch, &["name"])?);
             validate::tenant(&spec)?;
             // A patch that changes nothing keeps the generation (and the etag), but is audited.
             let changed = spec != current.spec;

@@ -181,3 +181,16 @@ pub async fn fleet_size(conn: &mut Conn, id: MachineClassId) -> Result<u64, Stor
         .await?;
     Ok(u64::try_from(n).unwrap_or(0))
 }
+
+/// A class's name and how many of its machines are `available` now (for the provider's
+/// messages only).
+pub async fn available_of(conn: &mut Conn, id: MachineClassId) -> Result<(String, u64), StoreError> {
+    let (name, n): (String, i64) = sqlx::query_as(
+        "select c.name, (select count(*) from machines m where m.machine_class_id = c.id \
+           and m.state = 'available') from machine_classes c where c.id = $1",
+    )
+    .bind(id.uuid())
+    .fetch_one(conn)
+    .await?;
+    Ok((name, u64::try_from(n).unwrap_or(0)))
+}

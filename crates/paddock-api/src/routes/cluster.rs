@@ -102,7 +102,7 @@ pub async fn cluster_view(
 /// and the operation that carries the change out (`Operation-Id`). Pools are scaled through their own
 /// resource.
 #[utoipa::path(patch, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}", operation_id = "cluster_update", tag = "clusters",
-    request_body(content = ClusterUpdate, content_type = "application/merge-patch+json"),
+    request_body(content((ClusterUpdate = "application/merge-patch+json"), (ClusterUpdate = "application/json"))),
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"),
         ("If-Match" = Option<String>, Header, description = "Etag the cluster must still have")),
     responses(
@@ -267,7 +267,7 @@ pub async fn node_pool_view(
 /// to its nodes (202 and the operation). Scaling down drains the nodes first and releases their machines
 /// through a wipe. Quotas and the fleet are checked as for a create.
 #[utoipa::path(patch, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}/node-pools/{pool_id}", operation_id = "node_pool_update", tag = "clusters",
-    request_body(content = NodePoolUpdate, content_type = "application/merge-patch+json"),
+    request_body(content((NodePoolUpdate = "application/merge-patch+json"), (NodePoolUpdate = "application/json"))),
     params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"),
         ("pool_id" = NodePoolId, Path, description = "Node pool id"),
         ("If-Match" = Option<String>, Header, description = "Etag the node pool must still have")),

@@ -84,6 +84,9 @@ fn derived(op: &Operation, access: Access, post: bool) -> Failures {
     }
     if has(ParameterIn::Query) {
         add(400, &["invalid_parameter"]);
+    }
+    if has(ParameterIn::Query) || access == Access::Bearer {
+        // An unknown query parameter, on any authenticated operation (`extract::Query`).
         add(422, &["validation_failed"]);
     }
     if named("cursor") {

@@ -114,7 +114,7 @@ pub async fn machine_view(
 /// Changes a machine with a JSON merge patch: its labels (200), or its BMC access (202 and the operation that
 /// verifies the new address or credentials against the BMC).
 #[utoipa::path(patch, path = "/v1/machines/{machine_id}", operation_id = "machine_update", tag = "machines",
-    request_body(content = MachineUpdate, content_type = "application/merge-patch+json"),
+    request_body(content((MachineUpdate = "application/merge-patch+json"), (MachineUpdate = "application/json"))),
     params(("machine_id" = MachineId, Path, description = "Machine id"),
         ("If-Match" = Option<String>, Header, description = "Etag the machine must still have")),
     responses(

@@ -69,7 +69,7 @@ pub async fn machine_class_view(
 /// Changes a machine class with a JSON merge patch (`provider:admin`): its description, labels or prices;
 /// what machines of the class are may not change while any is enrolled (409 `machine_class_in_use`).
 #[utoipa::path(patch, path = "/v1/machine-classes/{name}", operation_id = "machine_class_update", tag = "machine-classes",
-    request_body(content = MachineClassUpdate, content_type = "application/merge-patch+json"),
+    request_body(content((MachineClassUpdate = "application/merge-patch+json"), (MachineClassUpdate = "application/json"))),
     params(("name" = String, Path, description = "Class name"),
         ("If-Match" = Option<String>, Header, description = "Etag the class must still have")),
     responses(

@@ -79,7 +79,7 @@ pub async fn tenant_view(
 /// quota below what is in use is allowed: only new demand is refused. Send `If-Match` with the etag you read
 /// to refuse a lost update (412).
 #[utoipa::path(patch, path = "/v1/tenants/{tenant_id}", operation_id = "tenant_update", tag = "tenants",
-    request_body(content = TenantUpdate, content_type = "application/merge-patch+json"),
+    request_body(content((TenantUpdate = "application/merge-patch+json"), (TenantUpdate = "application/json"))),
     params(("tenant_id" = TenantId, Path, description = "Tenant id"),
         ("If-Match" = Option<String>, Header, description = "Etag the tenant must still have")),
     responses(
