@@ -499,7 +499,7 @@ async fn check_fleet(conn: &mut Conn, ctx: &Ctx, class: MachineClassId, wanted: 
 /// A machine class by name: its id and GPUs per machine, `None` if missing (its 422 comes later,
 /// from [`class_of`], after the 409s).
 async fn known_class(conn: &mut Conn, name: &str) -> Result<Option<(MachineClassId, u32)>> {
-    Ok(machine_class::get_by_name(conn, name, false).await?.map(|class| (class.id, class.spec.gpu_count)))
+    Ok(machine_class::get_by_name(conn, name).await?.map(|class| (class.id, class.spec.gpu_count)))
 }
 
 /// A machine class by name for a pool: its id and GPUs per machine; 422 naming `field` if missing.
