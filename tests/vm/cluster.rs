@@ -74,6 +74,41 @@ fn node_image_inserted(bed: &Testbed, vm: &Vm, since: SystemTime) -> bool {
     })
 }
 
+/// What `vm`'s BMC (the one it was enrolled through) says it boots next: the boot source override
+/// target, and every virtual media device holding media (its id and image).
+async fn bmc_boot(bed: &Testbed, vm: &Vm, tls: bool) -> (Value, Vec<String>) {
+    let system = bed.redfish(tls, &format!("/redfish/v1/Systems/{}", vm.uuid)).await;
+    let link = |v: &Value, at: &str| v.pointer(at).and_then(Value::as_str).expect("a link").to_owned();
+    let manager = bed.redfish(tls, &link(&system, "/Links/ManagedBy/0/@odata.id")).await;
+    let devices = bed.redfish(tls, &link(&manager, "/VirtualMedia/@odata.id")).await;
+    let mut inserted = Vec::new();
+    for member in devices["Members"].as_array().expect("the virtual media devices") {
+        let device = bed.redfish(tls, &link(member, "/@odata.id")).await;
+        let image = device["Image"].as_str().unwrap_or_default();
+        if device["Inserted"] == true || !image.is_empty() {
+            inserted.push(format!("{}: {image}", device["Id"]));
+        }
+    }
+    (system["Boot"]["BootSourceOverrideTarget"].clone(), inserted)
+}
+
+/// The removable media (CD, floppy) in the running domain's live definition, by target and source:
+/// what the VM was started with.
+fn live_media(vm: &Vm) -> Vec<String> {
+    let xml = crate::testbed::virsh(&["dumpxml", &vm.name]);
+    let disks = xml.split("<disk ").skip(1).map(|d| d.split("</disk>").next().unwrap_or_default());
+    disks
+        .filter(|d| d.contains("device='cdrom'") || d.contains("device='floppy'"))
+        .filter(|d| d.contains("<source "))
+        .map(|d| {
+            d.split_whitespace()
+                .filter(|w| w.starts_with("file=") || w.starts_with("dev="))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
 /// The custody entries of a machine, oldest first (the chain verified).
 async fn custody(p: &Paddock, id: &str) -> Vec<Value> {
     let custody = p.get(&format!("/v1/machines/{id}/custody")).await;
@@ -95,7 +130,8 @@ async fn a_slurm_cluster_takes_two_vms_and_releasing_them_wipes_them_for_real() 
     let vms = &lease.vms;
     let p = Paddock::with_clusters(&bed).await;
     vm_class(&p).await;
-    let ids = [enroll(&p, &bed, &vms[0], true).await, enroll(&p, &bed, &vms[1], false).await];
+    let tls = [true, false];
+    let ids = [enroll(&p, &bed, &vms[0], tls[0]).await, enroll(&p, &bed, &vms[1], tls[1]).await];
     for (vm, id) in vms.iter().zip(&ids) {
         let m = settle(&p, vm, id, &["available", "clean_failed", "maintenance"]).await;
         assert_eq!(m["state"], "available", "{m}\nconsole:\n{}", console_tail(vm, 30));
@@ -120,16 +156,26 @@ async fn a_slurm_cluster_takes_two_vms_and_releasing_them_wipes_them_for_real() 
     ready(&p, &token, &path).await;
     eprintln!("cluster ready with both VMs provisioned in {:.1} s", t0.elapsed().as_secs_f64());
 
-    for (vm, id) in vms.iter().zip(&ids) {
+    assert_ne!(bed.os_image_sha256, bed.image_sha256, "the testbed's node OS image has its own digest");
+    for ((vm, id), tls) in vms.iter().zip(&ids).zip(tls) {
         let m = p.get(&format!("/v1/machines/{id}")).await;
         assert_eq!(m["state"], "active", "{m}");
         assert_eq!(m["cluster_id"].as_str(), Some(cluster_id.as_str()), "{m}");
         // The VM booted the node OS image the BMC downloaded, and its agent reported the first
-        // boot, naming that image; paddock restarted it from disk (it runs).
+        // boot naming that image, not the wipe image.
         assert!(node_image_inserted(&bed, vm, created_at), "the BMC inserted the node OS image into {}", vm.name);
         let (digest, verified) = first_boot_report(&p, id).await;
-        assert_eq!((digest.as_str(), verified), (bed.image_sha256.as_str(), true), "{}", vm.name);
-        assert_eq!(crate::testbed::virsh(&["domstate", &vm.name]), "running", "{} restarted from disk", vm.name);
+        assert_eq!((digest.as_str(), verified), (bed.os_image_sha256.as_str(), true), "{}", vm.name);
+        // paddock handed it over: the BMC boots it from its disk with no media inserted (the
+        // Redfish driver ejects every device and sets the override to Hdd, then restarts it), and
+        // the VM runs as restarted that way: no medium in its live definition. (It runs whatever
+        // its disk holds: here, the tenant's pattern, since the first boot installed nothing.)
+        let (target, media) = bmc_boot(&bed, vm, tls).await;
+        assert_eq!(target, "Hdd", "{}'s BMC boots it from disk, not the node OS image", vm.name);
+        assert!(media.is_empty(), "{}'s BMC holds no virtual media: {media:?}", vm.name);
+        assert_eq!(crate::testbed::virsh(&["domstate", &vm.name]), "running", "{} restarted", vm.name);
+        let live = live_media(vm);
+        assert!(live.is_empty(), "{} was restarted without media, not on the ISO: {live:?}", vm.name);
         for disk in &vm.disks {
             assert!(holds_pattern(disk), "the first boot wrote nothing to {} of {}", disk.name, vm.name);
         }

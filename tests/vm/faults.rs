@@ -102,7 +102,7 @@ async fn a_vm_that_never_reports_times_out_and_another_runs_token_is_refused() {
 }
 
 /// A third disk, attached to the domain as an operator would (virtio, not in the BMC's drive
-/// inventory), filled with its pattern; `mode` is `readonly` or empty.
+/// inventory), filled with its pattern; read-only with `readonly`.
 fn attach_extra(bed: &Testbed, vm: &Vm, readonly: bool) -> Disk {
     let path = bed.dir.join(format!("disks/{}-extra.raw", vm.name));
     let serial = format!("PVX{}", if readonly { "RO" } else { "RW" });
@@ -123,28 +123,87 @@ fn detach_extra(vm: &Vm, path: &Path) {
     let _ = std::fs::remove_file(path);
 }
 
-/// A disk the BMC does not report is found by the agent, wiped and reported (with no inventory
-/// id); the machine becomes `available` and every byte of the three disks is zero.
+/// Where the planted partitions start: sector 2048 (1 MiB), then on the next MiB boundary.
+const PART_LBA: u32 = 2048;
+
+/// Plants on `disk`, over its pattern, what a tenant could leave behind to steer the agent: an MBR
+/// with two partitions, the first a `cidata` seed whose `paddock/agent.json` sends the agent to a
+/// server of the tenant's (an unroutable address), the second an ISO 9660 volume labelled
+/// `PADDOCK_WIPE` as the wipe image is. The file is written in place.
+fn plant(disk: &Disk) {
+    let agent = json!({
+        "agent_url": "http://192.0.2.1:9", "agent_token": "planted", "ca_cert": null,
+        "machine_id": "00000000-0000-0000-0000-000000000001", "run_id": "00000000-0000-0000-0000-000000000002",
+    });
+    let agent = serde_json::to_vec(&agent).expect("agent.json");
+    let seed = paddock_seed::agent_seed_iso(b"instance-id: planted\n", b"#cloud-config\n", &agent).expect("a seed");
+    let image = paddock_seed::nocloud_iso(&[("planted", b"a tenant's image\n")], "PADDOCK_WIPE").expect("an image");
+    let mut bytes = std::fs::read(&disk.path).expect("the disk");
+    // An empty partition table first: an entry of the pattern would make the kernel reject it.
+    bytes[446..510].fill(0);
+    let mut lba = PART_LBA;
+    for (i, part) in [seed, image].iter().enumerate() {
+        let sectors = u32::try_from(part.len().div_ceil(512)).expect("sectors");
+        let entry = &mut bytes[446 + 16 * i..462 + 16 * i];
+        entry[..8].copy_from_slice(&[0, 0xfe, 0xff, 0xff, 0x83, 0xfe, 0xff, 0xff]);
+        entry[8..12].copy_from_slice(&lba.to_le_bytes());
+        entry[12..16].copy_from_slice(&sectors.to_le_bytes());
+        let at = lba as usize * 512;
+        bytes[at..at + part.len()].copy_from_slice(part);
+        lba += sectors.next_multiple_of(PART_LBA);
+    }
+    assert!(lba as usize * 512 <= bytes.len(), "the planted partitions fit on {}", disk.name);
+    bytes[510..512].copy_from_slice(&[0x55, 0xaa]);
+    let written = std::fs::OpenOptions::new().write(true).open(&disk.path).and_then(|mut f| {
+        use std::io::Write;
+        f.write_all(&bytes).and_then(|()| f.sync_all())
+    });
+    written.unwrap_or_else(|e| panic!("planting on {}: {e}", disk.path.display()));
+}
+
+/// The devices the agent reported, each as `name kind action`.
+fn devices(report: &Value) -> Vec<String> {
+    let devices = report["devices"].as_array().expect("devices in the report");
+    let s = |d: &Value, k: &str| d[k].as_str().unwrap_or("?").to_owned();
+    devices.iter().map(|d| format!("{} {} {}", s(d, "name"), s(d, "kind"), s(d, "action"))).collect()
+}
+
+/// A disk the BMC does not report, carrying what a tenant planted (a `cidata` seed naming the
+/// tenant's server, a `PADDOCK_WIPE` volume), is found by the agent, which takes the run's seed
+/// from the floppy, wipes the disk (every byte of it zero, read on this host) and reports it: among
+/// the drives with no inventory id, among the devices as a disk it wiped. The machine becomes
+/// `available` and every byte of the three disks is zero.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_disk_the_bmc_does_not_report_is_wiped_and_reported() {
+async fn a_disk_the_bmc_does_not_report_is_wiped_and_reported_whatever_it_carries() {
     let Some(bed) = Testbed::from_env() else { return };
     let lease = bed.lease(1, false).await;
     let vm = &lease.vms[0];
     let extra = attach_extra(&bed, vm, false);
+    plant(&extra);
     let p = Paddock::start(&bed, Duration::from_secs(3600), None).await;
     vm_class(&p).await;
     let id = enroll(&p, &bed, vm, true).await;
     let m = settle(&p, vm, &id, &["available", "clean_failed", "maintenance"]).await;
     let unlisted = not_erased(&extra.path);
+    let (console, tail) = (std::fs::read_to_string(&vm.console).unwrap_or_default(), console_tail(vm, 40));
     detach_extra(vm, &extra.path);
-    assert_eq!(m["state"], "available", "{m}\n{}", console_tail(vm, 30));
+    // First, what the host reads: a disk left alone for what it carries keeps it.
+    assert_eq!(unlisted, None, "every byte of the planted, unlisted disk is erased (state {}):\n{tail}", m["state"]);
+    assert_eq!(m["state"], "available", "{m}\n{tail}");
+    assert_eq!(m["inventory"]["drives"].as_array().map(Vec::len), Some(2), "the BMC lists 2 drives: {m}");
     let evidence = custody_entry(&p, &id, "available").await["evidence"].clone();
     let drives = evidence["drives"].as_array().expect("drives");
     assert_eq!(drives.len(), 3, "{evidence}");
     let found = drives.iter().find(|d| d["identity"]["serial"] == extra.serial).expect("the unlisted disk is reported");
     assert!(found["id"].is_null(), "no inventory id for a disk the BMC did not list: {found}");
     assert_eq!(found["result"], "success", "{found}");
-    assert_eq!(unlisted, None, "the unlisted disk is erased");
+    // Every device the guest saw: its three disks wiped (the unlisted one is the virtio disk,
+    // `vda` to the guest), the run's seed on the floppy and the image on the CD left alone.
+    let seen = devices(&evidence["report"]);
+    let expected = ["nvme0n1 disk wiped", "sda disk wiped", "vda disk wiped", "fd0 floppy left", "sr0 cd left"];
+    assert_eq!(seen, expected, "{evidence}");
+    assert!(console.contains("seed on /dev/fd0"), "the run's seed, not the planted one:\n{tail}");
+    assert!(console.contains(" vda: vda1 vda2"), "the guest's kernel saw the planted partitions:\n{console}");
     for disk in &vm.disks {
         assert_eq!(not_erased(&disk.path), None, "{} erased", disk.name);
     }

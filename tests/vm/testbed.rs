@@ -67,10 +67,14 @@ pub struct Testbed {
     pub password: String,
     pub ca_cert: String,
     pub image_url: String,
-    /// The same image under another name, as the node OS image (`PADDOCK_OS_IMAGE_URL`): its
-    /// agent reports a provisioning boot's first boot.
+    /// The node OS image (`PADDOCK_OS_IMAGE_URL`): the wipe image with one unused byte range of
+    /// its ISO volume descriptor changed, so the same agent boots (and reports a provisioning
+    /// boot's first boot) from an image with its own digest.
     pub os_image_url: String,
+    /// The wipe image's SHA-256 (`PADDOCK_WIPE_IMAGE_SHA256`).
     pub image_sha256: String,
+    /// The node OS image's SHA-256 (`PADDOCK_OS_IMAGE_SHA256`), never the wipe image's.
+    pub os_image_sha256: String,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -100,6 +104,7 @@ impl Testbed {
             image_url: need("PADDOCK_TEST_VM_IMAGE_URL"),
             os_image_url: need("PADDOCK_TEST_VM_OS_IMAGE_URL"),
             image_sha256: need("PADDOCK_TEST_VM_IMAGE_SHA256"),
+            os_image_sha256: need("PADDOCK_TEST_VM_OS_IMAGE_SHA256"),
         })
     }
 
@@ -114,6 +119,26 @@ impl Testbed {
             bmc["allow_insecure_http"] = json!(true);
         }
         bmc
+    }
+}
+
+impl Testbed {
+    /// `GET path` on the BMC emulator over https (the testbed's CA) or http, as paddock's driver
+    /// reads it: the body. (The two emulators share the domains, but each keeps its own virtual
+    /// media state: read the one a machine was enrolled through.)
+    pub async fn redfish(&self, tls: bool, path: &str) -> Value {
+        let base = if tls { &self.redfish_tls_url } else { &self.redfish_url };
+        let ca = reqwest::Certificate::from_pem(self.ca_cert.as_bytes()).expect("the testbed's CA");
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .add_root_certificate(ca)
+            .build()
+            .expect("client");
+        let url = format!("{base}{path}");
+        let rsp = client.get(&url).basic_auth(&self.user, Some(&self.password)).send().await;
+        let rsp = rsp.unwrap_or_else(|e| panic!("GET {url}: {e}"));
+        assert!(rsp.status().is_success(), "GET {url}: {}", rsp.status());
+        rsp.json().await.unwrap_or_else(|e| panic!("GET {url}: {e}"))
     }
 }
 
@@ -221,13 +246,13 @@ impl Paddock {
     }
 
     async fn start_with(bed: &Testbed, token_ttl: Duration, agent_port: Option<u16>, clusters: bool) -> Paddock {
-        let digest = bed.image_sha256.clone();
-        let app = TestApp::served_with(|a| {
+        let (wipe, os) = (bed.image_sha256.clone(), bed.os_image_sha256.clone());
+        let app = TestApp::served_with(move |a| {
             let port = a.base_url.rsplit(':').next().expect("port").parse::<u16>().expect("port");
             AgentSettings {
                 base_url: format!("http://10.0.2.2:{}", agent_port.unwrap_or(port)),
-                wipe_image_sha256: digest.clone(),
-                os_image_sha256: digest.clone(),
+                wipe_image_sha256: wipe,
+                os_image_sha256: os,
                 ..a
             }
         })
