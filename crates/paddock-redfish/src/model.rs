@@ -406,6 +406,8 @@ pub(crate) struct ActionRes {
     pub reset_type_allowable: Option<Vec<String>>,
     #[serde(default, rename = "DecommissionTypes@Redfish.AllowableValues", deserialize_with = "lenient")]
     pub decommission_types_allowable: Option<Vec<String>>,
+    #[serde(default, rename = "SanitizationType@Redfish.AllowableValues", deserialize_with = "lenient")]
+    pub sanitization_type_allowable: Option<Vec<String>>,
     #[serde(default, rename = "@Redfish.ActionInfo", deserialize_with = "lenient")]
     pub action_info: Option<String>,
 }
@@ -416,6 +418,7 @@ impl ActionRes {
         match name {
             "ResetType" => self.reset_type_allowable.as_ref(),
             "DecommissionTypes" => self.decommission_types_allowable.as_ref(),
+            "SanitizationType" => self.sanitization_type_allowable.as_ref(),
             _ => None,
         }
     }
@@ -567,10 +570,12 @@ pub(crate) struct MessageRes {
     pub message: Option<String>,
 }
 
-/// A Task resource, as a task monitor may answer.
+/// A Task resource, as a task monitor may answer (and as a `202 Accepted` may carry).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub(crate) struct TaskRes {
+    #[serde(default, rename = "@odata.id", deserialize_with = "lenient")]
+    pub odata_id: Option<String>,
     #[serde(default, deserialize_with = "lenient")]
     pub task_state: Option<String>,
     #[serde(default, deserialize_with = "lenient")]

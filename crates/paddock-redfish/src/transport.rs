@@ -214,7 +214,10 @@ impl Transport {
                 Some(location) => {
                     let location = location.to_owned();
                     debug!(bmc.host = %self.host_key, task.uri = %location, "{what}: accepted, following task monitor {location}");
-                    self.wait_task_from(&location, reply.retry_after()).await
+                    // The Task resource the 202 carries, if any: read at the end when the
+                    // monitor's last answer does not say how the task ended (e.g. bmcweb's 204).
+                    let task = serde_json::from_slice::<TaskRes>(&reply.body).ok().and_then(|t| t.odata_id);
+                    self.wait_task_from(&location, reply.retry_after(), task.as_deref()).await
                 }
                 // Accepted without a monitor: the caller verifies the postcondition by reading.
                 None => Ok(()),
@@ -229,10 +232,17 @@ impl Transport {
 
     /// Polls a task monitor until the task ends.
     pub(crate) async fn wait_task(&self, task_uri: &str) -> Result<(), RedfishError> {
-        self.wait_task_from(task_uri, None).await
+        self.wait_task_from(task_uri, None, None).await
     }
 
-    async fn wait_task_from(&self, task_uri: &str, first_wait: Option<Duration>) -> Result<(), RedfishError> {
+    /// Polls the monitor `task_uri` until the task ends. When its last answer is a success that
+    /// does not carry the Task, the Task resource `task` (if known) is read for how it ended.
+    async fn wait_task_from(
+        &self,
+        task_uri: &str,
+        first_wait: Option<Duration>,
+        task: Option<&str>,
+    ) -> Result<(), RedfishError> {
         let url = self.resolve(task_uri)?;
         let deadline = Instant::now() + self.task.timeout;
         let mut wait = first_wait.unwrap_or(self.task.poll_interval).min(self.backoff.max_retry_after);
@@ -248,29 +258,26 @@ impl Transport {
             if status == 202 {
                 continue;
             }
-            let failed = |state: String, message: Option<String>| RedfishError::TaskFailed {
-                task_uri: task_uri.to_owned(),
-                state,
-                message,
-            };
             if !(200..300).contains(&status) {
                 // The operation's own error answer, as the task monitor relays it.
-                return Err(failed(format!("HTTP {status}"), reply.message()));
+                return Err(task_failed(task_uri, format!("HTTP {status}"), reply.message()));
             }
             // A monitor may answer with the Task resource itself (some BMCs always do).
-            let task: Option<TaskRes> = serde_json::from_slice(&reply.body).ok();
-            let Some(TaskRes { task_state: Some(state), task_status, messages }) = task else {
-                return Ok(());
-            };
-            let message = messages.into_iter().find_map(|m| m.message);
-            match state.as_str() {
-                "Completed" if task_status.as_deref() == Some("Critical") => {
-                    return Err(failed("Critical".into(), message))
+            match serde_json::from_slice::<TaskRes>(&reply.body).ok().filter(|t| t.task_state.is_some()) {
+                Some(answer) => match task_end(task_uri, answer) {
+                    Some(end) => return end,
+                    None => continue,
+                },
+                None => {
+                    let Some(task) = task else { return Ok(()) };
+                    // The monitor said it is over: a state that is not an end, or a Task the BMC
+                    // no longer keeps, is taken as done.
+                    return match self.get::<TaskRes>(task).await {
+                        Ok(answer) => task_end(task_uri, answer).unwrap_or(Ok(())),
+                        Err(RedfishError::NotFound { .. }) => Ok(()),
+                        Err(e) => Err(e),
+                    };
                 }
-                "Completed" => return Ok(()),
-                "Exception" | "Killed" | "Cancelled" => return Err(failed(state, message)),
-                // New, Starting, Running, Pending, Suspended, Stopping, Service, Interrupted, ...
-                _ => continue,
             }
         }
     }
@@ -457,6 +464,26 @@ pub(crate) fn parse_retry_after(value: &HeaderValue, now: chrono::DateTime<chron
     }
     let at = chrono::DateTime::parse_from_rfc2822(text).ok()?;
     Some((at.with_timezone(&chrono::Utc) - now).to_std().unwrap_or_default())
+}
+
+fn task_failed(task_uri: &str, state: String, message: Option<String>) -> RedfishError {
+    RedfishError::TaskFailed { task_uri: task_uri.to_owned(), state, message }
+}
+
+/// How a task ended, from its Task resource; `None` while it runs.
+fn task_end(task_uri: &str, task: TaskRes) -> Option<Result<(), RedfishError>> {
+    let TaskRes { task_state, task_status, messages, .. } = task;
+    let state = task_state.unwrap_or_default();
+    let message = messages.into_iter().find_map(|m| m.message);
+    match state.as_str() {
+        "Completed" if task_status.as_deref() == Some("Critical") => {
+            Some(Err(task_failed(task_uri, "Critical".into(), message)))
+        }
+        "Completed" => Some(Ok(())),
+        "Exception" | "Killed" | "Cancelled" => Some(Err(task_failed(task_uri, state, message))),
+        // New, Starting, Running, Pending, Suspended, Stopping, Service, Interrupted, ...
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -10,17 +10,24 @@ use crate::model::{ActionRes, Collection, DriveInventory, DriveRes, Link, Storag
 
 use super::{last_segment, RedfishClient};
 
-/// A storage subsystem as read: its `Id`, its erase action if advertised, its drives.
+/// A storage subsystem as read: its `Id`, its erase action if advertised, its drives (each with
+/// its `#Drive.SecureErase` action if advertised).
 pub(super) struct StorageRead {
     id: String,
     reset_to_defaults: Option<ActionRes>,
-    drives: Vec<DriveInventory>,
+    drives: Vec<(DriveInventory, Option<ActionRes>)>,
 }
+
+/// The `SanitizationType`s paddock asks a drive's secure erase for, strongest first (the wipe
+/// agent's order): the first one the action allows is sent.
+const SANITIZATION_TYPES: [&str; 2] = ["CryptographicErase", "BlockErase"];
 
 impl RedfishClient {
     /// Out-of-band erase (docs/security.md): calls every erase the BMC advertises, narrowest first
-    /// and one after the other (a task monitor is followed to its end): `#Drive.SecureErase` on
-    /// each drive, `#Storage.ResetToDefaults` (`ResetAll`) on each storage subsystem, then
+    /// and one after the other (a task monitor is followed to its end, and the Task read when the
+    /// monitor's last answer does not say how it ended): `#Drive.SecureErase` on each drive (with
+    /// the strongest `SanitizationType` its advertised values allow, none when it advertises none
+    /// or neither of them), `#Storage.ResetToDefaults` (`ResetAll`) on each storage subsystem, then
     /// `#ComputerSystem.Decommission` of the `UserData` with `RequireSecureErase` (never the
     /// other decommission types: they would reset the BMC's and the firmware's settings, which
     /// are the provider's). An action whose advertised values lack the one paddock sends is left
@@ -32,9 +39,16 @@ impl RedfishClient {
         let system = self.guarded_system(expected).await?;
         let storages = self.storages(&system.res).await?.unwrap_or_default();
         let mut erased = Vec::new();
-        for drive in storages.iter().flat_map(|s| &s.drives) {
-            let Some(target) = drive.secure_erase.as_deref() else { continue };
-            erased.push(self.erase(EraseScope::Drive, &drive.id, target, "Drive.SecureErase", json!({})).await);
+        for (drive, action) in storages.iter().flat_map(|s| &s.drives) {
+            let Some((action, target)) = action.as_ref().and_then(|a| Some((a, a.target.as_deref()?))) else {
+                continue;
+            };
+            let allowed = self.allowed_values(action, "SanitizationType").await?.unwrap_or_default();
+            let body = match SANITIZATION_TYPES.iter().find(|t| allowed.iter().any(|a| a == *t)) {
+                Some(kind) => json!({ "SanitizationType": kind }),
+                None => json!({}),
+            };
+            erased.push(self.erase(EraseScope::Drive, &drive.id, target, "Drive.SecureErase", body).await);
         }
         for storage in &storages {
             let Some(action) = &storage.reset_to_defaults else { continue };
@@ -89,7 +103,7 @@ impl RedfishClient {
     /// Drives under `Storage`; `None` when the BMC has no readable storage inventory.
     pub(super) async fn drives(&self, system: &SystemRes) -> Result<Option<Vec<DriveInventory>>, RedfishError> {
         let storages = self.storages(system).await?;
-        Ok(storages.map(|s| s.into_iter().flat_map(|s| s.drives).collect()))
+        Ok(storages.map(|s| s.into_iter().flat_map(|s| s.drives).map(|(drive, _)| drive).collect()))
     }
 
     /// The storage subsystems with their drives; `None` when the BMC has no readable storage
@@ -121,8 +135,12 @@ impl RedfishClient {
         Ok(Some(storages))
     }
 
-    /// The drives `links` name, of the storage subsystem `storage_id`.
-    async fn storage_drives(&self, storage_id: &str, links: &[Link]) -> Result<Vec<DriveInventory>, RedfishError> {
+    /// The drives `links` name, of the storage subsystem `storage_id`, with their secure erase.
+    async fn storage_drives(
+        &self,
+        storage_id: &str,
+        links: &[Link],
+    ) -> Result<Vec<(DriveInventory, Option<ActionRes>)>, RedfishError> {
         let mut drives = Vec::new();
         for link in links {
             let drive: DriveRes = match self.transport.get(&link.id).await {
@@ -133,7 +151,8 @@ impl RedfishClient {
                 }
                 Err(e) => return Err(e),
             };
-            drives.push(DriveInventory {
+            let secure_erase = drive.actions.and_then(|a| a.secure_erase);
+            let inventory = DriveInventory {
                 id: drive.id.unwrap_or_else(|| last_segment(&link.id).to_owned()),
                 storage_id: storage_id.to_owned(),
                 name: drive.name,
@@ -142,8 +161,9 @@ impl RedfishClient {
                 media_type: drive.media_type,
                 protocol: drive.protocol,
                 serial_number: drive.serial_number,
-                secure_erase: drive.actions.and_then(|a| a.secure_erase).and_then(|a| a.target),
-            });
+                secure_erase: secure_erase.as_ref().and_then(|a| a.target.clone()),
+            };
+            drives.push((inventory, secure_erase));
         }
         Ok(drives)
     }

@@ -521,6 +521,38 @@ async fn secure_erase_is_called_on_every_drive_that_advertises_it_and_each_resul
     assert_eq!(proxy.changes().len(), 2, "no erase on another system");
 }
 
+/// A real BMC's secure erase that ends badly (docs/security.md, out-of-band erase). sushy-tools
+/// has no `Drive.SecureErase`, so the flow is bmcweb's, REPLAYED by the test proxy from its public
+/// source (`support/recorded.rs` says where each answer comes from), not a live BMC: the drive
+/// advertises the action with an ActionInfo, the POST is answered `202` with a task monitor, the
+/// monitor answers `202` while the task runs and then `204`, and the Task resource says it was
+/// aborted. paddock sends the strongest `SanitizationType` the ActionInfo allows, follows the
+/// monitor to its end, reads the Task, and returns the failure with the BMC's own message: a
+/// monitor's `204` is not taken for a completed erase. Changes nothing in the emulator (node-011).
+#[tokio::test]
+async fn a_secure_erase_task_the_bmc_aborts_is_returned_as_failed_with_its_message() {
+    use crate::support::recorded::{final_message, replay_secure_erase, Ending, MONITOR, TASK};
+    use paddock_domain::bmc::EraseResult;
+    let emu = require!(emulators());
+    let node = emu.raw().node("node-011").await;
+    let proxy = FaultProxy::start(&emu.url).await;
+    replay_secure_erase(&proxy, "/Storage/1/Drives/nvme0", 1, Ending::Aborted);
+
+    let erased = driver().erase_out_of_band(&access(emu, &proxy.url, &node)).await.expect("erase");
+    assert_eq!(erased.len(), 1, "{erased:?}");
+    assert_eq!((erased[0].id.as_str(), erased[0].result), ("nvme0", EraseResult::Failure), "{erased:?}");
+    let detail = erased[0].detail.as_deref().unwrap_or_default();
+    assert!(detail.contains(final_message(Ending::Aborted)), "the BMC's own words: {detail}");
+    let posts: Vec<Option<Value>> = proxy.changes().into_iter().map(|s| s.body).collect();
+    assert_eq!(
+        posts,
+        [Some(json!({ "SanitizationType": "CryptographicErase" }))],
+        "one erase, as the ActionInfo allows"
+    );
+    assert_eq!(proxy.count(&Method::GET, MONITOR), 2, "the monitor is followed to its end");
+    assert_eq!(proxy.count(&Method::GET, TASK) - proxy.count(&Method::GET, MONITOR), 1, "then the Task is read");
+}
+
 /// Out-of-band erase beyond drives (docs/security.md: "the BIOS/`Storage` actions a BMC lists").
 /// sushy-tools has neither action, so they are the TEST PROXY's: it adds
 /// `#Storage.ResetToDefaults` to the real emulator's storage subsystem `1` and

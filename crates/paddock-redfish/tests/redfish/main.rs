@@ -17,7 +17,7 @@
 //! | node-006 | media::virtual_media_through_the_manager|
 //! | node-007 | media::missing_image_is_rejected        |
 //! | node-008 | faults: lost resets, capability gaps    |
-//! | node-009 | faults::failed_task_is_an_error (and paddock-worker's out-of-band erase test, in its own test binary; ends Off) |
+//! | node-009 | faults::failed_task_is_an_error (and paddock-worker's out-of-band erase tests, in its own test binary; ends Off) |
 //! | node-012 | media::unknown_device_*                 |
 //! | node-010, node-011, node-013..015 | read-only tests, and one `driver` test each |
 //!

@@ -2,11 +2,16 @@
 //! access to them for assertions that must not go through the client under test, a tiny image
 //! server the emulator downloads virtual media from, and the fault-injecting proxy.
 //!
-//! TEST-ONLY code. Nothing here replaces the BMC: the proxy forwards to the real emulator.
+//! TEST-ONLY code. Nothing here replaces the BMC: the proxy forwards to the real emulator, but
+//! for the one flow the emulator cannot do at all, a real BMC's secure erase, which `recorded`
+//! replays (and says where its answers come from).
 
 pub mod images;
 pub mod logs;
 pub mod proxy;
+// The worker's lifecycle tests use what this binary's tests do not.
+#[allow(dead_code)]
+pub mod recorded;
 
 use std::sync::OnceLock;
 use std::time::Duration;

@@ -42,6 +42,9 @@ pub enum Fault {
     Endless,
     /// Forward, then edit the JSON body of a successful answer.
     Rewrite(Arc<dyn Fn(&mut Value) + Send + Sync>),
+    /// Answer this status, `Location` (if given) and JSON body (none when `Null`) without
+    /// forwarding: a real BMC's answer replayed, for what the emulator cannot do at all.
+    Replay { status: u16, location: Option<String>, body: Value },
 }
 
 /// Which requests a rule applies to, and how many times.
@@ -316,6 +319,12 @@ async fn respond(
             return reply(StatusCode::from_u16(*status).expect("status"), &headers, body);
         }
         Some(Fault::Drop) => return reply(StatusCode::NO_CONTENT, &[], Vec::new()),
+        Some(Fault::Replay { status, location, body }) => {
+            let mut headers = vec![("content-type", "application/json".to_owned())];
+            headers.extend(location.iter().map(|l| ("location", l.clone())));
+            let body = if body.is_null() { Vec::new() } else { serde_json::to_vec(body).expect("json") };
+            return reply(StatusCode::from_u16(*status).expect("status"), &headers, body);
+        }
         Some(Fault::Endless) => {
             let spaces = axum::body::Bytes::from_static(&[b' '; 64 * 1024]);
             let endless = futures::stream::repeat_with(move || Ok::<_, std::io::Error>(spaces.clone()));

@@ -13,9 +13,9 @@
 //! HTTP server serves the wipe and OS images, and the seed is downloaded from paddock's API.
 //!
 //! Systems of the main emulator owned here (see the table in paddock-redfish's tests): `node-011`
-//! (the full lifecycle), `node-012` (the failed wipe) and `node-009` (the out-of-band erase,
-//! through paddock-redfish's test proxy). They end Off, ejected, booting from disk,
-//! as the emulator starts them. Without the emulator these tests skip with a notice, except under
+//! (the full lifecycle), `node-012` (the failed wipe) and `node-009` (the two out-of-band erase
+//! tests, one after the other, through paddock-redfish's test proxy). They end Off, ejected,
+//! booting from disk, as the emulator starts them. Without the emulator these tests skip with a notice, except under
 //! `CI=true`.
 
 use std::collections::HashMap;
@@ -950,6 +950,9 @@ async fn a_failed_drive_quarantines_the_machine_and_an_expired_token_is_refused(
     emu.tidy(&uuid).await;
 }
 
+/// node-009 serves both out-of-band erase tests, one after the other.
+static NODE_009: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Out-of-band erase in the cleaning step (docs/security.md). sushy-tools has no `Drive.SecureErase`,
 /// so node-009 is reached through paddock-redfish's labelled TEST PROXY
 /// (`crates/paddock-redfish/tests/support/proxy.rs`), which adds the action to drive `nvme0`
@@ -962,6 +965,7 @@ async fn a_failed_drive_quarantines_the_machine_and_an_expired_token_is_refused(
 async fn the_bmcs_secure_erase_is_requested_once_after_the_verified_wipe_and_its_answer_recorded() {
     use crate::proxy::{Fault, FaultProxy, Rule};
     let emu = require!(emulator("lifecycle tests"));
+    let _node = NODE_009.lock().await;
     let b = Bench::new(emu.clone()).await;
     b.class().await;
     let uuid = emu.uuid_of("node-009").await;
@@ -999,5 +1003,55 @@ async fn the_bmcs_secure_erase_is_requested_once_after_the_verified_wipe_and_its
     ] });
     assert_eq!(custody["out_of_band_erase"], expected, "{custody}");
     assert_eq!(custody["drives"].as_array().map(Vec::len), Some(2), "the in-band evidence stays: {custody}");
+    emu.tidy(&uuid).await;
+}
+
+/// A real BMC's secure erase in the cleaning step (docs/security.md). The emulator cannot run one
+/// (sushy-tools has no `Drive.SecureErase`), so node-009's drive `nvme0` answers through the test
+/// proxy with bmcweb's flow REPLAYED from its public source, NOT a live BMC
+/// (`crates/paddock-redfish/tests/support/recorded.rs` says where each answer comes from): the
+/// action with its ActionInfo, `202 Accepted` with a task monitor, `Running` once, the monitor's
+/// `204`, and the Task `Completed` with `TaskCompletedOK`. After the verified wipe paddock sends
+/// the strongest `SanitizationType` the ActionInfo allows, follows the task to its end, reads the
+/// Task for how it ended, and only then records the erase's success. No erase is performed: what
+/// this proves is what paddock sends and what it waits for before the ledger says `success`.
+#[tokio::test]
+async fn a_real_bmcs_asynchronous_secure_erase_is_followed_to_its_task_s_end_before_it_is_recorded() {
+    use crate::proxy::FaultProxy;
+    use crate::recorded::{replay_secure_erase, Ending, MONITOR, TASK};
+    let emu = require!(emulator("lifecycle tests"));
+    let _node = NODE_009.lock().await;
+    let b = Bench::new(emu.clone()).await;
+    b.class().await;
+    let uuid = emu.uuid_of("node-009").await;
+    let proxy = FaultProxy::start(&paddock_redfish::Url::parse(&emu.url).expect("emulator URL")).await;
+    replay_secure_erase(&proxy, "/Storage/1/Drives/nvme0", 1, Ending::Completed);
+    let erases = || proxy.changes().into_iter().filter(|s| s.path.ends_with("/Actions/Drive.SecureErase")).collect();
+    let id = b.enroll_at("lc-erase-task", &uuid, proxy.url.as_str()).await;
+    let r = b.reconciler(Duration::from_secs(600));
+
+    b.drive(&r, id, MachineState::Cleaning, Some("waiting_for_agent")).await;
+    let none: Vec<crate::proxy::Seen> = erases();
+    assert!(none.is_empty(), "no out-of-band erase before the in-band wipe is verified");
+    let token = b.booted_token(&uuid).await;
+    let drives = drive_ids(&b.agent_config(&token).await);
+    assert_eq!(b.report(&token, "success", wiped(&drives)).await, 204);
+    b.drive(&r, id, MachineState::Available, None).await;
+    let posted: Vec<Option<Value>> = erases().into_iter().map(|s: crate::proxy::Seen| s.body).collect();
+    assert_eq!(posted, [Some(json!({ "SanitizationType": "CryptographicErase" }))], "as the ActionInfo allows");
+    assert_eq!(proxy.count(&reqwest::Method::GET, MONITOR), 2, "the monitor, followed until its 204");
+    assert_eq!(proxy.count(&reqwest::Method::GET, TASK) - 2, 1, "then the Task, for how it ended");
+
+    let custody: Value = sqlx::query_scalar(
+        "select evidence from custody_entries where machine_id = $1 and to_state = 'available' order by seq limit 1",
+    )
+    .bind(id.uuid())
+    .fetch_one(b.store.pool())
+    .await
+    .expect("custody entry");
+    let expected = json!({ "erases": [
+        { "scope": "drive", "id": "nvme0", "action": "Drive.SecureErase", "result": "success", "detail": null },
+    ] });
+    assert_eq!(custody["out_of_band_erase"], expected, "{custody}");
     emu.tidy(&uuid).await;
 }

@@ -18,6 +18,10 @@ mod power;
 #[allow(dead_code)]
 mod proxy;
 mod queue;
+// A real BMC's secure erase, replayed through that proxy.
+#[path = "../../../paddock-redfish/tests/support/recorded.rs"]
+#[allow(dead_code)]
+mod recorded;
 mod reseal;
 mod support;
 mod worker;
