@@ -84,7 +84,8 @@ fn var(name: &str) -> Option<String> {
 impl Testbed {
     /// The testbed, or `None` (skipped with a notice) outside CI when it is not running.
     pub fn from_env() -> Option<Testbed> {
-        let dir = paddock_testkit::skip::env("PADDOCK_TEST_VM_DIR", "scripts/test starts the VM testbed: scripts/vm-start")?;
+        let dir =
+            paddock_testkit::skip::env("PADDOCK_TEST_VM_DIR", "scripts/test starts the VM testbed: scripts/vm-start")?;
         let need = |name: &str| var(name).unwrap_or_else(|| panic!("{name} is not set (scripts/vm-start prints it)"));
         let raw = std::fs::read(need("PADDOCK_TEST_VM_MACHINES")).expect("machines.json");
         let machines = machines(&serde_json::from_slice(&raw).expect("machines.json as vm-start writes it"));
