@@ -461,6 +461,26 @@ impl Bench {
         tokio::time::timeout(Duration::from_secs(90), r.run(&job)).await.expect("the run ends")
     }
 
+    /// The evidence of machine `id`'s first custody entry into `available`.
+    async fn available_evidence(&self, id: MachineId) -> Value {
+        sqlx::query_scalar(
+            "select evidence from custody_entries where machine_id = $1 and to_state = 'available' order by seq limit 1",
+        )
+        .bind(id.uuid())
+        .fetch_one(self.store.pool())
+        .await
+        .expect("custody entry")
+    }
+
+    /// The booted wipe agent of `uuid` reports every drive wiped; the handler runs until `id` is
+    /// `available`.
+    async fn verified_wipe_to_available(&self, r: &MachineReconciler, id: MachineId, uuid: &str) {
+        let token = self.booted_token(uuid).await;
+        let drives = drive_ids(&self.agent_config(&token).await);
+        assert_eq!(self.report(&token, "success", wiped(&drives)).await, 204);
+        self.drive(r, id, MachineState::Available, None).await;
+    }
+
     /// Runs the handler until the machine is in `want` and the run stops with `code` (`None` =
     /// `Done`), with a bounded number of runs and a deadline.
     async fn drive(&self, r: &MachineReconciler, id: MachineId, want: MachineState, code: Option<&str>) -> Machine {
@@ -685,13 +705,7 @@ async fn a_machine_goes_through_its_whole_lifecycle_on_the_emulator() {
     let cleans = b.cleans(id).await;
     assert_eq!(cleans.len(), 1);
     // The custody entry of the verified wipe carries the evidence per drive and the image digest.
-    let custody: Value = sqlx::query_scalar(
-        "select evidence from custody_entries where machine_id = $1 and to_state = 'available' order by seq limit 1",
-    )
-    .bind(id.uuid())
-    .fetch_one(b.store.pool())
-    .await
-    .expect("custody entry");
+    let custody = b.available_evidence(id).await;
     assert_eq!(custody["image_sha256"], crate::agent::image_sha256());
     let evidence_drives = custody["drives"].as_array().expect("drives");
     assert_eq!(evidence_drives.len(), 2);
@@ -985,19 +999,10 @@ async fn the_bmcs_secure_erase_is_requested_once_after_the_verified_wipe_and_its
 
     b.drive(&r, id, MachineState::Cleaning, Some("waiting_for_agent")).await;
     assert_eq!(erases(), 0, "no out-of-band erase before the in-band wipe is verified");
-    let token = b.booted_token(&uuid).await;
-    let drives = drive_ids(&b.agent_config(&token).await);
-    assert_eq!(b.report(&token, "success", wiped(&drives)).await, 204);
-    b.drive(&r, id, MachineState::Available, None).await;
+    b.verified_wipe_to_available(&r, id, &uuid).await;
     assert_eq!(erases(), 1, "one erase, of the one drive that advertises it");
 
-    let custody: Value = sqlx::query_scalar(
-        "select evidence from custody_entries where machine_id = $1 and to_state = 'available' order by seq limit 1",
-    )
-    .bind(id.uuid())
-    .fetch_one(b.store.pool())
-    .await
-    .expect("custody entry");
+    let custody = b.available_evidence(id).await;
     let expected = json!({ "erases": [
         { "scope": "drive", "id": "nvme0", "action": "Drive.SecureErase", "result": "success", "detail": null },
     ] });
@@ -1033,22 +1038,13 @@ async fn a_real_bmcs_asynchronous_secure_erase_is_followed_to_its_task_s_end_bef
     b.drive(&r, id, MachineState::Cleaning, Some("waiting_for_agent")).await;
     let none: Vec<crate::proxy::Seen> = erases();
     assert!(none.is_empty(), "no out-of-band erase before the in-band wipe is verified");
-    let token = b.booted_token(&uuid).await;
-    let drives = drive_ids(&b.agent_config(&token).await);
-    assert_eq!(b.report(&token, "success", wiped(&drives)).await, 204);
-    b.drive(&r, id, MachineState::Available, None).await;
+    b.verified_wipe_to_available(&r, id, &uuid).await;
     let posted: Vec<Option<Value>> = erases().into_iter().map(|s: crate::proxy::Seen| s.body).collect();
     assert_eq!(posted, [Some(json!({ "SanitizationType": "CryptographicErase" }))], "as the ActionInfo allows");
     assert_eq!(proxy.count(&reqwest::Method::GET, MONITOR), 2, "the monitor, followed until its 204");
     assert_eq!(proxy.count(&reqwest::Method::GET, TASK) - 2, 1, "then the Task, for how it ended");
 
-    let custody: Value = sqlx::query_scalar(
-        "select evidence from custody_entries where machine_id = $1 and to_state = 'available' order by seq limit 1",
-    )
-    .bind(id.uuid())
-    .fetch_one(b.store.pool())
-    .await
-    .expect("custody entry");
+    let custody = b.available_evidence(id).await;
     let expected = json!({ "erases": [
         { "scope": "drive", "id": "nvme0", "action": "Drive.SecureErase", "result": "success", "detail": null },
     ] });
