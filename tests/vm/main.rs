@@ -9,8 +9,9 @@
 //! Each test leases the VMs it uses from the testbed (`Testbed::lease`), so tests run side by side
 //! on different VMs.
 
-mod cluster;
 mod faults;
+mod join;
+mod node;
 mod testbed;
 
 use std::time::{Duration, Instant};
