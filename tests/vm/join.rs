@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 
 use crate::node::{ApiServer, NodeLab};
 use crate::testbed::{console_tail, fill, not_erased, reset, Testbed, Vm};
-use crate::{enroll, settle, vm_class, SETTLE};
+use crate::{enroll_as, settle, SETTLE};
 
 /// Waits until `what` (polled every 2 s) returns something; fails with `why` and the console.
 async fn until<T, F: std::future::Future<Output = Option<T>>>(vm: &Vm, why: &str, what: impl Fn() -> F) -> T {
@@ -55,7 +55,7 @@ async fn tenant(lab: &NodeLab, name: &str) -> (String, String) {
 
 /// A `kubernetes` cluster of one `vm` machine: (cluster path, node pool path).
 async fn cluster(lab: &NodeLab, tenant: &(String, String), name: &str) -> (String, String) {
-    let pools = json!([{ "name": "nodes", "machine_class": "vm", "count": 1 }]);
+    let pools = json!([{ "name": "nodes", "machine_class": "node", "count": 1 }]);
     let body = json!({ "name": name, "kind": "kubernetes", "isolation": "private-nodes", "node_pools": pools });
     let clusters = format!("/v1/tenants/{}/clusters", tenant.0);
     let created = lab.p.app.post(&clusters).token(&tenant.1).json(&body).send().await.expect(202).json();
@@ -128,6 +128,37 @@ fn found_on(disk: &[u8], secrets: &[(String, Vec<u8>)]) -> Vec<String> {
     secrets.iter().filter(|(_, s)| memchr::memmem::find(disk, s).is_some()).map(|(what, _)| what.clone()).collect()
 }
 
+/// Where a provisioning's time went, from the machine's custody ledger, its run and its agent's
+/// report: allocation to the run's boot (the BMC inserting the image and powering on), the boot
+/// to the installer's start (firmware, kernel, the image's digest), the install (the installer's
+/// start to its report: discovery, the OS written and read back, the join archive), and the
+/// report to `active` (media ejected, the reboot from disk, containerd, the kubelet's TLS
+/// bootstrap and registration, Ready). Read while the machine is `active` (before its next run).
+async fn phases(lab: &NodeLab, id: &str) -> String {
+    let custody = lab.p.get(&format!("/v1/machines/{id}/custody")).await;
+    let items = custody["items"].as_array().expect("items");
+    let at = |to: &str| items.iter().rev().find(|e| e["to"] == to).map(|e| e["at"].clone()).expect("entry");
+    let (allocated, active) = (at("allocated"), at("active"));
+    let (booted, report): (chrono::DateTime<chrono::Utc>, Value) = sqlx::query_as(
+        "select m.run_booted_at, t.report from machines m join agent_tokens t on t.run_id = m.run_id \
+         where m.id = $1::uuid and t.used_at is not null",
+    )
+    .bind(id)
+    .fetch_one(&lab.p.app.db.pool)
+    .await
+    .expect("the provisioning run and its report");
+    let booted = json!(booted.to_rfc3339());
+    format!(
+        "allocation to active {:.1} s: allocation to boot {:.1} s, boot to installer {:.1} s, install {:.1} s, \
+         report to Node Ready {:.1} s",
+        crate::secs(&allocated, &active),
+        crate::secs(&allocated, &booted),
+        crate::secs(&booted, &report["started_at"]),
+        crate::secs(&report["started_at"], &report["finished_at"]),
+        crate::secs(&report["finished_at"], &active),
+    )
+}
+
 /// A node-sized VM joins tenant A's cluster for real, is released (pool scaled to zero) and wiped
 /// for real, then joins tenant B's cluster; nothing of A's join is left on it or in A's cluster.
 #[tokio::test(flavor = "multi_thread")]
@@ -142,8 +173,10 @@ async fn a_vm_joins_one_tenant_is_wiped_and_joins_the_next_with_nothing_of_the_f
     let boot = vm.disks.iter().find(|d| d.name == "sda").expect("the boot disk").path.clone();
 
     let p = &lab.p;
-    vm_class(p).await;
-    let id = enroll(p, &bed, &vm, false).await;
+    // The node-sized VM's class: one vCPU, 3 GiB (scripts/vm-start's default node memory).
+    let class = json!({ "name": "node", "cpu_cores": 1, "memory_gib": 3, "gpu_model": "", "gpu_count": 0 });
+    lab.p.app.post("/v1/machine-classes").token(&paddock_testkit::admin()).json(&class).send().await.expect(201);
+    let id = enroll_as(p, &bed, &vm, false, "node").await;
     let m = settle(p, &vm, &id, &["available", "clean_failed", "maintenance"]).await;
     assert_eq!(m["state"], "available", "{m}\nconsole:\n{}", console_tail(&vm, 30));
 
@@ -158,7 +191,11 @@ async fn a_vm_joins_one_tenant_is_wiped_and_joins_the_next_with_nothing_of_the_f
         (m["state"] == "active").then_some(())
     })
     .await;
-    eprintln!("tenant A: allocation to Node Ready in {:.1} s", t0.elapsed().as_secs_f64());
+    eprintln!(
+        "tenant A: allocation to Node Ready in {:.1} s ({})",
+        t0.elapsed().as_secs_f64(),
+        phases(&lab, &id).await
+    );
     let a_server = lab.kamaji.tenant(&a_cluster_id).expect("A's API server");
     let a_client = a_server.client().await;
     let node = ready_node(&a_client, &vm).await.expect("paddock calls it active: its Node is Ready in A's cluster");
@@ -209,7 +246,11 @@ async fn a_vm_joins_one_tenant_is_wiped_and_joins_the_next_with_nothing_of_the_f
         (m["state"] == "active" && m["cluster_id"].as_str() == Some(b_cluster_id.as_str())).then_some(())
     })
     .await;
-    eprintln!("tenant B: allocation to Node Ready in {:.1} s", t2.elapsed().as_secs_f64());
+    eprintln!(
+        "tenant B: allocation to Node Ready in {:.1} s ({})",
+        t2.elapsed().as_secs_f64(),
+        phases(&lab, &id).await
+    );
     let b_client = lab.kamaji.tenant(&b_cluster_id).expect("B's API server").client().await;
     assert!(ready_node(&b_client, &vm).await.is_some(), "the VM's Node is Ready in B's cluster");
     let disk = std::fs::read(&boot).expect("the boot disk");
@@ -220,4 +261,68 @@ async fn a_vm_joins_one_tenant_is_wiped_and_joins_the_next_with_nothing_of_the_f
     eprintln!("A's cluster conditions (the stack's pods cannot run here): {}", c["status"]["conditions"]);
     lab.finish().await;
     reset(&vm);
+}
+
+/// BENCHMARKS.md: allocation to Node Ready for one node VM, then for two at once on the same
+/// cores (target: two in at most 1.5 times the time of one). Needs `scripts/vm-start N 2`;
+/// run by hand: `cargo test --test vm -- --ignored bench_node_vms_join --nocapture`.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a benchmark: two node-sized VMs (scripts/vm-start N 2), run by hand"]
+async fn bench_node_vms_join_one_then_two_at_once() {
+    let Some(bed) = Testbed::from_env() else { return };
+    assert!(bed.nodes.len() >= 2, "scripts/vm-start N 2 starts two node-sized VMs");
+    let Some(lab) = NodeLab::start(&bed).await else { return };
+    let class = json!({ "name": "node", "cpu_cores": 1, "memory_gib": 3, "gpu_model": "", "gpu_count": 0 });
+    lab.p.app.post("/v1/machine-classes").token(&paddock_testkit::admin()).json(&class).send().await.expect(201);
+    let vms = &bed.nodes[..2];
+    let mut ids = Vec::new();
+    for vm in vms {
+        reset(vm);
+        lab.open_doors(vm.node.expect("a node VM"), &vm.uuid).await;
+        ids.push(enroll_as(&lab.p, &bed, vm, false, "node").await);
+    }
+    for (vm, id) in vms.iter().zip(&ids) {
+        assert_eq!(settle(&lab.p, vm, id, &["available", "clean_failed", "maintenance"]).await["state"], "available");
+    }
+    let t = tenant(&lab, "bench").await;
+    let all_active = |n: usize| {
+        let (lab, ids) = (&lab, &ids);
+        move || async move {
+            let mut active = 0;
+            for id in ids {
+                let m = machine(lab, id).await;
+                assert!(!["provision_failed", "maintenance"].contains(&m["state"].as_str().unwrap_or_default()), "{m}");
+                active += usize::from(m["state"] == "active");
+            }
+            (active == n).then_some(())
+        }
+    };
+    let t0 = Instant::now();
+    let (_, pool) = cluster(&lab, &t, "one").await;
+    until(&vms[0], "one VM active", all_active(1)).await;
+    let one = t0.elapsed().as_secs_f64();
+    for id in &ids {
+        if machine(&lab, id).await["state"] == "active" {
+            eprintln!("one VM: {one:.1} s ({})", phases(&lab, id).await);
+        }
+    }
+    lab.p.app.patch(&pool).token(&t.1).json(&json!({ "count": 0 })).send().await.expect(202);
+    until(&vms[0], "both VMs available", || async {
+        let mut states = Vec::new();
+        for id in &ids {
+            states.push(machine(&lab, id).await["state"].clone());
+        }
+        states.iter().all(|s| s == "available").then_some(())
+    })
+    .await;
+    let t1 = Instant::now();
+    lab.p.app.patch(&pool).token(&t.1).json(&json!({ "count": 2 })).send().await.expect(202);
+    until(&vms[0], "both VMs active", all_active(2)).await;
+    let two = t1.elapsed().as_secs_f64();
+    for id in &ids {
+        eprintln!("two at once, {id}: {}", phases(&lab, id).await);
+    }
+    eprintln!("node VMs to Node Ready: one {one:.1} s, two at once {two:.1} s, ratio {:.2}", two / one);
+    lab.finish().await;
+    vms.iter().for_each(reset);
 }
