@@ -6,7 +6,9 @@
 //!
 //! One call is one round: a budget's refusal (429) is counted and asked again on the next poll,
 //! never an error; the pods that accepted their eviction are waited for until they are gone
-//! (their grace period, then the kubelet's confirmation). The caller bounds the whole drain by
+//! (their grace period, then the kubelet's confirmation), unless the Node is not Ready: no kubelet
+//! will confirm them there, and the power-off that follows ends them (`kubectl drain` would wait
+//! for `--skip-wait-for-delete-timeout`). The caller bounds the whole drain by
 //! `PADDOCK_RELEASE_TIMEOUT`, after which the release is forced.
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -52,20 +54,22 @@ pub(crate) async fn drain(client: &Client, name: &str) -> Result<Drain, KubeErro
             Ok(_) => info!(node.name = %name, "cordoned node {name} for its release"),
         }
     }
+    // Pods that accepted their eviction are waited for only where a kubelet will confirm them.
+    let waits = usize::from(crate::nodes::is_ready(&node));
     let (mut leaving, mut blocked) = (0, 0);
     for pod in pods_on(client, name).await?.into_iter().filter(|p| !stays(p)) {
         let (Some(pod_name), Some(namespace)) = (pod.metadata.name.clone(), pod.metadata.namespace.clone()) else {
             continue;
         };
         if pod.metadata.deletion_timestamp.is_some() {
-            leaving += 1;
+            leaving += waits;
             continue;
         }
         let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
         match pods.evict(&pod_name, &EvictParams::default()).await {
             Ok(_) => {
                 info!(node.name = %name, "evicted pod {namespace}/{pod_name} from node {name}");
-                leaving += 1;
+                leaving += waits;
             }
             // A PodDisruptionBudget does not allow it now: asked again on the next round.
             Err(kube::Error::Api(status)) if status.code == 429 => blocked += 1,

@@ -194,7 +194,7 @@ pub(crate) fn node_patch(existing: &Node, node: &NodeRef) -> Option<Value> {
     Some(body)
 }
 
-fn is_ready(node: &Node) -> bool {
+pub(crate) fn is_ready(node: &Node) -> bool {
     let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
     conditions.into_iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True")
 }

@@ -184,3 +184,20 @@ async fn removing_a_node_deletes_its_lease_once_the_node_is_gone() {
     // Again: nothing left is a success.
     assert_eq!(driver.remove_node(&tenant, &m).await.expect("remove again"), Removal::Gone);
 }
+
+#[tokio::test]
+async fn a_node_that_is_not_ready_is_drained_without_waiting_for_its_kubelet() {
+    let Some(server) = support::shared().await else { return };
+    let client = server.client().await;
+    let tenant = access(&server);
+    let driver: &dyn TenantNodes = &KubeTenantNodes::new();
+    let m = machine();
+    // The kubelet stopped answering (the machine hung): its pods' evictions are never confirmed.
+    register(&client, &m.node_name, &m.system_uuid, false).await;
+    let ns = namespace(&client).await;
+    pod_on(&client, &ns, "stuck", &m.node_name, "stuck", None).await;
+
+    assert_eq!(drain(driver, &tenant, &m).await, Drain::Drained, "waits for a kubelet that is not there");
+    assert_eq!(pods_of(&client, &ns).await, BTreeMap::from([("stuck".to_owned(), true)]), "evicted all the same");
+    Api::<Namespace>::all(client.clone()).delete(&ns, &DeleteParams::default()).await.expect("delete the namespace");
+}
