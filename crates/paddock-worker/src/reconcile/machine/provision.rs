@@ -208,7 +208,8 @@ impl MachineReconciler {
             .await;
         if let Err(e) = kube.nodes.remove_node(tenant_access, node).await {
             metrics::driver_failed(metrics::Driver::Kube, &e.code);
-            tracing::warn!(machine.id = %m.id, error = %e, "the foreign node {} is left to the release", node.node_name);
+            let name = &node.node_name;
+            tracing::warn!(machine.id = %m.id, error = %e, "the foreign node {name} is left to the release");
         }
         step
     }

@@ -25,7 +25,8 @@ const ABANDON_BOUND: Duration = Duration::from_secs(30);
 
 impl MachineReconciler {
     /// `releasing` / `provision_failed` -> `cleaning`: drain the Slurm node and the Node, power
-    /// off, remove the Node and its Lease and the machine's bootstrap tokens, end the tenancy. Every step checks its postcondition, so a repeat is harmless.
+    /// off, remove the Node and its Lease and the machine's bootstrap tokens, end the tenancy.
+    /// Every step checks its postcondition, so a repeat is harmless.
     /// Bounded by `PADDOCK_RELEASE_TIMEOUT` (docs/architecture.md): after it, or at once when an
     /// operator asks, the release is forced ([`Self::force_release`]); nothing a tenant does
     /// inside its cluster can keep the machine out of cleaning.
