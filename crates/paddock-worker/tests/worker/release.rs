@@ -10,9 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret, ServiceAccount};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BootMedia, BoxFuture, Inventory};
@@ -99,6 +100,23 @@ async fn register(client: &Client, name: &str, system_uuid: &str) {
         "conditions": [{ "type": "Ready", "status": "True", "reason": "KubeletReady" }],
     } });
     nodes.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("the Node's status");
+}
+
+/// Watches Node `name` from now on; the task ends with the moment the test saw it deleted.
+async fn node_deletion(client: &Client, name: &str) -> tokio::task::JoinHandle<DateTime<Utc>> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let version = nodes.get(name).await.expect("the Node").metadata.resource_version.expect("its version");
+    let params = WatchParams::default().fields(&format!("metadata.name={name}"));
+    let events = nodes.watch(&params, &version).await.expect("watch the Node");
+    tokio::spawn(async move {
+        let mut events = Box::pin(events);
+        while let Some(event) = events.next().await {
+            if let Ok(WatchEvent::Deleted(_)) = event {
+                return Utc::now();
+            }
+        }
+        panic!("the watch ended before the Node was deleted");
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -409,6 +427,7 @@ async fn a_release_drains_the_node_and_powers_off_before_the_node_and_lease_are_
     // the token, and the machine goes on to cleaning.
     let now = DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() };
     pods.delete("train-0", &now).await.expect("the kubelet's final delete");
+    let deletion = node_deletion(&b.client, &name).await;
     let before = Utc::now();
     b.run(&r, id).await;
     let after = Utc::now();
@@ -422,6 +441,8 @@ async fn a_release_drains_the_node_and_powers_off_before_the_node_and_lease_are_
     assert!(first.node_standing, "the Node was deleted before the power-off: {first:?}");
     assert!(first.lease, "the Lease was deleted before the power-off: {first:?}");
     assert!(first.pods.is_empty(), "powered off with pods on the Node: {first:?}");
+    let deleted_at = tokio::time::timeout(WAIT, deletion).await.expect("the Node's deletion seen").expect("watch");
+    assert!(first.at < deleted_at, "powered off at {}, the Node deleted at {deleted_at}", first.at);
     assert!(Api::<Node>::all(b.client.clone()).get_opt(&name).await.expect("get").is_none(), "the Node is left");
     assert!(leases.get_opt(&name).await.expect("get").is_none(), "the Lease is left");
     assert!(secrets.get_opt("bootstrap-token-abcdef").await.expect("get").is_none(), "the token is left");
