@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BootMedia, BoxFuture, Inventory, OutOfBandErase};
 use paddock_domain::driver::{
-    ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, DriverError, Isolation, JoinConfig,
+    ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, Drain, DriverError, Isolation, JoinConfig,
     KubeDrivers, NodeRef, NodeStatus, PlatformDriver, Removal, SlurmDesired, SlurmDriver, SlurmStatus, StackStatus,
     TenantAccess, TenantCredentials, TenantNodes, TenantStack,
 };
@@ -193,6 +193,20 @@ impl TenantNodes for TenantStandIn {
                 .get(&node.system_uuid.to_ascii_lowercase())
                 .map(|name| NodeStatus { name: name.clone(), ready: true }))
         })
+    }
+
+    /// The stand-in's Nodes run no pods.
+    fn drain_node<'a>(&'a self, _: &'a TenantAccess, _: &'a NodeRef) -> BoxFuture<'a, Result<Drain, DriverError>> {
+        Box::pin(async { Ok(Drain::Drained) })
+    }
+
+    /// Nodes are keyed by system UUID here: none can hold another machine's name.
+    fn foreign_node<'a>(
+        &'a self,
+        _: &'a TenantAccess,
+        _: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<Option<String>, DriverError>> {
+        Box::pin(async { Ok(None) })
     }
 
     fn remove_node<'a>(

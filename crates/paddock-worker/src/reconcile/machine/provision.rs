@@ -121,6 +121,11 @@ impl MachineReconciler {
         node: &NodeRef,
         finished_at: DateTime<Utc>,
     ) -> Step {
+        match kube.nodes.foreign_node(tenant_access, node).await {
+            Ok(None) => {}
+            Ok(Some(found)) => return self.foreign_node(m, kube, tenant_access, node, &found).await,
+            Err(e) => return self.driver_failed(m, e).await,
+        }
         let registered = match kube.nodes.node(tenant_access, node).await {
             Ok(found) => found,
             Err(e) => return self.driver_failed(m, e).await,
@@ -167,6 +172,46 @@ impl MachineReconciler {
                 ))
             }
         }
+    }
+
+    /// A Node registered under the machine's node name with system UUID `found`, another
+    /// machine's (docs/security.md): the run fails `provision_failed` with `node_uuid_mismatch`,
+    /// recorded on this machine's ledger and on that of the machine holding `found`, then the Node
+    /// is deleted (the release deletes it too, by name, if this does not get through).
+    async fn foreign_node(
+        &self,
+        m: &Machine,
+        kube: &KubeDrivers,
+        tenant_access: &TenantAccess,
+        node: &NodeRef,
+        found: &str,
+    ) -> Step {
+        let (id, version, holder) = (m.id, m.status_version, m.tenant_id.zip(m.cluster_id));
+        let (node_name, expected, found) = (node.node_name.clone(), node.system_uuid.clone(), found.to_owned());
+        tracing::warn!(
+            machine.id = %m.id,
+            "node {node_name} registered with system UUID {found}, not machine {}'s {expected}", m.id
+        );
+        let step = self
+            .guarded(m.id, move |c, k| {
+                async move {
+                    let mismatch =
+                        lifecycle::UuidMismatch { node_name: &node_name, expected: &expected, found: &found };
+                    let failed = lifecycle::fail_node_uuid_mismatch(c, k, id, version, &mismatch).await?;
+                    if let (true, Some((tenant, cluster))) = (failed, holder) {
+                        lifecycle::enqueue_cluster(c, tenant, cluster).await?;
+                    }
+                    Ok(failed)
+                }
+                .boxed()
+            })
+            .await;
+        if let Err(e) = kube.nodes.remove_node(tenant_access, node).await {
+            metrics::driver_failed(metrics::Driver::Kube, &e.code);
+            let name = &node.node_name;
+            tracing::warn!(machine.id = %m.id, error = %e, "the foreign node {name} is left to the release");
+        }
+        step
     }
 
     pub(super) async fn provision_failed(&self, m: &Machine, code: &str, message: &str) -> Step {
