@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use base64::Engine;
 use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -164,7 +166,7 @@ async fn the_drain_evicts_pods_leaves_daemonset_pods_and_waits_for_a_disruption_
 }
 
 #[tokio::test]
-async fn removing_a_node_deletes_its_lease_once_the_node_is_gone() {
+async fn removing_a_node_deletes_its_lease_and_certificate_requests_once_the_node_is_gone() {
     let Some(server) = support::shared().await else { return };
     let client = server.client().await;
     let tenant = access(&server);
@@ -177,12 +179,41 @@ async fn removing_a_node_deletes_its_lease_once_the_node_is_gone() {
     )
     .expect("lease");
     leases.create(&PostParams::default(), &lease).await.expect("lease");
+    // The node's client certificate request (as its kubelet's bootstrap made it), and another
+    // node's, which stays.
+    let other = machine();
+    let (mine, theirs) = (csr(&client, &m.node_name).await, csr(&client, &other.node_name).await);
 
     assert_eq!(driver.remove_node(&tenant, &m).await.expect("remove"), Removal::Gone);
     assert!(Api::<Node>::all(client.clone()).get_opt(&m.node_name).await.expect("get").is_none(), "node left");
     assert!(leases.get_opt(&m.node_name).await.expect("get").is_none(), "the lease is left");
+    let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
+    assert!(csrs.get_opt(&mine).await.expect("get").is_none(), "the node's certificate request is left");
+    assert!(csrs.get_opt(&theirs).await.expect("get").is_some(), "another node's certificate request went too");
+    csrs.delete(&theirs, &DeleteParams::default()).await.expect("delete");
     // Again: nothing left is a success.
     assert_eq!(driver.remove_node(&tenant, &m).await.expect("remove again"), Removal::Gone);
+}
+
+/// A client certificate request for node `name` (subject `system:node:<name>`, made by the admin
+/// here, as the bootstrap token's user makes it for a joining kubelet); its name.
+async fn csr(client: &Client, name: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("paddock-drain-csr-{name}"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let (_, request) = crate::join::key_and_csr(&dir, &format!("system:node:{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let body: CertificateSigningRequest = serde_json::from_value(json!({
+        "metadata": { "generateName": "node-csr-" },
+        "spec": {
+            "request": base64::engine::general_purpose::STANDARD.encode(request),
+            "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
+            "usages": ["digital signature", "client auth"],
+        },
+    }))
+    .expect("CSR");
+    let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
+    let created = csrs.create(&PostParams::default(), &body).await.expect("create the CSR");
+    created.metadata.name.expect("a name")
 }
 
 #[tokio::test]
