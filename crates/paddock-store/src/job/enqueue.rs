@@ -4,6 +4,7 @@ use paddock_types::{JobId, OperationId, TenantId};
 use uuid::Uuid;
 
 use super::{NewJob, NOTIFY_CHANNEL, RACE_TURNS};
+use crate::operation::end_running_steps;
 use crate::{Conn, StoreError};
 
 /// Enqueues a job, or merges the request into the queued job of the same kind and target.
@@ -85,10 +86,11 @@ fn unreachable_race() -> Result<JobId, StoreError> {
 }
 
 async fn supersede(conn: &mut Conn, operation: Uuid) -> Result<(), StoreError> {
-    sqlx::query(
-        "update operations set state = 'superseded', finished_at = now(), updated_at = now() \
+    sqlx::query(&format!(
+        "update operations o set state = 'superseded', steps = {}, finished_at = now(), updated_at = now() \
          where id = $1 and state in ('pending', 'running')",
-    )
+        end_running_steps("o", "superseded")
+    ))
     .bind(operation)
     .execute(conn)
     .await?;

@@ -10,6 +10,7 @@ use uuid::Uuid;
 use super::{
     lost_race, millis, Job, JobError, JobState, Requeue, RetryPolicy, EXHAUSTED_STATUS, QUEUED_KEY, RACE_TURNS,
 };
+use crate::operation::end_running_steps;
 use crate::{parse_state, Conn, StoreError};
 
 /// of the same target may start now, so wake the workers of its kind.
@@ -29,10 +30,12 @@ pub async fn complete(conn: &mut Conn, id: JobId, worker: &str) -> Result<bool, 
              where id = $1 and locked_by = $2 and state = 'running' \
              returning id, target_id, operation_id \
          ), op as ( \
-             update operations o set state = 'succeeded', finished_at = now(), updated_at = now() \
+             update operations o set state = 'succeeded', steps = {steps}, current_step = null, \
+                 finished_at = now(), updated_at = now() \
              from done d where o.id = d.operation_id and o.state in ('pending', 'running') \
          ), {WAKE} \
-         select (select count(*) from done), (select count(*) from wake)"
+         select (select count(*) from done), (select count(*) from wake)",
+        steps = end_running_steps("o", "succeeded"),
     );
     let (done, _woken): (i64, i64) = sqlx::query_as(&sql).bind(id.uuid()).bind(worker).fetch_one(conn).await?;
     Ok(done == 1)
@@ -52,12 +55,13 @@ pub async fn fail(conn: &mut Conn, id: JobId, worker: &str, problem: &Problem) -
              where id = $1 and locked_by = $2 and state = 'running' \
              returning id, target_id, operation_id \
          ), op as ( \
-             update operations o set state = 'failed', finished_at = now(), updated_at = now(), \
+             update operations o set state = 'failed', steps = {steps}, finished_at = now(), updated_at = now(), \
                  error = $5::jsonb || jsonb_build_object('instance', '/v1/operations/' || o.id, \
                      'request_id', d.id::text) \
              from done d where o.id = d.operation_id and o.state in ('pending', 'running') \
          ), {WAKE} \
-         select (select count(*) from done), (select count(*) from wake)"
+         select (select count(*) from done), (select count(*) from wake)",
+        steps = end_running_steps("o", "failed"),
     );
     let (done, _woken): (i64, i64) = sqlx::query_as(&sql)
         .bind(id.uuid())
@@ -187,12 +191,15 @@ async fn requeue(
              update operations o set \
                  state = case when d.state = 'failed' then 'failed' else 'superseded' end, \
                  error = case when d.state = 'failed' then {failed_error} end, \
+                 steps = case when d.state = 'failed' then {failed_steps} else {superseded_steps} end, \
                  finished_at = now(), updated_at = now() \
              from done d where o.id = d.operation_id and o.state in ('pending', 'running') \
                and (d.state = 'failed' or (d.follow_op is not null and d.follow_op <> d.operation_id)) \
          ), {WAKE} \
          select d.state, d.attempts, d.run_at, d.follow_id from done d \
-         cross join (select count(*) from wake) w"
+         cross join (select count(*) from wake) w",
+        failed_steps = end_running_steps("o", "failed"),
+        superseded_steps = end_running_steps("o", "superseded"),
     );
     for _ in 0..RACE_TURNS {
         let q = bind(sqlx::query_as::<_, RequeueRow>(&sql).bind(id.uuid()).bind(worker));

@@ -1,4 +1,8 @@
-//! Operations.
+//! Operations, each with its step plan ([`plan`]) and the progress its reconciler reports.
+
+mod plan;
+
+pub use plan::{plan, step, PlanContext};
 
 use chrono::{DateTime, Utc};
 use paddock_types::operation::{OperationFilter, OperationState, OperationStep, OperationTarget, OperationView};
@@ -62,23 +66,36 @@ pub struct NewOperation<'a> {
     pub target_generation: i64,
     /// Open operations of these kinds on the same target are superseded by this one.
     pub supersedes: &'a [&'a str],
+    /// The target as the change found it, for the operation's [`plan`].
+    pub context: PlanContext,
 }
 
-/// Inserts a pending operation. Earlier open operations on the same target of its own kind or of
-/// the kinds it supersedes are marked superseded: the newer change is the one carried out.
+/// Inserts a pending operation with its [`plan`], every step `pending`. Earlier open operations
+/// on the same target of its own kind or of the kinds it supersedes are marked superseded (a
+/// step they were carrying out with them): the newer change is the one carried out.
 pub async fn insert(conn: &mut Conn, op: &NewOperation<'_>) -> Result<OperationView, StoreError> {
-    sqlx::query(
-        "update operations set state = 'superseded', finished_at = now(), updated_at = now() \
+    let steps: Vec<OperationStep> = plan(op.kind, op.context)
+        .into_iter()
+        .map(|name| OperationStep {
+            name: name.to_owned(),
+            state: OperationState::Pending,
+            started_at: None,
+            finished_at: None,
+        })
+        .collect();
+    sqlx::query(&format!(
+        "update operations o set state = 'superseded', steps = {}, finished_at = now(), updated_at = now() \
          where target_id = $1 and (kind = $2 or kind = any($3)) and state in ('pending', 'running')",
-    )
+        end_running_steps("o", "superseded")
+    ))
     .bind(op.target_id)
     .bind(op.kind)
     .bind(op.supersedes)
     .execute(&mut *conn)
     .await?;
     let row: OperationRow = sqlx::query_as(&format!(
-        "insert into operations (id, kind, target_type, target_id, tenant_id, target_generation) \
-         values ($1, $2, $3, $4, $5, $6) returning {COLUMNS}"
+        "insert into operations (id, kind, target_type, target_id, tenant_id, target_generation, steps) \
+         values ($1, $2, $3, $4, $5, $6, $7) returning {COLUMNS}"
     ))
     .bind(OperationId::new().uuid())
     .bind(op.kind)
@@ -86,6 +103,7 @@ pub async fn insert(conn: &mut Conn, op: &NewOperation<'_>) -> Result<OperationV
     .bind(op.target_id)
     .bind(op.tenant_id.map(TenantId::uuid))
     .bind(op.target_generation)
+    .bind(Json(&steps))
     .fetch_one(conn)
     .await?;
     row.try_into()
@@ -129,12 +147,12 @@ pub async fn list(
     rows.into_iter().map(OperationView::try_from).collect()
 }
 
-/// Records progress on the open operations of `targets`: `running`, with `observed` (the
-/// target's steps as the run left them) merged into each operation's own steps by [`merge`].
+/// Records progress on the open operations of `targets`: `running`, with `observed` (the steps
+/// the reconciler carries out, as far as it got) merged into each operation's plan by [`merge`].
 /// Writes nothing for an operation that already shows exactly this.
 pub async fn progress(conn: &mut Conn, targets: &[Uuid], observed: &[OperationStep]) -> Result<(), StoreError> {
     for open in open_of(conn, targets, None).await? {
-        let steps = merge(&open.kind, &open.steps, observed, open.created_at, Utc::now(), false);
+        let steps = merge(&open.steps, observed, open.created_at, Utc::now(), false);
         let current = steps.iter().find(|s| s.state == OperationState::Running).map(|s| s.name.clone());
         sqlx::query(
             "update operations set state = 'running', steps = $2, current_step = $3, updated_at = now() \
@@ -161,7 +179,7 @@ pub async fn succeed(
     observed: &[OperationStep],
 ) -> Result<(), StoreError> {
     for open in open_of(conn, &[target], generation).await? {
-        let steps = merge(&open.kind, &open.steps, observed, open.created_at, Utc::now(), true);
+        let steps = merge(&open.steps, observed, open.created_at, Utc::now(), true);
         sqlx::query(
             "update operations set state = 'succeeded', steps = $2, current_step = null, finished_at = now(), \
              updated_at = now() where id = $1 and state in ('pending', 'running')",
@@ -176,15 +194,14 @@ pub async fn succeed(
 
 struct OpenOperation {
     id: Uuid,
-    kind: String,
     steps: Vec<OperationStep>,
     created_at: DateTime<Utc>,
 }
 
 /// The open operations on `targets` (up to `generation`, if given), locked, oldest first.
 async fn open_of(conn: &mut Conn, targets: &[Uuid], generation: Option<i64>) -> Result<Vec<OpenOperation>, StoreError> {
-    let rows: Vec<(Uuid, String, serde_json::Value, DateTime<Utc>)> = sqlx::query_as(
-        "select id, kind, steps, created_at from operations where target_id = any($1) \
+    let rows: Vec<(Uuid, serde_json::Value, DateTime<Utc>)> = sqlx::query_as(
+        "select id, steps, created_at from operations where target_id = any($1) \
            and state in ('pending', 'running') and ($2::bigint is null or target_generation <= $2) \
          order by created_at, id for update",
     )
@@ -193,91 +210,101 @@ async fn open_of(conn: &mut Conn, targets: &[Uuid], generation: Option<i64>) -> 
     .fetch_all(conn)
     .await?;
     rows.into_iter()
-        .map(|(id, kind, steps, created_at)| Ok(OpenOperation { id, kind, steps: from_json(steps)?, created_at }))
+        .map(|(id, steps, created_at)| Ok(OpenOperation { id, steps: from_json(steps)?, created_at }))
         .collect()
 }
 
-/// The steps an operation of `kind` carries out whatever the target's state before it; other
-/// steps belong to it only when they ran during its lifetime.
-fn own_steps(kind: &str) -> &'static [&'static str] {
-    match kind {
-        "cluster_create" => &["namespace", "control_plane", "machines", "nodes", "stack", "slurm"],
-        "node_pool_create" | "node_pool_update" => &["machines", "nodes"],
-        "cluster_delete" => &["remove_slurm", "release_machines", "delete_control_plane", "delete_namespace"],
-        "node_pool_delete" => &["release_machines"],
-        _ => &[],
-    }
-}
-
-/// An operation's steps after a run: its `existing` steps (their history kept) with the run's
-/// `observed` steps (in the target's order; a succeeded step's `finished_at` is when its
-/// condition turned true) added in the order they ran. A step already done when the operation
-/// was created is left out unless it is one of the kind's [`own_steps`]; pending steps are not
-/// shown until they start. Every time lies within `[created_at, now]`, each step starting when
-/// the one before it finished. With `finished`, steps still running end at `now`.
+/// An operation's steps after a report: its `plan` (the steps as stored, their history kept)
+/// with the reconciler's `observed` steps merged in order. A step not in the plan is not this
+/// operation's and is left out. A plan step observed `running` starts now; observed `succeeded`
+/// or `failed`, it ends (a succeeded step's `finished_at` is when the reconciler saw it done,
+/// e.g. its condition's transition); a step already ended keeps its times. The steps run in
+/// order, so a step reached ends every unfinished step before it (succeeded, then). Every time
+/// lies within `[created_at, now]`, no step starting before the one before it finished. With
+/// `finished`, steps still running end now, succeeded; steps never reached stay `pending`.
 pub fn merge(
-    kind: &str,
-    existing: &[OperationStep],
+    plan: &[OperationStep],
     observed: &[OperationStep],
     created_at: DateTime<Utc>,
     now: DateTime<Utc>,
     finished: bool,
 ) -> Vec<OperationStep> {
-    let clamp = |t: DateTime<Utc>| t.clamp(created_at, now.max(created_at));
-    let mut steps: Vec<OperationStep> = existing.to_vec();
+    let now = now.max(created_at);
+    let clamp = |t: DateTime<Utc>| t.clamp(created_at, now);
+    let mut steps: Vec<OperationStep> = plan.to_vec();
     for obs in observed {
-        let last_end = steps.iter().filter_map(|s| s.finished_at).max().unwrap_or(created_at);
-        let known = steps.iter_mut().find(|s| s.name == obs.name);
-        match (obs.state, known) {
-            (OperationState::Succeeded, Some(step)) if step.state == OperationState::Running => {
-                let start = step.started_at.unwrap_or(last_end);
-                step.state = OperationState::Succeeded;
-                step.finished_at = Some(clamp(obs.finished_at.unwrap_or(now)).max(start));
+        let Some(at) = steps.iter().position(|s| s.name == obs.name) else { continue };
+        if matches!(obs.state, OperationState::Pending | OperationState::Superseded) || ended(&steps[at]) {
+            continue;
+        }
+        let end = clamp(obs.finished_at.unwrap_or(now));
+        for i in 0..at {
+            if !ended(&steps[i]) {
+                let start = steps[i].started_at.unwrap_or_else(|| last_end(&steps[..i], created_at));
+                steps[i].state = OperationState::Succeeded;
+                steps[i].started_at = Some(start);
+                steps[i].finished_at = Some(end.max(start));
             }
-            (OperationState::Succeeded, None) => {
-                let ran_now = obs.finished_at.is_some_and(|t| t >= created_at);
-                if ran_now || own_steps(kind).contains(&obs.name.as_str()) {
-                    let start = clamp(last_end);
-                    let end = clamp(obs.finished_at.unwrap_or(now)).max(start);
-                    steps.push(step(&obs.name, OperationState::Succeeded, start, Some(end)));
-                }
-            }
-            (OperationState::Running, None) => {
-                steps.push(step(&obs.name, OperationState::Running, clamp(last_end), None));
-            }
-            _ => {}
+        }
+        let before = last_end(&steps[..at], created_at);
+        let step = &mut steps[at];
+        let start = step.started_at.unwrap_or(match obs.state {
+            OperationState::Running => now.max(before),
+            _ => before,
+        });
+        step.started_at = Some(start);
+        step.state = obs.state;
+        if obs.state != OperationState::Running {
+            step.finished_at = Some(end.max(start));
         }
     }
     if finished {
         for s in steps.iter_mut().filter(|s| s.state == OperationState::Running) {
             s.state = OperationState::Succeeded;
-            s.finished_at = Some(clamp(now).max(s.started_at.unwrap_or(created_at)));
+            s.finished_at = Some(now.max(s.started_at.unwrap_or(created_at)));
         }
     }
     steps
 }
 
-fn step(
-    name: &str,
-    state: OperationState,
-    started_at: DateTime<Utc>,
-    finished_at: Option<DateTime<Utc>>,
-) -> OperationStep {
-    OperationStep { name: name.to_owned(), state, started_at: Some(started_at), finished_at }
+/// A step a reconciler saw done, for [`progress`] and [`succeed`].
+pub fn done(name: &str) -> OperationStep {
+    OperationStep { name: name.to_owned(), state: OperationState::Succeeded, started_at: None, finished_at: None }
 }
 
-/// Fails the open operations on `targets` with `problem` (its `instance` is set per operation).
+fn ended(step: &OperationStep) -> bool {
+    matches!(step.state, OperationState::Succeeded | OperationState::Failed)
+}
+
+/// When the last of `steps` that ended did (`created_at` if none did).
+fn last_end(steps: &[OperationStep], created_at: DateTime<Utc>) -> DateTime<Utc> {
+    steps.iter().filter_map(|s| s.finished_at).max().unwrap_or(created_at).max(created_at)
+}
+
+/// SQL: the steps of the operation row `alias` with its running steps ended `state` now (how a
+/// statement that ends an operation ends its step; `state` is a literal of this crate's).
+pub(crate) fn end_running_steps(alias: &str, state: &str) -> String {
+    format!(
+        "(select coalesce(jsonb_agg(case when s->>'state' = 'running' \
+             then s || jsonb_build_object('state', '{state}', 'finished_at', now()) else s end order by n), \
+             '[]'::jsonb) from jsonb_array_elements({alias}.steps) with ordinality as e(s, n))"
+    )
+}
+
+/// Fails the open operations on `targets` with `problem` (its `instance` is set per operation);
+/// the step being carried out ends `failed`.
 pub async fn fail_open(
     conn: &mut Conn,
     targets: &[Uuid],
     problem: &paddock_types::problem::Problem,
 ) -> Result<(), StoreError> {
     let problem = serde_json::to_value(problem).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    sqlx::query(
-        "update operations set state = 'failed', error = jsonb_set($2, '{instance}', \
-           to_jsonb('/v1/operations/' || id::text)), finished_at = now(), updated_at = now() \
+    sqlx::query(&format!(
+        "update operations o set state = 'failed', error = jsonb_set($2, '{{instance}}', \
+           to_jsonb('/v1/operations/' || id::text)), steps = {}, finished_at = now(), updated_at = now() \
          where target_id = any($1) and state in ('pending', 'running')",
-    )
+        end_running_steps("o", "failed")
+    ))
     .bind(targets)
     .bind(problem)
     .execute(conn)
