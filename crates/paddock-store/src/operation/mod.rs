@@ -311,3 +311,49 @@ pub async fn fail_open(
     .await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use chrono::Duration;
+
+    use super::*;
+
+    fn at(name: &str, state: OperationState) -> OperationStep {
+        OperationStep { name: name.to_owned(), state, started_at: None, finished_at: None }
+    }
+
+    fn plan_of(names: &[&str]) -> Vec<OperationStep> {
+        names.iter().map(|n| at(n, OperationState::Pending)).collect()
+    }
+
+    #[test]
+    fn a_step_reached_ends_the_ones_before_it_and_leaves_the_rest_pending() {
+        let t0 = Utc::now();
+        let plan = plan_of(&["a", "b", "c"]);
+        let first = merge(&plan, &[at("a", OperationState::Running)], t0, t0 + Duration::seconds(1), false);
+        let later = t0 + Duration::seconds(5);
+        let steps =
+            merge(&first, &[at("x", OperationState::Running), at("b", OperationState::Running)], t0, later, false);
+        let states: Vec<_> = steps.iter().map(|s| s.state).collect();
+        assert_eq!(states, [OperationState::Succeeded, OperationState::Running, OperationState::Pending]);
+        assert_eq!(steps[0].started_at, Some(t0 + Duration::seconds(1)), "a keeps its start");
+        assert_eq!(steps[0].finished_at, Some(later));
+        assert_eq!(steps[1].started_at, Some(later));
+        assert_eq!((steps[2].started_at, steps[2].finished_at), (None, None));
+    }
+
+    #[test]
+    fn finishing_ends_running_steps_and_clamps_times_into_the_operations_life() {
+        let t0 = Utc::now();
+        let plan = plan_of(&["a", "b", "c"]);
+        // A condition that turned true before the operation existed.
+        let early = OperationStep { finished_at: Some(t0 - Duration::hours(1)), ..at("a", OperationState::Succeeded) };
+        let now = t0 + Duration::seconds(3);
+        let steps = merge(&plan, &[early, at("b", OperationState::Running)], t0, now, true);
+        assert_eq!((steps[0].started_at, steps[0].finished_at), (Some(t0), Some(t0)));
+        assert_eq!((steps[1].state, steps[1].finished_at), (OperationState::Succeeded, Some(now)));
+        assert_eq!(steps[2].state, OperationState::Pending, "a step never reached stays pending");
+        let failed = merge(&steps, &[at("a", OperationState::Failed)], t0, now, false);
+        assert_eq!(failed[0].state, OperationState::Succeeded, "an ended step keeps its end");
+    }
+}
