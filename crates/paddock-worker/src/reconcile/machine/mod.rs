@@ -29,13 +29,15 @@
 //!
 //! The steps live beside their part of the lifecycle: `intent` (operator intents), `inspect`,
 //! `clean` (the wipe), `provision`, `release`, and the pieces they share: `agent_run` (agent runs and
-//! their boots) and `failure` (driver and store failures recorded on the machine).
+//! their boots), `failure` (driver and store failures recorded on the machine) and `progress`
+//! (where the machine is in its operation's step plan, reported before every step).
 
 mod agent_run;
 mod clean;
 mod failure;
 mod inspect;
 mod intent;
+mod progress;
 mod provision;
 mod release;
 
@@ -160,6 +162,9 @@ impl MachineReconciler {
                 }
             };
             let (current, run) = current;
+            if let Err(e) = self.report(&current, &progress::position(&current, run.as_ref())).await {
+                return store_error(e);
+            }
             match self.step(bmc, &current, run).await {
                 Step::Stop(outcome) => return outcome,
                 Step::Again => {}
