@@ -9,7 +9,7 @@ use paddock_domain::agent::{verified_bytes, zeros_sha256, SIMULATED_WIPE_IMAGE_S
 use paddock_domain::secret::SecretString;
 use paddock_service::agent::AgentRun;
 use paddock_testkit::{admin, TestApp};
-use paddock_types::agent::{AgentPurpose, AgentSeed};
+use paddock_types::agent::{AgentRunConfig, AgentSeed};
 use serde_json::{json, Value};
 
 use crate::common::{id, machine, machine_class};
@@ -22,14 +22,18 @@ async fn wipe_run(app: &TestApp, ttl: Duration) -> (SecretString, String) {
     let run = AgentRun {
         machine_id: id(&m).parse().expect("machine id"),
         run_id: uuid::Uuid::now_v7(),
-        purpose: AgentPurpose::Wipe,
-        config: json!({ "drives": [
+        config: wipe_config(json!({ "drives": [
             { "id": "nvme0", "serial": "S0", "capacity_bytes": 3840755982336u64, "protocol": "nvme" },
             { "id": "nvme1", "serial": null, "capacity_bytes": 1920383410176u64, "protocol": "SATA" },
-        ] }),
+        ] })),
     };
     let seed = app.services.agent_token_issue(&run, ttl).await.expect("issue");
     (seed, id(&m))
+}
+
+/// A wipe's configuration from its JSON.
+fn wipe_config(config: Value) -> AgentRunConfig {
+    AgentRunConfig::Wipe(serde_json::from_value(config).expect("a wipe's configuration"))
 }
 
 fn seed_path(seed: &SecretString) -> String {
@@ -323,8 +327,7 @@ async fn a_wipe_without_drives_cannot_be_issued() {
     let run = AgentRun {
         machine_id: id(&m).parse().expect("machine id"),
         run_id: uuid::Uuid::now_v7(),
-        purpose: AgentPurpose::Wipe,
-        config: json!({ "drives": [] }),
+        config: wipe_config(json!({ "drives": [] })),
     };
     assert!(app.services.agent_token_issue(&run, Duration::from_secs(60)).await.is_err());
     assert_eq!(app.count("agent_tokens").await, 0);
