@@ -146,8 +146,9 @@ fn run_cmd(opts: &Opts) -> anyhow::Result<ExitCode> {
     let outcome = run::run(&Roots::default(), &run_opts);
     if !opts.no_poweroff {
         match &outcome {
-            // A first boot stays up, as an installed node would: paddock ejects the media and
-            // restarts it from disk (or, after a failure, powers it off as it releases it).
+            // A provisioning boot stays up after its report: paddock ejects the media and restarts
+            // the machine from disk, into the node OS just installed (or, after a failure, powers
+            // it off as it releases it).
             Ok(o) if o.purpose == Purpose::Provision => wait_for_restart(),
             _ => power_off(),
         }
@@ -167,7 +168,7 @@ fn discover_cmd() -> anyhow::Result<ExitCode> {
 
 /// Waits for paddock to restart the machine (never returns).
 fn wait_for_restart() -> ! {
-    eprintln!("paddock-agent: first boot reported; waiting for paddock to restart the machine from disk");
+    eprintln!("paddock-agent: provisioning reported; waiting for paddock to restart the machine from disk");
     loop {
         std::thread::sleep(Duration::from_secs(3600));
     }
