@@ -8,7 +8,7 @@
 //! 3. the target disk: the NVMe disk if there is one, else the first SATA or virtio disk, big
 //!    enough for `node/disk.img` (`no_target_disk`);
 //! 4. `node/disk.img` streamed from the medium's ISO 9660 extent to the target, flushed, read back
-//!    and compared by SHA-256 (`install_failed`);
+//!    from the device (its cached pages dropped) and compared by SHA-256 (`install_failed`);
 //! 5. the join archive ([`crate::joinfs`]) written at partition 2 of the table just written,
 //!    flushed (`install_failed`).
 
@@ -133,6 +133,8 @@ fn write_image(mut image: impl Read, disk: &Path, len: u64) -> Result<(), Failur
         return Err(failed(format!("{DISK_IMG} ended after {copied} of its {len} bytes")));
     }
     out.sync_all().map_err(|e| failed(format!("flushing {}: {e}", disk.display())))?;
+    // The read-back reads the device, not the pages just written.
+    crate::sys::drop_cache(&out).map_err(|e| failed(format!("dropping {}'s cached pages: {e}", disk.display())))?;
     let written = hasher.finalize();
     let mut back = File::open(disk).map_err(|e| failed(format!("reopening {}: {e}", disk.display())))?;
     let mut reread = Sha256::new();
