@@ -766,8 +766,11 @@ async fn a_machine_goes_through_its_whole_lifecycle_on_the_emulator() {
     let config = b.agent_config(&token2).await;
     assert_eq!(config["purpose"], "provision");
     assert_eq!(config["config"]["join"]["api_server"], "10.0.0.1:6443");
-    // The join configuration the contract names, at the top of `config`.
-    assert_eq!(config["config"]["api_endpoint"], "10.0.0.1:6443");
+    // The join configuration the contract names, at the top of `config`: the endpoint as a URL,
+    // and the node OS image's digest the installer checks its boot medium against.
+    assert_eq!(config["config"]["api_endpoint"], "https://10.0.0.1:6443");
+    assert_eq!(config["config"]["os_image_sha256"], crate::agent::image_sha256());
+    assert_eq!(config["config"]["node_taints"], json!([]));
     assert_eq!(config["config"]["bootstrap_token"], "abcdef.0123456789abcdef");
     assert!(config["config"]["ca_cert"].as_str().is_some_and(|c| c.starts_with("-----BEGIN CERTIFICATE-----")));
     assert!(config["config"]["ca_cert_hash"].as_str().is_some_and(|h| h.starts_with("sha256:")));
