@@ -139,14 +139,15 @@ async fn phases(lab: &NodeLab, id: &str) -> String {
     let items = custody["items"].as_array().expect("items");
     let at = |to: &str| items.iter().rev().find(|e| e["to"] == to).map(|e| e["at"].clone()).expect("entry");
     let (allocated, active) = (at("allocated"), at("active"));
+    // The run's tokens are minted as the BMC boots the machine with its seed.
     let (booted, report): (chrono::DateTime<chrono::Utc>, Value) = sqlx::query_as(
-        "select m.run_booted_at, t.report from machines m join agent_tokens t on t.run_id = m.run_id \
-         where m.id = $1::uuid and t.used_at is not null",
+        "select created_at, report from agent_tokens where machine_id = $1::uuid and purpose = 'provision' \
+         and used_at is not null order by used_at desc limit 1",
     )
     .bind(id)
     .fetch_one(&lab.p.app.db.pool)
     .await
-    .expect("the provisioning run and its report");
+    .expect("the provisioning run's report");
     let booted = json!(booted.to_rfc3339());
     format!(
         "allocation to active {:.1} s: allocation to boot {:.1} s, boot to installer {:.1} s, install {:.1} s, \
