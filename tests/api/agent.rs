@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
-use paddock_domain::agent::{verified_bytes, zeros_sha256, SIMULATED_WIPE_IMAGE_SHA256};
+use paddock_domain::agent::{verified_bytes, zeros_sha256, SIMULATED_OS_IMAGE_SHA256, SIMULATED_WIPE_IMAGE_SHA256};
 use paddock_domain::secret::SecretString;
 use paddock_service::agent::AgentRun;
 use paddock_testkit::{admin, TestApp};
-use paddock_types::agent::{AgentPurpose, AgentSeed};
+use paddock_types::agent::{AgentRunConfig, AgentSeed};
 use serde_json::{json, Value};
 
 use crate::common::{id, machine, machine_class};
@@ -22,14 +22,18 @@ async fn wipe_run(app: &TestApp, ttl: Duration) -> (SecretString, String) {
     let run = AgentRun {
         machine_id: id(&m).parse().expect("machine id"),
         run_id: uuid::Uuid::now_v7(),
-        purpose: AgentPurpose::Wipe,
-        config: json!({ "drives": [
+        config: wipe_config(json!({ "drives": [
             { "id": "nvme0", "serial": "S0", "capacity_bytes": 3840755982336u64, "protocol": "nvme" },
             { "id": "nvme1", "serial": null, "capacity_bytes": 1920383410176u64, "protocol": "SATA" },
-        ] }),
+        ] })),
     };
     let seed = app.services.agent_token_issue(&run, ttl).await.expect("issue");
     (seed, id(&m))
+}
+
+/// A wipe's configuration from its JSON.
+fn wipe_config(config: Value) -> AgentRunConfig {
+    AgentRunConfig::Wipe(serde_json::from_value(config).expect("a wipe's configuration"))
 }
 
 fn seed_path(seed: &SecretString) -> String {
@@ -323,8 +327,7 @@ async fn a_wipe_without_drives_cannot_be_issued() {
     let run = AgentRun {
         machine_id: id(&m).parse().expect("machine id"),
         run_id: uuid::Uuid::now_v7(),
-        purpose: AgentPurpose::Wipe,
-        config: json!({ "drives": [] }),
+        config: wipe_config(json!({ "drives": [] })),
     };
     assert!(app.services.agent_token_issue(&run, Duration::from_secs(60)).await.is_err());
     assert_eq!(app.count("agent_tokens").await, 0);
@@ -348,4 +351,53 @@ async fn a_control_character_in_a_report_is_422_and_leaves_the_run_open() {
         .problem(422, "validation_failed");
     assert_eq!(problem["errors"][0]["field"], "drives[0].detail", "{problem}");
     assert_eq!(verdict(&app).await, (None, None), "a refused report does not use the run up");
+}
+
+/// A provisioning run of a new machine `node-p`: its seed token.
+async fn provision_run(app: &TestApp) -> SecretString {
+    machine_class(app, "gpu", 8).await;
+    let m = machine(app, "node-p", "gpu").await;
+    let config = json!({
+        "node_name": "m-1", "api_endpoint": "https://10.0.0.1:6443", "ca_cert": "-----BEGIN CERTIFICATE-----",
+        "ca_cert_hash": format!("sha256:{}", "a".repeat(64)), "bootstrap_token": "abcdef.0123456789abcdef",
+        "node_taints": [{ "key": "gpu", "value": "true", "effect": "NoSchedule" }],
+        "os_image_sha256": SIMULATED_OS_IMAGE_SHA256, "join": { "cluster_id": "c" },
+    });
+    let run = AgentRun {
+        machine_id: id(&m).parse().expect("machine id"),
+        run_id: uuid::Uuid::now_v7(),
+        config: AgentRunConfig::Provision(serde_json::from_value(config).expect("a provisioning config")),
+    };
+    app.services.agent_token_issue(&run, Duration::from_secs(3600)).await.expect("issue")
+}
+
+#[tokio::test]
+async fn a_provisioning_run_serves_its_typed_config_and_its_failure_names_the_installers_reason() {
+    let app = TestApp::new().await;
+    let seed = provision_run(&app).await;
+    let token = agent_seed(&app, &seed).await.agent_token;
+    let config: Value = app.get("/v1/agent/config").token(&token).send().await.expect(200).json();
+    assert_eq!(config["purpose"], "provision");
+    assert_eq!(config["config"]["os_image_sha256"], SIMULATED_OS_IMAGE_SHA256);
+    assert_eq!(config["config"]["node_taints"][0]["effect"], "NoSchedule");
+    assert_eq!(config["config"]["join"]["cluster_id"], "c");
+
+    let now = chrono::Utc::now();
+    let mut body = json!({
+        "result": "failure", "image_sha256": SIMULATED_OS_IMAGE_SHA256,
+        "started_at": now - chrono::Duration::minutes(1), "finished_at": now,
+        "failure": { "code": "Not Snake", "message": "x" },
+    });
+    let problem = app.post("/v1/agent/report").token(&token).json(&body).send().await.problem(422, "validation_failed");
+    assert_eq!(problem["errors"][0]["field"], "failure.code", "{problem}");
+    assert_eq!(verdict(&app).await, (None, None), "a refused report does not use the run up");
+
+    body["failure"] = json!({ "code": "ca_pin_mismatch", "message": "the API server's CA is not the pinned one" });
+    assert_eq!(post_report(&app, &token, body).await, 204);
+    let (verified, failure) = verdict(&app).await;
+    assert_eq!(verified, Some(false));
+    assert_eq!(
+        failure.as_deref(),
+        Some("the installer failed: ca_pin_mismatch: the API server's CA is not the pinned one")
+    );
 }

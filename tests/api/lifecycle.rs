@@ -12,7 +12,7 @@ use std::time::Duration;
 use chrono::{DateTime, DurationRound, Utc};
 use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, BoxFuture, Inventory};
 use paddock_domain::driver::{
-    ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, DriverError, Isolation, JoinConfig,
+    ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, Drain, DriverError, Isolation, JoinConfig,
     KubeDrivers, NodeRef, NodeStatus, PlatformDriver, Removal, SlurmDesired, SlurmDriver, SlurmStatus, StackStatus,
     TenantAccess, TenantCredentials, TenantNodes, TenantStack,
 };
@@ -937,6 +937,18 @@ impl TenantNodes for CrashingKube {
         node: &'a NodeRef,
     ) -> BoxFuture<'a, Result<Option<NodeStatus>, DriverError>> {
         self.0.nodes.node(t, node)
+    }
+
+    fn drain_node<'a>(&'a self, t: &'a TenantAccess, node: &'a NodeRef) -> BoxFuture<'a, Result<Drain, DriverError>> {
+        self.0.nodes.drain_node(t, node)
+    }
+
+    fn foreign_node<'a>(
+        &'a self,
+        t: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<Option<String>, DriverError>> {
+        self.0.nodes.foreign_node(t, node)
     }
 
     fn remove_node<'a>(

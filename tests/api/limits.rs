@@ -8,7 +8,7 @@ use std::time::Duration;
 use paddock_api::limits::Limits;
 use paddock_service::agent::AgentRun;
 use paddock_testkit::{token_with, Resp, TestApp};
-use paddock_types::agent::{AgentPurpose, AgentSeed};
+use paddock_types::agent::{AgentRunConfig, AgentSeed};
 use serde_json::json;
 
 use crate::common::{id, machine, machine_class};
@@ -58,8 +58,7 @@ async fn agent_token(app: &TestApp, name: &str) -> String {
     let run = AgentRun {
         machine_id: id(&m).parse().expect("machine id"),
         run_id: uuid::Uuid::now_v7(),
-        purpose: AgentPurpose::Wipe,
-        config: json!({ "drives": [{ "id": "nvme0" }] }),
+        config: AgentRunConfig::Wipe(serde_json::from_value(json!({ "drives": [{ "id": "nvme0" }] })).expect("wipe")),
     };
     let seed = app.services.agent_token_issue(&run, Duration::from_secs(3600)).await.expect("issue");
     let iso = app.services.agent_seed(seed.expose()).await.expect("the seed");

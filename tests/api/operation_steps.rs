@@ -1,6 +1,7 @@
-//! Operations as a portal shows them: each operation's own steps in the order
-//! they ran, with times inside the operation's lifetime; a delete's own steps; an enrollment the
-//! BMC refuses ends `failed` with the BMC's problem. The worker runs in-process on the simulated
+//! Operations as a portal shows them: each operation's whole step plan from the moment it is
+//! accepted (every step pending), then its steps in the order they ran, with times inside the
+//! operation's lifetime; a delete's own steps; an enrollment the BMC refuses ends `failed` at its
+//! `inspect` step with the BMC's problem. The worker runs in-process on the simulated
 //! drivers, as in `lifecycle.rs`.
 
 use std::time::Duration;
@@ -107,6 +108,115 @@ fn finished_steps(op: &Value) -> Vec<String> {
     steps.iter().map(|s| s["name"].as_str().expect("name").to_owned()).collect()
 }
 
+fn names(op: &Value) -> Vec<String> {
+    let steps = op["steps"].as_array().unwrap_or_else(|| panic!("no steps: {op}"));
+    steps.iter().map(|s| s["name"].as_str().expect("name").to_owned()).collect()
+}
+
+/// The step names of an operation as it was accepted (a 202's): its whole plan, every step
+/// pending, none started.
+fn planned(op: &Value) -> Vec<String> {
+    for s in op["steps"].as_array().expect("steps") {
+        assert_eq!(s["state"], "pending", "{op}");
+        assert!(s["started_at"].is_null() && s["finished_at"].is_null(), "{op}");
+    }
+    names(op)
+}
+
+/// An operation read right after its request: every step of `plan`, in order, pending, or (the
+/// worker is quick) the first ones done, then at most one running, then the rest pending.
+fn early(op: &Value, plan: &[&str]) {
+    assert_eq!(names(op), plan, "{op}");
+    let rank = |s: &Value| match s["state"].as_str() {
+        Some("succeeded") => 0,
+        Some("running") => 1,
+        Some("pending") => 2,
+        _ => panic!("unexpected step state: {op}"),
+    };
+    let ranks: Vec<i32> = op["steps"].as_array().expect("steps").iter().map(rank).collect();
+    assert!(ranks.windows(2).all(|w| w[0] <= w[1] && !(w[0] == 1 && w[1] == 1)), "steps out of order: {op}");
+}
+
+#[tokio::test]
+async fn an_enrollment_lists_its_plan_at_once_and_ends_with_every_step_succeeded() {
+    let lab = Lab::new().await;
+    machine_class(&lab.app, "gpu", 8).await;
+    let created = lab.enroll("gpu", "e1").await;
+    let plan = ["inspect", "record_inventory", "clean", "available"];
+    assert_eq!(planned(&created["operation"]), plan);
+    early(&lab.operation(&created["operation"]).await, &plan);
+    let op = lab.ended(&created["operation"], "succeeded").await;
+    assert_eq!(finished_steps(&op), plan);
+}
+
+#[tokio::test]
+async fn maintenance_lists_its_plan_entering_and_leaving() {
+    let lab = Lab::new().await;
+    machine_class(&lab.app, "gpu", 8).await;
+    let machine = lab.enroll("gpu", "m1").await;
+    lab.ended(&machine["operation"], "succeeded").await;
+    let path = format!("/v1/machines/{}/maintenance", id(&machine["machine"]));
+
+    let body = json!({ "reason": "replace DIMM B2" });
+    let entered = lab.app.post(&path).token(&admin()).json(&body).send().await.expect(202).json();
+    let plan = ["power_off", "maintenance"];
+    assert_eq!(planned(&entered["operation"]), plan);
+    early(&lab.operation(&entered["operation"]).await, &plan);
+    let op = lab.ended(&entered["operation"], "succeeded").await;
+    assert_eq!(finished_steps(&op), plan);
+
+    let left = lab.app.delete(&path).token(&admin()).send().await.expect(202).json();
+    let plan = ["clean", "available"];
+    assert_eq!(planned(&left["operation"]), plan);
+    early(&lab.operation(&left["operation"]).await, &plan);
+    let op = lab.ended(&left["operation"], "succeeded").await;
+    assert_eq!(finished_steps(&op), plan);
+}
+
+#[tokio::test]
+async fn maintenance_of_a_machine_serving_a_cluster_releases_it_first() {
+    let lab = Lab::new().await;
+    machine_class(&lab.app, "gpu", 8).await;
+    let machine = lab.enroll("gpu", "h1").await;
+    lab.ended(&machine["operation"], "succeeded").await;
+    let body = json!({ "name": "k", "kind": "kubernetes", "isolation": "private-nodes",
+                       "node_pools": [{ "name": "gpu", "machine_class": "gpu", "count": 1 }] });
+    let path = format!("/v1/tenants/{}/clusters", lab.tenant);
+    let created = lab.app.post(path).token(&lab.tenant_token).json(&body).send().await.expect(202).json();
+    lab.ended(&created["operation"], "succeeded").await;
+
+    let path = format!("/v1/machines/{}/maintenance", id(&machine["machine"]));
+    let body = json!({ "reason": "replace DIMM B2" });
+    let entered = lab.app.post(&path).token(&admin()).json(&body).send().await.expect(202).json();
+    let plan = ["release", "power_off", "maintenance"];
+    assert_eq!(planned(&entered["operation"]), plan);
+    let op = lab.ended(&entered["operation"], "succeeded").await;
+    assert_eq!(finished_steps(&op), plan);
+}
+
+#[tokio::test]
+async fn a_cluster_update_lists_the_reconcilers_steps_and_ends_with_each_succeeded() {
+    let lab = Lab::new().await;
+    machine_class(&lab.app, "gpu", 8).await;
+    lab.available("gpu", &["u1", "u2"]).await;
+    let body = json!({ "name": "hpc", "kind": "slurm", "isolation": "private-nodes",
+                       "node_pools": [{ "name": "gpu", "machine_class": "gpu", "count": 2 }] });
+    let path = format!("/v1/tenants/{}/clusters", lab.tenant);
+    let created = lab.app.post(path).token(&lab.tenant_token).json(&body).send().await.expect(202).json();
+    let plan = ["namespace", "control_plane", "machines", "nodes", "stack", "slurm"];
+    assert_eq!(planned(&created["operation"]), plan);
+    lab.ended(&created["operation"], "succeeded").await;
+
+    let patch = json!({ "slurm": { "login": { "replicas": 2 } } });
+    let path = lab.cluster_path(&id(&created["cluster"]));
+    let updated = lab.app.patch(path).token(&lab.tenant_token).json(&patch).send().await.expect(202).json();
+    assert_eq!(updated["operation"]["kind"], "cluster_update");
+    assert_eq!(planned(&updated["operation"]), plan);
+    early(&lab.operation(&updated["operation"]).await, &plan);
+    let op = lab.ended(&updated["operation"], "succeeded").await;
+    assert_eq!(finished_steps(&op), plan);
+}
+
 #[tokio::test]
 async fn a_create_a_scale_and_a_delete_each_show_their_own_steps_in_the_order_they_ran() {
     let lab = Lab::new().await;
@@ -142,13 +252,22 @@ async fn a_create_a_scale_and_a_delete_each_show_their_own_steps_in_the_order_th
 }
 
 #[tokio::test]
-async fn an_enrollment_the_bmc_refuses_fails_with_bmc_auth_failed() {
+async fn an_enrollment_the_bmc_refuses_fails_at_inspect_with_bmc_auth_failed() {
     let lab = Lab::new().await;
     machine_class(&lab.app, "gpu", 8).await;
     lab.world.set_machine_fault("locked", MachineFault::AuthFails, true).await.expect("fault");
     let created = lab.enroll("gpu", "locked").await;
+    assert_eq!(planned(&created["operation"]), ["inspect", "record_inventory", "clean", "available"]);
     let op = lab.ended(&created["operation"], "failed").await;
     assert_eq!(op["error"]["code"], "bmc_auth_failed", "{op}");
+    // The step the BMC refused ended `failed`; the steps it never reached stay pending.
+    let inspect = &op["steps"][0];
+    assert_eq!((&inspect["name"], &inspect["state"]), (&json!("inspect"), &json!("failed")), "{op}");
+    let (start, end) = (time(&inspect["started_at"]), time(&inspect["finished_at"]));
+    assert!(time(&op["created_at"]) <= start && start <= end && end <= time(&op["finished_at"]), "{op}");
+    for s in &op["steps"].as_array().expect("steps")[1..] {
+        assert_eq!(s["state"], "pending", "{op}");
+    }
     assert_eq!(op["error"]["instance"], format!("/v1/operations/{}", id(&created["operation"])));
     // A machine that answers completes its own enrollment.
     let fine = lab.enroll("gpu", "fine").await;

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -51,6 +52,12 @@ type startRequest struct {
 	// Extra kube-apiserver flags, e.g. "--feature-gates=..."; they are
 	// parsed after (and so override) the harness's own flags.
 	Args []string `json:"args,omitempty"`
+	// NodeURL is the URL nodes dial to reach this API server when it is
+	// not the loopback URL (a VM's kubelet dials an address its network
+	// forwards here, e.g. https://10.0.2.100:6443): the serving certificate
+	// is valid for its host too, and cluster-info names it, so that token
+	// discovery hands nodes the address they can reach.
+	NodeURL string `json:"node_url,omitempty"`
 }
 
 // apiServerInfo is what the control endpoint reports for one API server.
@@ -64,6 +71,8 @@ type apiServerInfo struct {
 	EtcdPrefix  string   `json:"etcd_prefix"`
 	Controllers []string `json:"controllers"`
 	CRDs        []string `json:"crds,omitempty"` // names of the installed CRDs
+	// NodeURL is the URL cluster-info gives nodes (node_url, or URL).
+	NodeURL string `json:"node_url"`
 	// StartupSeconds is the time from the request to readiness (including CRDs).
 	StartupSeconds float64 `json:"startup_seconds"`
 }
@@ -95,7 +104,11 @@ func startAPIServer(parent context.Context, dataDir, etcdURL string, req startRe
 		return nil, err
 	}
 	token := randomToken()
-	files, err := generateServerFiles(dir, req.Name, token)
+	nodeHost, err := nodeURLHost(req.NodeURL)
+	if err != nil {
+		return nil, err
+	}
+	files, err := generateServerFiles(dir, req.Name, token, nodeHost)
 	if err != nil {
 		return nil, fmt.Errorf("generating certificates: %w", err)
 	}
@@ -172,6 +185,9 @@ func startAPIServer(parent context.Context, dataDir, etcdURL string, req startRe
 		"--tls-cert-file=" + files.ServingCert,
 		"--tls-private-key-file=" + files.ServingKey,
 		"--token-auth-file=" + files.TokenAuthFile,
+		// The client certificate it shows kubelets (logs, exec, port-forward).
+		"--kubelet-client-certificate=" + files.KubeletClientCert,
+		"--kubelet-client-key=" + files.KubeletClientKey,
 		// What a kubelet's TLS bootstrap and registration need on the API
 		// server side, as in a kubeadm (Kamaji) control plane: bootstrap
 		// tokens authenticate, certificates of its CA (which the csrsigning
@@ -235,7 +251,12 @@ func startAPIServer(parent context.Context, dataDir, etcdURL string, req startRe
 	if err := srv.waitReady(ctx, files.CAData, token); err != nil {
 		return nil, err
 	}
-	if err := srv.setUpNodeBootstrap(ctx, files.CAData); err != nil {
+	clusterInfoURL := url
+	if req.NodeURL != "" {
+		clusterInfoURL = req.NodeURL
+	}
+	srv.info.NodeURL = clusterInfoURL
+	if err := srv.setUpNodeBootstrap(ctx, clusterInfoURL, files.CAData); err != nil {
 		return nil, fmt.Errorf("node bootstrap RBAC and cluster-info: %w", err)
 	}
 	if err := startControllers(ctrlCtx, srv.loopback, controllers, files); err != nil {
@@ -304,12 +325,25 @@ func (s *apiServer) waitReady(ctx context.Context, caData []byte, token string) 
 
 // setUpNodeBootstrap writes kubeadm's bootstrap-token RBAC and cluster-info
 // (join.go) with the loopback identity.
-func (s *apiServer) setUpNodeBootstrap(ctx context.Context, caData []byte) error {
+func (s *apiServer) setUpNodeBootstrap(ctx context.Context, url string, caData []byte) error {
 	client, err := clientset.NewForConfig(s.loopback)
 	if err != nil {
 		return err
 	}
-	return setUpNodeBootstrap(ctx, client, s.info.URL, caData)
+	return setUpNodeBootstrap(ctx, client, url, caData)
+}
+
+// nodeURLHost is the host of a request's node_url ("" when it has none); a
+// node_url must be an https URL with a host and nothing after the port.
+func nodeURLHost(nodeURL string) (string, error) {
+	if nodeURL == "" {
+		return "", nil
+	}
+	u, err := neturl.Parse(nodeURL)
+	if err != nil || u.Scheme != "https" || u.Hostname() == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		return "", fmt.Errorf("node_url must be https://host[:port], got %q", nodeURL)
+	}
+	return u.Hostname(), nil
 }
 
 // shutdown stops the API server and its controllers and waits (up to

@@ -23,27 +23,35 @@ import (
 // serverFiles are the generated credentials of one API server, all inside its
 // own directory.
 type serverFiles struct {
-	CAFile         string // CA that signed the serving certificate (kubeconfig trusts it)
-	CAData         []byte
-	CAKeyFile      string // the CA's key: the csrsigning controller signs with it
-	ServingCert    string // serving certificate for 127.0.0.1, ::1 and localhost
-	ServingKey     string
-	SAKeyFile      string // service-account signing key (ECDSA P-256, private: also verifies)
-	TokenAuthFile  string // static token file: the admin token, group system:masters
-	KubeconfigFile string
+	CAFile      string // CA that signed the serving certificate (kubeconfig trusts it)
+	CAData      []byte
+	CAKeyFile   string // the CA's key: the csrsigning controller signs with it
+	ServingCert string // serving certificate for 127.0.0.1, ::1 and localhost
+	ServingKey  string
+	SAKeyFile   string // service-account signing key (ECDSA P-256, private: also verifies)
+	// The client certificate the API server shows kubelets (CN
+	// kube-apiserver-kubelet-client, group system:masters, as kubeadm's).
+	KubeletClientCert string
+	KubeletClientKey  string
+	TokenAuthFile     string // static token file: the admin token, group system:masters
+	KubeconfigFile    string
 }
 
 // generateServerFiles writes a fresh CA, serving certificate, service-account
 // key and token auth file for one API server into dir.
-func generateServerFiles(dir, name, token string) (*serverFiles, error) {
+// nodeHost, when not empty, is one more name (IP or DNS) the serving
+// certificate is valid for: the host of the URL nodes dial.
+func generateServerFiles(dir, name, token, nodeHost string) (*serverFiles, error) {
 	f := &serverFiles{
-		CAFile:         filepath.Join(dir, "ca.crt"),
-		CAKeyFile:      filepath.Join(dir, "ca.key"),
-		ServingCert:    filepath.Join(dir, "serving.crt"),
-		ServingKey:     filepath.Join(dir, "serving.key"),
-		SAKeyFile:      filepath.Join(dir, "sa.key"),
-		TokenAuthFile:  filepath.Join(dir, "tokens.csv"),
-		KubeconfigFile: filepath.Join(dir, "kubeconfig"),
+		CAFile:            filepath.Join(dir, "ca.crt"),
+		CAKeyFile:         filepath.Join(dir, "ca.key"),
+		ServingCert:       filepath.Join(dir, "serving.crt"),
+		ServingKey:        filepath.Join(dir, "serving.key"),
+		SAKeyFile:         filepath.Join(dir, "sa.key"),
+		KubeletClientCert: filepath.Join(dir, "kubelet-client.crt"),
+		KubeletClientKey:  filepath.Join(dir, "kubelet-client.key"),
+		TokenAuthFile:     filepath.Join(dir, "tokens.csv"),
+		KubeconfigFile:    filepath.Join(dir, "kubeconfig"),
 	}
 
 	now := time.Now()
@@ -85,7 +93,29 @@ func generateServerFiles(dir, name, token string) (*serverFiles, error) {
 			"kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback},
 	}
+	if ip := net.ParseIP(nodeHost); ip != nil {
+		servingTmpl.IPAddresses = append(servingTmpl.IPAddresses, ip)
+	} else if nodeHost != "" {
+		servingTmpl.DNSNames = append(servingTmpl.DNSNames, nodeHost)
+	}
 	servingDER, err := x509.CreateCertificate(rand.Reader, servingTmpl, caCert, servingKey.Public(), caKey)
+	if err != nil {
+		return nil, err
+	}
+
+	kubeletClientKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	kubeletClientTmpl := &x509.Certificate{
+		SerialNumber: randomSerial(),
+		Subject:      pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	kubeletClientDER, err := x509.CreateCertificate(rand.Reader, kubeletClientTmpl, caCert, kubeletClientKey.Public(), caKey)
 	if err != nil {
 		return nil, err
 	}
@@ -104,6 +134,8 @@ func generateServerFiles(dir, name, token string) (*serverFiles, error) {
 		{f.ServingCert, func() ([]byte, error) { return pemCert(servingDER), nil }},
 		{f.ServingKey, func() ([]byte, error) { return keyutil.MarshalPrivateKeyToPEM(servingKey) }},
 		{f.SAKeyFile, func() ([]byte, error) { return keyutil.MarshalPrivateKeyToPEM(saKey) }},
+		{f.KubeletClientCert, func() ([]byte, error) { return pemCert(kubeletClientDER), nil }},
+		{f.KubeletClientKey, func() ([]byte, error) { return keyutil.MarshalPrivateKeyToPEM(kubeletClientKey) }},
 		// Static token file format: token,user,uid,"group1,group2".
 		{f.TokenAuthFile, func() ([]byte, error) {
 			return []byte(fmt.Sprintf("%s,%s,%s,\"system:masters\"\n", token, adminUser, adminUser)), nil

@@ -57,7 +57,7 @@ func (h *harness) routes() http.Handler {
 	return mux
 }
 
-// POST /apiservers {"name": "...", "crds": [...], "controllers": [...], "args": [...]}
+// POST /apiservers {"name": "...", "crds": [...], "controllers": [...], "args": [...], "node_url": "..."}
 // answers once the API server is ready.
 func (h *harness) create(w http.ResponseWriter, r *http.Request) {
 	var req startRequest
@@ -76,6 +76,10 @@ func (h *harness) create(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, err)
 			return
 		}
+	}
+	if _, err := nodeURLHost(req.NodeURL); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
 	}
 	for _, path := range req.CRDs {
 		if _, err := os.Stat(path); err != nil {

@@ -9,8 +9,9 @@
 //! Each test leases the VMs it uses from the testbed (`Testbed::lease`), so tests run side by side
 //! on different VMs.
 
-mod cluster;
 mod faults;
+mod join;
+mod node;
 mod testbed;
 
 use std::time::{Duration, Instant};
@@ -32,8 +33,13 @@ async fn vm_class(p: &Paddock) {
 
 /// Enrolls `vm` through the API (its BMC over https or http); returns the machine's id.
 async fn enroll(p: &Paddock, bed: &Testbed, vm: &Vm, tls: bool) -> String {
+    enroll_as(p, bed, vm, tls, "vm").await
+}
+
+/// [`enroll`] in machine class `class`.
+async fn enroll_as(p: &Paddock, bed: &Testbed, vm: &Vm, tls: bool, class: &str) -> String {
     let name = vm.name.rsplit('-').next().map(|i| format!("vm-{i}")).expect("name");
-    let body = json!({ "name": name, "machine_class": "vm", "bmc": bed.bmc(vm, tls) });
+    let body = json!({ "name": name, "machine_class": class, "bmc": bed.bmc(vm, tls) });
     let (status, body) = p.call(reqwest::Method::POST, "/v1/machines", Some(body)).await;
     assert_eq!(status, 202, "{body}");
     body["machine"]["id"].as_str().expect("machine id").to_owned()

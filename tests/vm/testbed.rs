@@ -1,6 +1,6 @@
 //! The VM testbed `scripts/vm-start` started (`PADDOCK_TEST_VM_*`): its domains, their disk files,
 //! libvirt (through `virsh`, as an operator would change a machine), and paddock (API and worker
-//! with the Redfish driver, and for clusters the simulated Kubernetes drivers) whose agent URL the
+//! with the Redfish driver; for clusters, tests/vm/node.rs adds the real Kubernetes drivers) whose agent URL the
 //! guests reach through QEMU's user-mode networking.
 
 use std::path::{Path, PathBuf};
@@ -10,9 +10,8 @@ use std::time::Duration;
 
 use paddock_redfish::{BmcLimiter, RedfishBmc};
 use paddock_service::agent::AgentSettings;
-use paddock_sim::{SimConfig, SimWorld};
 use paddock_testkit::TestApp;
-use paddock_worker::reconcile::{ClusterReconciler, DriftCheck, Drivers, MachineReconciler, Settings};
+use paddock_worker::reconcile::{Drivers, MachineReconciler, Settings};
 use paddock_worker::{JobHandler, Worker, WorkerConfig};
 use serde_json::{json, Value};
 
@@ -32,6 +31,18 @@ pub struct Vm {
     /// The domain's definition as the testbed defined it.
     pub definition: PathBuf,
     pub disks: Vec<Disk>,
+    /// A node-sized domain's network: the host ports behind its doors (scripts/lib/vm-domains.py).
+    pub node: Option<NodePorts>,
+}
+
+/// The host's loopback ports a node-sized domain's network leads to: `api` and `agent` are where
+/// its guest's 10.0.2.100:6443 and 10.0.2.100:8080 arrive (the test relays them), `kubelet` is
+/// forwarded to the guest's port 10250.
+#[derive(Clone, Copy, Debug)]
+pub struct NodePorts {
+    pub api: u16,
+    pub agent: u16,
+    pub kubelet: u16,
 }
 
 /// The domains of machines.json (`{machines: [{name, uuid, console, disks: [{name, path, serial, size_bytes}]}]}`).
@@ -54,13 +65,22 @@ fn machines(json: &Value) -> Vec<Vm> {
                     size_bytes: d["size_bytes"].as_u64().expect("size_bytes"),
                 })
                 .collect(),
+            node: m.get("node").map(|n| {
+                let port = |k: &str| u16::try_from(n["ports"][k].as_u64().expect("port")).expect("port");
+                NodePorts { api: port("api"), agent: port("agent"), kubelet: port("kubelet") }
+            }),
         })
         .collect()
 }
 
 pub struct Testbed {
     pub dir: PathBuf,
+    /// The small domains (what [`Testbed::lease`] hands out).
     pub vms: Vec<Vm>,
+    /// The node-sized domains (`scripts/vm-start N M`), for a real node OS.
+    pub nodes: Vec<Vm>,
+    /// The real node OS image (scripts/node-image): its URL and SHA-256, when the testbed serves it.
+    pub node_image: Option<(String, String)>,
     pub redfish_url: String,
     pub redfish_tls_url: String,
     pub user: String,
@@ -88,10 +108,14 @@ impl Testbed {
             paddock_testkit::skip::env("PADDOCK_TEST_VM_DIR", "scripts/test starts the VM testbed: scripts/vm-start")?;
         let need = |name: &str| var(name).unwrap_or_else(|| panic!("{name} is not set (scripts/vm-start prints it)"));
         let raw = std::fs::read(need("PADDOCK_TEST_VM_MACHINES")).expect("machines.json");
-        let machines = machines(&serde_json::from_slice(&raw).expect("machines.json as vm-start writes it"));
+        let (nodes, vms) = machines(&serde_json::from_slice(&raw).expect("machines.json as vm-start writes it"))
+            .into_iter()
+            .partition(|vm| vm.node.is_some());
         Some(Testbed {
             dir: PathBuf::from(dir),
-            vms: machines,
+            vms,
+            nodes,
+            node_image: var("PADDOCK_TEST_VM_NODE_IMAGE_URL").zip(var("PADDOCK_TEST_VM_NODE_IMAGE_SHA256")),
             redfish_url: need("PADDOCK_TEST_VM_REDFISH_URL"),
             redfish_tls_url: need("PADDOCK_TEST_VM_REDFISH_TLS_URL"),
             user: need("PADDOCK_TEST_VM_REDFISH_USER"),
@@ -115,26 +139,6 @@ impl Testbed {
             bmc["allow_insecure_http"] = json!(true);
         }
         bmc
-    }
-}
-
-impl Testbed {
-    /// `GET path` on the BMC emulator over https (the testbed's CA) or http, as paddock's driver
-    /// reads it: the body. (The two emulators share the domains, but each keeps its own virtual
-    /// media state: read the one a machine was enrolled through.)
-    pub async fn redfish(&self, tls: bool, path: &str) -> Value {
-        let base = if tls { &self.redfish_tls_url } else { &self.redfish_url };
-        let ca = reqwest::Certificate::from_pem(self.ca_cert.as_bytes()).expect("the testbed's CA");
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .add_root_certificate(ca)
-            .build()
-            .expect("client");
-        let url = format!("{base}{path}");
-        let rsp = client.get(&url).basic_auth(&self.user, Some(&self.password)).send().await;
-        let rsp = rsp.unwrap_or_else(|e| panic!("GET {url}: {e}"));
-        assert!(rsp.status().is_success(), "GET {url}: {}", rsp.status());
-        rsp.json().await.unwrap_or_else(|e| panic!("GET {url}: {e}"))
     }
 }
 
@@ -182,12 +186,6 @@ fn pattern_seed(disk: &Disk) -> u64 {
     disk.serial.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
 }
 
-/// Whether the disk file holds exactly its pattern (nothing wrote to it since [`fill`]).
-pub fn holds_pattern(disk: &Disk) -> bool {
-    let bytes = std::fs::read(&disk.path).unwrap_or_else(|e| panic!("reading {}: {e}", disk.path.display()));
-    bytes == pattern(pattern_seed(disk), usize::try_from(disk.size_bytes).expect("size"))
-}
-
 /// Fills the disk file with its pattern, in place (never shorter meanwhile: a running machine may
 /// have it open, as a tenant's node has).
 pub fn fill(disk: &Disk) {
@@ -210,13 +208,11 @@ pub fn not_erased(path: &Path) -> Option<(usize, usize)> {
 }
 
 /// paddock as `serve` runs it, in this process: the API served on a loopback port (the guests'
-/// 10.0.2.2) and a worker whose machine reconciler has the real Redfish driver (and, with
-/// clusters, the cluster reconciler on the simulated Kubernetes drivers, as `PADDOCK_BMC_DRIVER=
-/// redfish PADDOCK_KUBE_DRIVER=simulated` runs them). Stopped on drop.
+/// 10.0.2.2) and a worker whose machine reconciler has the real Redfish driver (as `paddock
+/// serve` runs it with `PADDOCK_BMC_DRIVER=redfish PADDOCK_KUBE_DRIVER=none`; tests/vm/node.rs
+/// starts one with the Kubernetes drivers too). Stopped on drop.
 pub struct Paddock {
     pub app: TestApp,
-    /// The simulated platform and tenant clusters, with clusters.
-    pub world: Option<SimWorld>,
     stop: tokio::sync::watch::Sender<bool>,
 }
 
@@ -227,21 +223,14 @@ impl Drop for Paddock {
 }
 
 impl Paddock {
+    /// An app and worker started elsewhere (the worker stops when `stop` sends).
+    pub fn new(app: TestApp, stop: tokio::sync::watch::Sender<bool>) -> Paddock {
+        Paddock { app, stop }
+    }
+
     /// `agent_port` overrides the port the seeds name for the agent (a port nothing listens on:
     /// machines that never report). Tokens live `token_ttl`.
     pub async fn start(bed: &Testbed, token_ttl: Duration, agent_port: Option<u16>) -> Paddock {
-        Self::start_with(bed, token_ttl, agent_port, false).await
-    }
-
-    /// With the cluster reconciler (and the clusters' drift checks) on the simulated Kubernetes
-    /// drivers: machines are provisioned by a real boot of the OS image; the join is simulated
-    /// (`paddock_sim`: a real machine's Node registers once paddock holds its verified
-    /// first-boot report and has restarted it from disk).
-    pub async fn with_clusters(bed: &Testbed) -> Paddock {
-        Self::start_with(bed, Duration::from_secs(3600), None, true).await
-    }
-
-    async fn start_with(bed: &Testbed, token_ttl: Duration, agent_port: Option<u16>, clusters: bool) -> Paddock {
         let (wipe, os) = (bed.image_sha256.clone(), bed.os_image_sha256.clone());
         let app = TestApp::served_with(move |a| {
             let port = a.base_url.rsplit(':').next().expect("port").parse::<u16>().expect("port");
@@ -258,21 +247,13 @@ impl Paddock {
             os_image_url: Some(bed.os_image_url.clone()),
             agent_token_ttl: token_ttl,
             report_wait: Duration::from_secs(5),
-            // The simulated clusters answer at once (`paddock serve` polls them every second).
-            poll: Duration::from_secs(1),
             ..Settings::default()
         };
         let store = paddock_store::Store::from_pool(app.db.pool.clone());
-        let world = clusters.then(|| SimWorld::new(store.clone(), SimConfig::zero()));
         let bmc = Arc::new(RedfishBmc::new(BmcLimiter::new(4)));
-        let drivers = Drivers { bmc: Some(bmc), kube: world.as_ref().map(SimWorld::kube) };
-        let mut handlers: Vec<Arc<dyn JobHandler>> =
-            vec![Arc::new(MachineReconciler::new(app.services.clone(), drivers.clone(), settings.clone()))];
-        if clusters {
-            let reconciler = ClusterReconciler::new(app.services.clone(), drivers, settings);
-            handlers.push(Arc::new(DriftCheck(reconciler.clone())));
-            handlers.push(Arc::new(reconciler));
-        }
+        let drivers = Drivers { bmc: Some(bmc), kube: None };
+        let handlers: Vec<Arc<dyn JobHandler>> =
+            vec![Arc::new(MachineReconciler::new(app.services.clone(), drivers, settings))];
         let config = WorkerConfig {
             poll_interval: Duration::from_millis(200),
             backoff_base: Duration::from_millis(200),
@@ -289,7 +270,7 @@ impl Paddock {
                 })
                 .await
         });
-        Paddock { app, world, stop }
+        Paddock { app, stop }
     }
 
     /// An admin request: (status, body).

@@ -6,14 +6,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use paddock_types::agent::{AgentConfigView, AgentReport};
 use ureq::tls::{parse_pem, PemItem, RootCerts, TlsConfig};
 
-use crate::device::Seen;
-use crate::matching::ConfigDrive;
 use crate::seed::AgentSeed;
-use crate::wipe::{DriveReport, Outcome};
 
 /// First pause after a failed attempt; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -21,58 +17,6 @@ const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Bound on one request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// `GET config`'s answer.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct AgentConfig {
-    /// `wipe` or `provision`.
-    pub purpose: String,
-    /// The machine.
-    pub machine: MachineRef,
-    /// The run.
-    pub run_id: String,
-    /// Echoed in the report.
-    pub nonce: String,
-    /// When the run's token expires.
-    pub expires_at: DateTime<Utc>,
-    /// The purpose's configuration; for `wipe`, [`WipeConfig`].
-    pub config: serde_json::Value,
-}
-
-/// The machine `config` is for.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct MachineRef {
-    /// Its id.
-    pub id: String,
-    /// Its name.
-    pub name: String,
-}
-
-/// A wipe's configuration: the drives the BMC reported.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct WipeConfig {
-    /// The drives to wipe.
-    pub drives: Vec<ConfigDrive>,
-}
-
-/// `POST report`'s body.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct Report {
-    /// Success only when every drive succeeded and every listed drive was found.
-    pub result: Outcome,
-    /// When the wipe started (RFC 3339).
-    pub started_at: DateTime<Utc>,
-    /// When it finished.
-    pub finished_at: DateTime<Utc>,
-    /// SHA-256 of the image the agent runs in.
-    pub image_sha256: String,
-    /// `config`'s nonce.
-    pub nonce: String,
-    /// Per-drive evidence.
-    pub drives: Vec<DriveReport>,
-    /// Every block device seen, with what was done to it and why (empty for a first boot).
-    pub devices: Vec<Seen>,
-}
 
 /// How a delivered report was acknowledged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,7 +39,7 @@ impl Client {
     pub fn new(seed: &AgentSeed) -> anyhow::Result<Client> {
         let mut tls = TlsConfig::builder();
         if let Some(pem) = seed.ca_cert.as_deref().filter(|p| !p.trim().is_empty()) {
-            tls = tls.root_certs(RootCerts::new_with_certs(&ca_certs(pem)?));
+            tls = tls.root_certs(RootCerts::new_with_certs(&ca_certs(pem).context("the seed's ca_cert")?));
         }
         let agent = ureq::Agent::config_builder()
             .tls_config(tls.build())
@@ -108,7 +52,7 @@ impl Client {
     }
 
     /// Fetches `config`, retrying network errors and 5xx until `deadline`.
-    pub fn config(&self, deadline: Instant) -> anyhow::Result<AgentConfig> {
+    pub fn config(&self, deadline: Instant) -> anyhow::Result<AgentConfigView> {
         let url = format!("{}/v1/agent/config", self.base);
         retry(deadline, |_| {
             let mut resp =
@@ -116,7 +60,7 @@ impl Client {
             match resp.status().as_u16() {
                 200 => resp
                     .body_mut()
-                    .read_json::<AgentConfig>()
+                    .read_json::<AgentConfigView>()
                     .context("config is not valid JSON of the contract")
                     .map_err(Attempt::Fatal),
                 s => Err(status_error(s, "GET config")),
@@ -125,7 +69,7 @@ impl Client {
     }
 
     /// Posts the report, retrying network errors and 5xx until `deadline` (the run's expiry).
-    pub fn report(&self, report: &Report, deadline: Instant) -> anyhow::Result<Delivered> {
+    pub fn report(&self, report: &AgentReport, deadline: Instant) -> anyhow::Result<Delivered> {
         let url = format!("{}/v1/agent/report", self.base);
         retry(deadline, |attempt| {
             let resp = self
@@ -144,15 +88,15 @@ impl Client {
 }
 
 /// Every certificate in a PEM bundle; at least one.
-fn ca_certs(pem: &str) -> anyhow::Result<Vec<ureq::tls::Certificate<'static>>> {
+pub fn ca_certs(pem: &str) -> anyhow::Result<Vec<ureq::tls::Certificate<'static>>> {
     let mut certs = Vec::new();
     for item in parse_pem(pem.as_bytes()) {
-        if let PemItem::Certificate(c) = item.context("the seed's ca_cert is not valid PEM")? {
+        if let PemItem::Certificate(c) = item.context("not valid PEM")? {
             certs.push(c);
         }
     }
     if certs.is_empty() {
-        bail!("the seed's ca_cert holds no certificate");
+        bail!("no certificate in the PEM");
     }
     Ok(certs)
 }
@@ -212,59 +156,9 @@ fn retry<T>(deadline: Instant, mut op: impl FnMut(u32) -> Result<T, Attempt>) ->
 mod tests {
     use serde_json::json;
 
-    use super::*;
-    use crate::device::Identity;
-    use crate::matching::MatchBasis;
-    use crate::method::Method;
-    use crate::verify::Verification;
+    use paddock_types::agent::AgentRunConfig;
 
-    #[test]
-    fn the_report_has_exactly_the_contracts_shape() {
-        let at = DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").expect("date").with_timezone(&Utc);
-        let drive = DriveReport {
-            device: None,
-            id: Some("d1".into()),
-            match_basis: Some(MatchBasis::ProtocolCapacity),
-            identity: Identity {
-                serial: Some("S1".into()),
-                size_bytes: 4096,
-                protocol: Some("nvme".into()),
-                ..Identity::default()
-            },
-            method: Method::NvmeFormatUserData,
-            result: Outcome::Success,
-            detail: None,
-            verification: Some(Verification { ranges: 66, bytes_read: 4096, sha256: "ab".into() }),
-        };
-        let report = Report {
-            result: Outcome::Success,
-            started_at: at,
-            finished_at: at,
-            image_sha256: "f".repeat(64),
-            nonce: "n".into(),
-            drives: vec![drive],
-            devices: vec![Seen {
-                name: "nvme0n1".into(),
-                kind: crate::device::Kind::Disk,
-                action: crate::device::Action::Wiped,
-                reason: "wiped".into(),
-            }],
-        };
-        assert_eq!(
-            serde_json::to_value(&report).expect("json"),
-            json!({
-                "result": "success", "started_at": "2026-12-01T10:00:00Z", "finished_at": "2026-12-01T10:00:00Z",
-                "image_sha256": "f".repeat(64), "nonce": "n",
-                "drives": [{
-                    "id": "d1", "match_basis": "protocol_capacity",
-                    "identity": {"model": null, "serial": "S1", "wwn": null, "eui": null, "size_bytes": 4096, "protocol": "nvme"},
-                    "method": "nvme-format-user-data", "result": "success", "detail": null,
-                    "verification": {"ranges": 66, "bytes_read": 4096, "sha256": "ab"}
-                }],
-                "devices": [{"name": "nvme0n1", "kind": "disk", "action": "wiped", "reason": "wiped"}]
-            })
-        );
-    }
+    use super::*;
 
     #[test]
     fn retry_retries_transient_failures_and_stops_at_a_fatal_one_or_the_deadline() {
@@ -293,13 +187,14 @@ mod tests {
 
     #[test]
     fn config_of_the_contract_parses() {
-        let config: AgentConfig = serde_json::from_value(json!({
-            "purpose": "wipe", "machine": {"id": "m", "name": "node-1"}, "run_id": "r", "nonce": "bm9uY2U",
+        let config: AgentConfigView = serde_json::from_value(json!({
+            "purpose": "wipe", "machine": {"id": "0193e0a0-0000-7000-8000-000000000001", "name": "node-1"},
+            "run_id": "0193e0a0-0000-7000-8000-000000000002", "nonce": "bm9uY2U",
             "expires_at": "2026-12-01T16:00:00+00:00",
             "config": {"drives": [{"id": "d1", "serial": null, "capacity_bytes": 1000, "protocol": "sata"}, {"id": "d2"}]}
         }))
         .expect("config");
-        let wipe: WipeConfig = serde_json::from_value(config.config).expect("wipe config");
+        let AgentRunConfig::Wipe(wipe) = config.config else { panic!("a wipe's config: {config:?}") };
         assert_eq!(wipe.drives.len(), 2);
         assert_eq!(wipe.drives[0].capacity_bytes, Some(1000));
         assert_eq!(wipe.drives[1].serial, None);

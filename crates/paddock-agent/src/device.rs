@@ -9,25 +9,11 @@ use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use serde::{Deserialize, Serialize};
+use paddock_types::agent::{BlockDevice, BlockDeviceAction, BlockDeviceKind, DriveIdentity};
 use sha2::Digest;
 
 /// A drive's identity as the running kernel sees it (the report's `identity`, docs/security.md).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Identity {
-    /// Model string.
-    pub model: Option<String>,
-    /// Serial number.
-    pub serial: Option<String>,
-    /// World Wide Name (SCSI/ATA `naa.`, or an NVMe `nvme.` id).
-    pub wwn: Option<String>,
-    /// NVMe EUI-64 or NGUID.
-    pub eui: Option<String>,
-    /// Capacity in bytes.
-    pub size_bytes: u64,
-    /// How it is attached: `nvme`, `sata`, `sas`, `scsi`, `virtio`, `loop`, or another kernel name.
-    pub protocol: Option<String>,
-}
+pub type Identity = DriveIdentity;
 
 /// A whole-disk block device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,51 +27,15 @@ pub struct Disk {
 }
 
 /// What a block device is (the report's `devices[].kind`, docs/security.md).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    /// A disk of the machine.
-    Disk,
-    /// A CD-ROM.
-    Cd,
-    /// A floppy.
-    Floppy,
-    /// A device on the USB transport.
-    Usb,
-    /// Not a disk: loop, RAM, zram, device-mapper, md, network block device.
-    Virtual,
-}
-
-impl Kind {
-    /// Removable media: where virtual media (the seed, the image) may be; never wiped.
-    pub fn is_media(self) -> bool {
-        matches!(self, Kind::Cd | Kind::Floppy | Kind::Usb)
-    }
-}
-
-/// What the agent did with a block device (the report's `devices[].action`, docs/security.md).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Action {
-    /// Wiped and verified.
-    Wiped,
-    /// Its wipe failed.
-    WipeFailed,
-    /// Left alone.
-    Left,
-}
-
+pub type Kind = BlockDeviceKind;
+/// What the agent did with a block device (the report's `devices[].action`).
+pub type Action = BlockDeviceAction;
 /// A block device the agent saw, what it did with it and why.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Seen {
-    /// Kernel name.
-    pub name: String,
-    /// What it is.
-    pub kind: Kind,
-    /// What was done.
-    pub action: Action,
-    /// Why.
-    pub reason: String,
+pub type Seen = BlockDevice;
+
+/// Removable media: where virtual media (the seed, the image) may be; never wiped.
+pub fn is_media(kind: Kind) -> bool {
+    matches!(kind, Kind::Cd | Kind::Floppy | Kind::Usb)
 }
 
 /// Where to look: sysfs and /dev (tests and chroots may move them).
@@ -173,7 +123,7 @@ fn on_usb(sys: &Path) -> bool {
 pub fn media(roots: &Roots) -> anyhow::Result<Vec<PathBuf>> {
     let mut nodes = Vec::new();
     for name in block_devices(roots)? {
-        if kind(roots, &name).is_media() {
+        if is_media(kind(roots, &name)) {
             nodes.push(roots.dev.join(&name));
             nodes.extend(partitions(roots, &name).into_iter().map(|p| roots.dev.join(p)));
         }
@@ -214,37 +164,42 @@ pub fn disk_at(roots: &Roots, path: &Path) -> anyhow::Result<Disk> {
     Ok(d)
 }
 
-/// SHA-256 (hex) of the wipe image the agent booted from: the one removable media device,
-/// besides the seed's, that holds an ISO 9660 image (the CD, or a USB disk the ISO was written
-/// to), read up to the ISO's own length, so it is the digest `images/wipe/build` printed for the
-/// ISO file. Never a disk of the machine: whatever a disk holds does not count. More than one
-/// candidate is an error naming them all.
-pub fn image_sha256(roots: &Roots, seed: &Path) -> anyhow::Result<String> {
+/// The removable media device the agent booted from, besides the seed's: the one that holds an
+/// ISO 9660 image (the CD, or a USB disk the ISO was written to). Never a disk of the machine:
+/// whatever a disk holds does not count. More than one candidate is an error naming them all.
+pub fn boot_medium(roots: &Roots, seed: &Path) -> anyhow::Result<PathBuf> {
     let seed = seed.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     let mut images = Vec::new();
     for name in block_devices(roots)? {
-        if !kind(roots, &name).is_media() || name == seed || partitions(roots, &name).iter().any(|p| p == seed) {
+        if !is_media(kind(roots, &name)) || name == seed || partitions(roots, &name).iter().any(|p| p == seed) {
             continue;
         }
         let node = roots.dev.join(&name);
         let Ok(mut f) = File::open(&node) else { continue };
-        if let Ok(len) = crate::iso::image_len(&mut f) {
-            images.push((node, f, len));
+        if crate::iso::image_len(&mut f).is_ok() {
+            images.push(node);
         }
     }
-    let (path, mut f, len) = match images.len() {
-        1 => images.remove(0),
-        0 => anyhow::bail!("no removable media device but the seed's holds an ISO 9660 image (the wipe image)"),
+    match images.len() {
+        1 => Ok(images.remove(0)),
+        0 => anyhow::bail!("no removable media device but the seed's holds an ISO 9660 image (the boot image)"),
         _ => {
-            let names: Vec<String> = images.iter().map(|(p, _, _)| p.display().to_string()).collect();
+            let names: Vec<String> = images.iter().map(|p| p.display().to_string()).collect();
             anyhow::bail!("more than one removable media device holds an ISO 9660 image: {}", names.join(", "))
         }
-    };
+    }
+}
+
+/// SHA-256 (hex) of the ISO 9660 image at the start of `medium`, read up to the ISO's own length,
+/// so it is the digest `images/wipe/build` printed for the ISO file (the ISO cannot hold its own).
+pub fn image_sha256(medium: &Path) -> anyhow::Result<String> {
+    let mut f = File::open(medium).with_context(|| format!("opening {}", medium.display()))?;
+    let len = crate::iso::image_len(&mut f).with_context(|| format!("{} holds no ISO 9660 image", medium.display()))?;
     f.seek(SeekFrom::Start(0))?;
     let mut hasher = sha2::Sha256::new();
-    let copied = io::copy(&mut f.take(len), &mut hasher).with_context(|| format!("reading {}", path.display()))?;
+    let copied = io::copy(&mut f.take(len), &mut hasher).with_context(|| format!("reading {}", medium.display()))?;
     if copied != len {
-        anyhow::bail!("{} ends after {copied} of the image's {len} bytes", path.display());
+        anyhow::bail!("{} ends after {copied} of the image's {len} bytes", medium.display());
     }
     Ok(hex::encode(hasher.finalize()))
 }

@@ -1,5 +1,7 @@
 //! Reading one file from an ISO 9660 image (ECMA-119), preferring the Joliet tree, without
-//! mounting: the seed is read the same way whatever file systems the running kernel has.
+//! mounting: the seed is read the same way whatever file systems the running kernel has. Small
+//! files are read whole; a large one (the node OS image's `node/disk.img`) is found as its extent
+//! and streamed.
 
 use std::io::{self, Read, Seek, SeekFrom};
 
@@ -11,17 +13,26 @@ const MAX_FILE: u32 = 1 << 20;
 /// Most volume descriptors looked at before giving up on a terminator.
 const MAX_DESCRIPTORS: u64 = 32;
 
-/// A directory record's extent.
-#[derive(Clone, Copy, Debug)]
-struct Extent {
-    lba: u32,
-    len: u32,
+/// A directory record's extent: where a file's bytes are (one extent: files under 4 GiB).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    /// First logical block (of 2048 bytes).
+    pub lba: u32,
+    /// Length in bytes.
+    pub len: u32,
     dir: bool,
 }
 
-/// The contents of the file at `path` (components separated by `/`), matched case-insensitively;
+impl Extent {
+    /// Byte offset of the extent in the image.
+    pub fn offset(&self) -> u64 {
+        u64::from(self.lba) * SECTOR
+    }
+}
+
+/// The extent of the file at `path` (components separated by `/`), matched case-insensitively;
 /// `None` when the image has no such file.
-pub fn read_file(dev: &mut (impl Read + Seek), path: &str) -> anyhow::Result<Option<Vec<u8>>> {
+pub fn find(dev: &mut (impl Read + Seek), path: &str) -> anyhow::Result<Option<Extent>> {
     let (root, joliet) = root(dev)?;
     let mut at = root;
     for component in path.split('/').filter(|c| !c.is_empty()) {
@@ -36,10 +47,23 @@ pub fn read_file(dev: &mut (impl Read + Seek), path: &str) -> anyhow::Result<Opt
     if at.dir {
         bail!("{path} is a directory");
     }
+    Ok(Some(at))
+}
+
+/// A reader of the file at `extent`, positioned at its start and ending with it.
+pub fn open<R: Read + Seek>(mut dev: R, extent: Extent) -> io::Result<io::Take<R>> {
+    dev.seek(SeekFrom::Start(extent.offset()))?;
+    Ok(dev.take(u64::from(extent.len)))
+}
+
+/// The contents of the small file at `path` (see [`find`]); `None` when the image has no such
+/// file.
+pub fn read_file(dev: &mut (impl Read + Seek), path: &str) -> anyhow::Result<Option<Vec<u8>>> {
+    let Some(at) = find(dev, path)? else { return Ok(None) };
     if at.len > MAX_FILE {
         bail!("{path} is {} bytes, more than {MAX_FILE}", at.len);
     }
-    Ok(Some(read_at(dev, u64::from(at.lba) * SECTOR, at.len as usize)?))
+    Ok(Some(read_at(dev, at.offset(), at.len as usize)?))
 }
 
 /// Length in bytes of the ISO 9660 image at the start of `dev`: the Primary Volume Descriptor's
@@ -97,6 +121,10 @@ fn lookup(dev: &mut (impl Read + Seek), dir: Extent, name: &str, joliet: bool) -
         let r = data.get(pos..pos + len).context("directory record runs past its directory")?;
         let id = r.get(33..33 + usize::from(r[32])).context("directory record name runs past the record")?;
         if decode_name(id, joliet).eq_ignore_ascii_case(name) {
+            // A multi-extent file (4 GiB or more) is not what the node image holds.
+            if r[25] & 0x80 != 0 {
+                bail!("{name} spans more than one extent");
+            }
             return Ok(record(r));
         }
         pos += len;

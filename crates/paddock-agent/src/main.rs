@@ -17,7 +17,7 @@ const IMAGE_SHA256_FILE: &str = "/etc/paddock/image.sha256";
 
 const USAGE: &str = "usage:
   paddock-agent wipe --device PATH... [--method auto|NAME] [--report FILE]
-  paddock-agent run [--seed-device PATH] [--device PATH...] [--image-sha256 HEX]
+  paddock-agent run [--seed-device PATH] [--device PATH...] [--image PATH] [--image-sha256 HEX]
                     [--config-timeout SECONDS] [--no-poweroff]
   paddock-agent discover";
 
@@ -50,6 +50,7 @@ struct Opts {
     method: Option<String>,
     report: Option<PathBuf>,
     seed_device: Option<PathBuf>,
+    image: Option<PathBuf>,
     image_sha256: Option<String>,
     config_timeout: Option<u64>,
     no_poweroff: bool,
@@ -72,6 +73,7 @@ impl Opts {
                 "--method" => o.method = Some(value()?),
                 "--report" => o.report = Some(value()?.into()),
                 "--seed-device" => o.seed_device = Some(value()?.into()),
+                "--image" => o.image = Some(value()?.into()),
                 "--image-sha256" => o.image_sha256 = Some(value()?),
                 "--config-timeout" => {
                     o.config_timeout = Some(value()?.parse().context("--config-timeout takes seconds")?)
@@ -94,10 +96,16 @@ fn wipe_cmd(opts: &Opts) -> anyhow::Result<ExitCode> {
     };
     let roots = Roots::default();
     let (disks, _) = run::disks(&roots, &opts.devices)?;
-    let drives = wipe::wipe_all(&roots, &disks, choice);
-    let ok = drives.iter().all(|d| d.result == Outcome::Success);
-    for d in drives.iter().filter(|d| d.result == Outcome::Failure) {
-        eprintln!("paddock-agent: {} FAILED: {}", disks_path(d), d.detail.as_deref().unwrap_or("no detail"));
+    let reports = wipe::wipe_all(&roots, &disks, choice);
+    let drives: Vec<WipedDevice> =
+        disks.iter().zip(&reports).map(|(disk, report)| WipedDevice { device: &disk.path, report }).collect();
+    let ok = reports.iter().all(|d| d.result == Outcome::Success);
+    for d in drives.iter().filter(|d| d.report.result == Outcome::Failure) {
+        eprintln!(
+            "paddock-agent: {} FAILED: {}",
+            d.device.display(),
+            d.report.detail.as_deref().unwrap_or("no detail")
+        );
     }
     let result = if ok { Outcome::Success } else { Outcome::Failure };
     let out = serde_json::to_string_pretty(&WipeOutput { result, drives: &drives })?;
@@ -112,17 +120,22 @@ fn wipe_cmd(opts: &Opts) -> anyhow::Result<ExitCode> {
 #[derive(serde::Serialize)]
 struct WipeOutput<'a> {
     result: Outcome,
-    drives: &'a [wipe::DriveReport],
+    drives: &'a [WipedDevice<'a>],
 }
 
-fn disks_path(d: &wipe::DriveReport) -> String {
-    d.device.as_ref().map_or_else(|| "a drive".to_owned(), |p| p.display().to_string())
+/// A drive's evidence with the device node wiped (the report names drives by `id` instead).
+#[derive(serde::Serialize)]
+struct WipedDevice<'a> {
+    device: &'a std::path::Path,
+    #[serde(flatten)]
+    report: &'a paddock_types::agent::DriveReport,
 }
 
 fn run_cmd(opts: &Opts) -> anyhow::Result<ExitCode> {
     let run_opts = RunOptions {
         seed_device: opts.seed_device.clone(),
         devices: opts.devices.clone(),
+        image: opts.image.clone(),
         // The flag, else the file an image may carry, else (in `run`) the boot medium's digest.
         image_sha256: opts
             .image_sha256
@@ -133,8 +146,9 @@ fn run_cmd(opts: &Opts) -> anyhow::Result<ExitCode> {
     let outcome = run::run(&Roots::default(), &run_opts);
     if !opts.no_poweroff {
         match &outcome {
-            // A first boot stays up, as an installed node would: paddock ejects the media and
-            // restarts it from disk (or, after a failure, powers it off as it releases it).
+            // A provisioning boot stays up after its report: paddock ejects the media and restarts
+            // the machine from disk, into the node OS just installed (or, after a failure, powers
+            // it off as it releases it).
             Ok(o) if o.purpose == Purpose::Provision => wait_for_restart(),
             _ => power_off(),
         }
@@ -154,7 +168,7 @@ fn discover_cmd() -> anyhow::Result<ExitCode> {
 
 /// Waits for paddock to restart the machine (never returns).
 fn wait_for_restart() -> ! {
-    eprintln!("paddock-agent: first boot reported; waiting for paddock to restart the machine from disk");
+    eprintln!("paddock-agent: provisioning reported; waiting for paddock to restart the machine from disk");
     loop {
         std::thread::sleep(Duration::from_secs(3600));
     }

@@ -1,35 +1,13 @@
 //! Matching the drives found to the drives `config` lists (docs/security.md): by serial where the
 //! serial is unique on both sides, else by (protocol, capacity); the basis is recorded.
 
-use serde::{Deserialize, Serialize};
+pub use paddock_types::agent::MatchBasis;
+use paddock_types::agent::WipeDrive;
 
 use crate::device::Identity;
 
 /// A drive as `config` lists it: what the BMC reported of it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ConfigDrive {
-    /// paddock's id of the drive (echoed in the report).
-    pub id: String,
-    /// Serial number the BMC reported.
-    #[serde(default)]
-    pub serial: Option<String>,
-    /// Capacity the BMC reported.
-    #[serde(default)]
-    pub capacity_bytes: Option<u64>,
-    /// Protocol the BMC reported (`nvme`, `sata`, `sas`, ...).
-    #[serde(default)]
-    pub protocol: Option<String>,
-}
-
-/// How a found drive was matched to a config drive.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MatchBasis {
-    /// The serials agree and each is unique among the config drives and the drives found.
-    Serial,
-    /// The protocol and the capacity agree.
-    ProtocolCapacity,
-}
+pub type ConfigDrive = WipeDrive;
 
 /// For each found drive, the index of its config drive and the basis (or `None` for a drive the
 /// BMC did not list); and the indexes of the config drives no found drive matched.

@@ -1,4 +1,5 @@
-//! The block-device ioctls the agent issues itself (linux/fs.h). The only module with unsafe code.
+//! The block-device ioctls the agent issues itself (linux/fs.h), and dropping a device's cached
+//! pages. The only module with unsafe code.
 #![expect(unsafe_code, reason = "BLKDISCARD, BLKZEROOUT and friends have no safe wrapper: the ioctls are called here")]
 
 use std::fs::File;
@@ -18,6 +19,18 @@ pub fn zero_out(dev: &File, offset: u64, len: u64) -> io::Result<()> {
 /// Discards `len` bytes at `offset` of the block device `dev` (BLKDISCARD).
 pub fn discard(dev: &File, offset: u64, len: u64) -> io::Result<()> {
     range_ioctl(dev, BLKDISCARD, offset, len)
+}
+
+/// Drops the cached pages of `file` (flushed first by the caller), so that what is read next comes
+/// from the device (`posix_fadvise(POSIX_FADV_DONTNEED)` over the whole file).
+pub fn drop_cache(file: &File) -> io::Result<()> {
+    // SAFETY: posix_fadvise only reads its integer arguments; the descriptor is owned by `file`.
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(rc))
+    }
 }
 
 fn range_ioctl(dev: &File, request: u32, offset: u64, len: u64) -> io::Result<()> {

@@ -6,7 +6,6 @@ use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// Ranges sampled between the first and the last MiB.
@@ -21,15 +20,7 @@ const READERS: usize = 8;
 const ALIGN: usize = 4096;
 
 /// What verification read (the report's `verification`, docs/security.md).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Verification {
-    /// Ranges read.
-    pub ranges: u64,
-    /// Bytes read, all ranges together.
-    pub bytes_read: u64,
-    /// SHA-256 (hex) of the bytes read, in the order read.
-    pub sha256: String,
-}
+pub type Verification = paddock_types::agent::Verification;
 
 /// Why verification did not pass.
 #[derive(Debug, thiserror::Error)]

@@ -1,16 +1,14 @@
 //! Wiping one disk: the methods it supports tried strongest first, each erase verified by the
 //! agent's own reads; the first verified one is the evidence. Several disks are wiped in parallel.
 
-use std::path::PathBuf;
 use std::thread;
 
-use serde::{Deserialize, Serialize};
+use paddock_types::agent::{AgentResult, DriveReport, Verification};
 
-use crate::device::{read_attr, Disk, Identity, Roots};
+use crate::device::{read_attr, Disk, Roots};
 use crate::erase;
-use crate::matching::MatchBasis;
 use crate::method::{self, Method};
-use crate::verify::{self, Verification};
+use crate::verify;
 
 /// Longest `detail` the report carries, in characters.
 pub const MAX_DETAIL: usize = 4096;
@@ -25,38 +23,10 @@ pub enum Choice {
 }
 
 /// Success or failure, as the report spells it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// Done and verified.
-    Success,
-    /// Not done, or not verified.
-    Failure,
-}
+pub type Outcome = AgentResult;
 
-/// One drive's evidence (the report's `drives[]`, docs/security.md).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DriveReport {
-    /// The device node wiped; in the standalone output only (the report names drives by `id`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub device: Option<PathBuf>,
-    /// The config drive it matched, or `None` for a drive the BMC did not list.
-    pub id: Option<String>,
-    /// How it was matched.
-    pub match_basis: Option<MatchBasis>,
-    /// Identity as the running kernel sees it.
-    pub identity: Identity,
-    /// The method that was verified, or the last one tried.
-    pub method: Method,
-    /// Whether the drive is erased and verified.
-    pub result: Outcome,
-    /// What went wrong or was noteworthy (at most [`MAX_DETAIL`] characters).
-    pub detail: Option<String>,
-    /// The verification; present exactly when `result` is success.
-    pub verification: Option<Verification>,
-}
-
-/// Wipes every disk, one thread each, and returns their evidence in the order given.
+/// Wipes every disk, one thread each, and returns their evidence in the order given (a report
+/// names no device node: the caller knows each one's disk by its place).
 pub fn wipe_all(roots: &Roots, disks: &[Disk], choice: Choice) -> Vec<DriveReport> {
     thread::scope(|s| {
         let handles: Vec<_> = disks.iter().map(|d| s.spawn(move || wipe_disk(roots, d, choice))).collect();
@@ -129,11 +99,10 @@ fn report(
     verification: Option<Verification>,
 ) -> DriveReport {
     DriveReport {
-        device: Some(disk.path.clone()),
         id: None,
         match_basis: None,
         identity: disk.identity.clone(),
-        method,
+        method: method.to_string(),
         result,
         detail: detail(&notes),
         verification,

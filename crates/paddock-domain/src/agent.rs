@@ -218,6 +218,10 @@ fn identity_gap(listed: &[WipeDrive], l: &WipeDrive, drive: &DriveReport) -> Opt
 /// Judges a provisioning boot's report against its run: success, from the configured OS image.
 pub fn judge_provision(run: &Run, report: &AgentReport, os_image_sha256: &str) -> Result<(), String> {
     let mut reasons = Vec::new();
+    // The installer's own reason first: the machine's state names why it refused.
+    if let Some(failure) = &report.failure {
+        reasons.push(format!("the installer failed: {}: {}", failure.code, failure.message));
+    }
     run_gaps(run, report, &mut reasons);
     if !ct_eq(report.image_sha256.as_bytes(), os_image_sha256.as_bytes()) {
         reasons.push(format!(
@@ -226,6 +230,8 @@ pub fn judge_provision(run: &Run, report: &AgentReport, os_image_sha256: &str) -
         ));
     } else if reasons.is_empty() && report.result == AgentResult::Failure {
         reasons.push("the machine reported a failed first boot".to_owned());
+    } else if report.result == AgentResult::Success && report.failure.is_some() {
+        reasons.push("the report is a success but names a failure".to_owned());
     }
     verdict(reasons)
 }
@@ -276,7 +282,7 @@ fn evidence_gap(drive: &DriveReport) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use chrono::Utc;
-    use paddock_types::agent::{BlockDevice, DriveIdentity, MatchBasis, Verification};
+    use paddock_types::agent::{AgentFailure, BlockDevice, DriveIdentity, MatchBasis, Verification};
 
     use super::*;
 
@@ -339,6 +345,7 @@ mod tests {
             nonce: Some(NONCE.into()),
             drives,
             devices,
+            failure: None,
         }
     }
 
@@ -451,6 +458,19 @@ mod tests {
         let why = judge_wipe(&run(), &listed(&["nvme0"]), &r, IMAGE).expect_err("stranger");
         assert_eq!(why, "drive sdz: not a drive of this run's configuration");
         assert!(judge_wipe(&run(), &[], &report(vec![wiped(None)]), IMAGE).is_err(), "nothing listed proves nothing");
+    }
+
+    #[test]
+    fn a_provisioning_failure_is_judged_by_the_installers_reason() {
+        let mut r = report(vec![]);
+        r.result = AgentResult::Failure;
+        r.failure = Some(AgentFailure { code: "ca_pin_mismatch".into(), message: "the CA is not pinned".into() });
+        assert_eq!(
+            judge_provision(&run(), &r, IMAGE),
+            Err("the installer failed: ca_pin_mismatch: the CA is not pinned".into())
+        );
+        r.result = AgentResult::Success;
+        assert!(judge_provision(&run(), &r, IMAGE).is_err(), "a success naming a failure proves nothing");
     }
 
     #[test]

@@ -239,6 +239,21 @@ pub struct NodeStatus {
     pub ready: bool,
 }
 
+/// Where the drain of a machine's Node stands (docs/architecture.md, "Release").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Drain {
+    /// The Node is cordoned and none of its evictable pods is left (or there is no Node).
+    Drained,
+    /// Pods are still on the Node: `leaving` were evicted (or are terminating) and have not gone
+    /// yet; `blocked` were refused by a PodDisruptionBudget and are asked again on the next poll.
+    Draining {
+        /// Evicted or terminating pods not gone yet.
+        leaving: usize,
+        /// Pods whose eviction a PodDisruptionBudget refused (429) this time.
+        blocked: usize,
+    },
+}
+
 /// The configuration a machine needs to join a tenant cluster. A driver gives at least the agent
 /// contract's keys (docs/security.md): `api_endpoint`, `ca_cert` (PEM), `ca_cert_hash` (the
 /// `sha256:<hex>` pin) and `bootstrap_token`; anything else it needs besides. A secret as a whole
@@ -270,7 +285,27 @@ pub trait TenantNodes: Send + Sync {
         node: &'a NodeRef,
     ) -> BoxFuture<'a, Result<Option<NodeStatus>, DriverError>>;
 
-    /// Removes the machine's Node from the tenant cluster. `Gone` once it no longer exists.
+    /// Cordons the machine's Node (`spec.unschedulable`) and evicts its pods through the Eviction
+    /// subresource, honouring PodDisruptionBudgets, leaving DaemonSet and mirror pods (as
+    /// `kubectl drain --ignore-daemonsets` does). `Drained` once no evictable pod is left on it;
+    /// a refusal by a budget is a wait, not an error. Repeated until drained.
+    fn drain_node<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<Drain, DriverError>>;
+
+    /// The `systemUUID` of a Node registered under `node.node_name` that is not the machine's
+    /// (another machine's kubelet took its name), if there is one. A Node that has not reported
+    /// a UUID yet is none.
+    fn foreign_node<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<Option<String>, DriverError>>;
+
+    /// Removes the machine's Nodes (its node name, or its system UUID) and then the Lease of its
+    /// node name from the tenant cluster. `Gone` once neither exists.
     fn remove_node<'a>(
         &'a self,
         tenant: &'a TenantAccess,

@@ -31,6 +31,7 @@ mod access;
 pub mod apply;
 pub mod credentials;
 mod der;
+pub mod drain;
 mod driver;
 mod error;
 pub mod isolation;

@@ -17,9 +17,14 @@
 //!   rewrites it keeping every taint it does not manage (the node lifecycle controller's, ...)
 //!   and records which taints it manages in the annotation [`ANNOTATION_TAINTS`]. Nothing is
 //!   written when the Node already holds what it should.
-//! - Removing: every Node of the machine (its node name, or its system UUID), `Gone` once none
-//!   is left. A forced release deletes them and the node's Lease without waiting
-//!   ([`KubeTenantNodes::abandon_node`]).
+//! - Draining (a release, before the power-off): every Node of the machine cordoned and its pods
+//!   evicted, DaemonSet and mirror pods left ([`crate::drain`]).
+//! - Removing (once the machine is off): every Node of the machine (its node name, or its system
+//!   UUID), then the Lease of its node name and its kubelet's certificate signing requests (the
+//!   cluster would keep approved ones for an hour); `Gone` once none is left. A forced release deletes
+//!   them without waiting ([`KubeTenantNodes::abandon_node`]).
+//! - A Node registered under the machine's node name with another machine's system UUID is
+//!   reported ([`KubeTenantNodes::foreign_node`]): provisioning fails on it.
 //!
 //! The admin kubeconfig is data read from the platform cluster, not configuration: one that would
 //! run a program (`exec`, `auth-provider`) or read local files is refused.
@@ -32,7 +37,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
 use std::sync::Mutex;
 
+use base64::Engine;
 use futures::FutureExt;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::chrono::{Duration as ChronoDuration, SecondsFormat, Utc};
@@ -41,7 +48,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 use paddock_domain::driver::{
-    BoxFuture, DriverError, JoinConfig, NodeRef, NodeStatus, Removal, TenantAccess, TenantNodes,
+    BoxFuture, Drain, DriverError, JoinConfig, NodeRef, NodeStatus, Removal, TenantAccess, TenantNodes,
 };
 use paddock_types::cluster::Taint;
 use paddock_types::ClusterId;
@@ -76,6 +83,19 @@ const MAX_TTL_SECONDS: u64 = 366 * 24 * 3600;
 
 /// The alphabet of token ids and secrets (`[a-z0-9]`, as the bootstrap token format requires).
 const TOKEN_ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+
+/// Whether `csr` asks for a certificate of `subject`: its requester (a node renewing its own), or
+/// the subject inside its PKCS#10 request (the bootstrap request, made with the bootstrap token).
+fn requests_for(csr: &CertificateSigningRequest, subject: &str) -> bool {
+    if csr.spec.username.as_deref() == Some(subject) {
+        return true;
+    }
+    let pem = String::from_utf8_lossy(&csr.spec.request.0);
+    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    base64::engine::general_purpose::STANDARD
+        .decode(body.trim())
+        .is_ok_and(|der| der.windows(subject.len()).any(|w| w == subject.as_bytes()))
+}
 
 /// The labels paddock puts on the Node of `node`: the pool's, its name and the machine id.
 pub fn node_labels(node: &NodeRef) -> BTreeMap<String, String> {
@@ -190,13 +210,20 @@ pub(crate) fn node_patch(existing: &Node, node: &NodeRef) -> Option<Value> {
     Some(body)
 }
 
-fn is_ready(node: &Node) -> bool {
+pub(crate) fn is_ready(node: &Node) -> bool {
     let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
     conditions.into_iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
 fn system_uuid(node: &Node) -> Option<&str> {
     node.status.as_ref()?.node_info.as_ref().map(|i| i.system_uuid.as_str())
+}
+
+/// Whether `n` is one of the machine's Nodes: its node name, or its system UUID.
+fn of_machine(n: &Node, node: &NodeRef) -> bool {
+    let wanted = node.system_uuid.trim();
+    n.metadata.name.as_deref() == Some(node.node_name.as_str())
+        || system_uuid(n).is_some_and(|u| !wanted.is_empty() && u.trim().eq_ignore_ascii_case(wanted))
 }
 
 fn random_token_part(len: usize) -> String {
@@ -496,18 +523,82 @@ impl KubeTenantNodes {
         Ok(Some(NodeStatus { name, ready }))
     }
 
-    /// Deletes the machine's Nodes: the one with its node name and any with its system UUID (a
-    /// kubelet that registered under another name). `Gone` once none is left.
+    /// One round of the drain of the machine's Nodes ([`crate::drain`]): `Drained` once every
+    /// one is cordoned and holds no evictable pod.
     #[instrument(skip_all, fields(cluster.id = %tenant.cluster.cluster_id, machine.id = %node.machine_id))]
-    pub async fn remove_node(&self, tenant: &TenantAccess, node: &NodeRef) -> Result<Removal, KubeError> {
+    pub async fn drain_node(&self, tenant: &TenantAccess, node: &NodeRef) -> Result<Drain, KubeError> {
         let tc = self.tenant(tenant).await?;
         let nodes: Api<Node> = Api::all(tc.client.clone());
         let list = self.list_nodes(tenant.cluster.cluster_id, &nodes).await?;
-        let wanted = node.system_uuid.trim();
-        let targets = list.into_iter().filter(|n| {
-            n.metadata.name.as_deref() == Some(node.node_name.as_str())
-                || system_uuid(n).is_some_and(|u| u.trim().eq_ignore_ascii_case(wanted))
-        });
+        let (mut leaving, mut blocked) = (0, 0);
+        for name in list.iter().filter(|n| of_machine(n, node)).filter_map(|n| n.metadata.name.as_deref()) {
+            if let Drain::Draining { leaving: l, blocked: b } = crate::drain::drain(&tc.client, name).await? {
+                (leaving, blocked) = (leaving + l, blocked + b);
+            }
+        }
+        Ok(if leaving == 0 && blocked == 0 { Drain::Drained } else { Drain::Draining { leaving, blocked } })
+    }
+
+    /// The system UUID of the Node registered under the machine's node name when it is not the
+    /// machine's (an empty one, not reported yet, is none).
+    #[instrument(skip_all, fields(cluster.id = %tenant.cluster.cluster_id, machine.id = %node.machine_id))]
+    pub async fn foreign_node(&self, tenant: &TenantAccess, node: &NodeRef) -> Result<Option<String>, KubeError> {
+        let tc = self.tenant(tenant).await?;
+        let nodes: Api<Node> = Api::all(tc.client.clone());
+        let name = node.node_name.as_str();
+        let found = nodes.get_opt(name).await.map_err(|source| KubeError::api("get", "Node", name, source))?;
+        let uuid = found.as_ref().and_then(system_uuid).map(str::trim).unwrap_or_default();
+        let foreign = !uuid.is_empty() && !uuid.eq_ignore_ascii_case(node.system_uuid.trim());
+        Ok(foreign.then(|| uuid.to_owned()))
+    }
+
+    /// Deletes the machine's Nodes: the one with its node name and any with its system UUID (a
+    /// kubelet that registered under another name), then, once none is left, the Lease of its
+    /// node name. `Gone` once all are gone.
+    #[instrument(skip_all, fields(cluster.id = %tenant.cluster.cluster_id, machine.id = %node.machine_id))]
+    pub async fn remove_node(&self, tenant: &TenantAccess, node: &NodeRef) -> Result<Removal, KubeError> {
+        let removal = self.delete_nodes(tenant, node).await?;
+        if removal == Removal::Gone {
+            self.delete_lease(tenant, node).await?;
+            self.delete_csrs(tenant, node).await?;
+        }
+        Ok(removal)
+    }
+
+    /// Deletes the certificate signing requests of the machine's node: its kubelet's client
+    /// certificate requests, the bootstrap one and the renewals (their subject is
+    /// `system:node:<name>`). The certificates they carry name the node, and the cluster keeps
+    /// approved requests for an hour: nothing of the machine's stay outlives its release.
+    async fn delete_csrs(&self, tenant: &TenantAccess, node: &NodeRef) -> Result<(), KubeError> {
+        let tc = self.tenant(tenant).await?;
+        let csrs: Api<CertificateSigningRequest> = Api::all(tc.client.clone());
+        let list = csrs
+            .list(&ListParams::default())
+            .await
+            .map_err(|source| KubeError::api("list", "CertificateSigningRequest", "*", source))?;
+        let subject = format!("system:node:{}", node.node_name);
+        for csr in list.items.iter().filter(|c| requests_for(c, &subject)) {
+            let name = csr.metadata.name.clone().unwrap_or_default();
+            match csrs.delete(&name, &DeleteParams::default()).await {
+                // Someone else finished the job in between.
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(source) => return Err(KubeError::api("delete", "CertificateSigningRequest", name, source)),
+                Ok(_) => info!(
+                    node.name = %node.node_name,
+                    "deleted certificate signing request {name} of machine {}",
+                    node.machine_id
+                ),
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the machine's Nodes ([`Self::remove_node`] without the Lease).
+    async fn delete_nodes(&self, tenant: &TenantAccess, node: &NodeRef) -> Result<Removal, KubeError> {
+        let tc = self.tenant(tenant).await?;
+        let nodes: Api<Node> = Api::all(tc.client.clone());
+        let list = self.list_nodes(tenant.cluster.cluster_id, &nodes).await?;
+        let targets = list.into_iter().filter(|n| of_machine(n, node));
         let mut removal = Removal::Gone;
         for existing in targets {
             let name = existing.metadata.name.clone().unwrap_or_default();
@@ -561,10 +652,15 @@ impl KubeTenantNodes {
     /// first failure is returned.
     #[instrument(skip_all, fields(cluster.id = %tenant.cluster.cluster_id, machine.id = %node.machine_id))]
     pub async fn abandon_node(&self, tenant: &TenantAccess, node: &NodeRef) -> Result<(), KubeError> {
-        let nodes = self.remove_node(tenant, node).await.map(|_| ());
+        let nodes = self.delete_nodes(tenant, node).await.map(|_| ());
+        nodes.and(self.delete_lease(tenant, node).await)
+    }
+
+    /// Deletes the Lease of the machine's node name; none is a success.
+    async fn delete_lease(&self, tenant: &TenantAccess, node: &NodeRef) -> Result<(), KubeError> {
         let tc = self.tenant(tenant).await?;
         let leases: Api<Lease> = Api::namespaced(tc.client.clone(), NODE_LEASE_NAMESPACE);
-        let lease = match leases.delete(&node.node_name, &DeleteParams::default()).await {
+        match leases.delete(&node.node_name, &DeleteParams::default()).await {
             // No Lease (the kubelet never ran, or it is gone already): nothing to delete.
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
             Err(source) => {
@@ -574,8 +670,7 @@ impl KubeTenantNodes {
                 info!(node.name = %node.node_name, "deleted the lease of node {} (machine {})", node.node_name, node.machine_id);
                 Ok(())
             }
-        };
-        nodes.and(lease)
+        }
     }
 }
 
@@ -595,6 +690,22 @@ impl TenantNodes for KubeTenantNodes {
         node: &'a NodeRef,
     ) -> BoxFuture<'a, Result<Option<NodeStatus>, DriverError>> {
         KubeTenantNodes::node(self, tenant, node).map(|r| r.map_err(DriverError::from)).boxed()
+    }
+
+    fn drain_node<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<Drain, DriverError>> {
+        KubeTenantNodes::drain_node(self, tenant, node).map(|r| r.map_err(DriverError::from)).boxed()
+    }
+
+    fn foreign_node<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<Option<String>, DriverError>> {
+        KubeTenantNodes::foreign_node(self, tenant, node).map(|r| r.map_err(DriverError::from)).boxed()
     }
 
     fn remove_node<'a>(

@@ -29,10 +29,10 @@ use paddock_domain::secret::{Binding, SecretString};
 use paddock_domain::validate::Checks;
 use paddock_domain::{Actor, Error, Result};
 use paddock_store::agent::{self as store, AgentToken, NewAgentToken, TokenKind};
-use paddock_types::agent::{AgentConfigView, AgentMachine, AgentPurpose, AgentReport, AgentSeed, WipeConfig};
+use paddock_types::agent::{AgentConfigView, AgentMachine, AgentPurpose, AgentReport, AgentRunConfig, AgentSeed};
 use paddock_types::MachineId;
 use rand::RngCore;
-use serde_json::{json, Value};
+use serde_json::json;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
@@ -80,11 +80,9 @@ pub struct AgentRun {
     pub machine_id: MachineId,
     /// The run (decided and persisted by the worker before the machine boots).
     pub run_id: Uuid,
-    /// What the run does.
-    pub purpose: AgentPurpose,
-    /// The instructions: for a wipe a [`WipeConfig`] (at least one drive), for a provisioning
-    /// boot the join configuration.
-    pub config: Value,
+    /// The instructions, which say what the run does: for a wipe a `WipeConfig` (at least one
+    /// drive), for a provisioning boot a `ProvisionConfig`.
+    pub config: AgentRunConfig,
 }
 
 fn binding(id: Uuid) -> Binding<'static> {
@@ -117,9 +115,7 @@ impl Services {
     /// the unused tokens of its earlier boots; returns the seed token, which exists nowhere else
     /// afterwards. Put it in a URL with [`Services::agent_seed_url`].
     pub async fn agent_token_issue(&self, run: &AgentRun, ttl: Duration) -> Result<SecretString> {
-        if run.purpose == AgentPurpose::Wipe {
-            let wipe: WipeConfig = serde_json::from_value(run.config.clone())
-                .map_err(|e| Error::invalid("config.drives", format!("is not a wipe's drive list: {e}")))?;
+        if let AgentRunConfig::Wipe(wipe) = &run.config {
             if wipe.drives.is_empty() {
                 return Err(Error::invalid("config.drives", "a wipe must list at least one drive"));
             }
@@ -137,7 +133,7 @@ impl Services {
             agent_sha256: &Sha256::digest(agent_token.as_bytes()),
             machine_id: run.machine_id,
             run_id: run.run_id,
-            purpose: run.purpose.as_str(),
+            purpose: run.config.purpose().as_str(),
             config_enc: &sealed,
             nonce: &nonce,
             expires_at,
@@ -175,8 +171,13 @@ impl Services {
 
     fn agent_config_of(&self, found: &AgentToken) -> Result<AgentConfigView> {
         let config = self.cipher.open(&found.config_enc, binding(found.id)).map_err(Error::internal)?;
-        let config: Value = serde_json::from_slice(&config).map_err(Error::internal)?;
         let purpose = AgentPurpose::parse(&found.purpose).ok_or_else(|| Error::internal("unknown agent purpose"))?;
+        // Sealed as the run's purpose's configuration: decoded as that one, not by guessing.
+        let config = match purpose {
+            AgentPurpose::Wipe => serde_json::from_slice(&config).map(AgentRunConfig::Wipe),
+            AgentPurpose::Provision => serde_json::from_slice(&config).map(AgentRunConfig::Provision),
+        }
+        .map_err(Error::internal)?;
         Ok(AgentConfigView {
             purpose,
             machine: AgentMachine { id: MachineId(found.machine_id), name: found.machine_name.clone() },
@@ -237,12 +238,9 @@ impl Services {
             check_report(&report, &found.nonce)?;
             let config = self.agent_config_of(&found)?;
             let run = Run { issued_at: found.created_at, received_at: Utc::now() };
-            let verdict = match config.purpose {
-                AgentPurpose::Wipe => {
-                    let wipe: WipeConfig = serde_json::from_value(config.config).map_err(Error::internal)?;
-                    judge_wipe(&run, &wipe.drives, &report, &self.agent.wipe_image_sha256)
-                }
-                AgentPurpose::Provision => judge_provision(&run, &report, &self.agent.os_image_sha256),
+            let verdict = match &config.config {
+                AgentRunConfig::Wipe(wipe) => judge_wipe(&run, &wipe.drives, &report, &self.agent.wipe_image_sha256),
+                AgentRunConfig::Provision(_) => judge_provision(&run, &report, &self.agent.os_image_sha256),
             };
             let failure = verdict.err();
             let verified = failure.is_none();
@@ -307,6 +305,13 @@ fn check_report(report: &AgentReport, nonce: &str) -> Result<()> {
     for (i, device) in report.devices.iter().enumerate() {
         c.text(&format!("devices[{i}].name"), &device.name, 64);
         c.max_len(&format!("devices[{i}].reason"), &device.reason, 1024);
+    }
+    if let Some(failure) = &report.failure {
+        let code = &failure.code;
+        let snake = code.starts_with(|ch: char| ch.is_ascii_lowercase())
+            && code.chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '_');
+        c.check(snake && code.len() <= 64, "failure.code", "must be snake_case, at most 64 characters");
+        c.max_len("failure.message", &failure.message, 1024);
     }
     c.finish()
 }

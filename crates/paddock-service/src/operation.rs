@@ -3,8 +3,10 @@
 
 use paddock_domain::cursor::PageRequest;
 use paddock_domain::{Error, Permission, Result};
-use paddock_store::operation::{self as store, NewOperation};
-use paddock_store::{lifecycle, Conn};
+use paddock_store::operation::{self as store, NewOperation, PlanContext};
+use paddock_store::{cluster, lifecycle, machine, Conn};
+use paddock_types::cluster::ClusterKind;
+use paddock_types::machine::MachineState;
 use paddock_types::operation::OperationFilter;
 use paddock_types::operation::OperationView;
 use paddock_types::{ClusterId, MachineId, NodePoolId, OperationId, TenantId};
@@ -37,8 +39,8 @@ pub(crate) struct Accepted<'a> {
 }
 
 /// Records an accepted change in the write's transaction: its operation (superseding open ones)
-/// and, when the desired state changed, the reconcile job that carries it out (merged with one
-/// already queued). The audit event is the envelope's ([`Services::audited`]).
+/// with its step plan for the target as the change found it, and, when the desired state
+/// changed, the reconcile job that carries it out (merged with one already queued). The audit event is the envelope's ([`Services::audited`]).
 pub(crate) async fn accept(conn: &mut Conn, target: Target, change: Accepted<'_>) -> Result<OperationView> {
     let (target_type, target_id, tenant_id) = match target {
         Target::Machine(id) => ("machine", id.uuid(), None),
@@ -52,6 +54,7 @@ pub(crate) async fn accept(conn: &mut Conn, target: Target, change: Accepted<'_>
         tenant_id,
         target_generation: change.generation,
         supersedes: change.supersedes,
+        context: plan_context(conn, target).await?,
     };
     let operation = store::insert(conn, &new).await?;
     match target {
@@ -60,6 +63,25 @@ pub(crate) async fn accept(conn: &mut Conn, target: Target, change: Accepted<'_>
         Target::Cluster { tenant, cluster, .. } => lifecycle::enqueue_cluster(conn, tenant, cluster).await?,
     }
     Ok(operation)
+}
+
+/// What the operation's step plan depends on: a Slurm cluster has Slurm's steps; a machine that
+/// holds a tenancy (or is leaving one) is released first.
+async fn plan_context(conn: &mut Conn, target: Target) -> Result<PlanContext> {
+    Ok(match target {
+        Target::Machine(id) => {
+            let state = machine::get(conn, id).await?.map(|m| m.state);
+            let held = state.is_some_and(|s| {
+                use MachineState as S;
+                matches!(s, S::Allocated | S::Provisioning | S::Active | S::Releasing | S::ProvisionFailed)
+            });
+            PlanContext { held, ..PlanContext::default() }
+        }
+        Target::Cluster { tenant, cluster, .. } => {
+            let kind = cluster::get(conn, tenant, cluster).await?.map(|c| c.spec.kind);
+            PlanContext { slurm: kind == Some(ClusterKind::Slurm), ..PlanContext::default() }
+        }
+    })
 }
 
 impl Services {

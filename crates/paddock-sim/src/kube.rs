@@ -8,7 +8,7 @@ use std::sync::Arc;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use paddock_domain::driver::{
-    BoxFuture, ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, DriverError, Isolation,
+    BoxFuture, ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, Drain, DriverError, Isolation,
     JoinConfig, NodeRef, NodeStatus, PlatformDriver, Removal, SlurmDesired, SlurmDriver, SlurmStatus, StackStatus,
     TenantAccess, TenantCredentials, TenantNodes, TenantStack,
 };
@@ -489,6 +489,41 @@ impl TenantNodes for SimKube {
                 name: row.try_get("node_name").map_err(unavailable)?,
                 ready: row.try_get("ready").map_err(unavailable)?,
             }))
+        })
+    }
+
+    fn drain_node<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        _node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<Drain, DriverError>> {
+        Box::pin(async move {
+            // Simulated Nodes run no pods: nothing to evict beyond the reachability check every
+            // tenant call makes.
+            let mut conn = self.conn().await?;
+            self.tenant(&mut conn, tenant).await?;
+            Ok(Drain::Drained)
+        })
+    }
+
+    fn foreign_node<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<Option<String>, DriverError>> {
+        Box::pin(async move {
+            let mut conn = self.conn().await?;
+            self.tenant(&mut conn, tenant).await?;
+            sqlx::query_scalar(
+                "select system_uuid from paddock_sim.nodes where cluster_id = $1 and node_name = $2 \
+                 and joined_at is not null and system_uuid <> '' and lower(system_uuid) <> lower($3)",
+            )
+            .bind(tenant.cluster.cluster_id.uuid())
+            .bind(&node.node_name)
+            .bind(node.system_uuid.trim())
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(unavailable)
         })
     }
 

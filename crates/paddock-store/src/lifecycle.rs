@@ -157,6 +157,62 @@ pub async fn end_run(
     Ok(true)
 }
 
+/// The error code (and custody evidence `code`) of a Node that registered under a machine's node
+/// name with another machine's system UUID (docs/architecture.md, "Provisioning").
+pub const NODE_UUID_MISMATCH: &str = "node_uuid_mismatch";
+
+/// A Node found under a provisioning machine's node name with a system UUID not its own.
+#[derive(Debug, Clone)]
+pub struct UuidMismatch<'a> {
+    /// The Node's name (the machine's expected node name).
+    pub node_name: &'a str,
+    /// The machine's system UUID.
+    pub expected: &'a str,
+    /// The UUID the Node reported.
+    pub found: &'a str,
+}
+
+/// Ends a provisioning run on a [`UuidMismatch`] (guarded, like [`end_run`]): the machine moves to
+/// `provision_failed` with [`NODE_UUID_MISMATCH`], and the finding goes on the custody ledger of
+/// the machine and, when paddock holds a record with the UUID the Node reported, on that
+/// machine's too (an entry that keeps its state), in the caller's transaction. False when someone
+/// else moved the machine first (nothing written).
+pub async fn fail_node_uuid_mismatch(
+    conn: &mut Conn,
+    key: &LedgerKey,
+    id: MachineId,
+    status_version: i64,
+    mismatch: &UuidMismatch<'_>,
+) -> Result<bool, StoreError> {
+    let UuidMismatch { node_name, expected, found } = *mismatch;
+    let message =
+        format!("node {node_name} registered with system UUID {found}, not this machine's {expected}: it was deleted");
+    let error = Some((NODE_UUID_MISMATCH, message.as_str()));
+    let (from, to) = (MachineState::Provisioning, MachineState::ProvisionFailed);
+    if !end_run(conn, key, id, from, status_version, to, error, None).await? {
+        return Ok(false);
+    }
+    let Some((holder, holder_name)) = crate::machine::system_uuid_holder(conn, id, found).await? else {
+        return Ok(true);
+    };
+    // The holder's row lock: appends of one machine never interleave (see `custody`).
+    let state: String = sqlx::query_scalar("select state from machines where id = $1 for update")
+        .bind(holder.uuid())
+        .fetch_one(&mut *conn)
+        .await?;
+    let state = MachineState::parse(&state)
+        .ok_or_else(|| StoreError::Corrupt(format!("machine {holder} is in an unknown state {state}")))?;
+    let reason = format!(
+        "a node registered as {node_name} (machine {id}) with this machine's system UUID {found}; it was deleted"
+    );
+    let evidence = json!({
+        "code": NODE_UUID_MISMATCH, "node_name": node_name, "system_uuid": found,
+        "registered_for": id, "registered_for_system_uuid": expected, "holder_name": holder_name,
+    });
+    custody::append(conn, key, holder, Some(state), state, WORKER_ACTOR, &reason, &evidence).await?;
+    Ok(true)
+}
+
 /// Makes a provisioned machine `active` as node `node_name` (from `provisioning`, guarded).
 /// Returns how long that took from the machine's allocation; `None` when someone else moved the
 /// machine first (nothing written).

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::cluster::Taint;
 use crate::MachineId;
 
 /// What a run does.
@@ -82,11 +83,70 @@ pub struct AgentConfigView {
     pub nonce: String,
     /// When the run's tokens expire.
     pub expires_at: DateTime<Utc>,
-    /// The run's instructions: for a wipe [`WipeConfig`], for a provisioning boot the join
-    /// configuration (`api_endpoint`, `ca_cert`, `ca_cert_hash`, `bootstrap_token`, `node_name`,
-    /// `join`).
+    /// The run's instructions: for a wipe a [`WipeConfig`], for a provisioning boot a
+    /// [`ProvisionConfig`].
+    pub config: AgentRunConfig,
+}
+
+/// A run's instructions, by its purpose (the JSON has no tag: the view's `purpose` says which).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum AgentRunConfig {
+    /// A wipe's drives.
+    Wipe(WipeConfig),
+    /// A provisioning boot's installation and join.
+    Provision(ProvisionConfig),
+}
+
+impl AgentRunConfig {
+    /// The purpose these instructions are for.
+    pub fn purpose(&self) -> AgentPurpose {
+        match self {
+            Self::Wipe(_) => AgentPurpose::Wipe,
+            Self::Provision(_) => AgentPurpose::Provision,
+        }
+    }
+}
+
+/// The `config` of a provisioning boot: the node OS image to install (its digest), the tenant API
+/// server to join, how to trust it (kubeadm's token discovery: the CA pin) and the node's name
+/// and taints. The bootstrap token is a secret: `Debug` leaves it out.
+#[derive(Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ProvisionConfig {
+    /// The name the node registers with.
+    pub node_name: String,
+    /// The tenant API server: `https://host:port`.
+    pub api_endpoint: String,
+    /// PEM of the tenant cluster's CA, as paddock knows it (the installer trusts only the CA whose
+    /// SubjectPublicKeyInfo matches `ca_cert_hash`, found by discovery).
+    pub ca_cert: String,
+    /// kubeadm's CA pin: `sha256:` and the hex SHA-256 of the CA's SubjectPublicKeyInfo.
+    pub ca_cert_hash: String,
+    /// The bootstrap token, `<id>.<secret>`.
+    pub bootstrap_token: String,
+    /// The taints the node registers with (its pool's).
+    #[serde(default)]
+    pub node_taints: Vec<Taint>,
+    /// SHA-256 (hex) of the node OS image (`PADDOCK_OS_IMAGE_SHA256`): the installer installs
+    /// nothing from a boot medium of another digest.
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    pub os_image_sha256: String,
+    /// The cluster driver's whole join configuration (what a simulated machine reads).
+    #[serde(default)]
     #[schema(value_type = Object)]
-    pub config: serde_json::Value,
+    pub join: serde_json::Value,
+}
+
+impl std::fmt::Debug for ProvisionConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProvisionConfig")
+            .field("node_name", &self.node_name)
+            .field("api_endpoint", &self.api_endpoint)
+            .field("ca_cert_hash", &self.ca_cert_hash)
+            .field("node_taints", &self.node_taints)
+            .field("os_image_sha256", &self.os_image_sha256)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The `config` of a wipe: every drive the BMC listed, with what it reported of each.
@@ -120,7 +180,7 @@ pub enum MatchBasis {
 }
 
 /// A drive as the running kernel sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DriveIdentity {
     /// Model.
@@ -221,6 +281,23 @@ pub struct AgentReport {
     #[serde(default)]
     #[schema(max_items = 1024)]
     pub devices: Vec<BlockDevice>,
+    /// Why the run failed, when the agent knows (a provisioning boot names each refusal); absent
+    /// on success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<AgentFailure>,
+}
+
+/// Why a run failed, as the agent names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentFailure {
+    /// A stable snake_case reason: for a provisioning boot `os_image_digest_mismatch`,
+    /// `discovery_failed`, `ca_pin_mismatch`, `no_target_disk`, `install_failed`.
+    #[schema(min_length = 1, max_length = 64, pattern = "^[a-z][a-z0-9_]*$")]
+    pub code: String,
+    /// What went wrong.
+    #[schema(max_length = 1024)]
+    pub message: String,
 }
 
 /// What a block device is, from the kernel's view of how it is attached (never from what it

@@ -80,7 +80,8 @@ pub struct OperationView {
     pub tenant_id: Option<TenantId>,
     /// Progress.
     pub state: OperationState,
-    /// Steps so far.
+    /// The operation's whole step plan, in order, from the moment it is accepted (every step
+    /// `pending` then), each step with its progress.
     pub steps: Vec<OperationStep>,
     /// Name of the step being carried out.
     pub current_step: Option<String>,

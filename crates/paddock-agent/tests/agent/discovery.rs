@@ -156,11 +156,12 @@ fn a_second_seed_on_virtual_media_fails_naming_both() {
 fn the_image_is_the_virtual_cd_never_a_disks_labelled_volume() {
     let (host, image) = planted_host();
     let found = seed::find(&host.roots).expect("the seed");
-    let sha = device::image_sha256(&host.roots, &found.device).expect("the image digest");
+    let medium = device::boot_medium(&host.roots, &found.device).expect("the boot medium");
+    let sha = device::image_sha256(&medium).expect("the image digest");
     assert_eq!(sha, digest(&image), "the CD's image, not vdc2's PADDOCK_WIPE volume");
     // A second ISO on virtual media besides the seed: which one the agent booted is unknown.
     fs::write(host.node("sdb"), labelled_iso("OTHER", 5)).expect("a second image");
-    let err = format!("{:#}", device::image_sha256(&host.roots, &found.device).expect_err("two images"));
+    let err = format!("{:#}", device::boot_medium(&host.roots, &found.device).expect_err("two images"));
     assert!(err.contains(&host.node("sdb").display().to_string()) && err.contains("sr0"), "{err}");
 }
 

@@ -224,7 +224,7 @@ async fn bootstrap_certificate(bootstrap: &Client, token: &str, node: &str) -> (
 }
 
 /// An ECDSA P-256 key (SEC1 PEM, as the kubelet writes it) and a CSR for CN `cn`, O `system:nodes`.
-fn key_and_csr(dir: &Path, cn: &str) -> (String, String) {
+pub fn key_and_csr(dir: &Path, cn: &str) -> (String, String) {
     let (key, csr) = (dir.join("key.pem"), dir.join("csr.pem"));
     let script = format!(
         "openssl ecparam -name prime256v1 -genkey -noout -out '{}' && \

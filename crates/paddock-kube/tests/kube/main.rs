@@ -6,7 +6,8 @@
 //! ids, hence fresh namespaces). `faults::a_stopped_api_server_gives_a_transient_error`,
 //! `kamaji::*` and `stack::*` (the real upstream stack manifests have fixed, partly cluster-scoped
 //! names) get their own API server, named after the test; `control_plane::*` share one with the
-//! Kamaji CRDs installed. `chart::*` render the Helm chart with `scripts/helm`. `nodes::*` use the shared API server as a tenant cluster.
+//! Kamaji CRDs installed. `chart::*` render the Helm chart with `scripts/helm`.
+//! `nodes::*` and `drain::*` use the shared API server as a tenant cluster.
 //! `operator::*` runs the real Slinky slurm-operator (`PADDOCK_TEST_SLURM_OPERATOR`) on its own API
 //! server with the workload controllers and the kube-scheduler. `workloads::*` get their own API server
 //! with the harness's workload controllers and real kube-scheduler (`support::WORKLOADS`). `join::*`
@@ -23,6 +24,7 @@ mod played;
 mod chart;
 mod control_plane;
 mod credentials;
+mod drain;
 mod faults;
 mod isolation;
 mod join;

@@ -54,7 +54,7 @@ pub(crate) fn machine() -> NodeRef {
 }
 
 /// Plays the kubelet: registers a Node named `name` reporting `system_uuid`, then its readiness.
-async fn register(client: &Client, name: &str, system_uuid: &str, ready: bool) -> Node {
+pub(crate) async fn register(client: &Client, name: &str, system_uuid: &str, ready: bool) -> Node {
     let nodes: Api<Node> = Api::all(client.clone());
     let node = Node {
         metadata: ObjectMeta {

@@ -13,7 +13,7 @@ use paddock_service::Services;
 use paddock_sim::{system_uuid, MachineFault, SimConfig, SimWorld};
 use paddock_store::Store;
 use paddock_testkit::{admin, eventually, TestApp, TEST_SECRET};
-use paddock_types::agent::AgentPurpose;
+use paddock_types::agent::{AgentPurpose, AgentRunConfig};
 use paddock_types::MachineId;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -76,7 +76,13 @@ impl Harness {
     /// Issues a run's tokens and boots the sim machine with its seed, as the worker does; returns
     /// the seed token.
     async fn boot(&self, name: &str, machine: MachineId, purpose: AgentPurpose, config: Value) -> SecretString {
-        let run = AgentRun { machine_id: machine, run_id: Uuid::now_v7(), purpose, config };
+        let config = match purpose {
+            AgentPurpose::Wipe => AgentRunConfig::Wipe(serde_json::from_value(config).expect("a wipe's config")),
+            AgentPurpose::Provision => {
+                AgentRunConfig::Provision(serde_json::from_value(config).expect("a provisioning boot's config"))
+            }
+        };
+        let run = AgentRun { machine_id: machine, run_id: Uuid::now_v7(), config };
         let token = self.services.agent_token_issue(&run, Duration::from_secs(600)).await.expect("token");
         self.boot_with(name, &token).await;
         token
@@ -203,7 +209,8 @@ async fn an_unreachable_api_is_retried() {
     let machine = h.enroll("w4").await;
     // A seed pointing at a closed port: the boot stays due.
     let config = h.wipe_config("w4").await;
-    let run = AgentRun { machine_id: machine, run_id: Uuid::now_v7(), purpose: AgentPurpose::Wipe, config };
+    let config = AgentRunConfig::Wipe(serde_json::from_value(config).expect("a wipe's config"));
+    let run = AgentRun { machine_id: machine, run_id: Uuid::now_v7(), config };
     let token = h.services.agent_token_issue(&run, Duration::from_secs(600)).await.expect("token");
     let media = BootMedia {
         image_url: "https://images.example/wipe.iso".to_owned(),
@@ -234,8 +241,14 @@ async fn a_provisioned_machine_joins_its_cluster() {
     kube.control_plane.ensure_control_plane(&spec).await.expect("control plane");
     let n = node_of("p1");
     let join = kube.nodes.join_config(&t, &n, 600).await.expect("join config");
-    // However the worker wraps the join configuration, the installer finds it.
-    h.boot("p1", machine, AgentPurpose::Provision, json!({"join": join.0})).await;
+    // The simulated machine finds the driver's join configuration under `join`.
+    let j = &join.0;
+    let config = json!({
+        "node_name": n.node_name, "api_endpoint": j["api_endpoint"], "ca_cert": j["ca_cert"],
+        "ca_cert_hash": j["ca_cert_hash"], "bootstrap_token": j["bootstrap_token"],
+        "os_image_sha256": "0".repeat(64), "join": j,
+    });
+    h.boot("p1", machine, AgentPurpose::Provision, config).await;
 
     // The agent as the worker runs it: a long-running task with a shutdown signal.
     let (stop, shutdown) = tokio::sync::watch::channel(false);

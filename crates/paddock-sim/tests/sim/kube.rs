@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use paddock_domain::bmc::AfterBoot;
-use paddock_domain::driver::{ControlPlaneSpec, Removal, ServiceType, SlurmDesired, SlurmPool, SlurmSecrets};
+use paddock_domain::driver::{
+    ControlPlaneSpec, Drain, NodeRef, Removal, ServiceType, SlurmDesired, SlurmPool, SlurmSecrets,
+};
 use paddock_domain::secret::SecretString;
 use paddock_sim::{system_uuid, ClusterFault, MachineFault, SimConfig};
 use paddock_types::cluster::SlurmSpec;
@@ -177,6 +179,11 @@ async fn nodes_register_on_disk_boot_and_turn_ready() {
     assert!(status.ready);
     let nodes = world.nodes(c.cluster_id).await.expect("nodes");
     assert_eq!(nodes[0].labels["pool"], "gpu", "labels converged to the pool's");
+    assert_eq!(kube.nodes.drain_node(&t, &n).await.expect("drain"), Drain::Drained, "simulated Nodes run no pods");
+    assert_eq!(kube.nodes.foreign_node(&t, &n).await.expect("foreign node"), None, "its own UUID");
+    // Seen from a machine expecting that name with another UUID, the Node is foreign.
+    let expecting = NodeRef { system_uuid: system_uuid("w9"), ..n.clone() };
+    assert_eq!(kube.nodes.foreign_node(&t, &expecting).await.expect("foreign node"), Some(system_uuid("w1")));
 
     // Powered off: NotReady; removed: gone, and removing again is fine.
     world.bmc().power_off(&a).await.expect("off");

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BootMedia, BoxFuture, Inventory, OutOfBandErase};
 use paddock_domain::driver::{
-    ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, DriverError, Isolation, JoinConfig,
+    ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, Drain, DriverError, Isolation, JoinConfig,
     KubeDrivers, NodeRef, NodeStatus, PlatformDriver, Removal, SlurmDesired, SlurmDriver, SlurmStatus, StackStatus,
     TenantAccess, TenantCredentials, TenantNodes, TenantStack,
 };
@@ -193,6 +193,20 @@ impl TenantNodes for TenantStandIn {
                 .get(&node.system_uuid.to_ascii_lowercase())
                 .map(|name| NodeStatus { name: name.clone(), ready: true }))
         })
+    }
+
+    /// The stand-in's Nodes run no pods.
+    fn drain_node<'a>(&'a self, _: &'a TenantAccess, _: &'a NodeRef) -> BoxFuture<'a, Result<Drain, DriverError>> {
+        Box::pin(async { Ok(Drain::Drained) })
+    }
+
+    /// Nodes are keyed by system UUID here: none can hold another machine's name.
+    fn foreign_node<'a>(
+        &'a self,
+        _: &'a TenantAccess,
+        _: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<Option<String>, DriverError>> {
+        Box::pin(async { Ok(None) })
     }
 
     fn remove_node<'a>(
@@ -752,8 +766,11 @@ async fn a_machine_goes_through_its_whole_lifecycle_on_the_emulator() {
     let config = b.agent_config(&token2).await;
     assert_eq!(config["purpose"], "provision");
     assert_eq!(config["config"]["join"]["api_server"], "10.0.0.1:6443");
-    // The join configuration the contract names, at the top of `config`.
-    assert_eq!(config["config"]["api_endpoint"], "10.0.0.1:6443");
+    // The join configuration the contract names, at the top of `config`: the endpoint as a URL,
+    // and the node OS image's digest the installer checks its boot medium against.
+    assert_eq!(config["config"]["api_endpoint"], "https://10.0.0.1:6443");
+    assert_eq!(config["config"]["os_image_sha256"], crate::agent::image_sha256());
+    assert_eq!(config["config"]["node_taints"], json!([]));
     assert_eq!(config["config"]["bootstrap_token"], "abcdef.0123456789abcdef");
     assert!(config["config"]["ca_cert"].as_str().is_some_and(|c| c.starts_with("-----BEGIN CERTIFICATE-----")));
     assert!(config["config"]["ca_cert_hash"].as_str().is_some_and(|h| h.starts_with("sha256:")));

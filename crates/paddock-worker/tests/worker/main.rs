@@ -22,6 +22,7 @@ mod queue;
 #[path = "../../../paddock-redfish/tests/support/recorded.rs"]
 #[allow(dead_code)]
 mod recorded;
+mod release;
 mod reseal;
 mod support;
 mod worker;

@@ -52,6 +52,7 @@ async fn enqueue_commits_with_the_state_change_that_needs_it() {
             tenant_id: None,
             target_generation: 1,
             supersedes: &[],
+            context: Default::default(),
         };
         paddock_store::operation::insert(&mut tx, &new).await.expect("operation").id
     };

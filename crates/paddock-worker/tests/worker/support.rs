@@ -93,6 +93,7 @@ pub async fn operation(store: &Store, kind: &str, target: Uuid) -> OperationId {
         tenant_id: None,
         target_generation: 1,
         supersedes: &[],
+        context: Default::default(),
     };
     operation::insert(&mut conn, &new).await.expect("operation").id
 }

@@ -68,7 +68,8 @@ impl ClusterReconciler {
         }
         for pool in &plan.gone_pools {
             node_pool::mark_deleted(&mut tx, cluster.tenant_id, *pool).await?;
-            operation::succeed(&mut tx, pool.uuid(), None, &[]).await?;
+            operation::succeed(&mut tx, pool.uuid(), None, &[operation::done(operation::step::RELEASE_MACHINES)])
+                .await?;
         }
         let (waiting, allocated) = if plan.needs.is_empty() {
             observed.set(MACHINES_ALLOCATED, true, "Allocated", "");

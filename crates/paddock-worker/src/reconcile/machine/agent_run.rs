@@ -7,7 +7,7 @@ use paddock_service::agent::AgentRun;
 use paddock_store::lifecycle;
 use paddock_store::run::{self, Run};
 use paddock_store::StoreError;
-use paddock_types::agent::AgentPurpose;
+use paddock_types::agent::{AgentPurpose, AgentRunConfig};
 use paddock_types::machine::MachineState;
 
 use crate::metrics::{self};
@@ -18,19 +18,18 @@ use super::{MachineReconciler, Step, POWERING};
 impl MachineReconciler {
     /// Issues the run's token and boots the machine from `image` with the run's seed; then
     /// records the boot. The tokens of an earlier boot of the same run end first.
-    #[expect(clippy::too_many_arguments, reason = "one boot: the machine, its BMC, its run and what it boots")]
     pub(super) async fn boot(
         &self,
         bmc: &dyn BmcDriver,
         m: &Machine,
         access: &BmcAccess,
         run: &Run,
-        purpose: AgentPurpose,
-        config: serde_json::Value,
+        config: AgentRunConfig,
         image_url: String,
     ) -> Step {
+        let purpose = config.purpose();
         // Issuing the boot's token ends the unused ones of the run's earlier boots.
-        let agent_run = AgentRun { machine_id: m.id, run_id: run.run_id, purpose, config };
+        let agent_run = AgentRun { machine_id: m.id, run_id: run.run_id, config };
         let seed_token = match self.services.agent_token_issue(&agent_run, self.settings.agent_token_ttl).await {
             Ok(t) => t,
             Err(e) => return Step::Stop(Outcome::retry("agent_token", format!("issuing the run's token failed: {e}"))),

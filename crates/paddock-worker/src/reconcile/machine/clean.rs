@@ -6,7 +6,7 @@ use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, PowerProgress};
 use paddock_domain::model::Machine;
 use paddock_store::lifecycle;
 use paddock_store::run::{self, Run, RunPurpose, RunReport};
-use paddock_types::agent::{AgentPurpose, WipeConfig, WipeDrive};
+use paddock_types::agent::{AgentRunConfig, WipeConfig, WipeDrive};
 use paddock_types::machine::MachineState;
 use serde_json::json;
 
@@ -65,11 +65,7 @@ impl MachineReconciler {
             let message = "no wipe image is configured (PADDOCK_WIPE_IMAGE_URL); the machine waits in cleaning";
             return self.wait_for_fix(m, "wipe_image_not_configured", message).await;
         };
-        let config = match serde_json::to_value(WipeConfig { drives }) {
-            Ok(c) => c,
-            Err(e) => return Step::Stop(Outcome::retry("agent_config", format!("encoding the wipe's drives: {e}"))),
-        };
-        self.boot(bmc, m, access, run, AgentPurpose::Wipe, config, image).await
+        self.boot(bmc, m, access, run, AgentRunConfig::Wipe(WipeConfig { drives }), image).await
     }
 
     /// Booted, no report yet: waits for the boot's power-on, then for the agent until its token

@@ -2,8 +2,10 @@
 
 use paddock_domain::bmc::{check_against_class, inventory_json, BmcDriver, Inventory};
 use paddock_domain::model::Machine;
+use paddock_store::operation::step::{INSPECT, RECORD_INVENTORY};
 use paddock_store::{machine, machine_class, Conn, StoreError};
 use paddock_types::machine::MachineState;
+use paddock_types::operation::OperationState;
 
 use super::{MachineReconciler, Step};
 
@@ -19,7 +21,9 @@ impl MachineReconciler {
             Ok(inv) => inv,
             Err(e) => return self.bmc_failed(m, e).await,
         };
+        let read = [(INSPECT, OperationState::Succeeded), (RECORD_INVENTORY, OperationState::Running)];
         let result = async {
+            self.report(m, &read).await?;
             let mut conn = self.services.store().conn().await?;
             self.record_inspection(&mut conn, m, &inventory).await
         }

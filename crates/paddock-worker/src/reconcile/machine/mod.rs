@@ -16,25 +16,28 @@
 //! at the BMC (a repeated boot restarts the run's boot with a new token).
 //!
 //! Allocation is the cluster reconciler's (all or nothing, in one transaction); so is the start of
-//! a release (`releasing`). From there this reconciler drains and removes the node, powers the
-//! machine off and ends the tenancy in `cleaning`, which wipes it again before anyone else gets it.
+//! a release (`releasing`). From there this reconciler drains the node (Slurm, then the Node by
+//! eviction), powers the machine off, deletes the Node, its Lease and the machine's bootstrap
+//! tokens, and ends the tenancy in `cleaning`, which wipes it again before anyone else gets it.
 //! A release that outlasts `PADDOCK_RELEASE_TIMEOUT`, or one an operator forces, is forced: the
-//! forcing is recorded (billing stops there), the machine powered off, its Node and Lease deleted
-//! best effort, and it goes on to cleaning (to maintenance, `release_power_off_failed`, when the
-//! power-off fails).
+//! forcing is recorded (billing stops there), the machine powered off, its Node, Lease and tokens
+//! deleted best effort, and it goes on to cleaning (to maintenance, `release_power_off_failed`,
+//! when the power-off fails).
 //! Operator intents: `maintenance_reason` set = take it out of service (a machine that holds a
 //! tenancy is released first), cleared while in maintenance = leave through cleaning;
 //! `retire_requested` = retire once it is available, in maintenance or clean_failed.
 //!
 //! The steps live beside their part of the lifecycle: `intent` (operator intents), `inspect`,
 //! `clean` (the wipe), `provision`, `release`, and the pieces they share: `agent_run` (agent runs and
-//! their boots) and `failure` (driver and store failures recorded on the machine).
+//! their boots), `failure` (driver and store failures recorded on the machine) and `progress`
+//! (where the machine is in its operation's step plan, reported before every step).
 
 mod agent_run;
 mod clean;
 mod failure;
 mod inspect;
 mod intent;
+mod progress;
 mod provision;
 mod release;
 
@@ -159,6 +162,9 @@ impl MachineReconciler {
                 }
             };
             let (current, run) = current;
+            if let Err(e) = self.report(&current, &progress::position(&current, run.as_ref())).await {
+                return store_error(e);
+            }
             match self.step(bmc, &current, run).await {
                 Step::Stop(outcome) => return outcome,
                 Step::Again => {}

@@ -7,9 +7,9 @@ use paddock_domain::driver::{KubeDrivers, NodeRef, TenantAccess};
 use paddock_domain::model::Machine;
 use paddock_store::lifecycle;
 use paddock_store::run::{self, Run, RunPurpose};
-use paddock_types::agent::AgentPurpose;
+use paddock_types::agent::{AgentRunConfig, ProvisionConfig};
 use paddock_types::machine::MachineState;
-use serde_json::json;
+use serde_json::Value;
 
 use crate::metrics::{self};
 use crate::reconcile::{DRIVER_NOT_CONFIGURED, DRIVER_WAIT};
@@ -61,8 +61,12 @@ impl MachineReconciler {
                 Ok(j) => j,
                 Err(e) => return self.driver_failed(m, e).await,
             };
-            let config = provision_config(&node.node_name, join.0);
-            return self.boot(bmc, m, &access, &run, AgentPurpose::Provision, config, image).await;
+            let os_image_sha256 = self.services.agent_settings().os_image_sha256.clone();
+            let config = match provision_config(&node, join.0, os_image_sha256) {
+                Ok(c) => c,
+                Err(why) => return self.provision_failed(m, "join_config_invalid", &why).await,
+            };
+            return self.boot(bmc, m, &access, &run, AgentRunConfig::Provision(config), image).await;
         };
         let report = run.report.clone();
         let Some(report) = report else {
@@ -121,6 +125,11 @@ impl MachineReconciler {
         node: &NodeRef,
         finished_at: DateTime<Utc>,
     ) -> Step {
+        match kube.nodes.foreign_node(tenant_access, node).await {
+            Ok(None) => {}
+            Ok(Some(found)) => return self.foreign_node(m, kube, tenant_access, node, &found).await,
+            Err(e) => return self.driver_failed(m, e).await,
+        }
         let registered = match kube.nodes.node(tenant_access, node).await {
             Ok(found) => found,
             Err(e) => return self.driver_failed(m, e).await,
@@ -169,6 +178,46 @@ impl MachineReconciler {
         }
     }
 
+    /// A Node registered under the machine's node name with system UUID `found`, another
+    /// machine's (docs/security.md): the run fails `provision_failed` with `node_uuid_mismatch`,
+    /// recorded on this machine's ledger and on that of the machine holding `found`, then the Node
+    /// is deleted (the release deletes it too, by name, if this does not get through).
+    async fn foreign_node(
+        &self,
+        m: &Machine,
+        kube: &KubeDrivers,
+        tenant_access: &TenantAccess,
+        node: &NodeRef,
+        found: &str,
+    ) -> Step {
+        let (id, version, holder) = (m.id, m.status_version, m.tenant_id.zip(m.cluster_id));
+        let (node_name, expected, found) = (node.node_name.clone(), node.system_uuid.clone(), found.to_owned());
+        tracing::warn!(
+            machine.id = %m.id,
+            "node {node_name} registered with system UUID {found}, not machine {}'s {expected}", m.id
+        );
+        let step = self
+            .guarded(m.id, move |c, k| {
+                async move {
+                    let mismatch =
+                        lifecycle::UuidMismatch { node_name: &node_name, expected: &expected, found: &found };
+                    let failed = lifecycle::fail_node_uuid_mismatch(c, k, id, version, &mismatch).await?;
+                    if let (true, Some((tenant, cluster))) = (failed, holder) {
+                        lifecycle::enqueue_cluster(c, tenant, cluster).await?;
+                    }
+                    Ok(failed)
+                }
+                .boxed()
+            })
+            .await;
+        if let Err(e) = kube.nodes.remove_node(tenant_access, node).await {
+            metrics::driver_failed(metrics::Driver::Kube, &e.code);
+            let name = &node.node_name;
+            tracing::warn!(machine.id = %m.id, error = %e, "the foreign node {name} is left to the release");
+        }
+        step
+    }
+
     pub(super) async fn provision_failed(&self, m: &Machine, code: &str, message: &str) -> Step {
         let (id, state, version, holder) = (m.id, m.state, m.status_version, m.tenant_id.zip(m.cluster_id));
         let (code, message) = (code.to_owned(), message.to_owned());
@@ -188,14 +237,28 @@ impl MachineReconciler {
     }
 }
 
-/// A provisioning boot's `config` (docs/security.md): the join configuration's contract keys at the
-/// top (`api_endpoint`, `ca_cert`, `ca_cert_hash`, `bootstrap_token`), the node's name, and the
-/// driver's whole join configuration under `join`.
-fn provision_config(node_name: &str, join: serde_json::Value) -> serde_json::Value {
-    let mut config = json!({ "node_name": node_name });
-    for key in ["api_endpoint", "ca_cert", "ca_cert_hash", "bootstrap_token"] {
-        config[key] = join[key].clone();
-    }
-    config["join"] = join;
-    config
+/// A provisioning boot's `config` (docs/security.md): the join configuration's contract keys
+/// (`api_endpoint`, `ca_cert`, `ca_cert_hash`, `bootstrap_token`), the node's name and taints,
+/// the digest of the node OS image the installer must be booted from (`PADDOCK_OS_IMAGE_SHA256`),
+/// and the driver's whole join configuration under `join`. `Err` names a missing key.
+fn provision_config(node: &NodeRef, join: Value, os_image_sha256: String) -> Result<ProvisionConfig, String> {
+    let key = |k: &str| -> Result<String, String> {
+        match join[k].as_str().map(str::trim) {
+            Some(v) if !v.is_empty() => Ok(v.to_owned()),
+            _ => Err(format!("the cluster driver's join configuration lacks {k}")),
+        }
+    };
+    let endpoint = key("api_endpoint")?;
+    // The Kubernetes drivers name the API server `host:port`, as kubeadm's join does.
+    let api_endpoint = if endpoint.contains("://") { endpoint } else { format!("https://{endpoint}") };
+    Ok(ProvisionConfig {
+        node_name: node.node_name.clone(),
+        api_endpoint,
+        ca_cert: key("ca_cert")?,
+        ca_cert_hash: key("ca_cert_hash")?,
+        bootstrap_token: key("bootstrap_token")?,
+        node_taints: node.taints.clone(),
+        os_image_sha256,
+        join,
+    })
 }

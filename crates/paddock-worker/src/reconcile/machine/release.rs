@@ -1,11 +1,12 @@
-//! Release: drain, remove the node, power off, end the tenancy; forced when it takes too long.
+//! Release: drain (Slurm, then the Node by eviction), power off, remove the Node and its Lease and
+//! any bootstrap token left, end the tenancy; forced when it takes too long.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use paddock_domain::bmc::BmcDriver;
-use paddock_domain::driver::{KubeDrivers, NodeRef, Removal, TenantAccess};
+use paddock_domain::driver::{Drain, KubeDrivers, NodeRef, Removal, TenantAccess};
 use paddock_domain::model::Machine;
 use paddock_store::cluster;
 use paddock_store::lifecycle;
@@ -23,8 +24,9 @@ use super::{ttl, MachineReconciler, Step, RELEASE_POWER_OFF_FAILED};
 const ABANDON_BOUND: Duration = Duration::from_secs(30);
 
 impl MachineReconciler {
-    /// `releasing` / `provision_failed` -> `cleaning`: drain the Slurm node, remove the Node,
-    /// power off, end the tenancy. Every step checks its postcondition, so a repeat is harmless.
+    /// `releasing` / `provision_failed` -> `cleaning`: drain the Slurm node and the Node, power
+    /// off, remove the Node and its Lease and the machine's bootstrap tokens, end the tenancy.
+    /// Every step checks its postcondition, so a repeat is harmless.
     /// Bounded by `PADDOCK_RELEASE_TIMEOUT` (docs/architecture.md): after it, or at once when an
     /// operator asks, the release is forced ([`Self::force_release`]); nothing a tenant does
     /// inside its cluster can keep the machine out of cleaning.
@@ -59,18 +61,23 @@ impl MachineReconciler {
         }
     }
 
-    /// The release before its deadline: drain, remove the Node, power off, cleaning.
+    /// The release before its deadline (docs/architecture.md, "Release"): drain (Slurm first,
+    /// then the Node: cordoned, its pods evicted), power off, and only then delete the Node, its
+    /// Lease and any bootstrap token of the machine still there; cleaning. A repeat (the Node
+    /// still terminating) finds the Node cordoned and emptied and the machine off, so it goes
+    /// straight on; whatever it has to wait for, the deadline forces.
     async fn release_in_time(&self, bmc: &dyn BmcDriver, m: &Machine) -> Step {
-        if let Some(kube) = self.drivers.kube.clone() {
-            match self.tenant_side(m).await {
-                Ok(Some((tenant, node))) => {
-                    if let Some(step) = self.release_node(&kube, m, &tenant, &node).await {
-                        return step;
-                    }
-                }
-                // The control plane never came up (or is gone): no node to remove.
-                Ok(None) => {}
+        let tenant_side = match self.drivers.kube.clone() {
+            Some(kube) => match self.tenant_side(m).await {
+                Ok(found) => found.map(|side| (kube, side)),
                 Err(e) => return e.into(),
+            },
+            None => None,
+        };
+        // The control plane never came up (or is gone): no node to drain or remove.
+        if let Some((kube, (tenant, node))) = &tenant_side {
+            if let Some(step) = self.drain(kube, m, tenant, node).await {
+                return step;
             }
         }
         let access = match self.access(m) {
@@ -81,6 +88,11 @@ impl MachineReconciler {
         if access.system_uuid.is_some() {
             if let Err(e) = bmc.power_off(&access).await {
                 return self.bmc_failed(m, e).await;
+            }
+        }
+        if let Some((kube, (tenant, node))) = &tenant_side {
+            if let Some(step) = self.remove_node(kube, m, tenant, node).await {
+                return step;
             }
         }
         self.end_tenancy(m, None).await
@@ -118,8 +130,9 @@ impl MachineReconciler {
         }
     }
 
-    /// Deletes the machine's Node and its Lease, best effort and bounded in time: a tenant API
-    /// server that refuses or does not answer no longer holds the machine.
+    /// Deletes the machine's Node and its Lease, then its bootstrap tokens, best effort and
+    /// bounded in time: a tenant API server that refuses or does not answer no longer holds the
+    /// machine.
     async fn abandon_node(&self, m: &Machine) {
         let Some(kube) = self.drivers.kube.clone() else { return };
         let (tenant, node) = match self.tenant_side(m).await {
@@ -130,7 +143,11 @@ impl MachineReconciler {
                 return;
             }
         };
-        match tokio::time::timeout(ABANDON_BOUND, kube.nodes.abandon_node(&tenant, &node)).await {
+        let deletes = async {
+            let abandoned = kube.nodes.abandon_node(&tenant, &node).await;
+            abandoned.and(kube.nodes.delete_join_tokens(&tenant, &node).await)
+        };
+        match tokio::time::timeout(ABANDON_BOUND, deletes).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 metrics::driver_failed(Driver::Kube, &e.code);
@@ -173,14 +190,9 @@ impl MachineReconciler {
         .await
     }
 
-    /// Drains and removes the machine's node; `Some` to stop (waiting, or a failure).
-    async fn release_node(
-        &self,
-        kube: &KubeDrivers,
-        m: &Machine,
-        tenant: &TenantAccess,
-        node: &NodeRef,
-    ) -> Option<Step> {
+    /// Drains the machine's node (Slurm first, for a Slurm cluster, then the Node by eviction);
+    /// `Some` to stop (waiting, or a failure).
+    async fn drain(&self, kube: &KubeDrivers, m: &Machine, tenant: &TenantAccess, node: &NodeRef) -> Option<Step> {
         let slurm = {
             let mut conn = match self.services.store().conn().await {
                 Ok(c) => c,
@@ -202,11 +214,42 @@ impl MachineReconciler {
                 Err(e) => return Some(self.driver_failed(m, e).await),
             }
         }
-        match kube.nodes.remove_node(tenant, node).await {
-            Ok(Removal::Gone) => None,
-            Ok(Removal::Deleting) => {
-                Some(Step::Stop(Outcome::wait(self.settings.poll, "removing_node", "waiting for the node to go")))
+        match kube.nodes.drain_node(tenant, node).await {
+            Ok(Drain::Drained) => None,
+            Ok(Drain::Draining { leaving, blocked }) => {
+                let message = format!(
+                    "draining node {}: {leaving} pod(s) evicted and not gone yet, {blocked} held by a \
+                     PodDisruptionBudget",
+                    node.node_name
+                );
+                Some(Step::Stop(Outcome::wait(self.settings.poll, "draining_node", message)))
             }
+            Err(e) => Some(self.driver_failed(m, e).await),
+        }
+    }
+
+    /// Once the machine is off: deletes its Node and the Node's Lease, then any bootstrap token
+    /// of the machine still there; `Some` to stop (waiting, or a failure).
+    async fn remove_node(
+        &self,
+        kube: &KubeDrivers,
+        m: &Machine,
+        tenant: &TenantAccess,
+        node: &NodeRef,
+    ) -> Option<Step> {
+        match kube.nodes.remove_node(tenant, node).await {
+            Ok(Removal::Gone) => {}
+            Ok(Removal::Deleting) => {
+                return Some(Step::Stop(Outcome::wait(
+                    self.settings.poll,
+                    "removing_node",
+                    "waiting for the node to go",
+                )))
+            }
+            Err(e) => return Some(self.driver_failed(m, e).await),
+        }
+        match kube.nodes.delete_join_tokens(tenant, node).await {
+            Ok(()) => None,
             Err(e) => Some(self.driver_failed(m, e).await),
         }
     }
