@@ -5,14 +5,19 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	clientset "k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	scaleclient "k8s.io/client-go/scale"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/controller/daemon"
 	"k8s.io/kubernetes/pkg/controller/deployment"
+	"k8s.io/kubernetes/pkg/controller/disruption"
 	endpointcontroller "k8s.io/kubernetes/pkg/controller/endpoint"
 	endpointslicecontroller "k8s.io/kubernetes/pkg/controller/endpointslice"
 	"k8s.io/kubernetes/pkg/controller/job"
@@ -35,6 +40,9 @@ const (
 	ctrlStatefulSet = "statefulset" // StatefulSet -> Pods <name>-0, -1, ... and their PVCs
 	ctrlDaemonSet   = "daemonset"   // DaemonSet -> one Pod per eligible Node
 	ctrlJob         = "job"         // Job -> Pods
+	// PodDisruptionBudget status (disruptionsAllowed): without it every
+	// eviction of a budgeted pod is refused, as in no real cluster.
+	ctrlDisruption = "disruption"
 	// Service with a selector -> EndpointSlices / Endpoints of its ready pods.
 	ctrlEndpointSlice = "endpointslice"
 	ctrlEndpoints     = "endpoints"
@@ -47,7 +55,7 @@ const (
 
 // workloadControllers is the "workloads" group.
 var workloadControllers = []string{ctrlDeployment, ctrlReplicaSet, ctrlStatefulSet,
-	ctrlDaemonSet, ctrlJob, ctrlEndpointSlice, ctrlEndpoints, ctrlPVBinder, ctrlScheduler}
+	ctrlDaemonSet, ctrlJob, ctrlDisruption, ctrlEndpointSlice, ctrlEndpoints, ctrlPVBinder, ctrlScheduler}
 
 // Names of controller groups a request may use instead of single names.
 const (
@@ -100,6 +108,16 @@ func newWorkloadController(ctx context.Context, name string, cs clientset.Interf
 			return nil, err
 		}
 		return func() { jc.Run(ctx, concurrentJobSyncs) }, nil
+	case ctrlDisruption:
+		// As kube-controller-manager's policy.go builds it: a discovery-backed
+		// REST mapper and a scale client for the pods' controllers.
+		mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cs.Discovery()))
+		scales := scaleclient.New(cs.Discovery().RESTClient(), mapper, dynamic.LegacyAPIPathResolverFunc,
+			scaleclient.NewDiscoveryScaleKindResolver(cs.Discovery()))
+		dc := disruption.NewDisruptionController(ctx, core.Pods(), factory.Policy().V1().PodDisruptionBudgets(),
+			core.ReplicationControllers(), apps.ReplicaSets(), apps.Deployments(), apps.StatefulSets(),
+			cs, mapper, scales, cs.Discovery())
+		return func() { dc.Run(ctx) }, nil
 	case ctrlEndpointSlice:
 		esc := endpointslicecontroller.NewController(ctx, core.Pods(), core.Services(), core.Nodes(),
 			factory.Discovery().V1().EndpointSlices(), maxEndpointsPerSlice, cs, 0)

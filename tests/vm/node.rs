@@ -29,12 +29,12 @@ use paddock_redfish::{BmcLimiter, RedfishBmc};
 use paddock_service::agent::AgentSettings;
 use paddock_testkit::{skip, TestApp};
 use paddock_worker::reconcile::{ClusterReconciler, DriftCheck, Drivers, MachineReconciler, Settings};
-use paddock_worker::{JobHandler, Worker, WorkerConfig};
+use paddock_worker::JobHandler;
 use serde_json::{json, Value};
 use tokio::io::copy_bidirectional;
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::testbed::{NodePorts, Paddock, Testbed};
+use crate::testbed::{spawn_worker, NodePorts, Paddock, Testbed};
 
 /// Where a node VM's guest dials its tenant's API server (scripts/lib/vm-domains.py's door).
 pub const NODE_API_URL: &str = "https://10.0.2.100:6443";
@@ -321,7 +321,6 @@ impl NodeLab {
 /// The worker as `paddock worker` runs it: the machine and cluster reconcilers (and the drift
 /// check) on the real Redfish and Kubernetes drivers; stopped when the returned sender sends.
 fn run_worker(app: &TestApp, kube: KubeDrivers, settings: Settings) -> tokio::sync::watch::Sender<bool> {
-    let store = paddock_store::Store::from_pool(app.db.pool.clone());
     let bmc = Arc::new(RedfishBmc::new(BmcLimiter::new(4)));
     let drivers = Drivers { bmc: Some(bmc), kube: Some(kube) };
     let cluster = ClusterReconciler::new(app.services.clone(), drivers.clone(), settings.clone());
@@ -330,21 +329,5 @@ fn run_worker(app: &TestApp, kube: KubeDrivers, settings: Settings) -> tokio::sy
         Arc::new(DriftCheck(cluster.clone())),
         Arc::new(cluster),
     ];
-    let config = WorkerConfig {
-        poll_interval: Duration::from_millis(200),
-        backoff_base: Duration::from_millis(200),
-        backoff_cap: Duration::from_secs(5),
-        max_attempts: 1000,
-        ..WorkerConfig::default()
-    };
-    let worker = Worker::new(store, "vm-node-worker", handlers, config).expect("worker");
-    let (stop, mut stopped) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        worker
-            .run(async move {
-                let _ = stopped.changed().await;
-            })
-            .await
-    });
-    stop
+    spawn_worker(app, "vm-node-worker", handlers)
 }

@@ -249,27 +249,10 @@ impl Paddock {
             report_wait: Duration::from_secs(5),
             ..Settings::default()
         };
-        let store = paddock_store::Store::from_pool(app.db.pool.clone());
-        let bmc = Arc::new(RedfishBmc::new(BmcLimiter::new(4)));
-        let drivers = Drivers { bmc: Some(bmc), kube: None };
+        let drivers = Drivers { bmc: Some(Arc::new(RedfishBmc::new(BmcLimiter::new(4)))), kube: None };
         let handlers: Vec<Arc<dyn JobHandler>> =
             vec![Arc::new(MachineReconciler::new(app.services.clone(), drivers, settings))];
-        let config = WorkerConfig {
-            poll_interval: Duration::from_millis(200),
-            backoff_base: Duration::from_millis(200),
-            backoff_cap: Duration::from_secs(5),
-            max_attempts: 1000,
-            ..WorkerConfig::default()
-        };
-        let worker = Worker::new(store, "vm-worker", handlers, config).expect("worker");
-        let (stop, mut stopped) = tokio::sync::watch::channel(false);
-        tokio::spawn(async move {
-            worker
-                .run(async move {
-                    let _ = stopped.changed().await;
-                })
-                .await
-        });
+        let stop = spawn_worker(&app, "vm-worker", handlers);
         Paddock { app, stop }
     }
 
@@ -296,6 +279,29 @@ impl Paddock {
         assert_eq!(status, 200, "GET {path}: {body}");
         body
     }
+}
+
+/// Runs a worker with `handlers` on `app`'s database (polling quickly, retrying for as long as a
+/// test lasts); it stops when the returned sender sends.
+pub fn spawn_worker(app: &TestApp, name: &str, handlers: Vec<Arc<dyn JobHandler>>) -> tokio::sync::watch::Sender<bool> {
+    let store = paddock_store::Store::from_pool(app.db.pool.clone());
+    let config = WorkerConfig {
+        poll_interval: Duration::from_millis(200),
+        backoff_base: Duration::from_millis(200),
+        backoff_cap: Duration::from_secs(5),
+        max_attempts: 1000,
+        ..WorkerConfig::default()
+    };
+    let worker = Worker::new(store, name, handlers, config).expect("worker");
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        worker
+            .run(async move {
+                let _ = stopped.changed().await;
+            })
+            .await
+    });
+    stop
 }
 
 pub fn client() -> reqwest::Client {

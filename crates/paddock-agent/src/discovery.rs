@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine;
 use hmac::{Hmac, Mac};
+use paddock_types::der;
 use sha2::{Digest, Sha256};
 use ureq::tls::{RootCerts, TlsConfig};
 
 use crate::client::ca_certs;
-use crate::der;
 use crate::install::Failure;
 
 /// How long discovery keeps trying while the API server is unreachable or has not signed

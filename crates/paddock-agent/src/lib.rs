@@ -6,7 +6,6 @@
 //! boot installs the node OS image and its join configuration instead ([`install`]).
 
 pub mod client;
-mod der;
 pub mod device;
 pub mod discovery;
 pub mod erase;

@@ -30,7 +30,6 @@
 mod access;
 pub mod apply;
 pub mod credentials;
-mod der;
 pub mod drain;
 mod driver;
 mod error;

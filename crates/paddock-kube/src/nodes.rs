@@ -51,13 +51,13 @@ use paddock_domain::driver::{
     BoxFuture, Drain, DriverError, JoinConfig, NodeRef, NodeStatus, Removal, TenantAccess, TenantNodes,
 };
 use paddock_types::cluster::Taint;
+use paddock_types::der;
 use paddock_types::ClusterId;
 use rand::Rng;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tracing::{debug, info, instrument};
 
-use crate::der;
 use crate::isolation::MANAGER;
 use crate::KubeError;
 

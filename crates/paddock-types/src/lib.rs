@@ -7,6 +7,7 @@ pub mod agent;
 pub mod audit;
 pub mod cluster;
 pub mod custody;
+pub mod der;
 pub mod id;
 pub mod machine;
 pub mod machine_class;

@@ -1,5 +1,7 @@
 //! Just enough DER (X.690) to find an X.509 certificate's SubjectPublicKeyInfo (RFC 5280 4.1),
-//! whose SHA-256 is kubeadm's CA pin (`--discovery-token-ca-cert-hash sha256:<hex>`).
+//! whose SHA-256 is kubeadm's CA pin (`--discovery-token-ca-cert-hash sha256:<hex>`): paddock
+//! computes the pin it hands a machine with it, and the machine's installer checks the API
+//! server's CA against that pin with it (no X.509 crate in the agent's initramfs binary).
 //!
 //! ```text
 //! Certificate ::= SEQUENCE { tbsCertificate TBSCertificate, signatureAlgorithm, signatureValue }
@@ -54,7 +56,7 @@ fn expect<'a>(input: &'a [u8], tag: u8, what: &'static str) -> Result<Tlv<'a>, &
 }
 
 /// The DER of the certificate's SubjectPublicKeyInfo (the whole SEQUENCE, as kubeadm hashes it).
-pub(crate) fn subject_public_key_info(cert: &[u8]) -> Result<&[u8], &'static str> {
+pub fn subject_public_key_info(cert: &[u8]) -> Result<&[u8], &'static str> {
     let certificate = expect(cert, TAG_SEQUENCE, "not a certificate (no outer SEQUENCE)")?;
     let tbs = expect(certificate.contents, TAG_SEQUENCE, "not a certificate (no TBSCertificate)")?;
     let mut fields = tbs.contents;
