@@ -1,7 +1,7 @@
 //! The node OS image `scripts/node-image` built (`PADDOCK_TEST_NODE_IMAGE`, the ISO, with the
 //! SHA-256 it printed in `PADDOCK_TEST_NODE_IMAGE_SHA256`, disk.img and manifest.txt beside it;
 //! `scripts/test` builds it, twice and compared on a fresh build): the ISO is what its digest says
-//! and carries `/node/disk.img` as NODE-CONTRACT lays it out, and disk.img boots from the BIOS
+//! and carries `/node/disk.img` as images/node/README.md lays it out, and disk.img boots from the BIOS
 //! into containerd with the pause image, then the kubelet or the "no join archive" line
 //! (`images/node/smoke-boot`, QEMU with TCG).
 
