@@ -39,7 +39,6 @@ use std::sync::Mutex;
 
 use base64::Engine;
 use futures::FutureExt;
-use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::chrono::{Duration as ChronoDuration, SecondsFormat, Utc};
@@ -58,6 +57,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tracing::{debug, info, instrument};
 
+use crate::csr;
 use crate::isolation::MANAGER;
 use crate::KubeError;
 
@@ -83,19 +83,6 @@ const MAX_TTL_SECONDS: u64 = 366 * 24 * 3600;
 
 /// The alphabet of token ids and secrets (`[a-z0-9]`, as the bootstrap token format requires).
 const TOKEN_ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-
-/// Whether `csr` asks for a certificate of `subject`: its requester (a node renewing its own), or
-/// the subject inside its PKCS#10 request (the bootstrap request, made with the bootstrap token).
-fn requests_for(csr: &CertificateSigningRequest, subject: &str) -> bool {
-    if csr.spec.username.as_deref() == Some(subject) {
-        return true;
-    }
-    let pem = String::from_utf8_lossy(&csr.spec.request.0);
-    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
-    base64::engine::general_purpose::STANDARD
-        .decode(body.trim())
-        .is_ok_and(|der| der.windows(subject.len()).any(|w| w == subject.as_bytes()))
-}
 
 /// The labels paddock puts on the Node of `node`: the pool's, its name and the machine id.
 pub fn node_labels(node: &NodeRef) -> BTreeMap<String, String> {
@@ -233,7 +220,6 @@ fn random_token_part(len: usize) -> String {
 
 /// `der` as a PEM block with `label`, 64 characters a line.
 fn pem(label: &str, der: &[u8]) -> String {
-    use base64::Engine;
     let body = base64::engine::general_purpose::STANDARD.encode(der);
     let lines: Vec<&str> = body.as_bytes().chunks(64).filter_map(|l| std::str::from_utf8(l).ok()).collect();
     format!("-----BEGIN {label}-----\n{}\n-----END {label}-----\n", lines.join("\n"))
@@ -560,37 +546,10 @@ impl KubeTenantNodes {
         let removal = self.delete_nodes(tenant, node).await?;
         if removal == Removal::Gone {
             self.delete_lease(tenant, node).await?;
-            self.delete_csrs(tenant, node).await?;
+            let tc = self.tenant(tenant).await?;
+            csr::delete_of_node(&tc.client, node).await?;
         }
         Ok(removal)
-    }
-
-    /// Deletes the certificate signing requests of the machine's node: its kubelet's client
-    /// certificate requests, the bootstrap one and the renewals (their subject is
-    /// `system:node:<name>`). The certificates they carry name the node, and the cluster keeps
-    /// approved requests for an hour: nothing of the machine's stay outlives its release.
-    async fn delete_csrs(&self, tenant: &TenantAccess, node: &NodeRef) -> Result<(), KubeError> {
-        let tc = self.tenant(tenant).await?;
-        let csrs: Api<CertificateSigningRequest> = Api::all(tc.client.clone());
-        let list = csrs
-            .list(&ListParams::default())
-            .await
-            .map_err(|source| KubeError::api("list", "CertificateSigningRequest", "*", source))?;
-        let subject = format!("system:node:{}", node.node_name);
-        for csr in list.items.iter().filter(|c| requests_for(c, &subject)) {
-            let name = csr.metadata.name.clone().unwrap_or_default();
-            match csrs.delete(&name, &DeleteParams::default()).await {
-                // Someone else finished the job in between.
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
-                Err(source) => return Err(KubeError::api("delete", "CertificateSigningRequest", name, source)),
-                Ok(_) => info!(
-                    node.name = %node.node_name,
-                    "deleted certificate signing request {name} of machine {}",
-                    node.machine_id
-                ),
-            }
-        }
-        Ok(())
     }
 
     /// Deletes the machine's Nodes ([`Self::remove_node`] without the Lease).
