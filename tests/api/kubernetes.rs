@@ -67,6 +67,7 @@ use tokio::sync::watch;
 
 use crate::common::{id, machine_class, tenant};
 
+mod nodes;
 mod operator;
 
 /// Real API servers start slowly when tests share 2 cores.

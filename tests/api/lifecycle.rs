@@ -13,8 +13,8 @@ use chrono::{DateTime, DurationRound, Utc};
 use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, BoxFuture, Inventory};
 use paddock_domain::driver::{
     ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, Drain, DriverError, Isolation, JoinConfig,
-    KubeDrivers, NodeRef, NodeStatus, PlatformDriver, Removal, SlurmDesired, SlurmDriver, SlurmStatus, StackStatus,
-    TenantAccess, TenantCredentials, TenantNodes, TenantStack,
+    KubeDrivers, NodeRef, NodeStatus, PlatformDriver, RegisteredNode, Removal, SlurmDesired, SlurmDriver, SlurmStatus,
+    StackStatus, TenantAccess, TenantCredentials, TenantNodes, TenantStack,
 };
 use paddock_domain::secret::SecretString;
 use paddock_sim::{ClusterFault, MachineFault, SimConfig, SimWorld};
@@ -937,6 +937,10 @@ impl TenantNodes for CrashingKube {
         node: &'a NodeRef,
     ) -> BoxFuture<'a, Result<Option<NodeStatus>, DriverError>> {
         self.0.nodes.node(t, node)
+    }
+
+    fn registered_nodes<'a>(&'a self, t: &'a TenantAccess) -> BoxFuture<'a, Result<Vec<RegisteredNode>, DriverError>> {
+        self.0.nodes.registered_nodes(t)
     }
 
     fn drain_node<'a>(&'a self, t: &'a TenantAccess, node: &'a NodeRef) -> BoxFuture<'a, Result<Drain, DriverError>> {

@@ -239,6 +239,17 @@ pub struct NodeStatus {
     pub ready: bool,
 }
 
+/// A Node registered in a tenant cluster, with the system UUID its kubelet reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegisteredNode {
+    /// The Node's name.
+    pub name: String,
+    /// Its `status.nodeInfo.systemUUID`: how it is matched to a machine.
+    pub system_uuid: String,
+    /// Whether its `Ready` condition is `True`.
+    pub ready: bool,
+}
+
 /// Where the drain of a machine's Node stands (docs/architecture.md, "Release").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Drain {
@@ -284,6 +295,13 @@ pub trait TenantNodes: Send + Sync {
         tenant: &'a TenantAccess,
         node: &'a NodeRef,
     ) -> BoxFuture<'a, Result<Option<NodeStatus>, DriverError>>;
+
+    /// Every Node registered in the tenant cluster, in one read: how the cluster reconciler sees
+    /// the Node of an active machine go NotReady.
+    fn registered_nodes<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+    ) -> BoxFuture<'a, Result<Vec<RegisteredNode>, DriverError>>;
 
     /// Cordons the machine's Node (`spec.unschedulable`) and evicts its pods through the Eviction
     /// subresource, honouring PodDisruptionBudgets, leaving DaemonSet and mirror pods (as

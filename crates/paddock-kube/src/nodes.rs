@@ -47,7 +47,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 use paddock_domain::driver::{
-    BoxFuture, Drain, DriverError, JoinConfig, NodeRef, NodeStatus, Removal, TenantAccess, TenantNodes,
+    BoxFuture, Drain, DriverError, JoinConfig, NodeRef, NodeStatus, RegisteredNode, Removal, TenantAccess, TenantNodes,
 };
 use paddock_types::cluster::Taint;
 use paddock_types::der;
@@ -509,6 +509,22 @@ impl KubeTenantNodes {
         Ok(Some(NodeStatus { name, ready }))
     }
 
+    /// Every registered Node with its system UUID and readiness.
+    #[instrument(skip_all, fields(cluster.id = %tenant.cluster.cluster_id))]
+    pub async fn registered_nodes(&self, tenant: &TenantAccess) -> Result<Vec<RegisteredNode>, KubeError> {
+        let tc = self.tenant(tenant).await?;
+        let nodes: Api<Node> = Api::all(tc.client.clone());
+        let list = self.list_nodes(tenant.cluster.cluster_id, &nodes).await?;
+        Ok(list
+            .iter()
+            .map(|n| RegisteredNode {
+                name: n.metadata.name.clone().unwrap_or_default(),
+                system_uuid: system_uuid(n).unwrap_or_default().trim().to_owned(),
+                ready: is_ready(n),
+            })
+            .collect())
+    }
+
     /// One round of the drain of the machine's Nodes ([`crate::drain`]): `Drained` once every
     /// one is cordoned and holds no evictable pod.
     #[instrument(skip_all, fields(cluster.id = %tenant.cluster.cluster_id, machine.id = %node.machine_id))]
@@ -649,6 +665,13 @@ impl TenantNodes for KubeTenantNodes {
         node: &'a NodeRef,
     ) -> BoxFuture<'a, Result<Option<NodeStatus>, DriverError>> {
         KubeTenantNodes::node(self, tenant, node).map(|r| r.map_err(DriverError::from)).boxed()
+    }
+
+    fn registered_nodes<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+    ) -> BoxFuture<'a, Result<Vec<RegisteredNode>, DriverError>> {
+        KubeTenantNodes::registered_nodes(self, tenant).map(|r| r.map_err(DriverError::from)).boxed()
     }
 
     fn drain_node<'a>(

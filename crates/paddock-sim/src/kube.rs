@@ -9,8 +9,8 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use paddock_domain::driver::{
     BoxFuture, ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, Drain, DriverError, Isolation,
-    JoinConfig, NodeRef, NodeStatus, PlatformDriver, Removal, SlurmDesired, SlurmDriver, SlurmStatus, StackStatus,
-    TenantAccess, TenantCredentials, TenantNodes, TenantStack,
+    JoinConfig, NodeRef, NodeStatus, PlatformDriver, RegisteredNode, Removal, SlurmDesired, SlurmDriver, SlurmStatus,
+    StackStatus, TenantAccess, TenantCredentials, TenantNodes, TenantStack,
 };
 use paddock_domain::secret::SecretString;
 use paddock_domain::ssh;
@@ -489,6 +489,37 @@ impl TenantNodes for SimKube {
                 name: row.try_get("node_name").map_err(unavailable)?,
                 ready: row.try_get("ready").map_err(unavailable)?,
             }))
+        })
+    }
+
+    fn registered_nodes<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+    ) -> BoxFuture<'a, Result<Vec<RegisteredNode>, DriverError>> {
+        Box::pin(async move {
+            let mut conn = self.conn().await?;
+            self.tenant(&mut conn, tenant).await?;
+            let rows = sqlx::query(
+                "select n.node_name, n.system_uuid,
+                   coalesce(n.ready_at <= now(), false) and not exists (
+                       select 1 from paddock_sim.machines m where m.system_uuid = n.system_uuid and $2 = any (m.faults)
+                   ) as ready
+                 from paddock_sim.nodes n where n.cluster_id = $1 and n.joined_at is not null order by n.node_name",
+            )
+            .bind(tenant.cluster.cluster_id.uuid())
+            .bind(MachineFault::NeverJoins.as_str())
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+            rows.iter()
+                .map(|row| {
+                    Ok(RegisteredNode {
+                        name: row.try_get("node_name").map_err(unavailable)?,
+                        system_uuid: row.try_get("system_uuid").map_err(unavailable)?,
+                        ready: row.try_get("ready").map_err(unavailable)?,
+                    })
+                })
+                .collect()
         })
     }
 

@@ -18,6 +18,7 @@ use paddock_types::machine::MachineState;
 use paddock_types::tenant::Quotas;
 use paddock_types::{ClusterId, MachineClassId, MachineId, NodePoolId, TenantId};
 use serde_json::json;
+use sqlx::Row;
 use uuid::Uuid;
 
 use crate::custody::{self, WORKER_ACTOR};
@@ -406,6 +407,8 @@ pub struct HeldMachine {
     pub status_version: i64,
     /// Its node name once active.
     pub node_name: Option<String>,
+    /// Its system UUID (how its Node is found), once inspected.
+    pub system_uuid: Option<String>,
 }
 
 /// Every machine a cluster holds (tenancy states, `releasing` included), by id.
@@ -414,22 +417,23 @@ pub async fn machines_of(
     tenant: TenantId,
     cluster: ClusterId,
 ) -> Result<Vec<HeldMachine>, StoreError> {
-    let rows: Vec<(Uuid, Uuid, String, i64, Option<String>)> = sqlx::query_as(
-        "select id, node_pool_id, state, status_version, node_name from machines \
+    let rows = sqlx::query(
+        "select id, node_pool_id, state, status_version, node_name, system_uuid from machines \
          where tenant_id = $1 and cluster_id = $2 order by id",
     )
     .bind(tenant.uuid())
     .bind(cluster.uuid())
     .fetch_all(conn)
     .await?;
-    rows.into_iter()
-        .map(|(id, pool, state, status_version, node_name)| {
+    rows.iter()
+        .map(|row| {
             Ok(HeldMachine {
-                id: MachineId(id),
-                node_pool_id: NodePoolId(pool),
-                state: crate::parse_state(&state, MachineState::parse)?,
-                status_version,
-                node_name,
+                id: MachineId(row.try_get("id")?),
+                node_pool_id: NodePoolId(row.try_get("node_pool_id")?),
+                state: crate::parse_state(row.try_get("state")?, MachineState::parse)?,
+                status_version: row.try_get("status_version")?,
+                node_name: row.try_get("node_name")?,
+                system_uuid: row.try_get("system_uuid")?,
             })
         })
         .collect()

@@ -26,8 +26,8 @@ use std::time::Duration;
 use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BootMedia, BoxFuture, Inventory, OutOfBandErase};
 use paddock_domain::driver::{
     ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, Drain, DriverError, Isolation, JoinConfig,
-    KubeDrivers, NodeRef, NodeStatus, PlatformDriver, Removal, SlurmDesired, SlurmDriver, SlurmStatus, StackStatus,
-    TenantAccess, TenantCredentials, TenantNodes, TenantStack,
+    KubeDrivers, NodeRef, NodeStatus, PlatformDriver, RegisteredNode, Removal, SlurmDesired, SlurmDriver, SlurmStatus,
+    StackStatus, TenantAccess, TenantCredentials, TenantNodes, TenantStack,
 };
 use paddock_domain::job_kind::MACHINE_RECONCILE;
 use paddock_domain::model::Machine;
@@ -192,6 +192,18 @@ impl TenantNodes for TenantStandIn {
             Ok(nodes
                 .get(&node.system_uuid.to_ascii_lowercase())
                 .map(|name| NodeStatus { name: name.clone(), ready: true }))
+        })
+    }
+
+    fn registered_nodes<'a>(&'a self, _: &'a TenantAccess) -> BoxFuture<'a, Result<Vec<RegisteredNode>, DriverError>> {
+        Box::pin(async move {
+            let nodes = self.nodes.lock().expect("lock");
+            let node = |(uuid, name): (&String, &String)| RegisteredNode {
+                name: name.clone(),
+                system_uuid: uuid.clone(),
+                ready: true,
+            };
+            Ok(nodes.iter().map(node).collect())
         })
     }
 

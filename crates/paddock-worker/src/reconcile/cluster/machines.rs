@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use paddock_domain::cluster::{set_condition, Cluster, NodePool};
+use paddock_domain::driver::RegisteredNode;
 use paddock_domain::machine::HELD;
 use paddock_store::allocation::{self, Allocation, HeldMachine, Need};
 use paddock_store::{lifecycle, node_pool, operation, Conn, StoreError};
@@ -13,7 +14,7 @@ use paddock_types::NodePoolId;
 
 use crate::metrics::{self};
 
-use super::{ClusterReconciler, Observed, Stop, MACHINES_ALLOCATED, NODES_READY};
+use super::{ClusterReconciler, Observed, Stop, MACHINES_ALLOCATED, NODES_READY, NODE_NOT_READY};
 
 /// How long a cluster waiting for machines sleeps at most: a machine that becomes available
 /// wakes the first waiting cluster of its class at once; this is the fallback. A cluster held
@@ -181,41 +182,70 @@ fn release_rank(state: MachineState) -> u8 {
     }
 }
 
-/// Step 3's `NodesReady`: every wanted node ready and every held machine active; each pool's
-/// status.
+/// Step 3's `NodesReady`: every wanted node ready, every held machine active, and the Node of
+/// every active machine Ready in the tenant cluster (`registered`: the tenant cluster's Nodes, read
+/// when it answers); each pool's status. An active machine whose Node went NotReady (or was
+/// removed) makes the condition false with `NodeNotReady` and is not counted ready; what follows
+/// is the health checks' to decide, not this step's.
 pub(super) fn nodes<'a>(
     pools: &'a [NodePool],
     held: &[HeldMachine],
+    registered: Option<&[RegisteredNode]>,
     observed: &mut Observed,
 ) -> Vec<(&'a NodePool, NodePoolStatus)> {
-    let pool_status = pool_statuses(pools, held);
+    let lost: Vec<&HeldMachine> = match registered {
+        Some(nodes) => held.iter().filter(|m| m.state == MachineState::Active && !node_ready(m, nodes)).collect(),
+        None => Vec::new(),
+    };
+    let pool_status = pool_statuses(pools, held, &lost);
     let (ready_nodes, wanted_nodes) = pool_status
         .iter()
         .filter(|(p, _)| !p.deleting)
         .fold((0, 0), |(r, w), (p, s)| (r + s.ready.min(p.spec.count), w + p.spec.count));
-    let nodes_ready = ready_nodes == wanted_nodes && held.iter().all(|m| m.state == MachineState::Active);
-    observed.set(
-        NODES_READY,
-        nodes_ready,
-        if nodes_ready { "Ready" } else { "Provisioning" },
-        &format!("{ready_nodes} of {wanted_nodes} nodes ready"),
-    );
+    let nodes_ready =
+        ready_nodes == wanted_nodes && lost.is_empty() && held.iter().all(|m| m.state == MachineState::Active);
+    let mut message = format!("{ready_nodes} of {wanted_nodes} nodes ready");
+    let reason = if nodes_ready {
+        "Ready"
+    } else if lost.is_empty() {
+        "Provisioning"
+    } else {
+        let names: Vec<String> = lost.iter().map(|m| m.node_name.clone().unwrap_or_else(|| m.id.to_string())).collect();
+        message.push_str(&format!("; not ready: {}", names.join(", ")));
+        NODE_NOT_READY
+    };
+    observed.set(NODES_READY, nodes_ready, reason, &message);
     pool_status
 }
 
-/// Each pool's ready (active) and allocated (held) counts and its conditions.
-fn pool_statuses<'a>(pools: &'a [NodePool], held: &[HeldMachine]) -> Vec<(&'a NodePool, NodePoolStatus)> {
+/// Whether the Node of active machine `m` is registered and Ready.
+fn node_ready(m: &HeldMachine, nodes: &[RegisteredNode]) -> bool {
+    let uuid = m.system_uuid.as_deref().unwrap_or_default().trim();
+    !uuid.is_empty() && nodes.iter().any(|n| n.ready && n.system_uuid.eq_ignore_ascii_case(uuid))
+}
+
+/// Each pool's ready (active, its Node not `lost`) and allocated (held) counts and its conditions.
+fn pool_statuses<'a>(
+    pools: &'a [NodePool],
+    held: &[HeldMachine],
+    lost: &[&HeldMachine],
+) -> Vec<(&'a NodePool, NodePoolStatus)> {
     let now = Utc::now();
     pools
         .iter()
         .map(|pool| {
             let mine = held.iter().filter(|m| m.node_pool_id == pool.id);
-            let ready = mine.clone().filter(|m| m.state == MachineState::Active).count();
+            let pool_lost = lost.iter().filter(|l| l.node_pool_id == pool.id).count();
+            let active = mine.clone().filter(|m| m.state == MachineState::Active).count();
+            let ready = active - pool_lost;
             let allocated = mine.filter(|m| HELD.contains(&m.state)).count();
             let mut conditions = pool.status.conditions.clone();
             let want = pool.spec.count as usize;
-            let (status, reason) =
-                if ready >= want { (ConditionStatus::True, "Ready") } else { (ConditionStatus::False, "Provisioning") };
+            let (status, reason) = match (ready >= want, pool_lost) {
+                (true, _) => (ConditionStatus::True, "Ready"),
+                (false, 0) => (ConditionStatus::False, "Provisioning"),
+                (false, _) => (ConditionStatus::False, NODE_NOT_READY),
+            };
             let message = format!("{ready} of {want} nodes ready");
             set_condition(&mut conditions, NODES_READY, status, reason, &message, now);
             let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);

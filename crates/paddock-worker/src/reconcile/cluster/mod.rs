@@ -43,6 +43,7 @@ use paddock_service::Services;
 use paddock_store::allocation::{self, HeldMachine};
 use paddock_store::{cluster as store, node_pool, StoreError};
 use paddock_types::cluster::{ClusterKind, ClusterPhase, Condition, ConditionStatus};
+use paddock_types::machine::MachineState;
 use paddock_types::{ClusterId, TenantId};
 
 use super::{cluster_ref, store_error, Drivers, Settings, DRIVER_NOT_CONFIGURED, DRIVER_WAIT};
@@ -59,6 +60,9 @@ const NAMESPACE_READY: &str = "NamespaceReady";
 const MACHINES_ALLOCATED: &str = "MachinesAllocated";
 
 const NODES_READY: &str = "NodesReady";
+
+/// `NodesReady`'s reason when the Node of an active machine is not Ready.
+const NODE_NOT_READY: &str = "NodeNotReady";
 
 const STACK_READY: &str = "StackReady";
 
@@ -98,6 +102,10 @@ impl Observed {
     fn set(&mut self, type_: &str, ok: bool, reason: &str, message: &str) {
         let status = ConditionStatus::from(ok);
         set_condition(&mut self.conditions, type_, status, reason, message, self.now);
+    }
+
+    fn has_reason(&self, type_: &str, reason: &str) -> bool {
+        self.conditions.iter().any(|c| c.type_ == type_ && c.reason == reason)
     }
 
     fn is_true(&self, type_: &str) -> bool {
@@ -232,7 +240,13 @@ impl ClusterReconciler {
         if access.is_some() {
             self.start_provisioning(held).await?;
         }
-        let pool_status = nodes(pools, held, observed);
+        let registered = match &access {
+            Some(access) if held.iter().any(|m| m.state == MachineState::Active) => {
+                Some(kube.nodes.registered_nodes(access).await.map_err(|e| Stop::Driver(NODES_READY, e))?)
+            }
+            _ => None,
+        };
+        let pool_status = nodes(pools, held, registered.as_deref(), observed);
         match &access {
             Some(access) => {
                 if self.stack(kube, cluster, access, observed).await? {

@@ -14,7 +14,7 @@ use crate::{failed_problem, Outcome};
 
 use super::{
     ClusterReconciler, Observed, Stop, CONTROL_PLANE_READY, MACHINES_ALLOCATED, MACHINE_WAIT, NAMESPACE_READY,
-    NODES_READY, READY, SLURM_READY, STACK_READY,
+    NODES_READY, NODE_NOT_READY, READY, SLURM_READY, STACK_READY,
 };
 
 /// How long a cluster stopped on a permanent error waits before it tries again by itself (a
@@ -56,7 +56,10 @@ impl ClusterReconciler {
             Some(after) => Outcome::wait(after, "insufficient_capacity", "waiting for machines"),
             // Each of its machines wakes the cluster when it becomes active or fails (and a
             // released one when it has left): nothing to poll for.
-            None if waits_for_machines(&missing) => Outcome::wait(MACHINE_WAIT, "waiting_for_machines", message),
+            // A Node that went NotReady wakes nothing: it is polled for.
+            None if waits_for_machines(&missing) && !observed.has_reason(NODES_READY, NODE_NOT_READY) => {
+                Outcome::wait(MACHINE_WAIT, "waiting_for_machines", message)
+            }
             None => Outcome::wait(self.settings.poll, "converging", message),
         };
         if (quiet || !ready) && unchanged(cluster, pool_status, observed, phase, observed_generation) {
