@@ -49,7 +49,9 @@ echo "build.sh: building kube-harness (k8s.io/kubernetes $k8s_version) -> $bin" 
 start=$(date +%s)
 tmp="$bin.tmp.$$"
 trap 'rm -f "$tmp"' EXIT
-(cd "$here" && nice -n 10 "$GO" build -buildvcs=false -ldflags "$ldflags" -o "$tmp" .)
+# -trimpath and CGO_ENABLED=0 as in images/node/build-kubelet: the packages both binaries share
+# (client-go, apimachinery, most of k8s.io/kubernetes) then compile once into Go's build cache.
+(cd "$here" && CGO_ENABLED=0 nice -n 10 "$GO" build -trimpath -buildvcs=false -ldflags "$ldflags" -o "$tmp" .)
 mv -f "$tmp" "$bin"
 echo "$want" >"$bin.stamp"
 echo "build.sh: built in $(($(date +%s) - start))s" >&2
