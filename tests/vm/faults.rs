@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::testbed::{self, console_tail, fill, not_erased, virsh, Disk, Paddock, Testbed, Vm};
+use crate::testbed::{self, console_tail, fill, not_erased, virsh, BmcOutage, Disk, Paddock, Testbed, Vm};
 use crate::{custody_entry, enroll, settle, vm_class};
 
 /// A port nothing listens on (bound, then released).
@@ -232,13 +232,6 @@ async fn a_read_only_disk_ends_in_clean_failed_naming_the_drive() {
     testbed::reset(vm);
 }
 
-/// `scripts/vm-bmc <action> main`.
-fn main_bmc(action: &str) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/vm-bmc");
-    let status = std::process::Command::new(script).args([action, "main"]).status().expect("scripts/vm-bmc");
-    assert!(status.success(), "scripts/vm-bmc {action} main");
-}
-
 /// Polls `what` once a second until it holds, failing with `why` and the console after `within`.
 async fn until(vm: &Vm, within: Duration, why: &str, what: impl Fn() -> bool) {
     let deadline = std::time::Instant::now() + within;
@@ -260,12 +253,12 @@ async fn the_bmc_stopped_mid_wipe_then_started_again_the_clean_resumes() {
     let id = enroll(&p, &bed, vm, false).await;
     let booted = || std::fs::read_to_string(&vm.console).is_ok_and(|c| c.contains("paddock-agent: seed on"));
     until(vm, Duration::from_secs(600), "the VM booted the wipe image", booted).await;
-    main_bmc("stop");
+    let outage = BmcOutage::begin().await;
     let off = || virsh(&["domstate", &vm.name]) == "shut off";
     until(vm, Duration::from_secs(600), "the agent wiped, reported and powered the VM off", off).await;
     let m = p.get(&format!("/v1/machines/{id}")).await;
     assert_eq!(m["state"], "cleaning", "no clean completes while its BMC is away: {m}");
-    main_bmc("start");
+    drop(outage);
     let m = settle(&p, vm, &id, &["available", "clean_failed", "maintenance"]).await;
     assert_eq!(m["state"], "available", "{m}");
     let evidence = custody_entry(&p, &id, "available").await["evidence"].clone();

@@ -28,7 +28,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Value};
 
 use crate::node::{ApiServer, NodeLab};
-use crate::testbed::{console_tail, fill, not_erased, reset, Testbed, Vm};
+use crate::testbed::{console_tail, fill, not_erased, reset, BmcOutage, Testbed, Vm};
 use crate::{enroll_as, settle, SETTLE};
 
 /// Waits until `what` (polled every 2 s) returns something; fails with `why` and the console.
@@ -160,6 +160,37 @@ async fn phases(lab: &NodeLab, id: &str) -> String {
     )
 }
 
+/// The BMC goes away while the installer writes: the VM installs and reports without it, and the machine waits in `provisioning` (booting it from
+/// its disk needs the BMC), neither failed nor handed on, until the BMC is back.
+async fn bmc_away_during_install(lab: &NodeLab, vm: &Vm, id: &str) {
+    // The console file holds the current boot only (libvirt truncates it at each start), and the
+    // boot before this one was the wipe's: the line is this install's.
+    let installing = || std::fs::read_to_string(&vm.console).is_ok_and(|c| c.contains("paddock-agent: installing"));
+    until(vm, "the installer writes the node OS", || async { installing().then_some(()) }).await;
+    let outage = BmcOutage::begin().await;
+    let pool = &lab.p.app.db.pool;
+    let stopped: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("select now()").fetch_one(pool).await.expect("now");
+    until(vm, "the install is reported and paddock finds the BMC gone", || async {
+        let (reports, unreachable): (i64, i64) = sqlx::query_as(
+            "select (select count(*) from agent_tokens where machine_id = $1::uuid and purpose = 'provision' \
+                     and used_at is not null), \
+                    (select count(*) from jobs where target_id = $1::uuid \
+                     and last_error->>'code' = 'bmc_unreachable' and updated_at > $2)",
+        )
+        .bind(id)
+        .bind(stopped)
+        .fetch_one(pool)
+        .await
+        .expect("reports and BMC failures");
+        (reports >= 2 && unreachable > 0).then_some(())
+    })
+    .await;
+    let m = machine(lab, id).await;
+    assert_eq!(m["state"], "provisioning", "a machine whose BMC is away waits: {m}");
+    drop(outage);
+    eprintln!("tenant B: the BMC was away for {:.1} s of the install", (chrono::Utc::now() - stopped).as_seconds_f64());
+}
+
 /// A node-sized VM joins tenant A's cluster for real, is released (pool scaled to zero) and wiped
 /// for real, then joins tenant B's cluster; nothing of A's join is left on it or in A's cluster.
 #[tokio::test(flavor = "multi_thread")]
@@ -241,6 +272,7 @@ async fn a_vm_joins_one_tenant_is_wiped_and_joins_the_next_with_nothing_of_the_f
     let t2 = Instant::now();
     let (b_cluster, _) = cluster(&lab, &b, "second").await;
     let b_cluster_id = b_cluster.rsplit('/').next().expect("id").to_owned();
+    bmc_away_during_install(&lab, &vm, &id).await;
     until(&vm, "the VM is active in B's cluster", || async {
         let m = machine(&lab, &id).await;
         assert!(!["provision_failed", "maintenance"].contains(&m["state"].as_str().unwrap_or_default()), "{m}");

@@ -271,6 +271,8 @@ impl NodeLab {
             agent_token_ttl: Duration::from_secs(3600),
             report_wait: Duration::from_secs(5),
             poll: Duration::from_secs(2),
+            // A BMC that comes back is tried again within seconds (the join test takes it away).
+            outage_wait: Duration::from_secs(5),
             ..Settings::default()
         };
         let stop = run_worker(&app, kube, settings);

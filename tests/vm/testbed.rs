@@ -159,6 +159,35 @@ pub fn reset(vm: &Vm) {
     let _ = std::fs::write(&vm.console, b"");
 }
 
+/// The main BMC emulator stopped (`scripts/vm-bmc`) until this is dropped, when it starts again.
+/// One outage at a time in this binary: tests that stop the BMC never start it under each other.
+pub struct BmcOutage(
+    #[expect(dead_code, reason = "held for the outage's length")] tokio::sync::MutexGuard<'static, ()>,
+);
+
+static OUTAGES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+impl BmcOutage {
+    pub async fn begin() -> BmcOutage {
+        let held = OUTAGES.lock().await;
+        vm_bmc("stop");
+        BmcOutage(held)
+    }
+}
+
+impl Drop for BmcOutage {
+    fn drop(&mut self) {
+        vm_bmc("start");
+    }
+}
+
+/// `scripts/vm-bmc <action> main`.
+fn vm_bmc(action: &str) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/vm-bmc");
+    let status = Command::new(script).args([action, "main"]).status().expect("scripts/vm-bmc");
+    assert!(status.success(), "scripts/vm-bmc {action} main");
+}
+
 /// The last `lines` of `vm`'s serial console, for failure messages.
 pub fn console_tail(vm: &Vm, lines: usize) -> String {
     let text = std::fs::read_to_string(&vm.console).unwrap_or_default();
