@@ -7,6 +7,7 @@ mod authz;
 mod bad_input;
 mod body_shape;
 mod cluster;
+mod console;
 mod common;
 mod custody;
 mod drift;
