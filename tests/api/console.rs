@@ -20,7 +20,7 @@ async fn the_console_page_is_served_with_a_strict_content_security_policy() {
     let page = app.get("/console/").send().await.expect(200);
     assert_console_headers(&page, "/console/");
     assert_eq!(page.header("content-type"), Some("text/html; charset=utf-8"));
-    let html = String::from_utf8(page.body.clone()).expect("utf-8");
+    let html = String::from_utf8(page.body.to_vec()).expect("utf-8");
     assert!(html.contains(r#"<script type="module" src="app.js"></script>"#), "the page loads its module:\n{html}");
     // No inline script, no inline style, nothing from another origin.
     assert_eq!(html.matches("<script").count(), 1, "one script element, with a src");
@@ -49,7 +49,7 @@ async fn every_embedded_file_is_served_and_an_unknown_one_is_a_404() {
             other => panic!("an asset of an unexpected kind: {other:?}"),
         };
         assert_eq!(resp.header("content-type"), Some(expected), "{name}");
-        let text = String::from_utf8(resp.body.clone()).expect("utf-8");
+        let text = String::from_utf8(resp.body.to_vec()).expect("utf-8");
         assert!(!text.contains("innerHTML") && !text.contains("eval("), "{name} builds no markup from strings");
         assert!(!text.contains("localStorage"), "{name} keeps nothing in local storage");
     }
@@ -67,7 +67,8 @@ async fn every_module_the_page_imports_is_embedded() {
     let app = TestApp::new().await;
     let names: Vec<&str> = paddock_api::console::asset_names().collect();
     for name in names.iter().filter(|n| n.ends_with(".js")) {
-        let text = String::from_utf8(app.get(format!("/console/{name}")).send().await.expect(200).body).expect("utf-8");
+        let text = String::from_utf8(app.get(format!("/console/{name}")).send().await.expect(200).body.to_vec())
+            .expect("utf-8");
         for line in text.lines().filter(|l| l.starts_with("import ")) {
             let target = line.rsplit_once("\"./").and_then(|(_, rest)| rest.split_once('"')).map(|(t, _)| t);
             let target = target.unwrap_or_else(|| panic!("{name}: an import not of a sibling file: {line}"));
@@ -84,6 +85,6 @@ async fn the_console_is_not_in_the_openapi_document_and_does_not_open_the_api() 
     let app = TestApp::new().await;
     // The page is public; the API it calls is not, with or without the console's path around.
     app.get("/console/").send().await.expect(200);
-    app.get("/v1/tenants").send().await.problem(401, "unauthenticated");
-    app.get("/v1/tenants").header("referer", "http://localhost/console/").send().await.problem(401, "unauthenticated");
+    app.get("/v1/tenants").send().await.problem(401, "missing_token");
+    app.get("/v1/tenants").header("referer", "http://localhost/console/").send().await.problem(401, "missing_token");
 }

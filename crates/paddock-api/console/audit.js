@@ -4,9 +4,9 @@ import { h, paged, short, state, time } from "./ui.js";
 
 const columns = [
   ["When", (e) => time(e.at)],
-  ["Actor", (e) => `${e.actor.sub} (${e.actor.roles.join(", ")})`],
+  ["Actor", (e) => (e.actor.roles.length ? `${e.actor.sub} (${e.actor.roles.join(", ")})` : e.actor.sub)],
   ["Action", (e) => e.action],
-  ["Target", (e) => `${e.target.type} ${short(e.target.id)}`],
+  ["Target", (e) => [`${e.target.type} `, short(e.target.id)]],
   ["Tenant", (e) => short(e.tenant_id)],
   ["Outcome", (e) => [state(e.outcome), e.code ? ` ${e.code}` : ""]],
   ["Request", (e) => short(e.request_id)],

@@ -25,7 +25,7 @@ export function stackedBars(title, categories, series, unit = "") {
   const plotH = height - bottom - top;
   const totals = categories.map((_, i) => series.reduce((sum, se) => sum + (Number(se.values[i]) || 0), 0));
   const max = niceMax(Math.max(0, ...totals));
-  const svg = s("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": title, class: "chart" });
+  const svg = s("svg", { viewBox: `0 0 ${width} ${height}`, width, height, role: "img", "aria-label": title, class: "chart" });
   svg.append(s("title", {}, title));
   for (let t = 0; t <= 4; t++) {
     const y = top + plotH - (plotH * t) / 4;
@@ -57,5 +57,6 @@ export function stackedBars(title, categories, series, unit = "") {
 }
 
 function fmt(v) {
-  return Number.isInteger(v) ? String(v) : v.toFixed(v < 10 ? 2 : 1).replace(/\.?0+$/, "");
+  if (Number.isInteger(v)) return String(v);
+  return String(Number(v.toPrecision(Math.abs(v) < 1 ? 2 : 3)));
 }

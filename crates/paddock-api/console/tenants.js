@@ -1,6 +1,6 @@
 // Tenants: their quotas and use, their clusters, and suspend/resume (after a confirmation).
 import { call } from "./api.js";
-import { confirm, dl, fill, h, link, paged, problem, short, state, time } from "./ui.js";
+import { confirm, dl, fill, h, link, paged, problem, state, time } from "./ui.js";
 
 const quota = (t, k) => `${t.quota_use?.[k] ?? 0} / ${t.quotas?.[`max_${k}`] ?? "∞"}`;
 
@@ -70,5 +70,5 @@ export function tenantPage(a, id) {
   ], (cursor) => call(`/v1/tenants/${id}/clusters`, { query: { limit: 25, cursor } }), "This tenant has no clusters.");
   return h("section", { "data-title": "Tenant" },
     a.tenants ? h("p", {}, link("#/tenants", "← Tenants")) : null,
-    title, head, h("h2", {}, "Clusters"), clusters, h("p", { class: "muted" }, `Tenant id ${short(id)}…`));
+    title, head, h("h2", {}, "Clusters"), clusters, null);
 }

@@ -1,4 +1,4 @@
-// Small DOM helpers: elements are built, never parsed from strings (no innerHTML), so API data
+// Small DOM helpers: elements are built, never parsed from strings (no HTML parsing), so API data
 // is always text.
 export function h(tag, attrs = {}, ...children) {
   const el = document.createElement(tag);
@@ -13,7 +13,7 @@ export function h(tag, attrs = {}, ...children) {
 }
 
 function append(el, children) {
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === undefined || c === null || c === false) continue;
     el.append(c instanceof Node ? c : String(c));
   }
@@ -107,8 +107,11 @@ export function link(href, text) {
   return h("a", { href }, text);
 }
 
+// An id's last characters: ids are UUIDv7, whose first ones are a timestamp shared by ids made
+// together. The whole id is the title.
 export function short(id) {
-  return id ? String(id).slice(0, 8) : "—";
+  if (!id) return "—";
+  return h("abbr", { title: String(id) }, `…${String(id).slice(-8)}`);
 }
 
 export function dl(pairs) {

@@ -3,7 +3,7 @@
 // the billing periods with their signature status.
 import { all, call, download } from "./api.js";
 import { stackedBars } from "./chart.js";
-import { dl, empty, fill, h, problem, short, state, table } from "./ui.js";
+import { dl, empty, fill, h, problem, state, table } from "./ui.js";
 
 const DAY = 86400000;
 const iso = (d) => d.toISOString().slice(0, 19) + "Z";
@@ -33,7 +33,7 @@ async function chartOf(a, range, groupBy, metric) {
   const days = [];
   for (let t = range.from.getTime(); t < range.to.getTime(); t += DAY) days.push(new Date(t).toISOString().slice(0, 10));
   const names = groupBy === "tenant_id" ? new Map((await all("/v1/tenants")).map((t) => [t.id, t.name])) : new Map();
-  const key = (item) => (groupBy === "tenant_id" ? names.get(item.tenant_id) || short(item.tenant_id) : item.machine_class) || "—";
+  const key = (item) => (groupBy === "tenant_id" ? names.get(item.tenant_id) || `…${String(item.tenant_id).slice(-8)}` : item.machine_class || "control plane");
   const groups = [...new Set(agg.items.map(key))];
   const series = groups.map((g) => ({
     name: g,
@@ -41,7 +41,7 @@ async function chartOf(a, range, groupBy, metric) {
       const item = agg.items.find((i) => key(i) === g && i.window_start.slice(0, 10) === d);
       return item ? Number(item[metric]) : 0;
     }),
-  }));
+  })).filter((se) => se.values.some((v) => v > 0));
   const label = metric === "gpu_hours" ? "GPU hours" : "Node hours";
   return [
     h("p", { class: "muted" }, `As of ${agg.as_of}. Hours as the API derives them.`),
