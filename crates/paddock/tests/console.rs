@@ -23,6 +23,12 @@ fn the_console_works_in_a_real_browser_against_paddock_dev() {
         .unwrap_or_else(|_| Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots").display().to_string());
     let dev = support::Dev::start();
     support::wait_ready(&dev);
+    let url = format!("{}/console/", dev.var("B"));
+    assert!(
+        dev.banner.iter().any(|line| line.trim().starts_with("console") && line.contains(&url)),
+        "paddock dev prints the console's URL {url}:\n{}",
+        dev.banner.join("\n")
+    );
     let out = Command::new("timeout")
         .arg("600")
         .arg(&script)
