@@ -8,6 +8,7 @@ mod bad_input;
 mod body_shape;
 mod cluster;
 mod common;
+mod console;
 mod custody;
 mod drift;
 mod focus;

@@ -3,6 +3,7 @@
 //! Errors are mapped to HTTP exactly once, in `error`.
 
 pub mod auth;
+pub mod console;
 pub mod context;
 pub mod error;
 pub mod extract;
@@ -180,13 +181,15 @@ pub fn openapi_json() -> String {
     format!("{}\n", *OPENAPI_JSON)
 }
 
-/// The application: routes, fallbacks and the middleware stack. The agents' routes are left out
+/// The application: routes, the operator console (`console`), fallbacks and the middleware
+/// stack. The agents' routes are left out
 /// when they have a listener of their own ([`AppState::with_agent_routes`], [`agent_router`]).
 pub fn router(state: AppState) -> Router {
     let (v1, _) = OpenApiRouter::<AppState>::new().merge(v1_routes()).split_for_parts();
     let public = if state.agents_here { public_routes() } else { process_routes() };
     let (public, _) = public.split_for_parts();
-    assemble(state, [(v1, Group::V1), (public, Group::Public)])
+    // The console is no API: not in the document, no token (its page sends the user's to `/v1`).
+    assemble(state, [(v1, Group::V1), (public, Group::Public), (console::router(), Group::Public)])
 }
 
 /// The agents' routes alone, for the listener of their own (`PADDOCK_AGENT_LISTEN`, on the

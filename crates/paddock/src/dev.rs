@@ -252,6 +252,7 @@ fn print_welcome(settings: &Settings, tenant: uuid::Uuid, secret_file: Option<&P
         std::io::stdout(),
         r#"
 paddock dev is running on {base}  (Ctrl-C stops it and its PostgreSQL)
+  console    {base}/console/  (sign in with a token below)
   database   {db}
   drivers    kube={kube} bmc={bmc} {note}
 
