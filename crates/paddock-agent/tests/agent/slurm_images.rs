@@ -37,7 +37,11 @@ fn the_slurm_images_are_what_their_manifest_says() {
         let wanted = format!(" paddock.local/slurm/{image}:");
         assert!(manifest.lines().any(|l| l.contains(&wanted)), "{image} in manifest.txt:\n{manifest}");
     }
-    for image in ["paddock.local/coredns/coredns:", "paddock.local/rancher/local-path-provisioner:", "paddock.local/library/busybox:"] {
+    for image in [
+        "paddock.local/coredns/coredns:",
+        "paddock.local/rancher/local-path-provisioner:",
+        "paddock.local/library/busybox:",
+    ] {
         assert!(manifest.contains(image), "{image} in manifest.txt");
     }
     for archive in ["slurm.tar", "mariadb.tar", "coredns.tar", "local-path.tar"] {
