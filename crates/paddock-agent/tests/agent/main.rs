@@ -11,4 +11,5 @@ mod install;
 mod node_image;
 mod run;
 mod seed;
+mod slurm_images;
 mod wipe;
