@@ -23,7 +23,7 @@ create table webhook_subscriptions (
     previous_secret_until timestamptz,
     generation bigint not null default 1,
     created_at timestamptz not null default now(),
-    updated_at timestamptz not null default now(),
+    updated_at timestamptz not null default now()
 );
 create index webhook_subscriptions_tenant_idx on webhook_subscriptions (tenant_id, id);
 
@@ -36,11 +36,11 @@ create table webhook_events (
     tenant_id uuid,
     data_provider jsonb not null,
     data_tenant jsonb,
-    time timestamptz not null default clock_timestamp(),
+    occurred_at timestamptz not null default clock_timestamp(),
     fanned_out boolean not null default false
 );
 create index webhook_events_unfanned_idx on webhook_events (seq) where not fanned_out;
-create index webhook_events_time_idx on webhook_events (time);
+create index webhook_events_occurred_idx on webhook_events (occurred_at);
 
 create table webhook_deliveries (
     id uuid primary key,
@@ -74,10 +74,10 @@ create table webhook_attempts (
     primary key (delivery_id, attempt)
 );
 
-create function webhook_emit(type text, subject text, tenant uuid, provider jsonb, tenant_view jsonb)
+create function webhook_emit(p_type text, p_subject text, p_tenant uuid, p_provider jsonb, p_tenant_view jsonb)
 returns void language sql as $$
     insert into webhook_events (id, type, subject, tenant_id, data_provider, data_tenant)
-    values (gen_random_uuid(), type, subject, tenant, provider, tenant_view);
+    values (gen_random_uuid(), p_type, p_subject, p_tenant, p_provider, p_tenant_view);
 $$;
 
 -- An operation as `GET /v1/operations/{id}` shows it, the same to the provider and its tenant.

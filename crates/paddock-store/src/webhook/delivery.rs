@@ -96,7 +96,7 @@ pub async fn claim(conn: &mut Conn, worker: &str, lease: Duration, limit: u32) -
              from picked where d.id = picked.id \
              returning d.id, d.attempts, d.event_id, d.subscription_id \
          ) \
-         select c.id, c.attempts, e.id as event_id, e.type as event_type, e.subject, e.time, \
+         select c.id, c.attempts, e.id as event_id, e.type as event_type, e.subject, e.occurred_at as time, \
              case when s.tenant_id is null then e.data_provider else e.data_tenant end as data, \
              s.id as subscription_id, s.url, s.secret_enc, \
              case when s.previous_secret_until > now() then s.previous_secret_enc end as previous_secret_enc \
@@ -155,15 +155,15 @@ pub async fn record(
          ), verdict as ( \
              select d0.*, case when $3 then 'delivered' \
                  when $7 or d0.created_at + $8 * interval '1 millisecond' < now() then 'failed' \
-                 else 'pending' end as next from d0 \
+                 else 'pending' end as verdict_state from d0 \
          ), upd as ( \
-             update webhook_deliveries d set state = v.next, attempts = d.attempts + 1, \
+             update webhook_deliveries d set state = v.verdict_state, attempts = d.attempts + 1, \
                  locked_by = null, locked_until = null, last_status = $4, last_latency_ms = $5, last_error = $6, \
-                 delivered_at = case when v.next = 'delivered' then now() end, \
-                 next_attempt_at = case when v.next = 'pending' then now() + \
+                 delivered_at = case when v.verdict_state = 'delivered' then now() end, \
+                 next_attempt_at = case when v.verdict_state = 'pending' then now() + \
                      least($10::float8, $9::float8 * power(2::float8, least(d.attempts, 40))) \
                      * (0.5 + random() * 0.5) * interval '1 millisecond' else d.next_attempt_at end \
-             from verdict v where d.id = v.id returning v.next \
+             from verdict v where d.id = v.id returning v.verdict_state \
          ), tries as ( \
              insert into webhook_attempts (delivery_id, attempt, status, latency_ms, error) \
              select v.id, v.attempts + 1, $4, $5, $6 from verdict v \
@@ -171,9 +171,9 @@ pub async fn record(
              update webhook_subscriptions s set enabled = false, updated_at = now(), \
                  disabled_reason = case when $7 then 'the receiver answered 410 Gone' \
                      else 'deliveries failed for 3 days; last error: ' || coalesce($6, '') end \
-             from verdict v where s.id = v.subscription_id and v.next = 'failed' \
+             from verdict v where s.id = v.subscription_id and v.verdict_state = 'failed' \
          ) \
-         select next from upd",
+         select verdict_state from upd",
     )
     .bind(id)
     .bind(worker)
@@ -197,7 +197,7 @@ pub async fn record(
 
 /// Deletes events (and their deliveries) older than [`RETENTION`].
 pub async fn expire(conn: &mut Conn) -> Result<u64, StoreError> {
-    let done = sqlx::query("delete from webhook_events where time < now() - $1 * interval '1 millisecond'")
+    let done = sqlx::query("delete from webhook_events where occurred_at < now() - $1 * interval '1 millisecond'")
         .bind(millis(RETENTION))
         .execute(conn)
         .await?;
