@@ -38,6 +38,7 @@ fn enabled_default() -> bool {
 /// subscription clears its `disabled_reason`; its held events are then delivered.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"enabled": true}))]
 pub struct WebhookUpdate {
     /// Where events are POSTed.
     #[schema(max_length = 2048)]
