@@ -193,18 +193,18 @@ mod tests {
             "::ffff:127.0.0.1",
             "::ffff:8.8.8.8",
         ] {
-            assert!(!guard.allows(ip.parse().unwrap()), "{ip}");
+            assert!(!guard.allows(ip.parse().expect("an address")), "{ip}");
         }
         for ip in ["8.8.8.8", "100.128.0.1", "172.32.0.1", "2606:4700::1111"] {
-            assert!(guard.allows(ip.parse().unwrap()), "{ip}");
+            assert!(guard.allows(ip.parse().expect("an address")), "{ip}");
         }
     }
 
     #[test]
     fn allowed_networks_open_a_forbidden_range() {
-        let guard = AddressGuard { insecure_http: true, allowed: vec!["127.0.0.0/8".parse().unwrap()] };
-        assert!(guard.allows("127.0.0.1".parse().unwrap()));
-        assert!(!guard.allows("10.0.0.1".parse().unwrap()));
+        let guard = AddressGuard { insecure_http: true, allowed: vec!["127.0.0.0/8".parse().expect("a network")] };
+        assert!(guard.allows("127.0.0.1".parse().expect("an address")));
+        assert!(!guard.allows("10.0.0.1".parse().expect("an address")));
         assert!(guard.check_url("http://127.0.0.1:9/hook").is_ok());
         assert!(AddressGuard::default().check_url("http://example.com/").is_err());
         assert!(AddressGuard::default().check_url("https://[fe80::1]/").is_err());
@@ -217,7 +217,7 @@ mod tests {
         // The example of the Standard Webhooks specification.
         let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
         let body = br#"{"test": 2432232314}"#;
-        let sig = sign(secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body).unwrap();
+        let sig = sign(secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body).expect("a whsec_ secret");
         assert_eq!(sig, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
     }
 }
