@@ -35,6 +35,8 @@ const ENROLL: &str = r#"{"name": "node-{n}", "machine_class": "gpu-h100",
 const MACHINE_PATCH: &str = r#"{"labels": {"rack": "r{n}"}}"#;
 const UNSIGNED_CHECKPOINT: &str = r#"{"checkpoint": {"issued_at": "2026-12-01T00:00:00Z", "machines": [],
     "signature": "AAAA", "key_id": "0000000000000000"}}"#;
+const WEBHOOK_CREATE: &str = r#"{"url": "https://hooks.example.com/{n}", "events": ["cluster.ready"]}"#;
+const WEBHOOK_PATCH: &str = r#"{"description": "patched {n}"}"#;
 const REASON: &str = r#"{"reason": "fan replacement {n}"}"#;
 const CLUSTER_CREATE: &str = r#"{"name": "cluster-{n}", "kind": "kubernetes", "isolation": "private-nodes",
     "node_pools": [{"name": "gpu", "machine_class": "gpu-h100", "count": 1}]}"#;
@@ -215,6 +217,25 @@ fn matrix() -> Vec<Row> {
         post("/v1/usage/periods/{closed_period}/close", None,               [400,   403,   403,  403,   403]),
         get("/v1/usage/signing-key",                                        [200,   200,   200,  200,   200]),
         post("/v1/usage/adjustments", Some(ADJUSTMENT),                     [201,   403,   403,  403,   403]),
+        // Webhooks: the provider's are provider:admin's; a tenant's, its tenant:admin's.
+        post("/v1/webhooks", Some(WEBHOOK_CREATE),                          [201,   403,   403,  403,   403]),
+        get("/v1/webhooks",                                                 [200,   403,   403,  403,   403]),
+        get("/v1/webhooks/{missing}",                                       [404,   403,   403,  403,   403]),
+        patch("/v1/webhooks/{missing}", WEBHOOK_PATCH,                      [404,   403,   403,  403,   403]),
+        delete("/v1/webhooks/{missing}",                                    [404,   403,   403,  403,   403]),
+        post("/v1/webhooks/{missing}/rotate-secret", None,                  [404,   403,   403,  403,   403]),
+        get("/v1/webhooks/{missing}/deliveries",                            [404,   403,   403,  403,   403]),
+        post("/v1/webhooks/{missing}/deliveries/{missing}/redeliver", None, [404,   403,   403,  403,   403]),
+        post("/v1/tenants/{own}/webhooks", Some(WEBHOOK_CREATE),            [201,   403,   403,  201,   403]),
+        post("/v1/tenants/{foreign}/webhooks", Some(WEBHOOK_CREATE),        [201,   403,   403,  404,   403]),
+        get("/v1/tenants/{own}/webhooks",                                   [200,   403,   403,  200,   403]),
+        get("/v1/tenants/{foreign}/webhooks",                               [200,   403,   403,  404,   403]),
+        get("/v1/tenants/{own}/webhooks/{missing}",                         [404,   403,   403,  404,   403]),
+        patch("/v1/tenants/{own}/webhooks/{missing}", WEBHOOK_PATCH,        [404,   403,   403,  404,   403]),
+        delete("/v1/tenants/{own}/webhooks/{missing}",                      [404,   403,   403,  404,   403]),
+        post("/v1/tenants/{own}/webhooks/{missing}/rotate-secret", None,    [404,   403,   403,  404,   403]),
+        get("/v1/tenants/{own}/webhooks/{missing}/deliveries",              [404,   403,   403,  404,   403]),
+        post("/v1/tenants/{own}/webhooks/{missing}/deliveries/{missing}/redeliver", None, [404, 403, 403, 404, 403]),
         // Last, as they concern the tenants every row above uses: they still hold clusters.
         delete("/v1/tenants/{foreign}",                                     [409,   403,   403,  403,   403]),
         delete("/v1/tenants/{own}",                                         [409,   403,   403,  403,   403]),
@@ -563,6 +584,8 @@ fn matrix_routes() -> BTreeSet<String> {
             let mut path = row.path.split('?').next().unwrap_or_default().to_owned();
             // `{missing}` stands for a missing tenant, cluster or pool: its position names it.
             path = path
+                .replace("deliveries/{missing}", "deliveries/{delivery_id}")
+                .replace("webhooks/{missing}", "webhooks/{webhook_id}")
                 .replace("clusters/{missing}", "clusters/{cluster_id}")
                 .replace("node-pools/{missing}", "node-pools/{pool_id}");
             for (param, placeholders) in params {

@@ -34,6 +34,7 @@ mod usage;
 mod usage_adjustments;
 mod usage_export;
 mod usage_prices;
+mod webhooks;
 mod worker;
 
 // The played kubelets, provisioner, slurmrestd stand-in and operator process of paddock-kube's

@@ -35,7 +35,9 @@ pub use state::{ApiConfig, AppState};
 
 use paddock_types::problem::Problem;
 use routes::doc::{self, Access};
-use routes::{agent, audit, cluster, custody, health, isolation, machine, machine_class, operation, tenant, usage};
+use routes::{
+    agent, audit, cluster, custody, health, isolation, machine, machine_class, operation, tenant, usage, webhook,
+};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -55,6 +57,7 @@ use routes::{agent, audit, cluster, custody, health, isolation, machine, machine
         (name = "operations", description = "Progress of asynchronous changes"),
         (name = "audit", description = "Who did what"),
         (name = "usage", description = "Metering: usage records, aggregates, exports, billing periods"),
+        (name = "webhooks", description = "Signed event deliveries (CloudEvents bodies, Standard Webhooks signatures)"),
         (name = "agent", description = "Machine-facing endpoints of the wipe and provisioning agents (the run's seed token in the seed URL, its agent token as the bearer; no JWT)"),
         (name = "health", description = "Process endpoints")
     )
@@ -120,6 +123,16 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(usage::usage_period_close))
         .routes(routes!(usage::usage_signing_key_view))
         .routes(routes!(usage::usage_adjustment_create))
+        .routes(routes!(webhook::webhook_create, webhook::webhook_list))
+        .routes(routes!(webhook::webhook_view, webhook::webhook_update, webhook::webhook_delete))
+        .routes(routes!(webhook::webhook_rotate_secret))
+        .routes(routes!(webhook::webhook_delivery_list))
+        .routes(routes!(webhook::webhook_redeliver))
+        .routes(routes!(webhook::tenant_webhook_create, webhook::tenant_webhook_list))
+        .routes(routes!(webhook::tenant_webhook_view, webhook::tenant_webhook_update, webhook::tenant_webhook_delete))
+        .routes(routes!(webhook::tenant_webhook_rotate_secret))
+        .routes(routes!(webhook::tenant_webhook_delivery_list))
+        .routes(routes!(webhook::tenant_webhook_redeliver))
 }
 
 /// Every route with its documentation; what each group's operations share (security, the

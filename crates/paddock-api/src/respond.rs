@@ -42,6 +42,16 @@ pub fn created<T: Serialize>(body: &T, etag: &str, location: &str) -> Response {
     with_header(response, header::LOCATION, location)
 }
 
+/// 201 with the object and its `Location`, for an object without an etag.
+pub fn created_untagged<T: Serialize>(body: &T, location: &str) -> Response {
+    with_header(json(StatusCode::CREATED, body), header::LOCATION, location)
+}
+
+/// 202 with a body and no etag (a delivery queued again).
+pub fn queued<T: Serialize>(body: &T) -> Response {
+    json(StatusCode::ACCEPTED, body)
+}
+
 /// 202 with `{<resource>, operation}`, the resource's `ETag` and `Location`.
 pub fn accepted<T: Serialize>(body: &T, etag: &str, location: &str) -> Response {
     let response = with_header(json(StatusCode::ACCEPTED, body), header::ETAG, etag);

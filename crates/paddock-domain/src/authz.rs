@@ -77,6 +77,8 @@ pub enum Permission {
     UsageRead,
     /// Close billing periods and record usage adjustments.
     UsageWrite,
+    /// Create, change, rotate and delete webhook subscriptions, and read their deliveries.
+    WebhookWrite,
 }
 
 /// How far a granted permission reaches.
@@ -125,6 +127,7 @@ fn grant(role: Role, permission: Permission) -> Option<GrantReach> {
         (R::ProviderOperator, P::ClusterRead) => Some(All),
         (R::TenantAdmin, P::ClusterWrite | P::ClusterRead | P::ClusterCredentials) => Some(OwnTenant),
         (R::TenantMember, P::ClusterRead) => Some(OwnTenant),
+        (R::TenantAdmin, P::WebhookWrite) => Some(OwnTenant),
         _ => None,
     }
 }
@@ -240,6 +243,7 @@ fn describe(permission: Permission) -> &'static str {
         Permission::ClusterCredentials => "get cluster credentials",
         Permission::UsageRead => "read usage",
         Permission::UsageWrite => "close billing periods or adjust usage",
+        Permission::WebhookWrite => "manage webhooks",
     }
 }
 

@@ -21,6 +21,7 @@ pub mod ssh;
 pub mod stack;
 pub mod usage;
 pub mod validate;
+pub mod webhook;
 
 pub use authz::{Actor, Permission, Role, Scope};
 pub use error::{Error, Result};

@@ -18,6 +18,7 @@ mod machine_class;
 mod operation;
 mod tenant;
 pub mod usage;
+pub mod webhook;
 
 use std::sync::Arc;
 
@@ -195,6 +196,8 @@ pub struct Services {
     gauges: Arc<gauges::GaugeCache>,
     /// The isolation report's verdicts on custody chains (`chain_cache`).
     chains: Arc<chain_cache::ChainCache>,
+    /// Where webhooks may go (`PADDOCK_WEBHOOK_INSECURE_HTTP`, `PADDOCK_WEBHOOK_ALLOWED_NETWORKS`).
+    webhook_guard: Arc<paddock_domain::webhook::AddressGuard>,
 }
 
 impl Services {
@@ -211,7 +214,19 @@ impl Services {
             exports: Arc::default(),
             gauges: Arc::default(),
             chains: Arc::default(),
+            webhook_guard: Arc::default(),
         }
+    }
+
+    /// Sets where webhooks may go.
+    pub fn with_webhook_guard(mut self, guard: paddock_domain::webhook::AddressGuard) -> Self {
+        self.webhook_guard = Arc::new(guard);
+        self
+    }
+
+    /// Where webhooks may go (for the worker's deliveries).
+    pub fn webhook_guard(&self) -> &Arc<paddock_domain::webhook::AddressGuard> {
+        &self.webhook_guard
     }
 
     /// Sets the provider's signing key (`PADDOCK_USAGE_SIGNING_KEY`).

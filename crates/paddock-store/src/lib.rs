@@ -24,6 +24,7 @@ pub mod reseal;
 pub mod run;
 pub mod tenant;
 pub mod usage;
+pub mod webhook;
 
 use std::time::Duration;
 

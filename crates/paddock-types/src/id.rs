@@ -69,4 +69,8 @@ typed_id!(
     CleanId,
     /// Id of a machine's allocation to a tenant cluster.
     AllocationId,
+    /// Id of a webhook subscription.
+    WebhookId,
+    /// Id of one event's delivery to one webhook subscription.
+    WebhookDeliveryId,
 );

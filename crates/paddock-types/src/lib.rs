@@ -16,6 +16,7 @@ pub mod page;
 pub mod problem;
 pub mod tenant;
 pub mod usage;
+pub mod webhook;
 
 pub use id::*;
 

@@ -19,6 +19,7 @@
 
 mod metrics;
 pub mod reconcile;
+pub mod webhook;
 mod worker;
 
 use std::sync::Arc;

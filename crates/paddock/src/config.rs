@@ -159,6 +159,17 @@ pub struct Settings {
     /// Allow plain `http` agent URLs (labs, tests).
     #[arg(long, env = "PADDOCK_AGENT_INSECURE_HTTP", default_value_t = false, action = clap::ArgAction::Set, global = true)]
     pub agent_insecure_http: bool,
+    /// The API's public URL, the `source` of every webhook event (CloudEvents); default
+    /// `http://` + PADDOCK_LISTEN.
+    #[arg(long, env = "PADDOCK_PUBLIC_URL", global = true)]
+    pub public_url: Option<url::Url>,
+    /// Allow plain `http` webhook URLs (labs, tests); otherwise only `https`.
+    #[arg(long, env = "PADDOCK_WEBHOOK_INSECURE_HTTP", default_value_t = false, action = clap::ArgAction::Set, global = true)]
+    pub webhook_insecure_http: bool,
+    /// Comma-separated CIDRs webhooks may go to although they are loopback, private, link-local,
+    /// CGNAT or reserved (e.g. `10.20.0.0/16` for a receiver on the provider's network).
+    #[arg(long, env = "PADDOCK_WEBHOOK_ALLOWED_NETWORKS", value_delimiter = ',', global = true)]
+    pub webhook_allowed_networks: Vec<String>,
     /// PEM file of the CA that signs the agent endpoint's TLS certificate, handed to the agents in
     /// their seed (unset: the endpoint's certificate is from a CA the images trust).
     #[arg(long, env = "PADDOCK_AGENT_CA_CERT_FILE", global = true)]
@@ -312,6 +323,9 @@ impl std::fmt::Debug for Settings {
             .field("agent_base_url", &self.agent_base_url.as_ref().map(url::Url::as_str))
             .field("agent_seed_base_url", &self.agent_seed_base_url.as_ref().map(url::Url::as_str))
             .field("agent_insecure_http", &self.agent_insecure_http)
+            .field("public_url", &self.public_url.as_ref().map(url::Url::as_str))
+            .field("webhook_insecure_http", &self.webhook_insecure_http)
+            .field("webhook_allowed_networks", &self.webhook_allowed_networks)
             .field("stacks_dir", &self.stacks_dir)
             .finish_non_exhaustive()
     }
@@ -439,6 +453,26 @@ impl Settings {
             wipe_image_sha256: self.wipe_image_sha256.clone().unwrap_or(defaults.wipe_image_sha256),
             os_image_sha256: self.os_image_sha256.clone().unwrap_or(defaults.os_image_sha256),
         })
+    }
+
+    /// Where webhooks may go (PADDOCK_WEBHOOK_INSECURE_HTTP, PADDOCK_WEBHOOK_ALLOWED_NETWORKS).
+    pub fn webhook_guard(&self) -> anyhow::Result<paddock_domain::webhook::AddressGuard> {
+        let allowed = self
+            .webhook_allowed_networks
+            .iter()
+            .filter(|n| !n.trim().is_empty())
+            .map(|n| n.parse().context("PADDOCK_WEBHOOK_ALLOWED_NETWORKS"))
+            .collect::<anyhow::Result<_>>()?;
+        Ok(paddock_domain::webhook::AddressGuard { insecure_http: self.webhook_insecure_http, allowed })
+    }
+
+    /// The CloudEvents `source` of webhook events: PADDOCK_PUBLIC_URL, or `http://` + the listen
+    /// address.
+    pub fn public_url(&self) -> String {
+        match &self.public_url {
+            Some(url) => url.as_str().trim_end_matches('/').to_owned(),
+            None => format!("http://{}", self.listen),
+        }
     }
 
     /// The simulated BMC driver boots simulated images: their URLs default to the simulated ones

@@ -76,7 +76,8 @@ pub async fn services(settings: &Settings, database_url: &str) -> anyhow::Result
     };
     let mut services = Services::new(store, settings.cipher()?, settings.ledger_key()?)
         .with_agent(settings.agent()?)
-        .with_usage_settings(usage);
+        .with_usage_settings(usage)
+        .with_webhook_guard(settings.webhook_guard()?);
     if let Some(key) = settings.signing_key()? {
         services = services.with_signing_key(key);
     }
@@ -134,6 +135,7 @@ pub async fn run(
         None => services,
     };
     let worker = if roles.worker { Some(build_worker(settings, &services, drivers)?) } else { None };
+    let deliverer = if roles.worker { Some(build_deliverer(settings, &services)?) } else { None };
     let sources = Sources(match &worker {
         Some(w) => {
             let jobs = w.metrics();
@@ -144,6 +146,16 @@ pub async fn run(
     let worker = worker.map(|worker| {
         if let Some(agent) = agent {
             tokio::spawn(agent.run(stop_rx.clone()));
+        }
+        if let Some(deliverer) = deliverer {
+            let mut stop = stop_rx.clone();
+            tokio::spawn(async move {
+                deliverer
+                    .run(async move {
+                        let _ = stop.changed().await;
+                    })
+                    .await
+            });
         }
         let drift_interval = Duration::from_secs(settings.drift_interval);
         tokio::spawn(run_worker(services.clone(), worker, drift_interval, stop_rx.clone()))
@@ -232,6 +244,20 @@ fn build_worker(settings: &Settings, services: &Services, drivers: Drivers) -> a
         Arc::new(Resealer::new(services.clone())),
     ];
     Worker::new(services.store().clone(), default_worker_id(), handlers, config).context("the worker's settings")
+}
+
+/// The webhook deliveries, made by every worker (claims keep two from sending the same try).
+fn build_deliverer(settings: &Settings, services: &Services) -> anyhow::Result<paddock_worker::webhook::Deliverer> {
+    use paddock_worker::webhook::{Deliverer, DeliveryConfig, SystemLookup};
+    let config = DeliveryConfig::new(settings.public_url(), default_worker_id());
+    Deliverer::new(
+        services.store().clone(),
+        services.cipher().clone(),
+        services.webhook_guard().clone(),
+        Arc::new(SystemLookup),
+        config,
+    )
+    .context("the webhook deliveries")
 }
 
 /// The worker: runs the reconcile jobs of the durable queue, and does the housekeeping.

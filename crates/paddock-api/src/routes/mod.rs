@@ -13,3 +13,4 @@ pub mod machine_class;
 pub mod operation;
 pub mod tenant;
 pub mod usage;
+pub mod webhook;

@@ -100,6 +100,15 @@ app.kubernetes.io/component: {{ index . 1 }}
 - { name: {{ $name }}, value: {{ $value | quote }} }
 {{- end }}
 {{- end }}
+{{- with $v.webhooks.publicUrl }}
+- { name: PADDOCK_PUBLIC_URL, value: {{ . | quote }} }
+{{- end }}
+{{- if $v.webhooks.insecureHttp }}
+- { name: PADDOCK_WEBHOOK_INSECURE_HTTP, value: "true" }
+{{- end }}
+{{- with $v.webhooks.allowedNetworks }}
+- { name: PADDOCK_WEBHOOK_ALLOWED_NETWORKS, value: {{ join "," . | quote }} }
+{{- end }}
 {{- if include "paddock.stacksMounted" . }}
 - { name: PADDOCK_STACKS_DIR, value: /var/lib/paddock/stacks }
 {{- end }}
