@@ -38,7 +38,6 @@ use std::fmt::Debug;
 use std::sync::Mutex;
 
 use base64::Engine;
-use futures::FutureExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::chrono::{Duration as ChronoDuration, SecondsFormat, Utc};
@@ -46,9 +45,7 @@ use k8s_openapi::ByteString;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
-use paddock_domain::driver::{
-    BoxFuture, Drain, DriverError, JoinConfig, NodeRef, NodeStatus, RegisteredNode, Removal, TenantAccess, TenantNodes,
-};
+use paddock_domain::driver::{Drain, JoinConfig, NodeRef, NodeStatus, RegisteredNode, Removal, TenantAccess};
 use paddock_types::cluster::Taint;
 use paddock_types::der;
 use paddock_types::ClusterId;
@@ -60,6 +57,8 @@ use tracing::{debug, info, instrument};
 use crate::csr;
 use crate::isolation::MANAGER;
 use crate::KubeError;
+
+mod driver;
 
 /// The label naming a Node's pool (its value is the pool's name; Slurm's NodeSet selects on it).
 pub const LABEL_NODE_POOL: &str = "paddock.dev/node-pool";
@@ -646,72 +645,6 @@ impl KubeTenantNodes {
                 Ok(())
             }
         }
-    }
-}
-
-impl TenantNodes for KubeTenantNodes {
-    fn join_config<'a>(
-        &'a self,
-        tenant: &'a TenantAccess,
-        node: &'a NodeRef,
-        ttl_seconds: u64,
-    ) -> BoxFuture<'a, Result<JoinConfig, DriverError>> {
-        KubeTenantNodes::join_config(self, tenant, node, ttl_seconds).map(|r| r.map_err(DriverError::from)).boxed()
-    }
-
-    fn node<'a>(
-        &'a self,
-        tenant: &'a TenantAccess,
-        node: &'a NodeRef,
-    ) -> BoxFuture<'a, Result<Option<NodeStatus>, DriverError>> {
-        KubeTenantNodes::node(self, tenant, node).map(|r| r.map_err(DriverError::from)).boxed()
-    }
-
-    fn registered_nodes<'a>(
-        &'a self,
-        tenant: &'a TenantAccess,
-    ) -> BoxFuture<'a, Result<Vec<RegisteredNode>, DriverError>> {
-        KubeTenantNodes::registered_nodes(self, tenant).map(|r| r.map_err(DriverError::from)).boxed()
-    }
-
-    fn drain_node<'a>(
-        &'a self,
-        tenant: &'a TenantAccess,
-        node: &'a NodeRef,
-    ) -> BoxFuture<'a, Result<Drain, DriverError>> {
-        KubeTenantNodes::drain_node(self, tenant, node).map(|r| r.map_err(DriverError::from)).boxed()
-    }
-
-    fn foreign_node<'a>(
-        &'a self,
-        tenant: &'a TenantAccess,
-        node: &'a NodeRef,
-    ) -> BoxFuture<'a, Result<Option<String>, DriverError>> {
-        KubeTenantNodes::foreign_node(self, tenant, node).map(|r| r.map_err(DriverError::from)).boxed()
-    }
-
-    fn remove_node<'a>(
-        &'a self,
-        tenant: &'a TenantAccess,
-        node: &'a NodeRef,
-    ) -> BoxFuture<'a, Result<Removal, DriverError>> {
-        KubeTenantNodes::remove_node(self, tenant, node).map(|r| r.map_err(DriverError::from)).boxed()
-    }
-
-    fn delete_join_tokens<'a>(
-        &'a self,
-        tenant: &'a TenantAccess,
-        node: &'a NodeRef,
-    ) -> BoxFuture<'a, Result<(), DriverError>> {
-        KubeTenantNodes::delete_join_tokens(self, tenant, node).map(|r| r.map_err(DriverError::from)).boxed()
-    }
-
-    fn abandon_node<'a>(
-        &'a self,
-        tenant: &'a TenantAccess,
-        node: &'a NodeRef,
-    ) -> BoxFuture<'a, Result<(), DriverError>> {
-        KubeTenantNodes::abandon_node(self, tenant, node).map(|r| r.map_err(DriverError::from)).boxed()
     }
 }
 
