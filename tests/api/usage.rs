@@ -334,6 +334,19 @@ async fn hour_day_and_month_boundaries_neither_lose_nor_double_a_second() {
         assert_eq!(agg["totals"]["gpu_seconds"], 160);
         assert_eq!(agg["totals"]["node_hours"], "0.005556");
     }
+    // A range inside one window is that window, clipped to the range, whatever the unit.
+    for window in ["P1M", "P1D", "none"] {
+        let agg = get(
+            &app,
+            &format!("/v1/usage/aggregate?from=2026-11-01T00:00:05Z&to=2026-11-01T01:00:00Z&window={window}"),
+        )
+        .await;
+        assert_eq!(agg["items"].as_array().map(Vec::len), Some(1), "{window}: {agg}");
+        assert_eq!(agg["items"][0]["window_start"], "2026-11-01T00:00:05Z", "{window}");
+        assert_eq!(agg["items"][0]["window_end"], "2026-11-01T01:00:00Z", "{window}");
+        assert_eq!(agg["items"][0]["node_seconds"], 5, "{window}");
+        assert_eq!(agg["items"][0]["gpu_seconds"], 40, "{window}");
+    }
     // Clipped at the range: only the November half.
     let records = get(&app, "/v1/usage/records?from=2026-11-01T00:00:00Z&to=2026-11-02T00:00:00Z").await;
     assert_eq!(records["items"][0]["start"], "2026-11-01T00:00:00Z");

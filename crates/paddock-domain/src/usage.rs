@@ -117,6 +117,12 @@ impl Window {
         }
     }
 
+    /// Whether `range` lies inside one window (always, for [`Window::None`]): its one window,
+    /// clipped, is then the range itself.
+    pub fn holds(self, range: Range) -> bool {
+        self.next(self.floor(range.from)) >= range.to
+    }
+
     /// The windows covering `range`, each clipped to it, in order.
     pub fn windows(self, range: Range) -> Vec<(DateTime<Utc>, DateTime<Utc>)> {
         let mut out = Vec::new();
@@ -311,6 +317,10 @@ mod tests {
         assert_eq!(Window::Hour.windows(range)[0], (range.from, t("2026-01-31T23:00:00Z")));
         assert_eq!(Window::None.windows(range), vec![(range.from, range.to)]);
         assert_eq!(Window::Day.windows(range).len(), 30);
+        assert!(!Window::Month.holds(range) && Window::None.holds(range));
+        let june = Range { from: t("2026-06-01T00:00:00Z"), to: t("2026-07-01T00:00:00Z") };
+        assert!(Window::Month.holds(june) && !Window::Day.holds(june));
+        assert_eq!(Window::Month.windows(june), vec![(june.from, june.to)]);
     }
 
     #[test]

@@ -406,20 +406,50 @@ pub async fn aggregate(
     unit: WindowUnit,
     group: [bool; 4],
 ) -> Result<Vec<UsageAggregateItem>, StoreError> {
-    // One row per record and window it meets; a record of no length (an adjustment) meets one.
+    let sql = match unit {
+        Some(_) => windowed_sql(),
+        None => one_window_sql(),
+    };
+    let mut query = bind_query(&sql, q);
+    if let Some(unit) = unit {
+        query = query.bind(unit);
+    }
+    let rows = query.bind(group[0]).bind(group[1]).bind(group[2]).bind(group[3]).fetch_all(conn).await?;
+    rows.iter().map(aggregate_item_from).collect()
+}
+
+/// The group columns of an aggregate, switched on by the booleans from `$first` on.
+fn group_columns(first: u8) -> String {
+    let [t, c, p, m] = [first, first + 1, first + 2, first + 3];
+    format!(
+        "case when ${t} then tenant_id end as g_tenant, case when ${c} then cluster_id end as g_cluster, \
+         case when ${p} then node_pool_id end as g_pool, case when ${m} then machine_class end as g_class"
+    )
+}
+
+/// The range is one window: every record (already clipped to it) is summed whole, with no
+/// per-record window series (which cost the provider-wide month most of its time).
+fn one_window_sql() -> String {
     // The sums are exact (numeric) and read back as text: a sum past 64 bits is an
     // `Overflow`, not a failing cast.
-    let sql = format!(
+    format!(
+        "{RECORDS} select $1::timestamptz as window_start, $2::timestamptz as window_end, {}, \
+           sum(node_seconds)::text as node_seconds, sum(gpu_seconds)::text as gpu_seconds, \
+           sum(control_plane_seconds)::text as control_plane_seconds \
+         from r group by 3, 4, 5, 6 order by 3, 4, 5, 6",
+        group_columns(9)
+    )
+}
+
+/// One row per record and window (`$9`) it meets; a record of no length (an adjustment) meets one.
+fn windowed_sql() -> String {
+    format!(
         "{RECORDS}, w as ( \
-           select r.*, g as ws, case when $9::text is null then $2 else g + ('1 ' || $9)::interval end as we \
+           select r.*, g as ws, g + ('1 ' || $9)::interval as we \
            from r cross join lateral generate_series( \
-             case when $9::text is null then $1 else date_trunc($9, r.start_at) end, \
-             greatest(r.start_at, r.end_at - interval '1 second'), \
-             case when $9::text is null then $2 - $1 + interval '1 second' else ('1 ' || $9)::interval end) g), \
+             date_trunc($9, r.start_at), greatest(r.start_at, r.end_at - interval '1 second'), ('1 ' || $9)::interval) g), \
          p as ( \
-           select ws, we, case when $10 then tenant_id end as g_tenant, case when $11 then cluster_id end as g_cluster, \
-             case when $12 then node_pool_id end as g_pool, case when $13 then machine_class end as g_class, kind, \
-             node_seconds, gpu_seconds, control_plane_seconds, gpu_count, \
+           select ws, we, {}, kind, node_seconds, gpu_seconds, control_plane_seconds, gpu_count, \
              extract(epoch from least(end_at, we) - greatest(start_at, ws))::bigint as part \
            from w) \
          select greatest(ws, $1) as window_start, least(we, $2) as window_end, g_tenant, g_cluster, g_pool, g_class, \
@@ -427,17 +457,9 @@ pub async fn aggregate(
            sum(case kind when 'adjustment' then gpu_seconds when 'machine' then part * gpu_count else 0 end)::text as gpu_seconds, \
            sum(case kind when 'adjustment' then control_plane_seconds when 'control_plane' then part else 0 end)::text \
              as control_plane_seconds \
-         from p group by 1, 2, 3, 4, 5, 6 order by 1, 3, 4, 5, 6"
-    );
-    let rows = bind_query(&sql, q)
-        .bind(unit)
-        .bind(group[0])
-        .bind(group[1])
-        .bind(group[2])
-        .bind(group[3])
-        .fetch_all(conn)
-        .await?;
-    rows.iter().map(aggregate_item_from).collect()
+         from p group by 1, 2, 3, 4, 5, 6 order by 1, 3, 4, 5, 6",
+        group_columns(10)
+    )
 }
 
 /// An exact sum read back as text, as a 64-bit integer.
