@@ -201,6 +201,12 @@ fn matrix() -> Vec<Row> {
         delete("/v1/tenants/{own}/clusters/{own_cluster}/node-pools/{missing}", [404, 403, 403, 404, 403]),
         get("/v1/tenants/{own}/clusters/{own_cluster}/node-pools/{own_pool}/machines", [200, 200, 403, 200, 200]),
         get("/v1/tenants/{foreign}/clusters/{foreign_cluster}/node-pools/{foreign_pool}/machines", [200, 200, 403, 404, 404]),
+        get("/v1/tenants/{own}/clusters/{own_cluster}/machines",            [200,   200,   403,  200,   200]),
+        get("/v1/tenants/{foreign}/clusters/{foreign_cluster}/machines",    [200,   200,   403,  404,   404]),
+        get("/v1/tenants/{own}/clusters/{missing}/machines",                [404,   404,   403,  404,   404]),
+        get("/v1/tenants/{own}/clusters/{own_cluster}/machines/{missing_machine}", [404, 404, 403, 404, 404]),
+        // A machine of the fleet the cluster does not hold is answered like a missing one.
+        get("/v1/tenants/{own}/clusters/{own_cluster}/machines/{machine}",  [404,   404,   403,  404,   404]),
         // Usage: every role reads, tenant roles their own tenant only; provider:admin writes.
         // The signing key is public to every role; 400: closing needs an Idempotency-Key.
         get("/v1/usage/records?from=2026-10-01T00:00:00Z&to=2026-10-02T00:00:00Z", ALL),

@@ -365,6 +365,15 @@ async fn a_slurm_cluster_goes_ready_scales_and_is_deleted_back_to_clean_machines
     assert_eq!(listed["items"].as_array().map(Vec::len), Some(2));
     assert!(listed["items"][0]["node_name"].as_str().is_some_and(|n| n.starts_with("m-")));
     assert!(!listed.to_string().contains("sim://"));
+    // The cluster's machines, every pool's, by the ids a tenant names them with.
+    let held = lab.app.get(format!("{}/machines", lab.cluster_path(&cluster))).token(&lab.tenant_token);
+    let held = held.send().await.expect(200).json();
+    let ids = |page: &Value| -> Vec<String> { page["items"].as_array().expect("items").iter().map(id).collect() };
+    assert_eq!(ids(&held), ids(&listed));
+    assert!(held["items"].as_array().expect("items").iter().all(|m| m["node_pool_id"] == pool.as_str()), "{held}");
+    let first = ids(&held)[0].clone();
+    let one = lab.app.get(format!("{}/machines/{first}", lab.cluster_path(&cluster))).token(&lab.tenant_token);
+    assert_eq!(one.send().await.expect(200).json(), held["items"][0]);
 
     // Scale up, then down: the pool converges and the operation completes at its generation.
     let up = lab.scale(&cluster, &pool, 3).await;
@@ -381,6 +390,14 @@ async fn a_slurm_cluster_goes_ready_scales_and_is_deleted_back_to_clean_machines
     .await;
     // Released machines went back through a wipe: six cleans now (four first ones, two after release).
     assert_eq!(lab.scalar("select count(*) from machine_cleans").await, 6);
+    // A released machine is no longer the tenant's to read.
+    let kept = lab.app.get(format!("{}/machines", lab.cluster_path(&cluster))).token(&lab.tenant_token);
+    let kept = ids(&kept.send().await.expect(200).json());
+    assert_eq!(kept.len(), 1);
+    for gone in ids(&held).iter().filter(|m| !kept.contains(m)) {
+        let path = format!("{}/machines/{gone}", lab.cluster_path(&cluster));
+        assert_eq!(lab.app.get(path).token(&lab.tenant_token).send().await.status.as_u16(), 404);
+    }
 
     // A patch that changes nothing is answered with an operation too, and it ends: the run it
     // asks for finds the cluster ready at its generation (before, it stayed pending for good).
@@ -602,6 +619,7 @@ async fn seen_by(lab: &Lab, seat: &Seat) -> Vec<Value> {
             seen.push(get(format!("{path}/node-pools/{}/machines", id(pool))).await);
         }
         seen.push(pools);
+        seen.push(get(format!("{path}/machines?limit=100")).await);
     }
     seen.push(clusters);
     for tail in ["operations?limit=100", "audit-events?limit=100", "isolation-report"] {

@@ -93,6 +93,8 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(cluster::node_pool_create, cluster::node_pool_list))
         .routes(routes!(cluster::node_pool_view, cluster::node_pool_update, cluster::node_pool_delete))
         .routes(routes!(cluster::node_pool_machine_list))
+        .routes(routes!(cluster::cluster_machine_list))
+        .routes(routes!(cluster::cluster_machine_view))
         .routes(routes!(machine_class::machine_class_create, machine_class::machine_class_list))
         .routes(routes!(
             machine_class::machine_class_view,

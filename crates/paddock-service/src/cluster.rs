@@ -12,11 +12,12 @@ use paddock_domain::cursor::PageRequest;
 use paddock_domain::model::Tenant;
 use paddock_domain::precondition::IfMatch;
 use paddock_domain::{Error, Permission, Result, Scope};
+use paddock_store::node_pool::MachinesOf;
 use paddock_store::{cluster as store, cluster_event, machine_class, node_pool, tenant, Conn, Tx};
 use paddock_types::cluster::{ClusterCreate, ClusterEventView, NodePoolCreate, PoolMachineView};
 use paddock_types::operation::OperationView;
 use paddock_types::tenant::TenantState;
-use paddock_types::{ClusterId, MachineClassId, NodePoolId, TenantId};
+use paddock_types::{ClusterId, MachineClassId, MachineId, NodePoolId, TenantId};
 use serde_json::json;
 
 use crate::operation::{accept, Accepted, Target};
@@ -407,7 +408,7 @@ impl Services {
         .await
     }
 
-    /// The machines a pool holds: name, class, state, node name; never BMC details.
+    /// The machines a pool holds: id, name, class, state, node name; never BMC details.
     pub async fn node_pool_machines(
         &self,
         ctx: &Ctx,
@@ -419,9 +420,43 @@ impl Services {
         ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "node pool")?;
         let mut conn = self.store.conn().await?;
         node_pool::get(&mut conn, tenant_id, cluster_id, id).await?.ok_or(POOL_NOT_FOUND)?;
-        let rows = node_pool::machines(&mut conn, tenant_id, id, page.after, page.limit).await?;
-        let next_cursor = page.next_cursor(&rows, |(id, _)| *id);
-        Ok(Listed { items: rows.into_iter().map(|(_, m)| m).collect(), next_cursor })
+        let of = MachinesOf { pool: Some(id), machine: None };
+        let items = node_pool::machines(&mut conn, tenant_id, cluster_id, of, page.after, page.limit).await?;
+        let next_cursor = page.next_cursor(&items, |m| m.id.uuid());
+        Ok(Listed { items, next_cursor })
+    }
+
+    /// The machines a cluster holds, every pool's, as [`Self::node_pool_machines`] shows them.
+    pub async fn cluster_machines(
+        &self,
+        ctx: &Ctx,
+        tenant_id: TenantId,
+        cluster_id: ClusterId,
+        page: PageRequest,
+    ) -> Result<Listed<PoolMachineView>> {
+        ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "cluster")?;
+        let mut conn = self.store.conn().await?;
+        store::get(&mut conn, tenant_id, cluster_id).await?.ok_or(CLUSTER_NOT_FOUND)?;
+        let of = MachinesOf::default();
+        let items = node_pool::machines(&mut conn, tenant_id, cluster_id, of, page.after, page.limit).await?;
+        let next_cursor = page.next_cursor(&items, |m| m.id.uuid());
+        Ok(Listed { items, next_cursor })
+    }
+
+    /// One machine the cluster holds; 404 for any other (another cluster's, another tenant's, one
+    /// the cluster has released).
+    pub async fn cluster_machine(
+        &self,
+        ctx: &Ctx,
+        tenant_id: TenantId,
+        cluster_id: ClusterId,
+        id: MachineId,
+    ) -> Result<PoolMachineView> {
+        ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "machine")?;
+        let mut conn = self.store.conn().await?;
+        let of = MachinesOf { pool: None, machine: Some(id) };
+        let found = node_pool::machines(&mut conn, tenant_id, cluster_id, of, None, 1).await?;
+        found.into_iter().next().ok_or(Error::NotFound { kind: "machine" })
     }
 
     /// A slurm cluster needs at least one node in total: 422 when a change of `pool` to `count`

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use paddock_domain::cluster::{NodePool, NodePoolSpec};
 use paddock_types::cluster::{NodePoolStatus, PoolMachineView, Taint};
 use paddock_types::machine::MachineState;
-use paddock_types::{ClusterId, Labels, MachineClassId, NodePoolId, TenantId};
+use paddock_types::{ClusterId, Labels, MachineClassId, MachineId, NodePoolId, TenantId};
 use sqlx::types::Json;
 use uuid::Uuid;
 
@@ -198,37 +198,60 @@ pub async fn request_deletion(conn: &mut Conn, tenant: TenantId, id: NodePoolId)
 #[derive(sqlx::FromRow)]
 struct PoolMachineRow {
     id: Uuid,
+    node_pool_id: Uuid,
     name: String,
     machine_class: String,
     state: String,
     node_name: Option<String>,
 }
 
-/// The machines a pool holds, as its tenant may see them (never BMC details), after `after`.
+/// The machines a tenant's cluster holds (only those of `pool`, when given; only `machine`, when
+/// given), as the tenant may see them (never BMC details), by id after `after`.
 pub async fn machines(
     conn: &mut Conn,
     tenant: TenantId,
-    pool: NodePoolId,
+    cluster: ClusterId,
+    of: MachinesOf,
     after: Option<Uuid>,
     limit: u32,
-) -> Result<Vec<(Uuid, PoolMachineView)>, StoreError> {
+) -> Result<Vec<PoolMachineView>, StoreError> {
     let rows: Vec<PoolMachineRow> = sqlx::query_as(
-        "select m.id, m.name, c.name as machine_class, m.state, m.node_name from machines m \
+        "select m.id, m.node_pool_id, m.name, c.name as machine_class, m.state, m.node_name from machines m \
          join machine_classes c on c.id = m.machine_class_id \
-         where m.tenant_id = $1 and m.node_pool_id = $2 and ($3::uuid is null or m.id > $3) order by m.id limit $4",
+         where m.tenant_id = $1 and m.cluster_id = $2 and m.node_pool_id is not null \
+           and ($3::uuid is null or m.node_pool_id = $3) and ($4::uuid is null or m.id = $4) \
+           and ($5::uuid is null or m.id > $5) \
+         order by m.id limit $6",
     )
     .bind(tenant.uuid())
-    .bind(pool.uuid())
+    .bind(cluster.uuid())
+    .bind(of.pool.map(NodePoolId::uuid))
+    .bind(of.machine.map(MachineId::uuid))
     .bind(after)
     .bind(i64::from(limit))
     .fetch_all(conn)
     .await?;
     rows.into_iter()
         .map(|r| {
-            let state = parse_state(&r.state, MachineState::parse)?;
-            Ok((r.id, PoolMachineView { name: r.name, machine_class: r.machine_class, state, node_name: r.node_name }))
+            Ok(PoolMachineView {
+                id: MachineId(r.id),
+                node_pool_id: NodePoolId(r.node_pool_id),
+                name: r.name,
+                machine_class: r.machine_class,
+                state: parse_state(&r.state, MachineState::parse)?,
+                node_name: r.node_name,
+            })
         })
         .collect()
+}
+
+/// Which of a cluster's machines [`machines`] lists.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MachinesOf {
+    /// Only this pool's.
+    pub pool: Option<NodePoolId>,
+    /// Only this machine.
+    pub machine: Option<MachineId>,
 }
 
 /// Writes a pool's observed state (only the cluster's reconcile job writes it, one at a time), and

@@ -430,9 +430,13 @@ pub struct NodePoolView {
     pub updated_at: DateTime<Utc>,
 }
 
-/// A machine as a tenant sees it in its pool: never BMC details.
+/// A machine as the tenant holding it sees it: never BMC details, nothing of other tenancies.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct PoolMachineView {
+    /// Machine id: how the tenant names the machine (e.g. in breakfix requests).
+    pub id: crate::MachineId,
+    /// The node pool it serves.
+    pub node_pool_id: NodePoolId,
     /// Machine name.
     pub name: String,
     /// Machine class.

@@ -10,7 +10,7 @@ use paddock_types::cluster::{
     NodePoolCreate, NodePoolUpdate, NodePoolView, PoolMachineView,
 };
 use paddock_types::page::PageParams;
-use paddock_types::{ClusterId, NodePoolId, TenantId};
+use paddock_types::{ClusterId, MachineId, NodePoolId, TenantId};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -322,4 +322,42 @@ pub async fn node_pool_machine_list(
     let page = PageRequest::parse(q.limit.as_deref(), q.cursor.as_deref())?;
     let listed = s.services.node_pool_machines(&ctx, tenant, cluster, id, page).await?;
     Ok(respond::page(listed.items, listed.next_cursor))
+}
+
+/// Lists the machines a cluster holds, every pool's (never BMC details).
+///
+/// The machines that serve the cluster's pools, by id, a page at a time: the ids a tenant names its
+/// machines by; their pools, node names and lifecycle states; never their BMC details and nothing
+/// of other tenancies.
+#[utoipa::path(get, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}/machines", operation_id = "cluster_machine_list", tag = "clusters",
+    params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"),
+        PageParams),
+    responses(
+        (status = 200, description = "A page of machines", body = paddock_types::page::Page<PoolMachineView>,
+            headers(("Link" = String, description = "The next page, rel=\"next\"")))))]
+pub async fn cluster_machine_list(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path((tenant, cluster)): Path<(TenantId, ClusterId)>,
+    Query(q): Query<PageParams>,
+) -> Result<Response, ApiError> {
+    let page = PageRequest::parse(q.limit.as_deref(), q.cursor.as_deref())?;
+    let listed = s.services.cluster_machines(&ctx, tenant, cluster, page).await?;
+    Ok(respond::page(listed.items, listed.next_cursor))
+}
+
+/// Reads one machine the cluster holds (never BMC details).
+///
+/// A machine while it serves the cluster; 404 once released, and for any machine the cluster does not hold.
+#[utoipa::path(get, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}/machines/{machine_id}", operation_id = "cluster_machine_view", tag = "clusters",
+    params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"),
+        ("machine_id" = MachineId, Path, description = "Machine id")),
+    responses(
+        (status = 200, description = "The machine", body = PoolMachineView)))]
+pub async fn cluster_machine_view(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path((tenant, cluster, id)): Path<(TenantId, ClusterId, MachineId)>,
+) -> Result<Response, ApiError> {
+    Ok(respond::ok(&s.services.cluster_machine(&ctx, tenant, cluster, id).await?))
 }

@@ -54,6 +54,7 @@ const CLUSTER_NEXT: &[&str] = &[
     "cluster_delete",
     "cluster_event_list",
     "cluster_kubeconfig",
+    "cluster_machine_list",
     "node_pool_create",
     "node_pool_list",
     "operation_view",
