@@ -38,6 +38,7 @@ const UNSIGNED_CHECKPOINT: &str = r#"{"checkpoint": {"issued_at": "2026-12-01T00
 const WEBHOOK_CREATE: &str = r#"{"url": "https://hooks.example.com/{n}", "events": ["cluster.ready"]}"#;
 const WEBHOOK_PATCH: &str = r#"{"description": "patched {n}"}"#;
 const REASON: &str = r#"{"reason": "fan replacement {n}"}"#;
+const HEALTH_REPORT: &str = r#"{"status": "degraded", "checks": [{"name": "fan", "status": "degraded"}]}"#;
 const CLUSTER_CREATE: &str = r#"{"name": "cluster-{n}", "kind": "kubernetes", "isolation": "private-nodes",
     "node_pools": [{"name": "gpu", "machine_class": "gpu-h100", "count": 1}]}"#;
 const CLUSTER_PATCH: &str = r#"{"kubernetes_version": "v1.36.{n}"}"#;
@@ -207,6 +208,12 @@ fn matrix() -> Vec<Row> {
         get("/v1/tenants/{own}/clusters/{own_cluster}/machines/{missing_machine}", [404, 404, 403, 404, 404]),
         // A machine of the fleet the cluster does not hold is answered like a missing one.
         get("/v1/tenants/{own}/clusters/{own_cluster}/machines/{machine}",  [404,   404,   403,  404,   404]),
+        get("/v1/tenants/{own}/clusters/{own_cluster}/machines/{machine}/health-reports", [404, 404, 403, 404, 404]),
+        // Health reports: operators write, provider roles read.
+        post("/v1/machines/{machine}/health-reports", Some(HEALTH_REPORT),   [201,   201,   403,  403,   403]),
+        post("/v1/machines/{missing_machine}/health-reports", Some(HEALTH_REPORT), [404, 404, 403, 403, 403]),
+        get("/v1/machines/{machine}/health-reports",                        [200,   200,   403,  403,   403]),
+        get("/v1/machines/{missing_machine}/health-reports",                [404,   404,   403,  403,   403]),
         // Usage: every role reads, tenant roles their own tenant only; provider:admin writes.
         // The signing key is public to every role; 400: closing needs an Idempotency-Key.
         get("/v1/usage/records?from=2026-10-01T00:00:00Z&to=2026-10-02T00:00:00Z", ALL),

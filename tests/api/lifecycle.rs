@@ -37,23 +37,23 @@ const CRASH_WAIT: Duration = Duration::from_secs(180);
 
 /// A tenant and its admin's token.
 #[derive(Clone)]
-struct Seat {
-    tenant: String,
-    token: String,
+pub(crate) struct Seat {
+    pub(crate) tenant: String,
+    pub(crate) token: String,
 }
 
 /// The API on a port, a worker and the simulated machines' agent, over one database.
-struct Lab {
-    app: TestApp,
+pub(crate) struct Lab {
+    pub(crate) app: TestApp,
     world: SimWorld,
     stop: watch::Sender<bool>,
     metrics: Arc<paddock_worker::WorkerMetrics>,
-    tenant: String,
-    tenant_token: String,
+    pub(crate) tenant: String,
+    pub(crate) tenant_token: String,
 }
 
 impl Lab {
-    async fn new() -> Lab {
+    pub(crate) async fn new() -> Lab {
         Self::with(|drivers| drivers).await
     }
 
@@ -93,7 +93,7 @@ impl Lab {
     }
 
     /// Enrolls machines and waits until each is `available` (wiped, powered off).
-    async fn available(&self, class: &str, names: &[&str]) -> Vec<String> {
+    pub(crate) async fn available(&self, class: &str, names: &[&str]) -> Vec<String> {
         let ids = self.enroll(class, names).await;
         for m in &ids {
             self.machine_in(m, "available").await;
@@ -105,7 +105,7 @@ impl Lab {
         self.app.get(format!("/v1/machines/{id}")).token(&admin()).send().await.expect(200).json()
     }
 
-    async fn machine_in(&self, id: &str, state: &str) -> Value {
+    pub(crate) async fn machine_in(&self, id: &str, state: &str) -> Value {
         eventually(WAIT, || async {
             let m = self.machine(id).await;
             (m["state"] == state).then_some(m)
@@ -119,13 +119,13 @@ impl Lab {
     }
 
     /// Another tenant.
-    async fn seat(&self, name: &str) -> Seat {
+    pub(crate) async fn seat(&self, name: &str) -> Seat {
         let tenant = id(&tenant(&self.app, name).await);
         let token = token(&["tenant:admin"], Some(tenant.parse().expect("uuid")));
         Seat { tenant, token }
     }
 
-    async fn create(&self, body: Value) -> Value {
+    pub(crate) async fn create(&self, body: Value) -> Value {
         self.create_as(&self.own(), body).await
     }
 
@@ -134,7 +134,7 @@ impl Lab {
         self.app.post(path).token(&seat.token).json(&body).send().await.expect(202).json()
     }
 
-    fn cluster_path(&self, cluster: &str) -> String {
+    pub(crate) fn cluster_path(&self, cluster: &str) -> String {
         cluster_path(&self.own(), cluster)
     }
 
@@ -147,7 +147,7 @@ impl Lab {
     }
 
     /// Waits until the cluster is ready at its current generation.
-    async fn ready(&self, cluster: &str) -> Value {
+    pub(crate) async fn ready(&self, cluster: &str) -> Value {
         self.ready_as(&self.own(), cluster, WAIT).await
     }
 
@@ -182,7 +182,7 @@ impl Lab {
         self.app.get(format!("/v1/operations/{}", id(op))).token(&admin()).send().await.expect(200).json()
     }
 
-    async fn scale(&self, cluster: &str, pool: &str, count: u32) -> Value {
+    pub(crate) async fn scale(&self, cluster: &str, pool: &str, count: u32) -> Value {
         let path = format!("{}/node-pools/{pool}", self.cluster_path(cluster));
         self.app.patch(path).token(&self.tenant_token).json(&json!({ "count": count })).send().await.expect(202).json()
     }

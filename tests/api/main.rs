@@ -12,6 +12,7 @@ mod console;
 mod custody;
 mod drift;
 mod focus;
+mod health;
 mod idempotency;
 mod jwt;
 mod kubeconfig;

@@ -95,6 +95,7 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(cluster::node_pool_machine_list))
         .routes(routes!(cluster::cluster_machine_list))
         .routes(routes!(cluster::cluster_machine_view))
+        .routes(routes!(cluster::cluster_machine_health_report_list))
         .routes(routes!(machine_class::machine_class_create, machine_class::machine_class_list))
         .routes(routes!(
             machine_class::machine_class_view,
@@ -106,6 +107,7 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(machine::machine_maintenance_enter, machine::machine_maintenance_leave))
         .routes(routes!(machine::machine_force_release))
         .routes(routes!(machine::machine_custody_view))
+        .routes(routes!(machine::machine_health_report_create, machine::machine_health_report_list))
         .routes(routes!(isolation::isolation_report_view))
         .routes(routes!(custody::custody_checkpoint_view))
         .routes(routes!(custody::custody_verify))

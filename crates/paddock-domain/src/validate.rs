@@ -255,6 +255,35 @@ fn bmc_url(c: &mut Checks, field: &str, value: &str, allow_insecure_http: bool) 
     }
 }
 
+static CHECK_NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new("^[a-z0-9][a-z0-9._-]*$").expect("static regex"));
+
+/// Most checks in one health report.
+pub const MAX_HEALTH_CHECKS: usize = 64;
+
+/// Checks a health report made at `now`: its checks' names and details, and that it was not
+/// observed in the future (a minute of clock skew allowed).
+pub fn health_report(
+    report: &paddock_types::health::HealthReportCreate,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(), Error> {
+    let mut c = Checks::new();
+    if report.checks.len() > MAX_HEALTH_CHECKS {
+        c.fail("checks", format!("at most {MAX_HEALTH_CHECKS} checks"));
+    }
+    for (i, check) in report.checks.iter().enumerate() {
+        let ok = (1..=63).contains(&check.name.len()) && CHECK_NAME.is_match(&check.name);
+        c.check(
+            ok,
+            &format!("checks[{i}].name"),
+            "must be 1-63 of a-z, 0-9, '.', '_' and '-', starting with a letter or digit",
+        );
+        c.max_len(&format!("checks[{i}].detail"), &check.detail, 1000);
+    }
+    let latest = now + chrono::Duration::minutes(1);
+    c.check(report.observed_at.is_none_or(|at| at <= latest), "observed_at", "must not be in the future");
+    c.finish()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,6 +11,7 @@ pub mod credentials;
 mod custody;
 pub mod fault;
 mod gauges;
+mod health;
 mod housekeeping;
 pub mod idempotency;
 mod machine;

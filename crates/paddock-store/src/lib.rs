@@ -11,6 +11,7 @@ pub mod cluster_event;
 pub mod custody;
 pub mod drift;
 mod error;
+pub mod health;
 pub mod idempotency;
 pub mod job;
 pub mod lifecycle;

@@ -4,6 +4,7 @@
 use chrono::{DateTime, Utc};
 use paddock_domain::cluster::{NodePool, NodePoolSpec};
 use paddock_types::cluster::{NodePoolStatus, PoolMachineView, Taint};
+use paddock_types::health::HealthStatus;
 use paddock_types::machine::MachineState;
 use paddock_types::{ClusterId, Labels, MachineClassId, MachineId, NodePoolId, TenantId};
 use sqlx::types::Json;
@@ -203,6 +204,7 @@ struct PoolMachineRow {
     machine_class: String,
     state: String,
     node_name: Option<String>,
+    health: Option<String>,
 }
 
 /// The machines a tenant's cluster holds (only those of `pool`, when given; only `machine`, when
@@ -216,8 +218,10 @@ pub async fn machines(
     limit: u32,
 ) -> Result<Vec<PoolMachineView>, StoreError> {
     let rows: Vec<PoolMachineRow> = sqlx::query_as(
-        "select m.id, m.node_pool_id, m.name, c.name as machine_class, m.state, m.node_name from machines m \
-         join machine_classes c on c.id = m.machine_class_id \
+        "select m.id, m.node_pool_id, m.name, c.name as machine_class, m.state, m.node_name, \
+           (select r.status from machine_health_reports r where r.allocation_id = m.allocation_id \
+             order by r.id desc limit 1) as health \
+         from machines m join machine_classes c on c.id = m.machine_class_id \
          where m.tenant_id = $1 and m.cluster_id = $2 and m.node_pool_id is not null \
            and ($3::uuid is null or m.node_pool_id = $3) and ($4::uuid is null or m.id = $4) \
            and ($5::uuid is null or m.id > $5) \
@@ -240,6 +244,7 @@ pub async fn machines(
                 machine_class: r.machine_class,
                 state: parse_state(&r.state, MachineState::parse)?,
                 node_name: r.node_name,
+                health: r.health.as_deref().map(|h| parse_state(h, HealthStatus::parse)).transpose()?,
             })
         })
         .collect()

@@ -445,6 +445,9 @@ pub struct PoolMachineView {
     pub state: crate::machine::MachineState,
     /// Kubernetes node name, once joined.
     pub node_name: Option<String>,
+    /// The status of the newest health report recorded while the cluster holds the machine
+    /// (`GET .../machines/{machine_id}/health-reports`), if any.
+    pub health: Option<crate::health::HealthStatus>,
 }
 
 /// A cluster event: what happened to it, for people.

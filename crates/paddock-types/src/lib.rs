@@ -8,6 +8,7 @@ pub mod audit;
 pub mod cluster;
 pub mod custody;
 pub mod der;
+pub mod health;
 pub mod id;
 pub mod machine;
 pub mod machine_class;

@@ -361,3 +361,24 @@ pub async fn cluster_machine_view(
 ) -> Result<Response, ApiError> {
     Ok(respond::ok(&s.services.cluster_machine(&ctx, tenant, cluster, id).await?))
 }
+
+/// Lists the health reports of a machine the cluster holds, newest first.
+///
+/// The reports recorded while the cluster holds the machine (an operator's, without who made it), newest
+/// first, a page at a time; 404 for a machine the cluster does not hold.
+#[utoipa::path(get, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}/machines/{machine_id}/health-reports", operation_id = "cluster_machine_health_report_list", tag = "clusters",
+    params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"),
+        ("machine_id" = MachineId, Path, description = "Machine id"), PageParams),
+    responses(
+        (status = 200, description = "A page of reports", body = paddock_types::page::Page<paddock_types::health::HealthReportView>,
+            headers(("Link" = String, description = "The next page, rel=\"next\"")))))]
+pub async fn cluster_machine_health_report_list(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path((tenant, cluster, id)): Path<(TenantId, ClusterId, MachineId)>,
+    Query(q): Query<PageParams>,
+) -> Result<Response, ApiError> {
+    let page = PageRequest::parse(q.limit.as_deref(), q.cursor.as_deref())?;
+    let listed = s.services.cluster_machine_health_reports(&ctx, tenant, cluster, id, page).await?;
+    Ok(respond::page(listed.items, listed.next_cursor))
+}

@@ -75,6 +75,7 @@ const MACHINE_NEXT: &[&str] = &[
     "machine_update",
     "machine_retire",
     "machine_custody_view",
+    "machine_health_report_list",
     "machine_maintenance_enter",
     "machine_maintenance_leave",
     "machine_force_release",

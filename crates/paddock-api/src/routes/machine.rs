@@ -5,10 +5,12 @@ use axum::response::Response;
 use paddock_domain::cursor::PageRequest;
 use paddock_service::MachineChange;
 use paddock_types::custody::CustodyView;
+use paddock_types::health::{HealthReportCreate, HealthReportView};
 use paddock_types::machine::MachineFilter;
 use paddock_types::machine::{
     MachineAccepted, MachineEnroll, MachineForceRelease, MachineState, MachineUpdate, MachineView, MaintenanceEnter,
 };
+use paddock_types::page::PageParams;
 use paddock_types::{MachineId, TenantId};
 use serde::Deserialize;
 use utoipa::IntoParams;
@@ -218,4 +220,44 @@ pub async fn machine_custody_view(
     Path(id): Path<MachineId>,
 ) -> Result<Response, ApiError> {
     Ok(respond::ok(&s.services.machine_custody(&ctx, id).await?))
+}
+
+/// Records a health report on a machine.
+///
+/// What an operator (`provider:admin`, `provider:operator`) observed about a machine's health: its status as a
+/// whole and the checks behind it. Recorded as said and never changed; a machine a tenant holds shows the
+/// report to that tenant. A retired machine takes none (409 `machine_retired`).
+#[utoipa::path(post, path = "/v1/machines/{machine_id}/health-reports", operation_id = "machine_health_report_create", tag = "machines",
+    request_body = HealthReportCreate,
+    params(("machine_id" = MachineId, Path, description = "Machine id")),
+    responses(
+        (status = 201, description = "Recorded", body = HealthReportView,
+            headers(("Location" = String, description = "The machine's reports")))))]
+pub async fn machine_health_report_create(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path(id): Path<MachineId>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let report = s.services.machine_health_report(&ctx, id, &body).await?;
+    Ok(respond::created_untagged(&report, &format!("/v1/machines/{id}/health-reports")))
+}
+
+/// Lists a machine's health reports, newest first.
+///
+/// Every report recorded on the machine, newest first, a page at a time (provider roles).
+#[utoipa::path(get, path = "/v1/machines/{machine_id}/health-reports", operation_id = "machine_health_report_list", tag = "machines",
+    params(("machine_id" = MachineId, Path, description = "Machine id"), PageParams),
+    responses(
+        (status = 200, description = "A page of reports", body = paddock_types::page::Page<HealthReportView>,
+            headers(("Link" = String, description = "The next page, rel=\"next\"")))))]
+pub async fn machine_health_report_list(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path(id): Path<MachineId>,
+    Query(q): Query<PageParams>,
+) -> Result<Response, ApiError> {
+    let page = PageRequest::parse(q.limit.as_deref(), q.cursor.as_deref())?;
+    let listed = s.services.machine_health_reports(&ctx, id, page).await?;
+    Ok(respond::page(listed.items, listed.next_cursor))
 }

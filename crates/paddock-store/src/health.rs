@@ -1,0 +1,123 @@
+//! Machine health reports: appended, never changed (the table refuses updates and deletes).
+
+use chrono::{DateTime, Utc};
+use paddock_types::health::{HealthCheck, HealthReportView, HealthSource, HealthStatus};
+use paddock_types::MachineId;
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use crate::{from_json, parse_state, Conn, StoreError};
+
+/// A report to record.
+#[derive(Debug, Clone)]
+pub struct NewReport<'a> {
+    /// The machine.
+    pub machine: MachineId,
+    /// Its health as a whole.
+    pub status: HealthStatus,
+    /// The checks behind it.
+    pub checks: &'a [HealthCheck],
+    /// Who said it.
+    pub source: HealthSource,
+    /// The operator's subject.
+    pub reporter: &'a str,
+    /// When it was observed (`None`: now).
+    pub observed_at: Option<DateTime<Utc>>,
+}
+
+#[derive(sqlx::FromRow)]
+struct ReportRow {
+    id: Uuid,
+    machine_id: Uuid,
+    status: String,
+    checks: serde_json::Value,
+    source: String,
+    reporter: String,
+    observed_at: DateTime<Utc>,
+    recorded_at: DateTime<Utc>,
+}
+
+impl ReportRow {
+    fn view(self) -> Result<HealthReportView, StoreError> {
+        Ok(HealthReportView {
+            id: self.id,
+            machine_id: MachineId(self.machine_id),
+            status: parse_state(&self.status, HealthStatus::parse)?,
+            checks: from_json(self.checks)?,
+            source: parse_state(&self.source, HealthSource::parse)?,
+            reporter: Some(self.reporter),
+            observed_at: self.observed_at,
+            recorded_at: self.recorded_at,
+        })
+    }
+}
+
+const COLUMNS: &str = "r.id, r.machine_id, r.status, r.checks, r.source, r.reporter, r.observed_at, r.recorded_at";
+
+/// Records a report against the machine's current tenancy, if it is in one (its tenant then reads
+/// it). `None` when the machine does not exist.
+pub async fn insert(conn: &mut Conn, new: &NewReport<'_>) -> Result<Option<HealthReportView>, StoreError> {
+    let row: Option<ReportRow> = sqlx::query_as(&format!(
+        "with r as ( \
+           insert into machine_health_reports \
+             (id, machine_id, allocation_id, status, checks, source, reporter, observed_at, recorded_at) \
+           select $1, m.id, m.allocation_id, $3, $4, $5, $6, coalesce($7, now()), now() from machines m where m.id = $2 \
+           returning *) \
+         select {COLUMNS} from r"
+    ))
+    .bind(Uuid::now_v7())
+    .bind(new.machine.uuid())
+    .bind(new.status.as_str())
+    .bind(Json(new.checks))
+    .bind(new.source.as_str())
+    .bind(new.reporter)
+    .bind(new.observed_at)
+    .fetch_optional(conn)
+    .await?;
+    row.map(ReportRow::view).transpose()
+}
+
+/// A machine's reports, newest first, before the keyset position `before` (an id).
+pub async fn of_machine(
+    conn: &mut Conn,
+    machine: MachineId,
+    before: Option<Uuid>,
+    limit: u32,
+) -> Result<Vec<HealthReportView>, StoreError> {
+    let rows: Vec<ReportRow> = sqlx::query_as(&format!(
+        "select {COLUMNS} from machine_health_reports r \
+         where r.machine_id = $1 and ($2::uuid is null or r.id < $2) order by r.id desc limit $3"
+    ))
+    .bind(machine.uuid())
+    .bind(before)
+    .bind(i64::from(limit))
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter().map(ReportRow::view).collect()
+}
+
+/// The reports recorded during the machine's current tenancy, if `tenant`'s `cluster` holds it,
+/// newest first, before `before`; without the reporter (a provider's operator is not the
+/// tenant's to know).
+pub async fn of_tenancy(
+    conn: &mut Conn,
+    tenant: paddock_types::TenantId,
+    cluster: paddock_types::ClusterId,
+    machine: MachineId,
+    before: Option<Uuid>,
+    limit: u32,
+) -> Result<Vec<HealthReportView>, StoreError> {
+    let rows: Vec<ReportRow> = sqlx::query_as(&format!(
+        "select {COLUMNS} from machine_health_reports r join machines m on m.allocation_id = r.allocation_id \
+         where m.id = $3 and m.tenant_id = $1 and m.cluster_id = $2 and r.machine_id = $3 \
+           and ($4::uuid is null or r.id < $4) order by r.id desc limit $5"
+    ))
+    .bind(tenant.uuid())
+    .bind(cluster.uuid())
+    .bind(machine.uuid())
+    .bind(before)
+    .bind(i64::from(limit))
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter().map(|row| Ok(HealthReportView { reporter: None, ..row.view()? })).collect()
+}
