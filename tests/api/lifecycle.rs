@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, DurationRound, Utc};
-use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, BoxFuture, Inventory};
+use paddock_domain::bmc::{
+    AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, BoxFuture, Inventory, SystemStatus,
+};
 use paddock_domain::driver::{
     ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, Drain, DriverError, Isolation, JoinConfig,
     KubeDrivers, NodeRef, NodeStatus, PlatformDriver, RegisteredNode, Removal, SlurmDesired, SlurmDriver, SlurmStatus,
@@ -889,8 +891,8 @@ impl BmcDriver for CrashingBmc {
         self.0.power_on(a)
     }
 
-    fn power_state<'a>(&'a self, a: &'a BmcAccess) -> BoxFuture<'a, Result<Option<bool>, BmcError>> {
-        self.0.power_state(a)
+    fn system_status<'a>(&'a self, a: &'a BmcAccess) -> BoxFuture<'a, Result<SystemStatus, BmcError>> {
+        self.0.system_status(a)
     }
 }
 

@@ -219,15 +219,18 @@ pub trait BmcDriver: Send + Sync {
         })
     }
 
-    /// Reads whether the system is powered on (`None` while it is changing or unreported), after
-    /// checking that it still reports the UUID on record: the power sync acts only on the machine
-    /// it knows. Read-only. The default reads the whole inventory; drivers override it with a
-    /// cheaper read, since the power sync calls it periodically for every machine at rest.
-    fn power_state<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Option<bool>, BmcError>> {
+    /// Reads whether the system is powered on and how the BMC rates its health, after checking
+    /// that it still reports the UUID on record: the power sync acts only on the machine it
+    /// knows. Read-only. The default reads the whole inventory (which carries no health); drivers
+    /// override it with a cheaper read, since the power sync calls it periodically for every
+    /// machine at rest.
+    fn system_status<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<SystemStatus, BmcError>> {
         Box::pin(async move {
             let inventory = self.inspect(access).await?;
             match access.system_uuid.as_deref() {
-                Some(known) if known.eq_ignore_ascii_case(&inventory.system_uuid) => Ok(inventory.power_on),
+                Some(known) if known.eq_ignore_ascii_case(&inventory.system_uuid) => {
+                    Ok(SystemStatus { power_on: inventory.power_on, health: None })
+                }
                 Some(known) => Err(BmcError::new(
                     BmcErrorKind::Permanent,
                     SYSTEM_UUID_MISMATCH,
@@ -251,6 +254,24 @@ pub trait BmcDriver: Send + Sync {
         let _ = access;
         Box::pin(async { Ok(Vec::new()) })
     }
+}
+
+/// One read of a system: its power and the BMC's rating of its health.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SystemStatus {
+    /// Powered on (`None` while it is changing or unreported).
+    pub power_on: Option<bool>,
+    /// The BMC's rating of the system's health (`None`: not reported).
+    pub health: Option<BmcHealth>,
+}
+
+/// The BMC's rating of a system's health (Redfish `Status.HealthRollup`, else `Status.Health`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BmcHealth {
+    /// `OK` is healthy, `Warning` degraded, `Critical` failed.
+    pub status: paddock_types::health::HealthStatus,
+    /// What the BMC said, for people (e.g. `Status.HealthRollup: Critical`).
+    pub detail: String,
 }
 
 /// What one of a BMC's out-of-band erases came to (a clean's evidence records it).

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use paddock_domain::bmc::{
     AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, BoxFuture, Inventory, InventoryDrive,
-    OutOfBandErase, PowerProgress, NO_SECOND_VIRTUAL_MEDIA, SYSTEM_UUID_MISMATCH,
+    OutOfBandErase, PowerProgress, SystemStatus, NO_SECOND_VIRTUAL_MEDIA, SYSTEM_UUID_MISMATCH,
 };
 
 use crate::{
@@ -338,18 +338,18 @@ impl BmcDriver for RedfishBmc {
         })
     }
 
-    fn power_state<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Option<bool>, BmcError>> {
+    fn system_status<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<SystemStatus, BmcError>> {
         Box::pin(async move {
             // The UUID on record is required even for this read: the power sync acts on what it
             // reads, and must never act on another system behind the same BMC.
             let expected = &self.expected(access).await?;
-            let state = self
+            let (power, health) = self
                 .with_memo(access, |client, pending| async move {
-                    let state = client.power_state(expected).await;
-                    (state, client.discovery(), pending)
+                    let status = client.status(expected).await;
+                    (status, client.discovery(), pending)
                 })
                 .await?;
-            Ok(state.map(|p| p == PowerState::On))
+            Ok(SystemStatus { power_on: power.map(|p| p == PowerState::On), health })
         })
     }
 }

@@ -6,6 +6,8 @@
 
 use std::fmt;
 
+use paddock_domain::bmc::BmcHealth;
+use paddock_types::health::HealthStatus;
 use serde::{Deserialize, Deserializer};
 
 /// A system UUID as reported by a BMC, normalised (trimmed, lowercase) so that comparisons are
@@ -463,12 +465,43 @@ pub(crate) struct SystemRes {
     pub boot: Option<BootRes>,
     #[serde(default, deserialize_with = "lenient")]
     pub actions: Option<SystemActionsRes>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub status: Option<StatusRes>,
 }
 
 impl SystemRes {
     pub(crate) fn power_state(&self) -> Option<ReportedPowerState> {
         self.power_state.as_deref().map(ReportedPowerState::parse)
     }
+
+    /// The BMC's rating of the system: `Status.HealthRollup` (which covers its subsystems: GPUs,
+    /// drives, fans) when given, else `Status.Health`; `None` when neither is one of Redfish's
+    /// `OK`, `Warning`, `Critical`.
+    pub(crate) fn health(&self) -> Option<BmcHealth> {
+        let status = self.status.as_ref()?;
+        let (field, value) = match (&status.health_rollup, &status.health) {
+            (Some(rollup), _) => ("Status.HealthRollup", rollup),
+            (None, Some(health)) => ("Status.Health", health),
+            (None, None) => return None,
+        };
+        let rated = match value.as_str() {
+            "OK" => HealthStatus::Healthy,
+            "Warning" => HealthStatus::Degraded,
+            "Critical" => HealthStatus::Failed,
+            _ => return None,
+        };
+        Some(BmcHealth { status: rated, detail: format!("{field}: {value}") })
+    }
+}
+
+/// A resource's `Status`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub(crate) struct StatusRes {
+    #[serde(default, deserialize_with = "lenient")]
+    pub health: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub health_rollup: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -627,5 +660,26 @@ mod tests {
         assert_eq!((cpu.count, cpu.model.as_deref()), (None, Some("EPYC")));
         assert_eq!(sys.memory_summary.and_then(|m| m.total_gib), Some(1536.0));
         assert!(sys.links.expect("links").managed_by.is_empty());
+    }
+
+    /// The `Status` of ComputerSystem payloads as BMCs send them (DMTF's mockups: a rollup that
+    /// covers a failed GPU, a BMC that gives only `Health`, one that gives neither, an odd value).
+    #[test]
+    fn the_health_rating_prefers_the_rollup_and_ignores_what_redfish_does_not_define() {
+        let rate = |status: serde_json::Value| {
+            let sys: SystemRes =
+                serde_json::from_value(serde_json::json!({ "Id": "1", "Status": status })).expect("lenient decode");
+            sys.health().map(|h| (h.status, h.detail))
+        };
+        let rated = |status: HealthStatus, detail: &str| Some((status, detail.to_owned()));
+        let critical = serde_json::json!({"State": "Enabled", "Health": "OK", "HealthRollup": "Critical"});
+        assert_eq!(rate(critical), rated(HealthStatus::Failed, "Status.HealthRollup: Critical"));
+        let warning = serde_json::json!({"State": "Enabled", "Health": "Warning"});
+        assert_eq!(rate(warning), rated(HealthStatus::Degraded, "Status.Health: Warning"));
+        let ok = serde_json::json!({"State": "Enabled", "Health": "OK", "HealthRollup": "OK"});
+        assert_eq!(rate(ok), rated(HealthStatus::Healthy, "Status.HealthRollup: OK"));
+        assert_eq!(rate(serde_json::json!({"State": "Enabled"})), None);
+        assert_eq!(rate(serde_json::json!({"Health": "Meh"})), None);
+        assert_eq!(rate(serde_json::json!("not an object")), None);
     }
 }

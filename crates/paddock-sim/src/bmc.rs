@@ -3,9 +3,10 @@
 //! UUID on record, and repeating a call converges instead of stacking effects.
 
 use paddock_domain::bmc::{
-    AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, BoxFuture, Inventory, InventoryDrive,
-    NO_SECOND_VIRTUAL_MEDIA, SYSTEM_UUID_MISMATCH,
+    AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BmcHealth, BootMedia, BoxFuture, Inventory,
+    InventoryDrive, SystemStatus, NO_SECOND_VIRTUAL_MEDIA, SYSTEM_UUID_MISMATCH,
 };
+use paddock_types::health::HealthStatus;
 use sqlx::{PgConnection, Row};
 use std::sync::Arc;
 
@@ -335,10 +336,15 @@ impl BmcDriver for SimBmc {
         })
     }
 
-    fn power_state<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Option<bool>, BmcError>> {
+    fn system_status<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<SystemStatus, BmcError>> {
         Box::pin(async move {
             let (_conn, row) = self.contact_guarded(access).await?;
-            Ok(Some(row.power_on))
+            let (status, rated) = match row.has(MachineFault::HealthCritical) {
+                true => (HealthStatus::Failed, "Critical"),
+                false => (HealthStatus::Healthy, "OK"),
+            };
+            let health = BmcHealth { status, detail: format!("Status.HealthRollup: {rated}") };
+            Ok(SystemStatus { power_on: Some(row.power_on), health: Some(health) })
         })
     }
 }

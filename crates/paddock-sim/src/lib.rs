@@ -149,17 +149,20 @@ pub enum MachineFault {
     NeverReports,
     /// A provisioned machine registers its Node but never becomes Ready.
     NeverJoins,
+    /// The BMC rates the system `Critical` (Redfish `Status.HealthRollup`); without it, `OK`.
+    HealthCritical,
 }
 
 impl MachineFault {
     /// Every machine fault.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::BmcTimeout,
         Self::AuthFails,
         Self::SingleVirtualMedia,
         Self::WipeFails,
         Self::NeverReports,
         Self::NeverJoins,
+        Self::HealthCritical,
     ];
 
     /// The stored spelling.
@@ -171,6 +174,7 @@ impl MachineFault {
             Self::WipeFails => "wipe_fails",
             Self::NeverReports => "never_reports",
             Self::NeverJoins => "never_joins",
+            Self::HealthCritical => "health_critical",
         }
     }
 

@@ -1,6 +1,7 @@
 //! Machine health reports: appended, never changed (the table refuses updates and deletes).
 
 use chrono::{DateTime, Utc};
+use paddock_domain::bmc::BmcHealth;
 use paddock_types::health::{HealthCheck, HealthReportView, HealthSource, HealthStatus};
 use paddock_types::MachineId;
 use sqlx::types::Json;
@@ -120,4 +121,25 @@ pub async fn of_tenancy(
     .fetch_all(conn)
     .await?;
     rows.into_iter().map(|row| Ok(HealthReportView { reporter: None, ..row.view()? })).collect()
+}
+
+/// Records the BMC's rating of a machine when it differs from the last one recorded from the
+/// BMC (a machine is presumed healthy until its BMC says otherwise), against the machine's
+/// current tenancy; returns whether a report was written.
+pub async fn record_bmc(conn: &mut Conn, machine: MachineId, health: &BmcHealth) -> Result<bool, StoreError> {
+    let checks = [HealthCheck { name: "bmc.health".into(), status: health.status, detail: health.detail.clone() }];
+    let written = sqlx::query(
+        "insert into machine_health_reports \
+           (id, machine_id, allocation_id, status, checks, source, reporter, observed_at, recorded_at) \
+         select $1, m.id, m.allocation_id, $3, $4, 'bmc', 'paddock', now(), now() from machines m \
+         where m.id = $2 and $3 <> coalesce((select r.status from machine_health_reports r \
+           where r.machine_id = m.id and r.source = 'bmc' order by r.id desc limit 1), 'healthy')",
+    )
+    .bind(Uuid::now_v7())
+    .bind(machine.uuid())
+    .bind(health.status.as_str())
+    .bind(Json(&checks[..]))
+    .execute(conn)
+    .await?;
+    Ok(written.rows_affected() == 1)
 }

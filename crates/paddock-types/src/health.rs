@@ -46,6 +46,9 @@ impl HealthStatus {
 pub enum HealthSource {
     /// A provider's operator, through the API.
     Operator,
+    /// The machine's BMC (Redfish `Status.HealthRollup`, else `Status.Health`), read by the
+    /// power sync; recorded when its rating changes.
+    Bmc,
 }
 
 impl HealthSource {
@@ -53,6 +56,7 @@ impl HealthSource {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Operator => "operator",
+            Self::Bmc => "bmc",
         }
     }
 
@@ -60,6 +64,7 @@ impl HealthSource {
     pub fn parse(text: &str) -> Option<Self> {
         match text {
             "operator" => Some(Self::Operator),
+            "bmc" => Some(Self::Bmc),
             _ => None,
         }
     }

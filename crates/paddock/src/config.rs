@@ -218,7 +218,7 @@ pub struct Settings {
 
     /// Seconds between two power checks of a machine at rest (`available`, `maintenance`,
     /// `clean_failed`: off; `active`: on); a drift is corrected, repeated drift takes the machine
-    /// out of service.
+    /// out of service. The same read records a health report when the BMC's rating changes.
     #[arg(long, env = "PADDOCK_POWER_SYNC_INTERVAL", default_value_t = 300, global = true)]
     pub power_sync_interval: u64,
 

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use paddock_domain::bmc::PowerProgress;
+use paddock_domain::bmc::{BmcHealth, PowerProgress};
 use reqwest::Method;
 use serde_json::json;
 use tracing::{debug, info, instrument, warn};
@@ -47,14 +47,15 @@ impl RedfishClient {
         self.converge_power(system, target).await
     }
 
-    /// Reads the system's settled power state (`None` while it is changing or unreported) with
-    /// one read of the system resource, after checking that it reports `expected`. Read-only; the
-    /// power sync's periodic check, so it skips the storage inventory [`Self::system`] reads.
+    /// Reads the system's settled power state (`None` while it is changing or unreported) and
+    /// its health rating with one read of the system resource, after checking that it reports
+    /// `expected`. Read-only; the power sync's periodic check, so it skips the storage inventory
+    /// [`Self::system`] reads.
     #[instrument(skip_all, fields(bmc.host = %self.host_key(), system.uuid = %expected))]
-    pub async fn power_state(&self, expected: &SystemUuid) -> Result<Option<PowerState>, RedfishError> {
+    pub async fn status(&self, expected: &SystemUuid) -> Result<(Option<PowerState>, Option<BmcHealth>), RedfishError> {
         let _slot = self.operation().await;
         let system = self.guarded_system(expected).await?;
-        Ok(system.res.power_state().and_then(|p| p.settled()))
+        Ok((system.res.power_state().and_then(|p| p.settled()), system.res.health()))
     }
 
     /// Restarts the system from its current boot source: a system that is off is powered on;

@@ -29,6 +29,10 @@
 //! machine's reconcile job (enqueued by that move, run after the correction ends) starts
 //! provisioning with a power-off and a boot of its own, and a release by powering off.
 //!
+//! The same read gives the BMC's rating of the system's health (Redfish `Status.HealthRollup`):
+//! when it differs from the last rating recorded from the BMC (healthy is presumed), the check
+//! records a health report (`source: bmc`) in the transaction that stamps the check.
+//!
 //! A check that finds the power right resets the drift count, so only drift that comes back
 //! between consecutive checks counts as repeated. States mid-flow are never touched.
 
@@ -43,7 +47,7 @@ use paddock_domain::model::Machine;
 use paddock_domain::secret::SecretString;
 use paddock_service::Services;
 use paddock_store::power::{self, expected_power_on, FLEET_TARGET_TYPE, MACHINE_TARGET_TYPE};
-use paddock_store::{lifecycle, machine, StoreError};
+use paddock_store::{health, lifecycle, machine, StoreError};
 use paddock_types::machine::{LastError, MachineState};
 use paddock_types::MachineId;
 use serde_json::json;
@@ -161,20 +165,25 @@ impl PowerSync {
             }
         };
         let Some(expected) = at_rest(&m) else { return };
-        let verdict = match self.access(&m) {
-            Some(access) => match bmc.power_state(&access).await {
-                Ok(Some(on)) => Some(on == expected),
-                // Changing right now: looked at again next time.
-                Ok(None) => None,
+        // A power changing right now (`power_on: None`) is looked at again next time.
+        let (verdict, health) = match self.access(&m) {
+            Some(access) => match bmc.system_status(&access).await {
+                Ok(status) => (status.power_on.map(|on| on == expected), status.health),
                 Err(e) => {
                     read_failed(&m, &e);
-                    None
+                    (None, None)
                 }
             },
-            None => None,
+            None => (None, None),
         };
         let result = async {
             let mut tx = self.services.store().begin().await?;
+            if let Some(rated) = &health {
+                if health::record_bmc(&mut tx, id, rated).await? {
+                    info!(machine.id = %id, health.status = rated.status.as_str(),
+                        "machine {id}: its BMC now rates it {} ({})", rated.status.as_str(), rated.detail);
+                }
+            }
             match verdict {
                 Some(true) => power::record_check(&mut tx, id, true).await?,
                 None => power::record_check(&mut tx, id, false).await?,
@@ -215,7 +224,7 @@ impl PowerSync {
         };
         let Some(expected) = at_rest(&m) else { return Outcome::Done };
         let Some(access) = self.access(&m) else { return Outcome::Done };
-        let on = match bmc.power_state(&access).await {
+        let on = match bmc.system_status(&access).await.map(|s| s.power_on) {
             Ok(Some(on)) => on,
             Ok(None) => return Outcome::Done,
             Err(e) => {

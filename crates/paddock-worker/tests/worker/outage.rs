@@ -19,7 +19,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BootMedia, BoxFuture, Inventory};
+use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BootMedia, BoxFuture, Inventory, SystemStatus};
 use paddock_domain::job_kind::MACHINE_RECONCILE;
 use paddock_domain::model::Machine;
 use paddock_redfish::{BmcLimiter, Password, PowerState, RedfishBmc, RedfishClient, RedfishConfig, Url};
@@ -327,10 +327,10 @@ impl BmcDriver for Logged {
         })
     }
 
-    fn power_state<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Option<bool>, BmcError>> {
+    fn system_status<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<SystemStatus, BmcError>> {
         Box::pin(async move {
-            let r = self.inner.power_state(access).await;
-            self.push("power_state", &r);
+            let r = self.inner.system_status(access).await;
+            self.push("system_status", &r);
             r
         })
     }

@@ -17,7 +17,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BootMedia, BoxFuture, Inventory};
+use paddock_domain::bmc::{
+    AfterBoot, BmcAccess, BmcDriver, BmcError, BmcErrorKind, BmcHealth, BootMedia, BoxFuture, Inventory, SystemStatus,
+};
 use paddock_domain::job_kind::{MACHINE_RECONCILE, POWER_SYNC};
 use paddock_domain::model::{Bmc, Machine};
 use paddock_domain::secret::{Binding, Cipher};
@@ -238,6 +240,7 @@ async fn power_drift_is_corrected_and_repeated_drift_lands_in_maintenance() {
 #[derive(Default)]
 struct FakeBmc {
     on: Mutex<bool>,
+    health: Mutex<Option<BmcHealth>>,
     power_ons: AtomicUsize,
 }
 
@@ -283,23 +286,24 @@ impl BmcDriver for FakeBmc {
         })
     }
 
-    fn power_state<'a>(&'a self, _: &'a BmcAccess) -> BoxFuture<'a, Result<Option<bool>, BmcError>> {
-        Box::pin(async { Ok(Some(self.is_on())) })
+    fn system_status<'a>(&'a self, _: &'a BmcAccess) -> BoxFuture<'a, Result<SystemStatus, BmcError>> {
+        Box::pin(async {
+            let health = self.health.lock().expect("lock").clone();
+            Ok(SystemStatus { power_on: Some(self.is_on()), health })
+        })
     }
 }
 
-#[tokio::test]
-async fn an_active_machine_that_keeps_powering_off_is_released_into_maintenance() {
+/// An `active` machine held by a tenant's cluster (a fixture: allocated through the store, then
+/// marked provisioned), with no job of its own open; and the tenant and cluster.
+async fn active_machine(app: &paddock_testkit::TestApp, store: &Store) -> (MachineId, Uuid, Uuid) {
     use paddock_store::allocation::{self, Allocation, Need};
-    use paddock_testkit::{admin, TestApp};
+    use paddock_testkit::admin;
     use paddock_types::{ClusterId, NodePoolId, TenantId};
 
-    init_tracing();
-    let app = TestApp::new().await;
-    let store = Store::from_pool(app.db.pool.clone());
     let emu = Emulator { url: "https://bmc.invalid".into(), user: "u".into(), password: "p".into() };
     let system = "6f6b0c2e-4b0e-4f43-9a51-000000000001";
-    let id = available_machine(&store, &app.cipher, &emu, system).await;
+    let id = available_machine(store, &app.cipher, &emu, system).await;
     let class: Uuid = sqlx::query_scalar("select machine_class_id from machines where id = $1")
         .bind(id.uuid())
         .fetch_one(store.pool())
@@ -347,6 +351,16 @@ async fn an_active_machine_that_keeps_powering_off_is_released_into_maintenance(
         .await
         .expect("no open job");
 
+    (id, tenant, cluster)
+}
+
+#[tokio::test]
+async fn an_active_machine_that_keeps_powering_off_is_released_into_maintenance() {
+    init_tracing();
+    let app = paddock_testkit::TestApp::new().await;
+    let store = Store::from_pool(app.db.pool.clone());
+    let (id, _, _) = active_machine(&app, &store).await;
+
     let bmc = Arc::new(FakeBmc::default());
     let settings = PowerSyncSettings { interval: Duration::ZERO, max_corrections: 3, ..PowerSyncSettings::default() };
     let sync = PowerSync::new(app.services.clone(), Drivers { bmc: Some(bmc.clone()), kube: None }, settings);
@@ -387,4 +401,58 @@ async fn an_active_machine_that_keeps_powering_off_is_released_into_maintenance(
 
     // While its reconcile is open the power sync leaves the machine alone.
     assert!(round(&store, &sync).await.is_empty());
+}
+
+/// The BMC's rating of a held machine, read by the power sync: a change is recorded as a health
+/// report (source `bmc`) against the tenancy, once per change, and the tenant reads it.
+#[tokio::test]
+async fn a_change_in_the_bmcs_health_rating_is_recorded_once_and_shown_to_the_tenant() {
+    use paddock_types::health::HealthStatus;
+
+    init_tracing();
+    let app = paddock_testkit::TestApp::new().await;
+    let store = Store::from_pool(app.db.pool.clone());
+    let (id, tenant, cluster) = active_machine(&app, &store).await;
+    let bmc = Arc::new(FakeBmc::default());
+    bmc.set(true);
+    let settings = PowerSyncSettings { interval: Duration::ZERO, ..PowerSyncSettings::default() };
+    let sync = PowerSync::new(app.services.clone(), Drivers { bmc: Some(bmc.clone()), kube: None }, settings);
+    let rate = |status: HealthStatus, said: &str| {
+        *bmc.health.lock().expect("lock") = Some(BmcHealth { status, detail: format!("Status.HealthRollup: {said}") });
+    };
+    let reports = || async {
+        sqlx::query_as::<_, (String, String, Option<Uuid>)>(
+            "select status, source, allocation_id from machine_health_reports where machine_id = $1 order by id",
+        )
+        .bind(id.uuid())
+        .fetch_all(store.pool())
+        .await
+        .expect("reports")
+    };
+    // Healthy is presumed: an OK rating, or none, records nothing.
+    assert!(round(&store, &sync).await.is_empty());
+    rate(HealthStatus::Healthy, "OK");
+    assert!(round(&store, &sync).await.is_empty());
+    assert!(reports().await.is_empty());
+    // Critical: one report, however many checks see it.
+    rate(HealthStatus::Failed, "Critical");
+    for _ in 0..3 {
+        round(&store, &sync).await;
+    }
+    let seen = reports().await;
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!((seen[0].0.as_str(), seen[0].1.as_str()), ("failed", "bmc"));
+    assert!(seen[0].2.is_some(), "recorded against the tenancy");
+    let token = paddock_testkit::token(&["tenant:admin"], Some(tenant));
+    let path = format!("/v1/tenants/{tenant}/clusters/{cluster}/machines/{id}");
+    let view = app.get(&path).token(&token).send().await.expect(200).json();
+    assert_eq!(view["health"], "failed", "{view}");
+    let listed = app.get(format!("{path}/health-reports")).token(&token).send().await.expect(200).json();
+    assert_eq!(listed["items"][0]["checks"][0]["detail"], "Status.HealthRollup: Critical", "{listed}");
+    // Back to OK: one healthy report, then nothing more.
+    rate(HealthStatus::Healthy, "OK");
+    round(&store, &sync).await;
+    round(&store, &sync).await;
+    let seen: Vec<String> = reports().await.into_iter().map(|r| r.0).collect();
+    assert_eq!(seen, ["failed", "healthy"]);
 }

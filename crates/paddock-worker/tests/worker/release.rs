@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret, ServiceAccount};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
-use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BootMedia, BoxFuture, Inventory};
+use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BootMedia, BoxFuture, Inventory, SystemStatus};
 use paddock_domain::driver::{node_name, KubeDrivers};
 use paddock_domain::job_kind::MACHINE_RECONCILE;
 use paddock_domain::model::{Bmc, Machine};
@@ -183,8 +183,8 @@ impl BmcDriver for Recording {
         })
     }
 
-    fn power_state<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Option<bool>, BmcError>> {
-        self.inner.power_state(access)
+    fn system_status<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<SystemStatus, BmcError>> {
+        self.inner.system_status(access)
     }
 }
 
