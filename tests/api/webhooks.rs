@@ -80,11 +80,11 @@ impl Receiver {
 }
 
 /// The guard of these tests: plain http, and loopback allowed.
-fn loopback_guard() -> AddressGuard {
+pub(crate) fn loopback_guard() -> AddressGuard {
     AddressGuard { insecure_http: true, allowed: vec!["127.0.0.0/8".parse().expect("network")] }
 }
 
-async fn app() -> TestApp {
+pub(crate) async fn app() -> TestApp {
     TestApp::with_services(|s| s.with_webhook_guard(loopback_guard())).await
 }
 
@@ -109,11 +109,11 @@ fn start(d: Deliverer) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move { d.run(std::future::pending()).await })
 }
 
-async fn subscribe(app: &TestApp, path: &str, bearer: &str, url: &str, events: &[&str]) -> Value {
+pub(crate) async fn subscribe(app: &TestApp, path: &str, bearer: &str, url: &str, events: &[&str]) -> Value {
     app.post(path).token(bearer).json(&json!({ "url": url, "events": events })).send().await.expect(201).json()
 }
 
-const CLUSTER_EVENTS: [&str; 6] = [
+pub(crate) const CLUSTER_EVENTS: [&str; 6] = [
     "operation.succeeded",
     "operation.failed",
     "cluster.ready",
@@ -123,7 +123,7 @@ const CLUSTER_EVENTS: [&str; 6] = [
 ];
 
 /// A tenant with a one-pool cluster; returns (tenant id, its admin's token, cluster id, pool id).
-async fn tenant_with_cluster(app: &TestApp, name: &str) -> (String, String, String, String) {
+pub(crate) async fn tenant_with_cluster(app: &TestApp, name: &str) -> (String, String, String, String) {
     let t = tenant(app, name).await;
     let tenant_id = id(&t);
     let bearer = token(&["tenant:admin"], Some(tenant_id.parse().expect("uuid")));
@@ -144,7 +144,7 @@ async fn tenant_with_cluster(app: &TestApp, name: &str) -> (String, String, Stri
     (tenant_id, bearer, cluster, pool)
 }
 
-async fn sql(app: &TestApp, statement: &str, id: &str) {
+pub(crate) async fn sql(app: &TestApp, statement: &str, id: &str) {
     sqlx::query(statement).bind(id).execute(&app.db.pool).await.expect(statement);
 }
 
@@ -454,8 +454,14 @@ async fn a_tenants_subscription_sees_only_its_own_tenants_events() {
         own.keys().all(|s| s.starts_with(&format!("/v1/tenants/{a}/")) || s.starts_with("/v1/operations/")),
         "{own:?}"
     );
+    // A pool's view names its cluster, not its tenant.
     for event in events(&mine.got()) {
-        assert_eq!(event["data"]["tenant_id"], a.as_str(), "{event}");
+        let (key, owner) = if event["type"] == "dev.paddock.node_pool.scaled" {
+            ("cluster_id", &a_cluster)
+        } else {
+            ("tenant_id", &a)
+        };
+        assert_eq!(event["data"][key], owner.as_str(), "{event}");
     }
 }
 

@@ -1,0 +1,194 @@
+//! Webhook events as the API shows their resources: every event type's `data` is exactly what the
+//! API returns for the resource to each audience (the provider, the tenant), fetched right after
+//! the event, so a view that changes without the database's rendering fails here. And an event
+//! is written only when an enabled subscription of an audience that sees it names its type.
+
+use paddock_testkit::{admin, TestApp};
+use serde_json::{json, Value};
+
+use crate::common::{close_period, fleet, id, machine_class, set_machine_state};
+use crate::webhooks::{app, sql, subscribe, tenant_with_cluster, CLUSTER_EVENTS};
+
+/// Where nothing is delivered: these tests look at the events written, not sent.
+const NOWHERE: &str = "http://127.0.0.1:9/hook";
+
+/// The data of the last event of `type_` about `subject`: (the provider's, the tenant's).
+async fn event_data(app: &TestApp, type_: &str, subject: &str) -> (Value, Option<Value>) {
+    sqlx::query_as(
+        "select data_provider, data_tenant from webhook_events where type = $1 and subject = $2 \
+         order by seq desc limit 1",
+    )
+    .bind(format!("dev.paddock.{type_}"))
+    .bind(subject)
+    .fetch_optional(&app.db.pool)
+    .await
+    .expect("events")
+    .unwrap_or_else(|| panic!("no {type_} event about {subject}"))
+}
+
+async fn shown(app: &TestApp, path: &str, bearer: &str) -> Value {
+    app.get(path).token(bearer).send().await.expect(200).json()
+}
+
+/// Asserts the last `type_` event about `subject` carries `provider` to the provider and
+/// `tenant` to the tenant (none: tenants never see it).
+async fn carries(app: &TestApp, type_: &str, subject: &str, provider: &Value, tenant: Option<&Value>) {
+    let (to_provider, to_tenant) = event_data(app, type_, subject).await;
+    assert_eq!(&to_provider, provider, "{type_}: the provider's data is not the API's view");
+    assert_eq!(to_tenant.as_ref(), tenant, "{type_}: the tenant's data is not the tenant API's view");
+}
+
+/// Asserts the last `type_` event about `path` carries what `GET path` answers the provider, and
+/// what it answers the tenant (`tenant`: the tenant's path and token) or nothing.
+async fn carries_view(app: &TestApp, type_: &str, path: &str, tenant: Option<(&str, &str)>) {
+    let provider = shown(app, path, &admin()).await;
+    let tenant_view = match tenant {
+        Some((tenant_path, bearer)) => Some(shown(app, tenant_path, bearer).await),
+        None => None,
+    };
+    carries(app, type_, path, &provider, tenant_view.as_ref()).await;
+}
+
+async fn count_events(app: &TestApp) -> i64 {
+    sqlx::query_scalar("select count(*) from webhook_events").fetch_one(&app.db.pool).await.expect("count")
+}
+
+/// An open operation of `target`.
+async fn open_operation(app: &TestApp, target: &str) -> String {
+    sqlx::query_scalar(
+        "select id::text from operations where target_id = $1::uuid and state in ('pending', 'running') \
+         order by created_at desc limit 1",
+    )
+    .bind(target)
+    .fetch_one(&app.db.pool)
+    .await
+    .expect("an open operation")
+}
+
+#[tokio::test]
+async fn every_events_data_is_the_apis_view_for_its_audience() {
+    let app = app().await;
+    machine_class(&app, "cpu", 0).await;
+    fleet(&app, "cpu", 3).await;
+    let provider_events =
+        [&CLUSTER_EVENTS[..], &["machine.state_changed", "machine.quarantined", "usage.period_closed"]].concat();
+    subscribe(&app, "/v1/webhooks", &admin(), NOWHERE, &provider_events).await;
+    let (t, bearer, cluster, pool) = tenant_with_cluster(&app, "acme").await;
+    subscribe(&app, &format!("/v1/tenants/{t}/webhooks"), &bearer, NOWHERE, &CLUSTER_EVENTS).await;
+    let cluster_path = format!("/v1/tenants/{t}/clusters/{cluster}");
+    let pool_path = format!("{cluster_path}/node-pools/{pool}");
+    let as_tenant = |path: &str| Some((path.to_owned(), bearer.clone()));
+    let view = async |type_: &str, path: &str, tenant: Option<(String, String)>| {
+        carries_view(&app, type_, path, tenant.as_ref().map(|(p, b)| (p.as_str(), b.as_str()))).await;
+    };
+
+    sql(&app, "update clusters set phase = 'ready' where id = $1::uuid", &cluster).await;
+    view("cluster.ready", &cluster_path, as_tenant(&cluster_path)).await;
+
+    let created = open_operation(&app, &cluster).await;
+    sql(&app, "update operations set state = 'succeeded', finished_at = now() where id = $1::uuid", &created).await;
+    let op_path = format!("/v1/operations/{created}");
+    let tenant_op = as_tenant(&format!("/v1/tenants/{t}/operations/{created}"));
+    view("operation.succeeded", &op_path, tenant_op).await;
+
+    let scaled = app.patch(&pool_path).token(&bearer).json(&json!({ "count": 2 })).send().await.expect(202).json();
+    view("node_pool.scaled", &pool_path, as_tenant(&pool_path)).await;
+
+    let failed = id(&scaled["operation"]);
+    let problem = json!({
+        "type": "https://paddock.dev/problems/internal", "title": "Internal error", "status": 500,
+        "detail": "the pool could not be scaled", "instance": format!("/v1/operations/{failed}"),
+        "code": "internal", "request_id": "r-1"
+    });
+    sqlx::query("update operations set state = 'failed', finished_at = now(), error = $2 where id = $1::uuid")
+        .bind(&failed)
+        .bind(&problem)
+        .execute(&app.db.pool)
+        .await
+        .expect("failing the operation");
+    let op_path = format!("/v1/operations/{failed}");
+    let tenant_op = as_tenant(&format!("/v1/tenants/{t}/operations/{failed}"));
+    view("operation.failed", &op_path, tenant_op).await;
+
+    // Conditions and endpoints as the worker writes them.
+    sqlx::query(
+        "update clusters set phase = 'degraded', endpoints = $2, conditions = $3, updated_at = \
+         date_trunc('milliseconds', now()) where id = $1::uuid",
+    )
+    .bind(&cluster)
+    .bind(json!({ "kubernetes_api": "https://10.0.0.1:6443" }))
+    .bind(json!([{ "type": "ControlPlaneReady", "status": "False", "reason": "Down", "message": "down",
+        "last_transition_time": "2026-12-06T10:00:00Z" }]))
+    .execute(&app.db.pool)
+    .await
+    .expect("degrading");
+    view("cluster.degraded", &cluster_path, as_tenant(&cluster_path)).await;
+
+    // A deleted cluster is not shown any more: its event carries the view of its last moment.
+    app.delete(&cluster_path).token(&bearer).send().await.expect(202);
+    let last = shown(&app, &cluster_path, &admin()).await;
+    let last_to_tenant = shown(&app, &cluster_path, &bearer).await;
+    sql(&app, "update clusters set deleted_at = now() where id = $1::uuid", &cluster).await;
+    carries(&app, "cluster.deleted", &cluster_path, &last, Some(&last_to_tenant)).await;
+
+    let machine: String = sqlx::query_scalar("select id::text from machines where allocation_id is null limit 1")
+        .fetch_one(&app.db.pool)
+        .await
+        .expect("a free machine");
+    let machine_path = format!("/v1/machines/{machine}");
+    set_machine_state(&app, &machine, "maintenance").await;
+    view("machine.state_changed", &machine_path, None).await;
+    set_machine_state(&app, &machine, "clean_failed").await;
+    view("machine.state_changed", &machine_path, None).await;
+    view("machine.quarantined", &machine_path, None).await;
+
+    close_period(&app, "2026-01", "webhook-views").await;
+    view("usage.period_closed", "/v1/usage/periods/2026-01", None).await;
+}
+
+#[tokio::test]
+async fn an_event_is_written_only_when_a_subscription_of_its_audience_wants_it() {
+    let app = app().await;
+    machine_class(&app, "cpu", 0).await;
+    fleet(&app, "cpu", 3).await;
+    let (a, a_bearer, a_cluster, _) = tenant_with_cluster(&app, "acme").await;
+    let (_, _, b_cluster, _) = tenant_with_cluster(&app, "globex").await;
+    let machine: String = sqlx::query_scalar("select id::text from machines where allocation_id is null limit 1")
+        .fetch_one(&app.db.pool)
+        .await
+        .expect("a free machine");
+    let flip = async |cluster: &str| {
+        sql(&app, "update clusters set phase = 'pending' where id = $1::uuid", cluster).await;
+        sql(&app, "update clusters set phase = 'ready' where id = $1::uuid", cluster).await;
+    };
+
+    // Nobody listens: changes write nothing.
+    set_machine_state(&app, &machine, "maintenance").await;
+    flip(&a_cluster).await;
+    close_period(&app, "2026-01", "nobody").await;
+    assert_eq!(count_events(&app).await, 0, "events written for nobody");
+
+    // Tenant A wants its clusters' readiness: not B's, not its degradation, not the fleet's.
+    let hook = subscribe(&app, &format!("/v1/tenants/{a}/webhooks"), &a_bearer, NOWHERE, &["cluster.ready"]).await;
+    flip(&b_cluster).await;
+    sql(&app, "update clusters set phase = 'degraded' where id = $1::uuid", &a_cluster).await;
+    set_machine_state(&app, &machine, "available").await;
+    assert_eq!(count_events(&app).await, 0, "events written that only others could want");
+    flip(&a_cluster).await;
+    assert_eq!(count_events(&app).await, 1, "tenant A's subscription wants its cluster's readiness");
+
+    // A disabled subscription wants nothing.
+    app.patch(format!("/v1/tenants/{a}/webhooks/{}", id(&hook)))
+        .token(&a_bearer)
+        .json(&json!({ "enabled": false }))
+        .send()
+        .await
+        .expect(200);
+    flip(&a_cluster).await;
+    assert_eq!(count_events(&app).await, 1, "an event written for a disabled subscription");
+
+    // The provider's subscription wants the fleet's transitions.
+    subscribe(&app, "/v1/webhooks", &admin(), NOWHERE, &["machine.state_changed"]).await;
+    set_machine_state(&app, &machine, "maintenance").await;
+    assert_eq!(count_events(&app).await, 2, "the provider's subscription wants the machine's transition");
+}
