@@ -324,6 +324,48 @@ async fn a_worker_killed_mid_delivery_leaves_it_to_another_under_the_same_webhoo
     assert_eq!(deliveries["items"][0]["event_id"], event["id"]);
 }
 
+/// An idle deliverer is woken by a new event through the worker's `LISTEN paddock_jobs`, not by
+/// its poll: here the poll is 10 minutes, longer than the test's deadline.
+#[tokio::test]
+async fn a_new_event_wakes_an_idle_deliverer_through_the_job_queues_channel() {
+    let app = app().await;
+    let receiver = Receiver::default();
+    let url = receiver.serve().await;
+    subscribe(&app, "/v1/webhooks", &admin(), &url, &["usage.period_closed"]).await;
+    let worker = paddock_worker::Worker::new(
+        app.services.store().clone(),
+        "w-listen",
+        vec![],
+        paddock_worker::WorkerConfig::default(),
+    )
+    .expect("a worker");
+    let idle = DeliveryConfig { poll_interval: Duration::from_secs(600), ..config("w1") };
+    let d = deliverer(&app, loopback_guard(), Arc::new(SystemLookup), idle);
+    worker.wake_on(paddock_worker::webhook::WAKE_PAYLOAD, d.waker());
+    let listening = tokio::spawn(async move { worker.run(std::future::pending()).await });
+    eventually(DEADLINE, || async {
+        let n: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity where datname = current_database() and query like 'LISTEN%'",
+        )
+        .fetch_one(&app.db.pool)
+        .await
+        .expect("sessions");
+        (n > 0).then_some(())
+    })
+    .await;
+    let delivering = start(d);
+    // The first event may be found by the deliverer's first round; once it is in, the deliverer
+    // is idle, and only a wake-up can bring the second one within the deadline.
+    crate::common::close_period(&app, "2026-01", "wake-1").await;
+    eventually(DEADLINE, || async { (receiver.got().len() == 1).then_some(()) }).await;
+    crate::common::close_period(&app, "2026-02", "wake-2").await;
+    let got = eventually(DEADLINE, || async { Some(receiver.got()).filter(|g| g.len() == 2) }).await;
+    delivering.abort();
+    listening.abort();
+    let second: Value = serde_json::from_str(&got[1].body).expect("json");
+    assert_eq!(second["subject"], "/v1/usage/periods/2026-02");
+}
+
 /// A resolver that answers from a table, so no test sends a packet outside loopback.
 struct Stub(HashMap<&'static str, Vec<IpAddr>>);
 

@@ -49,6 +49,15 @@ pub async fn fan_out(conn: &mut Conn, limit: u32) -> Result<u64, StoreError> {
     Ok(u64::try_from(done).unwrap_or(0))
 }
 
+/// When the next pending delivery whose time has not come yet comes due (a retry), if any.
+pub async fn next_due(conn: &mut Conn) -> Result<Option<DateTime<Utc>>, StoreError> {
+    Ok(sqlx::query_scalar(
+        "select min(next_attempt_at) from webhook_deliveries where state = 'pending' and next_attempt_at > now()",
+    )
+    .fetch_one(conn)
+    .await?)
+}
+
 /// A claimed delivery, with what its request needs.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Claimed {

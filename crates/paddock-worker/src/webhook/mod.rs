@@ -16,6 +16,7 @@ use paddock_service::webhook::secret_binding;
 use paddock_store::webhook::delivery::{self, Claimed, Recorded, Tried};
 use paddock_store::{Store, StoreError};
 pub use resolve::{GuardedResolver, Lookup, SystemLookup};
+use tokio::sync::Notify;
 
 /// How deliveries are made.
 #[derive(Debug, Clone)]
@@ -30,7 +31,8 @@ pub struct DeliveryConfig {
     pub lease: Duration,
     /// The most one try may take (connect, send, answer).
     pub attempt_timeout: Duration,
-    /// How often to look for work when there was none.
+    /// The longest an idle deliverer waits before it looks for work again: the safety net. A new
+    /// event wakes it at once (see [`Deliverer::waker`]), a retry coming due at its time.
     pub poll_interval: Duration,
     /// The first retry's delay; doubled per try, with jitter.
     pub retry_base: Duration,
@@ -47,7 +49,7 @@ impl DeliveryConfig {
             concurrency: 16,
             lease: Duration::from_secs(60),
             attempt_timeout: Duration::from_secs(15),
-            poll_interval: Duration::from_secs(1),
+            poll_interval: Duration::from_secs(10),
             retry_base: Duration::from_secs(5),
             retry_cap: Duration::from_secs(3600),
         }
@@ -70,7 +72,12 @@ pub struct Deliverer {
     guard: Arc<AddressGuard>,
     client: reqwest::Client,
     config: Arc<DeliveryConfig>,
+    wake: Arc<Notify>,
 }
+
+/// The payload on the job queue's channel (`paddock_jobs`) that a new webhook event sends at
+/// commit (`webhook_emit`): what [`Deliverer::waker`] is woken by.
+pub const WAKE_PAYLOAD: &str = "webhook";
 
 impl std::fmt::Debug for Deliverer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -100,7 +107,13 @@ impl Deliverer {
             .user_agent("paddock-webhooks/1")
             .build()
             .map_err(DelivererError::Client)?;
-        Ok(Self { store, cipher, guard, client, config: Arc::new(config) })
+        Ok(Self { store, cipher, guard, client, config: Arc::new(config), wake: Arc::new(Notify::new()) })
+    }
+
+    /// What wakes an idle [`Deliverer::run`] at once: notified when a notification with
+    /// [`WAKE_PAYLOAD`] arrives (the worker's listener does it, `Worker::wake_on`).
+    pub fn waker(&self) -> Arc<Notify> {
+        self.wake.clone()
     }
 
     /// Delivers until `shutdown` completes (a delivery in flight then is dropped; its claim
@@ -128,10 +141,29 @@ impl Deliverer {
                     () = tokio::task::yield_now() => {}
                 }
             } else {
+                let idle = self.idle_wait().await;
                 tokio::select! {
                     () = &mut shutdown => return,
-                    () = tokio::time::sleep(self.config.poll_interval) => {}
+                    () = self.wake.notified() => {}
+                    () = tokio::time::sleep(idle) => {}
                 }
+            }
+        }
+    }
+
+    /// How long to wait idle: until the next retry is due, at most the poll interval.
+    async fn idle_wait(&self) -> Duration {
+        let poll = self.config.poll_interval;
+        let next = async {
+            let mut conn = self.store.conn().await?;
+            delivery::next_due(&mut conn).await
+        };
+        match next.await {
+            Ok(Some(due)) => (due - chrono::Utc::now()).to_std().unwrap_or_default().min(poll),
+            Ok(None) => poll,
+            Err(e) => {
+                tracing::debug!(error = &e as &dyn std::error::Error, "the next webhook retry could not be read");
+                poll
             }
         }
     }
