@@ -22,24 +22,27 @@ use serde_json::{json, Value};
 
 use crate::common::{fleet, id, machine_class, tenant};
 
-const DEADLINE: Duration = Duration::from_secs(60);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(60);
 
 /// What the receiver got: one POST.
 #[derive(Debug, Clone)]
-struct Got {
-    id: String,
+pub(crate) struct Got {
+    pub(crate) id: String,
     timestamp: String,
     signature: String,
-    body: String,
+    pub(crate) body: String,
 }
 
-/// A receiver on loopback: answers 503 to the first `fail` requests, holds the first request
-/// forever when `hang` is set, and records every request it answers 2xx.
+/// A receiver on loopback: answers 410 while `gone` is set, 503 to the first `fail` requests,
+/// holds the first request forever when `hang` is set, and records every request it answers 2xx
+/// (and the `webhook-id` of every request in `tried`).
 #[derive(Clone, Default)]
-struct Receiver {
+pub(crate) struct Receiver {
     got: Arc<Mutex<Vec<Got>>>,
+    pub(crate) tried: Arc<Mutex<Vec<String>>>,
     refused: Arc<AtomicUsize>,
-    fail: Arc<AtomicUsize>,
+    pub(crate) fail: Arc<AtomicUsize>,
+    pub(crate) gone: Arc<AtomicBool>,
     hang: Arc<AtomicBool>,
     hung: Arc<AtomicUsize>,
 }
@@ -49,12 +52,16 @@ async fn receive(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> 
         r.hung.fetch_add(1, Ordering::SeqCst);
         std::future::pending::<()>().await;
     }
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    r.tried.lock().expect("receiver lock").push(header("webhook-id"));
+    if r.gone.load(Ordering::SeqCst) {
+        return StatusCode::GONE;
+    }
     if r.fail.load(Ordering::SeqCst) > 0 {
         r.fail.fetch_sub(1, Ordering::SeqCst);
         r.refused.fetch_add(1, Ordering::SeqCst);
         return StatusCode::SERVICE_UNAVAILABLE;
     }
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     r.got.lock().expect("receiver lock").push(Got {
         id: header("webhook-id"),
         timestamp: header("webhook-timestamp"),
@@ -66,7 +73,7 @@ async fn receive(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> 
 
 impl Receiver {
     /// Serves on a loopback port; returns its URL.
-    async fn serve(&self) -> String {
+    pub(crate) async fn serve(&self) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding a loopback port");
         let url = format!("http://{}/hook", listener.local_addr().expect("address"));
         let router = axum::Router::new().route("/hook", axum::routing::post(receive)).with_state(self.clone());
@@ -74,7 +81,7 @@ impl Receiver {
         url
     }
 
-    fn got(&self) -> Vec<Got> {
+    pub(crate) fn got(&self) -> Vec<Got> {
         self.got.lock().expect("receiver lock").clone()
     }
 }
@@ -88,7 +95,7 @@ pub(crate) async fn app() -> TestApp {
     TestApp::with_services(|s| s.with_webhook_guard(loopback_guard())).await
 }
 
-fn config(worker: &str) -> DeliveryConfig {
+pub(crate) fn config(worker: &str) -> DeliveryConfig {
     DeliveryConfig {
         lease: Duration::from_secs(2),
         attempt_timeout: Duration::from_secs(1),
@@ -99,7 +106,12 @@ fn config(worker: &str) -> DeliveryConfig {
     }
 }
 
-fn deliverer(app: &TestApp, guard: AddressGuard, lookup: Arc<dyn Lookup>, config: DeliveryConfig) -> Deliverer {
+pub(crate) fn deliverer(
+    app: &TestApp,
+    guard: AddressGuard,
+    lookup: Arc<dyn Lookup>,
+    config: DeliveryConfig,
+) -> Deliverer {
     Deliverer::new(app.services.store().clone(), app.cipher.clone(), Arc::new(guard), lookup, config)
         .expect("a deliverer")
 }
