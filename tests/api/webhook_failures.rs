@@ -65,6 +65,8 @@ async fn a_410_answer_disables_the_subscription_at_once_with_the_reason() {
     let listed = deliveries(&app, &hook).await;
     assert_eq!(listed[0]["state"], "failed", "{listed:?}");
     assert_eq!(listed[0]["attempts"], 1, "given up at the first 410: {listed:?}");
+    assert_eq!(d.metrics().attempts("disabled"), 1, "counted as given up");
+    assert_eq!(d.metrics().attempts("retried"), 0);
     // Nothing more is tried: a later event is not even fanned out to it.
     close_period(&app, "2026-02", "gone-2").await;
     d.tick().await.expect("a round");
@@ -87,6 +89,10 @@ async fn three_days_of_failures_disable_the_subscription_and_keep_its_events_sev
     })
     .await;
     assert_eq!(subscription(&app, &hook).await["enabled"], true, "failing, not yet for 3 days");
+    d.read_backlog().await;
+    let mut rendered = String::new();
+    d.metrics().render(&mut rendered);
+    assert!(rendered.contains("paddock_webhook_backlog{stage=\"delivery\"} 2\n"), "{rendered}");
 
     // The first event has failed for just over 3 days: its next try gives up.
     let first = "select id from webhook_events where subject = '/v1/usage/periods/2026-01'";
@@ -108,6 +114,12 @@ async fn three_days_of_failures_disable_the_subscription_and_keep_its_events_sev
     let states: Vec<&str> = listed.iter().map(|l| l["state"].as_str().expect("state")).collect();
     assert_eq!(states.iter().filter(|s| **s == "failed").count(), 1, "{listed:?}");
     assert_eq!(states.iter().filter(|s| **s == "pending").count(), 1, "{listed:?}");
+    // The metrics count the tries, and see no backlog (the subscription is disabled).
+    assert!(d.metrics().attempts("retried") >= 2 && d.metrics().attempts("disabled") == 1);
+    d.read_backlog().await;
+    let mut rendered = String::new();
+    d.metrics().render(&mut rendered);
+    assert!(rendered.contains("paddock_webhook_backlog{stage=\"delivery\"} 0\n"), "{rendered}");
 
     // Undelivered events are kept for 7 days: not deleted just before.
     age_events(&app, "6 days 23 hours").await;

@@ -141,12 +141,19 @@ pub async fn run(
     if let (Some(worker), Some(deliverer)) = (&worker, &deliverer) {
         worker.wake_on(paddock_worker::webhook::WAKE_PAYLOAD, deliverer.waker());
     }
-    let sources = Sources(match &worker {
-        Some(w) => {
+    let sources = Sources(match (&worker, &deliverer) {
+        (Some(w), Some(d)) => {
+            let (jobs, deliveries) = (w.metrics(), d.metrics());
+            Arc::new([
+                Arc::new(move |out: &mut String| jobs.render(out)) as MetricsSource,
+                Arc::new(move |out: &mut String| deliveries.render(out)) as MetricsSource,
+            ])
+        }
+        (Some(w), None) => {
             let jobs = w.metrics();
             Arc::new([Arc::new(move |out: &mut String| jobs.render(out)) as MetricsSource])
         }
-        None => Arc::new([]),
+        _ => Arc::new([]),
     });
     let worker = worker.map(|worker| {
         if let Some(agent) = agent {

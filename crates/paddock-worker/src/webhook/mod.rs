@@ -4,12 +4,14 @@
 //! (subscription, subject): a killed worker's claim expires and another worker sends the event
 //! again under the same `webhook-id`.
 
+mod metrics;
 mod resolve;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
+pub use metrics::{DeliveryMetrics, OUTCOMES};
 use paddock_domain::secret::Cipher;
 use paddock_domain::webhook::{sign, AddressGuard};
 use paddock_service::webhook::secret_binding;
@@ -73,6 +75,7 @@ pub struct Deliverer {
     client: reqwest::Client,
     config: Arc<DeliveryConfig>,
     wake: Arc<Notify>,
+    metrics: Arc<DeliveryMetrics>,
 }
 
 /// The payload on the job queue's channel (`paddock_jobs`) that a new webhook event sends at
@@ -84,6 +87,9 @@ impl std::fmt::Debug for Deliverer {
         f.debug_struct("Deliverer").field("config", &self.config).finish_non_exhaustive()
     }
 }
+
+/// How often a running deliverer reads the backlog for its metrics.
+const BACKLOG_EVERY: Duration = Duration::from_secs(5);
 
 /// The largest answer body read from a receiver (the rest is dropped).
 const MAX_ANSWER: usize = 4096;
@@ -107,7 +113,13 @@ impl Deliverer {
             .user_agent("paddock-webhooks/1")
             .build()
             .map_err(DelivererError::Client)?;
-        Ok(Self { store, cipher, guard, client, config: Arc::new(config), wake: Arc::new(Notify::new()) })
+        let (config, wake, metrics) = (Arc::new(config), Arc::new(Notify::new()), Arc::default());
+        Ok(Self { store, cipher, guard, client, config, wake, metrics })
+    }
+
+    /// This deliverer's metrics (see `docs/webhooks.md`).
+    pub fn metrics(&self) -> Arc<DeliveryMetrics> {
+        self.metrics.clone()
     }
 
     /// What wakes an idle [`Deliverer::run`] at once: notified when a notification with
@@ -121,7 +133,12 @@ impl Deliverer {
     pub async fn run(&self, shutdown: impl std::future::Future<Output = ()> + Send) {
         tokio::pin!(shutdown);
         let mut last_expiry = Instant::now() - Duration::from_secs(3600);
+        let mut last_backlog = last_expiry;
         loop {
+            if last_backlog.elapsed() >= BACKLOG_EVERY {
+                last_backlog = Instant::now();
+                self.read_backlog().await;
+            }
             if last_expiry.elapsed() >= Duration::from_secs(600) {
                 last_expiry = Instant::now();
                 if let Err(e) = self.expire().await {
@@ -168,6 +185,18 @@ impl Deliverer {
         }
     }
 
+    /// Reads the backlog into the metrics (kept as it was when the database does not answer).
+    pub async fn read_backlog(&self) {
+        let read = async {
+            let mut conn = self.store.conn().await?;
+            delivery::backlog(&mut conn).await
+        };
+        match read.await {
+            Ok(backlog) => self.metrics.backlog(&backlog),
+            Err(e) => tracing::debug!(error = &e as &dyn std::error::Error, "the webhook backlog could not be read"),
+        }
+    }
+
     async fn expire(&self) -> Result<u64, StoreError> {
         let mut conn = self.store.conn().await?;
         delivery::expire(&mut conn).await
@@ -204,6 +233,7 @@ impl Deliverer {
             self.config.retry_cap,
         )
         .await?;
+        self.metrics.attempt(recorded, tried.latency);
         if recorded == Recorded::Disabled {
             tracing::warn!(webhook.id = %claimed.subscription_id, "webhook subscription disabled after its deliveries failed");
         }
