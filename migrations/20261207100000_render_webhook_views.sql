@@ -9,8 +9,8 @@
 --   `usage.period_closed` is no longer a trigger: its view holds a setting (`closable_at`) and
 --   its one writer (closing a period) renders it in Rust in the same transaction.
 -- * An event is written only when an enabled subscription of an audience that sees it names its
---   type: a machine's transition costs one index probe, not a row kept 7 days, when nobody
---   listens. A subscription receives the events from its creation on.
+--   type (`webhook_interest`): a machine's transition costs one primary-key probe, not a row kept
+--   7 days, when nobody listens. A subscription receives the events from its creation on.
 -- * Writing an event notifies `paddock_jobs` (payload `webhook`) at commit: the job queue's
 --   channel, on which every worker already listens, wakes the deliverer.
 
@@ -26,17 +26,53 @@ create function webhook_ts(t timestamptz) returns text language sql immutable as
     from (select extract(microseconds from t at time zone 'UTC')::bigint as micros) f
 $$;
 
+-- Which events enabled subscriptions want, per audience: what a change looks up (one primary-key
+-- probe) to know whether to write an event. Kept by a trigger on `webhook_subscriptions`; a few
+-- rows per tenant at most. (A lookup in `webhook_subscriptions` itself scans every subscription
+-- under a generic plan: 3.6 ms per change with 10,000 of them.)
+create table webhook_interest (
+    -- The event's name without `dev.paddock.`.
+    event text not null,
+    -- The subscriptions' tenant; the nil uuid for the provider's.
+    tenant_id uuid not null,
+    -- Enabled subscriptions naming it.
+    subscriptions integer not null check (subscriptions >= 0),
+    primary key (event, tenant_id)
+);
+
+create function webhook_interest_change() returns trigger language plpgsql as $$
+declare
+    nil constant uuid := '00000000-0000-0000-0000-000000000000';
+begin
+    if tg_op in ('UPDATE', 'DELETE') and old.enabled then
+        update webhook_interest i set subscriptions = i.subscriptions - 1
+        from (select distinct e from unnest(old.events) e) named
+        where i.event = named.e and i.tenant_id = coalesce(old.tenant_id, nil);
+    end if;
+    if tg_op in ('INSERT', 'UPDATE') and new.enabled then
+        insert into webhook_interest (event, tenant_id, subscriptions)
+        select distinct e, coalesce(new.tenant_id, nil), 1 from unnest(new.events) e
+        on conflict (event, tenant_id) do update set subscriptions = webhook_interest.subscriptions + 1;
+    end if;
+    return null;
+end
+$$;
+create trigger webhook_subscriptions_interest after insert or delete or update of enabled, events, tenant_id
+    on webhook_subscriptions for each row execute function webhook_interest_change();
+insert into webhook_interest (event, tenant_id, subscriptions)
+select e, coalesce(s.tenant_id, '00000000-0000-0000-0000-000000000000'), count(*)
+from webhook_subscriptions s, unnest(s.events) e where s.enabled group by 1, 2;
+
 -- Whether an enabled subscription wants events of `p_name` (without `dev.paddock.`): a provider
 -- one, or, when tenants see the event, one of tenant `p_tenant`.
 create function webhook_wanted(p_name text, p_tenant uuid, p_tenant_sees boolean)
 returns boolean language sql stable as $$
     select exists (
-        select 1 from webhook_subscriptions s
-        where s.enabled and s.events @> array[p_name]
-          and (s.tenant_id is null or (p_tenant_sees and s.tenant_id = p_tenant))
+        select 1 from webhook_interest i
+        where i.event = p_name and i.subscriptions > 0
+          and (i.tenant_id = '00000000-0000-0000-0000-000000000000' or (p_tenant_sees and i.tenant_id = p_tenant))
     )
 $$;
-create index webhook_subscriptions_events_idx on webhook_subscriptions using gin (events) where enabled;
 
 -- Writes an event when some subscription wants it, and wakes the deliverers at commit.
 create or replace function webhook_emit(p_type text, p_subject text, p_tenant uuid, p_provider jsonb, p_tenant_view jsonb)

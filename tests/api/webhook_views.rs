@@ -188,7 +188,11 @@ async fn an_event_is_written_only_when_a_subscription_of_its_audience_wants_it()
     assert_eq!(count_events(&app).await, 1, "an event written for a disabled subscription");
 
     // The provider's subscription wants the fleet's transitions.
-    subscribe(&app, "/v1/webhooks", &admin(), NOWHERE, &["machine.state_changed"]).await;
+    let fleet_hook = subscribe(&app, "/v1/webhooks", &admin(), NOWHERE, &["machine.state_changed"]).await;
     set_machine_state(&app, &machine, "maintenance").await;
     assert_eq!(count_events(&app).await, 2, "the provider's subscription wants the machine's transition");
+    // A deleted one wants nothing either.
+    app.delete(format!("/v1/webhooks/{}", id(&fleet_hook))).token(&admin()).send().await.expect(204);
+    set_machine_state(&app, &machine, "available").await;
+    assert_eq!(count_events(&app).await, 2, "an event written for a deleted subscription");
 }
