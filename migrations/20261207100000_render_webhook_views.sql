@@ -15,15 +15,17 @@
 --   channel, on which every worker already listens, wakes the deliverer.
 
 -- A timestamp as chrono serializes a `DateTime<Utc>`: RFC 3339, `Z`, and 0, 3 or 6 fractional
--- digits as needed.
-create function webhook_ts(t timestamptz) returns text language sql immutable as $$
+-- digits as needed. One expression, so that it is inlined where it is called. The functions with
+-- queries below are PL/pgSQL, whose plans a session keeps: a SQL function's would be made again
+-- in every transaction that fires a trigger.
+create function webhook_ts(t timestamptz) returns text language sql stable as $$
     select to_char(t at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
         || case
-            when micros % 1000000 = 0 then ''
-            when micros % 1000 = 0 then '.' || lpad(((micros % 1000000) / 1000)::text, 3, '0')
-            else '.' || lpad((micros % 1000000)::text, 6, '0')
+            when extract(microseconds from t at time zone 'UTC')::bigint % 1000000 = 0 then ''
+            when extract(microseconds from t at time zone 'UTC')::bigint % 1000 = 0
+                then '.' || lpad((extract(microseconds from t at time zone 'UTC')::bigint % 1000000 / 1000)::text, 3, '0')
+            else '.' || lpad((extract(microseconds from t at time zone 'UTC')::bigint % 1000000)::text, 6, '0')
         end || 'Z'
-    from (select extract(microseconds from t at time zone 'UTC')::bigint as micros) f
 $$;
 
 -- Which events enabled subscriptions want, per audience: what a change looks up (one primary-key
@@ -66,12 +68,14 @@ from webhook_subscriptions s, unnest(s.events) e where s.enabled group by 1, 2;
 -- Whether an enabled subscription wants events of `p_name` (without `dev.paddock.`): a provider
 -- one, or, when tenants see the event, one of tenant `p_tenant`.
 create function webhook_wanted(p_name text, p_tenant uuid, p_tenant_sees boolean)
-returns boolean language sql stable as $$
-    select exists (
+returns boolean language plpgsql stable as $$
+begin
+    return (select exists (
         select 1 from webhook_interest i
         where i.event = p_name and i.subscriptions > 0
           and (i.tenant_id = '00000000-0000-0000-0000-000000000000' or (p_tenant_sees and i.tenant_id = p_tenant))
-    )
+    ));
+end
 $$;
 
 -- Writes an event when some subscription wants it, and wakes the deliverers at commit.
@@ -88,11 +92,13 @@ end
 $$;
 
 -- `OperationView`: the same to the provider and to its tenant.
-create function webhook_operation_view(o operations) returns jsonb language sql stable as $$
-    select jsonb_build_object('id', o.id, 'kind', o.kind,
+create function webhook_operation_view(o operations) returns jsonb language plpgsql stable as $$
+begin
+    return (select jsonb_build_object('id', o.id, 'kind', o.kind,
         'target', jsonb_build_object('type', o.target_type, 'id', o.target_id),
         'tenant_id', o.tenant_id, 'state', o.state, 'steps', o.steps, 'current_step', o.current_step,
-        'error', o.error, 'created_at', webhook_ts(o.created_at), 'finished_at', webhook_ts(o.finished_at))
+        'error', o.error, 'created_at', webhook_ts(o.created_at), 'finished_at', webhook_ts(o.finished_at)));
+end
 $$;
 
 create or replace function webhook_operation_event() returns trigger language plpgsql as $$
@@ -112,13 +118,15 @@ end
 $$;
 
 -- `NodePoolView`, the same to the provider and the tenant.
-create function webhook_node_pool_view(p node_pools) returns jsonb language sql stable as $$
-    select jsonb_build_object('id', p.id, 'cluster_id', p.cluster_id, 'name', p.name,
+create function webhook_node_pool_view(p node_pools) returns jsonb language plpgsql stable as $$
+begin
+    return (select jsonb_build_object('id', p.id, 'cluster_id', p.cluster_id, 'name', p.name,
         'machine_class', (select c.name from machine_classes c where c.id = p.machine_class_id),
         'count', p.count, 'labels', p.labels, 'taints', p.taints,
         'status', jsonb_build_object('ready', p.ready, 'allocated', p.allocated, 'conditions', p.conditions),
         'generation', p.generation, 'etag', '"' || p.generation || '"',
-        'created_at', webhook_ts(p.created_at), 'updated_at', webhook_ts(p.updated_at))
+        'created_at', webhook_ts(p.created_at), 'updated_at', webhook_ts(p.updated_at)));
+end
 $$;
 
 create or replace function webhook_node_pool_event() returns trigger language plpgsql as $$
@@ -139,8 +147,9 @@ $$;
 -- `ClusterView`: its live pools (not deleting) by id, Slurm partitions resolved (one per pool,
 -- the first the default, when none are given), endpoints with their defaults. The same to the
 -- provider and the tenant: no machine or fleet fact is in it.
-create function webhook_cluster_view(c clusters) returns jsonb language sql stable as $$
-    with live as (
+create function webhook_cluster_view(c clusters) returns jsonb language plpgsql stable as $$
+begin
+    return (with live as (
         select p.id, p.name, mc.name as machine_class, p.count,
             row_number() over (order by p.id) as n
         from node_pools p join machine_classes mc on mc.id = p.machine_class_id
@@ -164,7 +173,8 @@ create function webhook_cluster_view(c clusters) returns jsonb language sql stab
                 'slurm_rest_api', c.endpoints -> 'slurm_rest_api', 'login_ssh', c.endpoints -> 'login_ssh',
                 'login_ssh_host_keys', coalesce(c.endpoints -> 'login_ssh_host_keys', '[]'))),
         'generation', c.generation, 'etag', '"' || c.generation || '"',
-        'created_at', webhook_ts(c.created_at), 'updated_at', webhook_ts(c.updated_at))
+        'created_at', webhook_ts(c.created_at), 'updated_at', webhook_ts(c.updated_at)));
+end
 $$;
 
 create or replace function webhook_cluster_event() returns trigger language plpgsql as $$
@@ -190,8 +200,9 @@ end
 $$;
 
 -- `MachineView` (never the BMC password): a fleet fact, the provider's only.
-create function webhook_machine_view(m machines) returns jsonb language sql stable as $$
-    select jsonb_build_object('id', m.id, 'name', m.name,
+create function webhook_machine_view(m machines) returns jsonb language plpgsql stable as $$
+begin
+    return (select jsonb_build_object('id', m.id, 'name', m.name,
         'machine_class', (select c.name from machine_classes c where c.id = m.machine_class_id),
         'labels', m.labels, 'state', m.state, 'last_error', m.last_error, 'tenant_id', m.tenant_id,
         'cluster_id', m.cluster_id, 'node_pool_id', m.node_pool_id, 'node_name', m.node_name,
@@ -199,7 +210,8 @@ create function webhook_machine_view(m machines) returns jsonb language sql stab
         'bmc', jsonb_build_object('url', m.bmc_url, 'system_id', m.bmc_system_id, 'username', m.bmc_username,
             'insecure_tls', m.bmc_insecure_tls, 'has_ca_cert', m.bmc_ca_cert is not null),
         'generation', m.generation, 'etag', '"' || m.generation || '"',
-        'created_at', webhook_ts(m.created_at), 'updated_at', webhook_ts(m.updated_at))
+        'created_at', webhook_ts(m.created_at), 'updated_at', webhook_ts(m.updated_at)));
+end
 $$;
 
 create or replace function webhook_machine_event() returns trigger language plpgsql as $$
