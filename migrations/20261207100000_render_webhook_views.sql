@@ -28,6 +28,22 @@ create function webhook_ts(t timestamptz) returns text language sql stable as $$
         end || 'Z'
 $$;
 
+-- A timestamp inside stored JSON (written by Rust as `...Z`, or by SQL's `now()` as `...+00:00`)
+-- as the API shows it once serde has read it.
+create function webhook_ts_json(j jsonb) returns jsonb language sql stable as $$
+    select to_jsonb(webhook_ts((j #>> '{}')::timestamptz))
+$$;
+
+-- Conditions (`Condition`) as the API shows them.
+create function webhook_conditions(c jsonb) returns jsonb language plpgsql stable as $$
+begin
+    return (select coalesce(jsonb_agg(jsonb_build_object('type', x->'type', 'status', x->'status',
+        'reason', x->'reason', 'message', x->'message',
+        'last_transition_time', webhook_ts_json(x->'last_transition_time')) order by n), '[]')
+        from jsonb_array_elements(c) with ordinality e(x, n));
+end
+$$;
+
 -- Which events enabled subscriptions want, per audience: what a change looks up (one primary-key
 -- probe) to know whether to write an event. Kept by a trigger on `webhook_subscriptions`; a few
 -- rows per tenant at most. (A lookup in `webhook_subscriptions` itself scans every subscription
@@ -96,7 +112,11 @@ create function webhook_operation_view(o operations) returns jsonb language plpg
 begin
     return (select jsonb_build_object('id', o.id, 'kind', o.kind,
         'target', jsonb_build_object('type', o.target_type, 'id', o.target_id),
-        'tenant_id', o.tenant_id, 'state', o.state, 'steps', o.steps, 'current_step', o.current_step,
+        'tenant_id', o.tenant_id, 'state', o.state,
+        'steps', (select coalesce(jsonb_agg(jsonb_build_object('name', x->'name', 'state', x->'state',
+            'started_at', webhook_ts_json(x->'started_at'), 'finished_at', webhook_ts_json(x->'finished_at'))
+            order by n), '[]') from jsonb_array_elements(o.steps) with ordinality e(x, n)),
+        'current_step', o.current_step,
         'error', o.error, 'created_at', webhook_ts(o.created_at), 'finished_at', webhook_ts(o.finished_at)));
 end
 $$;
@@ -123,7 +143,8 @@ begin
     return (select jsonb_build_object('id', p.id, 'cluster_id', p.cluster_id, 'name', p.name,
         'machine_class', (select c.name from machine_classes c where c.id = p.machine_class_id),
         'count', p.count, 'labels', p.labels, 'taints', p.taints,
-        'status', jsonb_build_object('ready', p.ready, 'allocated', p.allocated, 'conditions', p.conditions),
+        'status', jsonb_build_object('ready', p.ready, 'allocated', p.allocated,
+            'conditions', webhook_conditions(p.conditions)),
         'generation', p.generation, 'etag', '"' || p.generation || '"',
         'created_at', webhook_ts(p.created_at), 'updated_at', webhook_ts(p.updated_at)));
 end
@@ -167,7 +188,7 @@ begin
         'stack_version', c.stack_version,
         'node_pools', coalesce((select jsonb_agg(jsonb_build_object('id', l.id, 'name', l.name,
             'machine_class', l.machine_class, 'count', l.count) order by l.n) from live l), '[]'),
-        'status', jsonb_build_object('phase', c.phase, 'conditions', c.conditions,
+        'status', jsonb_build_object('phase', c.phase, 'conditions', webhook_conditions(c.conditions),
             'observed_generation', c.observed_generation,
             'endpoints', jsonb_build_object('kubernetes_api', c.endpoints -> 'kubernetes_api',
                 'slurm_rest_api', c.endpoints -> 'slurm_rest_api', 'login_ssh', c.endpoints -> 'login_ssh',
@@ -204,7 +225,11 @@ create function webhook_machine_view(m machines) returns jsonb language plpgsql 
 begin
     return (select jsonb_build_object('id', m.id, 'name', m.name,
         'machine_class', (select c.name from machine_classes c where c.id = m.machine_class_id),
-        'labels', m.labels, 'state', m.state, 'last_error', m.last_error, 'tenant_id', m.tenant_id,
+        'labels', m.labels, 'state', m.state,
+        'last_error', case when jsonb_typeof(m.last_error) = 'object' then jsonb_build_object(
+            'code', m.last_error->'code', 'message', m.last_error->'message',
+            'at', webhook_ts_json(m.last_error->'at')) end,
+        'tenant_id', m.tenant_id,
         'cluster_id', m.cluster_id, 'node_pool_id', m.node_pool_id, 'node_name', m.node_name,
         'system_uuid', m.system_uuid, 'inventory', m.inventory, 'maintenance_reason', m.maintenance_reason,
         'bmc', jsonb_build_object('url', m.bmc_url, 'system_id', m.bmc_system_id, 'username', m.bmc_username,

@@ -69,7 +69,7 @@ async fn open_operation(app: &TestApp, target: &str) -> String {
 async fn every_events_data_is_the_apis_view_for_its_audience() {
     let app = app().await;
     machine_class(&app, "cpu", 0).await;
-    fleet(&app, "cpu", 3).await;
+    fleet(&app, "cpu", 4).await;
     let provider_events =
         [&CLUSTER_EVENTS[..], &["machine.state_changed", "machine.quarantined", "usage.period_closed"]].concat();
     subscribe(&app, "/v1/webhooks", &admin(), NOWHERE, &provider_events).await;
@@ -100,12 +100,17 @@ async fn every_events_data_is_the_apis_view_for_its_audience() {
         "detail": "the pool could not be scaled", "instance": format!("/v1/operations/{failed}"),
         "code": "internal", "request_id": "r-1"
     });
-    sqlx::query("update operations set state = 'failed', finished_at = now(), error = $2 where id = $1::uuid")
-        .bind(&failed)
-        .bind(&problem)
-        .execute(&app.db.pool)
-        .await
-        .expect("failing the operation");
+    // As the store fails an operation: its running step ends with SQL's `now()` in the JSON.
+    sqlx::query(
+        "update operations set state = 'failed', finished_at = now(), error = $2, steps = (select \
+         jsonb_agg(s || jsonb_build_object('state', 'failed', 'started_at', now(), 'finished_at', now()) \
+         order by n) from jsonb_array_elements(steps) with ordinality e(s, n)) where id = $1::uuid",
+    )
+    .bind(&failed)
+    .bind(&problem)
+    .execute(&app.db.pool)
+    .await
+    .expect("failing the operation");
     let op_path = format!("/v1/operations/{failed}");
     let tenant_op = as_tenant(&format!("/v1/tenants/{t}/operations/{failed}"));
     view("operation.failed", &op_path, tenant_op).await;
@@ -118,7 +123,7 @@ async fn every_events_data_is_the_apis_view_for_its_audience() {
     .bind(&cluster)
     .bind(json!({ "kubernetes_api": "https://10.0.0.1:6443" }))
     .bind(json!([{ "type": "ControlPlaneReady", "status": "False", "reason": "Down", "message": "down",
-        "last_transition_time": "2026-12-06T10:00:00Z" }]))
+        "last_transition_time": "2026-12-06T10:00:00.120000+00:00" }]))
     .execute(&app.db.pool)
     .await
     .expect("degrading");
@@ -144,6 +149,41 @@ async fn every_events_data_is_the_apis_view_for_its_audience() {
 
     close_period(&app, "2026-01", "webhook-views").await;
     view("usage.period_closed", "/v1/usage/periods/2026-01", None).await;
+
+    // Other shapes: a Kubernetes cluster (no Slurm), a pool with labels and taints, a Slurm
+    // cluster with its own partitions, a machine with a last error.
+    let kube = json!({
+        "name": "k1", "kind": "kubernetes", "isolation": "private-nodes",
+        "node_pools": [{ "name": "gpu", "machine_class": "cpu", "count": 1, "labels": { "team": "a" },
+            "taints": [{ "key": "gpu", "value": "yes", "effect": "NoSchedule" }] }]
+    });
+    let slurm = json!({
+        "name": "s2", "kind": "slurm", "isolation": "private-nodes",
+        "slurm": { "partitions": [{ "name": "all", "node_pools": ["cpu"], "default": true, "max_time": "1-00:00:00" }] },
+        "node_pools": [{ "name": "cpu", "machine_class": "cpu", "count": 1 }]
+    });
+    for (body, count) in [(kube, 0), (slurm, 2)] {
+        let made =
+            app.post(format!("/v1/tenants/{t}/clusters")).token(&bearer).json(&body).send().await.expect(202).json();
+        let other = id(&made["cluster"]);
+        let other_path = format!("/v1/tenants/{t}/clusters/{other}");
+        sql(&app, "update clusters set phase = 'ready' where id = $1::uuid", &other).await;
+        view("cluster.ready", &other_path, as_tenant(&other_path)).await;
+        let pool_path = format!("{other_path}/node-pools/{}", id(&made["cluster"]["node_pools"][0]));
+        app.patch(&pool_path).token(&bearer).json(&json!({ "count": count })).send().await.expect(202);
+        view("node_pool.scaled", &pool_path, as_tenant(&pool_path)).await;
+    }
+    // As the worker records an error: SQL's `now()` in the JSON.
+    sqlx::query(
+        "update machines set labels = '{\"rack\": \"r1\"}', last_error = jsonb_build_object('code', \
+         'bmc_unreachable', 'message', 'no answer', 'at', now()) where id = $1::uuid",
+    )
+    .bind(&machine)
+    .execute(&app.db.pool)
+    .await
+    .expect("a last error");
+    set_machine_state(&app, &machine, "maintenance").await;
+    view("machine.state_changed", &machine_path, None).await;
 }
 
 #[tokio::test]
