@@ -65,34 +65,44 @@ async fn open_operation(app: &TestApp, target: &str) -> String {
     .expect("an open operation")
 }
 
-#[tokio::test]
-async fn every_events_data_is_the_apis_view_for_its_audience() {
-    let app = app().await;
-    machine_class(&app, "cpu", 0).await;
-    fleet(&app, "cpu", 4).await;
+/// A tenant with a one-pool cluster, a provider subscription to every event and the tenant's to
+/// every event it may have: (the tenant's id, its admin's token, the cluster, the pool).
+async fn subscribed(app: &TestApp) -> (String, String, String, String) {
+    machine_class(app, "cpu", 0).await;
+    fleet(app, "cpu", 4).await;
     let provider_events =
         [&CLUSTER_EVENTS[..], &["machine.state_changed", "machine.quarantined", "usage.period_closed"]].concat();
-    subscribe(&app, "/v1/webhooks", &admin(), NOWHERE, &provider_events).await;
-    let (t, bearer, cluster, pool) = tenant_with_cluster(&app, "acme").await;
-    subscribe(&app, &format!("/v1/tenants/{t}/webhooks"), &bearer, NOWHERE, &CLUSTER_EVENTS).await;
+    subscribe(app, "/v1/webhooks", &admin(), NOWHERE, &provider_events).await;
+    let (t, bearer, cluster, pool) = tenant_with_cluster(app, "acme").await;
+    subscribe(app, &format!("/v1/tenants/{t}/webhooks"), &bearer, NOWHERE, &CLUSTER_EVENTS).await;
+    (t, bearer, cluster, pool)
+}
+
+/// [`carries_view`] of a tenant's resource at `path`, which the tenant reads at the same path.
+async fn tenant_view(app: &TestApp, type_: &str, path: &str, bearer: &str) {
+    carries_view(app, type_, path, Some((path, bearer))).await;
+}
+
+/// [`carries_view`] of an operation, which the tenant reads under its own path.
+async fn operation_view(app: &TestApp, type_: &str, tenant: &str, operation: &str, bearer: &str) {
+    let tenant_path = format!("/v1/tenants/{tenant}/operations/{operation}");
+    carries_view(app, type_, &format!("/v1/operations/{operation}"), Some((&tenant_path, bearer))).await;
+}
+
+#[tokio::test]
+async fn every_cluster_events_data_is_the_apis_view_for_the_provider_and_the_tenant() {
+    let app = app().await;
+    let (t, bearer, cluster, pool) = subscribed(&app).await;
     let cluster_path = format!("/v1/tenants/{t}/clusters/{cluster}");
     let pool_path = format!("{cluster_path}/node-pools/{pool}");
-    let as_tenant = |path: &str| Some((path.to_owned(), bearer.clone()));
-    let view = async |type_: &str, path: &str, tenant: Option<(String, String)>| {
-        carries_view(&app, type_, path, tenant.as_ref().map(|(p, b)| (p.as_str(), b.as_str()))).await;
-    };
 
     sql(&app, "update clusters set phase = 'ready' where id = $1::uuid", &cluster).await;
-    view("cluster.ready", &cluster_path, as_tenant(&cluster_path)).await;
-
+    tenant_view(&app, "cluster.ready", &cluster_path, &bearer).await;
     let created = open_operation(&app, &cluster).await;
     sql(&app, "update operations set state = 'succeeded', finished_at = now() where id = $1::uuid", &created).await;
-    let op_path = format!("/v1/operations/{created}");
-    let tenant_op = as_tenant(&format!("/v1/tenants/{t}/operations/{created}"));
-    view("operation.succeeded", &op_path, tenant_op).await;
-
+    operation_view(&app, "operation.succeeded", &t, &created, &bearer).await;
     let scaled = app.patch(&pool_path).token(&bearer).json(&json!({ "count": 2 })).send().await.expect(202).json();
-    view("node_pool.scaled", &pool_path, as_tenant(&pool_path)).await;
+    tenant_view(&app, "node_pool.scaled", &pool_path, &bearer).await;
 
     let failed = id(&scaled["operation"]);
     let problem = json!({
@@ -111,9 +121,7 @@ async fn every_events_data_is_the_apis_view_for_its_audience() {
     .execute(&app.db.pool)
     .await
     .expect("failing the operation");
-    let op_path = format!("/v1/operations/{failed}");
-    let tenant_op = as_tenant(&format!("/v1/tenants/{t}/operations/{failed}"));
-    view("operation.failed", &op_path, tenant_op).await;
+    operation_view(&app, "operation.failed", &t, &failed, &bearer).await;
 
     // Conditions and endpoints as the worker writes them.
     sqlx::query(
@@ -127,7 +135,7 @@ async fn every_events_data_is_the_apis_view_for_its_audience() {
     .execute(&app.db.pool)
     .await
     .expect("degrading");
-    view("cluster.degraded", &cluster_path, as_tenant(&cluster_path)).await;
+    tenant_view(&app, "cluster.degraded", &cluster_path, &bearer).await;
 
     // A deleted cluster is not shown any more: its event carries the view of its last moment.
     app.delete(&cluster_path).token(&bearer).send().await.expect(202);
@@ -135,23 +143,14 @@ async fn every_events_data_is_the_apis_view_for_its_audience() {
     let last_to_tenant = shown(&app, &cluster_path, &bearer).await;
     sql(&app, "update clusters set deleted_at = now() where id = $1::uuid", &cluster).await;
     carries(&app, "cluster.deleted", &cluster_path, &last, Some(&last_to_tenant)).await;
+}
 
-    let machine: String = sqlx::query_scalar("select id::text from machines where allocation_id is null limit 1")
-        .fetch_one(&app.db.pool)
-        .await
-        .expect("a free machine");
-    let machine_path = format!("/v1/machines/{machine}");
-    set_machine_state(&app, &machine, "maintenance").await;
-    view("machine.state_changed", &machine_path, None).await;
-    set_machine_state(&app, &machine, "clean_failed").await;
-    view("machine.state_changed", &machine_path, None).await;
-    view("machine.quarantined", &machine_path, None).await;
-
-    close_period(&app, "2026-01", "webhook-views").await;
-    view("usage.period_closed", "/v1/usage/periods/2026-01", None).await;
-
-    // Other shapes: a Kubernetes cluster (no Slurm), a pool with labels and taints, a Slurm
-    // cluster with its own partitions, a machine with a last error.
+#[tokio::test]
+async fn other_cluster_and_pool_shapes_are_the_apis_view_too() {
+    let app = app().await;
+    let (t, bearer, _, _) = subscribed(&app).await;
+    // A Kubernetes cluster (no Slurm) whose pool has labels and taints; a Slurm cluster with
+    // partitions of its own.
     let kube = json!({
         "name": "k1", "kind": "kubernetes", "isolation": "private-nodes",
         "node_pools": [{ "name": "gpu", "machine_class": "cpu", "count": 1, "labels": { "team": "a" },
@@ -165,14 +164,30 @@ async fn every_events_data_is_the_apis_view_for_its_audience() {
     for (body, count) in [(kube, 0), (slurm, 2)] {
         let made =
             app.post(format!("/v1/tenants/{t}/clusters")).token(&bearer).json(&body).send().await.expect(202).json();
-        let other = id(&made["cluster"]);
-        let other_path = format!("/v1/tenants/{t}/clusters/{other}");
-        sql(&app, "update clusters set phase = 'ready' where id = $1::uuid", &other).await;
-        view("cluster.ready", &other_path, as_tenant(&other_path)).await;
-        let pool_path = format!("{other_path}/node-pools/{}", id(&made["cluster"]["node_pools"][0]));
+        let cluster = id(&made["cluster"]);
+        let cluster_path = format!("/v1/tenants/{t}/clusters/{cluster}");
+        sql(&app, "update clusters set phase = 'ready' where id = $1::uuid", &cluster).await;
+        tenant_view(&app, "cluster.ready", &cluster_path, &bearer).await;
+        let pool_path = format!("{cluster_path}/node-pools/{}", id(&made["cluster"]["node_pools"][0]));
         app.patch(&pool_path).token(&bearer).json(&json!({ "count": count })).send().await.expect(202);
-        view("node_pool.scaled", &pool_path, as_tenant(&pool_path)).await;
+        tenant_view(&app, "node_pool.scaled", &pool_path, &bearer).await;
     }
+}
+
+#[tokio::test]
+async fn fleet_and_billing_events_carry_the_providers_view_and_nothing_for_tenants() {
+    let app = app().await;
+    subscribed(&app).await;
+    let machine: String = sqlx::query_scalar("select id::text from machines where allocation_id is null limit 1")
+        .fetch_one(&app.db.pool)
+        .await
+        .expect("a free machine");
+    let machine_path = format!("/v1/machines/{machine}");
+    set_machine_state(&app, &machine, "maintenance").await;
+    carries_view(&app, "machine.state_changed", &machine_path, None).await;
+    set_machine_state(&app, &machine, "clean_failed").await;
+    carries_view(&app, "machine.state_changed", &machine_path, None).await;
+    carries_view(&app, "machine.quarantined", &machine_path, None).await;
     // As the worker records an error: SQL's `now()` in the JSON.
     sqlx::query(
         "update machines set labels = '{\"rack\": \"r1\"}', last_error = jsonb_build_object('code', \
@@ -183,7 +198,10 @@ async fn every_events_data_is_the_apis_view_for_its_audience() {
     .await
     .expect("a last error");
     set_machine_state(&app, &machine, "maintenance").await;
-    view("machine.state_changed", &machine_path, None).await;
+    carries_view(&app, "machine.state_changed", &machine_path, None).await;
+
+    close_period(&app, "2026-01", "webhook-views").await;
+    carries_view(&app, "usage.period_closed", "/v1/usage/periods/2026-01", None).await;
 }
 
 #[tokio::test]
