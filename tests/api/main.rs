@@ -35,6 +35,8 @@ mod usage;
 mod usage_adjustments;
 mod usage_export;
 mod usage_prices;
+mod webhook_failures;
+mod webhook_views;
 mod webhooks;
 mod worker;
 

@@ -22,24 +22,27 @@ use serde_json::{json, Value};
 
 use crate::common::{fleet, id, machine_class, tenant};
 
-const DEADLINE: Duration = Duration::from_secs(60);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(60);
 
 /// What the receiver got: one POST.
 #[derive(Debug, Clone)]
-struct Got {
-    id: String,
+pub(crate) struct Got {
+    pub(crate) id: String,
     timestamp: String,
     signature: String,
-    body: String,
+    pub(crate) body: String,
 }
 
-/// A receiver on loopback: answers 503 to the first `fail` requests, holds the first request
-/// forever when `hang` is set, and records every request it answers 2xx.
+/// A receiver on loopback: answers 410 while `gone` is set, 503 to the first `fail` requests,
+/// holds the first request forever when `hang` is set, and records every request it answers 2xx
+/// (and the `webhook-id` of every request in `tried`).
 #[derive(Clone, Default)]
-struct Receiver {
+pub(crate) struct Receiver {
     got: Arc<Mutex<Vec<Got>>>,
+    pub(crate) tried: Arc<Mutex<Vec<String>>>,
     refused: Arc<AtomicUsize>,
-    fail: Arc<AtomicUsize>,
+    pub(crate) fail: Arc<AtomicUsize>,
+    pub(crate) gone: Arc<AtomicBool>,
     hang: Arc<AtomicBool>,
     hung: Arc<AtomicUsize>,
 }
@@ -49,12 +52,16 @@ async fn receive(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> 
         r.hung.fetch_add(1, Ordering::SeqCst);
         std::future::pending::<()>().await;
     }
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    r.tried.lock().expect("receiver lock").push(header("webhook-id"));
+    if r.gone.load(Ordering::SeqCst) {
+        return StatusCode::GONE;
+    }
     if r.fail.load(Ordering::SeqCst) > 0 {
         r.fail.fetch_sub(1, Ordering::SeqCst);
         r.refused.fetch_add(1, Ordering::SeqCst);
         return StatusCode::SERVICE_UNAVAILABLE;
     }
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     r.got.lock().expect("receiver lock").push(Got {
         id: header("webhook-id"),
         timestamp: header("webhook-timestamp"),
@@ -66,7 +73,7 @@ async fn receive(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> 
 
 impl Receiver {
     /// Serves on a loopback port; returns its URL.
-    async fn serve(&self) -> String {
+    pub(crate) async fn serve(&self) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding a loopback port");
         let url = format!("http://{}/hook", listener.local_addr().expect("address"));
         let router = axum::Router::new().route("/hook", axum::routing::post(receive)).with_state(self.clone());
@@ -74,21 +81,21 @@ impl Receiver {
         url
     }
 
-    fn got(&self) -> Vec<Got> {
+    pub(crate) fn got(&self) -> Vec<Got> {
         self.got.lock().expect("receiver lock").clone()
     }
 }
 
 /// The guard of these tests: plain http, and loopback allowed.
-fn loopback_guard() -> AddressGuard {
+pub(crate) fn loopback_guard() -> AddressGuard {
     AddressGuard { insecure_http: true, allowed: vec!["127.0.0.0/8".parse().expect("network")] }
 }
 
-async fn app() -> TestApp {
+pub(crate) async fn app() -> TestApp {
     TestApp::with_services(|s| s.with_webhook_guard(loopback_guard())).await
 }
 
-fn config(worker: &str) -> DeliveryConfig {
+pub(crate) fn config(worker: &str) -> DeliveryConfig {
     DeliveryConfig {
         lease: Duration::from_secs(2),
         attempt_timeout: Duration::from_secs(1),
@@ -99,7 +106,12 @@ fn config(worker: &str) -> DeliveryConfig {
     }
 }
 
-fn deliverer(app: &TestApp, guard: AddressGuard, lookup: Arc<dyn Lookup>, config: DeliveryConfig) -> Deliverer {
+pub(crate) fn deliverer(
+    app: &TestApp,
+    guard: AddressGuard,
+    lookup: Arc<dyn Lookup>,
+    config: DeliveryConfig,
+) -> Deliverer {
     Deliverer::new(app.services.store().clone(), app.cipher.clone(), Arc::new(guard), lookup, config)
         .expect("a deliverer")
 }
@@ -109,11 +121,11 @@ fn start(d: Deliverer) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move { d.run(std::future::pending()).await })
 }
 
-async fn subscribe(app: &TestApp, path: &str, bearer: &str, url: &str, events: &[&str]) -> Value {
+pub(crate) async fn subscribe(app: &TestApp, path: &str, bearer: &str, url: &str, events: &[&str]) -> Value {
     app.post(path).token(bearer).json(&json!({ "url": url, "events": events })).send().await.expect(201).json()
 }
 
-const CLUSTER_EVENTS: [&str; 6] = [
+pub(crate) const CLUSTER_EVENTS: [&str; 6] = [
     "operation.succeeded",
     "operation.failed",
     "cluster.ready",
@@ -123,7 +135,7 @@ const CLUSTER_EVENTS: [&str; 6] = [
 ];
 
 /// A tenant with a one-pool cluster; returns (tenant id, its admin's token, cluster id, pool id).
-async fn tenant_with_cluster(app: &TestApp, name: &str) -> (String, String, String, String) {
+pub(crate) async fn tenant_with_cluster(app: &TestApp, name: &str) -> (String, String, String, String) {
     let t = tenant(app, name).await;
     let tenant_id = id(&t);
     let bearer = token(&["tenant:admin"], Some(tenant_id.parse().expect("uuid")));
@@ -144,7 +156,7 @@ async fn tenant_with_cluster(app: &TestApp, name: &str) -> (String, String, Stri
     (tenant_id, bearer, cluster, pool)
 }
 
-async fn sql(app: &TestApp, statement: &str, id: &str) {
+pub(crate) async fn sql(app: &TestApp, statement: &str, id: &str) {
     sqlx::query(statement).bind(id).execute(&app.db.pool).await.expect(statement);
 }
 
@@ -324,6 +336,48 @@ async fn a_worker_killed_mid_delivery_leaves_it_to_another_under_the_same_webhoo
     assert_eq!(deliveries["items"][0]["event_id"], event["id"]);
 }
 
+/// An idle deliverer is woken by a new event through the worker's `LISTEN paddock_jobs`, not by
+/// its poll: here the poll is 10 minutes, longer than the test's deadline.
+#[tokio::test]
+async fn a_new_event_wakes_an_idle_deliverer_through_the_job_queues_channel() {
+    let app = app().await;
+    let receiver = Receiver::default();
+    let url = receiver.serve().await;
+    subscribe(&app, "/v1/webhooks", &admin(), &url, &["usage.period_closed"]).await;
+    let worker = paddock_worker::Worker::new(
+        app.services.store().clone(),
+        "w-listen",
+        vec![],
+        paddock_worker::WorkerConfig::default(),
+    )
+    .expect("a worker");
+    let idle = DeliveryConfig { poll_interval: Duration::from_secs(600), ..config("w1") };
+    let d = deliverer(&app, loopback_guard(), Arc::new(SystemLookup), idle);
+    worker.wake_on(paddock_worker::webhook::WAKE_PAYLOAD, d.waker());
+    let listening = tokio::spawn(async move { worker.run(std::future::pending()).await });
+    eventually(DEADLINE, || async {
+        let n: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity where datname = current_database() and query like 'LISTEN%'",
+        )
+        .fetch_one(&app.db.pool)
+        .await
+        .expect("sessions");
+        (n > 0).then_some(())
+    })
+    .await;
+    let delivering = start(d);
+    // The first event may be found by the deliverer's first round; once it is in, the deliverer
+    // is idle, and only a wake-up can bring the second one within the deadline.
+    crate::common::close_period(&app, "2026-01", "wake-1").await;
+    eventually(DEADLINE, || async { (receiver.got().len() == 1).then_some(()) }).await;
+    crate::common::close_period(&app, "2026-02", "wake-2").await;
+    let got = eventually(DEADLINE, || async { Some(receiver.got()).filter(|g| g.len() == 2) }).await;
+    delivering.abort();
+    listening.abort();
+    let second: Value = serde_json::from_str(&got[1].body).expect("json");
+    assert_eq!(second["subject"], "/v1/usage/periods/2026-02");
+}
+
 /// A resolver that answers from a table, so no test sends a packet outside loopback.
 struct Stub(HashMap<&'static str, Vec<IpAddr>>);
 
@@ -454,8 +508,14 @@ async fn a_tenants_subscription_sees_only_its_own_tenants_events() {
         own.keys().all(|s| s.starts_with(&format!("/v1/tenants/{a}/")) || s.starts_with("/v1/operations/")),
         "{own:?}"
     );
+    // A pool's view names its cluster, not its tenant.
     for event in events(&mine.got()) {
-        assert_eq!(event["data"]["tenant_id"], a.as_str(), "{event}");
+        let (key, owner) = if event["type"] == "dev.paddock.node_pool.scaled" {
+            ("cluster_id", &a_cluster)
+        } else {
+            ("tenant_id", &a)
+        };
+        assert_eq!(event["data"][key], owner.as_str(), "{event}");
     }
 }
 

@@ -350,6 +350,8 @@ impl Services {
                 key_id: signature.key_id,
             };
             let stored = store::period_insert(&mut tx, &closed, &ctx.actor.subject).await?;
+            let view = serde_json::to_value(self.period_view(period, Some(&stored))?).map_err(Error::internal)?;
+            paddock_store::webhook::emit_period_closed(&mut tx, &stored.period, &view).await?;
             let details = json!({ "period": closed.period, "as_of": as_of });
             Ok(Done::Commit { tx, value: (closed_view(&stored)?, true), details })
         })

@@ -92,20 +92,20 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// full, a new combination counts under `other` in its open labels (those after the `fixed`
 /// leading ones, whose values come from a set fixed in the code: a job kind, a driver).
 #[derive(Debug)]
-struct Family<V> {
+pub(crate) struct Family<V> {
     labels: &'static [&'static str],
     fixed: usize,
     series: Mutex<BTreeMap<Vec<String>, V>>,
 }
 
 impl<V: Default + Clone> Family<V> {
-    fn new(labels: &'static [&'static str], fixed: usize) -> Self {
+    pub(crate) fn new(labels: &'static [&'static str], fixed: usize) -> Self {
         Self { labels, fixed, series: Mutex::default() }
     }
 
     /// A family whose series start with one per value of its single label (rendered from the
     /// start, at zero).
-    fn seeded(label: &'static [&'static str], values: &[&'static str]) -> Self {
+    pub(crate) fn seeded(label: &'static [&'static str], values: &[&'static str]) -> Self {
         let family = Self::new(label, label.len());
         lock(&family.series).extend(values.iter().map(|v| (vec![(*v).to_owned()], V::default())));
         family
@@ -125,7 +125,7 @@ impl<V: Default + Clone> Family<V> {
     }
 
     /// Every series: its labels as `a="x",b="y"` (escaped), and its value.
-    fn rows(&self) -> Vec<(String, V)> {
+    pub(crate) fn rows(&self) -> Vec<(String, V)> {
         let series = lock(&self.series);
         series
             .iter()
@@ -140,18 +140,18 @@ impl<V: Default + Clone> Family<V> {
 
 /// Counters by label values.
 #[derive(Debug)]
-struct Counters {
-    name: &'static str,
-    help: &'static str,
-    family: Family<u64>,
+pub(crate) struct Counters {
+    pub(crate) name: &'static str,
+    pub(crate) help: &'static str,
+    pub(crate) family: Family<u64>,
 }
 
 impl Counters {
-    fn add(&self, values: &[&str]) {
+    pub(crate) fn add(&self, values: &[&str]) {
         self.family.update(values, |n| *n += 1);
     }
 
-    fn render(&self, out: &mut String) {
+    pub(crate) fn render(&self, out: &mut String) {
         let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
         let _ = writeln!(out, "# TYPE {} counter", self.name);
         for (labels, n) in self.family.rows() {
@@ -162,7 +162,7 @@ impl Counters {
 
 /// One histogram series: the count per bucket (not cumulative), the sum, the count.
 #[derive(Debug, Default, Clone)]
-struct Series {
+pub(crate) struct Series {
     buckets: Vec<u64>,
     sum: f64,
     count: u64,
@@ -170,15 +170,15 @@ struct Series {
 
 /// A histogram by label values (none: a single series).
 #[derive(Debug)]
-struct Histogram {
-    name: &'static str,
-    help: &'static str,
-    bounds: &'static [f64],
-    family: Family<Series>,
+pub(crate) struct Histogram {
+    pub(crate) name: &'static str,
+    pub(crate) help: &'static str,
+    pub(crate) bounds: &'static [f64],
+    pub(crate) family: Family<Series>,
 }
 
 impl Histogram {
-    fn observe(&self, values: &[&str], took: Duration) {
+    pub(crate) fn observe(&self, values: &[&str], took: Duration) {
         let seconds = took.as_secs_f64();
         let bucket = self.bounds.iter().position(|b| seconds <= *b);
         self.family.update(values, |s| {
@@ -191,7 +191,7 @@ impl Histogram {
         });
     }
 
-    fn render(&self, out: &mut String) {
+    pub(crate) fn render(&self, out: &mut String) {
         let name = self.name;
         let _ = writeln!(out, "# HELP {name} {}", self.help);
         let _ = writeln!(out, "# TYPE {name} histogram");

@@ -136,12 +136,24 @@ pub async fn run(
     };
     let worker = if roles.worker { Some(build_worker(settings, &services, drivers)?) } else { None };
     let deliverer = if roles.worker { Some(build_deliverer(settings, &services)?) } else { None };
-    let sources = Sources(match &worker {
-        Some(w) => {
+    // A new event notifies the job queue's channel (payload `webhook`): the worker's listener
+    // wakes the deliverer, whose slow poll is only the safety net.
+    if let (Some(worker), Some(deliverer)) = (&worker, &deliverer) {
+        worker.wake_on(paddock_worker::webhook::WAKE_PAYLOAD, deliverer.waker());
+    }
+    let sources = Sources(match (&worker, &deliverer) {
+        (Some(w), Some(d)) => {
+            let (jobs, deliveries) = (w.metrics(), d.metrics());
+            Arc::new([
+                Arc::new(move |out: &mut String| jobs.render(out)) as MetricsSource,
+                Arc::new(move |out: &mut String| deliveries.render(out)) as MetricsSource,
+            ])
+        }
+        (Some(w), None) => {
             let jobs = w.metrics();
             Arc::new([Arc::new(move |out: &mut String| jobs.render(out)) as MetricsSource])
         }
-        None => Arc::new([]),
+        _ => Arc::new([]),
     });
     let worker = worker.map(|worker| {
         if let Some(agent) = agent {

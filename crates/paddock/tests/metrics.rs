@@ -59,6 +59,10 @@ async fn a_worker_process_serves_its_job_outcomes_on_the_metrics_listener() {
         "paddock_provisioning_duration_seconds histogram",
         "paddock_allocation_wait_seconds histogram",
         "paddock_driver_errors_total counter",
+        "paddock_webhook_attempts_total counter",
+        "paddock_webhook_attempt_duration_seconds histogram",
+        "paddock_webhook_backlog gauge",
+        "paddock_webhook_oldest_pending_seconds gauge",
     ] {
         assert!(body.contains(&format!("# TYPE {family}\n")), "{family}: {body}");
     }

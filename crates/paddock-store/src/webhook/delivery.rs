@@ -49,6 +49,40 @@ pub async fn fan_out(conn: &mut Conn, limit: u32) -> Result<u64, StoreError> {
     Ok(u64::try_from(done).unwrap_or(0))
 }
 
+/// When the next pending delivery whose time has not come yet comes due (a retry), if any.
+pub async fn next_due(conn: &mut Conn) -> Result<Option<DateTime<Utc>>, StoreError> {
+    Ok(sqlx::query_scalar(
+        "select min(next_attempt_at) from webhook_deliveries where state = 'pending' and next_attempt_at > now()",
+    )
+    .fetch_one(conn)
+    .await?)
+}
+
+/// The work not done yet, for the metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Backlog {
+    /// Events not yet fanned out.
+    pub unfanned_events: i64,
+    /// Deliveries to enabled subscriptions not yet delivered (held ones included).
+    pub pending_deliveries: i64,
+    /// How long the oldest of them has waited (zero: none).
+    pub oldest_pending: Duration,
+}
+
+/// Reads the [`Backlog`].
+pub async fn backlog(conn: &mut Conn) -> Result<Backlog, StoreError> {
+    let (unfanned_events, pending_deliveries, oldest_ms): (i64, i64, i64) = sqlx::query_as(
+        "select (select count(*) from webhook_events where not fanned_out), count(d.id), \
+             coalesce(extract(epoch from now() - min(d.created_at)) * 1000, 0)::bigint \
+         from webhook_deliveries d join webhook_subscriptions s on s.id = d.subscription_id and s.enabled \
+         where d.state = 'pending'",
+    )
+    .fetch_one(conn)
+    .await?;
+    let oldest_pending = Duration::from_millis(u64::try_from(oldest_ms).unwrap_or(0));
+    Ok(Backlog { unfanned_events, pending_deliveries, oldest_pending })
+}
+
 /// A claimed delivery, with what its request needs.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Claimed {

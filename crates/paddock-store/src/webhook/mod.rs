@@ -181,3 +181,26 @@ pub async fn delete(conn: &mut Conn, id: WebhookId) -> Result<(), StoreError> {
     sqlx::query("delete from webhook_subscriptions where id = $1").bind(id.uuid()).execute(conn).await?;
     Ok(())
 }
+
+/// Writes `usage.period_closed` with `view` (`GET /v1/usage/periods/{period}` to the provider)
+/// when this transaction inserted the period's row (a concurrent closer that lost the race writes
+/// none), and some subscription wants it (`webhook_emit`). Returns whether the row was ours.
+pub async fn emit_period_closed(conn: &mut Conn, period: &str, view: &serde_json::Value) -> Result<bool, StoreError> {
+    let ours: bool = sqlx::query_scalar(
+        "select exists (select 1 from usage_periods where period = $1 \
+             and xmin::text::bigint = txid_current() % 4294967296)",
+    )
+    .bind(period)
+    .fetch_one(&mut *conn)
+    .await?;
+    if ours {
+        sqlx::query(
+            "select webhook_emit('dev.paddock.usage.period_closed', '/v1/usage/periods/' || $1, null, $2, null)",
+        )
+        .bind(period)
+        .bind(view)
+        .execute(conn)
+        .await?;
+    }
+    Ok(ours)
+}

@@ -4,18 +4,21 @@
 //! (subscription, subject): a killed worker's claim expires and another worker sends the event
 //! again under the same `webhook-id`.
 
+mod metrics;
 mod resolve;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
+pub use metrics::{DeliveryMetrics, OUTCOMES};
 use paddock_domain::secret::Cipher;
 use paddock_domain::webhook::{sign, AddressGuard};
 use paddock_service::webhook::secret_binding;
 use paddock_store::webhook::delivery::{self, Claimed, Recorded, Tried};
 use paddock_store::{Store, StoreError};
 pub use resolve::{GuardedResolver, Lookup, SystemLookup};
+use tokio::sync::Notify;
 
 /// How deliveries are made.
 #[derive(Debug, Clone)]
@@ -30,7 +33,8 @@ pub struct DeliveryConfig {
     pub lease: Duration,
     /// The most one try may take (connect, send, answer).
     pub attempt_timeout: Duration,
-    /// How often to look for work when there was none.
+    /// The longest an idle deliverer waits before it looks for work again: the safety net. A new
+    /// event wakes it at once (see [`Deliverer::waker`]), a retry coming due at its time.
     pub poll_interval: Duration,
     /// The first retry's delay; doubled per try, with jitter.
     pub retry_base: Duration,
@@ -47,7 +51,7 @@ impl DeliveryConfig {
             concurrency: 16,
             lease: Duration::from_secs(60),
             attempt_timeout: Duration::from_secs(15),
-            poll_interval: Duration::from_secs(1),
+            poll_interval: Duration::from_secs(10),
             retry_base: Duration::from_secs(5),
             retry_cap: Duration::from_secs(3600),
         }
@@ -70,13 +74,22 @@ pub struct Deliverer {
     guard: Arc<AddressGuard>,
     client: reqwest::Client,
     config: Arc<DeliveryConfig>,
+    wake: Arc<Notify>,
+    metrics: Arc<DeliveryMetrics>,
 }
+
+/// The payload on the job queue's channel (`paddock_jobs`) that a new webhook event sends at
+/// commit (`webhook_emit`): what [`Deliverer::waker`] is woken by.
+pub const WAKE_PAYLOAD: &str = "webhook";
 
 impl std::fmt::Debug for Deliverer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Deliverer").field("config", &self.config).finish_non_exhaustive()
     }
 }
+
+/// How often a running deliverer reads the backlog for its metrics.
+const BACKLOG_EVERY: Duration = Duration::from_secs(5);
 
 /// The largest answer body read from a receiver (the rest is dropped).
 const MAX_ANSWER: usize = 4096;
@@ -100,7 +113,19 @@ impl Deliverer {
             .user_agent("paddock-webhooks/1")
             .build()
             .map_err(DelivererError::Client)?;
-        Ok(Self { store, cipher, guard, client, config: Arc::new(config) })
+        let (config, wake, metrics) = (Arc::new(config), Arc::new(Notify::new()), Arc::default());
+        Ok(Self { store, cipher, guard, client, config, wake, metrics })
+    }
+
+    /// This deliverer's metrics (see `docs/webhooks.md`).
+    pub fn metrics(&self) -> Arc<DeliveryMetrics> {
+        self.metrics.clone()
+    }
+
+    /// What wakes an idle [`Deliverer::run`] at once: notified when a notification with
+    /// [`WAKE_PAYLOAD`] arrives (the worker's listener does it, `Worker::wake_on`).
+    pub fn waker(&self) -> Arc<Notify> {
+        self.wake.clone()
     }
 
     /// Delivers until `shutdown` completes (a delivery in flight then is dropped; its claim
@@ -108,7 +133,12 @@ impl Deliverer {
     pub async fn run(&self, shutdown: impl std::future::Future<Output = ()> + Send) {
         tokio::pin!(shutdown);
         let mut last_expiry = Instant::now() - Duration::from_secs(3600);
+        let mut last_backlog = last_expiry;
         loop {
+            if last_backlog.elapsed() >= BACKLOG_EVERY {
+                last_backlog = Instant::now();
+                self.read_backlog().await;
+            }
             if last_expiry.elapsed() >= Duration::from_secs(600) {
                 last_expiry = Instant::now();
                 if let Err(e) = self.expire().await {
@@ -128,11 +158,42 @@ impl Deliverer {
                     () = tokio::task::yield_now() => {}
                 }
             } else {
+                let idle = self.idle_wait().await;
                 tokio::select! {
                     () = &mut shutdown => return,
-                    () = tokio::time::sleep(self.config.poll_interval) => {}
+                    () = self.wake.notified() => {}
+                    () = tokio::time::sleep(idle) => {}
                 }
             }
+        }
+    }
+
+    /// How long to wait idle: until the next retry is due, at most the poll interval.
+    async fn idle_wait(&self) -> Duration {
+        let poll = self.config.poll_interval;
+        let next = async {
+            let mut conn = self.store.conn().await?;
+            delivery::next_due(&mut conn).await
+        };
+        match next.await {
+            Ok(Some(due)) => (due - chrono::Utc::now()).to_std().unwrap_or_default().min(poll),
+            Ok(None) => poll,
+            Err(e) => {
+                tracing::debug!(error = &e as &dyn std::error::Error, "the next webhook retry could not be read");
+                poll
+            }
+        }
+    }
+
+    /// Reads the backlog into the metrics (kept as it was when the database does not answer).
+    pub async fn read_backlog(&self) {
+        let read = async {
+            let mut conn = self.store.conn().await?;
+            delivery::backlog(&mut conn).await
+        };
+        match read.await {
+            Ok(backlog) => self.metrics.backlog(&backlog),
+            Err(e) => tracing::debug!(error = &e as &dyn std::error::Error, "the webhook backlog could not be read"),
         }
     }
 
@@ -172,6 +233,7 @@ impl Deliverer {
             self.config.retry_cap,
         )
         .await?;
+        self.metrics.attempt(recorded, tried.latency);
         if recorded == Recorded::Disabled {
             tracing::warn!(webhook.id = %claimed.subscription_id, "webhook subscription disabled after its deliveries failed");
         }
