@@ -51,8 +51,29 @@ async function signIn(page, token) {
   await page.getByRole("button", { name: "Sign in", exact: true }).click();
 }
 
+// paddock fetched the provider's keys at its start, before the provider listened, and fetches
+// them again for an unknown key id at most every 10 s: poll (with a deadline) until it accepts a
+// token the provider signed. By the first sign-in through it that is long past; it is checked
+// rather than assumed.
+let accepted;
+function issuerAccepted() {
+  accepted ??= (async () => {
+    const now = Math.floor(Date.now() / 1000);
+    const probe = idp.sign({ iss: idp.issuer, sub: "probe", aud: "paddock", iat: now, exp: now + 120, roles: ["provider:admin"] });
+    const deadline = Date.now() + 60_000;
+    for (;;) {
+      const { status } = await api("/v1/machine-classes?limit=1", probe);
+      if (status === 200) return;
+      assert.ok(Date.now() < deadline, `paddock still refuses the provider's tokens (${status})`);
+      await new Promise((resolve) => setTimeout(resolve, 250));
+    }
+  })();
+  return accepted;
+}
+
 // Through the test's OIDC provider: the console's button, the provider's page, `user`'s link.
 async function signInWithIssuer(page, user) {
+  await issuerAccepted();
   await page.goto(CONSOLE);
   await page.getByRole("button", { name: `Sign in with ${idp.issuer}` }).click();
   await page.waitForURL(`${idp.issuer}/authorize?**`);
@@ -93,6 +114,7 @@ before(async () => {
     users: {
       provider: { roles: ["provider:admin"] },
       tenant: { roles: ["tenant:member"], tenant_id: TID },
+      replayed: { roles: ["provider:admin"], idTokenNonce: "the-nonce-of-another-sign-in" },
     },
   });
   browser = await chromium.launch({ executablePath: process.env.CHROMIUM, args: ["--no-sandbox"] });
@@ -277,6 +299,7 @@ test("a tenant member signs in through the OIDC issuer and sees its tenant, read
 test("an answer with another state is refused without exchanging the code", async () => {
   const page = await newPage();
   const exchanges = idp.seen.token.length;
+  await issuerAccepted();
   await page.goto(CONSOLE);
   await page.getByRole("button", { name: `Sign in with ${idp.issuer}` }).click();
   await page.waitForURL(`${idp.issuer}/authorize?**`);
@@ -307,6 +330,16 @@ test("a wrong PKCE verifier is refused by the issuer and shown as the sign-in er
   await error.waitFor({ state: "visible" });
   assert.match(await error.innerText(), /refused the code[\s\S]*PKCE verification failed/);
   assert.equal(await page.locator("#nav").isVisible(), false, "no page is offered");
+  assert.deepEqual(await kept(page), { token: null, flow: null, local: 0 });
+  await page.context().close();
+});
+
+test("an ID token without this sign-in's nonce is refused", async () => {
+  const page = await newPage();
+  await signInWithIssuer(page, "replayed");
+  const error = page.locator("#sign-in-error");
+  await error.waitFor({ state: "visible" });
+  assert.match(await error.innerText(), /nonce/);
   assert.deepEqual(await kept(page), { token: null, flow: null, local: 0 });
   await page.context().close();
 });

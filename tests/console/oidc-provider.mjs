@@ -7,7 +7,9 @@ import { createServer } from "node:http";
 
 const b64url = (buf) => Buffer.from(buf).toString("base64url");
 
-// `users`: name -> claims (roles, tenant_id, ...). Resolves once it listens on `port`.
+// `users`: name -> the access token's claims (roles, tenant_id, ...), and `idTokenNonce` to give
+// the ID token another nonce than the request's (a replayed answer). Resolves once it listens on
+// `port`.
 export async function startProvider({ port, clientId, redirectUri, audience, users, lifetime = 300 }) {
   const issuer = `http://127.0.0.1:${port}`;
   const consoleOrigin = new URL(redirectUri).origin;
@@ -76,11 +78,12 @@ export async function startProvider({ port, clientId, redirectUri, audience, use
     const now = Math.floor(Date.now() / 1000);
     const sub = `idp-${grant.user}`;
     const base = { iss: issuer, sub, iat: now, exp: now + lifetime };
+    const { idTokenNonce, ...claims } = users[grant.user];
     json(res, 200, {
       token_type: "Bearer",
       expires_in: lifetime,
-      access_token: jwt({ ...base, aud: audience, scope: grant.scope, ...users[grant.user] }),
-      id_token: jwt({ ...base, aud: clientId, nonce: grant.nonce }),
+      access_token: jwt({ ...base, aud: audience, scope: grant.scope, ...claims }),
+      id_token: jwt({ ...base, aud: clientId, nonce: idTokenNonce ?? grant.nonce }),
     });
   };
 
