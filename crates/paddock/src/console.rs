@@ -115,8 +115,8 @@ impl Settings {
         );
         check(
             self.jwt_jwks_url.is_some() || self.jwt_public_keys.is_some(),
-            "sign-in through the OIDC issuer (PADDOCK_CONSOLE_OIDC_*) needs the issuer's keys: set \
-             PADDOCK_JWT_JWKS_URL (or PADDOCK_JWT_PUBLIC_KEYS)"
+            "PADDOCK_JWT_JWKS_URL (or PADDOCK_JWT_PUBLIC_KEYS) is required for the console's sign-in through \
+             the OIDC issuer (PADDOCK_CONSOLE_OIDC_*): the API verifies the issuer's tokens with its keys"
                 .to_owned(),
         );
         problems

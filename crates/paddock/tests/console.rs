@@ -92,7 +92,7 @@ fn the_consoles_oidc_settings_are_checked_at_start() {
         "PADDOCK_CONSOLE_OIDC_DISCOVERY_URL must be an https URL (plain http only to a loopback address)",
         "PADDOCK_CONSOLE_OIDC_REDIRECT_URI must be an https URL",
         "PADDOCK_CONSOLE_OIDC_SCOPES must be space-separated scopes including `openid`",
-        "needs the issuer's keys: set PADDOCK_JWT_JWKS_URL",
+        "PADDOCK_JWT_JWKS_URL (or PADDOCK_JWT_PUBLIC_KEYS) is required for the console's sign-in",
         "PADDOCK_DATABASE_URL",
     ] {
         assert!(why.contains(named), "{named} missing from: {why}");
