@@ -278,6 +278,7 @@ test("the provider signs in through the OIDC issuer, sees the fleet, and is sign
   await error.waitFor({ state: "visible" });
   assert.match(await error.innerText(), /Signed out[\s\S]*401/);
   assert.equal(await page.locator("#nav").isVisible(), false, "no page is offered");
+  assert.equal(await page.locator("#who").isVisible(), false, "no user or sign-out is shown");
   assert.equal((await kept(page)).token, null, "the refused token is forgotten");
   await shot(page, "oidc-signed-out");
   await page.context().close();
