@@ -88,3 +88,55 @@ async fn the_console_is_not_in_the_openapi_document_and_does_not_open_the_api() 
     app.get("/v1/tenants").send().await.problem(401, "missing_token");
     app.get("/v1/tenants").header("referer", "http://localhost/console/").send().await.problem(401, "missing_token");
 }
+
+fn oidc() -> paddock_api::console::Oidc {
+    paddock_api::console::Oidc {
+        issuer: "https://id.example/realms/cloud".into(),
+        discovery_url: "https://id.example/realms/cloud/.well-known/openid-configuration".into(),
+        client_id: "paddock-console".into(),
+        redirect_uri: "https://paddock.example/console/".into(),
+        scope: "openid".into(),
+        origin: "https://id.example".into(),
+    }
+}
+
+#[tokio::test]
+async fn without_oidc_the_pages_configuration_says_so_and_the_policy_allows_this_origin_only() {
+    let app = TestApp::new().await;
+    let resp = app.get("/console/config.json").send().await.expect(200);
+    assert_console_headers(&resp, "config.json");
+    assert_eq!(resp.header("content-type"), Some("application/json"));
+    let body: Value = serde_json::from_slice(&resp.body).expect("json");
+    assert_eq!(body, serde_json::json!({ "oidc": null }));
+}
+
+#[tokio::test]
+async fn with_oidc_the_page_learns_the_issuer_and_may_connect_to_its_origin_alone() {
+    let console = paddock_api::console::ConsoleConfig { oidc: Some(oidc()) };
+    let app = TestApp::with_config(paddock_api::ApiConfig { console, ..Default::default() }).await;
+    let body: Value =
+        serde_json::from_slice(&app.get("/console/config.json").send().await.expect(200).body).expect("json");
+    assert_eq!(
+        body,
+        serde_json::json!({ "oidc": {
+            "issuer": "https://id.example/realms/cloud",
+            "discovery_url": "https://id.example/realms/cloud/.well-known/openid-configuration",
+            "client_id": "paddock-console",
+            "redirect_uri": "https://paddock.example/console/",
+            "scope": "openid",
+        }})
+    );
+    // The strict policy with one more source in connect-src, the issuer's origin; nothing else.
+    let expected = CSP.replace("connect-src 'self';", "connect-src 'self' https://id.example;");
+    assert_ne!(expected, CSP);
+    for path in ["/console/", "/console/app.js", "/console/config.json", "/console/nope.js", "/console"] {
+        let resp = app.get(path).send().await;
+        assert_eq!(resp.header("content-security-policy"), Some(expected.as_str()), "{path}");
+        assert_eq!(resp.header("referrer-policy"), Some("no-referrer"), "{path}");
+    }
+    // The issuer's page comes back to the console with a code and state in the query: the page.
+    let back = app.get("/console/?code=abc&state=xyz").send().await.expect(200);
+    assert_eq!(back.header("content-type"), Some("text/html; charset=utf-8"));
+    let doc: Value = serde_json::from_str(&paddock_api::openapi_json()).expect("json");
+    assert!(doc["paths"].as_object().expect("paths").keys().all(|p| !p.contains("config.json")));
+}

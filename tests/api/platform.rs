@@ -78,7 +78,9 @@ async fn metrics_count_requests_by_route_template_and_report_gauges() {
 
 #[tokio::test]
 async fn cors_allows_the_portal_origin_and_exposes_the_contract_headers() {
-    let app = TestApp::with_config(ApiConfig { cors_origins: vec!["https://portal.example".into()] }).await;
+    let app =
+        TestApp::with_config(ApiConfig { cors_origins: vec!["https://portal.example".into()], ..ApiConfig::default() })
+            .await;
     let resp = app
         .req(http::Method::OPTIONS, "/v1/tenants")
         .header("origin", "https://portal.example")

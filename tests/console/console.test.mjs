@@ -1,5 +1,7 @@
 // The operator console in a real browser (Debian's chromium, driven by playwright-core) against
-// `paddock dev`: scripts/console-browser runs it with B, TOKEN, TENANT_TOKEN and TID set.
+// `paddock dev`: scripts/console-browser runs it with B, TOKEN, TENANT_TOKEN and TID set, and
+// PADDOCK_CONSOLE_IDP_PORT: the port of the test's OIDC provider (oidc-provider.mjs, started here),
+// which `paddock dev` was given as its JWT issuer and the console's (PADDOCK_CONSOLE_OIDC_*).
 // Each page's screenshot goes to PADDOCK_CONSOLE_SCREENSHOTS. Waits are conditions with
 // deadlines (Playwright's auto-waiting), never sleeps.
 import { after, before, test } from "node:test";
@@ -7,6 +9,7 @@ import assert from "node:assert/strict";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { readFile } from "node:fs/promises";
+import { startProvider } from "./oidc-provider.mjs";
 
 const require = createRequire(join(process.env.PADDOCK_CONSOLE_MODULES, "package.json"));
 const { chromium } = require("playwright-core");
@@ -14,8 +17,10 @@ const { chromium } = require("playwright-core");
 const { B, TOKEN, TENANT_TOKEN, TID } = process.env;
 const SHOTS = process.env.PADDOCK_CONSOLE_SCREENSHOTS;
 const CONSOLE = `${B}/console/`;
+const IDP_PORT = Number(process.env.PADDOCK_CONSOLE_IDP_PORT);
 
 let browser;
+let idp;
 const problems = [];
 
 async function api(path, token, init = {}) {
@@ -34,7 +39,8 @@ async function newPage() {
   const page = await context.newPage();
   page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
   page.on("console", (m) => {
-    if (m.type() === "error" && !/status of 40[13]/.test(m.text())) problems.push(`console error: ${m.text()}`);
+    // A refused token (401, 403) or code (400, the issuer's) is logged by the browser; expected.
+    if (m.type() === "error" && !/status of 40[013]/.test(m.text())) problems.push(`console error: ${m.text()}`);
   });
   return page;
 }
@@ -42,7 +48,45 @@ async function newPage() {
 async function signIn(page, token) {
   await page.goto(CONSOLE);
   await page.getByLabel("Bearer token").fill(token);
-  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("button", { name: "Sign in", exact: true }).click();
+}
+
+// paddock fetched the provider's keys at its start, before the provider listened, and fetches
+// them again for an unknown key id at most every 10 s: poll (with a deadline) until it accepts a
+// token the provider signed. By the first sign-in through it that is long past; it is checked
+// rather than assumed.
+let accepted;
+function issuerAccepted() {
+  accepted ??= (async () => {
+    const now = Math.floor(Date.now() / 1000);
+    const probe = idp.sign({ iss: idp.issuer, sub: "probe", aud: "paddock", iat: now, exp: now + 120, roles: ["provider:admin"] });
+    const deadline = Date.now() + 60_000;
+    for (;;) {
+      const { status } = await api("/v1/machine-classes?limit=1", probe);
+      if (status === 200) return;
+      assert.ok(Date.now() < deadline, `paddock still refuses the provider's tokens (${status})`);
+      await new Promise((resolve) => setTimeout(resolve, 250));
+    }
+  })();
+  return accepted;
+}
+
+// Through the test's OIDC provider: the console's button, the provider's page, `user`'s link.
+async function signInWithIssuer(page, user) {
+  await issuerAccepted();
+  await page.goto(CONSOLE);
+  await page.getByRole("button", { name: `Sign in with ${idp.issuer}` }).click();
+  await page.waitForURL(`${idp.issuer}/authorize?**`);
+  await page.getByRole("link", { name: `Sign in as ${user}` }).click();
+}
+
+// What the console keeps of a sign-in once it is over: the token only, no round-trip secret.
+async function kept(page) {
+  return page.evaluate(() => ({
+    token: sessionStorage.getItem("paddock.console.token"),
+    flow: sessionStorage.getItem("paddock.console.oidc"),
+    local: localStorage.length,
+  }));
 }
 
 async function shot(page, name) {
@@ -59,14 +103,26 @@ async function assertLabelled(page) {
 }
 
 before(async () => {
-  for (const name of ["B", "TOKEN", "TENANT_TOKEN", "TID", "PADDOCK_CONSOLE_SCREENSHOTS"]) {
+  for (const name of ["B", "TOKEN", "TENANT_TOKEN", "TID", "PADDOCK_CONSOLE_SCREENSHOTS", "PADDOCK_CONSOLE_IDP_PORT"]) {
     assert.ok(process.env[name], `${name} is set`);
   }
+  idp = await startProvider({
+    port: IDP_PORT,
+    clientId: "paddock-console",
+    redirectUri: CONSOLE,
+    audience: "paddock",
+    users: {
+      provider: { roles: ["provider:admin"] },
+      tenant: { roles: ["tenant:member"], tenant_id: TID },
+      replayed: { roles: ["provider:admin"], idTokenNonce: "the-nonce-of-another-sign-in" },
+    },
+  });
   browser = await chromium.launch({ executablePath: process.env.CHROMIUM, args: ["--no-sandbox"] });
 });
 
 after(async () => {
   await browser?.close();
+  await idp?.close();
 });
 
 test("the console is served with its security headers", async () => {
@@ -76,6 +132,8 @@ test("the console is served with its security headers", async () => {
   assert.match(csp, /script-src 'self'/);
   assert.match(csp, /frame-ancestors 'none'/);
   assert.equal(resp.headers.get("referrer-policy"), "no-referrer");
+  // The issuer's origin, and nothing broader, besides paddock's own.
+  assert.match(csp, new RegExp(`connect-src 'self' http://127\\.0\\.0\\.1:${IDP_PORT};`));
 });
 
 test("a bad token shows the sign-in error", async () => {
@@ -192,6 +250,98 @@ test("a tenant sees its own tenant only, and no fleet", async () => {
   await page.locator(".facts dt", { hasText: "Node hours" }).waitFor();
   assert.equal(await page.locator('#group-by option[value="tenant_id"]').count(), 0, "no by-tenant view");
   await shot(page, "tenant-usage");
+  await page.context().close();
+});
+
+test("the provider signs in through the OIDC issuer, sees the fleet, and is signed out by a 401", async () => {
+  const page = await newPage();
+  await signInWithIssuer(page, "provider");
+  await page.waitForURL(/\/console\/#\/fleet$/);
+  await page.locator("svg.chart rect.bar").first().waitFor();
+  assert.ok(!/[?&](code|state)=/.test(page.url()), `no code or state in the address bar: ${page.url()}`);
+  const { token, flow, local } = await kept(page);
+  assert.equal(JSON.parse(Buffer.from(token.split(".")[0], "base64url")).alg, "RS256", "the issuer's token is the bearer");
+  assert.equal(flow, null, "the verifier, state and nonce are gone after the round trip");
+  assert.equal(local, 0, "nothing in local storage");
+  const exchange = idp.seen.token.at(-1);
+  assert.ok(exchange.code_verifier && exchange.grant_type === "authorization_code", JSON.stringify(exchange));
+  await assertLabelled(page);
+  await shot(page, "oidc-fleet");
+
+  // The token stops being accepted (as when it expires): the next call's 401 signs the user out.
+  await page.evaluate(() => {
+    const [head, body] = sessionStorage.getItem("paddock.console.token").split(".");
+    sessionStorage.setItem("paddock.console.token", `${head}.${body}.c2lnbmF0dXJlLW5vdC12YWxpZA`);
+  });
+  await page.getByRole("link", { name: "Tenants", exact: true }).click();
+  const error = page.locator("#sign-in-error");
+  await error.waitFor({ state: "visible" });
+  assert.match(await error.innerText(), /Signed out[\s\S]*401/);
+  assert.equal(await page.locator("#nav").isVisible(), false, "no page is offered");
+  assert.equal(await page.locator("#who").isVisible(), false, "no user or sign-out is shown");
+  assert.equal((await kept(page)).token, null, "the refused token is forgotten");
+  await shot(page, "oidc-signed-out");
+  await page.context().close();
+});
+
+test("a tenant member signs in through the OIDC issuer and sees its tenant, read-only, no fleet", async () => {
+  const page = await newPage();
+  await signInWithIssuer(page, "tenant");
+  await page.waitForURL(new RegExp(`/console/#/tenants/${TID}$`));
+  await page.getByRole("heading", { name: "Tenant ACME Research" }).waitFor();
+  const nav = await page.locator("#nav").innerText();
+  assert.ok(!/Fleet|Tenants|Audit/.test(nav), `no fleet, tenant list or audit for a member: ${nav}`);
+  assert.match(await page.locator("#who-text").innerText(), /idp-tenant · tenant:member/);
+  await page.goto(`${CONSOLE}#/fleet`);
+  await page.getByRole("heading", { name: "Not available" }).waitFor();
+  await page.context().close();
+});
+
+test("an answer with another state is refused without exchanging the code", async () => {
+  const page = await newPage();
+  const exchanges = idp.seen.token.length;
+  await issuerAccepted();
+  await page.goto(CONSOLE);
+  await page.getByRole("button", { name: `Sign in with ${idp.issuer}` }).click();
+  await page.waitForURL(`${idp.issuer}/authorize?**`);
+  const href = await page.getByRole("link", { name: "Sign in as provider" }).getAttribute("href");
+  const forged = new URL(href);
+  forged.searchParams.set("state", "forged-state");
+  await page.goto(forged.href);
+  const error = page.locator("#sign-in-error");
+  await error.waitFor({ state: "visible" });
+  assert.match(await error.innerText(), /state mismatch/);
+  assert.equal(idp.seen.token.length, exchanges, "the code was not sent to the token endpoint");
+  assert.ok(!page.url().includes("code="), `no code in the address bar: ${page.url()}`);
+  assert.deepEqual(await kept(page), { token: null, flow: null, local: 0 });
+  await shot(page, "oidc-state-error");
+  await page.context().close();
+});
+
+test("a wrong PKCE verifier is refused by the issuer and shown as the sign-in error", async () => {
+  const page = await newPage();
+  // The exchange goes out with another verifier than the one the challenge was made of.
+  await page.route(`${idp.issuer}/token`, (route) => {
+    const form = new URLSearchParams(route.request().postData());
+    form.set("code_verifier", "a-verifier-that-is-not-the-one-the-challenge-was-made-from");
+    return route.continue({ postData: form.toString() });
+  });
+  await signInWithIssuer(page, "provider");
+  const error = page.locator("#sign-in-error");
+  await error.waitFor({ state: "visible" });
+  assert.match(await error.innerText(), /refused the code[\s\S]*PKCE verification failed/);
+  assert.equal(await page.locator("#nav").isVisible(), false, "no page is offered");
+  assert.deepEqual(await kept(page), { token: null, flow: null, local: 0 });
+  await page.context().close();
+});
+
+test("an ID token without this sign-in's nonce is refused", async () => {
+  const page = await newPage();
+  await signInWithIssuer(page, "replayed");
+  const error = page.locator("#sign-in-error");
+  await error.waitFor({ state: "visible" });
+  assert.match(await error.innerText(), /nonce/);
+  assert.deepEqual(await kept(page), { token: null, flow: null, local: 0 });
   await page.context().close();
 });
 

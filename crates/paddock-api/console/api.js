@@ -44,6 +44,16 @@ function url(path, query) {
   return u;
 }
 
+// A signed-in call answered 401: the token has expired (or was revoked, or its key rotated away).
+// It is forgotten, and the shell (app.js) returns to sign-in saying so.
+export const SIGNED_OUT = "paddock:signed-out";
+
+function refusedToken(status, problem) {
+  if (status !== 401 || !token()) return;
+  clearToken();
+  window.dispatchEvent(new CustomEvent(SIGNED_OUT, { detail: new ApiError(status, problem) }));
+}
+
 async function problemOf(resp) {
   const type = resp.headers.get("content-type") || "";
   if (type.includes("json")) {
@@ -71,7 +81,11 @@ export async function call(path, { method = "GET", query, body, headers = {}, si
     referrerPolicy: "no-referrer",
     cache: "no-store",
   });
-  if (!resp.ok) throw new ApiError(resp.status, await problemOf(resp));
+  if (!resp.ok) {
+    const problem = await problemOf(resp);
+    refusedToken(resp.status, problem);
+    throw new ApiError(resp.status, problem);
+  }
   if (resp.status === 204) return null;
   return resp.json();
 }
@@ -98,7 +112,11 @@ export async function download(path, query, filename) {
     referrerPolicy: "no-referrer",
     cache: "no-store",
   });
-  if (!resp.ok) throw new ApiError(resp.status, await problemOf(resp));
+  if (!resp.ok) {
+    const problem = await problemOf(resp);
+    refusedToken(resp.status, problem);
+    throw new ApiError(resp.status, problem);
+  }
   if (window.showSaveFilePicker && !navigator.webdriver) {
     const handle = await window.showSaveFilePicker({ suggestedName: filename });
     await resp.body.pipeTo(await handle.createWritable());

@@ -1,5 +1,6 @@
 // The console's shell: sign-in, the pages a role can use, hash routes (#/fleet, ...).
-import { call, claims, clearToken, setToken, token, ApiError } from "./api.js";
+import { call, claims, clearToken, setToken, token, ApiError, SIGNED_OUT } from "./api.js";
+import { beginSignIn, finishSignIn, oidcConfig, takeCallback } from "./oidc.js";
 import { h, problem } from "./ui.js";
 import { fleetPage } from "./fleet.js";
 import { machinePage } from "./machine.js";
@@ -102,10 +103,9 @@ function showSignIn(message) {
   $("token").focus();
 }
 
-// A token is accepted once the API accepts it: one read its role allows.
-async function signIn(event) {
-  event.preventDefault();
-  const value = $("token").value.trim();
+// A token is accepted once the API accepts it: one read its role allows. A refused one is dropped
+// and the API's problem shown.
+async function accept(value) {
   const err = $("sign-in-error");
   err.hidden = true;
   setToken(value);
@@ -127,11 +127,48 @@ async function signIn(event) {
   $("main").focus();
 }
 
+async function signIn(event) {
+  event.preventDefault();
+  await accept($("token").value.trim());
+}
+
+// The issuer's answer (if this load is one) leaves the address bar before anything else runs.
+const callback = takeCallback();
+
+// Sign-in through the provider's OIDC issuer, when paddock has one configured.
+async function offerIssuer() {
+  const oidc = await oidcConfig();
+  if (oidc) {
+    const button = $("oidc-sign-in");
+    button.textContent = `Sign in with ${oidc.issuer}`;
+    button.addEventListener("click", () =>
+      beginSignIn(oidc).catch((e) => showSignIn(problem(e))));
+    $("oidc").hidden = false;
+  }
+  if (!callback) return;
+  try {
+    if (!oidc) throw new ApiError(0, { title: "Sign-in refused", detail: "This paddock has no OIDC issuer configured." });
+    await accept(await finishSignIn(oidc, callback));
+  } catch (e) {
+    clearToken();
+    showSignIn(problem(e));
+  }
+}
+
 $("sign-in-form").addEventListener("submit", signIn);
 $("sign-out").addEventListener("click", () => {
   clearToken();
   location.hash = "";
   showSignIn();
 });
+// A 401 to a signed-in call: back to sign-in, saying why.
+window.addEventListener(SIGNED_OUT, (event) => {
+  showSignIn(h("div", { class: "error", role: "alert" },
+    h("strong", {}, "Signed out"),
+    h("p", {}, "The API no longer accepts your token (401): it has expired or been revoked. Sign in again."),
+    event.detail?.problem?.detail ? h("p", {}, event.detail.problem.detail) : null));
+});
 window.addEventListener("hashchange", route);
-route();
+if (callback) showSignIn();
+else route();
+offerIssuer();

@@ -206,7 +206,8 @@ pub fn router(state: AppState) -> Router {
     let public = if state.agents_here { public_routes() } else { process_routes() };
     let (public, _) = public.split_for_parts();
     // The console is no API: not in the document, no token (its page sends the user's to `/v1`).
-    assemble(state, [(v1, Group::V1), (public, Group::Public), (console::router(), Group::Public)])
+    let console = console::router(&state.config.console);
+    assemble(state, [(v1, Group::V1), (public, Group::Public), (console, Group::Public)])
 }
 
 /// The agents' routes alone, for the listener of their own (`PADDOCK_AGENT_LISTEN`, on the

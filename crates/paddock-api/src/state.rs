@@ -14,6 +14,8 @@ use crate::metrics::{Exposition, Metrics, Sources};
 pub struct ApiConfig {
     /// Origins allowed by CORS (the provider's portal); empty disables CORS.
     pub cors_origins: Vec<String>,
+    /// The operator console's settings (its sign-in through the provider's OIDC issuer).
+    pub console: crate::console::ConsoleConfig,
 }
 
 /// The shared state of the API: one `Arc`, because every middleware layer and the handler take

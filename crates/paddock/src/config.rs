@@ -204,6 +204,26 @@ pub struct Settings {
     /// Origins allowed for the portal, comma-separated.
     #[arg(long, env = "PADDOCK_CORS_ORIGINS", value_delimiter = ',', global = true)]
     pub cors_origins: Vec<String>,
+    /// The console's sign-in through the provider's OIDC issuer (docs/console.md): the issuer's
+    /// discovery document, `<issuer>/.well-known/openid-configuration` (https; plain http only to
+    /// a loopback address). Set with PADDOCK_CONSOLE_OIDC_CLIENT_ID and
+    /// PADDOCK_CONSOLE_OIDC_REDIRECT_URI, or none of them (then the console takes pasted tokens
+    /// only).
+    #[arg(long, env = "PADDOCK_CONSOLE_OIDC_DISCOVERY_URL", global = true)]
+    pub console_oidc_discovery_url: Option<url::Url>,
+    /// The console's client id at the OIDC issuer (a public client: authorization code with PKCE,
+    /// no secret).
+    #[arg(long, env = "PADDOCK_CONSOLE_OIDC_CLIENT_ID", global = true)]
+    pub console_oidc_client_id: Option<String>,
+    /// Where the issuer sends the browser back: the console's own URL, ending in `/console/`
+    /// (https; plain http only to a loopback address), registered at the issuer as is.
+    #[arg(long, env = "PADDOCK_CONSOLE_OIDC_REDIRECT_URI", global = true)]
+    pub console_oidc_redirect_uri: Option<url::Url>,
+    /// The scopes the console asks the issuer for, space-separated; `openid` among them (its ID
+    /// token carries the nonce), plus whatever puts paddock's audience, `roles` and `tenant_id`
+    /// into the access token at that issuer.
+    #[arg(long, env = "PADDOCK_CONSOLE_OIDC_SCOPES", default_value = "openid", global = true)]
+    pub console_oidc_scopes: String,
     /// Jobs one worker process runs at once.
     #[arg(long, env = "PADDOCK_WORKER_CONCURRENCY", default_value_t = 8, global = true)]
     pub worker_concurrency: usize,
@@ -327,6 +347,8 @@ impl std::fmt::Debug for Settings {
             .field("webhook_insecure_http", &self.webhook_insecure_http)
             .field("webhook_allowed_networks", &self.webhook_allowed_networks)
             .field("stacks_dir", &self.stacks_dir)
+            .field("console_oidc_discovery_url", &self.console_oidc_discovery_url.as_ref().map(url::Url::as_str))
+            .field("console_oidc_client_id", &self.console_oidc_client_id)
             .finish_non_exhaustive()
     }
 }

@@ -3,6 +3,7 @@
 //! `token`, `dev`.
 
 mod config;
+mod console;
 mod dev;
 mod http;
 mod reference;

@@ -174,7 +174,8 @@ pub async fn run(
     });
     let api = if roles.api {
         let verifier = Verifier::new(settings.verifier()?).await.context("JWT configuration")?;
-        let config = ApiConfig { cors_origins: settings.cors_origins.clone() };
+        let console = paddock_api::console::ConsoleConfig { oidc: settings.console_oidc()? };
+        let config = ApiConfig { cors_origins: settings.cors_origins.clone(), console };
         let state = AppState::new(services.clone(), verifier, config).with_limits(settings.limits());
         let state = state.with_agent_routes(settings.agent_listen.is_none());
         Some(state.with_metrics(sources.clone(), settings.metrics_listen.is_none()))

@@ -80,6 +80,9 @@ impl Settings {
         self.check_keys(process, &mut problems);
         if process.serves_api() {
             self.check_tokens(&mut problems);
+            if let Err(oidc) = self.console_oidc_checked() {
+                problems.0.extend(oidc);
+            }
         }
         self.check_drivers(&mut problems);
         self.check_agent(&mut problems);

@@ -234,6 +234,25 @@ fn cases() -> Vec<Vec<String>> {
     cases.push(no_jwks(&["secrets.generateHs256Secret=true"]));
     cases.push(no_jwks(&["jwt.publicKeysSecret=jwt-keys"]));
     cases.push(no_jwks(&["drivers.bmc=redfish", "metrics.port=8080"]));
+    // The console's sign-in through the OIDC issuer: all or none, https, where the URLs point, keys.
+    let oidc = |extra: &[&str]| -> Vec<String> {
+        let mut case = with(&[
+            "jwt.issuer=https://idp.example",
+            "console.oidc.discoveryUrl=https://idp.example/.well-known/openid-configuration",
+            "console.oidc.clientId=paddock-console",
+            "console.oidc.redirectUri=https://paddock.example/console/",
+        ]);
+        case.extend(extra.iter().map(|s| (*s).to_owned()));
+        case
+    };
+    cases.push(oidc(&[]));
+    cases.push(with(&["console.oidc.clientId=paddock-console"]));
+    cases.push(oidc(&["console.oidc.discoveryUrl=http://idp.example/.well-known/openid-configuration"]));
+    cases.push(oidc(&["console.oidc.redirectUri=https://paddock.example/"]));
+    cases.push(oidc(&["jwt.issuer=https://other.example"]));
+    let mut keyless = oidc(&["secrets.generateHs256Secret=true"]);
+    keyless.retain(|s| !s.starts_with("jwt.jwksUrl"));
+    cases.push(keyless);
     cases
 }
 

@@ -21,7 +21,14 @@ pub struct Dev {
 }
 
 impl Dev {
+    #[allow(dead_code, reason = "the console's test starts it with settings of its own")]
     pub fn start() -> Dev {
+        Dev::start_with(&[])
+    }
+
+    /// With more settings in its environment (they win over the defaults above, `PADDOCK_LISTEN`
+    /// included).
+    pub fn start_with(env: &[(&str, String)]) -> Dev {
         let dir = std::env::temp_dir().join(format!("paddock-dev-test-{}", uuid::Uuid::new_v4().simple()));
         let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
         let mut child = Command::new(env!("CARGO_BIN_EXE_paddock"))
@@ -30,6 +37,7 @@ impl Dev {
             .env("PADDOCK_LISTEN", format!("127.0.0.1:{port}"))
             .env("PADDOCK_LOG", "warn")
             .env_remove("PADDOCK_DATABASE_URL")
+            .envs(env.iter().map(|(name, value)| (name, value)))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

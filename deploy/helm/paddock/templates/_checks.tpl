@@ -50,6 +50,31 @@ check at start, all at once too.
 {{- if not (or $v.secrets.existingSecret $v.secrets.generateHs256Secret $v.jwt.jwksUrl $v.jwt.publicKeysSecret) -}}
 {{- $problems = append $problems "jwt.jwksUrl, jwt.publicKeysSecret or secrets.generateHs256Secret (PADDOCK_JWT_HS256_SECRET, PADDOCK_JWT_PUBLIC_KEYS, PADDOCK_JWT_JWKS_URL): the API needs a token key" -}}
 {{- end -}}
+{{- $oidc := $v.console.oidc -}}
+{{- if or $oidc.discoveryUrl $oidc.clientId $oidc.redirectUri -}}
+{{- if not (and $oidc.discoveryUrl $oidc.clientId $oidc.redirectUri) -}}
+{{- $problems = append $problems "console.oidc.discoveryUrl, console.oidc.clientId and console.oidc.redirectUri (PADDOCK_CONSOLE_OIDC_DISCOVERY_URL, PADDOCK_CONSOLE_OIDC_CLIENT_ID, PADDOCK_CONSOLE_OIDC_REDIRECT_URI): set together or not at all" -}}
+{{- end -}}
+{{- range $value, $pair := dict "console.oidc.discoveryUrl" (list "PADDOCK_CONSOLE_OIDC_DISCOVERY_URL" $oidc.discoveryUrl) "console.oidc.redirectUri" (list "PADDOCK_CONSOLE_OIDC_REDIRECT_URI" $oidc.redirectUri) -}}
+{{- $url := index $pair 1 -}}
+{{- if $url -}}
+{{- $parsed := urlParse $url -}}
+{{- $loopback := has $parsed.hostname (list "127.0.0.1" "localhost" "::1") -}}
+{{- if not (or (eq $parsed.scheme "https") (and $loopback (eq $parsed.scheme "http"))) -}}
+{{- $problems = append $problems (printf "%s (%s): must be an https URL, not %q" $value (index $pair 0) $url) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and $oidc.redirectUri (not (hasSuffix "/console/" (urlParse $oidc.redirectUri).path)) -}}
+{{- $problems = append $problems "console.oidc.redirectUri (PADDOCK_CONSOLE_OIDC_REDIRECT_URI): must be the console's URL, ending in /console/" -}}
+{{- end -}}
+{{- if and $oidc.discoveryUrl (ne (trimSuffix "/" (trimSuffix "/.well-known/openid-configuration" $oidc.discoveryUrl)) (trimSuffix "/" $v.jwt.issuer)) -}}
+{{- $problems = append $problems "console.oidc.discoveryUrl (PADDOCK_CONSOLE_OIDC_DISCOVERY_URL): must be the discovery document of jwt.issuer (PADDOCK_JWT_ISSUER), <issuer>/.well-known/openid-configuration" -}}
+{{- end -}}
+{{- if not (or $v.jwt.jwksUrl $v.jwt.publicKeysSecret) -}}
+{{- $problems = append $problems "jwt.jwksUrl or jwt.publicKeysSecret (PADDOCK_JWT_JWKS_URL, PADDOCK_JWT_PUBLIC_KEYS): sign-in through the OIDC issuer (console.oidc) needs the issuer's keys" -}}
+{{- end -}}
+{{- end -}}
 {{- if not (has $v.database.sslMode (list "verify-full" "verify-ca" "require" "prefer" "allow" "disable")) -}}
 {{- $problems = append $problems "database.sslMode (PGSSLMODE): must be one of verify-full, verify-ca, require, prefer, allow, disable" -}}
 {{- end -}}

@@ -78,6 +78,14 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- if $v.jwt.publicKeysSecret }}
 - { name: PADDOCK_JWT_PUBLIC_KEYS, value: /etc/paddock/jwt }
 {{- end }}
+{{- range $name, $value := dict "PADDOCK_CONSOLE_OIDC_DISCOVERY_URL" $v.console.oidc.discoveryUrl "PADDOCK_CONSOLE_OIDC_CLIENT_ID" $v.console.oidc.clientId "PADDOCK_CONSOLE_OIDC_REDIRECT_URI" $v.console.oidc.redirectUri }}
+{{- if $value }}
+- { name: {{ $name }}, value: {{ $value | quote }} }
+{{- end }}
+{{- end }}
+{{- if ne $v.console.oidc.scopes "openid" }}
+- { name: PADDOCK_CONSOLE_OIDC_SCOPES, value: {{ $v.console.oidc.scopes | quote }} }
+{{- end }}
 - { name: PADDOCK_KUBE_DRIVER, value: {{ $v.drivers.kube | quote }} }
 {{- if eq $v.drivers.kube "kubernetes" }}
 - { name: PADDOCK_KUBE_NAMESPACE_ROLE, value: {{ printf "%s-worker-namespace" (include "paddock.fullname" .) | quote }} }
