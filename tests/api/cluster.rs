@@ -475,14 +475,20 @@ async fn cluster_delete_marks_it_deleting_and_refuses_further_changes() {
         .expect(202);
 }
 
+fn role_pool(name: &str, count: u32, role: &str) -> Value {
+    json!({ "name": name, "machine_class": "cpu", "count": count, "role": role })
+}
+
+fn slurm_of(pools: Value) -> Value {
+    json!({ "name": "hpc", "kind": "slurm", "isolation": "private-nodes", "node_pools": pools })
+}
+
 #[tokio::test]
-async fn node_pools_scale_and_a_slurm_cluster_keeps_its_system_pool() {
+async fn a_slurm_cluster_needs_exactly_one_system_pool_with_a_node_and_a_kubernetes_one_none() {
     let app = TestApp::new().await;
     let (tenant_id, t) = world(&app).await;
     let path = format!("/v1/tenants/{tenant_id}/clusters");
-    let pool = |name: &str, count: u32, role: &str| json!({ "name": name, "machine_class": "cpu", "count": count, "role": role });
-    let slurm =
-        |pools: Value| json!({ "name": "hpc", "kind": "slurm", "isolation": "private-nodes", "node_pools": pools });
+    let (pool, slurm) = (role_pool, slurm_of);
     // Each broken rule of the system pool at creation: 422 with its own code, nothing written.
     let refused = [
         (slurm(json!([pool("cpu", 1, "compute")])), "system_pool_required", "node_pools"),
@@ -508,6 +514,27 @@ async fn node_pools_scale_and_a_slurm_cluster_keeps_its_system_pool() {
     named["slurm"] = json!({ "partitions": [{ "name": "all", "node_pools": ["sys", "cpu"] }] });
     app.post(&path).token(&t).json(&named).send().await.problem(422, "validation_failed");
     assert_eq!(app.count("clusters").await, 0);
+
+    // A kubernetes cluster's pools are all compute pools: none may become a system pool.
+    let kube = json!({ "name": "k", "kind": "kubernetes", "isolation": "private-nodes" });
+    let kube = app.post(&path).token(&t).json(&kube).send().await.expect(202).json();
+    let kube_pools = format!("{path}/{}/node-pools", id(&kube["cluster"]));
+    let problem = app
+        .post(&kube_pools)
+        .token(&t)
+        .json(&pool("sys", 1, "system"))
+        .send()
+        .await
+        .problem(422, "system_pool_unsupported");
+    assert_eq!(problem["errors"][0]["field"], "role", "{problem}");
+}
+
+#[tokio::test]
+async fn node_pools_scale_and_a_slurm_cluster_keeps_its_system_pool() {
+    let app = TestApp::new().await;
+    let (tenant_id, t) = world(&app).await;
+    let path = format!("/v1/tenants/{tenant_id}/clusters");
+    let (pool, slurm) = (role_pool, slurm_of);
 
     let created = app
         .post(&path)
@@ -576,19 +603,6 @@ async fn node_pools_scale_and_a_slurm_cluster_keeps_its_system_pool() {
         view["node_pools"].as_array().expect("pools").iter().filter_map(|p| p["name"].as_str()).collect();
     assert_eq!(names, ["sys", "gpu"], "a deleting pool leaves the cluster's view");
     assert_eq!(view["slurm"]["partitions"][0]["name"], "gpu");
-
-    // A kubernetes cluster's pools are all compute pools: none may become a system pool.
-    let kube = json!({ "name": "k", "kind": "kubernetes", "isolation": "private-nodes" });
-    let kube = app.post(&path).token(&t).json(&kube).send().await.expect(202).json();
-    let kube_pools = format!("{path}/{}/node-pools", id(&kube["cluster"]));
-    let problem = app
-        .post(&kube_pools)
-        .token(&t)
-        .json(&pool("sys", 1, "system"))
-        .send()
-        .await
-        .problem(422, "system_pool_unsupported");
-    assert_eq!(problem["errors"][0]["field"], "role", "{problem}");
 }
 
 #[tokio::test]
