@@ -102,11 +102,12 @@ impl Services {
             // New clusters run the newest base stack; existing ones keep theirs.
             let stack_version = paddock_domain::stack::latest_version();
             rules::validate_cluster(&spec, &pools, stack_version)?;
-            rules::check_system_pool(spec.kind, &pools)?;
             let mut classes = Vec::with_capacity(pools.len());
             for (i, pool) in pools.iter().enumerate() {
                 classes.push(class_of(&mut tx, &format!("node_pools[{i}].machine_class"), &pool.machine_class).await?);
             }
+            // The system pool's rules after every value passed (docs/api.md).
+            rules::check_system_pool(spec.kind, &pools)?;
 
             let id = ClusterId::new();
             audit.target(id.uuid(), Some(tenant_id));
@@ -278,6 +279,7 @@ impl Services {
                 check_fleet(&mut tx, ctx, class, others + u64::from(spec.count)).await?;
             }
             rules::validate_pool(&spec)?;
+            let (class, _) = class_of(&mut tx, "machine_class", &spec.machine_class).await?;
             if spec.role == NodePoolRole::System {
                 // A slurm cluster has its system pool from its creation on, until it is deleted.
                 return Err(match cluster.spec.kind {
@@ -285,7 +287,6 @@ impl Services {
                     ClusterKind::Slurm => rules::system_pool_duplicate("role"),
                 });
             }
-            let (class, _) = class_of(&mut tx, "machine_class", &spec.machine_class).await?;
             let id = NodePoolId::new();
             audit.target(id.uuid(), Some(tenant_id));
             node_pool::insert(&mut tx, tenant_id, cluster_id, id, class, &spec).await?;
