@@ -225,10 +225,9 @@ pub fn check_system_pool(kind: ClusterKind, pools: &[NodePoolSpec]) -> Result<()
             "a slurm cluster needs exactly one node pool with role `system`: it carries Slurm's controller, \
              REST API, accounting, MariaDB and login pods and their volumes",
         )),
-        (ClusterKind::Slurm, [(_, pool)]) if pool.count == 0 => Err(system_pool_empty(&format!(
-            "node_pools[{}].count",
-            pools.iter().position(|p| p.role == NodePoolRole::System).unwrap_or(0)
-        ))),
+        (ClusterKind::Slurm, [(i, pool)]) if pool.count == 0 => {
+            Err(system_pool_empty(&format!("node_pools[{i}].count")))
+        }
         (ClusterKind::Slurm, [_]) => Ok(()),
         (ClusterKind::Slurm, [_, (i, _), ..]) => Err(system_pool_duplicate(&format!("node_pools[{i}].role"))),
     }
