@@ -44,7 +44,7 @@ def main():
     # A cluster as the tenant, its operation followed to the end.
     body = ClusterCreate.from_dict({
         "name": f"py-{suffix}", "kind": "slurm", "isolation": "private-nodes",
-        "node_pools": [{"name": "gpu", "machine_class": "gpu-h100x8", "count": 1}],
+        "node_pools": [{"name": "gpu", "machine_class": "gpu-h100x8", "count": 1, "role": "system"}],
     })
     accepted = check(cluster_create.sync_detailed(tid, client=tenant, body=body), 202)
     deadline = time.monotonic() + 120

@@ -53,7 +53,7 @@ async function main(): Promise<void> {
         name: `ts-${suffix}`,
         kind: "slurm",
         isolation: "private-nodes",
-        node_pools: [{ name: "gpu", machine_class: "gpu-h100x8", count: 1 }],
+        node_pools: [{ name: "gpu", machine_class: "gpu-h100x8", count: 1, role: "system" }],
       },
     }),
   );

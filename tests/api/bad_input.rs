@@ -976,7 +976,7 @@ async fn control_characters_in_bodies_are_422_naming_the_field() {
     machine_class(&app, "cpu", 0).await;
     let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIL2AmpA4kI/TYTmjC3Vf+h3HQc/vvGHZNgUIITHqcjcJ alice\u{0}@laptop";
     let cluster = json!({ "name": "a", "kind": "slurm", "isolation": "private-nodes",
-        "node_pools": [{ "name": "p", "machine_class": "cpu", "count": 1 }],
+        "node_pools": [{ "name": "p", "machine_class": "cpu", "count": 1, "role": "system" }],
         "slurm": { "login": { "ssh_authorized_keys": [key] } } });
     let before = app.count("clusters").await;
     let problem = app

@@ -11,7 +11,7 @@ fn slurm_cluster(name: &str) -> Value {
     json!({
         "name": name, "kind": "slurm", "isolation": "private-nodes",
         "node_pools": [
-            { "name": "cpu", "machine_class": "cpu", "count": 1 },
+            { "name": "cpu", "machine_class": "cpu", "count": 1, "role": "system" },
             { "name": "gpu", "machine_class": "gpu", "count": 2, "taints": [{ "key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule" }] }
         ]
     })
@@ -57,8 +57,8 @@ async fn cluster_create_fills_defaults_and_enqueues_its_reconcile_job() {
     assert_eq!(cluster["stack_version"], "2026.12.0", "a new cluster runs the newest base stack");
     assert_eq!(cluster["slurm"]["login"], json!({ "replicas": 1, "ssh_authorized_keys": [] }));
     let partitions = cluster["slurm"]["partitions"].as_array().expect("partitions");
-    assert_eq!(partitions.len(), 2, "one partition per pool by default");
-    assert_eq!(partitions[0], json!({ "name": "cpu", "node_pools": ["cpu"], "default": true, "max_time": null }));
+    assert_eq!(partitions.len(), 1, "one partition per compute pool by default");
+    assert_eq!(partitions[0], json!({ "name": "gpu", "node_pools": ["gpu"], "default": true, "max_time": null }));
     assert_eq!(cluster["status"]["phase"], "pending");
     assert_eq!(cluster["status"]["observed_generation"], 0);
     assert_eq!(cluster["node_pools"].as_array().map(Vec::len), Some(2));
@@ -84,10 +84,6 @@ async fn invalid_clusters_are_422_and_write_nothing() {
     let (tenant_id, t) = world(&app).await;
     let path = format!("/v1/tenants/{tenant_id}/clusters");
     let cases = [
-        (
-            json!({ "name": "a", "kind": "slurm", "isolation": "private-nodes", "node_pools": [{ "name": "p", "machine_class": "cpu", "count": 0 }] }),
-            "node_pools",
-        ),
         (json!({ "name": "a", "kind": "slurm", "isolation": "shared" }), "isolation"),
         (json!({ "name": "a", "kind": "kubernetes", "isolation": "private-nodes", "slurm": {} }), "slurm"),
         (
@@ -103,12 +99,12 @@ async fn invalid_clusters_are_422_and_write_nothing() {
             "kubernetes_version",
         ),
         (
-            json!({ "name": "a", "kind": "slurm", "isolation": "private-nodes", "node_pools": [{ "name": "p", "machine_class": "cpu", "count": 1 }],
+            json!({ "name": "a", "kind": "slurm", "isolation": "private-nodes", "node_pools": [{ "name": "p", "machine_class": "cpu", "count": 1, "role": "system" }],
                  "slurm": { "partitions": [{ "name": "x", "node_pools": ["q"] }] } }),
             "slurm.partitions[0].node_pools",
         ),
         (
-            json!({ "name": "a", "kind": "slurm", "isolation": "private-nodes", "node_pools": [{ "name": "p", "machine_class": "cpu", "count": 1 }],
+            json!({ "name": "a", "kind": "slurm", "isolation": "private-nodes", "node_pools": [{ "name": "p", "machine_class": "cpu", "count": 1, "role": "system" }],
                  "slurm": { "login": { "ssh_authorized_keys": ["not a key"] } } }),
             "slurm.login.ssh_authorized_keys[0]",
         ),
@@ -479,23 +475,105 @@ async fn cluster_delete_marks_it_deleting_and_refuses_further_changes() {
         .expect(202);
 }
 
+fn role_pool(name: &str, count: u32, role: &str) -> Value {
+    json!({ "name": name, "machine_class": "cpu", "count": count, "role": role })
+}
+
+fn slurm_of(pools: Value) -> Value {
+    json!({ "name": "hpc", "kind": "slurm", "isolation": "private-nodes", "node_pools": pools })
+}
+
 #[tokio::test]
-async fn node_pools_scale_and_a_slurm_cluster_keeps_a_node() {
+async fn a_slurm_cluster_needs_exactly_one_system_pool_with_a_node_and_a_kubernetes_one_none() {
     let app = TestApp::new().await;
     let (tenant_id, t) = world(&app).await;
-    let created = app
-        .post(format!("/v1/tenants/{tenant_id}/clusters"))
+    let path = format!("/v1/tenants/{tenant_id}/clusters");
+    let (pool, slurm) = (role_pool, slurm_of);
+    // Each broken rule of the system pool at creation: 422 with its own code, nothing written.
+    let refused = [
+        (slurm(json!([pool("cpu", 1, "compute")])), "system_pool_required", "node_pools"),
+        (slurm(json!([])), "system_pool_required", "node_pools"),
+        (
+            slurm(json!([pool("sys", 0, "system"), pool("cpu", 1, "compute")])),
+            "system_pool_empty",
+            "node_pools[0].count",
+        ),
+        (slurm(json!([pool("a", 1, "system"), pool("b", 1, "system")])), "system_pool_duplicate", "node_pools[1].role"),
+        (
+            json!({ "name": "k", "kind": "kubernetes", "isolation": "private-nodes", "node_pools": [pool("sys", 1, "system")] }),
+            "system_pool_unsupported",
+            "node_pools[0].role",
+        ),
+    ];
+    for (body, code, field) in refused {
+        let problem = app.post(&path).token(&t).json(&body).send().await.problem(422, code);
+        assert_eq!(problem["errors"][0]["field"], field, "{body}: {problem}");
+    }
+    // No partition may name the system pool: it runs no jobs.
+    let mut named = slurm(json!([pool("sys", 1, "system"), pool("cpu", 1, "compute")]));
+    named["slurm"] = json!({ "partitions": [{ "name": "all", "node_pools": ["sys", "cpu"] }] });
+    app.post(&path).token(&t).json(&named).send().await.problem(422, "validation_failed");
+    assert_eq!(app.count("clusters").await, 0);
+
+    // A kubernetes cluster's pools are all compute pools: none may become a system pool.
+    let kube = json!({ "name": "k", "kind": "kubernetes", "isolation": "private-nodes" });
+    let kube = app.post(&path).token(&t).json(&kube).send().await.expect(202).json();
+    let kube_pools = format!("{path}/{}/node-pools", id(&kube["cluster"]));
+    let problem = app
+        .post(&kube_pools)
         .token(&t)
-        .json(&json!({ "name": "hpc", "kind": "slurm", "isolation": "private-nodes", "node_pools": [{ "name": "cpu", "machine_class": "cpu", "count": 1 }] }))
+        .json(&pool("sys", 1, "system"))
+        .send()
+        .await
+        .problem(422, "system_pool_unsupported");
+    assert_eq!(problem["errors"][0]["field"], "role", "{problem}");
+}
+
+#[tokio::test]
+async fn node_pools_scale_and_a_slurm_cluster_keeps_its_system_pool() {
+    let app = TestApp::new().await;
+    let (tenant_id, t) = world(&app).await;
+    let path = format!("/v1/tenants/{tenant_id}/clusters");
+    let (pool, slurm) = (role_pool, slurm_of);
+
+    let created = app
+        .post(&path)
+        .token(&t)
+        .json(&slurm(json!([pool("sys", 1, "system"), pool("cpu", 1, "compute")])))
         .send()
         .await
         .expect(202)
         .json();
     let cluster = id(&created["cluster"]);
-    let pools = format!("/v1/tenants/{tenant_id}/clusters/{cluster}/node-pools");
-    let only = format!("{pools}/{}", id(&created["cluster"]["node_pools"][0]));
-    app.patch(&only).token(&t).json(&json!({ "count": 0 })).send().await.problem(422, "validation_failed");
-    app.delete(&only).token(&t).send().await.problem(422, "validation_failed");
+    let roles: Vec<(&str, &str)> = created["cluster"]["node_pools"]
+        .as_array()
+        .expect("pools")
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap_or_default(), p["role"].as_str().unwrap_or_default()))
+        .collect();
+    assert_eq!(roles, [("sys", "system"), ("cpu", "compute")]);
+    assert_eq!(
+        created["cluster"]["slurm"]["partitions"],
+        json!([{ "name": "cpu", "node_pools": ["cpu"], "default": true, "max_time": null }]),
+        "the system pool has no partition"
+    );
+    let pools = format!("{path}/{cluster}/node-pools");
+    let sys = format!("{pools}/{}", id(&created["cluster"]["node_pools"][0]));
+    let cpu = format!("{pools}/{}", id(&created["cluster"]["node_pools"][1]));
+    // The system pool is never scaled down (to zero or not) nor deleted, never changes its role,
+    // and no second one joins; it may grow.
+    let problem =
+        app.patch(&sys).token(&t).json(&json!({ "count": 0 })).send().await.problem(422, "system_pool_shrink");
+    assert_eq!(problem["errors"][0]["field"], "count", "{problem}");
+    app.patch(&sys).token(&t).json(&json!({ "count": 2 })).send().await.expect(202);
+    app.patch(&sys).token(&t).json(&json!({ "count": 1 })).send().await.problem(422, "system_pool_shrink");
+    app.delete(&sys).token(&t).send().await.problem(422, "system_pool_undeletable");
+    app.patch(&sys).token(&t).json(&json!({ "role": "compute" })).send().await.problem(422, "validation_failed");
+    app.post(&pools).token(&t).json(&pool("sys2", 1, "system")).send().await.problem(422, "system_pool_duplicate");
+    let view = app.get(&sys).token(&t).send().await.expect(200).json();
+    assert_eq!((view["role"].as_str(), view["count"].as_u64()), (Some("system"), Some(2)));
+    // A compute pool of a Slurm cluster may go to zero, and go.
+    app.patch(&cpu).token(&t).json(&json!({ "count": 0 })).send().await.expect(202);
 
     let added = app
         .post(&pools)
@@ -506,6 +584,7 @@ async fn node_pools_scale_and_a_slurm_cluster_keeps_a_node() {
         .expect(202)
         .json();
     assert_eq!(added["node_pool"]["status"], json!({ "ready": 0, "allocated": 0, "conditions": [] }));
+    assert_eq!(added["node_pool"]["role"], "compute", "the default role");
     app.post(&pools)
         .token(&t)
         .json(&json!({ "name": "gpu", "machine_class": "gpu", "count": 1 }))
@@ -517,19 +596,13 @@ async fn node_pools_scale_and_a_slurm_cluster_keeps_a_node() {
         app.patch(&gpu).token(&t).json(&json!({ "count": 4, "machine_class": "gpu" })).send().await.expect(202).json();
     assert_eq!(scaled["node_pool"]["count"], 4);
     app.patch(&gpu).token(&t).json(&json!({ "machine_class": "cpu" })).send().await.problem(422, "validation_failed");
-    // With the GPU pool there, the CPU pool may go.
-    app.delete(&only).token(&t).send().await.expect(202);
-    app.patch(&only).token(&t).json(&json!({ "count": 2 })).send().await.problem(409, "node_pool_deleting");
-    let view = app.get(format!("/v1/tenants/{tenant_id}/clusters/{cluster}")).token(&t).send().await.expect(200).json();
+    app.delete(&cpu).token(&t).send().await.expect(202);
+    app.patch(&cpu).token(&t).json(&json!({ "count": 2 })).send().await.problem(409, "node_pool_deleting");
+    let view = app.get(format!("{path}/{cluster}")).token(&t).send().await.expect(200).json();
     let names: Vec<&str> =
         view["node_pools"].as_array().expect("pools").iter().filter_map(|p| p["name"].as_str()).collect();
-    assert_eq!(names, ["gpu"], "a deleting pool leaves the cluster's view");
+    assert_eq!(names, ["sys", "gpu"], "a deleting pool leaves the cluster's view");
     assert_eq!(view["slurm"]["partitions"][0]["name"], "gpu");
-    let events =
-        app.get(format!("/v1/tenants/{tenant_id}/clusters/{cluster}/events")).token(&t).send().await.expect(200).json();
-    let reasons: Vec<&str> =
-        events["items"].as_array().expect("items").iter().filter_map(|e| e["reason"].as_str()).collect();
-    assert_eq!(reasons, ["ClusterCreated", "NodePoolCreated", "NodePoolScaled", "NodePoolDeletionRequested"]);
 }
 
 #[tokio::test]
@@ -562,7 +635,8 @@ async fn pool_machines_show_no_bmc_details() {
     let body = resp.json();
     assert_eq!(
         body["items"],
-        json!([{ "name": "node-7", "machine_class": "gpu", "state": "active", "node_name": "node-7" }])
+        json!([{ "id": id(&m), "node_pool_id": pool, "name": "node-7", "machine_class": "gpu", "state": "active",
+            "node_name": "node-7", "health": null }])
     );
     assert!(!String::from_utf8_lossy(&resp.body).contains("bmc"), "BMC details leak to the tenant");
 }

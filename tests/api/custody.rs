@@ -71,7 +71,7 @@ impl Lab {
     /// Creates a one-machine Slurm cluster in `tenant` and waits until it is ready.
     async fn ready_cluster(&self, tenant: &str, token: &str, name: &str, class: &str) -> String {
         let body = json!({ "name": name, "kind": "slurm", "isolation": "private-nodes",
-            "node_pools": [{ "name": "gpu", "machine_class": class, "count": 1 }] });
+            "node_pools": [{ "name": "gpu", "machine_class": class, "count": 1, "role": "system" }] });
         let path = format!("/v1/tenants/{tenant}/clusters");
         let created = self.app.post(path.as_str()).token(token).json(&body).send().await.expect(202).json();
         let cluster = id(&created["cluster"]);

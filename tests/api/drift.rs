@@ -48,7 +48,7 @@ impl Lab {
     /// A Slurm cluster of two nodes, waited for until ready; its id.
     async fn ready_cluster(&self) -> String {
         let body = json!({ "name": "hpc", "kind": "slurm", "isolation": "private-nodes",
-            "node_pools": [{ "name": "cpu", "machine_class": "cpu", "count": 2 }] });
+            "node_pools": [{ "name": "cpu", "machine_class": "cpu", "count": 2, "role": "system" }] });
         let path = format!("/v1/tenants/{}/clusters", self.tenant);
         let created = self.app.post(path).token(&self.token).json(&body).send().await.expect(202).json();
         let cluster = id(&created["cluster"]);

@@ -843,7 +843,7 @@ impl Lab {
     async fn create_hpc(&self, gpus: u32) -> (Tenant, String, BTreeMap<String, String>) {
         machine_class(&self.app, "cpu", 0).await;
         machine_class(&self.app, "gpu", gpus).await;
-        self.enroll("cpu", &["c1", "c2"]).await;
+        self.enroll("cpu", &["c1", "c2", "c3"]).await;
         self.enroll("gpu", &["g1"]).await;
         let t = self.tenant("acme").await;
         let body = json!({
@@ -851,6 +851,7 @@ impl Lab {
             "node_pools": [
                 { "name": "cpu", "machine_class": "cpu", "count": 1 },
                 { "name": "gpu", "machine_class": "gpu", "count": 1 },
+                { "name": "sys", "machine_class": "cpu", "count": 1, "role": "system" },
             ],
         });
         let created = self.create(&t, body).await;
@@ -1333,8 +1334,14 @@ async fn a_slurm_cluster_with_cpu_and_gpu_pools_goes_ready_scales_and_is_deleted
     ] {
         assert!(cr(kind, name).await.is_some(), "{kind} {name} is missing");
     }
-    // One NodeSet per pool, selecting exactly its pool's Nodes; GRES on the GPU pool only.
-    for (name, p) in &pools {
+    // The system pool has no NodeSet: the control CRs' pods select its Nodes.
+    assert!(cr("NodeSet", "sys").await.is_none(), "the system pool got a NodeSet");
+    for (kind, name) in [("Controller", slurm::CONTROLLER), ("Accounting", slurm::ACCOUNTING)] {
+        let object = cr(kind, name).await.expect("the control CR");
+        assert_eq!(object.data["spec"]["template"]["spec"]["nodeSelector"], json!({ LABEL_NODE_POOL: "sys" }));
+    }
+    // One NodeSet per compute pool, selecting exactly its pool's Nodes; GRES on the GPU pool only.
+    for (name, p) in pools.iter().filter(|(name, _)| *name != "sys") {
         let nodeset = cr("NodeSet", name).await.expect("the pool's NodeSet");
         let spec = &nodeset.data["spec"];
         assert_eq!(spec["replicas"], 1);
@@ -1381,7 +1388,7 @@ async fn a_slurm_cluster_with_cpu_and_gpu_pools_goes_ready_scales_and_is_deleted
     let namespaces = Api::<Namespace>::all(lab.platform_client.clone());
     assert!(namespaces.get_opt(&ns_name).await.expect("get").is_none());
     eventually(WAIT, || async {
-        (lab.scalar("select count(*) from machines where state = 'available'").await == 3).then_some(())
+        (lab.scalar("select count(*) from machines where state = 'available'").await == 4).then_some(())
     })
     .await;
     lab.finish().await;

@@ -300,8 +300,29 @@ impl Drop for Lab {
     }
 }
 
-fn slurm(name: &str, pools: Value) -> Value {
+/// A Slurm cluster of `pools`; the first is its system pool unless a pool names its role.
+fn slurm(name: &str, mut pools: Value) -> Value {
+    let list = pools.as_array_mut().expect("pools");
+    if !list.iter().any(|p| p.get("role").is_some()) {
+        if let Some(first) = list.first_mut() {
+            first["role"] = json!("system");
+        }
+    }
     json!({ "name": name, "kind": "slurm", "isolation": "private-nodes", "node_pools": pools })
+}
+
+/// A compute pool `gpu` of `count` and a system pool `sys` of one machine, both of class gpu.
+fn gpu_and_system(count: u32) -> Value {
+    json!([
+        { "name": "gpu", "machine_class": "gpu", "count": count },
+        { "name": "sys", "machine_class": "gpu", "count": 1, "role": "system" },
+    ])
+}
+
+/// The id of `cluster`'s pool `name`.
+fn pool_named(cluster: &Value, name: &str) -> String {
+    let pools = cluster["node_pools"].as_array().expect("pools");
+    id(pools.iter().find(|p| p["name"] == name).expect("the pool"))
 }
 
 fn conditions(cluster: &Value) -> Vec<(String, String, String)> {
@@ -327,12 +348,12 @@ fn condition(cluster: &Value, type_: &str) -> Value {
 async fn a_slurm_cluster_goes_ready_scales_and_is_deleted_back_to_clean_machines() {
     let lab = Lab::new().await;
     machine_class(&lab.app, "gpu", 8).await;
-    lab.available("gpu", &["n1", "n2", "n3", "n4"]).await;
-    assert_eq!(lab.scalar("select count(*) from machine_cleans").await, 4, "one verified wipe each");
+    lab.available("gpu", &["n1", "n2", "n3", "n4", "n5"]).await;
+    assert_eq!(lab.scalar("select count(*) from machine_cleans").await, 5, "one verified wipe each");
 
-    let created = lab.create(slurm("hpc", json!([{ "name": "gpu", "machine_class": "gpu", "count": 2 }]))).await;
+    let created = lab.create(slurm("hpc", gpu_and_system(2))).await;
     let cluster = id(&created["cluster"]);
-    let pool = id(&created["cluster"]["node_pools"][0]);
+    let pool = pool_named(&created["cluster"], "gpu");
     let ready = lab.ready(&cluster).await;
     for (type_, status, _) in conditions(&ready) {
         assert_eq!(status, "True", "{type_}: {ready}");
@@ -345,7 +366,7 @@ async fn a_slurm_cluster_goes_ready_scales_and_is_deleted_back_to_clean_machines
     assert_eq!(steps, ["namespace", "control_plane", "machines", "nodes", "stack", "slurm"]);
     assert!(op["steps"].as_array().expect("steps").iter().all(|s| s["state"] == "succeeded"), "{op}");
     let held = lab.scalar("select count(*) from machines where state = 'active'").await;
-    assert_eq!(held, 2);
+    assert_eq!(held, 3, "two compute machines and the system pool's");
     let pool_view = lab
         .app
         .get(format!("{}/node-pools/{pool}", lab.cluster_path(&cluster)))
@@ -371,8 +392,15 @@ async fn a_slurm_cluster_goes_ready_scales_and_is_deleted_back_to_clean_machines
     let held = lab.app.get(format!("{}/machines", lab.cluster_path(&cluster))).token(&lab.tenant_token);
     let held = held.send().await.expect(200).json();
     let ids = |page: &Value| -> Vec<String> { page["items"].as_array().expect("items").iter().map(id).collect() };
-    assert_eq!(ids(&held), ids(&listed));
-    assert!(held["items"].as_array().expect("items").iter().all(|m| m["node_pool_id"] == pool.as_str()), "{held}");
+    assert_eq!(ids(&held).len(), 3, "{held}");
+    let of_pool: Vec<Value> = held["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter(|m| m["node_pool_id"] == pool.as_str())
+        .cloned()
+        .collect();
+    assert_eq!(ids(&json!({ "items": of_pool })), ids(&listed), "the pool's machines are the pool's listing");
     let first = ids(&held)[0].clone();
     let one = lab.app.get(format!("{}/machines/{first}", lab.cluster_path(&cluster))).token(&lab.tenant_token);
     assert_eq!(one.send().await.expect(200).json(), held["items"][0]);
@@ -381,21 +409,22 @@ async fn a_slurm_cluster_goes_ready_scales_and_is_deleted_back_to_clean_machines
     let up = lab.scale(&cluster, &pool, 3).await;
     lab.ready(&cluster).await;
     assert_eq!(lab.operation(&up["operation"]).await["state"], "succeeded");
-    assert_eq!(lab.scalar("select count(*) from machines where state = 'active'").await, 3);
+    assert_eq!(lab.scalar("select count(*) from machines where state = 'active'").await, 4);
     let down = lab.scale(&cluster, &pool, 1).await;
     let after = lab.ready(&cluster).await;
     assert_eq!(lab.operation(&down["operation"]).await["state"], "succeeded");
-    assert_eq!(after["node_pools"][0]["count"], 1);
+    let gpu = after["node_pools"].as_array().expect("pools").iter().find(|p| p["name"] == "gpu").cloned();
+    assert_eq!(gpu.expect("the gpu pool")["count"], 1);
     eventually(WAIT, || async {
         (lab.scalar("select count(*) from machines where state = 'available'").await == 3).then_some(())
     })
     .await;
-    // Released machines went back through a wipe: six cleans now (four first ones, two after release).
-    assert_eq!(lab.scalar("select count(*) from machine_cleans").await, 6);
+    // Released machines went back through a wipe: seven cleans now (five first ones, two after release).
+    assert_eq!(lab.scalar("select count(*) from machine_cleans").await, 7);
     // A released machine is no longer the tenant's to read.
     let kept = lab.app.get(format!("{}/machines", lab.cluster_path(&cluster))).token(&lab.tenant_token);
     let kept = ids(&kept.send().await.expect(200).json());
-    assert_eq!(kept.len(), 1);
+    assert_eq!(kept.len(), 2, "one compute machine and the system pool's");
     for gone in ids(&held).iter().filter(|m| !kept.contains(m)) {
         let path = format!("{}/machines/{gone}", lab.cluster_path(&cluster));
         assert_eq!(lab.app.get(path).token(&lab.tenant_token).send().await.status.as_u16(), 404);
@@ -429,11 +458,11 @@ async fn a_slurm_cluster_goes_ready_scales_and_is_deleted_back_to_clean_machines
     lab.gone(&cluster).await;
     assert_eq!(lab.operation(&deleted["operation"]).await["state"], "succeeded");
     eventually(WAIT, || async {
-        (lab.scalar("select count(*) from machines where state = 'available'").await == 4).then_some(())
+        (lab.scalar("select count(*) from machines where state = 'available'").await == 5).then_some(())
     })
     .await;
     assert_eq!(lab.scalar("select count(*) from machine_allocations where released_at is null").await, 0);
-    assert_eq!(lab.scalar("select count(*) from machine_cleans").await, 7);
+    assert_eq!(lab.scalar("select count(*) from machine_cleans").await, 9);
     assert!(lab.world.nodes(ClusterId(cluster.parse().expect("cluster id"))).await.expect("nodes").is_empty());
     let events = lab
         .app
@@ -544,7 +573,7 @@ async fn a_head_that_cannot_be_met_holds_the_line_only_until_its_timeout_and_not
     let x = id(&lab.create_as(&a, slurm("x", pool(3))).await["cluster"]);
     lab.ready_as(&a, &x, WAIT).await;
     // B's head wants three of the four; one is free: it waits at the head of the line.
-    let head = id(&lab.create_as(&b, slurm("head", pool(3))).await["cluster"]);
+    let head = id(&lab.create_as(&b, slurm("head", gpu_and_system(2))).await["cluster"]);
     lab.waiting_as(&b, &head).await;
     // A's small request fits the free machine but came later: behind the head until its timeout,
     // then served, woken when the timeout ends (a capacity wait is a minute).
@@ -585,9 +614,9 @@ async fn a_head_that_cannot_be_met_holds_the_line_only_until_its_timeout_and_not
     // retried, not why, and its machine stays its own until the node is gone.
     let head_id = ClusterId(head.parse().expect("cluster id"));
     lab.world.set_cluster_fault(head_id, ClusterFault::TenantUnreachable, true).await.expect("fault");
-    let head_pool = id(&lab.cluster_as(&b, &head).await["node_pools"][0]);
+    let head_pool = pool_named(&lab.cluster_as(&b, &head).await, "gpu");
     let path = format!("{}/node-pools/{head_pool}", cluster_path(&b, &head));
-    lab.app.patch(path).token(&b.token).json(&json!({ "count": 2 })).send().await.expect(202);
+    lab.app.patch(path).token(&b.token).json(&json!({ "count": 1 })).send().await.expect(202);
     eventually(WAIT, || async {
         let c = lab.cluster_as(&b, &head).await;
         (condition(&c, "Ready")["reason"] == "tenant_unreachable").then_some(())
@@ -1066,22 +1095,22 @@ async fn a_crash_after_every_side_effect_repeats_it_and_converges_to_the_same_en
     })
     .await;
     machine_class(&lab.app, "gpu", 8).await;
-    lab.available("gpu", &["n1", "n2", "n3"]).await;
-    let created = lab.create(slurm("hpc", json!([{ "name": "gpu", "machine_class": "gpu", "count": 2 }]))).await;
+    lab.available("gpu", &["n1", "n2", "n3", "n4"]).await;
+    let created = lab.create(slurm("hpc", gpu_and_system(2))).await;
     let cluster = id(&created["cluster"]);
-    let pool = id(&created["cluster"]["node_pools"][0]);
+    let pool = pool_named(&created["cluster"], "gpu");
     lab.ready_or_tell(&cluster, &crashes).await;
     lab.scale(&cluster, &pool, 1).await;
     lab.ready_or_tell(&cluster, &crashes).await;
     lab.delete(&cluster).await;
     lab.gone(&cluster).await;
     eventually(WAIT, || async {
-        (lab.scalar("select count(*) from machines where state = 'available'").await == 3).then_some(())
+        (lab.scalar("select count(*) from machines where state = 'available'").await == 4).then_some(())
     })
     .await;
     // The same end as without crashes: every machine wiped once per tenancy, nothing held.
-    assert_eq!(lab.scalar("select count(*) from machine_allocations").await, 2);
-    assert_eq!(lab.scalar("select count(*) from machine_cleans").await, 5);
+    assert_eq!(lab.scalar("select count(*) from machine_allocations").await, 3);
+    assert_eq!(lab.scalar("select count(*) from machine_cleans").await, 7);
     assert_eq!(lab.scalar("select count(*) from machine_allocations where released_at is null").await, 0);
     assert_eq!(lab.scalar("select count(*) from jobs where state = 'failed'").await, 0);
     // Every kind of side effect crashed at least once.
@@ -1221,12 +1250,12 @@ async fn watermark_past(app: &TestApp, after: DateTime<Utc>) -> DateTime<Utc> {
 async fn conservation_per_machine_the_categories_add_up_to_the_wall_clock_seconds() {
     let lab = Lab::new().await;
     machine_class(&lab.app, "gpu", 8).await;
-    let machines = lab.available("gpu", &["n1", "n2", "n3"]).await;
-    // Two tenancies of varying length: up to 2, up to 3, down to 1, deleted; then a round of
-    // maintenance, which leaves through cleaning.
-    let created = lab.create(slurm("hpc", json!([{ "name": "gpu", "machine_class": "gpu", "count": 2 }]))).await;
+    let machines = lab.available("gpu", &["n1", "n2", "n3", "n4"]).await;
+    // Tenancies of varying length: a compute pool up to 2, up to 3, down to 1, deleted, beside a
+    // system pool of one; then a round of maintenance, which leaves through cleaning.
+    let created = lab.create(slurm("hpc", gpu_and_system(2))).await;
     let cluster = id(&created["cluster"]);
-    let pool = id(&created["cluster"]["node_pools"][0]);
+    let pool = pool_named(&created["cluster"], "gpu");
     lab.ready(&cluster).await;
     watermark_past(&lab.app, Utc::now() + chrono::Duration::seconds(2)).await;
     lab.scale(&cluster, &pool, 3).await;
@@ -1302,5 +1331,5 @@ async fn conservation_per_machine_the_categories_add_up_to_the_wall_clock_second
             sums.billable
         );
     }
-    assert_eq!(tenancies, 3, "up to three machines, one tenancy each");
+    assert_eq!(tenancies, 4, "up to three compute machines and the system pool's, one tenancy each");
 }

@@ -200,7 +200,7 @@ async fn a_cluster_update_lists_the_reconcilers_steps_and_ends_with_each_succeed
     machine_class(&lab.app, "gpu", 8).await;
     lab.available("gpu", &["u1", "u2"]).await;
     let body = json!({ "name": "hpc", "kind": "slurm", "isolation": "private-nodes",
-                       "node_pools": [{ "name": "gpu", "machine_class": "gpu", "count": 2 }] });
+                       "node_pools": [{ "name": "gpu", "machine_class": "gpu", "count": 2, "role": "system" }] });
     let path = format!("/v1/tenants/{}/clusters", lab.tenant);
     let created = lab.app.post(path).token(&lab.tenant_token).json(&body).send().await.expect(202).json();
     let plan = ["namespace", "control_plane", "machines", "nodes", "stack", "slurm"];
@@ -223,7 +223,7 @@ async fn a_create_a_scale_and_a_delete_each_show_their_own_steps_in_the_order_th
     machine_class(&lab.app, "gpu", 8).await;
     lab.available("gpu", &["s1", "s2", "s3"]).await;
     let body = json!({ "name": "hpc", "kind": "slurm", "isolation": "private-nodes",
-                       "node_pools": [{ "name": "gpu", "machine_class": "gpu", "count": 2 }] });
+                       "node_pools": [{ "name": "gpu", "machine_class": "gpu", "count": 2, "role": "system" }] });
     let path = format!("/v1/tenants/{}/clusters", lab.tenant);
     let created = lab.app.post(path).token(&lab.tenant_token).json(&body).send().await.expect(202).json();
     let cluster = id(&created["cluster"]);

@@ -159,7 +159,8 @@ async fn other_cluster_and_pool_shapes_are_the_apis_view_too() {
     let slurm = json!({
         "name": "s2", "kind": "slurm", "isolation": "private-nodes",
         "slurm": { "partitions": [{ "name": "all", "node_pools": ["cpu"], "default": true, "max_time": "1-00:00:00" }] },
-        "node_pools": [{ "name": "cpu", "machine_class": "cpu", "count": 1 }]
+        "node_pools": [{ "name": "cpu", "machine_class": "cpu", "count": 1 },
+            { "name": "sys", "machine_class": "cpu", "count": 1, "role": "system" }]
     });
     for (body, count) in [(kube, 0), (slurm, 2)] {
         let made =

@@ -141,7 +141,7 @@ pub(crate) async fn tenant_with_cluster(app: &TestApp, name: &str) -> (String, S
     let bearer = token(&["tenant:admin"], Some(tenant_id.parse().expect("uuid")));
     let body = json!({
         "name": "c1", "kind": "slurm", "isolation": "private-nodes",
-        "node_pools": [{ "name": "cpu", "machine_class": "cpu", "count": 1 }]
+        "node_pools": [{ "name": "cpu", "machine_class": "cpu", "count": 1, "role": "system" }]
     });
     let made = app
         .post(format!("/v1/tenants/{tenant_id}/clusters"))

@@ -173,7 +173,7 @@ test("the provider sees the fleet, a machine's ledger, a cluster's operation and
     method: "POST",
     body: JSON.stringify({
       name: "console-test", kind: "slurm", isolation: "private-nodes",
-      node_pools: [{ name: "gpu", machine_class: "gpu-h100x8", count: 1 }],
+      node_pools: [{ name: "gpu", machine_class: "gpu-h100x8", count: 1, role: "system" }],
     }),
   });
   assert.equal(created.status, 202, JSON.stringify(created.body));

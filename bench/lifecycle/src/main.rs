@@ -539,7 +539,7 @@ async fn poll_cluster(
 
 fn pool_body(name: &str, count: u32) -> Value {
     json!({"name": name, "kind": "slurm", "isolation": "private-nodes",
-           "node_pools": [{"name": "compute", "machine_class": "bench", "count": count}]})
+           "node_pools": [{"name": "compute", "machine_class": "bench", "count": count, "role": "system"}]})
 }
 
 fn ready(status: u16, v: &Value) -> anyhow::Result<bool> {

@@ -22,7 +22,7 @@ function overview(c) {
       : empty("No conditions reported yet."),
     h("h2", {}, "Node pools"),
     c.node_pools.length
-      ? table("Node pools", [["Name", (p) => p.name], ["Class", (p) => p.machine_class], ["Count", (p) => String(p.count)]], c.node_pools)
+      ? table("Node pools", [["Name", (p) => p.name], ["Class", (p) => p.machine_class], ["Role", (p) => p.role], ["Count", (p) => String(p.count)]], c.node_pools)
       : empty("No node pools."),
   ];
 }

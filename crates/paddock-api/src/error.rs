@@ -72,7 +72,7 @@ fn kind(e: &ApiError) -> Kind {
             Error::NotFound { .. } => k(StatusCode::NOT_FOUND, problem::NOT_FOUND),
             Error::Forbidden(_) => k(StatusCode::FORBIDDEN, problem::FORBIDDEN),
             Error::BadRequest { .. } => k(StatusCode::BAD_REQUEST, problem::BAD_REQUEST),
-            Error::Invalid(_) => k(StatusCode::UNPROCESSABLE_ENTITY, problem::VALIDATION),
+            Error::Invalid(_) | Error::Rule { .. } => k(StatusCode::UNPROCESSABLE_ENTITY, problem::VALIDATION),
             Error::UnsupportedMediaType(_) => k(StatusCode::UNSUPPORTED_MEDIA_TYPE, problem::UNSUPPORTED_MEDIA_TYPE),
             Error::PayloadTooLarge { .. } => k(StatusCode::PAYLOAD_TOO_LARGE, problem::PAYLOAD_TOO_LARGE),
             Error::Conflict { .. } => k(StatusCode::CONFLICT, problem::CONFLICT),
@@ -126,6 +126,9 @@ impl IntoResponse for ApiError {
         };
         let errors: Vec<FieldError> = match &self {
             ApiError::Domain(Error::Invalid(errors)) => errors.clone(),
+            ApiError::Domain(Error::Rule { field, message, .. }) => {
+                vec![FieldError { field: field.clone(), message: message.clone() }]
+            }
             _ => Vec::new(),
         };
         let problem = Problem {

@@ -9,7 +9,8 @@ use std::sync::LazyLock;
 use chrono::{DateTime, Utc};
 use paddock_types::cluster::{
     ClusterCreate, ClusterKind, ClusterStatus, ClusterView, Condition, ConditionStatus, Isolation, NodePoolCreate,
-    NodePoolStatus, NodePoolSummary, NodePoolView, Partition, SlurmSpec, Taint, DEFAULT_KUBERNETES_VERSION,
+    NodePoolRole, NodePoolStatus, NodePoolSummary, NodePoolView, Partition, SlurmSpec, Taint,
+    DEFAULT_KUBERNETES_VERSION,
 };
 use paddock_types::tenant::Quotas;
 use paddock_types::{ClusterId, Labels, MachineClassId, NodePoolId, TenantId};
@@ -91,11 +92,21 @@ pub struct NodePoolSpec {
     /// Node taints.
     #[serde(default)]
     pub taints: Vec<Taint>,
+    /// What the pool is for (fixed at creation).
+    #[serde(default)]
+    pub role: NodePoolRole,
 }
 
 impl From<NodePoolCreate> for NodePoolSpec {
     fn from(p: NodePoolCreate) -> Self {
-        Self { name: p.name, machine_class: p.machine_class, count: p.count, labels: p.labels, taints: p.taints }
+        Self {
+            name: p.name,
+            machine_class: p.machine_class,
+            count: p.count,
+            labels: p.labels,
+            taints: p.taints,
+            role: p.role,
+        }
     }
 }
 
@@ -122,13 +133,9 @@ pub fn validate_cluster(spec: &ClusterSpec, pools: &[NodePoolSpec], stack_versio
     match (spec.kind, &spec.slurm) {
         (ClusterKind::Kubernetes, Some(_)) => c.fail("slurm", "only `slurm` clusters have Slurm settings"),
         (ClusterKind::Slurm, Some(slurm)) => {
-            validate_slurm(&mut c, slurm, &names, stack_version);
-            // Slurm's own control pods run on the tenant's nodes.
-            c.check(
-                pools.iter().map(|p| u64::from(p.count)).sum::<u64>() >= 1,
-                "node_pools",
-                "a slurm cluster needs at least one node in total",
-            );
+            let system: HashSet<&str> =
+                pools.iter().filter(|p| p.role == NodePoolRole::System).map(|p| p.name.as_str()).collect();
+            validate_slurm(&mut c, slurm, &names, &system, stack_version);
         }
         // A merge patch's `"slurm": null` would remove them.
         (ClusterKind::Slurm, None) => {
@@ -139,7 +146,13 @@ pub fn validate_cluster(spec: &ClusterSpec, pools: &[NodePoolSpec], stack_versio
     c.finish()
 }
 
-fn validate_slurm(c: &mut Checks, slurm: &SlurmSpec, pools: &HashSet<&str>, stack_version: &str) {
+fn validate_slurm(
+    c: &mut Checks,
+    slurm: &SlurmSpec,
+    pools: &HashSet<&str>,
+    system: &HashSet<&str>,
+    stack_version: &str,
+) {
     if !SLURM_VERSION.is_match(&slurm.version) {
         c.fail("slurm.version", "must be a Slurm release such as 25.11");
     } else {
@@ -167,6 +180,11 @@ fn validate_slurm(c: &mut Checks, slurm: &SlurmSpec, pools: &HashSet<&str>, stac
                 &format!("{field}.node_pools"),
                 format!("no node pool is named {pool:?}"),
             );
+            c.check(
+                !system.contains(pool.as_str()),
+                &format!("{field}.node_pools"),
+                format!("{pool:?} is the system pool: it carries Slurm's control pods, never compute jobs"),
+            );
         }
         if let Some(t) = &p.max_time {
             c.check(
@@ -190,6 +208,49 @@ fn validate_slurm(c: &mut Checks, slurm: &SlurmSpec, pools: &HashSet<&str>, stac
             "must be an OpenSSH public key line",
         );
     }
+}
+
+/// The pool roles of a new cluster (docs/api.md, node pool roles): a `slurm` cluster has exactly
+/// one `system` pool, of at least one node; a `kubernetes` cluster has none. 422 with a stable
+/// code naming the rule otherwise.
+pub fn check_system_pool(kind: ClusterKind, pools: &[NodePoolSpec]) -> Result<(), Error> {
+    let system: Vec<(usize, &NodePoolSpec)> =
+        pools.iter().enumerate().filter(|(_, p)| p.role == NodePoolRole::System).collect();
+    match (kind, system.as_slice()) {
+        (ClusterKind::Kubernetes, []) => Ok(()),
+        (ClusterKind::Kubernetes, [(i, _), ..]) => Err(system_pool_unsupported(&format!("node_pools[{i}].role"))),
+        (ClusterKind::Slurm, []) => Err(Error::rule(
+            "system_pool_required",
+            "node_pools",
+            "a slurm cluster needs exactly one node pool with role `system`: it carries Slurm's controller, \
+             REST API, accounting, MariaDB and login pods and their volumes",
+        )),
+        (ClusterKind::Slurm, [(i, pool)]) if pool.count == 0 => {
+            Err(system_pool_empty(&format!("node_pools[{i}].count")))
+        }
+        (ClusterKind::Slurm, [_]) => Ok(()),
+        (ClusterKind::Slurm, [_, (i, _), ..]) => Err(system_pool_duplicate(&format!("node_pools[{i}].role"))),
+    }
+}
+
+/// 422 `system_pool_unsupported`: a `kubernetes` cluster has no system pool.
+pub fn system_pool_unsupported(field: &str) -> Error {
+    Error::rule(
+        "system_pool_unsupported",
+        field,
+        "only a slurm cluster has a system pool: a kubernetes cluster's control plane is hosted, and every pool \
+         is a compute pool",
+    )
+}
+
+/// 422 `system_pool_duplicate`: a `slurm` cluster has exactly one system pool.
+pub fn system_pool_duplicate(field: &str) -> Error {
+    Error::rule("system_pool_duplicate", field, "a slurm cluster has exactly one system pool")
+}
+
+/// 422 `system_pool_empty`: the system pool carries Slurm's control pods, so it has a node.
+pub fn system_pool_empty(field: &str) -> Error {
+    Error::rule("system_pool_empty", field, "the system pool carries Slurm's control pods and needs at least one node")
 }
 
 /// Orders Kubernetes versions (`v1.35` < `v1.35.1` < `v1.36.0`) and base stack versions (`2026.9.0` <
@@ -418,6 +479,7 @@ impl NodePool {
             count: self.spec.count,
             labels: self.spec.labels.clone(),
             taints: self.spec.taints.clone(),
+            role: self.spec.role,
             status: self.status.clone(),
             generation: self.generation,
             etag: etag(self.generation),
@@ -431,7 +493,9 @@ impl Cluster {
     /// The API view, with its live pools and resolved partitions.
     pub fn view(&self, pools: &[NodePool]) -> ClusterView {
         let live: Vec<&NodePool> = pools.iter().filter(|p| !p.deleting).collect();
-        let names: Vec<&str> = live.iter().map(|p| p.spec.name.as_str()).collect();
+        // The system pool carries no NodeSet, so no partition.
+        let names: Vec<&str> =
+            live.iter().filter(|p| p.spec.role == NodePoolRole::Compute).map(|p| p.spec.name.as_str()).collect();
         let slurm =
             self.spec.slurm.as_ref().map(|s| SlurmSpec { partitions: resolved_partitions(s, &names), ..s.clone() });
         ClusterView {
@@ -450,6 +514,7 @@ impl Cluster {
                     name: p.spec.name.clone(),
                     machine_class: p.spec.machine_class.clone(),
                     count: p.spec.count,
+                    role: p.spec.role,
                 })
                 .collect(),
             status: self.status.clone(),
@@ -467,7 +532,18 @@ mod tests {
     use paddock_types::cluster::{LoginSpec, TaintEffect};
 
     fn pool(name: &str, count: u32) -> NodePoolSpec {
-        NodePoolSpec { name: name.into(), machine_class: "gpu".into(), count, labels: Labels::new(), taints: vec![] }
+        NodePoolSpec {
+            name: name.into(),
+            machine_class: "gpu".into(),
+            count,
+            labels: Labels::new(),
+            taints: vec![],
+            role: NodePoolRole::Compute,
+        }
+    }
+
+    fn system(name: &str, count: u32) -> NodePoolSpec {
+        NodePoolSpec { role: NodePoolRole::System, ..pool(name, count) }
     }
 
     fn slurm_spec(slurm: SlurmSpec) -> ClusterSpec {
@@ -520,9 +596,18 @@ mod tests {
     }
 
     #[test]
-    fn slurm_clusters_need_a_node() {
-        assert!(validate_cluster(&slurm_spec(SlurmSpec::default()), &[pool("a", 0)], LATEST).is_err());
-        assert!(validate_cluster(&slurm_spec(SlurmSpec::default()), &[pool("a", 1)], LATEST).is_ok());
+    fn slurm_clusters_have_one_system_pool_with_a_node() {
+        let code = |kind, pools: &[NodePoolSpec]| check_system_pool(kind, pools).err().map(|e| e.code());
+        assert_eq!(code(ClusterKind::Slurm, &[system("s", 1), pool("a", 0)]), None);
+        assert_eq!(code(ClusterKind::Slurm, &[pool("a", 1)]), Some("system_pool_required"));
+        assert_eq!(code(ClusterKind::Slurm, &[system("s", 0), pool("a", 4)]), Some("system_pool_empty"));
+        assert_eq!(code(ClusterKind::Slurm, &[system("s", 1), system("t", 1)]), Some("system_pool_duplicate"));
+        assert_eq!(code(ClusterKind::Kubernetes, &[pool("a", 1)]), None);
+        assert_eq!(code(ClusterKind::Kubernetes, &[system("s", 1)]), Some("system_pool_unsupported"));
+        // The system pool gets no NodeSet, so no partition may name it.
+        let partition = Partition { name: "p".into(), node_pools: vec!["s".into()], default: true, max_time: None };
+        let named = SlurmSpec { partitions: vec![partition], ..SlurmSpec::default() };
+        assert!(validate_cluster(&slurm_spec(named), &[system("s", 1), pool("a", 1)], LATEST).is_err());
         let without = ClusterSpec { slurm: None, ..slurm_spec(SlurmSpec::default()) };
         assert!(validate_cluster(&without, &[pool("a", 1)], LATEST).is_err(), "a slurm cluster without Slurm settings");
     }

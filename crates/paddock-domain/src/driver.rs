@@ -14,7 +14,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use paddock_types::cluster::{SlurmSpec, SshHostKey, Taint};
+use paddock_types::cluster::{NodePoolRole, SlurmSpec, SshHostKey, Taint};
 use paddock_types::{ClusterId, Labels, MachineId, NodePoolId, TenantId};
 
 pub use crate::bmc::BoxFuture;
@@ -402,8 +402,10 @@ pub struct SlurmPool {
     pub node_names: Vec<String>,
     /// GPUs per node (the machine class's): the NodeSet's GRES.
     pub gpus_per_node: u32,
-    /// The pool's taints: the NodeSet's pods tolerate them.
+    /// The pool's taints: the NodeSet's pods (the control pods, for the system pool) tolerate them.
     pub taints: Vec<Taint>,
+    /// `compute`: one NodeSet; `system`: no NodeSet, the control pods and their volumes.
+    pub role: NodePoolRole,
 }
 
 /// The secrets of one cluster's Slurm, generated once by paddock, stored sealed in its database

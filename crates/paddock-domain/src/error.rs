@@ -37,6 +37,17 @@ pub enum Error {
     /// One or more fields are invalid.
     #[error("the request has invalid fields")]
     Invalid(Vec<FieldError>),
+    /// A value that breaks a rule of the resource with a code of its own (422, the field named in
+    /// `errors`), such as a Slurm cluster's system pool.
+    #[error("{message}")]
+    Rule {
+        /// Stable code.
+        code: &'static str,
+        /// The field.
+        field: String,
+        /// Readable message.
+        message: String,
+    },
     /// A conflict with the current state (a taken name, an object in use, a wrong state).
     #[error("{message}")]
     Conflict {
@@ -88,6 +99,11 @@ impl Error {
         Self::Conflict { code, message: message.into() }
     }
 
+    /// A broken rule of a field with its own stable code (422).
+    pub fn rule(code: &'static str, field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::Rule { code, field: field.into(), message: message.into() }
+    }
+
     /// A single invalid field.
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
         Self::Invalid(vec![FieldError { field: field.into(), message: message.into() }])
@@ -116,6 +132,7 @@ impl Error {
             Self::Forbidden(_) => "forbidden",
             Self::BadRequest { code, .. }
             | Self::Conflict { code, .. }
+            | Self::Rule { code, .. }
             | Self::Gone { code, .. }
             | Self::TooManyRequests { code, .. } => code,
             Self::Invalid(_) => "validation_failed",

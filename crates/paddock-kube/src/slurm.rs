@@ -18,7 +18,14 @@
 //! | `Controller` | [`CONTROLLER`] | slurmctld, persistence on the storage class, partitions |
 //! | `RestApi` | [`RESTAPI`] | slurmrestd |
 //! | `LoginSet` | [`LOGINSET`] | login pods, root's SSH keys from the spec |
-//! | `NodeSet` | the pool's name | slurmd pods pinned to the pool's nodes |
+//! | `NodeSet` | the pool's name | slurmd pods pinned to the pool's nodes (compute pools only) |
+//!
+//! The control pods (MariaDB, and the pods of the Accounting, Controller, RestApi and LoginSet,
+//! through each CR's `template.spec`) are pinned to the nodes of the cluster's `system` pool
+//! ([`objects::placement`]: the node label `paddock.dev/node-pool`, the pool's taints
+//! tolerated), so the local-path volumes of MariaDB and slurmctld are made on, and stay on,
+//! machines paddock releases only with the cluster. The system pool gets no NodeSet: the
+//! NodeSets, partitions and GRES below are those of the compute pools.
 //!
 //! The three key Secrets hold [`SlurmSecrets`] exactly (their values are base64 already, as the
 //! Secret `data` field wants them: the files hold the random bytes), so re-applying them changes
@@ -86,7 +93,7 @@ use paddock_domain::driver::{
     BoxFuture, DriverError, Removal, SlurmDesired, SlurmDriver, SlurmPool, SlurmStatus, TenantAccess,
 };
 use paddock_domain::stack::{self, SlurmImages, SlurmRelease, StackDefinition};
-use paddock_types::cluster::SlurmSpec;
+use paddock_types::cluster::{NodePoolRole, SlurmSpec};
 use paddock_types::ClusterId;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -395,10 +402,10 @@ impl SlinkyDriver {
         let client = self.client(tenant).await?;
         let mut changed = Vec::new();
         self.ensure_namespace(&mut changed, &client, cluster).await?;
+        let compute = compute_pools(desired);
         let mariadb = self.apply_objects(&mut changed, &client, cluster, images, desired).await?;
-        let nodesets =
-            self.apply_nodesets(&mut changed, &client, cluster, images, &desired.spec, &desired.pools).await?;
-        self.prune_nodesets(&client, cluster, &desired.pools).await?;
+        let nodesets = self.apply_nodesets(&mut changed, &client, cluster, images, &desired.spec, &compute).await?;
+        self.prune_nodesets(&client, cluster, &compute).await?;
         let mut waiting = self.waiting(&client, &mariadb, &nodesets).await?;
         if waiting.is_empty() {
             match self.probe.ping(tenant).await {
@@ -428,24 +435,25 @@ impl SlinkyDriver {
     ) -> Result<StatefulSet, KubeError> {
         let ns = self.settings.namespace.as_str();
         let storage_class = &self.settings.storage_class;
+        let (pools, system) = (compute_pools(desired), system_pool(desired));
         let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
         for (name, body) in secret_bodies(ns, cluster, &desired.secrets) {
             apply(changed, &secrets, "Secret", ns, name, &body).await?;
         }
-        if has_gpus(&desired.pools) {
+        if has_gpus(&pools) {
             let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
             apply(changed, &config_maps, "ConfigMap", ns, CONFIG_FILES, &config_files(ns, cluster)).await?;
         }
         let services: Api<Service> = Api::namespaced(client.clone(), ns);
         apply(changed, &services, "Service", ns, MARIADB, &mariadb_service(ns, cluster)).await?;
         let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
-        let mariadb = mariadb_statefulset(ns, cluster, storage_class, images.mariadb());
+        let mariadb = mariadb_statefulset(ns, cluster, storage_class, images.mariadb(), system);
         let mariadb = apply(changed, &statefulsets, "StatefulSet", ns, MARIADB, &mariadb).await?;
         let objects = [
-            ("Accounting", ACCOUNTING, accounting(ns, cluster, images)),
-            ("Controller", CONTROLLER, controller(ns, cluster, images, storage_class, &desired.spec, &desired.pools)),
-            ("RestApi", RESTAPI, restapi(ns, cluster, images)),
-            ("LoginSet", LOGINSET, loginset(ns, cluster, images, &desired.spec)),
+            ("Accounting", ACCOUNTING, accounting(ns, cluster, images, system)),
+            ("Controller", CONTROLLER, controller(ns, cluster, images, storage_class, &desired.spec, &pools, system)),
+            ("RestApi", RESTAPI, restapi(ns, cluster, images, system)),
+            ("LoginSet", LOGINSET, loginset(ns, cluster, images, &desired.spec, system)),
         ];
         for (kind, name, body) in &objects {
             apply(changed, &self.dynamic(client, kind), kind, ns, name, body).await?;
@@ -645,6 +653,16 @@ impl SlinkyDriver {
             Ok(Removal::Gone)
         }
     }
+}
+
+/// The compute pools of a cluster: one NodeSet each, in the desired order.
+fn compute_pools(desired: &SlurmDesired) -> Vec<SlurmPool> {
+    desired.pools.iter().filter(|p| p.role == NodePoolRole::Compute).cloned().collect()
+}
+
+/// The cluster's system pool, the control pods' place.
+fn system_pool(desired: &SlurmDesired) -> Option<&SlurmPool> {
+    desired.pools.iter().find(|p| p.role == NodePoolRole::System)
 }
 
 /// The Slurm node name of a NodeSet pod, None for other pods.

@@ -14,7 +14,9 @@ use paddock_domain::precondition::IfMatch;
 use paddock_domain::{Error, Permission, Result, Scope};
 use paddock_store::node_pool::MachinesOf;
 use paddock_store::{cluster as store, cluster_event, machine_class, node_pool, tenant, Conn, Tx};
-use paddock_types::cluster::{ClusterCreate, ClusterEventView, NodePoolCreate, PoolMachineView};
+use paddock_types::cluster::{
+    ClusterCreate, ClusterEventView, ClusterKind, NodePoolCreate, NodePoolRole, PoolMachineView,
+};
 use paddock_types::operation::OperationView;
 use paddock_types::tenant::TenantState;
 use paddock_types::{ClusterId, MachineClassId, MachineId, NodePoolId, TenantId};
@@ -105,6 +107,8 @@ impl Services {
             for (i, pool) in pools.iter().enumerate() {
                 classes.push(class_of(&mut tx, &format!("node_pools[{i}].machine_class"), &pool.machine_class).await?);
             }
+            // The system pool's rules after every value passed (docs/api.md).
+            rules::check_system_pool(spec.kind, &pools)?;
 
             let id = ClusterId::new();
             audit.target(id.uuid(), Some(tenant_id));
@@ -262,7 +266,7 @@ impl Services {
         self.audited(ctx, "node_pool.create", "node_pool", async |audit| {
             audit.target_tenant(tenant_id);
             let (mut tx, tenant) = self.begin_tenant_write(ctx, tenant_id, "cluster").await?;
-            cluster_for_change(&mut tx, tenant_id, cluster_id).await?;
+            let cluster = cluster_for_change(&mut tx, tenant_id, cluster_id).await?;
             let spec = NodePoolSpec::from(body.decode::<NodePoolCreate>()?);
             // 409s before 422s (docs/api.md): quotas and the fleet first, an unknown class
             // adding no GPUs; then the values.
@@ -277,6 +281,13 @@ impl Services {
             }
             rules::validate_pool(&spec)?;
             let (class, _) = class_of(&mut tx, "machine_class", &spec.machine_class).await?;
+            if spec.role == NodePoolRole::System {
+                // A slurm cluster has its system pool from its creation on, until it is deleted.
+                return Err(match cluster.spec.kind {
+                    ClusterKind::Kubernetes => rules::system_pool_unsupported("role"),
+                    ClusterKind::Slurm => rules::system_pool_duplicate("role"),
+                });
+            }
             let id = NodePoolId::new();
             audit.target(id.uuid(), Some(tenant_id));
             node_pool::insert(&mut tx, tenant_id, cluster_id, id, class, &spec).await?;
@@ -329,7 +340,7 @@ impl Services {
             let current = pool_for_change(&mut tx, tenant_id, cluster_id, id).await?;
             if_match.check(current.generation)?;
             let patch = body.value()?;
-            let spec: NodePoolSpec = body.apply_patch(&current.spec, &patch, &["name", "machine_class"])?;
+            let spec: NodePoolSpec = body.apply_patch(&current.spec, &patch, &["name", "machine_class", "role"])?;
             let mut demand = store::demand(&mut tx, tenant_id, Some(id)).await?;
             demand.nodes += u64::from(spec.count);
             demand.gpus += u64::from(spec.count) * u64::from(current.gpu_count);
@@ -342,7 +353,7 @@ impl Services {
             }
             // The values after the 409s (docs/api.md).
             rules::validate_pool(&spec)?;
-            self.check_slurm_keeps_a_node(&mut tx, &cluster, id, spec.count).await?;
+            check_system_pool_kept(&cluster, &current, Some(spec.count))?;
             let changed = spec != current.spec;
             if changed {
                 node_pool::update_spec(&mut tx, tenant_id, id, &spec).await?;
@@ -385,7 +396,7 @@ impl Services {
             let cluster = cluster_for_change(&mut tx, tenant_id, cluster_id).await?;
             let current = pool_for_change(&mut tx, tenant_id, cluster_id, id).await?;
             if_match.check(current.generation)?;
-            self.check_slurm_keeps_a_node(&mut tx, &cluster, id, 0).await?;
+            check_system_pool_kept(&cluster, &current, None)?;
             node_pool::request_deletion(&mut tx, tenant_id, id).await?;
             store::touch(&mut tx, tenant_id, cluster_id).await?;
             let message = format!("node pool {} is being deleted", current.spec.name);
@@ -458,29 +469,32 @@ impl Services {
         let found = node_pool::machines(&mut conn, tenant_id, cluster_id, of, None, 1).await?;
         found.into_iter().next().ok_or(Error::NotFound { kind: "machine" })
     }
+}
 
-    /// A slurm cluster needs at least one node in total: 422 when a change of `pool` to `count`
-    /// would leave none.
-    async fn check_slurm_keeps_a_node(
-        &self,
-        conn: &mut Conn,
-        cluster: &Cluster,
-        pool: NodePoolId,
-        count: u32,
-    ) -> Result<()> {
-        if cluster.spec.kind != paddock_types::cluster::ClusterKind::Slurm {
-            return Ok(());
-        }
-        let others: u64 = node_pool::of_cluster(conn, cluster.tenant_id, cluster.id)
-            .await?
-            .iter()
-            .filter(|p| !p.deleting && p.id != pool)
-            .map(|p| u64::from(p.spec.count))
-            .sum();
-        if others + u64::from(count) == 0 {
-            return Err(Error::invalid("count", "a slurm cluster needs at least one node in total"));
-        }
-        Ok(())
+/// A slurm cluster's system pool keeps its machines while the cluster lives (slurmctld's state,
+/// the accounting database and their volumes are on them): 422 `system_pool_shrink` when a patch
+/// would lower its count (`Some`), `system_pool_undeletable` when it would be deleted (`None`).
+/// Every machine of it goes back only with the cluster.
+fn check_system_pool_kept(cluster: &Cluster, pool: &NodePool, count: Option<u32>) -> Result<()> {
+    if cluster.spec.kind != ClusterKind::Slurm || pool.spec.role != NodePoolRole::System {
+        return Ok(());
+    }
+    match count {
+        Some(count) if count >= pool.spec.count => Ok(()),
+        Some(_) => Err(Error::rule(
+            "system_pool_shrink",
+            "count",
+            format!(
+                "the system pool carries Slurm's controller state and accounting database: it is never scaled \
+                 down, its {} machines go back only when the cluster is deleted",
+                pool.spec.count
+            ),
+        )),
+        None => Err(Error::rule(
+            "system_pool_undeletable",
+            "node_pool",
+            "the system pool carries Slurm's controller state and accounting database: it goes only with its cluster",
+        )),
     }
 }
 

@@ -704,7 +704,10 @@ impl SlurmDriver for SimKube {
                 desired
                     .pools
                     .iter()
-                    .map(|p| serde_json::json!({"name": p.name, "count": p.count, "node_names": p.node_names}))
+                    .map(|p| {
+                        // The system pool holds the control pods, the others a NodeSet each.
+                        serde_json::json!({"name": p.name, "role": p.role, "count": p.count, "node_names": p.node_names})
+                    })
                     .collect(),
             );
             let mut changed = Vec::new();

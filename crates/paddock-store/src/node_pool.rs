@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use paddock_domain::cluster::{NodePool, NodePoolSpec};
-use paddock_types::cluster::{NodePoolStatus, PoolMachineView, Taint};
+use paddock_types::cluster::{NodePoolRole, NodePoolStatus, PoolMachineView, Taint};
 use paddock_types::health::HealthStatus;
 use paddock_types::machine::MachineState;
 use paddock_types::{ClusterId, Labels, MachineClassId, MachineId, NodePoolId, TenantId};
@@ -24,6 +24,7 @@ struct PoolRow {
     count: i32,
     labels: Json<Labels>,
     taints: Json<Vec<Taint>>,
+    role: String,
     generation: i64,
     observed_generation: i64,
     ready: i32,
@@ -36,7 +37,7 @@ struct PoolRow {
 
 const POOL_SELECT: &str =
     "select p.id, p.tenant_id, p.cluster_id, p.name, p.machine_class_id, mc.name as machine_class, \
-     mc.gpu_count, p.count, p.labels, p.taints, p.generation, p.observed_generation, p.ready, p.allocated, p.conditions, p.created_at, \
+     mc.gpu_count, p.count, p.labels, p.taints, p.role, p.generation, p.observed_generation, p.ready, p.allocated, p.conditions, p.created_at, \
      p.updated_at, p.deletion_requested_at from node_pools p join machine_classes mc on mc.id = p.machine_class_id";
 
 fn unsigned(v: i32) -> u32 {
@@ -58,6 +59,8 @@ impl TryFrom<PoolRow> for NodePool {
                 count: unsigned(r.count),
                 labels: r.labels.0,
                 taints: r.taints.0,
+                role: NodePoolRole::parse(&r.role)
+                    .ok_or_else(|| StoreError::Corrupt(format!("node pool {} has the role {:?}", r.id, r.role)))?,
             },
             gpu_count: unsigned(r.gpu_count),
             status: NodePoolStatus {
@@ -84,8 +87,8 @@ pub async fn insert(
     spec: &NodePoolSpec,
 ) -> Result<(), StoreError> {
     sqlx::query(
-        "insert into node_pools (id, tenant_id, cluster_id, name, machine_class_id, count, labels, taints) \
-         values ($1, $2, $3, $4, $5, $6, $7, $8)",
+        "insert into node_pools (id, tenant_id, cluster_id, name, machine_class_id, count, labels, taints, role) \
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     )
     .bind(id.uuid())
     .bind(tenant.uuid())
@@ -95,6 +98,7 @@ pub async fn insert(
     .bind(i32::try_from(spec.count).unwrap_or(i32::MAX))
     .bind(Json(&spec.labels))
     .bind(Json(&spec.taints))
+    .bind(spec.role.as_str())
     .execute(conn)
     .await?;
     Ok(())

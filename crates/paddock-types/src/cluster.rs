@@ -94,6 +94,37 @@ pub enum TaintEffect {
     NoExecute,
 }
 
+/// What a node pool is for. In a `slurm` cluster exactly one pool is the `system` pool: it
+/// carries Slurm's control pods (slurmctld, slurmrestd, slurmdbd, MariaDB, the login pods) and
+/// their volumes, gets no NodeSet (no compute jobs), is never scaled down or deleted while the
+/// cluster lives, and has at least one node. Every other pool is a `compute` pool: one NodeSet
+/// each. A `kubernetes` cluster has only `compute` pools (its control plane is hosted; paddock
+/// puts no state of its own on the tenant's nodes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NodePoolRole {
+    /// Runs the tenant's work (a Slurm NodeSet in a `slurm` cluster).
+    #[default]
+    Compute,
+    /// Carries Slurm's control pods and their volumes (`slurm` clusters only).
+    System,
+}
+
+impl NodePoolRole {
+    /// The stored and wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Compute => "compute",
+            Self::System => "system",
+        }
+    }
+
+    /// Parses the stored spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Compute, Self::System].into_iter().find(|r| r.as_str() == s)
+    }
+}
+
 /// A Kubernetes taint put on every node of a pool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -131,6 +162,10 @@ pub struct NodePoolCreate {
     #[serde(default)]
     #[schema(max_items = 32)]
     pub taints: Vec<Taint>,
+    /// `system` for the one pool of a `slurm` cluster that carries Slurm's control pods (see
+    /// `NodePoolRole`); fixed at creation.
+    #[serde(default)]
+    pub role: NodePoolRole,
 }
 
 /// Body of `PATCH .../node-pools/{pool_id}` (JSON merge patch): `count`, `labels`, `taints`.
@@ -351,6 +386,8 @@ pub struct NodePoolSummary {
     pub machine_class: String,
     /// Desired machines.
     pub count: u32,
+    /// What the pool is for.
+    pub role: NodePoolRole,
 }
 
 /// A cluster as the API shows it.
@@ -418,6 +455,8 @@ pub struct NodePoolView {
     pub labels: Labels,
     /// Node taints.
     pub taints: Vec<Taint>,
+    /// What the pool is for.
+    pub role: NodePoolRole,
     /// Observed state.
     pub status: NodePoolStatus,
     /// Bumped by every spec change.

@@ -238,7 +238,8 @@ fn print_welcome(settings: &Settings, tenant: uuid::Uuid, secret_file: Option<&P
     });
     let cluster = json!({
         "name": "hpc", "kind": "slurm", "isolation": "private-nodes",
-        "node_pools": [{"name": "gpu", "machine_class": "gpu-h100x8", "count": 2}]
+        "node_pools": [{"name": "gpu", "machine_class": "gpu-h100x8", "count": 2},
+                       {"name": "system", "machine_class": "cpu-standard", "count": 1, "role": "system"}]
     });
     let simulated = settings.kube_driver == KubeDriver::Simulated && settings.bmc_driver == BmcDriver::Simulated;
     let note = if simulated {

@@ -469,7 +469,11 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
             "name": name,
             "kind": kind,
             "isolation": "private-nodes",
-            "node_pools": pools.iter().map(|p| json!({"name": p.name, "machine_class": CLASSES[p.class].0, "count": p.count})).collect::<Vec<_>>(),
+            // A Slurm cluster's first pool is its system pool (never scaled down below).
+            "node_pools": pools.iter().enumerate().map(|(i, p)| {
+                let role = if kind == "slurm" && i == 0 { "system" } else { "compute" };
+                json!({"name": p.name, "machine_class": CLASSES[p.class].0, "count": p.count, "role": role})
+            }).collect::<Vec<_>>(),
         });
         let answer = api.expect(reqwest::Method::POST, &format!("/v1/tenants/{tenant}/clusters"), body, 202).await;
         let id = answer["cluster"]["id"].as_str().expect("cluster id").to_owned();
@@ -496,7 +500,9 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
             let class = clusters[idx].pools[p].class;
             let old = clusters[idx].pools[p].count;
             let new = rng.random_range(1..=3);
-            if new != old && (new < old || demand(&clusters, class) + new - old <= cap(class)) {
+            let system = clusters[idx].kind == "slurm" && p == 0;
+            if new != old && !(system && new < old) && (new < old || demand(&clusters, class) + new - old <= cap(class))
+            {
                 let path = format!("{}/node-pools/{}", clusters[idx].path(), clusters[idx].pools[p].id);
                 api.expect(reqwest::Method::PATCH, &path, json!({"count": new}), 202).await;
                 clusters[idx].pools[p].count = new;

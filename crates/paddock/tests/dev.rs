@@ -42,7 +42,8 @@ async fn paddock_dev_serves_demo_data_and_stops_its_postgres_on_ctrl_c() {
     let clusters = format!("{base}/v1/tenants/{tenant}/clusters");
     let body = serde_json::json!({
         "name": "hpc", "kind": "slurm", "isolation": "private-nodes",
-        "node_pools": [{"name": "gpu", "machine_class": "gpu-h100x8", "count": 2}]
+        "node_pools": [{"name": "gpu", "machine_class": "gpu-h100x8", "count": 2},
+                       {"name": "system", "machine_class": "cpu-standard", "count": 1, "role": "system"}]
     });
     let created = client.post(&clusters).bearer_auth(&token).json(&body).send().await.expect("create");
     assert_eq!(created.status().as_u16(), 202);

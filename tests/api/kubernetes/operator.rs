@@ -28,6 +28,7 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client, ResourceExt};
+use paddock_kube::nodes::LABEL_NODE_POOL;
 use paddock_kube::slurm;
 use paddock_kube::stack::LABEL_STACK_COMPONENT;
 use serde_json::{json, Value};
@@ -336,13 +337,25 @@ async fn assert_operator_workloads(client: &Client) {
         let made = statefulsets.get(name).await.unwrap_or_else(|e| panic!("the operator's StatefulSet {name}: {e}"));
         let owners: Vec<String> = made.owner_references().iter().map(|o| o.kind.clone()).collect();
         assert!(owners.iter().any(|k| k == "Controller" || k == "Accounting"), "{name} owned by {owners:?}");
+        assert_on_system_pool(name, made.spec.and_then(|s| s.template.spec));
     }
     let deployments = Api::<Deployment>::namespaced(client.clone(), slurm::NAMESPACE);
     for name in [slurm::RESTAPI_SERVICE, slurm::LOGINSET] {
         let made = deployments.get(name).await.unwrap_or_else(|e| panic!("the operator's Deployment {name}: {e}"));
         let owners: Vec<String> = made.owner_references().iter().map(|o| o.kind.clone()).collect();
         assert!(owners.iter().any(|k| k == "RestApi" || k == "LoginSet"), "{name} owned by {owners:?}");
+        assert_on_system_pool(name, made.spec.and_then(|s| s.template.spec));
     }
+    let nodesets: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), slurm::NAMESPACE, &slurm::api_resource("NodeSet"));
+    assert!(nodesets.get_opt("sys").await.expect("get").is_none(), "the system pool got a NodeSet");
+}
+
+/// A control workload's pods select the Nodes of the system pool `sys` (where their volumes live).
+fn assert_on_system_pool(name: &str, pod: Option<k8s_openapi::api::core::v1::PodSpec>) {
+    let selector = pod.and_then(|p| p.node_selector).unwrap_or_default();
+    let want = std::collections::BTreeMap::from([(LABEL_NODE_POOL.to_owned(), "sys".to_owned())]);
+    assert_eq!(selector, want, "{name}'s pods select the system pool's Nodes");
 }
 
 /// The operator acts inside its tenant's API server only: its token (of its chart's
@@ -439,7 +452,7 @@ async fn a_slurm_cluster_goes_ready_scales_and_is_deleted_with_the_real_operator
         .iter()
         .map(ResourceExt::name_any)
         .collect();
-    assert_eq!(nodes.len(), 2, "one Node per machine left: {nodes:?}");
+    assert_eq!(nodes.len(), 3, "one Node per machine left (the system pool's too): {nodes:?}");
     assert_eq!(restd.denied(), 0, "every request to slurmrestd carried a token of paddock's JWT key");
 
     // Deleting: Slurm (the operator's workloads with it) and the Nodes go before the control
@@ -451,7 +464,7 @@ async fn a_slurm_cluster_goes_ready_scales_and_is_deleted_with_the_real_operator
     let real = lab.play.real.as_ref().expect("the real operator");
     assert!(real.running.lock().expect("lock").get(&c).is_none(), "the operator outlived its control plane");
     paddock_testkit::eventually(lab.wait, || async {
-        (lab.scalar("select count(*) from machines where state = 'available'").await == 3).then_some(())
+        (lab.scalar("select count(*) from machines where state = 'available'").await == 4).then_some(())
     })
     .await;
     eprintln!("deleted after {:?}", started.elapsed());

@@ -131,18 +131,24 @@ fn conflicts(operation_id: &str) -> &'static [(u16, &'static [&'static str])] {
         "machine_health_report_create" => &[(409, &["machine_retired"])],
         "machine_maintenance_enter" => &[(409, &["already_in_maintenance", "duplicate_system", "machine_retired"])],
         "machine_maintenance_leave" => &[(409, &["not_in_maintenance", "duplicate_system", "machine_retired"])],
-        "cluster_create" => &[(409, &[SUSPENDED, "cluster_name_taken", "quota_exceeded", "insufficient_capacity"])],
+        "cluster_create" => &[
+            (409, &[SUSPENDED, "cluster_name_taken", "quota_exceeded", "insufficient_capacity"]),
+            (422, &["system_pool_required", "system_pool_duplicate", "system_pool_empty", "system_pool_unsupported"]),
+        ],
         "cluster_update" => &[(409, &[SUSPENDED, "cluster_deleting", "quota_exceeded", "insufficient_capacity"])],
         "cluster_delete" => &[(409, &[SUSPENDED, "cluster_deleting"])],
-        "node_pool_create" => &[(
-            409,
-            &[SUSPENDED, "cluster_deleting", "node_pool_name_taken", "quota_exceeded", "insufficient_capacity"],
-        )],
-        "node_pool_update" => {
-            &[(409, &[SUSPENDED, "cluster_deleting", "node_pool_deleting", "quota_exceeded", "insufficient_capacity"])]
+        "node_pool_create" => &[
+            (409, &[SUSPENDED, "cluster_deleting", "node_pool_name_taken", "quota_exceeded", "insufficient_capacity"]),
+            (422, &["system_pool_duplicate", "system_pool_unsupported"]),
+        ],
+        "node_pool_update" => &[
+            (409, &[SUSPENDED, "cluster_deleting", "node_pool_deleting", "quota_exceeded", "insufficient_capacity"]),
+            (422, &["system_pool_shrink"]),
+        ],
+        // A Slurm cluster's system pool goes only with its cluster: deleting it is 422.
+        "node_pool_delete" => {
+            &[(409, &[SUSPENDED, "cluster_deleting", "node_pool_deleting"]), (422, &["system_pool_undeletable"])]
         }
-        // A Slurm cluster keeps at least one node: removing its last is 422.
-        "node_pool_delete" => &[(409, &[SUSPENDED, "cluster_deleting", "node_pool_deleting"]), (422, &[INVALID])],
         "cluster_kubeconfig" => {
             &[(409, &[SUSPENDED, "driver_not_configured", "cluster_not_ready", "cluster_unreachable"])]
         }

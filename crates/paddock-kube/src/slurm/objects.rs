@@ -80,7 +80,13 @@ pub fn mariadb_service(ns: &str, cluster: ClusterId) -> Value {
 
 /// MariaDB's StatefulSet: one replica, one volume of `storage_class`, the database and user of
 /// the accounting, the password from [`SECRET_DB`].
-pub fn mariadb_statefulset(ns: &str, cluster: ClusterId, storage_class: &str, image: &str) -> Value {
+pub fn mariadb_statefulset(
+    ns: &str,
+    cluster: ClusterId,
+    storage_class: &str,
+    image: &str,
+    system: Option<&SlurmPool>,
+) -> Value {
     let password = json!({ "secretKeyRef": secret_key_ref(SECRET_DB, SECRET_DB_KEY) });
     let mut pod_labels = labels(cluster);
     pod_labels.insert("app.kubernetes.io/name".to_owned(), MARIADB.to_owned());
@@ -95,6 +101,8 @@ pub fn mariadb_statefulset(ns: &str, cluster: ClusterId, storage_class: &str, im
             "template": {
                 "metadata": { "labels": pod_labels },
                 "spec": {
+                    "nodeSelector": placement(system)["nodeSelector"],
+                    "tolerations": placement(system)["tolerations"],
                     "automountServiceAccountToken": false,
                     "containers": [{
                         "name": "mariadb",
@@ -126,6 +134,24 @@ pub fn mariadb_statefulset(ns: &str, cluster: ClusterId, storage_class: &str, im
     })
 }
 
+/// Where the control pods go: the nodes of the cluster's system pool (its node label, its taints
+/// tolerated), so that the volumes local-path makes for them live there too; nowhere in
+/// particular when there is no system pool.
+pub fn placement(system: Option<&SlurmPool>) -> Value {
+    match system {
+        Some(pool) => json!({
+            "nodeSelector": { LABEL_NODE_POOL: pool.name },
+            "tolerations": tolerations(&pool.taints),
+        }),
+        None => json!({ "nodeSelector": {}, "tolerations": [] }),
+    }
+}
+
+/// A Slinky control CR's pod template, pinned to the system pool ([`placement`]).
+fn pinned_template(system: Option<&SlurmPool>) -> Value {
+    json!({ "spec": placement(system) })
+}
+
 fn cr(kind: &str, name: &str, ns: &str, cluster: ClusterId, spec: Value) -> Value {
     json!({
         "apiVersion": format!("{GROUP}/{VERSION}"),
@@ -136,7 +162,7 @@ fn cr(kind: &str, name: &str, ns: &str, cluster: ClusterId, spec: Value) -> Valu
 }
 
 /// The `Accounting`.
-pub fn accounting(ns: &str, cluster: ClusterId, images: Images<'_>) -> Value {
+pub fn accounting(ns: &str, cluster: ClusterId, images: Images<'_>, system: Option<&SlurmPool>) -> Value {
     cr(
         "Accounting",
         ACCOUNTING,
@@ -146,6 +172,7 @@ pub fn accounting(ns: &str, cluster: ClusterId, images: Images<'_>) -> Value {
             "slurmKeyRef": secret_key_ref(SECRET_SLURM_KEY, SECRET_SLURM_KEY_KEY),
             "jwtHs256KeyRef": secret_key_ref(SECRET_JWT, SECRET_JWT_KEY),
             "slurmdbd": { "image": images.of("slurmdbd") },
+            "template": pinned_template(system),
             "storageConfig": {
                 "host": MARIADB,
                 "port": 3306,
@@ -185,7 +212,8 @@ pub fn controller_extra_conf(spec: &SlurmSpec, pools: &[SlurmPool]) -> String {
     lines.join("\n")
 }
 
-/// The `Controller`.
+/// The `Controller`: `pools` are the compute pools (partitions, GRES), `system` the pool its pod
+/// and volume are pinned to.
 pub fn controller(
     ns: &str,
     cluster: ClusterId,
@@ -193,9 +221,11 @@ pub fn controller(
     storage_class: &str,
     spec: &SlurmSpec,
     pools: &[SlurmPool],
+    system: Option<&SlurmPool>,
 ) -> Value {
     let mut body = json!({
         "clusterName": cluster_name(cluster),
+        "template": pinned_template(system),
         "slurmKeyRef": secret_key_ref(SECRET_SLURM_KEY, SECRET_SLURM_KEY_KEY),
         "jwtHs256KeyRef": secret_key_ref(SECRET_JWT, SECRET_JWT_KEY),
         "accountingRef": { "name": ACCOUNTING },
@@ -222,7 +252,7 @@ pub fn controller(
 }
 
 /// The `RestApi`.
-pub fn restapi(ns: &str, cluster: ClusterId, images: Images<'_>) -> Value {
+pub fn restapi(ns: &str, cluster: ClusterId, images: Images<'_>, system: Option<&SlurmPool>) -> Value {
     cr(
         "RestApi",
         RESTAPI,
@@ -232,13 +262,21 @@ pub fn restapi(ns: &str, cluster: ClusterId, images: Images<'_>) -> Value {
             "controllerRef": { "name": CONTROLLER },
             "replicas": 1,
             "slurmrestd": { "image": images.of("slurmrestd") },
+            "template": pinned_template(system),
         }),
     )
 }
 
 /// The `LoginSet`: replicas and root's authorized keys from the spec.
-pub fn loginset(ns: &str, cluster: ClusterId, images: Images<'_>, spec: &SlurmSpec) -> Value {
+pub fn loginset(
+    ns: &str,
+    cluster: ClusterId,
+    images: Images<'_>,
+    spec: &SlurmSpec,
+    system: Option<&SlurmPool>,
+) -> Value {
     let mut body = json!({
+        "template": pinned_template(system),
         "controllerRef": { "name": CONTROLLER },
         "replicas": spec.login.replicas,
         "login": { "image": images.of("login") },
@@ -414,6 +452,7 @@ mod tests {
             node_names: Vec::new(),
             gpus_per_node: gpus,
             taints: Vec::new(),
+            role: paddock_types::cluster::NodePoolRole::Compute,
         }
     }
 
@@ -512,13 +551,38 @@ mod tests {
         let catalog = SlurmCatalog::embedded();
         let r = catalog.images("2026.12.0", "25.11").expect("supported");
         let spec = SlurmSpec::default();
-        let controller = controller("slurm", ClusterId::new(), r, "local-path", &spec, &[pool("cpu", 1, 0)]);
+        let controller = controller("slurm", ClusterId::new(), r, "local-path", &spec, &[pool("cpu", 1, 0)], None);
         assert_eq!(controller["spec"]["logfile"]["image"], "ghcr.io/slinkyproject/slurmctld:25.11-ubuntu24.04");
         assert_eq!(controller["spec"]["reconfigure"]["image"], "ghcr.io/slinkyproject/slurmctld:25.11-ubuntu24.04");
-        let login = loginset("slurm", ClusterId::new(), r, &spec);
+        let login = loginset("slurm", ClusterId::new(), r, &spec, None);
         assert_eq!(login["spec"]["initconf"]["image"], "ghcr.io/slinkyproject/login:25.11-ubuntu24.04");
         let nodeset = nodeset("slurm", ClusterId::new(), r, &pool("cpu", 1, 0), true, true);
         assert_eq!(nodeset["spec"]["logfile"]["image"], "ghcr.io/slinkyproject/slurmd:25.11-ubuntu24.04");
+    }
+
+    #[test]
+    fn the_control_pods_are_pinned_to_the_system_pool() {
+        let catalog = SlurmCatalog::embedded();
+        let r = catalog.images("2026.12.0", "25.11").expect("supported");
+        let mut system = pool("sys", 1, 0);
+        system.role = paddock_types::cluster::NodePoolRole::System;
+        system.taints = vec![Taint { key: "ctl".to_owned(), value: String::new(), effect: TaintEffect::NoSchedule }];
+        let (id, spec, s) = (ClusterId::new(), SlurmSpec::default(), Some(&system));
+        let want = json!({
+            "nodeSelector": { LABEL_NODE_POOL: "sys" },
+            "tolerations": [{ "key": "ctl", "operator": "Exists", "effect": "NoSchedule" }],
+        });
+        for body in [
+            accounting("slurm", id, r, s),
+            controller("slurm", id, r, "local-path", &spec, &[], s),
+            restapi("slurm", id, r, s),
+            loginset("slurm", id, r, &spec, s),
+        ] {
+            assert_eq!(body["spec"]["template"]["spec"], want, "{}", body["kind"]);
+        }
+        let mariadb = mariadb_statefulset("slurm", id, "local-path", "mariadb:11.4", s);
+        let pod = &mariadb["spec"]["template"]["spec"];
+        assert_eq!((&pod["nodeSelector"], &pod["tolerations"]), (&want["nodeSelector"], &want["tolerations"]));
     }
 
     #[test]

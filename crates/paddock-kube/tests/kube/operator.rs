@@ -41,10 +41,11 @@ use kube::{Api, Client};
 use paddock_domain::driver::{NodeRef, SlurmDesired, SlurmPool, SlurmSecrets, TenantAccess};
 use paddock_domain::secret::SecretString;
 use paddock_kube::nodes::KubeTenantNodes;
+use paddock_kube::nodes::LABEL_NODE_POOL;
 use paddock_kube::slurm::{self, SlinkySettings, SECRET_JWT, SECRET_JWT_KEY, SECRET_SLURM_KEY};
 use paddock_kube::SlinkyDriver;
 use paddock_testkit::skip;
-use paddock_types::cluster::{LoginSpec, SlurmSpec, Taint, TaintEffect};
+use paddock_types::cluster::{LoginSpec, NodePoolRole, SlurmSpec, Taint, TaintEffect};
 use paddock_types::MachineId;
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
@@ -318,7 +319,12 @@ async fn the_real_operator_reconciles_what_the_slurm_driver_writes() {
     let secrets = secrets();
     let gpu_taint =
         Taint { key: "example.com/gpu".to_owned(), value: "true".to_owned(), effect: TaintEffect::NoSchedule };
-    let mut pools = vec![pool("cpu", 2, 0, Vec::new()), pool("gpu", 1, 4, vec![gpu_taint])];
+    // The system pool (tainted, so its tolerations are proved too) carries the control pods.
+    let control_taint =
+        Taint { key: "example.com/control".to_owned(), value: String::new(), effect: TaintEffect::NoSchedule };
+    let mut system = pool("sys", 1, 0, vec![control_taint]);
+    system.role = NodePoolRole::System;
+    let mut pools = vec![pool("cpu", 2, 0, Vec::new()), pool("gpu", 1, 4, vec![gpu_taint]), system];
 
     let played = Played::start(&admin, &secrets, inputs.probe_ip).await;
     let (restd, loopback) = (played.restd.clone(), played.loopback);
@@ -356,9 +362,11 @@ async fn the_real_operator_reconciles_what_the_slurm_driver_writes() {
         .await;
     eprintln!("Slurm ready on the real operator: REST API {:?}, login {:?}", status.rest_api, status.login_ssh);
 
-    assert_placement(&admin, &ns, &pools, &nodes).await;
+    let compute: Vec<SlurmPool> = pools.iter().filter(|p| p.role == NodePoolRole::Compute).cloned().collect();
+    assert_placement(&admin, &ns, &compute, &nodes).await;
+    assert_control_pods_on_the_system_pool(&admin, &ns, "sys", &nodes["sys"]).await;
     assert_workloads(&admin, &ns, &want, &tenant).await;
-    assert_slurm_nodes(&mut alive, &restd, &admin, &ns, &pools).await;
+    assert_slurm_nodes(&mut alive, &restd, &admin, &ns, &compute).await;
 
     drop(alive);
     support::delete(&server).await;
@@ -387,6 +395,45 @@ async fn assert_placement(client: &Client, ns: &str, pools: &[SlurmPool], nodes:
             );
         }
     }
+}
+
+/// The system pool has no NodeSet; the operator's control workloads and MariaDB select its nodes
+/// (and tolerate its taint), and the scheduler put every control pod on one of them.
+async fn assert_control_pods_on_the_system_pool(client: &Client, ns: &str, system: &str, on: &BTreeSet<String>) {
+    let nodesets: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &slurm::api_resource("NodeSet"));
+    assert!(nodesets.get_opt(system).await.expect("get the NodeSet").is_none(), "the system pool got a NodeSet");
+    let selector = json!({ LABEL_NODE_POOL: system });
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let mut templates = Vec::new();
+    for name in [slurm::MARIADB, slurm::CONTROLLER_WORKLOAD, slurm::ACCOUNTING_WORKLOAD] {
+        let set = statefulsets.get(name).await.expect("get the StatefulSet");
+        templates.push((name, serde_json::to_value(set.spec.expect("spec").template).expect("json")));
+    }
+    for name in [slurm::RESTAPI_SERVICE, slurm::LOGIN_SERVICE] {
+        let deployment = deployments.get(name).await.expect("get the Deployment");
+        templates.push((name, serde_json::to_value(deployment.spec.expect("spec").template).expect("json")));
+    }
+    for (name, template) in &templates {
+        assert_eq!(template["spec"]["nodeSelector"], selector, "{name}'s pods select the system pool's nodes");
+        let tolerations = template["spec"]["tolerations"].as_array().cloned().unwrap_or_default();
+        assert!(
+            tolerations.iter().any(|t| t["key"] == "example.com/control"),
+            "{name}'s pods tolerate the system pool's taint: {tolerations:?}"
+        );
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut control = 0;
+    for pod in pods.list(&ListParams::default()).await.expect("list the pods").items {
+        if pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "NodeSet") {
+            continue;
+        }
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+        let name = pod.metadata.name.unwrap_or_default();
+        assert!(on.contains(&node), "the control pod {name} runs on {node:?}, not on the system pool's {on:?}");
+        control += 1;
+    }
+    assert!(control >= templates.len(), "{control} control pods for {} workloads", templates.len());
 }
 
 /// The (Secret or ConfigMap, key) pairs a pod template's projected volumes take.

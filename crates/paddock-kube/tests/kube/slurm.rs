@@ -142,6 +142,7 @@ pub(crate) fn pool(name: &str, count: u32, gpus: u32, taints: Vec<Taint>) -> Slu
         node_names: Vec::new(),
         gpus_per_node: gpus,
         taints,
+        role: paddock_types::cluster::NodePoolRole::Compute,
     }
 }
 

@@ -37,6 +37,7 @@ fn slurm(pools: &[(&str, u32, &[&str])]) -> SlurmDesired {
                 node_names: nodes.iter().map(|n| (*n).to_owned()).collect(),
                 gpus_per_node: 0,
                 taints: Vec::new(),
+                role: Default::default(),
             })
             .collect(),
         secrets: SlurmSecrets {

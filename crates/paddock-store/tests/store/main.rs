@@ -6,5 +6,6 @@
 mod allocation;
 mod guarded;
 mod job;
+mod role_migration;
 mod support;
 mod tenancy_keys;

@@ -120,6 +120,7 @@ fn slurm_desired(
                 .collect(),
             gpus_per_node: p.gpu_count,
             taints: p.spec.taints.clone(),
+            role: p.spec.role,
         })
         .collect();
     SlurmDesired { spec: spec.clone(), stack_version: cluster.stack_version.clone(), pools, secrets }
