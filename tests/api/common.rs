@@ -204,3 +204,19 @@ pub fn run_worker(
     tokio::spawn(world.agent(client).run(stopped));
     (stop, metrics)
 }
+
+/// The API served on a fresh database through a new role granted what the runtime role gets
+/// (`paddock_grant_runtime`), not the owner: what the product may and may not do to its tables.
+pub async fn served_as_runtime_role() -> TestApp {
+    let owner = paddock_testkit::TestDb::new().await;
+    let role = format!("runtime_{}", uuid::Uuid::new_v4().simple());
+    sqlx::query(&format!("create role {role} login")).execute(&owner.pool).await.expect("create role");
+    paddock_store::Store::from_pool(owner.pool.clone()).grant_runtime(&role).await.expect("grant");
+    let options: sqlx::postgres::PgConnectOptions = owner.url.parse().expect("url");
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .connect_with(options.username(&role))
+        .await
+        .expect("connecting as the runtime role");
+    TestApp::served_on(paddock_testkit::TestDb { name: owner.name.clone(), url: owner.url.clone(), pool }).await
+}

@@ -2,7 +2,6 @@
 //! holding the machine reads those of its own tenancy (without who reported), bad reports are
 //! refused naming the field, and the table is append-only for the runtime role.
 
-use paddock_store::Store;
 use paddock_testkit::{admin, token, TestApp};
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -123,18 +122,7 @@ async fn the_tenant_holding_a_machine_reads_the_reports_of_its_tenancy_only() {
 
 #[tokio::test]
 async fn the_runtime_role_reads_and_appends_health_reports_and_nothing_more() {
-    let owner = paddock_testkit::TestDb::new().await;
-    let role = format!("runtime_{}", Uuid::new_v4().simple());
-    sqlx::query(&format!("create role {role} login")).execute(&owner.pool).await.expect("create role");
-    Store::from_pool(owner.pool.clone()).grant_runtime(&role).await.expect("grant");
-    let options: sqlx::postgres::PgConnectOptions = owner.url.parse().expect("url");
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(4)
-        .connect_with(options.username(&role))
-        .await
-        .expect("connecting as the runtime role");
-    let runtime = paddock_testkit::TestDb { name: owner.name.clone(), url: owner.url.clone(), pool };
-    let app = TestApp::served_on(runtime).await;
+    let app = crate::common::served_as_runtime_role().await;
     machine_class(&app, "gpu", 8).await;
     let body = json!({ "name": "m1", "machine_class": "gpu",
         "bmc": { "url": "https://bmc.example", "username": "u", "password": "p" } });

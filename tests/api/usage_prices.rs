@@ -5,7 +5,6 @@
 
 use base64::Engine;
 use paddock_service::usage::UsageSettings;
-use paddock_store::Store;
 use paddock_testkit::{admin, token, TestApp};
 use serde_json::json;
 use uuid::Uuid;
@@ -102,18 +101,7 @@ async fn the_price_history_is_append_only_and_every_change_keeps_its_own_row() {
 
 #[tokio::test]
 async fn the_runtime_role_reads_and_appends_the_price_history_and_nothing_more() {
-    let owner = paddock_testkit::TestDb::new().await;
-    let role = format!("runtime_{}", Uuid::new_v4().simple());
-    sqlx::query(&format!("create role {role} login")).execute(&owner.pool).await.expect("create role");
-    Store::from_pool(owner.pool.clone()).grant_runtime(&role).await.expect("grant");
-    let options: sqlx::postgres::PgConnectOptions = owner.url.parse().expect("url");
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(4)
-        .connect_with(options.username(&role))
-        .await
-        .expect("connecting as the runtime role");
-    let runtime = paddock_testkit::TestDb { name: owner.name.clone(), url: owner.url.clone(), pool };
-    let app = TestApp::served_on(runtime).await;
+    let app = crate::common::served_as_runtime_role().await;
     // Setting prices appends to the history as the runtime role.
     class_with_price(&app, "gpu-l4", json!({ "currency": "USD", "node_hour": "1" })).await;
     app.patch("/v1/machine-classes/gpu-l4")
