@@ -161,11 +161,18 @@ test("the provider sees the fleet, a machine's ledger, a cluster's operation and
   await assertLabelled(page);
   await shot(page, "fleet");
 
-  // A machine and its custody ledger.
+  // A machine, its health reports and its custody ledger.
   await page.getByRole("table", { name: "Machines", exact: true }).getByRole("link", { name: "node-101" }).click();
   await page.getByRole("heading", { name: "Machine node-101" }).waitFor();
   await page.locator("ol.timeline li.entry").first().waitFor();
   await page.getByText(/^Ledger verified/).waitFor();
+  await page.getByText("No health reports recorded.").waitFor();
+  const machine = page.url().split("#/machines/")[1];
+  const report = { status: "degraded", checks: [{ name: "fan.3", status: "degraded", detail: "2,100 rpm" }] };
+  const recorded = await api(`/v1/machines/${machine}/health-reports`, TOKEN, { method: "POST", body: JSON.stringify(report) });
+  assert.equal(recorded.status, 201, JSON.stringify(recorded.body));
+  await page.reload();
+  await page.getByRole("table", { name: "Health reports" }).getByText("fan.3: degraded (2,100 rpm)").waitFor();
   await shot(page, "machine");
 
   // A cluster created through the API, followed on its page until its operation succeeds.

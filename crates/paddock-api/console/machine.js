@@ -1,7 +1,7 @@
-// One machine: its state and inventory, and its custody ledger as a timeline, each wipe with its
-// evidence and its verification.
+// One machine: its state and inventory, its health reports, and its custody ledger as a timeline,
+// each wipe with its evidence and its verification.
 import { call } from "./api.js";
-import { dl, empty, fill, h, json, link, short, state, time } from "./ui.js";
+import { dl, empty, fill, h, json, link, paged, short, state, time } from "./ui.js";
 
 function facts(m) {
   return dl([
@@ -56,6 +56,17 @@ async function ledger(id) {
   return [status, h("ol", { class: "timeline", "aria-label": "Custody ledger" }, [...c.items].reverse().map(entry))];
 }
 
+// What operators and the BMC said about the machine's health, newest first.
+function healthReports(id) {
+  const checks = (r) => r.checks.map((c) => `${c.name}: ${c.status}${c.detail ? ` (${c.detail})` : ""}`).join("; ");
+  return paged("Health reports", [
+    ["Observed", (r) => time(r.observed_at)],
+    ["Status", (r) => state(r.status)],
+    ["Source", (r) => (r.reporter ? `${r.source} (${r.reporter})` : r.source)],
+    ["Checks", (r) => checks(r) || "—"],
+  ], (cursor) => call(`/v1/machines/${id}/health-reports`, { query: { limit: 20, cursor } }), "No health reports recorded.");
+}
+
 export function machinePage(a, id) {
   const head = h("div");
   const inv = h("div");
@@ -72,5 +83,6 @@ export function machinePage(a, id) {
   return h("section", { "data-title": "Machine" },
     h("p", {}, link("#/fleet", "← Fleet")), title, head,
     h("h2", {}, "Inventory"), inv,
+    h("h2", {}, "Health reports"), healthReports(id),
     h("h2", {}, "Custody ledger"), led);
 }
