@@ -9,8 +9,8 @@ create table machine_health_reports (
     status text not null check (status in ('healthy', 'degraded', 'failed')),
     -- [{name, status, detail}], validated by the API.
     checks jsonb not null check (jsonb_typeof(checks) = 'array'),
-    source text not null check (source in ('operator', 'bmc')),
-    -- The operator's token subject; `paddock` for what the worker read from the BMC.
+    source text not null check (source in ('operator', 'bmc', 'kubernetes')),
+    -- The operator's token subject; `paddock` for what the worker read (the BMC, the tenant's Nodes).
     reporter text not null,
     observed_at timestamptz not null,
     recorded_at timestamptz not null default now()

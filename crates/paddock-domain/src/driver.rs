@@ -248,6 +248,8 @@ pub struct RegisteredNode {
     pub system_uuid: String,
     /// Whether its `Ready` condition is `True`.
     pub ready: bool,
+    /// While it is not Ready: since when (its `Ready` condition's last transition), if known.
+    pub not_ready_since: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Where the drain of a machine's Node stands (docs/architecture.md, "Release").

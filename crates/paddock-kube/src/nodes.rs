@@ -201,6 +201,15 @@ pub(crate) fn is_ready(node: &Node) -> bool {
     conditions.into_iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
+/// When a Node that is not Ready left Ready (its `Ready` condition's last transition); `None` for
+/// a Ready Node or one that never reported the condition.
+fn not_ready_since(node: &Node) -> Option<k8s_openapi::chrono::DateTime<k8s_openapi::chrono::Utc>> {
+    let conditions = node.status.as_ref()?.conditions.as_ref()?;
+    let ready = conditions.iter().find(|c| c.type_ == "Ready")?;
+    (ready.status != "True").then_some(())?;
+    ready.last_transition_time.as_ref().map(|t| t.0)
+}
+
 fn system_uuid(node: &Node) -> Option<&str> {
     node.status.as_ref()?.node_info.as_ref().map(|i| i.system_uuid.as_str())
 }
@@ -520,6 +529,7 @@ impl KubeTenantNodes {
                 name: n.metadata.name.clone().unwrap_or_default(),
                 system_uuid: system_uuid(n).unwrap_or_default().trim().to_owned(),
                 ready: is_ready(n),
+                not_ready_since: not_ready_since(n),
             })
             .collect())
     }

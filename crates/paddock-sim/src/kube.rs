@@ -517,6 +517,8 @@ impl TenantNodes for SimKube {
                         name: row.try_get("node_name").map_err(unavailable)?,
                         system_uuid: row.try_get("system_uuid").map_err(unavailable)?,
                         ready: row.try_get("ready").map_err(unavailable)?,
+                        // The simulated Nodes do not record when they stopped being Ready.
+                        not_ready_since: None,
                     })
                 })
                 .collect()

@@ -1,7 +1,6 @@
 //! Machine health reports: appended, never changed (the table refuses updates and deletes).
 
 use chrono::{DateTime, Utc};
-use paddock_domain::bmc::BmcHealth;
 use paddock_types::health::{HealthCheck, HealthReportView, HealthSource, HealthStatus};
 use paddock_types::MachineId;
 use sqlx::types::Json;
@@ -123,23 +122,35 @@ pub async fn of_tenancy(
     rows.into_iter().map(|row| Ok(HealthReportView { reporter: None, ..row.view()? })).collect()
 }
 
-/// Records the BMC's rating of a machine when it differs from the last one recorded from the
-/// BMC (a machine is presumed healthy until its BMC says otherwise), against the machine's
-/// current tenancy; returns whether a report was written.
-pub async fn record_bmc(conn: &mut Conn, machine: MachineId, health: &BmcHealth) -> Result<bool, StoreError> {
-    let checks = [HealthCheck { name: "bmc.health".into(), status: health.status, detail: health.detail.clone() }];
+/// Records each machine's rating by `source` (one check each) where it differs from the last
+/// report of that source on the machine (a machine is presumed healthy until a source says
+/// otherwise), against the machine's current tenancy, in one statement; returns how many reports
+/// were written. The sources paddock reads itself (the BMC, the tenant's Kubernetes) use it, so a
+/// rating that holds is recorded once, not at every read.
+pub async fn record_changes(
+    conn: &mut Conn,
+    source: HealthSource,
+    ratings: &[(MachineId, HealthCheck)],
+) -> Result<u64, StoreError> {
+    let ids: Vec<Uuid> = ratings.iter().map(|_| Uuid::now_v7()).collect();
+    let machines: Vec<Uuid> = ratings.iter().map(|(m, _)| m.uuid()).collect();
+    let statuses: Vec<&str> = ratings.iter().map(|(_, c)| c.status.as_str()).collect();
+    let checks: Vec<serde_json::Value> = ratings.iter().map(|(_, c)| serde_json::json!([c])).collect();
     let written = sqlx::query(
         "insert into machine_health_reports \
            (id, machine_id, allocation_id, status, checks, source, reporter, observed_at, recorded_at) \
-         select $1, m.id, m.allocation_id, $3, $4, 'bmc', 'paddock', now(), now() from machines m \
-         where m.id = $2 and $3 <> coalesce((select r.status from machine_health_reports r \
-           where r.machine_id = m.id and r.source = 'bmc' order by r.id desc limit 1), 'healthy')",
+         select r.id, m.id, m.allocation_id, r.status, r.checks, $1, 'paddock', now(), now() \
+         from unnest($2::uuid[], $3::uuid[], $4::text[], $5::jsonb[]) as r(id, machine_id, status, checks) \
+         join machines m on m.id = r.machine_id \
+         where r.status <> coalesce((select x.status from machine_health_reports x \
+           where x.machine_id = m.id and x.source = $1 order by x.id desc limit 1), 'healthy')",
     )
-    .bind(Uuid::now_v7())
-    .bind(machine.uuid())
-    .bind(health.status.as_str())
-    .bind(Json(&checks[..]))
+    .bind(source.as_str())
+    .bind(&ids)
+    .bind(&machines)
+    .bind(&statuses)
+    .bind(&checks)
     .execute(conn)
     .await?;
-    Ok(written.rows_affected() == 1)
+    Ok(written.rows_affected())
 }

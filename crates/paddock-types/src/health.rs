@@ -49,6 +49,10 @@ pub enum HealthSource {
     /// The machine's BMC (Redfish `Status.HealthRollup`, else `Status.Health`), read by the
     /// power sync; recorded when its rating changes.
     Bmc,
+    /// The tenant's Kubernetes: the machine's Node not Ready for longer than
+    /// `PADDOCK_NODE_NOT_READY_GRACE` (failed), then Ready again (healthy). The tenant controls
+    /// its kubelet, so this alone is never provider-side evidence.
+    Kubernetes,
 }
 
 impl HealthSource {
@@ -57,6 +61,7 @@ impl HealthSource {
         match self {
             Self::Operator => "operator",
             Self::Bmc => "bmc",
+            Self::Kubernetes => "kubernetes",
         }
     }
 
@@ -65,6 +70,7 @@ impl HealthSource {
         match text {
             "operator" => Some(Self::Operator),
             "bmc" => Some(Self::Bmc),
+            "kubernetes" => Some(Self::Kubernetes),
             _ => None,
         }
     }

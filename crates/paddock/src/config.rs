@@ -248,6 +248,12 @@ pub struct Settings {
     #[arg(long, env = "PADDOCK_DRIFT_INTERVAL", default_value_t = 600, global = true)]
     pub drift_interval: u64,
 
+    /// Seconds an active machine's Node may stay not Ready in its tenant cluster before a `failed`
+    /// health report (source `kubernetes`) is recorded; the Node Ready again records a `healthy`
+    /// one. A ready cluster sees a Node go not Ready at its next drift check.
+    #[arg(long, env = "PADDOCK_NODE_NOT_READY_GRACE", default_value_t = 300, global = true)]
+    pub node_not_ready_grace: u64,
+
     /// Scales every latency of the simulated drivers (1 = their dev defaults, 0 = none); for
     /// demos, tests and benchmarks. Not part of the production configuration.
     #[arg(long, env = "PADDOCK_SIM_LATENCY_SCALE", default_value_t = 1.0, global = true, hide = true)]

@@ -514,6 +514,7 @@ fn lifecycle(settings: &Settings) -> reconcile::Settings {
         release_timeout: Duration::from_secs(settings.release_timeout),
         allocation_head_timeout: Duration::from_secs(settings.allocation_head_timeout),
         drift_interval: Duration::from_secs(settings.drift_interval),
+        node_not_ready_grace: Duration::from_secs(settings.node_not_ready_grace),
         // The simulated world answers at once; polling it often costs little.
         poll: if settings.kube_driver == KubeDriver::Simulated {
             Duration::from_secs(1).mul_f64(settings.sim_latency_scale.clamp(0.05, 5.0))

@@ -253,6 +253,10 @@ impl Settings {
                 "PADDOCK_DRIFT_INTERVAL must be 0 (never) or between 10 and 604800 seconds",
             ),
             (
+                within(self.node_not_ready_grace, 10..=86_400),
+                "PADDOCK_NODE_NOT_READY_GRACE must be between 10 and 86400 seconds",
+            ),
+            (
                 self.database_statement_timeout <= 3600,
                 "PADDOCK_DATABASE_STATEMENT_TIMEOUT must be at most 3600 seconds (0 = no limit)",
             ),

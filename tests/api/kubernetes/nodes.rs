@@ -1,6 +1,6 @@
 //! A Node of an active machine that goes NotReady: the cluster says so within a drift check and
-//! recovers by itself; the machine stays the tenant's (what follows a lasting loss is the health
-//! checks' to decide).
+//! recovers by itself; the machine stays the tenant's; past the grace it is a `failed` health
+//! report from the tenant's Kubernetes, and Ready again a `healthy` one.
 
 use std::time::Duration;
 
@@ -15,7 +15,9 @@ use crate::common::{id, machine_class};
 /// Sets the Node's `Ready` condition as a kubelet (or the node lifecycle controller) would.
 async fn set_ready(lab: &Lab, cluster: &str, node: &str, ready: bool) {
     let (status, reason) = if ready { ("True", "KubeletReady") } else { ("Unknown", "NodeStatusUnknown") };
-    let patch = json!({ "status": { "conditions": [{ "type": "Ready", "status": status, "reason": reason }] } });
+    let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let condition = json!({ "type": "Ready", "status": status, "reason": reason, "lastTransitionTime": at });
+    let patch = json!({ "status": { "conditions": [condition] } });
     Api::<Node>::all(lab.tenant_client(cluster))
         .patch_status(node, &PatchParams::default(), &Patch::Merge(&patch))
         .await
@@ -35,11 +37,24 @@ async fn in_phase(lab: &Lab, t: &Tenant, cluster: &str, phase: &str) -> Value {
     .await
 }
 
+/// Waits until the tenant's view of the machine shows `health`.
+async fn health_becomes(lab: &Lab, t: &Tenant, machine: &str, health: &str) {
+    eventually(WAIT, || async {
+        let view = lab.app.get(machine).token(&t.token).send().await.expect(200).json();
+        (view["health"] == health).then_some(())
+    })
+    .await
+}
+
 #[tokio::test]
 async fn a_node_that_goes_not_ready_while_active_degrades_its_cluster_and_keeps_its_machine() {
     // Drift checks every second or so: the loss is seen by the cluster's periodic check, not by a
     // run this test starts.
-    let Some(lab) = Lab::with(|s| s.drift_interval = Duration::from_secs(1)).await else { return };
+    let tuned = |s: &mut paddock_worker::reconcile::Settings| {
+        s.drift_interval = Duration::from_secs(1);
+        s.node_not_ready_grace = Duration::from_secs(2);
+    };
+    let Some(lab) = Lab::with(tuned).await else { return };
     machine_class(&lab.app, "cpu", 0).await;
     let machines = lab.enroll("cpu", &["nr1"]).await;
     let t = lab.tenant("acme").await;
@@ -67,11 +82,22 @@ async fn a_node_that_goes_not_ready_while_active_degrades_its_cluster_and_keeps_
     // The machine stays active and the tenant's: a NotReady Node hands nothing back by itself.
     let machine = lab.app.get(format!("/v1/machines/{}", machines[0])).token(&admin()).send().await.expect(200).json();
     assert_eq!((&machine["state"], &machine["cluster_id"]), (&json!("active"), &json!(c)), "{machine}");
+    // Past the grace: a failed report from the tenant's Kubernetes, which the tenant sees.
+    let held = format!("{}/machines/{}", Lab::path(&t, &c), machines[0]);
+    health_becomes(&lab, &t, &held, "failed").await;
+    let reports = lab.app.get(format!("{held}/health-reports")).token(&t.token).send().await.expect(200).json();
+    assert_eq!(reports["items"][0]["source"], "kubernetes", "{reports}");
+    assert!(reports["items"][0]["checks"][0]["detail"].as_str().is_some_and(|d| d.contains(&node)), "{reports}");
 
     set_ready(&lab, &c, &node, true).await;
     let recovered = in_phase(&lab, &t, &c, "ready").await;
     assert_eq!(condition(&recovered, "NodesReady")["status"], "True", "{recovered}");
     let pool_view = lab.app.get(&pool_path).token(&t.token).send().await.expect(200).json();
     assert_eq!(pool_view["status"]["ready"], 1, "{pool_view}");
+    health_becomes(&lab, &t, &held, "healthy").await;
+    let reports = lab.app.get(format!("{held}/health-reports")).token(&t.token).send().await.expect(200).json();
+    let statuses: Vec<&str> =
+        reports["items"].as_array().expect("items").iter().filter_map(|r| r["status"].as_str()).collect();
+    assert_eq!(statuses, ["healthy", "failed"], "each change once, newest first: {reports}");
     lab.finish().await;
 }

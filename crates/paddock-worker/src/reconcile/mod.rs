@@ -88,6 +88,9 @@ pub struct Settings {
     pub allocation_head_timeout: Duration,
     /// How often a ready cluster is checked for drift (`PADDOCK_DRIFT_INTERVAL`; zero: never).
     pub drift_interval: Duration,
+    /// How long an active machine's Node may be not Ready before that is a `failed` health
+    /// report (`PADDOCK_NODE_NOT_READY_GRACE`).
+    pub node_not_ready_grace: Duration,
 }
 
 impl Default for Settings {
@@ -106,6 +109,7 @@ impl Default for Settings {
             outage_wait: OUTAGE_WAIT,
             allocation_head_timeout: Duration::from_secs(600),
             drift_interval: Duration::from_secs(600),
+            node_not_ready_grace: Duration::from_secs(300),
         }
     }
 }

@@ -48,6 +48,7 @@ use paddock_domain::secret::SecretString;
 use paddock_service::Services;
 use paddock_store::power::{self, expected_power_on, FLEET_TARGET_TYPE, MACHINE_TARGET_TYPE};
 use paddock_store::{health, lifecycle, machine, StoreError};
+use paddock_types::health::{HealthCheck, HealthSource};
 use paddock_types::machine::{LastError, MachineState};
 use paddock_types::MachineId;
 use serde_json::json;
@@ -179,7 +180,8 @@ impl PowerSync {
         let result = async {
             let mut tx = self.services.store().begin().await?;
             if let Some(rated) = &health {
-                if health::record_bmc(&mut tx, id, rated).await? {
+                let check = HealthCheck { name: "bmc.health".into(), status: rated.status, detail: rated.detail.clone() };
+                if health::record_changes(&mut tx, HealthSource::Bmc, &[(id, check)]).await? > 0 {
                     info!(machine.id = %id, health.status = rated.status.as_str(),
                         "machine {id}: its BMC now rates it {} ({})", rated.status.as_str(), rated.detail);
                 }

@@ -202,6 +202,7 @@ impl TenantNodes for TenantStandIn {
                 name: name.clone(),
                 system_uuid: uuid.clone(),
                 ready: true,
+                not_ready_since: None,
             };
             Ok(nodes.iter().map(node).collect())
         })

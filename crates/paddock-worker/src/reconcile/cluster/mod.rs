@@ -22,6 +22,7 @@
 mod control_plane;
 mod delete;
 mod drift_check;
+mod health;
 mod machines;
 mod stack;
 mod status;
@@ -247,6 +248,9 @@ impl ClusterReconciler {
             _ => None,
         };
         let pool_status = nodes(pools, held, registered.as_deref(), observed);
+        if let Some(registered) = &registered {
+            self.node_health(held, registered).await?;
+        }
         match &access {
             Some(access) => {
                 if self.stack(kube, cluster, access, observed).await? {
