@@ -7,6 +7,7 @@ use paddock_domain::cursor::PageRequest;
 use paddock_domain::{validate, Error, Permission, Result};
 use paddock_store::health::{self as store, NewReport};
 use paddock_store::machine;
+use paddock_store::node_pool::{self, MachinesOf};
 use paddock_types::health::{HealthReportCreate, HealthReportView, HealthSource};
 use paddock_types::machine::MachineState;
 use paddock_types::{ClusterId, MachineId, TenantId};
@@ -69,9 +70,15 @@ impl Services {
         id: MachineId,
         page: PageRequest,
     ) -> Result<Listed<HealthReportView>> {
-        self.cluster_machine(ctx, tenant_id, cluster_id, id).await?;
+        ctx.actor.authorize_tenant(Permission::ClusterRead, tenant_id, "machine")?;
         let mut conn = self.store.conn().await?;
         let items = store::of_tenancy(&mut conn, tenant_id, cluster_id, id, page.after, page.limit).await?;
+        // The reports are read only for a machine the cluster holds: none found may be a machine
+        // without reports (200) or one it does not hold (404), which only then costs a query.
+        if items.is_empty() {
+            let of = MachinesOf { pool: None, machine: Some(id) };
+            node_pool::machines(&mut conn, tenant_id, cluster_id, of, None, 1).await?.first().ok_or(NOT_FOUND)?;
+        }
         let next_cursor = page.next_cursor(&items, |r| r.id);
         Ok(Listed { items, next_cursor })
     }
