@@ -3,7 +3,8 @@
 //! killed with SIGKILL at random moments and restarted. Afterwards every cluster reaches its
 //! desired state, no machine was ever in two live allocations, no machine became `available`
 //! after a tenancy without a recorded clean, no job is stuck, and metering kept one usage segment
-//! per billed allocation, open exactly while the machine is held and inside its allocation. Each
+//! per billed allocation, open exactly while the machine is held and inside its allocation, and no
+//! two runs of one target overlapped across the worker processes (the run journal of `runs`). Each
 //! invariant is a function of its own, named for what it holds (`no_machine_in_two_live_allocations`,
 //! ...); a failure names the invariants it broke and leads each finding with that name.
 //!
@@ -28,9 +29,12 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use sqlx::{PgPool, Row};
 
+#[path = "chaos/runs.rs"]
+mod runs;
+
 const DEFAULT_SEED: u64 = 0x5eed_c4a0_5000;
 const CLUSTERS: usize = 50;
-const WORKERS: usize = 3;
+const WORKERS: usize = 4;
 const TENANTS: usize = 5;
 /// (class, cpu cores, memory GiB, machines).
 const CLASSES: [(&str, u32, u32, usize); 2] = [("small", 8, 32, 24), ("large", 32, 128, 16)];
@@ -303,6 +307,7 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
     let started = Instant::now();
     let seed = std::env::var("PADDOCK_CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(DEFAULT_SEED);
     let db = paddock_testkit::TestDb::new().await;
+    runs::install(&db.pool).await;
     let logs = std::env::temp_dir().join(format!("paddock-chaos-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&logs).expect("log directory");
     println!("chaos: seed {seed}, database {}, logs in {}", db.name, logs.display());
@@ -601,6 +606,7 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
     violations.check("metering_survived_the_kills", metering_survived_the_kills(&db.pool).await);
     violations.check("no_activation_went_unbilled", no_activation_went_unbilled(&db.pool).await);
     violations.check("no_job_is_stuck", no_job_is_stuck(&db.pool).await);
+    violations.check("no_two_runs_of_a_target_overlapped", runs::no_two_runs_of_a_target_overlapped(&db.pool).await);
     if pending.is_empty() {
         violations.check("no_operation_is_left_open", no_operation_is_left_open(&db.pool).await);
     }
@@ -615,13 +621,14 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
     println!(
         "chaos: seed {seed}: {} clusters ({} live, {deletes} deleted), {scales} scalings, {kills} worker kills \
          (aimed at a machine's job: {aimed:?}; {starts} process starts, {taken_over} jobs run again after a lost lease), {allocations} allocations, {cleans} cleans; fleet ready after {:.1} s, chaos {:.1} s, \
-         converged {:.1} s after the last kill; {:.1} s in all",
+         converged {:.1} s after the last kill; {:.1} s in all; {}",
         clusters.len(),
         live.len(),
         fleet_ready.as_secs_f64(),
         (chaos_ended - chaos_started).as_secs_f64(),
         converged.as_secs_f64(),
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        runs::summary(&db.pool).await
     );
     violations.check("the_kills_were_aimed", the_kills_were_aimed(&aimed));
     if !violations.is_empty() {
