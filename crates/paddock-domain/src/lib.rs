@@ -3,6 +3,7 @@
 //! No I/O: no sqlx, no HTTP. Every other crate builds on these rules so they exist once.
 
 pub mod agent;
+pub mod attestation;
 pub mod authz;
 pub mod bmc;
 pub mod cluster;
