@@ -53,8 +53,8 @@ async fn cluster_create_fills_defaults_and_enqueues_its_reconcile_job() {
     let cluster = &body["cluster"];
     assert_eq!(resp.header("location"), Some(format!("/v1/tenants/{tenant_id}/clusters/{}", id(cluster)).as_str()));
     assert_eq!(cluster["kubernetes_version"], "v1.35.0");
-    assert_eq!(cluster["slurm"]["version"], "25.11");
-    assert_eq!(cluster["stack_version"], "2026.12.0", "a new cluster runs the newest base stack");
+    assert_eq!(cluster["slurm"]["version"], "26.05", "the newest stack's default release");
+    assert_eq!(cluster["stack_version"], "2026.12.1", "a new cluster runs the newest base stack");
     assert_eq!(cluster["slurm"]["login"], json!({ "replicas": 1, "ssh_authorized_keys": [] }));
     let partitions = cluster["slurm"]["partitions"].as_array().expect("partitions");
     assert_eq!(partitions.len(), 1, "one partition per compute pool by default");
@@ -276,15 +276,52 @@ async fn slurm_versions_follow_the_clusters_base_stack() {
     let (tenant_id, t) = world(&app).await;
     let clusters = format!("/v1/tenants/{tenant_id}/clusters");
 
-    // The newest stack's operator (slurm-operator 1.2.1) runs Slurm 25.11 and newer only.
-    let mut older = slurm_cluster("old-slurm");
-    older["slurm"] = json!({ "version": "25.05" });
-    let problem = app.post(&clusters).token(&t).json(&older).send().await.expect(422).json();
-    let errors = problem["errors"].to_string();
-    assert!(errors.contains("slurm.version"), "{problem}");
-    assert!(errors.contains("not supported by the cluster's base stack 2026.12.0 (supported: 25.11)"), "{problem}");
+    // The newest stack's operator (slurm-operator 1.2.1) runs Slurm 25.11 and newer only, and
+    // the stack has images of 25.11 and 26.05: a release without images is refused, naming them.
+    for version in ["25.05", "24.11", "26.11"] {
+        let mut older = slurm_cluster("old-slurm");
+        older["slurm"] = json!({ "version": version });
+        let problem = app.post(&clusters).token(&t).json(&older).send().await.expect(422).json();
+        assert_eq!(problem["code"], "validation_failed", "{problem}");
+        assert_eq!(problem["errors"][0]["field"], "slurm.version", "{problem}");
+        let says =
+            format!("Slurm {version} is not supported by the cluster's base stack 2026.12.1 (supported: 25.11, 26.05)");
+        assert!(problem["errors"].to_string().contains(&says), "{problem}");
+    }
     let count: i64 = sqlx::query_scalar("select count(*) from clusters").fetch_one(&app.db.pool).await.expect("count");
     assert_eq!(count, 0, "nothing written");
+    for version in ["25.11", "26.05"] {
+        let mut chosen = slurm_cluster(&format!("slurm-{}", version.replace('.', "-")));
+        chosen["slurm"] = json!({ "version": version });
+        let created = app.post(&clusters).token(&t).json(&chosen).send().await.expect(202).json();
+        assert_eq!(created["cluster"]["slurm"]["version"], version);
+        assert_eq!(created["cluster"]["stack_version"], "2026.12.1");
+    }
+
+    // A cluster created on 2026.12.0 keeps that stack and its 25.11: the new stack's 26.05 is not
+    // its to take without moving its stack.
+    let created = app.post(&clusters).token(&t).json(&slurm_cluster("before")).send().await.expect(202).json();
+    let before = id(&created["cluster"]);
+    sqlx::query(
+        "update clusters set stack_version = '2026.12.0', slurm = slurm || '{\"version\": \"25.11\"}' \
+         where id = $1::uuid",
+    )
+    .bind(&before)
+    .execute(&app.db.pool)
+    .await
+    .expect("put the cluster on 2026.12.0");
+    let path = format!("{clusters}/{before}");
+    let patch = json!({ "slurm": { "login": { "replicas": 2 } } });
+    let body = app.patch(&path).token(&t).header("if-match", "\"1\"").json(&patch).send().await.expect(202).json();
+    assert_eq!(
+        (body["cluster"]["stack_version"].as_str(), body["cluster"]["slurm"]["version"].as_str()),
+        (Some("2026.12.0"), Some("25.11"))
+    );
+    let patch = json!({ "slurm": { "version": "26.05" } });
+    let problem = app.patch(&path).token(&t).header("if-match", "\"2\"").json(&patch).send().await.expect(422).json();
+    assert!(problem["errors"].to_string().contains("base stack 2026.12.0 (supported: 25.11)"), "{problem}");
+    let kept = app.get(&path).token(&t).send().await.expect(200).json();
+    assert_eq!((kept["stack_version"].as_str(), kept["slurm"]["version"].as_str()), (Some("2026.12.0"), Some("25.11")));
 
     // A cluster created on the older stack keeps it, and with it that stack's Slurm releases.
     let created = app.post(&clusters).token(&t).json(&slurm_cluster("hpc")).send().await.expect(202).json();
@@ -327,7 +364,7 @@ async fn a_cluster_moves_to_a_newer_base_stack_only_with_a_slurm_that_stack_runs
     for (body, says) in [
         (
             json!({ "stack_version": "2099.1.0" }),
-            "no stack definition has version 2099.1.0 (known: 2026.11.0, 2026.12.0)",
+            "no stack definition has version 2099.1.0 (known: 2026.11.0, 2026.12.0, 2026.12.1)",
         ),
         (json!({ "stack_version": null }), "cannot be removed"),
         (json!({ "stack_version": 3 }), "such as 2026.12.0"),

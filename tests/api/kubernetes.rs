@@ -17,7 +17,9 @@
 //!   Ready condition) in its cluster's tenant API server, once its bootstrap token exists;
 //! - THE WORKLOAD CONTROLLERS (Deployment, DaemonSet, StatefulSet): their status becomes ready;
 //! - THE SLINKY OPERATOR: once a Controller exists, the StatefulSets, Deployments and Services it
-//!   would create; NodeSets report as many ready replicas as Ready Nodes their selector matches;
+//!   would create, and the controller's pod (whose container the played kubelet runs, or puts in
+//!   CrashLoopBackOff for a test: [`crash`]); NodeSets report as many ready replicas as Ready
+//!   Nodes their selector matches;
 //! - SLURMRESTD: a STAND-IN `SlurmProbe` answers the ping.
 //!
 //! The tenant base stack: the newest embedded definition with its REAL upstream files (Calico,
@@ -67,6 +69,7 @@ use tokio::sync::watch;
 
 use crate::common::{id, machine_class, tenant};
 
+mod crash;
 mod nodes;
 mod operator;
 
@@ -231,13 +234,14 @@ fn upstream_stacks() -> Option<PathBuf> {
 struct StandInProbe;
 
 impl SlurmProbe for StandInProbe {
-    fn ping<'a>(&'a self, _: &'a TenantAccess) -> BoxFuture<'a, Result<bool, DriverError>> {
+    fn ping<'a>(&'a self, _: &'a TenantAccess, _: &'a str) -> BoxFuture<'a, Result<bool, DriverError>> {
         async { Ok(true) }.boxed()
     }
 
     fn drain<'a>(
         &'a self,
         _: &'a TenantAccess,
+        _: &'a str,
         _: &'a str,
         _: &'a str,
     ) -> BoxFuture<'a, Result<Option<bool>, DriverError>> {
@@ -274,6 +278,8 @@ struct Play {
     real: Option<operator::RealOperator>,
     /// The players' rounds completed so far.
     rounds: AtomicU64,
+    /// Cluster ids whose slurmctld the played kubelet keeps in CrashLoopBackOff ([`crash`]).
+    crash_looping: Mutex<BTreeSet<String>>,
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -454,7 +460,9 @@ impl Play {
                 continue;
             }
             operator(&t.client).await?;
-            workloads(&t.client).await?;
+            let crashing = self.crash_looping.lock().expect("lock").contains(&cluster);
+            let controller_ready = crash::controller_pod(&t.client, crashing).await?;
+            workloads(&t.client, controller_ready).await?;
             nodesets(&t.client).await?;
         }
         Ok(())
@@ -511,15 +519,18 @@ async fn holdings(client: &Client) -> Value {
     json!({ "nodes": nodes, "slurm": slurm })
 }
 
-/// Ready status for a Deployment or StatefulSet with `replicas` (PLAYS THE CONTROLLER).
-fn replica_status(generation: Option<i64>, replicas: i32) -> Value {
+/// The status of a Deployment or StatefulSet with `replicas`, `ready` of them ready (PLAYS THE
+/// CONTROLLER).
+fn replica_status(generation: Option<i64>, replicas: i32, ready: i32) -> Value {
     json!({ "status": {
-        "observedGeneration": generation, "replicas": replicas, "readyReplicas": replicas,
-        "updatedReplicas": replicas, "availableReplicas": replicas, "currentReplicas": replicas,
+        "observedGeneration": generation, "replicas": replicas, "readyReplicas": ready,
+        "updatedReplicas": replicas, "availableReplicas": ready, "currentReplicas": replicas,
     }})
 }
 
-async fn workloads(client: &Client) -> Result<(), String> {
+/// Every workload ready, but the controller's StatefulSet while its pod is not
+/// (`controller_ready`).
+async fn workloads(client: &Client, controller_ready: bool) -> Result<(), String> {
     let params = PatchParams::default();
     let deployments: Api<Deployment> = Api::all(client.clone());
     for d in deployments.list(&ListParams::default()).await.map_err(err)?.items {
@@ -527,17 +538,18 @@ async fn workloads(client: &Client) -> Result<(), String> {
         let st = d.status.clone().unwrap_or_default();
         if st.observed_generation != d.metadata.generation || st.available_replicas != Some(replicas) {
             let api: Api<Deployment> = Api::namespaced(client.clone(), &d.namespace().unwrap_or_default());
-            let status = replica_status(d.metadata.generation, replicas);
+            let status = replica_status(d.metadata.generation, replicas, replicas);
             api.patch_status(&d.name_any(), &params, &Patch::Merge(&status)).await.map_err(err)?;
         }
     }
     let statefulsets: Api<StatefulSet> = Api::all(client.clone());
     for s in statefulsets.list(&ListParams::default()).await.map_err(err)?.items {
         let replicas = s.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+        let ready = if s.name_any() == slurm::CONTROLLER_WORKLOAD && !controller_ready { 0 } else { replicas };
         let st = s.status.clone().unwrap_or_default();
-        if st.observed_generation != s.metadata.generation || st.ready_replicas != Some(replicas) {
+        if st.observed_generation != s.metadata.generation || st.ready_replicas != Some(ready) {
             let api: Api<StatefulSet> = Api::namespaced(client.clone(), &s.namespace().unwrap_or_default());
-            let status = replica_status(s.metadata.generation, replicas);
+            let status = replica_status(s.metadata.generation, replicas, ready);
             api.patch_status(&s.name_any(), &params, &Patch::Merge(&status)).await.map_err(err)?;
         }
     }
@@ -791,6 +803,7 @@ impl Lab {
             tokens: Mutex::new(HashMap::new()),
             real,
             rounds: AtomicU64::new(0),
+            crash_looping: Mutex::new(BTreeSet::new()),
         });
         let wait = if play.real.is_some() { WAIT_REAL } else { WAIT };
         tokio::spawn(play.clone().run(stop.subscribe()));

@@ -16,7 +16,7 @@ use paddock_domain::bmc::{
 use paddock_domain::driver::{
     ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, Drain, DriverError, Isolation, JoinConfig,
     KubeDrivers, NodeRef, NodeStatus, PlatformDriver, RegisteredNode, Removal, SlurmDesired, SlurmDriver, SlurmStatus,
-    StackStatus, TenantAccess, TenantCredentials, TenantNodes, TenantStack,
+    SlurmVersion, StackStatus, TenantAccess, TenantCredentials, TenantNodes, TenantStack,
 };
 use paddock_domain::secret::SecretString;
 use paddock_sim::{ClusterFault, MachineFault, SimConfig, SimWorld};
@@ -1081,8 +1081,13 @@ impl SlurmDriver for CrashingKube {
         )
     }
 
-    fn drain_node<'a>(&'a self, t: &'a TenantAccess, node: &'a str) -> BoxFuture<'a, Result<bool, DriverError>> {
-        Box::pin(async move { self.after(format!("drain:{node}"), self.0.slurm.drain_node(t, node).await) })
+    fn drain_node<'a>(
+        &'a self,
+        t: &'a TenantAccess,
+        slurm: &'a SlurmVersion,
+        node: &'a str,
+    ) -> BoxFuture<'a, Result<bool, DriverError>> {
+        Box::pin(async move { self.after(format!("drain:{node}"), self.0.slurm.drain_node(t, slurm, node).await) })
     }
 
     fn remove_slurm<'a>(&'a self, t: &'a TenantAccess) -> BoxFuture<'a, Result<Removal, DriverError>> {

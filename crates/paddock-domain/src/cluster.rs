@@ -577,7 +577,7 @@ mod tests {
         assert!(version_key("v1.9.0") < version_key("v1.10.0"));
     }
 
-    const LATEST: &str = "2026.12.0";
+    const LATEST: &str = "2026.12.1";
 
     #[test]
     fn slurm_versions_follow_the_clusters_base_stack() {
@@ -585,13 +585,17 @@ mod tests {
             let slurm = SlurmSpec { version: version.into(), ..SlurmSpec::default() };
             validate_cluster(&slurm_spec(slurm), &[pool("a", 1)], stack)
         };
-        assert!(on("25.11", LATEST).is_ok());
-        assert_eq!(SlurmSpec::default().version, "25.11", "the default runs on the newest stack");
-        let e = on("25.05", LATEST).expect_err("the operator of 2026.12.0 needs 25.11");
+        assert_eq!(crate::stack::latest_version(), LATEST);
+        assert!(on("25.11", LATEST).is_ok() && on("26.05", LATEST).is_ok());
+        assert_eq!(SlurmSpec::default().version, "26.05", "the default runs on the newest stack");
+        let e = on("25.05", LATEST).expect_err("the operator of 2026.12.1 needs 25.11 or newer");
         let text = format!("{e:?}");
-        assert!(text.contains("slurm.version") && text.contains("supported: 25.11"), "{text}");
-        // A cluster created on the older stack keeps its releases.
+        assert!(text.contains("slurm.version") && text.contains("supported: 25.11, 26.05"), "{text}");
+        // A cluster created on an older stack keeps its releases.
         assert!(on("25.05", "2026.11.0").is_ok());
+        assert!(on("25.11", "2026.12.0").is_ok());
+        let e = on("26.05", "2026.12.0").expect_err("2026.12.0 has no 26.05 images");
+        assert!(format!("{e:?}").contains("supported: 25.11"), "{e:?}");
         assert!(on("25.1", LATEST).is_err());
     }
 

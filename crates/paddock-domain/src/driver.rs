@@ -435,6 +435,26 @@ pub struct SlurmDesired {
     pub secrets: SlurmSecrets,
 }
 
+/// The Slurm a cluster runs: a release of its base stack's catalogue (whose images, and whose
+/// pinned slurmrestd version, the driver uses).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlurmVersion {
+    /// The cluster's base stack version.
+    pub stack_version: String,
+    /// Its `slurm.version`.
+    pub version: String,
+}
+
+/// Something in a cluster's Slurm that waiting does not heal (a crash-looping slurmctld): the
+/// cluster is `degraded` while it lasts, with this as `SlurmReady`'s reason and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlurmFault {
+    /// A CamelCase reason, e.g. `ControllerCrashLoopBackOff`.
+    pub reason: String,
+    /// What is wrong, readable (no log lines, no secrets).
+    pub message: String,
+}
+
 /// Where a cluster's Slurm stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlurmStatus {
@@ -452,6 +472,8 @@ pub struct SlurmStatus {
     /// world's names); empty when everything already held. At rest that is drift: something
     /// changed or removed behind paddock's back.
     pub changed: Vec<String>,
+    /// A fault that waiting does not heal (then `ready` is false).
+    pub fault: Option<SlurmFault>,
 }
 
 /// Slurm in a tenant cluster through Slinky (docs/architecture.md, cluster reconciler step 5).
@@ -465,11 +487,12 @@ pub trait SlurmDriver: Send + Sync {
         desired: &'a SlurmDesired,
     ) -> BoxFuture<'a, Result<SlurmStatus, DriverError>>;
 
-    /// Drains the Slurm node on `node_name` before its machine is released; true once drained (or
-    /// when Slurm does not know the node).
+    /// Drains the Slurm node on `node_name` before its machine is released, speaking to the
+    /// cluster's Slurm `slurm` runs; true once drained (or when Slurm does not know the node).
     fn drain_node<'a>(
         &'a self,
         tenant: &'a TenantAccess,
+        slurm: &'a SlurmVersion,
         node_name: &'a str,
     ) -> BoxFuture<'a, Result<bool, DriverError>>;
 

@@ -17,10 +17,15 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
+mod slurm;
+
+pub use slurm::{is_image_registry, RestApiVersions, SlurmImages, SlurmRelease};
+
 /// The stack definitions the binary carries, `(version, JSON)`, oldest first.
 pub const DEFINITIONS: &[(&str, &str)] = &[
     ("2026.11.0", include_str!("../../../stacks/2026.11.0.json")),
     ("2026.12.0", include_str!("../../../stacks/2026.12.0.json")),
+    ("2026.12.1", include_str!("../../../stacks/2026.12.1.json")),
 ];
 
 /// The version of the newest embedded stack definition: the base stack of new clusters.
@@ -54,6 +59,11 @@ pub fn slurm_versions(version: &str) -> Vec<&'static str> {
     definition(version).ok().and_then(|d| d.slurm.as_ref()).map(SlurmImages::versions).unwrap_or_default()
 }
 
+/// The Slurm version new clusters on the embedded stack `version` run when their spec names none.
+pub fn default_slurm_version(version: &str) -> Option<&'static str> {
+    definition(version).ok().and_then(|d| d.slurm.as_ref()).and_then(SlurmImages::default_version)
+}
+
 fn unknown_version(version: &str) -> DefinitionError {
     let known = DEFINITIONS.iter().map(|(v, _)| *v).collect::<Vec<_>>().join(", ");
     DefinitionError::UnknownVersion { version: version.to_owned(), known }
@@ -73,43 +83,6 @@ pub struct StackDefinition {
     /// The images the stack's Slurm operator runs (the Slurm driver takes them from here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmImages>,
-}
-
-/// The images of a stack's Slurm, by Slurm version: never `latest`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SlurmImages {
-    /// Free text for the reader.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub notes: Option<String>,
-    /// Where the Slinky images live: `<registry>/{slurmctld,slurmd,slurmdbd,slurmrestd,login}:<tag>`.
-    pub registry: String,
-    /// The Slurm versions the stack runs, each with its image tag.
-    pub releases: Vec<SlurmRelease>,
-    /// MariaDB for accounting.
-    pub mariadb_image: String,
-}
-
-/// A Slurm release a stack runs: its version and the tag of its Slinky images.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SlurmRelease {
-    /// `spec.version`.
-    pub version: String,
-    /// The tag of the Slinky images.
-    pub image_tag: String,
-}
-
-impl SlurmImages {
-    /// The release of Slurm `version`, if the stack runs it.
-    pub fn release(&self, version: &str) -> Option<&SlurmRelease> {
-        self.releases.iter().find(|r| r.version == version)
-    }
-
-    /// The Slurm versions the stack runs.
-    pub fn versions(&self) -> Vec<&str> {
-        self.releases.iter().map(|r| r.version.as_str()).collect()
-    }
 }
 
 /// One component of a stack (a CNI, a device plugin, ...).
@@ -256,6 +229,9 @@ impl StackDefinition {
                 }
             }
         }
+        if let Some(slurm) = &self.slurm {
+            slurm.validate().map_err(|reason| bad(format!("slurm: {reason}")))?;
+        }
         Ok(())
     }
 }
@@ -333,12 +309,50 @@ mod tests {
                 assert!(m.sha256.is_some(), "{}: {} is not pinned", latest.version, m.file);
             }
         }
-        // slurm-operator 1.2.1 supports Slurm 25.11 and newer; the older stack keeps its releases.
+        // slurm-operator 1.2.1 supports Slurm 25.11 and newer; the older stacks keep their releases.
+        assert_eq!(slurm_versions("2026.12.1"), ["25.11", "26.05"]);
         assert_eq!(slurm_versions("2026.12.0"), ["25.11"]);
         assert_eq!(slurm_versions("2026.11.0"), ["24.11", "25.05", "25.11"]);
+        // New clusters run 26.05 (the default of the spec's `slurm.version`); 2026.12.0's stays 25.11.
+        assert_eq!(default_slurm_version(latest_version()), Some("26.05"));
+        assert_eq!(default_slurm_version(latest_version()), Some(paddock_types::cluster::DEFAULT_SLURM_VERSION));
+        assert_eq!(default_slurm_version("2026.12.0"), Some("25.11"));
+        assert_eq!(default_slurm_version("1999.1.0"), None);
         assert!(slurm_versions("1999.1.0").is_empty());
         assert_eq!(definition("1999.1.0").expect_err("unknown").code(), "stack_version_unknown");
         assert!(std::ptr::eq(definition(latest_version()).expect("again"), latest), "parsed once");
+    }
+
+    #[test]
+    fn every_embedded_release_pins_rest_versions_it_serves() {
+        for d in definitions() {
+            for r in &d.slurm.as_ref().expect("a slurm section").releases {
+                let rest = &r.rest_api;
+                assert!(rest.serves(r.rest_api_version()), "{} {}: {rest:?}", d.version, r.version);
+                assert!(rest.operator.as_ref().is_none_or(|o| rest.serves(o)), "{} {}", d.version, r.version);
+            }
+        }
+        // The operator of the newest stack speaks v0.0.44 to every release it runs; paddock v0.0.42.
+        let latest = definition(latest_version()).expect("latest").slurm.as_ref().expect("slurm");
+        let pins: Vec<(&str, &str, Option<&str>, &str)> = latest
+            .releases
+            .iter()
+            .map(|r| {
+                (r.version.as_str(), r.rest_api_version(), r.rest_api.operator.as_deref(), r.rest_api.newest.as_str())
+            })
+            .collect();
+        assert_eq!(
+            pins,
+            [("25.11", "v0.0.42", Some("v0.0.44"), "v0.0.44"), ("26.05", "v0.0.42", Some("v0.0.44"), "v0.0.45")]
+        );
+
+        // A definition whose pinned version its release does not serve does not load.
+        let mut broken = definition(latest_version()).expect("latest").clone();
+        let release = &mut broken.slurm.as_mut().expect("slurm").releases[0];
+        release.rest_api.paddock = "v0.0.45".to_owned();
+        let e = broken.validate().expect_err("25.11 does not serve v0.0.45");
+        assert_eq!(e.code(), "stack_definition_invalid");
+        assert!(e.to_string().contains("Slurm 25.11: paddock speaks REST v0.0.45"), "{e}");
     }
 
     #[test]

@@ -34,7 +34,10 @@
 //! Images come from the tenant stack's definition ([`SlurmCatalog`], its `slurm` section: a
 //! registry, a pinned tag per Slurm version, MariaDB's image; never `latest`), keyed by
 //! `spec.version` (an unknown version is the permanent error `slurm_version_unsupported`, before
-//! anything is written).
+//! anything is written). A deployment's registry (`PADDOCK_SLURM_IMAGE_REGISTRY`,
+//! [`SlurmCatalog::with_registry`]) replaces every registry of the catalogue, MariaDB's included,
+//! and keeps names and tags. The slurmrestd calls speak the data-parser version the release pins
+//! ([`Images::rest_api_version`]).
 //!
 //! Partitions: with none in the spec, each NodeSet gets its own partition through the NodeSet's
 //! `partition` field (`PartitionName=<pool> Nodes=<pool>`, which is what the operator writes
@@ -90,7 +93,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, PersistentVolumeCla
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use kube::{Api, Client, Resource};
 use paddock_domain::driver::{
-    BoxFuture, DriverError, Removal, SlurmDesired, SlurmDriver, SlurmPool, SlurmStatus, TenantAccess,
+    BoxFuture, DriverError, Removal, SlurmDesired, SlurmDriver, SlurmFault, SlurmPool, SlurmStatus, SlurmVersion,
+    TenantAccess,
 };
 use paddock_domain::stack::{self, SlurmImages, SlurmRelease, StackDefinition};
 use paddock_types::cluster::{NodePoolRole, SlurmSpec};
@@ -101,11 +105,11 @@ use serde_json::{json, Value};
 use tracing::{debug, info, instrument};
 
 use objects::{
-    accounting, config_files, controller, deployment_ready, has_gpus, labels, login_host_keys, loginset,
-    mariadb_service, mariadb_statefulset, nodeset, nodeset_progress, restapi, secret_bodies, service_address,
-    statefulset_ready,
+    accounting, config_files, controller, controller_pods, crash_loop, deployment_ready, has_gpus, labels,
+    login_host_keys, loginset, mariadb_service, mariadb_statefulset, nodeset, nodeset_progress, restapi, secret_bodies,
+    service_address, statefulset_ready,
 };
-pub use probe::{node_drained, ping_succeeded, ServiceProxyProbe, SlurmProbe, REST_API_VERSION, SLURM_USER};
+pub use probe::{node_drained, ping_succeeded, ServiceProxyProbe, SlurmProbe, SLURM_USER};
 
 use crate::apply::{get_and_converge, Target};
 use crate::isolation::MANAGER;
@@ -183,6 +187,9 @@ pub const LABEL_SLURM: &str = "paddock.dev/slurm";
 pub const LABEL_POD_HOSTNAME: &str = "nodeset.slinky.slurm.net/pod-hostname";
 /// The Slinky Node annotation with the reason of the Slurm DRAIN of a cordoned Node.
 pub const ANNOTATION_CORDON_REASON: &str = "nodeset.slinky.slurm.net/node-cordon-reason";
+/// The controller's entry in what Slurm waits for.
+const CONTROLLER_WAITING: &str = "SlurmControllerReady";
+
 /// The reason paddock drains with.
 pub const DRAIN_REASON: &str = "paddock: machine released";
 
@@ -191,13 +198,23 @@ pub const DRAIN_REASON: &str = "paddock: machine released";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlurmCatalog {
     stacks: BTreeMap<String, SlurmImages>,
+    /// The deployment's registry, replacing the catalogue's (`PADDOCK_SLURM_IMAGE_REGISTRY`).
+    registry: Option<String>,
 }
 
 impl SlurmCatalog {
     /// The catalog of these stack definitions (those with a `slurm` section).
     pub fn of<'a>(definitions: impl IntoIterator<Item = &'a StackDefinition>) -> Self {
         let stacks = definitions.into_iter().filter_map(|d| Some((d.version.clone(), d.slurm.clone()?))).collect();
-        Self { stacks }
+        Self { stacks, registry: None }
+    }
+
+    /// The same catalog with every image taken from `registry` instead (None: the catalogue's
+    /// own), names and tags kept: `<registry>/slurmctld:<tag>`, `<registry>/mariadb:<tag>`. The
+    /// value was checked at start ([`paddock_domain::stack::is_image_registry`]).
+    pub fn with_registry(mut self, registry: Option<String>) -> Self {
+        self.registry = registry.map(|r| r.trim_end_matches('/').to_owned());
+        self
     }
 
     /// The catalog of every embedded stack definition (the ones the binary applies).
@@ -210,7 +227,7 @@ impl SlurmCatalog {
     pub fn images(&self, stack: &str, version: &str) -> Result<Images<'_>, DriverError> {
         let images = self.stacks.get(stack);
         if let Some((images, release)) = images.and_then(|i| Some((i, i.release(version)?))) {
-            return Ok(Images { images, release });
+            return Ok(Images { images, release, registry: self.registry.as_deref() });
         }
         let supported = images.map(SlurmImages::versions).unwrap_or_default().join(", ");
         Err(DriverError::permanent(
@@ -225,17 +242,28 @@ impl SlurmCatalog {
 pub struct Images<'a> {
     images: &'a SlurmImages,
     release: &'a SlurmRelease,
+    /// The deployment's registry, when it names one.
+    registry: Option<&'a str>,
 }
 
 impl Images<'_> {
     /// A Slinky component's image (`slurmctld`, `slurmd`, `slurmdbd`, `slurmrestd`, `login`).
     pub fn of(&self, component: &str) -> String {
-        format!("{}/{component}:{}", self.images.registry.trim_end_matches('/'), self.release.image_tag)
+        let registry = self.registry.unwrap_or_else(|| self.images.registry_of(self.release));
+        format!("{}/{component}:{}", registry.trim_end_matches('/'), self.release.image_tag)
     }
 
     /// MariaDB's image.
-    pub fn mariadb(&self) -> &str {
-        &self.images.mariadb_image
+    pub fn mariadb(&self) -> String {
+        match self.registry {
+            Some(registry) => format!("{registry}/{}", self.images.mariadb_name()),
+            None => self.images.mariadb_image.clone(),
+        }
+    }
+
+    /// The slurmrestd data-parser version paddock speaks to this release.
+    pub fn rest_api_version(&self) -> &str {
+        self.release.rest_api_version()
     }
 }
 
@@ -407,14 +435,19 @@ impl SlinkyDriver {
         let nodesets = self.apply_nodesets(&mut changed, &client, cluster, images, &desired.spec, &compute).await?;
         self.prune_nodesets(&client, cluster, &compute).await?;
         let mut waiting = self.waiting(&client, &mariadb, &nodesets).await?;
+        let fault = match waiting.iter().any(|w| w == CONTROLLER_WAITING) {
+            true => self.controller_fault(&client).await?,
+            false => None,
+        };
         if waiting.is_empty() {
-            match self.probe.ping(tenant).await {
+            match self.probe.ping(tenant, images.rest_api_version()).await {
                 Ok(true) => {}
                 Ok(false) => waiting.push("SlurmRestApiPing".to_owned()),
                 Err(e) => waiting.push(format!("SlurmRestApiPing ({e})")),
             }
         }
         let mut status = self.endpoints(&client, waiting).await?;
+        status.fault = fault;
         if !changed.is_empty() {
             info!(cluster.id = %cluster, changed = ?changed, "applied Slurm objects of cluster {cluster}");
         }
@@ -447,7 +480,7 @@ impl SlinkyDriver {
         let services: Api<Service> = Api::namespaced(client.clone(), ns);
         apply(changed, &services, "Service", ns, MARIADB, &mariadb_service(ns, cluster)).await?;
         let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
-        let mariadb = mariadb_statefulset(ns, cluster, storage_class, images.mariadb(), system);
+        let mariadb = mariadb_statefulset(ns, cluster, storage_class, &images.mariadb(), system);
         let mariadb = apply(changed, &statefulsets, "StatefulSet", ns, MARIADB, &mariadb).await?;
         let objects = [
             ("Accounting", ACCOUNTING, accounting(ns, cluster, images, system)),
@@ -516,7 +549,7 @@ impl SlinkyDriver {
             waiting.push("MariaDbReady".to_owned());
         }
         for (name, condition) in
-            [(ACCOUNTING_WORKLOAD, "SlurmAccountingReady"), (CONTROLLER_WORKLOAD, "SlurmControllerReady")]
+            [(ACCOUNTING_WORKLOAD, "SlurmAccountingReady"), (CONTROLLER_WORKLOAD, CONTROLLER_WAITING)]
         {
             if !get(&statefulsets, "StatefulSet", ns, name).await?.as_ref().is_some_and(statefulset_ready) {
                 waiting.push(condition.to_owned());
@@ -540,6 +573,18 @@ impl SlinkyDriver {
         Ok(waiting)
     }
 
+    /// Why the controller is not ready when waiting will not make it: a crash loop of one of its
+    /// pods' containers ([`crash_loop`]).
+    async fn controller_fault(&self, client: &Client) -> Result<Option<SlurmFault>, KubeError> {
+        let ns = self.settings.namespace.as_str();
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        let listed = pods
+            .list(&ListParams::default().labels(&controller_pods()))
+            .await
+            .map_err(|source| KubeError::api("list", "Pod", ns, source))?;
+        Ok(crash_loop(&listed.items))
+    }
+
     /// The status: ready when nothing is `waiting`, with the REST API and login endpoints and the
     /// login host keys.
     async fn endpoints(&self, client: &Client, waiting: Vec<String>) -> Result<SlurmStatus, KubeError> {
@@ -560,12 +605,20 @@ impl SlinkyDriver {
             login_ssh,
             login_ssh_host_keys,
             changed: Vec::new(),
+            fault: None,
         })
     }
 
-    /// Drains the Slurm node(s) on the Kubernetes Node `node_name` (see the module documentation).
+    /// Drains the Slurm node(s) on the Kubernetes Node `node_name` (see the module documentation),
+    /// speaking the slurmrestd version `slurm`'s release pins.
     #[instrument(skip_all, fields(cluster.id = %tenant.cluster.cluster_id, node.name = %node_name))]
-    pub async fn drain_node(&self, tenant: &TenantAccess, node_name: &str) -> Result<bool, DriverError> {
+    pub async fn drain_node(
+        &self,
+        tenant: &TenantAccess,
+        slurm: &SlurmVersion,
+        node_name: &str,
+    ) -> Result<bool, DriverError> {
+        let images = self.settings.catalog.images(&slurm.stack_version, &slurm.version)?;
         let client = self.client(tenant).await?;
         let nodes: Api<Node> = Api::all(client.clone());
         let node = nodes.get_opt(node_name).await.map_err(|source| KubeError::api("get", "Node", node_name, source))?;
@@ -596,7 +649,7 @@ impl SlinkyDriver {
         let mut drained = true;
         for pod in &on_node.items {
             let Some(slurm_node) = slurm_node_name(pod) else { continue };
-            match self.probe.drain(tenant, &slurm_node, DRAIN_REASON).await? {
+            match self.probe.drain(tenant, images.rest_api_version(), &slurm_node, DRAIN_REASON).await? {
                 None | Some(true) => {}
                 Some(false) => drained = false,
             }
@@ -689,9 +742,10 @@ impl SlurmDriver for SlinkyDriver {
     fn drain_node<'a>(
         &'a self,
         tenant: &'a TenantAccess,
+        slurm: &'a SlurmVersion,
         node_name: &'a str,
     ) -> BoxFuture<'a, Result<bool, DriverError>> {
-        SlinkyDriver::drain_node(self, tenant, node_name).boxed()
+        SlinkyDriver::drain_node(self, tenant, slurm, node_name).boxed()
     }
 
     fn remove_slurm<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<Removal, DriverError>> {

@@ -10,7 +10,7 @@ use base64::Engine;
 use paddock_domain::driver::{
     BoxFuture, ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, Drain, DriverError, Isolation,
     JoinConfig, NodeRef, NodeStatus, PlatformDriver, RegisteredNode, Removal, SlurmDesired, SlurmDriver, SlurmStatus,
-    StackStatus, TenantAccess, TenantCredentials, TenantNodes, TenantStack,
+    SlurmVersion, StackStatus, TenantAccess, TenantCredentials, TenantNodes, TenantStack,
 };
 use paddock_domain::secret::SecretString;
 use paddock_domain::ssh;
@@ -750,6 +750,7 @@ impl SlurmDriver for SimKube {
                 login_ssh: Some(format!("login.{}.paddock.invalid:22", id.uuid().simple())),
                 login_ssh_host_keys: vec![sim_host_key(id)],
                 changed,
+                fault: None,
             })
         })
     }
@@ -757,6 +758,7 @@ impl SlurmDriver for SimKube {
     fn drain_node<'a>(
         &'a self,
         tenant: &'a TenantAccess,
+        _slurm: &'a SlurmVersion,
         _node_name: &'a str,
     ) -> BoxFuture<'a, Result<bool, DriverError>> {
         Box::pin(async move {

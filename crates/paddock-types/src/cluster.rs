@@ -9,7 +9,7 @@ use crate::{ClusterId, Labels, NodePoolId, TenantId};
 /// Default Kubernetes version of new clusters.
 pub const DEFAULT_KUBERNETES_VERSION: &str = "v1.35.0";
 /// Default Slurm version of new Slurm clusters.
-pub const DEFAULT_SLURM_VERSION: &str = "25.11";
+pub const DEFAULT_SLURM_VERSION: &str = "26.05";
 
 /// What a cluster runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -233,7 +233,7 @@ impl Default for LoginSpec {
 pub struct SlurmSpec {
     /// Slurm version.
     #[serde(default = "default_slurm_version")]
-    #[schema(max_length = 32, pattern = "^[0-9]{2}\\.[0-9]{2}(\\.[0-9]{1,3})?$", default = "25.11")]
+    #[schema(max_length = 32, pattern = "^[0-9]{2}\\.[0-9]{2}(\\.[0-9]{1,3})?$", default = "26.05")]
     pub version: String,
     /// Partitions; default: one per node pool, the first pool's the default.
     #[serde(default)]

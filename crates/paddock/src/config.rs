@@ -189,6 +189,12 @@ pub struct Settings {
     /// Directory of upstream stack manifests, by stack version.
     #[arg(long, env = "PADDOCK_STACKS_DIR", global = true)]
     pub stacks_dir: Option<PathBuf>,
+    /// Where tenant clusters pull their Slurm images from, replacing every registry of the stacks'
+    /// Slurm catalogues, MariaDB's included (names and tags kept: `<registry>/slurmctld:<tag>`,
+    /// `<registry>/mariadb:<tag>`), e.g. a mirror `registry.example:5000/slurm`: a host, an
+    /// optional port and path, no scheme, tag or trailing `/`. Unset: the catalogues' own.
+    #[arg(long, env = "PADDOCK_SLURM_IMAGE_REGISTRY", global = true)]
+    pub slurm_image_registry: Option<String>,
     /// Lifetime of a run's agent tokens, seconds (longer than the longest wipe).
     #[arg(long, env = "PADDOCK_AGENT_TOKEN_TTL", default_value_t = 21_600, global = true)]
     pub agent_token_ttl: u64,
@@ -353,6 +359,7 @@ impl std::fmt::Debug for Settings {
             .field("webhook_insecure_http", &self.webhook_insecure_http)
             .field("webhook_allowed_networks", &self.webhook_allowed_networks)
             .field("stacks_dir", &self.stacks_dir)
+            .field("slurm_image_registry", &self.slurm_image_registry)
             .field("console_oidc_discovery_url", &self.console_oidc_discovery_url.as_ref().map(url::Url::as_str))
             .field("console_oidc_client_id", &self.console_oidc_client_id)
             .finish_non_exhaustive()

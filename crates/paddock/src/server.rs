@@ -470,7 +470,8 @@ async fn kubernetes(settings: &Settings) -> anyhow::Result<paddock_domain::drive
         }
     }
     // Slurm runs the images of each cluster's own stack definition.
-    let catalog = paddock_kube::slurm::SlurmCatalog::of(stack.definitions());
+    let catalog =
+        paddock_kube::slurm::SlurmCatalog::of(stack.definitions()).with_registry(settings.slurm_image_registry.clone());
     let slurm = paddock_kube::slurm::SlinkySettings { catalog, ..paddock_kube::slurm::SlinkySettings::default() };
     let control_plane = paddock_kube::KamajiBackend::new(platform.client().clone())
         .with_namespace_role(settings.kube_namespace_role.clone());

@@ -145,6 +145,14 @@ impl Settings {
         if let Some(dir) = &self.stacks_dir {
             problems.check(dir.is_dir(), || format!("PADDOCK_STACKS_DIR {} is not a directory", dir.display()));
         }
+        if let Some(registry) = &self.slurm_image_registry {
+            problems.check(paddock_domain::stack::is_image_registry(registry), || {
+                format!(
+                    "PADDOCK_SLURM_IMAGE_REGISTRY {registry:?} is not an image registry: a host, an optional port \
+                     and path (lowercase), no scheme, tag or trailing '/', e.g. registry.example:5000/slurm"
+                )
+            });
+        }
         if let Some(role) = &self.kube_namespace_role {
             let named = !role.is_empty() && role.len() <= 253 && !role.contains(['/', '%']);
             problems.check(named && !role.contains(char::is_whitespace), || {
@@ -413,5 +421,19 @@ mod tests {
             assert!(why.contains("PADDOCK_KUBE_NAMESPACE_ROLE"), "{bad:?}: {why}");
         }
         assert_eq!(refusal(&["--bmc-driver", "none", "--kube-namespace-role", "paddock-worker-namespace"]), None);
+    }
+
+    #[test]
+    fn the_slurm_image_registry_is_a_registry_without_scheme_or_tag() {
+        for bad in ["", "https://registry.example/slurm", "registry.example/slurm/", "paddock.local/slurm:26.05.5"] {
+            let why = refusal(&["--bmc-driver", "none", "--slurm-image-registry", bad]).expect("refused");
+            assert!(
+                why.contains("PADDOCK_SLURM_IMAGE_REGISTRY") && why.contains("not an image registry"),
+                "{bad}: {why}"
+            );
+        }
+        for good in ["paddock.local/slurm", "registry.example:5000/mirror/slinky"] {
+            assert_eq!(refusal(&["--bmc-driver", "none", "--slurm-image-registry", good]), None, "{good}");
+        }
     }
 }

@@ -222,6 +222,11 @@ fn cases() -> Vec<Vec<String>> {
     cases.push(no_stacks(&["drivers.kube=simulated"]));
     cases.push(with(&["stacks.persistentVolumeClaim.claimName=", "stacks.image.reference=registry.example/stacks:1"]));
     cases.push(with(&["metrics.port=8080"]));
+    // The Slurm images' registry.
+    cases.push(with(&["slurm.imageRegistry=registry.example:5000/mirror/slurm"]));
+    cases.push(with(&["slurm.imageRegistry=https://registry.example/slurm"]));
+    cases.push(with(&["slurm.imageRegistry=paddock.local/slurm/"]));
+    cases.push(with(&["slurm.imageRegistry=paddock.local/slurm:26.05.5", "metrics.port=8080"]));
     cases.push(with(&["agent.listenPort=9090"]));
     cases.push(with(&["agent.listenPort=8080"]));
     cases.push(with(&["agent.service.enabled=false", "agent.listenPort=8080"]));

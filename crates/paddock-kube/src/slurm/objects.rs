@@ -5,9 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use kube::api::DynamicObject;
-use paddock_domain::driver::{SlurmPool, SlurmSecrets};
+use paddock_domain::driver::{SlurmFault, SlurmPool, SlurmSecrets};
 use paddock_domain::ssh;
 use paddock_types::cluster::{SlurmSpec, SshHostKey, Taint};
 use paddock_types::ClusterId;
@@ -403,6 +403,39 @@ pub fn nodeset_progress(nodeset: &DynamicObject, count: u32) -> (i64, bool) {
     (ready, current && int("replicas").unwrap_or(0) == count && ready == count)
 }
 
+/// The label selector of the controller's pods (the operator's `app.kubernetes.io/name` and
+/// `app.kubernetes.io/instance` labels: `internal/builder/labels`).
+pub fn controller_pods() -> String {
+    format!("app.kubernetes.io/name=slurmctld,app.kubernetes.io/instance={CONTROLLER}")
+}
+
+/// `SlurmReady`'s reason while slurmctld crash-loops.
+pub const CONTROLLER_CRASH_LOOP: &str = "ControllerCrashLoopBackOff";
+
+/// A crash loop of the controller: the first container (init containers first) of `pods` that
+/// waits in `CrashLoopBackOff`, named with its pod, its restarts and its last termination's
+/// reason and exit code (never its message or logs).
+pub fn crash_loop(pods: &[Pod]) -> Option<SlurmFault> {
+    pods.iter().find_map(|pod| {
+        let status = pod.status.as_ref()?;
+        let init = status.init_container_statuses.iter().flatten();
+        init.chain(status.container_statuses.iter().flatten()).find_map(|c| {
+            let waiting = c.state.as_ref()?.waiting.as_ref()?;
+            (waiting.reason.as_deref() == Some("CrashLoopBackOff")).then_some(())?;
+            let last = c.last_state.as_ref().and_then(|s| s.terminated.as_ref()).map_or_else(String::new, |t| {
+                format!("; it last exited with code {} ({})", t.exit_code, t.reason.as_deref().unwrap_or("no reason"))
+            });
+            let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+            let message = format!(
+                "slurmctld is crash-looping: container {} of pod {pod_name} is in CrashLoopBackOff after {} \
+                 restart(s){last}",
+                c.name, c.restart_count
+            );
+            Some(SlurmFault { reason: CONTROLLER_CRASH_LOOP.to_owned(), message })
+        })
+    })
+}
+
 /// The public host keys in the operator's [`LOGIN_HOST_KEYS_SECRET`] (its `*.pub` entries; the
 /// private keys beside them are never read out), sorted by algorithm. An entry that is not an
 /// OpenSSH public key is left out with a warning naming the entry, not its content.
@@ -466,6 +499,10 @@ mod tests {
         let e = catalog.images("2026.12.0", "25.05").expect_err("slurm-operator 1.2.1 needs 25.11");
         assert_eq!(e.code, "slurm_version_unsupported");
         assert!(e.message.contains("supported: 25.11"), "{}", e.message);
+        let e = catalog.images("2026.12.0", "26.05").expect_err("2026.12.0 has no 26.05 images");
+        assert!(e.message.contains("(supported: 25.11)"), "{}", e.message);
+        let e = catalog.images("2026.12.1", "25.05").expect_err("no image of 25.05 on 2026.12.1");
+        assert!(e.message.contains("(supported: 25.11, 26.05)"), "{}", e.message);
         assert!(catalog.images("1999.1.0", "25.11").is_err());
         for (version, _) in paddock_domain::stack::DEFINITIONS {
             for slurm in paddock_domain::stack::slurm_versions(version) {
@@ -474,6 +511,92 @@ mod tests {
                 assert!(!image.contains("latest") && !mariadb.ends_with(":latest") && mariadb.contains(':'), "{image}");
             }
         }
+    }
+
+    #[test]
+    fn images_are_the_catalogues_or_the_deployments_registry_with_the_pinned_tags() {
+        let catalog = SlurmCatalog::embedded();
+        // Without a deployment registry: the catalogue's. 26.05 and MariaDB are paddock's own
+        // builds; 25.11 SchedMD's; a cluster on 2026.12.0 keeps 2026.12.0's images.
+        let new = catalog.images("2026.12.1", "26.05").expect("26.05 runs on 2026.12.1");
+        let old = catalog.images("2026.12.0", "25.11").expect("25.11 runs on 2026.12.0");
+        let upstream = catalog.images("2026.12.1", "25.11").expect("25.11 runs on 2026.12.1");
+        let spec = SlurmSpec::default();
+        let refs = |r: Images<'_>| {
+            let c = controller("slurm", ClusterId::new(), r, "local-path", &spec, &[pool("cpu", 1, 0)], None);
+            let m = mariadb_statefulset("slurm", ClusterId::new(), "local-path", &r.mariadb(), None);
+            let login = loginset("slurm", ClusterId::new(), r, &spec, None);
+            let n = nodeset("slurm", ClusterId::new(), r, &pool("cpu", 1, 0), true, true);
+            [
+                c["spec"]["slurmctld"]["image"].clone(),
+                n["spec"]["slurmd"]["image"].clone(),
+                restapi("slurm", ClusterId::new(), r, None)["spec"]["slurmrestd"]["image"].clone(),
+                accounting("slurm", ClusterId::new(), r, None)["spec"]["slurmdbd"]["image"].clone(),
+                login["spec"]["login"]["image"].clone(),
+                m["spec"]["template"]["spec"]["containers"][0]["image"].clone(),
+            ]
+        };
+        let names = |registry: &str, tag: &str, mariadb: &str| {
+            let mut all: Vec<Value> = ["slurmctld", "slurmd", "slurmrestd", "slurmdbd", "login"]
+                .iter()
+                .map(|c| json!(format!("{registry}/{c}:{tag}")))
+                .collect();
+            all.push(json!(mariadb));
+            all
+        };
+        assert_eq!(refs(new).to_vec(), names("paddock.local/slurm", "26.05.5", "paddock.local/slurm/mariadb:10.11.19"));
+        let slinky = "ghcr.io/slinkyproject";
+        assert_eq!(refs(old).to_vec(), names(slinky, "25.11-ubuntu24.04", "docker.io/library/mariadb:11.4.5"));
+        let mariadb = "paddock.local/slurm/mariadb:10.11.19";
+        assert_eq!(refs(upstream).to_vec(), names(slinky, "25.11-ubuntu24.04", mariadb));
+
+        // A deployment's registry replaces every registry, MariaDB's too; names and tags stay.
+        let mirror = SlurmCatalog::embedded().with_registry(Some("registry.example:5000/mirror/".to_owned()));
+        let at = |stack: &str, slurm: &str| mirror.images(stack, slurm).expect("listed");
+        let m = "registry.example:5000/mirror";
+        assert_eq!(refs(at("2026.12.1", "26.05")).to_vec(), names(m, "26.05.5", &format!("{m}/mariadb:10.11.19")));
+        assert_eq!(
+            refs(at("2026.12.0", "25.11")).to_vec(),
+            names(m, "25.11-ubuntu24.04", &format!("{m}/mariadb:11.4.5"))
+        );
+        let local = SlurmCatalog::embedded().with_registry(Some("paddock.local/slurm".to_owned()));
+        let local = local.images("2026.12.1", "26.05").expect("listed");
+        assert_eq!(refs(local).to_vec(), refs(new).to_vec(), "the local builds under their own names");
+        assert_eq!(local.rest_api_version(), "v0.0.42");
+    }
+
+    #[test]
+    fn a_crash_loop_of_a_controller_container_is_named_with_its_exit() {
+        let pod = |containers: Value, init: Value| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": { "name": "slurm-controller-0" },
+                "status": { "containerStatuses": containers, "initContainerStatuses": init },
+            }))
+            .expect("a pod")
+        };
+        let running = json!({ "name": "slurmctld", "image": "i", "imageID": "", "ready": true, "restartCount": 0,
+                              "state": { "running": {} } });
+        let looping = json!({ "name": "slurmctld", "image": "i", "imageID": "", "ready": false, "restartCount": 7,
+                              "state": { "waiting": { "reason": "CrashLoopBackOff", "message": "back-off 5m0s" } },
+                              "lastState": { "terminated": { "exitCode": 1, "reason": "Error" } } });
+        let pulling = json!({ "name": "slurmctld", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                              "state": { "waiting": { "reason": "ContainerCreating" } } });
+        assert_eq!(crash_loop(&[pod(json!([running]), json!([]))]), None);
+        assert_eq!(crash_loop(&[pod(json!([pulling]), json!([]))]), None, "starting is no fault");
+        assert_eq!(crash_loop(&[]), None);
+        let fault = crash_loop(&[pod(json!([running.clone(), looping.clone()]), json!([]))]).expect("a crash loop");
+        assert_eq!(fault.reason, "ControllerCrashLoopBackOff");
+        assert_eq!(
+            fault.message,
+            "slurmctld is crash-looping: container slurmctld of pod slurm-controller-0 is in CrashLoopBackOff \
+             after 7 restart(s); it last exited with code 1 (Error)"
+        );
+        let mut init = looping;
+        init["name"] = json!("init");
+        init["lastState"] = json!({});
+        let fault = crash_loop(&[pod(json!([running]), json!([init]))]).expect("an init container's loop");
+        assert!(fault.message.contains("container init of pod") && !fault.message.contains("exited"), "{fault:?}");
+        assert_eq!(controller_pods(), "app.kubernetes.io/name=slurmctld,app.kubernetes.io/instance=slurm");
     }
 
     #[test]

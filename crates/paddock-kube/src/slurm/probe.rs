@@ -8,6 +8,9 @@
 //! `iat`, `exp` (5 minutes) and `sun` (the Slurm user, [`SLURM_USER`]), sent as the
 //! `X-SLURM-USER-TOKEN` header (the API server strips `Authorization` before proxying, but passes
 //! other headers through).
+//!
+//! Every call speaks the slurmrestd data-parser version the cluster's release pins in its stack's
+//! catalogue (`rest_api.paddock`, [`super::Images::rest_api_version`]): `/slurm/<version>/...`.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -25,25 +28,23 @@ use crate::KubeError;
 
 /// The Slurm user paddock's tokens are for (the operator's `SlurmUser`).
 pub const SLURM_USER: &str = "slurm";
-/// The slurmrestd data-parser version paddock speaks. Every Slurm release the embedded stack
-/// ([`super::SlurmCatalog`]) lists serves it (Slurm keeps the three newest parsers: 24.11 serves
-/// v0.0.40-42, 25.05 v0.0.41-43, 25.11 v0.0.42-44).
-pub const REST_API_VERSION: &str = "v0.0.42";
 /// Lifetime of a token paddock signs.
 const TOKEN_TTL_SECONDS: u64 = 300;
 
 /// What paddock asks of slurmrestd. The production implementation is [`ServiceProxyProbe`];
 /// tests use stand-ins.
 pub trait SlurmProbe: Send + Sync {
-    /// Whether slurmrestd answers `GET /slurm/<v>/ping` with a responding controller.
-    fn ping<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<bool, DriverError>>;
+    /// Whether slurmrestd answers `GET /slurm/<version>/ping` with a responding controller
+    /// (`version`: the data-parser version the cluster's release pins).
+    fn ping<'a>(&'a self, tenant: &'a TenantAccess, version: &'a str) -> BoxFuture<'a, Result<bool, DriverError>>;
 
     /// Sets the Slurm node `slurm_node` to DRAIN (with `reason`) unless it already drains, and
     /// reports whether it is drained now (no job left on it): `Some(true)`; still draining:
-    /// `Some(false)`; `None` when Slurm does not know the node.
+    /// `Some(false)`; `None` when Slurm does not know the node. Speaks `version` as `ping` does.
     fn drain<'a>(
         &'a self,
         tenant: &'a TenantAccess,
+        version: &'a str,
         slurm_node: &'a str,
         reason: &'a str,
     ) -> BoxFuture<'a, Result<Option<bool>, DriverError>>;
@@ -126,20 +127,24 @@ impl ServiceProxyProbe {
             .map_err(|e| DriverError::permanent("slurm_jwt_sign_failed", format!("signing a slurmrestd token: {e}")))
     }
 
+    /// The service-proxy path of `path` below `/slurm/<version>/` on the cluster's slurmrestd.
+    fn uri(&self, version: &str, path: &str) -> String {
+        format!(
+            "/api/v1/namespaces/{}/services/{RESTAPI_SERVICE}:{RESTAPI_PORT}/proxy/slurm/{version}/{path}",
+            self.namespace
+        )
+    }
+
     /// `method` `path` (below `/slurm/<version>/`) on slurmrestd; Ok(None) when it answers 404.
     async fn call(
         &self,
         tenant: &TenantAccess,
-        method: &str,
-        path: &str,
+        (method, version, path): (&str, &str, &str),
         body: Option<&Value>,
     ) -> Result<Option<String>, DriverError> {
         let client = self.client(tenant).await?;
         let token = self.token(&client).await?;
-        let uri = format!(
-            "/api/v1/namespaces/{}/services/{RESTAPI_SERVICE}:{RESTAPI_PORT}/proxy/slurm/{REST_API_VERSION}/{path}",
-            self.namespace
-        );
+        let uri = self.uri(version, path);
         let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
         let request = http::Request::builder()
             .method(method)
@@ -154,15 +159,15 @@ impl ServiceProxyProbe {
             Ok(text) => Ok(Some(text)),
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
             Err(source) => {
-                let what = format!("slurmrestd {method} /slurm/{REST_API_VERSION}/{path}");
+                let what = format!("slurmrestd {method} /slurm/{version}/{path}");
                 Err(KubeError::api("proxy", "Service", what, source).into())
             }
         }
     }
 
     /// See [`SlurmProbe::ping`].
-    pub async fn ping(&self, tenant: &TenantAccess) -> Result<bool, DriverError> {
-        let answer = self.call(tenant, "GET", "ping", None).await?;
+    pub async fn ping(&self, tenant: &TenantAccess, version: &str) -> Result<bool, DriverError> {
+        let answer = self.call(tenant, ("GET", version, "ping"), None).await?;
         let ok = answer.as_deref().is_some_and(ping_succeeded);
         debug!(cluster.id = %tenant.cluster.cluster_id, ok, "pinged slurmrestd");
         Ok(ok)
@@ -172,36 +177,38 @@ impl ServiceProxyProbe {
     pub async fn drain(
         &self,
         tenant: &TenantAccess,
+        version: &str,
         slurm_node: &str,
         reason: &str,
     ) -> Result<Option<bool>, DriverError> {
         let path = format!("node/{slurm_node}");
-        let Some(before) = self.call(tenant, "GET", &path, None).await? else { return Ok(None) };
+        let Some(before) = self.call(tenant, ("GET", version, &path), None).await? else { return Ok(None) };
         let Some(states) = node_states(&before) else { return Ok(None) };
         if states.iter().any(|s| s.eq_ignore_ascii_case("DRAIN")) {
             return Ok(Some(node_drained(&states)));
         }
         let update = json!({ "state": ["DRAIN"], "reason": reason });
-        if self.call(tenant, "POST", &path, Some(&update)).await?.is_none() {
+        if self.call(tenant, ("POST", version, &path), Some(&update)).await?.is_none() {
             return Ok(None);
         }
-        let after = self.call(tenant, "GET", &path, None).await?;
+        let after = self.call(tenant, ("GET", version, &path), None).await?;
         Ok(after.as_deref().and_then(node_states).map(|s| node_drained(&s)))
     }
 }
 
 impl SlurmProbe for ServiceProxyProbe {
-    fn ping<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<bool, DriverError>> {
-        ServiceProxyProbe::ping(self, tenant).boxed()
+    fn ping<'a>(&'a self, tenant: &'a TenantAccess, version: &'a str) -> BoxFuture<'a, Result<bool, DriverError>> {
+        ServiceProxyProbe::ping(self, tenant, version).boxed()
     }
 
     fn drain<'a>(
         &'a self,
         tenant: &'a TenantAccess,
+        version: &'a str,
         slurm_node: &'a str,
         reason: &'a str,
     ) -> BoxFuture<'a, Result<Option<bool>, DriverError>> {
-        ServiceProxyProbe::drain(self, tenant, slurm_node, reason).boxed()
+        ServiceProxyProbe::drain(self, tenant, version, slurm_node, reason).boxed()
     }
 }
 
@@ -219,6 +226,21 @@ mod tests {
         let failed = r#"{"pings":[],"errors":[{"error":"Unable to contact slurmctld"}]}"#;
         assert!(!ping_succeeded(failed));
         assert!(!ping_succeeded("not json"));
+    }
+
+    #[test]
+    fn calls_speak_the_version_they_are_given() {
+        let probe = ServiceProxyProbe::new("slurm");
+        assert_eq!(
+            probe.uri("v0.0.43", "ping"),
+            "/api/v1/namespaces/slurm/services/slurm-restapi:6820/proxy/slurm/v0.0.43/ping"
+        );
+        // What the driver gives it: the version the cluster's release pins in its stack.
+        let catalog = crate::slurm::SlurmCatalog::embedded();
+        for (stack, slurm) in [("2026.12.1", "26.05"), ("2026.12.1", "25.11"), ("2026.12.0", "25.11")] {
+            let images = catalog.images(stack, slurm).expect("a release of the stack");
+            assert_eq!(images.rest_api_version(), "v0.0.42", "{stack} {slurm}");
+        }
     }
 
     #[test]

@@ -25,7 +25,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use paddock_domain::driver::{
-    BoxFuture, DriverError, Removal, SlurmDesired, SlurmDriver, SlurmPool, SlurmSecrets, SlurmStatus, TenantAccess,
+    BoxFuture, DriverError, Removal, SlurmDesired, SlurmDriver, SlurmPool, SlurmSecrets, SlurmStatus, SlurmVersion,
+    TenantAccess,
 };
 use paddock_domain::secret::SecretString;
 use paddock_kube::nodes::LABEL_NODE_POOL;
@@ -96,10 +97,13 @@ struct StandInProbe {
     /// What `drain` answers; the nodes asked about are recorded.
     drain_answer: Mutex<Option<bool>>,
     drained: Mutex<Vec<String>>,
+    /// The slurmrestd versions the driver spoke, in order.
+    versions: Mutex<Vec<String>>,
 }
 
 impl SlurmProbe for StandInProbe {
-    fn ping<'a>(&'a self, _: &'a TenantAccess) -> BoxFuture<'a, Result<bool, DriverError>> {
+    fn ping<'a>(&'a self, _: &'a TenantAccess, version: &'a str) -> BoxFuture<'a, Result<bool, DriverError>> {
+        self.versions.lock().expect("lock").push(version.to_owned());
         let up = self.up.load(Ordering::SeqCst);
         async move { Ok(up) }.boxed()
     }
@@ -107,9 +111,11 @@ impl SlurmProbe for StandInProbe {
     fn drain<'a>(
         &'a self,
         _: &'a TenantAccess,
+        version: &'a str,
         node: &'a str,
         _: &'a str,
     ) -> BoxFuture<'a, Result<Option<bool>, DriverError>> {
+        self.versions.lock().expect("lock").push(version.to_owned());
         self.drained.lock().expect("lock").push(node.to_owned());
         let answer = *self.drain_answer.lock().expect("lock");
         async move { Ok(answer) }.boxed()
@@ -144,6 +150,11 @@ pub(crate) fn pool(name: &str, count: u32, gpus: u32, taints: Vec<Taint>) -> Slu
         taints,
         role: paddock_types::cluster::NodePoolRole::Compute,
     }
+}
+
+/// The Slurm [`desired`] runs.
+fn version() -> SlurmVersion {
+    SlurmVersion { stack_version: paddock_domain::stack::latest_version().to_owned(), version: "25.11".to_owned() }
 }
 
 fn desired(pools: Vec<SlurmPool>, secrets: &SlurmSecrets) -> SlurmDesired {
@@ -448,7 +459,14 @@ async fn readiness_follows_the_workloads_the_nodesets_and_the_ping() {
     let ns = unique("slurm");
     let (cpu, gpu) = (unique("cpu"), unique("gpu"));
     let probe = Arc::new(StandInProbe::default());
-    let driver = SlinkyDriver::new(settings(&ns), probe.clone());
+    // The catalogue pins the slurmrestd version the probe speaks, per release: here one the
+    // embedded stacks pin for none, so that only the catalogue can have said it.
+    let mut stack = paddock_domain::stack::definition(paddock_domain::stack::latest_version()).expect("latest").clone();
+    let releases = &mut stack.slurm.as_mut().expect("a Slurm catalogue").releases;
+    releases.iter_mut().filter(|r| r.version == "25.11").for_each(|r| r.rest_api.paddock = "v0.0.43".to_owned());
+    stack.validate().expect("25.11 serves v0.0.43");
+    let catalog = slurm::SlurmCatalog::of([&stack]);
+    let driver = SlinkyDriver::new(SlinkySettings { catalog, ..settings(&ns) }, probe.clone());
     let want = desired(vec![pool(&cpu, 2, 0, Vec::new()), pool(&gpu, 1, 8, vec![gpu_taint()])], &secrets());
     let ensure = || async { driver.ensure_slurm(&tenant, &want).await.expect("ensure") };
 
@@ -500,6 +518,7 @@ async fn readiness_follows_the_workloads_the_nodesets_and_the_ping() {
     play_nodeset(&client, &ns, &gpu, 1).await;
     let status = ensure().await;
     assert_eq!((status.ready, status.reason.as_str()), (false, "SlurmRestApiPing"));
+    assert_eq!(*probe.versions.lock().expect("lock"), ["v0.0.43"], "the ping speaks the release's pinned version");
 
     probe.up.store(true, Ordering::SeqCst);
     let status = ensure().await;
@@ -512,6 +531,7 @@ async fn readiness_follows_the_workloads_the_nodesets_and_the_ping() {
             login_ssh: Some("203.0.113.10:22".to_owned()),
             login_ssh_host_keys: host_keys,
             changed: Vec::new(),
+            fault: None,
         }
     );
 }
@@ -654,19 +674,21 @@ async fn draining_cordons_the_node_and_drains_its_slurm_nodes() {
     }
 
     *probe.drain_answer.lock().expect("lock") = Some(false);
-    assert!(!driver.drain_node(&tenant, &node).await.expect("drain"), "still draining");
+    assert!(!driver.drain_node(&tenant, &version(), &node).await.expect("drain"), "still draining");
     let cordoned = Api::<Node>::all(client.clone()).get(&node).await.expect("node");
     assert_eq!(cordoned.spec.and_then(|s| s.unschedulable), Some(true));
     let annotations = cordoned.metadata.annotations.unwrap_or_default();
     assert_eq!(annotations.get(ANNOTATION_CORDON_REASON).map(String::as_str), Some(slurm::DRAIN_REASON));
     *probe.drain_answer.lock().expect("lock") = Some(true);
-    assert!(driver.drain_node(&tenant, &node).await.expect("drain"), "drained");
+    assert!(driver.drain_node(&tenant, &version(), &node).await.expect("drain"), "drained");
     assert_eq!(*probe.drained.lock().expect("lock"), vec!["cpu-0".to_owned(), "cpu-0".to_owned()]);
+    // The drain speaks the slurmrestd version the release pins in its stack.
+    assert_eq!(*probe.versions.lock().expect("lock"), ["v0.0.42", "v0.0.42"]);
 
     // Unknown to Slurm, and no Node at all: nothing to wait for.
     *probe.drain_answer.lock().expect("lock") = None;
-    assert!(driver.drain_node(&tenant, &node).await.expect("drain"));
-    assert!(driver.drain_node(&tenant, &unique("n-missing")).await.expect("drain a missing node"));
+    assert!(driver.drain_node(&tenant, &version(), &node).await.expect("drain"));
+    assert!(driver.drain_node(&tenant, &version(), &unique("n-missing")).await.expect("drain a missing node"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -816,16 +838,16 @@ async fn the_service_proxy_probe_pings_and_drains_through_the_api_server() {
     slices.patch(&slice_name, &PatchParams::apply("stand-in"), &Patch::Apply(&slice)).await.expect("slice");
 
     let probe = ServiceProxyProbe::new(ns.clone());
-    assert!(probe.ping(&tenant).await.expect("ping through the service proxy"));
-    assert_eq!(probe.drain(&tenant, "cpu-0", slurm::DRAIN_REASON).await.expect("drain"), Some(true));
+    assert!(probe.ping(&tenant, "v0.0.42").await.expect("ping through the service proxy"));
+    assert_eq!(probe.drain(&tenant, "v0.0.42", "cpu-0", slurm::DRAIN_REASON).await.expect("drain"), Some(true));
     assert_eq!(nodes.lock().expect("lock")["cpu-0"], vec!["IDLE".to_owned(), "DRAIN".to_owned()]);
-    assert_eq!(probe.drain(&tenant, "cpu-0", slurm::DRAIN_REASON).await.expect("again"), Some(true));
-    assert_eq!(probe.drain(&tenant, "unknown-7", slurm::DRAIN_REASON).await.expect("unknown"), None);
+    assert_eq!(probe.drain(&tenant, "v0.0.42", "cpu-0", slurm::DRAIN_REASON).await.expect("again"), Some(true));
+    assert_eq!(probe.drain(&tenant, "v0.0.42", "unknown-7", slurm::DRAIN_REASON).await.expect("unknown"), None);
 
     // A token signed with another key is refused by the stand-in: the ping is not a success.
     let other = secrets_with_jwt(&secrets, b64(&random_bytes(64)));
     driver.ensure_slurm(&tenant, &desired(vec![pool(&unique("cpu"), 1, 0, Vec::new())], &other)).await.expect("ensure");
-    let denied = probe.ping(&tenant).await;
+    let denied = probe.ping(&tenant, "v0.0.42").await;
     assert!(!matches!(denied, Ok(true)), "a token of the old key was accepted: {denied:?}");
 }
 

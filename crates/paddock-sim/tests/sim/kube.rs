@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use paddock_domain::bmc::AfterBoot;
 use paddock_domain::driver::{
-    ControlPlaneSpec, Drain, NodeRef, Removal, ServiceType, SlurmDesired, SlurmPool, SlurmSecrets,
+    ControlPlaneSpec, Drain, NodeRef, Removal, ServiceType, SlurmDesired, SlurmPool, SlurmSecrets, SlurmVersion,
 };
 use paddock_domain::secret::SecretString;
 use paddock_sim::{system_uuid, ClusterFault, MachineFault, SimConfig};
@@ -22,6 +22,11 @@ fn spec(cluster: &paddock_domain::driver::ClusterRef) -> ControlPlaneSpec {
         service_type: ServiceType::LoadBalancer,
         datastore: None,
     }
+}
+
+fn slurm_version() -> SlurmVersion {
+    let stack_version = paddock_domain::stack::latest_version().to_owned();
+    SlurmVersion { stack_version, version: SlurmSpec::default().version }
 }
 
 fn slurm(pools: &[(&str, u32, &[&str])]) -> SlurmDesired {
@@ -77,7 +82,7 @@ async fn a_cluster_comes_up_and_goes_away_idempotently() {
     assert!(!waiting.ready && waiting.reason.contains("gpu"), "{waiting:?}");
     let ready = kube.slurm.ensure_slurm(&t, &slurm(&[("gpu", 2, &["m-a"]), ("cpu", 0, &[])])).await.expect("slurm");
     assert!(ready.ready, "{ready:?}");
-    assert!(kube.slurm.drain_node(&t, "m-a").await.expect("drain"));
+    assert!(kube.slurm.drain_node(&t, &slurm_version(), "m-a").await.expect("drain"));
 
     // Deletion, in the worker's order, each step repeated.
     for _ in 0..2 {

@@ -27,7 +27,7 @@ use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BootMedia, 
 use paddock_domain::driver::{
     ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, Drain, DriverError, Isolation, JoinConfig,
     KubeDrivers, NodeRef, NodeStatus, PlatformDriver, RegisteredNode, Removal, SlurmDesired, SlurmDriver, SlurmStatus,
-    StackStatus, TenantAccess, TenantCredentials, TenantNodes, TenantStack,
+    SlurmVersion, StackStatus, TenantAccess, TenantCredentials, TenantNodes, TenantStack,
 };
 use paddock_domain::job_kind::MACHINE_RECONCILE;
 use paddock_domain::model::Machine;
@@ -300,7 +300,12 @@ impl SlurmDriver for TenantStandIn {
         Box::pin(async { not_here("ensure_slurm") })
     }
 
-    fn drain_node<'a>(&'a self, _: &'a TenantAccess, _: &'a str) -> BoxFuture<'a, Result<bool, DriverError>> {
+    fn drain_node<'a>(
+        &'a self,
+        _: &'a TenantAccess,
+        _: &'a SlurmVersion,
+        _: &'a str,
+    ) -> BoxFuture<'a, Result<bool, DriverError>> {
         Box::pin(async { not_here("drain_node") })
     }
 

@@ -75,6 +75,11 @@ check at start, all at once too.
 {{- $problems = append $problems "jwt.jwksUrl or jwt.publicKeysSecret (PADDOCK_JWT_JWKS_URL, PADDOCK_JWT_PUBLIC_KEYS): sign-in through the OIDC issuer (console.oidc) needs the issuer's keys" -}}
 {{- end -}}
 {{- end -}}
+{{- with $v.slurm.imageRegistry -}}
+{{- if not (and (le (len .) 200) (regexMatch "^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)*(:[0-9]{1,5})?(/[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*)*$" .)) -}}
+{{- $problems = append $problems (printf "slurm.imageRegistry (PADDOCK_SLURM_IMAGE_REGISTRY): %q is not an image registry: a host, an optional port and path (lowercase), no scheme, tag or trailing '/'" .) -}}
+{{- end -}}
+{{- end -}}
 {{- if not (has $v.database.sslMode (list "verify-full" "verify-ca" "require" "prefer" "allow" "disable")) -}}
 {{- $problems = append $problems "database.sslMode (PGSSLMODE): must be one of verify-full, verify-ca, require, prefer, allow, disable" -}}
 {{- end -}}

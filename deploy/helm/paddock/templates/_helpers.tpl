@@ -120,6 +120,9 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- if include "paddock.stacksMounted" . }}
 - { name: PADDOCK_STACKS_DIR, value: /var/lib/paddock/stacks }
 {{- end }}
+{{- with $v.slurm.imageRegistry }}
+- { name: PADDOCK_SLURM_IMAGE_REGISTRY, value: {{ . | quote }} }
+{{- end }}
 {{- range $name, $value := $v.config }}
 - { name: {{ $name }}, value: {{ $value | toString | quote }} }
 {{- end }}

@@ -97,6 +97,9 @@ struct Observed {
     now: DateTime<Utc>,
     /// What the drivers had to create or correct in this run (`Kind namespace/name`).
     changed: Vec<String>,
+    /// A driver found a fault that waiting does not heal (a crash-looping slurmctld): the
+    /// cluster is `degraded`, whatever its generation.
+    faulted: bool,
 }
 
 impl Observed {
@@ -195,6 +198,7 @@ impl ClusterReconciler {
             events: Vec::new(),
             now: Utc::now(),
             changed: Vec::new(),
+            faulted: false,
         };
         let run = Run { cluster: &cluster, pools: &pools, reference: &reference, held: &held, sealed: &sealed };
         let result = if cluster.deleting {

@@ -43,7 +43,17 @@ impl ClusterReconciler {
         let desired = slurm_desired(cluster, slurm, pools, held, secrets);
         let status = kube.slurm.ensure_slurm(access, &desired).await.map_err(|e| Stop::Driver(SLURM_READY, e))?;
         observed.changed.extend(status.changed);
-        observed.set(SLURM_READY, status.ready, if status.ready { "Ready" } else { "Applying" }, &status.reason);
+        match &status.fault {
+            // Waiting will not heal it: the cluster says so, and is degraded while it lasts.
+            Some(fault) => {
+                observed.set(SLURM_READY, false, &fault.reason, &fault.message);
+                observed.faulted = true;
+            }
+            None => {
+                let reason = if status.ready { "Ready" } else { "Applying" };
+                observed.set(SLURM_READY, status.ready, reason, &status.reason);
+            }
+        }
         observed.endpoints.slurm_rest_api = status.rest_api;
         observed.endpoints.login_ssh = status.login_ssh;
         observed.endpoints.login_ssh_host_keys = status.login_ssh_host_keys;

@@ -47,7 +47,7 @@ impl ClusterReconciler {
         let ready = missing.is_empty();
         let message = if ready { String::new() } else { format!("not ready: {}", missing.join(", ")) };
         observed.set(READY, ready, if ready { "Ready" } else { "Reconciling" }, &message);
-        let (phase, observed_generation) = phase(cluster, ready);
+        let (phase, observed_generation) = phase(cluster, ready, observed.faulted);
         if ready && !Observed::was_true(&cluster.status.conditions, READY) {
             observed.events.push(("Normal", "ClusterReady", "the cluster is ready".to_owned()));
         }
@@ -187,11 +187,15 @@ fn waits_for_machines(missing: &[&str]) -> bool {
     missing.contains(&NODES_READY) && missing.iter().all(|t| [NODES_READY, SLURM_READY].contains(t))
 }
 
-/// The phase and observed generation of a run that found the cluster `ready` or not (docs/api.md).
-fn phase(cluster: &Cluster, ready: bool) -> (ClusterPhase, i64) {
+/// The phase and observed generation of a run that found the cluster `ready` or not (docs/api.md);
+/// a run that found a fault waiting does not heal (`faulted`) makes it `degraded`, also while it
+/// is first provisioned or updated.
+fn phase(cluster: &Cluster, ready: bool, faulted: bool) -> (ClusterPhase, i64) {
     let before = cluster.status.observed_generation;
     if ready {
         (ClusterPhase::Ready, cluster.generation)
+    } else if faulted {
+        (ClusterPhase::Degraded, before)
     } else if before == 0 {
         (ClusterPhase::Provisioning, 0)
     } else if cluster.generation > before {

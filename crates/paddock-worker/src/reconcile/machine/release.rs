@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use paddock_domain::bmc::BmcDriver;
-use paddock_domain::driver::{Drain, KubeDrivers, NodeRef, Removal, TenantAccess};
+use paddock_domain::driver::{Drain, KubeDrivers, NodeRef, Removal, SlurmVersion, TenantAccess};
 use paddock_domain::model::Machine;
 use paddock_store::cluster;
 use paddock_store::lifecycle;
@@ -200,12 +200,18 @@ impl MachineReconciler {
             };
             let (Some(t), Some(c)) = (m.tenant_id, m.cluster_id) else { return None };
             match cluster::get(&mut conn, t, c).await {
-                Ok(found) => found.is_some_and(|c| c.spec.kind == ClusterKind::Slurm),
+                // The Slurm it runs: its release's pinned slurmrestd version is the drain's.
+                Ok(found) => found.and_then(|c| match (c.spec.kind, c.spec.slurm) {
+                    (ClusterKind::Slurm, Some(s)) => {
+                        Some(SlurmVersion { stack_version: c.stack_version, version: s.version })
+                    }
+                    _ => None,
+                }),
                 Err(e) => return Some(e.into()),
             }
         };
-        if slurm && m.node_name.is_some() {
-            match kube.slurm.drain_node(tenant, &node.node_name).await {
+        if let Some(slurm) = slurm.filter(|_| m.node_name.is_some()) {
+            match kube.slurm.drain_node(tenant, &slurm, &node.node_name).await {
                 Ok(true) => {}
                 Ok(false) => {
                     let message = "draining the Slurm node before the machine is released";
