@@ -268,3 +268,66 @@ async fn the_runtime_role_cannot_delete_a_remediation_or_rewrite_what_started_it
         assert_eq!(code.as_deref(), Some("42501"), "{statement}: {refused}");
     }
 }
+
+#[tokio::test]
+async fn a_tenant_replaces_a_machine_it_holds_and_reads_the_remediation_and_nothing_else() {
+    let lab = Lab::new().await;
+    machine_class(&lab.app, "gpu", 8).await;
+    let ids = lab.available("gpu", &["h1", "h2", "h3"]).await;
+    let created = lab.create(kubernetes(1, None)).await;
+    let cluster = id(&created["cluster"]);
+    lab.ready(&cluster).await;
+    let machine = id(&held(&lab, &cluster).await[0]);
+    let machines = format!("{}/machines", lab.cluster_path(&cluster));
+    let replace = |m: &str| format!("{machines}/{m}/replace");
+    let reason = json!({ "reason": "  jobs on this node keep failing with NCCL timeouts " });
+
+    // Bad input, and machines the cluster does not hold, change nothing.
+    let empty = lab.app.post(replace(&machine)).token(&lab.tenant_token).json(&json!({ "reason": " " })).send().await;
+    assert_eq!(empty.status.as_u16(), 422, "{}", empty.json());
+    let unknown = lab.app.post(replace(&machine)).token(&lab.tenant_token).json(&json!({ "why": "x" })).send().await;
+    assert_eq!(unknown.status.as_u16(), 422);
+    let fleet = ids.iter().find(|m| **m != machine).expect("a fleet machine");
+    let not_held = lab.app.post(replace(fleet)).token(&lab.tenant_token).json(&reason).send().await;
+    assert_eq!((not_held.status.as_u16(), not_held.json()["code"].as_str()), (404, Some("not_found")));
+    let other = lab.seat("other").await;
+    let foreign = replace(&machine).replace(&lab.tenant, &other.tenant);
+    assert_eq!(lab.app.post(&foreign).token(&other.token).json(&reason).send().await.status.as_u16(), 404);
+    assert_eq!(lab.scalar("select count(*) from machine_remediations").await, 0);
+
+    let accepted = lab.app.post(replace(&machine)).token(&lab.tenant_token).json(&reason).send().await;
+    assert_eq!(accepted.status.as_u16(), 202);
+    let accepted = accepted.json();
+    let remediation = &accepted["remediation"];
+    assert_eq!(remediation["source"], "tenant");
+    assert_eq!(remediation["reason"], "jobs on this node keep failing with NCCL timeouts");
+    assert_eq!(remediation["machine_id"].as_str(), Some(machine.as_str()));
+    let again = lab.app.post(replace(&machine)).token(&lab.tenant_token).json(&reason).send().await;
+    assert_eq!((again.status.as_u16(), again.json()["code"].as_str()), (409, Some("remediation_open")));
+
+    // The operation succeeds once the spare is active and the machine on its way out.
+    let op = format!("/v1/tenants/{}/operations/{}", lab.tenant, id(&accepted["operation"]));
+    eventually(WAIT, || async {
+        let o = lab.app.get(&op).token(&lab.tenant_token).send().await.expect(200).json();
+        (o["state"] == "succeeded").then_some(())
+    })
+    .await;
+    lab.machine_in(&machine, "maintenance").await;
+    let ended = ended(&lab, &machine).await;
+    assert_eq!(ended.1, "tenant");
+
+    let listed = format!("{}/remediations", lab.cluster_path(&cluster));
+    let page = lab.app.get(&listed).token(&lab.tenant_token).send().await.expect(200).json();
+    let items = page["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "{page}");
+    assert_eq!((items[0]["state"].as_str(), items[0]["outcome"].as_str()), (Some("ended"), Some("replaced")));
+    assert!(items[0]["spare_machine_id"].is_string() && items[0]["ended_at"].is_string(), "{page}");
+    let all = lab.app.get("/v1/remediations").token(&admin()).send().await.expect(200).json();
+    assert_eq!(all["items"][0]["id"], items[0]["id"]);
+    let foreign = listed.replace(&lab.tenant, &other.tenant);
+    assert_eq!(lab.app.get(&foreign).token(&other.token).send().await.status.as_u16(), 404);
+    let audit = lab.app.get("/v1/audit-events?action=machine.replace").token(&admin()).send().await.expect(200).json();
+    let outcomes: Vec<&str> =
+        audit["items"].as_array().expect("items").iter().filter_map(|e| e["outcome"].as_str()).collect();
+    assert!(outcomes.contains(&"success") && outcomes.len() >= 3, "{audit}");
+}

@@ -170,19 +170,19 @@ pub async fn list(conn: &mut Conn, before: Option<Uuid>, limit: u32) -> Result<V
 }
 
 /// Ends the cluster's open remediations whose machine has left the tenancy they were started in
-/// (`replaced` when the spare had taken over, else `released`); how many.
-pub async fn end_departed(conn: &mut Conn, tenant: TenantId, cluster: ClusterId) -> Result<u64, StoreError> {
-    let ended = sqlx::query(
+/// (`replaced` when the spare had taken over, else `released`); their ids.
+pub async fn end_departed(conn: &mut Conn, tenant: TenantId, cluster: ClusterId) -> Result<Vec<Uuid>, StoreError> {
+    let ended: Vec<Uuid> = sqlx::query_scalar(
         "update machine_remediations r set state = 'ended', ended_at = clock_timestamp(), updated_at = now(), \
            outcome = case when r.state = 'releasing' then 'replaced' else 'released' end \
          from machines m where m.id = r.machine_id and r.tenant_id = $1 and r.cluster_id = $2 \
-           and r.ended_at is null and m.allocation_id is distinct from r.allocation_id",
+           and r.ended_at is null and m.allocation_id is distinct from r.allocation_id returning r.id",
     )
     .bind(tenant.uuid())
     .bind(cluster.uuid())
-    .execute(conn)
+    .fetch_all(conn)
     .await?;
-    Ok(ended.rows_affected())
+    Ok(ended)
 }
 
 /// Makes the machines just allocated to the cluster (`allocated`) the spares of its remediations

@@ -156,3 +156,13 @@ pub struct ReplaceRequest {
     #[schema(min_length = 1, max_length = 1000)]
     pub reason: String,
 }
+
+/// The 202 answer of a `replace`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RemediationAccepted {
+    /// The remediation it started.
+    pub remediation: RemediationView,
+    /// The operation to follow: it succeeds when the spare is active and the machine is on its
+    /// way out (or has left the cluster).
+    pub operation: crate::operation::OperationView,
+}

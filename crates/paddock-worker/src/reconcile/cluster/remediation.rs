@@ -8,7 +8,7 @@ use paddock_domain::cluster::{Cluster, NodePool};
 use paddock_domain::driver::{KubeDrivers, NodeRef, TenantAccess};
 use paddock_domain::machine::HELD;
 use paddock_store::allocation::HeldMachine;
-use paddock_store::{remediation, StoreError};
+use paddock_store::{operation, remediation, StoreError};
 use paddock_types::cluster::ClusterKind;
 use paddock_types::machine::MachineState;
 use paddock_types::remediation::{RemediationState, RemediationView};
@@ -40,7 +40,10 @@ impl ClusterReconciler {
     ) -> Result<Vec<RemediationView>, StoreError> {
         let (tenant, id) = (cluster.tenant_id, cluster.id);
         let mut tx = self.services.store().begin().await?;
-        remediation::end_departed(&mut tx, tenant, id).await?;
+        // A tenant's `replace` operation succeeds when its machine has left (or is leaving).
+        for ended in remediation::end_departed(&mut tx, tenant, id).await? {
+            operation::succeed(&mut tx, ended, None, &[operation::done(operation::step::RECONCILE)]).await?;
+        }
         let open = remediation::open_of_cluster(&mut tx, tenant, id).await?;
         tx.commit().await?;
         let mut moved = false;
@@ -50,6 +53,8 @@ impl ClusterReconciler {
             match held.iter().find(|m| m.id == spare).map(|m| m.state) {
                 Some(MachineState::Active) => {
                     if remediation::release_replaced(&mut tx, self.services.ledger_key(), r).await? {
+                        let done = [operation::done(operation::step::RECONCILE)];
+                        operation::succeed(&mut tx, r.id, None, &done).await?;
                         let message = format!("machine {} is replaced by machine {spare}", r.machine_id);
                         observed.events.push(("Normal", "MachineReplaced", message));
                         moved = true;
