@@ -215,6 +215,8 @@ fn matrix() -> Vec<Row> {
         post("/v1/tenants/{own}/clusters/{own_cluster}/machines/{machine}/replace", Some(REASON), [404, 403, 403, 404, 403]),
         post("/v1/tenants/{foreign}/clusters/{foreign_cluster}/machines/{machine}/replace", Some(REASON), [404, 403, 403, 404, 403]),
         post("/v1/tenants/{own}/clusters/{own_cluster}/machines/{missing_machine}/replace", Some(REASON), [404, 403, 403, 404, 403]),
+        post("/v1/tenants/{own}/clusters/{own_cluster}/machines/{machine}/power-cycle", None, [404, 403, 403, 404, 403]),
+        post("/v1/tenants/{foreign}/clusters/{foreign_cluster}/machines/{machine}/power-cycle", None, [404, 403, 403, 404, 403]),
         get("/v1/tenants/{own}/clusters/{own_cluster}/remediations",         [200,   200,   403,  200,   200]),
         get("/v1/tenants/{foreign}/clusters/{foreign_cluster}/remediations", [200,   200,   403,  404,   404]),
         get("/v1/tenants/{own}/clusters/{missing}/remediations",             [404,   404,   403,  404,   404]),

@@ -331,3 +331,49 @@ async fn a_tenant_replaces_a_machine_it_holds_and_reads_the_remediation_and_noth
         audit["items"].as_array().expect("items").iter().filter_map(|e| e["outcome"].as_str()).collect();
     assert!(outcomes.contains(&"success") && outcomes.len() >= 3, "{audit}");
 }
+
+#[tokio::test]
+async fn a_tenant_power_cycles_a_machine_it_holds_through_its_bmc_and_keeps_it() {
+    let lab = Lab::new().await;
+    machine_class(&lab.app, "gpu", 8).await;
+    let ids = lab.available("gpu", &["p1", "p2"]).await;
+    let created = lab.create(kubernetes(1, None)).await;
+    let cluster = id(&created["cluster"]);
+    lab.ready(&cluster).await;
+    let machine = id(&held(&lab, &cluster).await[0]);
+    let name = lab.machine_in(&machine, "active").await["name"].as_str().expect("name").to_owned();
+    let cycle = |m: &str| format!("{}/machines/{m}/power-cycle", lab.cluster_path(&cluster));
+
+    let fleet = ids.iter().find(|m| **m != machine).expect("a fleet machine");
+    let not_held = lab.app.post(cycle(fleet)).token(&lab.tenant_token).send().await;
+    assert_eq!(not_held.status.as_u16(), 404);
+    let member = paddock_testkit::token(&["tenant:member"], Some(lab.tenant.parse().expect("uuid")));
+    assert_eq!(lab.app.post(cycle(&machine)).token(&member).send().await.status.as_u16(), 403);
+
+    let off_on = || async {
+        sqlx::query_as::<_, (chrono::DateTime<chrono::Utc>, bool)>(
+            "select updated_at, power_on from paddock_sim.machines where bmc_url = $1",
+        )
+        .bind(format!("sim://{name}"))
+        .fetch_one(&lab.app.db.pool)
+        .await
+        .expect("the simulated machine")
+    };
+    let (before, on) = off_on().await;
+    assert!(on);
+    let accepted = lab.app.post(cycle(&machine)).token(&lab.tenant_token).send().await;
+    assert_eq!(accepted.status.as_u16(), 202);
+    let op = format!("/v1/tenants/{}/operations/{}", lab.tenant, id(&accepted.json()));
+    let done = eventually(WAIT, || async {
+        let o = lab.app.get(&op).token(&lab.tenant_token).send().await.expect(200).json();
+        (o["state"] == "succeeded" || o["state"] == "failed").then_some(o)
+    })
+    .await;
+    assert_eq!(done["state"], "succeeded", "{done}");
+    let (after, on) = off_on().await;
+    assert!(after > before && on, "the BMC powered it off and on again");
+    assert_eq!(lab.machine_in(&machine, "active").await["cluster_id"].as_str(), Some(cluster.as_str()));
+    lab.ready(&cluster).await;
+    let audit = lab.app.get("/v1/audit-events?action=machine.power_cycle").token(&admin()).send().await;
+    assert!(audit.expect(200).json()["items"].as_array().is_some_and(|i| i.len() >= 3));
+}

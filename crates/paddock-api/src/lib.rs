@@ -98,6 +98,7 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(cluster::cluster_machine_view))
         .routes(routes!(cluster::cluster_machine_health_report_list))
         .routes(routes!(remediation::cluster_machine_replace))
+        .routes(routes!(remediation::cluster_machine_power_cycle))
         .routes(routes!(remediation::cluster_remediation_list))
         .routes(routes!(remediation::remediation_list))
         .routes(routes!(machine_class::machine_class_create, machine_class::machine_class_list))

@@ -3,11 +3,14 @@
 //! cluster's remediations, the provider every one.
 
 use paddock_domain::cursor::PageRequest;
+use paddock_domain::job_kind::MACHINE_POWER_CYCLE;
 use paddock_domain::validate::Checks;
 use paddock_domain::{Error, Permission, Result};
 use paddock_store::node_pool::{self, MachinesOf};
 use paddock_store::operation::{self as operations, NewOperation, PlanContext};
 use paddock_store::remediation::{self as store, Start, Started};
+use paddock_types::machine::MachineState;
+use paddock_types::operation::OperationView;
 use paddock_types::remediation::{RemediationAccepted, RemediationSource, RemediationView, ReplaceRequest};
 use paddock_types::{ClusterId, MachineId, TenantId};
 use serde_json::json;
@@ -66,6 +69,46 @@ impl Services {
             let operation = operations::insert(&mut tx, &new).await?;
             let details = json!({ "reason": reason, "remediation_id": remediation.id, "cluster_id": cluster_id });
             Ok(Done::Commit { tx, value: RemediationAccepted { remediation, operation }, details })
+        })
+        .await
+    }
+
+    /// Power-cycles an `active` machine the tenant's cluster holds (202): the worker powers it
+    /// off and on again through its BMC; the machine stays the tenant's. 404 for a machine the
+    /// cluster does not hold, 409 `machine_not_active` for one that is not serving.
+    pub async fn cluster_machine_power_cycle(
+        &self,
+        ctx: &Ctx,
+        tenant_id: TenantId,
+        cluster_id: ClusterId,
+        id: MachineId,
+    ) -> Result<OperationView> {
+        self.audited(ctx, "machine.power_cycle", "machine", async |audit| {
+            audit.target(id.uuid(), Some(tenant_id));
+            let (mut tx, _) = self.begin_tenant_write(ctx, tenant_id, "cluster").await?;
+            cluster_for_change(&mut tx, tenant_id, cluster_id).await?;
+            let (allocation, state) = store::tenancy_of(&mut tx, tenant_id, cluster_id, id)
+                .await?
+                .ok_or(Error::NotFound { kind: "machine" })?;
+            if state != MachineState::Active.as_str() {
+                return Err(Error::conflict(
+                    "machine_not_active",
+                    format!("a machine in state {state} is not serving; only an active machine is power-cycled"),
+                ));
+            }
+            let new = NewOperation {
+                kind: MACHINE_POWER_CYCLE,
+                target_type: "machine",
+                target_id: id.uuid(),
+                tenant_id: Some(tenant_id),
+                target_generation: 0,
+                supersedes: &[],
+                context: PlanContext::default(),
+            };
+            let operation = operations::insert(&mut tx, &new).await?;
+            store::enqueue_power_cycle(&mut tx, id, allocation, tenant_id, operation.id).await?;
+            let details = json!({ "cluster_id": cluster_id, "operation_id": operation.id });
+            Ok(Done::Commit { tx, value: operation, details })
         })
         .await
     }

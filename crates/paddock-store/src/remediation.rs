@@ -288,3 +288,58 @@ pub async fn keep_out_of_service(conn: &mut Conn, machine: MachineId) -> Result<
     .await?;
     Ok(())
 }
+
+/// Enqueues the power cycle of a machine a tenant holds, reporting to `operation` (its target is
+/// the machine: it never runs beside the machine's reconcile).
+pub async fn enqueue_power_cycle(
+    conn: &mut Conn,
+    machine: MachineId,
+    allocation: Uuid,
+    tenant: TenantId,
+    operation: paddock_types::OperationId,
+) -> Result<(), StoreError> {
+    use paddock_domain::job_kind::{Payload, PowerCycleJob, MACHINE_POWER_CYCLE};
+    let new = crate::job::NewJob {
+        kind: MACHINE_POWER_CYCLE,
+        target_type: "machine",
+        target_id: machine.uuid(),
+        payload: PowerCycleJob { machine_id: machine, allocation_id: allocation }.to_value(),
+        tenant_id: Some(tenant),
+        operation_id: Some(operation),
+        run_at: None,
+    };
+    crate::job::enqueue(conn, &new).await?;
+    Ok(())
+}
+
+/// The allocation of a machine `tenant`'s `cluster` holds and its state, the row locked; `None`
+/// when the cluster does not hold it.
+pub async fn tenancy_of(
+    conn: &mut Conn,
+    tenant: TenantId,
+    cluster: ClusterId,
+    machine: MachineId,
+) -> Result<Option<(Uuid, String)>, StoreError> {
+    let row: Option<(Uuid, String)> = sqlx::query_as(
+        "select allocation_id, state from machines where id = $1 and tenant_id = $2 and cluster_id = $3 \
+           and allocation_id is not null for update",
+    )
+    .bind(machine.uuid())
+    .bind(tenant.uuid())
+    .bind(cluster.uuid())
+    .fetch_optional(conn)
+    .await?;
+    Ok(row)
+}
+
+/// Whether the machine is still `active` in `allocation`.
+pub async fn still_active_in(conn: &mut Conn, machine: MachineId, allocation: Uuid) -> Result<bool, StoreError> {
+    let found: bool = sqlx::query_scalar(
+        "select exists (select 1 from machines where id = $1 and allocation_id = $2 and state = 'active')",
+    )
+    .bind(machine.uuid())
+    .bind(allocation)
+    .fetch_one(conn)
+    .await?;
+    Ok(found)
+}

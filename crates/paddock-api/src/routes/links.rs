@@ -107,6 +107,12 @@ const FOLLOWS: &[Follow] = &[
     Follow { from: "machine_force_release", status: "202", to: MACHINE_CHANGED, values: MACHINE },
     Follow { from: "cluster_machine_replace", status: "202", to: REPLACE_NEXT, values: REPLACE },
     Follow {
+        from: "cluster_machine_power_cycle",
+        status: "202",
+        to: &["operation_view", "tenant_operation_view"],
+        values: &[("tenant_id", "$request.path.tenant_id"), ("operation_id", "$response.body#/id")],
+    },
+    Follow {
         from: "machine_class_create",
         status: "201",
         to: &["machine_class_view", "machine_class_update", "machine_class_delete"],

@@ -4,6 +4,7 @@
 use axum::extract::State;
 use axum::response::Response;
 use paddock_domain::cursor::PageRequest;
+use paddock_types::operation::OperationView;
 use paddock_types::page::PageParams;
 use paddock_types::remediation::{RemediationAccepted, RemediationView, ReplaceRequest};
 use paddock_types::{ClusterId, MachineId, TenantId};
@@ -35,6 +36,25 @@ pub async fn cluster_machine_replace(
 ) -> Result<Response, ApiError> {
     let accepted = s.services.cluster_machine_replace(&ctx, tenant, cluster, id, &body).await?;
     Ok(respond::queued(&accepted))
+}
+
+/// Power-cycles a machine the cluster holds.
+///
+/// Powers an `active` machine the cluster holds off and on again through its BMC (`tenant:admin`); it stays
+/// the cluster's, and boots from its disk. 202 with the operation to follow; 404 for a machine the cluster
+/// does not hold; 409 for one that is not active.
+#[utoipa::path(post, path = "/v1/tenants/{tenant_id}/clusters/{cluster_id}/machines/{machine_id}/power-cycle", operation_id = "cluster_machine_power_cycle", tag = "clusters",
+    params(("tenant_id" = TenantId, Path, description = "Tenant id"), ("cluster_id" = ClusterId, Path, description = "Cluster id"),
+        ("machine_id" = MachineId, Path, description = "Machine id")),
+    responses(
+        (status = 202, description = "Accepted", body = OperationView)))]
+pub async fn cluster_machine_power_cycle(
+    State(s): State<AppState>,
+    Caller(ctx): Caller,
+    Path((tenant, cluster, id)): Path<(TenantId, ClusterId, MachineId)>,
+) -> Result<Response, ApiError> {
+    let operation = s.services.cluster_machine_power_cycle(&ctx, tenant, cluster, id).await?;
+    Ok(respond::queued(&operation))
 }
 
 /// Lists the cluster's remediations, newest first.
