@@ -228,6 +228,12 @@ async fn a_flapping_report_starts_exactly_one_remediation() {
     let started = remediations(&lab, &machine).await;
     assert_eq!(started.len(), 1, "{started:?}");
     assert_eq!(started[0].0, "awaiting_spare");
+
+    // The cluster goes before a spare came: the failed machine still goes to maintenance, not
+    // back to the fleet, and the remediation ends.
+    lab.app.delete(lab.cluster_path(&cluster)).token(&lab.tenant_token).send().await.expect(202);
+    lab.machine_in(&machine, "maintenance").await;
+    assert_eq!(ended(&lab, &machine).await.3.as_deref(), Some("released"));
 }
 
 #[tokio::test]

@@ -30,6 +30,16 @@ const TENANT_AWAITING_OPERATOR: &str = "a machine of the system pool failed; it 
     their volumes, so it is not replaced automatically: the provider's operators replace it";
 
 impl ClusterReconciler {
+    /// Ends the remediations whose machine left the tenancy (a deleting cluster's, each run).
+    pub(super) async fn end_remediations(&self, cluster: &Cluster) -> Result<(), StoreError> {
+        let mut tx = self.services.store().begin().await?;
+        for ended in remediation::end_departed(&mut tx, cluster.tenant_id, cluster.id).await? {
+            operation::succeed(&mut tx, ended, None, &[operation::done(operation::step::RECONCILE)]).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// Ends the remediations whose machine left the tenancy, releases the machines whose spare is
     /// active, puts back in line those whose spare was lost; the open remediations after that.
     pub(super) async fn remediations(
@@ -39,13 +49,11 @@ impl ClusterReconciler {
         observed: &mut Observed,
     ) -> Result<Vec<RemediationView>, StoreError> {
         let (tenant, id) = (cluster.tenant_id, cluster.id);
-        let mut tx = self.services.store().begin().await?;
         // A tenant's `replace` operation succeeds when its machine has left (or is leaving).
-        for ended in remediation::end_departed(&mut tx, tenant, id).await? {
-            operation::succeed(&mut tx, ended, None, &[operation::done(operation::step::RECONCILE)]).await?;
-        }
-        let open = remediation::open_of_cluster(&mut tx, tenant, id).await?;
-        tx.commit().await?;
+        self.end_remediations(cluster).await?;
+        let mut conn = self.services.store().conn().await?;
+        let open = remediation::open_of_cluster(&mut conn, tenant, id).await?;
+        drop(conn);
         let mut moved = false;
         for r in open.iter().filter(|r| r.state == RemediationState::Replacing) {
             let Some(spare) = r.spare_machine_id else { continue };
