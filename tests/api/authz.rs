@@ -209,6 +209,18 @@ fn matrix() -> Vec<Row> {
         // A machine of the fleet the cluster does not hold is answered like a missing one.
         get("/v1/tenants/{own}/clusters/{own_cluster}/machines/{machine}",  [404,   404,   403,  404,   404]),
         get("/v1/tenants/{own}/clusters/{own_cluster}/machines/{machine}/health-reports", [404, 404, 403, 404, 404]),
+        // Remediations: a tenant's admin replaces a machine its cluster holds (one it does not
+        // hold is 404); the cluster's remediations are read like the cluster; provider roles
+        // list them all.
+        post("/v1/tenants/{own}/clusters/{own_cluster}/machines/{machine}/replace", Some(REASON), [404, 403, 403, 404, 403]),
+        post("/v1/tenants/{foreign}/clusters/{foreign_cluster}/machines/{machine}/replace", Some(REASON), [404, 403, 403, 404, 403]),
+        post("/v1/tenants/{own}/clusters/{own_cluster}/machines/{missing_machine}/replace", Some(REASON), [404, 403, 403, 404, 403]),
+        post("/v1/tenants/{own}/clusters/{own_cluster}/machines/{machine}/power-cycle", None, [404, 403, 403, 404, 403]),
+        post("/v1/tenants/{foreign}/clusters/{foreign_cluster}/machines/{machine}/power-cycle", None, [404, 403, 403, 404, 403]),
+        get("/v1/tenants/{own}/clusters/{own_cluster}/remediations",         [200,   200,   403,  200,   200]),
+        get("/v1/tenants/{foreign}/clusters/{foreign_cluster}/remediations", [200,   200,   403,  404,   404]),
+        get("/v1/tenants/{own}/clusters/{missing}/remediations",             [404,   404,   403,  404,   404]),
+        get("/v1/remediations",                                              [200,   200,   403,  403,   403]),
         // Health reports: operators write, provider roles read.
         post("/v1/machines/{machine}/health-reports", Some(HEALTH_REPORT),   [201,   201,   403,  403,   403]),
         post("/v1/machines/{missing_machine}/health-reports", Some(HEALTH_REPORT), [404, 404, 403, 403, 403]),

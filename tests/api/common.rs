@@ -181,9 +181,11 @@ pub fn run_worker(
     config: paddock_worker::WorkerConfig,
     name: &str,
 ) -> (tokio::sync::watch::Sender<bool>, std::sync::Arc<paddock_worker::WorkerMetrics>) {
-    use paddock_worker::reconcile::{ClusterReconciler, DriftCheck, MachineReconciler};
+    use paddock_worker::reconcile::{ClusterReconciler, DriftCheck, MachineReconciler, PowerCycle, PowerSync};
     let clusters = ClusterReconciler::new(app.services.clone(), drivers.clone(), settings.clone());
+    let sync = PowerSync::new(app.services.clone(), drivers.clone(), Default::default());
     let handlers: Vec<std::sync::Arc<dyn paddock_worker::JobHandler>> = vec![
+        std::sync::Arc::new(PowerCycle::new(sync)),
         std::sync::Arc::new(MachineReconciler::new(app.services.clone(), drivers, settings)),
         std::sync::Arc::new(DriftCheck(clusters.clone())),
         std::sync::Arc::new(clusters),

@@ -89,7 +89,8 @@ async fn the_tenant_holding_a_machine_reads_the_reports_of_its_tenancy_only() {
     machine_class(&lab.app, "gpu", 8).await;
     let ids = lab.available("gpu", &["h1"]).await;
     let (_, before) = report(&lab.app, &ids[0], r#"{"status": "degraded"}"#).await;
-    let pools = json!([{ "name": "gpu", "machine_class": "gpu", "count": 1 }]);
+    // No automatic remediation: the failed machine stays the tenant's until it is scaled away.
+    let pools = json!([{ "name": "gpu", "machine_class": "gpu", "count": 1, "remediation": { "automatic": false } }]);
     let body = json!({ "name": "k", "kind": "kubernetes", "isolation": "private-nodes", "node_pools": pools });
     let created = lab.create(body).await;
     let cluster = id(&created["cluster"]);

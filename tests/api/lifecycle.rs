@@ -60,7 +60,7 @@ impl Lab {
     }
 
     /// A lab whose drivers pass through `wrap` (fault injection).
-    async fn with(wrap: impl FnOnce(Drivers) -> Drivers) -> Lab {
+    pub(crate) async fn with(wrap: impl FnOnce(Drivers) -> Drivers) -> Lab {
         Self::tuned(|_| {}, wrap).await
     }
 
@@ -81,7 +81,7 @@ impl Lab {
     }
 
     /// Enrolls `sim://<name>` machines of `class`; returns their ids.
-    async fn enroll(&self, class: &str, names: &[&str]) -> Vec<String> {
+    pub(crate) async fn enroll(&self, class: &str, names: &[&str]) -> Vec<String> {
         let mut ids = Vec::new();
         for name in names {
             let body = json!({
@@ -140,7 +140,7 @@ impl Lab {
         cluster_path(&self.own(), cluster)
     }
 
-    async fn cluster(&self, cluster: &str) -> Value {
+    pub(crate) async fn cluster(&self, cluster: &str) -> Value {
         self.cluster_as(&self.own(), cluster).await
     }
 
@@ -217,7 +217,7 @@ impl Lab {
         eventually(WAIT, || async { (self.sample(series) == Some(value)).then_some(()) }).await
     }
 
-    async fn scalar(&self, sql: &str) -> i64 {
+    pub(crate) async fn scalar(&self, sql: &str) -> i64 {
         sqlx::query_scalar(sql).fetch_one(&self.app.db.pool).await.expect(sql)
     }
 
@@ -301,7 +301,7 @@ impl Drop for Lab {
 }
 
 /// A Slurm cluster of `pools`; the first is its system pool unless a pool names its role.
-fn slurm(name: &str, mut pools: Value) -> Value {
+pub(crate) fn slurm(name: &str, mut pools: Value) -> Value {
     let list = pools.as_array_mut().expect("pools");
     if !list.iter().any(|p| p.get("role").is_some()) {
         if let Some(first) = list.first_mut() {
@@ -312,7 +312,7 @@ fn slurm(name: &str, mut pools: Value) -> Value {
 }
 
 /// A compute pool `gpu` of `count` and a system pool `sys` of one machine, both of class gpu.
-fn gpu_and_system(count: u32) -> Value {
+pub(crate) fn gpu_and_system(count: u32) -> Value {
     json!([
         { "name": "gpu", "machine_class": "gpu", "count": count },
         { "name": "sys", "machine_class": "gpu", "count": 1, "role": "system" },
@@ -320,7 +320,7 @@ fn gpu_and_system(count: u32) -> Value {
 }
 
 /// The id of `cluster`'s pool `name`.
-fn pool_named(cluster: &Value, name: &str) -> String {
+pub(crate) fn pool_named(cluster: &Value, name: &str) -> String {
     let pools = cluster["node_pools"].as_array().expect("pools");
     id(pools.iter().find(|p| p["name"] == name).expect("the pool"))
 }
@@ -337,7 +337,7 @@ fn conditions(cluster: &Value) -> Vec<(String, String, String)> {
         .collect()
 }
 
-fn condition(cluster: &Value, type_: &str) -> Value {
+pub(crate) fn condition(cluster: &Value, type_: &str) -> Value {
     cluster["status"]["conditions"]
         .as_array()
         .and_then(|cs| cs.iter().find(|c| c["type"] == type_).cloned())

@@ -36,7 +36,8 @@ pub use state::{ApiConfig, AppState};
 use paddock_types::problem::Problem;
 use routes::doc::{self, Access};
 use routes::{
-    agent, audit, cluster, custody, health, isolation, machine, machine_class, operation, tenant, usage, webhook,
+    agent, audit, cluster, custody, health, isolation, machine, machine_class, operation, remediation, tenant, usage,
+    webhook,
 };
 
 #[derive(OpenApi)]
@@ -96,6 +97,10 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(cluster::cluster_machine_list))
         .routes(routes!(cluster::cluster_machine_view))
         .routes(routes!(cluster::cluster_machine_health_report_list))
+        .routes(routes!(remediation::cluster_machine_replace))
+        .routes(routes!(remediation::cluster_machine_power_cycle))
+        .routes(routes!(remediation::cluster_remediation_list))
+        .routes(routes!(remediation::remediation_list))
         .routes(routes!(machine_class::machine_class_create, machine_class::machine_class_list))
         .routes(routes!(
             machine_class::machine_class_view,

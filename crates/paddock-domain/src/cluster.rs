@@ -12,6 +12,7 @@ use paddock_types::cluster::{
     NodePoolRole, NodePoolStatus, NodePoolSummary, NodePoolView, Partition, SlurmSpec, Taint,
     DEFAULT_KUBERNETES_VERSION,
 };
+use paddock_types::remediation::NodePoolRemediation;
 use paddock_types::tenant::Quotas;
 use paddock_types::{ClusterId, Labels, MachineClassId, NodePoolId, TenantId};
 use regex::Regex;
@@ -95,6 +96,9 @@ pub struct NodePoolSpec {
     /// What the pool is for (fixed at creation).
     #[serde(default)]
     pub role: NodePoolRole,
+    /// Whether a `failed` health report starts a replacement on its own (fixed at creation).
+    #[serde(default)]
+    pub remediation: NodePoolRemediation,
 }
 
 impl From<NodePoolCreate> for NodePoolSpec {
@@ -106,6 +110,7 @@ impl From<NodePoolCreate> for NodePoolSpec {
             labels: p.labels,
             taints: p.taints,
             role: p.role,
+            remediation: p.remediation,
         }
     }
 }
@@ -480,6 +485,7 @@ impl NodePool {
             labels: self.spec.labels.clone(),
             taints: self.spec.taints.clone(),
             role: self.spec.role,
+            remediation: self.spec.remediation,
             status: self.status.clone(),
             generation: self.generation,
             etag: etag(self.generation),
@@ -539,6 +545,7 @@ mod tests {
             labels: Labels::new(),
             taints: vec![],
             role: NodePoolRole::Compute,
+            remediation: NodePoolRemediation::default(),
         }
     }
 

@@ -18,6 +18,21 @@ pub const POWER_SYNC: &str = "power_sync";
 /// Seals every encrypted value again under the current key, so older keys can be retired
 /// (`paddock reseal` enqueues it).
 pub const RESEAL: &str = "reseal";
+/// Power-cycles a machine a tenant holds, at the tenant's request (off, then on from its disk);
+/// its target is the machine, so it never runs beside the machine's reconcile.
+pub const MACHINE_POWER_CYCLE: &str = "machine_power_cycle";
+
+/// The payload of a machine's power cycle: the tenancy it was asked in (a machine that has left
+/// it since is not cycled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PowerCycleJob {
+    /// The machine.
+    pub machine_id: MachineId,
+    /// Its allocation when the tenant asked.
+    pub allocation_id: uuid::Uuid,
+}
+
+impl Payload for PowerCycleJob {}
 
 /// The payload of a cluster's reconcile job (its target is the cluster).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

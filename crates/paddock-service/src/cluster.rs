@@ -61,7 +61,12 @@ impl Services {
     /// and locks the tenant row (404 when missing; 409 when a tenant user writes while the tenant
     /// is suspended: provider writes still work). The lock also serializes the tenant's quota
     /// checks.
-    async fn begin_tenant_write(&self, ctx: &Ctx, tenant_id: TenantId, kind: &'static str) -> Result<(Tx, Tenant)> {
+    pub(crate) async fn begin_tenant_write(
+        &self,
+        ctx: &Ctx,
+        tenant_id: TenantId,
+        kind: &'static str,
+    ) -> Result<(Tx, Tenant)> {
         let scope = ctx.actor.authorize_tenant(Permission::ClusterWrite, tenant_id, kind)?;
         let mut tx = self.store.begin().await?;
         let tenant = tenant::get_for_update(&mut tx, tenant_id).await?.ok_or(Error::NotFound { kind: "tenant" })?;
@@ -566,7 +571,7 @@ async fn cluster_with_pools(conn: &mut Conn, tenant: TenantId, id: ClusterId) ->
 }
 
 /// Locks a cluster for a change; one being deleted takes no more changes.
-async fn cluster_for_change(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<Cluster> {
+pub(crate) async fn cluster_for_change(conn: &mut Conn, tenant: TenantId, id: ClusterId) -> Result<Cluster> {
     let cluster = store::get_for_update(conn, tenant, id).await?.ok_or(CLUSTER_NOT_FOUND)?;
     if cluster.deleting {
         return Err(Error::conflict("cluster_deleting", "the cluster is being deleted"));

@@ -17,6 +17,7 @@ pub mod idempotency;
 mod machine;
 mod machine_class;
 mod operation;
+pub mod remediation;
 mod tenant;
 pub mod usage;
 pub mod webhook;

@@ -211,7 +211,9 @@ const AHEAD: &str = "from clusters c join node_pools p on p.cluster_id = c.id \
      where c.waiting_since is not null and c.id <> $1 and c.deletion_requested_at is null \
        and c.deleted_at is null and (c.waiting_since, c.id) < ($2, $1) \
        and p.machine_class_id = any($3) and p.deleted_at is null and p.deletion_requested_at is null \
-       and p.count > (select count(*) from machines m where m.node_pool_id = p.id and m.state = any($4))";
+       and p.count > (select count(*) from machines m where m.node_pool_id = p.id and m.state = any($4) \
+         and not exists (select 1 from machine_remediations r where r.machine_id = m.id and r.ended_at is null \
+           and r.state in ('awaiting_spare', 'replacing')))";
 
 /// The first cluster ahead (see [`AHEAD`]) still within its head timeout, and when that ends:
 /// it goes first until then.
@@ -265,7 +267,8 @@ async fn kept_since(
 
 /// The tenant's node and GPU quotas against what it holds plus `needs` (the rule of
 /// [`quota_excess`], which the API applies to desired counts), with the tenant row locked: a
-/// safety net behind the API's check.
+/// safety net behind the API's check. A machine being replaced (a remediation awaiting or
+/// provisioning its spare) is not counted: its spare takes its place, not a second one.
 async fn over_quota(conn: &mut Conn, tenant: TenantId, needs: &[Need]) -> Result<Option<Allocation>, StoreError> {
     let (max_nodes, max_gpus): (Option<i32>, Option<i32>) =
         sqlx::query_as("select max_nodes, max_gpus from tenants where id = $1 for no key update")
@@ -278,7 +281,8 @@ async fn over_quota(conn: &mut Conn, tenant: TenantId, needs: &[Need]) -> Result
     let (nodes, gpus): (i64, i64) = sqlx::query_as(
         "select count(*), coalesce(sum(c.gpu_count), 0)::bigint from machines m \
          join machine_classes c on c.id = m.machine_class_id where m.tenant_id = $1 \
-         and m.state = any($2)",
+         and m.state = any($2) and not exists (select 1 from machine_remediations r where r.machine_id = m.id \
+           and r.ended_at is null and r.state in ('awaiting_spare', 'replacing'))",
     )
     .bind(tenant.uuid())
     .bind(&held()[..])

@@ -2,11 +2,12 @@
 
 use chrono::{DateTime, Utc};
 use paddock_types::health::{HealthCheck, HealthReportView, HealthSource, HealthStatus};
+use paddock_types::remediation::RemediationSource;
 use paddock_types::MachineId;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use crate::{from_json, parse_state, Conn, StoreError};
+use crate::{from_json, parse_state, remediation, Conn, StoreError};
 
 /// A report to record.
 #[derive(Debug, Clone)]
@@ -72,10 +73,56 @@ pub async fn insert(conn: &mut Conn, new: &NewReport<'_>) -> Result<Option<Healt
     .bind(new.source.as_str())
     .bind(new.reporter)
     .bind(new.observed_at)
-    .fetch_optional(conn)
+    .fetch_optional(&mut *conn)
     .await?;
-    row.map(ReportRow::view).transpose()
+    let Some(report) = row.map(ReportRow::view).transpose()? else {
+        return Ok(None);
+    };
+    if report.status == HealthStatus::Failed {
+        remediate(conn, report.id, report.machine_id, report.source, &report.checks).await?;
+    }
+    Ok(Some(report))
 }
+
+/// Starts the remediation of a machine a `failed` report is about (see
+/// [`crate::remediation::start`]: only while a tenant holds it, where its pool remediates on its
+/// own, and once while one is open), in the report's transaction.
+async fn remediate(
+    conn: &mut Conn,
+    report: Uuid,
+    machine: MachineId,
+    source: HealthSource,
+    checks: &[HealthCheck],
+) -> Result<(), StoreError> {
+    let reason = failure_reason(source, checks);
+    let source = match source {
+        HealthSource::Operator => RemediationSource::Operator,
+        HealthSource::Bmc => RemediationSource::Bmc,
+        HealthSource::Kubernetes => RemediationSource::Kubernetes,
+    };
+    let start = remediation::Start { machine, reason: &reason, source, report_id: Some(report) };
+    remediation::start(conn, &start).await?;
+    Ok(())
+}
+
+/// A remediation's reason from a failed report: its failed checks (`name: detail`), at most
+/// [`REASON_MAX`] characters.
+fn failure_reason(source: HealthSource, checks: &[HealthCheck]) -> String {
+    let failed: Vec<String> = checks
+        .iter()
+        .filter(|c| c.status == HealthStatus::Failed)
+        .map(|c| if c.detail.is_empty() { c.name.clone() } else { format!("{}: {}", c.name, c.detail) })
+        .collect();
+    let reason = if failed.is_empty() {
+        format!("a failed health report ({})", source.as_str())
+    } else {
+        format!("failed health check ({}): {}", source.as_str(), failed.join("; "))
+    };
+    reason.chars().take(REASON_MAX).collect()
+}
+
+/// The longest reason a remediation (and the machine's maintenance reason) carries.
+pub const REASON_MAX: usize = 900;
 
 /// A machine's reports, newest first, before the keyset position `before` (an id).
 pub async fn of_machine(
@@ -126,7 +173,8 @@ pub async fn of_tenancy(
 /// report of that source on the machine (a machine is presumed healthy until a source says
 /// otherwise), against the machine's current tenancy, in one statement; returns how many reports
 /// were written. The sources paddock reads itself (the BMC, the tenant's Kubernetes) use it, so a
-/// rating that holds is recorded once, not at every read.
+/// rating that holds is recorded once, not at every read. A `failed` rating starts the machine's
+/// remediation (see [`insert`]), so the caller passes a transaction.
 pub async fn record_changes(
     conn: &mut Conn,
     source: HealthSource,
@@ -136,21 +184,29 @@ pub async fn record_changes(
     let machines: Vec<Uuid> = ratings.iter().map(|(m, _)| m.uuid()).collect();
     let statuses: Vec<&str> = ratings.iter().map(|(_, c)| c.status.as_str()).collect();
     let checks: Vec<serde_json::Value> = ratings.iter().map(|(_, c)| serde_json::json!([c])).collect();
-    let written = sqlx::query(
+    let written: Vec<(Uuid, Uuid, String)> = sqlx::query_as(
         "insert into machine_health_reports \
            (id, machine_id, allocation_id, status, checks, source, reporter, observed_at, recorded_at) \
          select r.id, m.id, m.allocation_id, r.status, r.checks, $1, 'paddock', now(), now() \
          from unnest($2::uuid[], $3::uuid[], $4::text[], $5::jsonb[]) as r(id, machine_id, status, checks) \
          join machines m on m.id = r.machine_id \
          where r.status <> coalesce((select x.status from machine_health_reports x \
-           where x.machine_id = m.id and x.source = $1 order by x.id desc limit 1), 'healthy')",
+           where x.machine_id = m.id and x.source = $1 order by x.id desc limit 1), 'healthy') \
+         returning id, machine_id, status",
     )
     .bind(source.as_str())
     .bind(&ids)
     .bind(&machines)
     .bind(&statuses)
     .bind(&checks)
-    .execute(conn)
+    .fetch_all(&mut *conn)
     .await?;
-    Ok(written.rows_affected())
+    for (id, machine, status) in &written {
+        if status == HealthStatus::Failed.as_str() {
+            let checks: Vec<HealthCheck> =
+                ratings.iter().filter(|(m, _)| m.uuid() == *machine).map(|(_, c)| c.clone()).collect();
+            remediate(conn, *id, MachineId(*machine), source, &checks).await?;
+        }
+    }
+    Ok(u64::try_from(written.len()).unwrap_or(u64::MAX))
 }

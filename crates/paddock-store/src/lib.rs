@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod node_pool;
 pub mod operation;
 pub mod power;
+pub mod remediation;
 pub mod reseal;
 pub mod run;
 pub mod tenant;

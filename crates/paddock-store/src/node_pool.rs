@@ -6,6 +6,7 @@ use paddock_domain::cluster::{NodePool, NodePoolSpec};
 use paddock_types::cluster::{NodePoolRole, NodePoolStatus, PoolMachineView, Taint};
 use paddock_types::health::HealthStatus;
 use paddock_types::machine::MachineState;
+use paddock_types::remediation::NodePoolRemediation;
 use paddock_types::{ClusterId, Labels, MachineClassId, MachineId, NodePoolId, TenantId};
 use sqlx::types::Json;
 use uuid::Uuid;
@@ -25,6 +26,7 @@ struct PoolRow {
     labels: Json<Labels>,
     taints: Json<Vec<Taint>>,
     role: String,
+    remediation_automatic: bool,
     generation: i64,
     observed_generation: i64,
     ready: i32,
@@ -37,7 +39,7 @@ struct PoolRow {
 
 const POOL_SELECT: &str =
     "select p.id, p.tenant_id, p.cluster_id, p.name, p.machine_class_id, mc.name as machine_class, \
-     mc.gpu_count, p.count, p.labels, p.taints, p.role, p.generation, p.observed_generation, p.ready, p.allocated, p.conditions, p.created_at, \
+     mc.gpu_count, p.count, p.labels, p.taints, p.role, p.remediation_automatic, p.generation, p.observed_generation, p.ready, p.allocated, p.conditions, p.created_at, \
      p.updated_at, p.deletion_requested_at from node_pools p join machine_classes mc on mc.id = p.machine_class_id";
 
 fn unsigned(v: i32) -> u32 {
@@ -61,6 +63,7 @@ impl TryFrom<PoolRow> for NodePool {
                 taints: r.taints.0,
                 role: NodePoolRole::parse(&r.role)
                     .ok_or_else(|| StoreError::Corrupt(format!("node pool {} has the role {:?}", r.id, r.role)))?,
+                remediation: NodePoolRemediation { automatic: r.remediation_automatic },
             },
             gpu_count: unsigned(r.gpu_count),
             status: NodePoolStatus {
@@ -87,8 +90,8 @@ pub async fn insert(
     spec: &NodePoolSpec,
 ) -> Result<(), StoreError> {
     sqlx::query(
-        "insert into node_pools (id, tenant_id, cluster_id, name, machine_class_id, count, labels, taints, role) \
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        "insert into node_pools (id, tenant_id, cluster_id, name, machine_class_id, count, labels, taints, role, \
+         remediation_automatic) values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
     )
     .bind(id.uuid())
     .bind(tenant.uuid())
@@ -99,6 +102,7 @@ pub async fn insert(
     .bind(Json(&spec.labels))
     .bind(Json(&spec.taints))
     .bind(spec.role.as_str())
+    .bind(spec.remediation.automatic)
     .execute(conn)
     .await?;
     Ok(())

@@ -166,6 +166,10 @@ pub struct NodePoolCreate {
     /// `NodePoolRole`); fixed at creation.
     #[serde(default)]
     pub role: NodePoolRole,
+    /// Whether a `failed` health report replaces a machine of the pool on its own (default
+    /// `{"automatic": true}`); fixed at creation.
+    #[serde(default)]
+    pub remediation: crate::remediation::NodePoolRemediation,
 }
 
 /// Body of `PATCH .../node-pools/{pool_id}` (JSON merge patch): `count`, `labels`, `taints`.
@@ -457,6 +461,8 @@ pub struct NodePoolView {
     pub taints: Vec<Taint>,
     /// What the pool is for.
     pub role: NodePoolRole,
+    /// Whether a `failed` health report replaces a machine of the pool on its own.
+    pub remediation: crate::remediation::NodePoolRemediation,
     /// Observed state.
     pub status: NodePoolStatus,
     /// Bumped by every spec change.

@@ -15,6 +15,7 @@ pub mod machine_class;
 pub mod operation;
 pub mod page;
 pub mod problem;
+pub mod remediation;
 pub mod tenant;
 pub mod usage;
 pub mod webhook;

@@ -12,7 +12,7 @@ use paddock_auth::Verifier;
 use paddock_service::Services;
 use paddock_store::Store;
 use paddock_worker::reconcile::{
-    self, ClusterReconciler, DriftCheck, Drivers, MachineReconciler, PowerSync, PowerSyncSettings, Resealer,
+    self, ClusterReconciler, DriftCheck, Drivers, MachineReconciler, PowerCycle, PowerSync, PowerSyncSettings, Resealer,
 };
 use paddock_worker::{default_worker_id, JobHandler, Worker, WorkerConfig};
 use tokio::sync::watch;
@@ -251,6 +251,7 @@ fn build_worker(settings: &Settings, services: &Services, drivers: Drivers) -> a
     let clusters = ClusterReconciler::new(services.clone(), drivers.clone(), lifecycle.clone());
     let handlers: Vec<Arc<dyn JobHandler>> = vec![
         Arc::new(MachineReconciler::new(services.clone(), drivers.clone(), lifecycle.clone())),
+        Arc::new(PowerCycle::new(PowerSync::new(services.clone(), drivers.clone(), power_sync.clone()))),
         Arc::new(PowerSync::new(services.clone(), drivers.clone(), power_sync)),
         Arc::new(DriftCheck(clusters.clone())),
         Arc::new(clusters),

@@ -58,7 +58,9 @@ async fn a_node_that_goes_not_ready_while_active_degrades_its_cluster_and_keeps_
     machine_class(&lab.app, "cpu", 0).await;
     let machines = lab.enroll("cpu", &["nr1"]).await;
     let t = lab.tenant("acme").await;
-    let pools = json!([{ "name": "workers", "machine_class": "cpu", "count": 1 }]);
+    // Without automatic remediation: the failed report past the grace would swap the machine.
+    let pools =
+        json!([{ "name": "workers", "machine_class": "cpu", "count": 1, "remediation": { "automatic": false } }]);
     let created = lab.create(&t, kubernetes("flaky", pools)).await;
     let (c, pool) = (id(&created["cluster"]), id(&created["cluster"]["node_pools"][0]));
     lab.ready(&t, &c).await;

@@ -129,6 +129,8 @@ fn conflicts(operation_id: &str) -> &'static [(u16, &'static [&'static str])] {
             &[(409, &["machine_not_in_tenancy", "force_release_pending", "duplicate_system", "machine_retired"])]
         }
         "machine_health_report_create" => &[(409, &["machine_retired"])],
+        "cluster_machine_power_cycle" => &[(409, &[SUSPENDED, "cluster_deleting", "machine_not_active"])],
+        "cluster_machine_replace" => &[(409, &[SUSPENDED, "cluster_deleting", "remediation_open", "machine_leaving"])],
         "machine_maintenance_enter" => &[(409, &["already_in_maintenance", "duplicate_system", "machine_retired"])],
         "machine_maintenance_leave" => &[(409, &["not_in_maintenance", "duplicate_system", "machine_retired"])],
         "cluster_create" => &[

@@ -55,6 +55,7 @@ const CLUSTER_NEXT: &[&str] = &[
     "cluster_event_list",
     "cluster_kubeconfig",
     "cluster_machine_list",
+    "cluster_remediation_list",
     "node_pool_create",
     "node_pool_list",
     "operation_view",
@@ -82,6 +83,13 @@ const MACHINE_NEXT: &[&str] = &[
     "operation_view",
 ];
 const MACHINE_CHANGED: &[&str] = &["machine_view", "operation_view"];
+/// A `RemediationAccepted`: the cluster's remediations and the operation to follow.
+const REPLACE: &[(&str, &str)] = &[
+    ("tenant_id", "$response.body#/remediation/tenant_id"),
+    ("cluster_id", "$response.body#/remediation/cluster_id"),
+    ("operation_id", "$response.body#/operation/id"),
+];
+const REPLACE_NEXT: &[&str] = &["cluster_remediation_list", "operation_view", "tenant_operation_view"];
 
 const FOLLOWS: &[Follow] = &[
     Follow { from: "tenant_create", status: "201", to: TENANT_NEXT, values: TENANT },
@@ -97,6 +105,13 @@ const FOLLOWS: &[Follow] = &[
     Follow { from: "machine_maintenance_enter", status: "202", to: MACHINE_CHANGED, values: MACHINE },
     Follow { from: "machine_maintenance_leave", status: "202", to: MACHINE_CHANGED, values: MACHINE },
     Follow { from: "machine_force_release", status: "202", to: MACHINE_CHANGED, values: MACHINE },
+    Follow { from: "cluster_machine_replace", status: "202", to: REPLACE_NEXT, values: REPLACE },
+    Follow {
+        from: "cluster_machine_power_cycle",
+        status: "202",
+        to: &["operation_view", "tenant_operation_view"],
+        values: &[("tenant_id", "$request.path.tenant_id"), ("operation_id", "$response.body#/id")],
+    },
     Follow {
         from: "machine_class_create",
         status: "201",

@@ -11,6 +11,7 @@ pub mod links;
 pub mod machine;
 pub mod machine_class;
 pub mod operation;
+pub mod remediation;
 pub mod tenant;
 pub mod usage;
 pub mod webhook;

@@ -107,6 +107,7 @@ pub async fn cluster(
         labels: Default::default(),
         taints: Vec::new(),
         role: Default::default(),
+        remediation: Default::default(),
     };
     let mut conn = store.conn().await.expect("conn");
     cluster::insert(&mut conn, tenant, id, &spec, paddock_domain::stack::latest_version()).await.expect("cluster");

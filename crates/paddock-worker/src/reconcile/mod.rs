@@ -22,7 +22,7 @@ use paddock_domain::bmc::BmcDriver;
 use paddock_domain::driver::{ClusterRef, KubeDrivers, ServiceType};
 use paddock_domain::model::Machine;
 use paddock_domain::secret::Binding;
-pub use power::{PowerSync, PowerSyncSettings, POWER_DRIFT};
+pub use power::{PowerCycle, PowerSync, PowerSyncSettings, POWER_DRIFT};
 pub use reseal::Resealer;
 // How the worker reaches a tenant cluster: the one mechanism, shared with the API.
 pub(crate) use paddock_service::credentials::{access, kubeconfig_binding, open_access, tenant_access};

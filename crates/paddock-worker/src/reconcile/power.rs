@@ -42,12 +42,12 @@ use chrono::Utc;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use paddock_domain::bmc::{BmcAccess, BmcDriver, BmcError};
-use paddock_domain::job_kind::POWER_SYNC;
+use paddock_domain::job_kind::{Payload, PowerCycleJob, MACHINE_POWER_CYCLE, POWER_SYNC};
 use paddock_domain::model::Machine;
 use paddock_domain::secret::SecretString;
 use paddock_service::Services;
 use paddock_store::power::{self, expected_power_on, FLEET_TARGET_TYPE, MACHINE_TARGET_TYPE};
-use paddock_store::{health, lifecycle, machine, StoreError};
+use paddock_store::{health, lifecycle, machine, remediation, StoreError};
 use paddock_types::health::{HealthCheck, HealthSource};
 use paddock_types::machine::{LastError, MachineState};
 use paddock_types::MachineId;
@@ -415,6 +415,80 @@ impl JobHandler for PowerSync {
             MACHINE_TARGET_TYPE => self.correct(MachineId(job.target_id)).boxed(),
             // Nothing else is ever enqueued with this kind.
             _ => async { Outcome::Done }.boxed(),
+        }
+    }
+}
+
+/// The [`MACHINE_POWER_CYCLE`] handler: a tenant's power cycle of a machine it holds, off then on
+/// through the BMC, only while the machine is still `active` in the tenancy it was asked in. Its
+/// target is the machine, so it never runs beside the machine's reconcile; a repeat (a retry,
+/// a crash) powers off a machine already off and on one already on, which the driver takes as
+/// success.
+#[derive(Debug, Clone)]
+pub struct PowerCycle(PowerSync);
+
+impl PowerCycle {
+    /// A power cycle handler over the power sync's services and drivers.
+    pub fn new(sync: PowerSync) -> Self {
+        Self(sync)
+    }
+
+    async fn cycle(&self, job: PowerCycleJob) -> Outcome {
+        let Some(bmc) = self.0.drivers.bmc.clone() else {
+            return Outcome::fail(DRIVER_NOT_CONFIGURED, "no BMC driver is configured; nothing can be power-cycled");
+        };
+        let loaded = async {
+            let mut conn = self.0.services.store().conn().await?;
+            if !remediation::still_active_in(&mut conn, job.machine_id, job.allocation_id).await? {
+                return Ok(None);
+            }
+            machine::get(&mut conn, job.machine_id).await
+        }
+        .await;
+        let m = match loaded {
+            Ok(Some(m)) => m,
+            Ok(None) => return Outcome::fail("machine_not_active", "the machine is no longer active in the cluster"),
+            Err(e) => return super::store_error(e),
+        };
+        let Some(access) = self.0.access(&m) else {
+            return Outcome::fail("bmc_password_unreadable", "the machine's BMC cannot be reached for a power cycle");
+        };
+        let cycled = match bmc.power_off(&access).await {
+            Ok(()) => bmc.power_on(&access).await,
+            Err(e) => Err(e),
+        };
+        match cycled {
+            Ok(()) => {
+                info!(machine.id = %m.id, "machine {} was power-cycled at its tenant's request", m.id);
+                Outcome::Done
+            }
+            Err(e) => {
+                metrics::driver_failed(Driver::Bmc, &e.code);
+                warn!(machine.id = %m.id, error = &e as &dyn std::error::Error, "power-cycling machine {} failed", m.id);
+                // The tenant's message is generic; the provider has the cause in the log.
+                let message = "the machine's BMC did not complete the power cycle";
+                if e.kind == paddock_domain::bmc::BmcErrorKind::Transient {
+                    Outcome::retry(e.code, message)
+                } else {
+                    Outcome::fail("power_cycle_failed", message)
+                }
+            }
+        }
+    }
+}
+
+impl JobHandler for PowerCycle {
+    fn kind(&self) -> &'static str {
+        MACHINE_POWER_CYCLE
+    }
+
+    fn run<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Outcome> {
+        match PowerCycleJob::from_value(&job.payload) {
+            Ok(payload) => self.cycle(payload).boxed(),
+            Err(e) => {
+                let detail = format!("the job's payload is not a power cycle's: {e}");
+                async move { Outcome::fail("bad_job", detail) }.boxed()
+            }
         }
     }
 }

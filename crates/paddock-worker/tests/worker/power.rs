@@ -443,6 +443,14 @@ async fn a_change_in_the_bmcs_health_rating_is_recorded_once_and_shown_to_the_te
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert_eq!((seen[0].0.as_str(), seen[0].1.as_str()), ("failed", "bmc"));
     assert!(seen[0].2.is_some(), "recorded against the tenancy");
+    // The BMC's failure starts the machine's remediation, once, with the report as its evidence.
+    let started: Vec<(String, String)> =
+        sqlx::query_as("select source, state from machine_remediations where machine_id = $1")
+            .bind(id.uuid())
+            .fetch_all(store.pool())
+            .await
+            .expect("remediations");
+    assert_eq!(started, [("bmc".to_owned(), "awaiting_spare".to_owned())]);
     let token = paddock_testkit::token(&["tenant:admin"], Some(tenant));
     let path = format!("/v1/tenants/{tenant}/clusters/{cluster}/machines/{id}");
     let view = app.get(&path).token(&token).send().await.expect(200).json();

@@ -28,6 +28,8 @@ impl ClusterReconciler {
         observed: &mut Observed,
     ) -> Result<Outcome, Stop> {
         let Run { cluster, reference, held, sealed, .. } = *run;
+        // Remediations whose machine has left end here too (the machine went to maintenance).
+        self.end_remediations(cluster).await?;
         // Slurm goes first, while its nodes still exist, so nothing of it outlives them; then the
         // machines, through cleaning.
         let endpoint = cluster.status.endpoints.kubernetes_api.as_deref();

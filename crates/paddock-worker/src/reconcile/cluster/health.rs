@@ -29,8 +29,10 @@ impl ClusterReconciler {
         if ratings.is_empty() {
             return Ok(());
         }
-        let mut conn = self.services.store().conn().await?;
-        let written = health::record_changes(&mut conn, HealthSource::Kubernetes, &ratings).await?;
+        // A failed rating starts a remediation in the same transaction.
+        let mut tx = self.services.store().begin().await?;
+        let written = health::record_changes(&mut tx, HealthSource::Kubernetes, &ratings).await?;
+        tx.commit().await?;
         if written > 0 {
             info!(reports = written, "recorded {written} health report(s) from the tenant cluster's Nodes");
         }

@@ -7,7 +7,7 @@ use paddock_domain::cluster::{set_condition, Cluster, NodePool};
 use paddock_domain::driver::RegisteredNode;
 use paddock_domain::machine::HELD;
 use paddock_store::allocation::{self, Allocation, HeldMachine, Need};
-use paddock_store::{lifecycle, node_pool, operation, Conn, StoreError};
+use paddock_store::{lifecycle, node_pool, operation, remediation, Conn, StoreError};
 use paddock_types::cluster::{ConditionStatus, NodePoolStatus};
 use paddock_types::machine::MachineState;
 use paddock_types::NodePoolId;
@@ -100,6 +100,8 @@ impl ClusterReconciler {
         // The details are the provider's (logged); the tenant's message says only what to expect.
         match &outcome {
             Allocation::Allocated(machines) => {
+                // The spares of the cluster's remediations, linked in the allocation's transaction.
+                remediation::link_spares(conn, tenant, id, machines).await?;
                 observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
                 let message = format!("{} machine(s) allocated", machines.len());
                 observed.events.push(("Normal", "MachinesAllocated", message));

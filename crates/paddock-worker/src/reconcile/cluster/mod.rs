@@ -24,6 +24,7 @@ mod delete;
 mod drift_check;
 mod health;
 mod machines;
+mod remediation;
 mod stack;
 mod status;
 
@@ -240,10 +241,13 @@ impl ClusterReconciler {
         let Run { cluster, pools, reference, held, .. } = *run;
         self.isolation(kube, reference, observed).await?;
         let cp = self.control_plane(kube, run, observed).await?;
-        let capacity_wait = self.machines(cluster, pools, held, observed).await?;
+        let open = self.remediations(cluster, held, observed).await?;
+        let allocating = remediation::for_allocation(held, pools, &open);
+        let capacity_wait = self.machines(cluster, pools, &allocating, observed).await?;
         let access = self.tenant_access(run, &cp)?;
-        if access.is_some() {
+        if let Some(access) = &access {
             self.start_provisioning(held).await?;
+            self.drain_failed(kube, cluster, pools, held, access, &open).await;
         }
         let registered = match &access {
             Some(access) if held.iter().any(|m| m.state == MachineState::Active) => {
@@ -251,7 +255,9 @@ impl ClusterReconciler {
             }
             _ => None,
         };
-        let pool_status = nodes(pools, held, registered.as_deref(), observed);
+        let ready_for_work = remediation::for_readiness(held, pools, &open);
+        let pool_status = nodes(pools, &ready_for_work, registered.as_deref(), observed);
+        remediation::condition(&open, capacity_wait.is_some(), observed);
         if let Some(registered) = &registered {
             self.node_health(held, registered).await?;
         }

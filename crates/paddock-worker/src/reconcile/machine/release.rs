@@ -10,6 +10,7 @@ use paddock_domain::driver::{Drain, KubeDrivers, NodeRef, Removal, SlurmVersion,
 use paddock_domain::model::Machine;
 use paddock_store::cluster;
 use paddock_store::lifecycle;
+use paddock_store::remediation;
 use paddock_store::run::{self};
 use paddock_types::cluster::ClusterKind;
 use serde_json::json;
@@ -177,6 +178,8 @@ impl MachineReconciler {
                 if let Some(current) = run::run_of(c, id).await? {
                     run::expire_unused_tokens(c, current.run_id).await?;
                 }
+                // A machine being replaced goes to maintenance, whatever ended its tenancy.
+                remediation::keep_out_of_service(c, id).await?;
                 match &failure {
                     None => lifecycle::finish_release(c, k, id, state, version).await,
                     Some((code, message)) => {
