@@ -5,7 +5,7 @@
 //! one guarded write, so a run repeated after a crash neither allocates twice nor loses a machine.
 
 use paddock_domain::cluster::{Cluster, NodePool};
-use paddock_domain::driver::{KubeDrivers, NodeRef, TenantAccess};
+use paddock_domain::driver::{KubeDrivers, NodeRef, SlurmVersion, TenantAccess};
 use paddock_domain::machine::HELD;
 use paddock_store::allocation::HeldMachine;
 use paddock_store::{operation, remediation, StoreError};
@@ -107,13 +107,17 @@ impl ClusterReconciler {
                 labels: pool.spec.labels.clone(),
                 taints: pool.spec.taints.clone(),
             };
-            if cluster.spec.kind == ClusterKind::Slurm {
-                if let Err(e) = kube.slurm.drain_node(access, &node.node_name).await {
-                    tracing::warn!(machine.id = %m.id, error = %e, "the Slurm node of failed machine {} is not drained yet", m.id);
+            if let (ClusterKind::Slurm, Some(slurm)) = (cluster.spec.kind, &cluster.spec.slurm) {
+                let version =
+                    SlurmVersion { stack_version: cluster.stack_version.clone(), version: slurm.version.clone() };
+                if let Err(e) = kube.slurm.drain_node(access, &version, &node.node_name).await {
+                    let chain = paddock_domain::error::chain(&e);
+                    tracing::warn!(machine.id = %m.id, "the Slurm node of failed machine {} is not drained yet: {chain}", m.id);
                 }
             }
             if let Err(e) = kube.nodes.drain_node(access, &node).await {
-                tracing::warn!(machine.id = %m.id, error = %e, "the Node of failed machine {} is not drained yet", m.id);
+                let chain = paddock_domain::error::chain(&e);
+                tracing::warn!(machine.id = %m.id, "the Node of failed machine {} is not drained yet: {chain}", m.id);
             }
         }
     }
