@@ -3,6 +3,9 @@
 //! Node through the Eviction subresource, so that PodDisruptionBudgets are honoured, except the
 //! pods a DaemonSet owns (the DaemonSet controller would put them back; they go with the Node) and
 //! mirror pods (static pods the kubelet runs from its own files; the API server cannot evict them).
+//! A Slinky NodeSet's slurmd pods are not evicted either but waited for: the Slurm side of the
+//! release ([`crate::slurm`]) drained their Slurm nodes and handed them to the NodeSet's
+//! scale-down, and the operator deletes them (an eviction would have it make a replacement).
 //!
 //! One call is one round: a budget's refusal (429) is counted and asked again on the next poll,
 //! never an error; the pods that accepted their eviction are waited for until they are gone
@@ -35,6 +38,15 @@ pub fn stays(pod: &Pod) -> bool {
     mirror || daemon
 }
 
+/// Whether `pod` is a slurmd pod of a Slinky NodeSet (its controller): its operator removes it.
+pub fn left_to_nodeset(pod: &Pod) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.kind == "NodeSet" && o.api_version.starts_with("slinky.slurm.net/"))
+}
+
 /// One round of the drain of Node `name` (see the module documentation); `Drained` when the Node
 /// does not exist.
 pub(crate) async fn drain(client: &Client, name: &str) -> Result<Drain, KubeError> {
@@ -61,7 +73,7 @@ pub(crate) async fn drain(client: &Client, name: &str) -> Result<Drain, KubeErro
         let (Some(pod_name), Some(namespace)) = (pod.metadata.name.clone(), pod.metadata.namespace.clone()) else {
             continue;
         };
-        if pod.metadata.deletion_timestamp.is_some() {
+        if pod.metadata.deletion_timestamp.is_some() || left_to_nodeset(&pod) {
             leaving += waits;
             continue;
         }
@@ -114,6 +126,18 @@ mod tests {
             ..OwnerReference::default()
         };
         Pod { metadata: ObjectMeta { owner_references: Some(vec![owner]), ..ObjectMeta::default() }, ..Pod::default() }
+    }
+
+    #[test]
+    fn a_nodeset_pod_is_left_to_its_operator() {
+        let mut slurmd = owned_by("NodeSet", true);
+        assert!(!left_to_nodeset(&slurmd), "apps/v1 is no Slinky NodeSet");
+        slurmd.metadata.owner_references.as_mut().expect("owners")[0].api_version =
+            "slinky.slurm.net/v1beta1".to_owned();
+        assert!(left_to_nodeset(&slurmd));
+        slurmd.metadata.owner_references.as_mut().expect("owners")[0].controller = Some(false);
+        assert!(!left_to_nodeset(&slurmd), "not its controller");
+        assert!(!left_to_nodeset(&owned_by("ReplicaSet", true)));
     }
 
     #[test]

@@ -9,8 +9,8 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use paddock_domain::driver::{
     BoxFuture, ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, Drain, DriverError, Isolation,
-    JoinConfig, NodeRef, NodeStatus, PlatformDriver, RegisteredNode, Removal, SlurmDesired, SlurmDriver, SlurmStatus,
-    StackStatus, TenantAccess, TenantCredentials, TenantNodes, TenantStack,
+    JoinConfig, NodeRef, NodeStatus, PlatformDriver, RegisteredNode, Removal, SlurmDesired, SlurmDrain, SlurmDriver,
+    SlurmStatus, StackStatus, TenantAccess, TenantCredentials, TenantNodes, TenantStack,
 };
 use paddock_domain::secret::SecretString;
 use paddock_domain::ssh;
@@ -758,12 +758,13 @@ impl SlurmDriver for SimKube {
         &'a self,
         tenant: &'a TenantAccess,
         _node_name: &'a str,
-    ) -> BoxFuture<'a, Result<bool, DriverError>> {
+    ) -> BoxFuture<'a, Result<SlurmDrain, DriverError>> {
         Box::pin(async move {
             let mut conn = self.conn().await?;
             self.tenant(&mut conn, tenant).await?;
-            // The simulated Slurm runs no jobs: every node drains at once.
-            Ok(true)
+            // The simulated Slurm runs no jobs and no slurmd pods: every node drains at once,
+            // with nothing for a NodeSet to remove.
+            Ok(SlurmDrain::Done)
         })
     }
 

@@ -25,7 +25,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use paddock_domain::driver::{
-    BoxFuture, DriverError, Removal, SlurmDesired, SlurmDriver, SlurmPool, SlurmSecrets, SlurmStatus, TenantAccess,
+    BoxFuture, DriverError, Removal, SlurmDesired, SlurmDrain, SlurmDriver, SlurmPool, SlurmSecrets, SlurmStatus,
+    TenantAccess,
 };
 use paddock_domain::secret::SecretString;
 use paddock_kube::nodes::LABEL_NODE_POOL;
@@ -140,6 +141,7 @@ pub(crate) fn pool(name: &str, count: u32, gpus: u32, taints: Vec<Taint>) -> Slu
         name: name.to_owned(),
         count,
         node_names: Vec::new(),
+        releasing: Vec::new(),
         gpus_per_node: gpus,
         taints,
         role: paddock_types::cluster::NodePoolRole::Compute,
@@ -654,19 +656,30 @@ async fn draining_cordons_the_node_and_drains_its_slurm_nodes() {
     }
 
     *probe.drain_answer.lock().expect("lock") = Some(false);
-    assert!(!driver.drain_node(&tenant, &node).await.expect("drain"), "still draining");
+    assert_eq!(driver.drain_node(&tenant, &node).await.expect("drain"), SlurmDrain::Draining);
+    let still = pods.get("cpu-0").await.expect("pod").metadata.annotations.unwrap_or_default();
+    assert!(!still.contains_key(slurm::ANNOTATION_HANDED_OVER), "handed over while draining: {still:?}");
     let cordoned = Api::<Node>::all(client.clone()).get(&node).await.expect("node");
     assert_eq!(cordoned.spec.and_then(|s| s.unschedulable), Some(true));
     let annotations = cordoned.metadata.annotations.unwrap_or_default();
     assert_eq!(annotations.get(ANNOTATION_CORDON_REASON).map(String::as_str), Some(slurm::DRAIN_REASON));
     *probe.drain_answer.lock().expect("lock") = Some(true);
-    assert!(driver.drain_node(&tenant, &node).await.expect("drain"), "drained");
+    assert_eq!(driver.drain_node(&tenant, &node).await.expect("drain"), SlurmDrain::HandedOver);
     assert_eq!(*probe.drained.lock().expect("lock"), vec!["cpu-0".to_owned(), "cpu-0".to_owned()]);
+    // Drained: the slurmd pod carries paddock's mark and the lowest deletion cost, the other not.
+    let marked = pods.get("cpu-0").await.expect("pod").metadata.annotations.unwrap_or_default();
+    assert_eq!(marked.get(slurm::ANNOTATION_HANDED_OVER).map(String::as_str), Some(slurm::DRAIN_REASON));
+    let cost = marked.get(slurm::ANNOTATION_POD_DELETION_COST).map(String::as_str);
+    assert_eq!(cost, Some(i32::MIN.to_string().as_str()));
+    let other = pods.get("other").await.expect("pod").metadata.annotations.unwrap_or_default();
+    assert!(!other.contains_key(slurm::ANNOTATION_HANDED_OVER), "{other:?}");
 
-    // Unknown to Slurm, and no Node at all: nothing to wait for.
+    // Handed over before (Slurm is not asked again), and no Node at all: nothing to wait for.
     *probe.drain_answer.lock().expect("lock") = None;
-    assert!(driver.drain_node(&tenant, &node).await.expect("drain"));
-    assert!(driver.drain_node(&tenant, &unique("n-missing")).await.expect("drain a missing node"));
+    assert_eq!(driver.drain_node(&tenant, &node).await.expect("drain"), SlurmDrain::Done);
+    assert_eq!(probe.drained.lock().expect("lock").len(), 2, "asked Slurm again after the hand-over");
+    let missing = driver.drain_node(&tenant, &unique("n-missing")).await.expect("drain a missing node");
+    assert_eq!(missing, SlurmDrain::Done);
 }
 
 // ---------------------------------------------------------------------------------------------
