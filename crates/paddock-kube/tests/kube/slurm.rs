@@ -63,13 +63,13 @@ fn slinky_crds() -> Option<Vec<PathBuf>> {
 }
 
 /// The API server with the Slinky CRDs shared by these tests.
-async fn server() -> Option<ApiServer> {
+pub(crate) async fn server() -> Option<ApiServer> {
     static SLINKY: tokio::sync::OnceCell<Option<ApiServer>> = tokio::sync::OnceCell::const_new();
     let crds = slinky_crds()?;
     SLINKY.get_or_init(|| async { support::dedicated("slinky-shared", &crds).await }).await.clone()
 }
 
-fn access(server: &ApiServer) -> TenantAccess {
+pub(crate) fn access(server: &ApiServer) -> TenantAccess {
     let kubeconfig = std::fs::read_to_string(&server.kubeconfig).expect("read the harness kubeconfig");
     TenantAccess {
         cluster: support::cluster("acme", "hpc"),
@@ -78,11 +78,11 @@ fn access(server: &ApiServer) -> TenantAccess {
     }
 }
 
-fn unique(prefix: &str) -> String {
+pub(crate) fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
 }
 
-fn settings(namespace: &str) -> SlinkySettings {
+pub(crate) fn settings(namespace: &str) -> SlinkySettings {
     SlinkySettings {
         namespace: namespace.to_owned(),
         storage_class: "fast-local".to_owned(),
@@ -92,11 +92,11 @@ fn settings(namespace: &str) -> SlinkySettings {
 
 /// STAND-IN for slurmrestd as the driver sees it through [`SlurmProbe`].
 #[derive(Default)]
-struct StandInProbe {
+pub(crate) struct StandInProbe {
     up: AtomicBool,
     /// What `drain` answers; the nodes asked about are recorded.
-    drain_answer: Mutex<Option<bool>>,
-    drained: Mutex<Vec<String>>,
+    pub(crate) drain_answer: Mutex<Option<bool>>,
+    pub(crate) drained: Mutex<Vec<String>>,
 }
 
 impl SlurmProbe for StandInProbe {
@@ -148,7 +148,7 @@ pub(crate) fn pool(name: &str, count: u32, gpus: u32, taints: Vec<Taint>) -> Slu
     }
 }
 
-fn desired(pools: Vec<SlurmPool>, secrets: &SlurmSecrets) -> SlurmDesired {
+pub(crate) fn desired(pools: Vec<SlurmPool>, secrets: &SlurmSecrets) -> SlurmDesired {
     SlurmDesired {
         spec: SlurmSpec {
             version: "25.11".to_owned(),
@@ -173,16 +173,16 @@ fn slinky(client: &Client, ns: &str, kind: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), ns, &resource)
 }
 
-async fn cr(client: &Client, ns: &str, kind: &str, name: &str) -> Option<DynamicObject> {
+pub(crate) async fn cr(client: &Client, ns: &str, kind: &str, name: &str) -> Option<DynamicObject> {
     slinky(client, ns, kind).get_opt(name).await.expect("get a Slinky object")
 }
 
-async fn nodeset_spec(client: &Client, ns: &str, name: &str) -> Value {
+pub(crate) async fn nodeset_spec(client: &Client, ns: &str, name: &str) -> Value {
     cr(client, ns, "NodeSet", name).await.expect("the NodeSet").data["spec"].clone()
 }
 
 /// Registers a Node with `labels` and `taints` (cluster-scoped: names are unique per test).
-async fn register_node(client: &Client, name: &str, labels: &[(&str, &str)], taints: Value) {
+pub(crate) async fn register_node(client: &Client, name: &str, labels: &[(&str, &str)], taints: Value) {
     let nodes: Api<Node> = Api::all(client.clone());
     let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
     let node: Node = serde_json::from_value(json!({
