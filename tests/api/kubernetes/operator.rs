@@ -14,7 +14,8 @@
 //! - slurmrestd: a labelled STAND-IN (no Slurm 25.11 can run here) for the operator (v0.0.44)
 //!   and for paddock's own probe and drain (v0.0.42, through the tenant API server's service
 //!   proxy to the slurmrestd pod, whose IP is this host's routable address, port 6820, which must
-//!   be free). One stand-in per lab: the lab runs one Slurm cluster.
+//!   be free). One stand-in per lab: the lab runs one Slurm cluster. It keeps DRAIN reasons as
+//!   slurmctld does, and the test PLAYS a job on a node (ALLOCATED) to hold a drain open.
 //!
 //! The Kamaji player, the machines and their BMCs are the lab's as for the played operator.
 
@@ -469,6 +470,7 @@ async fn a_slurm_cluster_goes_ready_scales_and_is_deleted_with_the_real_operator
         restd.set_job(node, true);
     }
     let before = slurmd_uids(&client, "cpu").await;
+    let placed = slurmd_pods(&client, "cpu").await.expect("the slurmd pods");
     let watched = watch_release(&client, "cpu", 2, &restd);
     lab.scale(&t, &c, &cpu, 1).await;
     let released = until(&lab, &c, "paddock's drain of the released machine's Slurm node", || async {
@@ -519,7 +521,9 @@ async fn a_slurm_cluster_goes_ready_scales_and_is_deleted_with_the_real_operator
     }
     assert!(refreshes(drained_at) >= 3);
     restd.set_job(one.iter().next().expect("the kept node"), false);
-    assert_eq!(lab.pool_nodes(&t, &c, &cpu).await.len(), 1, "the released machine's Node");
+    let left = lab.pool_nodes(&t, &c, &cpu).await;
+    assert_eq!(left.len(), 1, "the released machine's Node");
+    assert!(!left.contains(&placed[&released]), "{released} was on {}, the machine that stayed", placed[&released]);
     let nodes: BTreeSet<String> = Api::<Node>::all(client.clone())
         .list(&ListParams::default())
         .await
