@@ -66,13 +66,12 @@
 //! scale-down): every NodeSet pod on the Node gets its Slurm node drained through slurmrestd
 //! ([`SlurmProbe::drain`], by its Slurm node name: the pod label
 //! `nodeset.slinky.slurm.net/pod-hostname`, else the pod's hostname or name) with
-//! [`DRAIN_REASON`] (prefix `paddock:release`), then the Node is cordoned (merge patch, so
-//! paddock's server-side apply of the Node's labels in [`crate::nodes`] never takes it back) with
-//! the operator's `nodeset.slinky.slurm.net/node-cordon-reason` annotation. While those pods are
-//! not handed over, the NodeSet keeps counting them ([`replicas`]: the pool's count, or the pods
-//! not handed over on the pool's Nodes if more); once Slurm reports their nodes drained they are handed over (the lowest
-//! `pod-deletion-cost`), the next `ensure_slurm` lowers `replicas`, and the operator deletes
-//! exactly those pods.
+//! [`DRAIN_REASON`] (prefix `paddock:release`); the Node is not cordoned (the operator would drain
+//! with its own reason: the Node's drain, [`crate::drain`], cordons once the pods are gone).
+//! While those pods are not handed over, the NodeSet keeps counting them ([`replicas`]: the
+//! pool's count, or the pods not handed over on the pool's Nodes if more); once Slurm reports
+//! their nodes drained they are handed over (the lowest `pod-deletion-cost`), the next
+//! `ensure_slurm` lowers `replicas`, and the operator deletes exactly those pods.
 //!
 //! Removing ([`SlurmDriver::remove_slurm`]): every NodeSet paddock applied, the LoginSet,
 //! RestApi, Controller and Accounting, MariaDB (StatefulSet, Service, PVCs), the ConfigMap and the

@@ -31,14 +31,14 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use paddock_domain::driver::{DriverError, SlurmDrain, SlurmPool, TenantAccess};
 use serde_json::json;
 use tracing::info;
 
-use super::{slurm_node_name, SlinkyDriver, ANNOTATION_CORDON_REASON, DRAIN_REASON};
+use super::{slurm_node_name, SlinkyDriver, DRAIN_REASON};
 use crate::isolation::MANAGER;
 use crate::KubeError;
 
@@ -104,9 +104,10 @@ impl SlinkyDriver {
 
     /// See [`paddock_domain::driver::SlurmDriver::drain_node`] and the module documentation:
     /// every slurmd pod on Node `node_name` gets its Slurm node drained with [`DRAIN_REASON`]
-    /// first, the Node is cordoned after (so the operator's own cordon drain never comes first
-    /// with its reason), and once every such Slurm node is drained (or unknown to Slurm) the
-    /// pods are handed over.
+    /// (a reason someone else wrote meanwhile is replaced on the next round), and once every
+    /// such Slurm node is drained (or unknown to Slurm) the pods are handed over. The Node is
+    /// not cordoned here: the operator drains the Slurm nodes of a cordoned Node itself, with
+    /// its own reason ([`crate::drain`] cordons once the slurmd pods are gone).
     pub(super) async fn drain_and_hand_over(
         &self,
         tenant: &TenantAccess,
@@ -131,7 +132,6 @@ impl SlinkyDriver {
                 Some(false) => drained = false,
             }
         }
-        cordon(&client, tenant, node_name).await?;
         if !drained {
             return Ok(SlurmDrain::Draining);
         }
@@ -157,35 +157,6 @@ impl SlinkyDriver {
 
 fn params() -> PatchParams {
     PatchParams { field_manager: Some(MANAGER.to_owned()), ..PatchParams::default() }
-}
-
-/// Cordons Node `node_name` with the operator's cordon-reason annotation (a merge patch, an
-/// Update: paddock's server-side apply of the Node's labels does not own `unschedulable`, so it
-/// never uncordons). Nothing when the Node is gone.
-async fn cordon(client: &Client, tenant: &TenantAccess, node_name: &str) -> Result<(), KubeError> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let Some(node) =
-        nodes.get_opt(node_name).await.map_err(|source| KubeError::api("get", "Node", node_name, source))?
-    else {
-        return Ok(());
-    };
-    let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
-    let annotated = node.metadata.annotations.as_ref().and_then(|a| a.get(ANNOTATION_CORDON_REASON)).is_some();
-    if cordoned && annotated {
-        return Ok(());
-    }
-    let patch = json!({
-        "metadata": { "annotations": { ANNOTATION_CORDON_REASON: DRAIN_REASON } },
-        "spec": { "unschedulable": true },
-    });
-    match nodes.patch(node_name, &params(), &Patch::Merge(&patch)).await {
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(source) => Err(KubeError::api("cordon", "Node", node_name, source)),
-        Ok(_) => {
-            info!(cluster.id = %tenant.cluster.cluster_id, "cordoned node {node_name} to drain Slurm");
-            Ok(())
-        }
-    }
 }
 
 #[cfg(test)]
