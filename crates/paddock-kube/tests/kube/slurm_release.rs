@@ -1,17 +1,17 @@
 //! The Slurm side of a release against a real API server: the NodeSet's `replicas` follows the
 //! hand-over of the released machine's slurmd pod (`SlinkyDriver::drain_node`), not the pool's
-//! count alone.
+//! count alone; the Node's drain leaves the slurmd pod to the operator and cordons after it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::PostParams;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{DeleteParams, PostParams};
 use kube::Api;
-use paddock_domain::driver::SlurmDrain;
+use paddock_domain::driver::{Drain, SlurmDrain, TenantNodes};
 use paddock_kube::nodes::LABEL_NODE_POOL;
 use paddock_kube::slurm::{self, LABEL_POD_HOSTNAME};
-use paddock_kube::SlinkyDriver;
+use paddock_kube::{KubeTenantNodes, SlinkyDriver};
 use serde_json::json;
 
 use crate::slurm::{
@@ -32,10 +32,11 @@ async fn the_nodeset_shrinks_only_once_the_released_machines_pod_is_handed_over(
     let cpu = unique("cpu");
     let probe = Arc::new(StandInProbe::default());
     let driver = SlinkyDriver::new(settings(&ns), probe.clone());
-    let (kept, released) = (unique("n-kept"), unique("n-released"));
-    for node in [&kept, &released] {
-        register_node(&client, node, &[(LABEL_NODE_POOL, "cpu")], json!([])).await;
-    }
+    let kept = unique("n-kept");
+    register_node(&client, &kept, &[(LABEL_NODE_POOL, "cpu")], json!([])).await;
+    let machine = crate::nodes::machine();
+    crate::nodes::register(&client, &machine.node_name, &machine.system_uuid, true).await;
+    let released = machine.node_name.clone();
     let mut want = desired(vec![pool(&cpu, 2, 0, Vec::new())], &secrets());
     want.pools[0].node_names = vec![kept.clone(), released.clone()];
     driver.ensure_slurm(&tenant, &want).await.expect("ensure");
@@ -80,4 +81,25 @@ async fn the_nodeset_shrinks_only_once_the_released_machines_pod_is_handed_over(
     let cost = |pod: Pod| pod.metadata.annotations.unwrap_or_default().remove(slurm::ANNOTATION_POD_DELETION_COST);
     assert_eq!(cost(pods.get("cpu-1").await.expect("pod")), Some(i32::MIN.to_string()));
     assert_eq!(cost(pods.get("cpu-0").await.expect("pod")), None, "the kept machine's pod");
+
+    // The Node's drain leaves the slurmd pod to the operator and cordons only once it is gone
+    // (the operator drains the Slurm nodes of a cordoned Node with its own reason).
+    let nodes: &dyn TenantNodes = &KubeTenantNodes::new();
+    let drained = nodes.drain_node(&tenant, &machine).await.expect("drain the Node");
+    assert_eq!(drained, Drain::Draining { leaving: 1, blocked: 0 });
+    let cordoned = || async {
+        let node = Api::<Node>::all(client.clone()).get(&released).await.expect("node");
+        node.spec.and_then(|s| s.unschedulable) == Some(true)
+    };
+    assert!(!cordoned().await, "cordoned under its slurmd pod");
+    assert!(pods.get("cpu-1").await.expect("pod").metadata.deletion_timestamp.is_none(), "evicted by paddock");
+    // PLAYS THE OPERATOR and the kubelet: the condemned pod goes.
+    let now = DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() };
+    pods.delete("cpu-1", &now).await.expect("delete the pod");
+    support::eventually(Duration::from_secs(30), "the slurmd pod to go", || async {
+        pods.get_opt("cpu-1").await.expect("get").is_none().then_some(())
+    })
+    .await;
+    assert_eq!(nodes.drain_node(&tenant, &machine).await.expect("drain the Node"), Drain::Drained);
+    assert!(cordoned().await);
 }
