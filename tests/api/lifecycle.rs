@@ -15,8 +15,8 @@ use paddock_domain::bmc::{
 };
 use paddock_domain::driver::{
     ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, Drain, DriverError, Isolation, JoinConfig,
-    KubeDrivers, NodeRef, NodeStatus, PlatformDriver, RegisteredNode, Removal, SlurmDesired, SlurmDriver, SlurmStatus,
-    SlurmVersion, StackStatus, TenantAccess, TenantCredentials, TenantNodes, TenantStack,
+    KubeDrivers, NodeRef, NodeStatus, PlatformDriver, RegisteredNode, Removal, SlurmDesired, SlurmDrain, SlurmDriver,
+    SlurmStatus, SlurmVersion, StackStatus, TenantAccess, TenantCredentials, TenantNodes, TenantStack,
 };
 use paddock_domain::secret::SecretString;
 use paddock_sim::{ClusterFault, MachineFault, SimConfig, SimWorld};
@@ -1086,7 +1086,7 @@ impl SlurmDriver for CrashingKube {
         t: &'a TenantAccess,
         slurm: &'a SlurmVersion,
         node: &'a str,
-    ) -> BoxFuture<'a, Result<bool, DriverError>> {
+    ) -> BoxFuture<'a, Result<SlurmDrain, DriverError>> {
         Box::pin(async move { self.after(format!("drain:{node}"), self.0.slurm.drain_node(t, slurm, node).await) })
     }
 

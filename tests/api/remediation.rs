@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use paddock_domain::driver::{
-    BoxFuture, DriverError, KubeDrivers, Removal, SlurmDesired, SlurmDriver, SlurmStatus, TenantAccess,
+    BoxFuture, DriverError, KubeDrivers, Removal, SlurmDesired, SlurmDrain, SlurmDriver, SlurmStatus, SlurmVersion,
+    TenantAccess,
 };
 use paddock_testkit::{admin, eventually};
 use paddock_worker::reconcile::Drivers;
@@ -133,9 +134,14 @@ impl SlurmDriver for RecordingSlurm {
         self.0.ensure_slurm(t, d)
     }
 
-    fn drain_node<'a>(&'a self, t: &'a TenantAccess, node: &'a str) -> BoxFuture<'a, Result<bool, DriverError>> {
+    fn drain_node<'a>(
+        &'a self,
+        t: &'a TenantAccess,
+        slurm: &'a SlurmVersion,
+        node: &'a str,
+    ) -> BoxFuture<'a, Result<SlurmDrain, DriverError>> {
         self.1.lock().expect("lock").push(node.to_owned());
-        self.0.drain_node(t, node)
+        self.0.drain_node(t, slurm, node)
     }
 
     fn remove_slurm<'a>(&'a self, t: &'a TenantAccess) -> BoxFuture<'a, Result<Removal, DriverError>> {

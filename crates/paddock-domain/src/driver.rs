@@ -267,6 +267,20 @@ pub enum Drain {
     },
 }
 
+/// Where the Slurm drain of a released machine's node stands (docs/architecture.md, "Release").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlurmDrain {
+    /// DRAIN is set with paddock's reason and jobs still run there: the NodeSet keeps the node's
+    /// slurmd pod (its replicas are not lowered for it yet).
+    Draining,
+    /// No job is left (or Slurm does not know the node) and this call handed the node's slurmd
+    /// pod to the NodeSet's scale-down: the cluster's next run lowers the NodeSet, whose operator
+    /// then deletes exactly that pod. Wake the cluster.
+    HandedOver,
+    /// Handed over before, or no slurmd pod there: only the pod's leaving is left to wait for.
+    Done,
+}
+
 /// The configuration a machine needs to join a tenant cluster. A driver gives at least the agent
 /// contract's keys (docs/security.md): `api_endpoint`, `ca_cert` (PEM), `ca_cert_hash` (the
 /// `sha256:<hex>` pin) and `bootstrap_token`; anything else it needs besides. A secret as a whole
@@ -402,6 +416,10 @@ pub struct SlurmPool {
     pub count: u32,
     /// The Node names currently held by the pool.
     pub node_names: Vec<String>,
+    /// The Node names of the pool's machines being released: their slurmd pods (like those on
+    /// `node_names`) stay counted in the NodeSet's replicas until their release hands them over
+    /// ([`SlurmDrain::HandedOver`]).
+    pub releasing: Vec<String>,
     /// GPUs per node (the machine class's): the NodeSet's GRES.
     pub gpus_per_node: u32,
     /// The pool's taints: the NodeSet's pods (the control pods, for the system pool) tolerate them.
@@ -488,13 +506,15 @@ pub trait SlurmDriver: Send + Sync {
     ) -> BoxFuture<'a, Result<SlurmStatus, DriverError>>;
 
     /// Drains the Slurm node on `node_name` before its machine is released, speaking to the
-    /// cluster's Slurm `slurm` runs; true once drained (or when Slurm does not know the node).
+    /// cluster's Slurm `slurm` runs (its release's pinned REST version), and once it is drained
+    /// hands its slurmd pod to the NodeSet's scale-down ([`SlurmDrain`]). Repeated until not
+    /// `Draining`.
     fn drain_node<'a>(
         &'a self,
         tenant: &'a TenantAccess,
         slurm: &'a SlurmVersion,
         node_name: &'a str,
-    ) -> BoxFuture<'a, Result<bool, DriverError>>;
+    ) -> BoxFuture<'a, Result<SlurmDrain, DriverError>>;
 
     /// Deletes the cluster's Slurm. `Gone` once every Slurm object no longer exists.
     fn remove_slurm<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<Removal, DriverError>>;

@@ -3,6 +3,12 @@
 //! Node through the Eviction subresource, so that PodDisruptionBudgets are honoured, except the
 //! pods a DaemonSet owns (the DaemonSet controller would put them back; they go with the Node) and
 //! mirror pods (static pods the kubelet runs from its own files; the API server cannot evict them).
+//! A Slinky NodeSet's slurmd pods are not evicted either but waited for, before the cordon: the
+//! Slurm side of the release ([`crate::slurm`]) drained their Slurm nodes and handed them to the
+//! NodeSet's scale-down, and the operator deletes them (an eviction would have it make a
+//! replacement). The Node is cordoned only once they are gone, because the operator answers a
+//! cordoned Node by draining its pods' Slurm nodes itself, and one of its reconciles that read
+//! Slurm before paddock's drain would write its own reason over paddock's.
 //!
 //! One call is one round: a budget's refusal (429) is counted and asked again on the next poll,
 //! never an error; the pods that accepted their eviction are waited for until they are gone
@@ -35,6 +41,15 @@ pub fn stays(pod: &Pod) -> bool {
     mirror || daemon
 }
 
+/// Whether `pod` is a slurmd pod of a Slinky NodeSet (its controller): its operator removes it.
+pub fn left_to_nodeset(pod: &Pod) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.kind == "NodeSet" && o.api_version.starts_with("slinky.slurm.net/"))
+}
+
 /// One round of the drain of Node `name` (see the module documentation); `Drained` when the Node
 /// does not exist.
 pub(crate) async fn drain(client: &Client, name: &str) -> Result<Drain, KubeError> {
@@ -42,6 +57,13 @@ pub(crate) async fn drain(client: &Client, name: &str) -> Result<Drain, KubeErro
     let Some(node) = nodes.get_opt(name).await.map_err(|source| KubeError::api("get", "Node", name, source))? else {
         return Ok(Drain::Drained);
     };
+    // Pods that accepted their eviction are waited for only where a kubelet will confirm them.
+    let waits = usize::from(crate::nodes::is_ready(&node));
+    let pods: Vec<Pod> = pods_on(client, name).await?.into_iter().filter(|p| !stays(p)).collect();
+    let slurmd = pods.iter().filter(|p| left_to_nodeset(p) && p.metadata.deletion_timestamp.is_none()).count();
+    if slurmd * waits > 0 {
+        return Ok(Drain::Draining { leaving: slurmd, blocked: 0 });
+    }
     if node.spec.as_ref().and_then(|s| s.unschedulable) != Some(true) {
         // A merge patch (an Update, not an Apply): paddock's apply of the Node's labels does not
         // own `unschedulable`, so it never uncordons.
@@ -54,14 +76,12 @@ pub(crate) async fn drain(client: &Client, name: &str) -> Result<Drain, KubeErro
             Ok(_) => info!(node.name = %name, "cordoned node {name} for its release"),
         }
     }
-    // Pods that accepted their eviction are waited for only where a kubelet will confirm them.
-    let waits = usize::from(crate::nodes::is_ready(&node));
     let (mut leaving, mut blocked) = (0, 0);
-    for pod in pods_on(client, name).await?.into_iter().filter(|p| !stays(p)) {
+    for pod in pods {
         let (Some(pod_name), Some(namespace)) = (pod.metadata.name.clone(), pod.metadata.namespace.clone()) else {
             continue;
         };
-        if pod.metadata.deletion_timestamp.is_some() {
+        if pod.metadata.deletion_timestamp.is_some() || left_to_nodeset(&pod) {
             leaving += waits;
             continue;
         }
@@ -114,6 +134,18 @@ mod tests {
             ..OwnerReference::default()
         };
         Pod { metadata: ObjectMeta { owner_references: Some(vec![owner]), ..ObjectMeta::default() }, ..Pod::default() }
+    }
+
+    #[test]
+    fn a_nodeset_pod_is_left_to_its_operator() {
+        let mut slurmd = owned_by("NodeSet", true);
+        assert!(!left_to_nodeset(&slurmd), "apps/v1 is no Slinky NodeSet");
+        slurmd.metadata.owner_references.as_mut().expect("owners")[0].api_version =
+            "slinky.slurm.net/v1beta1".to_owned();
+        assert!(left_to_nodeset(&slurmd));
+        slurmd.metadata.owner_references.as_mut().expect("owners")[0].controller = Some(false);
+        assert!(!left_to_nodeset(&slurmd), "not its controller");
+        assert!(!left_to_nodeset(&owned_by("ReplicaSet", true)));
     }
 
     #[test]

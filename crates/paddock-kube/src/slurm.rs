@@ -65,13 +65,16 @@
 //! SSH host keys are the public halves the operator publishes in `<loginset>-ssh-host-keys`
 //! ([`login_host_keys`]), shown with their SHA-256 fingerprints.
 //!
-//! Draining ([`SlurmDriver::drain_node`]): the Kubernetes Node is cordoned (merge patch, so
-//! paddock's server-side apply of the Node's labels in [`crate::nodes`] never takes it back) with
-//! the operator's `nodeset.slinky.slurm.net/node-cordon-reason` annotation, which is how Slinky
-//! itself drains the Slurm node of a cordoned Kube node; then every NodeSet pod on that node is
-//! drained through slurmrestd ([`SlurmProbe::drain`]) by its Slurm node name (the pod label
-//! `nodeset.slinky.slurm.net/pod-hostname`, else the pod's hostname or name). True once each is
-//! drained, or when none runs there or Slurm does not know it.
+//! Draining ([`SlurmDriver::drain_node`], a release; `release.rs` says why, from the operator's
+//! scale-down): every NodeSet pod on the Node gets its Slurm node drained through slurmrestd
+//! ([`SlurmProbe::drain`], by its Slurm node name: the pod label
+//! `nodeset.slinky.slurm.net/pod-hostname`, else the pod's hostname or name) with
+//! [`DRAIN_REASON`] (prefix `paddock:release`); the Node is not cordoned (the operator would drain
+//! with its own reason: the Node's drain, [`crate::drain`], cordons once the pods are gone).
+//! While those pods are not handed over, the NodeSet keeps counting them ([`replicas`]: the
+//! pool's count, or the pods not handed over on the pool's Nodes if more); once Slurm reports
+//! their nodes drained they are handed over (the lowest `pod-deletion-cost`), the next
+//! `ensure_slurm` lowers `replicas`, and the operator deletes exactly those pods.
 //!
 //! Removing ([`SlurmDriver::remove_slurm`]): every NodeSet paddock applied, the LoginSet,
 //! RestApi, Controller and Accounting, MariaDB (StatefulSet, Service, PVCs), the ConfigMap and the
@@ -83,18 +86,19 @@
 
 pub mod objects;
 mod probe;
+mod release;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use futures::FutureExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, PersistentVolumeClaim, Pod, Secret, Service};
-use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Pod, Secret, Service};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, Client, Resource};
 use paddock_domain::driver::{
-    BoxFuture, DriverError, Removal, SlurmDesired, SlurmDriver, SlurmFault, SlurmPool, SlurmStatus, SlurmVersion,
-    TenantAccess,
+    BoxFuture, DriverError, Removal, SlurmDesired, SlurmDrain, SlurmDriver, SlurmFault, SlurmPool, SlurmStatus,
+    SlurmVersion, TenantAccess,
 };
 use paddock_domain::stack::{self, SlurmImages, SlurmRelease, StackDefinition};
 use paddock_types::cluster::{NodePoolRole, SlurmSpec};
@@ -109,7 +113,8 @@ use objects::{
     login_host_keys, loginset, mariadb_service, mariadb_statefulset, nodeset, nodeset_progress, restapi, secret_bodies,
     service_address, statefulset_ready,
 };
-pub use probe::{node_drained, ping_succeeded, ServiceProxyProbe, SlurmProbe, SLURM_USER};
+pub use probe::{needs_drain, node_drained, ping_succeeded, ServiceProxyProbe, SlurmProbe, REASON_PREFIX, SLURM_USER};
+pub use release::{handed_over, replicas, ANNOTATION_HANDED_OVER, ANNOTATION_POD_DELETION_COST, HANDED_OVER_COST};
 
 use crate::apply::{get_and_converge, Target};
 use crate::isolation::MANAGER;
@@ -190,8 +195,8 @@ pub const ANNOTATION_CORDON_REASON: &str = "nodeset.slinky.slurm.net/node-cordon
 /// The controller's entry in what Slurm waits for.
 const CONTROLLER_WAITING: &str = "SlurmControllerReady";
 
-/// The reason paddock drains with.
-pub const DRAIN_REASON: &str = "paddock: machine released";
+/// The reason paddock drains a released machine's Slurm node with (prefix `paddock:release`).
+pub const DRAIN_REASON: &str = "paddock:release: machine released";
 
 /// The images the driver deploys, by base stack version: each stack definition's `slurm` section
 /// ([`SlurmImages`]); a cluster runs the images of its own stack.
@@ -494,7 +499,8 @@ impl SlinkyDriver {
         Ok(mariadb)
     }
 
-    /// Applies one NodeSet per pool; each pool with its NodeSet as applied.
+    /// Applies one NodeSet per pool; each pool with the pods its NodeSet counts beyond the pool's
+    /// count (see [`replicas`]) and its NodeSet as applied.
     async fn apply_nodesets<'p>(
         &self,
         changed: &mut Vec<String>,
@@ -503,14 +509,20 @@ impl SlinkyDriver {
         images: Images<'_>,
         spec: &SlurmSpec,
         pools: &'p [SlurmPool],
-    ) -> Result<Vec<(&'p SlurmPool, DynamicObject)>, KubeError> {
+    ) -> Result<Vec<(&'p SlurmPool, u32, DynamicObject)>, KubeError> {
         let ns = self.settings.namespace.as_str();
         let nodesets = self.dynamic(client, "NodeSet");
         let own_partitions = spec.partitions.is_empty();
+        let pods = self.slurm_pods(client).await?;
         let mut applied = Vec::new();
         for (i, pool) in pools.iter().enumerate() {
-            let body = nodeset(ns, cluster, images, pool, own_partitions, i == 0);
-            applied.push((pool, apply(changed, &nodesets, "NodeSet", ns, &pool.name, &body).await?));
+            // The pods of machines being released stay counted until paddock drained their
+            // Slurm nodes and handed them over: the operator then removes exactly those.
+            let replicas = replicas(&pods, pool);
+            let held = replicas - pool.count;
+            let body = nodeset(ns, cluster, images, pool, replicas, own_partitions, i == 0);
+            let object = apply(changed, &nodesets, "NodeSet", ns, &pool.name, &body).await?;
+            applied.push((pool, held, object));
         }
         Ok(applied)
     }
@@ -539,7 +551,7 @@ impl SlinkyDriver {
         &self,
         client: &Client,
         mariadb: &StatefulSet,
-        nodesets: &[(&SlurmPool, DynamicObject)],
+        nodesets: &[(&SlurmPool, u32, DynamicObject)],
     ) -> Result<Vec<String>, KubeError> {
         let ns = self.settings.namespace.as_str();
         let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
@@ -562,9 +574,10 @@ impl SlinkyDriver {
         }
         let behind: Vec<String> = nodesets
             .iter()
-            .filter_map(|(pool, object)| {
+            .filter_map(|(pool, held, object)| {
                 let (ready, ok) = nodeset_progress(object, pool.count);
-                (!ok).then(|| format!("{} {ready}/{}", pool.name, pool.count))
+                let releasing = if *held > 0 { format!(" ({held} draining for release)") } else { String::new() };
+                (!ok).then(|| format!("{} {ready}/{}{releasing}", pool.name, pool.count))
             })
             .collect();
         if !behind.is_empty() {
@@ -609,52 +622,18 @@ impl SlinkyDriver {
         })
     }
 
-    /// Drains the Slurm node(s) on the Kubernetes Node `node_name` (see the module documentation),
-    /// speaking the slurmrestd version `slurm`'s release pins.
+    /// Drains the Slurm node(s) on the Kubernetes Node `node_name` and hands their pods to the
+    /// NodeSet's scale-down (see the module documentation), speaking the slurmrestd version
+    /// `slurm`'s release pins.
     #[instrument(skip_all, fields(cluster.id = %tenant.cluster.cluster_id, node.name = %node_name))]
     pub async fn drain_node(
         &self,
         tenant: &TenantAccess,
         slurm: &SlurmVersion,
         node_name: &str,
-    ) -> Result<bool, DriverError> {
+    ) -> Result<SlurmDrain, DriverError> {
         let images = self.settings.catalog.images(&slurm.stack_version, &slurm.version)?;
-        let client = self.client(tenant).await?;
-        let nodes: Api<Node> = Api::all(client.clone());
-        let node = nodes.get_opt(node_name).await.map_err(|source| KubeError::api("get", "Node", node_name, source))?;
-        if let Some(node) = node {
-            let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
-            let annotated = node.metadata.annotations.as_ref().and_then(|a| a.get(ANNOTATION_CORDON_REASON)).is_some();
-            if !cordoned || !annotated {
-                // A merge patch (an Update, not an Apply): paddock's apply of the Node's labels
-                // does not own `unschedulable`, so it never uncordons.
-                let patch = json!({
-                    "metadata": { "annotations": { ANNOTATION_CORDON_REASON: DRAIN_REASON } },
-                    "spec": { "unschedulable": true },
-                });
-                let params = PatchParams { field_manager: Some(MANAGER.to_owned()), ..PatchParams::default() };
-                nodes
-                    .patch(node_name, &params, &Patch::Merge(&patch))
-                    .await
-                    .map_err(|source| KubeError::api("cordon", "Node", node_name, source))?;
-                info!(cluster.id = %tenant.cluster.cluster_id, "cordoned node {node_name} to drain Slurm");
-            }
-        }
-        let ns = self.settings.namespace.as_str();
-        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-        let on_node = pods
-            .list(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))
-            .await
-            .map_err(|source| KubeError::api("list", "Pod", ns, source))?;
-        let mut drained = true;
-        for pod in &on_node.items {
-            let Some(slurm_node) = slurm_node_name(pod) else { continue };
-            match self.probe.drain(tenant, images.rest_api_version(), &slurm_node, DRAIN_REASON).await? {
-                None | Some(true) => {}
-                Some(false) => drained = false,
-            }
-        }
-        Ok(drained)
+        self.drain_and_hand_over(tenant, images.rest_api_version(), node_name).await
     }
 
     /// Deletes the cluster's Slurm; `Gone` once none of its objects is left.
@@ -744,7 +723,7 @@ impl SlurmDriver for SlinkyDriver {
         tenant: &'a TenantAccess,
         slurm: &'a SlurmVersion,
         node_name: &'a str,
-    ) -> BoxFuture<'a, Result<bool, DriverError>> {
+    ) -> BoxFuture<'a, Result<SlurmDrain, DriverError>> {
         SlinkyDriver::drain_node(self, tenant, slurm, node_name).boxed()
     }
 

@@ -9,8 +9,8 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use paddock_domain::driver::{
     BoxFuture, ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, Drain, DriverError, Isolation,
-    JoinConfig, NodeRef, NodeStatus, PlatformDriver, RegisteredNode, Removal, SlurmDesired, SlurmDriver, SlurmStatus,
-    SlurmVersion, StackStatus, TenantAccess, TenantCredentials, TenantNodes, TenantStack,
+    JoinConfig, NodeRef, NodeStatus, PlatformDriver, RegisteredNode, Removal, SlurmDesired, SlurmDrain, SlurmDriver,
+    SlurmStatus, SlurmVersion, StackStatus, TenantAccess, TenantCredentials, TenantNodes, TenantStack,
 };
 use paddock_domain::secret::SecretString;
 use paddock_domain::ssh;
@@ -760,12 +760,13 @@ impl SlurmDriver for SimKube {
         tenant: &'a TenantAccess,
         _slurm: &'a SlurmVersion,
         _node_name: &'a str,
-    ) -> BoxFuture<'a, Result<bool, DriverError>> {
+    ) -> BoxFuture<'a, Result<SlurmDrain, DriverError>> {
         Box::pin(async move {
             let mut conn = self.conn().await?;
             self.tenant(&mut conn, tenant).await?;
-            // The simulated Slurm runs no jobs: every node drains at once.
-            Ok(true)
+            // The simulated Slurm runs no jobs and no slurmd pods: every node drains at once,
+            // with nothing for a NodeSet to remove.
+            Ok(SlurmDrain::Done)
         })
     }
 

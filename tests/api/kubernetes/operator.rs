@@ -14,7 +14,8 @@
 //! - slurmrestd: a labelled STAND-IN (no Slurm 25.11 can run here) for the operator (v0.0.44)
 //!   and for paddock's own probe and drain (v0.0.42, through the tenant API server's service
 //!   proxy to the slurmrestd pod, whose IP is this host's routable address, port 6820, which must
-//!   be free). One stand-in per lab: the lab runs one Slurm cluster.
+//!   be free). One stand-in per lab: the lab runs one Slurm cluster. It keeps DRAIN reasons as
+//!   slurmctld does, and the test PLAYS a job on a node (ALLOCATED) to hold a drain open.
 //!
 //! The Kamaji player, the machines and their BMCs are the lab's as for the played operator.
 
@@ -255,25 +256,69 @@ where
     }
 }
 
-/// Watches NodeSet `pool` until its `spec.replicas` drops below `from`: when that was first seen
-/// (polled every 20 ms) and the Slurm nodes as the stand-in held them then.
-fn watch_shrink(
-    client: &Client,
-    pool: &str,
-    from: i64,
-    restd: &StandInRestd,
-) -> JoinHandle<(std::time::Instant, BTreeMap<String, crate::played::restd::SlurmNode>)> {
+/// When the stand-in took paddock's (v0.0.42) first DRAIN of Slurm node `node`.
+fn paddock_drained_at(restd: &StandInRestd, node: &str) -> std::time::Instant {
+    let updates = restd.updates();
+    let first =
+        updates.iter().find(|u| u.node == node && u.version == "v0.0.42" && u.after.state.iter().any(|s| s == "DRAIN"));
+    first.map(|u| u.at).unwrap_or_else(|| panic!("no DRAIN of {node} by paddock: {updates:?}"))
+}
+
+/// The slurmd pods of NodeSet `pool` (not being deleted): pod name -> (uid, Slurm node name).
+async fn slurmd_uids(client: &Client, pool: &str) -> BTreeMap<String, (String, String)> {
+    let pods = Api::<Pod>::namespaced(client.clone(), slurm::NAMESPACE).list(&ListParams::default()).await;
+    pods.expect("pods")
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| p.owner_references().iter().any(|o| o.kind == "NodeSet" && o.name == pool))
+        .map(|p| {
+            let host = p.spec.as_ref().and_then(|s| s.hostname.clone()).unwrap_or_else(|| p.name_any());
+            (p.name_any(), (p.uid().unwrap_or_default(), host))
+        })
+        .collect()
+}
+
+/// Touches an annotation of pod `name` (an event the operator reconciles its NodeSet on).
+async fn poke(client: &Client, name: &str) {
+    let pods = Api::<Pod>::namespaced(client.clone(), slurm::NAMESPACE);
+    let patch = json!({ "metadata": { "annotations": { "paddock.test/poke": uuid::Uuid::new_v4().to_string() } } });
+    let _ = pods.patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await;
+}
+
+/// What [`watch_release`] saw: when NodeSet `pool`'s `spec.replicas` first dropped below `from`,
+/// the Slurm nodes as the stand-in held them then, and when each slurmd pod was first seen
+/// deleted (terminating or gone), until the shrink has removed one.
+type Release =
+    (std::time::Instant, BTreeMap<String, crate::played::restd::SlurmNode>, BTreeMap<String, std::time::Instant>);
+
+/// Watches NodeSet `pool` (polled every 20 ms) until its `spec.replicas` dropped below `from` and a
+/// slurmd pod went; see [`Release`]. It ends early (and the caller sees it finished) when a pod
+/// goes before the shrink.
+fn watch_release(client: &Client, pool: &str, from: i64, restd: &StandInRestd) -> JoinHandle<Release> {
     let nodesets: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), slurm::NAMESPACE, &slurm::api_resource("NodeSet"));
-    let (pool, restd) = (pool.to_owned(), restd.clone());
+    let (client, pool, restd) = (client.clone(), pool.to_owned(), restd.clone());
     tokio::spawn(async move {
         let end = std::time::Instant::now() + std::time::Duration::from_secs(600);
+        let known = slurmd_uids(&client, &pool).await;
+        let (mut shrunk, mut deleted) = (None, BTreeMap::new());
         loop {
             let replicas = nodesets.get(&pool).await.ok().and_then(|n| n.data["spec"]["replicas"].as_i64());
-            if replicas.is_some_and(|r| r < from) {
-                return (std::time::Instant::now(), restd.nodes());
+            if shrunk.is_none() && replicas.is_some_and(|r| r < from) {
+                shrunk = Some((std::time::Instant::now(), restd.nodes()));
             }
-            assert!(std::time::Instant::now() < end, "NodeSet {pool} never shrank below {from}");
+            let now = slurmd_uids(&client, &pool).await;
+            for gone in known.keys().filter(|p| !now.contains_key(*p)) {
+                deleted.entry(gone.clone()).or_insert_with(std::time::Instant::now);
+            }
+            match shrunk.clone() {
+                Some((at, nodes)) if !deleted.is_empty() => return (at, nodes, deleted),
+                // A pod went with the NodeSet unchanged: finished, for the caller to see.
+                None if !deleted.is_empty() => return (end, BTreeMap::new(), deleted),
+                _ => {}
+            }
+            assert!(std::time::Instant::now() < end, "NodeSet {pool} did not shrink below {from} and lose a pod");
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     })
@@ -418,32 +463,67 @@ async fn a_slurm_cluster_goes_ready_scales_and_is_deleted_with_the_real_operator
     let two = assert_pool(&lab, &t, &c, ("cpu", &cpu), 2, 0).await;
     eprintln!("scaled up after {:?}", started.elapsed());
 
-    // Scaling down: the released machine's Slurm node is drained before its slurmd goes. A
-    // watcher records when the NodeSet first asks for one replica, and the Slurm nodes' states
-    // at that moment.
-    let shrunk = watch_shrink(&client, "cpu", 2, &restd);
+    // Scaling down while a job runs on each cpu node (PLAYED in the stand-in). paddock drains
+    // the released machine's Slurm node with its reason first; the NodeSet keeps asking for two
+    // pods while that job runs, and paddock's DRAIN stays through the operator's reconciles.
+    for node in &two {
+        restd.set_job(node, true);
+    }
+    let before = slurmd_uids(&client, "cpu").await;
+    let placed = slurmd_pods(&client, "cpu").await.expect("the slurmd pods");
+    let watched = watch_release(&client, "cpu", 2, &restd);
     lab.scale(&t, &c, &cpu, 1).await;
+    let released = until(&lab, &c, "paddock's drain of the released machine's Slurm node", || async {
+        let drained =
+            restd.updates().into_iter().find(|u| u.version == "v0.0.42" && u.after.state.iter().any(|s| s == "DRAIN"));
+        drained.map(|u| u.node).ok_or_else(|| format!("updates {:?}", restd.updates()))
+    })
+    .await;
+    assert!(two.contains(&released), "paddock drained {released}, not one of {two:?}");
+    let drained_at = paddock_drained_at(&restd, &released);
+    let refreshes = |after: std::time::Instant| {
+        let log = restd.log();
+        log.iter().filter(|(at, r)| *at > after && r.starts_with("GET /slurm/v0.0.44/nodes")).count()
+    };
+    // The operator reconciles on pod events: touching the other pod makes it run again.
+    let kept_pod = before.keys().find(|p| before[*p].1 != released).cloned().expect("the other pod");
+    until(&lab, &c, "three reconciles of the operator after paddock's drain", || async {
+        poke(&client, &kept_pod).await;
+        let n = refreshes(drained_at);
+        if n >= 3 {
+            Ok(())
+        } else {
+            Err(format!("{n} node reads by the operator"))
+        }
+    })
+    .await;
+    assert!(!watched.is_finished(), "the NodeSet shrank (or a slurmd pod went) while the released node's job ran");
+    let held = restd.nodes()[&released].clone();
+    assert!(held.state.iter().any(|s| s == "DRAIN") && held.reason == slurm::DRAIN_REASON, "{released}: {held:?}");
+    // The job on the released machine ends; the other machine's job goes on.
+    restd.set_job(&released, false);
     lab.ready(&t, &c).await;
     let one = assert_pool(&lab, &t, &c, ("cpu", &cpu), 1, 0).await;
     eprintln!("scaled down after {:?}; slurmrestd saw {:?}", started.elapsed(), restd.seen());
-    let removed: Vec<&String> = two.difference(&one).collect();
-    assert_eq!(removed.len(), 1, "one slurmd went: {two:?} -> {one:?}");
-    let (shrunk_at, states) = shrunk.await.expect("the NodeSet watcher");
-    // paddock drained the released machine's Slurm node (its v0.0.42 read and update, which only
-    // paddock speaks) as part of the release. Not asserted: that it did so before the NodeSet
-    // shrank. The NodeSet follows the pool's count at once while the machine's release drains, so
-    // the operator's own drain can come first (one CI run saw paddock's 1.6 s after the shrink);
-    // draining before shrinking is the real-Slurm work's to build. Both moments are printed.
-    let log = restd.log();
-    for request in ["GET", "POST"].map(|m| format!("{m} /slurm/v0.0.42/node/{}", removed[0])) {
-        assert!(log.iter().any(|(_, r)| *r == request), "paddock's drain of {}: no {request} in {log:?}", removed[0]);
+    assert_eq!(two.difference(&one).collect::<Vec<_>>(), vec![&released], "the released machine's slurmd went");
+    let after = slurmd_uids(&client, "cpu").await;
+    assert_eq!(after.get(&kept_pod), before.get(&kept_pod), "the other machine's slurmd pod stays, untouched");
+    let (shrunk_at, states, deleted) = watched.await.expect("the NodeSet watcher");
+    let released_pod = before.iter().find(|(_, (_, node))| *node == released).map(|(p, _)| p.clone()).expect("pod");
+    assert_eq!(deleted.keys().collect::<Vec<_>>(), vec![&released_pod], "the slurmd pods that went");
+    assert!(drained_at < shrunk_at && shrunk_at <= deleted[&released_pod], "paddock's drain, the shrink, the delete");
+    let at_shrink = &states[&released];
+    assert!(at_shrink.state == ["IDLE", "DRAIN"] && at_shrink.reason == slurm::DRAIN_REASON, "{at_shrink:?}");
+    // paddock's DRAIN and reason held from its drain until the pod went: no update undid them.
+    for u in restd.updates().iter().filter(|u| u.node == released && u.at > drained_at && u.at < deleted[&released_pod])
+    {
+        assert!(u.after.state.iter().any(|s| s == "DRAIN") && u.after.reason == slurm::DRAIN_REASON, "{u:?}");
     }
-    let asked = format!("GET /slurm/v0.0.42/node/{}", removed[0]);
-    let first_ask = log.iter().find(|(_, r)| *r == asked).map(|(at, _)| *at).expect("checked above");
-    let order = if first_ask < shrunk_at { "before" } else { "after" };
-    eprintln!("paddock's drain of {} came {order} the NodeSet's scale-down", removed[0]);
-    eprintln!("Slurm node {} when the NodeSet shrank: {:?}", removed[0], states.get(removed[0]));
-    assert_eq!(lab.pool_nodes(&t, &c, &cpu).await.len(), 1, "the released machine's Node");
+    assert!(refreshes(drained_at) >= 3);
+    restd.set_job(one.iter().next().expect("the kept node"), false);
+    let left = lab.pool_nodes(&t, &c, &cpu).await;
+    assert_eq!(left.len(), 1, "the released machine's Node");
+    assert!(!left.contains(&placed[&released]), "{released} was on {}, the machine that stayed", placed[&released]);
     let nodes: BTreeSet<String> = Api::<Node>::all(client.clone())
         .list(&ListParams::default())
         .await

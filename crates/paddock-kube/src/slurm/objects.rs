@@ -312,20 +312,22 @@ pub fn tolerations(taints: &[Taint]) -> Vec<Value> {
         .collect()
 }
 
-/// A pool's `NodeSet`: `count` replicas pinned to the pool's nodes, GPUs as GRES, and its own
-/// partition when the spec has none (`default`: the first pool's).
+/// A pool's `NodeSet`: `replicas` (the pool's count, plus the pods of machines being released
+/// that are not handed over yet) pinned to the pool's nodes, GPUs as GRES, and its own partition
+/// when the spec has none (`default`: the first pool's).
 pub fn nodeset(
     ns: &str,
     cluster: ClusterId,
     images: Images<'_>,
     pool: &SlurmPool,
+    replicas: u32,
     own_partition: bool,
     default: bool,
 ) -> Value {
     let mut slurmd = json!({ "image": images.of("slurmd") });
     let mut body = json!({
         "controllerRef": { "name": CONTROLLER },
-        "replicas": pool.count,
+        "replicas": replicas,
         // The operator's `logfile` sidecar has no default image: the pinned slurmd image runs it.
         "logfile": { "image": images.of("slurmd") },
         "scalingMode": "StatefulSet",
@@ -483,6 +485,7 @@ mod tests {
             name: name.to_owned(),
             count,
             node_names: Vec::new(),
+            releasing: Vec::new(),
             gpus_per_node: gpus,
             taints: Vec::new(),
             role: paddock_types::cluster::NodePoolRole::Compute,
@@ -526,7 +529,7 @@ mod tests {
             let c = controller("slurm", ClusterId::new(), r, "local-path", &spec, &[pool("cpu", 1, 0)], None);
             let m = mariadb_statefulset("slurm", ClusterId::new(), "local-path", &r.mariadb(), None);
             let login = loginset("slurm", ClusterId::new(), r, &spec, None);
-            let n = nodeset("slurm", ClusterId::new(), r, &pool("cpu", 1, 0), true, true);
+            let n = nodeset("slurm", ClusterId::new(), r, &pool("cpu", 1, 0), 1, true, true);
             [
                 c["spec"]["slurmctld"]["image"].clone(),
                 n["spec"]["slurmd"]["image"].clone(),
@@ -656,14 +659,14 @@ mod tests {
         let r = catalog.images("2026.12.0", "25.11").expect("supported");
         let mut gpu = pool("gpu", 2, 4);
         gpu.taints = vec![Taint { key: "gpu".to_owned(), value: String::new(), effect: TaintEffect::NoSchedule }];
-        let body = nodeset("slurm", ClusterId::new(), r, &gpu, true, false);
+        let body = nodeset("slurm", ClusterId::new(), r, &gpu, 2, true, false);
         assert_eq!(body["spec"]["replicas"], 2);
         assert_eq!(body["spec"]["template"]["spec"]["nodeSelector"], json!({ LABEL_NODE_POOL: "gpu" }));
         assert_eq!(body["spec"]["extraConf"], "Gres=gpu:4");
         assert_eq!(body["spec"]["slurmd"]["resources"]["limits"]["nvidia.com/gpu"], 4);
         assert_eq!(body["spec"]["partition"], json!({"enabled": true, "config": "Default=NO State=UP"}));
         assert_eq!(body["spec"]["logfile"]["image"], "ghcr.io/slinkyproject/slurmd:25.11-ubuntu24.04");
-        let cpu = nodeset("slurm", ClusterId::new(), r, &pool("cpu", 1, 0), false, true);
+        let cpu = nodeset("slurm", ClusterId::new(), r, &pool("cpu", 1, 0), 1, false, true);
         assert_eq!(cpu["spec"]["partition"], json!({"enabled": false}));
         assert!(cpu["spec"].get("extraConf").is_none());
     }
@@ -679,7 +682,7 @@ mod tests {
         assert_eq!(controller["spec"]["reconfigure"]["image"], "ghcr.io/slinkyproject/slurmctld:25.11-ubuntu24.04");
         let login = loginset("slurm", ClusterId::new(), r, &spec, None);
         assert_eq!(login["spec"]["initconf"]["image"], "ghcr.io/slinkyproject/login:25.11-ubuntu24.04");
-        let nodeset = nodeset("slurm", ClusterId::new(), r, &pool("cpu", 1, 0), true, true);
+        let nodeset = nodeset("slurm", ClusterId::new(), r, &pool("cpu", 1, 0), 1, true, true);
         assert_eq!(nodeset["spec"]["logfile"]["image"], "ghcr.io/slinkyproject/slurmd:25.11-ubuntu24.04");
     }
 

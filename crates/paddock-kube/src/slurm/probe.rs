@@ -38,9 +38,12 @@ pub trait SlurmProbe: Send + Sync {
     /// (`version`: the data-parser version the cluster's release pins).
     fn ping<'a>(&'a self, tenant: &'a TenantAccess, version: &'a str) -> BoxFuture<'a, Result<bool, DriverError>>;
 
-    /// Sets the Slurm node `slurm_node` to DRAIN (with `reason`) unless it already drains, and
-    /// reports whether it is drained now (no job left on it): `Some(true)`; still draining:
-    /// `Some(false)`; `None` when Slurm does not know the node. Speaks `version` as `ping` does.
+    /// Sets the Slurm node `slurm_node` to DRAIN with `reason` unless it already drains with a
+    /// reason of paddock's ([`REASON_PREFIX`]: a DRAIN someone else set, the operator's
+    /// `slurm-operator: ` reasons included, gets paddock's reason, which the operator never
+    /// takes back: it undrains only nodes whose reason is its own or empty), and reports whether
+    /// it is drained now (no job left on it): `Some(true)`; still draining: `Some(false)`; `None`
+    /// when Slurm does not know the node. Speaks `version` as `ping` does.
     fn drain<'a>(
         &'a self,
         tenant: &'a TenantAccess,
@@ -91,11 +94,21 @@ pub fn node_drained(states: &[String]) -> bool {
     has("DRAIN") && !has("ALLOCATED") && !has("MIXED") && !has("COMPLETING")
 }
 
-fn node_states(body: &str) -> Option<Vec<String>> {
+/// The prefix of every Slurm node reason paddock writes (`paddock:release: ...`).
+pub const REASON_PREFIX: &str = "paddock:";
+
+/// Whether a node with `states` and `reason` needs paddock's DRAIN request: it does not drain
+/// yet, or it drains for a reason that is not paddock's.
+pub fn needs_drain(states: &[String], reason: &str) -> bool {
+    !states.iter().any(|s| s.eq_ignore_ascii_case("DRAIN")) || !reason.starts_with(REASON_PREFIX)
+}
+
+fn node_states(body: &str) -> Option<(Vec<String>, String)> {
     let v: Value = serde_json::from_str(body).ok()?;
     let node = v.get("nodes")?.as_array()?.first()?;
     let states = node.get("state")?.as_array()?;
-    Some(states.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect())
+    let reason = node.get("reason").and_then(Value::as_str).unwrap_or_default().to_owned();
+    Some((states.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect(), reason))
 }
 
 impl ServiceProxyProbe {
@@ -183,8 +196,8 @@ impl ServiceProxyProbe {
     ) -> Result<Option<bool>, DriverError> {
         let path = format!("node/{slurm_node}");
         let Some(before) = self.call(tenant, ("GET", version, &path), None).await? else { return Ok(None) };
-        let Some(states) = node_states(&before) else { return Ok(None) };
-        if states.iter().any(|s| s.eq_ignore_ascii_case("DRAIN")) {
+        let Some((states, current)) = node_states(&before) else { return Ok(None) };
+        if !needs_drain(&states, &current) {
             return Ok(Some(node_drained(&states)));
         }
         let update = json!({ "state": ["DRAIN"], "reason": reason });
@@ -192,7 +205,7 @@ impl ServiceProxyProbe {
             return Ok(None);
         }
         let after = self.call(tenant, ("GET", version, &path), None).await?;
-        Ok(after.as_deref().and_then(node_states).map(|s| node_drained(&s)))
+        Ok(after.as_deref().and_then(node_states).map(|(s, _)| node_drained(&s)))
     }
 }
 
@@ -253,8 +266,23 @@ mod tests {
         assert!(!node_drained(&s(&["IDLE"])));
         assert_eq!(
             node_states(r#"{"nodes":[{"name":"cpu-0","state":["IDLE","DRAIN"]}]}"#),
-            Some(s(&["IDLE", "DRAIN"]))
+            Some((s(&["IDLE", "DRAIN"]), String::new()))
+        );
+        assert_eq!(
+            node_states(r#"{"nodes":[{"name":"cpu-0","state":["DRAIN"],"reason":"paddock:release: x"}]}"#),
+            Some((s(&["DRAIN"]), "paddock:release: x".to_owned()))
         );
         assert_eq!(node_states(r#"{"nodes":[]}"#), None);
+    }
+
+    #[test]
+    fn a_drain_of_someone_else_gets_paddocks_reason() {
+        let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+        assert!(needs_drain(&s(&["IDLE"]), ""));
+        assert!(needs_drain(&s(&["IDLE"]), "paddock:release: machine released"), "not drained yet");
+        assert!(needs_drain(&s(&["IDLE", "DRAIN"]), "slurm-operator: Pod (slurm/cpu-1) was cordoned"));
+        assert!(needs_drain(&s(&["ALLOCATED", "DRAIN"]), "tenant maintenance"));
+        assert!(!needs_drain(&s(&["ALLOCATED", "DRAIN"]), "paddock:release: machine released"));
+        assert!(!needs_drain(&s(&["IDLE", "DRAIN"]), "paddock:hw: ecc"), "another paddock reason stays");
     }
 }

@@ -33,5 +33,6 @@ mod nodes;
 mod operator;
 mod removal;
 mod slurm;
+mod slurm_release;
 mod stack;
 mod workloads;

@@ -25,14 +25,14 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use paddock_domain::driver::{
-    BoxFuture, DriverError, Removal, SlurmDesired, SlurmDriver, SlurmPool, SlurmSecrets, SlurmStatus, SlurmVersion,
-    TenantAccess,
+    BoxFuture, DriverError, Removal, SlurmDesired, SlurmDrain, SlurmDriver, SlurmPool, SlurmSecrets, SlurmStatus,
+    SlurmVersion, TenantAccess,
 };
 use paddock_domain::secret::SecretString;
 use paddock_kube::nodes::LABEL_NODE_POOL;
 use paddock_kube::slurm::{
-    self, ServiceProxyProbe, SlinkySettings, SlurmProbe, ANNOTATION_CORDON_REASON, LABEL_POD_HOSTNAME, MARIADB,
-    SECRET_DB, SECRET_JWT, SECRET_JWT_KEY, SECRET_SLURM_KEY, SECRET_SSSD,
+    self, ServiceProxyProbe, SlinkySettings, SlurmProbe, LABEL_POD_HOSTNAME, MARIADB, SECRET_DB, SECRET_JWT,
+    SECRET_JWT_KEY, SECRET_SLURM_KEY, SECRET_SSSD,
 };
 use paddock_kube::SlinkyDriver;
 use paddock_testkit::skip;
@@ -63,13 +63,13 @@ fn slinky_crds() -> Option<Vec<PathBuf>> {
 }
 
 /// The API server with the Slinky CRDs shared by these tests.
-async fn server() -> Option<ApiServer> {
+pub(crate) async fn server() -> Option<ApiServer> {
     static SLINKY: tokio::sync::OnceCell<Option<ApiServer>> = tokio::sync::OnceCell::const_new();
     let crds = slinky_crds()?;
     SLINKY.get_or_init(|| async { support::dedicated("slinky-shared", &crds).await }).await.clone()
 }
 
-fn access(server: &ApiServer) -> TenantAccess {
+pub(crate) fn access(server: &ApiServer) -> TenantAccess {
     let kubeconfig = std::fs::read_to_string(&server.kubeconfig).expect("read the harness kubeconfig");
     TenantAccess {
         cluster: support::cluster("acme", "hpc"),
@@ -78,11 +78,11 @@ fn access(server: &ApiServer) -> TenantAccess {
     }
 }
 
-fn unique(prefix: &str) -> String {
+pub(crate) fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
 }
 
-fn settings(namespace: &str) -> SlinkySettings {
+pub(crate) fn settings(namespace: &str) -> SlinkySettings {
     SlinkySettings {
         namespace: namespace.to_owned(),
         storage_class: "fast-local".to_owned(),
@@ -92,11 +92,11 @@ fn settings(namespace: &str) -> SlinkySettings {
 
 /// STAND-IN for slurmrestd as the driver sees it through [`SlurmProbe`].
 #[derive(Default)]
-struct StandInProbe {
+pub(crate) struct StandInProbe {
     up: AtomicBool,
     /// What `drain` answers; the nodes asked about are recorded.
-    drain_answer: Mutex<Option<bool>>,
-    drained: Mutex<Vec<String>>,
+    pub(crate) drain_answer: Mutex<Option<bool>>,
+    pub(crate) drained: Mutex<Vec<String>>,
     /// The slurmrestd versions the driver spoke, in order.
     versions: Mutex<Vec<String>>,
 }
@@ -146,6 +146,7 @@ pub(crate) fn pool(name: &str, count: u32, gpus: u32, taints: Vec<Taint>) -> Slu
         name: name.to_owned(),
         count,
         node_names: Vec::new(),
+        releasing: Vec::new(),
         gpus_per_node: gpus,
         taints,
         role: paddock_types::cluster::NodePoolRole::Compute,
@@ -153,11 +154,11 @@ pub(crate) fn pool(name: &str, count: u32, gpus: u32, taints: Vec<Taint>) -> Slu
 }
 
 /// The Slurm [`desired`] runs.
-fn version() -> SlurmVersion {
+pub(crate) fn version() -> SlurmVersion {
     SlurmVersion { stack_version: paddock_domain::stack::latest_version().to_owned(), version: "25.11".to_owned() }
 }
 
-fn desired(pools: Vec<SlurmPool>, secrets: &SlurmSecrets) -> SlurmDesired {
+pub(crate) fn desired(pools: Vec<SlurmPool>, secrets: &SlurmSecrets) -> SlurmDesired {
     SlurmDesired {
         spec: SlurmSpec {
             version: "25.11".to_owned(),
@@ -182,16 +183,16 @@ fn slinky(client: &Client, ns: &str, kind: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), ns, &resource)
 }
 
-async fn cr(client: &Client, ns: &str, kind: &str, name: &str) -> Option<DynamicObject> {
+pub(crate) async fn cr(client: &Client, ns: &str, kind: &str, name: &str) -> Option<DynamicObject> {
     slinky(client, ns, kind).get_opt(name).await.expect("get a Slinky object")
 }
 
-async fn nodeset_spec(client: &Client, ns: &str, name: &str) -> Value {
+pub(crate) async fn nodeset_spec(client: &Client, ns: &str, name: &str) -> Value {
     cr(client, ns, "NodeSet", name).await.expect("the NodeSet").data["spec"].clone()
 }
 
 /// Registers a Node with `labels` and `taints` (cluster-scoped: names are unique per test).
-async fn register_node(client: &Client, name: &str, labels: &[(&str, &str)], taints: Value) {
+pub(crate) async fn register_node(client: &Client, name: &str, labels: &[(&str, &str)], taints: Value) {
     let nodes: Api<Node> = Api::all(client.clone());
     let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
     let node: Node = serde_json::from_value(json!({
@@ -644,7 +645,7 @@ async fn an_unknown_slurm_version_is_a_permanent_error() {
 }
 
 #[tokio::test]
-async fn draining_cordons_the_node_and_drains_its_slurm_nodes() {
+async fn draining_drains_the_slurm_nodes_and_hands_their_pods_over() {
     let Some(server) = server().await else { return };
     let client = server.client().await;
     let tenant = access(&server);
@@ -674,21 +675,31 @@ async fn draining_cordons_the_node_and_drains_its_slurm_nodes() {
     }
 
     *probe.drain_answer.lock().expect("lock") = Some(false);
-    assert!(!driver.drain_node(&tenant, &version(), &node).await.expect("drain"), "still draining");
-    let cordoned = Api::<Node>::all(client.clone()).get(&node).await.expect("node");
-    assert_eq!(cordoned.spec.and_then(|s| s.unschedulable), Some(true));
-    let annotations = cordoned.metadata.annotations.unwrap_or_default();
-    assert_eq!(annotations.get(ANNOTATION_CORDON_REASON).map(String::as_str), Some(slurm::DRAIN_REASON));
+    assert_eq!(driver.drain_node(&tenant, &version(), &node).await.expect("drain"), SlurmDrain::Draining);
+    let still = pods.get("cpu-0").await.expect("pod").metadata.annotations.unwrap_or_default();
+    assert!(!still.contains_key(slurm::ANNOTATION_HANDED_OVER), "handed over while draining: {still:?}");
+    // Not cordoned: the operator answers a cordoned Node with a drain of its own reason.
+    let left = Api::<Node>::all(client.clone()).get(&node).await.expect("node");
+    assert_ne!(left.spec.and_then(|s| s.unschedulable), Some(true));
     *probe.drain_answer.lock().expect("lock") = Some(true);
-    assert!(driver.drain_node(&tenant, &version(), &node).await.expect("drain"), "drained");
+    assert_eq!(driver.drain_node(&tenant, &version(), &node).await.expect("drain"), SlurmDrain::HandedOver);
     assert_eq!(*probe.drained.lock().expect("lock"), vec!["cpu-0".to_owned(), "cpu-0".to_owned()]);
     // The drain speaks the slurmrestd version the release pins in its stack.
     assert_eq!(*probe.versions.lock().expect("lock"), ["v0.0.42", "v0.0.42"]);
+    // Drained: the slurmd pod carries paddock's mark and the lowest deletion cost, the other not.
+    let marked = pods.get("cpu-0").await.expect("pod").metadata.annotations.unwrap_or_default();
+    assert_eq!(marked.get(slurm::ANNOTATION_HANDED_OVER).map(String::as_str), Some(slurm::DRAIN_REASON));
+    let cost = marked.get(slurm::ANNOTATION_POD_DELETION_COST).map(String::as_str);
+    assert_eq!(cost, Some(i32::MIN.to_string().as_str()));
+    let other = pods.get("other").await.expect("pod").metadata.annotations.unwrap_or_default();
+    assert!(!other.contains_key(slurm::ANNOTATION_HANDED_OVER), "{other:?}");
 
-    // Unknown to Slurm, and no Node at all: nothing to wait for.
+    // Handed over before (Slurm is not asked again), and no Node at all: nothing to wait for.
     *probe.drain_answer.lock().expect("lock") = None;
-    assert!(driver.drain_node(&tenant, &version(), &node).await.expect("drain"));
-    assert!(driver.drain_node(&tenant, &version(), &unique("n-missing")).await.expect("drain a missing node"));
+    assert_eq!(driver.drain_node(&tenant, &version(), &node).await.expect("drain"), SlurmDrain::Done);
+    assert_eq!(probe.drained.lock().expect("lock").len(), 2, "asked Slurm again after the hand-over");
+    let missing = driver.drain_node(&tenant, &version(), &unique("n-missing")).await.expect("drain a missing node");
+    assert_eq!(missing, SlurmDrain::Done);
 }
 
 // ---------------------------------------------------------------------------------------------

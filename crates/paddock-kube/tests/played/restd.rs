@@ -3,7 +3,10 @@
 //! tokens signed with the JWT key paddock wrote (HS256, `sun` = `slurm`, `exp` required), and
 //! `v0.0.42`'s ping and node read/update for paddock's own probe (its drain). Its Slurm nodes are the slurmd pods the played
 //! kubelet started ([`StandInRestd::register`], as `slurmd -Z --conf ...` registers a dynamic
-//! node with slurmctld); updates (comment, DRAIN/UNDRAIN) are kept and readable by the test.
+//! node with slurmctld); updates (comment, DRAIN/UNDRAIN with their reason, as slurmctld keeps a
+//! reason until the node resumes) are kept and readable by the test, each in the order it came
+//! ([`StandInRestd::updates`]). A test can play a job on a node ([`StandInRestd::set_job`]:
+//! ALLOCATED instead of IDLE), so that a DRAIN waits for it as slurmctld's does.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -28,8 +31,23 @@ pub struct SlurmNode {
     pub gres: String,
     /// The comment the operator writes (its pod info).
     pub comment: String,
-    /// State flags (`IDLE`, `DRAIN`).
+    /// State flags (`IDLE` or `ALLOCATED`, `DRAIN`).
     pub state: Vec<String>,
+    /// The reason of its DRAIN (empty without).
+    pub reason: String,
+}
+
+/// One node update the stand-in took, as it left the node.
+#[derive(Debug, Clone)]
+pub struct Update {
+    /// When.
+    pub at: std::time::Instant,
+    /// The Slurm node.
+    pub node: String,
+    /// The REST version it came through (`v0.0.42`: paddock; `v0.0.44`: the operator).
+    pub version: String,
+    /// The node after it.
+    pub after: SlurmNode,
 }
 
 #[derive(Default)]
@@ -41,6 +59,8 @@ struct Inner {
     seen: Mutex<BTreeSet<String>>,
     /// The same, in the order they came, with when.
     log: Mutex<Vec<(std::time::Instant, String)>>,
+    /// Every node update, in order.
+    updates: Mutex<Vec<Update>>,
     denied: AtomicUsize,
 }
 
@@ -65,7 +85,7 @@ fn not_found(what: &str) -> Answer {
 fn node_json(name: &str, node: &SlurmNode) -> Value {
     json!({
         "name": name, "hostname": name, "state": node.state, "features": node.features,
-        "active_features": node.features, "gres": node.gres, "comment": node.comment, "reason": "",
+        "active_features": node.features, "gres": node.gres, "comment": node.comment, "reason": node.reason,
         "cpus": 16, "real_memory": 65536,
     })
 }
@@ -100,6 +120,19 @@ impl StandInRestd {
             }
         }
         nodes.insert(name.to_owned(), node);
+    }
+
+    /// PLAYS A JOB on Slurm node `name`: running (ALLOCATED) or ended (IDLE).
+    pub fn set_job(&self, name: &str, running: bool) {
+        let mut nodes = self.0.nodes.lock().expect("lock");
+        let Some(node) = nodes.get_mut(name) else { return };
+        node.state.retain(|s| s != "IDLE" && s != "ALLOCATED");
+        node.state.insert(0, if running { "ALLOCATED" } else { "IDLE" }.to_owned());
+    }
+
+    /// Every node update so far, in order.
+    pub fn updates(&self) -> Vec<Update> {
+        self.0.updates.lock().expect("lock").clone()
     }
 
     /// The Slurm nodes.
@@ -171,19 +204,37 @@ async fn node_get(State(r): State<StandInRestd>, Path(name): Path<String>) -> An
     }
 }
 
-async fn node_post(State(r): State<StandInRestd>, Path(name): Path<String>, Json(update): Json<Value>) -> Answer {
+async fn node_post(
+    State(r): State<StandInRestd>,
+    Path(name): Path<String>,
+    uri: Uri,
+    Json(update): Json<Value>,
+) -> Answer {
     let mut nodes = r.0.nodes.lock().expect("lock");
     let Some(node) = nodes.get_mut(&name) else { return not_found(&format!("node {name}")) };
     if let Some(comment) = update["comment"].as_str() {
         node.comment = comment.to_owned();
     }
+    let reason = update["reason"].as_str().map(str::to_owned);
     for state in update["state"].as_array().into_iter().flatten().filter_map(Value::as_str) {
         match state {
-            "DRAIN" if !node.state.iter().any(|s| s == "DRAIN") => node.state.push("DRAIN".to_owned()),
-            "UNDRAIN" | "RESUME" => node.state.retain(|s| s != "DRAIN"),
+            "DRAIN" => {
+                if !node.state.iter().any(|s| s == "DRAIN") {
+                    node.state.push("DRAIN".to_owned());
+                }
+                node.reason = reason.clone().unwrap_or_default();
+            }
+            // slurmctld forgets the reason when the node resumes.
+            "UNDRAIN" | "RESUME" => {
+                node.state.retain(|s| s != "DRAIN");
+                node.reason.clear();
+            }
             _ => {}
         }
     }
+    let version = uri.path().split('/').nth(2).unwrap_or_default().to_owned();
+    let after = node.clone();
+    r.0.updates.lock().expect("lock").push(Update { at: std::time::Instant::now(), node: name, version, after });
     openapi(json!({}))
 }
 

@@ -40,6 +40,7 @@ fn slurm(pools: &[(&str, u32, &[&str])]) -> SlurmDesired {
                 name: (*name).to_owned(),
                 count: *count,
                 node_names: nodes.iter().map(|n| (*n).to_owned()).collect(),
+                releasing: Vec::new(),
                 gpus_per_node: 0,
                 taints: Vec::new(),
                 role: Default::default(),
@@ -82,7 +83,8 @@ async fn a_cluster_comes_up_and_goes_away_idempotently() {
     assert!(!waiting.ready && waiting.reason.contains("gpu"), "{waiting:?}");
     let ready = kube.slurm.ensure_slurm(&t, &slurm(&[("gpu", 2, &["m-a"]), ("cpu", 0, &[])])).await.expect("slurm");
     assert!(ready.ready, "{ready:?}");
-    assert!(kube.slurm.drain_node(&t, &slurm_version(), "m-a").await.expect("drain"));
+    let drained = kube.slurm.drain_node(&t, &slurm_version(), "m-a").await.expect("drain");
+    assert_eq!(drained, paddock_domain::driver::SlurmDrain::Done);
 
     // Deletion, in the worker's order, each step repeated.
     for _ in 0..2 {

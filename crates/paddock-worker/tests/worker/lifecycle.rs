@@ -26,8 +26,8 @@ use std::time::Duration;
 use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BootMedia, BoxFuture, Inventory, OutOfBandErase};
 use paddock_domain::driver::{
     ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, Drain, DriverError, Isolation, JoinConfig,
-    KubeDrivers, NodeRef, NodeStatus, PlatformDriver, RegisteredNode, Removal, SlurmDesired, SlurmDriver, SlurmStatus,
-    SlurmVersion, StackStatus, TenantAccess, TenantCredentials, TenantNodes, TenantStack,
+    KubeDrivers, NodeRef, NodeStatus, PlatformDriver, RegisteredNode, Removal, SlurmDesired, SlurmDrain, SlurmDriver,
+    SlurmStatus, SlurmVersion, StackStatus, TenantAccess, TenantCredentials, TenantNodes, TenantStack,
 };
 use paddock_domain::job_kind::MACHINE_RECONCILE;
 use paddock_domain::model::Machine;
@@ -305,7 +305,7 @@ impl SlurmDriver for TenantStandIn {
         _: &'a TenantAccess,
         _: &'a SlurmVersion,
         _: &'a str,
-    ) -> BoxFuture<'a, Result<bool, DriverError>> {
+    ) -> BoxFuture<'a, Result<SlurmDrain, DriverError>> {
         Box::pin(async { not_here("drain_node") })
     }
 

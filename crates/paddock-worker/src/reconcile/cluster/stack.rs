@@ -128,6 +128,11 @@ fn slurm_desired(
                 .filter(|m| m.node_pool_id == p.id && m.state == MachineState::Active)
                 .filter_map(|m| m.node_name.clone())
                 .collect(),
+            releasing: held
+                .iter()
+                .filter(|m| m.node_pool_id == p.id && m.state == MachineState::Releasing)
+                .filter_map(|m| m.node_name.clone())
+                .collect(),
             gpus_per_node: p.gpu_count,
             taints: p.spec.taints.clone(),
             role: p.spec.role,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use paddock_domain::bmc::BmcDriver;
-use paddock_domain::driver::{Drain, KubeDrivers, NodeRef, Removal, SlurmVersion, TenantAccess};
+use paddock_domain::driver::{Drain, KubeDrivers, NodeRef, Removal, SlurmDrain, SlurmVersion, TenantAccess};
 use paddock_domain::model::Machine;
 use paddock_store::cluster;
 use paddock_store::lifecycle;
@@ -215,8 +215,15 @@ impl MachineReconciler {
         };
         if let Some(slurm) = slurm.filter(|_| m.node_name.is_some()) {
             match kube.slurm.drain_node(tenant, &slurm, &node.node_name).await {
-                Ok(true) => {}
-                Ok(false) => {
+                Ok(SlurmDrain::Done) => {}
+                // The slurmd pod is handed over: the cluster's run lowers its NodeSet now, and
+                // the operator deletes that pod (the Node's drain below waits for it).
+                Ok(SlurmDrain::HandedOver) => {
+                    if let Some(step) = self.wake_cluster(m).await {
+                        return Some(step);
+                    }
+                }
+                Ok(SlurmDrain::Draining) => {
                     let message = "draining the Slurm node before the machine is released";
                     return Some(Step::Stop(Outcome::wait(self.settings.poll, "draining", message)));
                 }
@@ -227,14 +234,24 @@ impl MachineReconciler {
             Ok(Drain::Drained) => None,
             Ok(Drain::Draining { leaving, blocked }) => {
                 let message = format!(
-                    "draining node {}: {leaving} pod(s) evicted and not gone yet, {blocked} held by a \
-                     PodDisruptionBudget",
+                    "draining node {}: {leaving} pod(s) evicted (or left to their NodeSet) and not gone yet, \
+                     {blocked} held by a PodDisruptionBudget",
                     node.node_name
                 );
                 Some(Step::Stop(Outcome::wait(self.settings.poll, "draining_node", message)))
             }
             Err(e) => Some(self.driver_failed(m, e).await),
         }
+    }
+
+    /// Enqueues the reconcile of the machine's cluster; `Some` to stop on a store failure.
+    async fn wake_cluster(&self, m: &Machine) -> Option<Step> {
+        let (Some(tenant), Some(cluster)) = (m.tenant_id, m.cluster_id) else { return None };
+        let mut conn = match self.services.store().conn().await {
+            Ok(c) => c,
+            Err(e) => return Some(e.into()),
+        };
+        lifecycle::enqueue_cluster(&mut conn, tenant, cluster).await.err().map(Step::from)
     }
 
     /// Once the machine is off: deletes its Node and the Node's Lease, then any bootstrap token
