@@ -132,7 +132,8 @@ async fn a_ready_cluster_is_checked_again_and_again_writing_nothing_and_drift_is
             .await;
     assert_eq!(told["type"], "Warning", "{told}");
     let message = told["message"].as_str().expect("message");
-    assert!(message.contains("stack 2026.12.0") && message.contains("Slurm of cluster"), "{message}");
+    let stack = format!("stack {}", paddock_domain::stack::latest_version());
+    assert!(message.contains(&stack) && message.contains("Slurm of cluster"), "{message}");
     lab.ready(&cluster).await;
     let (again, _) = eventually(WAIT, || lab.drift_job(&cluster)).await;
     lab.checked_after(&cluster, again).await;
