@@ -7,6 +7,9 @@
 //! lifecycle-bench lifecycle <admin-url> [--clusters N] [--in-flight K] ...
 //! lifecycle-bench rest      <admin-url> [--clusters N] [--seconds S] ...
 //! lifecycle-bench parallel  <admin-url> [--nodes N] [--boot-ms MS] ...
+//! lifecycle-bench fleet     <admin-url> [--machines N] ...
+//! lifecycle-bench scale-out <admin-url> --paddock BIN [--workers 1,2,4] ...   # real `paddock api`/`worker` processes
+//! lifecycle-bench api-scale <admin-url> --paddock BIN ...                     # 1 and 2 `paddock api` behind haproxy
 //! ```
 //!
 //! The three measuring commands create their own database (`lifecycle_bench_<test>`) on the server
@@ -15,7 +18,12 @@
 //! agent, as `paddock serve` with `PADDOCK_BMC_DRIVER=simulated` runs them) is measured apart from
 //! the driver's. Results are printed as `key: value` lines on stdout; progress goes to stderr.
 
+mod apiscale;
 mod fleet;
+mod lifecycle;
+mod parallel;
+mod rest;
+mod scaleout;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -92,7 +100,10 @@ fn usage() -> ! {
          [--pgbench PATH] [--pgbench-seconds S] [--pgbench-clients C] [--sql-dir DIR]\n\
          \x20      lifecycle-bench rest <admin-url> [--clusters N] [--real R] [--seconds S]\n\
          \x20      lifecycle-bench parallel <admin-url> [--nodes N] [--boot-ms MS]\n\
-         \x20      lifecycle-bench fleet <admin-url> [--machines N] [--concurrency N] [--pool N]"
+         \x20      lifecycle-bench fleet <admin-url> [--machines N] [--concurrency N] [--pool N]\n\
+         \x20      lifecycle-bench scale-out <admin-url> --paddock BIN [--workers 1,2,4] [--machines N] [--clusters N] \
+         [--in-flight K] [--latency-scale S] [--log-dir DIR]\n\
+         \x20      lifecycle-bench api-scale <admin-url> --paddock BIN [--wrk PATH] [--haproxy PATH] [--window-s S] [--rounds N]"
     );
     std::process::exit(2)
 }
@@ -103,10 +114,12 @@ async fn main() -> anyhow::Result<()> {
     let (Some(cmd), Some(url)) = (args.positional.first(), args.positional.get(1)) else { usage() };
     match cmd.as_str() {
         "serve" => serve(url, &args).await,
-        "lifecycle" => lifecycle(url, &args).await,
-        "rest" => rest(url, &args).await,
-        "parallel" => parallel(url, &args).await,
+        "lifecycle" => lifecycle::lifecycle(url, &args).await,
+        "rest" => rest::rest(url, &args).await,
+        "parallel" => parallel::parallel(url, &args).await,
         "fleet" => fleet::fleet(url, &args).await,
+        "scale-out" => scaleout::scale_out(url, &args).await,
+        "api-scale" => apiscale::api_scale(url, &args).await,
         _ => usage(),
     }
 }
@@ -581,6 +594,62 @@ async fn create_ready(api: &Api, tenant: &str, name: &str, count: u32, interval:
     Ok(id)
 }
 
+/// `clusters` lifecycles of 2-node Slurm clusters (create -> ready -> delete -> 404), `in_flight`
+/// loops at once, loop k on `tenants[k % len]`, each taking the next cluster number until all are
+/// through; returns the failures.
+async fn churn(
+    api: &Api,
+    tenants: &[String],
+    clusters: usize,
+    in_flight: usize,
+    interval: Duration,
+) -> anyhow::Result<Vec<String>> {
+    let t0 = Instant::now();
+    let done = Arc::new(AtomicU64::new(0));
+    let next = Arc::new(AtomicU64::new(0));
+    // K loops, each on its own tenant (or all on one with --tenants 1), each taking the next
+    // cluster number until N are through.
+    let mut loops = Vec::new();
+    for k in 0..in_flight {
+        let api = api.clone();
+        let tenant = tenants[k % tenants.len()].clone();
+        let (done, next) = (done.clone(), next.clone());
+        loops.push(tokio::spawn(async move {
+            let mut failures = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= clusters as u64 {
+                    return failures;
+                }
+                let one = async {
+                    let id = create_ready(&api, &tenant, &format!("c{i:05}"), 2, interval).await?;
+                    let path = format!("/v1/tenants/{tenant}/clusters/{id}");
+                    let (status, v) = api.call(reqwest::Method::DELETE, &path, None).await?;
+                    if !(200..300).contains(&status) {
+                        bail!("DELETE {path}: {status} {v}");
+                    }
+                    poll_cluster(&api, &path, interval, Duration::from_secs(1800), |s, _| Ok(s == 404)).await?;
+                    anyhow::Ok(())
+                };
+                match one.await {
+                    Ok(()) => {
+                        let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                        if n % 100 == 0 {
+                            eprintln!("  {n} clusters done after {:.1} s", t0.elapsed().as_secs_f64());
+                        }
+                    }
+                    Err(e) => failures.push(format!("{e:#}")),
+                }
+            }
+        }));
+    }
+    let mut failures: Vec<String> = Vec::new();
+    for l in loops {
+        failures.extend(l.await?);
+    }
+    Ok(failures)
+}
+
 /// Statements by calls during a test (pg_stat_statements, when present).
 async fn top_statements(db: &PgPool, limit: i64) -> Vec<(i64, f64, String)> {
     let rows = sqlx::query(
@@ -657,690 +726,6 @@ async fn pgbench_insert(
         bail!("pgbench had failed transactions: {text}");
     }
     Ok((tps, delta(&a, &b)))
-}
-
-// ------------------------------------------------------------------------------------------------
-// 1. lifecycle
-// ------------------------------------------------------------------------------------------------
-
-async fn lifecycle(admin_url: &str, args: &Args) -> anyhow::Result<()> {
-    let clusters: usize = args.get("clusters", 1000)?;
-    let in_flight: usize = args.get("in-flight", 32)?;
-    let machines: usize = args.get("machines", (2 * in_flight + 16).min(2 * clusters))?;
-    let interval = Duration::from_millis(args.get("get-interval-ms", 200)?);
-    let pgbench = args.str("pgbench", "pgbench");
-    let pg_seconds: u32 = args.get("pgbench-seconds", 10)?;
-    let pg_clients: u32 = args.get("pgbench-clients", 4)?;
-    let sql_dir = PathBuf::from(args.str("sql-dir", "bench/pgbench"));
-    let concurrency = args.str("concurrency", "16");
-    let pool_size = args.str("pool", "16");
-    let tenants_n: usize = args.get("tenants", in_flight)?.clamp(1, in_flight);
-    if machines < 2 {
-        bail!("--machines must be at least 2");
-    }
-
-    let admin = PgPoolOptions::new().max_connections(2).connect(admin_url).await?;
-    // pgbench's table in its own database on the same server.
-    let pg_db = "lifecycle_bench_pgbench";
-    let pg_url = fresh_database(&admin, admin_url, pg_db).await?;
-    let out = tokio::process::Command::new(pgbench.replace("pgbench", "psql"))
-        .arg("-q")
-        .arg("-v")
-        .arg("ON_ERROR_STOP=1")
-        .arg("-v")
-        .arg("rows=1000")
-        .arg("-f")
-        .arg(sql_dir.join("schema.sql"))
-        .arg(&pg_url)
-        .output()
-        .await
-        .context("psql (next to pgbench) for the pgbench schema")?;
-    if !out.status.success() {
-        bail!("pgbench schema: {}", String::from_utf8_lossy(&out.stderr));
-    }
-
-    let name = "lifecycle_bench_lifecycle";
-    let url = fresh_database(&admin, admin_url, name).await?;
-    let db = PgPoolOptions::new().max_connections(2).connect(&url).await?;
-    let server = Server::start(
-        &url,
-        &[
-            ("concurrency", concurrency.clone()),
-            ("pool", pool_size.clone()),
-            ("poll-ms", args.str("poll-ms", "50")),
-            ("agent-poll-ms", args.str("agent-poll-ms", "20")),
-        ],
-    )
-    .await?;
-    let api = Api::new(&server.base)?;
-    let tenant = setup(&api, &db, machines, "m").await?;
-    let mut tenants = vec![tenant];
-    for k in 1..tenants_n {
-        let t = api.post("/v1/tenants", &json!({"name": format!("bench-{k}")})).await?;
-        tenants.push(t["id"].as_str().context("tenant id")?.to_owned());
-    }
-    // Settle: the enrollment's last jobs finish; then the measured window.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-
-    eprintln!("pgbench insert (before): {pg_clients} clients, {pg_seconds} s");
-    let (tps_before, pg_before) =
-        pgbench_insert(&pgbench, &admin, &pg_url, pg_db, &sql_dir, pg_clients, pg_seconds).await?;
-
-    let jobs_before: i64 = sqlx::query_scalar("select count(*) from jobs").fetch_one(&db).await?;
-    reset_statements(&db).await;
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    let load_start = loadavg();
-    let a = snap(&admin, name, Some(server.pid)).await?;
-    api.requests.store(0, Ordering::Relaxed);
-    eprintln!("lifecycle: {clusters} clusters, {in_flight} in flight, {machines} machines");
-    let t0 = Instant::now();
-    let done = Arc::new(AtomicU64::new(0));
-    let next = Arc::new(AtomicU64::new(0));
-    // K loops, each on its own tenant (or all on one with --tenants 1), each taking the next
-    // cluster number until N are through.
-    let mut loops = Vec::new();
-    for k in 0..in_flight {
-        let api = api.clone();
-        let tenant = tenants[k % tenants.len()].clone();
-        let (done, next) = (done.clone(), next.clone());
-        loops.push(tokio::spawn(async move {
-            let mut failures = Vec::new();
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= clusters as u64 {
-                    return failures;
-                }
-                let one = async {
-                    let id = create_ready(&api, &tenant, &format!("c{i:05}"), 2, interval).await?;
-                    let path = format!("/v1/tenants/{tenant}/clusters/{id}");
-                    let (status, v) = api.call(reqwest::Method::DELETE, &path, None).await?;
-                    if !(200..300).contains(&status) {
-                        bail!("DELETE {path}: {status} {v}");
-                    }
-                    poll_cluster(&api, &path, interval, Duration::from_secs(1800), |s, _| Ok(s == 404)).await?;
-                    anyhow::Ok(())
-                };
-                match one.await {
-                    Ok(()) => {
-                        let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                        if n % 100 == 0 {
-                            eprintln!("  {n} clusters done after {:.1} s", t0.elapsed().as_secs_f64());
-                        }
-                    }
-                    Err(e) => failures.push(format!("{e:#}")),
-                }
-            }
-        }));
-    }
-    let mut failures: Vec<String> = Vec::new();
-    for l in loops {
-        failures.extend(l.await?);
-    }
-    let elapsed = t0.elapsed().as_secs_f64();
-    let requests = api.requests.load(Ordering::Relaxed);
-    tokio::time::sleep(Duration::from_millis(1100)).await; // statistics flush
-    let b = snap(&admin, name, Some(server.pid)).await?;
-    let load_end = loadavg();
-    let statements = top_statements(&db, 25).await;
-    // Statement executions that write, by pg_stat_statements (all statements, not only the top).
-    let writes: Option<(i64, i64)> = sqlx::query_as(
-        "select coalesce(sum(calls) filter (where query ~* '^\\s*(with\\s.*)?(insert|update|delete)\\s' \
-                                        or query ~* '\\m(insert\\s+into|update\\s+\\w+\\s+(\\w+\\s+)?set|delete\\s+from)\\M'), 0)::bigint, \
-                coalesce(sum(calls), 0)::bigint \
-           from pg_stat_statements where dbid = (select oid from pg_database where datname = current_database())",
-    )
-    .fetch_optional(&db)
-    .await
-    .ok()
-    .flatten();
-    // The simulated drivers' own statements (on `paddock_sim` tables): each is a transaction of its
-    // own (the drivers take a pooled connection, never the caller's transaction), except the
-    // simulated agent's Node registration, one transaction of two statements (the `delete`
-    // counted, the `insert` not).
-    let sim_commits: Option<i64> = sqlx::query_scalar(
-        "select coalesce(sum(calls) filter (where query ~ 'paddock_sim\\.' \
-                  and query !~ '^\\s*insert into paddock_sim\\.nodes \\(cluster_id, node_name, system_uuid, labels, taints\\)\\s'), 0)::bigint \
-           from pg_stat_statements where dbid = (select oid from pg_database where datname = current_database())",
-    )
-    .fetch_optional(&db)
-    .await
-    .ok()
-    .flatten();
-    let kinds = sqlx::query(
-        "select kind, count(*), sum(attempts)::bigint, state from jobs group by kind, state order by kind, state",
-    )
-    .fetch_all(&db)
-    .await?;
-    let jobs_after: i64 = sqlx::query_scalar("select count(*) from jobs").fetch_one(&db).await?;
-    let leftover: i64 =
-        sqlx::query_scalar("select count(*) from clusters where deleted_at is null").fetch_one(&db).await.unwrap_or(-1);
-
-    let idle = idle_after(&admin, &db, name, server.pid, args).await?;
-
-    eprintln!("pgbench insert (after): {pg_clients} clients, {pg_seconds} s");
-    let (tps_after, pg_after) =
-        pgbench_insert(&pgbench, &admin, &pg_url, pg_db, &sql_dir, pg_clients, pg_seconds).await?;
-    server.stop().await;
-
-    let d = delta(&a, &b);
-    let n = clusters as f64;
-    let rate = n / elapsed;
-    let per = d.commits as f64 / n;
-    let commit_rate = d.commits as f64 / d.secs;
-    let tps = (tps_before + tps_after) / 2.0;
-    println!("test: lifecycle (create -> ready -> delete -> 404), {clusters} clusters x 2 nodes");
-    println!("settings: in_flight={in_flight} tenants={tenants_n} machines={machines} worker_concurrency={concurrency} pool={pool_size} get_interval_ms={}", interval.as_millis());
-    println!(
-        "valid: {}",
-        if failures.is_empty() {
-            "yes".to_owned()
-        } else {
-            format!("NO ({} failures; first: {})", failures.len(), failures[0])
-        }
-    );
-    println!("load_avg: {load_start} -> {load_end}");
-    println!("create_500_retries: {}", CREATE_RETRIES.load(Ordering::Relaxed));
-    println!("elapsed_s: {elapsed:.2}");
-    println!("clusters_per_s: {rate:.2}");
-    println!("commits: {} (rollbacks {}), per cluster {per:.1}, per s {commit_rate:.0}", d.commits, d.rollbacks);
-    println!(
-        "wal: {} records ({:.0} per cluster), {} WAL syncs ({:.1} per cluster)",
-        d.wal_records,
-        d.wal_records as f64 / n,
-        d.wal_syncs,
-        d.wal_syncs as f64 / n
-    );
-    if let Some((w, all)) = writes {
-        println!(
-            "statements: {all} executed ({:.0} per cluster), of which {w} write ({:.0} per cluster: insert/update/delete, \
-             alone or in a CTE)",
-            all as f64 / n,
-            w as f64 / n
-        );
-    }
-    println!(
-        "driver_requests: {requests} ({:.1} per cluster; each a commit or more: the GETs polling for ready and 404)",
-        requests as f64 / n
-    );
-    println!("commits_per_cluster_without_driver_requests: {:.1}", (d.commits as f64 - requests as f64) / n);
-    if let Some(sim) = sim_commits {
-        println!(
-            "simulator_commits: {sim} ({:.1} per cluster: its statements on paddock_sim tables, each its own transaction)",
-            sim as f64 / n
-        );
-        println!(
-            "commits_per_cluster_of_paddock: {:.1} (without the driver's requests and the simulator's commits; \
-             target <= 100)",
-            (d.commits as f64 - requests as f64 - sim as f64) / n
-        );
-    }
-    println!(
-        "cpu_per_cluster_ms: paddock={:.1} postgres={:.1} driver={:.1}",
-        d.server * 1000.0 / n,
-        d.postgres * 1000.0 / n,
-        d.driver * 1000.0 / n
-    );
-    print_cpu("lifecycle", &d);
-    println!(
-        "pgbench_insert_tps: before={tps_before:.0} after={tps_after:.0} mean={tps:.0} ({pg_clients} clients, {pg_seconds} s, -M prepared)"
-    );
-    print_cpu("pgbench_before", &pg_before);
-    print_cpu("pgbench_after", &pg_after);
-    println!(
-        "pgbench_wal_syncs_per_commit: {:.2} (before) {:.2} (after)",
-        pg_before.wal_syncs as f64 / pg_before.commits.max(1) as f64,
-        pg_after.wal_syncs as f64 / pg_after.commits.max(1) as f64
-    );
-    println!(
-        "pgbench_cpu_per_commit_us: postgres={:.0} (before) {:.0} (after)",
-        pg_before.postgres * 1e6 / pg_before.commits.max(1) as f64,
-        pg_after.postgres * 1e6 / pg_after.commits.max(1) as f64
-    );
-    println!("lifecycle_postgres_cpu_per_commit_us: {:.0}", d.postgres * 1e6 / d.commits.max(1) as f64);
-    let ratio = per * rate / tps;
-    println!(
-        "RATIO commits_per_cluster x clusters_per_s / pgbench_tps = {per:.1} x {rate:.2} / {tps:.0} = {:.1}% (target >= 40%): {}",
-        ratio * 100.0,
-        if ratio >= 0.40 { "MET" } else { "NOT MET" }
-    );
-    println!(
-        "jobs: {} new ({} before, {} after); live clusters left: {leftover}",
-        jobs_after - jobs_before,
-        jobs_before,
-        jobs_after
-    );
-    println!("jobs by kind and state (all jobs of the database, enrollment included: kind, state, count, attempts):");
-    for r in &kinds {
-        println!(
-            "  {:<24} {:<10} {:>7} {:>7}",
-            r.get::<String, _>(0),
-            r.get::<String, _>(3),
-            r.get::<i64, _>(1),
-            r.get::<Option<i64>, _>(2).unwrap_or(0)
-        );
-    }
-    print_statements("statements during the lifecycle", "cluster", &statements, n);
-    let (after, window) = (idle.after.as_secs(), idle.window.secs);
-    println!(
-        "idle_after_last_deletion: from {after} s after the last cluster was gone, for {window:.0} s: \
-         {:.1} commits/s, paddock {:.2}% of a core",
-        idle.window.commits as f64 / window,
-        idle.window.server * 100.0 / window
-    );
-    print_statements("statements while idle", "second", &idle.statements, window);
-    Ok(())
-}
-
-/// The idle process after the lifecycle: what it still commits.
-struct Idle {
-    after: Duration,
-    window: Delta,
-    statements: Vec<(i64, f64, String)>,
-}
-
-/// Waits `--idle-after-s` (10) after the last deletion, then measures `--idle-seconds` (30).
-async fn idle_after(admin: &PgPool, db: &PgPool, name: &str, pid: u32, args: &Args) -> anyhow::Result<Idle> {
-    let after = Duration::from_secs(args.get("idle-after-s", 10)?);
-    let seconds = Duration::from_secs(args.get("idle-seconds", 30)?);
-    eprintln!("idle: waiting {after:?}, then measuring {seconds:?}");
-    tokio::time::sleep(after).await;
-    reset_statements(db).await;
-    tokio::time::sleep(Duration::from_millis(1100)).await; // statistics flush
-    let a = snap(admin, name, Some(pid)).await?;
-    tokio::time::sleep(seconds).await;
-    let b = snap(admin, name, Some(pid)).await?;
-    let statements = top_statements(db, 12).await;
-    Ok(Idle { after, window: delta(&a, &b), statements })
-}
-
-// ------------------------------------------------------------------------------------------------
-// 2. rest
-// ------------------------------------------------------------------------------------------------
-
-async fn rest(admin_url: &str, args: &Args) -> anyhow::Result<()> {
-    let clusters: usize = args.get("clusters", 10_000)?;
-    let real: usize = args.get("real", 100)?.min(clusters).max(1);
-    let seconds: u64 = args.get("seconds", 60)?;
-    let in_flight: usize = args.get("in-flight", 8)?;
-    let agent: bool = args.get("agent", true)?;
-    let admin = PgPoolOptions::new().max_connections(2).connect(admin_url).await?;
-    let name = "lifecycle_bench_rest";
-    let url = fresh_database(&admin, admin_url, name).await?;
-    let db = PgPoolOptions::new().max_connections(4).connect(&url).await?;
-
-    // (a) `real` clusters through the API and the worker, ready.
-    let server = Server::start(&url, &[("agent-poll-ms", "20".into())]).await?;
-    let api = Api::new(&server.base)?;
-    let tenant = setup(&api, &db, 2 * real, "m").await?;
-    let t0 = Instant::now();
-    let results: Vec<anyhow::Result<String>> = futures::stream::iter(0..real)
-        .map(|i| {
-            let api = api.clone();
-            let tenant = tenant.clone();
-            async move { create_ready(&api, &tenant, &format!("c{i:05}"), 2, Duration::from_millis(200)).await }
-        })
-        .buffer_unordered(in_flight)
-        .collect()
-        .await;
-    for r in results {
-        r?;
-    }
-    let rest_retries = CREATE_RETRIES.load(Ordering::Relaxed);
-    eprintln!("{real} clusters ready through the lifecycle in {:.1} s", t0.elapsed().as_secs_f64());
-    server.stop().await;
-
-    // (b) The rest as copies in SQL of the real ones' rows (see clone_sql).
-    let t1 = Instant::now();
-    let copies = clusters - real;
-    if copies > 0 {
-        let mut tx = db.begin().await?;
-        sqlx::raw_sql(&clone_sql(copies as i64, real as i64)).execute(&mut *tx).await?;
-        tx.commit().await?;
-        sqlx::raw_sql("vacuum analyze").execute(&db).await?;
-    }
-    let counts = sqlx::query(
-        "select (select count(*) from clusters where phase = 'ready' and deleted_at is null), \
-                (select count(*) from node_pools), (select count(*) from machines where state = 'active'), \
-                (select count(*) from machine_allocations), (select count(*) from jobs), \
-                (select count(*) from jobs where state in ('queued', 'running'))",
-    )
-    .fetch_one(&db)
-    .await?;
-    eprintln!("copied {copies} clusters in SQL in {:.1} s", t1.elapsed().as_secs_f64());
-
-    // (c) Every copy's first drift check, before anything is measured: it repairs what a copy in
-    //     SQL cannot carry (sealed values are bound to their row, so the copies have none; the
-    //     simulated world has no rows for them), once. A process with a 10 s interval checks each.
-    let t2 = Instant::now();
-    settle_drift(&db, &url, ready_clusters(&db).await?).await?;
-    eprintln!("every ready cluster had its first drift check after {:.1} s", t2.elapsed().as_secs_f64());
-
-    // (d) A fresh paddock process over the ready clusters, measured at rest: drift checks off
-    //     (the baseline), then on at the default interval, same data, same run.
-    let off = at_rest(&admin, &db, name, &url, agent, seconds, 0).await?;
-    let on = at_rest(&admin, &db, name, &url, agent, seconds, 600).await?;
-    println!("test: at rest, {} ready clusters", counts.get::<i64, _>(0));
-    println!(
-        "data: ready_clusters={} node_pools={} active_machines={} allocations={} jobs={} open_jobs={} ({real} through the lifecycle, {copies} copied in SQL)",
-        counts.get::<i64, _>(0),
-        counts.get::<i64, _>(1),
-        counts.get::<i64, _>(2),
-        counts.get::<i64, _>(3),
-        counts.get::<i64, _>(4),
-        counts.get::<i64, _>(5)
-    );
-    println!("settings: simulated agent {} (agent_poll 200 ms, as `paddock serve` at latency scale 1), worker poll_interval 1 s", if agent { "running in the process" } else { "off" });
-    println!("create_500_retries (while making the real clusters, one tenant): {rest_retries}");
-    for window in [&off, &on] {
-        window.print();
-    }
-    let checks = on.checks.max(1) as f64;
-    println!(
-        "drift_check_cost: paddock {:.0} us, PostgreSQL {:.0} us of CPU per verified cluster (window with checks minus the one without, over {} checks)",
-        (on.delta.server - off.delta.server).max(0.0) / checks * 1e6,
-        (on.delta.postgres - off.delta.postgres).max(0.0) / checks * 1e6,
-        on.checks
-    );
-    Ok(())
-}
-
-async fn ready_clusters(db: &PgPool) -> anyhow::Result<i64> {
-    Ok(sqlx::query_scalar("select count(*) from clusters where phase = 'ready' and deleted_at is null")
-        .fetch_one(db)
-        .await?)
-}
-
-/// Runs a process whose drift checks come every 10 s until every ready cluster's check has run
-/// once: each check armed at its start has ended (queued again after a check that wrote nothing,
-/// or handed over to the next one armed by a check that restored something); bounded.
-async fn settle_drift(db: &PgPool, url: &str, ready: i64) -> anyhow::Result<()> {
-    // The checks armed by the lifecycle (due up to 600 s later) come due with the others.
-    sqlx::query(
-        "update jobs set run_at = now() + random() * interval '10 seconds' \
-         where kind = 'cluster_drift_check' and state = 'queued'",
-    )
-    .execute(db)
-    .await?;
-    let server = Server::start(url, &[("agent", "false".into()), ("drift-interval-s", "10".into())]).await?;
-    let armed: Vec<uuid::Uuid> =
-        sqlx::query_scalar("select id from jobs where kind = 'cluster_drift_check' and state in ('queued', 'running')")
-            .fetch_all(db)
-            .await?;
-    anyhow::ensure!(armed.len() as i64 >= ready, "{} drift checks armed for {ready} ready clusters", armed.len());
-    let deadline = Instant::now() + Duration::from_secs(1800);
-    loop {
-        let open: i64 = sqlx::query_scalar(
-            "select count(*) from jobs where id = any($1) \
-             and (state = 'running' or (state = 'queued' and last_error is null))",
-        )
-        .bind(&armed)
-        .fetch_one(db)
-        .await?;
-        if open == 0 {
-            break;
-        }
-        if Instant::now() > deadline {
-            server.stop().await;
-            bail!("{open} of {ready} ready clusters still wait for their first drift check after 30 minutes");
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
-    server.stop().await;
-    Ok(())
-}
-
-/// One measured window of a fresh process at rest.
-struct RestWindow {
-    drift_interval_s: u64,
-    delta: Delta,
-    load: (String, String),
-    checks: i64,
-    statements: Vec<(i64, f64, String)>,
-}
-
-impl RestWindow {
-    fn print(&self) {
-        let d = &self.delta;
-        let core = d.server / d.secs;
-        println!(
-            "window: PADDOCK_DRIFT_INTERVAL={} ({:.1} s, load_avg {} -> {})",
-            self.drift_interval_s, d.secs, self.load.0, self.load.1
-        );
-        println!(
-            "  paddock_cpu_s: {:.3} = {:.2}% of one core (target < 2%): {}",
-            d.server,
-            core * 100.0,
-            if core < 0.02 { "MET" } else { "NOT MET" }
-        );
-        println!(
-            "  postgres_cpu_s: {:.3} = {:.2}% of one core (all PostgreSQL processes)",
-            d.postgres,
-            d.postgres / d.secs * 100.0
-        );
-        println!("  commits_per_s: {:.1} (rollbacks {:.1}/s)", d.commits as f64 / d.secs, d.rollbacks as f64 / d.secs);
-        println!("  drift_checks: {} ({:.2}/s)", self.checks, self.checks as f64 / d.secs);
-        print_statements("  statements", "second", &self.statements, d.secs);
-    }
-}
-
-/// Measures a fresh process with drift checks every `drift_interval_s` (0: off) for `seconds`,
-/// after its start-up work. The queued checks are spread evenly over the interval first (off:
-/// moved out of the window), as a fleet at rest has them.
-async fn at_rest(
-    admin: &PgPool,
-    db: &PgPool,
-    name: &str,
-    url: &str,
-    agent: bool,
-    seconds: u64,
-    drift_interval_s: u64,
-) -> anyhow::Result<RestWindow> {
-    let spread =
-        if drift_interval_s == 0 { "now() + interval '1 day'" } else { "now() + random() * $1 * interval '1 second'" };
-    sqlx::query(&format!(
-        "update jobs set run_at = {spread} where kind = 'cluster_drift_check' and state = 'queued' and $1 >= 0"
-    ))
-    .bind(drift_interval_s as f64)
-    .execute(db)
-    .await?;
-    let extra = [
-        ("agent", agent.to_string()),
-        ("agent-poll-ms", "200".into()),
-        ("drift-interval-s", drift_interval_s.to_string()),
-    ];
-    let server = Server::start(url, &extra).await?;
-    tokio::time::sleep(Duration::from_secs(5)).await; // start-up work out of the window
-    reset_statements(db).await;
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    let load_start = loadavg();
-    let since: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("select now()").fetch_one(db).await?;
-    let a = snap(admin, name, Some(server.pid)).await?;
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
-    let b = snap(admin, name, Some(server.pid)).await?;
-    let checks: i64 = sqlx::query_scalar(
-        "select count(*) from jobs where kind = 'cluster_drift_check' and updated_at >= $1 \
-         and last_error->>'code' = 'at_rest'",
-    )
-    .bind(since)
-    .fetch_one(db)
-    .await?;
-    let load_end = loadavg();
-    let statements = top_statements(db, 15).await;
-    server.stop().await;
-    Ok(RestWindow { drift_interval_s, delta: delta(&a, &b), load: (load_start, load_end), checks, statements })
-}
-
-/// Copies the `real` ready clusters round-robin `copies` times: each copy gets a new cluster, its
-/// node pool and two new machines (active, with their own clean and allocation), all with fresh
-/// ids and names; not the sealed values (bound to their row) nor the simulated world's rows,
-/// which each copy's first drift check makes (`settle_drift`). Generic over the columns: every row is
-/// copied with `jsonb_populate_record`, only ids, names and references are rewritten.
-fn clone_sql(copies: i64, real: i64) -> String {
-    format!(
-        r#"
-create temp table cmap as
-  select gen_random_uuid() as new_id, c.id as old_id, g as n
-  from generate_series(1, {copies}) g
-  join (select id, row_number() over (order by id) - 1 as k from clusters where deleted_at is null) c
-    on c.k = (g - 1) % {real};
-create temp table pmap as
-  select gen_random_uuid() as new_id, p.id as old_id, m.new_id as cluster_new, m.n
-  from cmap m join node_pools p on p.cluster_id = m.old_id;
-create temp table mmap as
-  select gen_random_uuid() as new_id, a.machine_id as old_id, gen_random_uuid() as clean_new,
-         gen_random_uuid() as alloc_new, a.id as alloc_old, m.new_id as cluster_new, pm.new_id as pool_new, m.n,
-         row_number() over () as k
-  from cmap m join machine_allocations a on a.cluster_id = m.old_id and a.released_at is null
-  join pmap pm on pm.old_id = a.node_pool_id and pm.cluster_new = m.new_id;
-
-insert into clusters
-  select (jsonb_populate_record(null::clusters, to_jsonb(c)
-    || jsonb_build_object('id', m.new_id, 'name', 'copy-' || m.n,
-         'admin_kubeconfig_enc', null, 'slurm_secrets_enc', null))).*
-  from cmap m join clusters c on c.id = m.old_id;
-insert into node_pools
-  select (jsonb_populate_record(null::node_pools, to_jsonb(p)
-    || jsonb_build_object('id', pm.new_id, 'cluster_id', pm.cluster_new))).*
-  from pmap pm join node_pools p on p.id = pm.old_id;
--- Machines first without their clean and allocation (the two reference each other), then the
--- clean and the allocation, then the machine's tenancy as the original has it.
-insert into machines
-  select (jsonb_populate_record(null::machines, to_jsonb(x)
-    || jsonb_build_object('id', mm.new_id, 'name', 'copy-' || mm.k, 'bmc_url', 'sim://copy-' || mm.k,
-         'system_uuid', gen_random_uuid()::text, 'state', 'enrolling', 'clean_id', null, 'allocation_id', null, 'tenant_id', null, 'cluster_id', null,
-         'node_pool_id', null, 'node_name', null))).*
-  from mmap mm join machines x on x.id = mm.old_id;
-insert into machine_cleans
-  select (jsonb_populate_record(null::machine_cleans, to_jsonb(c)
-    || jsonb_build_object('id', mm.clean_new, 'machine_id', mm.new_id, 'run_id', gen_random_uuid()))).*
-  from mmap mm join machine_allocations a on a.id = mm.alloc_old join machine_cleans c on c.id = a.clean_id;
-insert into machine_allocations
-  select (jsonb_populate_record(null::machine_allocations, to_jsonb(a)
-    || jsonb_build_object('id', mm.alloc_new, 'machine_id', mm.new_id, 'clean_id', mm.clean_new,
-         'cluster_id', mm.cluster_new, 'node_pool_id', mm.pool_new))).*
-  from mmap mm join machine_allocations a on a.id = mm.alloc_old;
-update machines m set state = x.state, clean_id = mm.clean_new, allocation_id = mm.alloc_new,
-    tenant_id = x.tenant_id, cluster_id = mm.cluster_new, node_pool_id = mm.pool_new,
-    node_name = 'copy-' || mm.k
-  from mmap mm join machines x on x.id = mm.old_id
-  where m.id = mm.new_id;
-drop table cmap, pmap, mmap;
-"#
-    )
-}
-
-// ------------------------------------------------------------------------------------------------
-// 3. parallel
-// ------------------------------------------------------------------------------------------------
-
-async fn parallel(admin_url: &str, args: &Args) -> anyhow::Result<()> {
-    let nodes: u32 = args.get("nodes", 64)?;
-    let boot_ms: u64 = args.get("boot-ms", 5000)?;
-    let other_ms = args.str("other-ms", "50");
-    let poll_ms = args.str("poll-ms", "100");
-    let concurrency = args.str("concurrency", "16");
-    let admin = PgPoolOptions::new().max_connections(2).connect(admin_url).await?;
-    let name = "lifecycle_bench_parallel";
-    let url = fresh_database(&admin, admin_url, name).await?;
-    let db = PgPoolOptions::new().max_connections(2).connect(&url).await?;
-    let server = Server::start(
-        &url,
-        &[
-            ("boot-ms", boot_ms.to_string()),
-            ("other-ms", other_ms.clone()),
-            ("poll-ms", poll_ms.clone()),
-            ("agent-poll-ms", "20".into()),
-            ("concurrency", concurrency.clone()),
-        ],
-    )
-    .await?;
-    let api = Api::new(&server.base)?;
-    let machines = nodes as usize + 2;
-    let tenant = setup(&api, &db, machines, "p").await?;
-    let interval = Duration::from_millis(50);
-
-    // Samples machine states while a cluster comes up: the most machines booting at once.
-    async fn timed(
-        api: &Api,
-        db: &PgPool,
-        tenant: &str,
-        cname: &str,
-        count: u32,
-        interval: Duration,
-    ) -> anyhow::Result<(f64, i64)> {
-        let t0 = Instant::now();
-        let create = create_ready(api, tenant, cname, count, interval);
-        tokio::pin!(create);
-        let mut most = 0i64;
-        loop {
-            tokio::select! {
-                r = &mut create => { r?; break; }
-                _ = tokio::time::sleep(Duration::from_millis(250)) => {
-                    let n: i64 = sqlx::query_scalar(
-                        "select count(*) from machines where state = 'provisioning' and run_booted_at is not null and run_finished_at is null")
-                        .fetch_one(db).await.unwrap_or(0);
-                    most = most.max(n);
-                }
-            }
-        }
-        Ok((t0.elapsed().as_secs_f64(), most))
-    }
-
-    let load_start = loadavg();
-    let (one_a, _) = timed(&api, &db, &tenant, "one-a", 1, interval).await?;
-    eprintln!("1 node: {one_a:.2} s");
-    let (big, most) = timed(&api, &db, &tenant, "big", nodes, interval).await?;
-    eprintln!("{nodes} nodes: {big:.2} s");
-    let (one_b, _) = timed(&api, &db, &tenant, "one-b", 1, interval).await?;
-    eprintln!("1 node: {one_b:.2} s");
-    let load_end = loadavg();
-    let kinds = sqlx::query("select kind, count(*) from jobs group by kind order by kind").fetch_all(&db).await?;
-    // Where the time of each cluster went: its events and its jobs' runs, from its creation.
-    let timeline = sqlx::query(
-        "with c as (select id, name, created_at from clusters where name in ('one-a', 'big')) \
-         select c.name, extract(epoch from e.at - c.created_at)::float8, e.reason || ': ' || e.message \
-           from c join cluster_events e on e.cluster_id = c.id \
-         union all \
-         select c.name, extract(epoch from j.started_at - c.created_at)::float8, \
-                'job ' || j.kind || ' ' || j.state || ' (last run started; created +' || \
-                round(extract(epoch from j.created_at - c.created_at)::numeric, 2) || ' s, finished +' || \
-                coalesce(round(extract(epoch from j.finished_at - c.created_at)::numeric, 2)::text, '-') || ' s)' \
-           from c join jobs j on j.target_id = c.id \
-         union all \
-         select c.name || '/m', extract(epoch from j.started_at - c.created_at)::float8, \
-                'machine job ' || j.kind || ' ' || j.state || ' (created +' || \
-                round(extract(epoch from j.created_at - c.created_at)::numeric, 2) || ' s, finished +' || \
-                coalesce(round(extract(epoch from j.finished_at - c.created_at)::numeric, 2)::text, '-') || ' s) ' || \
-                coalesce(j.last_error::text, '') \
-           from c join machines m on m.cluster_id = c.id join jobs j on j.target_id = m.id \
-          where c.name = 'one-a' and j.created_at >= c.created_at \
-         order by 1 desc, 2",
-    )
-    .fetch_all(&db)
-    .await
-    .unwrap_or_default();
-    server.stop().await;
-    let one = (one_a + one_b) / 2.0;
-    let ratio = big / one;
-    println!("test: pool parallelism, simulated boot {boot_ms} ms, other latencies {other_ms} ms, reconcile poll {poll_ms} ms, worker concurrency {concurrency}");
-    println!("load_avg: {load_start} -> {load_end}");
-    println!("one_node_s: {one_a:.2} (before) {one_b:.2} (after), mean {one:.2}");
-    println!("{nodes}_nodes_s: {big:.2}");
-    println!("most_machines_booted_at_once (sampled every 250 ms): {most}");
-    println!(
-        "RATIO {nodes} nodes / 1 node = {ratio:.2} (target < 1.3): {}",
-        if ratio < 1.3 { "MET" } else { "NOT MET" }
-    );
-    println!("jobs by kind:");
-    for r in &kinds {
-        println!("  {:<24} {:>7}", r.get::<String, _>(0), r.get::<i64, _>(1));
-    }
-    println!("timeline (cluster, seconds from its creation, what):");
-    for r in &timeline {
-        let what: String = r.get::<String, _>(2).chars().take(220).collect();
-        println!("  {:<6} {:>7.2}  {what}", r.get::<String, _>(0), r.get::<Option<f64>, _>(1).unwrap_or(-1.0));
-    }
-    Ok(())
 }
 
 /// The custody ledger key of the bench's process (`PADDOCK_LEDGER_KEY` of `paddock serve`).
