@@ -236,20 +236,43 @@ fn proc_cpu(pid: u32, children: bool) -> Option<f64> {
     Some(t / TICKS)
 }
 
-/// CPU seconds of every PostgreSQL process (exited backends count through the postmaster's
-/// children times).
+/// The benchmark's own postmaster (found by [`fresh_database`]): other PostgreSQL servers on the
+/// machine (tests, builds) must not count.
+static POSTMASTER: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+
+/// The parent process id of `pid`.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 2..].split(' ').nth(1)?.parse().ok()
+}
+
+/// CPU seconds of the benchmark's PostgreSQL server: its postmaster and every process it started
+/// (exited backends count through the postmaster's children times).
 fn postgres_cpu() -> f64 {
-    let mut total = 0.0;
+    let Some(&postmaster) = POSTMASTER.get() else { return 0.0 };
+    let mut total = proc_cpu(postmaster, true).unwrap_or(0.0);
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for e in dir.flatten() {
             let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            if comm.trim() == "postgres" {
+            if parent_of(pid) == Some(postmaster) {
                 total += proc_cpu(pid, true).unwrap_or(0.0);
             }
         }
     }
     total
+}
+
+/// Finds the postmaster of the server `admin` is connected to: the parent of its checkpointer.
+async fn find_postmaster(admin: &PgPool) -> anyhow::Result<()> {
+    if POSTMASTER.get().is_some() {
+        return Ok(());
+    }
+    let checkpointer: i32 = sqlx::query_scalar("select pid from pg_stat_activity where backend_type = 'checkpointer'")
+        .fetch_one(admin)
+        .await?;
+    let postmaster = parent_of(checkpointer as u32).context("the checkpointer's parent (is the server local?)")?;
+    let _ = POSTMASTER.set(postmaster);
+    Ok(())
 }
 
 /// CPU seconds of the whole machine (all cores), from /proc/stat.
@@ -349,6 +372,7 @@ fn print_cpu(prefix: &str, d: &Delta) {
 
 /// A fresh, migrated database `name` on the admin URL's server; returns its URL.
 async fn fresh_database(admin: &PgPool, admin_url: &str, name: &str) -> anyhow::Result<String> {
+    find_postmaster(admin).await?;
     sqlx::query(&format!("drop database if exists {name} with (force)")).execute(admin).await?;
     sqlx::query(&format!("create database {name}")).execute(admin).await?;
     let url = with_database(admin_url, name)?;

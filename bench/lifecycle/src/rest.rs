@@ -158,7 +158,7 @@ impl RestWindow {
             if core < 0.02 { "MET" } else { "NOT MET" }
         );
         println!(
-            "  postgres_cpu_s: {:.3} = {:.2}% of one core (all PostgreSQL processes)",
+            "  postgres_cpu_s: {:.3} = {:.2}% of one core (the benchmark server's processes)",
             d.postgres,
             d.postgres / d.secs * 100.0
         );
