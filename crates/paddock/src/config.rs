@@ -175,7 +175,7 @@ pub struct Settings {
     /// inside too. It must start at 1000 or above (past the system ids and the images' `slurm`
     /// user 401); 65534 and 65535 are never given. Each tenant has the whole range.
     #[arg(long, env = "PADDOCK_IDENTITY_ID_RANGE", default_value = "10000-59999", global = true)]
-    pub identity_id_range: paddock_domain::scim::IdRange,
+    pub identity_id_range: String,
     /// PEM file of the CA that signs the agent endpoint's TLS certificate, handed to the agents in
     /// their seed (unset: the endpoint's certificate is from a CA the images trust).
     #[arg(long, env = "PADDOCK_AGENT_CA_CERT_FILE", global = true)]
@@ -494,6 +494,13 @@ impl Settings {
             ca_cert,
             wipe_image_sha256: self.wipe_image_sha256.clone().unwrap_or(defaults.wipe_image_sha256),
             os_image_sha256: self.os_image_sha256.clone().unwrap_or(defaults.os_image_sha256),
+        })
+    }
+
+    /// The POSIX ids given to the tenants' people (PADDOCK_IDENTITY_ID_RANGE).
+    pub fn identity_range(&self) -> anyhow::Result<paddock_domain::scim::IdRange> {
+        self.identity_id_range.parse().map_err(|why| {
+            anyhow::anyhow!("PADDOCK_IDENTITY_ID_RANGE {:?} is not a range of ids: {why}", self.identity_id_range)
         })
     }
 
