@@ -83,10 +83,11 @@ pub fn apply(resource: &mut Value, body: &Value, extensions: &[&str]) -> Result<
         let value = get_ci(op, "value");
         match get_ci(op, "path") {
             None | Some(Value::Null) => apply_without_path(resource, kind, value, extensions)?,
-            Some(Value::String(path)) => {
-                let path = parse_path(path)?;
-                apply_at(resource, kind, &path, value, extensions)?;
-            }
+            Some(Value::String(path)) => match extensions.iter().find(|e| e.eq_ignore_ascii_case(path.trim())) {
+                // The extension itself: its attributes, as an object.
+                Some(ext) => apply_extension(resource, kind, ext, value, extensions)?,
+                None => apply_at(resource, kind, &parse_path(path)?, value, extensions)?,
+            },
             Some(_) => return Err(invalid_path("path must be a string")),
         }
     }
@@ -114,6 +115,30 @@ fn apply_without_path(resource: &mut Value, kind: Op, value: Option<&Value>, ext
                 set(resource, kind, &path, v.clone(), extensions)?;
             }
         }
+    }
+    Ok(())
+}
+
+/// An operation whose path is an extension's URN: `add` and `replace` set the attributes of the
+/// object given, `remove` drops the extension's attributes.
+fn apply_extension(
+    resource: &mut Value,
+    kind: Op,
+    ext: &str,
+    value: Option<&Value>,
+    extensions: &[&str],
+) -> Result<()> {
+    if kind == Op::Remove {
+        let root = resource.as_object_mut().ok_or_else(|| invalid_syntax("the resource is not an object"))?;
+        if let Some(key) = key_ci(root, ext) {
+            root.remove(&key);
+        }
+        return Ok(());
+    }
+    let attrs = value.and_then(Value::as_object).ok_or_else(|| invalid_value(format!("{ext} takes an object")))?;
+    for (attr, v) in attrs {
+        let path = AttrPath { urn: Some(ext.to_owned()), attr: attr.clone(), sub: None };
+        set(resource, kind, &path, v.clone(), extensions)?;
     }
     Ok(())
 }
@@ -356,6 +381,18 @@ mod tests {
         assert_eq!(u["active"], "False");
         assert_eq!(u[POSIX_USER_SCHEMA], json!({ "loginShell": "/bin/zsh", "sshPublicKeys": ["k"] }));
         assert_eq!(u["displayName"], "A");
+    }
+
+    #[test]
+    fn an_extension_is_a_path_of_its_own() {
+        let mut u =
+            json!({ "schemas": [USER_SCHEMA], "userName": "a", POSIX_USER_SCHEMA: { "loginShell": "/bin/sh" } });
+        let set = patch(json!([{ "op": "add", "path": POSIX_USER_SCHEMA, "value": { "sshPublicKeys": ["k"] } }]));
+        apply(&mut u, &set, &[POSIX_USER_SCHEMA]).expect("add to the extension");
+        assert_eq!(u[POSIX_USER_SCHEMA], json!({ "loginShell": "/bin/sh", "sshPublicKeys": ["k"] }));
+        let drop = patch(json!([{ "op": "remove", "path": POSIX_USER_SCHEMA }]));
+        apply(&mut u, &drop, &[POSIX_USER_SCHEMA]).expect("remove the extension");
+        assert!(u.get(POSIX_USER_SCHEMA).is_none());
     }
 
     #[test]
