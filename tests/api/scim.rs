@@ -468,3 +468,18 @@ async fn a_suspended_tenant_may_only_take_access_away() {
     let created = app.post(&path).token(&admin()).header("content-type", "application/scim+json");
     scim_ok(created.json(&json!({ "schemas": [USER], "userName": "dave" })).send().await, 201);
 }
+
+#[tokio::test]
+async fn concurrent_creates_get_distinct_ids_and_one_name_wins_once() {
+    let app = TestApp::new().await;
+    let scim = Scim::new(&app, "acme").await;
+    let creates = (0..8).map(|n| scim.post(&app, "/Users", json!({ "schemas": [USER], "userName": format!("u{n}") })));
+    let mut uids: Vec<i64> =
+        futures::future::join_all(creates).await.into_iter().map(|r| uid(&scim_ok(r, 201))).collect();
+    uids.sort_unstable();
+    assert_eq!(uids, (10000..10008).collect::<Vec<i64>>(), "each create got its own uid, the lowest free ones");
+    let same = (0..4).map(|_| scim.post(&app, "/Users", json!({ "schemas": [USER], "userName": "twin" })));
+    let statuses: Vec<u16> = futures::future::join_all(same).await.iter().map(|r| r.status.as_u16()).collect();
+    assert_eq!(statuses.iter().filter(|s| **s == 201).count(), 1, "{statuses:?}");
+    assert_eq!(statuses.iter().filter(|s| **s == 409).count(), 3, "{statuses:?}");
+}

@@ -128,16 +128,7 @@ fn user_schema(base: &str) -> Value {
         name,
         string("displayName", "The name to show"),
         emails,
-        attr(
-            "active",
-            "boolean",
-            false,
-            false,
-            "readWrite",
-            "none",
-            false,
-            "false locks the user out of every cluster of the tenant",
-        ),
+        attr("active", "boolean", false, false, "readWrite", "none", false, "false: the user is locked out"),
         groups,
     ];
     schema(USER_SCHEMA, "User", "User Account", attrs, base)
