@@ -177,7 +177,8 @@ async fn a_token_or_jwt_of_another_tenant_gets_the_answer_of_a_missing_tenant() 
     scim_error(app.get(&path).token(&member).send().await, 403, None);
     // SCIM tokens are for SCIM only.
     let tenant_path = format!("/v1/tenants/{}", own.tenant);
-    app.get(&tenant_path).token(&own.token).send().await.problem(401, "invalid_token");
+    let refused = app.get(&tenant_path).token(&own.token).send().await.problem(401, "invalid_token");
+    assert!(refused["detail"].as_str().is_some_and(|d| d.contains("/scim/v2/")), "{refused}");
 }
 
 #[tokio::test]

@@ -87,7 +87,7 @@ fn schema(id: &str, name: &str, what: &str, attributes: Vec<Value>, base: &str) 
 }
 
 fn user_schema(base: &str) -> Value {
-    let mut user_name = attr(
+    let user_name = attr(
         "userName",
         "string",
         false,
@@ -97,7 +97,6 @@ fn user_schema(base: &str) -> Value {
         false,
         "Unique within the tenant (without regard to case); the POSIX login name",
     );
-    user_name["returned"] = json!("always");
     let name = complex(
         attr("name", "complex", false, false, "readWrite", "none", false, "The user's name"),
         ["formatted", "familyName", "givenName", "middleName", "honorificPrefix", "honorificSuffix"]
@@ -135,7 +134,7 @@ fn user_schema(base: &str) -> Value {
 }
 
 fn group_schema(base: &str) -> Value {
-    let mut display = attr(
+    let display = attr(
         "displayName",
         "string",
         false,
@@ -145,7 +144,6 @@ fn group_schema(base: &str) -> Value {
         false,
         "Unique within the tenant (without regard to case)",
     );
-    display["returned"] = json!("always");
     let members = complex(
         attr("members", "complex", true, false, "readWrite", "none", false, "The group's users"),
         vec![
@@ -227,5 +225,10 @@ mod tests {
             assert!(s["meta"]["location"].as_str().is_some_and(|l| l.starts_with("/b/Schemas/")));
         }
         assert_eq!(resource_types("/b")[0]["schemaExtensions"][0]["schema"], POSIX_USER_SCHEMA);
+        // RFC 7643 section 8.7.1: only `id` is always returned, so `attributes=` may leave the
+        // names out (a client holds the server to what it publishes).
+        assert_eq!(all[0]["attributes"][0]["name"], "userName");
+        assert_eq!(all[0]["attributes"][0]["returned"], "default");
+        assert_eq!(all[1]["attributes"][0]["returned"], "default");
     }
 }
