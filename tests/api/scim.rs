@@ -233,6 +233,15 @@ async fn the_rfc_user_examples_round_trip() {
     assert_eq!((page["totalResults"].as_u64(), page["Resources"].as_array().map(Vec::len)), (Some(3), Some(0)));
     let page = scim_ok(scim.get(&app, "/Users?attributes=userName").await, 200);
     assert_eq!(page["Resources"][0], json!({ "schemas": [USER, POSIX], "id": user_id, "userName": "bjensen" }));
+    // Search with a body (RFC 7644 section 3.4.3), at the root across users and groups.
+    let search = json!({ "schemas": ["urn:ietf:params:scim:api:messages:2.0:SearchRequest"],
+        "attributes": ["userName"], "filter": "userName sw \"j\"", "startIndex": 1, "count": 10 });
+    let found = scim_ok(scim.post(&app, "/Users/.search", search.clone()).await, 200);
+    assert_eq!((found["totalResults"].as_u64(), found["Resources"][0]["userName"].as_str()), (Some(1), Some("jsmith")));
+    scim_ok(scim.post(&app, "/Groups", json!({ "schemas": [GROUP], "displayName": "jugglers" })).await, 201);
+    let both = json!({ "schemas": ["urn:ietf:params:scim:api:messages:2.0:SearchRequest"],
+        "filter": "userName sw \"j\" or displayName sw \"j\"" });
+    assert_eq!(scim_ok(scim.post(&app, "/.search", both).await, 200)["totalResults"], 2);
 
     // Replace (RFC 7644 section 3.5.1): what is left out is cleared; the uid stays.
     let replaced = json!({

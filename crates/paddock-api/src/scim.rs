@@ -11,14 +11,14 @@ use axum::body::{to_bytes, Body as HttpBody};
 use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::middleware::map_response;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use http::request::Parts;
 use http::{header, HeaderValue, StatusCode};
 use paddock_domain::scim::{discovery, scim_type, ERROR_SCHEMA, LIST_RESPONSE, TOKEN_PREFIX};
 use paddock_domain::Error;
 use paddock_service::idempotency::DeferredCommit;
-use paddock_service::scim::{base_path, ListQuery, ScimCaller};
+use paddock_service::scim::{base_path, ListQuery, ScimCaller, SearchScope};
 use paddock_service::{Body, Ctx};
 use paddock_types::TenantId;
 use serde::Deserialize;
@@ -39,8 +39,11 @@ pub fn router() -> Router<AppState> {
     let at = |tail: &str| format!("/v1/tenants/{{tenant_id}}/scim/v2{tail}");
     Router::new()
         .route(&at("/Users"), get(user_list).post(user_create))
+        .route(&at("/Users/.search"), post(user_search))
         .route(&at("/Users/{user_id}"), get(user_view).put(user_replace).patch(user_patch).delete(user_delete))
         .route(&at("/Groups"), get(group_list).post(group_create))
+        .route(&at("/Groups/.search"), post(group_search))
+        .route(&at("/.search"), post(search))
         .route(&at("/Groups/{group_id}"), get(group_view).put(group_replace).patch(group_patch).delete(group_delete))
         .route(&at("/ServiceProviderConfig"), get(service_provider_config))
         .route(&at("/ResourceTypes"), get(resource_types))
@@ -271,6 +274,33 @@ async fn group_delete(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+async fn user_search(
+    State(s): State<AppState>,
+    ScimAuth(caller): ScimAuth,
+    Path(tenant): Path<TenantId>,
+    ScimBody(body): ScimBody,
+) -> Result<Response, ApiError> {
+    Ok(ok(&s.services.scim_search(&caller, tenant, SearchScope::Users, &body).await?))
+}
+
+async fn group_search(
+    State(s): State<AppState>,
+    ScimAuth(caller): ScimAuth,
+    Path(tenant): Path<TenantId>,
+    ScimBody(body): ScimBody,
+) -> Result<Response, ApiError> {
+    Ok(ok(&s.services.scim_search(&caller, tenant, SearchScope::Groups, &body).await?))
+}
+
+async fn search(
+    State(s): State<AppState>,
+    ScimAuth(caller): ScimAuth,
+    Path(tenant): Path<TenantId>,
+    ScimBody(body): ScimBody,
+) -> Result<Response, ApiError> {
+    Ok(ok(&s.services.scim_search(&caller, tenant, SearchScope::All, &body).await?))
+}
+
 async fn service_provider_config(
     State(s): State<AppState>,
     ScimAuth(caller): ScimAuth,
@@ -324,7 +354,7 @@ async fn schema(
     Ok(ok(&found.ok_or(Error::NotFound { kind: "schema" })?))
 }
 
-/// Anything else under the SCIM base (`/Bulk`, `/Me`, `/.search` are not offered): 404.
+/// Anything else under the SCIM base (`/Bulk` and `/Me` are not offered): 404.
 async fn unknown(uri: http::Uri) -> Response {
     ApiError::RouteNotFound(uri.path().to_owned()).into_response()
 }

@@ -7,8 +7,11 @@
 //! away: delete users and groups, deactivate users, remove members.
 
 mod group;
+mod search;
 mod token;
 mod user;
+
+pub use search::SearchScope;
 
 use paddock_domain::scim::filter::Filter;
 use paddock_domain::scim::resource::project;
