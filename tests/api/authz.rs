@@ -37,6 +37,7 @@ const UNSIGNED_CHECKPOINT: &str = r#"{"checkpoint": {"issued_at": "2026-12-01T00
     "signature": "AAAA", "key_id": "0000000000000000"}}"#;
 const WEBHOOK_CREATE: &str = r#"{"url": "https://hooks.example.com/{n}", "events": ["cluster.ready"]}"#;
 const WEBHOOK_PATCH: &str = r#"{"description": "patched {n}"}"#;
+const SCIM_TOKEN_CREATE: &str = r#"{"description": "idp {n}"}"#;
 const REASON: &str = r#"{"reason": "fan replacement {n}"}"#;
 const HEALTH_REPORT: &str = r#"{"status": "degraded", "checks": [{"name": "fan", "status": "degraded"}]}"#;
 const CLUSTER_CREATE: &str = r#"{"name": "cluster-{n}", "kind": "kubernetes", "isolation": "private-nodes",
@@ -261,6 +262,13 @@ fn matrix() -> Vec<Row> {
         post("/v1/tenants/{own}/webhooks/{missing}/rotate-secret", None,    [404,   403,   403,  404,   403]),
         get("/v1/tenants/{own}/webhooks/{missing}/deliveries",              [404,   403,   403,  404,   403]),
         post("/v1/tenants/{own}/webhooks/{missing}/deliveries/{missing}/redeliver", None, [404, 403, 403, 404, 403]),
+        // SCIM tokens: the tenant's admin's (SCIM itself is tests/api/scim.rs's: it answers in its own terms).
+        post("/v1/tenants/{own}/scim-tokens", Some(SCIM_TOKEN_CREATE),      [201,   403,   403,  201,   403]),
+        post("/v1/tenants/{foreign}/scim-tokens", Some(SCIM_TOKEN_CREATE),  [201,   403,   403,  404,   403]),
+        get("/v1/tenants/{own}/scim-tokens",                                [200,   403,   403,  200,   403]),
+        get("/v1/tenants/{foreign}/scim-tokens",                            [200,   403,   403,  404,   403]),
+        delete("/v1/tenants/{own}/scim-tokens/{missing}",                   [404,   403,   403,  404,   403]),
+        delete("/v1/tenants/{foreign}/scim-tokens/{missing}",               [404,   403,   403,  404,   403]),
         // Last, as they concern the tenants every row above uses: they still hold clusters.
         delete("/v1/tenants/{foreign}",                                     [409,   403,   403,  403,   403]),
         delete("/v1/tenants/{own}",                                         [409,   403,   403,  403,   403]),
@@ -611,6 +619,7 @@ fn matrix_routes() -> BTreeSet<String> {
             path = path
                 .replace("deliveries/{missing}", "deliveries/{delivery_id}")
                 .replace("webhooks/{missing}", "webhooks/{webhook_id}")
+                .replace("scim-tokens/{missing}", "scim-tokens/{scim_token_id}")
                 .replace("clusters/{missing}", "clusters/{cluster_id}")
                 .replace("node-pools/{missing}", "node-pools/{pool_id}");
             for (param, placeholders) in params {

@@ -29,6 +29,7 @@ mod pagination;
 mod platform;
 mod query_params;
 mod remediation;
+mod scim;
 mod sweep;
 mod tenant;
 mod tenant_scope;

@@ -47,6 +47,12 @@ pub async fn identify(verifier: &Verifier, req: &mut Request) {
             message: "the Authorization header is not a Bearer token".to_owned(),
             server_side: false,
         },
+        // A tenant's SCIM token is no JWT: the SCIM routes check it (`crate::scim::ScimAuth`).
+        Some(Ok(token)) if token.starts_with(paddock_domain::scim::TOKEN_PREFIX) => Authn::Refused {
+            code: "invalid_token",
+            message: "a SCIM token is accepted only under /v1/tenants/{tenant_id}/scim/v2/".to_owned(),
+            server_side: false,
+        },
         Some(Ok(token)) => match verifier.verify(token).await {
             Ok(claims) => match Actor::from_claims(claims.sub, claims.roles, claims.tenant_id.map(TenantId)) {
                 Ok(actor) => Authn::Caller(actor),

@@ -12,6 +12,7 @@ pub mod limits;
 pub mod metrics;
 pub mod respond;
 pub mod routes;
+pub mod scim;
 pub mod shape;
 pub mod state;
 
@@ -36,8 +37,8 @@ pub use state::{ApiConfig, AppState};
 use paddock_types::problem::Problem;
 use routes::doc::{self, Access};
 use routes::{
-    agent, audit, cluster, custody, health, isolation, machine, machine_class, operation, remediation, tenant, usage,
-    webhook,
+    agent, audit, cluster, custody, health, isolation, machine, machine_class, operation, remediation, scim_token,
+    tenant, usage, webhook,
 };
 
 #[derive(OpenApi)]
@@ -58,6 +59,7 @@ use routes::{
         (name = "operations", description = "Progress of asynchronous changes"),
         (name = "audit", description = "Who did what"),
         (name = "usage", description = "Metering: usage records, aggregates, exports, billing periods"),
+        (name = "identity", description = "A tenant's people: the SCIM tokens its identity provider pushes users and groups with (SCIM 2.0 itself, under /v1/tenants/{tenant_id}/scim/v2/, is described by its own discovery endpoints)"),
         (name = "webhooks", description = "Signed event deliveries (CloudEvents bodies, Standard Webhooks signatures)"),
         (name = "agent", description = "Machine-facing endpoints of the wipe and provisioning agents (the run's seed token in the seed URL, its agent token as the bearer; no JWT)"),
         (name = "health", description = "Process endpoints")
@@ -142,6 +144,8 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(webhook::tenant_webhook_rotate_secret))
         .routes(routes!(webhook::tenant_webhook_delivery_list))
         .routes(routes!(webhook::tenant_webhook_redeliver))
+        .routes(routes!(scim_token::scim_token_create, scim_token::scim_token_list))
+        .routes(routes!(scim_token::scim_token_revoke))
 }
 
 /// Every route with its documentation; what each group's operations share (security, the
@@ -208,6 +212,8 @@ pub fn openapi_json() -> String {
 /// when they have a listener of their own ([`AppState::with_agent_routes`], [`agent_router`]).
 pub fn router(state: AppState) -> Router {
     let (v1, _) = OpenApiRouter::<AppState>::new().merge(v1_routes()).split_for_parts();
+    // SCIM answers in its own terms (`scim`); it is not in the document.
+    let v1 = v1.merge(scim::router());
     let public = if state.agents_here { public_routes() } else { process_routes() };
     let (public, _) = public.split_for_parts();
     // The console is no API: not in the document, no token (its page sends the user's to `/v1`).

@@ -79,6 +79,8 @@ pub enum Permission {
     UsageWrite,
     /// Create, change, rotate and delete webhook subscriptions, and read their deliveries.
     WebhookWrite,
+    /// Manage a tenant's people over SCIM (users, groups) and its SCIM bearer tokens.
+    IdentityWrite,
 }
 
 /// How far a granted permission reaches.
@@ -128,6 +130,7 @@ fn grant(role: Role, permission: Permission) -> Option<GrantReach> {
         (R::TenantAdmin, P::ClusterWrite | P::ClusterRead | P::ClusterCredentials) => Some(OwnTenant),
         (R::TenantMember, P::ClusterRead) => Some(OwnTenant),
         (R::TenantAdmin, P::WebhookWrite) => Some(OwnTenant),
+        (R::TenantAdmin, P::IdentityWrite) => Some(OwnTenant),
         _ => None,
     }
 }
@@ -244,6 +247,7 @@ fn describe(permission: Permission) -> &'static str {
         Permission::UsageRead => "read usage",
         Permission::UsageWrite => "close billing periods or adjust usage",
         Permission::WebhookWrite => "manage webhooks",
+        Permission::IdentityWrite => "manage the tenant's people (SCIM) or its SCIM tokens",
     }
 }
 

@@ -16,6 +16,7 @@ pub mod ledger;
 pub mod machine;
 pub mod model;
 pub mod precondition;
+pub mod scim;
 pub mod secret;
 pub mod signing;
 pub mod ssh;

@@ -29,6 +29,26 @@ pub enum SshKeyError {
     Blob(String),
 }
 
+/// The key types a user's `authorized_keys` line may have: the host key types and the security
+/// key (FIDO) types.
+const USER_ALGORITHMS: [&str; 2] = ["sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com"];
+
+/// Checks one user's OpenSSH public key line (`<algorithm> <base64> [comment]`, as in a `.pub`
+/// file, no `authorized_keys` options): a known key type whose blob names that type.
+pub fn user_key(line: &str) -> Result<(), SshKeyError> {
+    let algorithm = line.split_whitespace().next().unwrap_or_default();
+    if USER_ALGORITHMS.contains(&algorithm) {
+        let encoded = line.split_whitespace().nth(1).ok_or(SshKeyError::Shape)?;
+        let blob = STANDARD.decode(encoded).map_err(|_| SshKeyError::Base64)?;
+        let named = blob
+            .get(..4)
+            .map(|len| u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize)
+            .and_then(|len| blob.get(4..4 + len));
+        return if named == Some(algorithm.as_bytes()) { Ok(()) } else { Err(SshKeyError::Blob(algorithm.to_owned())) };
+    }
+    host_key(line).map(|_| ())
+}
+
 /// Parses one OpenSSH public key line (`<algorithm> <base64> [comment]`, as in a `.pub` file) into
 /// the host key the cluster view shows. The comment is dropped.
 pub fn host_key(line: &str) -> Result<SshHostKey, SshKeyError> {

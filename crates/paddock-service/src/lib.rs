@@ -18,6 +18,7 @@ mod machine;
 mod machine_class;
 mod operation;
 pub mod remediation;
+pub mod scim;
 mod tenant;
 pub mod usage;
 pub mod webhook;
@@ -200,6 +201,8 @@ pub struct Services {
     chains: Arc<chain_cache::ChainCache>,
     /// Where webhooks may go (`PADDOCK_WEBHOOK_INSECURE_HTTP`, `PADDOCK_WEBHOOK_ALLOWED_NETWORKS`).
     webhook_guard: Arc<paddock_domain::webhook::AddressGuard>,
+    /// The POSIX ids given to the tenants' users and groups (`PADDOCK_IDENTITY_ID_RANGE`).
+    identity_range: paddock_domain::scim::IdRange,
 }
 
 impl Services {
@@ -217,6 +220,7 @@ impl Services {
             gauges: Arc::default(),
             chains: Arc::default(),
             webhook_guard: Arc::default(),
+            identity_range: paddock_domain::scim::IdRange::default(),
         }
     }
 

@@ -104,6 +104,13 @@ fn conflict_for(constraint: &str) -> Option<(&'static str, &'static str)> {
         }
         "clusters_tenant_name_key" => ("cluster_name_taken", "the tenant already has a cluster with this name"),
         "node_pools_cluster_name_key" => ("node_pool_name_taken", "the cluster already has a node pool with this name"),
+        "identity_users_tenant_user_name_key" => ("uniqueness", "the tenant already has a user with this userName"),
+        "identity_numbers_pkey" => {
+            ("uniqueness", "this uidNumber or gidNumber is held by another user or group of the tenant")
+        }
+        "identity_groups_tenant_display_name_key" => {
+            ("uniqueness", "the tenant already has a group with this displayName")
+        }
         _ => return None,
     })
 }

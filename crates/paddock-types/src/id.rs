@@ -73,4 +73,6 @@ typed_id!(
     WebhookId,
     /// Id of one event's delivery to one webhook subscription.
     WebhookDeliveryId,
+    /// Id of a tenant's SCIM bearer token.
+    ScimTokenId,
 );

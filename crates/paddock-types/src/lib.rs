@@ -16,6 +16,7 @@ pub mod operation;
 pub mod page;
 pub mod problem;
 pub mod remediation;
+pub mod scim;
 pub mod tenant;
 pub mod usage;
 pub mod webhook;

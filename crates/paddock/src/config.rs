@@ -170,6 +170,12 @@ pub struct Settings {
     /// CGNAT or reserved (e.g. `10.20.0.0/16` for a receiver on the provider's network).
     #[arg(long, env = "PADDOCK_WEBHOOK_ALLOWED_NETWORKS", value_delimiter = ',', global = true)]
     pub webhook_allowed_networks: Vec<String>,
+    /// The POSIX ids (`first-last`) paddock gives the users (`uidNumber`) and groups (`gidNumber`)
+    /// a tenant's identity provider pushes over SCIM without naming one; ids it names must be
+    /// inside too. It must start at 1000 or above (past the system ids and the images' `slurm`
+    /// user 401); 65534 and 65535 are never given. Each tenant has the whole range.
+    #[arg(long, env = "PADDOCK_IDENTITY_ID_RANGE", default_value = "10000-59999", global = true)]
+    pub identity_id_range: String,
     /// PEM file of the CA that signs the agent endpoint's TLS certificate, handed to the agents in
     /// their seed (unset: the endpoint's certificate is from a CA the images trust).
     #[arg(long, env = "PADDOCK_AGENT_CA_CERT_FILE", global = true)]
@@ -358,6 +364,7 @@ impl std::fmt::Debug for Settings {
             .field("public_url", &self.public_url.as_ref().map(url::Url::as_str))
             .field("webhook_insecure_http", &self.webhook_insecure_http)
             .field("webhook_allowed_networks", &self.webhook_allowed_networks)
+            .field("identity_id_range", &self.identity_id_range)
             .field("stacks_dir", &self.stacks_dir)
             .field("slurm_image_registry", &self.slurm_image_registry)
             .field("console_oidc_discovery_url", &self.console_oidc_discovery_url.as_ref().map(url::Url::as_str))
@@ -487,6 +494,13 @@ impl Settings {
             ca_cert,
             wipe_image_sha256: self.wipe_image_sha256.clone().unwrap_or(defaults.wipe_image_sha256),
             os_image_sha256: self.os_image_sha256.clone().unwrap_or(defaults.os_image_sha256),
+        })
+    }
+
+    /// The POSIX ids given to the tenants' people (PADDOCK_IDENTITY_ID_RANGE).
+    pub fn identity_range(&self) -> anyhow::Result<paddock_domain::scim::IdRange> {
+        self.identity_id_range.parse().map_err(|why| {
+            anyhow::anyhow!("PADDOCK_IDENTITY_ID_RANGE {:?} is not a range of ids: {why}", self.identity_id_range)
         })
     }
 

@@ -77,7 +77,8 @@ pub async fn services(settings: &Settings, database_url: &str) -> anyhow::Result
     let mut services = Services::new(store, settings.cipher()?, settings.ledger_key()?)
         .with_agent(settings.agent()?)
         .with_usage_settings(usage)
-        .with_webhook_guard(settings.webhook_guard()?);
+        .with_webhook_guard(settings.webhook_guard()?)
+        .with_identity_range(settings.identity_range()?);
     if let Some(key) = settings.signing_key()? {
         services = services.with_signing_key(key);
     }

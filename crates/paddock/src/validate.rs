@@ -153,6 +153,7 @@ impl Settings {
                 )
             });
         }
+        problems.result(self.identity_range());
         if let Some(role) = &self.kube_namespace_role {
             let named = !role.is_empty() && role.len() <= 253 && !role.contains(['/', '%']);
             problems.check(named && !role.contains(char::is_whitespace), || {
@@ -421,6 +422,16 @@ mod tests {
             assert!(why.contains("PADDOCK_KUBE_NAMESPACE_ROLE"), "{bad:?}: {why}");
         }
         assert_eq!(refusal(&["--bmc-driver", "none", "--kube-namespace-role", "paddock-worker-namespace"]), None);
+    }
+
+    #[test]
+    fn the_identity_id_range_starts_past_the_system_ids() {
+        for bad in ["401-2000", "10000", "60000-50000", "1000-3000000000"] {
+            let why = refusal(&["--bmc-driver", "none", "--identity-id-range", bad]).expect("refused");
+            assert!(why.contains("PADDOCK_IDENTITY_ID_RANGE"), "{bad}: {why}");
+        }
+        assert_eq!(refusal(&["--bmc-driver", "none", "--identity-id-range", "100000-199999"]), None);
+        assert_eq!(refusal(&["--bmc-driver", "none"]), None, "the default range is valid");
     }
 
     #[test]

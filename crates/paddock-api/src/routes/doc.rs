@@ -174,6 +174,8 @@ fn conflicts(operation_id: &str) -> &'static [(u16, &'static [&'static str])] {
             &[(404, &[NOT_FOUND]), (409, &["agent_token_used"]), (410, &["agent_token_expired"])]
         }
         "usage_period_view" => &[(422, &[INVALID])],
+        // A new SCIM token is a tenant's write; revoking one is allowed while it is suspended.
+        "scim_token_create" => &[(409, &[SUSPENDED])],
         // A `tenant_id` filter naming a tenant the caller cannot read is 404.
         "usage_record_list" | "operation_list" => &[(404, &[NOT_FOUND])],
         // Sums past 64 bits are refused, never wrapped.

@@ -12,6 +12,7 @@ pub mod machine;
 pub mod machine_class;
 pub mod operation;
 pub mod remediation;
+pub mod scim_token;
 pub mod tenant;
 pub mod usage;
 pub mod webhook;

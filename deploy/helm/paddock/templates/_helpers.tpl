@@ -117,6 +117,9 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- with $v.webhooks.allowedNetworks }}
 - { name: PADDOCK_WEBHOOK_ALLOWED_NETWORKS, value: {{ join "," . | quote }} }
 {{- end }}
+{{- with $v.identity.idRange }}
+- { name: PADDOCK_IDENTITY_ID_RANGE, value: {{ . | quote }} }
+{{- end }}
 {{- if include "paddock.stacksMounted" . }}
 - { name: PADDOCK_STACKS_DIR, value: /var/lib/paddock/stacks }
 {{- end }}
