@@ -474,11 +474,22 @@ impl Api {
 
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> anyhow::Result<(u16, Value)> {
         self.requests.fetch_add(1, Ordering::Relaxed);
-        let mut req = self.http.request(method, format!("{}{path}", self.base)).bearer_auth(&self.token);
-        if let Some(b) = body {
-            req = req.json(b);
-        }
-        let resp = req.send().await?;
+        let send = || {
+            let mut req = self.http.request(method.clone(), format!("{}{path}", self.base)).bearer_auth(&self.token);
+            if let Some(b) = body {
+                req = req.json(b);
+            }
+            req.send()
+        };
+        // The server closes a keep-alive connection idle for its header-read timeout; a GET sent on
+        // it at that moment meets a reset. GETs are safe to send again, once, as clients do.
+        let resp = match send().await {
+            Err(e) if method == reqwest::Method::GET && !e.is_timeout() => {
+                RESENT_GETS.fetch_add(1, Ordering::Relaxed);
+                send().await?
+            }
+            other => other?,
+        };
         let status = resp.status().as_u16();
         let bytes = resp.bytes().await?;
         let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
@@ -589,6 +600,9 @@ fn ready(status: u16, v: &Value) -> anyhow::Result<bool> {
         _ => Ok(false),
     }
 }
+
+/// GETs sent again after a connection error (see [`Api::call`]).
+static RESENT_GETS: AtomicU64 = AtomicU64::new(0);
 
 /// Cluster creates answered 500 and retried.
 static CREATE_RETRIES: AtomicU64 = AtomicU64::new(0);

@@ -198,7 +198,11 @@ fn report(what: &str, unit: &str, p: &Phase) {
         l.active as f64 / n,
         l.samples
     );
-    println!("{what}_rollbacks: {}", d.rollbacks);
+    println!(
+        "{what}_rollbacks: {}; GETs sent again after a connection reset (all phases so far): {}",
+        d.rollbacks,
+        RESENT_GETS.load(Ordering::Relaxed)
+    );
     println!("{what}: top statements by time (calls, total ms, statement):");
     for (calls, ms, q) in &p.statements {
         let q: String = q.chars().take(140).collect();
