@@ -21,16 +21,16 @@ use crate::lifecycle::{condition, gpu_and_system, pool_named, slurm, Lab};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-const FAILED: &str = r#"{"status": "failed", "checks": [{"name": "gpu.ecc", "status": "failed", "detail": "GPU 3: 41 uncorrectable ECC errors"}]}"#;
+pub(crate) const FAILED: &str = r#"{"status": "failed", "checks": [{"name": "gpu.ecc", "status": "failed", "detail": "GPU 3: 41 uncorrectable ECC errors"}]}"#;
 
-async fn report(lab: &Lab, machine: &str, body: &str) -> Value {
+pub(crate) async fn report(lab: &Lab, machine: &str, body: &str) -> Value {
     let body: Value = serde_json::from_str(body).expect("json");
     let path = format!("/v1/machines/{machine}/health-reports");
     lab.app.post(path).token(&admin()).json(&body).send().await.expect(201).json()
 }
 
 /// The remediations of `machine` as stored: (state, source, spare, outcome).
-async fn remediations(lab: &Lab, machine: &str) -> Vec<(String, String, Option<String>, Option<String>)> {
+pub(crate) async fn remediations(lab: &Lab, machine: &str) -> Vec<(String, String, Option<String>, Option<String>)> {
     sqlx::query_as(
         "select state, source, spare_machine_id::text, outcome from machine_remediations \
          where machine_id = $1::uuid order by id",
@@ -43,7 +43,7 @@ async fn remediations(lab: &Lab, machine: &str) -> Vec<(String, String, Option<S
 
 /// The machine's one remediation once it has ended (the cluster ends it when the machine has
 /// left the tenancy).
-async fn ended(lab: &Lab, machine: &str) -> (String, String, Option<String>, Option<String>) {
+pub(crate) async fn ended(lab: &Lab, machine: &str) -> (String, String, Option<String>, Option<String>) {
     eventually(WAIT, || async {
         let mut all = remediations(lab, machine).await;
         assert_eq!(all.len(), 1, "{all:?}");
@@ -53,7 +53,7 @@ async fn ended(lab: &Lab, machine: &str) -> (String, String, Option<String>, Opt
 }
 
 /// A Kubernetes cluster of one pool `gpu` of `count`, with the pool's `remediation` when given.
-fn kubernetes(count: u32, remediation: Option<Value>) -> Value {
+pub(crate) fn kubernetes(count: u32, remediation: Option<Value>) -> Value {
     let mut pool = json!({ "name": "gpu", "machine_class": "gpu", "count": count });
     if let Some(r) = remediation {
         pool["remediation"] = r;
@@ -62,7 +62,7 @@ fn kubernetes(count: u32, remediation: Option<Value>) -> Value {
 }
 
 /// The machines the tenant's cluster holds, by id.
-async fn held(lab: &Lab, cluster: &str) -> Vec<Value> {
+pub(crate) async fn held(lab: &Lab, cluster: &str) -> Vec<Value> {
     let path = format!("{}/machines", lab.cluster_path(cluster));
     let page = lab.app.get(path).token(&lab.tenant_token).send().await.expect(200).json();
     page["items"].as_array().expect("items").clone()
