@@ -389,3 +389,30 @@ async fn a_tenant_power_cycles_a_machine_it_holds_through_its_bmc_and_keeps_it()
     let audit = lab.app.get("/v1/audit-events?action=machine.power_cycle").token(&admin()).send().await;
     assert!(audit.expect(200).json()["items"].as_array().is_some_and(|i| i.len() >= 3));
 }
+
+#[tokio::test]
+async fn a_cluster_without_remediations_does_not_try_to_end_any_while_it_reconciles() {
+    let lab = Lab::new().await;
+    machine_class(&lab.app, "gpu", 8).await;
+    lab.available("gpu", &["q1", "q2"]).await;
+    let created = lab.create(kubernetes(1, None)).await;
+    let cluster = id(&created["cluster"]);
+    lab.ready(&cluster).await;
+    // From here a statement that ends remediations fails, even one that matches no row: a
+    // reconcile that tried to end remediations the cluster does not have would fail.
+    sqlx::raw_sql(
+        "create function refuse_ending() returns trigger language plpgsql as $$ begin \
+           if current_query() like '%set state = ''ended''%' then \
+             raise exception 'ending remediations of a cluster that has none'; \
+           end if; return null; end $$; \
+         create trigger refuse_ending before update on machine_remediations \
+           for each statement execute function refuse_ending();",
+    )
+    .execute(&lab.app.db.pool)
+    .await
+    .expect("the trigger");
+    let pool = format!("{}/node-pools/{}", lab.cluster_path(&cluster), id(&created["cluster"]["node_pools"][0]));
+    lab.app.patch(&pool).token(&lab.tenant_token).json(&json!({ "count": 2 })).send().await.expect(202);
+    lab.ready(&cluster).await;
+    assert_eq!(held(&lab, &cluster).await.len(), 2, "the scale-up went through the reconcile");
+}

@@ -146,6 +146,31 @@ async fn record_start(conn: &mut Conn, key: &LedgerKey, r: &RemediationView, act
     Ok(())
 }
 
+/// A cluster's open remediations, oldest first, each with whether its machine has left the
+/// tenancy it was started in (for [`end_departed`]).
+pub async fn open_with_departure(
+    conn: &mut Conn,
+    tenant: TenantId,
+    cluster: ClusterId,
+) -> Result<Vec<(RemediationView, bool)>, StoreError> {
+    #[derive(sqlx::FromRow)]
+    struct Marked {
+        #[sqlx(flatten)]
+        row: Row,
+        departed: bool,
+    }
+    let rows: Vec<Marked> = sqlx::query_as(&format!(
+        "select {COLUMNS}, m.allocation_id is distinct from r.allocation_id as departed \
+         from machine_remediations r join machines m on m.id = r.machine_id \
+         where r.tenant_id = $1 and r.cluster_id = $2 and r.ended_at is null order by r.id"
+    ))
+    .bind(tenant.uuid())
+    .bind(cluster.uuid())
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter().map(|m| Ok((m.row.view()?, m.departed))).collect()
+}
+
 /// A cluster's open remediations, oldest first.
 pub async fn open_of_cluster(
     conn: &mut Conn,
