@@ -243,3 +243,54 @@ async fn a_tenant_sourced_failure_swaps_the_machine_but_writes_no_credit() {
     let total: i64 = lab.scalar("select count(*) from usage_adjustments").await;
     assert_eq!(total, 0);
 }
+
+#[tokio::test]
+async fn a_provider_grants_a_credit_naming_a_pool_and_machine_of_the_tenant_and_nothing_else() {
+    let lab = Lab::new().await;
+    machine_class(&lab.app, "gpu", 8).await;
+    let ids = lab.available("gpu", &["g1", "g2"]).await;
+    let created = lab.create(kubernetes(1, None)).await;
+    let cluster = id(&created["cluster"]);
+    let pool = id(&created["cluster"]["node_pools"][0]);
+    lab.ready(&cluster).await;
+    let machine = id(&held(&lab, &cluster).await[0]);
+    let fleet = ids.iter().find(|m| **m != machine).expect("a machine the tenant never held");
+    let grant = |edit: Value| {
+        let mut body = json!({ "tenant_id": lab.tenant, "cluster_id": cluster, "node_pool_id": pool,
+            "machine_id": machine, "machine_class": "gpu", "node_seconds": -600, "gpu_seconds": -4800,
+            "control_plane_seconds": 0, "category": "credit", "reason": "goodwill for the slow network (INC-9)" });
+        for (k, v) in edit.as_object().expect("an object") {
+            body[k] = v.clone();
+        }
+        lab.app.post("/v1/usage/adjustments").token(&admin()).json(&body).send()
+    };
+
+    for (edit, field) in [
+        (json!({ "cluster_id": null }), "node_pool_id"),
+        (json!({ "node_pool_id": Uuid::now_v7() }), "node_pool_id"),
+        (json!({ "machine_id": fleet }), "machine_id"),
+        (json!({ "machine_id": Uuid::now_v7() }), "machine_id"),
+    ] {
+        let problem = grant(edit.clone()).await.problem(422, "validation_failed");
+        let fields: Vec<&str> =
+            problem["errors"].as_array().expect("errors").iter().filter_map(|e| e["field"].as_str()).collect();
+        assert_eq!(fields, [field], "{edit}: {problem}");
+    }
+    let refund = grant(json!({ "category": "refund" })).await;
+    assert_eq!(refund.status.as_u16(), 422, "an unknown category");
+    assert_eq!(lab.scalar("select count(*) from usage_adjustments").await, 0);
+
+    let granted = grant(json!({})).await.expect(201).json();
+    assert_eq!((granted["category"].as_str(), granted["remediation_id"].as_str()), (Some("credit"), None));
+    assert_eq!(
+        (granted["node_pool_id"].as_str(), granted["machine_id"].as_str()),
+        (Some(pool.as_str()), Some(machine.as_str()))
+    );
+    let correction = json!({ "node_pool_id": null, "machine_id": null, "category": null });
+    let correction = grant(correction).await;
+    assert_eq!(correction.status.as_u16(), 422, "category is correction or credit, never null");
+    let plain = json!({ "tenant_id": lab.tenant, "machine_class": "gpu", "node_seconds": 60, "gpu_seconds": 480,
+        "control_plane_seconds": 0, "reason": "a correction" });
+    let plain = lab.app.post("/v1/usage/adjustments").token(&admin()).json(&plain).send().await.expect(201).json();
+    assert_eq!(plain["category"], "correction", "the default");
+}
