@@ -141,7 +141,7 @@ pub(crate) fn rows(body: &[u8]) -> (Vec<String>, Vec<HashMap<String, String>>) {
 
 /// A tenant `acme` with a priced class (2, then 3.5 EUR per node hour from 2026-10-02T12:00Z), a
 /// machine segment across two midnights and the price change, a control plane, a correction of
-/// the closed September and an adjustment of the open October.
+/// the closed September, an adjustment of the open October and a credit.
 async fn fixture(app: &TestApp) -> Uuid {
     let tenant: Uuid = crate::common::id(&crate::common::tenant(app, "acme").await).parse().expect("uuid");
     class_with_price(app, "gpu-l4", serde_json::Value::Null).await;
@@ -175,6 +175,19 @@ async fn fixture(app: &TestApp) -> Uuid {
         .await
         .expect("an adjustment");
     }
+    // A credit for a failed machine of a pool: a FOCUS Credit row.
+    sqlx::query(
+        "insert into usage_adjustments (id, tenant_id, machine_class, node_seconds, gpu_seconds, \
+           control_plane_seconds, reason, actor, recorded_at, category, node_pool_id, machine_id) \
+         values ($1, $2, 'gpu-l4', -720, -1440, 0, 'credit', 'test', '2026-10-03T12:00:00Z', 'credit', $3, $4)",
+    )
+    .bind(Uuid::now_v7())
+    .bind(tenant)
+    .bind(Uuid::now_v7())
+    .bind(Uuid::now_v7())
+    .execute(&app.db.pool)
+    .await
+    .expect("a credit");
     tenant
 }
 
@@ -213,7 +226,10 @@ async fn the_focus_export_has_every_mandatory_column_with_the_specified_types_an
     }
 
     // The machine segment: three days' rows, the second cut at midnight and priced at its start.
-    let machine: Vec<_> = rows.iter().filter(|r| r["SkuId"] == "gpu-l4" && !r["ResourceId"].is_empty()).collect();
+    let machine: Vec<_> = rows
+        .iter()
+        .filter(|r| r["SkuId"] == "gpu-l4" && !r["ResourceId"].is_empty() && r["ChargeCategory"] == "Usage")
+        .collect();
     let got: Vec<(&str, &str, &str, &str)> = machine
         .iter()
         .map(|r| {
@@ -253,6 +269,10 @@ async fn the_focus_export_has_every_mandatory_column_with_the_specified_types_an
     let open =
         rows.iter().find(|r| r["ChargePeriodStart"] == "2026-10-03T11:00:00Z").expect("the open period's adjustment");
     assert_eq!((open["ChargeClass"].as_str(), open["ListCost"].as_str()), ("", "1.750000"));
+    let credit = rows.iter().find(|r| r["ChargeCategory"] == "Credit").expect("the credit");
+    assert_eq!((credit["ListCost"].as_str(), credit["ChargeFrequency"].as_str()), ("-0.700000", "One-Time"));
+    assert_eq!((credit["ConsumedQuantity"].as_str(), credit["ConsumedUnit"].as_str()), ("", ""), "no consumption");
+    assert!(!credit["ResourceId"].is_empty() && !credit["x_NodePoolId"].is_empty(), "{credit:?}");
 
     // The same query at the same snapshot: the same bytes.
     let as_of = resp.header("x-usage-as-of").expect("the export's as_of").to_owned();

@@ -9,6 +9,7 @@ mod body_shape;
 mod cluster;
 mod common;
 mod console;
+mod credit;
 mod custody;
 mod drift;
 mod focus;

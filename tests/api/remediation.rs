@@ -21,16 +21,16 @@ use crate::lifecycle::{condition, gpu_and_system, pool_named, slurm, Lab};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-const FAILED: &str = r#"{"status": "failed", "checks": [{"name": "gpu.ecc", "status": "failed", "detail": "GPU 3: 41 uncorrectable ECC errors"}]}"#;
+pub(crate) const FAILED: &str = r#"{"status": "failed", "checks": [{"name": "gpu.ecc", "status": "failed", "detail": "GPU 3: 41 uncorrectable ECC errors"}]}"#;
 
-async fn report(lab: &Lab, machine: &str, body: &str) -> Value {
+pub(crate) async fn report(lab: &Lab, machine: &str, body: &str) -> Value {
     let body: Value = serde_json::from_str(body).expect("json");
     let path = format!("/v1/machines/{machine}/health-reports");
     lab.app.post(path).token(&admin()).json(&body).send().await.expect(201).json()
 }
 
 /// The remediations of `machine` as stored: (state, source, spare, outcome).
-async fn remediations(lab: &Lab, machine: &str) -> Vec<(String, String, Option<String>, Option<String>)> {
+pub(crate) async fn remediations(lab: &Lab, machine: &str) -> Vec<(String, String, Option<String>, Option<String>)> {
     sqlx::query_as(
         "select state, source, spare_machine_id::text, outcome from machine_remediations \
          where machine_id = $1::uuid order by id",
@@ -43,7 +43,7 @@ async fn remediations(lab: &Lab, machine: &str) -> Vec<(String, String, Option<S
 
 /// The machine's one remediation once it has ended (the cluster ends it when the machine has
 /// left the tenancy).
-async fn ended(lab: &Lab, machine: &str) -> (String, String, Option<String>, Option<String>) {
+pub(crate) async fn ended(lab: &Lab, machine: &str) -> (String, String, Option<String>, Option<String>) {
     eventually(WAIT, || async {
         let mut all = remediations(lab, machine).await;
         assert_eq!(all.len(), 1, "{all:?}");
@@ -53,7 +53,7 @@ async fn ended(lab: &Lab, machine: &str) -> (String, String, Option<String>, Opt
 }
 
 /// A Kubernetes cluster of one pool `gpu` of `count`, with the pool's `remediation` when given.
-fn kubernetes(count: u32, remediation: Option<Value>) -> Value {
+pub(crate) fn kubernetes(count: u32, remediation: Option<Value>) -> Value {
     let mut pool = json!({ "name": "gpu", "machine_class": "gpu", "count": count });
     if let Some(r) = remediation {
         pool["remediation"] = r;
@@ -62,7 +62,7 @@ fn kubernetes(count: u32, remediation: Option<Value>) -> Value {
 }
 
 /// The machines the tenant's cluster holds, by id.
-async fn held(lab: &Lab, cluster: &str) -> Vec<Value> {
+pub(crate) async fn held(lab: &Lab, cluster: &str) -> Vec<Value> {
     let path = format!("{}/machines", lab.cluster_path(cluster));
     let page = lab.app.get(path).token(&lab.tenant_token).send().await.expect(200).json();
     page["items"].as_array().expect("items").clone()
@@ -388,4 +388,31 @@ async fn a_tenant_power_cycles_a_machine_it_holds_through_its_bmc_and_keeps_it()
     lab.ready(&cluster).await;
     let audit = lab.app.get("/v1/audit-events?action=machine.power_cycle").token(&admin()).send().await;
     assert!(audit.expect(200).json()["items"].as_array().is_some_and(|i| i.len() >= 3));
+}
+
+#[tokio::test]
+async fn a_cluster_without_remediations_does_not_try_to_end_any_while_it_reconciles() {
+    let lab = Lab::new().await;
+    machine_class(&lab.app, "gpu", 8).await;
+    lab.available("gpu", &["q1", "q2"]).await;
+    let created = lab.create(kubernetes(1, None)).await;
+    let cluster = id(&created["cluster"]);
+    lab.ready(&cluster).await;
+    // From here a statement that ends remediations fails, even one that matches no row: a
+    // reconcile that tried to end remediations the cluster does not have would fail.
+    sqlx::raw_sql(
+        "create function refuse_ending() returns trigger language plpgsql as $$ begin \
+           if current_query() like '%set state = ''ended''%' then \
+             raise exception 'ending remediations of a cluster that has none'; \
+           end if; return null; end $$; \
+         create trigger refuse_ending before update on machine_remediations \
+           for each statement execute function refuse_ending();",
+    )
+    .execute(&lab.app.db.pool)
+    .await
+    .expect("the trigger");
+    let pool = format!("{}/node-pools/{}", lab.cluster_path(&cluster), id(&created["cluster"]["node_pools"][0]));
+    lab.app.patch(&pool).token(&lab.tenant_token).json(&json!({ "count": 2 })).send().await.expect(202);
+    lab.ready(&cluster).await;
+    assert_eq!(held(&lab, &cluster).await.len(), 2, "the scale-up went through the reconcile");
 }

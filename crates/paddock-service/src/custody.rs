@@ -20,12 +20,12 @@ use paddock_domain::ledger::{self, Entry, LedgerKey, Verification};
 use paddock_domain::signing::SigningKey;
 use paddock_domain::{Error, Permission, Result};
 use paddock_store::custody::{self, StoredCheckpoint};
-use paddock_store::{machine, tenant, Conn};
+use paddock_store::{machine, remediation, tenant, Conn};
 use paddock_types::custody::{
     CheckpointRef, CustodyCheckpoint, CustodyEntryView, CustodyHead, CustodyHeadVerification, CustodyVerification,
     CustodyVerify, CustodyView, IsolationCluster, IsolationMachine, IsolationReport, IsolationWipe,
 };
-use paddock_types::{MachineId, TenantId};
+use paddock_types::{ClusterId, MachineId, TenantId};
 use serde_json::{json, Value};
 use tracing::instrument;
 
@@ -198,9 +198,9 @@ impl Services {
         })
     }
 
-    /// The isolation report of a tenant: per live cluster, its namespace and API endpoint and
+    /// The isolation report of a tenant: per live cluster, its namespace and API endpoint,
     /// every machine it holds with the verified wipe that preceded the allocation and the
-    /// machine's ledger verification; whether any machine is shared; a digest. Tenant roles of
+    /// machine's ledger verification, and its remediations; whether any machine is shared; a digest. Tenant roles of
     /// that tenant and provider admins/operators; a foreign or unknown tenant is 404.
     #[instrument(skip_all, fields(tenant.id = %tenant_id))]
     pub async fn isolation_report(&self, ctx: &Ctx, tenant_id: TenantId) -> Result<IsolationReport> {
@@ -211,6 +211,8 @@ impl Services {
         custody::read_one_snapshot(&mut tx).await?;
         tenant::get(&mut tx, tenant_id).await?.ok_or(Error::NotFound { kind: "tenant" })?;
         let clusters = custody::report_clusters(&mut tx, tenant_id).await?;
+        let cluster_ids: Vec<ClusterId> = clusters.iter().map(|c| c.id).collect();
+        let remediations = remediation::of_clusters(&mut tx, tenant_id, &cluster_ids).await?;
         let machines = custody::report_machines(&mut tx, tenant_id).await?;
         let checkpoint = self.latest_checkpoint(&mut tx).await?;
         let ids: Vec<MachineId> = machines.iter().map(|m| m.machine_id).collect();
@@ -226,6 +228,7 @@ impl Services {
                 namespace: format!("pc-{}", c.id.uuid().simple()),
                 kubernetes_api: c.kubernetes_api,
                 machines: Vec::new(),
+                remediations: remediations.iter().filter(|r| r.cluster_id == c.id).cloned().collect(),
             })
             .collect();
         for m in machines {

@@ -38,7 +38,7 @@ impl Services {
                 reporter: &ctx.actor.subject,
                 observed_at: report.observed_at,
             };
-            let recorded = store::insert(&mut tx, &new).await?.ok_or(NOT_FOUND)?;
+            let recorded = store::insert(&mut tx, &self.ledger_key, &new).await?.ok_or(NOT_FOUND)?;
             let details = json!({ "report_id": recorded.id, "status": recorded.status.as_str() });
             Ok(Done::Commit { tx, value: recorded, details })
         })

@@ -47,8 +47,9 @@ impl Services {
             let mut c = Checks::new();
             c.text("reason", reason, 1000);
             c.finish()?;
-            let start = Start { machine: id, reason, source: RemediationSource::Tenant, report_id: None };
-            let remediation = match store::start(&mut tx, &start).await? {
+            let actor = ctx.actor.subject.as_str();
+            let start = Start { machine: id, reason, source: RemediationSource::Tenant, report_id: None, actor };
+            let remediation = match store::start(&mut tx, &self.ledger_key, &start).await? {
                 Started::New(remediation) => remediation,
                 Started::AlreadyOpen => {
                     return Err(Error::conflict("remediation_open", "the machine is already being replaced"))

@@ -416,6 +416,9 @@ impl Services {
             let new = NewAdjustment {
                 tenant: spec.tenant_id,
                 cluster: spec.cluster_id,
+                node_pool: spec.node_pool_id,
+                machine: spec.machine_id,
+                category: spec.category,
                 machine_class: &spec.machine_class,
                 seconds: [spec.node_seconds, spec.gpu_seconds, spec.control_plane_seconds],
                 corrects_period: spec.corrects_period.as_deref(),
@@ -423,11 +426,7 @@ impl Services {
                 actor: &ctx.actor.subject,
             };
             let mut tx = self.store.begin().await?;
-            if let Some(cluster) = spec.cluster_id {
-                if !store::cluster_of_tenant(&mut tx, spec.tenant_id, cluster).await? {
-                    return Err(Error::invalid("cluster_id", "must name a cluster of the tenant tenant_id"));
-                }
-            }
+            adjustment_targets(&mut tx, &spec).await?;
             let (id, recorded_at) = store::adjustment_insert(&mut tx, &new).await?;
             audit.target(id, Some(spec.tenant_id));
             let details = serde_json::to_value(&spec).unwrap_or_default();
@@ -435,6 +434,10 @@ impl Services {
                 id,
                 tenant_id: spec.tenant_id,
                 cluster_id: spec.cluster_id,
+                node_pool_id: spec.node_pool_id,
+                machine_id: spec.machine_id,
+                category: spec.category,
+                remediation_id: None,
                 machine_class: spec.machine_class,
                 node_seconds: spec.node_seconds,
                 gpu_seconds: spec.gpu_seconds,
@@ -447,6 +450,34 @@ impl Services {
         })
         .await
     }
+}
+
+/// What an adjustment names belongs to its tenant: the cluster, the pool (of that cluster), the
+/// machine (held by the tenant, there); 422 naming the field otherwise.
+async fn adjustment_targets(conn: &mut paddock_store::Conn, spec: &UsageAdjustmentCreate) -> Result<()> {
+    let tenant = spec.tenant_id;
+    if let Some(cluster) = spec.cluster_id {
+        if !store::cluster_of_tenant(conn, tenant, cluster).await? {
+            return Err(Error::invalid("cluster_id", "must name a cluster of the tenant tenant_id"));
+        }
+    }
+    if let Some(pool) = spec.node_pool_id {
+        let Some(cluster) = spec.cluster_id else {
+            return Err(Error::invalid("node_pool_id", "needs cluster_id, the cluster of the pool"));
+        };
+        if !store::pool_of_cluster(conn, tenant, cluster, pool).await? {
+            return Err(Error::invalid("node_pool_id", "must name a node pool of the cluster cluster_id"));
+        }
+    }
+    if let Some(machine) = spec.machine_id {
+        if !store::machine_held_by(conn, tenant, spec.cluster_id, spec.node_pool_id, machine).await? {
+            return Err(Error::invalid(
+                "machine_id",
+                "must name a machine the tenant held (in cluster_id and node_pool_id, when given)",
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn validate_adjustment(spec: &UsageAdjustmentCreate) -> Result<()> {

@@ -1,6 +1,7 @@
 //! Machine health reports: appended, never changed (the table refuses updates and deletes).
 
 use chrono::{DateTime, Utc};
+use paddock_domain::ledger::LedgerKey;
 use paddock_types::health::{HealthCheck, HealthReportView, HealthSource, HealthStatus};
 use paddock_types::remediation::RemediationSource;
 use paddock_types::MachineId;
@@ -57,7 +58,11 @@ const COLUMNS: &str = "r.id, r.machine_id, r.status, r.checks, r.source, r.repor
 
 /// Records a report against the machine's current tenancy, if it is in one (its tenant then reads
 /// it). `None` when the machine does not exist.
-pub async fn insert(conn: &mut Conn, new: &NewReport<'_>) -> Result<Option<HealthReportView>, StoreError> {
+pub async fn insert(
+    conn: &mut Conn,
+    key: &LedgerKey,
+    new: &NewReport<'_>,
+) -> Result<Option<HealthReportView>, StoreError> {
     let row: Option<ReportRow> = sqlx::query_as(&format!(
         "with r as ( \
            insert into machine_health_reports \
@@ -79,9 +84,18 @@ pub async fn insert(conn: &mut Conn, new: &NewReport<'_>) -> Result<Option<Healt
         return Ok(None);
     };
     if report.status == HealthStatus::Failed {
-        remediate(conn, report.id, report.machine_id, report.source, &report.checks).await?;
+        let failed = Failed { report: report.id, machine: report.machine_id, source: report.source };
+        remediate(conn, key, &failed, new.reporter, &report.checks).await?;
     }
     Ok(Some(report))
+}
+
+/// A `failed` report: which, of what machine, from whom.
+#[derive(Debug, Clone, Copy)]
+struct Failed {
+    report: Uuid,
+    machine: MachineId,
+    source: HealthSource,
 }
 
 /// Starts the remediation of a machine a `failed` report is about (see
@@ -89,19 +103,20 @@ pub async fn insert(conn: &mut Conn, new: &NewReport<'_>) -> Result<Option<Healt
 /// own, and once while one is open), in the report's transaction.
 async fn remediate(
     conn: &mut Conn,
-    report: Uuid,
-    machine: MachineId,
-    source: HealthSource,
+    key: &LedgerKey,
+    failed: &Failed,
+    actor: &str,
     checks: &[HealthCheck],
 ) -> Result<(), StoreError> {
+    let Failed { report, machine, source } = *failed;
     let reason = failure_reason(source, checks);
     let source = match source {
         HealthSource::Operator => RemediationSource::Operator,
         HealthSource::Bmc => RemediationSource::Bmc,
         HealthSource::Kubernetes => RemediationSource::Kubernetes,
     };
-    let start = remediation::Start { machine, reason: &reason, source, report_id: Some(report) };
-    remediation::start(conn, &start).await?;
+    let start = remediation::Start { machine, reason: &reason, source, report_id: Some(report), actor };
+    remediation::start(conn, key, &start).await?;
     Ok(())
 }
 
@@ -177,6 +192,7 @@ pub async fn of_tenancy(
 /// remediation (see [`insert`]), so the caller passes a transaction.
 pub async fn record_changes(
     conn: &mut Conn,
+    key: &LedgerKey,
     source: HealthSource,
     ratings: &[(MachineId, HealthCheck)],
 ) -> Result<u64, StoreError> {
@@ -205,7 +221,8 @@ pub async fn record_changes(
         if status == HealthStatus::Failed.as_str() {
             let checks: Vec<HealthCheck> =
                 ratings.iter().filter(|(m, _)| m.uuid() == *machine).map(|(_, c)| c.clone()).collect();
-            remediate(conn, *id, MachineId(*machine), source, &checks).await?;
+            let failed = Failed { report: *id, machine: MachineId(*machine), source };
+            remediate(conn, key, &failed, crate::custody::WORKER_ACTOR, &checks).await?;
         }
     }
     Ok(u64::try_from(written.len()).unwrap_or(u64::MAX))

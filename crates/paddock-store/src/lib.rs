@@ -8,6 +8,7 @@ pub mod allocation;
 pub mod audit;
 pub mod cluster;
 pub mod cluster_event;
+pub mod credit;
 pub mod custody;
 pub mod drift;
 mod error;

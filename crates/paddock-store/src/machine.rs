@@ -418,6 +418,13 @@ pub async fn advance(
     if to == S::Cleaning || to == S::Maintenance {
         evidence.insert("system_uuid".to_owned(), serde_json::json!(system_uuid));
     }
+    let mut reason = reason;
+    if (from, to) == (S::Maintenance, S::Cleaning) {
+        if let Some(remediation) = crate::remediation::returned(&mut tx, id).await? {
+            reason = format!("returned after remediation {remediation}: {reason}");
+            evidence.insert("remediation_id".to_owned(), serde_json::json!(remediation));
+        }
+    }
     custody::append(&mut tx, key, id, Some(from), to, custody::WORKER_ACTOR, &reason, &evidence.into()).await?;
     tx.commit().await?;
     Ok(true)

@@ -8,6 +8,7 @@ use paddock_types::remediation::{RemediationOutcome, RemediationSource, Remediat
 use paddock_types::{ClusterId, MachineId, NodePoolId, TenantId};
 use uuid::Uuid;
 
+use crate::custody::{self, WORKER_ACTOR};
 use crate::lifecycle::{begin_release, enqueue_cluster, enqueue_machine};
 use crate::{machine, parse_state, Conn, StoreError};
 
@@ -22,6 +23,8 @@ pub struct Start<'a> {
     pub source: RemediationSource,
     /// The health report that started it.
     pub report_id: Option<Uuid>,
+    /// Who, for the custody ledger: the operator's or tenant's subject, or the worker.
+    pub actor: &'a str,
 }
 
 /// How a start ended.
@@ -51,6 +54,7 @@ struct Row {
     started_at: DateTime<Utc>,
     ended_at: Option<DateTime<Utc>>,
     outcome: Option<String>,
+    credited_seconds: Option<i64>,
 }
 
 impl Row {
@@ -69,19 +73,22 @@ impl Row {
             started_at: self.started_at,
             ended_at: self.ended_at,
             outcome: self.outcome.as_deref().map(|o| parse_state(o, RemediationOutcome::parse)).transpose()?,
+            credited_seconds: self.credited_seconds,
         })
     }
 }
 
 const COLUMNS: &str = "r.id, r.machine_id, r.tenant_id, r.cluster_id, r.node_pool_id, r.reason, r.source, \
-     r.report_id, r.state, r.spare_machine_id, r.started_at, r.ended_at, r.outcome";
+     r.report_id, r.state, r.spare_machine_id, r.started_at, r.ended_at, r.outcome, \
+     (select -a.node_seconds from usage_adjustments a where a.remediation_id = r.id) as credited_seconds";
 
 /// Starts the remediation of a machine that holds a tenancy (`allocated`, `provisioning` or
-/// `active`), in the caller's transaction, and wakes its cluster, whose reconciler carries it
-/// out. A report starts one only where the machine's pool remediates on its own; a machine of a
-/// Slurm cluster's `system` pool is never released automatically: its remediation waits for an
+/// `active`), in the caller's transaction, records it in the machine's custody ledger (with the
+/// report that started it) and wakes its cluster, whose reconciler carries it out. A report
+/// starts one only where the machine's pool remediates on its own; a machine of a Slurm
+/// cluster's `system` pool is never released automatically: its remediation waits for an
 /// operator (`needs_operator`).
-pub async fn start(conn: &mut Conn, start: &Start<'_>) -> Result<Started, StoreError> {
+pub async fn start(conn: &mut Conn, key: &LedgerKey, start: &Start<'_>) -> Result<Started, StoreError> {
     let row: Option<Row> = sqlx::query_as(&format!(
         "with r as ( \
            insert into machine_remediations (id, machine_id, tenant_id, cluster_id, node_pool_id, allocation_id, \
@@ -106,6 +113,7 @@ pub async fn start(conn: &mut Conn, start: &Start<'_>) -> Result<Started, StoreE
     .await?;
     if let Some(row) = row {
         let view = row.view()?;
+        record_start(conn, key, &view, start.actor).await?;
         enqueue_cluster(conn, view.tenant_id, view.cluster_id).await?;
         return Ok(Started::New(view));
     }
@@ -116,6 +124,51 @@ pub async fn start(conn: &mut Conn, start: &Start<'_>) -> Result<Started, StoreE
     .fetch_one(&mut *conn)
     .await?;
     Ok(if open { Started::AlreadyOpen } else { Started::NotApplicable })
+}
+
+/// The custody ledger's entry of a remediation's start: an event in the machine's state (the
+/// entry's `from` and `to` are the state it is in), with what started it. The machine's row is
+/// locked first, as every append requires.
+async fn record_start(conn: &mut Conn, key: &LedgerKey, r: &RemediationView, actor: &str) -> Result<(), StoreError> {
+    let Some(current) = machine::get_for_update(conn, r.machine_id).await? else {
+        return Err(StoreError::Corrupt(format!("machine {} of remediation {} vanished", r.machine_id, r.id)));
+    };
+    let reason = match r.report_id {
+        Some(report) => format!("remediation started by a failed health report ({report}): {}", r.reason),
+        None => format!("remediation started at its tenant's request: {}", r.reason),
+    };
+    let evidence = serde_json::json!({
+        "remediation_id": r.id, "report_id": r.report_id, "source": r.source.as_str(), "state": r.state.as_str(),
+        "tenant_id": r.tenant_id, "cluster_id": r.cluster_id, "node_pool_id": r.node_pool_id,
+    });
+    let state = current.state;
+    custody::append(conn, key, r.machine_id, Some(state), state, actor, &reason, &evidence).await?;
+    Ok(())
+}
+
+/// A cluster's open remediations, oldest first, each with whether its machine has left the
+/// tenancy it was started in (for [`end_departed`]).
+pub async fn open_with_departure(
+    conn: &mut Conn,
+    tenant: TenantId,
+    cluster: ClusterId,
+) -> Result<Vec<(RemediationView, bool)>, StoreError> {
+    #[derive(sqlx::FromRow)]
+    struct Marked {
+        #[sqlx(flatten)]
+        row: Row,
+        departed: bool,
+    }
+    let rows: Vec<Marked> = sqlx::query_as(&format!(
+        "select {COLUMNS}, m.allocation_id is distinct from r.allocation_id as departed \
+         from machine_remediations r join machines m on m.id = r.machine_id \
+         where r.tenant_id = $1 and r.cluster_id = $2 and r.ended_at is null order by r.id"
+    ))
+    .bind(tenant.uuid())
+    .bind(cluster.uuid())
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter().map(|m| Ok((m.row.view()?, m.departed))).collect()
 }
 
 /// A cluster's open remediations, oldest first.
@@ -130,6 +183,24 @@ pub async fn open_of_cluster(
     ))
     .bind(tenant.uuid())
     .bind(cluster.uuid())
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter().map(Row::view).collect()
+}
+
+/// Every remediation of `tenant`'s `clusters`, by cluster, oldest first (the isolation report).
+pub async fn of_clusters(
+    conn: &mut Conn,
+    tenant: TenantId,
+    clusters: &[ClusterId],
+) -> Result<Vec<RemediationView>, StoreError> {
+    let ids: Vec<Uuid> = clusters.iter().map(|c| c.uuid()).collect();
+    let rows: Vec<Row> = sqlx::query_as(&format!(
+        "select {COLUMNS} from machine_remediations r where r.tenant_id = $1 and r.cluster_id = any($2) \
+         order by r.cluster_id, r.id"
+    ))
+    .bind(tenant.uuid())
+    .bind(&ids)
     .fetch_all(conn)
     .await?;
     rows.into_iter().map(Row::view).collect()
@@ -229,7 +300,8 @@ pub async fn spare_lost(conn: &mut Conn, id: Uuid, spare: MachineId) -> Result<b
     Ok(done.rows_affected() == 1)
 }
 
-/// The spare is active: the machine gets the maintenance intent ([`maintenance_reason`]) and its
+/// The spare is active: the swap is recorded in the machine's custody ledger, the machine gets
+/// the maintenance intent ([`maintenance_reason`]) and its
 /// release starts (drained within `PADDOCK_RELEASE_TIMEOUT`, then forced; it ends in
 /// maintenance, and leaves it only when an operator returns it, through cleaning), in one
 /// transaction guarded on the remediation's state and the machine's state and version. False
@@ -255,6 +327,13 @@ pub async fn release_replaced(
     let Some(current) = machine::get_for_update(&mut tx, remediation.machine_id).await? else {
         return Ok(false);
     };
+    let Some(spare) = remediation.spare_machine_id else {
+        return Ok(false);
+    };
+    let reason = format!("replaced: spare machine {spare} is active in its place; the machine leaves for maintenance");
+    let evidence = serde_json::json!({ "remediation_id": remediation.id, "spare_machine_id": spare });
+    let state = current.state;
+    custody::append(&mut tx, key, current.id, Some(state), state, WORKER_ACTOR, &reason, &evidence).await?;
     if current.maintenance_reason.is_none() {
         let reason = self::maintenance_reason(&remediation.reason);
         machine::set_maintenance_intent(&mut tx, remediation.machine_id, Some(&reason)).await?;
@@ -265,6 +344,21 @@ pub async fn release_replaced(
     enqueue_machine(&mut tx, current.id, None).await?;
     tx.commit().await?;
     Ok(true)
+}
+
+/// The remediation a machine leaving maintenance returns from: its latest one, if it started
+/// after the machine's previous return (a `maintenance` to `cleaning` entry of its ledger).
+pub async fn returned(conn: &mut Conn, machine: MachineId) -> Result<Option<Uuid>, StoreError> {
+    let found: Option<Uuid> = sqlx::query_scalar(
+        "select r.id from machine_remediations r where r.machine_id = $1 and r.started_at > coalesce( \
+           (select max(e.at) from custody_entries e where e.machine_id = $1 \
+              and e.from_state = 'maintenance' and e.to_state = 'cleaning'), '-infinity') \
+         order by r.started_at desc, r.id desc limit 1",
+    )
+    .bind(machine.uuid())
+    .fetch_optional(conn)
+    .await?;
+    Ok(found)
 }
 
 /// The maintenance reason of a machine leaving a tenancy under remediation.

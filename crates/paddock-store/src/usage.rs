@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use paddock_types::machine::MachineState;
-use paddock_types::usage::{UsageAggregateItem, UsageKind, UsageRecord, UsageTotals};
+use paddock_types::usage::{AdjustmentCategory, UsageAggregateItem, UsageKind, UsageRecord, UsageTotals};
 use paddock_types::{ClusterId, MachineId, NodePoolId, TenantId};
 use sqlx::Row;
 use uuid::Uuid;
@@ -31,7 +31,7 @@ pub const USAGE_WRITE_LOCK: i64 = 0x7061_6464_7573_6167;
 const NOW: &str = "date_trunc('second', clock_timestamp(), 'UTC')";
 
 /// Joins the usage writers (shared): a watermark waits for this transaction's commit.
-async fn join_writers(conn: &mut Conn) -> Result<(), StoreError> {
+pub(crate) async fn join_writers(conn: &mut Conn) -> Result<(), StoreError> {
     sqlx::query("select pg_advisory_xact_lock_shared($1)").bind(USAGE_WRITE_LOCK).execute(conn).await?;
     Ok(())
 }
@@ -46,6 +46,10 @@ pub async fn on_transition(
     to: MachineState,
 ) -> Result<(), StoreError> {
     use MachineState as S;
+    if from == Some(to) {
+        // An event in a state (a forced release, a remediation's start or swap): no move.
+        return Ok(());
+    }
     if to == S::Active {
         open_machine_segment(conn, machine).await?;
     } else if matches!(from, Some(S::Active | S::Releasing)) && to != S::Releasing {
@@ -75,18 +79,24 @@ pub async fn open_machine_segment(conn: &mut Conn, machine: MachineId) -> Result
 }
 
 /// Closes the machine's open segment now, with `reason` (the release's power-off, a forced
-/// release). Guarded on `end_at is null`: a repeat closes nothing. True when it closed one.
+/// release), and writes the credit of a remediation of that tenancy, if it earned one
+/// ([`crate::credit::write`]), in the same transaction. Guarded on `end_at is null`: a repeat
+/// closes nothing. True when it closed one.
 pub async fn close_machine_segment(conn: &mut Conn, machine: MachineId, reason: &str) -> Result<bool, StoreError> {
     join_writers(conn).await?;
-    let done = sqlx::query(&format!(
+    let closed: Option<Uuid> = sqlx::query_scalar(&format!(
         "update usage_segments set end_at = greatest(start_at, {NOW}), close_reason = $2 \
-         where machine_id = $1 and kind = 'machine' and end_at is null"
+         where machine_id = $1 and kind = 'machine' and end_at is null returning allocation_id"
     ))
     .bind(machine.uuid())
     .bind(reason)
-    .execute(conn)
+    .fetch_optional(&mut *conn)
     .await?;
-    Ok(done.rows_affected() == 1)
+    let Some(allocation) = closed else {
+        return Ok(false);
+    };
+    crate::credit::write(conn, allocation).await?;
+    Ok(true)
 }
 
 /// Opens the cluster's control-plane segment when it is first `ready` (never again after; never
@@ -175,7 +185,7 @@ pub struct Query {
 
 /// The records of a query, clipped to `[from, min(to, as_of))`, as a CTE `r` with parameters
 /// $1..$8. Segments contribute their clipped seconds; adjustments count whole, at the second
-/// they were recorded.
+/// they were recorded (under a pool filter: those that name the pool).
 const RECORDS: &str = "with s as ( \
      select id, kind, tenant_id, cluster_id, node_pool_id, machine_id, machine_class, gpu_count, \
        greatest(start_at, $1) as st, least(case when end_at <= $3 then end_at else $3 end, $2) as en \
@@ -190,15 +200,15 @@ const RECORDS: &str = "with s as ( \
        case when kind = 'machine' then extract(epoch from en - st)::bigint else 0 end as node_seconds, \
        case when kind = 'machine' then extract(epoch from en - st)::bigint * gpu_count else 0 end as gpu_seconds, \
        case when kind = 'control_plane' then extract(epoch from en - st)::bigint else 0 end as control_plane_seconds, \
-       null::text as corrects_period \
+       null::text as corrects_period, null::text as category \
      from s where en > st \
      union all \
-     select id, 'adjustment', tenant_id, cluster_id, null, null, machine_class, 0, recorded_at, recorded_at, \
-       node_seconds, gpu_seconds, control_plane_seconds, corrects_period \
+     select id, 'adjustment', tenant_id, cluster_id, node_pool_id, machine_id, machine_class, 0, recorded_at, \
+       recorded_at, node_seconds, gpu_seconds, control_plane_seconds, corrects_period, category \
      from usage_adjustments \
      where recorded_at >= $1 and recorded_at < least($2, $3) \
        and ($4::uuid is null or tenant_id = $4) and ($5::uuid is null or cluster_id = $5) \
-       and $6::uuid is null and ($7::text is null or machine_class = $7) \
+       and ($6::uuid is null or node_pool_id = $6) and ($7::text is null or machine_class = $7) \
        and ($8::text is null or $8 = 'adjustment'))";
 
 fn bind_query<'q>(sql: &'q str, q: &'q Query) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
@@ -214,7 +224,7 @@ fn bind_query<'q>(sql: &'q str, q: &'q Query) -> sqlx::query::Query<'q, sqlx::Po
 }
 
 const RECORD_COLUMNS: &str = "id, kind, tenant_id, cluster_id, node_pool_id, machine_id, machine_class, gpu_count, \
-    start_at, end_at, node_seconds, gpu_seconds, control_plane_seconds";
+    start_at, end_at, node_seconds, gpu_seconds, control_plane_seconds, category";
 
 fn record_from(row: &sqlx::postgres::PgRow) -> Result<UsageRecord, StoreError> {
     let kind: String = row.try_get("kind")?;
@@ -232,6 +242,10 @@ fn record_from(row: &sqlx::postgres::PgRow) -> Result<UsageRecord, StoreError> {
         node_seconds: row.try_get("node_seconds")?,
         gpu_seconds: row.try_get("gpu_seconds")?,
         control_plane_seconds: row.try_get("control_plane_seconds")?,
+        category: row
+            .try_get::<Option<String>, _>("category")?
+            .map(|c| crate::parse_state(&c, AdjustmentCategory::parse))
+            .transpose()?,
     })
 }
 
@@ -500,6 +514,12 @@ pub struct NewAdjustment<'a> {
     pub tenant: TenantId,
     /// The cluster, if any.
     pub cluster: Option<ClusterId>,
+    /// The node pool, if any.
+    pub node_pool: Option<NodePoolId>,
+    /// The machine, if any.
+    pub machine: Option<MachineId>,
+    /// What it is.
+    pub category: AdjustmentCategory,
     /// The class's name.
     pub machine_class: &'a str,
     /// Signed seconds: node, GPU, control plane.
@@ -521,14 +541,51 @@ pub async fn cluster_of_tenant(conn: &mut Conn, tenant: TenantId, cluster: Clust
         .await?)
 }
 
+/// Whether `pool` is (or was: deleted pools count) a pool of `tenant`'s `cluster`.
+pub async fn pool_of_cluster(
+    conn: &mut Conn,
+    tenant: TenantId,
+    cluster: ClusterId,
+    pool: NodePoolId,
+) -> Result<bool, StoreError> {
+    Ok(sqlx::query_scalar(
+        "select exists (select 1 from node_pools where id = $3 and cluster_id = $2 and tenant_id = $1)",
+    )
+    .bind(tenant.uuid())
+    .bind(cluster.uuid())
+    .bind(pool.uuid())
+    .fetch_one(conn)
+    .await?)
+}
+
+/// Whether `tenant` ever held `machine` (in `cluster` and `pool`, when given).
+pub async fn machine_held_by(
+    conn: &mut Conn,
+    tenant: TenantId,
+    cluster: Option<ClusterId>,
+    pool: Option<NodePoolId>,
+    machine: MachineId,
+) -> Result<bool, StoreError> {
+    Ok(sqlx::query_scalar(
+        "select exists (select 1 from machine_allocations where machine_id = $4 and tenant_id = $1 \
+           and ($2::uuid is null or cluster_id = $2) and ($3::uuid is null or node_pool_id = $3))",
+    )
+    .bind(tenant.uuid())
+    .bind(cluster.map(ClusterId::uuid))
+    .bind(pool.map(NodePoolId::uuid))
+    .bind(machine.uuid())
+    .fetch_one(conn)
+    .await?)
+}
+
 /// Records an adjustment now (in the open period), as a usage writer; returns its id and time.
 pub async fn adjustment_insert(conn: &mut Conn, new: &NewAdjustment<'_>) -> Result<(Uuid, DateTime<Utc>), StoreError> {
     join_writers(conn).await?;
     let id = Uuid::now_v7();
     let at: DateTime<Utc> = sqlx::query_scalar(&format!(
         "insert into usage_adjustments (id, tenant_id, cluster_id, machine_class, node_seconds, gpu_seconds, \
-           control_plane_seconds, corrects_period, reason, actor, recorded_at) \
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, {NOW}) returning recorded_at"
+           control_plane_seconds, corrects_period, reason, actor, recorded_at, node_pool_id, machine_id, category) \
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, {NOW}, $11, $12, $13) returning recorded_at"
     ))
     .bind(id)
     .bind(new.tenant.uuid())
@@ -540,6 +597,9 @@ pub async fn adjustment_insert(conn: &mut Conn, new: &NewAdjustment<'_>) -> Resu
     .bind(new.corrects_period)
     .bind(new.reason)
     .bind(new.actor)
+    .bind(new.node_pool.map(NodePoolId::uuid))
+    .bind(new.machine.map(MachineId::uuid))
+    .bind(new.category.as_str())
     .fetch_one(conn)
     .await?;
     Ok((id, at))

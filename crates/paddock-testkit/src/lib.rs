@@ -156,6 +156,14 @@ impl TestApp {
         TestApp { router, db, services, cipher, base_url: base_url.map(str::to_owned) }
     }
 
+    /// Changes the services behind this app's requests by `edit` (usage settings), from now on. A
+    /// served app's listener keeps the services it had.
+    pub async fn edit_services(&mut self, edit: impl FnOnce(Services) -> Services) {
+        self.services = edit(self.services.clone());
+        let state = AppState::new(self.services.clone(), Self::verifier().await, ApiConfig::default());
+        self.router = paddock_api::router(state);
+    }
+
     /// A request to the app.
     pub fn req(&self, method: http::Method, path: impl Into<String>) -> Req<'_> {
         Req::new(&self.router, method, path.into())

@@ -117,6 +117,10 @@ pub struct IsolationCluster {
     pub kubernetes_api: Option<String>,
     /// The machines it holds (live allocations), by id.
     pub machines: Vec<IsolationMachine>,
+    /// Its remediations, oldest first: each failed machine swapped for a spare, where the spare
+    /// came from and where the failed machine went (maintenance, never straight back to the
+    /// fleet; an operator's return wipes it).
+    pub remediations: Vec<crate::remediation::RemediationView>,
 }
 
 /// Evidence that a tenant's clusters run on machines no one else holds, each wiped before the

@@ -145,6 +145,11 @@ pub struct RemediationView {
     pub ended_at: Option<DateTime<Utc>>,
     /// How it ended.
     pub outcome: Option<RemediationOutcome>,
+    /// The node seconds credited to the tenant for the failed machine, once the credit is
+    /// written (when the machine's usage segment closes). Only provider-side evidence (a `failed`
+    /// report from the BMC or an operator) earns one: null otherwise (docs/billing.md, "Credits").
+    #[schema(minimum = 1)]
+    pub credited_seconds: Option<i64>,
 }
 
 /// Body of `POST .../machines/{machine_id}/replace`.

@@ -35,6 +35,34 @@ impl UsageKind {
     }
 }
 
+/// What an adjustment is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AdjustmentCategory {
+    /// A correction of recorded usage (the default).
+    #[default]
+    Correction,
+    /// Seconds given back to the tenant: written by paddock for a machine that failed while the
+    /// tenant held it (provider-side evidence only, see docs/billing.md), or granted by the
+    /// provider. A FOCUS `Credit` row.
+    Credit,
+}
+
+impl AdjustmentCategory {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Correction => "correction",
+            Self::Credit => "credit",
+        }
+    }
+
+    /// Parses the stored spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Correction, Self::Credit].into_iter().find(|c| c.as_str() == s)
+    }
+}
+
 /// One usage record, clipped to the queried range (and to `as_of` while open).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct UsageRecord {
@@ -46,9 +74,9 @@ pub struct UsageRecord {
     pub tenant_id: TenantId,
     /// The cluster (null only for an adjustment without one).
     pub cluster_id: Option<ClusterId>,
-    /// The node pool (machine records).
+    /// The node pool (machine records; adjustments that name one).
     pub node_pool_id: Option<NodePoolId>,
-    /// The machine (machine records).
+    /// The machine (machine records; adjustments that name one).
     pub machine_id: Option<MachineId>,
     /// The machine class's name (machine records and adjustments).
     pub machine_class: Option<String>,
@@ -65,6 +93,9 @@ pub struct UsageRecord {
     pub gpu_seconds: i64,
     /// Control-plane seconds inside the range.
     pub control_plane_seconds: i64,
+    /// What an adjustment is (adjustments only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<AdjustmentCategory>,
 }
 
 /// A page of records with the snapshot they were read at.
@@ -132,13 +163,24 @@ pub struct UsageAggregate {
 /// A correction, recorded in the open period (`POST /v1/usage/adjustments`).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(example = json!({"tenant_id": "0193a9c4-5b7e-7c3d-9f21-4a8e6d2b1c07", "machine_class": "gpu-h100x8", "node_seconds": -3600, "gpu_seconds": -28800, "control_plane_seconds": 0, "corrects_period": "2026-11", "reason": "credit for the 1 h outage of 2026-11-14 (INC-208)"}))]
+#[schema(example = json!({"tenant_id": "0193a9c4-5b7e-7c3d-9f21-4a8e6d2b1c07", "machine_class": "gpu-h100x8", "node_seconds": -3600, "gpu_seconds": -28800, "control_plane_seconds": 0, "corrects_period": "2026-11", "category": "credit", "reason": "credit for the 1 h outage of 2026-11-14 (INC-208)"}))]
 pub struct UsageAdjustmentCreate {
     /// The tenant corrected.
     pub tenant_id: TenantId,
     /// The cluster, if the correction concerns one: one of the tenant's (422 otherwise).
     #[serde(default)]
     pub cluster_id: Option<ClusterId>,
+    /// The node pool, if it concerns one: a pool of `cluster_id`, which it then requires (422
+    /// otherwise).
+    #[serde(default)]
+    pub node_pool_id: Option<NodePoolId>,
+    /// The machine, if it concerns one: a machine the tenant held (in `cluster_id` and
+    /// `node_pool_id` when given; 422 otherwise).
+    #[serde(default)]
+    pub machine_id: Option<MachineId>,
+    /// `correction` (default) or `credit` (a FOCUS `Credit` row).
+    #[serde(default)]
+    pub category: AdjustmentCategory,
     /// The machine class's name.
     #[schema(max_length = 63, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
     pub machine_class: String,
@@ -169,6 +211,14 @@ pub struct UsageAdjustmentView {
     pub tenant_id: TenantId,
     /// The cluster, if any.
     pub cluster_id: Option<ClusterId>,
+    /// The node pool, if any.
+    pub node_pool_id: Option<NodePoolId>,
+    /// The machine, if any.
+    pub machine_id: Option<MachineId>,
+    /// What it is.
+    pub category: AdjustmentCategory,
+    /// The remediation a credit paddock wrote is for (null for the provider's adjustments).
+    pub remediation_id: Option<uuid::Uuid>,
     /// The machine class's name.
     pub machine_class: String,
     /// Signed machine seconds.

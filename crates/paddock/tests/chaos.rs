@@ -4,7 +4,10 @@
 //! desired state, no machine was ever in two live allocations, no machine became `available`
 //! after a tenancy without a recorded clean, no job is stuck, and metering kept one usage segment
 //! per billed allocation, open exactly while the machine is held and inside its allocation, and no
-//! two runs of one target overlapped across the worker processes (the run journal of `runs`). Each
+//! two runs of one target overlapped across the worker processes (the run journal of `runs`). Twice
+//! during the run an active machine is reported failed: its remediation goes on while workers are
+//! killed, and it must end with the machine in maintenance (never lost, never back in the fleet)
+//! and its credit written once, exactly the seconds from the report to its segment's close. Each
 //! invariant is a function of its own, named for what it holds (`no_machine_in_two_live_allocations`,
 //! ...); a failure names the invariants it broke and leads each finding with that name.
 //!
@@ -444,6 +447,10 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
     // The tenants' side, from the seed.
     let mut rng = StdRng::seed_from_u64(seed);
     let mut clusters: Vec<ClusterModel> = Vec::new();
+    // Machines reported failed mid-run (their remediation goes on while workers are killed), and
+    // how many of each class therefore end in maintenance.
+    let mut failed: Vec<String> = Vec::new();
+    let mut out_of_service = [0u32; CLASSES.len()];
     let mut actions: Vec<String> = Vec::new();
     let (mut scales, mut deletes) = (0, 0);
     for n in 0..CLUSTERS {
@@ -515,12 +522,21 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
                 scales += 1;
             }
         }
+        if n % (CLUSTERS / 2) == CLUSTERS / 4 {
+            if let Some((machine, class)) = report_failed(&api, &db.pool).await {
+                actions.push(format!("report machine {machine} of class {} failed", CLASSES[class].0));
+                out_of_service[class] += 1;
+                failed.push(machine);
+            }
+        }
         tokio::time::sleep(Duration::from_millis(rng.random_range(100..900))).await;
     }
-    // The end state must fit the fleet, or clusters would rightly wait for ever.
+    // The end state must fit the fleet, or clusters would rightly wait for ever: the machines
+    // reported failed end in maintenance.
     for (class, &(_, _, _, supply)) in CLASSES.iter().enumerate() {
         let before = clusters.iter().filter(|c| c.deleted).count();
-        trim(&api, &mut rng, &mut clusters, class, supply as u32, &mut actions).await;
+        let supply = supply as u32 - out_of_service[class];
+        trim(&api, &mut rng, &mut clusters, class, supply, &mut actions).await;
         deletes += clusters.iter().filter(|c| c.deleted).count() - before;
     }
     let requests_done = Instant::now();
@@ -581,11 +597,14 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
                 ));
             }
         }
-        let machines = rows(
-            &db.pool,
-            "select name || ' ' || state from machines where state not in ('available', 'active') order by name",
+        let machines: Vec<String> = sqlx::query_scalar(
+            "select name || ' ' || state from machines where state not in ('available', 'active') \
+               and not (state = 'maintenance' and id::text = any($1)) order by name",
         )
-        .await;
+        .bind(&failed)
+        .fetch_all(&db.pool)
+        .await
+        .expect("machines");
         if !machines.is_empty() {
             pending.push(format!("machines neither available nor active: {machines:?}"));
         }
@@ -606,6 +625,7 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
     violations.check("metering_survived_the_kills", metering_survived_the_kills(&db.pool).await);
     violations.check("no_activation_went_unbilled", no_activation_went_unbilled(&db.pool).await);
     violations.check("no_job_is_stuck", no_job_is_stuck(&db.pool).await);
+    violations.check("failed_machines_were_swapped_and_credited_once", swapped_and_credited(&db.pool, &failed).await);
     violations.check("no_two_runs_of_a_target_overlapped", runs::no_two_runs_of_a_target_overlapped(&db.pool).await);
     if pending.is_empty() {
         violations.check("no_operation_is_left_open", no_operation_is_left_open(&db.pool).await);
@@ -618,9 +638,16 @@ async fn chaos_clusters_converge_while_workers_are_killed() {
     let taken_over: i64 =
         sqlx::query_scalar("select count(*) from jobs where attempts > 0").fetch_one(&db.pool).await.expect("count");
     let starts = procs.lock().expect("procs").starts;
+    let credited: Vec<String> = sqlx::query_scalar(
+        "select format('%s %s', r.outcome, coalesce(-a.node_seconds, 0)) from machine_remediations r \
+           left join usage_adjustments a on a.remediation_id = r.id order by r.id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .expect("remediations");
     println!(
         "chaos: seed {seed}: {} clusters ({} live, {deletes} deleted), {scales} scalings, {kills} worker kills \
-         (aimed at a machine's job: {aimed:?}; {starts} process starts, {taken_over} jobs run again after a lost lease), {allocations} allocations, {cleans} cleans; fleet ready after {:.1} s, chaos {:.1} s, \
+         (aimed at a machine's job: {aimed:?}; {starts} process starts, {taken_over} jobs run again after a lost lease), {allocations} allocations, {cleans} cleans, remediations (outcome, seconds credited) {credited:?}; fleet ready after {:.1} s, chaos {:.1} s, \
          converged {:.1} s after the last kill; {:.1} s in all; {}",
         clusters.len(),
         live.len(),
@@ -843,6 +870,67 @@ async fn no_activation_went_unbilled(pool: &PgPool) -> Vec<String> {
                           and e.at >= a.allocated_at and (a.released_at is null or e.at <= a.released_at))",
     )
     .await
+}
+
+/// Reports an active machine of a compute pool failed (an operator's report), which starts its
+/// remediation; the machine and its class, if there is one.
+async fn report_failed(api: &Api, pool: &PgPool) -> Option<(String, usize)> {
+    let found: Option<(String, String)> = sqlx::query_as(
+        "select m.id::text, c.name from machines m join node_pools p on p.id = m.node_pool_id \
+           join machine_classes c on c.id = m.machine_class_id \
+         where m.state = 'active' and p.role = 'compute' order by m.id limit 1",
+    )
+    .fetch_optional(pool)
+    .await
+    .expect("an active machine");
+    let (machine, class) = found?;
+    let body = json!({"status": "failed", "checks": [{"name": "gpu.ecc", "status": "failed", "detail": "chaos"}]});
+    let (status, answer) =
+        api.call(reqwest::Method::POST, &format!("/v1/machines/{machine}/health-reports"), Some(body)).await;
+    assert_eq!(status, 201, "reporting {machine} failed: {answer}");
+    Some((machine, CLASSES.iter().position(|c| c.0 == class).expect("a chaos class")))
+}
+
+/// Each machine reported failed mid-run: its one remediation ended, it is in maintenance (not
+/// lost, not back in the fleet), and its credit, written at most once, is exactly the seconds
+/// from the report to its segment's close.
+async fn swapped_and_credited(pool: &PgPool, failed: &[String]) -> Vec<String> {
+    let found: Vec<String> = sqlx::query_scalar(
+        "select format('machine %s: state %s, remediations %s (ended %s), credits %s of %s seconds, window %s', \
+             m.id, m.state, count(distinct r.id), count(distinct r.id) filter (where r.ended_at is not null), \
+             (select count(*) from usage_adjustments a where a.machine_id = m.id and a.category = 'credit'), \
+             (select sum(-a.node_seconds) from usage_adjustments a where a.machine_id = m.id and a.category = 'credit'), \
+             max(w.seconds)) \
+         from machines m join machine_remediations r on r.machine_id = m.id \
+           left join usage_segments s on s.allocation_id = r.allocation_id \
+           left join machine_health_reports h on h.id = r.report_id \
+           left join lateral (select extract(epoch from s.end_at - greatest(s.start_at, \
+             date_trunc('second', h.observed_at, 'UTC')))::bigint as seconds) w on true \
+         where m.id::text = any($1) \
+         group by m.id, m.state \
+         having m.state <> 'maintenance' or count(distinct r.id) <> 1 \
+           or count(distinct r.id) filter (where r.ended_at is not null) <> 1 \
+           or (select count(*) from usage_adjustments a where a.machine_id = m.id and a.category = 'credit') \
+              <> (case when max(w.seconds) > 0 then 1 else 0 end) \
+           or coalesce((select sum(-a.node_seconds) from usage_adjustments a where a.machine_id = m.id \
+              and a.category = 'credit'), 0) <> greatest(coalesce(max(w.seconds), 0), 0)",
+    )
+    .bind(failed)
+    .fetch_all(pool)
+    .await
+    .expect("remediations");
+    let remediated: i64 = sqlx::query_scalar(
+        "select count(distinct machine_id) from machine_remediations where machine_id::text = any($1)",
+    )
+    .bind(failed)
+    .fetch_one(pool)
+    .await
+    .expect("count");
+    let mut found = found;
+    if remediated != failed.len() as i64 {
+        found.push(format!("{} of {} machines reported failed have a remediation", remediated, failed.len()));
+    }
+    found
 }
 
 /// No job stuck: none running on an expired lease, none due long ago, none failed.

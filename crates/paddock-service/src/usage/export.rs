@@ -23,7 +23,7 @@ use futures::StreamExt;
 use paddock_domain::{Error, Result};
 use paddock_store::usage::{self as store, Query};
 use paddock_store::{Store, StoreError};
-use paddock_types::usage::UsageRecord;
+use paddock_types::usage::{AdjustmentCategory, UsageRecord};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -305,11 +305,18 @@ fn csv_line(r: &UsageRecord, out: &mut Vec<u8>) {
     out.extend_from_slice(line.as_bytes());
 }
 
-/// One NDJSON record line: the record's fields in a fixed order, with `"type": "record"`.
+/// One NDJSON record line: the record's fields in a fixed order, with `"type": "record"`
+/// (`category` only for a credit).
 pub(super) fn ndjson_line(r: &UsageRecord, out: &mut Vec<u8>) {
     let mut value = serde_json::to_value(r).unwrap_or_default();
     if let Value::Object(map) = &mut value {
         map.insert("type".to_owned(), json!("record"));
+        // Only a credit says its category: a correction's line stays what it was before
+        // adjustments had categories, so a period closed earlier still exports to the bytes its
+        // manifest's SHA-256 names.
+        if r.category == Some(AdjustmentCategory::Correction) {
+            map.remove("category");
+        }
     }
     // Writing JSON into a Vec cannot fail.
     // serde_json's maps are ordered by key, so the line is the same for the same record.

@@ -20,7 +20,7 @@ use paddock_domain::usage as math;
 use paddock_domain::{Error, Result};
 use paddock_store::usage::{self as store, FocusRecord, PriceChange, PriceGap, Query};
 use paddock_store::{Store, StoreError};
-use paddock_types::usage::UsageKind;
+use paddock_types::usage::{AdjustmentCategory, UsageKind};
 
 use super::prices;
 
@@ -165,18 +165,23 @@ impl Focus {
         };
         let (period_start, period_end) = month_of(start);
         let correction = r.correction;
+        let credit = rec.category == Some(AdjustmentCategory::Credit);
         let description = match (rec.kind, &r.corrects_period) {
             (UsageKind::Machine, _) => format!("{} node hours", class.unwrap_or_default()),
             (UsageKind::ControlPlane, _) => "control plane hours".to_owned(),
+            (UsageKind::Adjustment, _) if credit => format!("credit ({})", class.unwrap_or_default()),
             (UsageKind::Adjustment, Some(period)) => format!("correction of {period} ({})", class.unwrap_or_default()),
             (UsageKind::Adjustment, None) => format!("adjustment ({})", class.unwrap_or_default()),
         };
         let resource = match rec.kind {
-            UsageKind::Machine => rec.machine_id.map(|m| m.to_string()),
+            UsageKind::Machine | UsageKind::Adjustment => rec.machine_id.map(|m| m.to_string()),
             UsageKind::ControlPlane => rec.cluster_id.map(|c| c.to_string()),
-            UsageKind::Adjustment => None,
         };
         let hours = math::hours(quantity);
+        // A credit is no consumption: FOCUS wants its consumed quantity and unit null, and a
+        // one-time charge.
+        let (category, frequency, consumed, consumed_unit) =
+            if credit { ("Credit", "One-Time", "", "") } else { ("Usage", "Usage-Based", hours.as_str(), "Hours") };
         let fields: [&str; 30] = [
             &cost,
             &rec.tenant_id.to_string(),
@@ -184,14 +189,14 @@ impl Focus {
             currency,
             &stamp(period_end),
             &stamp(period_start),
-            "Usage",
+            category,
             if correction { "Correction" } else { "" },
             &description,
-            "Usage-Based",
+            frequency,
             &stamp(end),
             &stamp(start),
-            &hours,
-            "Hours",
+            consumed,
+            consumed_unit,
             &cost,
             &cost,
             &self.provider,

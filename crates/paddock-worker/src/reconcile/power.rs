@@ -181,7 +181,8 @@ impl PowerSync {
             let mut tx = self.services.store().begin().await?;
             if let Some(rated) = &health {
                 let check = HealthCheck { name: "bmc.health".into(), status: rated.status, detail: rated.detail.clone() };
-                if health::record_changes(&mut tx, HealthSource::Bmc, &[(id, check)]).await? > 0 {
+                let key = self.services.ledger_key();
+                if health::record_changes(&mut tx, key, HealthSource::Bmc, &[(id, check)]).await? > 0 {
                     info!(machine.id = %id, health.status = rated.status.as_str(),
                         "machine {id}: its BMC now rates it {} ({})", rated.status.as_str(), rated.detail);
                 }

@@ -31,7 +31,8 @@ impl ClusterReconciler {
         }
         // A failed rating starts a remediation in the same transaction.
         let mut tx = self.services.store().begin().await?;
-        let written = health::record_changes(&mut tx, HealthSource::Kubernetes, &ratings).await?;
+        let key = self.services.ledger_key();
+        let written = health::record_changes(&mut tx, key, HealthSource::Kubernetes, &ratings).await?;
         tx.commit().await?;
         if written > 0 {
             info!(reports = written, "recorded {written} health report(s) from the tenant cluster's Nodes");

@@ -12,6 +12,7 @@ use paddock_store::{operation, remediation, StoreError};
 use paddock_types::cluster::ClusterKind;
 use paddock_types::machine::MachineState;
 use paddock_types::remediation::{RemediationState, RemediationView};
+use sqlx::{Acquire, PgConnection};
 
 use super::{ClusterReconciler, Observed, NODES_READY};
 
@@ -30,54 +31,49 @@ const TENANT_AWAITING_OPERATOR: &str = "a machine of the system pool failed; it 
     their volumes, so it is not replaced automatically: the provider's operators replace it";
 
 impl ClusterReconciler {
-    /// Ends the remediations whose machine left the tenancy (a deleting cluster's, each run).
+    /// Ends the remediations whose machine left the tenancy (a deleting cluster's, each run). A
+    /// cluster without open remediations costs one read and no transaction.
     pub(super) async fn end_remediations(&self, cluster: &Cluster) -> Result<(), StoreError> {
-        let mut tx = self.services.store().begin().await?;
-        for ended in remediation::end_departed(&mut tx, cluster.tenant_id, cluster.id).await? {
-            operation::succeed(&mut tx, ended, None, &[operation::done(operation::step::RECONCILE)]).await?;
-        }
-        tx.commit().await?;
-        Ok(())
+        let mut conn = self.services.store().conn().await?;
+        end_departed(&mut conn, cluster).await.map(drop)
     }
 
     /// Ends the remediations whose machine left the tenancy, releases the machines whose spare is
     /// active, puts back in line those whose spare was lost; the open remediations after that.
+    /// One connection; a transaction only where a row moves.
     pub(super) async fn remediations(
         &self,
         cluster: &Cluster,
         held: &[HeldMachine],
         observed: &mut Observed,
     ) -> Result<Vec<RemediationView>, StoreError> {
-        let (tenant, id) = (cluster.tenant_id, cluster.id);
-        // A tenant's `replace` operation succeeds when its machine has left (or is leaving).
-        self.end_remediations(cluster).await?;
         let mut conn = self.services.store().conn().await?;
-        let open = remediation::open_of_cluster(&mut conn, tenant, id).await?;
-        drop(conn);
+        // A tenant's `replace` operation succeeds when its machine has left (or is leaving).
+        let open = end_departed(&mut conn, cluster).await?;
         let mut moved = false;
         for r in open.iter().filter(|r| r.state == RemediationState::Replacing) {
             let Some(spare) = r.spare_machine_id else { continue };
-            let mut tx = self.services.store().begin().await?;
             match held.iter().find(|m| m.id == spare).map(|m| m.state) {
                 Some(MachineState::Active) => {
+                    let mut tx = conn.begin().await?;
                     if remediation::release_replaced(&mut tx, self.services.ledger_key(), r).await? {
                         let done = [operation::done(operation::step::RECONCILE)];
                         operation::succeed(&mut tx, r.id, None, &done).await?;
+                        tx.commit().await?;
                         let message = format!("machine {} is replaced by machine {spare}", r.machine_id);
                         observed.events.push(("Normal", "MachineReplaced", message));
                         moved = true;
                     }
                 }
+                // Still provisioning: nothing to write.
                 Some(state) if HELD.contains(&state) => {}
-                _ => moved |= remediation::spare_lost(&mut tx, r.id, spare).await?,
+                _ => moved |= remediation::spare_lost(&mut conn, r.id, spare).await?,
             }
-            tx.commit().await?;
         }
         if !moved {
             return Ok(open);
         }
-        let mut conn = self.services.store().conn().await?;
-        remediation::open_of_cluster(&mut conn, tenant, id).await
+        remediation::open_of_cluster(&mut conn, cluster.tenant_id, cluster.id).await
     }
 
     /// Drains the failed machines still serving (Slurm first, then the Node: cordoned, its pods
@@ -169,4 +165,20 @@ pub(super) fn condition(open: &[RemediationView], waiting: bool, observed: &mut 
     } else if waiting && open.iter().any(|r| r.state == RemediationState::AwaitingSpare) {
         observed.set(NODES_READY, false, AWAITING_SPARE, TENANT_AWAITING_SPARE);
     }
+}
+
+/// Reads the cluster's open remediations and ends those whose machine left the tenancy (with
+/// their operations), in one transaction only when there are such; the open ones left.
+async fn end_departed(conn: &mut PgConnection, cluster: &Cluster) -> Result<Vec<RemediationView>, StoreError> {
+    let open = remediation::open_with_departure(conn, cluster.tenant_id, cluster.id).await?;
+    if !open.iter().any(|(_, departed)| *departed) {
+        return Ok(open.into_iter().map(|(r, _)| r).collect());
+    }
+    let mut tx = conn.begin().await?;
+    let ended = remediation::end_departed(&mut tx, cluster.tenant_id, cluster.id).await?;
+    for id in &ended {
+        operation::succeed(&mut tx, *id, None, &[operation::done(operation::step::RECONCILE)]).await?;
+    }
+    tx.commit().await?;
+    Ok(open.into_iter().map(|(r, _)| r).filter(|r| !ended.contains(&r.id)).collect())
 }
