@@ -4,14 +4,18 @@
 //! max and quota, shrink to zero after the delay with machines wiped and usage ended at their
 //! power-off, wait in line first come first served, do not thrash, and survive killed workers.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use paddock_sim::SimDemand;
+use paddock_service::agent::AgentSettings;
+use paddock_service::Services;
+use paddock_sim::{SimConfig, SimDemand, SimWorld};
 use paddock_testkit::{admin, eventually, token, TestApp};
 use paddock_types::ClusterId;
+use paddock_worker::reconcile::{Drivers, Settings};
 use serde_json::{json, Value};
 
-use crate::common::{fleet, id, machine_class, tenant};
+use crate::common::{fleet, id, lab_settings, lab_worker_config, machine_class, tenant};
 use crate::lifecycle::{cluster_path, condition, pool_named, slurm, Lab, Seat};
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -276,4 +280,132 @@ async fn flapping_demand_does_not_thrash_one_scale_down_per_delay() {
     let ops = scalings(&lab, &pool).await;
     assert_eq!(ops.len(), 1, "{ops:?}");
     assert_eq!(events(&lab, &cluster, "NodePoolScaledDown").await.len(), 1);
+}
+
+/// A worker process: the reconcilers and the demand checks in a runtime of their own, with
+/// their own database pool and simulated drivers, killed (runtime shut down: every task and
+/// connection dropped, open transactions rolled back, leases left to expire) when dropped.
+struct Killable(Option<tokio::runtime::Runtime>);
+
+impl Drop for Killable {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+fn killable_worker(app: &TestApp, settings: &Settings, name: &str) -> Killable {
+    use paddock_worker::reconcile::{Autoscaler, ClusterReconciler, MachineReconciler};
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+    let (url, cipher, base) = (app.db.url.clone(), app.cipher.clone(), app.base_url.clone().expect("served"));
+    let (settings, name) = (settings.clone(), name.to_owned());
+    runtime.spawn(async move {
+        let pool = sqlx::postgres::PgPoolOptions::new().max_connections(8).connect(&url).await.expect("pool");
+        let store = paddock_store::Store::from_pool(pool);
+        let agent = AgentSettings { base_url: base.clone(), seed_base_url: base, ..AgentSettings::default() };
+        let services = Services::new(store.clone(), cipher, paddock_testkit::ledger_key()).with_agent(agent);
+        let world = SimWorld::new(store.clone(), SimConfig::zero());
+        let drivers = Drivers { bmc: Some(world.bmc()), kube: Some(world.kube()) };
+        let clusters = ClusterReconciler::new(services.clone(), drivers.clone(), settings.clone());
+        let handlers: Vec<Arc<dyn paddock_worker::JobHandler>> = vec![
+            Arc::new(MachineReconciler::new(services, drivers, settings)),
+            Arc::new(Autoscaler(clusters.clone())),
+            Arc::new(clusters),
+        ];
+        let config = paddock_worker::WorkerConfig { lease: Duration::from_millis(500), ..lab_worker_config() };
+        let worker = paddock_worker::Worker::new(store, &name, handlers, config).expect("worker");
+        worker.run(std::future::pending::<()>()).await;
+    });
+    Killable(Some(runtime))
+}
+
+#[tokio::test]
+async fn workers_killed_around_scaling_decisions_never_allocate_twice_nor_leave_a_machine_held_at_zero() {
+    let app = TestApp::served().await;
+    let world = SimWorld::new(paddock_store::Store::from_pool(app.db.pool.clone()), SimConfig::zero());
+    let settings = Settings {
+        autoscale_interval: Duration::from_millis(50),
+        outage_wait: Duration::from_secs(1),
+        ..lab_settings()
+    };
+    let (_agent_stop, agent_stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(world.agent(reqwest::Client::new()).run(agent_stopped));
+    let mut worker = killable_worker(&app, &settings, "w0");
+    machine_class(&app, "cpu", 0).await;
+    for i in 0..3 {
+        let body = json!({ "name": format!("k{i}"), "machine_class": "cpu",
+            "bmc": { "url": format!("sim://k{i}"), "username": "admin", "password": "simulated" } });
+        app.post("/v1/machines").token(&admin()).json(&body).send().await.expect(202);
+    }
+    let t = tenant(&app, "acme").await;
+    let seat = Seat { tenant: id(&t), token: token(&["tenant:admin"], Some(id(&t).parse().expect("uuid"))) };
+    let mut body = elastic_kubernetes("k", 2);
+    body["node_pools"][0]["autoscaling"]["scale_down_delay_seconds"] = json!(0);
+    let created = app.post(format!("/v1/tenants/{}/clusters", seat.tenant)).token(&seat.token).json(&body);
+    let created = created.send().await.expect(202).json();
+    let (cluster, pool) = (id(&created["cluster"]), pool_named(&created["cluster"], "work"));
+    let cluster_id = ClusterId(cluster.parse().expect("uuid"));
+    let view = |path: String| {
+        let (app, token) = (&app, seat.token.clone());
+        async move { app.get(path).token(&token).send().await.expect(200).json() }
+    };
+    let cluster_at = cluster_path(&seat, &cluster);
+    eventually(WAIT, || async {
+        let ready = view(cluster_at.clone()).await["status"]["phase"] == "ready";
+        (ready && count(&app, "select count(*) from machines where state = 'available'").await == 3).then_some(())
+    })
+    .await;
+    // Demand up and down while workers are killed at varying moments around the decisions.
+    for round in 0u64..8 {
+        let busy = if round % 2 == 0 { 2 } else { 0 };
+        world
+            .set_demand(cluster_id, "work", SimDemand { pending_jobs: busy, pending_nodes: busy, busy_nodes: 0 })
+            .await
+            .expect("knob");
+        // The kill's timing (not a wait for a condition): spread over a decision's life.
+        tokio::time::sleep(Duration::from_millis(40 + (round * 97) % 400)).await;
+        drop(worker);
+        worker = killable_worker(&app, &settings, &format!("w{}", round + 1));
+    }
+    // Demand ends for good: the pool reaches zero, every machine wiped and available.
+    world.set_demand(cluster_id, "work", SimDemand::default()).await.expect("knob");
+    eventually(WAIT, || async {
+        let c = view(cluster_at.clone()).await;
+        let p = view(format!("{cluster_at}/node-pools/{pool}")).await;
+        let ready = c["status"]["phase"] == "ready" && p["status"]["desired_count"] == 0;
+        let held = count(&app, &format!("select count(*) from machines where node_pool_id = '{pool}'")).await;
+        let available = count(&app, "select count(*) from machines where state = 'available'").await;
+        (ready && held == 0 && available == 3).then_some(())
+    })
+    .await;
+    // Never more machines at once than the pool's max, never one machine twice.
+    let most = count(
+        &app,
+        &format!(
+            "select coalesce(max((select count(*) from machine_allocations b where b.node_pool_id = a.node_pool_id \
+               and b.allocated_at <= a.allocated_at and (b.released_at is null or b.released_at > a.allocated_at))), 0) \
+             from machine_allocations a where a.node_pool_id = '{pool}'"
+        ),
+    )
+    .await;
+    assert!(most <= 2, "the pool held {most} machines at once");
+    let allocated =
+        count(&app, &format!("select count(*) from machine_allocations where node_pool_id = '{pool}'")).await;
+    let scaled = format!("select count(*) from operations where target_id = '{pool}' and kind = 'node_pool_scale'");
+    let scaled = count(&app, &scaled).await;
+    assert!(allocated >= 2 && scaled >= 2, "the pool scaled ({allocated} allocations, {scaled} decisions)");
+    let overlapping = "select count(*) from machine_allocations a join machine_allocations b \
+        on a.machine_id = b.machine_id and a.id < b.id \
+        and tstzrange(a.allocated_at, coalesce(a.released_at, 'infinity')) && \
+            tstzrange(b.allocated_at, coalesce(b.released_at, 'infinity'))";
+    assert_eq!(count(&app, overlapping).await, 0, "a machine was in two live allocations");
+    let open =
+        format!("select count(*) from operations where target_id = '{pool}' and state in ('pending', 'running')");
+    assert_eq!(count(&app, &open).await, 0, "every scaling operation ended");
+    drop(worker);
+}
+
+async fn count(app: &TestApp, sql: &str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(&app.db.pool).await.expect(sql)
 }
