@@ -7,6 +7,7 @@
 //! lifecycle-bench lifecycle <admin-url> [--clusters N] [--in-flight K] ...
 //! lifecycle-bench rest      <admin-url> [--clusters N] [--seconds S] ...
 //! lifecycle-bench parallel  <admin-url> [--nodes N] [--boot-ms MS] ...
+//! lifecycle-bench elastic   <admin-url> [--pools N] [--seconds S] [--samples K] ...
 //! ```
 //!
 //! The three measuring commands create their own database (`lifecycle_bench_<test>`) on the server
@@ -15,6 +16,7 @@
 //! agent, as `paddock serve` with `PADDOCK_BMC_DRIVER=simulated` runs them) is measured apart from
 //! the driver's. Results are printed as `key: value` lines on stdout; progress goes to stderr.
 
+mod elastic;
 mod fleet;
 
 use std::collections::BTreeMap;
@@ -32,7 +34,7 @@ use paddock_auth::{Claims, Secret, Verifier, VerifierConfig};
 use paddock_domain::secret::Cipher;
 use paddock_service::Services;
 use paddock_store::Store;
-use paddock_worker::reconcile::{self, ClusterReconciler, DriftCheck, Drivers, MachineReconciler};
+use paddock_worker::reconcile::{self, Autoscaler, ClusterReconciler, DriftCheck, Drivers, MachineReconciler};
 use paddock_worker::{JobHandler, Worker, WorkerConfig};
 use serde_json::{json, Value};
 use sqlx::postgres::PgPoolOptions;
@@ -107,6 +109,7 @@ async fn main() -> anyhow::Result<()> {
         "rest" => rest(url, &args).await,
         "parallel" => parallel(url, &args).await,
         "fleet" => fleet::fleet(url, &args).await,
+        "elastic" => elastic::elastic(url, &args).await,
         _ => usage(),
     }
 }
@@ -128,6 +131,7 @@ async fn serve(database_url: &str, args: &Args) -> anyhow::Result<()> {
     let poll = Duration::from_millis(args.get("poll-ms", 50)?);
     let run_agent: bool = args.get("agent", true)?;
     let drift_interval = Duration::from_secs(args.get("drift-interval-s", 600)?);
+    let autoscale_interval = Duration::from_secs(args.get("autoscale-interval-s", 15)?);
 
     let store = Store::connect_lazy(database_url, pool)?;
     // One key for every `serve` of a run (the driver passes it), so a restarted process reads
@@ -154,8 +158,15 @@ async fn serve(database_url: &str, args: &Args) -> anyhow::Result<()> {
         os_image_url: Some("http://images.bench.invalid/os.img".into()),
         poll,
         drift_interval,
+        autoscale_interval,
         ..reconcile::Settings::default()
     };
+    {
+        // As `paddock serve` does at a worker's start.
+        let mut conn = store.conn().await?;
+        let armed = paddock_store::autoscale::arm_unarmed(&mut conn, autoscale_interval).await?;
+        eprintln!("serve: armed the demand checks of {armed} clusters with autoscaled pools");
+    }
     if !drift_interval.is_zero() {
         // As `paddock serve` does at a worker's start.
         let mut conn = store.conn().await?;
@@ -170,6 +181,7 @@ async fn serve(database_url: &str, args: &Args) -> anyhow::Result<()> {
     let handlers: Vec<Arc<dyn JobHandler>> = vec![
         Arc::new(MachineReconciler::new(services.clone(), drivers, lifecycle)),
         Arc::new(DriftCheck(clusters.clone())),
+        Arc::new(Autoscaler(clusters.clone())),
         Arc::new(clusters),
     ];
     let config = WorkerConfig { concurrency, lease: Duration::from_secs(30), ..WorkerConfig::default() };
