@@ -1,6 +1,7 @@
 //! `lifecycle-bench elastic` (run by `bench/lifecycle/run elastic`): elastic pools on the
 //! simulated drivers. (1) What watching demand costs at rest: `pools` ready `kubernetes` clusters
-//! with one autoscaled pool each (min 0, max 1, no machine held, no demand), a fresh paddock
+//! with one autoscaled pool each (min 0, max 1, no machine held, no demand), dealt over `tenants`
+//! tenants, a fresh paddock
 //! process measured for `seconds` with the demand checks moved out of the window (the baseline),
 //! then at `PADDOCK_AUTOSCALE_INTERVAL` (15 s, spread over it as a fleet at rest has them).
 //! (2) Paddock's own time from pending demand to the node joining: zero simulated latency, a
@@ -29,6 +30,7 @@ pub(super) async fn elastic(admin_url: &str, args: &Args) -> anyhow::Result<()> 
     let seconds: u64 = args.get("seconds", 60)?;
     let in_flight: usize = args.get("in-flight", 16)?;
     let samples: usize = args.get("samples", 5)?;
+    let tenant_count: usize = args.get("tenants", 50)?.max(1);
     let admin = PgPoolOptions::new().max_connections(2).connect(admin_url).await?;
     let name = "lifecycle_bench_elastic";
     let url = fresh_database(&admin, admin_url, name).await?;
@@ -36,11 +38,18 @@ pub(super) async fn elastic(admin_url: &str, args: &Args) -> anyhow::Result<()> 
 
     let server = Server::start(&url, &[("agent-poll-ms", "20".into()), ("drift-interval-s", "0".into())]).await?;
     let api = Api::new(&server.base)?;
-    let tenant = setup(&api, &db, samples, "e").await?;
+    // A fleet at rest is many tenants' (each has its own slots in the worker): `tenants` of them,
+    // the clusters dealt round-robin.
+    let first = setup(&api, &db, samples, "e").await?;
+    let mut tenants = vec![first];
+    for t in 1..tenant_count {
+        let made = api.post("/v1/tenants", &json!({"name": format!("bench-{t}"), "display_name": "Bench"})).await?;
+        tenants.push(made["id"].as_str().context("tenant id")?.to_owned());
+    }
     let t0 = Instant::now();
     let made: Vec<anyhow::Result<String>> = futures::stream::iter(0..pools)
         .map(|i| {
-            let (api, tenant) = (api.clone(), tenant.clone());
+            let (api, tenant) = (api.clone(), tenants[i % tenants.len()].clone());
             async move { create_elastic(&api, &tenant, &format!("k{i:05}")).await }
         })
         .buffer_unordered(in_flight)
@@ -52,7 +61,7 @@ pub(super) async fn elastic(admin_url: &str, args: &Args) -> anyhow::Result<()> 
 
     let off = at_rest(&admin, &db, name, &url, seconds, false).await?;
     let on = at_rest(&admin, &db, name, &url, seconds, true).await?;
-    println!("test: elastic pools at rest, {pools} ready clusters with one autoscaled pool each (no demand)");
+    println!("test: elastic pools at rest, {pools} ready clusters of {tenant_count} tenants, one autoscaled pool each (no demand)");
     for window in [&off, &on] {
         window.print();
     }
@@ -130,13 +139,24 @@ async fn at_rest(
     let a = snap(admin, name, Some(server.pid)).await?;
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let b = snap(admin, name, Some(server.pid)).await?;
-    let checks: i64 = sqlx::query_scalar(
+    // Every check reads the simulated demand once (pg_stat_statements, reset at the window's
+    // start); without it, the clusters checked at least once.
+    let reads: Option<i64> = sqlx::query_scalar(
+        "select sum(calls)::bigint from pg_stat_statements where query like '%from paddock_sim.demand%' \
+         and dbid = (select oid from pg_database where datname = current_database())",
+    )
+    .fetch_one(db)
+    .await
+    .ok()
+    .flatten();
+    let checked: i64 = sqlx::query_scalar(
         "select count(*) from jobs where kind = 'cluster_autoscale' and updated_at >= $1 \
          and last_error->>'code' = 'watching_demand'",
     )
     .bind(since)
     .fetch_one(db)
     .await?;
+    let checks = reads.unwrap_or(checked);
     let load_end = loadavg();
     let statements = top_statements(db, 12).await;
     server.stop().await;

@@ -515,6 +515,8 @@ pub struct NodePool {
     pub spec: NodePoolSpec,
     /// GPUs per machine of its class.
     pub gpu_count: u32,
+    /// CPU cores and memory (GiB) per machine of its class.
+    pub class_size: (u32, u32),
     /// Observed state.
     pub status: NodePoolStatus,
     /// Spec generation.

@@ -10,7 +10,7 @@ use chrono::Utc;
 use paddock_domain::job_kind::{ClusterJob, Payload, CLUSTER_AUTOSCALE};
 use paddock_domain::machine::HELD;
 use paddock_types::machine::MachineState;
-use paddock_types::{ClusterId, JobId, MachineClassId, NodePoolId, TenantId};
+use paddock_types::{ClusterId, JobId, MachineClassId, TenantId};
 use uuid::Uuid;
 
 use crate::{job, Conn, StoreError};
@@ -74,13 +74,10 @@ pub async fn arm_unarmed(conn: &mut Conn, interval: Duration) -> Result<u64, Sto
     Ok(armed.rows_affected())
 }
 
-/// What bounds the targets of one cluster's autoscaled pools besides their `max`, read in one
-/// statement: per pool, the machines it holds now; per class, the fleet (not retired) less what
-/// the cluster's other pools of the class ask for; and the tenant's quota room.
+/// What bounds the targets of one cluster's autoscaled pools besides their `max`: per class, the
+/// fleet (not retired); and the tenant's quota room.
 #[derive(Debug, Clone, Default)]
 pub struct Room {
-    /// Per pool: machines held (allocated, provisioning, active).
-    pub held: Vec<(NodePoolId, u32)>,
     /// Per class: the fleet's machines (not retired).
     pub fleet: Vec<(MachineClassId, u64)>,
     /// Nodes the tenant may still hold under `max_nodes` (None: unbounded).
@@ -90,11 +87,6 @@ pub struct Room {
 }
 
 impl Room {
-    /// The machines `pool` holds.
-    pub fn held_by(&self, pool: NodePoolId) -> u32 {
-        self.held.iter().find(|(p, _)| *p == pool).map_or(0, |(_, n)| *n)
-    }
-
     /// The fleet's machines of `class`.
     pub fn fleet_of(&self, class: MachineClassId) -> u64 {
         self.fleet.iter().find(|(c, _)| *c == class).map_or(0, |(_, n)| *n)
@@ -104,15 +96,6 @@ impl Room {
 /// The [`Room`] of a cluster's pools.
 pub async fn room(conn: &mut Conn, tenant: TenantId, cluster: ClusterId) -> Result<Room, StoreError> {
     let held_states: Vec<&str> = HELD.iter().map(|s: &MachineState| s.as_str()).collect();
-    let held: Vec<(Uuid, i64)> = sqlx::query_as(
-        "select node_pool_id, count(*) from machines where tenant_id = $1 and cluster_id = $2 \
-         and node_pool_id is not null and state = any($3) group by node_pool_id",
-    )
-    .bind(tenant.uuid())
-    .bind(cluster.uuid())
-    .bind(&held_states)
-    .fetch_all(&mut *conn)
-    .await?;
     let fleet: Vec<(Uuid, i64)> = sqlx::query_as(
         "select m.machine_class_id, count(*) from machines m where m.state <> 'retired' \
          and m.machine_class_id in (select machine_class_id from node_pools where tenant_id = $1 \
@@ -133,10 +116,8 @@ pub async fn room(conn: &mut Conn, tenant: TenantId, cluster: ClusterId) -> Resu
     .bind(&held_states)
     .fetch_one(&mut *conn)
     .await?;
-    let count = |n: i64| u32::try_from(n).unwrap_or(0);
     let room = |n: Option<i64>| n.map(|n| u64::try_from(n).unwrap_or(0));
     Ok(Room {
-        held: held.into_iter().map(|(p, n)| (NodePoolId(p), count(n))).collect(),
         fleet: fleet.into_iter().map(|(c, n)| (MachineClassId(c), u64::try_from(n).unwrap_or(0))).collect(),
         nodes: room(nodes),
         gpus: room(gpus),

@@ -23,6 +23,8 @@ struct PoolRow {
     machine_class_id: Uuid,
     machine_class: String,
     gpu_count: i32,
+    cpu_cores: i32,
+    memory_gib: i32,
     count: i32,
     labels: Json<Labels>,
     taints: Json<Vec<Taint>>,
@@ -59,7 +61,7 @@ impl PoolRow {
 
 const POOL_SELECT: &str =
     "select p.id, p.tenant_id, p.cluster_id, p.name, p.machine_class_id, mc.name as machine_class, \
-     mc.gpu_count, p.count, p.labels, p.taints, p.role, p.remediation_automatic, p.generation, p.observed_generation, p.ready, p.allocated, p.conditions, p.created_at, \
+     mc.gpu_count, mc.cpu_cores, mc.memory_gib, p.count, p.labels, p.taints, p.role, p.remediation_automatic, p.generation, p.observed_generation, p.ready, p.allocated, p.conditions, p.created_at, \
      p.updated_at, p.deletion_requested_at, \
      p.autoscale_min, p.autoscale_max, p.scale_down_delay_seconds, p.scale_up_delay_seconds, p.desired_count, \
      p.scale_up_since, p.scale_down_since, p.release_first from node_pools p join machine_classes mc on mc.id = p.machine_class_id";
@@ -90,6 +92,7 @@ impl TryFrom<PoolRow> for NodePool {
                 autoscaling,
             },
             gpu_count: unsigned(r.gpu_count),
+            class_size: (unsigned(r.cpu_cores), unsigned(r.memory_gib)),
             status: NodePoolStatus {
                 ready: unsigned(r.ready),
                 allocated: unsigned(r.allocated),

@@ -10,7 +10,7 @@
 use chrono::Utc;
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use paddock_domain::autoscale::{decide, PoolNow};
+use paddock_domain::autoscale::{decide, Direction, PoolNow};
 use paddock_domain::cluster::{resolved_partitions, Cluster, NodePool};
 use paddock_domain::driver::{Demand, DemandPool, DriverError, KubeDrivers, SlurmVersion, TenantAccess};
 use paddock_domain::job_kind::{ClusterJob, Payload, CLUSTER_AUTOSCALE};
@@ -18,7 +18,7 @@ use paddock_domain::machine::HELD;
 use paddock_service::autoscale::PoolDecision;
 use paddock_store::allocation::{self, HeldMachine};
 use paddock_store::autoscale::{self as store, Room};
-use paddock_store::{cluster as cluster_store, machine_class, node_pool, StoreError};
+use paddock_store::{cluster as cluster_store, node_pool, StoreError};
 use paddock_types::cluster::{ClusterKind, NodePoolRole};
 use paddock_types::machine::MachineState;
 use paddock_types::{ClusterId, TenantId};
@@ -57,7 +57,6 @@ struct Found {
     pools: Vec<NodePool>,
     held: Vec<HeldMachine>,
     access: Option<TenantAccess>,
-    room: Room,
 }
 
 impl Autoscaler {
@@ -84,7 +83,7 @@ impl Autoscaler {
         };
         let autoscaled: Vec<&NodePool> =
             found.pools.iter().filter(|p| p.spec.autoscaling.is_some() && !p.deleting).collect();
-        let asked = self.demand_pools(&found, &autoscaled).await?;
+        let asked = self.demand_pools(&found, &autoscaled);
         let demand = match self.read(kube, &found.cluster, access, &asked).await {
             Ok(demand) if demand.pools.len() == asked.len() => demand,
             Ok(_) => {
@@ -97,7 +96,15 @@ impl Autoscaler {
                 return Ok(Look::Again);
             }
         };
-        let decisions = decisions(&found, &autoscaled, &demand);
+        // At rest nothing moves and the bounds are never read: a decision to grow reads them (the
+        // fleet, the quota) and is taken again within them.
+        let mut decisions = decisions(&found, &autoscaled, &demand, None);
+        if decisions.iter().any(|d| d.scale.as_ref().is_some_and(|s| s.direction == Direction::Up)) {
+            let mut conn = self.0.services.store().conn().await?;
+            let room = store::room(&mut conn, tenant, id).await?;
+            drop(conn);
+            decisions = self::decisions(&found, &autoscaled, &demand, Some(&room));
+        }
         if !decisions.is_empty() {
             let written = self.0.services.autoscale_write(tenant, id, &decisions).await;
             if let Err(e) = written {
@@ -127,13 +134,12 @@ impl Autoscaler {
             cluster.status.endpoints.kubernetes_api.clone().filter(|_| cluster.status.observed_generation > 0);
         let access = tenant_access(&mut tx, self.0.services.cipher(), reference, endpoint.as_deref()).await?;
         let held = allocation::machines_of(&mut tx, tenant, id).await?;
-        let room = store::room(&mut tx, tenant, id).await?;
         tx.commit().await?;
-        Ok(Some(Found { cluster, pools, held, access, room }))
+        Ok(Some(Found { cluster, pools, held, access }))
     }
 
     /// What the drivers are asked about each autoscaled pool.
-    async fn demand_pools(&self, found: &Found, autoscaled: &[&NodePool]) -> Result<Vec<DemandPool>, StoreError> {
+    fn demand_pools(&self, found: &Found, autoscaled: &[&NodePool]) -> Vec<DemandPool> {
         let compute: Vec<&str> = found
             .pools
             .iter()
@@ -142,11 +148,9 @@ impl Autoscaler {
             .collect();
         let partitions =
             found.cluster.spec.slurm.as_ref().map(|s| resolved_partitions(s, &compute)).unwrap_or_default();
-        let mut conn = self.0.services.store().conn().await?;
-        let mut asked = Vec::with_capacity(autoscaled.len());
-        for pool in autoscaled {
-            let class = machine_class::get_by_name(&mut conn, &pool.spec.machine_class).await?;
-            asked.push(DemandPool {
+        autoscaled
+            .iter()
+            .map(|pool| DemandPool {
                 node_pool_id: pool.id,
                 name: pool.spec.name.clone(),
                 partitions: partitions
@@ -162,11 +166,10 @@ impl Autoscaler {
                     .collect(),
                 labels: pool.spec.labels.clone(),
                 taints: pool.spec.taints.clone(),
-                cpu_cores: class.as_ref().map_or(0, |c| c.spec.cpu_cores),
-                memory_gib: class.as_ref().map_or(0, |c| c.spec.memory_gib),
-            });
-        }
-        Ok(asked)
+                cpu_cores: pool.class_size.0,
+                memory_gib: pool.class_size.1,
+            })
+            .collect()
     }
 
     async fn read(
@@ -187,8 +190,14 @@ impl Autoscaler {
     }
 }
 
-/// The decisions worth writing: a pool whose target or memory moves.
-fn decisions<'a>(found: &Found, autoscaled: &[&'a NodePool], demand: &Demand) -> Vec<PoolDecision<'a>> {
+/// The decisions worth writing: a pool whose target or memory moves. Without `room` the pools
+/// are unbounded but by their `max` (a first look: only a scale-up needs the bounds).
+fn decisions<'a>(
+    found: &Found,
+    autoscaled: &[&'a NodePool],
+    demand: &Demand,
+    room: Option<&Room>,
+) -> Vec<PoolDecision<'a>> {
     let now = Utc::now();
     let noun = match found.cluster.spec.kind {
         ClusterKind::Slurm => "pending jobs",
@@ -197,11 +206,11 @@ fn decisions<'a>(found: &Found, autoscaled: &[&'a NodePool], demand: &Demand) ->
     let mut out = Vec::new();
     for (pool, wants) in autoscaled.iter().zip(&demand.pools) {
         let Some(autoscaling) = pool.spec.autoscaling else { continue };
-        let (ceiling, ceiling_by) = ceiling(found, pool);
+        let (ceiling, ceiling_by) = room.map_or((u32::MAX, None), |room| ceiling(found, room, pool));
         let now_pool = PoolNow {
             autoscaling,
             target: pool.status.desired_count,
-            held: found.room.held_by(pool.id),
+            held: held_by(&found.held, pool),
             memory: pool.scaling,
             ceiling,
             ceiling_by,
@@ -230,17 +239,17 @@ fn decisions<'a>(found: &Found, autoscaled: &[&'a NodePool], demand: &Demand) ->
 /// The most `pool` could hold now besides its `max`, and what bounds it: the fleet of its class
 /// less what the cluster's other pools of the class ask for (all or nothing: more could never
 /// be allocated), and the tenant's quota room on top of what the pool holds.
-fn ceiling(found: &Found, pool: &NodePool) -> (u32, Option<&'static str>) {
+fn ceiling(found: &Found, room: &Room, pool: &NodePool) -> (u32, Option<&'static str>) {
     let others: u64 = found
         .pools
         .iter()
         .filter(|p| p.id != pool.id && !p.deleting && p.machine_class_id == pool.machine_class_id)
         .map(|p| u64::from(p.status.desired_count))
         .sum();
-    let fleet = found.room.fleet_of(pool.machine_class_id).saturating_sub(others);
-    let held = u64::from(found.room.held_by(pool.id));
-    let by_nodes = found.room.nodes.map(|room| held + room);
-    let by_gpus = match (found.room.gpus, pool.gpu_count) {
+    let fleet = room.fleet_of(pool.machine_class_id).saturating_sub(others);
+    let held = u64::from(held_by(&found.held, pool));
+    let by_nodes = room.nodes.map(|room| held + room);
+    let by_gpus = match (room.gpus, pool.gpu_count) {
         (Some(room), gpus) if gpus > 0 => Some(held + room / u64::from(gpus)),
         _ => None,
     };
@@ -252,6 +261,12 @@ fn ceiling(found: &Found, pool: &NodePool) -> (u32, Option<&'static str>) {
         _ if fleet < max => (clamp(fleet), Some("the machine class's capacity")),
         _ => (clamp(max), None),
     }
+}
+
+/// The machines `pool` holds (allocated, provisioning, active).
+fn held_by(held: &[HeldMachine], pool: &NodePool) -> u32 {
+    let n = held.iter().filter(|m| m.node_pool_id == pool.id && HELD.contains(&m.state)).count();
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 impl JobHandler for Autoscaler {
