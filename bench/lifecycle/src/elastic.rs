@@ -22,15 +22,14 @@ use super::{
     top_statements, Api, Args, Server,
 };
 
-/// The default demand check interval (`PADDOCK_AUTOSCALE_INTERVAL`).
-const INTERVAL_S: u64 = 15;
-
 pub(super) async fn elastic(admin_url: &str, args: &Args) -> anyhow::Result<()> {
     let pools: usize = args.get("pools", 1000)?;
     let seconds: u64 = args.get("seconds", 60)?;
     let in_flight: usize = args.get("in-flight", 16)?;
     let samples: usize = args.get("samples", 5)?;
     let tenant_count: usize = args.get("tenants", 50)?.max(1);
+    // `PADDOCK_AUTOSCALE_INTERVAL` (15 s by default).
+    let interval_s: u64 = args.get("interval-s", 15)?.max(1);
     let admin = PgPoolOptions::new().max_connections(2).connect(admin_url).await?;
     let name = "lifecycle_bench_elastic";
     let url = fresh_database(&admin, admin_url, name).await?;
@@ -59,8 +58,8 @@ pub(super) async fn elastic(admin_url: &str, args: &Args) -> anyhow::Result<()> 
     eprintln!("{pools} clusters with an autoscaled pool ready in {:.1} s", t0.elapsed().as_secs_f64());
     server.stop().await;
 
-    let off = at_rest(&admin, &db, name, &url, seconds, false).await?;
-    let on = at_rest(&admin, &db, name, &url, seconds, true).await?;
+    let off = at_rest(&admin, &db, name, &url, seconds, None).await?;
+    let on = at_rest(&admin, &db, name, &url, seconds, Some(interval_s)).await?;
     println!("test: elastic pools at rest, {pools} ready clusters of {tenant_count} tenants, one autoscaled pool each (no demand)");
     for window in [&off, &on] {
         window.print();
@@ -73,7 +72,7 @@ pub(super) async fn elastic(admin_url: &str, args: &Args) -> anyhow::Result<()> 
         if watching < 0.01 { "MET" } else { "NOT MET" },
         (on.delta.server - off.delta.server).max(0.0) / checks * 1e6,
     );
-    demand_to_join(&db, &url, &clusters[..samples.min(clusters.len())]).await
+    demand_to_join(&db, &url, &clusters[..samples.min(clusters.len())], interval_s).await
 }
 
 /// Creates a `kubernetes` cluster with one autoscaled pool and waits until it is ready.
@@ -90,7 +89,7 @@ async fn create_elastic(api: &Api, tenant: &str, name: &str) -> anyhow::Result<S
 
 /// One measured window of a fresh process at rest.
 struct Window {
-    checking: bool,
+    checking: Option<u64>,
     delta: super::Delta,
     cpu: f64,
     load: (String, String),
@@ -101,7 +100,7 @@ struct Window {
 impl Window {
     fn print(&self) {
         let d = &self.delta;
-        let interval = if self.checking { format!("{INTERVAL_S} s") } else { "none in the window".to_owned() };
+        let interval = self.checking.map_or("none in the window".to_owned(), |s| format!("every {s} s"));
         println!("window: demand checks {interval} ({:.1} s, load_avg {} -> {})", d.secs, self.load.0, self.load.1);
         println!("  paddock_cpu_s: {:.3} = {:.3}% of one core", d.server, self.cpu * 100.0);
         println!("  postgres_cpu_s: {:.3} = {:.2}% of one core", d.postgres, d.postgres / d.secs * 100.0);
@@ -119,16 +118,19 @@ async fn at_rest(
     name: &str,
     url: &str,
     seconds: u64,
-    checking: bool,
+    checking: Option<u64>,
 ) -> anyhow::Result<Window> {
-    let spread = if checking { "now() + random() * interval '15 seconds'" } else { "now() + interval '1 day'" };
+    let spread = match checking {
+        Some(s) => format!("now() + random() * interval '{s} seconds'"),
+        None => "now() + interval '1 day'".to_owned(),
+    };
     sqlx::query(&format!("update jobs set run_at = {spread} where kind = 'cluster_autoscale' and state = 'queued'"))
         .execute(db)
         .await?;
     let extra = [
         ("agent-poll-ms", "200".into()),
         ("drift-interval-s", "0".into()),
-        ("autoscale-interval-s", INTERVAL_S.to_string()),
+        ("autoscale-interval-s", checking.unwrap_or(3600).to_string()),
     ];
     let server = Server::start(url, &extra).await?;
     tokio::time::sleep(Duration::from_secs(5)).await; // start-up work out of the window
@@ -167,13 +169,13 @@ async fn at_rest(
 
 /// Demand for one node on each of `clusters`' pool in turn, at the default interval: from the
 /// demand to the decision, from the decision to the node counted ready.
-async fn demand_to_join(db: &PgPool, url: &str, clusters: &[String]) -> anyhow::Result<()> {
+async fn demand_to_join(db: &PgPool, url: &str, clusters: &[String], interval_s: u64) -> anyhow::Result<()> {
     let extra = [("agent-poll-ms", "200".into()), ("drift-interval-s", "0".into())];
     let server =
-        Server::start(url, &[extra[0].clone(), extra[1].clone(), ("autoscale-interval-s", INTERVAL_S.to_string())])
+        Server::start(url, &[extra[0].clone(), extra[1].clone(), ("autoscale-interval-s", interval_s.to_string())])
             .await?;
     println!(
-        "test: pending demand to a joined node, {} samples, autoscale interval {INTERVAL_S} s, zero simulated latency",
+        "test: pending demand to a joined node, {} samples, autoscale interval {interval_s} s, zero simulated latency",
         clusters.len()
     );
     let (mut decide, mut join) = (Vec::new(), Vec::new());
