@@ -620,7 +620,10 @@ async fn node_pools_scale_and_a_slurm_cluster_keeps_its_system_pool() {
         .await
         .expect(202)
         .json();
-    assert_eq!(added["node_pool"]["status"], json!({ "ready": 0, "allocated": 0, "conditions": [] }));
+    assert_eq!(
+        added["node_pool"]["status"],
+        json!({ "ready": 0, "allocated": 0, "desired_count": 2, "conditions": [] })
+    );
     assert_eq!(added["node_pool"]["role"], "compute", "the default role");
     app.post(&pools)
         .token(&t)

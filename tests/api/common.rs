@@ -169,7 +169,7 @@ pub fn lab_worker_config() -> paddock_worker::WorkerConfig {
 }
 
 /// Runs, in this test's runtime, a worker named `name` with the machine and cluster reconcilers
-/// (and the clusters' drift checks)
+/// (and the clusters' drift and demand checks)
 /// over `drivers`, and the simulated machines' agent reporting to the served `app`, until the
 /// returned sender says stop or is dropped; and the worker's metrics (what the `/metrics` of a
 /// process running it renders).
@@ -181,13 +181,16 @@ pub fn run_worker(
     config: paddock_worker::WorkerConfig,
     name: &str,
 ) -> (tokio::sync::watch::Sender<bool>, std::sync::Arc<paddock_worker::WorkerMetrics>) {
-    use paddock_worker::reconcile::{ClusterReconciler, DriftCheck, MachineReconciler, PowerCycle, PowerSync};
+    use paddock_worker::reconcile::{
+        Autoscaler, ClusterReconciler, DriftCheck, MachineReconciler, PowerCycle, PowerSync,
+    };
     let clusters = ClusterReconciler::new(app.services.clone(), drivers.clone(), settings.clone());
     let sync = PowerSync::new(app.services.clone(), drivers.clone(), Default::default());
     let handlers: Vec<std::sync::Arc<dyn paddock_worker::JobHandler>> = vec![
         std::sync::Arc::new(PowerCycle::new(sync)),
         std::sync::Arc::new(MachineReconciler::new(app.services.clone(), drivers, settings)),
         std::sync::Arc::new(DriftCheck(clusters.clone())),
+        std::sync::Arc::new(Autoscaler(clusters.clone())),
         std::sync::Arc::new(clusters),
     ];
     let store = paddock_store::Store::from_pool(app.db.pool.clone());

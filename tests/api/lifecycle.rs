@@ -47,7 +47,7 @@ pub(crate) struct Seat {
 /// The API on a port, a worker and the simulated machines' agent, over one database.
 pub(crate) struct Lab {
     pub(crate) app: TestApp,
-    world: SimWorld,
+    pub(crate) world: SimWorld,
     stop: watch::Sender<bool>,
     metrics: Arc<paddock_worker::WorkerMetrics>,
     pub(crate) tenant: String,
@@ -65,7 +65,7 @@ impl Lab {
     }
 
     /// A lab whose reconcilers' settings pass through `tune` and drivers through `wrap`.
-    async fn tuned(tune: impl FnOnce(&mut Settings), wrap: impl FnOnce(Drivers) -> Drivers) -> Lab {
+    pub(crate) async fn tuned(tune: impl FnOnce(&mut Settings), wrap: impl FnOnce(Drivers) -> Drivers) -> Lab {
         let app = TestApp::served().await;
         let store = Store::from_pool(app.db.pool.clone());
         let world = SimWorld::new(store, SimConfig::zero());
@@ -116,7 +116,7 @@ impl Lab {
     }
 
     /// The lab's own tenant.
-    fn own(&self) -> Seat {
+    pub(crate) fn own(&self) -> Seat {
         Seat { tenant: self.tenant.clone(), token: self.tenant_token.clone() }
     }
 
@@ -131,7 +131,7 @@ impl Lab {
         self.create_as(&self.own(), body).await
     }
 
-    async fn create_as(&self, seat: &Seat, body: Value) -> Value {
+    pub(crate) async fn create_as(&self, seat: &Seat, body: Value) -> Value {
         let path = format!("/v1/tenants/{}/clusters", seat.tenant);
         self.app.post(path).token(&seat.token).json(&body).send().await.expect(202).json()
     }
@@ -144,7 +144,7 @@ impl Lab {
         self.cluster_as(&self.own(), cluster).await
     }
 
-    async fn cluster_as(&self, seat: &Seat, cluster: &str) -> Value {
+    pub(crate) async fn cluster_as(&self, seat: &Seat, cluster: &str) -> Value {
         self.app.get(cluster_path(seat, cluster)).token(&seat.token).send().await.expect(200).json()
     }
 
@@ -154,7 +154,7 @@ impl Lab {
     }
 
     /// Waits up to `within` until `seat`'s cluster is ready at its current generation.
-    async fn ready_as(&self, seat: &Seat, cluster: &str, within: Duration) -> Value {
+    pub(crate) async fn ready_as(&self, seat: &Seat, cluster: &str, within: Duration) -> Value {
         eventually(within, || async {
             let c = self.cluster_as(seat, cluster).await;
             (c["status"]["phase"] == "ready" && c["status"]["observed_generation"] == c["generation"]).then_some(c)
@@ -163,7 +163,7 @@ impl Lab {
     }
 
     /// Waits until `seat`'s cluster waits for machines.
-    async fn waiting_as(&self, seat: &Seat, cluster: &str) -> Value {
+    pub(crate) async fn waiting_as(&self, seat: &Seat, cluster: &str) -> Value {
         eventually(WAIT, || async {
             let c = self.cluster_as(seat, cluster).await;
             (condition(&c, "MachinesAllocated")["reason"] == "InsufficientCapacity").then_some(c)
@@ -180,7 +180,7 @@ impl Lab {
         .await
     }
 
-    async fn operation(&self, op: &Value) -> Value {
+    pub(crate) async fn operation(&self, op: &Value) -> Value {
         self.app.get(format!("/v1/operations/{}", id(op))).token(&admin()).send().await.expect(200).json()
     }
 
@@ -189,7 +189,7 @@ impl Lab {
         self.app.patch(path).token(&self.tenant_token).json(&json!({ "count": count })).send().await.expect(202).json()
     }
 
-    async fn delete(&self, cluster: &str) -> Value {
+    pub(crate) async fn delete(&self, cluster: &str) -> Value {
         self.app.delete(self.cluster_path(cluster)).token(&self.tenant_token).send().await.expect(202).json()
     }
 
@@ -257,7 +257,7 @@ impl Lab {
     }
 
     /// The schema-level history invariants (docs/security.md).
-    async fn check_invariants(&self) {
+    pub(crate) async fn check_invariants(&self) {
         let overlapping = self
             .scalar(
                 "select count(*) from machine_allocations a join machine_allocations b \
@@ -290,7 +290,7 @@ impl Lab {
 }
 
 /// The path of `seat`'s cluster.
-fn cluster_path(seat: &Seat, cluster: &str) -> String {
+pub(crate) fn cluster_path(seat: &Seat, cluster: &str) -> String {
     format!("/v1/tenants/{}/clusters/{cluster}", seat.tenant)
 }
 

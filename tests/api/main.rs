@@ -4,6 +4,7 @@
 mod agent;
 mod allocation;
 mod authz;
+mod autoscale;
 mod bad_input;
 mod body_shape;
 mod cluster;

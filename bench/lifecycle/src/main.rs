@@ -10,6 +10,7 @@
 //! lifecycle-bench fleet     <admin-url> [--machines N] ...
 //! lifecycle-bench scale-out <admin-url> --paddock BIN [--workers 1,2,4] ...   # real `paddock api`/`worker` processes
 //! lifecycle-bench api-scale <admin-url> --paddock BIN ...                     # 1 and 2 `paddock api` behind haproxy
+//! lifecycle-bench elastic   <admin-url> [--pools N] [--seconds S] [--samples K] ...
 //! ```
 //!
 //! The three measuring commands create their own database (`lifecycle_bench_<test>`) on the server
@@ -19,6 +20,7 @@
 //! the driver's. Results are printed as `key: value` lines on stdout; progress goes to stderr.
 
 mod apiscale;
+mod elastic;
 mod fleet;
 mod lifecycle;
 mod parallel;
@@ -40,7 +42,7 @@ use paddock_auth::{Claims, Secret, Verifier, VerifierConfig};
 use paddock_domain::secret::Cipher;
 use paddock_service::Services;
 use paddock_store::Store;
-use paddock_worker::reconcile::{self, ClusterReconciler, DriftCheck, Drivers, MachineReconciler};
+use paddock_worker::reconcile::{self, Autoscaler, ClusterReconciler, DriftCheck, Drivers, MachineReconciler};
 use paddock_worker::{JobHandler, Worker, WorkerConfig};
 use serde_json::{json, Value};
 use sqlx::postgres::PgPoolOptions;
@@ -120,6 +122,7 @@ async fn main() -> anyhow::Result<()> {
         "fleet" => fleet::fleet(url, &args).await,
         "scale-out" => scaleout::scale_out(url, &args).await,
         "api-scale" => apiscale::api_scale(url, &args).await,
+        "elastic" => elastic::elastic(url, &args).await,
         _ => usage(),
     }
 }
@@ -141,6 +144,7 @@ async fn serve(database_url: &str, args: &Args) -> anyhow::Result<()> {
     let poll = Duration::from_millis(args.get("poll-ms", 50)?);
     let run_agent: bool = args.get("agent", true)?;
     let drift_interval = Duration::from_secs(args.get("drift-interval-s", 600)?);
+    let autoscale_interval = Duration::from_secs(args.get("autoscale-interval-s", 15)?);
 
     let store = Store::connect_lazy(database_url, pool)?;
     // One key for every `serve` of a run (the driver passes it), so a restarted process reads
@@ -167,8 +171,15 @@ async fn serve(database_url: &str, args: &Args) -> anyhow::Result<()> {
         os_image_url: Some("http://images.bench.invalid/os.img".into()),
         poll,
         drift_interval,
+        autoscale_interval,
         ..reconcile::Settings::default()
     };
+    {
+        // As `paddock serve` does at a worker's start.
+        let mut conn = store.conn().await?;
+        let armed = paddock_store::autoscale::arm_unarmed(&mut conn, autoscale_interval).await?;
+        eprintln!("serve: armed the demand checks of {armed} clusters with autoscaled pools");
+    }
     if !drift_interval.is_zero() {
         // As `paddock serve` does at a worker's start.
         let mut conn = store.conn().await?;
@@ -183,6 +194,7 @@ async fn serve(database_url: &str, args: &Args) -> anyhow::Result<()> {
     let handlers: Vec<Arc<dyn JobHandler>> = vec![
         Arc::new(MachineReconciler::new(services.clone(), drivers, lifecycle)),
         Arc::new(DriftCheck(clusters.clone())),
+        Arc::new(Autoscaler(clusters.clone())),
         Arc::new(clusters),
     ];
     let config = WorkerConfig { concurrency, lease: Duration::from_secs(30), ..WorkerConfig::default() };

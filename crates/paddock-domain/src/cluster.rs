@@ -8,8 +8,8 @@ use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
 use paddock_types::cluster::{
-    ClusterCreate, ClusterKind, ClusterStatus, ClusterView, Condition, ConditionStatus, Isolation, NodePoolCreate,
-    NodePoolRole, NodePoolStatus, NodePoolSummary, NodePoolView, Partition, SlurmSpec, Taint,
+    ClusterCreate, ClusterKind, ClusterStatus, ClusterView, Condition, ConditionStatus, Isolation, NodePoolAutoscaling,
+    NodePoolCreate, NodePoolRole, NodePoolStatus, NodePoolSummary, NodePoolView, Partition, SlurmSpec, Taint,
     DEFAULT_KUBERNETES_VERSION,
 };
 use paddock_types::remediation::NodePoolRemediation;
@@ -99,6 +99,23 @@ pub struct NodePoolSpec {
     /// Whether a `failed` health report starts a replacement on its own (fixed at creation).
     #[serde(default)]
     pub remediation: NodePoolRemediation,
+    /// Elastic pools: the autoscaler's bounds and delays (its target is status).
+    #[serde(default)]
+    pub autoscaling: Option<NodePoolAutoscaling>,
+}
+
+impl NodePoolSpec {
+    /// The machines quotas count for the pool: `max` when it is autoscaled (docs/tenants.md,
+    /// "Elastic pools"), else `count`.
+    pub fn quota_count(&self) -> u32 {
+        self.autoscaling.map_or(self.count, |a| a.max)
+    }
+
+    /// The machines the pool can never do without, checked against the fleet: `count`, or an
+    /// autoscaled pool's `min` (the autoscaler clamps its targets to the fleet).
+    pub fn floor_count(&self) -> u32 {
+        self.autoscaling.map_or(self.count, |a| a.min)
+    }
 }
 
 impl From<NodePoolCreate> for NodePoolSpec {
@@ -111,6 +128,7 @@ impl From<NodePoolCreate> for NodePoolSpec {
             taints: p.taints,
             role: p.role,
             remediation: p.remediation,
+            autoscaling: p.autoscaling,
         }
     }
 }
@@ -233,6 +251,9 @@ pub fn check_system_pool(kind: ClusterKind, pools: &[NodePoolSpec]) -> Result<()
         (ClusterKind::Slurm, [(i, pool)]) if pool.count == 0 => {
             Err(system_pool_empty(&format!("node_pools[{i}].count")))
         }
+        (ClusterKind::Slurm, [(i, pool)]) if pool.autoscaling.is_some() => {
+            Err(system_pool_autoscaled(&format!("node_pools[{i}].autoscaling")))
+        }
         (ClusterKind::Slurm, [_]) => Ok(()),
         (ClusterKind::Slurm, [_, (i, _), ..]) => Err(system_pool_duplicate(&format!("node_pools[{i}].role"))),
     }
@@ -258,6 +279,17 @@ pub fn system_pool_empty(field: &str) -> Error {
     Error::rule("system_pool_empty", field, "the system pool carries Slurm's control pods and needs at least one node")
 }
 
+/// 422 `system_pool_autoscaled`: the system pool carries Slurm's control pods, so its size is
+/// never the autoscaler's.
+pub fn system_pool_autoscaled(field: &str) -> Error {
+    Error::rule(
+        "system_pool_autoscaled",
+        field,
+        "the system pool carries Slurm's control pods and their volumes: it is never autoscaled; autoscale a \
+         compute pool",
+    )
+}
+
 /// Orders Kubernetes versions (`v1.35` < `v1.35.1` < `v1.36.0`) and base stack versions (`2026.9.0` <
 /// `2026.12.0`), part by part; unparseable parts count as 0.
 pub fn version_key(version: &str) -> (u32, u32, u32) {
@@ -276,6 +308,9 @@ fn validate_pool_into(c: &mut Checks, prefix: &str, pool: &NodePoolSpec) {
     c.dns_label(&format!("{prefix}name"), &pool.name, 30);
     c.dns_label(&format!("{prefix}machine_class"), &pool.machine_class, 63);
     c.check(pool.count <= MAX_POOL_COUNT, &format!("{prefix}count"), format!("must be between 0 and {MAX_POOL_COUNT}"));
+    if let Some(a) = &pool.autoscaling {
+        validate_autoscaling(c, prefix, pool.count, a);
+    }
     c.labels(&format!("{prefix}labels"), &pool.labels);
     c.check(pool.taints.len() <= 32, &format!("{prefix}taints"), "at most 32 taints");
     let mut seen = HashSet::new();
@@ -287,6 +322,27 @@ fn validate_pool_into(c: &mut Checks, prefix: &str, pool: &NodePoolSpec) {
             seen.insert((t.key.as_str(), t.effect)),
             &format!("{prefix}taints[{i}]"),
             "duplicates another taint's key and effect",
+        );
+    }
+}
+
+/// An autoscaled pool's bounds: `min <= max <= MAX_POOL_COUNT`, the delays within a day, and its
+/// `count` (the initial size) within `[min, max]`.
+fn validate_autoscaling(c: &mut Checks, prefix: &str, count: u32, a: &NodePoolAutoscaling) {
+    use paddock_types::cluster::SCALE_DELAY_MAX;
+    let field = |f: &str| format!("{prefix}autoscaling.{f}");
+    c.check(a.max <= MAX_POOL_COUNT, &field("max"), format!("must be between 0 and {MAX_POOL_COUNT}"));
+    c.check(a.min <= a.max, &field("min"), "must not be greater than `max`");
+    for (name, value) in
+        [("scale_down_delay_seconds", a.scale_down_delay_seconds), ("scale_up_delay_seconds", a.scale_up_delay_seconds)]
+    {
+        c.check(value <= SCALE_DELAY_MAX, &field(name), format!("must be between 0 and {SCALE_DELAY_MAX}"));
+    }
+    if a.min <= a.max {
+        c.check(
+            (a.min..=a.max).contains(&count),
+            &format!("{prefix}count"),
+            "an autoscaled pool's `count` is its initial size: between `autoscaling.min` and `autoscaling.max`",
         );
     }
 }
@@ -459,6 +515,8 @@ pub struct NodePool {
     pub spec: NodePoolSpec,
     /// GPUs per machine of its class.
     pub gpu_count: u32,
+    /// CPU cores and memory (GiB) per machine of its class.
+    pub class_size: (u32, u32),
     /// Observed state.
     pub status: NodePoolStatus,
     /// Spec generation.
@@ -467,6 +525,10 @@ pub struct NodePool {
     pub observed_generation: i64,
     /// Whether deletion was requested.
     pub deleting: bool,
+    /// The autoscaler's memory (autoscaled pools).
+    pub scaling: crate::autoscale::ScaleMemory,
+    /// The Node names a scale-down found idle: given back first.
+    pub release_first: Vec<String>,
     /// Creation time.
     pub created_at: DateTime<Utc>,
     /// Last change.
@@ -486,6 +548,7 @@ impl NodePool {
             taints: self.spec.taints.clone(),
             role: self.spec.role,
             remediation: self.spec.remediation,
+            autoscaling: self.spec.autoscaling,
             status: self.status.clone(),
             generation: self.generation,
             etag: etag(self.generation),
@@ -521,6 +584,7 @@ impl Cluster {
                     machine_class: p.spec.machine_class.clone(),
                     count: p.spec.count,
                     role: p.spec.role,
+                    desired_count: p.status.desired_count,
                 })
                 .collect(),
             status: self.status.clone(),
@@ -546,6 +610,7 @@ mod tests {
             taints: vec![],
             role: NodePoolRole::Compute,
             remediation: NodePoolRemediation::default(),
+            autoscaling: None,
         }
     }
 

@@ -294,8 +294,77 @@ impl fmt::Debug for JoinConfig {
     }
 }
 
+/// An autoscaled pool whose demand is asked for (docs/tenants.md, "Elastic pools").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DemandPool {
+    /// The pool.
+    pub node_pool_id: NodePoolId,
+    /// Its name (its NodeSet's and, by default, its partition's).
+    pub name: String,
+    /// The Slurm partitions its nodes are in (`slurm` clusters).
+    pub partitions: Vec<String>,
+    /// The Node names its machines have.
+    pub node_names: Vec<String>,
+    /// Its nodes' labels (what a pod's node selector must match).
+    pub labels: Labels,
+    /// Its nodes' taints (what a pod must tolerate).
+    pub taints: Vec<Taint>,
+    /// CPU cores per machine of its class (a pod's share of a node).
+    pub cpu_cores: u32,
+    /// Memory per machine of its class, GiB.
+    pub memory_gib: u32,
+}
+
+/// What a pool's workload asks of it, as its scheduler reports it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolDemand {
+    /// Jobs pending in the pool's partitions (`slurm`), or unschedulable pods that would fit the
+    /// pool (`kubernetes`).
+    pub pending: u32,
+    /// The nodes those ask for beyond what is free.
+    pub pending_nodes: u32,
+    /// The pool's nodes the scheduler knows.
+    pub nodes: u32,
+    /// Of those, the ones running nothing.
+    pub idle_nodes: u32,
+}
+
+impl PoolDemand {
+    /// The pool's nodes running something.
+    pub fn busy_nodes(&self) -> u32 {
+        self.nodes.saturating_sub(self.idle_nodes)
+    }
+}
+
+/// The answer of a demand read: per pool (in the order asked), and the idle Node names, the first
+/// to give back when the pool shrinks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Demand {
+    /// Per pool asked for, in order.
+    pub pools: Vec<PoolDemand>,
+    /// Idle Node names of those pools.
+    pub idle_node_names: Vec<String>,
+}
+
+/// A driver that cannot read demand (the real drivers before their demand read lands).
+pub fn demand_unsupported() -> DriverError {
+    DriverError::permanent("demand_unsupported", "this driver cannot read the demand of autoscaled pools")
+}
+
 /// A tenant cluster's nodes: joining machines and matching them to Nodes.
 pub trait TenantNodes: Send + Sync {
+    /// The demand of `pools` of a `kubernetes` cluster: its unschedulable pods whose node
+    /// selector the pool's labels satisfy and whose tolerations cover the pool's taints, and the
+    /// nodes they need by their requests against the class's size.
+    fn pod_demand<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        pools: &'a [DemandPool],
+    ) -> BoxFuture<'a, Result<Demand, DriverError>> {
+        let _ = (tenant, pools);
+        Box::pin(async { Err(demand_unsupported()) })
+    }
+
     /// A join configuration for `node` (a fresh bootstrap token, valid for `ttl_seconds`).
     fn join_config<'a>(
         &'a self,
@@ -518,6 +587,18 @@ pub trait SlurmDriver: Send + Sync {
 
     /// Deletes the cluster's Slurm. `Gone` once every Slurm object no longer exists.
     fn remove_slurm<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<Removal, DriverError>>;
+
+    /// The demand of `pools` read through slurmrestd: the jobs pending in each pool's partitions
+    /// and the nodes they ask for, and the pool's nodes Slurm knows and which of them are idle.
+    fn job_demand<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        slurm: &'a SlurmVersion,
+        pools: &'a [DemandPool],
+    ) -> BoxFuture<'a, Result<Demand, DriverError>> {
+        let _ = (tenant, slurm, pools);
+        Box::pin(async { Err(demand_unsupported()) })
+    }
 }
 
 /// The cluster-side drivers the reconcilers use, chosen together by `PADDOCK_KUBE_DRIVER`.

@@ -12,6 +12,10 @@ pub const CLUSTER_RECONCILE: &str = "cluster_reconcile";
 /// Re-verifies a ready cluster at rest (`PADDOCK_DRIFT_INTERVAL`): the reconcile's steps, which
 /// read everything and correct only what changed behind paddock's back; then queued again.
 pub const CLUSTER_DRIFT_CHECK: &str = "cluster_drift_check";
+/// Watches the demand of a cluster's autoscaled pools (`PADDOCK_AUTOSCALE_INTERVAL`) and moves
+/// their targets; queued again while the cluster has an autoscaled pool. Its target is the
+/// cluster, so it never runs beside the cluster's reconcile.
+pub const CLUSTER_AUTOSCALE: &str = "cluster_autoscale";
 /// Keeps machines' power in line with their state: one fleet-wide job that reads the power of
 /// machines in stable states, and per-machine jobs that correct a drift it found.
 pub const POWER_SYNC: &str = "power_sync";

@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod attestation;
 pub mod authz;
+pub mod autoscale;
 pub mod bmc;
 pub mod cluster;
 pub mod cursor;

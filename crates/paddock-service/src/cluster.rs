@@ -22,6 +22,7 @@ use paddock_types::tenant::TenantState;
 use paddock_types::{ClusterId, MachineClassId, MachineId, NodePoolId, TenantId};
 use serde_json::json;
 
+use crate::autoscale;
 use crate::operation::{accept, Accepted, Target};
 use crate::{Body, Ctx, Done, Listed, Services};
 
@@ -97,8 +98,8 @@ impl Services {
                 classes.push(known_class(&mut tx, &pool.machine_class).await?);
             }
             for (pool, class) in pools.iter().zip(&classes) {
-                demand.nodes += u64::from(pool.count);
-                demand.gpus += u64::from(pool.count) * u64::from(class.map_or(0, |(_, gpus)| gpus));
+                demand.nodes += u64::from(pool.quota_count());
+                demand.gpus += u64::from(pool.quota_count()) * u64::from(class.map_or(0, |(_, gpus)| gpus));
             }
             rules::check_quotas(&tenant.spec.quotas, demand)?;
             for (class, _) in classes.iter().flatten() {
@@ -120,6 +121,9 @@ impl Services {
             store::insert(&mut tx, tenant_id, id, &spec, stack_version).await?;
             for (pool, (class, _)) in pools.iter().zip(&classes) {
                 node_pool::insert(&mut tx, tenant_id, id, NodePoolId::new(), *class, pool).await?;
+            }
+            if pools.iter().any(|p| p.autoscaling.is_some()) {
+                paddock_store::autoscale::arm(&mut tx, tenant_id, id, std::time::Duration::ZERO).await?;
             }
             let message = format!("cluster {} was requested", spec.name);
             cluster_event::insert(&mut tx, tenant_id, id, "Normal", "ClusterCreated", &message).await?;
@@ -277,8 +281,8 @@ impl Services {
             // adding no GPUs; then the values.
             let known = known_class(&mut tx, &spec.machine_class).await?;
             let mut demand = store::demand(&mut tx, tenant_id, None).await?;
-            demand.nodes += u64::from(spec.count);
-            demand.gpus += u64::from(spec.count) * u64::from(known.map_or(0, |(_, gpus)| gpus));
+            demand.nodes += u64::from(spec.quota_count());
+            demand.gpus += u64::from(spec.quota_count()) * u64::from(known.map_or(0, |(_, gpus)| gpus));
             rules::check_quotas(&tenant.spec.quotas, demand)?;
             if let Some((class, _)) = known {
                 let others = node_pool::class_count(&mut tx, tenant_id, cluster_id, class, None).await?;
@@ -297,6 +301,9 @@ impl Services {
             audit.target(id.uuid(), Some(tenant_id));
             node_pool::insert(&mut tx, tenant_id, cluster_id, id, class, &spec).await?;
             store::touch(&mut tx, tenant_id, cluster_id).await?;
+            if spec.autoscaling.is_some() {
+                paddock_store::autoscale::arm(&mut tx, tenant_id, cluster_id, std::time::Duration::ZERO).await?;
+            }
             let message =
                 format!("node pool {} of {} {} machines was added", spec.name, spec.count, spec.machine_class);
             cluster_event::insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolCreated", &message).await?;
@@ -345,33 +352,40 @@ impl Services {
             let current = pool_for_change(&mut tx, tenant_id, cluster_id, id).await?;
             if_match.check(current.generation)?;
             let patch = body.value()?;
-            let spec: NodePoolSpec = body.apply_patch(&current.spec, &patch, &["name", "machine_class", "role"])?;
+            let patched: NodePoolSpec = body.apply_patch(&current.spec, &patch, &["name", "machine_class", "role"])?;
+            let (spec, desired) = autoscale::patched(&current, patched, &patch)?;
             let mut demand = store::demand(&mut tx, tenant_id, Some(id)).await?;
-            demand.nodes += u64::from(spec.count);
-            demand.gpus += u64::from(spec.count) * u64::from(current.gpu_count);
+            demand.nodes += u64::from(spec.quota_count());
+            demand.gpus += u64::from(spec.quota_count()) * u64::from(current.gpu_count);
             // Shrinking is always allowed, even over a quota lowered in the meantime.
-            if spec.count > current.spec.count {
+            if spec.quota_count() > current.spec.quota_count() {
                 rules::check_quotas(&tenant.spec.quotas, demand)?;
+            }
+            if spec.floor_count() > current.spec.floor_count() {
                 let class = current.machine_class_id;
                 let others = node_pool::class_count(&mut tx, tenant_id, cluster_id, class, Some(id)).await?;
-                check_fleet(&mut tx, ctx, class, others + u64::from(spec.count)).await?;
+                check_fleet(&mut tx, ctx, class, others + u64::from(spec.floor_count())).await?;
             }
             // The values after the 409s (docs/api.md).
             rules::validate_pool(&spec)?;
             check_system_pool_kept(&cluster, &current, Some(spec.count))?;
+            if current.spec.role == NodePoolRole::System && spec.autoscaling.is_some() {
+                return Err(rules::system_pool_autoscaled("autoscaling"));
+            }
             let changed = spec != current.spec;
             if changed {
-                node_pool::update_spec(&mut tx, tenant_id, id, &spec).await?;
+                node_pool::update_spec(&mut tx, tenant_id, id, &spec, desired).await?;
                 store::touch(&mut tx, tenant_id, cluster_id).await?;
             }
-            if spec.count != current.spec.count {
+            autoscale::changed(&mut tx, &current, &spec, desired).await?;
+            if spec.count != current.spec.count && spec.autoscaling.is_none() {
                 let message = format!("node pool {} scaled from {} to {}", spec.name, current.spec.count, spec.count);
                 cluster_event::insert(&mut tx, tenant_id, cluster_id, "Normal", "NodePoolScaled", &message).await?;
             }
             let change = Accepted {
                 kind: "node_pool_update",
                 generation: current.generation + i64::from(changed),
-                supersedes: &["node_pool_create"],
+                supersedes: &["node_pool_create", autoscale::NODE_POOL_SCALE],
                 // Also when nothing changed, as for a cluster's patch: a run ends the operation.
                 reconcile: true,
             };
@@ -410,7 +424,7 @@ impl Services {
             let change = Accepted {
                 kind: "node_pool_delete",
                 generation: current.generation + 1,
-                supersedes: &["node_pool_create", "node_pool_update"],
+                supersedes: &["node_pool_create", "node_pool_update", autoscale::NODE_POOL_SCALE],
                 reconcile: true,
             };
             pool_changed(

@@ -5,6 +5,7 @@
 
 pub mod agent;
 mod audit;
+pub mod autoscale;
 mod chain_cache;
 pub mod cluster;
 pub mod credentials;

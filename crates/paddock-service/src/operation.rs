@@ -42,6 +42,25 @@ pub(crate) struct Accepted<'a> {
 /// with its step plan for the target as the change found it, and, when the desired state
 /// changed, the reconcile job that carries it out (merged with one already queued). The audit event is the envelope's ([`Services::audited`]).
 pub(crate) async fn accept(conn: &mut Conn, target: Target, change: Accepted<'_>) -> Result<OperationView> {
+    accepted(conn, target, change, None).await
+}
+
+/// [`accept`] for a change paddock makes on its own, with the `reason` people are shown.
+pub(crate) async fn accept_explained(
+    conn: &mut Conn,
+    target: Target,
+    change: Accepted<'_>,
+    reason: &str,
+) -> Result<OperationView> {
+    accepted(conn, target, change, Some(reason)).await
+}
+
+async fn accepted(
+    conn: &mut Conn,
+    target: Target,
+    change: Accepted<'_>,
+    reason: Option<&str>,
+) -> Result<OperationView> {
     let (target_type, target_id, tenant_id) = match target {
         Target::Machine(id) => ("machine", id.uuid(), None),
         Target::Cluster { tenant, cluster, pool: None } => ("cluster", cluster.uuid(), Some(tenant)),
@@ -56,7 +75,10 @@ pub(crate) async fn accept(conn: &mut Conn, target: Target, change: Accepted<'_>
         supersedes: change.supersedes,
         context: plan_context(conn, target).await?,
     };
-    let operation = store::insert(conn, &new).await?;
+    let operation = match reason {
+        Some(reason) => store::insert_explained(conn, &new, reason).await?,
+        None => store::insert(conn, &new).await?,
+    };
     match target {
         _ if !change.reconcile => {}
         Target::Machine(id) => lifecycle::enqueue_machine(conn, id, Some(operation.id)).await?,

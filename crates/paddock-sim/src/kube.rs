@@ -8,9 +8,10 @@ use std::sync::Arc;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use paddock_domain::driver::{
-    BoxFuture, ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, Drain, DriverError, Isolation,
-    JoinConfig, NodeRef, NodeStatus, PlatformDriver, RegisteredNode, Removal, SlurmDesired, SlurmDrain, SlurmDriver,
-    SlurmStatus, SlurmVersion, StackStatus, TenantAccess, TenantCredentials, TenantNodes, TenantStack,
+    BoxFuture, ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, Demand, DemandPool, Drain,
+    DriverError, Isolation, JoinConfig, NodeRef, NodeStatus, PlatformDriver, PoolDemand, RegisteredNode, Removal,
+    SlurmDesired, SlurmDrain, SlurmDriver, SlurmStatus, SlurmVersion, StackStatus, TenantAccess, TenantCredentials,
+    TenantNodes, TenantStack,
 };
 use paddock_domain::secret::SecretString;
 use paddock_domain::ssh;
@@ -423,7 +424,47 @@ impl SimKube {
     }
 }
 
+impl SimKube {
+    /// The demand of `pools` as the knob ([`crate::SimWorld::set_demand`]) sets it: the busy nodes
+    /// are at most the nodes the pool has; the rest of its nodes are idle (the last ones by name).
+    async fn demand(&self, tenant: &TenantAccess, pools: &[DemandPool]) -> Result<Demand, DriverError> {
+        let mut conn = self.conn().await?;
+        self.tenant(&mut conn, tenant).await?;
+        let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+        let rows: Vec<(String, i32, i32, i32)> = sqlx::query_as(
+            "select pool, pending_jobs, pending_nodes, busy_nodes from paddock_sim.demand
+             where cluster_id = $1 and pool = any($2)",
+        )
+        .bind(tenant.cluster.cluster_id.uuid())
+        .bind(&names)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+        let count = |v: i32| u32::try_from(v).unwrap_or(0);
+        let mut demand = Demand::default();
+        for pool in pools {
+            let (pending, pending_nodes, busy) =
+                rows.iter().find(|r| r.0 == pool.name).map_or((0, 0, 0), |r| (count(r.1), count(r.2), count(r.3)));
+            let mut nodes = pool.node_names.clone();
+            nodes.sort();
+            let known = u32::try_from(nodes.len()).unwrap_or(u32::MAX);
+            let busy = busy.min(known);
+            demand.idle_node_names.extend(nodes.into_iter().skip(busy as usize));
+            demand.pools.push(PoolDemand { pending, pending_nodes, nodes: known, idle_nodes: known - busy });
+        }
+        Ok(demand)
+    }
+}
+
 impl TenantNodes for SimKube {
+    fn pod_demand<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        pools: &'a [DemandPool],
+    ) -> BoxFuture<'a, Result<Demand, DriverError>> {
+        Box::pin(self.demand(tenant, pools))
+    }
+
     fn join_config<'a>(
         &'a self,
         tenant: &'a TenantAccess,
@@ -686,6 +727,15 @@ fn supported_slurm(desired: &SlurmDesired) -> Result<(), DriverError> {
 }
 
 impl SlurmDriver for SimKube {
+    fn job_demand<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        _slurm: &'a SlurmVersion,
+        pools: &'a [DemandPool],
+    ) -> BoxFuture<'a, Result<Demand, DriverError>> {
+        Box::pin(self.demand(tenant, pools))
+    }
+
     fn ensure_slurm<'a>(
         &'a self,
         tenant: &'a TenantAccess,

@@ -288,6 +288,41 @@ pub struct SimNode {
     pub taints: serde_json::Value,
 }
 
+/// The demand knob of one simulated pool ([`SimWorld::set_demand`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SimDemand {
+    /// Jobs pending in the pool's partitions (unschedulable pods, for a `kubernetes` cluster).
+    pub pending_jobs: u32,
+    /// The nodes they ask for.
+    pub pending_nodes: u32,
+    /// The pool's nodes running something (at most the nodes it has); the others are idle.
+    pub busy_nodes: u32,
+}
+
+/// [`SimWorld::set_demand`] on a connection of the world's database (`paddock sim-demand`).
+pub async fn set_demand_on(
+    conn: &mut sqlx::PgConnection,
+    cluster: ClusterId,
+    pool: &str,
+    demand: SimDemand,
+) -> Result<(), SimError> {
+    let int = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
+    sqlx::query(
+        "insert into paddock_sim.demand (cluster_id, pool, pending_jobs, pending_nodes, busy_nodes)
+         values ($1, $2, $3, $4, $5)
+         on conflict (cluster_id, pool) do update set pending_jobs = excluded.pending_jobs,
+           pending_nodes = excluded.pending_nodes, busy_nodes = excluded.busy_nodes, updated_at = now()",
+    )
+    .bind(cluster.uuid())
+    .bind(pool)
+    .bind(int(demand.pending_jobs))
+    .bind(int(demand.pending_nodes))
+    .bind(int(demand.busy_nodes))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// The prefix of simulated BMC URLs.
 pub const SIM_SCHEME: &str = "sim://";
 
@@ -494,6 +529,13 @@ impl SimWorld {
         .execute(&mut *conn)
         .await?;
         Ok(())
+    }
+
+    /// Sets the demand of the pool named `pool` of the tenant cluster `cluster`: what its
+    /// slurmrestd (or, for a `kubernetes` cluster, its scheduler) reports from now on. Idempotent.
+    pub async fn set_demand(&self, cluster: ClusterId, pool: &str, demand: SimDemand) -> Result<(), SimError> {
+        let mut conn = self.inner.store.conn().await?;
+        set_demand_on(&mut conn, cluster, pool, demand).await
     }
 
     /// The simulated machine `name`, if it was ever contacted.

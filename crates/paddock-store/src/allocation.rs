@@ -211,7 +211,7 @@ const AHEAD: &str = "from clusters c join node_pools p on p.cluster_id = c.id \
      where c.waiting_since is not null and c.id <> $1 and c.deletion_requested_at is null \
        and c.deleted_at is null and (c.waiting_since, c.id) < ($2, $1) \
        and p.machine_class_id = any($3) and p.deleted_at is null and p.deletion_requested_at is null \
-       and p.count > (select count(*) from machines m where m.node_pool_id = p.id and m.state = any($4) \
+       and coalesce(p.desired_count, p.count) > (select count(*) from machines m where m.node_pool_id = p.id and m.state = any($4) \
          and not exists (select 1 from machine_remediations r where r.machine_id = m.id and r.ended_at is null \
            and r.state in ('awaiting_spare', 'replacing')))";
 

@@ -185,12 +185,13 @@ pub async fn request_deletion(conn: &mut Conn, tenant: TenantId, id: ClusterId) 
     Ok(())
 }
 
-/// What a tenant asks for in total (live clusters and their live pools' desired counts), with
+/// What a tenant asks for in total (live clusters and their live pools' desired counts, an
+/// autoscaled pool's `max`), with
 /// the demand of one pool (`except`) left out, for a change that replaces it.
 pub async fn demand(conn: &mut Conn, tenant: TenantId, except: Option<NodePoolId>) -> Result<Demand, StoreError> {
     let (clusters, nodes, gpus): (i64, i64, i64) = sqlx::query_as(
         "select (select count(*) from clusters where tenant_id = $1 and deleted_at is null and deletion_requested_at is null), \
-                coalesce(sum(p.count), 0)::bigint, coalesce(sum(p.count::bigint * mc.gpu_count), 0)::bigint \
+                coalesce(sum(coalesce(p.autoscale_max, p.count)), 0)::bigint, coalesce(sum(coalesce(p.autoscale_max, p.count)::bigint * mc.gpu_count), 0)::bigint \
          from node_pools p join machine_classes mc on mc.id = p.machine_class_id \
          join clusters c on c.id = p.cluster_id \
          where p.tenant_id = $1 and p.deleted_at is null and p.deletion_requested_at is null \

@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod allocation;
 pub mod audit;
+pub mod autoscale;
 pub mod cluster;
 pub mod cluster_event;
 pub mod credit;

@@ -2,8 +2,9 @@
 //! tenant and filters on it.
 
 use chrono::{DateTime, Utc};
+use paddock_domain::autoscale::ScaleMemory;
 use paddock_domain::cluster::{NodePool, NodePoolSpec};
-use paddock_types::cluster::{NodePoolRole, NodePoolStatus, PoolMachineView, Taint};
+use paddock_types::cluster::{NodePoolAutoscaling, NodePoolRole, NodePoolStatus, PoolMachineView, Taint};
 use paddock_types::health::HealthStatus;
 use paddock_types::machine::MachineState;
 use paddock_types::remediation::NodePoolRemediation;
@@ -22,6 +23,8 @@ struct PoolRow {
     machine_class_id: Uuid,
     machine_class: String,
     gpu_count: i32,
+    cpu_cores: i32,
+    memory_gib: i32,
     count: i32,
     labels: Json<Labels>,
     taints: Json<Vec<Taint>>,
@@ -35,12 +38,33 @@ struct PoolRow {
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
     deletion_requested_at: Option<DateTime<Utc>>,
+    autoscale_min: Option<i32>,
+    autoscale_max: Option<i32>,
+    scale_down_delay_seconds: Option<i32>,
+    scale_up_delay_seconds: Option<i32>,
+    desired_count: Option<i32>,
+    scale_up_since: Option<DateTime<Utc>>,
+    scale_down_since: Option<DateTime<Utc>>,
+    release_first: Vec<String>,
+}
+
+impl PoolRow {
+    fn autoscaling(&self) -> Option<NodePoolAutoscaling> {
+        Some(NodePoolAutoscaling {
+            min: unsigned(self.autoscale_min?),
+            max: unsigned(self.autoscale_max?),
+            scale_down_delay_seconds: unsigned(self.scale_down_delay_seconds?),
+            scale_up_delay_seconds: unsigned(self.scale_up_delay_seconds?),
+        })
+    }
 }
 
 const POOL_SELECT: &str =
     "select p.id, p.tenant_id, p.cluster_id, p.name, p.machine_class_id, mc.name as machine_class, \
-     mc.gpu_count, p.count, p.labels, p.taints, p.role, p.remediation_automatic, p.generation, p.observed_generation, p.ready, p.allocated, p.conditions, p.created_at, \
-     p.updated_at, p.deletion_requested_at from node_pools p join machine_classes mc on mc.id = p.machine_class_id";
+     mc.gpu_count, mc.cpu_cores, mc.memory_gib, p.count, p.labels, p.taints, p.role, p.remediation_automatic, p.generation, p.observed_generation, p.ready, p.allocated, p.conditions, p.created_at, \
+     p.updated_at, p.deletion_requested_at, \
+     p.autoscale_min, p.autoscale_max, p.scale_down_delay_seconds, p.scale_up_delay_seconds, p.desired_count, \
+     p.scale_up_since, p.scale_down_since, p.release_first from node_pools p join machine_classes mc on mc.id = p.machine_class_id";
 
 fn unsigned(v: i32) -> u32 {
     // Check constraints and validation keep these non-negative.
@@ -50,6 +74,7 @@ fn unsigned(v: i32) -> u32 {
 impl TryFrom<PoolRow> for NodePool {
     type Error = StoreError;
     fn try_from(r: PoolRow) -> Result<Self, StoreError> {
+        let autoscaling = r.autoscaling();
         Ok(NodePool {
             id: NodePoolId(r.id),
             tenant_id: TenantId(r.tenant_id),
@@ -64,16 +89,21 @@ impl TryFrom<PoolRow> for NodePool {
                 role: NodePoolRole::parse(&r.role)
                     .ok_or_else(|| StoreError::Corrupt(format!("node pool {} has the role {:?}", r.id, r.role)))?,
                 remediation: NodePoolRemediation { automatic: r.remediation_automatic },
+                autoscaling,
             },
             gpu_count: unsigned(r.gpu_count),
+            class_size: (unsigned(r.cpu_cores), unsigned(r.memory_gib)),
             status: NodePoolStatus {
                 ready: unsigned(r.ready),
                 allocated: unsigned(r.allocated),
+                desired_count: unsigned(r.desired_count.unwrap_or(r.count)),
                 conditions: from_json(r.conditions)?,
             },
             generation: r.generation,
             observed_generation: r.observed_generation,
             deleting: r.deletion_requested_at.is_some(),
+            scaling: ScaleMemory { up_since: r.scale_up_since, down_since: r.scale_down_since },
+            release_first: r.release_first,
             created_at: r.created_at,
             updated_at: r.updated_at,
         })
@@ -91,7 +121,9 @@ pub async fn insert(
 ) -> Result<(), StoreError> {
     sqlx::query(
         "insert into node_pools (id, tenant_id, cluster_id, name, machine_class_id, count, labels, taints, role, \
-         remediation_automatic) values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+         remediation_automatic, autoscale_min, autoscale_max, scale_down_delay_seconds, scale_up_delay_seconds, \
+         desired_count) values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, \
+         case when $11::int is null then null else $6 end)",
     )
     .bind(id.uuid())
     .bind(tenant.uuid())
@@ -103,9 +135,17 @@ pub async fn insert(
     .bind(Json(&spec.taints))
     .bind(spec.role.as_str())
     .bind(spec.remediation.automatic)
+    .bind(spec.autoscaling.map(|a| db_int(a.min)))
+    .bind(spec.autoscaling.map(|a| db_int(a.max)))
+    .bind(spec.autoscaling.map(|a| db_int(a.scale_down_delay_seconds)))
+    .bind(spec.autoscaling.map(|a| db_int(a.scale_up_delay_seconds)))
     .execute(conn)
     .await?;
     Ok(())
+}
+
+fn db_int(v: u32) -> i32 {
+    i32::try_from(v).unwrap_or(i32::MAX)
 }
 
 /// The live pools of a cluster (deleting ones included), by id.
@@ -170,25 +210,79 @@ async fn select(
     row.map(NodePool::try_from).transpose()
 }
 
-/// Writes a pool's new count, labels and taints, bumping its generation.
+/// Writes a pool's new count, labels, taints and autoscaling, bumping its generation; an
+/// autoscaled pool's target becomes `desired` (the service keeps it within the new bounds), and
+/// the autoscaler's memory starts over.
 pub async fn update_spec(
     conn: &mut Conn,
     tenant: TenantId,
     id: NodePoolId,
     spec: &NodePoolSpec,
+    desired: Option<u32>,
 ) -> Result<(), StoreError> {
     sqlx::query(
-        "update node_pools set count = $3, labels = $4, taints = $5, generation = generation + 1, updated_at = now() \
+        "update node_pools set count = $3, labels = $4, taints = $5, autoscale_min = $6, autoscale_max = $7, \
+         scale_down_delay_seconds = $8, scale_up_delay_seconds = $9, desired_count = $10, scale_up_since = null, \
+         scale_down_since = null, generation = generation + 1, updated_at = now() \
          where tenant_id = $1 and id = $2",
     )
     .bind(tenant.uuid())
     .bind(id.uuid())
-    .bind(i32::try_from(spec.count).unwrap_or(i32::MAX))
+    .bind(db_int(spec.count))
     .bind(Json(&spec.labels))
     .bind(Json(&spec.taints))
+    .bind(spec.autoscaling.map(|a| db_int(a.min)))
+    .bind(spec.autoscaling.map(|a| db_int(a.max)))
+    .bind(spec.autoscaling.map(|a| db_int(a.scale_down_delay_seconds)))
+    .bind(spec.autoscaling.map(|a| db_int(a.scale_up_delay_seconds)))
+    .bind(desired.filter(|_| spec.autoscaling.is_some()).map(db_int))
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// The autoscaler's write of one autoscaled pool: its target (status: the generation and etag do
+/// not move), its memory, and the idle Node names to give back first. Guarded by the generation
+/// it decided on (a spec change in between wins); false when the guard was lost.
+pub async fn set_scale(
+    conn: &mut Conn,
+    tenant: TenantId,
+    id: NodePoolId,
+    generation: i64,
+    write: &ScaleWrite<'_>,
+) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "update node_pools set desired_count = $4, scale_up_since = $5, scale_down_since = $6, \
+           release_first = case when $8 then $7 else release_first end, \
+           last_scaled_at = case when $8 then now() else last_scaled_at end, \
+           status_version = status_version + 1, updated_at = now() \
+         where tenant_id = $1 and id = $2 and generation = $3 and autoscale_min is not null \
+           and deleted_at is null and deletion_requested_at is null",
+    )
+    .bind(tenant.uuid())
+    .bind(id.uuid())
+    .bind(generation)
+    .bind(db_int(write.target))
+    .bind(write.memory.up_since)
+    .bind(write.memory.down_since)
+    .bind(write.release_first)
+    .bind(write.scaled)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// What [`set_scale`] writes.
+#[derive(Debug, Clone, Copy)]
+pub struct ScaleWrite<'a> {
+    /// The target.
+    pub target: u32,
+    /// The autoscaler's memory.
+    pub memory: ScaleMemory,
+    /// Whether the target moved now (then `release_first` is written too).
+    pub scaled: bool,
+    /// The idle Node names to give back first.
+    pub release_first: &'a [String],
 }
 
 /// Asks for a pool's deletion.
@@ -307,7 +401,8 @@ pub async fn mark_deleted(conn: &mut Conn, tenant: TenantId, id: NodePoolId) -> 
     Ok(())
 }
 
-/// The machines a cluster's live pools of a class ask for, `except` one pool (being changed).
+/// The machines a cluster's live pools of a class ask for (an autoscaled pool's current
+/// target), `except` one pool (being changed).
 pub async fn class_count(
     conn: &mut Conn,
     tenant: TenantId,
@@ -316,7 +411,8 @@ pub async fn class_count(
     except: Option<NodePoolId>,
 ) -> Result<u64, StoreError> {
     let n: i64 = sqlx::query_scalar(
-        "select coalesce(sum(count), 0)::bigint from node_pools where tenant_id = $1 and cluster_id = $2 \
+        "select coalesce(sum(coalesce(desired_count, count)), 0)::bigint from node_pools \
+         where tenant_id = $1 and cluster_id = $2 \
          and machine_class_id = $3 and deleted_at is null and deletion_requested_at is null \
          and id is distinct from $4",
     )

@@ -37,10 +37,10 @@ struct TenantRow {
 const COLUMNS: &str = "id, name, display_name, labels, max_clusters, max_nodes, max_gpus, \
     (select count(*) from clusters c where c.tenant_id = tenants.id and c.deleted_at is null \
        and c.deletion_requested_at is null) as use_clusters, \
-    (select coalesce(sum(p.count), 0)::bigint from node_pools p join clusters c on c.id = p.cluster_id \
+    (select coalesce(sum(coalesce(p.autoscale_max, p.count)), 0)::bigint from node_pools p join clusters c on c.id = p.cluster_id \
        where p.tenant_id = tenants.id and p.deleted_at is null and p.deletion_requested_at is null \
          and c.deletion_requested_at is null) as use_nodes, \
-    (select coalesce(sum(p.count::bigint * mc.gpu_count), 0)::bigint from node_pools p \
+    (select coalesce(sum(coalesce(p.autoscale_max, p.count)::bigint * mc.gpu_count), 0)::bigint from node_pools p \
        join machine_classes mc on mc.id = p.machine_class_id join clusters c on c.id = p.cluster_id \
        where p.tenant_id = tenants.id and p.deleted_at is null and p.deletion_requested_at is null \
          and c.deletion_requested_at is null) as use_gpus, \

@@ -170,6 +170,44 @@ pub struct NodePoolCreate {
     /// `{"automatic": true}`); fixed at creation.
     #[serde(default)]
     pub remediation: crate::remediation::NodePoolRemediation,
+    /// Makes the pool elastic (compute pools only): it grows with demand up to `max` and shrinks
+    /// down to `min` (zero included); `count` is then its initial size, within `[min, max]`, and
+    /// the autoscaler's target is `status.desired_count`. Quotas are checked against `max`.
+    #[serde(default)]
+    pub autoscaling: Option<NodePoolAutoscaling>,
+}
+
+/// Default of `autoscaling.scale_down_delay_seconds`.
+pub const SCALE_DOWN_DELAY_DEFAULT: u32 = 600;
+/// Longest accepted scaling delay, in seconds (one day).
+pub const SCALE_DELAY_MAX: u32 = 86_400;
+
+/// How an elastic node pool follows demand: Slurm's pending jobs in the pool's partitions, or
+/// a `kubernetes` cluster's unschedulable pods that would fit the pool's nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"min": 0, "max": 8, "scale_down_delay_seconds": 600, "scale_up_delay_seconds": 0}))]
+pub struct NodePoolAutoscaling {
+    /// Fewest machines the pool keeps (0: it may shrink to none).
+    #[schema(minimum = 0, maximum = 10000)]
+    pub min: u32,
+    /// Most machines the pool grows to (`min <= max`); what quotas are checked against.
+    #[schema(minimum = 0, maximum = 10000)]
+    pub max: u32,
+    /// How long demand must have needed fewer nodes than the pool holds, without a break, before
+    /// the pool shrinks (its idle nodes drained, then released and wiped).
+    #[serde(default = "scale_down_delay")]
+    #[schema(minimum = 0, maximum = 86400, default = 600)]
+    pub scale_down_delay_seconds: u32,
+    /// How long demand must have needed more nodes than the pool holds, without a break, before
+    /// the pool grows.
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 86400, default = 0)]
+    pub scale_up_delay_seconds: u32,
+}
+
+fn scale_down_delay() -> u32 {
+    SCALE_DOWN_DELAY_DEFAULT
 }
 
 /// Body of `PATCH .../node-pools/{pool_id}` (JSON merge patch): `count`, `labels`, `taints`.
@@ -186,6 +224,10 @@ pub struct NodePoolUpdate {
     /// The new taints (replaces the list).
     #[schema(max_items = 32)]
     pub taints: Option<Vec<Taint>>,
+    /// The pool's autoscaling (merged into the current one); `null` turns it off, the pool keeping
+    /// its current target as `count` unless the patch sets `count`. While a pool is autoscaled its
+    /// `count` is not patched (409 `autoscaled_count`).
+    pub autoscaling: Option<NodePoolAutoscaling>,
 }
 
 /// A Slurm partition.
@@ -392,6 +434,8 @@ pub struct NodePoolSummary {
     pub count: u32,
     /// What the pool is for.
     pub role: NodePoolRole,
+    /// The machines it converges to (`count`, or an autoscaled pool's current target).
+    pub desired_count: u32,
 }
 
 /// A cluster as the API shows it.
@@ -437,6 +481,9 @@ pub struct NodePoolStatus {
     pub ready: u32,
     /// Machines allocated to the pool.
     pub allocated: u32,
+    /// The machines the pool converges to: `count`, or for an autoscaled pool the autoscaler's
+    /// latest target (status, so a scaling decision moves neither `generation` nor the etag).
+    pub desired_count: u32,
     /// Conditions.
     pub conditions: Vec<Condition>,
 }
@@ -463,6 +510,8 @@ pub struct NodePoolView {
     pub role: NodePoolRole,
     /// Whether a `failed` health report replaces a machine of the pool on its own.
     pub remediation: crate::remediation::NodePoolRemediation,
+    /// Its autoscaling, if it is elastic (its target is then `status.desired_count`).
+    pub autoscaling: Option<NodePoolAutoscaling>,
     /// Observed state.
     pub status: NodePoolStatus,
     /// Bumped by every spec change.

@@ -87,6 +87,10 @@ pub struct OperationView {
     pub current_step: Option<String>,
     /// Why it failed.
     pub error: Option<Problem>,
+    /// Why paddock started it on its own, for people: an autoscaler's decision says what it saw
+    /// (`scale_up: 3 pending jobs need 2 nodes`, `scale_down: idle 600 s`); null for an
+    /// operation a request started.
+    pub reason: Option<String>,
     /// When it was accepted.
     pub created_at: DateTime<Utc>,
     /// When it ended.

@@ -266,6 +266,12 @@ pub struct Settings {
     #[arg(long, env = "PADDOCK_NODE_NOT_READY_GRACE", default_value_t = 300, global = true)]
     pub node_not_ready_grace: u64,
 
+    /// Seconds between two reads of the demand of a cluster's autoscaled pools (Slurm's pending
+    /// jobs and idle nodes, or a `kubernetes` cluster's unschedulable pods): how soon an elastic
+    /// pool starts to grow after work arrives, at the cost of one check per cluster per interval.
+    #[arg(long, env = "PADDOCK_AUTOSCALE_INTERVAL", default_value_t = 15, global = true)]
+    pub autoscale_interval: u64,
+
     /// Scales every latency of the simulated drivers (1 = their dev defaults, 0 = none); for
     /// demos, tests and benchmarks. Not part of the production configuration.
     #[arg(long, env = "PADDOCK_SIM_LATENCY_SCALE", default_value_t = 1.0, global = true, hide = true)]

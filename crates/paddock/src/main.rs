@@ -85,6 +85,26 @@ enum Command {
     },
     /// Run paddock on its embedded default: a private PostgreSQL, demo data, simulated drivers.
     Dev(dev::DevArgs),
+    /// Set the demand the simulated drivers report for one node pool (what slurmrestd, or a
+    /// `kubernetes` cluster's scheduler, would show): for elastic pools in `paddock dev` and
+    /// demos. Writes the simulated world in PADDOCK_DATABASE_URL (`paddock dev` prints it).
+    SimDemand {
+        /// The cluster's id.
+        #[arg(long)]
+        cluster: uuid::Uuid,
+        /// The pool's name.
+        #[arg(long)]
+        pool: String,
+        /// Jobs pending in the pool's partitions (unschedulable pods for `kubernetes`).
+        #[arg(long, default_value_t = 0)]
+        pending_jobs: u32,
+        /// The nodes they ask for.
+        #[arg(long, default_value_t = 0)]
+        pending_nodes: u32,
+        /// The pool's nodes running something (the rest are idle).
+        #[arg(long, default_value_t = 0)]
+        busy_nodes: u32,
+    },
 }
 
 fn init_logging(settings: &Settings) {
@@ -117,6 +137,21 @@ fn main() -> anyhow::Result<()> {
         Command::Dev(args) => {
             init_logging(&settings);
             dev::run(settings, args)
+        }
+        Command::SimDemand { cluster, pool, pending_jobs, pending_nodes, busy_nodes } => {
+            let url = settings.database_url()?.to_owned();
+            let demand = paddock_sim::SimDemand { pending_jobs, pending_nodes, busy_nodes };
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            runtime.block_on(async {
+                let store = paddock_store::Store::connect_lazy(&url, 1)?;
+                let mut conn = store.conn().await.context("connecting to the database")?;
+                let id = paddock_types::ClusterId(cluster);
+                paddock_sim::set_demand_on(&mut conn, id, &pool, demand)
+                    .await
+                    .context("setting the simulated demand (is this a database of the simulated drivers?)")
+            })?;
+            println!("pool {pool} of cluster {cluster}: {pending_jobs} pending, {pending_nodes} nodes asked, {busy_nodes} busy");
+            Ok(())
         }
         command => {
             init_logging(&settings);

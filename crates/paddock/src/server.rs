@@ -12,7 +12,8 @@ use paddock_auth::Verifier;
 use paddock_service::Services;
 use paddock_store::Store;
 use paddock_worker::reconcile::{
-    self, ClusterReconciler, DriftCheck, Drivers, MachineReconciler, PowerCycle, PowerSync, PowerSyncSettings, Resealer,
+    self, Autoscaler, ClusterReconciler, DriftCheck, Drivers, MachineReconciler, PowerCycle, PowerSync,
+    PowerSyncSettings, Resealer,
 };
 use paddock_worker::{default_worker_id, JobHandler, Worker, WorkerConfig};
 use tokio::sync::watch;
@@ -255,6 +256,7 @@ fn build_worker(settings: &Settings, services: &Services, drivers: Drivers) -> a
         Arc::new(PowerCycle::new(PowerSync::new(services.clone(), drivers.clone(), power_sync.clone()))),
         Arc::new(PowerSync::new(services.clone(), drivers.clone(), power_sync)),
         Arc::new(DriftCheck(clusters.clone())),
+        Arc::new(Autoscaler(clusters.clone())),
         Arc::new(clusters),
         Arc::new(Resealer::new(services.clone())),
     ];
@@ -274,6 +276,9 @@ fn build_deliverer(settings: &Settings, services: &Services) -> anyhow::Result<p
     )
     .context("the webhook deliveries")
 }
+
+/// Over how long the demand checks armed at a worker's start are spread.
+const AUTOSCALE_ARM_SPREAD: Duration = Duration::from_secs(15);
 
 /// The worker: runs the reconcile jobs of the durable queue, and does the housekeeping.
 async fn run_worker(services: Services, worker: Worker, drift_interval: Duration, mut stop: watch::Receiver<bool>) {
@@ -303,6 +308,18 @@ async fn run_worker(services: Services, worker: Worker, drift_interval: Duration
             Ok(n) => tracing::info!(clusters = n, "armed the drift checks of {n} ready clusters"),
             Err(e) => tracing::warn!(error = &e as &dyn std::error::Error, "the drift checks could not be armed"),
         }
+    }
+    // The demand checks of clusters with autoscaled pools that have none (a failure is not
+    // fatal: the next start arms them; pools made autoscaled arm their own).
+    let armed = async {
+        let mut conn = store.conn().await?;
+        paddock_store::autoscale::arm_unarmed(&mut conn, AUTOSCALE_ARM_SPREAD).await
+    }
+    .await;
+    match armed {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(clusters = n, "armed the demand checks of {n} clusters with autoscaled pools"),
+        Err(e) => tracing::warn!(error = &e as &dyn std::error::Error, "the demand checks could not be armed"),
     }
     tracing::info!(worker.id = worker.id(), "worker {} started", worker.id());
     let mut jobs_stop = stop.clone();
@@ -518,6 +535,7 @@ fn lifecycle(settings: &Settings) -> reconcile::Settings {
         allocation_head_timeout: Duration::from_secs(settings.allocation_head_timeout),
         drift_interval: Duration::from_secs(settings.drift_interval),
         node_not_ready_grace: Duration::from_secs(settings.node_not_ready_grace),
+        autoscale_interval: Duration::from_secs(settings.autoscale_interval),
         // The simulated world answers at once; polling it often costs little.
         poll: if settings.kube_driver == KubeDriver::Simulated {
             Duration::from_secs(1).mul_f64(settings.sim_latency_scale.clamp(0.05, 5.0))

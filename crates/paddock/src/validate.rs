@@ -266,6 +266,10 @@ impl Settings {
                 "PADDOCK_NODE_NOT_READY_GRACE must be between 10 and 86400 seconds",
             ),
             (
+                within(self.autoscale_interval, 1..=3600),
+                "PADDOCK_AUTOSCALE_INTERVAL must be between 1 and 3600 seconds",
+            ),
+            (
                 self.database_statement_timeout <= 3600,
                 "PADDOCK_DATABASE_STATEMENT_TIMEOUT must be at most 3600 seconds (0 = no limit)",
             ),

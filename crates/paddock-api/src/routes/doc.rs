@@ -135,7 +135,16 @@ fn conflicts(operation_id: &str) -> &'static [(u16, &'static [&'static str])] {
         "machine_maintenance_leave" => &[(409, &["not_in_maintenance", "duplicate_system", "machine_retired"])],
         "cluster_create" => &[
             (409, &[SUSPENDED, "cluster_name_taken", "quota_exceeded", "insufficient_capacity"]),
-            (422, &["system_pool_required", "system_pool_duplicate", "system_pool_empty", "system_pool_unsupported"]),
+            (
+                422,
+                &[
+                    "system_pool_required",
+                    "system_pool_duplicate",
+                    "system_pool_empty",
+                    "system_pool_unsupported",
+                    "system_pool_autoscaled",
+                ],
+            ),
         ],
         "cluster_update" => &[(409, &[SUSPENDED, "cluster_deleting", "quota_exceeded", "insufficient_capacity"])],
         "cluster_delete" => &[(409, &[SUSPENDED, "cluster_deleting"])],
@@ -144,8 +153,18 @@ fn conflicts(operation_id: &str) -> &'static [(u16, &'static [&'static str])] {
             (422, &["system_pool_duplicate", "system_pool_unsupported"]),
         ],
         "node_pool_update" => &[
-            (409, &[SUSPENDED, "cluster_deleting", "node_pool_deleting", "quota_exceeded", "insufficient_capacity"]),
-            (422, &["system_pool_shrink"]),
+            (
+                409,
+                &[
+                    SUSPENDED,
+                    "cluster_deleting",
+                    "node_pool_deleting",
+                    "quota_exceeded",
+                    "insufficient_capacity",
+                    "autoscaled_count",
+                ],
+            ),
+            (422, &["system_pool_shrink", "system_pool_autoscaled"]),
         ],
         // A Slurm cluster's system pool goes only with its cluster: deleting it is 422.
         "node_pool_delete" => {

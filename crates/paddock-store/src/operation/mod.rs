@@ -24,12 +24,13 @@ struct OperationRow {
     steps: serde_json::Value,
     current_step: Option<String>,
     error: Option<serde_json::Value>,
+    reason: Option<String>,
     created_at: DateTime<Utc>,
     finished_at: Option<DateTime<Utc>>,
 }
 
 const COLUMNS: &str =
-    "id, kind, target_type, target_id, tenant_id, state, steps, current_step, error, created_at, finished_at";
+    "id, kind, target_type, target_id, tenant_id, state, steps, current_step, error, reason, created_at, finished_at";
 
 impl TryFrom<OperationRow> for OperationView {
     type Error = StoreError;
@@ -45,6 +46,7 @@ impl TryFrom<OperationRow> for OperationView {
             steps,
             current_step: r.current_step,
             error,
+            reason: r.reason,
             created_at: r.created_at,
             finished_at: r.finished_at,
         })
@@ -107,6 +109,22 @@ pub async fn insert(conn: &mut Conn, op: &NewOperation<'_>) -> Result<OperationV
     .fetch_one(conn)
     .await?;
     row.try_into()
+}
+
+/// Inserts an operation paddock starts on its own ([`insert`]) with the `reason` people are shown.
+pub async fn insert_explained(
+    conn: &mut Conn,
+    op: &NewOperation<'_>,
+    reason: &str,
+) -> Result<OperationView, StoreError> {
+    let mut view = insert(conn, op).await?;
+    sqlx::query("update operations set reason = $2 where id = $1")
+        .bind(view.id.uuid())
+        .bind(reason)
+        .execute(conn)
+        .await?;
+    view.reason = Some(reason.to_owned());
+    Ok(view)
 }
 
 /// An operation; `tenant` limits the lookup to one tenant's operations.

@@ -65,7 +65,7 @@ pub fn plan(kind: &str, context: PlanContext) -> Vec<&'static str> {
     match kind {
         // An update runs the same steps: each confirms (or changes) its part of the spec.
         "cluster_create" | "cluster_update" => slurm(&[NAMESPACE, CONTROL_PLANE, MACHINES, NODES, STACK], SLURM),
-        "node_pool_create" | "node_pool_update" => vec![MACHINES, NODES],
+        "node_pool_create" | "node_pool_update" | "node_pool_scale" => vec![MACHINES, NODES],
         "cluster_delete" => {
             let mut steps = slurm(&[], REMOVE_SLURM);
             steps.extend([RELEASE_MACHINES, DELETE_CONTROL_PLANE, DELETE_NAMESPACE]);

@@ -108,6 +108,7 @@ pub async fn cluster(
         taints: Vec::new(),
         role: Default::default(),
         remediation: Default::default(),
+        autoscaling: None,
     };
     let mut conn = store.conn().await.expect("conn");
     cluster::insert(&mut conn, tenant, id, &spec, paddock_domain::stack::latest_version()).await.expect("cluster");

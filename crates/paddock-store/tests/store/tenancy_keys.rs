@@ -34,6 +34,7 @@ async fn cross_tenant_rows_are_refused_by_the_database() {
         taints: Vec::new(),
         role: Default::default(),
         remediation: Default::default(),
+        autoscaling: None,
     };
     let stray = node_pool::insert(&mut conn, b, cluster_a, paddock_types::NodePoolId::new(), cpu, &spec).await;
     assert!(

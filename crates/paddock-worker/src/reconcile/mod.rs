@@ -16,7 +16,7 @@ mod reseal;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use cluster::{ClusterReconciler, DriftCheck};
+pub use cluster::{Autoscaler, ClusterReconciler, DriftCheck};
 pub use machine::{MachineReconciler, BMC_FIX_WAIT, RELEASE_POWER_OFF_FAILED};
 use paddock_domain::bmc::BmcDriver;
 use paddock_domain::driver::{ClusterRef, KubeDrivers, ServiceType};
@@ -91,6 +91,8 @@ pub struct Settings {
     /// How long an active machine's Node may be not Ready before that is a `failed` health
     /// report (`PADDOCK_NODE_NOT_READY_GRACE`).
     pub node_not_ready_grace: Duration,
+    /// How often the demand of a cluster's autoscaled pools is read (`PADDOCK_AUTOSCALE_INTERVAL`).
+    pub autoscale_interval: Duration,
 }
 
 impl Default for Settings {
@@ -110,9 +112,13 @@ impl Default for Settings {
             allocation_head_timeout: Duration::from_secs(600),
             drift_interval: Duration::from_secs(600),
             node_not_ready_grace: Duration::from_secs(300),
+            autoscale_interval: Duration::from_secs(AUTOSCALE_INTERVAL_DEFAULT),
         }
     }
 }
+
+/// Default of `PADDOCK_AUTOSCALE_INTERVAL`, seconds.
+pub const AUTOSCALE_INTERVAL_DEFAULT: u64 = 15;
 
 /// Failed attempts after which a reconciler stops retrying with backoff and waits
 /// [`OUTAGE_WAIT`] between tries instead.

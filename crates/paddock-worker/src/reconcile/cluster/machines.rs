@@ -150,13 +150,16 @@ impl MachinePlan {
     fn of(pools: &[NodePool], held: &[HeldMachine]) -> Self {
         let mut plan = Self::default();
         for pool in pools {
-            let want = if pool.deleting { 0 } else { pool.spec.count as usize };
+            // An autoscaled pool's target is its status (`desired_count`), anyone else's `count`.
+            let want = if pool.deleting { 0 } else { pool.status.desired_count as usize };
             let mut holding: Vec<&HeldMachine> =
                 held.iter().filter(|m| m.node_pool_id == pool.id && HELD.contains(&m.state)).collect();
             if holding.len() > want {
                 // Give back the machines that serve least first: not yet provisioned, then
-                // provisioning, then active; the newest first within each.
-                holding.sort_by_key(|m| (release_rank(m.state), std::cmp::Reverse(m.id.uuid())));
+                // provisioning, then active (those a scale-down found idle first); the newest
+                // first within each.
+                let busy = |m: &HeldMachine| !m.node_name.as_ref().is_some_and(|n| pool.release_first.contains(n));
+                holding.sort_by_key(|m| (release_rank(m.state), busy(m), std::cmp::Reverse(m.id.uuid())));
                 plan.release.extend(holding.iter().take(holding.len() - want).map(|m| (*m).clone()));
             } else if holding.len() < want {
                 let count = u32::try_from(want - holding.len()).unwrap_or(u32::MAX);
@@ -203,7 +206,7 @@ pub(super) fn nodes<'a>(
     let (ready_nodes, wanted_nodes) = pool_status
         .iter()
         .filter(|(p, _)| !p.deleting)
-        .fold((0, 0), |(r, w), (p, s)| (r + s.ready.min(p.spec.count), w + p.spec.count));
+        .fold((0, 0), |(r, w), (p, s)| (r + s.ready.min(p.status.desired_count), w + p.status.desired_count));
     let nodes_ready =
         ready_nodes == wanted_nodes && lost.is_empty() && held.iter().all(|m| m.state == MachineState::Active);
     let mut message = format!("{ready_nodes} of {wanted_nodes} nodes ready");
@@ -242,7 +245,7 @@ fn pool_statuses<'a>(
             let ready = active - pool_lost;
             let allocated = mine.filter(|m| HELD.contains(&m.state)).count();
             let mut conditions = pool.status.conditions.clone();
-            let want = pool.spec.count as usize;
+            let want = pool.status.desired_count as usize;
             let (status, reason) = match (ready >= want, pool_lost) {
                 (true, _) => (ConditionStatus::True, "Ready"),
                 (false, 0) => (ConditionStatus::False, "Provisioning"),
@@ -251,7 +254,13 @@ fn pool_statuses<'a>(
             let message = format!("{ready} of {want} nodes ready");
             set_condition(&mut conditions, NODES_READY, status, reason, &message, now);
             let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-            (pool, NodePoolStatus { ready: count(ready), allocated: count(allocated), conditions })
+            let status = NodePoolStatus {
+                ready: count(ready),
+                allocated: count(allocated),
+                desired_count: pool.status.desired_count,
+                conditions,
+            };
+            (pool, status)
         })
         .collect()
 }

@@ -19,6 +19,7 @@
 //! The steps live one file each: `control_plane` (steps 1 and 2), `machines` (3), `stack` (4 and
 //! 5), `status` (6) and `delete`; `drift_check` is the check of a cluster at rest.
 
+mod autoscale;
 mod control_plane;
 mod delete;
 mod drift_check;
@@ -28,6 +29,7 @@ mod remediation;
 mod stack;
 mod status;
 
+pub use autoscale::Autoscaler;
 pub use drift_check::DriftCheck;
 use machines::nodes;
 use status::drift_corrected;
@@ -101,6 +103,9 @@ struct Observed {
     /// A driver found a fault that waiting does not heal (a crash-looping slurmctld): the
     /// cluster is `degraded`, whatever its generation.
     faulted: bool,
+    /// An autoscaled pool is on its way to a new target (machines to allocate, provision or
+    /// release): the cluster is `updating`, not `degraded`, until it gets there.
+    scaling: bool,
 }
 
 impl Observed {
@@ -200,6 +205,7 @@ impl ClusterReconciler {
             now: Utc::now(),
             changed: Vec::new(),
             faulted: false,
+            scaling: autoscale::scaling(&pools, &held),
         };
         let run = Run { cluster: &cluster, pools: &pools, reference: &reference, held: &held, sealed: &sealed };
         let result = if cluster.deleting {

@@ -122,7 +122,7 @@ fn slurm_desired(
         .map(|p| SlurmPool {
             node_pool_id: p.id,
             name: p.spec.name.clone(),
-            count: p.spec.count,
+            count: p.status.desired_count,
             node_names: held
                 .iter()
                 .filter(|m| m.node_pool_id == p.id && m.state == MachineState::Active)

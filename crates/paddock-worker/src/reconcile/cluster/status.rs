@@ -47,7 +47,7 @@ impl ClusterReconciler {
         let ready = missing.is_empty();
         let message = if ready { String::new() } else { format!("not ready: {}", missing.join(", ")) };
         observed.set(READY, ready, if ready { "Ready" } else { "Reconciling" }, &message);
-        let (phase, observed_generation) = phase(cluster, ready, observed.faulted);
+        let (phase, observed_generation) = phase(cluster, ready, observed.faulted, observed.scaling);
         if ready && !Observed::was_true(&cluster.status.conditions, READY) {
             observed.events.push(("Normal", "ClusterReady", "the cluster is ready".to_owned()));
         }
@@ -189,8 +189,9 @@ fn waits_for_machines(missing: &[&str]) -> bool {
 
 /// The phase and observed generation of a run that found the cluster `ready` or not (docs/api.md);
 /// a run that found a fault waiting does not heal (`faulted`) makes it `degraded`, also while it
-/// is first provisioned or updated.
-fn phase(cluster: &Cluster, ready: bool, faulted: bool) -> (ClusterPhase, i64) {
+/// is first provisioned or updated; an autoscaled pool on its way to a new target (`scaling`)
+/// makes it `updating`.
+fn phase(cluster: &Cluster, ready: bool, faulted: bool, scaling: bool) -> (ClusterPhase, i64) {
     let before = cluster.status.observed_generation;
     if ready {
         (ClusterPhase::Ready, cluster.generation)
@@ -198,7 +199,7 @@ fn phase(cluster: &Cluster, ready: bool, faulted: bool) -> (ClusterPhase, i64) {
         (ClusterPhase::Degraded, before)
     } else if before == 0 {
         (ClusterPhase::Provisioning, 0)
-    } else if cluster.generation > before {
+    } else if cluster.generation > before || scaling {
         (ClusterPhase::Updating, before)
     } else {
         (ClusterPhase::Degraded, before)

@@ -1,0 +1,283 @@
+//! The demand checks of elastic pools (docs/tenants.md, "Elastic pools"): every
+//! `PADDOCK_AUTOSCALE_INTERVAL`, a cluster with an autoscaled pool has its pools' demand read
+//! (Slurm's pending jobs and idle nodes through slurmrestd; a `kubernetes` cluster's
+//! unschedulable pods), decided on ([`paddock_domain::autoscale::decide`]) and, when a target
+//! moves, written with its operation, event and the cluster's reconcile job, which reaches the
+//! target through the pool-resize machinery (allocation in line, drain, release, wipe). The job
+//! shares the cluster's target with its reconcile job, so the two never run at once; a run that
+//! finds nothing new writes nothing.
+
+use chrono::Utc;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use paddock_domain::autoscale::{decide, Direction, PoolNow};
+use paddock_domain::cluster::{resolved_partitions, Cluster, NodePool};
+use paddock_domain::driver::{Demand, DemandPool, DriverError, KubeDrivers, SlurmVersion, TenantAccess};
+use paddock_domain::job_kind::{ClusterJob, Payload, CLUSTER_AUTOSCALE};
+use paddock_domain::machine::HELD;
+use paddock_service::autoscale::PoolDecision;
+use paddock_store::allocation::{self, HeldMachine};
+use paddock_store::autoscale::{self as store, Room};
+use paddock_store::{cluster as cluster_store, node_pool, StoreError};
+use paddock_types::cluster::{ClusterKind, NodePoolRole};
+use paddock_types::machine::MachineState;
+use paddock_types::{ClusterId, TenantId};
+
+use crate::reconcile::{cluster_ref, store_error, tenant_access, DRIVER_NOT_CONFIGURED, DRIVER_WAIT};
+use crate::{Job, JobHandler, Outcome};
+
+use super::{bad_payload, ClusterReconciler};
+
+/// The [`CLUSTER_AUTOSCALE`] handler: one demand check of a cluster's autoscaled pools, queued
+/// again for the next one while the cluster has any.
+#[derive(Clone, Debug)]
+pub struct Autoscaler(pub ClusterReconciler);
+
+/// Whether an autoscaled pool is on its way to its target: it holds another number of machines,
+/// or some are still leaving it.
+pub(super) fn scaling(pools: &[NodePool], held: &[HeldMachine]) -> bool {
+    pools.iter().filter(|p| p.spec.autoscaling.is_some() && !p.deleting).any(|p| {
+        let mine = held.iter().filter(|m| m.node_pool_id == p.id);
+        let holding = mine.clone().filter(|m| HELD.contains(&m.state)).count();
+        holding != p.status.desired_count as usize || mine.into_iter().any(|m| m.state == MachineState::Releasing)
+    })
+}
+
+/// What one check found.
+enum Look {
+    /// No autoscaled pool any more (or no cluster): the checks end.
+    Over,
+    /// Checked (or not checkable yet): again after the interval.
+    Again,
+}
+
+/// What a check reads of the cluster first.
+struct Found {
+    cluster: Cluster,
+    pools: Vec<NodePool>,
+    held: Vec<HeldMachine>,
+    access: Option<TenantAccess>,
+}
+
+impl Autoscaler {
+    async fn check(&self, tenant: TenantId, id: ClusterId) -> Outcome {
+        let Some(kube) = self.0.drivers.kube.clone() else {
+            let message = "no Kubernetes driver is configured (PADDOCK_KUBE_DRIVER=none); demand is not read";
+            return Outcome::wait(DRIVER_WAIT, DRIVER_NOT_CONFIGURED, message);
+        };
+        let interval = self.0.settings.autoscale_interval;
+        match self.look(&kube, tenant, id).await {
+            Ok(Look::Over) => Outcome::Done,
+            Ok(Look::Again) => Outcome::wait(interval, "watching_demand", "waiting for the next demand check"),
+            Err(e) => store_error(e),
+        }
+    }
+
+    async fn look(&self, kube: &KubeDrivers, tenant: TenantId, id: ClusterId) -> Result<Look, StoreError> {
+        let Some(found) = self.load(tenant, id).await? else {
+            return Ok(Look::Over);
+        };
+        let Some(access) = &found.access else {
+            // No tenant cluster to ask yet: its first reconcile brings it up.
+            return Ok(Look::Again);
+        };
+        let autoscaled: Vec<&NodePool> =
+            found.pools.iter().filter(|p| p.spec.autoscaling.is_some() && !p.deleting).collect();
+        let asked = self.demand_pools(&found, &autoscaled);
+        let demand = match self.read(kube, &found.cluster, access, &asked).await {
+            Ok(demand) if demand.pools.len() == asked.len() => demand,
+            Ok(_) => {
+                tracing::warn!(tenant = %tenant, cluster = %id, "the demand read answered for other pools than asked");
+                return Ok(Look::Again);
+            }
+            Err(e) => {
+                tracing::warn!(tenant = %tenant, cluster = %id, code = %e.code, error = %e.message,
+                    "the demand of the cluster's autoscaled pools could not be read");
+                return Ok(Look::Again);
+            }
+        };
+        // At rest nothing moves and the bounds are never read: a decision to grow reads them (the
+        // fleet, the quota) and is taken again within them.
+        let mut decisions = decisions(&found, &autoscaled, &demand, None);
+        if decisions.iter().any(|d| d.scale.as_ref().is_some_and(|s| s.direction == Direction::Up)) {
+            let mut conn = self.0.services.store().conn().await?;
+            let room = store::room(&mut conn, tenant, id).await?;
+            drop(conn);
+            decisions = self::decisions(&found, &autoscaled, &demand, Some(&room));
+        }
+        if !decisions.is_empty() {
+            let written = self.0.services.autoscale_write(tenant, id, &decisions).await;
+            if let Err(e) = written {
+                let chain = paddock_domain::error::chain(&e);
+                tracing::warn!(tenant = %tenant, cluster = %id, "a scaling decision was not written: {chain}");
+            }
+        }
+        Ok(Look::Again)
+    }
+
+    /// The cluster, its pools, held machines, tenant access and room, in one transaction; `None`
+    /// when there is nothing to watch (gone, deleting, no autoscaled pool).
+    async fn load(&self, tenant: TenantId, id: ClusterId) -> Result<Option<Found>, StoreError> {
+        let mut tx = self.0.services.store().begin().await?;
+        let Some(cluster) = cluster_store::get(&mut tx, tenant, id).await? else {
+            return Ok(None);
+        };
+        let pools = node_pool::of_cluster(&mut tx, tenant, id).await?;
+        if cluster.deleting || !pools.iter().any(|p| p.spec.autoscaling.is_some() && !p.deleting) {
+            return Ok(None);
+        }
+        let Some(reference) = cluster_ref(&mut tx, tenant, id, &cluster.spec.name).await? else {
+            return Ok(None);
+        };
+        // Demand is read once the cluster was ready once (its Slurm answers then).
+        let endpoint =
+            cluster.status.endpoints.kubernetes_api.clone().filter(|_| cluster.status.observed_generation > 0);
+        let access = tenant_access(&mut tx, self.0.services.cipher(), reference, endpoint.as_deref()).await?;
+        let held = allocation::machines_of(&mut tx, tenant, id).await?;
+        tx.commit().await?;
+        Ok(Some(Found { cluster, pools, held, access }))
+    }
+
+    /// What the drivers are asked about each autoscaled pool.
+    fn demand_pools(&self, found: &Found, autoscaled: &[&NodePool]) -> Vec<DemandPool> {
+        let compute: Vec<&str> = found
+            .pools
+            .iter()
+            .filter(|p| !p.deleting && p.spec.role == NodePoolRole::Compute)
+            .map(|p| p.spec.name.as_str())
+            .collect();
+        let partitions =
+            found.cluster.spec.slurm.as_ref().map(|s| resolved_partitions(s, &compute)).unwrap_or_default();
+        autoscaled
+            .iter()
+            .map(|pool| DemandPool {
+                node_pool_id: pool.id,
+                name: pool.spec.name.clone(),
+                partitions: partitions
+                    .iter()
+                    .filter(|p| p.node_pools.contains(&pool.spec.name))
+                    .map(|p| p.name.clone())
+                    .collect(),
+                node_names: found
+                    .held
+                    .iter()
+                    .filter(|m| m.node_pool_id == pool.id && m.state == MachineState::Active)
+                    .filter_map(|m| m.node_name.clone())
+                    .collect(),
+                labels: pool.spec.labels.clone(),
+                taints: pool.spec.taints.clone(),
+                cpu_cores: pool.class_size.0,
+                memory_gib: pool.class_size.1,
+            })
+            .collect()
+    }
+
+    async fn read(
+        &self,
+        kube: &KubeDrivers,
+        cluster: &Cluster,
+        access: &TenantAccess,
+        pools: &[DemandPool],
+    ) -> Result<Demand, DriverError> {
+        match (cluster.spec.kind, &cluster.spec.slurm) {
+            (ClusterKind::Slurm, Some(slurm)) => {
+                let version =
+                    SlurmVersion { stack_version: cluster.stack_version.clone(), version: slurm.version.clone() };
+                kube.slurm.job_demand(access, &version, pools).await
+            }
+            _ => kube.nodes.pod_demand(access, pools).await,
+        }
+    }
+}
+
+/// The decisions worth writing: a pool whose target or memory moves. Without `room` the pools
+/// are unbounded but by their `max` (a first look: only a scale-up needs the bounds).
+fn decisions<'a>(
+    found: &Found,
+    autoscaled: &[&'a NodePool],
+    demand: &Demand,
+    room: Option<&Room>,
+) -> Vec<PoolDecision<'a>> {
+    let now = Utc::now();
+    let noun = match found.cluster.spec.kind {
+        ClusterKind::Slurm => "pending jobs",
+        ClusterKind::Kubernetes => "unschedulable pods",
+    };
+    let mut out = Vec::new();
+    for (pool, wants) in autoscaled.iter().zip(&demand.pools) {
+        let Some(autoscaling) = pool.spec.autoscaling else { continue };
+        let (ceiling, ceiling_by) = room.map_or((u32::MAX, None), |room| ceiling(found, room, pool));
+        let now_pool = PoolNow {
+            autoscaling,
+            target: pool.status.desired_count,
+            held: held_by(&found.held, pool),
+            memory: pool.scaling,
+            ceiling,
+            ceiling_by,
+        };
+        let decided = decide(&now_pool, wants, noun, now);
+        if decided.scale.is_none() && decided.memory == pool.scaling {
+            continue;
+        }
+        let idle_node_names = match &decided.scale {
+            Some(_) => {
+                let mine: Vec<&String> = found
+                    .held
+                    .iter()
+                    .filter(|m| m.node_pool_id == pool.id)
+                    .filter_map(|m| m.node_name.as_ref())
+                    .collect();
+                demand.idle_node_names.iter().filter(|n| mine.contains(n)).cloned().collect()
+            }
+            None => pool.release_first.clone(),
+        };
+        out.push(PoolDecision { pool, memory: decided.memory, scale: decided.scale, idle_node_names });
+    }
+    out
+}
+
+/// The most `pool` could hold now besides its `max`, and what bounds it: the fleet of its class
+/// less what the cluster's other pools of the class ask for (all or nothing: more could never
+/// be allocated), and the tenant's quota room on top of what the pool holds.
+fn ceiling(found: &Found, room: &Room, pool: &NodePool) -> (u32, Option<&'static str>) {
+    let others: u64 = found
+        .pools
+        .iter()
+        .filter(|p| p.id != pool.id && !p.deleting && p.machine_class_id == pool.machine_class_id)
+        .map(|p| u64::from(p.status.desired_count))
+        .sum();
+    let fleet = room.fleet_of(pool.machine_class_id).saturating_sub(others);
+    let held = u64::from(held_by(&found.held, pool));
+    let by_nodes = room.nodes.map(|room| held + room);
+    let by_gpus = match (room.gpus, pool.gpu_count) {
+        (Some(room), gpus) if gpus > 0 => Some(held + room / u64::from(gpus)),
+        _ => None,
+    };
+    let quota = by_nodes.into_iter().chain(by_gpus).min();
+    let max = u64::from(pool.spec.autoscaling.map_or(u32::MAX, |a| a.max));
+    let clamp = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+    match quota {
+        Some(q) if q < fleet && q < max => (clamp(q), Some("the tenant's quota")),
+        _ if fleet < max => (clamp(fleet), Some("the machine class's capacity")),
+        _ => (clamp(max), None),
+    }
+}
+
+/// The machines `pool` holds (allocated, provisioning, active).
+fn held_by(held: &[HeldMachine], pool: &NodePool) -> u32 {
+    let n = held.iter().filter(|m| m.node_pool_id == pool.id && HELD.contains(&m.state)).count();
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+impl JobHandler for Autoscaler {
+    fn kind(&self) -> &'static str {
+        CLUSTER_AUTOSCALE
+    }
+
+    fn run<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Outcome> {
+        match ClusterJob::from_value(&job.payload) {
+            Ok(c) => self.check(c.tenant_id, c.cluster_id).boxed(),
+            Err(e) => bad_payload(e),
+        }
+    }
+}
