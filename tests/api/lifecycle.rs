@@ -1053,9 +1053,10 @@ impl TenantStack for CrashingKube {
         &'a self,
         t: &'a TenantAccess,
         version: &'a str,
+        kind: paddock_types::cluster::ClusterKind,
     ) -> BoxFuture<'a, Result<StackStatus, DriverError>> {
         Box::pin(async move {
-            self.after(format!("stack:{}", t.cluster.cluster_id), self.0.stack.ensure_stack(t, version).await)
+            self.after(format!("stack:{}", t.cluster.cluster_id), self.0.stack.ensure_stack(t, version, kind).await)
         })
     }
 }

@@ -38,6 +38,7 @@ use paddock_store::allocation::{self, Allocation, Need};
 use paddock_store::lifecycle;
 use paddock_store::{cluster, machine, run, Store};
 use paddock_testkit::{admin, eventually, TestApp};
+use paddock_types::cluster::ClusterKind;
 use paddock_types::machine::MachineState;
 use paddock_types::{ClusterId, MachineClassId, MachineId, NodePoolId, TenantId};
 use paddock_worker::reconcile::{Drivers, MachineReconciler, Settings};
@@ -276,7 +277,12 @@ impl ControlPlaneBackend for TenantStandIn {
 }
 
 impl TenantStack for TenantStandIn {
-    fn ensure_stack<'a>(&'a self, _: &'a TenantAccess, _: &'a str) -> BoxFuture<'a, Result<StackStatus, DriverError>> {
+    fn ensure_stack<'a>(
+        &'a self,
+        _: &'a TenantAccess,
+        _: &'a str,
+        _: ClusterKind,
+    ) -> BoxFuture<'a, Result<StackStatus, DriverError>> {
         Box::pin(async { not_here("ensure_stack") })
     }
 }
