@@ -762,6 +762,7 @@ impl Lab {
                 Some(_) => SlinkyDriver::with_service_proxy(SlinkySettings::default()),
                 None => SlinkyDriver::new(SlinkySettings::default(), Arc::new(StandInProbe)),
             }),
+            ray: Arc::new(paddock_kube::KubeRayDriver::with_pod_proxy(paddock_kube::ray::RaySettings::default())),
             credentials: credentials.clone(),
         };
         // The router as `paddock api` builds it with the real credentials driver (in-process

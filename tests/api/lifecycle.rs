@@ -1103,7 +1103,10 @@ async fn a_crash_after_every_side_effect_repeats_it_and_converges_to_the_same_en
     let crashes = Arc::new(Crashes::default());
     let injected = crashes.clone();
     let lab = Lab::with(move |drivers| {
-        let kube = Arc::new(CrashingKube(drivers.kube.expect("kube"), injected.clone()));
+        let inner = drivers.kube.expect("kube");
+        // Ray is the simulated one as it is: this test's cluster is a Slurm one.
+        let ray = inner.ray.clone();
+        let kube = Arc::new(CrashingKube(inner, injected.clone()));
         Drivers {
             bmc: Some(Arc::new(CrashingBmc(drivers.bmc.expect("bmc"), injected))),
             kube: Some(KubeDrivers {
@@ -1112,6 +1115,7 @@ async fn a_crash_after_every_side_effect_repeats_it_and_converges_to_the_same_en
                 nodes: kube.clone(),
                 stack: kube.clone(),
                 slurm: kube.clone(),
+                ray,
                 credentials: kube,
             }),
         }

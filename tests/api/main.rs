@@ -28,6 +28,7 @@ mod operation_steps;
 mod pagination;
 mod platform;
 mod query_params;
+mod ray;
 mod remediation;
 mod sweep;
 mod tenant;

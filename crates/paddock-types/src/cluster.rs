@@ -275,12 +275,12 @@ pub struct RayHead {
 /// pools.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(example = json!({"version": "2.49.2", "head": {"node_pool": "cpu"}, "dashboard": true}))]
+#[schema(example = json!({"version": "2.46.0", "head": {"node_pool": "cpu"}, "dashboard": true}))]
 pub struct RaySpec {
     /// Ray version: one of the Ray releases the cluster's base stack pins (its catalogue); the
     /// stack's default when omitted.
     #[serde(default)]
-    #[schema(max_length = 32, pattern = "^[0-9]+\\.[0-9]+\\.[0-9]+$", example = "2.49.2")]
+    #[schema(max_length = 32, pattern = "^[0-9]+\\.[0-9]+\\.[0-9]+$", example = "2.46.0")]
     pub version: Option<String>,
     /// Where the head pod runs.
     pub head: RayHead,

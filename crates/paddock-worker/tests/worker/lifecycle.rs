@@ -26,8 +26,9 @@ use std::time::Duration;
 use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BootMedia, BoxFuture, Inventory, OutOfBandErase};
 use paddock_domain::driver::{
     ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, Drain, DriverError, Isolation, JoinConfig,
-    KubeDrivers, NodeRef, NodeStatus, PlatformDriver, RegisteredNode, Removal, SlurmDesired, SlurmDrain, SlurmDriver,
-    SlurmStatus, SlurmVersion, StackStatus, TenantAccess, TenantCredentials, TenantNodes, TenantStack,
+    KubeDrivers, NodeRef, NodeStatus, PlatformDriver, RayDesired, RayDriver, RayStatus, RegisteredNode, Removal,
+    SlurmDesired, SlurmDrain, SlurmDriver, SlurmStatus, SlurmVersion, StackStatus, TenantAccess, TenantCredentials,
+    TenantNodes, TenantStack,
 };
 use paddock_domain::job_kind::MACHINE_RECONCILE;
 use paddock_domain::model::Machine;
@@ -320,6 +321,20 @@ impl SlurmDriver for TenantStandIn {
     }
 }
 
+impl RayDriver for TenantStandIn {
+    fn ensure_ray<'a>(
+        &'a self,
+        _: &'a TenantAccess,
+        _: &'a RayDesired,
+    ) -> BoxFuture<'a, Result<RayStatus, DriverError>> {
+        Box::pin(async { not_here("ensure_ray") })
+    }
+
+    fn remove_ray<'a>(&'a self, _: &'a TenantAccess) -> BoxFuture<'a, Result<Removal, DriverError>> {
+        Box::pin(async { not_here("remove_ray") })
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The BMC driver under test, with a log of its calls and what the emulator showed right after
 // each one (so that states a single reconciler run passes through can be asserted).
@@ -457,6 +472,7 @@ impl Bench {
             nodes: s.clone(),
             stack: s.clone(),
             slurm: s.clone(),
+            ray: s.clone(),
             credentials: s,
         };
         let drivers = Drivers { bmc: Some(self.bmc.clone()), kube: Some(kube) };
