@@ -403,6 +403,7 @@ mod tests {
         };
         let def = |m: StackManifest| StackDefinition {
             slurm: None,
+            ray: None,
             version: "1.0.0".to_owned(),
             notes: None,
             components: vec![StackComponent {
@@ -410,6 +411,7 @@ mod tests {
                 version: "v1".to_owned(),
                 namespace: None,
                 notes: None,
+                kinds: Vec::new(),
                 manifests: vec![m],
                 ready: vec![],
             }],

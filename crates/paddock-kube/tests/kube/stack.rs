@@ -126,7 +126,8 @@ impl World {
     /// own widgets component.
     fn write_stack(&self, version: &str, operator_tag: &str) -> StackDefinition {
         let mut components = Vec::new();
-        for component in &self.embedded.components {
+        // The components of a Slurm cluster (the tests apply them as one's).
+        for component in self.embedded.components.iter().filter(|c| c.applies_to("slurm")) {
             let mut component = component.clone();
             for m in &mut component.manifests {
                 let from = self.upstream.join(&self.embedded.version).join(&m.file);
@@ -149,11 +150,13 @@ impl World {
             version: "test".to_owned(),
             namespace: Some(WIDGETS_NS.to_owned()),
             notes: None,
+            kinds: Vec::new(),
             manifests: vec![self.dir.write(version, "widgets/widgets.yaml", widgets().as_bytes())],
             ready: vec![ReadinessRule::CrdsEstablished],
         });
         StackDefinition {
             slurm: self.embedded.slurm.clone(),
+            ray: None,
             version: version.to_owned(),
             notes: Some("test stack: the real files of the newest embedded stack, and the tests' widgets".to_owned()),
             components,
