@@ -280,7 +280,7 @@ pub struct RaySpec {
     /// Ray version: one of the Ray releases the cluster's base stack pins (its catalogue); the
     /// stack's default when omitted.
     #[serde(default)]
-    #[schema(max_length = 32, pattern = "^[0-9]+\\.[0-9]+\\.[0-9]+$", example = "2.46.0")]
+    #[schema(nullable = false, max_length = 32, pattern = "^[0-9]+\\.[0-9]+\\.[0-9]+$", example = "2.46.0")]
     pub version: Option<String>,
     /// Where the head pod runs.
     pub head: RayHead,

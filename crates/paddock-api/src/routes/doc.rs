@@ -300,9 +300,7 @@ pub fn ray_catalogue(openapi: &mut OpenApi) {
         return;
     };
     if let Some(RefOr::T(Schema::Object(version))) = spec.properties.get_mut("version") {
-        // Null too: the field is optional (the stack's default).
-        let values = versions.into_iter().map(serde_json::Value::from).chain([serde_json::Value::Null]);
-        version.enum_values = Some(values.collect());
+        version.enum_values = Some(versions.into_iter().map(serde_json::Value::from).collect());
     }
     let extension = ExtensionsBuilder::new().add("x-ray-catalogue", catalogue).build();
     match &mut spec.extensions {
