@@ -72,6 +72,7 @@ use crate::common::{id, machine_class, tenant};
 mod crash;
 mod nodes;
 mod operator;
+mod ray;
 
 /// Real API servers start slowly when tests share 2 cores.
 const WAIT: Duration = Duration::from_secs(240);
@@ -491,7 +492,8 @@ async fn register_node(client: &Client, name: &str, uuid: &str) -> Result<(), St
     Ok(())
 }
 
-/// What a tenant API server holds: its Nodes and its Slurm custom objects.
+/// What a tenant API server holds: its Nodes and its Slurm custom objects, and its RayClusters
+/// (`ray`, only when there is one).
 async fn holdings(client: &Client) -> Value {
     let nodes: Vec<String> = match Api::<Node>::all(client.clone()).list(&ListParams::default()).await {
         Ok(l) => l.items.iter().map(ResourceExt::name_any).collect(),
@@ -516,7 +518,16 @@ async fn holdings(client: &Client) -> Value {
             Err(e) => slurm.push(format!("error: {e}")),
         }
     }
-    json!({ "nodes": nodes, "slurm": slurm })
+    let mut held = json!({ "nodes": nodes, "slurm": slurm });
+    let rayclusters: Api<DynamicObject> = Api::all_with(client.clone(), &paddock_kube::ray::raycluster_resource());
+    match rayclusters.list(&ListParams::default()).await {
+        Ok(l) if l.items.is_empty() => {}
+        Ok(l) => held["ray"] = json!(l.items.iter().map(ResourceExt::name_any).collect::<Vec<_>>()),
+        // No CRD (not a Ray cluster's stack): no RayCluster either.
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => held["ray"] = json!([format!("error: {e}")]),
+    }
+    held
 }
 
 /// The status of a Deployment or StatefulSet with `replicas`, `ready` of them ready (PLAYS THE
@@ -736,6 +747,16 @@ impl Lab {
         Some(Self::build(|_| {}, kamaji_crds, stacks, Some(real)).await)
     }
 
+    /// The lab with the REAL KubeRay operator in every tenant cluster whose stack applies it (see
+    /// [`operator`]) and paddock's real Ray probe; None: skipped ([`skip`]) without its inputs.
+    async fn with_real_ray_operator() -> Option<Lab> {
+        let kamaji_crds = crds("kamaji", &KAMAJI_CRDS)?;
+        let stacks = upstream_stacks()?;
+        control()?;
+        let real = operator::RealOperator::start_ray().await?;
+        Some(Self::build(|_| {}, kamaji_crds, stacks, Some(real)).await)
+    }
+
     async fn build(
         tweak: impl FnOnce(&mut Settings),
         kamaji_crds: Vec<PathBuf>,
@@ -762,6 +783,7 @@ impl Lab {
                 Some(_) => SlinkyDriver::with_service_proxy(SlinkySettings::default()),
                 None => SlinkyDriver::new(SlinkySettings::default(), Arc::new(StandInProbe)),
             }),
+            ray: Arc::new(paddock_kube::KubeRayDriver::with_pod_proxy(paddock_kube::ray::RaySettings::default())),
             credentials: credentials.clone(),
         };
         // The router as `paddock api` builds it with the real credentials driver (in-process

@@ -1053,9 +1053,10 @@ impl TenantStack for CrashingKube {
         &'a self,
         t: &'a TenantAccess,
         version: &'a str,
+        kind: paddock_types::cluster::ClusterKind,
     ) -> BoxFuture<'a, Result<StackStatus, DriverError>> {
         Box::pin(async move {
-            self.after(format!("stack:{}", t.cluster.cluster_id), self.0.stack.ensure_stack(t, version).await)
+            self.after(format!("stack:{}", t.cluster.cluster_id), self.0.stack.ensure_stack(t, version, kind).await)
         })
     }
 }
@@ -1102,7 +1103,10 @@ async fn a_crash_after_every_side_effect_repeats_it_and_converges_to_the_same_en
     let crashes = Arc::new(Crashes::default());
     let injected = crashes.clone();
     let lab = Lab::with(move |drivers| {
-        let kube = Arc::new(CrashingKube(drivers.kube.expect("kube"), injected.clone()));
+        let inner = drivers.kube.expect("kube");
+        // Ray is the simulated one as it is: this test's cluster is a Slurm one.
+        let ray = inner.ray.clone();
+        let kube = Arc::new(CrashingKube(inner, injected.clone()));
         Drivers {
             bmc: Some(Arc::new(CrashingBmc(drivers.bmc.expect("bmc"), injected))),
             kube: Some(KubeDrivers {
@@ -1111,6 +1115,7 @@ async fn a_crash_after_every_side_effect_repeats_it_and_converges_to_the_same_en
                 nodes: kube.clone(),
                 stack: kube.clone(),
                 slurm: kube.clone(),
+                ray,
                 credentials: kube,
             }),
         }

@@ -30,6 +30,7 @@ mod operation_steps;
 mod pagination;
 mod platform;
 mod query_params;
+mod ray;
 mod remediation;
 mod scim;
 mod sweep;

@@ -150,7 +150,7 @@ async fn other_cluster_and_pool_shapes_are_the_apis_view_too() {
     let app = app().await;
     let (t, bearer, _, _) = subscribed(&app).await;
     // A Kubernetes cluster (no Slurm) whose pool has labels and taints; a Slurm cluster with
-    // partitions of its own.
+    // partitions of its own; a Ray cluster.
     let kube = json!({
         "name": "k1", "kind": "kubernetes", "isolation": "private-nodes",
         "node_pools": [{ "name": "gpu", "machine_class": "cpu", "count": 1, "labels": { "team": "a" },
@@ -162,11 +162,21 @@ async fn other_cluster_and_pool_shapes_are_the_apis_view_too() {
         "node_pools": [{ "name": "cpu", "machine_class": "cpu", "count": 1 },
             { "name": "sys", "machine_class": "cpu", "count": 1, "role": "system" }]
     });
-    for (body, count) in [(kube, 0), (slurm, 2)] {
+    // A Ray cluster, with its Ray settings and endpoints.
+    let ray = json!({
+        "name": "r3", "kind": "ray", "isolation": "private-nodes", "ray": { "head": { "node_pool": "cpu" } },
+        "node_pools": [{ "name": "cpu", "machine_class": "cpu", "count": 1 }]
+    });
+    for (body, count) in [(kube, 0), (slurm, 2), (ray, 2)] {
         let made =
             app.post(format!("/v1/tenants/{t}/clusters")).token(&bearer).json(&body).send().await.expect(202).json();
         let cluster = id(&made["cluster"]);
         let cluster_path = format!("/v1/tenants/{t}/clusters/{cluster}");
+        let endpoints =
+            r#"{"ray_client": "ray://ray-head-svc.ray.svc:10001", "dashboard": "http://ray-head-svc.ray.svc:8265"}"#;
+        let ray_endpoints =
+            format!("update clusters set endpoints = '{endpoints}' where id = $1::uuid and kind = 'ray'");
+        sql(&app, &ray_endpoints, &cluster).await;
         sql(&app, "update clusters set phase = 'ready' where id = $1::uuid", &cluster).await;
         tenant_view(&app, "cluster.ready", &cluster_path, &bearer).await;
         let pool_path = format!("{cluster_path}/node-pools/{}", id(&made["cluster"]["node_pools"][0]));

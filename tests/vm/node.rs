@@ -263,6 +263,7 @@ impl NodeLab {
             nodes: Arc::new(KubeTenantNodes::new()),
             stack: Arc::new(stack),
             slurm: Arc::new(SlinkyDriver::with_service_proxy(SlinkySettings::default())),
+            ray: Arc::new(paddock_kube::KubeRayDriver::with_pod_proxy(paddock_kube::ray::RaySettings::default())),
             credentials: Arc::new(KubeTenantCredentials::new()),
         };
         let settings = Settings {

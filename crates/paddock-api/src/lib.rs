@@ -189,6 +189,7 @@ fn process_routes() -> OpenApiRouter<AppState> {
 pub fn openapi() -> OpenApiDoc {
     let mut doc = api_routes().into_openapi();
     doc::prune_unreferenced(&mut doc);
+    doc::ray_catalogue(&mut doc);
     routes::links::add(&mut doc);
     // Relative: the document is served by the API itself (`/openapi.json`), so clients resolve
     // the paths against wherever they fetched it; `paddock dev` serves on http://127.0.0.1:8080.

@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 use chrono::{DateTime, Utc};
 use paddock_types::cluster::{
     ClusterCreate, ClusterKind, ClusterStatus, ClusterView, Condition, ConditionStatus, Isolation, NodePoolAutoscaling,
-    NodePoolCreate, NodePoolRole, NodePoolStatus, NodePoolSummary, NodePoolView, Partition, SlurmSpec, Taint,
+    NodePoolCreate, NodePoolRole, NodePoolStatus, NodePoolSummary, NodePoolView, Partition, RaySpec, SlurmSpec, Taint,
     DEFAULT_KUBERNETES_VERSION,
 };
 use paddock_types::remediation::NodePoolRemediation;
@@ -56,6 +56,9 @@ pub struct ClusterSpec {
     /// Slurm settings, for `slurm` clusters.
     #[serde(default)]
     pub slurm: Option<SlurmSpec>,
+    /// Ray settings, for `ray` clusters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ray: Option<RaySpec>,
 }
 
 impl ClusterSpec {
@@ -63,8 +66,8 @@ impl ClusterSpec {
     pub fn from_create(create: ClusterCreate) -> (ClusterSpec, Vec<NodePoolCreate>) {
         let slurm = match create.kind {
             ClusterKind::Slurm => Some(create.slurm.unwrap_or_default()),
-            // A `slurm` section on a kubernetes cluster is refused by `validate`, so keep it.
-            ClusterKind::Kubernetes => create.slurm,
+            // A `slurm` section on another kind of cluster is refused by `validate`, so keep it.
+            ClusterKind::Kubernetes | ClusterKind::Ray => create.slurm,
         };
         let spec = ClusterSpec {
             name: create.name,
@@ -72,8 +75,17 @@ impl ClusterSpec {
             isolation: create.isolation,
             kubernetes_version: create.kubernetes_version.unwrap_or_else(|| DEFAULT_KUBERNETES_VERSION.to_owned()),
             slurm,
+            ray: create.ray,
         };
         (spec, create.node_pools)
+    }
+
+    /// Fills what defaults to the base stack `stack_version`'s choice: a `ray` cluster's Ray
+    /// version (the catalogue's default release) when its spec names none.
+    pub fn fill_stack_defaults(&mut self, stack_version: &str) {
+        if let Some(ray) = self.ray.as_mut().filter(|r| r.version.is_none()) {
+            ray.version = crate::stack::default_ray_version(stack_version).map(str::to_owned);
+        }
     }
 }
 
@@ -153,8 +165,16 @@ pub fn validate_cluster(spec: &ClusterSpec, pools: &[NodePoolSpec], stack_versio
             "is used by another pool of this cluster",
         );
     }
+    match (spec.kind, &spec.ray) {
+        (ClusterKind::Ray, Some(ray)) => validate_ray(&mut c, ray, pools, stack_version),
+        (ClusterKind::Ray, None) => c.fail("ray", "a `ray` cluster needs its Ray settings (`ray.head.node_pool`)"),
+        (_, Some(_)) => c.fail("ray", "only `ray` clusters have Ray settings"),
+        (_, None) => {}
+    }
     match (spec.kind, &spec.slurm) {
-        (ClusterKind::Kubernetes, Some(_)) => c.fail("slurm", "only `slurm` clusters have Slurm settings"),
+        (ClusterKind::Kubernetes | ClusterKind::Ray, Some(_)) => {
+            c.fail("slurm", "only `slurm` clusters have Slurm settings")
+        }
         (ClusterKind::Slurm, Some(slurm)) => {
             let system: HashSet<&str> =
                 pools.iter().filter(|p| p.role == NodePoolRole::System).map(|p| p.name.as_str()).collect();
@@ -164,9 +184,33 @@ pub fn validate_cluster(spec: &ClusterSpec, pools: &[NodePoolSpec], stack_versio
         (ClusterKind::Slurm, None) => {
             c.fail("slurm", "a `slurm` cluster keeps its Slurm settings: change them with an object, never null")
         }
-        (ClusterKind::Kubernetes, None) => {}
+        (ClusterKind::Kubernetes | ClusterKind::Ray, None) => {}
     }
     c.finish()
+}
+
+/// A `ray` cluster's Ray: a version of its base stack's catalogue, a head pool that is one of
+/// its pools and has a machine.
+fn validate_ray(c: &mut Checks, ray: &RaySpec, pools: &[NodePoolSpec], stack_version: &str) {
+    let supported = crate::stack::ray_versions(stack_version);
+    match ray.version.as_deref() {
+        Some(v) if supported.contains(&v) => {}
+        Some(v) => c.fail(
+            "ray.version",
+            format!(
+                "Ray {v} is not in the Ray catalogue of the cluster's base stack {stack_version} (supported: {})",
+                supported.join(", ")
+            ),
+        ),
+        None => c.fail("ray.version", format!("the base stack {stack_version} has no Ray catalogue")),
+    }
+    match pools.iter().find(|p| p.name == ray.head.node_pool) {
+        None => c.fail("ray.head.node_pool", "must name a node pool of this cluster"),
+        Some(p) if p.count == 0 => {
+            c.fail("ray.head.node_pool", "the head pool carries the Ray head pod and needs at least one node")
+        }
+        Some(_) => {}
+    }
 }
 
 fn validate_slurm(
@@ -237,11 +281,16 @@ fn validate_slurm(
 /// one `system` pool, of at least one node; a `kubernetes` cluster has none. 422 with a stable
 /// code naming the rule otherwise.
 pub fn check_system_pool(kind: ClusterKind, pools: &[NodePoolSpec]) -> Result<(), Error> {
+    for (i, pool) in pools.iter().enumerate() {
+        check_autoscalable(kind, pool.autoscaling.is_some(), &format!("node_pools[{i}].autoscaling"))?;
+    }
     let system: Vec<(usize, &NodePoolSpec)> =
         pools.iter().enumerate().filter(|(_, p)| p.role == NodePoolRole::System).collect();
     match (kind, system.as_slice()) {
-        (ClusterKind::Kubernetes, []) => Ok(()),
-        (ClusterKind::Kubernetes, [(i, _), ..]) => Err(system_pool_unsupported(&format!("node_pools[{i}].role"))),
+        (ClusterKind::Kubernetes | ClusterKind::Ray, []) => Ok(()),
+        (ClusterKind::Kubernetes | ClusterKind::Ray, [(i, _), ..]) => {
+            Err(system_pool_unsupported(&format!("node_pools[{i}].role")))
+        }
         (ClusterKind::Slurm, []) => Err(Error::rule(
             "system_pool_required",
             "node_pools",
@@ -277,6 +326,21 @@ pub fn system_pool_duplicate(field: &str) -> Error {
 /// 422 `system_pool_empty`: the system pool carries Slurm's control pods, so it has a node.
 pub fn system_pool_empty(field: &str) -> Error {
     Error::rule("system_pool_empty", field, "the system pool carries Slurm's control pods and needs at least one node")
+}
+
+/// 422 `autoscaling_unsupported` when a pool of a cluster of `kind` asks for autoscaling and the
+/// kind reads no demand for it: a `ray` cluster's worker groups would be scaled on unschedulable
+/// pods, which its fixed-size groups never have, so they would only ever shrink to `min`.
+pub fn check_autoscalable(kind: ClusterKind, autoscaled: bool, field: &str) -> Result<(), Error> {
+    if kind == ClusterKind::Ray && autoscaled {
+        return Err(Error::rule(
+            "autoscaling_unsupported",
+            field,
+            "a ray cluster's worker groups are not autoscaled yet (Ray's own autoscaler demand is not read): \
+             set `count` instead",
+        ));
+    }
+    Ok(())
 }
 
 /// 422 `system_pool_autoscaled`: the system pool carries Slurm's control pods, so its size is
@@ -575,6 +639,7 @@ impl Cluster {
             isolation: self.spec.isolation,
             kubernetes_version: self.spec.kubernetes_version.clone(),
             slurm,
+            ray: self.spec.ray.clone(),
             stack_version: self.stack_version.clone(),
             node_pools: live
                 .iter()
@@ -625,6 +690,7 @@ mod tests {
             isolation: Isolation::PrivateNodes,
             kubernetes_version: "v1.35.0".into(),
             slurm: Some(slurm),
+            ray: None,
         }
     }
 
@@ -649,7 +715,7 @@ mod tests {
         assert!(version_key("v1.9.0") < version_key("v1.10.0"));
     }
 
-    const LATEST: &str = "2026.12.1";
+    const LATEST: &str = "2026.12.2";
 
     #[test]
     fn slurm_versions_follow_the_clusters_base_stack() {
@@ -660,7 +726,7 @@ mod tests {
         assert_eq!(crate::stack::latest_version(), LATEST);
         assert!(on("25.11", LATEST).is_ok() && on("26.05", LATEST).is_ok());
         assert_eq!(SlurmSpec::default().version, "26.05", "the default runs on the newest stack");
-        let e = on("25.05", LATEST).expect_err("the operator of 2026.12.1 needs 25.11 or newer");
+        let e = on("25.05", LATEST).expect_err("the operator of 2026.12.2 needs 25.11 or newer");
         let text = format!("{e:?}");
         assert!(text.contains("slurm.version") && text.contains("supported: 25.11, 26.05"), "{text}");
         // A cluster created on an older stack keeps its releases.

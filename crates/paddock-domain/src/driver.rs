@@ -14,7 +14,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use paddock_types::cluster::{NodePoolRole, SlurmSpec, SshHostKey, Taint};
+use paddock_types::cluster::{ClusterKind, NodePoolRole, RaySpec, SlurmSpec, SshHostKey, Taint};
 use paddock_types::{ClusterId, Labels, MachineId, NodePoolId, TenantId};
 
 pub use crate::bmc::BoxFuture;
@@ -453,11 +453,13 @@ pub struct StackStatus {
 /// class, Slinky's CRDs and operator, applied in order from digest-pinned manifests.
 pub trait TenantStack: Send + Sync {
     /// Applies the base stack `version` (the cluster's, one of the embedded definitions; a no-op
-    /// when it already matches) and reports whether it is ready. An unknown version is permanent.
+    /// when it already matches), the components applied into clusters of `kind`, and reports
+    /// whether it is ready. An unknown version is permanent.
     fn ensure_stack<'a>(
         &'a self,
         tenant: &'a TenantAccess,
         version: &'a str,
+        kind: ClusterKind,
     ) -> BoxFuture<'a, Result<StackStatus, DriverError>>;
 }
 
@@ -601,6 +603,63 @@ pub trait SlurmDriver: Send + Sync {
     }
 }
 
+/// A node pool as Ray sees it: one worker group pinned to the pool's nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RayPool {
+    /// The pool.
+    pub node_pool_id: NodePoolId,
+    /// Its name (the worker group's name).
+    pub name: String,
+    /// Its desired machines (the worker group's replicas).
+    pub count: u32,
+    /// GPUs per machine, from the pool's class (requested by each worker).
+    pub gpus_per_node: u32,
+    /// The pool's taints (tolerated by its workers, and by the head on the head pool).
+    pub taints: Vec<Taint>,
+}
+
+/// The desired Ray of one `ray` cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RayDesired {
+    /// The cluster's Ray section, its version resolved.
+    pub spec: RaySpec,
+    /// The cluster's base stack version (whose Ray catalogue names the images).
+    pub stack_version: String,
+    /// Every pool of the cluster (each a worker group).
+    pub pools: Vec<RayPool>,
+}
+
+/// Where a cluster's Ray stands.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RayStatus {
+    /// The operator reports the RayCluster ready (every pod running and ready, the current
+    /// generation observed) and the head answers its health check.
+    pub ready: bool,
+    /// What is missing, when not ready.
+    pub reason: String,
+    /// `ray://<head service>.<namespace>.svc:10001`, once the head's Service exists.
+    pub ray_client: Option<String>,
+    /// The dashboard's in-cluster address, once the head's Service exists and the dashboard is on.
+    pub dashboard: Option<String>,
+    /// Objects this call created or changed (for drift reports).
+    pub changed: Vec<String>,
+}
+
+/// Ray in a tenant cluster through KubeRay (docs/architecture.md, cluster reconciler step 5 for
+/// `kind: ray`).
+pub trait RayDriver: Send + Sync {
+    /// Applies the cluster's RayCluster (head on the head pool, one worker group per pool) and
+    /// reports whether it is ready.
+    fn ensure_ray<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        desired: &'a RayDesired,
+    ) -> BoxFuture<'a, Result<RayStatus, DriverError>>;
+
+    /// Deletes the cluster's RayCluster. `Gone` once it and its pods no longer exist.
+    fn remove_ray<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<Removal, DriverError>>;
+}
+
 /// The cluster-side drivers the reconcilers use, chosen together by `PADDOCK_KUBE_DRIVER`.
 #[derive(Clone)]
 pub struct KubeDrivers {
@@ -614,6 +673,8 @@ pub struct KubeDrivers {
     pub stack: Arc<dyn TenantStack>,
     /// Step 5.
     pub slurm: Arc<dyn SlurmDriver>,
+    /// Step 5 of a `ray` cluster.
+    pub ray: Arc<dyn RayDriver>,
     /// The tenant's kubeconfig.
     pub credentials: Arc<dyn TenantCredentials>,
 }

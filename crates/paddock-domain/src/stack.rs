@@ -17,8 +17,10 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
+mod ray;
 mod slurm;
 
+pub use ray::{RayImages, RayRelease};
 pub use slurm::{is_image_registry, RestApiVersions, SlurmImages, SlurmRelease};
 
 /// The stack definitions the binary carries, `(version, JSON)`, oldest first.
@@ -26,6 +28,7 @@ pub const DEFINITIONS: &[(&str, &str)] = &[
     ("2026.11.0", include_str!("../../../stacks/2026.11.0.json")),
     ("2026.12.0", include_str!("../../../stacks/2026.12.0.json")),
     ("2026.12.1", include_str!("../../../stacks/2026.12.1.json")),
+    ("2026.12.2", include_str!("../../../stacks/2026.12.2.json")),
 ];
 
 /// The version of the newest embedded stack definition: the base stack of new clusters.
@@ -64,6 +67,18 @@ pub fn default_slurm_version(version: &str) -> Option<&'static str> {
     definition(version).ok().and_then(|d| d.slurm.as_ref()).and_then(SlurmImages::default_version)
 }
 
+/// The Ray versions the embedded stack `version` runs (none for an unknown stack or one without
+/// Ray).
+pub fn ray_versions(version: &str) -> Vec<&'static str> {
+    definition(version).ok().and_then(|d| d.ray.as_ref()).map(RayImages::versions).unwrap_or_default()
+}
+
+/// The Ray version new `ray` clusters on the embedded stack `version` run when their spec names
+/// none.
+pub fn default_ray_version(version: &str) -> Option<&'static str> {
+    definition(version).ok().and_then(|d| d.ray.as_ref()).and_then(RayImages::default_version)
+}
+
 fn unknown_version(version: &str) -> DefinitionError {
     let known = DEFINITIONS.iter().map(|(v, _)| *v).collect::<Vec<_>>().join(", ");
     DefinitionError::UnknownVersion { version: version.to_owned(), known }
@@ -83,6 +98,9 @@ pub struct StackDefinition {
     /// The images the stack's Slurm operator runs (the Slurm driver takes them from here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmImages>,
+    /// The Ray releases `ray` clusters on the stack may run, and their images.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ray: Option<RayImages>,
 }
 
 /// One component of a stack (a CNI, a device plugin, ...).
@@ -99,6 +117,9 @@ pub struct StackComponent {
     /// Free text for the reader.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notes: Option<String>,
+    /// The cluster kinds it is applied into (`slurm`, `kubernetes`, `ray`); empty: every kind.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kinds: Vec<String>,
     /// Its manifests, in apply order.
     pub manifests: Vec<StackManifest>,
     /// When it counts as ready (all rules hold; none: once applied).
@@ -169,6 +190,13 @@ pub enum ReadinessRule {
     WorkloadsAvailable,
 }
 
+impl StackComponent {
+    /// Whether it is applied into clusters of `kind` (its `kinds`, empty: every kind).
+    pub fn applies_to(&self, kind: &str) -> bool {
+        self.kinds.is_empty() || self.kinds.iter().any(|k| k == kind)
+    }
+}
+
 impl StackDefinition {
     /// The embedded definition of `version`.
     /// (Parses it; [`definition`] keeps the parsed ones.)
@@ -231,6 +259,14 @@ impl StackDefinition {
         }
         if let Some(slurm) = &self.slurm {
             slurm.validate().map_err(|reason| bad(format!("slurm: {reason}")))?;
+        }
+        if let Some(ray) = &self.ray {
+            ray.validate().map_err(|reason| bad(format!("ray: {reason}")))?;
+        }
+        for c in &self.components {
+            if let Some(k) = c.kinds.iter().find(|k| !matches!(k.as_str(), "slurm" | "kubernetes" | "ray")) {
+                return Err(bad(format!("component {} names the unknown cluster kind {k}", c.name)));
+            }
         }
         Ok(())
     }
@@ -367,6 +403,7 @@ mod tests {
         };
         let def = |m: StackManifest| StackDefinition {
             slurm: None,
+            ray: None,
             version: "1.0.0".to_owned(),
             notes: None,
             components: vec![StackComponent {
@@ -374,6 +411,7 @@ mod tests {
                 version: "v1".to_owned(),
                 namespace: None,
                 notes: None,
+                kinds: Vec::new(),
                 manifests: vec![m],
                 ready: vec![],
             }],

@@ -11,6 +11,8 @@
 //!   Kamaji's `TenantControlPlane` ([`kamaji`]).
 //! - Step 3, joining machines: [`KubeTenantNodes`] implements [`TenantNodes`] against the tenant
 //!   cluster's own API server, reached with the admin kubeconfig Kamaji wrote ([`nodes`]).
+//! - Step 5 of a `ray` cluster: [`KubeRayDriver`] implements [`RayDriver`] with KubeRay's
+//!   `RayCluster` ([`ray`]); step 5 of a `slurm` cluster is [`SlinkyDriver`] ([`slurm`]).
 //! - Step 2, the tenant's own kubeconfig: [`KubeTenantCredentials`] implements
 //!   [`TenantCredentials`]: a ServiceAccount bound to cluster-admin in the tenant cluster and a
 //!   TokenRequest token with a TTL ([`credentials`]).
@@ -25,6 +27,7 @@
 //! [`ControlPlaneBackend`]: paddock_domain::driver::ControlPlaneBackend
 //! [`TenantNodes`]: paddock_domain::driver::TenantNodes
 //! [`TenantCredentials`]: paddock_domain::driver::TenantCredentials
+//! [`RayDriver`]: paddock_domain::driver::RayDriver
 //! [`DriverError`]: paddock_domain::driver::DriverError
 
 mod access;
@@ -37,6 +40,7 @@ mod error;
 pub mod isolation;
 pub mod kamaji;
 pub mod nodes;
+pub mod ray;
 pub mod slurm;
 pub mod stack;
 pub mod timeouts;
@@ -47,5 +51,6 @@ pub use error::KubeError;
 pub use isolation::IsolationSettings;
 pub use kamaji::KamajiBackend;
 pub use nodes::KubeTenantNodes;
+pub use ray::KubeRayDriver;
 pub use slurm::SlinkyDriver;
 pub use stack::KubeTenantStack;

@@ -50,6 +50,7 @@ use kube::discovery::{ApiCapabilities, Scope};
 use kube::{Api, Client};
 use paddock_domain::driver::{BoxFuture, DriverError, StackStatus, TenantAccess, TenantStack};
 use paddock_domain::stack::{DefinitionError, ReadinessRule, StackDefinition};
+use paddock_types::cluster::ClusterKind;
 use paddock_types::ClusterId;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -436,9 +437,17 @@ impl KubeTenantStack {
     /// Verifies the stack's files, applies every object in order into the tenant cluster and
     /// reports readiness (see the module documentation).
     #[instrument(skip_all, fields(cluster.id = %tenant.cluster.cluster_id, stack.version = %version))]
-    pub async fn ensure(&self, tenant: &TenantAccess, version: &str) -> Result<StackStatus, StackError> {
+    pub async fn ensure(
+        &self,
+        tenant: &TenantAccess,
+        version: &str,
+        kind: ClusterKind,
+    ) -> Result<StackStatus, StackError> {
+        // Only the components applied into clusters of this kind (KubeRay only into `ray` ones).
+        let mut definition = self.definition(version)?.clone();
+        definition.components.retain(|c| c.applies_to(kind.as_str()));
         // Every file is verified before the first write: a stack that does not verify applies nothing.
-        let components = self.load(self.definition(version)?)?;
+        let components = self.load(&definition)?;
         let version = version.to_owned();
         let client = self.client(tenant).await?;
         // The kinds the stack's own CRDs define, which may be served only once those are applied.
@@ -641,8 +650,9 @@ impl TenantStack for KubeTenantStack {
         &'a self,
         tenant: &'a TenantAccess,
         version: &'a str,
+        kind: ClusterKind,
     ) -> BoxFuture<'a, Result<StackStatus, DriverError>> {
-        async move { self.ensure(tenant, version).await.map_err(DriverError::from) }.boxed()
+        async move { self.ensure(tenant, version, kind).await.map_err(DriverError::from) }.boxed()
     }
 }
 

@@ -91,7 +91,7 @@ impl Services {
             let mut demand = store::demand(&mut tx, tenant_id, None).await?;
             demand.clusters += 1;
             rules::check_quotas(&tenant.spec.quotas, demand)?;
-            let (spec, pools) = ClusterSpec::from_create(body.decode::<ClusterCreate>()?);
+            let (mut spec, pools) = ClusterSpec::from_create(body.decode::<ClusterCreate>()?);
             let pools: Vec<NodePoolSpec> = pools.into_iter().map(NodePoolSpec::from).collect();
             let mut classes = Vec::with_capacity(pools.len());
             for pool in &pools {
@@ -108,6 +108,7 @@ impl Services {
             }
             // New clusters run the newest base stack; existing ones keep theirs.
             let stack_version = paddock_domain::stack::latest_version();
+            spec.fill_stack_defaults(stack_version);
             rules::validate_cluster(&spec, &pools, stack_version)?;
             let mut classes = Vec::with_capacity(pools.len());
             for (i, pool) in pools.iter().enumerate() {
@@ -186,7 +187,8 @@ impl Services {
             let patch = body.value()?;
             let mut spec_patch = patch.clone();
             let stack_version = patched_stack_version(&mut spec_patch, &current.stack_version)?;
-            let spec: ClusterSpec = body.apply_patch(&current.spec, &spec_patch, &["name", "kind", "isolation"])?;
+            let mut spec: ClusterSpec = body.apply_patch(&current.spec, &spec_patch, &["name", "kind", "isolation"])?;
+            spec.fill_stack_defaults(&stack_version);
             let pools: Vec<NodePoolSpec> = node_pool::of_cluster(&mut tx, tenant_id, id)
                 .await?
                 .into_iter()
@@ -289,11 +291,12 @@ impl Services {
                 check_fleet(&mut tx, ctx, class, others + u64::from(spec.count)).await?;
             }
             rules::validate_pool(&spec)?;
+            rules::check_autoscalable(cluster.spec.kind, spec.autoscaling.is_some(), "autoscaling")?;
             let (class, _) = class_of(&mut tx, "machine_class", &spec.machine_class).await?;
             if spec.role == NodePoolRole::System {
                 // A slurm cluster has its system pool from its creation on, until it is deleted.
                 return Err(match cluster.spec.kind {
-                    ClusterKind::Kubernetes => rules::system_pool_unsupported("role"),
+                    ClusterKind::Kubernetes | ClusterKind::Ray => rules::system_pool_unsupported("role"),
                     ClusterKind::Slurm => rules::system_pool_duplicate("role"),
                 });
             }
@@ -372,6 +375,7 @@ impl Services {
             if current.spec.role == NodePoolRole::System && spec.autoscaling.is_some() {
                 return Err(rules::system_pool_autoscaled("autoscaling"));
             }
+            rules::check_autoscalable(cluster.spec.kind, spec.autoscaling.is_some(), "autoscaling")?;
             let changed = spec != current.spec;
             if changed {
                 node_pool::update_spec(&mut tx, tenant_id, id, &spec, desired).await?;
@@ -490,11 +494,35 @@ impl Services {
     }
 }
 
+/// A ray cluster's head pool keeps a machine for the head pod: 422 `ray_head_pool_empty` when a
+/// patch would scale it to 0 (`Some(0)`), `ray_head_pool_undeletable` when it would be deleted
+/// (`None`).
+fn check_ray_head_kept(cluster: &Cluster, pool: &NodePool, count: Option<u32>) -> Result<()> {
+    let head = cluster.spec.ray.as_ref().map(|r| r.head.node_pool.as_str());
+    if cluster.spec.kind != ClusterKind::Ray || head != Some(pool.spec.name.as_str()) {
+        return Ok(());
+    }
+    match count {
+        Some(0) => Err(Error::rule(
+            "ray_head_pool_empty",
+            "count",
+            "this pool carries the Ray head pod (ray.head.node_pool): it keeps at least one machine",
+        )),
+        Some(_) => Ok(()),
+        None => Err(Error::rule(
+            "ray_head_pool_undeletable",
+            "node_pool",
+            "this pool carries the Ray head pod (ray.head.node_pool): it goes only with its cluster",
+        )),
+    }
+}
+
 /// A slurm cluster's system pool keeps its machines while the cluster lives (slurmctld's state,
 /// the accounting database and their volumes are on them): 422 `system_pool_shrink` when a patch
 /// would lower its count (`Some`), `system_pool_undeletable` when it would be deleted (`None`).
 /// Every machine of it goes back only with the cluster.
 fn check_system_pool_kept(cluster: &Cluster, pool: &NodePool, count: Option<u32>) -> Result<()> {
+    check_ray_head_kept(cluster, pool, count)?;
     if cluster.spec.kind != ClusterKind::Slurm || pool.spec.role != NodePoolRole::System {
         return Ok(());
     }

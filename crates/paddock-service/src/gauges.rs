@@ -124,7 +124,7 @@ impl Services {
         out.push_str("# HELP paddock_clusters Clusters not yet deleted, by phase and kind.\n");
         out.push_str("# TYPE paddock_clusters gauge\n");
         for phase in ClusterPhase::ALL.map(ClusterPhase::as_str) {
-            for kind in [ClusterKind::Slurm, ClusterKind::Kubernetes].map(ClusterKind::as_str) {
+            for kind in [ClusterKind::Slurm, ClusterKind::Kubernetes, ClusterKind::Ray].map(ClusterKind::as_str) {
                 let n = count(&clusters, phase, kind);
                 let _ = writeln!(out, "paddock_clusters{{phase=\"{phase}\",kind=\"{kind}\"}} {n}");
             }

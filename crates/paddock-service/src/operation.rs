@@ -101,7 +101,11 @@ async fn plan_context(conn: &mut Conn, target: Target) -> Result<PlanContext> {
         }
         Target::Cluster { tenant, cluster, .. } => {
             let kind = cluster::get(conn, tenant, cluster).await?.map(|c| c.spec.kind);
-            PlanContext { slurm: kind == Some(ClusterKind::Slurm), ..PlanContext::default() }
+            PlanContext {
+                slurm: kind == Some(ClusterKind::Slurm),
+                ray: kind == Some(ClusterKind::Ray),
+                ..PlanContext::default()
+            }
         }
     })
 }

@@ -9,9 +9,9 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use paddock_domain::driver::{
     BoxFuture, ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, Demand, DemandPool, Drain,
-    DriverError, Isolation, JoinConfig, NodeRef, NodeStatus, PlatformDriver, PoolDemand, RegisteredNode, Removal,
-    SlurmDesired, SlurmDrain, SlurmDriver, SlurmStatus, SlurmVersion, StackStatus, TenantAccess, TenantCredentials,
-    TenantNodes, TenantStack,
+    DriverError, Isolation, JoinConfig, NodeRef, NodeStatus, PlatformDriver, PoolDemand, RayDesired, RayDriver,
+    RayStatus, RegisteredNode, Removal, SlurmDesired, SlurmDrain, SlurmDriver, SlurmStatus, SlurmVersion, StackStatus,
+    TenantAccess, TenantCredentials, TenantNodes, TenantStack,
 };
 use paddock_domain::secret::SecretString;
 use paddock_domain::ssh;
@@ -650,6 +650,7 @@ impl TenantStack for SimKube {
         &'a self,
         tenant: &'a TenantAccess,
         version: &'a str,
+        _kind: paddock_types::cluster::ClusterKind,
     ) -> BoxFuture<'a, Result<StackStatus, DriverError>> {
         Box::pin(async move {
             // The simulated stack follows the same definitions as the real one.
@@ -841,6 +842,51 @@ impl SlurmDriver for SimKube {
             )
             .await
             .map_err(unavailable)
+        })
+    }
+}
+
+/// The simulated Ray: the version checked against the stack's Ray catalogue like the real
+/// driver's, then ready at once with in-cluster endpoints under `.paddock.invalid` (no RayCluster
+/// runs anywhere); removed at once.
+impl RayDriver for SimKube {
+    fn ensure_ray<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        desired: &'a RayDesired,
+    ) -> BoxFuture<'a, Result<RayStatus, DriverError>> {
+        Box::pin(async move {
+            let version = desired.spec.version.as_deref().unwrap_or_default();
+            let supported = paddock_domain::stack::ray_versions(&desired.stack_version);
+            if !supported.contains(&version) {
+                let message = format!(
+                    "Ray {version} is not in the Ray catalogue of the base stack {} (supported: {})",
+                    desired.stack_version,
+                    supported.join(", ")
+                );
+                return Err(DriverError::permanent("ray_version_unsupported", message));
+            }
+            let mut conn = self.conn().await?;
+            self.tenant(&mut conn, tenant).await?;
+            let host = format!("ray-head.{}.paddock.invalid", tenant.cluster.cluster_id.uuid().simple());
+            Ok(RayStatus {
+                ready: true,
+                reason: String::new(),
+                ray_client: Some(format!("ray://{host}:10001")),
+                dashboard: desired.spec.dashboard.then(|| format!("http://{host}:8265")),
+                changed: Vec::new(),
+            })
+        })
+    }
+
+    fn remove_ray<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<Removal, DriverError>> {
+        Box::pin(async move {
+            let mut conn = self.conn().await?;
+            let row = self.cluster(&mut conn, tenant.cluster.cluster_id).await?;
+            if row.control_plane_exists && !row.control_plane_deleting {
+                self.tenant(&mut conn, tenant).await?;
+            }
+            Ok(Removal::Gone)
         })
     }
 }

@@ -433,6 +433,7 @@ impl SimWorld {
             nodes: kube.clone(),
             stack: kube.clone(),
             slurm: kube.clone(),
+            ray: kube.clone(),
             credentials: kube,
         }
     }

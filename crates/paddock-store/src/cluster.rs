@@ -3,7 +3,9 @@
 
 use chrono::{DateTime, Utc};
 use paddock_domain::cluster::{Cluster, ClusterSpec, Demand};
-use paddock_types::cluster::{ClusterKind, ClusterPhase, ClusterStatus, Condition, Endpoints, Isolation, SlurmSpec};
+use paddock_types::cluster::{
+    ClusterKind, ClusterPhase, ClusterStatus, Condition, Endpoints, Isolation, RaySpec, SlurmSpec,
+};
 use paddock_types::{ClusterId, NodePoolId, TenantId};
 use sqlx::types::Json;
 use uuid::Uuid;
@@ -18,6 +20,7 @@ struct ClusterRow {
     kind: String,
     kubernetes_version: String,
     slurm: Option<serde_json::Value>,
+    ray: Option<serde_json::Value>,
     stack_version: String,
     generation: i64,
     status_version: i64,
@@ -31,7 +34,7 @@ struct ClusterRow {
 }
 
 const CLUSTER_COLUMNS: &str =
-    "id, tenant_id, name, kind, kubernetes_version, slurm, stack_version, generation, status_version, \
+    "id, tenant_id, name, kind, kubernetes_version, slurm, ray, stack_version, generation, status_version, \
      phase, conditions, observed_generation, endpoints, created_at, updated_at, deletion_requested_at";
 
 impl TryFrom<ClusterRow> for Cluster {
@@ -40,9 +43,11 @@ impl TryFrom<ClusterRow> for Cluster {
         let kind = parse_state(&r.kind, |s| match s {
             "slurm" => Some(ClusterKind::Slurm),
             "kubernetes" => Some(ClusterKind::Kubernetes),
+            "ray" => Some(ClusterKind::Ray),
             _ => None,
         })?;
         let slurm: Option<SlurmSpec> = r.slurm.map(from_json).transpose()?;
+        let ray: Option<RaySpec> = r.ray.map(from_json).transpose()?;
         let conditions: Vec<Condition> = from_json(r.conditions)?;
         let endpoints: Endpoints = from_json(r.endpoints)?;
         Ok(Cluster {
@@ -54,6 +59,7 @@ impl TryFrom<ClusterRow> for Cluster {
                 isolation: Isolation::PrivateNodes,
                 kubernetes_version: r.kubernetes_version,
                 slurm,
+                ray,
             },
             status: ClusterStatus {
                 phase: parse_state(&r.phase, ClusterPhase::parse)?,
@@ -80,8 +86,8 @@ pub async fn insert(
     stack_version: &str,
 ) -> Result<(), StoreError> {
     sqlx::query(
-        "insert into clusters (id, tenant_id, name, kind, isolation, kubernetes_version, slurm, stack_version) \
-         values ($1, $2, $3, $4, 'private-nodes', $5, $6, $7)",
+        "insert into clusters (id, tenant_id, name, kind, isolation, kubernetes_version, slurm, ray, stack_version) \
+         values ($1, $2, $3, $4, 'private-nodes', $5, $6, $7, $8)",
     )
     .bind(id.uuid())
     .bind(tenant.uuid())
@@ -89,6 +95,7 @@ pub async fn insert(
     .bind(spec.kind.as_str())
     .bind(&spec.kubernetes_version)
     .bind(spec.slurm.as_ref().map(Json))
+    .bind(spec.ray.as_ref().map(Json))
     .bind(stack_version)
     .execute(conn)
     .await?;
@@ -145,14 +152,15 @@ pub async fn update_spec(
     stack_version: &str,
 ) -> Result<(), StoreError> {
     sqlx::query(
-        "update clusters set kubernetes_version = $3, slurm = $4, stack_version = $5, generation = generation + 1, \
-         updated_at = now() where tenant_id = $1 and id = $2",
+        "update clusters set kubernetes_version = $3, slurm = $4, stack_version = $5, ray = $6, \
+         generation = generation + 1, updated_at = now() where tenant_id = $1 and id = $2",
     )
     .bind(tenant.uuid())
     .bind(id.uuid())
     .bind(&spec.kubernetes_version)
     .bind(spec.slurm.as_ref().map(Json))
     .bind(stack_version)
+    .bind(spec.ray.as_ref().map(Json))
     .execute(conn)
     .await?;
     Ok(())

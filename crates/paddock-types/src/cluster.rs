@@ -19,6 +19,8 @@ pub enum ClusterKind {
     Slurm,
     /// Plain Kubernetes.
     Kubernetes,
+    /// Kubernetes with a Ray cluster on top (KubeRay).
+    Ray,
 }
 
 impl ClusterKind {
@@ -27,6 +29,7 @@ impl ClusterKind {
         match self {
             Self::Slurm => "slurm",
             Self::Kubernetes => "kubernetes",
+            Self::Ray => "ray",
         }
     }
 }
@@ -300,6 +303,40 @@ impl Default for SlurmSpec {
     }
 }
 
+/// The node pool that carries a Ray cluster's head pod.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RayHead {
+    /// The name of the cluster's node pool whose nodes run the head pod (a pool of the cluster;
+    /// its other nodes, if any, run workers of that pool's worker group).
+    #[schema(min_length = 1, max_length = 30, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+    pub node_pool: String,
+}
+
+/// Ray settings of a `ray` cluster: one RayCluster (KubeRay) whose worker groups are the node
+/// pools.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"version": "2.46.0", "head": {"node_pool": "cpu"}, "dashboard": true}))]
+pub struct RaySpec {
+    /// Ray version: one of the Ray releases the cluster's base stack pins (its catalogue); the
+    /// stack's default when omitted.
+    #[serde(default)]
+    #[schema(nullable = false, max_length = 32, pattern = "^[0-9]+\\.[0-9]+\\.[0-9]+$", example = "2.46.0")]
+    pub version: Option<String>,
+    /// Where the head pod runs.
+    pub head: RayHead,
+    /// Whether the head runs Ray's dashboard (and its job API); reachable only through the
+    /// tenant's kubeconfig (port-forward), never exposed by paddock.
+    #[serde(default = "yes")]
+    #[schema(default = true)]
+    pub dashboard: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
 /// Body of `POST /v1/tenants/{tenant_id}/clusters`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -319,6 +356,9 @@ pub struct ClusterCreate {
     /// Slurm settings (`slurm` clusters only).
     #[serde(default)]
     pub slurm: Option<SlurmSpec>,
+    /// Ray settings (`ray` clusters only, required there).
+    #[serde(default)]
+    pub ray: Option<RaySpec>,
     /// Node pools created with the cluster.
     #[serde(default)]
     #[schema(max_items = 32)]
@@ -336,6 +376,8 @@ pub struct ClusterUpdate {
     pub kubernetes_version: Option<String>,
     /// Slurm settings.
     pub slurm: Option<SlurmSpec>,
+    /// Ray settings (`ray` clusters; the whole object, never null).
+    pub ray: Option<RaySpec>,
     /// The tenant base stack version to move to (upgrades only, to a stack this release carries;
     /// `slurm.version` must be one of its Slurm releases, which the same patch may change).
     #[schema(max_length = 32, pattern = "^[0-9]{4}\\.[0-9]{1,2}\\.[0-9]{1,4}$", example = "2026.12.0")]
@@ -388,6 +430,15 @@ pub struct Endpoints {
     pub slurm_rest_api: Option<String>,
     /// SSH address of the login nodes.
     pub login_ssh: Option<String>,
+    /// A `ray` cluster's Ray client address, `ray://<head service>.<namespace>.svc:10001`, inside
+    /// the tenant cluster: reach it through the tenant's kubeconfig (`kubectl port-forward`).
+    // `default` reads statuses stored before it.
+    #[serde(default)]
+    pub ray_client: Option<String>,
+    /// A `ray` cluster's dashboard (and job API) address inside the tenant cluster, when
+    /// `ray.dashboard` is on: reach it through the tenant's kubeconfig (`kubectl port-forward`).
+    #[serde(default)]
+    pub dashboard: Option<String>,
     /// The login nodes' SSH host keys, once the LoginSet publishes them (empty until then), for
     /// `known_hosts` and to compare with what `ssh` shows on first connect.
     // Always in responses (so required in the schema); `default` reads statuses stored before it.
@@ -455,6 +506,8 @@ pub struct ClusterView {
     pub kubernetes_version: String,
     /// Slurm settings with defaults filled (partitions resolved); null for `kubernetes`.
     pub slurm: Option<SlurmSpec>,
+    /// Ray settings with defaults filled (the version resolved); null but for `ray`.
+    pub ray: Option<RaySpec>,
     /// The tenant base stack version it runs (CNI, device plugin, storage, Slinky): the newest one
     /// when it was created, kept until the cluster is upgraded; its Slurm releases are the ones
     /// `slurm.version` may name.

@@ -492,6 +492,11 @@ async fn kubernetes(settings: &Settings) -> anyhow::Result<paddock_domain::drive
     let catalog =
         paddock_kube::slurm::SlurmCatalog::of(stack.definitions()).with_registry(settings.slurm_image_registry.clone());
     let slurm = paddock_kube::slurm::SlinkySettings { catalog, ..paddock_kube::slurm::SlinkySettings::default() };
+    // Ray likewise runs the images of the cluster's stack's Ray catalogue.
+    let ray = paddock_kube::ray::RaySettings {
+        catalog: paddock_kube::ray::RayCatalog::of(stack.definitions()),
+        ..paddock_kube::ray::RaySettings::default()
+    };
     let control_plane = paddock_kube::KamajiBackend::new(platform.client().clone())
         .with_namespace_role(settings.kube_namespace_role.clone());
     Ok(paddock_domain::driver::KubeDrivers {
@@ -500,6 +505,7 @@ async fn kubernetes(settings: &Settings) -> anyhow::Result<paddock_domain::drive
         nodes: Arc::new(paddock_kube::KubeTenantNodes::new()),
         stack: Arc::new(stack),
         slurm: Arc::new(paddock_kube::SlinkyDriver::with_service_proxy(slurm)),
+        ray: Arc::new(paddock_kube::KubeRayDriver::with_pod_proxy(ray)),
         credentials: Arc::new(paddock_kube::KubeTenantCredentials::new()),
     })
 }

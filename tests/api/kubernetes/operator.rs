@@ -18,6 +18,13 @@
 //!   slurmctld does, and the test PLAYS a job on a node (ALLOCATED) to hold a drain open.
 //!
 //! The Kamaji player, the machines and their BMCs are the lab's as for the played operator.
+//!
+//! The Ray lab ([`RealOperator::start_ray`]) runs the REAL KubeRay ray-operator v1.5.0 (built by
+//! `scripts/ray-operator`, `PADDOCK_TEST_RAY_OPERATOR`) the same way, once paddock's stack has
+//! applied its Deployment (component `kuberay-operator`): its args, a token of its ServiceAccount.
+//! The Ray head's health endpoints are a labelled STAND-IN ([`StandInHead`]) on this host's
+//! routable address, port 8265 (which must be free), the head pod's IP, for paddock's probe
+//! through the pod proxy; no Ray runs.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr};
@@ -40,6 +47,7 @@ use super::{err, Lab, TenantServer};
 use crate::played::operator::{
     deployment_args, hosts_file, local_args, random_loopback, routable_ip, service_account_kubeconfig, Operator,
 };
+use crate::played::rayhead::StandInHead;
 use crate::played::restd::StandInRestd;
 use crate::played::{kubelet, provisioner};
 use paddock_testkit::{admin, skip};
@@ -51,11 +59,15 @@ pub(super) const WORKLOADS: &[&str] = &["defaults", "workloads"];
 const OPERATOR_VERSION: &str = "1.2.1";
 /// The stack component whose Deployment is the operator.
 const OPERATOR_COMPONENT: &str = "slurm-operator";
+/// The stack component whose Deployment is KubeRay's operator.
+const RAY_OPERATOR_COMPONENT: &str = "kuberay-operator";
 
 /// What runs for one tenant API server.
 struct Running {
     /// The operator, once paddock applied its chart and Slurm's JWT key.
     operator: Option<Operator>,
+    /// The KubeRay operator (a Ray lab), once paddock's stack applied its Deployment.
+    ray_operator: Option<Operator>,
     /// The played kubelet and provisioner.
     tasks: Vec<(&'static str, JoinHandle<()>)>,
 }
@@ -70,7 +82,10 @@ impl Drop for Running {
 
 /// The real operator of the lab and its played surroundings.
 pub(super) struct RealOperator {
-    binary: PathBuf,
+    /// The slurm-operator (None in a Ray lab).
+    binary: Option<PathBuf>,
+    /// The ray-operator (a Ray lab only).
+    ray_binary: Option<PathBuf>,
     /// Logs, kubeconfigs and hosts files, per cluster.
     dir: PathBuf,
     restd: StandInRestd,
@@ -108,7 +123,25 @@ impl RealOperator {
         ];
         let (running, registered) = (Mutex::new(HashMap::new()), Mutex::new(HashSet::new()));
         let next_ip = AtomicU32::new(10);
-        Some(Self { binary, dir, restd, loopback, probe_ip, serving, running, registered, next_ip })
+        let binary = Some(binary);
+        Some(Self { binary, ray_binary: None, dir, restd, loopback, probe_ip, serving, running, registered, next_ip })
+    }
+
+    /// The Ray lab: the real KubeRay operator and the Ray head stand-in serving (no Slurm); None
+    /// (the test is skipped: [`skip`]) without the operator binary or a routable address.
+    pub(super) async fn start_ray() -> Option<Self> {
+        let binary = std::env::var("PADDOCK_TEST_RAY_OPERATOR").ok().filter(|v| !v.is_empty()).map(PathBuf::from);
+        let what = "the ray-operator binary (PADDOCK_TEST_RAY_OPERATOR; scripts/test builds it) is missing";
+        let ray_binary = Some(skip::require(binary.filter(|b| b.is_file()), what)?);
+        let why = "this host has no routable address for the Ray head stand-in (the API server proxies to no loopback)";
+        let probe_ip = skip::require(routable_ip(), why)?;
+        let tag = &uuid::Uuid::new_v4().simple().to_string()[..8];
+        let dir = std::env::temp_dir().join(format!("paddock-api-ray-operator-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("the operator's directory");
+        let serving = vec![StandInHead::default().serve((probe_ip, paddock_kube::ray::DASHBOARD_PORT).into()).await];
+        let (running, registered) = (Mutex::new(HashMap::new()), Mutex::new(HashSet::new()));
+        let (restd, loopback, next_ip) = (StandInRestd::new(Vec::new()), random_loopback(), AtomicU32::new(10));
+        Some(Self { binary: None, ray_binary, dir, restd, loopback, probe_ip, serving, running, registered, next_ip })
     }
 
     pub(super) fn registered(&self, node: &str) -> bool {
@@ -144,16 +177,23 @@ impl RealOperator {
         {
             let mut running = self.running.lock().expect("lock");
             match running.get(cluster) {
-                Some(r) if r.operator.is_some() => return Ok(()),
+                Some(r) if r.operator.is_some() || r.ray_operator.is_some() => return Ok(()),
                 Some(_) => {}
                 None => {
                     let kubelet = kubelet::spawn(t.client.clone(), self.restd.clone(), Some(self.probe_ip));
                     let class = slurm::DEFAULT_STORAGE_CLASS.to_owned();
                     let provisioner = provisioner::spawn(t.client.clone(), class);
                     let tasks = vec![("played kubelet", kubelet), ("played provisioner", provisioner)];
-                    running.insert(cluster.to_owned(), Running { operator: None, tasks });
+                    running.insert(cluster.to_owned(), Running { operator: None, ray_operator: None, tasks });
                 }
             }
+        }
+        if let Some(binary) = &self.ray_binary {
+            let Some(operator) = self.ray_operator_if_due(binary, cluster, t).await? else { return Ok(()) };
+            if let Some(r) = self.running.lock().expect("lock").get_mut(cluster) {
+                r.ray_operator = Some(operator);
+            }
+            return Ok(());
         }
         let Some(operator) = self.operator_if_due(cluster, t).await? else { return Ok(()) };
         if let Some(r) = self.running.lock().expect("lock").get_mut(cluster) {
@@ -165,6 +205,7 @@ impl RealOperator {
     /// Starts the operator when its chart's Deployment and Slurm's JWT key are in the tenant API
     /// server; None until then.
     async fn operator_if_due(&self, cluster: &str, t: &TenantServer) -> Result<Option<Operator>, String> {
+        let Some(binary) = &self.binary else { return Ok(None) };
         let selector = format!("{LABEL_STACK_COMPONENT}={OPERATOR_COMPONENT}");
         let deployments = Api::<Deployment>::all(t.client.clone());
         let listed = deployments.list(&ListParams::default().labels(&selector)).await.map_err(err)?.items;
@@ -189,14 +230,52 @@ impl RealOperator {
             "starting the real slurm-operator for cluster {cluster} as {namespace}/{account} (log {})",
             log.display()
         );
-        let operator = Operator::start(&self.binary, &local_args(&args), &dir.join("operator.kubeconfig"), &hosts, log);
+        let operator = Operator::start(binary, &local_args(&args), &dir.join("operator.kubeconfig"), &hosts, log);
         Ok(Some(operator))
+    }
+
+    /// Starts KubeRay's operator when paddock's stack applied its Deployment; None until then.
+    /// Its args are the Deployment's, with what a pod would get from its environment (the
+    /// leader-election namespace) and listen addresses free on this machine.
+    async fn ray_operator_if_due(
+        &self,
+        binary: &std::path::Path,
+        cluster: &str,
+        t: &TenantServer,
+    ) -> Result<Option<Operator>, String> {
+        let selector = format!("{LABEL_STACK_COMPONENT}={RAY_OPERATOR_COMPONENT}");
+        let deployments = Api::<Deployment>::all(t.client.clone());
+        let listed = deployments.list(&ListParams::default().labels(&selector)).await.map_err(err)?.items;
+        let Some(deployment) = listed.into_iter().next() else { return Ok(None) };
+        let namespace = deployment.namespace().unwrap_or_default();
+        let pod = deployment.spec.and_then(|s| s.template.spec).ok_or("the Deployment's pod")?;
+        let account = pod.service_account_name.clone().ok_or("the operator's ServiceAccount")?;
+        let container = pod.containers.first().ok_or("the operator's container")?;
+        assert_eq!(container.image.as_deref(), Some("quay.io/kuberay/operator:v1.5.0"));
+        let port = || std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port());
+        let mut args = container.args.clone().unwrap_or_default();
+        args.push(format!("--leader-election-namespace={namespace}"));
+        args.push(format!("--metrics-addr=127.0.0.1:{}", port().map_err(err)?));
+        args.push(format!("--health-probe-bind-address=127.0.0.1:{}", port().map_err(err)?));
+        let admin_kubeconfig = std::fs::read_to_string(&t.server.kubeconfig).map_err(err)?;
+        let kubeconfig =
+            service_account_kubeconfig(&t.client, &t.server.url, &admin_kubeconfig, &namespace, &account).await;
+        let dir = self.dir.join(cluster);
+        std::fs::create_dir_all(&dir).map_err(err)?;
+        std::fs::write(dir.join("operator.kubeconfig"), kubeconfig).map_err(err)?;
+        let hosts = hosts_file(&dir, "unused.invalid", self.loopback);
+        let log = dir.join("ray-operator.log");
+        eprintln!(
+            "starting the real ray-operator for cluster {cluster} as {namespace}/{account} (log {})",
+            log.display()
+        );
+        Ok(Some(Operator::start(binary, &args, &dir.join("operator.kubeconfig"), &hosts, log)))
     }
 
     /// Fails the test when the operator, a played part or the stand-in stopped.
     pub(super) fn check(&self) {
         for (cluster, r) in self.running.lock().expect("lock").iter_mut() {
-            if let Some(operator) = r.operator.as_mut() {
+            for operator in [r.operator.as_mut(), r.ray_operator.as_mut()].into_iter().flatten() {
                 operator.check();
             }
             if let Some((name, _)) = r.tasks.iter().find(|(_, t)| t.is_finished()) {
@@ -209,8 +288,12 @@ impl RealOperator {
     /// The pods still not Running and Ready, and the end of the operator's log.
     pub(super) async fn diagnose(&self, cluster: &str, client: &Client) -> String {
         let pods = kubelet::unready_pods(client).await;
-        let tail =
-            self.running.lock().expect("lock").get(cluster).and_then(|r| r.operator.as_ref().map(Operator::tail));
+        let tail = self
+            .running
+            .lock()
+            .expect("lock")
+            .get(cluster)
+            .and_then(|r| r.operator.as_ref().or(r.ray_operator.as_ref()).map(Operator::tail));
         format!("{pods}\nthe operator's log ends:\n{}", tail.unwrap_or_else(|| "(not started)".to_owned()))
     }
 

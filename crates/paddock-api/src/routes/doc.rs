@@ -143,6 +143,7 @@ fn conflicts(operation_id: &str) -> &'static [(u16, &'static [&'static str])] {
                     "system_pool_empty",
                     "system_pool_unsupported",
                     "system_pool_autoscaled",
+                    "autoscaling_unsupported",
                 ],
             ),
         ],
@@ -150,7 +151,7 @@ fn conflicts(operation_id: &str) -> &'static [(u16, &'static [&'static str])] {
         "cluster_delete" => &[(409, &[SUSPENDED, "cluster_deleting"])],
         "node_pool_create" => &[
             (409, &[SUSPENDED, "cluster_deleting", "node_pool_name_taken", "quota_exceeded", "insufficient_capacity"]),
-            (422, &["system_pool_duplicate", "system_pool_unsupported"]),
+            (422, &["system_pool_duplicate", "system_pool_unsupported", "autoscaling_unsupported"]),
         ],
         "node_pool_update" => &[
             (
@@ -164,12 +165,13 @@ fn conflicts(operation_id: &str) -> &'static [(u16, &'static [&'static str])] {
                     "autoscaled_count",
                 ],
             ),
-            (422, &["system_pool_shrink", "system_pool_autoscaled"]),
+            (422, &["system_pool_shrink", "system_pool_autoscaled", "ray_head_pool_empty", "autoscaling_unsupported"]),
         ],
         // A Slurm cluster's system pool goes only with its cluster: deleting it is 422.
-        "node_pool_delete" => {
-            &[(409, &[SUSPENDED, "cluster_deleting", "node_pool_deleting"]), (422, &["system_pool_undeletable"])]
-        }
+        "node_pool_delete" => &[
+            (409, &[SUSPENDED, "cluster_deleting", "node_pool_deleting"]),
+            (422, &["system_pool_undeletable", "ray_head_pool_undeletable"]),
+        ],
         "cluster_kubeconfig" => {
             &[(409, &[SUSPENDED, "driver_not_configured", "cluster_not_ready", "cluster_unreachable"])]
         }
@@ -289,5 +291,42 @@ pub fn prune_unreferenced(openapi: &mut OpenApi) {
         if components.schemas.len() == before {
             return;
         }
+    }
+}
+
+/// The Ray catalogue of the stacks this release carries, in the document: `RaySpec.version`'s
+/// `enum` is every Ray version of any stack, and `RaySpec` carries `x-ray-catalogue`, per stack
+/// version its Ray releases with their images (pinned by tag) and its default. Which stack a
+/// cluster runs (`stack_version`) decides which of them its `ray.version` may name.
+pub fn ray_catalogue(openapi: &mut OpenApi) {
+    use utoipa::openapi::{RefOr, Schema};
+    let stacks: Vec<&paddock_domain::stack::StackDefinition> =
+        paddock_domain::stack::definitions().filter(|d| d.ray.is_some()).collect();
+    let mut versions: Vec<&str> = stacks.iter().filter_map(|d| d.ray.as_ref()).flat_map(|r| r.versions()).collect();
+    versions.sort_unstable();
+    versions.dedup();
+    let catalogue: Vec<serde_json::Value> = stacks
+        .iter()
+        .filter_map(|d| Some((d, d.ray.as_ref()?)))
+        .map(|(d, ray)| {
+            let releases: Vec<serde_json::Value> = ray
+                .releases
+                .iter()
+                .map(|r| serde_json::json!({"version": r.version, "image": ray.image(r, false), "gpu_image": ray.image(r, true)}))
+                .collect();
+            serde_json::json!({"stack_version": d.version, "default": ray.default_version(), "releases": releases})
+        })
+        .collect();
+    let Some(RefOr::T(Schema::Object(spec))) = openapi.components.as_mut().and_then(|c| c.schemas.get_mut("RaySpec"))
+    else {
+        return;
+    };
+    if let Some(RefOr::T(Schema::Object(version))) = spec.properties.get_mut("version") {
+        version.enum_values = Some(versions.into_iter().map(serde_json::Value::from).collect());
+    }
+    let extension = ExtensionsBuilder::new().add("x-ray-catalogue", catalogue).build();
+    match &mut spec.extensions {
+        Some(existing) => existing.merge(extension),
+        None => spec.extensions = Some(extension),
     }
 }

@@ -9,7 +9,8 @@
 //! Kamaji CRDs installed. `chart::*` render the Helm chart with `scripts/helm`.
 //! `nodes::*` and `drain::*` use the shared API server as a tenant cluster.
 //! `operator::*` runs the real Slinky slurm-operator (`PADDOCK_TEST_SLURM_OPERATOR`) on its own API
-//! server with the workload controllers and the kube-scheduler. `workloads::*` get their own API server
+//! server with the workload controllers and the kube-scheduler; `ray_operator::*` likewise runs
+//! the real KubeRay ray-operator (`PADDOCK_TEST_RAY_OPERATOR`). `workloads::*` get their own API server
 //! with the harness's workload controllers and real kube-scheduler (`support::WORKLOADS`). `join::*`
 //! get their own API server with the harness's `node-join` controllers and play a kubelet's TLS
 //! bootstrap with paddock's join token.
@@ -31,6 +32,7 @@ mod join;
 mod kamaji;
 mod nodes;
 mod operator;
+mod ray_operator;
 mod removal;
 mod slurm;
 mod slurm_release;

@@ -126,7 +126,8 @@ impl World {
     /// own widgets component.
     fn write_stack(&self, version: &str, operator_tag: &str) -> StackDefinition {
         let mut components = Vec::new();
-        for component in &self.embedded.components {
+        // The components of a Slurm cluster (the tests apply them as one's).
+        for component in self.embedded.components.iter().filter(|c| c.applies_to("slurm")) {
             let mut component = component.clone();
             for m in &mut component.manifests {
                 let from = self.upstream.join(&self.embedded.version).join(&m.file);
@@ -149,11 +150,13 @@ impl World {
             version: "test".to_owned(),
             namespace: Some(WIDGETS_NS.to_owned()),
             notes: None,
+            kinds: Vec::new(),
             manifests: vec![self.dir.write(version, "widgets/widgets.yaml", widgets().as_bytes())],
             ready: vec![ReadinessRule::CrdsEstablished],
         });
         StackDefinition {
             slurm: self.embedded.slurm.clone(),
+            ray: None,
             version: version.to_owned(),
             notes: Some("test stack: the real files of the newest embedded stack, and the tests' widgets".to_owned()),
             components,
@@ -302,7 +305,10 @@ async fn a_stack_applies_in_order_becomes_ready_and_reapplying_changes_nothing()
     let client = w.server.client().await;
 
     // First run: everything applied, nothing reported ready (no controller has run).
-    let status = stack.ensure_stack(&tenant, "2026.1.0").await.expect("ensure the stack");
+    let status = stack
+        .ensure_stack(&tenant, "2026.1.0", paddock_types::cluster::ClusterKind::Slurm)
+        .await
+        .expect("ensure the stack");
     assert_eq!(status.version, "2026.1.0");
     assert!(!status.ready, "{status:?}");
     for waiting in [
@@ -367,20 +373,32 @@ async fn a_stack_applies_in_order_becomes_ready_and_reapplying_changes_nothing()
     assert_eq!(widget.data["spec"]["size"], 3);
 
     // Re-applying before anything moved changes nothing.
-    let status = stack.ensure_stack(&tenant, "2026.1.0").await.expect("ensure again");
+    let status = stack
+        .ensure_stack(&tenant, "2026.1.0", paddock_types::cluster::ClusterKind::Slurm)
+        .await
+        .expect("ensure again");
     assert!(!status.ready);
     assert_eq!(versions(&client, &w.dir, &definition).await, before, "a re-apply wrote something");
 
     // Plays the workload controllers: now the stack is ready.
     play_controllers(&client).await;
     let converged = versions(&client, &w.dir, &definition).await;
-    let status = stack.ensure_stack(&tenant, "2026.1.0").await.expect("ensure once ready");
+    let status = stack
+        .ensure_stack(&tenant, "2026.1.0", paddock_types::cluster::ClusterKind::Slurm)
+        .await
+        .expect("ensure once ready");
     assert_eq!((status.ready, status.reason.as_str(), status.version.as_str()), (true, "", "2026.1.0"));
     assert_eq!(versions(&client, &w.dir, &definition).await, converged, "re-applying a converged stack wrote");
 
     // A fresh driver (no cached client, as after a restart) converges to the same.
     let again = KubeTenantStack::with_definitions(w.dir.root.clone(), [definition.clone()]).expect("valid");
-    assert!(again.ensure_stack(&tenant, "2026.1.0").await.expect("ensure from a fresh driver").ready);
+    assert!(
+        again
+            .ensure_stack(&tenant, "2026.1.0", paddock_types::cluster::ClusterKind::Slurm)
+            .await
+            .expect("ensure from a fresh driver")
+            .ready
+    );
     assert_eq!(versions(&client, &w.dir, &definition).await, converged);
     support::delete(&w.server).await;
 }
@@ -403,7 +421,10 @@ async fn a_tampered_unpinned_or_unknown_stack_is_refused_and_nothing_is_applied(
     let pinned = definition.components[operator].manifests[0].sha256.clone().expect("pinned");
 
     let stack = KubeTenantStack::with_definitions(w.dir.root.clone(), [definition.clone()]).expect("valid");
-    let e = stack.ensure_stack(&tenant, "2026.1.0").await.expect_err("a tampered file is refused");
+    let e = stack
+        .ensure_stack(&tenant, "2026.1.0", paddock_types::cluster::ClusterKind::Slurm)
+        .await
+        .expect_err("a tampered file is refused");
     assert_eq!(e.code, "stack_digest_mismatch");
     assert!(!e.is_transient());
     for part in [&format!("2026.1.0/{OPERATOR_FILE}"), &pinned, &tampered] {
@@ -418,19 +439,28 @@ async fn a_tampered_unpinned_or_unknown_stack_is_refused_and_nothing_is_applied(
     let mut unpinned = definition.clone();
     unpinned.components[operator].manifests[0].sha256 = None;
     let stack = KubeTenantStack::with_definitions(w.dir.root.clone(), [unpinned]).expect("valid");
-    let e = stack.ensure_stack(&tenant, "2026.1.0").await.expect_err("an unpinned file is refused");
+    let e = stack
+        .ensure_stack(&tenant, "2026.1.0", paddock_types::cluster::ClusterKind::Slurm)
+        .await
+        .expect_err("an unpinned file is refused");
     assert_eq!(e.code, "stack_digest_unpinned");
     assert!(e.message.contains(&tampered), "{}", e.message);
 
     // A missing file (the provider did not fill the directory) too.
     std::fs::remove_file(&path).expect("remove");
     let stack = KubeTenantStack::with_definitions(w.dir.root.clone(), [definition]).expect("valid");
-    let e = stack.ensure_stack(&tenant, "2026.1.0").await.expect_err("a missing file is refused");
+    let e = stack
+        .ensure_stack(&tenant, "2026.1.0", paddock_types::cluster::ClusterKind::Slurm)
+        .await
+        .expect_err("a missing file is refused");
     assert_eq!(e.code, "stack_manifest_unreadable");
     assert!(!e.message.contains(w.dir.root.to_str().expect("utf-8")), "no server path: {}", e.message);
 
     // And a stack version the driver does not have, naming the ones it has.
-    let e = stack.ensure_stack(&tenant, "2026.9.0").await.expect_err("an unknown stack is refused");
+    let e = stack
+        .ensure_stack(&tenant, "2026.9.0", paddock_types::cluster::ClusterKind::Slurm)
+        .await
+        .expect_err("an unknown stack is refused");
     assert_eq!((e.code.as_str(), e.is_transient()), ("stack_version_unknown", false));
     assert!(e.message.contains("2026.9.0") && e.message.contains("2026.1.0"), "{}", e.message);
     assert!(!namespace_exists(&client, LOCAL_PATH_NS).await);
@@ -451,12 +481,19 @@ async fn an_upgrade_rewrites_only_the_changed_component() {
         assert_eq!(a == b, i != operator, "component {}", a.name);
     }
     let stack = KubeTenantStack::with_definitions(w.dir.root.clone(), [v1.clone(), v2.clone()]).expect("valid");
-    stack.ensure_stack(&tenant, "2026.1.0").await.expect("apply v1");
+    stack.ensure_stack(&tenant, "2026.1.0", paddock_types::cluster::ClusterKind::Slurm).await.expect("apply v1");
     play_controllers(&client).await;
-    assert!(stack.ensure_stack(&tenant, "2026.1.0").await.expect("v1 ready").ready);
+    assert!(
+        stack
+            .ensure_stack(&tenant, "2026.1.0", paddock_types::cluster::ClusterKind::Slurm)
+            .await
+            .expect("v1 ready")
+            .ready
+    );
     let before = versions(&client, &w.dir, &v1).await;
 
-    let status = stack.ensure_stack(&tenant, "2026.2.0").await.expect("apply v2");
+    let status =
+        stack.ensure_stack(&tenant, "2026.2.0", paddock_types::cluster::ClusterKind::Slurm).await.expect("apply v2");
     assert_eq!(status.version, "2026.2.0");
     // The new operator generation has not been rolled out by its (played) controller yet.
     assert!(!status.ready);
@@ -473,7 +510,13 @@ async fn an_upgrade_rewrites_only_the_changed_component() {
     assert_eq!(image.flatten().as_deref(), Some("ghcr.io/slinkyproject/slurm-operator:1.3.0"));
 
     play_controllers(&client).await;
-    assert!(stack.ensure_stack(&tenant, "2026.2.0").await.expect("v2 ready").ready);
+    assert!(
+        stack
+            .ensure_stack(&tenant, "2026.2.0", paddock_types::cluster::ClusterKind::Slurm)
+            .await
+            .expect("v2 ready")
+            .ready
+    );
     support::delete(&w.server).await;
 }
 
@@ -488,14 +531,20 @@ async fn the_embedded_stack_applies_from_the_fetched_upstream_files_and_becomes_
     // real files, and the real API server takes every object in them.
     let stack = KubeTenantStack::new(w.upstream.clone());
     stack.verify(version).expect("the embedded digests accept the fetched upstream files");
-    let status = stack.ensure_stack(&tenant, version).await.expect("the real manifests apply");
+    let status = stack
+        .ensure_stack(&tenant, version, paddock_types::cluster::ClusterKind::Slurm)
+        .await
+        .expect("the real manifests apply");
     assert_eq!(status.version, version);
     assert!(!status.ready);
     for (ns, name) in DAEMONSETS.into_iter().chain(DEPLOYMENTS) {
         assert!(status.reason.contains(&format!("{ns}/{name} not")), "{ns}/{name} missing from: {}", status.reason);
     }
     play_controllers(&client).await;
-    let status = stack.ensure_stack(&tenant, version).await.expect("ensure once ready");
+    let status = stack
+        .ensure_stack(&tenant, version, paddock_types::cluster::ClusterKind::Slurm)
+        .await
+        .expect("ensure once ready");
     assert_eq!((status.ready, status.reason.as_str()), (true, ""));
     assert!(status.changed.is_empty(), "a converged stack is only read: {:?}", status.changed);
 
@@ -508,7 +557,11 @@ async fn the_embedded_stack_applies_from_the_fetched_upstream_files_and_becomes_
     deployments.patch("slurm-operator", &edit, &Patch::Strategic(&swap)).await.expect("swap the image");
     let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), "kube-system");
     daemonsets.delete("calico-node", &Default::default()).await.expect("delete calico-node");
-    let mut changed = stack.ensure_stack(&tenant, version).await.expect("ensure after drift").changed;
+    let mut changed = stack
+        .ensure_stack(&tenant, version, paddock_types::cluster::ClusterKind::Slurm)
+        .await
+        .expect("ensure after drift")
+        .changed;
     changed.sort();
     assert_eq!(changed, ["DaemonSet kube-system/calico-node", "Deployment slinky/slurm-operator"]);
     let operator = deployments.get("slurm-operator").await.expect("operator");
@@ -518,7 +571,8 @@ async fn the_embedded_stack_applies_from_the_fetched_upstream_files_and_becomes_
     assert_eq!(labels.get("owner.example/team").map(String::as_str), Some("ops"));
     assert!(daemonsets.get_opt("calico-node").await.expect("get").is_some(), "calico-node is back");
     play_controllers(&client).await;
-    let again = stack.ensure_stack(&tenant, version).await.expect("once more");
+    let again =
+        stack.ensure_stack(&tenant, version, paddock_types::cluster::ClusterKind::Slurm).await.expect("once more");
     assert!(again.changed.is_empty() && again.ready, "{again:?}");
     support::delete(&w.server).await;
 }

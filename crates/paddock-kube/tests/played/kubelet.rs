@@ -141,8 +141,9 @@ pub async fn unready_pods(client: &Client) -> String {
     }
 }
 
-/// Pod addresses: `restd_pod_ip` for slurmrestd's pods (where the stand-in listens, so that the
-/// API server's service proxy reaches it), `10.244.x.y` for the others.
+/// Pod addresses: `restd_pod_ip` for slurmrestd's pods and Ray head pods (where the stand-ins
+/// listen, so that the API server's service and pod proxies reach them), `10.244.x.y` for the
+/// others.
 struct Addresses {
     next: AtomicU32,
     restd_pod_ip: Option<IpAddr>,
@@ -153,8 +154,8 @@ impl Addresses {
         if let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) {
             return ip; // a pod keeps its address
         }
-        let restd = pod.metadata.labels.as_ref().and_then(|l| l.get("app.kubernetes.io/name")).map(String::as_str)
-            == Some("slurmrestd");
+        let label = |key: &str| pod.metadata.labels.as_ref().and_then(|l| l.get(key)).map(String::as_str);
+        let restd = label("app.kubernetes.io/name") == Some("slurmrestd") || label("ray.io/node-type") == Some("head");
         match self.restd_pod_ip.filter(|_| restd) {
             Some(ip) => ip.to_string(),
             None => {

@@ -45,7 +45,7 @@ impl Operator {
     /// Fails the test, with the end of its log, when the operator exited.
     pub fn check(&mut self) {
         if let Ok(Some(status)) = self.child.try_wait() {
-            panic!("the slurm-operator exited ({status}); its log ends:\n{}", self.tail());
+            panic!("the operator exited ({status}); its log ends:\n{}", self.tail());
         }
     }
 }

@@ -75,7 +75,13 @@ async fn a_cluster_comes_up_and_goes_away_idempotently() {
         assert_eq!(status.endpoint.as_deref(), Some(paddock_sim::endpoint(c.cluster_id).as_str()));
         let kubeconfig = String::from_utf8(status.admin_kubeconfig.expect("kubeconfig")).expect("utf-8");
         assert!(kubeconfig.contains("kind: Config") && kubeconfig.contains(".paddock.invalid:6443"));
-        assert!(kube.stack.ensure_stack(&t, paddock_domain::stack::latest_version()).await.expect("stack").ready);
+        assert!(
+            kube.stack
+                .ensure_stack(&t, paddock_domain::stack::latest_version(), paddock_types::cluster::ClusterKind::Slurm)
+                .await
+                .expect("stack")
+                .ready
+        );
     }
 
     // Slurm waits for a node in every pool with a count.
@@ -103,7 +109,7 @@ async fn a_cluster_comes_up_and_goes_away_idempotently() {
     assert!(gone);
     let err = kube
         .stack
-        .ensure_stack(&t, paddock_domain::stack::latest_version())
+        .ensure_stack(&t, paddock_domain::stack::latest_version(), paddock_types::cluster::ClusterKind::Slurm)
         .await
         .expect_err("no tenant cluster any more");
     assert_eq!(err.code, "tenant_unreachable");
@@ -144,8 +150,11 @@ async fn control_plane_faults_hold_the_cluster() {
     assert!(kube.control_plane.ensure_control_plane(&spec(&c)).await.expect("control plane").ready);
 
     world.set_cluster_fault(c.cluster_id, ClusterFault::TenantUnreachable, true).await.expect("fault");
-    let err =
-        kube.stack.ensure_stack(&tenant(&c), paddock_domain::stack::latest_version()).await.expect_err("unreachable");
+    let err = kube
+        .stack
+        .ensure_stack(&tenant(&c), paddock_domain::stack::latest_version(), paddock_types::cluster::ClusterKind::Slurm)
+        .await
+        .expect_err("unreachable");
     assert!(err.is_transient() && err.code == "tenant_unreachable", "{err:?}");
 }
 

@@ -17,6 +17,10 @@ pub mod step {
     pub const SLURM: &str = "slurm";
     /// A deletion removing Slurm.
     pub const REMOVE_SLURM: &str = "remove_slurm";
+    /// Ray (the RayCluster of a `ray` cluster).
+    pub const RAY: &str = "ray";
+    /// A deletion removing Ray.
+    pub const REMOVE_RAY: &str = "remove_ray";
     /// A deletion releasing every machine.
     pub const RELEASE_MACHINES: &str = "release_machines";
     /// A deletion removing the control plane.
@@ -48,6 +52,8 @@ pub mod step {
 pub struct PlanContext {
     /// The cluster runs Slurm: its create, update and delete have Slurm's steps.
     pub slurm: bool,
+    /// The cluster runs Ray: its create, update and delete have Ray's steps.
+    pub ray: bool,
     /// The machine holds (or is leaving) a tenancy: maintenance releases it first.
     pub held: bool,
 }
@@ -62,12 +68,21 @@ pub fn plan(kind: &str, context: PlanContext) -> Vec<&'static str> {
         }
         steps
     };
+    let workload = |steps: &[&'static str], slurm_step, ray_step| {
+        let mut steps = slurm(steps, slurm_step);
+        if context.ray {
+            steps.push(ray_step);
+        }
+        steps
+    };
     match kind {
         // An update runs the same steps: each confirms (or changes) its part of the spec.
-        "cluster_create" | "cluster_update" => slurm(&[NAMESPACE, CONTROL_PLANE, MACHINES, NODES, STACK], SLURM),
+        "cluster_create" | "cluster_update" => {
+            workload(&[NAMESPACE, CONTROL_PLANE, MACHINES, NODES, STACK], SLURM, RAY)
+        }
         "node_pool_create" | "node_pool_update" | "node_pool_scale" => vec![MACHINES, NODES],
         "cluster_delete" => {
-            let mut steps = slurm(&[], REMOVE_SLURM);
+            let mut steps = workload(&[], REMOVE_SLURM, REMOVE_RAY);
             steps.extend([RELEASE_MACHINES, DELETE_CONTROL_PLANE, DELETE_NAMESPACE]);
             steps
         }

@@ -99,6 +99,7 @@ pub async fn cluster(
         isolation: Isolation::PrivateNodes,
         kubernetes_version: "v1.34.1".to_owned(),
         slurm: None,
+        ray: None,
     };
     let pool_spec = NodePoolSpec {
         name: "p".to_owned(),

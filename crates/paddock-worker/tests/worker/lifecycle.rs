@@ -26,8 +26,9 @@ use std::time::Duration;
 use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, BmcError, BootMedia, BoxFuture, Inventory, OutOfBandErase};
 use paddock_domain::driver::{
     ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, Drain, DriverError, Isolation, JoinConfig,
-    KubeDrivers, NodeRef, NodeStatus, PlatformDriver, RegisteredNode, Removal, SlurmDesired, SlurmDrain, SlurmDriver,
-    SlurmStatus, SlurmVersion, StackStatus, TenantAccess, TenantCredentials, TenantNodes, TenantStack,
+    KubeDrivers, NodeRef, NodeStatus, PlatformDriver, RayDesired, RayDriver, RayStatus, RegisteredNode, Removal,
+    SlurmDesired, SlurmDrain, SlurmDriver, SlurmStatus, SlurmVersion, StackStatus, TenantAccess, TenantCredentials,
+    TenantNodes, TenantStack,
 };
 use paddock_domain::job_kind::MACHINE_RECONCILE;
 use paddock_domain::model::Machine;
@@ -38,6 +39,7 @@ use paddock_store::allocation::{self, Allocation, Need};
 use paddock_store::lifecycle;
 use paddock_store::{cluster, machine, run, Store};
 use paddock_testkit::{admin, eventually, TestApp};
+use paddock_types::cluster::ClusterKind;
 use paddock_types::machine::MachineState;
 use paddock_types::{ClusterId, MachineClassId, MachineId, NodePoolId, TenantId};
 use paddock_worker::reconcile::{Drivers, MachineReconciler, Settings};
@@ -276,7 +278,12 @@ impl ControlPlaneBackend for TenantStandIn {
 }
 
 impl TenantStack for TenantStandIn {
-    fn ensure_stack<'a>(&'a self, _: &'a TenantAccess, _: &'a str) -> BoxFuture<'a, Result<StackStatus, DriverError>> {
+    fn ensure_stack<'a>(
+        &'a self,
+        _: &'a TenantAccess,
+        _: &'a str,
+        _: ClusterKind,
+    ) -> BoxFuture<'a, Result<StackStatus, DriverError>> {
         Box::pin(async { not_here("ensure_stack") })
     }
 }
@@ -311,6 +318,20 @@ impl SlurmDriver for TenantStandIn {
 
     fn remove_slurm<'a>(&'a self, _: &'a TenantAccess) -> BoxFuture<'a, Result<Removal, DriverError>> {
         Box::pin(async { not_here("remove_slurm") })
+    }
+}
+
+impl RayDriver for TenantStandIn {
+    fn ensure_ray<'a>(
+        &'a self,
+        _: &'a TenantAccess,
+        _: &'a RayDesired,
+    ) -> BoxFuture<'a, Result<RayStatus, DriverError>> {
+        Box::pin(async { not_here("ensure_ray") })
+    }
+
+    fn remove_ray<'a>(&'a self, _: &'a TenantAccess) -> BoxFuture<'a, Result<Removal, DriverError>> {
+        Box::pin(async { not_here("remove_ray") })
     }
 }
 
@@ -451,6 +472,7 @@ impl Bench {
             nodes: s.clone(),
             stack: s.clone(),
             slurm: s.clone(),
+            ray: s.clone(),
             credentials: s,
         };
         let drivers = Drivers { bmc: Some(self.bmc.clone()), kube: Some(kube) };

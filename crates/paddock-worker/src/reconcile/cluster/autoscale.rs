@@ -201,7 +201,8 @@ fn decisions<'a>(
     let now = Utc::now();
     let noun = match found.cluster.spec.kind {
         ClusterKind::Slurm => "pending jobs",
-        ClusterKind::Kubernetes => "unschedulable pods",
+        // A ray cluster's pools are never autoscaled (`check_autoscalable`); its pods would be the demand.
+        ClusterKind::Kubernetes | ClusterKind::Ray => "unschedulable pods",
     };
     let mut out = Vec::new();
     for (pool, wants) in autoscaled.iter().zip(&demand.pools) {

@@ -1,4 +1,4 @@
-//! Deletion: Slurm removed, every machine released, the control plane and the namespace gone.
+//! Deletion: Slurm (or Ray) removed, every machine released, the control plane and the namespace gone.
 
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use crate::Outcome;
 use super::status::unchanged;
 use super::{
     ClusterReconciler, Observed, Run, Stop, CONTROL_PLANE_READY, MACHINES_RELEASED, MACHINE_WAIT, NAMESPACE_READY,
-    READY, SLURM_READY, SLURM_REMOVED,
+    RAY_READY, RAY_REMOVED, READY, SLURM_READY, SLURM_REMOVED,
 };
 
 impl ClusterReconciler {
@@ -37,26 +37,50 @@ impl ClusterReconciler {
             open_access(self.services.cipher(), reference.clone(), endpoint, sealed.admin_kubeconfig.as_deref())?;
         // Once removed, Slurm is not asked again: the control plane's deletion that follows takes
         // the tenant API server with it, and a later run could not reach it.
-        let slurm_removed = observed.is_true(SLURM_REMOVED);
-        if let (ClusterKind::Slurm, Some(access), false) = (cluster.spec.kind, &access, slurm_removed) {
-            match kube.slurm.remove_slurm(access).await.map_err(|e| Stop::Driver(SLURM_READY, e))? {
+        // A Ray cluster's RayCluster likewise goes before the machines are released.
+        let workload = match cluster.spec.kind {
+            ClusterKind::Slurm => Some((SLURM_REMOVED, SLURM_READY, "Slurm")),
+            ClusterKind::Ray => Some((RAY_REMOVED, RAY_READY, "Ray")),
+            ClusterKind::Kubernetes => None,
+        };
+        if let (Some((removed, condition, what)), Some(access)) = (workload, &access) {
+            if observed.is_true(removed) {
+                return self.release_and_remove(kube, run, observed).await;
+            }
+            let removal = match cluster.spec.kind {
+                ClusterKind::Ray => kube.ray.remove_ray(access).await,
+                _ => kube.slurm.remove_slurm(access).await,
+            };
+            match removal.map_err(|e| Stop::Driver(condition, e))? {
                 Removal::Gone => {
-                    observed.set(SLURM_REMOVED, true, "Removed", "");
+                    observed.set(removed, true, "Removed", "");
                     if held.is_empty() {
                         // Recorded before the control plane goes (and the tenant API server with
                         // it), so a crash cannot lose it.
                         let (stage, poll) = (DeleteStage::Machines, self.settings.poll);
-                        return self.deleting(run, observed, stage, "Slurm removed", poll).await;
+                        return self.deleting(run, observed, stage, &format!("{what} removed"), poll).await;
                     }
                     // The machines' release goes on in this run; its status write records this
                     // first (a crash before it asks again, while the tenant API server is there).
                 }
                 Removal::Deleting => {
-                    let (stage, poll) = (DeleteStage::Slurm, self.settings.poll);
-                    return self.deleting(run, observed, stage, "deleting Slurm", poll).await;
+                    let (stage, poll) = (DeleteStage::Workload, self.settings.poll);
+                    return self.deleting(run, observed, stage, &format!("deleting {what}"), poll).await;
                 }
             }
         }
+        self.release_and_remove(kube, run, observed).await
+    }
+
+    /// Deletion once Slurm or Ray is gone (or the cluster has neither): every machine released,
+    /// then the control plane and the namespace removed.
+    async fn release_and_remove(
+        &self,
+        kube: &KubeDrivers,
+        run: &Run<'_>,
+        observed: &mut Observed,
+    ) -> Result<Outcome, Stop> {
+        let Run { cluster, reference, held, .. } = *run;
         if !held.is_empty() {
             self.release_all(held).await?;
             let message = format!("{} machine(s) are still being released", held.len());
@@ -139,7 +163,8 @@ impl ClusterReconciler {
 /// Where a deletion is: the step being carried out (the reconciler's order in docs/architecture.md, reversed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum DeleteStage {
-    Slurm,
+    /// Slurm's (or Ray's) removal.
+    Workload,
     Machines,
     ControlPlane,
     Namespace,
@@ -147,7 +172,8 @@ enum DeleteStage {
 }
 
 /// A deletion's steps: the ones before `stage` succeeded (each at its condition's transition
-/// where it has one), `stage` running; Slurm's removal only for a Slurm cluster.
+/// where it has one), `stage` running; Slurm's removal only for a Slurm cluster, Ray's only for
+/// a Ray cluster.
 fn delete_steps(kind: ClusterKind, observed: &Observed, stage: DeleteStage) -> Vec<OperationStep> {
     let transition = |type_: &str| {
         observed
@@ -156,14 +182,19 @@ fn delete_steps(kind: ClusterKind, observed: &Observed, stage: DeleteStage) -> V
             .find(|c| c.type_ == type_ && c.status == ConditionStatus::True)
             .map(|c| c.last_transition_time)
     };
+    let workload = match kind {
+        ClusterKind::Ray => Some(("remove_ray", transition(RAY_REMOVED))),
+        ClusterKind::Slurm => Some(("remove_slurm", transition(SLURM_REMOVED))),
+        ClusterKind::Kubernetes => None,
+    };
     let all = [
-        (DeleteStage::Slurm, "remove_slurm", transition(SLURM_REMOVED)),
+        (DeleteStage::Workload, workload.map_or("remove_slurm", |w| w.0), workload.and_then(|w| w.1)),
         (DeleteStage::Machines, "release_machines", transition(MACHINES_RELEASED)),
         (DeleteStage::ControlPlane, "delete_control_plane", None),
         (DeleteStage::Namespace, "delete_namespace", None),
     ];
     all.into_iter()
-        .filter(|(s, ..)| kind == ClusterKind::Slurm || *s != DeleteStage::Slurm)
+        .filter(|(s, ..)| workload.is_some() || *s != DeleteStage::Workload)
         .filter(|(s, ..)| *s <= stage)
         .map(|(s, name, at)| {
             let done = s < stage;

@@ -72,11 +72,15 @@ const STACK_READY: &str = "StackReady";
 
 const SLURM_READY: &str = "SlurmReady";
 
+const RAY_READY: &str = "RayReady";
+
 const READY: &str = "Ready";
 
 const MACHINES_RELEASED: &str = "MachinesReleased";
 
 const SLURM_REMOVED: &str = "SlurmRemoved";
+
+const RAY_REMOVED: &str = "RayRemoved";
 
 /// Converges clusters and their node pools.
 #[derive(Clone)]
@@ -271,8 +275,11 @@ impl ClusterReconciler {
             Some(access) => {
                 if self.stack(kube, cluster, access, observed).await? {
                     self.slurm(kube, run, access, observed).await?;
+                    self.ray(kube, run, access, observed).await?;
                 } else if cluster.spec.kind == ClusterKind::Slurm && cluster.spec.slurm.is_some() {
                     observed.set(SLURM_READY, false, "WaitingForStack", "waiting for the tenant base stack");
+                } else if cluster.spec.kind == ClusterKind::Ray {
+                    observed.set(RAY_READY, false, "WaitingForStack", "waiting for the tenant base stack");
                 }
             }
             None => {
@@ -280,6 +287,9 @@ impl ClusterReconciler {
                 observed.set(STACK_READY, false, "WaitingForControlPlane", message);
                 if cluster.spec.kind == ClusterKind::Slurm {
                     observed.set(SLURM_READY, false, "WaitingForControlPlane", message);
+                }
+                if cluster.spec.kind == ClusterKind::Ray {
+                    observed.set(RAY_READY, false, "WaitingForControlPlane", message);
                 }
             }
         }

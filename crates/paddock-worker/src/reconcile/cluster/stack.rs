@@ -1,7 +1,7 @@
-//! Steps 4 and 5: the tenant base stack, and Slurm on it (`kind: slurm`).
+//! Steps 4 and 5: the tenant base stack, and Slurm (`kind: slurm`) or Ray (`kind: ray`) on it.
 
 use paddock_domain::cluster::{Cluster, NodePool};
-use paddock_domain::driver::{KubeDrivers, SlurmDesired, SlurmPool, SlurmSecrets, TenantAccess};
+use paddock_domain::driver::{KubeDrivers, RayDesired, RayPool, SlurmDesired, SlurmPool, SlurmSecrets, TenantAccess};
 use paddock_domain::secret::{Binding, SecretString};
 use paddock_store::allocation::HeldMachine;
 use paddock_store::{cluster as store, StoreError};
@@ -9,7 +9,7 @@ use paddock_types::cluster::ClusterKind;
 use paddock_types::machine::MachineState;
 use serde_json::{json, Value};
 
-use super::{ClusterReconciler, Observed, Run, Stop, SLURM_READY, STACK_READY};
+use super::{ClusterReconciler, Observed, Run, Stop, RAY_READY, SLURM_READY, STACK_READY};
 
 impl ClusterReconciler {
     /// Step 4: the tenant base stack; true once it is ready.
@@ -20,8 +20,11 @@ impl ClusterReconciler {
         access: &TenantAccess,
         observed: &mut Observed,
     ) -> Result<bool, Stop> {
-        let stack =
-            kube.stack.ensure_stack(access, &cluster.stack_version).await.map_err(|e| Stop::Driver(STACK_READY, e))?;
+        let stack = kube
+            .stack
+            .ensure_stack(access, &cluster.stack_version, cluster.spec.kind)
+            .await
+            .map_err(|e| Stop::Driver(STACK_READY, e))?;
         observed.changed.extend(stack.changed);
         observed.set(STACK_READY, stack.ready, if stack.ready { "Ready" } else { "Applying" }, &stack.reason);
         Ok(stack.ready)
@@ -57,6 +60,39 @@ impl ClusterReconciler {
         observed.endpoints.slurm_rest_api = status.rest_api;
         observed.endpoints.login_ssh = status.login_ssh;
         observed.endpoints.login_ssh_host_keys = status.login_ssh_host_keys;
+        Ok(())
+    }
+
+    /// Step 5 (`kind: ray`), on the ready base stack: the RayCluster, with its endpoints.
+    pub(super) async fn ray(
+        &self,
+        kube: &KubeDrivers,
+        run: &Run<'_>,
+        access: &TenantAccess,
+        observed: &mut Observed,
+    ) -> Result<(), Stop> {
+        let Run { cluster, pools, .. } = *run;
+        let (ClusterKind::Ray, Some(ray)) = (cluster.spec.kind, &cluster.spec.ray) else {
+            return Ok(());
+        };
+        let pools = pools
+            .iter()
+            .filter(|p| !p.deleting)
+            .map(|p| RayPool {
+                node_pool_id: p.id,
+                name: p.spec.name.clone(),
+                count: p.spec.count,
+                gpus_per_node: p.gpu_count,
+                taints: p.spec.taints.clone(),
+            })
+            .collect();
+        let desired = RayDesired { spec: ray.clone(), stack_version: cluster.stack_version.clone(), pools };
+        let status = kube.ray.ensure_ray(access, &desired).await.map_err(|e| Stop::Driver(RAY_READY, e))?;
+        observed.changed.extend(status.changed);
+        let reason = if status.ready { "Ready" } else { "Applying" };
+        observed.set(RAY_READY, status.ready, reason, &status.reason);
+        observed.endpoints.ray_client = status.ray_client;
+        observed.endpoints.dashboard = status.dashboard;
         Ok(())
     }
 

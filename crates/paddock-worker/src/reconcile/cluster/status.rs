@@ -14,7 +14,7 @@ use crate::{failed_problem, Outcome};
 
 use super::{
     ClusterReconciler, Observed, Stop, CONTROL_PLANE_READY, MACHINES_ALLOCATED, MACHINE_WAIT, NAMESPACE_READY,
-    NODES_READY, NODE_NOT_READY, READY, SLURM_READY, STACK_READY,
+    NODES_READY, NODE_NOT_READY, RAY_READY, READY, SLURM_READY, STACK_READY,
 };
 
 /// How long a cluster stopped on a permanent error waits before it tries again by itself (a
@@ -40,8 +40,10 @@ impl ClusterReconciler {
         quiet: bool,
     ) -> Result<Outcome, Stop> {
         let mut required = vec![NAMESPACE_READY, CONTROL_PLANE_READY, MACHINES_ALLOCATED, NODES_READY, STACK_READY];
-        if cluster.spec.kind == ClusterKind::Slurm {
-            required.push(SLURM_READY);
+        match cluster.spec.kind {
+            ClusterKind::Slurm => required.push(SLURM_READY),
+            ClusterKind::Ray => required.push(RAY_READY),
+            ClusterKind::Kubernetes => {}
         }
         let missing: Vec<&str> = required.iter().copied().filter(|t| !observed.is_true(t)).collect();
         let ready = missing.is_empty();
@@ -278,6 +280,7 @@ fn step_name(condition: &str) -> &'static str {
         NODES_READY => "nodes",
         STACK_READY => "stack",
         SLURM_READY => "slurm",
+        RAY_READY => "ray",
         _ => "other",
     }
 }
