@@ -1,10 +1,12 @@
 -- The webhook views follow `kind: ray`: the cluster view carries its `ray` settings (null but
--- for `ray` clusters) and the Ray endpoints `ray_client` and `dashboard`, as the API shows them.
+-- for `ray` clusters) and the Ray endpoints `ray_client` and `dashboard`, as the API shows them
+-- (and, as since elastic pools, each pool summary's `desired_count`).
 
 create or replace function webhook_cluster_view(c clusters) returns jsonb language plpgsql stable as $$
 begin
     return (with live as (
         select p.id, p.name, mc.name as machine_class, p.count, p.role,
+            coalesce(p.desired_count, p.count) as desired_count,
             row_number() over (order by p.id) as n
         from node_pools p join machine_classes mc on mc.id = p.machine_class_id
         where p.cluster_id = c.id and p.deleted_at is null and p.deletion_requested_at is null
@@ -23,7 +25,8 @@ begin
         'ray', c.ray,
         'stack_version', c.stack_version,
         'node_pools', coalesce((select jsonb_agg(jsonb_build_object('id', l.id, 'name', l.name,
-            'machine_class', l.machine_class, 'count', l.count, 'role', l.role) order by l.n) from live l), '[]'),
+            'machine_class', l.machine_class, 'count', l.count, 'role', l.role,
+            'desired_count', l.desired_count) order by l.n) from live l), '[]'),
         'status', jsonb_build_object('phase', c.phase, 'conditions', webhook_conditions(c.conditions),
             'observed_generation', c.observed_generation,
             'endpoints', jsonb_build_object('kubernetes_api', c.endpoints -> 'kubernetes_api',
