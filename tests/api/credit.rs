@@ -34,15 +34,13 @@ async fn credits(lab: &Lab, machine: &str) -> Vec<(Uuid, i64, i64, Option<Uuid>,
     .expect("credits")
 }
 
-/// The failed machine's one usage segment: (allocation, start, end).
+/// The failed machine's one usage segment: (id, start, end).
 async fn segment(lab: &Lab, machine: &str) -> (Uuid, DateTime<Utc>, DateTime<Utc>) {
-    sqlx::query_as(
-        "select allocation_id, start_at, end_at from usage_segments where machine_id = $1::uuid and kind = 'machine'",
-    )
-    .bind(machine)
-    .fetch_one(&lab.app.db.pool)
-    .await
-    .expect("one closed segment")
+    sqlx::query_as("select id, start_at, end_at from usage_segments where machine_id = $1::uuid and kind = 'machine'")
+        .bind(machine)
+        .fetch_one(&lab.app.db.pool)
+        .await
+        .expect("one closed segment")
 }
 
 /// This UTC month as a usage range.
@@ -117,7 +115,7 @@ async fn an_operators_failed_report_credits_the_fault_window_to_the_second_once_
     assert_eq!(ended(&lab, &failed).await.3.as_deref(), Some("replaced"));
 
     // The credit: from the report's second to the segment's close, for the failed machine's pool.
-    let (allocation, start, end) = segment(&lab, &failed).await;
+    let (closed, start, end) = segment(&lab, &failed).await;
     let written = credits(&lab, &failed).await;
     assert_eq!(written.len(), 1, "{written:?}");
     let (_, node, gpu, credit_pool, remediation) = written[0];
@@ -132,7 +130,7 @@ async fn an_operators_failed_report_credits_the_fault_window_to_the_second_once_
 
     // A second attempt (a replayed close, another worker) writes nothing.
     let mut conn = lab.app.db.pool.acquire().await.expect("conn");
-    assert_eq!(paddock_store::credit::write(&mut conn, allocation).await.expect("write"), None);
+    assert_eq!(paddock_store::credit::write(&mut conn, closed).await.expect("write"), None);
     assert_eq!(credits(&lab, &failed).await.len(), 1);
 
     // The remediation says what was credited; the tenant's records show a credit of the pool.

@@ -16,11 +16,12 @@ use crate::{Conn, StoreError};
 /// The sources of health reports that are provider-side evidence (`machine_health_reports.source`).
 pub const PROVIDER_SOURCES: [&str; 2] = ["operator", "bmc"];
 
-/// Writes the credit of the remediation of `allocation`'s tenancy, if it earned one: a
-/// provider-side `failed` report, and a closed machine segment that outlasted it. Returns the
+/// Writes the credit of the remediation of the tenancy whose closed machine segment is `segment`,
+/// if it earned one: a provider-side `failed` report that the segment outlasted. Returns the
 /// adjustment's id; `None` when none is earned or it was written already. The caller's
-/// transaction is a usage writer (it closed the segment, or joins here).
-pub async fn write(conn: &mut Conn, allocation: Uuid) -> Result<Option<Uuid>, StoreError> {
+/// transaction is a usage writer (it closed the segment, or joins here). The segment is read by
+/// its key and the remediation by its allocation (an index each): this runs at every close.
+pub async fn write(conn: &mut Conn, segment: Uuid) -> Result<Option<Uuid>, StoreError> {
     crate::usage::join_writers(conn).await?;
     let written: Option<Uuid> = sqlx::query_scalar(
         "insert into usage_adjustments (id, tenant_id, cluster_id, node_pool_id, machine_id, machine_class, \
@@ -39,11 +40,11 @@ pub async fn write(conn: &mut Conn, allocation: Uuid) -> Result<Option<Uuid>, St
            order by h.recorded_at, h.id limit 1) f \
          cross join lateral (select extract(epoch from s.end_at \
            - greatest(s.start_at, date_trunc('second', f.observed_at, 'UTC')))::bigint as seconds) w \
-         where s.allocation_id = $1 and s.kind = 'machine' and s.end_at is not null and w.seconds > 0 \
+         where s.id = $1 and s.kind = 'machine' and s.end_at is not null and w.seconds > 0 \
          on conflict (remediation_id) where remediation_id is not null do nothing \
          returning id",
     )
-    .bind(allocation)
+    .bind(segment)
     .bind(Uuid::now_v7())
     .bind(&PROVIDER_SOURCES[..])
     .fetch_optional(conn)

@@ -86,16 +86,16 @@ pub async fn close_machine_segment(conn: &mut Conn, machine: MachineId, reason: 
     join_writers(conn).await?;
     let closed: Option<Uuid> = sqlx::query_scalar(&format!(
         "update usage_segments set end_at = greatest(start_at, {NOW}), close_reason = $2 \
-         where machine_id = $1 and kind = 'machine' and end_at is null returning allocation_id"
+         where machine_id = $1 and kind = 'machine' and end_at is null returning id"
     ))
     .bind(machine.uuid())
     .bind(reason)
     .fetch_optional(&mut *conn)
     .await?;
-    let Some(allocation) = closed else {
+    let Some(segment) = closed else {
         return Ok(false);
     };
-    crate::credit::write(conn, allocation).await?;
+    crate::credit::write(conn, segment).await?;
     Ok(true)
 }
 
