@@ -45,11 +45,13 @@ mod claim;
 mod enqueue;
 mod finish;
 mod listen;
+mod periodic;
 
 pub use claim::{claim, heartbeat, Claimed};
 pub use enqueue::enqueue;
 pub use finish::{complete, fail, retries_exhausted, retry, wait};
 pub use listen::JobListener;
+pub use periodic::{arm_cluster, arm_clusters};
 
 /// The `LISTEN`/`NOTIFY` channel; the payload is the job kind.
 pub const NOTIFY_CHANNEL: &str = "paddock_jobs";
