@@ -177,6 +177,32 @@ where
     converge(api, target, live, body).await
 }
 
+/// Converges the workload namespace `name` inside a tenant cluster (Slurm's, Ray's) with
+/// `labels`, noting it in `changed` when it moved; a namespace being deleted is
+/// [`KubeError::NamespaceTerminating`] (applying into it would fail object by object).
+pub async fn ensure_namespace(
+    client: &kube::Client,
+    name: &str,
+    labels: std::collections::BTreeMap<String, String>,
+    changed: &mut Vec<String>,
+) -> Result<(), KubeError> {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let body = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": { "name": name, "labels": labels },
+    });
+    let target = Target { kind: "Namespace", name, full_name: name };
+    let converged = get_and_converge(&api, target, &body).await?;
+    if converged.changed {
+        changed.push(target.describe());
+    }
+    if converged.object.status.and_then(|s| s.phase).as_deref() == Some("Terminating") {
+        return Err(KubeError::NamespaceTerminating { namespace: name.to_owned() });
+    }
+    Ok(())
+}
+
 async fn apply<K>(api: &Api<K>, target: Target<'_>, body: &Value) -> Result<K, KubeError>
 where
     K: Resource + Clone + DeserializeOwned + Debug,

@@ -271,6 +271,12 @@ pub(crate) fn admin_kubeconfig(tenant: &TenantAccess) -> Result<Kubeconfig, Kube
     Ok(parsed)
 }
 
+/// A client of the tenant cluster as its admin (the sealed kubeconfig paddock keeps).
+pub(crate) async fn tenant_client(tenant: &TenantAccess) -> Result<Client, KubeError> {
+    let (client, _) = admin_client(tenant.cluster.cluster_id, admin_kubeconfig(tenant)?).await?;
+    Ok(client)
+}
+
 /// A client of a tenant cluster from its checked admin kubeconfig ([`admin_kubeconfig`]), and the
 /// CA bundle it trusts (DER certificates, never empty: a tenant API server is always verified).
 pub(crate) async fn admin_client(

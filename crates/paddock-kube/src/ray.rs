@@ -47,20 +47,18 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::FutureExt;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, Client};
 use paddock_domain::driver::{BoxFuture, DriverError, RayDesired, RayDriver, RayStatus, Removal, TenantAccess};
 use paddock_domain::stack::{self, RayImages, RayRelease, StackDefinition};
-use paddock_types::ClusterId;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tracing::{debug, info, instrument};
 
 pub use objects::{labels, raycluster, readiness};
 pub use probe::{PodProxyProbe, RayProbe};
 
 use crate::apply::{get_and_converge, Target};
-use crate::nodes::{admin_client, admin_kubeconfig};
 use crate::KubeError;
 
 /// KubeRay's API group.
@@ -161,37 +159,8 @@ impl KubeRayDriver {
         Self::new(settings, Arc::new(PodProxyProbe))
     }
 
-    async fn client(&self, tenant: &TenantAccess) -> Result<Client, KubeError> {
-        let (client, _) = admin_client(tenant.cluster.cluster_id, admin_kubeconfig(tenant)?).await?;
-        Ok(client)
-    }
-
     fn rayclusters(&self, client: &Client) -> Api<DynamicObject> {
         Api::namespaced_with(client.clone(), &self.settings.namespace, &raycluster_resource())
-    }
-
-    async fn ensure_namespace(
-        &self,
-        changed: &mut Vec<String>,
-        client: &Client,
-        cluster: ClusterId,
-    ) -> Result<(), KubeError> {
-        let ns = &self.settings.namespace;
-        let api: Api<Namespace> = Api::all(client.clone());
-        let body = json!({
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": { "name": ns, "labels": labels(cluster) },
-        });
-        let target = Target { kind: "Namespace", name: ns, full_name: ns };
-        let converged = get_and_converge(&api, target, &body).await?;
-        if converged.changed {
-            changed.push(target.describe());
-        }
-        if converged.object.status.and_then(|s| s.phase).as_deref() == Some("Terminating") {
-            return Err(KubeError::NamespaceTerminating { namespace: ns.clone() });
-        }
-        Ok(())
     }
 
     /// Applies the cluster's RayCluster and reports where it stands (see the module
@@ -202,9 +171,9 @@ impl KubeRayDriver {
         let (images, release) = self.settings.catalog.release(&desired.stack_version, version)?;
         let cluster = tenant.cluster.cluster_id;
         let ns = self.settings.namespace.as_str();
-        let client = self.client(tenant).await?;
+        let client = crate::nodes::tenant_client(tenant).await?;
         let mut changed = Vec::new();
-        self.ensure_namespace(&mut changed, &client, cluster).await?;
+        crate::apply::ensure_namespace(&client, &self.settings.namespace, labels(cluster), &mut changed).await?;
         let body = raycluster(ns, cluster, images, release, desired);
         let full_name = format!("{ns}/{RAYCLUSTER}");
         let target = Target { kind: "RayCluster", name: RAYCLUSTER, full_name: &full_name };
@@ -243,7 +212,7 @@ impl KubeRayDriver {
     #[instrument(skip_all, fields(cluster.id = %tenant.cluster.cluster_id))]
     pub async fn remove_ray(&self, tenant: &TenantAccess) -> Result<Removal, DriverError> {
         let ns = self.settings.namespace.as_str();
-        let client = self.client(tenant).await?;
+        let client = crate::nodes::tenant_client(tenant).await?;
         let what = format!("{ns}/{RAYCLUSTER}");
         let api = self.rayclusters(&client);
         let left = match api.delete(RAYCLUSTER, &DeleteParams::background()).await {

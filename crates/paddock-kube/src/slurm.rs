@@ -93,7 +93,7 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, Client, Resource};
 use paddock_domain::driver::{
@@ -105,7 +105,7 @@ use paddock_types::cluster::{NodePoolRole, SlurmSpec};
 use paddock_types::ClusterId;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tracing::{debug, info, instrument};
 
 use objects::{
@@ -118,7 +118,6 @@ pub use release::{handed_over, replicas, ANNOTATION_HANDED_OVER, ANNOTATION_POD_
 
 use crate::apply::{get_and_converge, Target};
 use crate::isolation::MANAGER;
-use crate::nodes::{admin_client, admin_kubeconfig};
 use crate::KubeError;
 
 /// The Slinky API group.
@@ -388,37 +387,8 @@ impl SlinkyDriver {
         &self.settings
     }
 
-    async fn client(&self, tenant: &TenantAccess) -> Result<Client, KubeError> {
-        let (client, _) = admin_client(tenant.cluster.cluster_id, admin_kubeconfig(tenant)?).await?;
-        Ok(client)
-    }
-
     fn dynamic(&self, client: &Client, kind: &str) -> Api<DynamicObject> {
         Api::namespaced_with(client.clone(), &self.settings.namespace, &api_resource(kind))
-    }
-
-    async fn ensure_namespace(
-        &self,
-        changed: &mut Vec<String>,
-        client: &Client,
-        cluster: ClusterId,
-    ) -> Result<(), KubeError> {
-        let ns = &self.settings.namespace;
-        let api: Api<Namespace> = Api::all(client.clone());
-        let body = json!({
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": { "name": ns, "labels": labels(cluster) },
-        });
-        let target = Target { kind: "Namespace", name: ns, full_name: ns };
-        let converged = get_and_converge(&api, target, &body).await?;
-        if converged.changed {
-            changed.push(target.describe());
-        }
-        if converged.object.status.and_then(|s| s.phase).as_deref() == Some("Terminating") {
-            return Err(KubeError::NamespaceTerminating { namespace: ns.clone() });
-        }
-        Ok(())
     }
 
     /// Applies the cluster's Slurm and reports where it stands (see the module documentation):
@@ -432,9 +402,9 @@ impl SlinkyDriver {
     ) -> Result<SlurmStatus, DriverError> {
         let images = self.settings.catalog.images(&desired.stack_version, &desired.spec.version)?;
         let cluster = tenant.cluster.cluster_id;
-        let client = self.client(tenant).await?;
+        let client = crate::nodes::tenant_client(tenant).await?;
         let mut changed = Vec::new();
-        self.ensure_namespace(&mut changed, &client, cluster).await?;
+        crate::apply::ensure_namespace(&client, &self.settings.namespace, labels(cluster), &mut changed).await?;
         let compute = compute_pools(desired);
         let mariadb = self.apply_objects(&mut changed, &client, cluster, images, desired).await?;
         let nodesets = self.apply_nodesets(&mut changed, &client, cluster, images, &desired.spec, &compute).await?;
@@ -639,7 +609,7 @@ impl SlinkyDriver {
     /// Deletes the cluster's Slurm; `Gone` once none of its objects is left.
     #[instrument(skip_all, fields(cluster.id = %tenant.cluster.cluster_id))]
     pub async fn remove_slurm(&self, tenant: &TenantAccess) -> Result<Removal, DriverError> {
-        let client = self.client(tenant).await?;
+        let client = crate::nodes::tenant_client(tenant).await?;
         let ns = self.settings.namespace.as_str();
         let mut left = false;
 

@@ -17,7 +17,6 @@ use paddock_domain::driver::{BoxFuture, DriverError, TenantAccess};
 use tracing::debug;
 
 use super::{AGENT_PORT, DASHBOARD_PORT, LABEL_NODE_TYPE, LABEL_RAY_CLUSTER, RAYCLUSTER};
-use crate::nodes::{admin_client, admin_kubeconfig};
 use crate::KubeError;
 
 /// What paddock asks of a Ray head. The production implementation is [`PodProxyProbe`]; tests
@@ -44,7 +43,7 @@ pub fn healthy(body: &str) -> bool {
 
 impl PodProxyProbe {
     async fn head_answers(&self, tenant: &TenantAccess, ns: &str, dashboard: bool) -> Result<bool, DriverError> {
-        let (client, _) = admin_client(tenant.cluster.cluster_id, admin_kubeconfig(tenant)?).await?;
+        let client = crate::nodes::tenant_client(tenant).await?;
         let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
         let selector = format!("{LABEL_RAY_CLUSTER}={RAYCLUSTER},{LABEL_NODE_TYPE}=head");
         let heads = pods

@@ -23,7 +23,6 @@ use serde_json::{json, Value};
 use tracing::debug;
 
 use super::{NAMESPACE, RESTAPI_PORT, RESTAPI_SERVICE, SECRET_JWT, SECRET_JWT_KEY};
-use crate::nodes::{admin_client, admin_kubeconfig};
 use crate::KubeError;
 
 /// The Slurm user paddock's tokens are for (the operator's `SlurmUser`).
@@ -117,11 +116,6 @@ impl ServiceProxyProbe {
         Self { namespace: namespace.into() }
     }
 
-    async fn client(&self, tenant: &TenantAccess) -> Result<Client, KubeError> {
-        let (client, _) = admin_client(tenant.cluster.cluster_id, admin_kubeconfig(tenant)?).await?;
-        Ok(client)
-    }
-
     /// A token for [`SLURM_USER`] signed with the cluster's JWT key (read from the tenant cluster).
     async fn token(&self, client: &Client) -> Result<String, DriverError> {
         let secrets: Api<Secret> = Api::namespaced(client.clone(), &self.namespace);
@@ -155,7 +149,7 @@ impl ServiceProxyProbe {
         (method, version, path): (&str, &str, &str),
         body: Option<&Value>,
     ) -> Result<Option<String>, DriverError> {
-        let client = self.client(tenant).await?;
+        let client = crate::nodes::tenant_client(tenant).await?;
         let token = self.token(&client).await?;
         let uri = self.uri(version, path);
         let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();

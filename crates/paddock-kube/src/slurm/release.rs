@@ -115,7 +115,7 @@ impl SlinkyDriver {
         version: &str,
         node_name: &str,
     ) -> Result<SlurmDrain, DriverError> {
-        let client = self.client(tenant).await?;
+        let client = crate::nodes::tenant_client(tenant).await?;
         let ns = self.settings.namespace.as_str();
         let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
         let on_node = pods

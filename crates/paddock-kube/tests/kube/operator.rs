@@ -38,15 +38,13 @@ use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};
 use kube::api::{DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use kube::discovery::Scope;
 use kube::{Api, Client};
-use paddock_domain::driver::{NodeRef, SlurmDesired, SlurmPool, SlurmSecrets, TenantAccess};
+use paddock_domain::driver::{SlurmDesired, SlurmPool, SlurmSecrets, TenantAccess};
 use paddock_domain::secret::SecretString;
-use paddock_kube::nodes::KubeTenantNodes;
 use paddock_kube::nodes::LABEL_NODE_POOL;
 use paddock_kube::slurm::{self, SlinkySettings, SECRET_JWT, SECRET_JWT_KEY, SECRET_SLURM_KEY};
 use paddock_kube::SlinkyDriver;
 use paddock_testkit::skip;
 use paddock_types::cluster::{LoginSpec, NodePoolRole, SlurmSpec, Taint, TaintEffect};
-use paddock_types::MachineId;
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 
@@ -210,29 +208,10 @@ impl Alive {
     }
 }
 
-/// Registers `count` Nodes for `pool` (played kubelets), then lets paddock's node driver converge
-/// their labels and taints as the worker does; returns their names.
+/// Registers the Nodes of `pool` (played kubelets) converged by paddock's node driver; their names.
 async fn pool_nodes(client: &Client, tenant: &TenantAccess, pool: &SlurmPool, first_ip: u8) -> Vec<String> {
-    let driver = KubeTenantNodes::new();
-    let mut names = Vec::new();
-    for i in 0..pool.count {
-        let machine_id = MachineId::new();
-        let node = NodeRef {
-            machine_id,
-            node_pool_id: pool.node_pool_id,
-            pool_name: pool.name.clone(),
-            node_name: paddock_domain::driver::node_name(machine_id),
-            system_uuid: uuid::Uuid::new_v4().to_string(),
-            labels: BTreeMap::new(),
-            taints: pool.taints.clone(),
-        };
-        let ip = format!("192.0.2.{}", u32::from(first_ip) + i);
-        kubelet::register_node(client, &node.node_name, &node.system_uuid, &ip, pool.gpus_per_node).await;
-        let status = driver.node(tenant, &node).await.expect("the node driver converges the Node");
-        assert!(status.is_some_and(|s| s.ready), "Node {} is registered and Ready", node.node_name);
-        names.push(node.node_name);
-    }
-    names
+    let of = (pool.node_pool_id, pool.name.as_str(), pool.taints.as_slice());
+    kubelet::register_pool(client, tenant, of, pool.gpus_per_node, pool.count, first_ip).await
 }
 
 /// Everything the test needs from outside, or None (the test is skipped: [`skip`]).

@@ -30,14 +30,14 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use kube::discovery::Scope;
 use kube::{Api, Client};
-use paddock_domain::driver::{NodeRef, RayDesired, RayPool, RayStatus, Removal, TenantAccess};
+use paddock_domain::driver::{RayDesired, RayPool, RayStatus, Removal, TenantAccess};
 use paddock_domain::secret::SecretString;
-use paddock_kube::nodes::{KubeTenantNodes, LABEL_NODE_POOL};
+use paddock_kube::nodes::LABEL_NODE_POOL;
 use paddock_kube::ray::{self, RaySettings};
 use paddock_kube::KubeRayDriver;
 use paddock_testkit::skip;
 use paddock_types::cluster::{RayHead, RaySpec, Taint, TaintEffect};
-use paddock_types::{MachineId, NodePoolId};
+use paddock_types::NodePoolId;
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 
@@ -156,26 +156,8 @@ fn pool(name: &str, count: u32, gpus: u32, taints: Vec<Taint>) -> RayPool {
 
 /// Registers `count` played Nodes for `pool`, converged by paddock's node driver; their names.
 async fn pool_nodes(client: &Client, tenant: &TenantAccess, pool: &RayPool, count: u32, first_ip: u8) -> Vec<String> {
-    let driver = KubeTenantNodes::new();
-    let mut names = Vec::new();
-    for i in 0..count {
-        let machine_id = MachineId::new();
-        let node = NodeRef {
-            machine_id,
-            node_pool_id: pool.node_pool_id,
-            pool_name: pool.name.clone(),
-            node_name: paddock_domain::driver::node_name(machine_id),
-            system_uuid: uuid::Uuid::new_v4().to_string(),
-            labels: BTreeMap::new(),
-            taints: pool.taints.clone(),
-        };
-        let ip = format!("192.0.2.{}", u32::from(first_ip) + i);
-        kubelet::register_node(client, &node.node_name, &node.system_uuid, &ip, pool.gpus_per_node).await;
-        let status = driver.node(tenant, &node).await.expect("the node driver converges the Node");
-        assert!(status.is_some_and(|s| s.ready), "Node {} is Ready", node.node_name);
-        names.push(node.node_name);
-    }
-    names
+    let of = (pool.node_pool_id, pool.name.as_str(), pool.taints.as_slice());
+    kubelet::register_pool(client, tenant, of, pool.gpus_per_node, count, first_ip).await
 }
 
 /// The operator and the played parts, checked alive at every poll.

@@ -39,6 +39,40 @@ async fn timed<T, E: std::fmt::Display>(
     }
 }
 
+/// Registers `count` Nodes of a node pool (`pool_id`, `pool_name`, its `taints`), each with
+/// `gpus`, at addresses from `192.0.2.<first_ip>` on, then lets paddock's node driver converge
+/// their labels and taints as the worker does; their names. Panics on an error.
+pub async fn register_pool(
+    client: &Client,
+    tenant: &paddock_domain::driver::TenantAccess,
+    (pool_id, pool_name, taints): (paddock_types::NodePoolId, &str, &[paddock_types::cluster::Taint]),
+    gpus: u32,
+    count: u32,
+    first_ip: u8,
+) -> Vec<String> {
+    let driver = paddock_kube::nodes::KubeTenantNodes::new();
+    let mut names = Vec::new();
+    for i in 0..count {
+        let machine_id = paddock_types::MachineId::new();
+        let node = paddock_domain::driver::NodeRef {
+            machine_id,
+            node_pool_id: pool_id,
+            pool_name: pool_name.to_owned(),
+            node_name: paddock_domain::driver::node_name(machine_id),
+            system_uuid: uuid::Uuid::new_v4().to_string(),
+            labels: std::collections::BTreeMap::new(),
+            taints: taints.to_vec(),
+        };
+        let ip = format!("192.0.2.{}", u32::from(first_ip) + i);
+        register_node(client, &node.node_name, &node.system_uuid, &ip, gpus).await;
+        let status = paddock_domain::driver::TenantNodes::node(&driver, tenant, &node).await;
+        let status = status.expect("the node driver converges the Node");
+        assert!(status.is_some_and(|s| s.ready), "Node {} is registered and Ready", node.node_name);
+        names.push(node.node_name);
+    }
+    names
+}
+
 /// Registers Node `name` as its kubelet would: Ready, `system_uuid`, an address, capacity for
 /// pods, CPU and memory, and `gpus` `nvidia.com/gpu` (the device plugin's resource) when > 0.
 /// (`support::ready_node` has no system UUID, which paddock's node driver matches machines by,
