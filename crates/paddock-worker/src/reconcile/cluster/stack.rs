@@ -81,7 +81,7 @@ impl ClusterReconciler {
             .map(|p| RayPool {
                 node_pool_id: p.id,
                 name: p.spec.name.clone(),
-                count: p.spec.count,
+                count: p.status.desired_count,
                 gpus_per_node: p.gpu_count,
                 taints: p.spec.taints.clone(),
             })
