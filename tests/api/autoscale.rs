@@ -7,6 +7,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use paddock_domain::driver::{
+    BoxFuture, Drain, DriverError, JoinConfig, NodeRef, NodeStatus, RegisteredNode, Removal, TenantAccess, TenantNodes,
+};
 use paddock_service::agent::AgentSettings;
 use paddock_service::Services;
 use paddock_sim::{SimConfig, SimDemand, SimWorld};
@@ -408,4 +411,104 @@ async fn workers_killed_around_scaling_decisions_never_allocate_twice_nor_leave_
 
 async fn count(app: &TestApp, sql: &str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(&app.db.pool).await.expect(sql)
+}
+
+/// The simulated tenant nodes, but without a demand read (`TenantNodes::pod_demand`'s default):
+/// a driver that can never read an elastic pool's demand, as the real one today.
+struct NoDemand(Arc<dyn TenantNodes>);
+
+impl TenantNodes for NoDemand {
+    fn join_config<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+        ttl_seconds: u64,
+    ) -> BoxFuture<'a, Result<JoinConfig, DriverError>> {
+        self.0.join_config(tenant, node, ttl_seconds)
+    }
+    fn node<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<Option<NodeStatus>, DriverError>> {
+        self.0.node(tenant, node)
+    }
+    fn registered_nodes<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+    ) -> BoxFuture<'a, Result<Vec<RegisteredNode>, DriverError>> {
+        self.0.registered_nodes(tenant)
+    }
+    fn drain_node<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<Drain, DriverError>> {
+        self.0.drain_node(tenant, node)
+    }
+    fn foreign_node<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<Option<String>, DriverError>> {
+        self.0.foreign_node(tenant, node)
+    }
+    fn remove_node<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<Removal, DriverError>> {
+        self.0.remove_node(tenant, node)
+    }
+    fn delete_join_tokens<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        self.0.delete_join_tokens(tenant, node)
+    }
+    fn abandon_node<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        node: &'a NodeRef,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        self.0.abandon_node(tenant, node)
+    }
+}
+
+/// A driver that can never read the demand: the tenant is told once (a Warning event), the pool
+/// keeps its target, and the checks end instead of failing every interval.
+#[tokio::test]
+async fn a_demand_the_driver_cannot_read_is_said_once_and_the_checks_end() {
+    let lab = Lab::tuned(
+        |s| s.autoscale_interval = Duration::from_millis(100),
+        |d| {
+            let mut kube = d.kube.expect("kube");
+            kube.nodes = Arc::new(NoDemand(kube.nodes.clone()));
+            Drivers { kube: Some(kube), ..d }
+        },
+    )
+    .await;
+    machine_class(&lab.app, "cpu", 0).await;
+    lab.available("cpu", &["u1"]).await;
+    let created = lab.create(elastic_kubernetes("blind", 1)).await;
+    let cluster = id(&created["cluster"]);
+    lab.ready(&cluster).await;
+    let said = eventually(WAIT, || async {
+        let said = events(&lab, &cluster, "AutoscalingUnavailable").await;
+        (!said.is_empty()).then_some(said)
+    })
+    .await;
+    assert!(said[0].contains("demand_unsupported"), "{said:?}");
+    // The checks end: no demand check is queued or running for the cluster any more.
+    let checks = format!(
+        "select count(*) from jobs where target_id = '{cluster}' and kind = 'cluster_autoscale' \
+         and state in ('queued', 'running')"
+    );
+    eventually(WAIT, || async { (count(&lab.app, &checks).await == 0).then_some(()) }).await;
+    tokio::time::sleep(Duration::from_millis(500)).await; // five intervals
+    assert_eq!(events(&lab, &cluster, "AutoscalingUnavailable").await.len(), 1, "said once");
+    assert_eq!(count(&lab.app, &checks).await, 0, "not checked again");
+    let pool = pool_named(&created["cluster"], "work");
+    assert_eq!(pool_of(&lab, &lab.own(), &cluster, &pool).await["status"]["desired_count"], 0);
 }

@@ -12,13 +12,15 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use paddock_domain::autoscale::{decide, Direction, PoolNow};
 use paddock_domain::cluster::{resolved_partitions, Cluster, NodePool};
-use paddock_domain::driver::{Demand, DemandPool, DriverError, KubeDrivers, SlurmVersion, TenantAccess};
+use paddock_domain::driver::{
+    Demand, DemandPool, DriverError, DriverErrorKind, KubeDrivers, SlurmVersion, TenantAccess,
+};
 use paddock_domain::job_kind::{ClusterJob, Payload, CLUSTER_AUTOSCALE};
 use paddock_domain::machine::HELD;
 use paddock_service::autoscale::PoolDecision;
 use paddock_store::allocation::{self, HeldMachine};
 use paddock_store::autoscale::{self as store, Room};
-use paddock_store::{cluster as cluster_store, node_pool, StoreError};
+use paddock_store::{cluster as cluster_store, cluster_event, node_pool, StoreError};
 use paddock_types::cluster::{ClusterKind, NodePoolRole};
 use paddock_types::machine::MachineState;
 use paddock_types::{ClusterId, TenantId};
@@ -90,6 +92,10 @@ impl Autoscaler {
                 tracing::warn!(tenant = %tenant, cluster = %id, "the demand read answered for other pools than asked");
                 return Ok(Look::Again);
             }
+            Err(e) if e.kind == DriverErrorKind::Permanent => {
+                self.unavailable(tenant, id, &e).await?;
+                return Ok(Look::Over);
+            }
             Err(e) => {
                 tracing::warn!(tenant = %tenant, cluster = %id, code = %e.code, error = %e.message,
                     "the demand of the cluster's autoscaled pools could not be read");
@@ -113,6 +119,20 @@ impl Autoscaler {
             }
         }
         Ok(Look::Again)
+    }
+
+    /// The driver can never read this cluster's demand (`demand_unsupported`): asking every
+    /// interval would only repeat the error. The tenant is told once, by a Warning event, and the
+    /// checks end; they are armed again when a pool's autoscaling changes and at a worker's start.
+    async fn unavailable(&self, tenant: TenantId, id: ClusterId, e: &DriverError) -> Result<(), StoreError> {
+        tracing::warn!(tenant = %tenant, cluster = %id, code = %e.code, error = %e.message,
+            "the demand of the cluster's autoscaled pools cannot be read: its demand checks end");
+        let message = format!(
+            "the demand of the autoscaled pools cannot be read ({}: {}); their targets stay where they are",
+            e.code, e.message
+        );
+        let mut conn = self.0.services.store().conn().await?;
+        cluster_event::insert(&mut conn, tenant, id, "Warning", "AutoscalingUnavailable", &message).await
     }
 
     /// The cluster, its pools, held machines, tenant access and room, in one transaction; `None`
