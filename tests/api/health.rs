@@ -142,3 +142,37 @@ async fn the_runtime_role_reads_and_appends_health_reports_and_nothing_more() {
     }
     assert_eq!(app.count("machine_health_reports").await, 1);
 }
+
+#[tokio::test]
+async fn the_providers_machine_view_shows_what_the_newest_report_says_and_null_before_any() {
+    let app = TestApp::new().await;
+    machine_class(&app, "gpu", 8).await;
+    let mut ids = Vec::new();
+    for name in ["v1", "v2", "v3"] {
+        let body = json!({ "name": name, "machine_class": "gpu",
+            "bmc": { "url": format!("https://bmc-{name}.example"), "username": "u", "password": "p" } });
+        ids.push(id(&app.post("/v1/machines").token(&admin()).json(&body).send().await.expect(202).json()["machine"]));
+    }
+    let view = |m: &str| app.get(format!("/v1/machines/{m}")).token(&admin()).send();
+    assert_eq!(view(&ids[0]).await.expect(200).json()["health"], Value::Null, "never reported");
+
+    report(&app, &ids[0], r#"{"status": "healthy", "observed_at": "2026-01-02T00:00:00Z"}"#).await;
+    // Recorded later, observed earlier: the newest report is the one recorded last.
+    let mut failed: Value = serde_json::from_str(FAILED).expect("json");
+    failed["observed_at"] = json!("2026-01-01T00:00:00Z");
+    let (_, newest) = report(&app, &ids[0], &failed.to_string()).await;
+    let (_, other) = report(&app, &ids[1], r#"{"status": "degraded"}"#).await;
+    let health = view(&ids[0]).await.expect(200).json()["health"].clone();
+    let expected = json!({ "status": "failed", "source": "operator", "observed_at": "2026-01-01T00:00:00Z",
+        "report_id": newest["id"], "checks": newest["checks"] });
+    assert_eq!(health, expected);
+
+    // A page of the fleet carries each machine's own, in the same read.
+    let page = app.get("/v1/machines?limit=10").token(&admin()).send().await.expect(200).json();
+    let by_id =
+        |m: &str| page["items"].as_array().expect("items").iter().find(|i| i["id"] == m).expect("listed").clone();
+    assert_eq!(by_id(&ids[0])["health"], expected);
+    assert_eq!(by_id(&ids[1])["health"]["report_id"], other["id"]);
+    assert_eq!(by_id(&ids[1])["health"]["status"], "degraded");
+    assert_eq!(by_id(&ids[2])["health"], Value::Null);
+}

@@ -54,7 +54,7 @@ use paddock_domain::stack::latest_version;
 use paddock_kube::isolation::{self, LABEL_CLUSTER_ID, LABEL_TENANT_ID};
 use paddock_kube::kamaji::{self, ADMIN_KUBECONFIG_KEY};
 use paddock_kube::nodes::{BOOTSTRAP_NAMESPACE, LABEL_MACHINE_ID, LABEL_NODE_POOL, NODE_LEASE_NAMESPACE};
-use paddock_kube::slurm::{self, SlinkySettings, SlurmProbe};
+use paddock_kube::slurm::{self, SlinkySettings, SlurmNode, SlurmProbe};
 use paddock_kube::{
     KamajiBackend, KubePlatform, KubeTenantCredentials, KubeTenantNodes, KubeTenantStack, SlinkyDriver,
 };
@@ -231,7 +231,7 @@ fn upstream_stacks() -> Option<PathBuf> {
 }
 
 /// STAND-IN for slurmrestd as the Slinky driver sees it: the ping always answers, no node is
-/// known to Slurm (draining has nothing to wait for).
+/// known to Slurm (draining has nothing to wait for, and no node rates a machine).
 struct StandInProbe;
 
 impl SlurmProbe for StandInProbe {
@@ -247,6 +247,10 @@ impl SlurmProbe for StandInProbe {
         _: &'a str,
     ) -> BoxFuture<'a, Result<Option<bool>, DriverError>> {
         async { Ok(None) }.boxed()
+    }
+
+    fn nodes<'a>(&'a self, _: &'a TenantAccess, _: &'a str) -> BoxFuture<'a, Result<Vec<SlurmNode>, DriverError>> {
+        async { Ok(Vec::new()) }.boxed()
     }
 }
 

@@ -66,7 +66,15 @@ impl Lab {
 
     /// A lab whose reconcilers' settings pass through `tune` and drivers through `wrap`.
     pub(crate) async fn tuned(tune: impl FnOnce(&mut Settings), wrap: impl FnOnce(Drivers) -> Drivers) -> Lab {
-        let app = TestApp::served().await;
+        Self::on(TestApp::served().await, tune, wrap).await
+    }
+
+    /// [`Lab::tuned`] on a served `app` of the test's making (services of its own).
+    pub(crate) async fn on(
+        app: TestApp,
+        tune: impl FnOnce(&mut Settings),
+        wrap: impl FnOnce(Drivers) -> Drivers,
+    ) -> Lab {
         let store = Store::from_pool(app.db.pool.clone());
         let world = SimWorld::new(store, SimConfig::zero());
         let drivers = wrap(Drivers { bmc: Some(world.bmc()), kube: Some(world.kube()) });

@@ -72,6 +72,7 @@ async fn subscribed(app: &TestApp) -> (String, String, String, String) {
     fleet(app, "cpu", 4).await;
     let provider_events =
         [&CLUSTER_EVENTS[..], &["machine.state_changed", "machine.quarantined", "usage.period_closed"]].concat();
+    let provider_events = [&provider_events[..], &["machine.health_reported"]].concat();
     subscribe(app, "/v1/webhooks", &admin(), NOWHERE, &provider_events).await;
     let (t, bearer, cluster, pool) = tenant_with_cluster(app, "acme").await;
     subscribe(app, &format!("/v1/tenants/{t}/webhooks"), &bearer, NOWHERE, &CLUSTER_EVENTS).await;
@@ -196,9 +197,22 @@ async fn fleet_and_billing_events_carry_the_providers_view_and_nothing_for_tenan
     let machine_path = format!("/v1/machines/{machine}");
     set_machine_state(&app, &machine, "maintenance").await;
     carries_view(&app, "machine.state_changed", &machine_path, None).await;
+    let never = shown(&app, &machine_path, &admin()).await;
+    assert_eq!(never["health"], Value::Null, "no report yet: {never}");
+    // An operator's report: its event carries the report as listed, and the machine's view its
+    // health from then on.
+    let report = json!({ "status": "failed", "observed_at": "2026-12-01T10:00:00.5Z",
+        "checks": [{ "name": "gpu.ecc", "status": "failed", "detail": "GPU 3: 41 uncorrectable ECC errors" }] });
+    let reports = format!("{machine_path}/health-reports");
+    let recorded = app.post(&reports).token(&admin()).json(&report).send().await.expect(201).json();
+    let listed = shown(&app, &reports, &admin()).await;
+    carries(&app, "machine.health_reported", &reports, &listed["items"][0], None).await;
+    assert_eq!(listed["items"][0], recorded);
     set_machine_state(&app, &machine, "clean_failed").await;
     carries_view(&app, "machine.state_changed", &machine_path, None).await;
     carries_view(&app, "machine.quarantined", &machine_path, None).await;
+    let health = shown(&app, &machine_path, &admin()).await["health"].clone();
+    assert_eq!(health["report_id"], recorded["id"], "{health}");
     // As the worker records an error: SQL's `now()` in the JSON.
     sqlx::query(
         "update machines set labels = '{\"rack\": \"r1\"}', last_error = jsonb_build_object('code', \

@@ -117,7 +117,7 @@ pub(crate) fn deliverer(
 }
 
 /// Runs a deliverer until the task is aborted (a killed worker).
-fn start(d: Deliverer) -> tokio::task::JoinHandle<()> {
+pub(crate) fn start(d: Deliverer) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move { d.run(std::future::pending()).await })
 }
 
@@ -183,7 +183,7 @@ async fn live(app: &TestApp, tenant_id: &str, bearer: &str, cluster: &str, pool:
 }
 
 /// The events received, parsed, once each (a repeat must carry the same `webhook-id` and body).
-fn events(got: &[Got]) -> Vec<Value> {
+pub(crate) fn events(got: &[Got]) -> Vec<Value> {
     let mut seen: HashMap<String, String> = HashMap::new();
     let mut out = Vec::new();
     for g in got {

@@ -14,6 +14,7 @@ const machineColumns = [
   ["Name", (m) => link(`#/machines/${m.id}`, m.name)],
   ["Class", (m) => m.machine_class],
   ["State", (m) => state(m.state)],
+  ["Health", (m) => (m.health ? `${m.health.status} (${m.health.source})` : "—")],
   ["Tenant", (m) => short(m.tenant_id)],
   ["Reason", (m) => m.maintenance_reason || (m.last_error ? `${m.last_error.code}: ${m.last_error.message}` : "")],
   ["Updated", (m) => time(m.updated_at)],

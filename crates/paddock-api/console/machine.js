@@ -10,6 +10,7 @@ function facts(m) {
     ["Tenant", m.tenant_id ? link(`#/tenants/${m.tenant_id}`, short(m.tenant_id)) : "—"],
     m.cluster_id && ["Cluster", link(`#/tenants/${m.tenant_id}/clusters/${m.cluster_id}`, short(m.cluster_id))],
     ["Node name", m.node_name],
+    ["Health", m.health ? `${m.health.status} (${m.health.source}, observed ${m.health.observed_at})` : "no report"],
     ["Maintenance reason", m.maintenance_reason],
     ["Last error", m.last_error ? `${m.last_error.code}: ${m.last_error.message} (${m.last_error.at})` : null],
     ["BMC", m.bmc ? m.bmc.url : null],
@@ -56,7 +57,7 @@ async function ledger(id) {
   return [status, h("ol", { class: "timeline", "aria-label": "Custody ledger" }, [...c.items].reverse().map(entry))];
 }
 
-// What operators and the BMC said about the machine's health, newest first.
+// What operators, the BMC and the tenant's cluster said about the machine's health, newest first.
 function healthReports(id) {
   const checks = (r) => r.checks.map((c) => `${c.name}: ${c.status}${c.detail ? ` (${c.detail})` : ""}`).join("; ");
   return paged("Health reports", [

@@ -534,6 +534,19 @@ pub struct SlurmVersion {
     pub version: String,
 }
 
+/// A Slurm node as slurmrestd reports it, and the Kubernetes Node its slurmd pod runs on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlurmNodeState {
+    /// The Slurm node's name (its slurmd pod's hostname).
+    pub slurm_node: String,
+    /// The Kubernetes Node it runs on: its machine's [`node_name`].
+    pub node_name: String,
+    /// Its state flags (`IDLE`, `ALLOCATED`, `DRAIN`, `DOWN`, ...).
+    pub states: Vec<String>,
+    /// Its reason (why it drains or is down), empty when none.
+    pub reason: String,
+}
+
 /// Something in a cluster's Slurm that waiting does not heal (a crash-looping slurmctld): the
 /// cluster is `degraded` while it lasts, with this as `SlurmReady`'s reason and message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -589,6 +602,20 @@ pub trait SlurmDriver: Send + Sync {
 
     /// Deletes the cluster's Slurm. `Gone` once every Slurm object no longer exists.
     fn remove_slurm<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<Removal, DriverError>>;
+
+    /// The cluster's Slurm nodes that run on a Kubernetes Node (the slurmd pods of its NodeSets),
+    /// each with that Node, its state flags and its reason, read through slurmrestd
+    /// (`GET /slurm/<version>/nodes`, the version `slurm`'s release pins): what
+    /// [`crate::health::slurm_node_rating`] reads a machine's health from. A driver that cannot
+    /// read them reads none.
+    fn node_states<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        slurm: &'a SlurmVersion,
+    ) -> BoxFuture<'a, Result<Vec<SlurmNodeState>, DriverError>> {
+        let _ = (tenant, slurm);
+        Box::pin(async { Ok(Vec::new()) })
+    }
 
     /// The demand of `pools` read through slurmrestd: the jobs pending in each pool's partitions
     /// and the nodes they ask for, and the pool's nodes Slurm knows and which of them are idle.

@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod cursor;
 pub mod driver;
 pub mod error;
+pub mod health;
 pub mod job_kind;
 pub mod json;
 pub mod ledger;

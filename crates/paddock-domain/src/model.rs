@@ -1,6 +1,7 @@
 //! Domain records: what the store returns and the services work with. Each knows its view.
 
 use chrono::{DateTime, Utc};
+use paddock_types::health::MachineHealth;
 use paddock_types::machine::{BmcView, LastError, MachineState, MachineView};
 use paddock_types::machine_class::{MachineClassCreate, MachineClassView};
 use paddock_types::tenant::{TenantCreate, TenantState, TenantView};
@@ -135,6 +136,8 @@ pub struct Machine {
     pub inventory: serde_json::Value,
     /// Why it is in maintenance.
     pub maintenance_reason: Option<String>,
+    /// What its newest health report says, if one was recorded.
+    pub health: Option<MachineHealth>,
     /// Whether an operator asked to retire it.
     pub retire_requested: bool,
     /// Why an operator asked to force the release of its tenancy, while that is pending.
@@ -171,6 +174,7 @@ impl Machine {
             system_uuid: self.system_uuid.clone(),
             inventory: self.inventory.clone(),
             maintenance_reason: self.maintenance_reason.clone(),
+            health: self.health.clone(),
             bmc: BmcView {
                 url: self.bmc.url.clone(),
                 system_id: self.bmc.system_id.clone(),

@@ -9,7 +9,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 /// The events a subscription may ask for (CloudEvents `type` is `dev.paddock.<name>`).
-pub const EVENTS: [&str; 9] = [
+pub const EVENTS: [&str; 12] = [
     "operation.succeeded",
     "operation.failed",
     "cluster.ready",
@@ -18,11 +18,16 @@ pub const EVENTS: [&str; 9] = [
     "node_pool.scaled",
     "machine.state_changed",
     "machine.quarantined",
+    "machine.health_reported",
+    "remediation.started",
+    "remediation.ended",
     "usage.period_closed",
 ];
 
-/// The events only the provider's subscriptions receive (fleet and billing facts).
-pub const PROVIDER_ONLY: [&str; 3] = ["machine.state_changed", "machine.quarantined", "usage.period_closed"];
+/// The events only the provider's subscriptions receive (fleet and billing facts; a health report
+/// names a machine and its source whoever holds the machine).
+pub const PROVIDER_ONLY: [&str; 4] =
+    ["machine.state_changed", "machine.quarantined", "machine.health_reported", "usage.period_closed"];
 
 /// The CloudEvents `type` prefix.
 pub const TYPE_PREFIX: &str = "dev.paddock.";

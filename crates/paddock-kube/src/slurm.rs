@@ -76,6 +76,12 @@
 //! their nodes drained they are handed over (the lowest `pod-deletion-cost`), the next
 //! `ensure_slurm` lowers `replicas`, and the operator deletes exactly those pods.
 //!
+//! Reading health ([`SlurmDriver::node_states`], `health.rs`): every Slurm node a NodeSet pod on a
+//! Node runs, as slurmrestd's `GET /slurm/<version>/nodes` reports it (state flags and reason),
+//! with that Node; the worker rates the node's machine from it (only a `paddock:hw:` drain reason
+//! is a fault). Tested against a slurmrestd stand-in; the real-Slurm proof comes with the
+//! real-Slurm path.
+//!
 //! Removing ([`SlurmDriver::remove_slurm`]): every NodeSet paddock applied, the LoginSet,
 //! RestApi, Controller and Accounting, MariaDB (StatefulSet, Service, PVCs), the ConfigMap and the
 //! Secrets; `Gone` once none is left. The namespace stays (objects the operator created are
@@ -84,6 +90,7 @@
 //! Known limit: a pool named like one of the fixed names (`slurm-mariadb`, `slurm-controller`,
 //! ...) would have NodeSet pods named like those objects' pods.
 
+mod health;
 pub mod objects;
 mod probe;
 mod release;
@@ -97,8 +104,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, 
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, Client, Resource};
 use paddock_domain::driver::{
-    BoxFuture, DriverError, Removal, SlurmDesired, SlurmDrain, SlurmDriver, SlurmFault, SlurmPool, SlurmStatus,
-    SlurmVersion, TenantAccess,
+    BoxFuture, DriverError, Removal, SlurmDesired, SlurmDrain, SlurmDriver, SlurmFault, SlurmNodeState, SlurmPool,
+    SlurmStatus, SlurmVersion, TenantAccess,
 };
 use paddock_domain::stack::{self, SlurmImages, SlurmRelease, StackDefinition};
 use paddock_types::cluster::{NodePoolRole, SlurmSpec};
@@ -113,7 +120,10 @@ use objects::{
     login_host_keys, loginset, mariadb_service, mariadb_statefulset, nodeset, nodeset_progress, restapi, secret_bodies,
     service_address, statefulset_ready,
 };
-pub use probe::{needs_drain, node_drained, ping_succeeded, ServiceProxyProbe, SlurmProbe, REASON_PREFIX, SLURM_USER};
+pub use probe::{
+    needs_drain, node_drained, nodes_of, ping_succeeded, ServiceProxyProbe, SlurmNode, SlurmProbe, REASON_PREFIX,
+    SLURM_USER,
+};
 pub use release::{handed_over, replicas, ANNOTATION_HANDED_OVER, ANNOTATION_POD_DELETION_COST, HANDED_OVER_COST};
 
 use crate::apply::{get_and_converge, Target};
@@ -195,7 +205,7 @@ pub const ANNOTATION_CORDON_REASON: &str = "nodeset.slinky.slurm.net/node-cordon
 const CONTROLLER_WAITING: &str = "SlurmControllerReady";
 
 /// The reason paddock drains a released machine's Slurm node with (prefix `paddock:release`).
-pub const DRAIN_REASON: &str = "paddock:release: machine released";
+pub const DRAIN_REASON: &str = paddock_domain::health::SLURM_RELEASE_REASON;
 
 /// The images the driver deploys, by base stack version: each stack definition's `slurm` section
 /// ([`SlurmImages`]); a cluster runs the images of its own stack.
@@ -699,5 +709,13 @@ impl SlurmDriver for SlinkyDriver {
 
     fn remove_slurm<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<Removal, DriverError>> {
         SlinkyDriver::remove_slurm(self, tenant).boxed()
+    }
+
+    fn node_states<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        slurm: &'a SlurmVersion,
+    ) -> BoxFuture<'a, Result<Vec<SlurmNodeState>, DriverError>> {
+        SlinkyDriver::node_states(self, tenant, slurm).boxed()
     }
 }

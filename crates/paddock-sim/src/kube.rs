@@ -10,8 +10,7 @@ use base64::Engine;
 use paddock_domain::driver::{
     BoxFuture, ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, Demand, DemandPool, Drain,
     DriverError, Isolation, JoinConfig, NodeRef, NodeStatus, PlatformDriver, PoolDemand, RayDesired, RayDriver,
-    RayStatus, RegisteredNode, Removal, SlurmDesired, SlurmDrain, SlurmDriver, SlurmStatus, SlurmVersion, StackStatus,
-    TenantAccess, TenantCredentials, TenantNodes, TenantStack,
+    RayStatus, RegisteredNode, Removal, StackStatus, TenantAccess, TenantCredentials, TenantNodes, TenantStack,
 };
 use paddock_domain::secret::SecretString;
 use paddock_domain::ssh;
@@ -21,6 +20,8 @@ use rand::Rng;
 use sqlx::{PgConnection, Row};
 
 use crate::{micros, ClusterFault, Inner, MachineFault, SimError, SimNode};
+
+mod slurm;
 
 /// The simulated cluster-side drivers; see [`crate::SimWorld::kube`].
 #[derive(Clone)]
@@ -706,142 +707,6 @@ impl TenantCredentials for SimKube {
                 endpoint = tenant.endpoint,
             );
             Ok(SecretString::new(yaml))
-        })
-    }
-}
-
-/// The simulated Slurm runs the releases of the cluster's stack, as the real driver does.
-fn supported_slurm(desired: &SlurmDesired) -> Result<(), DriverError> {
-    let supported = paddock_domain::stack::slurm_versions(&desired.stack_version);
-    if supported.contains(&desired.spec.version.as_str()) {
-        return Ok(());
-    }
-    Err(DriverError::permanent(
-        "slurm_version_unsupported",
-        format!(
-            "Slurm {} is not supported by the base stack {} (supported: {})",
-            desired.spec.version,
-            desired.stack_version,
-            supported.join(", ")
-        ),
-    ))
-}
-
-impl SlurmDriver for SimKube {
-    fn job_demand<'a>(
-        &'a self,
-        tenant: &'a TenantAccess,
-        _slurm: &'a SlurmVersion,
-        pools: &'a [DemandPool],
-    ) -> BoxFuture<'a, Result<Demand, DriverError>> {
-        Box::pin(self.demand(tenant, pools))
-    }
-
-    fn ensure_slurm<'a>(
-        &'a self,
-        tenant: &'a TenantAccess,
-        desired: &'a SlurmDesired,
-    ) -> BoxFuture<'a, Result<SlurmStatus, DriverError>> {
-        Box::pin(async move {
-            supported_slurm(desired)?;
-            let mut conn = self.conn().await?;
-            let row = self.tenant(&mut conn, tenant).await?;
-            let id = tenant.cluster.cluster_id;
-            let empty: Vec<&str> = desired
-                .pools
-                .iter()
-                .filter(|p| p.count > 0 && p.node_names.is_empty())
-                .map(|p| p.name.as_str())
-                .collect();
-            let pools = serde_json::Value::Array(
-                desired
-                    .pools
-                    .iter()
-                    .map(|p| {
-                        // The system pool holds the control pods, the others a NodeSet each.
-                        serde_json::json!({"name": p.name, "role": p.role, "count": p.count, "node_names": p.node_names})
-                    })
-                    .collect(),
-            );
-            let mut changed = Vec::new();
-            let mut nodes_age = row.slurm_nodes_age;
-            let held = row.slurm_applied
-                && !row.slurm_deleting
-                && row.slurm_pools.as_ref() == Some(&pools)
-                && nodes_age.is_some() == empty.is_empty();
-            if !held {
-                // `slurm_nodes_at` is when every pool with a count first had a node; it is reset
-                // when one loses its last node, so readiness waits for the NodeSets again.
-                nodes_age = sqlx::query_scalar(
-                    "update paddock_sim.clusters set slurm_applied_at = coalesce(slurm_applied_at, now()),
-                            slurm_nodes_at = case when $2 then coalesce(slurm_nodes_at, now()) else null end,
-                            slurm_deleting_at = null, slurm_pools = $3, updated_at = now()
-                     where cluster_id = $1
-                     returning (extract(epoch from now() - slurm_nodes_at) * 1000000)::int8",
-                )
-                .bind(id.uuid())
-                .bind(empty.is_empty())
-                .bind(&pools)
-                .fetch_one(&mut *conn)
-                .await
-                .map_err(unavailable)?;
-                changed.push(format!("Slurm of cluster {id}"));
-            }
-            let (ready, reason) = if !empty.is_empty() {
-                (false, format!("node pools without nodes: {}", empty.join(", ")))
-            } else if aged(nodes_age, self.inner.config.slurm_latency) {
-                (true, String::new())
-            } else {
-                (false, "the simulated Slurm workloads are starting".to_owned())
-            };
-            Ok(SlurmStatus {
-                ready,
-                reason,
-                rest_api: Some(format!("http://slurmrestd.{}.paddock.invalid:6820", id.uuid().simple())),
-                login_ssh: Some(format!("login.{}.paddock.invalid:22", id.uuid().simple())),
-                login_ssh_host_keys: vec![sim_host_key(id)],
-                changed,
-                fault: None,
-            })
-        })
-    }
-
-    fn drain_node<'a>(
-        &'a self,
-        tenant: &'a TenantAccess,
-        _slurm: &'a SlurmVersion,
-        _node_name: &'a str,
-    ) -> BoxFuture<'a, Result<SlurmDrain, DriverError>> {
-        Box::pin(async move {
-            let mut conn = self.conn().await?;
-            self.tenant(&mut conn, tenant).await?;
-            // The simulated Slurm runs no jobs and no slurmd pods: every node drains at once,
-            // with nothing for a NodeSet to remove.
-            Ok(SlurmDrain::Done)
-        })
-    }
-
-    fn remove_slurm<'a>(&'a self, tenant: &'a TenantAccess) -> BoxFuture<'a, Result<Removal, DriverError>> {
-        Box::pin(async move {
-            let mut conn = self.conn().await?;
-            let id = tenant.cluster.cluster_id;
-            let row = self.cluster(&mut conn, id).await?;
-            if !row.control_plane_exists || row.control_plane_deleting {
-                // No tenant cluster (or one being deleted), no Slurm in it: it goes with the
-                // control plane, so a resumed deletion never waits on it.
-                return Ok(Removal::Gone);
-            }
-            self.tenant(&mut conn, tenant).await?;
-            remove(
-                &mut conn,
-                id,
-                "slurm_applied_at",
-                "slurm_deleting_at",
-                "slurm_applied_at = null, slurm_nodes_at = null, slurm_pools = null",
-                micros(self.inner.config.delete_latency),
-            )
-            .await
-            .map_err(unavailable)
         })
     }
 }

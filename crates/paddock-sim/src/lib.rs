@@ -539,6 +539,28 @@ impl SimWorld {
         set_demand_on(&mut conn, cluster, pool, demand).await
     }
 
+    /// Drains the simulated Slurm node on the Node `node_name` of the tenant cluster `cluster`
+    /// with `reason`, or resumes it (`None`), as a tenant's admin would with `scontrol update
+    /// nodename=... state=drain reason="..."` (or `state=resume`): what its slurmrestd reports
+    /// from now on. False when the cluster has no such Node.
+    pub async fn set_slurm_drain(
+        &self,
+        cluster: ClusterId,
+        node_name: &str,
+        reason: Option<&str>,
+    ) -> Result<bool, SimError> {
+        let mut conn = self.inner.store.conn().await?;
+        let done = sqlx::query(
+            "update paddock_sim.nodes set slurm_drain_reason = $3 where cluster_id = $1 and node_name = $2",
+        )
+        .bind(cluster.uuid())
+        .bind(node_name)
+        .bind(reason)
+        .execute(&mut *conn)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// The simulated machine `name`, if it was ever contacted.
     pub async fn machine(&self, name: &str) -> Result<Option<SimMachine>, SimError> {
         let mut conn = self.inner.store.conn().await?;

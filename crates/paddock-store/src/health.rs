@@ -114,6 +114,7 @@ async fn remediate(
         HealthSource::Operator => RemediationSource::Operator,
         HealthSource::Bmc => RemediationSource::Bmc,
         HealthSource::Kubernetes => RemediationSource::Kubernetes,
+        HealthSource::Slurm => RemediationSource::Slurm,
     };
     let start = remediation::Start { machine, reason: &reason, source, report_id: Some(report), actor };
     remediation::start(conn, key, &start).await?;

@@ -5,6 +5,7 @@
 use chrono::{DateTime, Utc};
 use paddock_domain::ledger::LedgerKey;
 use paddock_domain::model::{Bmc, Machine};
+use paddock_types::health::{HealthSource, HealthStatus, MachineHealth};
 use paddock_types::machine::MachineFilter;
 use paddock_types::machine::{LastError, MachineState};
 use paddock_types::{ClusterId, Labels, MachineClassId, MachineId, NodePoolId, TenantId};
@@ -45,18 +46,52 @@ struct MachineRow {
     status_version: i64,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
+    health_report_id: Option<Uuid>,
+    health_status: Option<String>,
+    health_source: Option<String>,
+    health_observed_at: Option<DateTime<Utc>>,
+    health_checks: Option<serde_json::Value>,
 }
 
+impl MachineRow {
+    /// The newest health report's part of the row, if the machine has one.
+    fn health(&mut self) -> Result<Option<MachineHealth>, StoreError> {
+        let (Some(report_id), Some(status), Some(source), Some(observed_at), Some(checks)) = (
+            self.health_report_id,
+            self.health_status.take(),
+            self.health_source.take(),
+            self.health_observed_at,
+            self.health_checks.take(),
+        ) else {
+            return Ok(None);
+        };
+        Ok(Some(MachineHealth {
+            status: parse_state(&status, HealthStatus::parse)?,
+            source: parse_state(&source, HealthSource::parse)?,
+            observed_at,
+            report_id,
+            checks: from_json(checks)?,
+        }))
+    }
+}
+
+/// Every read of a machine carries its newest health report (the provider's view shows it): one
+/// lateral probe of `machine_health_reports (machine_id, id)` per machine, in the same statement,
+/// also for a page of a list.
 const SELECT: &str = "select m.id, m.name, m.machine_class_id, c.name as machine_class, m.labels, \
      m.state, m.last_error, m.tenant_id, m.cluster_id, m.node_pool_id, m.node_name, m.system_uuid, \
      m.inventory, m.maintenance_reason, m.retire_requested_at is not null as retire_requested, m.force_release_reason, m.duplicate_of, m.bmc_url, m.bmc_system_id, m.bmc_username, \
      m.bmc_password_enc, m.bmc_ca_cert, m.bmc_insecure_tls, m.bmc_allow_insecure_http, m.generation, m.status_version, \
-     m.created_at, m.updated_at \
-     from machines m join machine_classes c on c.id = m.machine_class_id";
+     m.created_at, m.updated_at, h.id as health_report_id, h.status as health_status, \
+     h.source as health_source, h.observed_at as health_observed_at, h.checks as health_checks \
+     from machines m join machine_classes c on c.id = m.machine_class_id \
+     left join lateral (select r.id, r.status, r.source, r.observed_at, r.checks from machine_health_reports r \
+       where r.machine_id = m.id order by r.id desc limit 1) h on true";
 
 impl TryFrom<MachineRow> for Machine {
     type Error = StoreError;
-    fn try_from(r: MachineRow) -> Result<Self, StoreError> {
+    fn try_from(mut r: MachineRow) -> Result<Self, StoreError> {
+        let health = r.health()?;
         let last_error: Option<LastError> = r.last_error.map(from_json).transpose()?;
         Ok(Machine {
             id: MachineId(r.id),
@@ -73,6 +108,7 @@ impl TryFrom<MachineRow> for Machine {
             system_uuid: r.system_uuid,
             inventory: r.inventory,
             maintenance_reason: r.maintenance_reason,
+            health,
             retire_requested: r.retire_requested,
             force_release_reason: r.force_release_reason,
             duplicate_of: r.duplicate_of.map(MachineId),

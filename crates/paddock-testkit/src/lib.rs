@@ -88,11 +88,13 @@ impl TestApp {
         app
     }
 
-    /// Like [`TestApp::served`], with the services changed by `edit` first (usage settings).
+    /// Like [`TestApp::served`] (the agent's URLs the served address), with the services changed by
+    /// `edit` first (usage settings, the webhook address guard).
     pub async fn served_with_services(edit: impl FnOnce(Services) -> Services) -> TestApp {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding a loopback port");
         let base = format!("http://{}", listener.local_addr().expect("local address"));
-        let mut app = Self::build(TestDb::new().await, ApiConfig::default(), Some(&base), None, true).await;
+        let agent = AgentSettings { base_url: base.clone(), seed_base_url: base.clone(), ..AgentSettings::default() };
+        let mut app = Self::build(TestDb::new().await, ApiConfig::default(), Some(&base), Some(agent), true).await;
         app.services = edit(app.services);
         app.router =
             paddock_api::router(AppState::new(app.services.clone(), Self::verifier().await, ApiConfig::default()));

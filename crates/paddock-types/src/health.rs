@@ -53,6 +53,10 @@ pub enum HealthSource {
     /// `PADDOCK_NODE_NOT_READY_GRACE` (failed), then Ready again (healthy). The tenant controls
     /// its kubelet, so this alone is never provider-side evidence.
     Kubernetes,
+    /// The tenant's Slurm: the machine's Slurm node drained with a reason that starts with
+    /// `paddock:hw:` (failed), then no longer drained (healthy), read through slurmrestd. The
+    /// tenant controls its drain reasons, so this alone is never provider-side evidence.
+    Slurm,
 }
 
 impl HealthSource {
@@ -62,6 +66,7 @@ impl HealthSource {
             Self::Operator => "operator",
             Self::Bmc => "bmc",
             Self::Kubernetes => "kubernetes",
+            Self::Slurm => "slurm",
         }
     }
 
@@ -71,6 +76,7 @@ impl HealthSource {
             "operator" => Some(Self::Operator),
             "bmc" => Some(Self::Bmc),
             "kubernetes" => Some(Self::Kubernetes),
+            "slurm" => Some(Self::Slurm),
             _ => None,
         }
     }
@@ -127,4 +133,21 @@ pub struct HealthReportView {
     pub observed_at: DateTime<Utc>,
     /// When paddock recorded it.
     pub recorded_at: DateTime<Utc>,
+}
+
+/// A machine's health in the provider's machine view: what its newest report says (any source;
+/// `null` when no report was ever recorded). A report is never aged out: `observed_at` and
+/// `source` say how fresh it is and who said it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct MachineHealth {
+    /// The machine's health as a whole, as the report says it.
+    pub status: HealthStatus,
+    /// Who said it.
+    pub source: HealthSource,
+    /// When it was observed.
+    pub observed_at: DateTime<Utc>,
+    /// The report (`GET /v1/machines/{machine_id}/health-reports` lists it).
+    pub report_id: uuid::Uuid,
+    /// Its checks: what failed, and why.
+    pub checks: Vec<HealthCheck>,
 }

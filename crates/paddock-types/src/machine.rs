@@ -243,6 +243,8 @@ pub struct MachineView {
     pub inventory: serde_json::Value,
     /// The reason given when it entered maintenance.
     pub maintenance_reason: Option<String>,
+    /// Its health as its newest report says it (any source); null when none was ever recorded.
+    pub health: Option<crate::health::MachineHealth>,
     /// BMC access, without the password.
     pub bmc: BmcView,
     /// Bumped by every spec change.

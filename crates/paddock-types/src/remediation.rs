@@ -32,6 +32,8 @@ pub enum RemediationSource {
     Bmc,
     /// The tenant's Kubernetes: a Node not Ready past the grace.
     Kubernetes,
+    /// The tenant's Slurm: a node drained with a `paddock:hw:` reason.
+    Slurm,
     /// The tenant's `replace` request.
     Tenant,
 }
@@ -43,13 +45,16 @@ impl RemediationSource {
             Self::Operator => "operator",
             Self::Bmc => "bmc",
             Self::Kubernetes => "kubernetes",
+            Self::Slurm => "slurm",
             Self::Tenant => "tenant",
         }
     }
 
     /// Parses the stored spelling.
     pub fn parse(text: &str) -> Option<Self> {
-        [Self::Operator, Self::Bmc, Self::Kubernetes, Self::Tenant].into_iter().find(|s| s.as_str() == text)
+        [Self::Operator, Self::Bmc, Self::Kubernetes, Self::Slurm, Self::Tenant]
+            .into_iter()
+            .find(|s| s.as_str() == text)
     }
 }
 

@@ -17,7 +17,8 @@ pub struct WebhookCreate {
     pub url: String,
     /// The events wanted, without the `dev.paddock.` prefix: `operation.succeeded`,
     /// `operation.failed`, `cluster.ready`, `cluster.degraded`, `cluster.deleted`,
-    /// `node_pool.scaled`, and for the provider `machine.state_changed`, `machine.quarantined`,
+    /// `node_pool.scaled`, `remediation.started`, `remediation.ended`, and for the provider
+    /// `machine.state_changed`, `machine.quarantined`, `machine.health_reported`,
     /// `usage.period_closed`.
     #[schema(min_items = 1, max_items = 20)]
     pub events: Vec<String>,

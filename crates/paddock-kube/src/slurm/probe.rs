@@ -50,6 +50,40 @@ pub trait SlurmProbe: Send + Sync {
         slurm_node: &'a str,
         reason: &'a str,
     ) -> BoxFuture<'a, Result<Option<bool>, DriverError>>;
+
+    /// Every Slurm node with its state flags and reason (`GET /slurm/<version>/nodes`; none when
+    /// slurmrestd answers 404). Speaks `version` as `ping` does.
+    fn nodes<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        version: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<SlurmNode>, DriverError>>;
+}
+
+/// A Slurm node as slurmrestd reports it (`nodes[]` of `GET /slurm/<version>/nodes`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct SlurmNode {
+    /// Its name.
+    pub name: String,
+    /// Its state flags (`IDLE`, `DRAIN`, ...).
+    #[serde(default, rename = "state")]
+    pub states: Vec<String>,
+    /// Why it drains or is down; empty when nothing is said.
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// The nodes of a `GET /slurm/<version>/nodes` answer; `None` for an answer that is not one, or
+/// that carries errors.
+pub fn nodes_of(body: &str) -> Option<Vec<SlurmNode>> {
+    #[derive(Deserialize)]
+    struct Answer {
+        nodes: Vec<SlurmNode>,
+        #[serde(default)]
+        errors: Vec<Value>,
+    }
+    let answer: Answer = serde_json::from_str(body).ok()?;
+    answer.errors.is_empty().then_some(answer.nodes)
 }
 
 /// slurmrestd through the tenant API server's service proxy (see the module documentation).
@@ -203,6 +237,20 @@ impl ServiceProxyProbe {
     }
 }
 
+impl ServiceProxyProbe {
+    /// See [`SlurmProbe::nodes`]. An answer that is not a node list is an error (a slurmrestd
+    /// that answers but cannot reach its controller answers with `errors`).
+    pub async fn nodes(&self, tenant: &TenantAccess, version: &str) -> Result<Vec<SlurmNode>, DriverError> {
+        let Some(answer) = self.call(tenant, ("GET", version, "nodes"), None).await? else { return Ok(Vec::new()) };
+        nodes_of(&answer).ok_or_else(|| {
+            DriverError::transient(
+                "slurm_nodes_unreadable",
+                format!("slurmrestd GET /slurm/{version}/nodes gave no node list"),
+            )
+        })
+    }
+}
+
 impl SlurmProbe for ServiceProxyProbe {
     fn ping<'a>(&'a self, tenant: &'a TenantAccess, version: &'a str) -> BoxFuture<'a, Result<bool, DriverError>> {
         ServiceProxyProbe::ping(self, tenant, version).boxed()
@@ -216,6 +264,14 @@ impl SlurmProbe for ServiceProxyProbe {
         reason: &'a str,
     ) -> BoxFuture<'a, Result<Option<bool>, DriverError>> {
         ServiceProxyProbe::drain(self, tenant, version, slurm_node, reason).boxed()
+    }
+
+    fn nodes<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        version: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<SlurmNode>, DriverError>> {
+        ServiceProxyProbe::nodes(self, tenant, version).boxed()
     }
 }
 
@@ -267,6 +323,26 @@ mod tests {
             Some((s(&["DRAIN"]), "paddock:release: x".to_owned()))
         );
         assert_eq!(node_states(r#"{"nodes":[]}"#), None);
+    }
+
+    #[test]
+    fn a_node_list_reads_names_states_and_reasons() {
+        // The shape of slurmrestd v0.0.42's `GET /slurm/v0.0.42/nodes` (fields cut).
+        let body = r#"{"nodes":[{"name":"cpu-0","state":["IDLE","DRAIN"],"reason":"paddock:hw: ecc",
+            "reason_set_by_user":"root","partitions":["cpu"]},{"name":"cpu-1","state":["IDLE"],"reason":""},
+            {"name":"cpu-2","state":["MIXED"]}],"meta":{},"errors":[],"warnings":[]}"#;
+        let nodes = nodes_of(body).expect("a node list");
+        let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            nodes,
+            [
+                SlurmNode { name: "cpu-0".into(), states: s(&["IDLE", "DRAIN"]), reason: "paddock:hw: ecc".into() },
+                SlurmNode { name: "cpu-1".into(), states: s(&["IDLE"]), reason: String::new() },
+                SlurmNode { name: "cpu-2".into(), states: s(&["MIXED"]), reason: String::new() },
+            ]
+        );
+        assert_eq!(nodes_of(r#"{"nodes":[],"errors":[{"error":"Unable to contact slurmctld"}]}"#), None);
+        assert_eq!(nodes_of("not json"), None);
     }
 
     #[test]

@@ -38,7 +38,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};
 use kube::api::{DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use kube::discovery::Scope;
 use kube::{Api, Client};
-use paddock_domain::driver::{SlurmDesired, SlurmPool, SlurmSecrets, TenantAccess};
+use paddock_domain::driver::{SlurmDesired, SlurmPool, SlurmSecrets, SlurmVersion, TenantAccess};
 use paddock_domain::secret::SecretString;
 use paddock_kube::nodes::LABEL_NODE_POOL;
 use paddock_kube::slurm::{self, SlinkySettings, SECRET_JWT, SECRET_JWT_KEY, SECRET_SLURM_KEY};
@@ -231,7 +231,7 @@ impl Inputs {
             env_path("PADDOCK_TEST_UPSTREAM_STACKS").map(|d| d.join(STACK).join("slurm-operator/slurm-operator.yaml"));
         let chart =
             required(&format!("the rendered operator chart of stack {STACK} (PADDOCK_TEST_UPSTREAM_STACKS)"), chart)?;
-        let probe_ip = skip::require(routable_ip(), crate::slurm::NO_ROUTABLE_ADDRESS)?;
+        let probe_ip = skip::require(routable_ip(), crate::slurm_probe::NO_ROUTABLE_ADDRESS)?;
         Some(Self { binary, tarball, chart, probe_ip })
     }
 }
@@ -346,6 +346,7 @@ async fn the_real_operator_reconciles_what_the_slurm_driver_writes() {
     assert_control_pods_on_the_system_pool(&admin, &ns, "sys", &nodes["sys"]).await;
     assert_workloads(&admin, &ns, &want, &tenant).await;
     assert_slurm_nodes(&mut alive, &restd, &admin, &ns, &compute).await;
+    assert_fault_reports_read(&restd, &driver, &tenant, &admin, &ns).await;
 
     drop(alive);
     support::delete(&server).await;
@@ -549,6 +550,44 @@ async fn assert_slurmdbd_conf(client: &Client, ns: &str, want: &SlurmDesired) {
 /// The NodeSets' pods run slurmd (pinned image, GRES, GPUs) and registered with Slurm (the
 /// stand-in), and the operator wrote each Slurm node its pod's info through slurmrestd, with
 /// tokens of paddock's JWT key; the NodeSets' status counts them.
+/// A tenant's admin drains a Slurm node with a `paddock:hw:` reason: paddock's read of the nodes
+/// through the service proxy finds it on the Node its slurmd pod runs on, with its reason, and
+/// finds the other nodes undrained. (Against the stand-in: the proof against real Slurm daemons
+/// comes with the real-Slurm path.)
+async fn assert_fault_reports_read(
+    restd: &restd::StandInRestd,
+    driver: &SlinkyDriver,
+    tenant: &TenantAccess,
+    client: &Client,
+    ns: &str,
+) {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns).list(&ListParams::default()).await.expect("pods").items;
+    let on_node: BTreeMap<String, String> = pods
+        .iter()
+        .filter(|p| p.metadata.owner_references.iter().flatten().any(|o| o.kind == "NodeSet"))
+        .filter_map(|p| {
+            let spec = p.spec.as_ref()?;
+            Some((spec.hostname.clone().or_else(|| p.metadata.name.clone())?, spec.node_name.clone()?))
+        })
+        .collect();
+    let (broken, node) = on_node.iter().next().expect("a slurmd pod on a Node");
+    restd.drain(broken, "paddock:hw: GPU 3 ECC errors");
+    let version = SlurmVersion { stack_version: STACK.to_owned(), version: SLURM_VERSION.to_owned() };
+    let states = driver.node_states(tenant, &version).await.expect("the Slurm nodes through the service proxy");
+    let seen: BTreeMap<&str, &str> = states.iter().map(|s| (s.slurm_node.as_str(), s.node_name.as_str())).collect();
+    let expected: BTreeMap<&str, &str> = on_node.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(seen, expected, "every slurmd pod's Slurm node, on its pod's Node");
+    for s in &states {
+        let drained = s.states.iter().any(|f| f == "DRAIN");
+        if s.slurm_node == *broken {
+            assert!(drained && s.reason == "paddock:hw: GPU 3 ECC errors" && s.node_name == *node, "{s:?}");
+        } else {
+            assert!(!drained, "only the reported node drains: {s:?}");
+        }
+    }
+    assert!(restd.seen().contains("GET /slurm/v0.0.42/nodes"), "{:?}", restd.seen());
+}
+
 async fn assert_slurm_nodes(
     alive: &mut Alive,
     restd: &restd::StandInRestd,

@@ -5,8 +5,8 @@
 //! No Slinky operator runs here. Where readiness is tested, the test PLAYS THE OPERATOR: it
 //! creates the StatefulSets/Deployments/Services the operator would (same names) and writes their
 //! and the NodeSets' status through the `/status` subresources. slurmrestd is played by a
-//! stand-in [`SlurmProbe`], and, for the production probe, by a loopback STAND-IN HTTP server
-//! answering the real `/slurm/v0.0.42/...` JSON shapes behind a selector-less Service.
+//! stand-in [`SlurmProbe`] (the production probe against a stand-in slurmrestd is in
+//! `slurm_probe.rs`).
 //!
 //! The tests share one API server (CRDs installed once) and isolate themselves by namespace (the
 //! driver's namespace setting) and by unique pool names (Nodes are cluster-scoped).
@@ -25,14 +25,14 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use paddock_domain::driver::{
-    BoxFuture, DriverError, Removal, SlurmDesired, SlurmDrain, SlurmDriver, SlurmPool, SlurmSecrets, SlurmStatus,
-    SlurmVersion, TenantAccess,
+    BoxFuture, DriverError, Removal, SlurmDesired, SlurmDrain, SlurmDriver, SlurmNodeState, SlurmPool, SlurmSecrets,
+    SlurmStatus, SlurmVersion, TenantAccess,
 };
 use paddock_domain::secret::SecretString;
 use paddock_kube::nodes::LABEL_NODE_POOL;
 use paddock_kube::slurm::{
-    self, ServiceProxyProbe, SlinkySettings, SlurmProbe, LABEL_POD_HOSTNAME, MARIADB, SECRET_DB, SECRET_JWT,
-    SECRET_JWT_KEY, SECRET_SLURM_KEY, SECRET_SSSD,
+    self, SlinkySettings, SlurmNode, SlurmProbe, LABEL_POD_HOSTNAME, MARIADB, SECRET_DB, SECRET_JWT, SECRET_JWT_KEY,
+    SECRET_SLURM_KEY, SECRET_SSSD,
 };
 use paddock_kube::SlinkyDriver;
 use paddock_testkit::skip;
@@ -40,7 +40,6 @@ use paddock_types::cluster::{LoginSpec, Partition, SlurmSpec, Taint, TaintEffect
 use paddock_types::NodePoolId;
 use serde_json::{json, Value};
 
-use crate::played::operator::routable_ip;
 use crate::support::{self, ApiServer};
 
 /// The Slinky CRDs of the shared directory, or None (the test is skipped: [`skip`]).
@@ -97,6 +96,8 @@ pub(crate) struct StandInProbe {
     /// What `drain` answers; the nodes asked about are recorded.
     pub(crate) drain_answer: Mutex<Option<bool>>,
     pub(crate) drained: Mutex<Vec<String>>,
+    /// What `nodes` answers.
+    pub(crate) nodes_answer: Mutex<Vec<SlurmNode>>,
     /// The slurmrestd versions the driver spoke, in order.
     versions: Mutex<Vec<String>>,
 }
@@ -120,13 +121,23 @@ impl SlurmProbe for StandInProbe {
         let answer = *self.drain_answer.lock().expect("lock");
         async move { Ok(answer) }.boxed()
     }
+
+    fn nodes<'a>(
+        &'a self,
+        _: &'a TenantAccess,
+        version: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<SlurmNode>, DriverError>> {
+        self.versions.lock().expect("lock").push(version.to_owned());
+        let answer = self.nodes_answer.lock().expect("lock").clone();
+        async move { Ok(answer) }.boxed()
+    }
 }
 
-fn b64(bytes: &[u8]) -> String {
+pub(crate) fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-fn random_bytes(n: usize) -> Vec<u8> {
+pub(crate) fn random_bytes(n: usize) -> Vec<u8> {
     (0..n.div_ceil(16)).flat_map(|_| *uuid::Uuid::new_v4().as_bytes()).take(n).collect()
 }
 
@@ -702,168 +713,54 @@ async fn draining_drains_the_slurm_nodes_and_hands_their_pods_over() {
     assert_eq!(missing, SlurmDrain::Done);
 }
 
-// ---------------------------------------------------------------------------------------------
-// The production probe through the API server's service proxy, against a STAND-IN slurmrestd.
-
-#[derive(Clone)]
-struct StandInRestd {
-    key: Vec<u8>,
-    /// Slurm node -> state flags.
-    nodes: Arc<Mutex<BTreeMap<String, Vec<String>>>>,
-}
-
-impl StandInRestd {
-    fn authorized(&self, headers: &axum::http::HeaderMap) -> bool {
-        let Some(token) = headers.get("X-SLURM-USER-TOKEN").and_then(|v| v.to_str().ok()) else { return false };
-        let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::HS256);
-        validation.set_required_spec_claims(&["exp"]);
-        let key = jsonwebtoken::DecodingKey::from_secret(&self.key);
-        jsonwebtoken::decode::<Value>(token, &key, &validation).is_ok_and(|t| t.claims["sun"] == "slurm")
-    }
-}
-
-async fn restd_router(restd: StandInRestd) -> axum::Router {
-    use axum::extract::{Path, State};
-    use axum::http::{HeaderMap, StatusCode};
-    use axum::routing::get;
-    use axum::Json;
-
-    type Answer = (StatusCode, Json<Value>);
-    async fn ping(State(r): State<StandInRestd>, headers: HeaderMap) -> Answer {
-        if !r.authorized(&headers) {
-            return (StatusCode::UNAUTHORIZED, Json(json!({"errors": [{"error": "unauthorized"}]})));
-        }
-        // The shape of slurmrestd v0.0.42's `GET /slurm/v0.0.42/ping`.
-        let pings = json!([{ "hostname": "slurm-controller-0", "pinged": "UP", "latency": 93, "mode": "primary",
-                             "primary": true, "responding": true }]);
-        (StatusCode::OK, Json(json!({ "pings": pings, "meta": {}, "errors": [], "warnings": [] })))
-    }
-    async fn node_get(State(r): State<StandInRestd>, Path(name): Path<String>, headers: HeaderMap) -> Answer {
-        if !r.authorized(&headers) {
-            return (StatusCode::UNAUTHORIZED, Json(json!({})));
-        }
-        match r.nodes.lock().expect("lock").get(&name) {
-            Some(state) => (StatusCode::OK, Json(json!({ "nodes": [{ "name": name, "state": state }], "errors": [] }))),
-            None => (StatusCode::NOT_FOUND, Json(json!({ "nodes": [], "errors": [{ "error": "Invalid node name" }] }))),
-        }
-    }
-    async fn node_post(
-        State(r): State<StandInRestd>,
-        Path(name): Path<String>,
-        headers: HeaderMap,
-        Json(update): Json<Value>,
-    ) -> Answer {
-        if !r.authorized(&headers) {
-            return (StatusCode::UNAUTHORIZED, Json(json!({})));
-        }
-        let mut nodes = r.nodes.lock().expect("lock");
-        let Some(state) = nodes.get_mut(&name) else { return (StatusCode::NOT_FOUND, Json(json!({}))) };
-        if update["state"] == json!(["DRAIN"]) && !update["reason"].as_str().unwrap_or_default().is_empty() {
-            state.push("DRAIN".to_owned());
-        }
-        (StatusCode::OK, Json(json!({ "errors": [] })))
-    }
-    axum::Router::new()
-        .route("/slurm/v0.0.42/ping", get(ping))
-        .route("/slurm/v0.0.42/node/{name}", get(node_get).post(node_post))
-        .with_state(restd)
-}
-
-/// Why a test of paddock's probe through the API server's service proxy cannot run on this host.
-pub const NO_ROUTABLE_ADDRESS: &str =
-    "this host has no routable address for the slurmrestd stand-in (the API server proxies to no loopback address)";
-
 #[tokio::test]
-async fn the_service_proxy_probe_pings_and_drains_through_the_api_server() {
-    let Some(ip) = skip::require(routable_ip(), NO_ROUTABLE_ADDRESS) else { return };
+async fn the_slurm_nodes_of_nodeset_pods_are_read_with_the_node_they_run_on() {
     let Some(server) = server().await else { return };
     let client = server.client().await;
     let tenant = access(&server);
     let ns = unique("slurm");
-    let secrets = secrets();
-    // The production driver writes the JWT key Secret the probe reads.
-    let driver = SlinkyDriver::with_service_proxy(settings(&ns));
+    let probe = Arc::new(StandInProbe::default());
+    let driver = SlinkyDriver::new(settings(&ns), probe.clone());
     driver
-        .ensure_slurm(&tenant, &desired(vec![pool(&unique("cpu"), 1, 0, Vec::new())], &secrets))
+        .ensure_slurm(&tenant, &desired(vec![pool(&unique("cpu"), 1, 0, Vec::new())], &secrets()))
         .await
         .expect("ensure");
+    let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+    let slurm_node = |name: &str, states: &[&str], reason: &str| SlurmNode {
+        name: name.into(),
+        states: s(states),
+        reason: reason.into(),
+    };
+    *probe.nodes_answer.lock().expect("lock") =
+        vec![slurm_node("cpu-0", &["IDLE", "DRAIN"], "paddock:hw: GPU 3 ECC"), slurm_node("cpu-9", &["IDLE"], "")];
+    // No slurmd pod on any Node yet: Slurm is not asked.
+    assert!(driver.node_states(&tenant, &version()).await.expect("states").is_empty());
+    assert!(probe.versions.lock().expect("lock").is_empty(), "asked slurmrestd without a slurmd pod");
 
-    let key = base64::engine::general_purpose::STANDARD.decode(secrets.jwt_hs256_key.expose()).expect("b64");
-    let nodes = Arc::new(Mutex::new(BTreeMap::from([("cpu-0".to_owned(), vec!["IDLE".to_owned()])])));
-    let restd = StandInRestd { key, nodes: nodes.clone() };
-    let listener = tokio::net::TcpListener::bind((ip, 0)).await.expect("bind the stand-in");
-    let port = listener.local_addr().expect("addr").port();
-    let app = restd_router(restd).await;
-    tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
-
-    // PLAYS THE OPERATOR (and the kubelet): slurmrestd's pod, with the stand-in's address as its
-    // IP (the API server proxies only to endpoint addresses that are the IPs of their target pods).
+    // PLAYS THE OPERATOR: the NodeSet pod of `cpu-0` on a Node, and a pod that is not a NodeSet's.
+    let node = unique("n-health");
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": { "name": "slurm-restapi-0" },
-        "spec": { "nodeName": unique("n-restd"), "containers": [{ "name": "slurmrestd", "image": "example.invalid/c:1" }] },
-    }))
-    .expect("pod");
-    support::eventually(Duration::from_secs(30), "slurmrestd's pod to be created", || async {
-        pods.create(&PostParams::default(), &pod).await.ok().map(|_| ())
-    })
-    .await;
-    let pod_status =
-        json!({ "status": { "phase": "Running", "podIP": ip.to_string(), "podIPs": [{ "ip": ip.to_string() }] } });
-    pods.patch_status("slurm-restapi-0", &PatchParams::default(), &Patch::Merge(&pod_status)).await.expect("pod IP");
-    let target = json!({ "kind": "Pod", "name": "slurm-restapi-0", "namespace": ns });
-
-    // PLAYS THE OPERATOR: the RestApi's Service, its endpoint the stand-in (selector-less).
-    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
-    let svc = json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": { "name": slurm::RESTAPI_SERVICE, "namespace": ns },
-        "spec": { "ports": [{ "name": "slurmrestd", "port": 6820, "targetPort": port }] },
-    });
-    services.patch(slurm::RESTAPI_SERVICE, &PatchParams::apply("stand-in"), &Patch::Apply(&svc)).await.expect("svc");
-    let endpoints: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        &ns,
-        &ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("", "v1", "Endpoints")),
-    );
-    let ep = json!({
-        "apiVersion": "v1", "kind": "Endpoints",
-        "metadata": { "name": slurm::RESTAPI_SERVICE, "namespace": ns },
-        "subsets": [{ "addresses": [{ "ip": ip.to_string(), "targetRef": target }], "ports": [{ "name": "slurmrestd", "port": port }] }],
-    });
-    endpoints.patch(slurm::RESTAPI_SERVICE, &PatchParams::apply("stand-in"), &Patch::Apply(&ep)).await.expect("ep");
-    let slices: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        &ns,
-        &ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("discovery.k8s.io", "v1", "EndpointSlice")),
-    );
-    let slice_name = format!("{}-stand-in", slurm::RESTAPI_SERVICE);
-    let slice = json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": { "name": slice_name, "namespace": ns,
-                      "labels": { "kubernetes.io/service-name": slurm::RESTAPI_SERVICE } },
-        "addressType": if ip.is_ipv4() { "IPv4" } else { "IPv6" },
-        "endpoints": [{ "addresses": [ip.to_string()], "conditions": { "ready": true }, "targetRef": target }],
-        "ports": [{ "name": "slurmrestd", "port": port, "protocol": "TCP" }],
-    });
-    slices.patch(&slice_name, &PatchParams::apply("stand-in"), &Patch::Apply(&slice)).await.expect("slice");
-
-    let probe = ServiceProxyProbe::new(ns.clone());
-    assert!(probe.ping(&tenant, "v0.0.42").await.expect("ping through the service proxy"));
-    assert_eq!(probe.drain(&tenant, "v0.0.42", "cpu-0", slurm::DRAIN_REASON).await.expect("drain"), Some(true));
-    assert_eq!(nodes.lock().expect("lock")["cpu-0"], vec!["IDLE".to_owned(), "DRAIN".to_owned()]);
-    assert_eq!(probe.drain(&tenant, "v0.0.42", "cpu-0", slurm::DRAIN_REASON).await.expect("again"), Some(true));
-    assert_eq!(probe.drain(&tenant, "v0.0.42", "unknown-7", slurm::DRAIN_REASON).await.expect("unknown"), None);
-
-    // A token signed with another key is refused by the stand-in: the ping is not a success.
-    let other = secrets_with_jwt(&secrets, b64(&random_bytes(64)));
-    driver.ensure_slurm(&tenant, &desired(vec![pool(&unique("cpu"), 1, 0, Vec::new())], &other)).await.expect("ensure");
-    let denied = probe.ping(&tenant, "v0.0.42").await;
-    assert!(!matches!(denied, Ok(true)), "a token of the old key was accepted: {denied:?}");
-}
-
-fn secrets_with_jwt(secrets: &SlurmSecrets, jwt: String) -> SlurmSecrets {
-    SlurmSecrets { jwt_hs256_key: SecretString::new(jwt), ..secrets.clone() }
+    for (name, labels) in [("cpu-0", json!({ LABEL_POD_HOSTNAME: "cpu-0" })), ("other", json!({ "app": "other" }))] {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": { "name": name, "labels": labels },
+            "spec": { "nodeName": node, "containers": [{ "name": "c", "image": "example.invalid/c:1" }] },
+        }))
+        .expect("pod");
+        support::eventually(Duration::from_secs(30), "a pod to be created", || async {
+            pods.create(&PostParams::default(), &pod).await.ok().map(|_| ())
+        })
+        .await;
+    }
+    // Only the nodes of slurmd pods, each with its pod's Node; the version the release pins.
+    let states = driver.node_states(&tenant, &version()).await.expect("states");
+    let expected = SlurmNodeState {
+        slurm_node: "cpu-0".into(),
+        node_name: node.clone(),
+        states: s(&["IDLE", "DRAIN"]),
+        reason: "paddock:hw: GPU 3 ECC".into(),
+    };
+    assert_eq!(states, [expected]);
+    assert_eq!(*probe.versions.lock().expect("lock"), ["v0.0.42"]);
 }
 
 /// Drift: a NodeSet scaled by hand and a deleted Secret are restored and named, a label another

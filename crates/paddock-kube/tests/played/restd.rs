@@ -1,7 +1,8 @@
 //! STAND-IN for slurmrestd (no Slurm 25.11 can run on these machines): the `v0.0.44` endpoints
 //! that slurm-client v1.2.1 calls for the operator (nodes, reservations, jobs), answering only
 //! tokens signed with the JWT key paddock wrote (HS256, `sun` = `slurm`, `exp` required), and
-//! `v0.0.42`'s ping and node read/update for paddock's own probe (its drain). Its Slurm nodes are the slurmd pods the played
+//! `v0.0.42`'s ping, node list and node read/update for paddock's own probe (its drain, and its
+//! read of the nodes' drain reasons). Its Slurm nodes are the slurmd pods the played
 //! kubelet started ([`StandInRestd::register`], as `slurmd -Z --conf ...` registers a dynamic
 //! node with slurmctld); updates (comment, DRAIN/UNDRAIN with their reason, as slurmctld keeps a
 //! reason until the node resumes) are kept and readable by the test, each in the order it came
@@ -128,6 +129,16 @@ impl StandInRestd {
         let Some(node) = nodes.get_mut(name) else { return };
         node.state.retain(|s| s != "IDLE" && s != "ALLOCATED");
         node.state.insert(0, if running { "ALLOCATED" } else { "IDLE" }.to_owned());
+    }
+
+    /// PLAYS THE TENANT'S ADMIN: `scontrol update nodename=<name> state=drain reason=<reason>`.
+    pub fn drain(&self, name: &str, reason: &str) {
+        let mut nodes = self.0.nodes.lock().expect("lock");
+        let Some(node) = nodes.get_mut(name) else { return };
+        if !node.state.iter().any(|s| s == "DRAIN") {
+            node.state.push("DRAIN".to_owned());
+        }
+        node.reason = reason.to_owned();
     }
 
     /// Every node update so far, in order.
@@ -280,6 +291,7 @@ fn router(restd: StandInRestd) -> axum::Router {
         .route(&format!("{V44}/reservation/{{name}}"), get(reservation))
         // paddock's probe drains through v0.0.42 (a version Slurm 25.11 still serves).
         .route("/slurm/v0.0.42/node/{name}", get(node_get).post(node_post))
+        .route("/slurm/v0.0.42/nodes", get(nodes))
         .route("/slurm/v0.0.42/ping", get(ping))
         .route("/slurm/v0.0.42/ping/", get(ping))
         .route_layer(axum::middleware::from_fn_with_state(restd.clone(), authorized))

@@ -1,20 +1,33 @@
-//! What the tenant cluster says of its machines' health: a Node that has not been Ready for
-//! longer than `PADDOCK_NODE_NOT_READY_GRACE` is a `failed` health report (source `kubernetes`),
-//! the same Node Ready again a `healthy` one. Each rating is recorded once, when it changes.
+//! What the tenant cluster says of its machines' health, each rating recorded once, when it
+//! changes:
+//! - its Kubernetes: a Node that has not been Ready for longer than
+//!   `PADDOCK_NODE_NOT_READY_GRACE` is a `failed` health report (source `kubernetes`), the same
+//!   Node Ready again a `healthy` one;
+//! - its Slurm (`kind: slurm`, once Slurm is ready): a machine's Slurm node drained with a reason
+//!   that starts with `paddock:hw:` is a `failed` report (source `slurm`), the node no longer
+//!   drained a `healthy` one ([`paddock_domain::health::slurm_node_rating`]). A drain stays one
+//!   rating however many runs see it, so it is recorded once; a drain for any other reason
+//!   (paddock's own `paddock:release: ...` among them) rates nothing.
 
 use chrono::{DateTime, Utc};
-use paddock_domain::driver::RegisteredNode;
+use paddock_domain::cluster::Cluster;
+use paddock_domain::driver::{node_name, KubeDrivers, RegisteredNode, SlurmNodeState, SlurmVersion, TenantAccess};
+use paddock_domain::health::slurm_node_rating;
 use paddock_store::allocation::HeldMachine;
 use paddock_store::{health, StoreError};
+use paddock_types::cluster::ClusterKind;
 use paddock_types::health::{HealthCheck, HealthSource, HealthStatus};
 use paddock_types::machine::MachineState;
 use paddock_types::MachineId;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::ClusterReconciler;
 
 /// The check of a report from the tenant's Kubernetes.
 const NODE_READY_CHECK: &str = "kubernetes.node_ready";
+
+/// The check of a report from the tenant's Slurm.
+const SLURM_DRAIN_CHECK: &str = "slurm.node_drain";
 
 impl ClusterReconciler {
     /// Records the ratings of the active machines whose Node is registered: Ready (healthy), or
@@ -26,19 +39,73 @@ impl ClusterReconciler {
         registered: &[RegisteredNode],
     ) -> Result<(), StoreError> {
         let ratings = ratings(held, registered, self.settings.node_not_ready_grace, Utc::now());
+        self.record(HealthSource::Kubernetes, &ratings).await
+    }
+
+    /// Records the ratings of the active machines by their Slurm nodes, read through slurmrestd.
+    /// Best effort: a read that fails is logged and made again at the next run (a reconcile or
+    /// the drift check of a cluster at rest).
+    pub(super) async fn slurm_health(
+        &self,
+        kube: &KubeDrivers,
+        cluster: &Cluster,
+        held: &[HeldMachine],
+        access: &TenantAccess,
+    ) -> Result<(), StoreError> {
+        let (ClusterKind::Slurm, Some(slurm)) = (cluster.spec.kind, &cluster.spec.slurm) else {
+            return Ok(());
+        };
+        let version = SlurmVersion { stack_version: cluster.stack_version.clone(), version: slurm.version.clone() };
+        let states = match kube.slurm.node_states(access, &version).await {
+            Ok(states) => states,
+            Err(e) => {
+                let chain = paddock_domain::error::chain(&e);
+                warn!(cluster.id = %cluster.id, "the Slurm nodes of cluster {} could not be read: {chain}", cluster.id);
+                return Ok(());
+            }
+        };
+        self.record(HealthSource::Slurm, &slurm_ratings(held, &states)).await
+    }
+
+    /// Records the `source`'s ratings that changed; a failed one starts its machine's remediation
+    /// in the same transaction.
+    async fn record(&self, source: HealthSource, ratings: &[(MachineId, HealthCheck)]) -> Result<(), StoreError> {
         if ratings.is_empty() {
             return Ok(());
         }
-        // A failed rating starts a remediation in the same transaction.
         let mut tx = self.services.store().begin().await?;
         let key = self.services.ledger_key();
-        let written = health::record_changes(&mut tx, key, HealthSource::Kubernetes, &ratings).await?;
+        let written = health::record_changes(&mut tx, key, source, ratings).await?;
         tx.commit().await?;
         if written > 0 {
-            info!(reports = written, "recorded {written} health report(s) from the tenant cluster's Nodes");
+            let source = source.as_str();
+            info!(reports = written, "recorded {written} health report(s) from the tenant cluster ({source})");
         }
         Ok(())
     }
+}
+
+/// Each active machine's rating by the Slurm node(s) on its Node: failed if one of them says so,
+/// else healthy if one does; none when no node rates it.
+fn slurm_ratings(held: &[HeldMachine], states: &[SlurmNodeState]) -> Vec<(MachineId, HealthCheck)> {
+    held.iter()
+        .filter(|m| m.state == MachineState::Active)
+        .filter_map(|m| {
+            let node = m.node_name.clone().unwrap_or_else(|| node_name(m.id));
+            let rated: Vec<(HealthStatus, &SlurmNodeState)> = states
+                .iter()
+                .filter(|s| s.node_name == node)
+                .filter_map(|s| Some((slurm_node_rating(&s.states, &s.reason)?, s)))
+                .collect();
+            let (status, s) =
+                rated.iter().find(|(status, _)| *status == HealthStatus::Failed).or_else(|| rated.first()).copied()?;
+            let detail = match status {
+                HealthStatus::Failed => format!("Slurm node {} drained: {}", s.slurm_node, s.reason.trim()),
+                _ => format!("Slurm node {} is not drained", s.slurm_node),
+            };
+            Some((m.id, HealthCheck { name: SLURM_DRAIN_CHECK.into(), status, detail }))
+        })
+        .collect()
 }
 
 /// Each active machine's rating by its Node (matched by system UUID) at `now`.
@@ -84,6 +151,41 @@ mod tests {
 
     fn node(uuid: &str, ready: bool, since: Option<DateTime<Utc>>) -> RegisteredNode {
         RegisteredNode { name: format!("m-{uuid}"), system_uuid: uuid.to_uppercase(), ready, not_ready_since: since }
+    }
+
+    fn slurm_node(node: &str, slurm_node: &str, states: &[&str], reason: &str) -> SlurmNodeState {
+        SlurmNodeState {
+            slurm_node: slurm_node.into(),
+            node_name: node.into(),
+            states: states.iter().map(|s| (*s).to_owned()).collect(),
+            reason: reason.into(),
+        }
+    }
+
+    #[test]
+    fn a_slurm_node_rates_the_machine_on_its_node_and_paddocks_own_drain_rates_nothing() {
+        let held = [machine("a"), machine("b"), machine("c"), machine("d"), machine("e")];
+        let node = |i: usize| node_name(held[i].id);
+        let mut releasing = machine("f");
+        releasing.state = MachineState::Releasing;
+        let states = [
+            slurm_node(&node(0), "cpu-0", &["IDLE", "DRAIN"], "paddock:hw: GPU 3 ECC errors"),
+            slurm_node(&node(1), "cpu-1", &["IDLE"], ""),
+            slurm_node(&node(2), "cpu-2", &["IDLE", "DRAIN"], paddock_domain::health::SLURM_RELEASE_REASON),
+            slurm_node(&node(3), "cpu-3", &["IDLE", "DRAIN"], "slurm-operator: Pod (slurm/cpu-3) was cordoned"),
+            slurm_node(&node_name(releasing.id), "cpu-5", &["IDLE", "DRAIN"], "paddock:hw: x"),
+        ];
+        let all: Vec<HeldMachine> = held.iter().cloned().chain([releasing]).collect();
+        let rated = slurm_ratings(&all, &states);
+        let rated: Vec<(MachineId, HealthStatus, &str)> =
+            rated.iter().map(|(m, c)| (*m, c.status, c.detail.as_str())).collect();
+        assert_eq!(
+            rated,
+            [
+                (held[0].id, HealthStatus::Failed, "Slurm node cpu-0 drained: paddock:hw: GPU 3 ECC errors"),
+                (held[1].id, HealthStatus::Healthy, "Slurm node cpu-1 is not drained"),
+            ]
+        );
     }
 
     #[test]

@@ -275,6 +275,9 @@ impl ClusterReconciler {
             Some(access) => {
                 if self.stack(kube, cluster, access, observed).await? {
                     self.slurm(kube, run, access, observed).await?;
+                    if observed.is_true(SLURM_READY) {
+                        self.slurm_health(kube, cluster, held, access).await?;
+                    }
                     self.ray(kube, run, access, observed).await?;
                 } else if cluster.spec.kind == ClusterKind::Slurm && cluster.spec.slurm.is_some() {
                     observed.set(SLURM_READY, false, "WaitingForStack", "waiting for the tenant base stack");
