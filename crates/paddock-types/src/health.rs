@@ -53,6 +53,9 @@ pub enum HealthSource {
     /// `PADDOCK_NODE_NOT_READY_GRACE` (failed), then Ready again (healthy). The tenant controls
     /// its kubelet, so this alone is never provider-side evidence.
     Kubernetes,
+    /// The machine class's acceptance image, booted by paddock after a wipe before the machine
+    /// enters the fleet or returns from maintenance (recorded when it fails or times out).
+    Acceptance,
 }
 
 impl HealthSource {
@@ -62,6 +65,7 @@ impl HealthSource {
             Self::Operator => "operator",
             Self::Bmc => "bmc",
             Self::Kubernetes => "kubernetes",
+            Self::Acceptance => "acceptance",
         }
     }
 
@@ -71,6 +75,7 @@ impl HealthSource {
             "operator" => Some(Self::Operator),
             "bmc" => Some(Self::Bmc),
             "kubernetes" => Some(Self::Kubernetes),
+            "acceptance" => Some(Self::Acceptance),
             _ => None,
         }
     }
