@@ -57,9 +57,8 @@ pub(super) fn position(m: &Machine, run: Option<&Run>) -> Vec<(&'static str, Ope
         S::Cleaning if accepting => {
             &[(RELEASE, Succeeded), (RECORD_INVENTORY, Succeeded), (CLEAN, Succeeded), (ACCEPTANCE, Running)]
         }
-        S::Cleaning if wiped => {
-            &[(RELEASE, Succeeded), (RECORD_INVENTORY, Succeeded), (CLEAN, Succeeded), (AVAILABLE, Running)]
-        }
+        // Wiped: what comes next (the acceptance, or `available`) shows once the write is made.
+        S::Cleaning if wiped => &[(RELEASE, Succeeded), (RECORD_INVENTORY, Succeeded), (CLEAN, Succeeded)],
         S::Cleaning => &[(RELEASE, Succeeded), (RECORD_INVENTORY, Succeeded), (CLEAN, Running)],
         S::Available => &[(CLEAN, Succeeded), (ACCEPTANCE, Succeeded), (AVAILABLE, Succeeded)],
         S::CleanFailed => &[(CLEAN, Failed)],
