@@ -147,17 +147,15 @@ async fn a_failed_acceptance_keeps_the_machine_in_maintenance_with_the_reason_un
     assert_eq!(step(&op, "clean")["state"], "succeeded", "{op}");
 
     // A health report by the acceptance, with the image's checks.
-    let reports = lab
-        .app
-        .get(format!("/v1/machines/{machine}/health-reports"))
-        .token(&admin())
-        .send()
-        .await
-        .expect(200)
-        .json();
+    let reports =
+        lab.app.get(format!("/v1/machines/{machine}/health-reports")).token(&admin()).send().await.expect(200).json();
     let report = &reports["items"][0];
     assert_eq!((&report["source"], &report["status"]), (&json!("acceptance"), &json!("failed")), "{reports}");
-    assert!(report["checks"].as_array().expect("checks").iter().any(|c| c["name"] == "memory" && c["status"] == "failed"));
+    assert!(report["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .any(|c| c["name"] == "memory" && c["status"] == "failed"));
 
     // The ledger records the failure, and the chain verifies.
     let (entries, verified) = custody(&lab, &machine).await;
@@ -218,14 +216,8 @@ async fn an_acceptance_image_that_never_reports_times_out_into_maintenance() {
     assert!(m["maintenance_reason"].as_str().expect("reason").contains("within the class's 600 s"), "{m}");
     let op = ended(&lab, &operation).await;
     assert_eq!(op["error"]["code"], "acceptance_timed_out", "{op}");
-    let reports: Value = lab
-        .app
-        .get(format!("/v1/machines/{machine}/health-reports"))
-        .token(&admin())
-        .send()
-        .await
-        .expect(200)
-        .json();
+    let reports: Value =
+        lab.app.get(format!("/v1/machines/{machine}/health-reports")).token(&admin()).send().await.expect(200).json();
     assert_eq!(reports["items"][0]["checks"][0]["name"], "acceptance", "{reports}");
     // Powered off and ejected: the image is not left running.
     let on: bool = sqlx::query_scalar("select power_on from paddock_sim.machines where bmc_url = 'sim://mute'")
@@ -285,9 +277,7 @@ async fn a_crash_after_each_acceptance_side_effect_repeats_it_and_accepts_once()
 #[tokio::test]
 async fn acceptance_settings_that_cannot_work_are_refused() {
     let lab = Lab::new().await;
-    let class = |acceptance: Value| {
-        json!({ "name": "gpu", "cpu_cores": 8, "memory_gib": 32, "gpu_count": 0, "acceptance": acceptance })
-    };
+    let class = |acceptance: Value| json!({ "name": "gpu", "cpu_cores": 8, "memory_gib": 32, "gpu_count": 0, "acceptance": acceptance });
     let good = json!({ "image_url": IMAGE_URL, "image_sha256": IMAGE_SHA256 });
     let wipe_image = paddock_domain::agent::SIMULATED_WIPE_IMAGE_SHA256;
     for (acceptance, field) in [
@@ -295,7 +285,10 @@ async fn acceptance_settings_that_cannot_work_are_refused() {
         (json!({ "image_url": "not a url", "image_sha256": IMAGE_SHA256 }), "acceptance.image_url"),
         (json!({ "image_url": IMAGE_URL, "image_sha256": "XYZ" }), "acceptance.image_sha256"),
         (json!({ "image_url": IMAGE_URL, "image_sha256": IMAGE_SHA256.to_uppercase() }), "acceptance.image_sha256"),
-        (json!({ "image_url": IMAGE_URL, "image_sha256": IMAGE_SHA256, "timeout_seconds": 5 }), "acceptance.timeout_seconds"),
+        (
+            json!({ "image_url": IMAGE_URL, "image_sha256": IMAGE_SHA256, "timeout_seconds": 5 }),
+            "acceptance.timeout_seconds",
+        ),
         (json!({ "image_url": IMAGE_URL, "image_sha256": wipe_image }), "acceptance.image_sha256"),
     ] {
         let problem = lab
@@ -316,7 +309,8 @@ async fn acceptance_settings_that_cannot_work_are_refused() {
     assert!(status == 400 || status == 422, "{status}");
 
     // Created with the default timeout; a merge patch changes it and null removes it.
-    let created = lab.app.post("/v1/machine-classes").token(&admin()).json(&class(good)).send().await.expect(201).json();
+    let created =
+        lab.app.post("/v1/machine-classes").token(&admin()).json(&class(good)).send().await.expect(201).json();
     assert_eq!(created["acceptance"]["timeout_seconds"], 3600);
     let patched = lab
         .app

@@ -58,7 +58,8 @@ pub fn memory_bytes(sys: &Path) -> Option<u64> {
     let mut online = 0u64;
     for entry in std::fs::read_dir(&dir).ok()?.flatten() {
         let name = entry.file_name();
-        let is_block = name.to_str().is_some_and(|n| n.strip_prefix("memory").is_some_and(|d| d.parse::<u64>().is_ok()));
+        let is_block =
+            name.to_str().is_some_and(|n| n.strip_prefix("memory").is_some_and(|d| d.parse::<u64>().is_ok()));
         if is_block && std::fs::read_to_string(entry.path().join("online")).is_ok_and(|s| s.trim() == "1") {
             online += 1;
         }
@@ -90,7 +91,12 @@ mod tests {
     }
 
     fn disk(serial: &str) -> Identity {
-        Identity { serial: Some(serial.into()), size_bytes: 1 << 26, protocol: Some("nvme".into()), ..Identity::default() }
+        Identity {
+            serial: Some(serial.into()),
+            size_bytes: 1 << 26,
+            protocol: Some("nvme".into()),
+            ..Identity::default()
+        }
     }
 
     #[test]
@@ -101,7 +107,9 @@ mod tests {
 
     #[test]
     fn a_missing_drive_or_too_little_memory_fails_naming_it() {
-        let checks = checks(&config(4), &[disk("S9")], Some(2 << 30));
+        // Another serial of another size: neither the serial nor (protocol, capacity) matches.
+        let other = Identity { size_bytes: 1 << 30, ..disk("S9") };
+        let checks = checks(&config(4), &[other], Some(2 << 30));
         assert_eq!(checks[0].status, HealthStatus::Failed);
         assert!(checks[0].detail.contains("Disk0"), "{checks:?}");
         assert_eq!(checks[1].status, HealthStatus::Failed);

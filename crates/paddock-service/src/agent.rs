@@ -23,7 +23,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use chrono::Utc;
 use paddock_domain::agent::{
-    ct_eq, is_sha256_hex, judge_acceptance, judge_provision, judge_wipe, Run, SIMULATED_OS_IMAGE_SHA256, SIMULATED_WIPE_IMAGE_SHA256,
+    ct_eq, is_sha256_hex, judge_acceptance, judge_provision, judge_wipe, Run, SIMULATED_OS_IMAGE_SHA256,
+    SIMULATED_WIPE_IMAGE_SHA256,
 };
 use paddock_domain::secret::{Binding, SecretString};
 use paddock_domain::validate::Checks;

@@ -49,7 +49,12 @@ pub struct MachineClassCreate {
 #[schema(example = json!({"image_url": "https://images.example.net/accept-h100-2026.12.iso", "image_sha256": "5d0c3f5e8a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5", "timeout_seconds": 14400}))]
 pub struct MachineClassAcceptance {
     /// Where the BMC fetches the image (`https`).
-    #[schema(min_length = 9, max_length = 2048, pattern = "^https://", example = "https://images.example.net/accept.iso")]
+    #[schema(
+        min_length = 9,
+        max_length = 2048,
+        pattern = "^https://",
+        example = "https://images.example.net/accept.iso"
+    )]
     pub image_url: String,
     /// SHA-256 of the image (64 lower-case hex digits): a report naming another image fails the
     /// acceptance. It must differ from the wipe image's (`PADDOCK_WIPE_IMAGE_SHA256`).

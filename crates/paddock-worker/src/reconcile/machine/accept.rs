@@ -50,7 +50,10 @@ impl MachineReconciler {
 
     /// The acceptance image a verified wipe of `m` goes on to: its class's, when the class names
     /// one and this stay in cleaning began at enrollment or at a return from maintenance.
-    pub(super) async fn acceptance_after_wipe(&self, m: &Machine) -> Result<Option<MachineClassAcceptance>, StoreError> {
+    pub(super) async fn acceptance_after_wipe(
+        &self,
+        m: &Machine,
+    ) -> Result<Option<MachineClassAcceptance>, StoreError> {
         let (_, acceptance) = self.class_acceptance(m).await?;
         let Some(acceptance) = acceptance else { return Ok(None) };
         let mut conn = self.services.store().conn().await?;
@@ -73,8 +76,8 @@ impl MachineReconciler {
         };
         // The class's timeout as it is now; a class that stopped naming an image since the boot
         // leaves the run its token's lifetime.
-        let timeout = acceptance
-            .map_or(self.settings.agent_token_ttl, |a| Duration::from_secs(u64::from(a.timeout_seconds)));
+        let timeout =
+            acceptance.map_or(self.settings.agent_token_ttl, |a| Duration::from_secs(u64::from(a.timeout_seconds)));
         match &run.report {
             None => self.await_acceptance_report(bmc, m, &access, booted_at, timeout).await,
             Some(report) => self.finish_acceptance(bmc, m, &access, &run, report).await,
@@ -137,8 +140,7 @@ impl MachineReconciler {
             // Best effort: the run's token is expired with the timeout, and the machine serves
             // nobody in maintenance.
             power_off_best_effort(bmc, access).await;
-            let message =
-                format!("the acceptance image did not report within the class's {} s", timeout.as_secs());
+            let message = format!("the acceptance image did not report within the class's {} s", timeout.as_secs());
             let failure = Failure { code: ACCEPTANCE_TIMED_OUT, message: &message, checks: &[] };
             return self.fail_acceptance(m, &failure).await;
         }
@@ -188,8 +190,10 @@ impl MachineReconciler {
             "reported_at": report.used_at,
         });
         let (id, version, run_id) = (m.id, m.status_version, run.run_id);
-        self.guarded(m.id, move |c, k| async move { acceptance::pass(c, k, id, version, run_id, &evidence).await }.boxed())
-            .await
+        self.guarded(m.id, move |c, k| {
+            async move { acceptance::pass(c, k, id, version, run_id, &evidence).await }.boxed()
+        })
+        .await
     }
 
     /// Ends the acceptance in `maintenance` with `failure` (guarded).

@@ -151,8 +151,16 @@ impl MachineReconciler {
                     m.id,
                     move |c, k| {
                         async move {
-                            paddock_store::acceptance::start_after_wipe(c, k, id, version, run_id, &evidence, &acceptance)
-                                .await
+                            paddock_store::acceptance::start_after_wipe(
+                                c,
+                                k,
+                                id,
+                                version,
+                                run_id,
+                                &evidence,
+                                &acceptance,
+                            )
+                            .await
                         }
                         .boxed()
                     },
