@@ -42,7 +42,7 @@ fn memory(config: &AcceptanceConfig, bytes: Option<u64>) -> HealthCheck {
     let Some(bytes) = bytes else {
         return check("memory", false, "the machine's memory could not be read".to_owned());
     };
-    #[expect(clippy::cast_precision_loss, reason = "a share of memory sizes; far below 2^52 bytes")]
+    // Memory sizes are far below 2^52 bytes: exact as f64.
     let enough = bytes as f64 >= promised as f64 * MEMORY_SHARE;
     let gib = |b: u64| format!("{:.1}", b as f64 / f64::from(1u32 << 30));
     check("memory", enough, format!("found {} GiB, the class promises {} GiB", gib(bytes), config.memory_gib))
