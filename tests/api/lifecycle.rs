@@ -877,7 +877,7 @@ async fn bmc_and_control_plane_faults_end_in_their_documented_states() {
 
 /// Remembers which calls already crashed once.
 #[derive(Default)]
-struct Crashes(Mutex<HashSet<String>>);
+pub(crate) struct Crashes(Mutex<HashSet<String>>);
 
 impl Crashes {
     /// True the first time `key` is seen: the caller crashes after its side effect.
@@ -885,8 +885,13 @@ impl Crashes {
         self.0.lock().expect("lock").insert(key)
     }
 
-    fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.0.lock().expect("lock").len()
+    }
+
+    /// The calls that crashed.
+    pub(crate) fn keys(&self) -> HashSet<String> {
+        self.0.lock().expect("lock").clone()
     }
 }
 
@@ -898,7 +903,7 @@ fn bmc_crash() -> BmcError {
     BmcError::new(BmcErrorKind::Transient, "injected_crash", "the run crashed after its side effect (test)")
 }
 
-struct CrashingBmc(Arc<dyn BmcDriver>, Arc<Crashes>);
+pub(crate) struct CrashingBmc(pub(crate) Arc<dyn BmcDriver>, pub(crate) Arc<Crashes>);
 
 impl BmcDriver for CrashingBmc {
     fn inspect<'a>(&'a self, access: &'a BmcAccess) -> BoxFuture<'a, Result<Inventory, BmcError>> {

@@ -1,6 +1,7 @@
 //! Black-box tests of the HTTP API: the real router with its whole middleware stack over a real
 //! PostgreSQL (one fresh database per test). Run with `scripts/test`.
 
+mod acceptance;
 mod agent;
 mod allocation;
 mod authz;

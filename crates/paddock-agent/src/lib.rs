@@ -3,8 +3,10 @@
 //! `config`, wipes every disk with the strongest method it supports, verifies each with its own
 //! O_DIRECT reads and reports the evidence, with every block device it saw and what it did to it.
 //! The same wipe runs standalone for operators (`paddock-agent wipe --device ...`). A provisioning
-//! boot installs the node OS image and its join configuration instead ([`install`]).
+//! boot installs the node OS image and its join configuration instead ([`install`]); an
+//! acceptance run checks the machine against its class ([`accept`]).
 
+pub mod accept;
 pub mod client;
 pub mod device;
 pub mod discovery;

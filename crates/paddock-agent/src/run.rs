@@ -9,8 +9,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use chrono::Utc;
 
-use paddock_types::agent::{AgentFailure, AgentPurpose, AgentReport, AgentRunConfig, DriveReport, WipeConfig};
+use paddock_types::agent::{
+    AcceptanceConfig, AgentFailure, AgentPurpose, AgentReport, AgentRunConfig, DriveReport, WipeConfig,
+};
+use paddock_types::health::{HealthCheck, HealthStatus};
 
+use crate::accept;
 use crate::client::{Client, Delivered};
 use crate::device::{self, Action, Disk, Kind, Roots, Seen};
 use crate::install;
@@ -42,6 +46,8 @@ pub enum Purpose {
     Wipe,
     /// Install the node OS and its join configuration.
     Provision,
+    /// Check the machine against its class (an acceptance image).
+    Acceptance,
 }
 
 /// How a run ended, once its report was delivered.
@@ -87,7 +93,10 @@ pub fn run(roots: &Roots, opts: &RunOptions) -> anyhow::Result<RunOutcome> {
             let target = install::Target { roots, named: &opts.devices, medium };
             let failure = install::install(&target, &image_sha256, provision).err().map(|f| f.into_report());
             let result = if failure.is_none() { Outcome::Success } else { Outcome::Failure };
-            (Purpose::Provision, Done { result, drives: Vec::new(), devices: Vec::new(), failure })
+            (Purpose::Provision, Done { result, failure, ..Done::default() })
+        }
+        (AgentPurpose::Acceptance, AgentRunConfig::Acceptance(acceptance)) => {
+            (Purpose::Acceptance, accept_run(roots, opts, acceptance)?)
         }
         (purpose, _) => bail!("config's instructions are not those of its purpose {purpose:?}"),
     };
@@ -101,6 +110,7 @@ pub fn run(roots: &Roots, opts: &RunOptions) -> anyhow::Result<RunOutcome> {
         drives: done.drives,
         devices: done.devices,
         failure: done.failure,
+        checks: done.checks,
     };
     let left = (config.expires_at - Utc::now()).to_std().unwrap_or_default();
     let delivered = client.report(&report, Instant::now() + left)?;
@@ -108,13 +118,31 @@ pub fn run(roots: &Roots, opts: &RunOptions) -> anyhow::Result<RunOutcome> {
     Ok(RunOutcome { purpose, result, delivered })
 }
 
-/// What a run did: the overall result, each drive's evidence and every device seen (a wipe), and
-/// why it failed when the agent can name it (a provisioning boot).
+/// What a run did: the overall result, each drive's evidence and every device seen (a wipe),
+/// why it failed when the agent can name it (a provisioning boot), and what it checked (an
+/// acceptance).
 struct Done {
     result: Outcome,
     drives: Vec<DriveReport>,
     devices: Vec<Seen>,
     failure: Option<AgentFailure>,
+    checks: Vec<HealthCheck>,
+}
+
+impl Default for Done {
+    fn default() -> Self {
+        Done { result: Outcome::Failure, drives: Vec::new(), devices: Vec::new(), failure: None, checks: Vec::new() }
+    }
+}
+
+/// An acceptance: the disks found and the memory, checked against the class (never written to).
+fn accept_run(roots: &Roots, opts: &RunOptions, acceptance: &AcceptanceConfig) -> anyhow::Result<Done> {
+    let (disks, _) = disks(roots, &opts.devices)?;
+    let found: Vec<_> = disks.iter().map(|d| d.identity.clone()).collect();
+    let checks = accept::checks(acceptance, &found, accept::memory_bytes(&roots.sys));
+    let passed = checks.iter().all(|c| c.status == HealthStatus::Healthy);
+    let result = if passed { Outcome::Success } else { Outcome::Failure };
+    Ok(Done { result, checks, ..Done::default() })
 }
 
 /// A wipe: every disk found, matched against the drives `config` lists; every device seen
@@ -127,7 +155,7 @@ fn wipe_run(roots: &Roots, opts: &RunOptions, wipe: &WipeConfig) -> anyhow::Resu
     let disk_left = devices.iter().any(|d| d.kind == Kind::Disk && d.action != Action::Wiped);
     let all_wiped = drives.iter().all(|d| d.result == Outcome::Success && d.verification.is_some());
     let result = if all_found && all_wiped && !disk_left { Outcome::Success } else { Outcome::Failure };
-    Ok(Done { result, drives, devices, failure: None })
+    Ok(Done { result, drives, devices, ..Done::default() })
 }
 
 /// Every device seen: the disks with how their wipe went, then those left alone.

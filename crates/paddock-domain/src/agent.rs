@@ -17,6 +17,7 @@ use chrono::{DateTime, Utc};
 use paddock_types::agent::{
     AgentReport, AgentResult, BlockDeviceAction, BlockDeviceKind, DriveReport, MatchBasis, WipeDrive,
 };
+use paddock_types::health::HealthStatus;
 use sha2::{Digest, Sha256};
 
 /// The wipe methods an agent may report, strongest first. Every one is checked as zeroing: the
@@ -236,6 +237,42 @@ pub fn judge_provision(run: &Run, report: &AgentReport, os_image_sha256: &str) -
     verdict(reasons)
 }
 
+/// Judges an acceptance image's report against its run: its nonce and times, the class's
+/// acceptance image (`image_sha256`), a success with at least one check and every check
+/// `healthy`. `Err` names each reason, failed checks first (`drives: failed (nvme1 missing)`).
+pub fn judge_acceptance(run: &Run, report: &AgentReport, image_sha256: &str) -> Result<(), String> {
+    let mut reasons: Vec<String> = report
+        .checks
+        .iter()
+        .filter(|c| c.status != HealthStatus::Healthy)
+        .map(|c| {
+            let status = c.status.as_str();
+            if c.detail.is_empty() {
+                format!("{}: {status}", c.name)
+            } else {
+                format!("{}: {status} ({})", c.name, c.detail)
+            }
+        })
+        .collect();
+    if let Some(failure) = &report.failure {
+        reasons.push(format!("the acceptance image failed: {}: {}", failure.code, failure.message));
+    }
+    run_gaps(run, report, &mut reasons);
+    if !ct_eq(report.image_sha256.as_bytes(), image_sha256.as_bytes()) {
+        reasons.push(format!(
+            "image: the machine booted image {}, not the class's acceptance image {image_sha256}",
+            report.image_sha256
+        ));
+    }
+    if report.checks.is_empty() {
+        reasons.push("the report names no checks".to_owned());
+    }
+    if reasons.is_empty() && report.result == AgentResult::Failure {
+        reasons.push("the acceptance image reported a failure".to_owned());
+    }
+    verdict(reasons)
+}
+
 /// How a reason names a drive: its configured id, else what the kernel showed of it.
 fn drive_name(drive: &DriveReport) -> String {
     match (&drive.id, &drive.identity.serial) {
@@ -283,6 +320,7 @@ fn evidence_gap(drive: &DriveReport) -> Option<String> {
 mod tests {
     use chrono::Utc;
     use paddock_types::agent::{AgentFailure, BlockDevice, DriveIdentity, MatchBasis, Verification};
+    use paddock_types::health::HealthCheck;
 
     use super::*;
 
@@ -346,7 +384,40 @@ mod tests {
             drives,
             devices,
             failure: None,
+            checks: Vec::new(),
         }
+    }
+
+    fn check(name: &str, status: HealthStatus) -> HealthCheck {
+        HealthCheck { name: name.into(), status, detail: format!("{name} seen") }
+    }
+
+    #[test]
+    fn an_acceptance_passes_only_with_every_check_healthy_from_its_image() {
+        let passed = AgentReport { checks: vec![check("memory", HealthStatus::Healthy)], ..report(Vec::new()) };
+        assert_eq!(judge_acceptance(&run(), &passed, IMAGE), Ok(()));
+
+        let failed = AgentReport {
+            result: AgentResult::Failure,
+            checks: vec![check("memory", HealthStatus::Healthy), check("drives", HealthStatus::Failed)],
+            ..report(Vec::new())
+        };
+        let why = judge_acceptance(&run(), &failed, IMAGE).expect_err("a failed check");
+        assert!(why.contains("drives: failed (drives seen)") && !why.contains("memory"), "{why}");
+
+        let degraded = AgentReport { checks: vec![check("gpu.ecc", HealthStatus::Degraded)], ..report(Vec::new()) };
+        assert!(judge_acceptance(&run(), &degraded, IMAGE).expect_err("degraded").contains("gpu.ecc: degraded"));
+
+        let silent = report(Vec::new());
+        assert!(judge_acceptance(&run(), &silent, IMAGE).expect_err("no checks").contains("no checks"));
+
+        let other = "0".repeat(64);
+        let elsewhere = AgentReport { checks: passed.checks.clone(), ..report(Vec::new()) };
+        let why = judge_acceptance(&run(), &elsewhere, &other).expect_err("another image");
+        assert!(why.contains("not the class's acceptance image"), "{why}");
+
+        let no_nonce = AgentReport { nonce: None, ..passed.clone() };
+        assert!(judge_acceptance(&run(), &no_nonce, IMAGE).expect_err("no nonce").contains("nonce"));
     }
 
     #[test]

@@ -426,6 +426,7 @@ mod tests {
             gpu_count: 0,
             description: String::new(),
             price: None,
+            acceptance: None,
         }
     }
 

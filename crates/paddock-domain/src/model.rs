@@ -78,6 +78,7 @@ impl MachineClass {
             gpu_count: s.gpu_count,
             description: s.description.clone(),
             price: s.price.clone(),
+            acceptance: s.acceptance.clone(),
             generation: self.generation,
             etag: etag(self.generation),
             created_at: self.created_at,

@@ -153,7 +153,37 @@ pub fn machine_class(spec: &MachineClassCreate) -> Result<(), Error> {
             "must be a non-negative decimal string with at most 15 digits before the point and 6 after",
         );
     }
+    if let Some(acceptance) = &spec.acceptance {
+        machine_class_acceptance(&mut c, acceptance);
+    }
     c.finish()
+}
+
+/// The bounds of an acceptance's timeout, in seconds: a minute to three days (a GPU burn-in
+/// takes hours).
+pub const ACCEPTANCE_TIMEOUT_SECONDS: std::ops::RangeInclusive<u32> = 60..=259_200;
+
+/// Checks a class's acceptance image: an `https` URL (the BMC fetches it; nothing in between may
+/// swap it, and its digest is checked besides), a SHA-256 in hex, a timeout within bounds.
+fn machine_class_acceptance(c: &mut Checks, acceptance: &paddock_types::machine_class::MachineClassAcceptance) {
+    let url = url::Url::parse(&acceptance.image_url).ok();
+    let https = url.as_ref().is_some_and(|u| u.scheme() == "https" && u.host_str().is_some_and(|h| !h.is_empty()));
+    c.check(
+        https && acceptance.image_url.len() <= 2048,
+        "acceptance.image_url",
+        "must be an https URL of at most 2048 characters",
+    );
+    c.check(
+        crate::agent::is_sha256_hex(&acceptance.image_sha256),
+        "acceptance.image_sha256",
+        "must be 64 lower-case hex digits",
+    );
+    let (low, high) = (ACCEPTANCE_TIMEOUT_SECONDS.start(), ACCEPTANCE_TIMEOUT_SECONDS.end());
+    c.check(
+        ACCEPTANCE_TIMEOUT_SECONDS.contains(&acceptance.timeout_seconds),
+        "acceptance.timeout_seconds",
+        format!("must be between {low} and {high}"),
+    );
 }
 
 /// Checks an enrollment.
@@ -260,17 +290,13 @@ static CHECK_NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new("^[a-z0-9][a-z0
 /// Most checks in one health report.
 pub const MAX_HEALTH_CHECKS: usize = 64;
 
-/// Checks a health report made at `now`: its checks' names and details, and that it was not
-/// observed in the future (a minute of clock skew allowed).
-pub fn health_report(
-    report: &paddock_types::health::HealthReportCreate,
-    now: chrono::DateTime<chrono::Utc>,
-) -> Result<(), Error> {
-    let mut c = Checks::new();
-    if report.checks.len() > MAX_HEALTH_CHECKS {
+/// Checks the checks of a health report (or of an acceptance image's report): how many, their
+/// names and details.
+pub fn health_checks(c: &mut Checks, checks: &[paddock_types::health::HealthCheck]) {
+    if checks.len() > MAX_HEALTH_CHECKS {
         c.fail("checks", format!("at most {MAX_HEALTH_CHECKS} checks"));
     }
-    for (i, check) in report.checks.iter().enumerate() {
+    for (i, check) in checks.iter().enumerate() {
         let ok = (1..=63).contains(&check.name.len()) && CHECK_NAME.is_match(&check.name);
         c.check(
             ok,
@@ -279,6 +305,16 @@ pub fn health_report(
         );
         c.max_len(&format!("checks[{i}].detail"), &check.detail, 1000);
     }
+}
+
+/// Checks a health report made at `now`: its checks' names and details, and that it was not
+/// observed in the future (a minute of clock skew allowed).
+pub fn health_report(
+    report: &paddock_types::health::HealthReportCreate,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(), Error> {
+    let mut c = Checks::new();
+    health_checks(&mut c, &report.checks);
     let latest = now + chrono::Duration::minutes(1);
     c.check(report.observed_at.is_none_or(|at| at <= latest), "observed_at", "must not be in the future");
     c.finish()

@@ -23,7 +23,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use chrono::Utc;
 use paddock_domain::agent::{
-    ct_eq, is_sha256_hex, judge_provision, judge_wipe, Run, SIMULATED_OS_IMAGE_SHA256, SIMULATED_WIPE_IMAGE_SHA256,
+    ct_eq, is_sha256_hex, judge_acceptance, judge_provision, judge_wipe, Run, SIMULATED_OS_IMAGE_SHA256,
+    SIMULATED_WIPE_IMAGE_SHA256,
 };
 use paddock_domain::secret::{Binding, SecretString};
 use paddock_domain::validate::Checks;
@@ -176,6 +177,7 @@ impl Services {
         let config = match purpose {
             AgentPurpose::Wipe => serde_json::from_slice(&config).map(AgentRunConfig::Wipe),
             AgentPurpose::Provision => serde_json::from_slice(&config).map(AgentRunConfig::Provision),
+            AgentPurpose::Acceptance => serde_json::from_slice(&config).map(AgentRunConfig::Acceptance),
         }
         .map_err(Error::internal)?;
         Ok(AgentConfigView {
@@ -241,6 +243,8 @@ impl Services {
             let verdict = match &config.config {
                 AgentRunConfig::Wipe(wipe) => judge_wipe(&run, &wipe.drives, &report, &self.agent.wipe_image_sha256),
                 AgentRunConfig::Provision(_) => judge_provision(&run, &report, &self.agent.os_image_sha256),
+                // The class's image, as it was when the run was issued (sealed with the run).
+                AgentRunConfig::Acceptance(acceptance) => judge_acceptance(&run, &report, &acceptance.image_sha256),
             };
             let failure = verdict.err();
             let verified = failure.is_none();
@@ -302,6 +306,7 @@ fn check_report(report: &AgentReport, nonce: &str) -> Result<()> {
             c.check(is_sha256_hex(&v.sha256), &field, "must be 64 lower-case hex digits");
         }
     }
+    paddock_domain::validate::health_checks(&mut c, &report.checks);
     for (i, device) in report.devices.iter().enumerate() {
         c.text(&format!("devices[{i}].name"), &device.name, 64);
         c.max_len(&format!("devices[{i}].reason"), &device.reason, 1024);

@@ -20,6 +20,7 @@ impl Services {
             ctx.actor.authorize(Permission::MachineClassWrite)?;
             let spec: MachineClassCreate = body.decode()?;
             validate::machine_class(&spec)?;
+            self.acceptance_not_the_wipe_image(&spec)?;
             let id = MachineClassId::new();
             audit.target(id.uuid(), None);
             let mut tx = self.store.begin().await?;
@@ -27,6 +28,19 @@ impl Services {
             Ok(Done::Commit { tx, value, details: json!({ "name": spec.name }) })
         })
         .await
+    }
+
+    /// An acceptance image is a boot of its own, never the wipe image: the wipe's digest is what
+    /// the ledger records as the image that wiped the machine, and one image in both roles would
+    /// let a wipe report pass as an acceptance (or the reverse).
+    fn acceptance_not_the_wipe_image(&self, spec: &MachineClassCreate) -> Result<()> {
+        match &spec.acceptance {
+            Some(a) if a.image_sha256 == self.agent.wipe_image_sha256 => Err(Error::invalid(
+                "acceptance.image_sha256",
+                "is the wipe image's digest (PADDOCK_WIPE_IMAGE_SHA256); an acceptance image must be another image",
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Lists classes.
@@ -63,6 +77,7 @@ impl Services {
             let patch = body.value()?;
             let spec = body.apply_patch(&current.spec, &patch, &["name"])?;
             validate::machine_class(&spec)?;
+            self.acceptance_not_the_wipe_image(&spec)?;
             // A patch that changes nothing keeps the generation (and the etag), but is audited.
             if spec == current.spec {
                 return Ok(Done::Commit { tx, value: current, details: json!({ "patch": patch, "changed": false }) });

@@ -97,7 +97,8 @@ async fn plan_context(conn: &mut Conn, target: Target) -> Result<PlanContext> {
                 use MachineState as S;
                 matches!(s, S::Allocated | S::Provisioning | S::Active | S::Releasing | S::ProvisionFailed)
             });
-            PlanContext { held, ..PlanContext::default() }
+            let acceptance = paddock_store::machine_class::acceptance_of_machine(conn, id).await?.is_some();
+            PlanContext { held, acceptance, ..PlanContext::default() }
         }
         Target::Cluster { tenant, cluster, .. } => {
             let kind = cluster::get(conn, tenant, cluster).await?.map(|c| c.spec.kind);

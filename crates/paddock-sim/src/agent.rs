@@ -59,6 +59,8 @@ struct Boot {
     /// The machine's drives as its BMC keeps them (`id`, `serial`, `capacity_bytes`, ...).
     drives: Vec<Value>,
     wipe_fails: bool,
+    /// The machine's injected faults.
+    faults: Vec<String>,
 }
 
 /// How handling a boot ended.
@@ -218,6 +220,7 @@ impl SimAgent {
                     booted_at: row.try_get("booted_at")?,
                     drives: drives.as_array().cloned().unwrap_or_default(),
                     wipe_fails: faults.iter().any(|f| f == MachineFault::WipeFails.as_str()),
+                    faults,
                 })
             })
             .collect()
@@ -241,7 +244,19 @@ impl SimAgent {
             Err(failure) => return self.failed(machine, "fetching its configuration", failure),
         };
         let started_at = boot.booted_at;
+        let mut checks = Vec::new();
         let (result, drives, image_sha256) = match config["purpose"].as_str() {
+            Some("acceptance") => {
+                if boot.has(MachineFault::AcceptanceNeverReports) {
+                    tracing::debug!(machine, "the acceptance image of {machine} never reports (fault)");
+                    return Outcome::Finished;
+                }
+                let (result, found) = accept(boot, &config["config"]);
+                checks = found;
+                // The class's image, which a simulated machine always booted.
+                let image = config["config"]["image_sha256"].as_str().unwrap_or_default();
+                (result, Vec::new(), image)
+            }
             Some("wipe") => {
                 let (result, drives) = wipe(boot, &config["config"]);
                 (result, drives, SIMULATED_WIPE_IMAGE_SHA256)
@@ -264,7 +279,7 @@ impl SimAgent {
             }
         };
         let finished_at = Utc::now().max(started_at);
-        let devices = devices(&drives);
+        let devices = if checks.is_empty() { devices(&drives) } else { Vec::new() };
         let report = json!({
             "result": result,
             "drives": drives,
@@ -273,6 +288,7 @@ impl SimAgent {
             "nonce": config["nonce"],
             "started_at": started_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             "finished_at": finished_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            "checks": checks,
         });
         let report_url = format!("{}/v1/agent/report", seed.agent_url);
         match self.post_json(&report_url, &seed.agent_token, &report).await {
@@ -385,6 +401,37 @@ fn check(response: reqwest::Response) -> Result<reqwest::Response, Failure> {
     } else {
         Err(Failure::Retry)
     }
+}
+
+impl Boot {
+    fn has(&self, fault: MachineFault) -> bool {
+        self.faults.iter().any(|f| f == fault.as_str())
+    }
+}
+
+/// The acceptance image's work: the machine's drives against the ones the configuration lists,
+/// and its memory against the class's (the `acceptance_fails` fault fails that one).
+fn accept(boot: &Boot, config: &Value) -> (&'static str, Vec<Value>) {
+    let listed = config["drives"].as_array().cloned().unwrap_or_default();
+    let missing: Vec<&str> = listed
+        .iter()
+        .filter_map(|d| d["id"].as_str())
+        .filter(|id| !boot.drives.iter().any(|d| d["id"].as_str() == Some(id)))
+        .collect();
+    let drives = if missing.is_empty() {
+        json!({ "name": "drives", "status": "healthy", "detail": format!("{} drives found", listed.len()) })
+    } else {
+        json!({ "name": "drives", "status": "failed", "detail": format!("missing: {}", missing.join(", ")) })
+    };
+    let gib = config["memory_gib"].as_u64().unwrap_or(0);
+    let memory = if boot.has(MachineFault::AcceptanceFails) {
+        json!({ "name": "memory", "status": "failed",
+                "detail": format!("found {} GiB, the class promises {gib} GiB", gib / 2) })
+    } else {
+        json!({ "name": "memory", "status": "healthy", "detail": format!("{gib} GiB found") })
+    };
+    let passed = [&drives, &memory].iter().all(|c| c["status"] == "healthy");
+    (if passed { "success" } else { "failure" }, vec![drives, memory])
 }
 
 /// The wipe image's work: every drive the configuration lists, wiped and verified, with its

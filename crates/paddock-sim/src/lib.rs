@@ -151,11 +151,15 @@ pub enum MachineFault {
     NeverJoins,
     /// The BMC rates the system `Critical` (Redfish `Status.HealthRollup`); without it, `OK`.
     HealthCritical,
+    /// The acceptance image reports its `memory` check failed.
+    AcceptanceFails,
+    /// The acceptance image never reports (the wipe image still does).
+    AcceptanceNeverReports,
 }
 
 impl MachineFault {
     /// Every machine fault.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 9] = [
         Self::BmcTimeout,
         Self::AuthFails,
         Self::SingleVirtualMedia,
@@ -163,6 +167,8 @@ impl MachineFault {
         Self::NeverReports,
         Self::NeverJoins,
         Self::HealthCritical,
+        Self::AcceptanceFails,
+        Self::AcceptanceNeverReports,
     ];
 
     /// The stored spelling.
@@ -175,6 +181,8 @@ impl MachineFault {
             Self::NeverReports => "never_reports",
             Self::NeverJoins => "never_joins",
             Self::HealthCritical => "health_critical",
+            Self::AcceptanceFails => "acceptance_fails",
+            Self::AcceptanceNeverReports => "acceptance_never_reports",
         }
     }
 

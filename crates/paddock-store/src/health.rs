@@ -115,6 +115,9 @@ async fn remediate(
         HealthSource::Bmc => RemediationSource::Bmc,
         HealthSource::Kubernetes => RemediationSource::Kubernetes,
         HealthSource::Slurm => RemediationSource::Slurm,
+        // An acceptance runs in `cleaning`, outside any tenancy: there is nothing to remediate
+        // (the machine goes to maintenance instead).
+        HealthSource::Acceptance => return Ok(()),
     };
     let start = remediation::Start { machine, reason: &reason, source, report_id: Some(report), actor };
     remediation::start(conn, key, &start).await?;

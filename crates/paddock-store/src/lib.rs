@@ -3,6 +3,7 @@
 //! transaction (`let mut tx = store.begin().await?; ...; tx.commit().await?`).
 //! Tenant-owned rows are always read with the tenant in the `where` clause.
 
+pub mod acceptance;
 pub mod agent;
 pub mod allocation;
 pub mod audit;

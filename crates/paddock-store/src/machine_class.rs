@@ -2,8 +2,9 @@
 
 use chrono::{DateTime, Utc};
 use paddock_domain::model::MachineClass;
-use paddock_types::machine_class::{MachineClassCreate, MachineClassPrice};
-use paddock_types::MachineClassId;
+use paddock_types::machine_class::{MachineClassAcceptance, MachineClassCreate, MachineClassPrice};
+use paddock_types::{MachineClassId, MachineId};
+use sqlx::types::Json;
 use uuid::Uuid;
 
 use crate::{Conn, StoreError};
@@ -19,13 +20,14 @@ struct MachineClassRow {
     description: String,
     price_currency: Option<String>,
     price_node_hour: Option<i64>,
+    acceptance: Option<Json<MachineClassAcceptance>>,
     generation: i64,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
 
 const COLUMNS: &str = "id, name, cpu_cores, memory_gib, gpu_model, gpu_count, description, price_currency, \
-    (price_node_hour * 1000000)::bigint as price_node_hour, generation, created_at, updated_at";
+    (price_node_hour * 1000000)::bigint as price_node_hour, acceptance, generation, created_at, updated_at";
 
 fn unsigned(v: i32) -> u32 {
     // The table's check constraints keep these non-negative.
@@ -52,6 +54,7 @@ impl From<MachineClassRow> for MachineClass {
                     currency,
                     node_hour: paddock_domain::usage::micros_text(micros),
                 }),
+                acceptance: r.acceptance.map(|a| a.0),
             },
             generation: r.generation,
             created_at: r.created_at,
@@ -73,8 +76,8 @@ pub async fn insert(
 ) -> Result<MachineClass, StoreError> {
     let row: MachineClassRow = sqlx::query_as(&format!(
         "insert into machine_classes (id, name, cpu_cores, memory_gib, gpu_model, gpu_count, description, \
-           price_currency, price_node_hour) \
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9::bigint / 1000000.0) returning {COLUMNS}"
+           price_currency, price_node_hour, acceptance) \
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9::bigint / 1000000.0, $10) returning {COLUMNS}"
     ))
     .bind(id.uuid())
     .bind(&spec.name)
@@ -85,6 +88,7 @@ pub async fn insert(
     .bind(&spec.description)
     .bind(spec.price.as_ref().map(|p| &p.currency))
     .bind(price_micros(spec))
+    .bind(spec.acceptance.as_ref().map(Json))
     .fetch_one(conn)
     .await?;
     Ok(row.into())
@@ -138,7 +142,7 @@ pub async fn update_spec(
 ) -> Result<MachineClass, StoreError> {
     let row: MachineClassRow = sqlx::query_as(&format!(
         "update machine_classes set cpu_cores = $2, memory_gib = $3, gpu_model = $4, gpu_count = $5, \
-         description = $6, price_currency = $7, price_node_hour = $8::bigint / 1000000.0, \
+         description = $6, price_currency = $7, price_node_hour = $8::bigint / 1000000.0, acceptance = $9, \
          generation = generation + 1, updated_at = now() where id = $1 returning {COLUMNS}"
     ))
     .bind(id.uuid())
@@ -149,9 +153,24 @@ pub async fn update_spec(
     .bind(&spec.description)
     .bind(spec.price.as_ref().map(|p| &p.currency))
     .bind(price_micros(spec))
+    .bind(spec.acceptance.as_ref().map(Json))
     .fetch_one(conn)
     .await?;
     Ok(row.into())
+}
+
+/// The acceptance image of a machine's class, if the class names one.
+pub async fn acceptance_of_machine(
+    conn: &mut Conn,
+    machine: MachineId,
+) -> Result<Option<MachineClassAcceptance>, StoreError> {
+    let found: Option<Option<Json<MachineClassAcceptance>>> = sqlx::query_scalar(
+        "select c.acceptance from machines m join machine_classes c on c.id = m.machine_class_id where m.id = $1",
+    )
+    .bind(machine.uuid())
+    .fetch_optional(conn)
+    .await?;
+    Ok(found.flatten().map(|a| a.0))
 }
 
 /// Whether any machine (retired ones included: their custody history names the class) or any

@@ -26,6 +26,8 @@ pub enum RunPurpose {
     Wipe,
     /// A provisioning boot in `provisioning`.
     Provision,
+    /// An acceptance image's boot in `cleaning`, after a verified wipe (see `acceptance`).
+    Acceptance,
 }
 
 impl RunPurpose {
@@ -34,6 +36,7 @@ impl RunPurpose {
         match self {
             Self::Wipe => "wipe",
             Self::Provision => "provision",
+            Self::Acceptance => "acceptance",
         }
     }
 }
@@ -146,6 +149,7 @@ pub async fn start_run(
         let reason = match purpose {
             RunPurpose::Wipe => "wipe started",
             RunPurpose::Provision => "provisioning started: booting the node OS with the cluster's join configuration",
+            RunPurpose::Acceptance => "acceptance started",
         };
         let evidence = json!({
             "run_id": run_id, "purpose": purpose.as_str(), "allocation_id": allocation,

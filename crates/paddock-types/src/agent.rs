@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::cluster::Taint;
+use crate::health::HealthCheck;
 use crate::MachineId;
 
 /// What a run does.
@@ -17,6 +18,8 @@ pub enum AgentPurpose {
     Wipe,
     /// Install the node OS and join the tenant cluster.
     Provision,
+    /// Check the machine before it enters the fleet (a machine class's acceptance image).
+    Acceptance,
 }
 
 impl AgentPurpose {
@@ -25,12 +28,13 @@ impl AgentPurpose {
         match self {
             Self::Wipe => "wipe",
             Self::Provision => "provision",
+            Self::Acceptance => "acceptance",
         }
     }
 
     /// Parses the stored spelling.
     pub fn parse(s: &str) -> Option<Self> {
-        [Self::Wipe, Self::Provision].into_iter().find(|p| p.as_str() == s)
+        [Self::Wipe, Self::Provision, Self::Acceptance].into_iter().find(|p| p.as_str() == s)
     }
 }
 
@@ -84,7 +88,7 @@ pub struct AgentConfigView {
     /// When the run's tokens expire.
     pub expires_at: DateTime<Utc>,
     /// The run's instructions: for a wipe a [`WipeConfig`], for a provisioning boot a
-    /// [`ProvisionConfig`].
+    /// [`ProvisionConfig`], for an acceptance an [`AcceptanceConfig`].
     pub config: AgentRunConfig,
 }
 
@@ -92,6 +96,8 @@ pub struct AgentConfigView {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum AgentRunConfig {
+    /// An acceptance's expectations (first: a wipe's `drives` alone never has its fields).
+    Acceptance(AcceptanceConfig),
     /// A wipe's drives.
     Wipe(WipeConfig),
     /// A provisioning boot's installation and join.
@@ -104,8 +110,31 @@ impl AgentRunConfig {
         match self {
             Self::Wipe(_) => AgentPurpose::Wipe,
             Self::Provision(_) => AgentPurpose::Provision,
+            Self::Acceptance(_) => AgentPurpose::Acceptance,
         }
     }
+}
+
+/// The `config` of an acceptance: the image's digest and what the machine's class promises, for
+/// the image to check the machine against. The image reports each check (`checks` of the report);
+/// any check not `healthy`, or a `failure` result, keeps the machine out of the fleet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AcceptanceConfig {
+    /// SHA-256 (hex) of the acceptance image the class names: the report must name it.
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    pub image_sha256: String,
+    /// The machine's class.
+    pub machine_class: String,
+    /// CPU cores the class promises.
+    pub cpu_cores: u32,
+    /// Memory the class promises, in GiB.
+    pub memory_gib: u32,
+    /// GPU model the class promises (empty: none).
+    pub gpu_model: String,
+    /// GPUs the class promises.
+    pub gpu_count: u32,
+    /// The drives the BMC listed, as for a wipe: the image checks it finds each of them.
+    pub drives: Vec<WipeDrive>,
 }
 
 /// The `config` of a provisioning boot: the node OS image to install (its digest), the tenant API
@@ -285,6 +314,12 @@ pub struct AgentReport {
     /// on success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<AgentFailure>,
+    /// What an acceptance image checked (`{name, status, detail}`, as a health report's checks);
+    /// empty for other runs. An acceptance passes only with at least one check, every one
+    /// `healthy`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(max_items = 64)]
+    pub checks: Vec<HealthCheck>,
 }
 
 /// Why a run failed, as the agent names it.

@@ -57,6 +57,9 @@ pub enum HealthSource {
     /// `paddock:hw:` (failed), then no longer drained (healthy), read through slurmrestd. The
     /// tenant controls its drain reasons, so this alone is never provider-side evidence.
     Slurm,
+    /// The machine class's acceptance image, booted by paddock after a wipe before the machine
+    /// enters the fleet or returns from maintenance (recorded when it fails or times out).
+    Acceptance,
 }
 
 impl HealthSource {
@@ -67,6 +70,7 @@ impl HealthSource {
             Self::Bmc => "bmc",
             Self::Kubernetes => "kubernetes",
             Self::Slurm => "slurm",
+            Self::Acceptance => "acceptance",
         }
     }
 
@@ -77,6 +81,7 @@ impl HealthSource {
             "bmc" => Some(Self::Bmc),
             "kubernetes" => Some(Self::Kubernetes),
             "slurm" => Some(Self::Slurm),
+            "acceptance" => Some(Self::Acceptance),
             _ => None,
         }
     }

@@ -34,6 +34,44 @@ pub struct MachineClassCreate {
     /// List price used by the FOCUS export; null: none (the FOCUS export then answers 409).
     #[serde(default)]
     pub price: Option<MachineClassPrice>,
+    /// The acceptance image a machine of the class boots after the wipe of its enrollment and
+    /// of every return from maintenance, before it becomes `available` (docs/acceptance.md);
+    /// null: none, the machine is available once wiped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acceptance: Option<MachineClassAcceptance>,
+}
+
+/// A machine class's acceptance image: booted through the BMC's virtual media in a run of its own
+/// (with the run's seed, like the wipe), it checks the machine and reports; a failed or missing
+/// report keeps the machine out of the fleet, in `maintenance` with the reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"image_url": "https://images.example.net/accept-h100-2026.12.iso", "image_sha256": "5d0c3f5e8a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5", "timeout_seconds": 14400}))]
+pub struct MachineClassAcceptance {
+    /// Where the BMC fetches the image (`https`).
+    #[schema(
+        min_length = 9,
+        max_length = 2048,
+        pattern = "^https://",
+        example = "https://images.example.net/accept.iso"
+    )]
+    pub image_url: String,
+    /// SHA-256 of the image (64 lower-case hex digits): a report naming another image fails the
+    /// acceptance. It must differ from the wipe image's (`PADDOCK_WIPE_IMAGE_SHA256`).
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    pub image_sha256: String,
+    /// How long the image may take from its boot to its report, in seconds (a GPU burn-in takes
+    /// hours); no report by then fails the acceptance (`acceptance_timed_out`).
+    #[serde(default = "default_acceptance_timeout")]
+    #[schema(minimum = 60, maximum = 259200, default = 3600)]
+    pub timeout_seconds: u32,
+}
+
+/// An acceptance's timeout when the class does not say: one hour.
+pub const DEFAULT_ACCEPTANCE_TIMEOUT_SECONDS: u32 = 3600;
+
+fn default_acceptance_timeout() -> u32 {
+    DEFAULT_ACCEPTANCE_TIMEOUT_SECONDS
 }
 
 /// A machine class's list price per node hour. Every change is kept in a history: the FOCUS
@@ -72,6 +110,8 @@ pub struct MachineClassUpdate {
     pub description: Option<String>,
     /// The list price (null removes it; a change is audited and kept in the price history).
     pub price: Option<MachineClassPrice>,
+    /// The acceptance image (null removes it). A change applies to the runs that start after it.
+    pub acceptance: Option<MachineClassAcceptance>,
 }
 
 /// A machine class as the API shows it.
@@ -93,6 +133,8 @@ pub struct MachineClassView {
     pub description: String,
     /// List price, if any.
     pub price: Option<MachineClassPrice>,
+    /// The acceptance image, if any.
+    pub acceptance: Option<MachineClassAcceptance>,
     /// Bumped by every spec change.
     pub generation: i64,
     /// `"<generation>"`, also the `ETag` header.

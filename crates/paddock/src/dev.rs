@@ -162,6 +162,7 @@ async fn seed(services: &Services, simulated: bool) -> anyhow::Result<uuid::Uuid
             gpu_count,
             description: description.into(),
             price: Some(MachineClassPrice { currency: "USD".into(), node_hour: node_hour.into() }),
+            acceptance: None,
         };
         ignore_taken(services.machine_class_create(&ctx, &Body::json(&spec)).await.map(|_| ()))?;
     }

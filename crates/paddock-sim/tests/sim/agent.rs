@@ -81,6 +81,9 @@ impl Harness {
             AgentPurpose::Provision => {
                 AgentRunConfig::Provision(serde_json::from_value(config).expect("a provisioning boot's config"))
             }
+            AgentPurpose::Acceptance => {
+                AgentRunConfig::Acceptance(serde_json::from_value(config).expect("an acceptance's config"))
+            }
         };
         let run = AgentRun { machine_id: machine, run_id: Uuid::now_v7(), config };
         let token = self.services.agent_token_issue(&run, Duration::from_secs(600)).await.expect("token");

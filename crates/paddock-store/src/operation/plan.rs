@@ -37,6 +37,8 @@ pub mod step {
     pub const RELEASE: &str = "release";
     /// The wipe: booted into the wipe image, the agent's verified report, powered off.
     pub const CLEAN: &str = "clean";
+    /// The acceptance image booted after the wipe, and its report passed (docs/acceptance.md).
+    pub const ACCEPTANCE: &str = "acceptance";
     /// The clean's evidence recorded (with the BMC's own erase) and the machine `available`.
     pub const AVAILABLE: &str = "available";
     /// The run the machine was in abandoned, a machine booted into it powered off.
@@ -56,6 +58,9 @@ pub struct PlanContext {
     pub ray: bool,
     /// The machine holds (or is leaving) a tenancy: maintenance releases it first.
     pub held: bool,
+    /// The machine's class names an acceptance image: an enrollment and a return from
+    /// maintenance accept the machine after its wipe.
+    pub acceptance: bool,
 }
 
 /// The steps an operation of `kind` carries out, in order.
@@ -87,9 +92,11 @@ pub fn plan(kind: &str, context: PlanContext) -> Vec<&'static str> {
             steps
         }
         "node_pool_delete" => vec![RELEASE_MACHINES],
+        "machine_enroll" if context.acceptance => vec![INSPECT, RECORD_INVENTORY, CLEAN, ACCEPTANCE, AVAILABLE],
         "machine_enroll" => vec![INSPECT, RECORD_INVENTORY, CLEAN, AVAILABLE],
         "machine_maintenance_enter" if context.held => vec![RELEASE, POWER_OFF, MAINTENANCE],
         "machine_maintenance_enter" => vec![POWER_OFF, MAINTENANCE],
+        "machine_maintenance_leave" if context.acceptance => vec![CLEAN, ACCEPTANCE, AVAILABLE],
         "machine_maintenance_leave" => vec![CLEAN, AVAILABLE],
         "machine_force_release" => vec![RELEASE, CLEAN, AVAILABLE],
         "machine_retire" => vec![RETIRE],

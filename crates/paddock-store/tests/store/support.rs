@@ -41,6 +41,7 @@ pub async fn class(store: &Store, name: &str, gpus: u32) -> MachineClassId {
         gpu_count: gpus,
         description: String::new(),
         price: None,
+        acceptance: None,
     };
     let id = MachineClassId::new();
     let mut conn = store.conn().await.expect("conn");

@@ -60,6 +60,7 @@ async fn class(store: &Store, cpu: u32, memory: u32) {
         gpu_count: 0,
         description: String::new(),
         price: None,
+        acceptance: None,
     };
     machine_class::insert(&mut conn, MachineClassId::new(), &spec).await.expect("class");
 }

@@ -75,6 +75,7 @@ async fn available_machine(store: &Store, cipher: &Cipher, emu: &Emulator, uuid:
         gpu_count: 0,
         description: String::new(),
         price: None,
+        acceptance: None,
     };
     let class = MachineClassId::new();
     machine_class::insert(&mut conn, class, &spec).await.expect("class");

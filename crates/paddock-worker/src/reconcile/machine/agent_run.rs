@@ -16,8 +16,9 @@ use crate::Outcome;
 use super::{MachineReconciler, Step, POWERING};
 
 impl MachineReconciler {
-    /// Issues the run's token and boots the machine from `image` with the run's seed; then
-    /// records the boot. The tokens of an earlier boot of the same run end first.
+    /// Issues the run's token (valid for `token_ttl`) and boots the machine from `image` with the
+    /// run's seed; then records the boot. The tokens of an earlier boot of the same run end first.
+    #[expect(clippy::too_many_arguments, reason = "the machine, its access and run, and what to boot for how long")]
     pub(super) async fn boot(
         &self,
         bmc: &dyn BmcDriver,
@@ -26,19 +27,20 @@ impl MachineReconciler {
         run: &Run,
         config: AgentRunConfig,
         image_url: String,
+        token_ttl: std::time::Duration,
     ) -> Step {
         let purpose = config.purpose();
         // Issuing the boot's token ends the unused ones of the run's earlier boots.
         let agent_run = AgentRun { machine_id: m.id, run_id: run.run_id, config };
-        let seed_token = match self.services.agent_token_issue(&agent_run, self.settings.agent_token_ttl).await {
+        let seed_token = match self.services.agent_token_issue(&agent_run, token_ttl).await {
             Ok(t) => t,
             Err(e) => return Step::Stop(Outcome::retry("agent_token", format!("issuing the run's token failed: {e}"))),
         };
         let media = BootMedia { image_url, seed_url: self.services.agent_seed_url(&seed_token) };
-        // A wipe's boot does not wait for the power: the power-off before the media
-        // ends the run until it is through, the power-on is settled by the next runs.
+        // A wipe's (and an acceptance's) boot does not wait for the power: the power-off before
+        // the media ends the run until it is through, the power-on is settled by the next runs.
         let booted = match purpose {
-            AgentPurpose::Wipe => bmc.start_boot_from_media(access, &media).await,
+            AgentPurpose::Wipe | AgentPurpose::Acceptance => bmc.start_boot_from_media(access, &media).await,
             _ => bmc.boot_from_media(access, &media).await.map(|()| PowerProgress::Done),
         };
         match booted {

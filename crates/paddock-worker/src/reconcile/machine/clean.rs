@@ -21,6 +21,8 @@ impl MachineReconciler {
     /// `clean_failed`. Nothing becomes available without every listed drive wiped.
     pub(super) async fn clean(&self, bmc: &dyn BmcDriver, m: &Machine, run: Option<Run>) -> Step {
         let run = match run {
+            // The wipe is verified and recorded; the acceptance image's run follows it.
+            Some(run) if run.run_purpose == RunPurpose::Acceptance.as_str() => return self.accept(bmc, m, run).await,
             Some(run) if run.run_purpose == RunPurpose::Wipe.as_str() => run,
             _ => {
                 let (state, version) = (m.state, m.status_version);
@@ -65,7 +67,8 @@ impl MachineReconciler {
             let message = "no wipe image is configured (PADDOCK_WIPE_IMAGE_URL); the machine waits in cleaning";
             return self.wait_for_fix(m, "wipe_image_not_configured", message).await;
         };
-        self.boot(bmc, m, access, run, AgentRunConfig::Wipe(WipeConfig { drives }), image).await
+        let config = AgentRunConfig::Wipe(WipeConfig { drives });
+        self.boot(bmc, m, access, run, config, image, self.settings.agent_token_ttl).await
     }
 
     /// Booted, no report yet: waits for the boot's power-on, then for the agent until its token
@@ -136,6 +139,39 @@ impl MachineReconciler {
             "report": report.report,
             "reported_at": report.used_at,
         });
+        let acceptance = match self.acceptance_after_wipe(m).await {
+            Ok(a) => a,
+            Err(e) => return e.into(),
+        };
+        if let Some(acceptance) = acceptance {
+            // Not yet available: the clean is recorded and the acceptance run takes the wipe's
+            // place, in one guarded write.
+            return self
+                .guarded_then(
+                    m.id,
+                    move |c, k| {
+                        async move {
+                            paddock_store::acceptance::start_after_wipe(
+                                c,
+                                k,
+                                id,
+                                version,
+                                run_id,
+                                &evidence,
+                                &acceptance,
+                            )
+                            .await
+                        }
+                        .boxed()
+                    },
+                    |in_cleaning| {
+                        if let Some(took) = in_cleaning {
+                            metrics::observe(|w| w.wipe_completed(&m.machine_class, took));
+                        }
+                    },
+                )
+                .await;
+        }
         self.guarded_then(
             m.id,
             move |c, k| {
@@ -167,14 +203,14 @@ async fn erase_out_of_band(bmc: &dyn BmcDriver, access: &BmcAccess) -> serde_jso
 
 /// Powers a quarantined machine off and ejects its media, best effort: it never serves anyone
 /// in `clean_failed`, so a failure is only counted.
-async fn power_off_best_effort(bmc: &dyn BmcDriver, access: &BmcAccess) {
+pub(super) async fn power_off_best_effort(bmc: &dyn BmcDriver, access: &BmcAccess) {
     if let Err(e) = bmc.finish_boot(access, AfterBoot::PowerOff).await {
         metrics::driver_failed(Driver::Bmc, &e.code);
     }
 }
 
 /// The drives a wipe lists: every drive of the inventory with what the BMC reported of it.
-fn wipe_drives(inventory: &serde_json::Value) -> Vec<WipeDrive> {
+pub(super) fn wipe_drives(inventory: &serde_json::Value) -> Vec<WipeDrive> {
     let Some(drives) = inventory["drives"].as_array() else { return Vec::new() };
     drives
         .iter()

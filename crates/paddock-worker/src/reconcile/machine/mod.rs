@@ -28,10 +28,12 @@
 //! `retire_requested` = retire once it is available, in maintenance or clean_failed.
 //!
 //! The steps live beside their part of the lifecycle: `intent` (operator intents), `inspect`,
-//! `clean` (the wipe), `provision`, `release`, and the pieces they share: `agent_run` (agent runs and
+//! `clean` (the wipe), `accept` (the acceptance image after a wipe that admits a machine to the
+//! fleet), `provision`, `release`, and the pieces they share: `agent_run` (agent runs and
 //! their boots), `failure` (driver and store failures recorded on the machine) and `progress`
 //! (where the machine is in its operation's step plan, reported before every step).
 
+mod accept;
 mod agent_run;
 mod clean;
 mod failure;
@@ -320,6 +322,12 @@ impl MachineReconciler {
     }
 }
 
+/// Whether an operation of `kind` is meant to make its machine available (an enrollment, a
+/// return from maintenance).
+fn admitting(kind: &str) -> bool {
+    matches!(kind, "machine_enroll" | "machine_maintenance_leave")
+}
+
 fn ttl(d: Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
@@ -358,6 +366,11 @@ impl MachineReconciler {
             Ok((Some(op), Some(m))) if m.duplicate_of.is_some() && op.kind == "machine_enroll" => {
                 let message = m.last_error.map(|e| e.message).unwrap_or_default();
                 Outcome::fail_with_status(409, DUPLICATE_SYSTEM, message)
+            }
+            Ok((Some(op), Some(m))) if admitting(&op.kind) && accept::failed(&m) => {
+                let (code, message) = m.last_error.map(|e| (e.code, e.message)).unwrap_or_default();
+                let message = format!("the machine did not pass its acceptance and is in maintenance: {message}");
+                Outcome::fail_with_status(409, code, message)
             }
             Ok((Some(op), Some(m)))
                 if m.state == MachineState::CleanFailed

@@ -66,7 +66,9 @@ impl MachineReconciler {
                 Ok(c) => c,
                 Err(why) => return self.provision_failed(m, "join_config_invalid", &why).await,
             };
-            return self.boot(bmc, m, &access, &run, AgentRunConfig::Provision(config), image).await;
+            return self
+                .boot(bmc, m, &access, &run, AgentRunConfig::Provision(config), image, self.settings.agent_token_ttl)
+                .await;
         };
         let report = run.report.clone();
         let Some(report) = report else {
