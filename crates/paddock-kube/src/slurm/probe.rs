@@ -17,11 +17,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
-use paddock_domain::driver::{BoxFuture, DriverError, TenantAccess};
+use paddock_domain::driver::{demand_unsupported, BoxFuture, DriverError, TenantAccess};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tracing::debug;
 
+use super::demand::{parse_jobs, parse_nodes, SlurmQueue};
 use super::{NAMESPACE, RESTAPI_PORT, RESTAPI_SERVICE, SECRET_JWT, SECRET_JWT_KEY};
 use crate::KubeError;
 
@@ -50,6 +51,19 @@ pub trait SlurmProbe: Send + Sync {
         slurm_node: &'a str,
         reason: &'a str,
     ) -> BoxFuture<'a, Result<Option<bool>, DriverError>>;
+
+    /// Every job and every node slurmctld knows (`GET /slurm/<version>/jobs/` and
+    /// `GET /slurm/<version>/nodes/`), for the demand of elastic pools (`slurm/demand.rs`).
+    /// Speaks `version` as `ping` does. A stand-in that cannot answer it says
+    /// `demand_unsupported`.
+    fn queue<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        version: &'a str,
+    ) -> BoxFuture<'a, Result<SlurmQueue, DriverError>> {
+        let _ = (tenant, version);
+        Box::pin(async { Err(demand_unsupported()) })
+    }
 }
 
 /// slurmrestd through the tenant API server's service proxy (see the module documentation).
@@ -203,7 +217,37 @@ impl ServiceProxyProbe {
     }
 }
 
+impl ServiceProxyProbe {
+    /// `GET` `path` (below `/slurm/<version>/`), which must answer.
+    async fn read(&self, tenant: &TenantAccess, version: &str, path: &str) -> Result<String, DriverError> {
+        self.call(tenant, ("GET", version, path), None).await?.ok_or_else(|| {
+            let message = format!("slurmrestd does not serve GET /slurm/{version}/{path} (404)");
+            DriverError::transient("slurm_rest_not_found", message)
+        })
+    }
+
+    /// See [`SlurmProbe::queue`]. An answer that is not the documented shape, or that reports
+    /// errors, is a transient failure (slurmctld may be restarting).
+    pub async fn queue(&self, tenant: &TenantAccess, version: &str) -> Result<SlurmQueue, DriverError> {
+        let invalid = |what: &str, why: String| {
+            DriverError::transient("slurm_rest_answer_invalid", format!("slurmrestd's {what} of {version}: {why}"))
+        };
+        let jobs = parse_jobs(&self.read(tenant, version, "jobs/").await?).map_err(|e| invalid("job list", e))?;
+        let nodes = parse_nodes(&self.read(tenant, version, "nodes/").await?).map_err(|e| invalid("node list", e))?;
+        debug!(cluster.id = %tenant.cluster.cluster_id, jobs = jobs.len(), nodes = nodes.len(), "read Slurm's queue");
+        Ok(SlurmQueue { jobs, nodes })
+    }
+}
+
 impl SlurmProbe for ServiceProxyProbe {
+    fn queue<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        version: &'a str,
+    ) -> BoxFuture<'a, Result<SlurmQueue, DriverError>> {
+        ServiceProxyProbe::queue(self, tenant, version).boxed()
+    }
+
     fn ping<'a>(&'a self, tenant: &'a TenantAccess, version: &'a str) -> BoxFuture<'a, Result<bool, DriverError>> {
         ServiceProxyProbe::ping(self, tenant, version).boxed()
     }

@@ -188,6 +188,7 @@ impl Autoscaler {
                 taints: pool.spec.taints.clone(),
                 cpu_cores: pool.class_size.0,
                 memory_gib: pool.class_size.1,
+                gpus: pool.gpu_count,
             })
             .collect()
     }
