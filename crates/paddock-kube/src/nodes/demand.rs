@@ -246,7 +246,7 @@ fn node_size(pool: &DemandPool) -> Request {
 /// larger than a node are left out. Returns (the requests that fit a node, the nodes).
 pub fn nodes_needed(requests: &[Request], size: Request) -> (u32, u32) {
     let mut sorted: Vec<Request> = requests.iter().copied().filter(|r| r.fits(size)).collect();
-    sorted.sort_by(|a, b| (b.cpu_milli, b.memory, b.gpus).cmp(&(a.cpu_milli, a.memory, a.gpus)));
+    sorted.sort_by_key(|r| std::cmp::Reverse((r.cpu_milli, r.memory, r.gpus)));
     // Room left on each node opened so far, and its pods.
     let mut nodes: Vec<(Request, u64)> = Vec::new();
     for r in &sorted {
