@@ -152,6 +152,44 @@ async fn an_elastic_pool_grows_with_pending_jobs_within_max_and_shrinks_to_zero_
     lab.check_invariants().await;
 }
 
+/// The sweep job's `updated_at` (every run ends by queueing it again).
+async fn sweep_runs(lab: &Lab) -> Option<chrono::DateTime<chrono::Utc>> {
+    sqlx::query_scalar("select max(updated_at) from jobs where kind = 'cluster_autoscale' and target_type = 'fleet'")
+        .fetch_one(&lab.app.db.pool)
+        .await
+        .expect("the sweep")
+}
+
+/// At rest one sweep watches every elastic pool: a cluster's own check runs only when a decision
+/// would write, so a pool without demand has none queued or running once it is ready, however
+/// many sweeps pass; demand arms it again.
+#[tokio::test]
+async fn at_rest_the_sweep_watches_and_no_cluster_check_runs() {
+    let lab = elastic_lab().await;
+    machine_class(&lab.app, "cpu", 0).await;
+    lab.available("cpu", &["r1"]).await;
+    let created = lab.create(elastic_kubernetes("calm", 1)).await;
+    let (cluster, seat) = (id(&created["cluster"]), lab.own());
+    let pool = pool_named(&created["cluster"], "work");
+    lab.ready(&cluster).await;
+    let own = format!(
+        "select count(*) from jobs where target_id = '{cluster}' and kind = 'cluster_autoscale' \
+         and state in ('queued', 'running')"
+    );
+    eventually(WAIT, || async { (count(&lab.app, &own).await == 0).then_some(()) }).await;
+    // Sweeps after that (each run moves the job twice: claimed, queued again): none of them armed
+    // the cluster's check.
+    let mut seen = sweep_runs(&lab).await;
+    for _ in 0..4 {
+        seen = Some(eventually(WAIT, || async { sweep_runs(&lab).await.filter(|at| Some(*at) > seen) }).await);
+        assert_eq!(count(&lab.app, &own).await, 0, "a sweep at rest armed the cluster's check");
+    }
+    assert!(scalings(&lab, &pool).await.is_empty());
+    // Demand: a sweep arms the cluster's check, which grows the pool.
+    demand(&lab, &cluster, 1, 1, 0).await;
+    pool_at(&lab, &seat, &cluster, &pool, 1).await;
+}
+
 #[tokio::test]
 async fn a_scaling_never_moves_the_spec_and_count_is_the_autoscalers() {
     let app = TestApp::served().await;
@@ -366,7 +404,13 @@ async fn workers_killed_around_scaling_decisions_never_allocate_twice_nor_leave_
             .set_demand(cluster_id, "work", SimDemand { pending_jobs: busy, pending_nodes: busy, busy_nodes: 0 })
             .await
             .expect("knob");
-        // The kill's timing (not a wait for a condition): spread over a decision's life.
+        // The decision first (a loaded machine may take longer than a round to come to it), then
+        // the kill's timing (not a wait for a condition): spread over the decision's life.
+        eventually(WAIT, || async {
+            let p = view(format!("{cluster_at}/node-pools/{pool}")).await;
+            (p["status"]["desired_count"] == busy).then_some(())
+        })
+        .await;
         tokio::time::sleep(Duration::from_millis(40 + (round * 97) % 400)).await;
         drop(worker);
         worker = killable_worker(&app, &settings, &format!("w{}", round + 1));

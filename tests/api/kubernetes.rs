@@ -69,6 +69,7 @@ use tokio::sync::watch;
 
 use crate::common::{id, machine_class, tenant};
 
+mod autoscale;
 mod crash;
 mod nodes;
 mod operator;

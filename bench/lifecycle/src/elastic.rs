@@ -3,7 +3,8 @@
 //! with one autoscaled pool each (min 0, max 1, no machine held, no demand), dealt over `tenants`
 //! tenants, a fresh paddock
 //! process measured for `seconds` with the demand checks moved out of the window (the baseline),
-//! then at `PADDOCK_AUTOSCALE_INTERVAL` (15 s, spread over it as a fleet at rest has them).
+//! then at `PADDOCK_AUTOSCALE_INTERVAL` (15 s: the one demand sweep every interval, each reading
+//! every pool's demand; a cluster's own check runs only when a decision would write).
 //! (2) Paddock's own time from pending demand to the node joining: zero simulated latency, a
 //! wiped machine available, demand for one node set on one pool at a time; the database's clock
 //! gives when the demand was set, when the autoscaler decided (the scaling operation's

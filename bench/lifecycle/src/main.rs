@@ -177,8 +177,8 @@ async fn serve(database_url: &str, args: &Args) -> anyhow::Result<()> {
     {
         // As `paddock serve` does at a worker's start.
         let mut conn = store.conn().await?;
-        let armed = paddock_store::autoscale::arm_unarmed(&mut conn, autoscale_interval).await?;
-        eprintln!("serve: armed the demand checks of {armed} clusters with autoscaled pools");
+        paddock_store::autoscale::enqueue_sweep(&mut conn, Duration::ZERO).await?;
+        eprintln!("serve: enqueued the demand sweep of elastic pools");
     }
     if !drift_interval.is_zero() {
         // As `paddock serve` does at a worker's start.

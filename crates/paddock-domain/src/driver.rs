@@ -313,6 +313,8 @@ pub struct DemandPool {
     pub cpu_cores: u32,
     /// Memory per machine of its class, GiB.
     pub memory_gib: u32,
+    /// GPUs per machine of its class.
+    pub gpus: u32,
 }
 
 /// What a pool's workload asks of it, as its scheduler reports it.
@@ -321,7 +323,8 @@ pub struct PoolDemand {
     /// Jobs pending in the pool's partitions (`slurm`), or unschedulable pods that would fit the
     /// pool (`kubernetes`).
     pub pending: u32,
-    /// The nodes those ask for beyond what is free.
+    /// The nodes those need besides the busy ones (what is pending runs on no node yet): the
+    /// pool wants its busy nodes plus these.
     pub pending_nodes: u32,
     /// The pool's nodes the scheduler knows.
     pub nodes: u32,

@@ -113,6 +113,15 @@ pub enum KubeError {
         /// The limit.
         max: usize,
     },
+    /// A tenant cluster holds more running and pending pods than the demand read of its elastic
+    /// pools reads ([`crate::nodes::NodeLimits`]). Transient: the pods may end.
+    #[error("tenant cluster {cluster_id} runs more than {max} pods")]
+    TooManyPods {
+        /// The tenant cluster.
+        cluster_id: ClusterId,
+        /// The limit.
+        max: usize,
+    },
     /// An object could not be encoded as JSON to compare it with what the API server holds.
     #[error("encoding {kind} {name} as JSON")]
     Encode {
@@ -160,7 +169,7 @@ impl KubeError {
             // The reconciler ensures isolation before the control plane; the next run creates it.
             Self::NamespaceMissing { .. } => true,
             Self::BindingPending { .. } => true,
-            Self::TooManyNodes { .. } => true,
+            Self::TooManyNodes { .. } | Self::TooManyPods { .. } => true,
             Self::Api { source, .. } => source_is_transient(source),
         }
     }
@@ -181,6 +190,7 @@ impl KubeError {
             Self::TenantCa { .. } => "tenant_ca_invalid",
             Self::TenantToken { .. } => "tenant_token_missing",
             Self::TooManyNodes { .. } => "tenant_nodes_over_limit",
+            Self::TooManyPods { .. } => "tenant_pods_over_limit",
             Self::Encode { .. } => "kube_encode_error",
         }
     }

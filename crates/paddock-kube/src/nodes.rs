@@ -58,7 +58,10 @@ use crate::csr;
 use crate::isolation::MANAGER;
 use crate::KubeError;
 
+mod demand;
 mod driver;
+
+pub use demand::{demand_of, fits_pool, nodes_needed, pod_request, pool_labels, quantity, unschedulable, Request};
 
 /// The label naming a Node's pool (its value is the pool's name; Slurm's NodeSet selects on it).
 pub const LABEL_NODE_POOL: &str = "paddock.dev/node-pool";
@@ -326,6 +329,9 @@ pub struct NodeLimits {
     /// The most Nodes read from one tenant cluster; past it the list fails (transient, the tenant
     /// may delete some) instead of growing the worker's memory with it.
     pub max_nodes: usize,
+    /// The most running and pending pods read from one tenant cluster for the demand of its
+    /// elastic pools; past it the read fails (transient).
+    pub max_pods: usize,
     /// The client timeouts ([`crate::timeouts::Timeouts`]).
     pub timeouts: crate::timeouts::Timeouts,
     /// The largest answer read ([`crate::timeouts::MAX_TENANT_RESPONSE_BYTES`]).
@@ -337,6 +343,7 @@ impl Default for NodeLimits {
         Self {
             page: 500,
             max_nodes: 10_000,
+            max_pods: 100_000,
             timeouts: crate::timeouts::Timeouts::default(),
             max_response_bytes: crate::timeouts::MAX_TENANT_RESPONSE_BYTES,
         }

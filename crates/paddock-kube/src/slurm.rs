@@ -82,6 +82,10 @@
 //! is a fault). Tested against a slurmrestd stand-in; the real-Slurm proof comes with the
 //! real-Slurm path.
 //!
+//! Demand ([`SlurmDriver::job_demand`], elastic pools): the jobs and nodes slurmctld knows, read
+//! through slurmrestd ([`SlurmProbe::queue`]) in the pinned version, become each pool's pending
+//! work and idle nodes by the rules of `slurm/demand.rs`.
+//!
 //! Removing ([`SlurmDriver::remove_slurm`]): every NodeSet paddock applied, the LoginSet,
 //! RestApi, Controller and Accounting, MariaDB (StatefulSet, Service, PVCs), the ConfigMap and the
 //! Secrets; `Gone` once none is left. The namespace stays (objects the operator created are
@@ -90,6 +94,7 @@
 //! Known limit: a pool named like one of the fixed names (`slurm-mariadb`, `slurm-controller`,
 //! ...) would have NodeSet pods named like those objects' pods.
 
+mod demand;
 mod health;
 pub mod objects;
 mod probe;
@@ -104,8 +109,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, 
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, Client, Resource};
 use paddock_domain::driver::{
-    BoxFuture, DriverError, Removal, SlurmDesired, SlurmDrain, SlurmDriver, SlurmFault, SlurmNodeState, SlurmPool,
-    SlurmStatus, SlurmVersion, TenantAccess,
+    BoxFuture, Demand, DemandPool, DriverError, Removal, SlurmDesired, SlurmDrain, SlurmDriver, SlurmFault,
+    SlurmNodeState, SlurmPool, SlurmStatus, SlurmVersion, TenantAccess,
 };
 use paddock_domain::stack::{self, SlurmImages, SlurmRelease, StackDefinition};
 use paddock_types::cluster::{NodePoolRole, SlurmSpec};
@@ -115,15 +120,15 @@ use serde::Serialize;
 use serde_json::Value;
 use tracing::{debug, info, instrument};
 
+pub use demand::{
+    curable, demand_of, parse_jobs, parse_nodes, NoVal, SlurmJob, SlurmNode, SlurmQueue, CURABLE_REASONS,
+};
 use objects::{
     accounting, config_files, controller, controller_pods, crash_loop, deployment_ready, has_gpus, labels,
     login_host_keys, loginset, mariadb_service, mariadb_statefulset, nodeset, nodeset_progress, restapi, secret_bodies,
     service_address, statefulset_ready,
 };
-pub use probe::{
-    needs_drain, node_drained, nodes_of, ping_succeeded, ServiceProxyProbe, SlurmNode, SlurmProbe, REASON_PREFIX,
-    SLURM_USER,
-};
+pub use probe::{needs_drain, node_drained, ping_succeeded, ServiceProxyProbe, SlurmProbe, REASON_PREFIX, SLURM_USER};
 pub use release::{handed_over, replicas, ANNOTATION_HANDED_OVER, ANNOTATION_POD_DELETION_COST, HANDED_OVER_COST};
 
 use crate::apply::{get_and_converge, Target};
@@ -616,6 +621,20 @@ impl SlinkyDriver {
         self.drain_and_hand_over(tenant, images.rest_api_version(), node_name).await
     }
 
+    /// The demand of `pools` (the rules of `slurm/demand.rs`), read through slurmrestd in the version
+    /// `slurm`'s release pins.
+    #[instrument(skip_all, fields(cluster.id = %tenant.cluster.cluster_id))]
+    pub async fn job_demand(
+        &self,
+        tenant: &TenantAccess,
+        slurm: &SlurmVersion,
+        pools: &[DemandPool],
+    ) -> Result<Demand, DriverError> {
+        let images = self.settings.catalog.images(&slurm.stack_version, &slurm.version)?;
+        let queue = self.probe.queue(tenant, images.rest_api_version()).await?;
+        Ok(demand_of(pools, &queue))
+    }
+
     /// Deletes the cluster's Slurm; `Gone` once none of its objects is left.
     #[instrument(skip_all, fields(cluster.id = %tenant.cluster.cluster_id))]
     pub async fn remove_slurm(&self, tenant: &TenantAccess) -> Result<Removal, DriverError> {
@@ -717,5 +736,14 @@ impl SlurmDriver for SlinkyDriver {
         slurm: &'a SlurmVersion,
     ) -> BoxFuture<'a, Result<Vec<SlurmNodeState>, DriverError>> {
         SlinkyDriver::node_states(self, tenant, slurm).boxed()
+    }
+
+    fn job_demand<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        slurm: &'a SlurmVersion,
+        pools: &'a [DemandPool],
+    ) -> BoxFuture<'a, Result<Demand, DriverError>> {
+        SlinkyDriver::job_demand(self, tenant, slurm, pools).boxed()
     }
 }

@@ -429,16 +429,29 @@ pub async fn machines_of(
     .bind(cluster.uuid())
     .fetch_all(conn)
     .await?;
-    rows.iter()
-        .map(|row| {
-            Ok(HeldMachine {
-                id: MachineId(row.try_get("id")?),
-                node_pool_id: NodePoolId(row.try_get("node_pool_id")?),
-                state: crate::parse_state(row.try_get("state")?, MachineState::parse)?,
-                status_version: row.try_get("status_version")?,
-                node_name: row.try_get("node_name")?,
-                system_uuid: row.try_get("system_uuid")?,
-            })
-        })
-        .collect()
+    rows.iter().map(held_machine).collect()
+}
+
+/// Every machine `clusters` hold ACROSS TENANTS (the demand sweep's one read of them), each with
+/// its cluster, by id.
+pub async fn machines_of_any(conn: &mut Conn, clusters: &[Uuid]) -> Result<Vec<(ClusterId, HeldMachine)>, StoreError> {
+    let rows = sqlx::query(
+        "select id, cluster_id, node_pool_id, state, status_version, node_name, system_uuid from machines \
+         where cluster_id = any($1) order by id",
+    )
+    .bind(clusters)
+    .fetch_all(conn)
+    .await?;
+    rows.iter().map(|row| Ok((ClusterId(row.try_get("cluster_id")?), held_machine(row)?))).collect()
+}
+
+fn held_machine(row: &sqlx::postgres::PgRow) -> Result<HeldMachine, StoreError> {
+    Ok(HeldMachine {
+        id: MachineId(row.try_get("id")?),
+        node_pool_id: NodePoolId(row.try_get("node_pool_id")?),
+        state: crate::parse_state(row.try_get("state")?, MachineState::parse)?,
+        status_version: row.try_get("status_version")?,
+        node_name: row.try_get("node_name")?,
+        system_uuid: row.try_get("system_uuid")?,
+    })
 }

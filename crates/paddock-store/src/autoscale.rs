@@ -1,18 +1,35 @@
-//! Elastic pools (docs/tenants.md, "Elastic pools"): the demand checks' job and what bounds an
-//! autoscaler's target besides the pool's `max`. Every cluster with an autoscaled pool has one
-//! queued [`CLUSTER_AUTOSCALE`] job; it shares the cluster's target with its reconcile job, so
-//! the queue never runs the two at once. It is armed in the transaction that makes a pool
-//! autoscaled, and by [`arm_unarmed`] at every worker start.
+//! Elastic pools (docs/tenants.md, "Elastic pools"): the demand checks' jobs and what bounds an
+//! autoscaler's target besides the pool's `max`. Two kinds of target share the job kind
+//! [`CLUSTER_AUTOSCALE`]:
+//! - **the sweep** (one job, a fixed target id, [`FLEET_TARGET_TYPE`]): every
+//!   `PADDOCK_AUTOSCALE_INTERVAL` it reads every watched cluster, its pools and its machines in
+//!   three statements ([`watched`]), reads each cluster's demand through its driver and decides
+//!   in memory; it writes nothing, and arms a cluster's own job where a decision would write.
+//!   Enqueued at every worker start (merged into the queued one) and by every cluster job's run;
+//! - **a cluster's job** (its target the cluster, so the queue never runs it beside the cluster's
+//!   reconcile): reads, decides and writes once, as the sweep or a change of a pool's
+//!   autoscaling armed it ([`arm`], in the transaction that made the pool autoscaled).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
+use paddock_domain::cluster::NodePool;
 use paddock_domain::job_kind::CLUSTER_AUTOSCALE;
 use paddock_domain::machine::HELD;
 use paddock_types::machine::MachineState;
 use paddock_types::{ClusterId, MachineClassId, TenantId};
+use serde_json::json;
 use uuid::Uuid;
 
-use crate::{job, Conn, StoreError};
+use crate::allocation::{self, HeldMachine};
+use crate::{cluster, job, node_pool, Conn, StoreError};
+
+/// The target type of the sweep.
+pub const FLEET_TARGET_TYPE: &str = "fleet";
+
+/// The fixed target id of the sweep: one queued job per (target, kind) keeps it a singleton
+/// however many workers enqueue it.
+const SWEEP_TARGET: Uuid = Uuid::from_u128(0x7061_6464_6f63_6b00_0000_0000_0000_0002);
 
 /// Queues the cluster's demand check `after` from now (merged into a queued one: the earlier
 /// wins).
@@ -20,21 +37,54 @@ pub async fn arm(conn: &mut Conn, tenant: TenantId, cluster: ClusterId, after: D
     job::arm_cluster(conn, CLUSTER_AUTOSCALE, tenant, cluster, after).await
 }
 
-/// Arms the demand check of every live cluster with an autoscaled pool that has none queued or
-/// running, each due at a random moment within `interval`; how many it armed. One read and one
-/// insert, however many clusters.
-pub async fn arm_unarmed(conn: &mut Conn, interval: Duration) -> Result<u64, StoreError> {
-    let unarmed: Vec<(Uuid, Uuid)> = sqlx::query_as(
-        "select distinct c.tenant_id, c.id from clusters c join node_pools p on p.cluster_id = c.id \
-         where p.autoscale_min is not null and p.deleted_at is null and p.deletion_requested_at is null \
-           and c.deletion_requested_at is null and c.deleted_at is null \
-           and not exists (select 1 from jobs j where j.target_id = c.id and j.kind = $1 \
-                           and j.state in ('queued', 'running'))",
-    )
-    .bind(CLUSTER_AUTOSCALE)
-    .fetch_all(&mut *conn)
-    .await?;
-    job::arm_clusters(conn, CLUSTER_AUTOSCALE, &unarmed, interval).await
+/// Queues the sweep `after` from now (merged into the queued one: the earlier wins).
+pub async fn enqueue_sweep(conn: &mut Conn, after: Duration) -> Result<(), StoreError> {
+    let run_at = chrono::Utc::now() + chrono::Duration::from_std(after).unwrap_or(chrono::Duration::MAX);
+    let new = job::NewJob {
+        kind: CLUSTER_AUTOSCALE,
+        target_type: FLEET_TARGET_TYPE,
+        target_id: SWEEP_TARGET,
+        payload: json!({}),
+        tenant_id: None,
+        operation_id: None,
+        run_at: Some(run_at),
+    };
+    job::enqueue(conn, &new).await?;
+    Ok(())
+}
+
+/// A cluster the sweep watches, with what a demand check reads of it.
+#[derive(Debug, Clone)]
+pub struct Watched {
+    /// The cluster, its tenant's name, its sealed admin kubeconfig.
+    pub elastic: cluster::ElasticCluster,
+    /// Its live pools.
+    pub pools: Vec<NodePool>,
+    /// The machines it holds.
+    pub held: Vec<HeldMachine>,
+}
+
+/// Every live cluster with a live autoscaled pool, across tenants, with its pools and machines:
+/// three statements however many clusters. Read in the caller's transaction, so the three agree.
+pub async fn watched(conn: &mut Conn) -> Result<Vec<Watched>, StoreError> {
+    let clusters = cluster::elastic(&mut *conn).await?;
+    let ids: Vec<Uuid> = clusters.iter().map(|c| c.cluster.id.uuid()).collect();
+    let mut pools: HashMap<ClusterId, Vec<NodePool>> = HashMap::new();
+    for pool in node_pool::of_any_clusters(&mut *conn, &ids).await? {
+        pools.entry(pool.cluster_id).or_default().push(pool);
+    }
+    let mut held: HashMap<ClusterId, Vec<HeldMachine>> = HashMap::new();
+    for (cluster, machine) in allocation::machines_of_any(&mut *conn, &ids).await? {
+        held.entry(cluster).or_default().push(machine);
+    }
+    Ok(clusters
+        .into_iter()
+        .map(|elastic| {
+            let pools = pools.remove(&elastic.cluster.id).unwrap_or_default();
+            let held = held.remove(&elastic.cluster.id).unwrap_or_default();
+            Watched { elastic, pools, held }
+        })
+        .collect())
 }
 
 /// What bounds the targets of one cluster's autoscaled pools besides their `max`: per class, the

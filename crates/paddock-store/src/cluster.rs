@@ -123,6 +123,59 @@ async fn select(conn: &mut Conn, tenant: TenantId, id: ClusterId, lock: &str) ->
     row.map(Cluster::try_from).transpose()
 }
 
+/// A cluster as the demand sweep reads it: with its tenant's name, its sealed admin kubeconfig
+/// and when it was last said that its demand cannot be read.
+#[derive(sqlx::FromRow)]
+struct ElasticRow {
+    #[sqlx(flatten)]
+    cluster: ClusterRow,
+    tenant_name: Option<String>,
+    admin_kubeconfig_enc: Option<Vec<u8>>,
+    unreadable_at: Option<DateTime<Utc>>,
+}
+
+/// A cluster with an autoscaled pool, as the demand sweep reads it.
+#[derive(Debug, Clone)]
+pub struct ElasticCluster {
+    /// The cluster.
+    pub cluster: Cluster,
+    /// Its tenant's name.
+    pub tenant_name: String,
+    /// Its sealed admin kubeconfig, once written.
+    pub admin_kubeconfig: Option<Vec<u8>>,
+    /// Its last `AutoscalingUnavailable` event, if any.
+    pub unreadable_at: Option<DateTime<Utc>>,
+}
+
+/// Every live cluster, not being deleted, with a live autoscaled pool, ACROSS TENANTS (the demand
+/// sweep's one read of its clusters, a provider-side job like the power sync's), by id. A
+/// cluster whose tenant is gone is left out.
+pub async fn elastic(conn: &mut Conn) -> Result<Vec<ElasticCluster>, StoreError> {
+    let rows: Vec<ElasticRow> = sqlx::query_as(&format!(
+        "select {CLUSTER_COLUMNS}, admin_kubeconfig_enc, \
+                (select t.name from tenants t where t.id = clusters.tenant_id and t.deleted_at is null) as tenant_name, \
+                (select max(e.at) from cluster_events e where e.cluster_id = clusters.id \
+                   and e.reason = 'AutoscalingUnavailable') as unreadable_at \
+         from clusters where deleted_at is null and deletion_requested_at is null \
+           and exists (select 1 from node_pools p where p.cluster_id = clusters.id and p.autoscale_min is not null \
+                       and p.deleted_at is null and p.deletion_requested_at is null) \
+         order by id"
+    ))
+    .fetch_all(conn)
+    .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let Some(tenant_name) = row.tenant_name else { continue };
+        out.push(ElasticCluster {
+            cluster: Cluster::try_from(row.cluster)?,
+            tenant_name,
+            admin_kubeconfig: row.admin_kubeconfig_enc,
+            unreadable_at: row.unreadable_at,
+        });
+    }
+    Ok(out)
+}
+
 /// A tenant's live clusters after `after`, by id.
 pub async fn list(
     conn: &mut Conn,

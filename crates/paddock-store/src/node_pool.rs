@@ -172,6 +172,17 @@ pub async fn of_clusters(conn: &mut Conn, tenant: TenantId, clusters: &[Uuid]) -
     rows.into_iter().map(NodePool::try_from).collect()
 }
 
+/// The live pools of `clusters` ACROSS TENANTS (the demand sweep reads every watched cluster's
+/// pools at once; each pool carries its tenant), by id.
+pub async fn of_any_clusters(conn: &mut Conn, clusters: &[Uuid]) -> Result<Vec<NodePool>, StoreError> {
+    let rows: Vec<PoolRow> =
+        sqlx::query_as(&format!("{POOL_SELECT} where p.cluster_id = any($1) and p.deleted_at is null order by p.id"))
+            .bind(clusters)
+            .fetch_all(conn)
+            .await?;
+    rows.into_iter().map(NodePool::try_from).collect()
+}
+
 /// One live pool of a cluster.
 pub async fn get(
     conn: &mut Conn,

@@ -277,9 +277,6 @@ fn build_deliverer(settings: &Settings, services: &Services) -> anyhow::Result<p
     .context("the webhook deliveries")
 }
 
-/// Over how long the demand checks armed at a worker's start are spread.
-const AUTOSCALE_ARM_SPREAD: Duration = Duration::from_secs(15);
-
 /// The worker: runs the reconcile jobs of the durable queue, and does the housekeeping.
 async fn run_worker(services: Services, worker: Worker, drift_interval: Duration, mut stop: watch::Receiver<bool>) {
     let store = services.store().clone();
@@ -309,17 +306,16 @@ async fn run_worker(services: Services, worker: Worker, drift_interval: Duration
             Err(e) => tracing::warn!(error = &e as &dyn std::error::Error, "the drift checks could not be armed"),
         }
     }
-    // The demand checks of clusters with autoscaled pools that have none (a failure is not
-    // fatal: the next start arms them; pools made autoscaled arm their own).
-    let armed = async {
+    // The demand sweep of elastic pools: merged into the queued one when another worker (or an
+    // earlier start) enqueued it already. A failure is not fatal: a cluster's demand check and the
+    // next start enqueue it again.
+    let enqueued = async {
         let mut conn = store.conn().await?;
-        paddock_store::autoscale::arm_unarmed(&mut conn, AUTOSCALE_ARM_SPREAD).await
+        paddock_store::autoscale::enqueue_sweep(&mut conn, Duration::ZERO).await
     }
     .await;
-    match armed {
-        Ok(0) => {}
-        Ok(n) => tracing::info!(clusters = n, "armed the demand checks of {n} clusters with autoscaled pools"),
-        Err(e) => tracing::warn!(error = &e as &dyn std::error::Error, "the demand checks could not be armed"),
+    if let Err(e) = enqueued {
+        tracing::warn!(error = &e as &dyn std::error::Error, "the demand sweep could not be enqueued");
     }
     tracing::info!(worker.id = worker.id(), "worker {} started", worker.id());
     let mut jobs_stop = stop.clone();

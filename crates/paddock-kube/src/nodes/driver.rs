@@ -2,12 +2,21 @@
 
 use futures::FutureExt;
 use paddock_domain::driver::{
-    BoxFuture, Drain, DriverError, JoinConfig, NodeRef, NodeStatus, RegisteredNode, Removal, TenantAccess, TenantNodes,
+    BoxFuture, Demand, DemandPool, Drain, DriverError, JoinConfig, NodeRef, NodeStatus, RegisteredNode, Removal,
+    TenantAccess, TenantNodes,
 };
 
 use super::KubeTenantNodes;
 
 impl TenantNodes for KubeTenantNodes {
+    fn pod_demand<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        pools: &'a [DemandPool],
+    ) -> BoxFuture<'a, Result<Demand, DriverError>> {
+        KubeTenantNodes::pod_demand(self, tenant, pools).map(|r| r.map_err(DriverError::from)).boxed()
+    }
+
     fn join_config<'a>(
         &'a self,
         tenant: &'a TenantAccess,

@@ -42,7 +42,7 @@ impl SlinkyDriver {
             .into_iter()
             .filter_map(|n| {
                 let node_name = on_node.get(&n.name)?.clone();
-                Some(SlurmNodeState { slurm_node: n.name, node_name, states: n.states, reason: n.reason })
+                Some(SlurmNodeState { slurm_node: n.name, node_name, states: n.state, reason: n.reason })
             })
             .collect())
     }

@@ -17,11 +17,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
-use paddock_domain::driver::{BoxFuture, DriverError, TenantAccess};
+use paddock_domain::driver::{demand_unsupported, BoxFuture, DriverError, TenantAccess};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tracing::debug;
 
+use super::demand::{parse_jobs, parse_nodes, SlurmNode, SlurmQueue};
 use super::{NAMESPACE, RESTAPI_PORT, RESTAPI_SERVICE, SECRET_JWT, SECRET_JWT_KEY};
 use crate::KubeError;
 
@@ -58,32 +59,19 @@ pub trait SlurmProbe: Send + Sync {
         tenant: &'a TenantAccess,
         version: &'a str,
     ) -> BoxFuture<'a, Result<Vec<SlurmNode>, DriverError>>;
-}
 
-/// A Slurm node as slurmrestd reports it (`nodes[]` of `GET /slurm/<version>/nodes`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct SlurmNode {
-    /// Its name.
-    pub name: String,
-    /// Its state flags (`IDLE`, `DRAIN`, ...).
-    #[serde(default, rename = "state")]
-    pub states: Vec<String>,
-    /// Why it drains or is down; empty when nothing is said.
-    #[serde(default)]
-    pub reason: String,
-}
-
-/// The nodes of a `GET /slurm/<version>/nodes` answer; `None` for an answer that is not one, or
-/// that carries errors.
-pub fn nodes_of(body: &str) -> Option<Vec<SlurmNode>> {
-    #[derive(Deserialize)]
-    struct Answer {
-        nodes: Vec<SlurmNode>,
-        #[serde(default)]
-        errors: Vec<Value>,
+    /// Every job and every node slurmctld knows (`GET /slurm/<version>/jobs/` and
+    /// `GET /slurm/<version>/nodes/`), for the demand of elastic pools (`slurm/demand.rs`).
+    /// Speaks `version` as `ping` does. A stand-in that cannot answer it says
+    /// `demand_unsupported`.
+    fn queue<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        version: &'a str,
+    ) -> BoxFuture<'a, Result<SlurmQueue, DriverError>> {
+        let _ = (tenant, version);
+        Box::pin(async { Err(demand_unsupported()) })
     }
-    let answer: Answer = serde_json::from_str(body).ok()?;
-    answer.errors.is_empty().then_some(answer.nodes)
 }
 
 /// slurmrestd through the tenant API server's service proxy (see the module documentation).
@@ -242,16 +230,41 @@ impl ServiceProxyProbe {
     /// that answers but cannot reach its controller answers with `errors`).
     pub async fn nodes(&self, tenant: &TenantAccess, version: &str) -> Result<Vec<SlurmNode>, DriverError> {
         let Some(answer) = self.call(tenant, ("GET", version, "nodes"), None).await? else { return Ok(Vec::new()) };
-        nodes_of(&answer).ok_or_else(|| {
-            DriverError::transient(
-                "slurm_nodes_unreadable",
-                format!("slurmrestd GET /slurm/{version}/nodes gave no node list"),
-            )
+        parse_nodes(&answer).map_err(|why| {
+            DriverError::transient("slurm_nodes_unreadable", format!("slurmrestd GET /slurm/{version}/nodes: {why}"))
         })
+    }
+
+    /// `GET` `path` (below `/slurm/<version>/`), which must answer.
+    async fn read(&self, tenant: &TenantAccess, version: &str, path: &str) -> Result<String, DriverError> {
+        self.call(tenant, ("GET", version, path), None).await?.ok_or_else(|| {
+            let message = format!("slurmrestd does not serve GET /slurm/{version}/{path} (404)");
+            DriverError::transient("slurm_rest_not_found", message)
+        })
+    }
+
+    /// See [`SlurmProbe::queue`]. An answer that is not the documented shape, or that reports
+    /// errors, is a transient failure (slurmctld may be restarting).
+    pub async fn queue(&self, tenant: &TenantAccess, version: &str) -> Result<SlurmQueue, DriverError> {
+        let invalid = |what: &str, why: String| {
+            DriverError::transient("slurm_rest_answer_invalid", format!("slurmrestd's {what} of {version}: {why}"))
+        };
+        let jobs = parse_jobs(&self.read(tenant, version, "jobs/").await?).map_err(|e| invalid("job list", e))?;
+        let nodes = parse_nodes(&self.read(tenant, version, "nodes/").await?).map_err(|e| invalid("node list", e))?;
+        debug!(cluster.id = %tenant.cluster.cluster_id, jobs = jobs.len(), nodes = nodes.len(), "read Slurm's queue");
+        Ok(SlurmQueue { jobs, nodes })
     }
 }
 
 impl SlurmProbe for ServiceProxyProbe {
+    fn queue<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        version: &'a str,
+    ) -> BoxFuture<'a, Result<SlurmQueue, DriverError>> {
+        ServiceProxyProbe::queue(self, tenant, version).boxed()
+    }
+
     fn ping<'a>(&'a self, tenant: &'a TenantAccess, version: &'a str) -> BoxFuture<'a, Result<bool, DriverError>> {
         ServiceProxyProbe::ping(self, tenant, version).boxed()
     }
@@ -331,18 +344,24 @@ mod tests {
         let body = r#"{"nodes":[{"name":"cpu-0","state":["IDLE","DRAIN"],"reason":"paddock:hw: ecc",
             "reason_set_by_user":"root","partitions":["cpu"]},{"name":"cpu-1","state":["IDLE"],"reason":""},
             {"name":"cpu-2","state":["MIXED"]}],"meta":{},"errors":[],"warnings":[]}"#;
-        let nodes = nodes_of(body).expect("a node list");
+        let nodes = parse_nodes(body).expect("a node list");
         let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+        let node = |name: &str, state: &[&str], reason: &str| SlurmNode {
+            name: name.into(),
+            state: s(state),
+            reason: reason.into(),
+            ..SlurmNode::default()
+        };
         assert_eq!(
             nodes,
             [
-                SlurmNode { name: "cpu-0".into(), states: s(&["IDLE", "DRAIN"]), reason: "paddock:hw: ecc".into() },
-                SlurmNode { name: "cpu-1".into(), states: s(&["IDLE"]), reason: String::new() },
-                SlurmNode { name: "cpu-2".into(), states: s(&["MIXED"]), reason: String::new() },
+                node("cpu-0", &["IDLE", "DRAIN"], "paddock:hw: ecc"),
+                node("cpu-1", &["IDLE"], ""),
+                node("cpu-2", &["MIXED"], "")
             ]
         );
-        assert_eq!(nodes_of(r#"{"nodes":[],"errors":[{"error":"Unable to contact slurmctld"}]}"#), None);
-        assert_eq!(nodes_of("not json"), None);
+        assert!(parse_nodes(r#"{"nodes":[],"errors":[{"error":"Unable to contact slurmctld"}]}"#).is_err());
+        assert!(parse_nodes("not json").is_err());
     }
 
     #[test]

@@ -38,7 +38,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};
 use kube::api::{DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use kube::discovery::Scope;
 use kube::{Api, Client};
-use paddock_domain::driver::{SlurmDesired, SlurmPool, SlurmSecrets, SlurmVersion, TenantAccess};
+use paddock_domain::driver::{DemandPool, SlurmDesired, SlurmPool, SlurmSecrets, SlurmVersion, TenantAccess};
 use paddock_domain::secret::SecretString;
 use paddock_kube::nodes::LABEL_NODE_POOL;
 use paddock_kube::slurm::{self, SlinkySettings, SECRET_JWT, SECRET_JWT_KEY, SECRET_SLURM_KEY};
@@ -347,10 +347,46 @@ async fn the_real_operator_reconciles_what_the_slurm_driver_writes() {
     assert_workloads(&admin, &ns, &want, &tenant).await;
     assert_slurm_nodes(&mut alive, &restd, &admin, &ns, &compute).await;
     assert_fault_reports_read(&restd, &driver, &tenant, &admin, &ns).await;
+    assert_demand(&driver, &tenant, &restd, &compute).await;
 
     drop(alive);
     support::delete(&server).await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// paddock's demand read of elastic pools (its probe, through the API server's service proxy, on
+/// the stand-in's v0.0.42 job and node lists) finds each pool's Slurm nodes by what the REAL
+/// operator gave them (the NodeSet's feature, its pod's information in the node's comment), on
+/// the pool's Nodes and idle; a job waiting in a pool's partition is that pool's demand.
+async fn assert_demand(driver: &SlinkyDriver, tenant: &TenantAccess, restd: &restd::StandInRestd, pools: &[SlurmPool]) {
+    let asked: Vec<DemandPool> = pools
+        .iter()
+        .map(|p| DemandPool {
+            node_pool_id: p.node_pool_id,
+            name: p.name.clone(),
+            partitions: vec![p.name.clone()],
+            node_names: p.node_names.clone(),
+            labels: BTreeMap::new(),
+            taints: p.taints.clone(),
+            cpu_cores: 16,
+            memory_gib: 64,
+            gpus: p.gpus_per_node,
+        })
+        .collect();
+    let version = SlurmVersion { stack_version: STACK.to_owned(), version: SLURM_VERSION.to_owned() };
+    let at_rest = driver.job_demand(tenant, &version, &asked).await.expect("the demand at rest");
+    for (pool, demand) in pools.iter().zip(&at_rest.pools) {
+        let counts = (demand.nodes, demand.idle_nodes, demand.pending, demand.pending_nodes);
+        assert_eq!(counts, (pool.count, pool.count, 0, 0), "pool {}: {demand:?}", pool.name);
+    }
+    let on_pool_nodes = pools.iter().flat_map(|p| &p.node_names).collect::<BTreeSet<_>>();
+    assert!(at_rest.idle_node_names.iter().all(|n| on_pool_nodes.contains(n)), "{:?}", at_rest.idle_node_names);
+    let idle: usize = pools.iter().map(|p| p.count as usize).sum();
+    assert_eq!(at_rest.idle_node_names.len(), idle, "{:?}", at_rest.idle_node_names);
+
+    restd.submit(&pools[0].name, 3, 4);
+    let waiting = driver.job_demand(tenant, &version, &asked).await.expect("the demand with a job waiting");
+    assert_eq!((waiting.pools[0].pending, waiting.pools[0].pending_nodes), (1, 3), "{waiting:?}");
 }
 
 async fn assert_placement(client: &Client, ns: &str, pools: &[SlurmPool], nodes: &BTreeMap<String, BTreeSet<String>>) {

@@ -726,10 +726,11 @@ async fn the_slurm_nodes_of_nodeset_pods_are_read_with_the_node_they_run_on() {
         .await
         .expect("ensure");
     let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
-    let slurm_node = |name: &str, states: &[&str], reason: &str| SlurmNode {
+    let slurm_node = |name: &str, state: &[&str], reason: &str| SlurmNode {
         name: name.into(),
-        states: s(states),
+        state: s(state),
         reason: reason.into(),
+        ..SlurmNode::default()
     };
     *probe.nodes_answer.lock().expect("lock") =
         vec![slurm_node("cpu-0", &["IDLE", "DRAIN"], "paddock:hw: GPU 3 ECC"), slurm_node("cpu-9", &["IDLE"], "")];

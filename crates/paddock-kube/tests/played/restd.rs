@@ -2,12 +2,16 @@
 //! that slurm-client v1.2.1 calls for the operator (nodes, reservations, jobs), answering only
 //! tokens signed with the JWT key paddock wrote (HS256, `sun` = `slurm`, `exp` required), and
 //! `v0.0.42`'s ping, node list and node read/update for paddock's own probe (its drain, and its
-//! read of the nodes' drain reasons). Its Slurm nodes are the slurmd pods the played
+//! read of the nodes' drain reasons), and job and node lists (the demand of elastic pools). Its
+//! Slurm nodes are the slurmd pods the played
 //! kubelet started ([`StandInRestd::register`], as `slurmd -Z --conf ...` registers a dynamic
 //! node with slurmctld); updates (comment, DRAIN/UNDRAIN with their reason, as slurmctld keeps a
 //! reason until the node resumes) are kept and readable by the test, each in the order it came
 //! ([`StandInRestd::updates`]). A test can play a job on a node ([`StandInRestd::set_job`]:
-//! ALLOCATED instead of IDLE), so that a DRAIN waits for it as slurmctld's does.
+//! ALLOCATED instead of IDLE), so that a DRAIN waits for it as slurmctld's does, and submit jobs
+//! that wait in a partition ([`StandInRestd::submit`]: PENDING, as `sbatch` leaves a job no node
+//! can take yet). The v0.0.42 lists answer the shapes of Slurm's OpenAPI for v0.0.42
+//! (`v0.0.42_openapi_job_info_resp`, `v0.0.42_openapi_nodes_resp`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -38,6 +42,23 @@ pub struct SlurmNode {
     pub reason: String,
 }
 
+/// A job as the stand-in holds it: what `sbatch` asked for, and where slurmctld has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlayedJob {
+    /// Its id.
+    pub id: u64,
+    /// Its partition(s), comma-separated.
+    pub partition: String,
+    /// `PENDING` or `RUNNING`.
+    pub state: String,
+    /// Why it waits (`Resources`, `Dependency`, ...; `None` once running).
+    pub reason: String,
+    /// Nodes asked for (`-N`).
+    pub nodes: u32,
+    /// CPUs asked for (`-n` times `-c`).
+    pub cpus: u32,
+}
+
 /// One node update the stand-in took, as it left the node.
 #[derive(Debug, Clone)]
 pub struct Update {
@@ -56,6 +77,7 @@ struct Inner {
     /// The JWT key; empty (every request refused) until [`StandInRestd::set_key`].
     key: Mutex<Vec<u8>>,
     nodes: Mutex<BTreeMap<String, SlurmNode>>,
+    jobs: Mutex<Vec<PlayedJob>>,
     /// `METHOD path` of every authorized request.
     seen: Mutex<BTreeSet<String>>,
     /// The same, in the order they came, with when.
@@ -84,10 +106,38 @@ fn not_found(what: &str) -> Answer {
 }
 
 fn node_json(name: &str, node: &SlurmNode) -> Value {
+    let busy = node.state.iter().any(|s| s == "ALLOCATED");
     json!({
-        "name": name, "hostname": name, "state": node.state, "features": node.features,
+        "name": name, "hostname": name, "address": name, "state": node.state, "features": node.features,
         "active_features": node.features, "gres": node.gres, "comment": node.comment, "reason": node.reason,
-        "cpus": 16, "real_memory": 65536,
+        // A NodeSet's partition is named after it.
+        "partitions": node.features, "architecture": "x86_64", "operating_system": "Linux",
+        "cpus": 16, "alloc_cpus": if busy { 16 } else { 0 }, "alloc_idle_cpus": if busy { 0 } else { 16 },
+        "real_memory": 65536, "alloc_memory": 0, "port": 6818, "weight": 1, "version": "25.11.4",
+        "slurmd_start_time": no_val(1_765_000_000), "last_busy": no_val(1_765_000_000),
+    })
+}
+
+/// A `v0.0.42_uint32_no_val_struct` (or `..._uint64_...`) holding `n`.
+fn no_val(n: u64) -> Value {
+    json!({ "set": true, "infinite": false, "number": n })
+}
+
+/// A job as `GET /slurm/v0.0.42/jobs/` lists it (`v0.0.42_job_info`: the fields slurmctld fills
+/// for a batch job; unset numbers are `set: false`).
+fn job_json(job: &PlayedJob) -> Value {
+    let unset = json!({ "set": false, "infinite": false, "number": 0 });
+    json!({
+        "account": "root", "batch_flag": true, "cluster": "slurm", "command": "/root/job.sh",
+        "current_working_directory": "/root", "job_id": job.id, "name": format!("job-{}", job.id),
+        "partition": job.partition, "job_state": [job.state], "state_reason": job.reason,
+        "state_description": "", "hold": false, "node_count": no_val(u64::from(job.nodes)),
+        "cpus": no_val(u64::from(job.cpus)), "tasks": no_val(u64::from(job.cpus)),
+        "cpus_per_task": no_val(1), "memory_per_node": unset, "memory_per_cpu": no_val(1024),
+        "minimum_cpus_per_node": no_val(1), "priority": no_val(4_294_901_759), "qos": "normal",
+        "shared": [], "tres_per_node": "", "tres_req_str": format!("cpu={},node={}", job.cpus, job.nodes),
+        "nodes": "", "time_limit": unset, "submit_time": no_val(1_765_000_000), "user_name": "root", "user_id": 0,
+        "group_name": "root", "group_id": 0, "exit_code": { "status": ["PENDING"], "return_code": unset },
     })
 }
 
@@ -121,6 +171,42 @@ impl StandInRestd {
             }
         }
         nodes.insert(name.to_owned(), node);
+    }
+
+    /// PLAYS THE OPERATOR writing a Slurm node its pod's information (`nodeSetName`, `node`).
+    pub fn set_comment(&self, name: &str, comment: &str) {
+        if let Some(node) = self.0.nodes.lock().expect("lock").get_mut(name) {
+            node.comment = comment.to_owned();
+        }
+    }
+
+    /// PLAYS `sbatch -p <partition> -N <nodes> -n <cpus>` that no node can take yet: a PENDING job
+    /// waiting for resources. Returns its id.
+    pub fn submit(&self, partition: &str, nodes: u32, cpus: u32) -> u64 {
+        let mut jobs = self.0.jobs.lock().expect("lock");
+        let id = 1000 + jobs.len() as u64;
+        let state = "PENDING".to_owned();
+        jobs.push(PlayedJob {
+            id,
+            partition: partition.to_owned(),
+            state,
+            reason: "Resources".to_owned(),
+            nodes,
+            cpus,
+        });
+        id
+    }
+
+    /// PLAYS slurmctld moving job `id` on: `RUNNING` (reason `None`), or gone once it ended.
+    pub fn set_job_state(&self, id: u64, state: Option<&str>) {
+        let mut jobs = self.0.jobs.lock().expect("lock");
+        match state {
+            Some(state) => jobs.iter_mut().filter(|j| j.id == id).for_each(|j| {
+                j.state = state.to_owned();
+                j.reason = if state == "PENDING" { "Resources" } else { "None" }.to_owned();
+            }),
+            None => jobs.retain(|j| j.id != id),
+        }
     }
 
     /// PLAYS A JOB on Slurm node `name`: running (ALLOCATED) or ended (IDLE).
@@ -188,6 +274,11 @@ impl StandInRestd {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .unwrap_or_else(|e| panic!("binding the slurmrestd stand-in to {addr}: {e}"));
+        self.serve_on(listener)
+    }
+
+    /// Serves on `listener` until the test ends (a free port of the test's choosing).
+    pub fn serve_on(self, listener: tokio::net::TcpListener) -> JoinHandle<()> {
         let app = router(self);
         tokio::spawn(async move { axum::serve(listener, app).await.expect("the slurmrestd stand-in serves") })
     }
@@ -258,6 +349,12 @@ async fn jobs() -> Answer {
     openapi(json!({ "jobs": [], "last_update": { "set": true, "infinite": false, "number": 1 } }))
 }
 
+/// paddock's demand read: every job, in v0.0.42's shape.
+async fn jobs_v42(State(r): State<StandInRestd>) -> Answer {
+    let jobs: Vec<Value> = r.0.jobs.lock().expect("lock").iter().map(job_json).collect();
+    openapi(json!({ "jobs": jobs, "last_backfill": no_val(1_765_000_100), "last_update": no_val(1_765_000_100) }))
+}
+
 async fn reservations() -> Answer {
     openapi(json!({ "reservations": [], "last_update": { "set": true, "infinite": false, "number": 1 } }))
 }
@@ -291,6 +388,10 @@ fn router(restd: StandInRestd) -> axum::Router {
         .route(&format!("{V44}/reservation/{{name}}"), get(reservation))
         // paddock's probe drains through v0.0.42 (a version Slurm 25.11 still serves).
         .route("/slurm/v0.0.42/node/{name}", get(node_get).post(node_post))
+        // and reads the queue through v0.0.42 for the demand of elastic pools.
+        .route("/slurm/v0.0.42/jobs/", get(jobs_v42))
+        .route("/slurm/v0.0.42/jobs", get(jobs_v42))
+        .route("/slurm/v0.0.42/nodes/", get(nodes))
         .route("/slurm/v0.0.42/nodes", get(nodes))
         .route("/slurm/v0.0.42/ping", get(ping))
         .route("/slurm/v0.0.42/ping/", get(ping))

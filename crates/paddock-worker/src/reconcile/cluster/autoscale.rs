@@ -1,31 +1,39 @@
-//! The demand checks of elastic pools (docs/tenants.md, "Elastic pools"): every
-//! `PADDOCK_AUTOSCALE_INTERVAL`, a cluster with an autoscaled pool has its pools' demand read
-//! (Slurm's pending jobs and idle nodes through slurmrestd; a `kubernetes` cluster's
-//! unschedulable pods), decided on ([`paddock_domain::autoscale::decide`]) and, when a target
-//! moves, written with its operation, event and the cluster's reconcile job, which reaches the
-//! target through the pool-resize machinery (allocation in line, drain, release, wipe). The job
-//! shares the cluster's target with its reconcile job, so the two never run at once; a run that
-//! finds nothing new writes nothing.
+//! The demand checks of elastic pools (docs/tenants.md, "Elastic pools"). Two kinds of run of
+//! the job kind [`CLUSTER_AUTOSCALE`] (docs/architecture.md):
+//! - **The sweep** (one job for the whole fleet; [`paddock_store::autoscale::watched`]): every
+//!   `PADDOCK_AUTOSCALE_INTERVAL` it reads every cluster with an autoscaled pool, with its pools and
+//!   machines, in three statements, reads each cluster's demand through its driver (Slurm's
+//!   pending jobs and idle nodes through slurmrestd; a `kubernetes` cluster's unschedulable pods),
+//!   [`SWEEP_CONCURRENCY`] clusters at a time, and decides in memory
+//!   ([`paddock_domain::autoscale::decide`]). It writes nothing: a cluster whose decision would
+//!   write (a target or the autoscaler's memory moves), or whose demand its driver can never
+//!   read and which was not told so since its pools last changed, gets its own job armed. At rest
+//!   that is three statements per interval and one demand read per cluster.
+//! - **A cluster's job**: reads the cluster again, decides again and, when a target moves, writes
+//!   it with its operation, event and the cluster's reconcile job, which reaches the target
+//!   through the pool-resize machinery (allocation in line, drain, release, wipe). It shares the
+//!   cluster's target with its reconcile job, so the two never run at once; it runs once per
+//!   arming (the sweep, a pool made autoscaled or changed) and makes sure the sweep is queued.
 
 use chrono::Utc;
 use futures::future::BoxFuture;
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt};
 use paddock_domain::autoscale::{decide, Direction, PoolNow};
 use paddock_domain::cluster::{resolved_partitions, Cluster, NodePool};
 use paddock_domain::driver::{
-    Demand, DemandPool, DriverError, DriverErrorKind, KubeDrivers, SlurmVersion, TenantAccess,
+    ClusterRef, Demand, DemandPool, DriverError, DriverErrorKind, KubeDrivers, SlurmVersion, TenantAccess,
 };
 use paddock_domain::job_kind::{ClusterJob, Payload, CLUSTER_AUTOSCALE};
 use paddock_domain::machine::HELD;
 use paddock_service::autoscale::PoolDecision;
 use paddock_store::allocation::{self, HeldMachine};
-use paddock_store::autoscale::{self as store, Room};
+use paddock_store::autoscale::{self as store, Room, Watched, FLEET_TARGET_TYPE};
 use paddock_store::{cluster as cluster_store, cluster_event, node_pool, StoreError};
 use paddock_types::cluster::{ClusterKind, NodePoolRole};
 use paddock_types::machine::MachineState;
 use paddock_types::{ClusterId, TenantId};
 
-use crate::reconcile::{cluster_ref, store_error, tenant_access, DRIVER_NOT_CONFIGURED, DRIVER_WAIT};
+use crate::reconcile::{cluster_ref, open_access, store_error, tenant_access, DRIVER_NOT_CONFIGURED, DRIVER_WAIT};
 use crate::{Job, JobHandler, Outcome};
 
 use super::{bad_payload, ClusterReconciler};
@@ -45,13 +53,8 @@ pub(super) fn scaling(pools: &[NodePool], held: &[HeldMachine]) -> bool {
     })
 }
 
-/// What one check found.
-enum Look {
-    /// No autoscaled pool any more (or no cluster): the checks end.
-    Over,
-    /// Checked (or not checkable yet): again after the interval.
-    Again,
-}
+/// How many clusters' demand the sweep reads at once.
+pub const SWEEP_CONCURRENCY: usize = 16;
 
 /// What a check reads of the cluster first.
 struct Found {
@@ -62,44 +65,46 @@ struct Found {
 }
 
 impl Autoscaler {
+    /// A cluster's job: one check, then done (the sweep watches on).
     async fn check(&self, tenant: TenantId, id: ClusterId) -> Outcome {
         let Some(kube) = self.0.drivers.kube.clone() else {
             let message = "no Kubernetes driver is configured (PADDOCK_KUBE_DRIVER=none); demand is not read";
             return Outcome::wait(DRIVER_WAIT, DRIVER_NOT_CONFIGURED, message);
         };
-        let interval = self.0.settings.autoscale_interval;
-        match self.look(&kube, tenant, id).await {
-            Ok(Look::Over) => Outcome::Done,
-            Ok(Look::Again) => Outcome::wait(interval, "watching_demand", "waiting for the next demand check"),
+        let checked = async {
+            self.look(&kube, tenant, id).await?;
+            // The sweep watches from here on (merged into the queued one).
+            let mut conn = self.0.services.store().conn().await?;
+            store::enqueue_sweep(&mut conn, self.0.settings.autoscale_interval).await
+        };
+        match checked.await {
+            Ok(()) => Outcome::Done,
             Err(e) => store_error(e),
         }
     }
 
-    async fn look(&self, kube: &KubeDrivers, tenant: TenantId, id: ClusterId) -> Result<Look, StoreError> {
+    async fn look(&self, kube: &KubeDrivers, tenant: TenantId, id: ClusterId) -> Result<(), StoreError> {
         let Some(found) = self.load(tenant, id).await? else {
-            return Ok(Look::Over);
+            return Ok(());
         };
         let Some(access) = &found.access else {
-            // No tenant cluster to ask yet: its first reconcile brings it up.
-            return Ok(Look::Again);
+            // No tenant cluster to ask yet: the sweep looks again once it is ready.
+            return Ok(());
         };
         let autoscaled: Vec<&NodePool> =
             found.pools.iter().filter(|p| p.spec.autoscaling.is_some() && !p.deleting).collect();
-        let asked = self.demand_pools(&found, &autoscaled);
-        let demand = match self.read(kube, &found.cluster, access, &asked).await {
+        let asked = demand_pools(&found, &autoscaled);
+        let demand = match read(kube, &found.cluster, access, &asked).await {
             Ok(demand) if demand.pools.len() == asked.len() => demand,
             Ok(_) => {
                 tracing::warn!(tenant = %tenant, cluster = %id, "the demand read answered for other pools than asked");
-                return Ok(Look::Again);
+                return Ok(());
             }
-            Err(e) if e.kind == DriverErrorKind::Permanent => {
-                self.unavailable(tenant, id, &e).await?;
-                return Ok(Look::Over);
-            }
+            Err(e) if e.kind == DriverErrorKind::Permanent => return self.unavailable(tenant, id, &e).await,
             Err(e) => {
                 tracing::warn!(tenant = %tenant, cluster = %id, code = %e.code, error = %e.message,
                     "the demand of the cluster's autoscaled pools could not be read");
-                return Ok(Look::Again);
+                return Ok(());
             }
         };
         // At rest nothing moves and the bounds are never read: a decision to grow reads them (the
@@ -118,12 +123,103 @@ impl Autoscaler {
                 tracing::warn!(tenant = %tenant, cluster = %id, "a scaling decision was not written: {chain}");
             }
         }
-        Ok(Look::Again)
+        Ok(())
+    }
+
+    /// The sweep (see the module documentation): again after the interval while any cluster has
+    /// an autoscaled pool; done when none has (a cluster's job queues it again).
+    async fn sweep(&self) -> Outcome {
+        let Some(kube) = self.0.drivers.kube.clone() else {
+            let message = "no Kubernetes driver is configured (PADDOCK_KUBE_DRIVER=none); demand is not read";
+            return Outcome::wait(DRIVER_WAIT, DRIVER_NOT_CONFIGURED, message);
+        };
+        let interval = self.0.settings.autoscale_interval;
+        let read = async {
+            let mut tx = self.0.services.store().begin().await?;
+            let watched = store::watched(&mut tx).await?;
+            tx.commit().await?;
+            Ok::<_, StoreError>(watched)
+        };
+        let watched = match read.await {
+            Ok(watched) => watched,
+            // Never a failure: the sweep must not run out of attempts.
+            Err(e) => return Outcome::wait_because(interval, "database", e.to_string(), e),
+        };
+        if watched.is_empty() {
+            return Outcome::Done;
+        }
+        let due: Vec<(TenantId, ClusterId)> = futures::stream::iter(watched)
+            .map(|w| self.sweep_one(&kube, w))
+            .buffer_unordered(SWEEP_CONCURRENCY)
+            .filter_map(|due| async move { due })
+            .collect()
+            .await;
+        if !due.is_empty() {
+            let armed = async {
+                let mut conn = self.0.services.store().conn().await?;
+                for (tenant, cluster) in &due {
+                    store::arm(&mut conn, *tenant, *cluster, std::time::Duration::ZERO).await?;
+                }
+                Ok::<_, StoreError>(())
+            };
+            if let Err(e) = armed.await {
+                let chain = paddock_domain::error::chain(&e);
+                tracing::warn!(clusters = due.len(), "the demand checks the sweep found due were not armed: {chain}");
+            }
+        }
+        Outcome::wait(interval, "watching_demand", "waiting for the next demand sweep")
+    }
+
+    /// One cluster of the sweep: its ids when its own job should run (a decision would write, or
+    /// its driver can never read its demand and it was not told so since its pools last changed).
+    async fn sweep_one(&self, kube: &KubeDrivers, watched: Watched) -> Option<(TenantId, ClusterId)> {
+        let Watched { elastic, pools, held } = watched;
+        let (tenant, id) = (elastic.cluster.tenant_id, elastic.cluster.id);
+        let live = |p: &&NodePool| p.spec.autoscaling.is_some() && !p.deleting;
+        let changed = pools.iter().filter(live).map(|p| p.updated_at).max();
+        if elastic.unreadable_at.zip(changed).is_some_and(|(said, changed)| said >= changed) {
+            return None;
+        }
+        let reference = ClusterRef {
+            tenant_id: tenant,
+            cluster_id: id,
+            tenant_name: elastic.tenant_name,
+            cluster_name: elastic.cluster.spec.name.clone(),
+        };
+        let sealed = elastic.admin_kubeconfig.as_deref();
+        let access = match open_access(self.0.services.cipher(), reference, endpoint(&elastic.cluster), sealed) {
+            Ok(Some(access)) => access,
+            Ok(None) => return None,
+            Err(e) => {
+                let chain = paddock_domain::error::chain(&e);
+                tracing::warn!(tenant = %tenant, cluster = %id, "the cluster's demand cannot be read: {chain}");
+                return None;
+            }
+        };
+        let found = Found { cluster: elastic.cluster, pools, held, access: None };
+        let autoscaled: Vec<&NodePool> = found.pools.iter().filter(live).collect();
+        let asked = demand_pools(&found, &autoscaled);
+        match read(kube, &found.cluster, &access, &asked).await {
+            Ok(demand) if demand.pools.len() == asked.len() => {
+                (!decisions(&found, &autoscaled, &demand, None).is_empty()).then_some((tenant, id))
+            }
+            Ok(_) => {
+                tracing::warn!(tenant = %tenant, cluster = %id, "the demand read answered for other pools than asked");
+                None
+            }
+            // Its own job tells the tenant, once.
+            Err(e) if e.kind == DriverErrorKind::Permanent => Some((tenant, id)),
+            Err(e) => {
+                tracing::warn!(tenant = %tenant, cluster = %id, code = %e.code, error = %e.message,
+                    "the demand of the cluster's autoscaled pools could not be read");
+                None
+            }
+        }
     }
 
     /// The driver can never read this cluster's demand (`demand_unsupported`): asking every
     /// interval would only repeat the error. The tenant is told once, by a Warning event, and the
-    /// checks end; they are armed again when a pool's autoscaling changes and at a worker's start.
+    /// sweep leaves the cluster alone until one of its autoscaled pools changes.
     async fn unavailable(&self, tenant: TenantId, id: ClusterId, e: &DriverError) -> Result<(), StoreError> {
         tracing::warn!(tenant = %tenant, cluster = %id, code = %e.code, error = %e.message,
             "the demand of the cluster's autoscaled pools cannot be read: its demand checks end");
@@ -149,64 +245,66 @@ impl Autoscaler {
         let Some(reference) = cluster_ref(&mut tx, tenant, id, &cluster.spec.name).await? else {
             return Ok(None);
         };
-        // Demand is read once the cluster was ready once (its Slurm answers then).
-        let endpoint =
-            cluster.status.endpoints.kubernetes_api.clone().filter(|_| cluster.status.observed_generation > 0);
-        let access = tenant_access(&mut tx, self.0.services.cipher(), reference, endpoint.as_deref()).await?;
+        let access = tenant_access(&mut tx, self.0.services.cipher(), reference, endpoint(&cluster)).await?;
         let held = allocation::machines_of(&mut tx, tenant, id).await?;
         tx.commit().await?;
         Ok(Some(Found { cluster, pools, held, access }))
     }
+}
 
-    /// What the drivers are asked about each autoscaled pool.
-    fn demand_pools(&self, found: &Found, autoscaled: &[&NodePool]) -> Vec<DemandPool> {
-        let compute: Vec<&str> = found
-            .pools
-            .iter()
-            .filter(|p| !p.deleting && p.spec.role == NodePoolRole::Compute)
-            .map(|p| p.spec.name.as_str())
-            .collect();
-        let partitions =
-            found.cluster.spec.slurm.as_ref().map(|s| resolved_partitions(s, &compute)).unwrap_or_default();
-        autoscaled
-            .iter()
-            .map(|pool| DemandPool {
-                node_pool_id: pool.id,
-                name: pool.spec.name.clone(),
-                partitions: partitions
-                    .iter()
-                    .filter(|p| p.node_pools.contains(&pool.spec.name))
-                    .map(|p| p.name.clone())
-                    .collect(),
-                node_names: found
-                    .held
-                    .iter()
-                    .filter(|m| m.node_pool_id == pool.id && m.state == MachineState::Active)
-                    .filter_map(|m| m.node_name.clone())
-                    .collect(),
-                labels: pool.spec.labels.clone(),
-                taints: pool.spec.taints.clone(),
-                cpu_cores: pool.class_size.0,
-                memory_gib: pool.class_size.1,
-            })
-            .collect()
-    }
+/// Where the cluster's demand is read: its API server, once the cluster was ready once (its
+/// Slurm answers then).
+fn endpoint(cluster: &Cluster) -> Option<&str> {
+    cluster.status.endpoints.kubernetes_api.as_deref().filter(|_| cluster.status.observed_generation > 0)
+}
 
-    async fn read(
-        &self,
-        kube: &KubeDrivers,
-        cluster: &Cluster,
-        access: &TenantAccess,
-        pools: &[DemandPool],
-    ) -> Result<Demand, DriverError> {
-        match (cluster.spec.kind, &cluster.spec.slurm) {
-            (ClusterKind::Slurm, Some(slurm)) => {
-                let version =
-                    SlurmVersion { stack_version: cluster.stack_version.clone(), version: slurm.version.clone() };
-                kube.slurm.job_demand(access, &version, pools).await
-            }
-            _ => kube.nodes.pod_demand(access, pools).await,
+/// What the drivers are asked about each autoscaled pool.
+fn demand_pools(found: &Found, autoscaled: &[&NodePool]) -> Vec<DemandPool> {
+    let compute: Vec<&str> = found
+        .pools
+        .iter()
+        .filter(|p| !p.deleting && p.spec.role == NodePoolRole::Compute)
+        .map(|p| p.spec.name.as_str())
+        .collect();
+    let partitions = found.cluster.spec.slurm.as_ref().map(|s| resolved_partitions(s, &compute)).unwrap_or_default();
+    autoscaled
+        .iter()
+        .map(|pool| DemandPool {
+            node_pool_id: pool.id,
+            name: pool.spec.name.clone(),
+            partitions: partitions
+                .iter()
+                .filter(|p| p.node_pools.contains(&pool.spec.name))
+                .map(|p| p.name.clone())
+                .collect(),
+            node_names: found
+                .held
+                .iter()
+                .filter(|m| m.node_pool_id == pool.id && m.state == MachineState::Active)
+                .filter_map(|m| m.node_name.clone())
+                .collect(),
+            labels: pool.spec.labels.clone(),
+            taints: pool.spec.taints.clone(),
+            cpu_cores: pool.class_size.0,
+            memory_gib: pool.class_size.1,
+            gpus: pool.gpu_count,
+        })
+        .collect()
+}
+
+/// The demand of `pools` through the cluster's driver.
+async fn read(
+    kube: &KubeDrivers,
+    cluster: &Cluster,
+    access: &TenantAccess,
+    pools: &[DemandPool],
+) -> Result<Demand, DriverError> {
+    match (cluster.spec.kind, &cluster.spec.slurm) {
+        (ClusterKind::Slurm, Some(slurm)) => {
+            let version = SlurmVersion { stack_version: cluster.stack_version.clone(), version: slurm.version.clone() };
+            kube.slurm.job_demand(access, &version, pools).await
         }
+        _ => kube.nodes.pod_demand(access, pools).await,
     }
 }
 
@@ -296,6 +394,9 @@ impl JobHandler for Autoscaler {
     }
 
     fn run<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, Outcome> {
+        if job.target_type == FLEET_TARGET_TYPE {
+            return self.sweep().boxed();
+        }
         match ClusterJob::from_value(&job.payload) {
             Ok(c) => self.check(c.tenant_id, c.cluster_id).boxed(),
             Err(e) => bad_payload(e),
