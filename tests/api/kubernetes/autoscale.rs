@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use paddock_kube::nodes::LABEL_NODE_POOL;
 use paddock_testkit::eventually;
 use serde_json::{json, Value};
@@ -93,8 +93,13 @@ async fn a_pending_pod_grows_an_elastic_pool_from_zero_and_it_shrinks_after_the_
     .await;
     assert_eq!(ops, [("succeeded".to_owned(), "scale_up: 1 unschedulable pods need 1 nodes".to_owned())]);
 
-    // The work is done: the Node runs nothing, and after the delay the pool gives it back.
-    pods.delete("trainer", &Default::default()).await.expect("delete the pod");
+    // The work is done: the Node runs nothing, and after the delay the pool gives it back. PLAYS
+    // THE KUBELET: a bound pod's deletion waits for its kubelet, which removes it (grace 0) once
+    // its containers stopped; until then it is terminating and keeps its Node busy.
+    pods.delete("trainer", &DeleteParams::default()).await.expect("delete the pod");
+    pods.delete("trainer", &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() })
+        .await
+        .expect("the kubelet's final delete");
     pool_at(&lab, &t, &c, &pool, 0).await;
     eventually(WAIT, || async {
         let m = lab.app.get(format!("/v1/machines/{}", machines[0])).token(&paddock_testkit::admin()).send().await;
