@@ -48,7 +48,7 @@ pub async fn install(pool: &PgPool) {
 /// No run of a target began before the previous run of that target (by any worker) ended, or, if
 /// it was taken over, before its lease ran out.
 pub async fn no_two_runs_of_a_target_overlapped(pool: &PgPool) -> Vec<String> {
-    super::rows(
+    super::invariants::rows(
         pool,
         "select format('target %s: run of job %s by %s from %s overlaps the run of job %s by %s from %s \
                         (ended %s, lease until %s)', \
