@@ -149,16 +149,21 @@ vm_start_bmc() {
 }
 
 # vm_start_files BASE PORT IMAGE: HTTPS file server of the wipe image (a hard link or copy), and
-# of the node OS image paddock-node.iso: a copy of it with a marker in the ISO's primary volume
-# descriptor (its Application Use field, which nothing reads), so that it boots the same agent but
-# has its own SHA-256 (written to BASE/files/node.sha256) and a report shows which image booted.
+# of two copies of it, each with its own marker in the ISO's primary volume descriptor (its
+# Application Use field, which nothing reads): the node OS image paddock-node.iso and the acceptance
+# image paddock-accept.iso. Each boots the same agent (whose purpose follows its run's config) but
+# has its own SHA-256 (written to BASE/files/node.sha256 and BASE/files/accept.sha256), so a report
+# shows which image booted.
 vm_start_files() {
-  local base=$1 port=$2 dir=$1/files
+  local base=$1 port=$2 dir=$1/files copy what
   mkdir -p "$dir/www"
   ln "$3" "$dir/www/paddock-wipe.iso" 2>/dev/null || cp "$3" "$dir/www/paddock-wipe.iso"
-  /usr/bin/python3 - "$3" "$dir/www/paddock-node.iso" <<'PY' >"$dir/node.sha256" || vm_die "could not make the node OS image"
+  for copy in "node:the node OS image" "accept:the acceptance image"; do
+    what=${copy#*:}
+    copy=${copy%%:*}
+    /usr/bin/python3 - "$3" "$dir/www/paddock-$copy.iso" "$what" <<'PY' >"$dir/$copy.sha256" || vm_die "could not make $what"
 import hashlib, shutil, sys
-src, dst = sys.argv[1], sys.argv[2]
+src, dst, what = sys.argv[1], sys.argv[2], sys.argv[3]
 shutil.copyfile(src, dst)
 pvd, app_use = 16 * 2048, 883  # the primary volume descriptor; its Application Use field (512 bytes)
 with open(dst, "r+b") as f:
@@ -166,10 +171,11 @@ with open(dst, "r+b") as f:
     if f.read(6) != b"\x01CD001":
         sys.exit("%s has no ISO 9660 primary volume descriptor at sector 16" % src)
     f.seek(pvd + app_use)
-    f.write(b"paddock VM testbed: the node OS image".ljust(512, b" "))
+    f.write(("paddock VM testbed: " + what).encode().ljust(512, b" "))
 with open(dst, "rb") as f:
     print(hashlib.file_digest(f, "sha256").hexdigest())
 PY
+  done
   (cd "$dir/www" && exec setsid nohup /usr/bin/python3 "$vm_here/scripts/lib/vm-files.py" "$port" \
     "$base/certs/server.pem" "$base/certs/server.key" >>"$dir/files.log" 2>&1 </dev/null) &
   echo $! >"$dir/pid"

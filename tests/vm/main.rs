@@ -9,6 +9,7 @@
 //! Each test leases the VMs it uses from the testbed (`Testbed::lease`), so tests run side by side
 //! on different VMs.
 
+mod acceptance;
 mod faults;
 mod join;
 mod node;

@@ -95,6 +95,12 @@ pub struct Testbed {
     pub image_sha256: String,
     /// The node OS image's SHA-256 (`PADDOCK_OS_IMAGE_SHA256`), never the wipe image's.
     pub os_image_sha256: String,
+    /// An acceptance image a machine class can name (docs/acceptance.md): another copy of the
+    /// wipe image with another unused byte range changed, so the same agent boots (and runs the
+    /// acceptance its run's config asks for) from an image with a third digest.
+    pub accept_image_url: String,
+    /// The acceptance image's SHA-256, neither the wipe image's nor the node OS image's.
+    pub accept_image_sha256: String,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -125,6 +131,8 @@ impl Testbed {
             os_image_url: need("PADDOCK_TEST_VM_OS_IMAGE_URL"),
             image_sha256: need("PADDOCK_TEST_VM_IMAGE_SHA256"),
             os_image_sha256: need("PADDOCK_TEST_VM_OS_IMAGE_SHA256"),
+            accept_image_url: need("PADDOCK_TEST_VM_ACCEPT_IMAGE_URL"),
+            accept_image_sha256: need("PADDOCK_TEST_VM_ACCEPT_IMAGE_SHA256"),
         })
     }
 
