@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
-use paddock_domain::bmc::{AfterBoot, BmcAccess, BmcDriver, PowerProgress};
+use paddock_domain::bmc::{BmcAccess, BmcDriver, PowerProgress};
 use paddock_domain::model::{Machine, MachineClass};
 use paddock_store::acceptance::{self, Failure};
-use paddock_store::run::{self, Run, RunReport};
+use paddock_store::run::{Run, RunReport};
 use paddock_store::{machine_class, StoreError};
 use paddock_types::agent::{AcceptanceConfig, AgentRunConfig};
 use paddock_types::health::HealthCheck;
@@ -162,17 +162,9 @@ impl MachineReconciler {
         run: &Run,
         report: &RunReport,
     ) -> Step {
-        if run.run_finished_at.is_none() {
-            match bmc.start_finish_boot(access, AfterBoot::PowerOff).await {
-                Ok(PowerProgress::Done) => {}
-                Ok(PowerProgress::Pending(after)) => {
-                    let message = "the acceptance image reported; the machine is powering off";
-                    return Step::Stop(Outcome::wait(after, POWERING, message));
-                }
-                Err(e) => return self.bmc_failed(m, e).await,
-            }
-            let (state, version) = (m.state, m.status_version);
-            return self.guarded(m.id, |c, _| run::mark_finished(c, m.id, state, version).boxed()).await;
+        let reported = "the acceptance image reported; the machine is powering off";
+        if let Some(step) = self.end_boot(bmc, m, access, run, reported).await {
+            return step;
         }
         if !report.verified {
             // The report was checked when it arrived; its reason and checks are kept with it.

@@ -16,6 +16,29 @@ use crate::Outcome;
 use super::{ttl, MachineReconciler, Step, POWERING};
 
 impl MachineReconciler {
+    /// A run's report is in: powers the machine off and ejects its media, then marks the run
+    /// finished; `None` once it is (the caller goes on to its verdict). `reported` says why the
+    /// machine is powering off while it waits.
+    pub(super) async fn end_boot(
+        &self,
+        bmc: &dyn BmcDriver,
+        m: &Machine,
+        access: &BmcAccess,
+        run: &Run,
+        reported: &'static str,
+    ) -> Option<Step> {
+        if run.run_finished_at.is_some() {
+            return None;
+        }
+        match bmc.start_finish_boot(access, AfterBoot::PowerOff).await {
+            Ok(PowerProgress::Done) => {}
+            Ok(PowerProgress::Pending(after)) => return Some(Step::Stop(Outcome::wait(after, POWERING, reported))),
+            Err(e) => return Some(self.bmc_failed(m, e).await),
+        }
+        let (state, version) = (m.state, m.status_version);
+        Some(self.guarded(m.id, |c, _| run::mark_finished(c, m.id, state, version).boxed()).await)
+    }
+
     /// The wipe (docs/architecture.md): a run, a boot from the wipe image with the run's seed, the
     /// agent's report, power off and eject, then `available` with the clean recorded, or
     /// `clean_failed`. Nothing becomes available without every listed drive wiped.
@@ -115,17 +138,9 @@ impl MachineReconciler {
         run: &Run,
         report: &RunReport,
     ) -> Step {
-        if run.run_finished_at.is_none() {
-            match bmc.start_finish_boot(access, AfterBoot::PowerOff).await {
-                Ok(PowerProgress::Done) => {}
-                Ok(PowerProgress::Pending(after)) => {
-                    let message = "the wipe is verified; the machine is powering off";
-                    return Step::Stop(Outcome::wait(after, POWERING, message));
-                }
-                Err(e) => return self.bmc_failed(m, e).await,
-            }
-            let (state, version) = (m.state, m.status_version);
-            return self.guarded(m.id, |c, _| run::mark_finished(c, m.id, state, version).boxed()).await;
+        let reported = "the wipe is verified; the machine is powering off";
+        if let Some(step) = self.end_boot(bmc, m, access, run, reported).await {
+            return step;
         }
         let (id, version, run_id) = (m.id, m.status_version, run.run_id);
         let out_of_band = erase_out_of_band(bmc, access).await;
