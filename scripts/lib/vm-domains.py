@@ -15,7 +15,13 @@ their own, the one a tenant's machine gets: QEMU user-mode networking with `rest
 guest reaches nothing on this host) and two `guestfwd` doors, each to a loopback port of the host
 that the test relays (tests/vm/testbed.rs): 10.0.2.100:6443 to its tenant's API server and
 10.0.2.100:8080 to paddock's agent endpoint; and one `hostfwd` from a loopback port of the host to
-the kubelet's port 10250 (logs, exec). Every port is in machines.json. A guestfwd runs a command
+the kubelet's port 10250 (logs, exec). Every port is in machines.json.
+
+Each node-sized domain also gets a second NIC, the tenant network: a UDP link (`-netdev dgram`,
+unprivileged) from a loopback port of QEMU's to a loopback port of the test's hub
+(tests/vm/tenantnet.rs), which passes frames only between machines paddock has in one cluster.
+Its MAC, 52:54:00:70:00:NN (NN = the node's number from 01), is how the node OS knows the link
+and its address on it (images/node/rcS). It stands in for the provider's per-tenant network. A guestfwd runs a command
 per connection (`busybox nc`), which libvirt's default QEMU sandbox (`-sandbox ...,spawn=deny`)
 forbids, so these domains drop the sandbox capability (`<qemu:capabilities>`; libvirt marks them
 tainted); QEMU still runs unprivileged as libvirt's QEMU user.
@@ -66,6 +72,10 @@ NODE_NET = """  <qemu:commandline>
     <qemu:arg value={netdev}/>
     <qemu:arg value='-device'/>
     <qemu:arg value='virtio-net-pci,netdev=pn0,addr=0x11'/>
+    <qemu:arg value='-netdev'/>
+    <qemu:arg value={tenant_netdev}/>
+    <qemu:arg value='-device'/>
+    <qemu:arg value={tenant_device}/>
     <qemu:arg value='-drive'/>
     <qemu:arg value={nvme_drive}/>
     <qemu:arg value='-device'/>
@@ -81,15 +91,20 @@ NODE_NET = """  <qemu:commandline>
 NODE_DOOR = "10.0.2.100"
 
 
-def free_port():
-    with socket.socket() as s:
+def free_port(kind=socket.SOCK_STREAM):
+    with socket.socket(socket.AF_INET, kind) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def node_xml(xml, ports, nvme_drive, nvme_device):
-    """A node-sized domain: the small one's XML with more memory, and the node network instead of
-    the user-mode interface."""
+def tenant_mac(number):
+    """The tenant network NIC's MAC of node `number` (1..99): QEMU's prefix, then 70:00:NN."""
+    return "52:54:00:70:00:%02d" % number
+
+
+def node_xml(xml, ports, number, nvme_drive, nvme_device):
+    """A node-sized domain: the small one's XML with more memory, the node network instead of the
+    user-mode interface, and the tenant network's link to the hub."""
     nc = "/bin/busybox nc 127.0.0.1 %d"
     netdev = ",".join([
         "user,id=pn0,restrict=on",
@@ -100,7 +115,11 @@ def node_xml(xml, ports, nvme_drive, nvme_device):
     head = xml[: xml.index("  <qemu:commandline>")]
     head = head.replace("<memory unit='MiB'>448</memory>", "<memory unit='MiB'>%d</memory>" % int(os.environ.get("VM_NODE_MEMORY_MIB", "3072")))
     head = head.replace("    <interface type='user'><model type='virtio'/></interface>\n", "")
-    return head + NODE_NET.format(netdev=quoteattr(netdev), nvme_drive=nvme_drive, nvme_device=nvme_device)
+    tenant_netdev = "dgram,id=tn0,local.type=inet,local.host=127.0.0.1,local.port=%d,remote.type=inet,remote.host=127.0.0.1,remote.port=%d" % (
+        ports["tenant_net_qemu"], ports["tenant_net"])
+    tenant_device = "virtio-net-pci,netdev=tn0,mac=%s,addr=0x12" % tenant_mac(number)
+    return head + NODE_NET.format(netdev=quoteattr(netdev), tenant_netdev=quoteattr(tenant_netdev),
+                                  tenant_device=quoteattr(tenant_device), nvme_drive=nvme_drive, nvme_device=nvme_device)
 
 
 def disk(path, size):
@@ -109,8 +128,8 @@ def disk(path, size):
     os.chmod(path, 0o666)
 
 
-def define(conn, prefix, base, name, index, sizes, ports):
-    """Defines one domain; its machines.json entry. `ports` makes it node-sized."""
+def define(conn, prefix, base, name, index, sizes, ports, number=0):
+    """Defines one domain; its machines.json entry. `ports` makes it node-sized (node `number`)."""
     nvme = os.path.join(base, "disks", "%s-nvme.raw" % index)
     sata = os.path.join(base, "disks", "%s-sata.raw" % index)
     disk(nvme, sizes[0])
@@ -129,7 +148,7 @@ def define(conn, prefix, base, name, index, sizes, ports):
         nvme_device=nvme_device,
     )
     if ports:
-        xml = node_xml(xml, ports, nvme_drive, nvme_device)
+        xml = node_xml(xml, ports, number, nvme_drive, nvme_device)
     dom = conn.defineXML(xml)
     # The definition as defined, for the tests to put a domain back as it was.
     definition = os.path.join(base, "%s.xml" % name)
@@ -146,7 +165,7 @@ def define(conn, prefix, base, name, index, sizes, ports):
         ],
     }
     if ports:
-        machine["node"] = {"door": NODE_DOOR, "ports": ports}
+        machine["node"] = {"door": NODE_DOOR, "ports": ports, "tenant_mac": tenant_mac(number)}
     return machine
 
 
@@ -160,9 +179,10 @@ def main():
     for i in range(int(env["VM_N"])):
         machines.append(define(conn, prefix, base, "%s-%d" % (prefix, i), str(i), (size, size), None))
     for i in range(int(env.get("VM_NODES", "0"))):
-        ports = {"api": free_port(), "agent": free_port(), "kubelet": free_port()}
+        ports = {"api": free_port(), "agent": free_port(), "kubelet": free_port(),
+                 "tenant_net": free_port(socket.SOCK_DGRAM), "tenant_net_qemu": free_port(socket.SOCK_DGRAM)}
         name = "%s-node-%d" % (prefix, i)
-        machines.append(define(conn, prefix, base, name, "n%d" % i, (size, node_size), ports))
+        machines.append(define(conn, prefix, base, name, "n%d" % i, (size, node_size), ports, i + 1))
     with open(os.path.join(base, "machines.json"), "w") as f:
         json.dump({"prefix": prefix, "machines": machines}, f, indent=2)
         f.write("\n")

@@ -91,7 +91,10 @@ func generateServerFiles(dir, name, token, nodeHost string) (*serverFiles, error
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames: []string{"localhost", "kubernetes", "kubernetes.default",
 			"kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback},
+		// 10.96.0.1: the `kubernetes` Service's address (the first of
+		// --service-cluster-ip-range), as kubeadm and Kamaji sign it, for pods
+		// that reach the API server through the Service.
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback, net.ParseIP("10.96.0.1")},
 	}
 	if ip := net.ParseIP(nodeHost); ip != nil {
 		servingTmpl.IPAddresses = append(servingTmpl.IPAddresses, ip)

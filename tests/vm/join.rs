@@ -1,21 +1,25 @@
-//! A real join, end to end through the API: a node-sized VM (scripts/vm-start's second count)
-//! booted through the BMC emulator installs the node OS image (scripts/node-image) onto its boot
-//! disk, its kubelet bootstraps with the token paddock minted and the CA it verified against the
-//! pin, registers, and paddock sees the Node Ready by the VM's SMBIOS UUID; scaling the pool to
-//! zero drains the node, powers the VM off, removes its Node and wipes it; the next tenant's
-//! cluster gets the same VM, which joins that tenant's API server and finds nothing of the first.
+//! A real join, end to end through the API: two node-sized VMs (scripts/vm-start's second count)
+//! booted through the BMC emulator install the node OS image (scripts/node-image) onto their boot
+//! disks, their kubelets bootstrap with the tokens paddock minted and the CA they verified against
+//! the pin, register, and paddock sees the Nodes Ready by the VMs' SMBIOS UUIDs; Kamaji's add-ons
+//! run on them and their pods talk over the tenant network (tests/vm/network.rs); scaling the
+//! pool to zero drains the nodes, powers the VMs off, removes their Nodes and wipes them; the next
+//! tenant's cluster gets one of them, which joins that tenant's API server and finds nothing of
+//! the first.
 //!
-//! Real: the Redfish driver and the BMC emulator, the VM and its firmware, the installer, the node
-//! OS with containerd and the kubelet, the kubelet's TLS bootstrap, paddock's Kubernetes drivers
-//! (Kamaji backend, tenant nodes, tenant stack) against real kube-apiservers. Played: Kamaji
-//! (tests/vm/node.rs says why); a harness API server stands in for each tenant control plane.
-//! The node network is restricted: the guest reaches only its tenant's API server and paddock's
-//! agent endpoint (relayed by this test, as a provider's network would lead them).
+//! Real: the Redfish driver and the BMC emulator, the VMs and their firmware, the installer, the
+//! node OS with containerd and the kubelet, the kubelet's TLS bootstrap, kube-proxy and CoreDNS,
+//! paddock's Kubernetes drivers (Kamaji backend, tenant nodes, tenant stack) against real
+//! kube-apiservers. Played: Kamaji and its add-ons' images (tests/vm/node.rs and addons.rs say
+//! why); a harness API server stands in for each tenant control plane. The node network is
+//! restricted: a guest reaches only its tenant's API server, paddock's agent endpoint (relayed by
+//! this test, as a provider's network would lead them) and, over the tenant network, the other
+//! machines of its cluster.
 //!
 //! The tenant base stack is applied as in production, but its pods cannot run here: Calico, the
 //! NVIDIA device plugin and local-path-provisioner come from registries this machine cannot
-//! reach, and the harness runs no workload controllers. The node keeps a bridge CNI baked into
-//! its image instead, so the cluster's `StackReady` stays false, and the test says so.
+//! reach. The nodes keep a bridge CNI baked into their image instead (routed over the tenant
+//! network: images/node/rcS), so the cluster's `StackReady` stays false, and the test says so.
 
 use std::time::{Duration, Instant};
 
@@ -29,16 +33,21 @@ use serde_json::{json, Value};
 
 use crate::node::{ApiServer, NodeLab};
 use crate::testbed::{console_tail, fill, not_erased, reset, BmcOutage, Testbed, Vm};
-use crate::{enroll_as, settle, SETTLE};
+use crate::{enroll_as, settle};
+
+/// How long one step of a join may take (a provisioning's boot, install, reboot and the node's
+/// first start with its image imports; a release and wipe): a bound for a loaded CI machine
+/// running two node VMs on two cores, never a measurement (BENCHMARKS.md has those).
+pub const JOIN_BOUND: Duration = Duration::from_secs(1800);
 
 /// Waits until `what` (polled every 2 s) returns something; fails with `why` and the console.
 async fn until<T, F: std::future::Future<Output = Option<T>>>(vm: &Vm, why: &str, what: impl Fn() -> F) -> T {
-    let deadline = Instant::now() + SETTLE;
+    let deadline = Instant::now() + JOIN_BOUND;
     loop {
         if let Some(found) = what().await {
             return found;
         }
-        assert!(Instant::now() < deadline, "{why} within {SETTLE:?}\nconsole:\n{}", console_tail(vm, 40));
+        assert!(Instant::now() < deadline, "{why} within {JOIN_BOUND:?}\nconsole:\n{}", console_tail(vm, 40));
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
 }
@@ -53,9 +62,9 @@ async fn tenant(lab: &NodeLab, name: &str) -> (String, String) {
     (id, token)
 }
 
-/// A `kubernetes` cluster of one `vm` machine: (cluster path, node pool path).
-async fn cluster(lab: &NodeLab, tenant: &(String, String), name: &str) -> (String, String) {
-    let pools = json!([{ "name": "nodes", "machine_class": "node", "count": 1 }]);
+/// A `kubernetes` cluster of `count` `node` machines: (cluster path, node pool path).
+async fn cluster(lab: &NodeLab, tenant: &(String, String), name: &str, count: u32) -> (String, String) {
+    let pools = json!([{ "name": "nodes", "machine_class": "node", "count": count }]);
     let body = json!({ "name": name, "kind": "kubernetes", "isolation": "private-nodes", "node_pools": pools });
     let clusters = format!("/v1/tenants/{}/clusters", tenant.0);
     let created = lab.p.app.post(&clusters).token(&tenant.1).json(&body).send().await.expect(202).json();
@@ -191,109 +200,144 @@ async fn bmc_away_during_install(lab: &NodeLab, vm: &Vm, id: &str) {
     eprintln!("tenant B: the BMC was away for {:.1} s of the install", (chrono::Utc::now() - stopped).as_seconds_f64());
 }
 
-/// A node-sized VM joins tenant A's cluster for real, is released (pool scaled to zero) and wiped
-/// for real, then joins tenant B's cluster; nothing of A's join is left on it or in A's cluster.
+/// Two node-sized VMs join tenant A's cluster for real, and their pods talk over the tenant
+/// network (tests/vm/network.rs); the pool scaled to zero releases and wipes both for real; then
+/// tenant B's cluster gets one of them, which joins B's API server and finds nothing of A's.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_vm_joins_one_tenant_is_wiped_and_joins_the_next_with_nothing_of_the_first() {
+async fn two_vms_join_one_tenant_talk_are_wiped_and_one_joins_the_next_with_nothing_of_the_first() {
     let Some(bed) = Testbed::from_env() else { return };
     assert!(bed.node_image.is_some(), "scripts/test serves the node OS image (PADDOCK_TEST_NODE_IMAGE)");
-    let vm = bed.nodes.first().cloned().expect("scripts/test starts a node-sized VM");
+    assert!(bed.nodes.len() >= 2, "scripts/test starts two node-sized VMs");
+    let vms: Vec<Vm> = bed.nodes[..2].to_vec();
     let Some(lab) = NodeLab::start(&bed).await else { return };
-    reset(&vm);
-    vm.disks.iter().for_each(fill);
-    lab.open_doors(vm.node.expect("a node VM"), &vm.uuid).await;
-    let boot = vm.disks.iter().find(|d| d.name == "sda").expect("the boot disk").path.clone();
-
-    let p = &lab.p;
-    // The node-sized VM's class: one vCPU, 3 GiB (scripts/vm-start's default node memory).
+    for vm in &vms {
+        reset(vm);
+        vm.disks.iter().for_each(fill);
+        lab.open_doors(vm.node.expect("a node VM"), &vm.uuid).await;
+    }
+    // The node-sized VMs' class: one vCPU, 3 GiB (scripts/vm-start's default node memory).
     let class = json!({ "name": "node", "cpu_cores": 1, "memory_gib": 3, "gpu_model": "", "gpu_count": 0 });
     lab.p.app.post("/v1/machine-classes").token(&paddock_testkit::admin()).json(&class).send().await.expect(201);
-    let id = enroll_as(p, &bed, &vm, false, "node").await;
-    let m = settle(p, &vm, &id, &["available", "clean_failed", "maintenance"]).await;
-    assert_eq!(m["state"], "available", "{m}\nconsole:\n{}", console_tail(&vm, 30));
-
-    // Tenant A: allocation to a Ready Node.
+    let mut ids = Vec::new();
+    for vm in &vms {
+        ids.push(enroll_as(&lab.p, &bed, vm, false, "node").await);
+    }
+    for (vm, id) in vms.iter().zip(&ids) {
+        let m = settle(&lab.p, vm, id, &["available", "clean_failed", "maintenance"]).await;
+        assert_eq!(m["state"], "available", "{m}\nconsole:\n{}", console_tail(vm, 30));
+    }
     let a = tenant(&lab, "tenant-a").await;
+    let a_secrets = tenant_a(&lab, &a, &vms, &ids).await;
+    tenant_b(&lab, &vms, &ids, &a_secrets).await;
+    lab.finish().await;
+    vms.iter().for_each(reset);
+}
+
+/// Tenant A: both VMs from allocation to Ready Nodes, the network between them, then the pool to
+/// zero and both wiped; what of A's join must never be found again.
+async fn tenant_a(lab: &NodeLab, a: &(String, String), vms: &[Vm], ids: &[String]) -> Vec<(String, Vec<u8>)> {
     let t0 = Instant::now();
-    let (a_cluster, a_pool) = cluster(&lab, &a, "first").await;
+    let (a_cluster, a_pool) = cluster(lab, a, "first", 2).await;
     let a_cluster_id = a_cluster.rsplit('/').next().expect("id").to_owned();
-    until(&vm, "the VM is active in A's cluster", || async {
-        let m = machine(&lab, &id).await;
-        assert!(!["provision_failed", "maintenance"].contains(&m["state"].as_str().unwrap_or_default()), "{m}");
-        (m["state"] == "active").then_some(())
-    })
-    .await;
-    eprintln!(
-        "tenant A: allocation to Node Ready in {:.1} s ({})",
-        t0.elapsed().as_secs_f64(),
-        phases(&lab, &id).await
-    );
+    for (vm, id) in vms.iter().zip(ids) {
+        until(vm, "the VM is active in A's cluster", || async {
+            let m = machine(lab, id).await;
+            assert!(!["provision_failed", "maintenance"].contains(&m["state"].as_str().unwrap_or_default()), "{m}");
+            (m["state"] == "active").then_some(())
+        })
+        .await;
+    }
+    eprintln!("tenant A: allocation to both Nodes Ready in {:.1} s", t0.elapsed().as_secs_f64());
     let a_server = lab.kamaji.tenant(&a_cluster_id).expect("A's API server");
     let a_client = a_server.client().await;
-    let node = ready_node(&a_client, &vm).await.expect("paddock calls it active: its Node is Ready in A's cluster");
-    let m = machine(&lab, &id).await;
-    assert_eq!(m["node_name"].as_str(), Some(node.name_any().as_str()), "{m}");
-    let disk = std::fs::read(&boot).expect("the boot disk");
-    let a_secrets = secrets_of(&a_server, &a_client, &disk).await;
-    drop(disk);
+    let mut nodes = Vec::new();
+    let mut a_secrets = Vec::new();
+    for (vm, id) in vms.iter().zip(ids) {
+        eprintln!("tenant A, {}: {}", vm.name, phases(lab, id).await);
+        let node = ready_node(&a_client, vm).await.expect("paddock calls it active: its Node is Ready in A's cluster");
+        let m = machine(lab, id).await;
+        assert_eq!(m["node_name"].as_str(), Some(node.name_any().as_str()), "{m}");
+        nodes.push(node.name_any());
+        let disk = std::fs::read(boot_disk(vm)).expect("the boot disk");
+        a_secrets.extend(secrets_of(&a_server, &a_client, &disk).await);
+    }
     // The kubelet's port is forwarded to this host, where an API server can reach it (a request
     // without credentials: the kubelet answers 401, as kubeadm configures it).
-    let kubelet = vm.node.expect("a node VM").kubelet;
+    let kubelet = vms[0].node.expect("a node VM").kubelet;
     let insecure = reqwest::Client::builder().danger_accept_invalid_certs(true).build().expect("client");
     let rsp = insecure.get(format!("https://127.0.0.1:{kubelet}/pods")).send().await.expect("the kubelet answers");
     assert_eq!(rsp.status().as_u16(), 401, "the kubelet refuses an anonymous request");
+    crate::network::check(&a_client, [&nodes[0], &nodes[1]], vms).await;
 
-    // A scales to zero: drained, powered off, its Node gone, wiped.
+    // A scales to zero: drained, powered off, its Nodes gone, wiped.
     let t1 = Instant::now();
     lab.p.app.patch(&a_pool).token(&a.1).json(&json!({ "count": 0 })).send().await.expect(202);
-    until(&vm, "the VM is released and wiped", || async {
-        (machine(&lab, &id).await["state"] == "available").then_some(())
-    })
-    .await;
-    eprintln!("tenant A: pool to zero, release and wipe in {:.1} s", t1.elapsed().as_secs_f64());
-    for d in &vm.disks {
-        assert_eq!(not_erased(&d.path), None, "every byte of {} is zero after the wipe", d.name);
+    for (vm, id) in vms.iter().zip(ids) {
+        until(vm, "the VM is released and wiped", || async {
+            (machine(lab, id).await["state"] == "available").then_some(())
+        })
+        .await;
+        for d in &vm.disks {
+            assert_eq!(not_erased(&d.path), None, "every byte of {} of {} is zero after the wipe", d.name, vm.name);
+        }
     }
-    let nodes: Api<Node> = Api::all(a_client.clone());
+    eprintln!("tenant A: pool to zero, release and wipe of both in {:.1} s", t1.elapsed().as_secs_f64());
+    assert_nothing_left(&a_client, &nodes).await;
+    let c = lab.p.app.get(&a_cluster).token(&a.1).send().await.expect(200).json();
+    eprintln!("A's cluster conditions (the stack's pods cannot run here): {}", c["status"]["conditions"]);
+    a_secrets
+}
+
+/// A's cluster holds no Node, Lease or CSR of its machines once they are released.
+async fn assert_nothing_left(a_client: &Client, nodes: &[String]) {
+    let api: Api<Node> = Api::all(a_client.clone());
     let held: Vec<String> =
-        nodes.list(&ListParams::default()).await.expect("nodes").items.iter().map(|n| n.name_any()).collect();
-    assert!(held.is_empty(), "A's cluster holds no Node of the VM: {held:?}");
+        api.list(&ListParams::default()).await.expect("nodes").items.iter().map(|n| n.name_any()).collect();
+    assert!(held.is_empty(), "A's cluster holds no Node of the VMs: {held:?}");
     let leases: Api<Lease> = Api::namespaced(a_client.clone(), "kube-node-lease");
     let leases: Vec<String> =
         leases.list(&ListParams::default()).await.expect("leases").items.iter().map(|l| l.name_any()).collect();
-    assert!(!leases.contains(&node.name_any()), "A's cluster holds no Lease of the VM: {leases:?}");
+    assert!(!nodes.iter().any(|n| leases.contains(n)), "A's cluster holds no Lease of the VMs: {leases:?}");
     let csrs: Api<CertificateSigningRequest> = Api::all(a_client.clone());
     let csrs: Vec<String> =
         csrs.list(&ListParams::default()).await.expect("CSRs").items.iter().map(|c| c.name_any()).collect();
-    assert!(csrs.is_empty(), "A's cluster holds no CSR of the VM: {csrs:?}");
+    assert!(csrs.is_empty(), "A's cluster holds no CSR of the VMs: {csrs:?}");
+}
 
-    // Tenant B gets the same VM; it joins B's API server, with nothing of A's on its disk.
-    let b = tenant(&lab, "tenant-b").await;
+/// Tenant B gets one of the VMs (the BMC away during its install); it joins B's API server, with
+/// nothing of A's on its disk.
+async fn tenant_b(lab: &NodeLab, vms: &[Vm], ids: &[String], a_secrets: &[(String, Vec<u8>)]) {
+    let b = tenant(lab, "tenant-b").await;
     let t2 = Instant::now();
-    let (b_cluster, _) = cluster(&lab, &b, "second").await;
+    let (b_cluster, _) = cluster(lab, &b, "second", 1).await;
     let b_cluster_id = b_cluster.rsplit('/').next().expect("id").to_owned();
-    bmc_away_during_install(&lab, &vm, &id).await;
-    until(&vm, "the VM is active in B's cluster", || async {
-        let m = machine(&lab, &id).await;
+    let which = until(&vms[0], "one VM is allocated to B's cluster", || async {
+        for (i, id) in ids.iter().enumerate() {
+            if machine(lab, id).await["cluster_id"].as_str() == Some(b_cluster_id.as_str()) {
+                return Some(i);
+            }
+        }
+        None
+    })
+    .await;
+    let (vm, id) = (&vms[which], &ids[which]);
+    bmc_away_during_install(lab, vm, id).await;
+    until(vm, "the VM is active in B's cluster", || async {
+        let m = machine(lab, id).await;
         assert!(!["provision_failed", "maintenance"].contains(&m["state"].as_str().unwrap_or_default()), "{m}");
         (m["state"] == "active" && m["cluster_id"].as_str() == Some(b_cluster_id.as_str())).then_some(())
     })
     .await;
-    eprintln!(
-        "tenant B: allocation to Node Ready in {:.1} s ({})",
-        t2.elapsed().as_secs_f64(),
-        phases(&lab, &id).await
-    );
+    eprintln!("tenant B: allocation to Node Ready in {:.1} s ({})", t2.elapsed().as_secs_f64(), phases(lab, id).await);
     let b_client = lab.kamaji.tenant(&b_cluster_id).expect("B's API server").client().await;
-    assert!(ready_node(&b_client, &vm).await.is_some(), "the VM's Node is Ready in B's cluster");
-    let disk = std::fs::read(&boot).expect("the boot disk");
-    assert_eq!(found_on(&disk, &a_secrets), Vec::<String>::new(), "nothing of A's join is on the VM's disk");
+    assert!(ready_node(&b_client, vm).await.is_some(), "the VM's Node is Ready in B's cluster");
+    let disk = std::fs::read(boot_disk(vm)).expect("the boot disk");
+    assert_eq!(found_on(&disk, a_secrets), Vec::<String>::new(), "nothing of A's join is on the VM's disk");
     assert!(join_token(&disk).is_some_and(|t| !a_secrets.iter().any(|(_, s)| t.as_bytes().ends_with(s))));
+}
 
-    let c = lab.p.app.get(&a_cluster).token(&a.1).send().await.expect(200).json();
-    eprintln!("A's cluster conditions (the stack's pods cannot run here): {}", c["status"]["conditions"]);
-    lab.finish().await;
-    reset(&vm);
+fn boot_disk(vm: &Vm) -> std::path::PathBuf {
+    vm.disks.iter().find(|d| d.name == "sda").expect("the boot disk").path.clone()
 }
 
 /// BENCHMARKS.md: allocation to Node Ready for one node VM, then for two at once on the same
@@ -331,7 +375,7 @@ async fn bench_node_vms_join_one_then_two_at_once() {
         }
     };
     let t0 = Instant::now();
-    let (_, pool) = cluster(&lab, &t, "one").await;
+    let (_, pool) = cluster(&lab, &t, "one", 1).await;
     until(&vms[0], "one VM active", all_active(1)).await;
     let one = t0.elapsed().as_secs_f64();
     for id in &ids {

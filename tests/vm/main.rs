@@ -10,9 +10,13 @@
 //! on different VMs.
 
 mod acceptance;
+mod addons;
+mod egress;
 mod faults;
 mod join;
+mod network;
 mod node;
+mod tenantnet;
 mod testbed;
 
 use std::time::{Duration, Instant};

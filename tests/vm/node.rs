@@ -5,12 +5,15 @@
 //! serves, so for each TenantControlPlane paddock applies to the platform API server, a tenant
 //! API server of the kube-harness stands in (with the controllers a kubelet's join needs:
 //! csrapproving, csrsigning, bootstrapsigner, tokencleaner, node-lifecycle), and the player writes
-//! the admin kubeconfig Secret and the status Kamaji would. Everything else is real: the
-//! kubelet in the VM, its TLS bootstrap, the Node it registers, paddock's drivers.
+//! the admin kubeconfig Secret and the status Kamaji would, and applies Kamaji's kube-proxy and
+//! CoreDNS add-ons with local images (tests/vm/addons.rs). Each tenant API server runs the
+//! workload controllers and the scheduler, as a real control plane does. Everything else is
+//! real: the kubelet in the VM, its TLS bootstrap, the Node it registers, paddock's drivers, and
+//! the pods the add-ons run on the nodes. The node VMs' tenant network is tests/vm/tenantnet.rs.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -34,6 +37,8 @@ use serde_json::{json, Value};
 use tokio::io::copy_bidirectional;
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::egress::Egress;
+use crate::tenantnet::Hub;
 use crate::testbed::{spawn_worker, NodePorts, Paddock, Testbed};
 
 /// Where a node VM's guest dials its tenant's API server (scripts/lib/vm-domains.py's door).
@@ -124,6 +129,11 @@ pub struct Kamaji {
     platform: Client,
     tenants: Mutex<HashMap<String, ApiServer>>,
     started: Mutex<Vec<String>>,
+    /// The tenant API servers the add-ons were applied to.
+    with_addons: Mutex<Vec<String>>,
+    hub: Arc<Hub>,
+    /// Each tenant API server's reach into its cluster's network (tests/vm/egress.rs).
+    egress: Mutex<Vec<Egress>>,
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -166,13 +176,23 @@ impl Kamaji {
             let server = match self.tenant(&cluster) {
                 Some(s) => s,
                 None => {
-                    let body = json!({ "controllers": ["defaults", "node-join"], "node_url": NODE_API_URL });
+                    let controllers = ["defaults", "node-join", "workloads"];
+                    let reach = Arc::new(OnceLock::new());
+                    let egress = Egress::start(cluster.clone(), self.hub.clone(), reach.clone()).await;
+                    let args = [format!("--egress-selector-config-file={}", egress.config.display())];
+                    let body = json!({ "controllers": controllers, "node_url": NODE_API_URL, "args": args });
                     let server = self.harness.create("tenant", body).await;
+                    let _ = reach.set(server.client().await);
+                    self.egress.lock().expect("lock").push(egress);
                     self.started.lock().expect("lock").push(server.name.clone());
                     self.tenants.lock().expect("lock").insert(cluster.clone(), server.clone());
                     server
                 }
             };
+            if !self.with_addons.lock().expect("lock").contains(&server.name) {
+                crate::addons::apply(&server.client().await).await.map_err(err)?;
+                self.with_addons.lock().expect("lock").push(server.name.clone());
+            }
             self.reconcile(&api, &tcp, &ns, &name, &server).await?;
         }
         Ok(())
@@ -228,6 +248,7 @@ impl Kamaji {
 pub struct NodeLab {
     pub p: Paddock,
     pub kamaji: Arc<Kamaji>,
+    pub hub: Arc<Hub>,
     platform: ApiServer,
 }
 
@@ -277,20 +298,25 @@ impl NodeLab {
             ..Settings::default()
         };
         let stop = run_worker(&app, kube, settings);
+        let hub = Arc::new(Hub::start(app.db.pool.clone()));
         let kamaji = Arc::new(Kamaji {
             harness,
             platform: platform.client().await,
             tenants: Mutex::new(HashMap::new()),
             started: Mutex::new(Vec::new()),
+            with_addons: Mutex::new(Vec::new()),
+            hub: hub.clone(),
+            egress: Mutex::new(Vec::new()),
         });
         tokio::spawn(kamaji.clone().run(stop.subscribe()));
-        Some(NodeLab { p: Paddock::new(app, stop), kamaji, platform })
+        Some(NodeLab { p: Paddock::new(app, stop), kamaji, hub, platform })
     }
 
     /// Opens `ports`' doors for the node VM whose system UUID is `uuid`: the agent door to this
     /// paddock, the API door to the tenant API server of whichever cluster holds the machine at
-    /// the moment of each connection (none: refused).
+    /// the moment of each connection (none: refused); and links it to the tenant network's hub.
     pub async fn open_doors(&self, ports: NodePorts, uuid: &str) {
+        self.hub.attach(ports, uuid).await;
         let api_port = self.p.app.base_url.as_deref().and_then(|u| u.rsplit(':').next()?.parse().ok()).expect("port");
         relay(ports.agent, Arc::new(move || async move { Some(api_port) }.boxed())).await;
         let (pool, kamaji, uuid) = (self.p.app.db.pool.clone(), self.kamaji.clone(), uuid.to_owned());

@@ -37,12 +37,17 @@ pub struct Vm {
 
 /// The host's loopback ports a node-sized domain's network leads to: `api` and `agent` are where
 /// its guest's 10.0.2.100:6443 and 10.0.2.100:8080 arrive (the test relays them), `kubelet` is
-/// forwarded to the guest's port 10250.
+/// forwarded to the guest's port 10250; its tenant network link's frames arrive (UDP) at
+/// `tenant_net` and are sent to QEMU at `tenant_net_qemu` (tests/vm/tenantnet.rs); `number` is the
+/// node's number there (its address is 10.70.0.`number`).
 #[derive(Clone, Copy, Debug)]
 pub struct NodePorts {
+    pub number: u8,
     pub api: u16,
     pub agent: u16,
     pub kubelet: u16,
+    pub tenant_net: u16,
+    pub tenant_net_qemu: u16,
 }
 
 /// The domains of machines.json (`{machines: [{name, uuid, console, disks: [{name, path, serial, size_bytes}]}]}`).
@@ -67,7 +72,15 @@ fn machines(json: &Value) -> Vec<Vm> {
                 .collect(),
             node: m.get("node").map(|n| {
                 let port = |k: &str| u16::try_from(n["ports"][k].as_u64().expect("port")).expect("port");
-                NodePorts { api: port("api"), agent: port("agent"), kubelet: port("kubelet") }
+                let mac = n["tenant_mac"].as_str().expect("tenant_mac");
+                NodePorts {
+                    number: mac.rsplit(':').next().and_then(|n| n.parse().ok()).expect("the node's number"),
+                    api: port("api"),
+                    agent: port("agent"),
+                    kubelet: port("kubelet"),
+                    tenant_net: port("tenant_net"),
+                    tenant_net_qemu: port("tenant_net_qemu"),
+                }
             }),
         })
         .collect()
