@@ -160,7 +160,11 @@ impl SlurmHost {
             if let Some(value) = probe(self) {
                 return value;
             }
-            assert!(Instant::now() < deadline, "waited {PATIENCE:?} for {what}; slurmctld's log ends:\n{}", self.log_tail());
+            assert!(
+                Instant::now() < deadline,
+                "waited {PATIENCE:?} for {what}; slurmctld's log ends:\n{}",
+                self.log_tail()
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
     }
