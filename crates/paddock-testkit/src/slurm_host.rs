@@ -34,6 +34,7 @@ pub struct SlurmHost {
     dir: String,
     ctld_port: u16,
     ctld: Child,
+    /// The slurmds (and slurmrestd) this test started, by node name.
     slurmds: Vec<(String, Child)>,
 }
 
@@ -75,6 +76,12 @@ impl SlurmHost {
         std::fs::write(host.join("slurm.key"), key).expect("slurm.key");
         let private = std::os::unix::fs::PermissionsExt::from_mode(0o600);
         std::fs::set_permissions(host.join("slurm.key"), private).expect("slurm.key's mode");
+        let mut jwt = vec![0u8; 32];
+        std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").expect("/dev/urandom"), &mut jwt)
+            .expect("random bytes");
+        std::fs::write(host.join("jwt.key"), jwt).expect("jwt.key");
+        std::fs::set_permissions(host.join("jwt.key"), std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .expect("jwt.key's mode");
         std::fs::write(host.join("cgroup.conf"), "CgroupPlugin=disabled\n").expect("cgroup.conf");
         // slurmctld runs as the root's `slurm` (401): its key and state are its own.
         let out = Command::new("chown").arg("-R").arg("401:401").arg(&host).output().expect("chown");
@@ -89,6 +96,7 @@ impl SlurmHost {
              SlurmctldLogFile={dir}/slurmctld.log\nSlurmdLogFile={dir}/slurmd.log\n\
              SlurmctldPidFile={dir}/slurmctld.pid\nSlurmdPidFile={dir}/slurmd.pid\n\
              AuthType=auth/slurm\nCredType=cred/slurm\nAuthInfo={dir}/slurm.key\n\
+             AuthAltTypes=auth/jwt\nAuthAltParameters=jwt_key={dir}/jwt.key\n\
              AccountingStorageType=accounting_storage/none\nSlurmctldParameters=enable_configless\n\
              ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nJobAcctGatherType=jobacct_gather/none\n\
              MailProg=/bin/true\nMaxNodeCount=1024\n{conf}\n",
@@ -142,6 +150,34 @@ impl SlurmHost {
             .spawn()
             .expect("starting slurmd (unshare from util-linux)");
         self.slurmds.push((name.to_owned(), child));
+    }
+
+    /// Starts slurmrestd (JWT authentication, as paddock's probe speaks to it) on a free port of
+    /// 127.0.0.1, as the root's `nobody` (slurmrestd refuses root and `SlurmUser`), and waits until
+    /// it listens; returns its port. Stopped with the rest.
+    pub fn start_slurmrestd(&mut self) -> u16 {
+        let port = free_port();
+        let child = Command::new("chroot")
+            .arg(&self.root)
+            .arg("env")
+            .arg(format!("SLURM_CONF={}/slurm.conf", self.dir))
+            .args(["SLURM_JWT=daemon", "slurmrestd", "-u", "65534", "-g", "65534", "-a", "rest_auth/jwt"])
+            .arg(format!("127.0.0.1:{port}"))
+            .stdout(log(&self.dir(), "slurmrestd.out"))
+            .stderr(log(&self.dir(), "slurmrestd.out"))
+            .spawn()
+            .expect("starting slurmrestd");
+        self.slurmds.push(("slurmrestd".to_owned(), child));
+        self.wait("slurmrestd to listen", |_| std::net::TcpStream::connect(("127.0.0.1", port)).ok().map(|_| ()));
+        port
+    }
+
+    /// A JWT of `user` for slurmrestd (`scontrol token`), valid for ten minutes.
+    pub fn token(&self, user: &str) -> String {
+        let out = self.run(&["scontrol", "token", &format!("username={user}"), "lifespan=600"]);
+        assert!(out.status.success(), "scontrol token: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.trim().trim_start_matches("SLURM_JWT=").to_owned()
     }
 
     /// Stops the slurmd of node `name`, and waits until it is gone.

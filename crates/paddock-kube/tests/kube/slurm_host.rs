@@ -8,8 +8,8 @@
 //! Feature=<pool>` line per NodeSet, then the Controller's `extraConf` verbatim. The operator test
 //! (`operator.rs`) checks the same lines in the slurm.conf the real operator renders.
 
-use paddock_domain::driver::SlurmPool;
-use paddock_kube::slurm::{self, objects, CURABLE_REASONS};
+use paddock_domain::driver::{DemandPool, SlurmPool};
+use paddock_kube::slurm::{self, demand_of, objects, parse_jobs, parse_nodes, SlurmQueue, CURABLE_REASONS};
 use paddock_testkit::slurm_host::{self, SlurmHost};
 use paddock_types::cluster::{Partition, SlurmSpec};
 use paddock_types::ClusterId;
@@ -104,7 +104,7 @@ fn an_elastic_pool_at_zero_takes_jobs_for_its_max_nodes_and_runs_them_when_its_n
         max_time: None,
     };
     let spec = SlurmSpec { partitions: vec![all], ..SlurmSpec::default() };
-    let conf = rendered(&spec, &[fixed, big, gpu]);
+    let conf = rendered(&spec, &[fixed, big.clone(), gpu]);
     let mut slurm = SlurmHost::start(&root, &conf);
 
     // The fixed pool's node, registered as its NodeSet pod registers.
@@ -127,6 +127,8 @@ fn an_elastic_pool_at_zero_takes_jobs_for_its_max_nodes_and_runs_them_when_its_n
     let refused = sbatch(&slurm, &["-p", "all", "-C", "big", "--mem=2000"]).expect_err("more memory than big's");
     assert!(refused.contains("Requested node configuration is not available"), "{refused}");
 
+    assert_demand_read(&mut slurm, &big);
+
     // big's first machine joins (the fixed pool's slurmd gives way: one slurmd a host): the job
     // for one of its nodes runs there, not on a declared node.
     let one = sbatch(&slurm, &["-p", "all", "-C", "big"]).expect("a job for one of big's nodes");
@@ -139,4 +141,43 @@ fn an_elastic_pool_at_zero_takes_jobs_for_its_max_nodes_and_runs_them_when_its_n
     assert_eq!(done["nodes"], "big-0", "{done}");
     // The job for 2 nodes still waits: one node of big is there, the other still to come.
     assert_pending_as_demand(&slurm, &big_max, "a job for big's 2 nodes");
+}
+
+/// `GET /slurm/v0.0.42/<what>/` of the real slurmrestd, as paddock's probe asks it.
+fn rest(port: u16, token: &str, what: &str) -> String {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--fail", "-H", "X-SLURM-USER-NAME: root", "-H"])
+        .arg(format!("X-SLURM-USER-TOKEN: {token}"))
+        .arg(format!("http://127.0.0.1:{port}/slurm/v0.0.42/{what}/"))
+        .output()
+        .expect("curl");
+    assert!(out.status.success(), "GET {what}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// paddock's demand read of the real slurmrestd's job and node lists (v0.0.42): the declared
+/// nodes are not listed, so the elastic pool has no node yet; the jobs pending in its partition
+/// (three of them, waiting because of the declared nodes) are its demand.
+fn assert_demand_read(slurm: &mut SlurmHost, pool: &SlurmPool) {
+    let port = slurm.start_slurmrestd();
+    let token = slurm.token("root");
+    let queue = SlurmQueue {
+        jobs: parse_jobs(&rest(port, &token, "jobs")).expect("the job list"),
+        nodes: parse_nodes(&rest(port, &token, "nodes")).expect("the node list"),
+    };
+    let names: Vec<&str> = queue.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["cpu-0"], "only the registered node is listed");
+    let demand = DemandPool {
+        node_pool_id: pool.node_pool_id,
+        name: pool.name.clone(),
+        partitions: vec!["all".to_owned()],
+        node_names: Vec::new(),
+        labels: Default::default(),
+        taints: Vec::new(),
+        cpu_cores: pool.class_size.0,
+        memory_gib: pool.class_size.1,
+        gpus: pool.gpus_per_node,
+    };
+    let read = demand_of(&[demand], &queue);
+    assert_eq!((read.pools[0].pending, read.pools[0].nodes), (3, 0), "{read:?}");
 }
