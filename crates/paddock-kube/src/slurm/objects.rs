@@ -15,8 +15,8 @@ use serde_json::{json, Value};
 use tracing::warn;
 
 use super::{
-    cluster_name, Images, ACCOUNTING, CONFIG_FILES, CONTROLLER, CONTROLLER_STORAGE, DATABASE, DATABASE_USER, GROUP,
-    LABEL_SLURM, LOGINSET, LOGIN_HOST_KEYS_SECRET, MARIADB, MARIADB_STORAGE, RESTAPI, SECRET_DB, SECRET_DB_KEY,
+    cluster_name, elastic, Images, ACCOUNTING, CONFIG_FILES, CONTROLLER, CONTROLLER_STORAGE, DATABASE, DATABASE_USER,
+    GROUP, LABEL_SLURM, LOGINSET, LOGIN_HOST_KEYS_SECRET, MARIADB, MARIADB_STORAGE, RESTAPI, SECRET_DB, SECRET_DB_KEY,
     SECRET_JWT, SECRET_JWT_KEY, SECRET_SLURM_KEY, SECRET_SLURM_KEY_KEY, SECRET_SSSD, SECRET_SSSD_KEY, VERSION,
 };
 use crate::isolation::{LABEL_CLUSTER_ID, LABEL_MANAGED_BY, MANAGER};
@@ -188,66 +188,15 @@ pub(super) fn has_gpus(pools: &[SlurmPool]) -> bool {
     pools.iter().any(|p| p.gpus_per_node > 0)
 }
 
-/// The node table slurmctld keeps beside the nodes slurm.conf declares: the operator's own
-/// `MaxNodeCount`, room for the slurmd pods that register as dynamic nodes.
-pub const DYNAMIC_NODE_ROOM: u32 = 1024;
-
-/// The Slurm nodes an elastic pool's partition holds before its machines come: `max` nodes of
-/// the pool's class in state `FUTURE`, named `<pool>_future[0-<max-1>]`, with the pool's feature
-/// (so the operator's `NodeSet=<pool> Feature=<pool>`, and every partition naming the NodeSet,
-/// holds them). Why these, tried against a real slurmctld 26.05 (docs/tenants.md, "Elastic
-/// pools"):
-/// - Without them, a partition whose nodes lack what a job asks for refuses the job at
-///   submission ("Requested node configuration is not available"): a GPU, a feature (`-C
-///   <pool>`) or the memory of a pool at zero that shares a partition with other pools' nodes.
-///   With them the job is accepted and pends (`ReqNodeNotAvail`, `Resources`), which is the
-///   demand paddock reads; a job larger than a machine of the class is still refused.
-/// - Not named as the NodeSet's pods: a `slurmd -Z` (how Slinky's pods register) whose name
-///   slurm.conf already declares exits ("Duplicated NodeName"). A pod's hostname never holds
-///   `_`, so these names never meet a pod's.
-/// - `FUTURE`, not `CLOUD`: slurmctld allocates powered-down `CLOUD` nodes to a job at once
-///   (the job then waits `CONFIGURING` for nodes no resume will bring, instead of pending),
-///   while `FUTURE` nodes are never allocated: the job runs on the pool's dynamic nodes once
-///   they register.
-/// - The memory is 90% of the class's (Slurm's own tolerance for cloud nodes' registered
-///   memory): a real node reports less than its installed memory, and a job accepted for memory
-///   no node has would hold a machine for nothing.
-pub fn future_nodes(pools: &[SlurmPool]) -> Vec<String> {
-    pools
-        .iter()
-        .filter_map(|pool| {
-            let max = pool.autoscaling_max.filter(|m| *m > 0)?;
-            let mut line = format!("NodeName={}_future[0-{}] State=FUTURE Feature={}", pool.name, max - 1, pool.name);
-            let (cpus, memory_gib) = pool.class_size;
-            if cpus > 0 {
-                line.push_str(&format!(" CPUs={cpus}"));
-            }
-            if memory_gib > 0 {
-                line.push_str(&format!(" RealMemory={}", u64::from(memory_gib) * 1024 * 9 / 10));
-            }
-            if pool.gpus_per_node > 0 {
-                line.push_str(&format!(" Gres=gpu:{}", pool.gpus_per_node));
-            }
-            Some(line)
-        })
-        .collect()
-}
-
-/// The Controller's `extraConf`: `GresTypes=gpu` when a pool has GPUs, the elastic pools'
-/// [`future_nodes`] (and a `MaxNodeCount` that keeps [`DYNAMIC_NODE_ROOM`] for the pods beside
-/// them: slurmctld refuses to start when declared nodes fill its node table; the operator's own
-/// `MaxNodeCount` comes first and the last one wins), and the spec's partitions (none when the
-/// spec has none: the NodeSets then carry one each).
+/// The Controller's `extraConf`: `GresTypes=gpu` when a pool has GPUs, the nodes slurm.conf
+/// declares for the elastic pools ([`elastic::declared`]), and the spec's partitions (none when
+/// the spec has none: the NodeSets then carry one each).
 pub fn controller_extra_conf(spec: &SlurmSpec, pools: &[SlurmPool]) -> String {
     let mut lines = Vec::new();
     if has_gpus(pools) {
         lines.push("GresTypes=gpu".to_owned());
     }
-    let declared: u32 = pools.iter().filter_map(|p| p.autoscaling_max).sum();
-    if declared > 0 {
-        lines.push(format!("MaxNodeCount={}", declared + DYNAMIC_NODE_ROOM));
-        lines.extend(future_nodes(pools));
-    }
+    lines.extend(elastic::declared(pools));
     let known: BTreeSet<&str> = pools.iter().map(|p| p.name.as_str()).collect();
     for partition in &spec.partitions {
         let mut line = format!("PartitionName={}", partition.name);
@@ -691,28 +640,6 @@ mod tests {
              PartitionName=gpu Nodes=gpu Default=NO State=UP"
         );
         assert_eq!(controller_extra_conf(&SlurmSpec::default(), &[pool("cpu", 1, 0)]), "");
-    }
-
-    #[test]
-    fn an_elastic_pool_declares_its_max_nodes_ahead_of_its_machines() {
-        let mut gpu = pool("gpu", 0, 8);
-        gpu.autoscaling_max = Some(4);
-        gpu.class_size = (64, 512);
-        let mut cpu = pool("cpu", 0, 0);
-        cpu.autoscaling_max = Some(1);
-        cpu.class_size = (0, 0);
-        let fixed = pool("fixed", 2, 0);
-        let conf = controller_extra_conf(&SlurmSpec::default(), &[fixed.clone(), gpu, cpu]);
-        assert_eq!(
-            conf,
-            "GresTypes=gpu\nMaxNodeCount=1029\n\
-             NodeName=gpu_future[0-3] State=FUTURE Feature=gpu CPUs=64 RealMemory=471859 Gres=gpu:8\n\
-             NodeName=cpu_future[0-0] State=FUTURE Feature=cpu"
-        );
-        // Fixed pools, and an elastic pool of max 0, declare nothing: their nodes stay dynamic.
-        let mut none = pool("none", 0, 0);
-        none.autoscaling_max = Some(0);
-        assert_eq!(controller_extra_conf(&SlurmSpec::default(), &[fixed, none]), "");
     }
 
     #[test]
