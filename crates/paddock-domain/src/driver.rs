@@ -496,6 +496,12 @@ pub struct SlurmPool {
     pub releasing: Vec<String>,
     /// GPUs per node (the machine class's): the NodeSet's GRES.
     pub gpus_per_node: u32,
+    /// CPU cores and memory (GiB) per machine of the pool's class: the size Slurm's
+    /// configuration gives an elastic pool's nodes to come.
+    pub class_size: (u32, u32),
+    /// The pool's `autoscaling.max`, when it is elastic: Slurm's configuration declares that
+    /// many nodes of the pool ahead of its machines, so that work for them is accepted.
+    pub autoscaling_max: Option<u32>,
     /// The pool's taints: the NodeSet's pods (the control pods, for the system pool) tolerate them.
     pub taints: Vec<Taint>,
     /// `compute`: one NodeSet; `system`: no NodeSet, the control pods and their volumes.

@@ -47,7 +47,10 @@
 //! line each (the operator declares a Slurm `NodeSet=<name>` for every NodeSet CR, and `Nodes=`
 //! accepts NodeSet names). GPUs: `Gres=gpu:<n>` in the NodeSet's `extraConf` (the operator passes
 //! it to slurmd as `--conf`), `nvidia.com/gpu: <n>` as the slurmd container's limit, and
-//! `GresTypes=gpu` in the Controller's `extraConf`.
+//! `GresTypes=gpu` in the Controller's `extraConf`. An elastic pool's `max` nodes of its class are
+//! declared there too, as `FUTURE` nodes its pods never take the names of
+//! ([`elastic::future_nodes`]: why, and why not `CLOUD` nodes), so that work for its machines to
+//! come is accepted and pends.
 //!
 //! Readiness ([`SlurmStatus`]), in order, each missing item named in `reason`:
 //! `MariaDbReady` (its StatefulSet), `SlurmAccountingReady` (the operator's StatefulSet
@@ -95,6 +98,7 @@
 //! ...) would have NodeSet pods named like those objects' pods.
 
 mod demand;
+pub mod elastic;
 mod health;
 pub mod objects;
 mod probe;

@@ -7,6 +7,7 @@ mod contract;
 mod db;
 mod http_client;
 pub mod skip;
+pub mod slurm_host;
 
 use std::sync::Arc;
 

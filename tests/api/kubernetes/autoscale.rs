@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use paddock_kube::nodes::LABEL_NODE_POOL;
 use paddock_testkit::eventually;
 use serde_json::{json, Value};
@@ -110,5 +110,48 @@ async fn a_pending_pod_grows_an_elastic_pool_from_zero_and_it_shrinks_after_the_
     let ops = scalings(&lab, &pool).await;
     assert_eq!(ops.len(), 2, "{ops:?}");
     assert!(ops[1].1.starts_with("scale_down: idle "), "{ops:?}");
+    lab.finish().await;
+}
+
+/// A Slurm cluster created through the API with an elastic GPU pool at zero: the Controller the
+/// real Slurm driver writes declares the pool's `max` nodes of its class (64 cores, 512 GiB, 8
+/// GPUs) as `FUTURE` nodes (with room in slurmctld's node table for the pods), so that Slurm
+/// accepts work for the machines to come; the fixed CPU pool declares nothing.
+#[tokio::test]
+async fn a_slurm_clusters_elastic_pool_is_declared_in_slurm_conf_up_to_its_max() {
+    let Some(lab) = Lab::new().await else { return };
+    machine_class(&lab.app, "cpu", 0).await;
+    machine_class(&lab.app, "gpu", 8).await;
+    lab.enroll("cpu", &["d1", "d2"]).await;
+    lab.enroll("gpu", &["d3"]).await;
+    let t = lab.tenant("acme").await;
+    let autoscaling = json!({ "min": 0, "max": 3 });
+    let body = json!({
+        "name": "elastic-hpc", "kind": "slurm", "isolation": "private-nodes",
+        "node_pools": [
+            { "name": "cpu", "machine_class": "cpu", "count": 1 },
+            { "name": "gpu", "machine_class": "gpu", "count": 0, "autoscaling": autoscaling },
+            { "name": "sys", "machine_class": "cpu", "count": 1, "role": "system" },
+        ],
+    });
+    let created = lab.create(&t, body).await;
+    let c = id(&created["cluster"]);
+    lab.ready(&t, &c).await;
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        lab.tenant_client(&c),
+        paddock_kube::slurm::NAMESPACE,
+        &paddock_kube::slurm::api_resource("Controller"),
+    );
+    let controller = api.get(paddock_kube::slurm::CONTROLLER).await.expect("the Controller");
+    let conf = controller.data["spec"]["extraConf"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(
+        conf.lines().collect::<Vec<_>>(),
+        [
+            "GresTypes=gpu",
+            "MaxNodeCount=1027",
+            "NodeName=gpu_future[0-2] State=FUTURE Feature=gpu CPUs=64 RealMemory=471859 Gres=gpu:8"
+        ],
+        "{conf}"
+    );
     lab.finish().await;
 }

@@ -26,9 +26,12 @@
 //!   backfill scheduler holds it for a pending job); a `DOWN` or drained node runs nothing and is
 //!   idle. Its Kubernetes Node name (from the comment) is what paddock gives back first.
 //!
-//! Real Slurm daemons do not run in paddock's tests yet: this read is proven against a slurmrestd
-//! stand-in that answers v0.0.42's documented shapes. The proof against a real slurmctld comes
-//! with the real-Slurm test path (an `sbatch -N 1` on a pool at zero).
+//! This read is proven against a slurmrestd stand-in that answers v0.0.42's documented shapes
+//! (through the API server's service proxy, with the real operator), and its parsing and rules
+//! against the answers of a real slurmrestd 26.05 on this host (`tests/kube/slurm_host.rs`: the
+//! nodes slurm.conf declares for an elastic pool are not listed; the jobs they let Slurm accept
+//! are the pool's demand). The whole loop on a real cluster comes with the real-Slurm test path
+//! (an `sbatch -N 1` on a pool at zero).
 
 use serde::Deserialize;
 use serde_json::Value;

@@ -15,8 +15,8 @@ use serde_json::{json, Value};
 use tracing::warn;
 
 use super::{
-    cluster_name, Images, ACCOUNTING, CONFIG_FILES, CONTROLLER, CONTROLLER_STORAGE, DATABASE, DATABASE_USER, GROUP,
-    LABEL_SLURM, LOGINSET, LOGIN_HOST_KEYS_SECRET, MARIADB, MARIADB_STORAGE, RESTAPI, SECRET_DB, SECRET_DB_KEY,
+    cluster_name, elastic, Images, ACCOUNTING, CONFIG_FILES, CONTROLLER, CONTROLLER_STORAGE, DATABASE, DATABASE_USER,
+    GROUP, LABEL_SLURM, LOGINSET, LOGIN_HOST_KEYS_SECRET, MARIADB, MARIADB_STORAGE, RESTAPI, SECRET_DB, SECRET_DB_KEY,
     SECRET_JWT, SECRET_JWT_KEY, SECRET_SLURM_KEY, SECRET_SLURM_KEY_KEY, SECRET_SSSD, SECRET_SSSD_KEY, VERSION,
 };
 use crate::isolation::{LABEL_CLUSTER_ID, LABEL_MANAGED_BY, MANAGER};
@@ -188,13 +188,15 @@ pub(super) fn has_gpus(pools: &[SlurmPool]) -> bool {
     pools.iter().any(|p| p.gpus_per_node > 0)
 }
 
-/// The Controller's `extraConf`: `GresTypes=gpu` when a pool has GPUs, and the spec's
-/// partitions (none when the spec has none: the NodeSets then carry one each).
+/// The Controller's `extraConf`: `GresTypes=gpu` when a pool has GPUs, the nodes slurm.conf
+/// declares for the elastic pools ([`elastic::declared`]), and the spec's partitions (none when
+/// the spec has none: the NodeSets then carry one each).
 pub fn controller_extra_conf(spec: &SlurmSpec, pools: &[SlurmPool]) -> String {
     let mut lines = Vec::new();
     if has_gpus(pools) {
         lines.push("GresTypes=gpu".to_owned());
     }
+    lines.extend(elastic::declared(pools));
     let known: BTreeSet<&str> = pools.iter().map(|p| p.name.as_str()).collect();
     for partition in &spec.partitions {
         let mut line = format!("PartitionName={}", partition.name);
@@ -487,6 +489,8 @@ mod tests {
             node_names: Vec::new(),
             releasing: Vec::new(),
             gpus_per_node: gpus,
+            class_size: (8, 32),
+            autoscaling_max: None,
             taints: Vec::new(),
             role: paddock_types::cluster::NodePoolRole::Compute,
         }

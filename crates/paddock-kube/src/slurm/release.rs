@@ -200,6 +200,8 @@ mod tests {
             node_names: names(active),
             releasing: names(releasing),
             gpus_per_node: 0,
+            class_size: (8, 32),
+            autoscaling_max: None,
             taints: Vec::new(),
             role: NodePoolRole::Compute,
         }

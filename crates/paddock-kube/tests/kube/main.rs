@@ -36,6 +36,7 @@ mod ray_operator;
 mod removal;
 mod slurm;
 mod slurm_demand;
+mod slurm_host;
 mod slurm_probe;
 mod slurm_release;
 mod stack;

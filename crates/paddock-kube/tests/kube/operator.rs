@@ -303,7 +303,10 @@ async fn the_real_operator_reconciles_what_the_slurm_driver_writes() {
         Taint { key: "example.com/control".to_owned(), value: String::new(), effect: TaintEffect::NoSchedule };
     let mut system = pool("sys", 1, 0, vec![control_taint]);
     system.role = NodePoolRole::System;
-    let mut pools = vec![pool("cpu", 2, 0, Vec::new()), pool("gpu", 1, 4, vec![gpu_taint]), system];
+    // The GPU pool is elastic: slurm.conf declares its max nodes ahead of its machines.
+    let mut gpu = pool("gpu", 1, 4, vec![gpu_taint]);
+    gpu.autoscaling_max = Some(3);
+    let mut pools = vec![pool("cpu", 2, 0, Vec::new()), gpu, system];
 
     let played = Played::start(&admin, &secrets, inputs.probe_ip).await;
     let (restd, loopback) = (played.restd.clone(), played.loopback);
@@ -558,9 +561,14 @@ async fn assert_slurm_conf(client: &Client, ns: &str, tenant: &TenantAccess) {
         "AccountingStorageType=accounting_storage/slurmdbd".to_owned(),
         format!("AccountingStorageHost={}", slurm::ACCOUNTING_WORKLOAD),
         "AuthAltTypes=auth/jwt".to_owned(),
+        // The elastic GPU pool's max nodes of its class (8 cores, 32 GiB), never a pod's name.
+        "NodeName=gpu_future[0-2] State=FUTURE Feature=gpu CPUs=8 RealMemory=29491 Gres=gpu:4".to_owned(),
     ] {
         assert!(lines.contains(line.as_str()), "slurm.conf has no line {line:?}:\n{conf}");
     }
+    // The node table keeps the operator's room for the pods beside them: the last one counts.
+    let counts: Vec<&str> = conf.lines().filter(|l| l.starts_with("MaxNodeCount=")).collect();
+    assert_eq!(counts.last(), Some(&"MaxNodeCount=1027"), "{conf}");
 }
 
 /// slurmdbd.conf (a Secret of the operator): paddock's MariaDB, database, user and password.

@@ -159,6 +159,8 @@ pub(crate) fn pool(name: &str, count: u32, gpus: u32, taints: Vec<Taint>) -> Slu
         node_names: Vec::new(),
         releasing: Vec::new(),
         gpus_per_node: gpus,
+        class_size: (8, 32),
+        autoscaling_max: None,
         taints,
         role: paddock_types::cluster::NodePoolRole::Compute,
     }

@@ -42,6 +42,8 @@ fn slurm(pools: &[(&str, u32, &[&str])]) -> SlurmDesired {
                 node_names: nodes.iter().map(|n| (*n).to_owned()).collect(),
                 releasing: Vec::new(),
                 gpus_per_node: 0,
+                class_size: (8, 32),
+                autoscaling_max: None,
                 taints: Vec::new(),
                 role: Default::default(),
             })

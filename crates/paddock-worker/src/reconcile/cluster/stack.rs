@@ -170,6 +170,8 @@ fn slurm_desired(
                 .filter_map(|m| m.node_name.clone())
                 .collect(),
             gpus_per_node: p.gpu_count,
+            class_size: p.class_size,
+            autoscaling_max: p.spec.autoscaling.map(|a| a.max),
             taints: p.spec.taints.clone(),
             role: p.spec.role,
         })

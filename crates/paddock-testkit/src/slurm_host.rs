@@ -1,0 +1,240 @@
+//! A real Slurm on this host: slurmctld, and slurmd registering as dynamic nodes (`slurmd -Z`, as
+//! Slinky's NodeSet pods do), from the Debian root `scripts/slurm-host` builds (Slurm 26.05.5,
+//! the version of paddock's Slurm images), found through `PADDOCK_TEST_SLURM_HOST`.
+//!
+//! The daemons run chrooted into that root (its libraries are Debian sid's, newer than a CI
+//! host's), as root. A test's files live in a directory of its own under the root's `/run`
+//! (its slurm.conf, its `auth/slurm` key, slurmctld's state, the logs), removed when the
+//! [`SlurmHost`] drops, and its daemons listen on ports picked free on 127.0.0.1: tests run in
+//! parallel on one root. slurmctld needs no `/proc`; slurmd does, so each slurmd runs in a mount
+//! namespace of its own (`unshare --mount`) with `/proc` mounted into the root there. Jobs run
+//! as root under `proctrack/linuxproc` and `task/none`, with cgroups disabled: a CI host need not
+//! have cgroup v2. Dropping the [`SlurmHost`] kills the daemons it started, by their process ids.
+//!
+//! The slurm.conf a test gives is the part under test (nodes, NodeSets, partitions, what
+//! paddock's configuration adds); [`SlurmHost::start`] puts this host's own lines before it
+//! (the controller's host and ports, paths, authentication, plugins that need no cgroup).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::skip;
+
+/// How long a daemon may take to answer on a loaded machine.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A running slurmctld (and the slurmds a test started) in the root of `scripts/slurm-host`.
+#[derive(Debug)]
+pub struct SlurmHost {
+    root: PathBuf,
+    /// The test's directory, as the chrooted daemons see it (`/run/paddock-test-...`).
+    dir: String,
+    ctld_port: u16,
+    ctld: Child,
+    /// The slurmds (and slurmrestd) this test started, by node name.
+    slurmds: Vec<(String, Child)>,
+}
+
+/// The root of `scripts/slurm-host` (`PADDOCK_TEST_SLURM_HOST`), when it is there and this test
+/// runs as root; otherwise a [`skip`] (a failure under `CI=true`).
+#[track_caller]
+pub fn root() -> Option<PathBuf> {
+    let root = skip::env("PADDOCK_TEST_SLURM_HOST", "a real slurmctld: scripts/slurm-host builds its root")?;
+    let root = PathBuf::from(root);
+    // An alternatives symlink, absolute inside the root: present is enough.
+    let slurmctld = root.join("usr/sbin/slurmctld");
+    skip::require(slurmctld.symlink_metadata().ok(), format_args!("{} is missing", slurmctld.display()))?;
+    skip::root("running slurmctld chrooted").then_some(root)
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port on 127.0.0.1");
+    listener.local_addr().expect("its address").port()
+}
+
+/// This host's name, which `SlurmctldHost` must name for slurmctld to serve.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").expect("the host's name").trim().to_owned()
+}
+
+impl SlurmHost {
+    /// Starts slurmctld with this host's lines followed by `conf`, and waits until it answers.
+    pub fn start(root: &Path, conf: &str) -> Self {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let dir = format!("/run/paddock-test-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        let host = root.join(dir.trim_start_matches('/'));
+        let _ = std::fs::remove_dir_all(&host);
+        for sub in ["state", "spool"] {
+            std::fs::create_dir_all(host.join(sub)).expect("the test's Slurm directory");
+        }
+        let mut key = vec![0u8; 1024];
+        std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").expect("/dev/urandom"), &mut key)
+            .expect("random bytes");
+        std::fs::write(host.join("slurm.key"), key).expect("slurm.key");
+        let private = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+        std::fs::set_permissions(host.join("slurm.key"), private).expect("slurm.key's mode");
+        let mut jwt = vec![0u8; 32];
+        std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").expect("/dev/urandom"), &mut jwt)
+            .expect("random bytes");
+        std::fs::write(host.join("jwt.key"), jwt).expect("jwt.key");
+        std::fs::set_permissions(host.join("jwt.key"), std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .expect("jwt.key's mode");
+        std::fs::write(host.join("cgroup.conf"), "CgroupPlugin=disabled\n").expect("cgroup.conf");
+        // slurmctld runs as the root's `slurm` (401): its key and state are its own.
+        let out = Command::new("chown").arg("-R").arg("401:401").arg(&host).output().expect("chown");
+        assert!(out.status.success(), "chown: {}", String::from_utf8_lossy(&out.stderr));
+        let ctld_port = free_port();
+        let mut full = String::new();
+        let _ = write!(
+            full,
+            "ClusterName=paddocktest\nSlurmUser=slurm\nSlurmdUser=root\n\
+             SlurmctldHost={host_name}(127.0.0.1)\nSlurmctldPort={ctld_port}\nSlurmdPort={slurmd_port}\n\
+             StateSaveLocation={dir}/state\nSlurmdSpoolDir={dir}/spool\n\
+             SlurmctldLogFile={dir}/slurmctld.log\nSlurmdLogFile={dir}/slurmd.log\n\
+             SlurmctldPidFile={dir}/slurmctld.pid\nSlurmdPidFile={dir}/slurmd.pid\n\
+             AuthType=auth/slurm\nCredType=cred/slurm\nAuthInfo={dir}/slurm.key\n\
+             AuthAltTypes=auth/jwt\nAuthAltParameters=jwt_key={dir}/jwt.key\n\
+             AccountingStorageType=accounting_storage/none\nSlurmctldParameters=enable_configless\n\
+             ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nJobAcctGatherType=jobacct_gather/none\n\
+             MailProg=/bin/true\nMaxNodeCount=1024\n{conf}\n",
+            host_name = hostname(),
+            slurmd_port = free_port(),
+        );
+        std::fs::write(host.join("slurm.conf"), full).expect("slurm.conf");
+        let ctld = Command::new("chroot")
+            .arg(root)
+            .args(["/usr/sbin/slurmctld", "-D", "-f"])
+            .arg(format!("{dir}/slurm.conf"))
+            .stdout(log(&host, "slurmctld.out"))
+            .stderr(log(&host, "slurmctld.out"))
+            .spawn()
+            .expect("starting slurmctld");
+        let slurm = SlurmHost { root: root.to_owned(), dir, ctld_port, ctld, slurmds: Vec::new() };
+        slurm.wait("slurmctld to answer", |s| s.run(&["scontrol", "ping"]).status.success().then_some(()));
+        slurm
+    }
+
+    /// Where the test's files are on this host (logs to read when something fails).
+    pub fn dir(&self) -> PathBuf {
+        self.root.join(self.dir.trim_start_matches('/'))
+    }
+
+    /// Runs a Slurm command (`sbatch`, `squeue`, `scontrol`, ...) of the root against this
+    /// slurmctld.
+    pub fn run(&self, args: &[&str]) -> Output {
+        Command::new("chroot")
+            .arg(&self.root)
+            .arg("env")
+            .arg(format!("SLURM_CONF={}/slurm.conf", self.dir))
+            .args(args)
+            .output()
+            .expect("running a Slurm command")
+    }
+
+    /// Starts a slurmd that registers as the dynamic node `name` (`slurmd -Z -N <name> --conf
+    /// <conf>`, as a Slinky NodeSet pod's slurmd does with `--conf "Features=<nodeset>"`). One
+    /// slurmd at a time: they share the configuration's `SlurmdPort`.
+    pub fn start_slurmd(&mut self, name: &str, conf: &str) {
+        let root = self.root.display().to_string();
+        let script = format!(
+            "mount -t proc proc '{root}/proc' && exec chroot '{root}' slurmd -D -Z -f {dir}/slurm.conf -N {name} --conf '{conf}'",
+            dir = self.dir,
+        );
+        let child = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+            .stdout(log(&self.dir(), &format!("slurmd-{name}.out")))
+            .stderr(log(&self.dir(), &format!("slurmd-{name}.out")))
+            .spawn()
+            .expect("starting slurmd (unshare from util-linux)");
+        self.slurmds.push((name.to_owned(), child));
+    }
+
+    /// Starts slurmrestd (JWT authentication, as paddock's probe speaks to it) on a free port of
+    /// 127.0.0.1, as the root's `nobody` (slurmrestd refuses root and `SlurmUser`), and waits until
+    /// it listens; returns its port. Stopped with the rest.
+    pub fn start_slurmrestd(&mut self) -> u16 {
+        let port = free_port();
+        let child = Command::new("chroot")
+            .arg(&self.root)
+            .arg("env")
+            .arg(format!("SLURM_CONF={}/slurm.conf", self.dir))
+            .args(["SLURM_JWT=daemon", "slurmrestd", "-u", "65534", "-g", "65534", "-a", "rest_auth/jwt"])
+            .arg(format!("127.0.0.1:{port}"))
+            .stdout(log(&self.dir(), "slurmrestd.out"))
+            .stderr(log(&self.dir(), "slurmrestd.out"))
+            .spawn()
+            .expect("starting slurmrestd");
+        self.slurmds.push(("slurmrestd".to_owned(), child));
+        self.wait("slurmrestd to listen", |_| std::net::TcpStream::connect(("127.0.0.1", port)).ok().map(|_| ()));
+        port
+    }
+
+    /// A JWT of `user` for slurmrestd (`scontrol token`), valid for ten minutes.
+    pub fn token(&self, user: &str) -> String {
+        let out = self.run(&["scontrol", "token", &format!("username={user}"), "lifespan=600"]);
+        assert!(out.status.success(), "scontrol token: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.trim().trim_start_matches("SLURM_JWT=").to_owned()
+    }
+
+    /// Stops the slurmd of node `name`, and waits until it is gone.
+    pub fn stop_slurmd(&mut self, name: &str) {
+        if let Some(i) = self.slurmds.iter().position(|(n, _)| n == name) {
+            let (_, mut child) = self.slurmds.remove(i);
+            stop(&mut child);
+        }
+    }
+
+    /// Polls `probe` until it gives a value, for at most a minute; fails naming `what` with the
+    /// end of slurmctld's log.
+    pub fn wait<T>(&self, what: &str, mut probe: impl FnMut(&Self) -> Option<T>) -> T {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(value) = probe(self) {
+                return value;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "waited {PATIENCE:?} for {what}; slurmctld's log ends:\n{}",
+                self.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The last lines of slurmctld's log.
+    pub fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir().join("slurmctld.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// The port slurmctld listens on (127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.ctld_port
+    }
+}
+
+impl Drop for SlurmHost {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.slurmds {
+            stop(child);
+        }
+        stop(&mut self.ctld);
+        let _ = std::fs::remove_dir_all(self.dir());
+    }
+}
+
+/// Ends a daemon this harness started: SIGTERM by its id (its own clean exit), then waits.
+fn stop(child: &mut Child) {
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    let _ = child.wait();
+}
+
+fn log(dir: &Path, name: &str) -> Stdio {
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(name)).expect("a log file");
+    Stdio::from(file)
+}
