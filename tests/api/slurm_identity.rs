@@ -163,14 +163,17 @@ async fn what_is_changed_in_slurm_behind_paddocks_back_is_restored_at_the_drift_
 
     let restored = holds(&lab, &cluster, &[("alice", "ml"), ("root", "root")]).await;
     assert!(restored.associations.contains(&root), "Slurm's own association was touched: {restored:?}");
-    let events = lab.app.get(format!("{}/events", lab.cluster_path(&cluster))).token(&lab.tenant_token).send();
-    let events = events.await.expect(200).json();
-    let synced: Vec<&Value> =
-        events["items"].as_array().expect("items").iter().filter(|e| e["reason"] == "IdentitySynced").collect();
-    assert!(
-        synced.iter().any(|e| e["message"].as_str().is_some_and(|m| m.contains("mallory"))),
-        "no event names the restore: {events}"
-    );
+    // The event is written once the driver's sync returned: wait for it too.
+    eventually(WAIT, || async {
+        let events = lab.app.get(format!("{}/events", lab.cluster_path(&cluster))).token(&lab.tenant_token).send();
+        let events = events.await.expect(200).json();
+        let items = events["items"].as_array().cloned().unwrap_or_default();
+        items
+            .iter()
+            .any(|e| e["reason"] == "IdentitySynced" && e["message"].as_str().is_some_and(|m| m.contains("mallory")))
+            .then_some(())
+    })
+    .await;
 }
 
 /// A served API with a tenant `acme` (its admin's token), machines for a system pool, and one

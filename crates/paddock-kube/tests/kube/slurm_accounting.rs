@@ -6,7 +6,6 @@
 //! against real Slurm comes with the real-Slurm test path.
 
 use base64::Engine;
-use paddock_domain::driver::SlurmDriver;
 use paddock_domain::slurm_identity::{desired, GroupMembers};
 use paddock_kube::slurm;
 use paddock_kube::SlinkyDriver;
