@@ -98,11 +98,12 @@ impl IdentitySync {
         let (tenant, id) = (cluster.tenant_id, cluster.id);
         match kube.slurm.sync_identity(access, version, desired).await {
             Ok(changed) => {
+                // The condition first: whoever sees the new counts sees it true.
+                let message = "the tenant's people are in the cluster's Slurm accounting";
+                self.condition(tenant, id, true, "Synced", message).await?;
                 let counts = slurm_identity::counts(desired, Utc::now());
                 let mut conn = self.0.services.store().conn().await?;
                 store::set_identity_sync(&mut conn, tenant, id, &counts).await?;
-                let message = "the tenant's people are in the cluster's Slurm accounting";
-                self.condition(tenant, id, true, "Synced", message).await?;
                 if !changed.is_empty() {
                     info!(cluster.id = %id, changes = changed.len(), "wrote {} change(s) to the Slurm accounting of cluster {id}", changed.len());
                     let message = event_message(&changed);
