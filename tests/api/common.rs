@@ -182,7 +182,7 @@ pub fn run_worker(
     name: &str,
 ) -> (tokio::sync::watch::Sender<bool>, std::sync::Arc<paddock_worker::WorkerMetrics>) {
     use paddock_worker::reconcile::{
-        Autoscaler, ClusterReconciler, DriftCheck, MachineReconciler, PowerCycle, PowerSync,
+        Autoscaler, ClusterReconciler, DriftCheck, IdentitySync, MachineReconciler, PowerCycle, PowerSync,
     };
     let clusters = ClusterReconciler::new(app.services.clone(), drivers.clone(), settings.clone());
     let sync = PowerSync::new(app.services.clone(), drivers.clone(), Default::default());
@@ -191,6 +191,7 @@ pub fn run_worker(
         std::sync::Arc::new(MachineReconciler::new(app.services.clone(), drivers, settings)),
         std::sync::Arc::new(DriftCheck(clusters.clone())),
         std::sync::Arc::new(Autoscaler(clusters.clone())),
+        std::sync::Arc::new(IdentitySync(clusters.clone())),
         std::sync::Arc::new(clusters),
     ];
     let store = paddock_store::Store::from_pool(app.db.pool.clone());

@@ -35,6 +35,7 @@ mod ray;
 mod remediation;
 mod scim;
 mod slurm_health;
+mod slurm_identity;
 mod sweep;
 mod tenant;
 mod tenant_scope;

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use paddock_types::cluster::{
     ClusterCreate, ClusterKind, ClusterStatus, ClusterView, Condition, ConditionStatus, Isolation, NodePoolAutoscaling,
     NodePoolCreate, NodePoolRole, NodePoolStatus, NodePoolSummary, NodePoolView, Partition, RaySpec, SlurmSpec, Taint,
-    DEFAULT_KUBERNETES_VERSION,
+    DEFAULT_KUBERNETES_VERSION, MAX_SLURM_ACCOUNTS,
 };
 use paddock_types::remediation::NodePoolRemediation;
 use paddock_types::tenant::Quotas;
@@ -30,6 +30,8 @@ static SLURM_TIME: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"^(UNLIMITED|INFINITE|[0-9]{1,6}|[0-9]{1,4}:[0-9]{2}(:[0-9]{2})?|[0-9]{1,4}-[0-9]{1,2}(:[0-9]{2}(:[0-9]{2})?)?)$")
         .expect("static regex")
 });
+static SLURM_ACCOUNT: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[a-z0-9][a-z0-9_.-]{0,62}$").expect("static regex"));
 static SSH_KEY: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com) [A-Za-z0-9+/]+={0,3}( [^\r\n]{0,256})?$")
         .expect("static regex")
@@ -266,6 +268,7 @@ fn validate_slurm(
         "slurm.partitions",
         "at most one partition may be the default",
     );
+    validate_accounts(c, &slurm.accounts);
     c.check(slurm.login.replicas <= 10, "slurm.login.replicas", "must be between 0 and 10");
     c.check(slurm.login.ssh_authorized_keys.len() <= 64, "slurm.login.ssh_authorized_keys", "at most 64 keys");
     for (i, key) in slurm.login.ssh_authorized_keys.iter().enumerate() {
@@ -275,6 +278,73 @@ fn validate_slurm(
             "must be an OpenSSH public key line",
         );
     }
+}
+
+/// `slurm.accounts`: bounds and names (each group and account once: a duplicate is
+/// [`slurm_account_duplicate`], checked after the values pass). Whether each group is one of the
+/// tenant's is the service's check ([`slurm_account_group_unknown`]).
+fn validate_accounts(c: &mut Checks, accounts: &[paddock_types::cluster::SlurmAccount]) {
+    c.check(accounts.len() <= MAX_SLURM_ACCOUNTS, "slurm.accounts", format!("at most {MAX_SLURM_ACCOUNTS} accounts"));
+    for (i, a) in accounts.iter().enumerate() {
+        let field = format!("slurm.accounts[{i}]");
+        c.check(
+            !a.group.trim().is_empty() && a.group.len() <= 256,
+            &format!("{field}.group"),
+            "must be a group's displayName (1 to 256 characters)",
+        );
+        let name = a.account_name();
+        let what = if a.account.is_some() { "account" } else { "group" };
+        c.check(
+            SLURM_ACCOUNT.is_match(&name),
+            &format!("{field}.{what}"),
+            match a.account {
+                Some(_) => "must be a Slurm account name: lowercase letters, digits, `_`, `.` and `-`, at most 63"
+                    .to_owned(),
+                None => format!(
+                    "the group's name in lower case ({name:?}) is not a Slurm account name: name the account with `account`"
+                ),
+            },
+        );
+        c.check((1..=1_000_000).contains(&a.fairshare), &format!("{field}.fairshare"), "must be between 1 and 1000000");
+        if let Some(n) = a.limits.max_jobs {
+            c.check((1..=1_000_000).contains(&n), &format!("{field}.limits.max_jobs"), "must be between 1 and 1000000");
+        }
+        if let Some(n) = a.limits.gpu_minutes {
+            c.check(
+                (1..=1_000_000_000_000).contains(&n),
+                &format!("{field}.limits.gpu_minutes"),
+                "must be between 1 and 1000000000000",
+            );
+        }
+    }
+}
+
+/// 422 `slurm_account_duplicate` when two of `slurm.accounts` name one group (without regard to
+/// case) or one Slurm account.
+pub fn check_accounts_unique(slurm: Option<&SlurmSpec>) -> Result<(), Error> {
+    let Some(slurm) = slurm else { return Ok(()) };
+    let (mut groups, mut names) = (HashSet::new(), HashSet::new());
+    for (i, a) in slurm.accounts.iter().enumerate() {
+        if !groups.insert(a.group.to_lowercase()) {
+            let message = format!("group {:?} is mapped by another account of this cluster", a.group);
+            return Err(Error::rule("slurm_account_duplicate", format!("slurm.accounts[{i}].group"), message));
+        }
+        if !names.insert(a.account_name()) {
+            let message = format!("Slurm account {:?} is named by another entry of this cluster", a.account_name());
+            return Err(Error::rule("slurm_account_duplicate", format!("slurm.accounts[{i}].account"), message));
+        }
+    }
+    Ok(())
+}
+
+/// 422 `slurm_account_group_unknown`: `slurm.accounts[i].group` names no group of the tenant
+/// (another tenant's group is as unknown as a missing one).
+pub fn slurm_account_group_unknown(index: usize, group: &str) -> Error {
+    Error::rule(
+        "slurm_account_group_unknown",
+        format!("slurm.accounts[{index}].group"),
+        format!("the tenant has no group named {group:?} (its identity provider creates groups over SCIM)"),
+    )
 }
 
 /// The pool roles of a new cluster (docs/api.md, node pool roles): a `slurm` cluster has exactly

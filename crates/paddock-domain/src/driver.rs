@@ -637,6 +637,25 @@ pub trait SlurmDriver: Send + Sync {
         let _ = (tenant, slurm, pools);
         Box::pin(async { Err(demand_unsupported()) })
     }
+
+    /// Makes the cluster's Slurm accounting hold `desired` (users, accounts, QOS, associations)
+    /// and nothing more of paddock's ([`crate::slurm_identity::plan`]), through slurmrestd's
+    /// `slurmdb` endpoints in the version `slurm`'s release pins. Returns what it had to write
+    /// (each change, readable); empty when Slurm already held it.
+    fn sync_identity<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        slurm: &'a SlurmVersion,
+        desired: &'a crate::slurm_identity::Slurmdb,
+    ) -> BoxFuture<'a, Result<Vec<String>, DriverError>> {
+        let _ = (tenant, slurm, desired);
+        Box::pin(async { Err(identity_unsupported()) })
+    }
+}
+
+/// The error of a Slurm driver that cannot write a cluster's accounting.
+pub fn identity_unsupported() -> DriverError {
+    DriverError::permanent("identity_unsupported", "this Slurm driver cannot write Slurm's users and accounts")
 }
 
 /// A node pool as Ray sees it: one worker group pinned to the pool's nodes.

@@ -16,6 +16,12 @@ pub const CLUSTER_DRIFT_CHECK: &str = "cluster_drift_check";
 /// their targets; queued again while the cluster has an autoscaled pool. Its target is the
 /// cluster, so it never runs beside the cluster's reconcile.
 pub const CLUSTER_AUTOSCALE: &str = "cluster_autoscale";
+/// Writes a `slurm` cluster's share of the tenant's people (its SCIM users and groups, mapped by
+/// `slurm.accounts`) into the cluster's Slurm accounting: users, accounts, QOS and associations,
+/// and takes out what paddock wrote that is no longer wanted or was changed behind its back. Woken
+/// by every change of the tenant's people, by every reconcile run that finds Slurm ready and so by
+/// every drift check; its target is the cluster, so it never runs beside the cluster's reconcile.
+pub const CLUSTER_IDENTITY_SYNC: &str = "cluster_identity_sync";
 /// Keeps machines' power in line with their state: one fleet-wide job that reads the power of
 /// machines in stable states, and per-machine jobs that correct a drift it found.
 pub const POWER_SYNC: &str = "power_sync";

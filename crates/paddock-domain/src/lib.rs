@@ -21,6 +21,7 @@ pub mod precondition;
 pub mod scim;
 pub mod secret;
 pub mod signing;
+pub mod slurm_identity;
 pub mod ssh;
 pub mod stack;
 pub mod usage;

@@ -85,6 +85,9 @@
 //! is a fault). Tested against a slurmrestd stand-in; the real-Slurm proof comes with the
 //! real-Slurm path.
 //!
+//! People ([`SlurmDriver::sync_identity`], `slurm/accounting.rs`): the tenant's users, accounts,
+//! QOS and associations written through slurmrestd's `slurmdb` endpoints in the pinned version.
+//!
 //! Demand ([`SlurmDriver::job_demand`], elastic pools): the jobs and nodes slurmctld knows, read
 //! through slurmrestd ([`SlurmProbe::queue`]) in the pinned version, become each pool's pending
 //! work and idle nodes by the rules of `slurm/demand.rs`.
@@ -97,6 +100,7 @@
 //! Known limit: a pool named like one of the fixed names (`slurm-mariadb`, `slurm-controller`,
 //! ...) would have NodeSet pods named like those objects' pods.
 
+pub mod accounting;
 mod demand;
 pub mod elastic;
 mod health;
@@ -749,5 +753,14 @@ impl SlurmDriver for SlinkyDriver {
         pools: &'a [DemandPool],
     ) -> BoxFuture<'a, Result<Demand, DriverError>> {
         SlinkyDriver::job_demand(self, tenant, slurm, pools).boxed()
+    }
+
+    fn sync_identity<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        slurm: &'a SlurmVersion,
+        desired: &'a paddock_domain::slurm_identity::Slurmdb,
+    ) -> BoxFuture<'a, Result<Vec<String>, DriverError>> {
+        SlinkyDriver::sync_identity(self, tenant, slurm, desired).boxed()
     }
 }

@@ -116,6 +116,7 @@ impl Services {
             }
             // The system pool's rules after every value passed (docs/api.md).
             rules::check_system_pool(spec.kind, &pools)?;
+            check_account_groups(&mut tx, tenant_id, &spec, None).await?;
 
             let id = ClusterId::new();
             audit.target(id.uuid(), Some(tenant_id));
@@ -196,6 +197,7 @@ impl Services {
                 .map(|p| p.spec)
                 .collect();
             rules::validate_cluster(&spec, &pools, &stack_version)?;
+            check_account_groups(&mut tx, tenant_id, &spec, Some(&current.spec)).await?;
             if rules::version_key(&spec.kubernetes_version) < rules::version_key(&current.spec.kubernetes_version) {
                 return Err(Error::invalid("kubernetes_version", "a cluster's Kubernetes version can only go up"));
             }
@@ -573,6 +575,36 @@ fn patched_stack_version(patch: &mut serde_json::Value, current: &str) -> Result
 /// 409 `insufficient_capacity` when a cluster would ask for more machines of a class than the
 /// fleet holds: such a request could never be met and would only hold up the class's line. The
 /// message keeps the fleet's size to the provider (docs/architecture.md, cluster reconciler step 3).
+/// `slurm.accounts` against the tenant's people: each entry once (422 `slurm_account_duplicate`),
+/// and each group one of the tenant's (422 `slurm_account_group_unknown`, naming it; a group of
+/// another tenant is as unknown as a missing one). A group `before` mapped already is not looked
+/// up again: one the identity provider has deleted since maps no one, and a PATCH of something
+/// else still passes.
+async fn check_account_groups(
+    conn: &mut Conn,
+    tenant: TenantId,
+    spec: &ClusterSpec,
+    before: Option<&ClusterSpec>,
+) -> Result<()> {
+    let Some(slurm) = &spec.slurm else { return Ok(()) };
+    rules::check_accounts_unique(Some(slurm))?;
+    let mapped = |g: &str| {
+        before
+            .and_then(|b| b.slurm.as_ref())
+            .is_some_and(|s| s.accounts.iter().any(|a| a.group.to_lowercase() == g.to_lowercase()))
+    };
+    let asked: Vec<String> = slurm.accounts.iter().map(|a| a.group.clone()).filter(|g| !mapped(g)).collect();
+    if asked.is_empty() {
+        return Ok(());
+    }
+    let known = paddock_store::identity::mapped_groups(conn, tenant, &asked).await?;
+    let known = |g: &str| known.iter().any(|k| k.display_name.to_lowercase() == g.to_lowercase());
+    match slurm.accounts.iter().enumerate().find(|(_, a)| !mapped(&a.group) && !known(&a.group)) {
+        Some((i, a)) => Err(rules::slurm_account_group_unknown(i, &a.group)),
+        None => Ok(()),
+    }
+}
+
 async fn check_fleet(conn: &mut Conn, ctx: &Ctx, class: MachineClassId, wanted: u64) -> Result<()> {
     let fleet = machine_class::fleet_size(conn, class).await?;
     if wanted <= fleet {

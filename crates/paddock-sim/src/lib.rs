@@ -569,6 +569,36 @@ impl SimWorld {
         Ok(done.rows_affected() == 1)
     }
 
+    /// The simulated Slurm accounting of cluster `cluster` (empty before its first sync).
+    pub async fn slurmdb(&self, cluster: ClusterId) -> Result<paddock_domain::slurm_identity::Slurmdb, SimError> {
+        let mut conn = self.inner.store.conn().await?;
+        let state: Option<serde_json::Value> =
+            sqlx::query_scalar("select state from paddock_sim.slurmdb where cluster_id = $1")
+                .bind(cluster.uuid())
+                .fetch_optional(&mut *conn)
+                .await?;
+        Ok(state.and_then(|s| serde_json::from_value(s).ok()).unwrap_or_default())
+    }
+
+    /// Replaces the simulated Slurm accounting of cluster `cluster`, as a tenant's admin with
+    /// `sacctmgr` would change it behind paddock's back.
+    pub async fn set_slurmdb(
+        &self,
+        cluster: ClusterId,
+        db: &paddock_domain::slurm_identity::Slurmdb,
+    ) -> Result<(), SimError> {
+        let mut conn = self.inner.store.conn().await?;
+        sqlx::query(
+            "insert into paddock_sim.slurmdb (cluster_id, state) values ($1, $2) \
+             on conflict (cluster_id) do update set state = excluded.state, updated_at = now()",
+        )
+        .bind(cluster.uuid())
+        .bind(sqlx::types::Json(db))
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+
     /// The simulated machine `name`, if it was ever contacted.
     pub async fn machine(&self, name: &str) -> Result<Option<SimMachine>, SimError> {
         let mut conn = self.inner.store.conn().await?;

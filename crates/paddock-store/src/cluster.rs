@@ -31,11 +31,12 @@ struct ClusterRow {
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
     deletion_requested_at: Option<DateTime<Utc>>,
+    identity_sync: Option<serde_json::Value>,
 }
 
 const CLUSTER_COLUMNS: &str =
     "id, tenant_id, name, kind, kubernetes_version, slurm, ray, stack_version, generation, status_version, \
-     phase, conditions, observed_generation, endpoints, created_at, updated_at, deletion_requested_at";
+     phase, conditions, observed_generation, endpoints, created_at, updated_at, deletion_requested_at, identity_sync";
 
 impl TryFrom<ClusterRow> for Cluster {
     type Error = StoreError;
@@ -66,6 +67,7 @@ impl TryFrom<ClusterRow> for Cluster {
                 conditions,
                 observed_generation: r.observed_generation,
                 endpoints,
+                identity: r.identity_sync.map(from_json).transpose()?,
             },
             stack_version: r.stack_version,
             generation: r.generation,
@@ -286,6 +288,37 @@ pub async fn set_conditions(
     .execute(conn)
     .await?;
     Ok(done.rows_affected() == 1)
+}
+
+/// Records a completed sync of the tenant's people into the cluster's Slurm (its counts and time,
+/// `status.identity`). Not guarded by the status version: the sync job and the reconciler share
+/// the cluster as their job target, so they never run at once, and this column is the sync's own.
+pub async fn set_identity_sync(
+    conn: &mut Conn,
+    tenant: TenantId,
+    id: ClusterId,
+    sync: &paddock_types::cluster::IdentitySync,
+) -> Result<(), StoreError> {
+    sqlx::query("update clusters set identity_sync = $3 where tenant_id = $1 and id = $2 and deleted_at is null")
+        .bind(tenant.uuid())
+        .bind(id.uuid())
+        .bind(Json(sync))
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// The tenant's live `slurm` clusters that are not being deleted: those a change of its people
+/// wakes the identity sync of.
+pub async fn slurm_clusters(conn: &mut Conn, tenant: TenantId) -> Result<Vec<ClusterId>, StoreError> {
+    let ids: Vec<Uuid> = sqlx::query_scalar(
+        "select id from clusters where tenant_id = $1 and kind = 'slurm' and deleted_at is null \
+         and deletion_requested_at is null order by id",
+    )
+    .bind(tenant.uuid())
+    .fetch_all(conn)
+    .await?;
+    Ok(ids.into_iter().map(ClusterId).collect())
 }
 
 /// A cluster's observed state as the reconciler writes it.

@@ -408,3 +408,43 @@ pub async fn groups(conn: &mut Conn, tenant: TenantId, lookup: Lookup<'_>) -> Re
         })
         .collect())
 }
+
+/// A group of the tenant as a Slurm cluster maps it: its name and its members' login names, each
+/// with whether the user is active.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MappedGroup {
+    /// The group's `displayName`.
+    pub display_name: String,
+    /// Its members: (`userName`, `active`), by creation.
+    pub members: Vec<(String, bool)>,
+}
+
+/// The groups of `tenant` whose `displayName` is one of `names` (without regard to case), with
+/// their members. Another tenant's group of the same name is never among them.
+pub async fn mapped_groups(
+    conn: &mut Conn,
+    tenant: TenantId,
+    names: &[String],
+) -> Result<Vec<MappedGroup>, StoreError> {
+    let lowered: Vec<String> = names.iter().map(|n| n.to_lowercase()).collect();
+    let rows: Vec<(Uuid, String, Option<String>, Option<bool>)> = sqlx::query_as(
+        "select g.id, g.display_name, u.user_name, u.active from identity_groups g \
+         left join identity_group_members m on m.group_id = g.id and m.tenant_id = g.tenant_id \
+         left join identity_users u on u.id = m.user_id and u.tenant_id = g.tenant_id \
+         where g.tenant_id = $1 and lower(g.display_name) = any($2) order by g.id, u.id",
+    )
+    .bind(tenant.uuid())
+    .bind(&lowered)
+    .fetch_all(conn)
+    .await?;
+    let mut groups: Vec<(Uuid, MappedGroup)> = Vec::new();
+    for (id, display_name, user, active) in rows {
+        if groups.last().is_none_or(|(last, _)| *last != id) {
+            groups.push((id, MappedGroup { display_name, members: Vec::new() }));
+        }
+        if let (Some(user), Some(active), Some((_, group))) = (user, active, groups.last_mut()) {
+            group.members.push((user, active));
+        }
+    }
+    Ok(groups.into_iter().map(|(_, g)| g).collect())
+}

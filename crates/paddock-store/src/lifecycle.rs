@@ -473,6 +473,22 @@ pub async fn enqueue_cluster(conn: &mut Conn, tenant: TenantId, cluster: Cluster
     Ok(())
 }
 
+/// Enqueues a cluster's identity sync (merged with one already queued): see
+/// [`paddock_domain::job_kind::CLUSTER_IDENTITY_SYNC`].
+pub async fn enqueue_identity_sync(conn: &mut Conn, tenant: TenantId, cluster: ClusterId) -> Result<(), StoreError> {
+    let new = job::NewJob {
+        kind: paddock_domain::job_kind::CLUSTER_IDENTITY_SYNC,
+        target_type: "cluster",
+        target_id: cluster.uuid(),
+        payload: ClusterJob { tenant_id: tenant, cluster_id: cluster }.to_value(),
+        tenant_id: Some(tenant),
+        operation_id: None,
+        run_at: None,
+    };
+    job::enqueue(conn, &new).await?;
+    Ok(())
+}
+
 /// Enqueues a machine's reconcile job (merged with one already queued), reporting to `operation`
 /// when an accepted request asked for it. The job works for the tenant holding the machine now
 /// (none while it is the fleet's): provisioning and releasing talk to that tenant's cluster.

@@ -276,6 +276,56 @@ impl Default for LoginSpec {
     }
 }
 
+/// Most Slurm accounts a cluster maps.
+pub const MAX_SLURM_ACCOUNTS: usize = 64;
+
+/// Limits of a Slurm account, written as the account's QOS (`paddock-<account>`), whose jobs
+/// are the account's: a limit left out is unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"max_jobs": 100, "gpu_minutes": 600000}))]
+pub struct SlurmAccountLimits {
+    /// Jobs of the account running at once (Slurm's `GrpJobs` on the QOS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, minimum = 1, maximum = 1000000)]
+    pub max_jobs: Option<u32>,
+    /// GPU minutes the account's jobs may use in all (Slurm's `GrpTRESMins=gres/gpu=<n>` on the
+    /// QOS): running jobs are charged as they run, and once spent no job of the account starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, minimum = 1, maximum = 1000000000000_i64)]
+    pub gpu_minutes: Option<u64>,
+}
+
+/// One of the tenant's SCIM groups as a Slurm account of the cluster: every active member of the
+/// group is a Slurm user with an association in the account.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"group": "ml-team", "account": "ml", "fairshare": 10, "limits": {"max_jobs": 100, "gpu_minutes": 600000}}))]
+pub struct SlurmAccount {
+    /// The SCIM group's `displayName` (matched without regard to case); a group of the tenant.
+    #[schema(min_length = 1, max_length = 256)]
+    pub group: String,
+    /// The Slurm account's name; default: the group's name in lower case, which must then be a
+    /// Slurm account name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, min_length = 1, max_length = 63, pattern = "^[a-z0-9][a-z0-9_.-]*$")]
+    pub account: Option<String>,
+    /// The account's fair-share weight (Slurm's `Fairshare`, its association's raw shares).
+    #[serde(default = "one")]
+    #[schema(minimum = 1, maximum = 1000000, default = 1)]
+    pub fairshare: u32,
+    /// Limits of the account's jobs.
+    #[serde(default)]
+    pub limits: SlurmAccountLimits,
+}
+
+impl SlurmAccount {
+    /// The Slurm account's name: `account`, else the group's name in lower case.
+    pub fn account_name(&self) -> String {
+        self.account.clone().unwrap_or_else(|| self.group.to_lowercase())
+    }
+}
+
 /// Slurm settings of a `slurm` cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -291,6 +341,11 @@ pub struct SlurmSpec {
     /// Login nodes.
     #[serde(default)]
     pub login: LoginSpec,
+    /// Which of the tenant's SCIM groups are Slurm accounts (in order: a user's default account
+    /// is the first that maps them); their active members are the cluster's Slurm users.
+    #[serde(default)]
+    #[schema(max_items = 64)]
+    pub accounts: Vec<SlurmAccount>,
 }
 
 fn default_slurm_version() -> String {
@@ -299,7 +354,12 @@ fn default_slurm_version() -> String {
 
 impl Default for SlurmSpec {
     fn default() -> Self {
-        Self { version: default_slurm_version(), partitions: Vec::new(), login: LoginSpec::default() }
+        Self {
+            version: default_slurm_version(),
+            partitions: Vec::new(),
+            login: LoginSpec::default(),
+            accounts: Vec::new(),
+        }
     }
 }
 
@@ -470,6 +530,25 @@ pub struct ClusterStatus {
     pub observed_generation: i64,
     /// Endpoints, once known.
     pub endpoints: Endpoints,
+    /// The last sync of the tenant's people into the cluster's Slurm (`slurm` clusters, once
+    /// synced; condition `IdentitySynced` says whether it succeeded).
+    // `default` reads statuses stored before it.
+    #[serde(default)]
+    pub identity: Option<IdentitySync>,
+}
+
+/// The last sync of the tenant's people (SCIM) into a cluster's Slurm: users, accounts and
+/// associations as paddock wrote them (counts only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct IdentitySync {
+    /// When the sync last completed.
+    pub synced_at: DateTime<Utc>,
+    /// Slurm users (active members of mapped groups).
+    pub users: u32,
+    /// Slurm accounts (mapped groups).
+    pub accounts: u32,
+    /// Associations of users with accounts.
+    pub associations: u32,
 }
 
 /// A node pool as listed in its cluster.

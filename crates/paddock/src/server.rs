@@ -12,7 +12,7 @@ use paddock_auth::Verifier;
 use paddock_service::Services;
 use paddock_store::Store;
 use paddock_worker::reconcile::{
-    self, Autoscaler, ClusterReconciler, DriftCheck, Drivers, MachineReconciler, PowerCycle, PowerSync,
+    self, Autoscaler, ClusterReconciler, DriftCheck, Drivers, IdentitySync, MachineReconciler, PowerCycle, PowerSync,
     PowerSyncSettings, Resealer,
 };
 use paddock_worker::{default_worker_id, JobHandler, Worker, WorkerConfig};
@@ -257,6 +257,7 @@ fn build_worker(settings: &Settings, services: &Services, drivers: Drivers) -> a
         Arc::new(PowerSync::new(services.clone(), drivers.clone(), power_sync)),
         Arc::new(DriftCheck(clusters.clone())),
         Arc::new(Autoscaler(clusters.clone())),
+        Arc::new(IdentitySync(clusters.clone())),
         Arc::new(clusters),
         Arc::new(Resealer::new(services.clone())),
     ];

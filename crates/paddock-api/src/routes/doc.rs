@@ -144,10 +144,15 @@ fn conflicts(operation_id: &str) -> &'static [(u16, &'static [&'static str])] {
                     "system_pool_unsupported",
                     "system_pool_autoscaled",
                     "autoscaling_unsupported",
+                    "slurm_account_duplicate",
+                    "slurm_account_group_unknown",
                 ],
             ),
         ],
-        "cluster_update" => &[(409, &[SUSPENDED, "cluster_deleting", "quota_exceeded", "insufficient_capacity"])],
+        "cluster_update" => &[
+            (409, &[SUSPENDED, "cluster_deleting", "quota_exceeded", "insufficient_capacity"]),
+            (422, &["slurm_account_duplicate", "slurm_account_group_unknown"]),
+        ],
         "cluster_delete" => &[(409, &[SUSPENDED, "cluster_deleting"])],
         "node_pool_create" => &[
             (409, &[SUSPENDED, "cluster_deleting", "node_pool_name_taken", "quota_exceeded", "insufficient_capacity"]),

@@ -18,6 +18,7 @@ use futures::FutureExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
 use paddock_domain::driver::{demand_unsupported, BoxFuture, DriverError, TenantAccess};
+use paddock_domain::slurm_identity::{Change, Slurmdb};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tracing::debug;
@@ -71,6 +72,31 @@ pub trait SlurmProbe: Send + Sync {
     ) -> BoxFuture<'a, Result<SlurmQueue, DriverError>> {
         let _ = (tenant, version);
         Box::pin(async { Err(demand_unsupported()) })
+    }
+
+    /// Slurm's accounting of cluster `cluster` (`GET /slurmdb/<version>/qos/`, `accounts/`,
+    /// `users/`, `associations/`; `slurm/accounting.rs`). A stand-in that cannot answer it says
+    /// `identity_unsupported`.
+    fn slurmdb<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        version: &'a str,
+        cluster: &'a str,
+    ) -> BoxFuture<'a, Result<Slurmdb, DriverError>> {
+        let _ = (tenant, version, cluster);
+        super::accounting::unsupported()
+    }
+
+    /// Makes one change in the accounting of cluster `cluster` (`slurm/accounting.rs`).
+    fn slurmdb_write<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        version: &'a str,
+        cluster: &'a str,
+        change: &'a Change,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        let _ = (tenant, version, cluster, change);
+        super::accounting::unsupported()
     }
 }
 
@@ -157,9 +183,15 @@ impl ServiceProxyProbe {
     }
 
     /// The service-proxy path of `path` below `/slurm/<version>/` on the cluster's slurmrestd.
+    #[cfg(test)]
     fn uri(&self, version: &str, path: &str) -> String {
+        self.uri_in("slurm", version, path)
+    }
+
+    /// The service-proxy path of `path` below `/<plugin>/<version>/` (`slurm`, `slurmdb`).
+    fn uri_in(&self, plugin: &str, version: &str, path: &str) -> String {
         format!(
-            "/api/v1/namespaces/{}/services/{RESTAPI_SERVICE}:{RESTAPI_PORT}/proxy/slurm/{version}/{path}",
+            "/api/v1/namespaces/{}/services/{RESTAPI_SERVICE}:{RESTAPI_PORT}/proxy/{plugin}/{version}/{path}",
             self.namespace
         )
     }
@@ -168,12 +200,23 @@ impl ServiceProxyProbe {
     async fn call(
         &self,
         tenant: &TenantAccess,
+        request: (&str, &str, &str),
+        body: Option<&Value>,
+    ) -> Result<Option<String>, DriverError> {
+        self.call_in("slurm", tenant, request, body).await
+    }
+
+    /// `method` `path` (below `/<plugin>/<version>/`) on slurmrestd; Ok(None) when it answers 404.
+    pub(super) async fn call_in(
+        &self,
+        plugin: &str,
+        tenant: &TenantAccess,
         (method, version, path): (&str, &str, &str),
         body: Option<&Value>,
     ) -> Result<Option<String>, DriverError> {
         let client = crate::nodes::tenant_client(tenant).await?;
         let token = self.token(&client).await?;
-        let uri = self.uri(version, path);
+        let uri = self.uri_in(plugin, version, path);
         let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
         let request = http::Request::builder()
             .method(method)
@@ -188,7 +231,7 @@ impl ServiceProxyProbe {
             Ok(text) => Ok(Some(text)),
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
             Err(source) => {
-                let what = format!("slurmrestd {method} /slurm/{version}/{path}");
+                let what = format!("slurmrestd {method} /{plugin}/{version}/{path}");
                 Err(KubeError::api("proxy", "Service", what, source).into())
             }
         }
@@ -285,6 +328,25 @@ impl SlurmProbe for ServiceProxyProbe {
         version: &'a str,
     ) -> BoxFuture<'a, Result<Vec<SlurmNode>, DriverError>> {
         ServiceProxyProbe::nodes(self, tenant, version).boxed()
+    }
+
+    fn slurmdb<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        version: &'a str,
+        cluster: &'a str,
+    ) -> BoxFuture<'a, Result<Slurmdb, DriverError>> {
+        ServiceProxyProbe::slurmdb(self, tenant, version, cluster).boxed()
+    }
+
+    fn slurmdb_write<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        version: &'a str,
+        cluster: &'a str,
+        change: &'a Change,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        ServiceProxyProbe::slurmdb_write(self, tenant, version, cluster, change).boxed()
     }
 }
 

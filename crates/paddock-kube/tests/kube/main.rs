@@ -35,6 +35,7 @@ mod operator;
 mod ray_operator;
 mod removal;
 mod slurm;
+mod slurm_accounting;
 mod slurm_demand;
 mod slurm_host;
 mod slurm_probe;

@@ -271,6 +271,7 @@ fn desired(pools: &[SlurmPool], secrets: &SlurmSecrets) -> SlurmDesired {
                 replicas: 1,
                 ssh_authorized_keys: vec!["ssh-ed25519 AAAAC3Nza alice@example".to_owned()],
             },
+            accounts: Vec::new(),
         },
         stack_version: STACK.to_owned(),
         pools: pools.to_vec(),

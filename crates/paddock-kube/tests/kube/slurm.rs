@@ -180,6 +180,7 @@ pub(crate) fn desired(pools: Vec<SlurmPool>, secrets: &SlurmSecrets) -> SlurmDes
                 replicas: 2,
                 ssh_authorized_keys: vec!["ssh-ed25519 AAAAC3Nza alice@example".to_owned()],
             },
+            accounts: Vec::new(),
         },
         stack_version: paddock_domain::stack::latest_version().to_owned(),
         pools,

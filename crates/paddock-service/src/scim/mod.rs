@@ -113,6 +113,11 @@ impl Services {
         let mut tx = self.store.begin().await?;
         let t = tenant::get(&mut tx, tenant_id).await?.ok_or(Error::NotFound { kind: "tenant" })?;
         identity::lock(&mut tx, tenant_id).await?;
+        // Every Slurm cluster of the tenant syncs its people again, promptly: queued in the
+        // write's own transaction, so a refused write (rolled back) wakes nothing.
+        for cluster in paddock_store::cluster::slurm_clusters(&mut tx, tenant_id).await? {
+            paddock_store::lifecycle::enqueue_identity_sync(&mut tx, tenant_id, cluster).await?;
+        }
         Ok((tx, t.state))
     }
 

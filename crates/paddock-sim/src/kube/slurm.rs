@@ -1,11 +1,15 @@
 //! The simulated Slurm of a tenant cluster (the `slurm_*` columns of `paddock_sim.clusters`, and
 //! a Slurm node on each simulated Node, drained or not: `paddock_sim.nodes.slurm_drain_reason`).
-//! No job runs and no slurmd pod exists: a drain completes at once.
+//! No job runs and no slurmd pod exists: a drain completes at once. Its accounting (users,
+//! accounts, QOS, associations) is one document per cluster in `paddock_sim.slurmdb`.
 
 use paddock_domain::driver::{
     BoxFuture, Demand, DemandPool, DriverError, Removal, SlurmDesired, SlurmDrain, SlurmDriver, SlurmNodeState,
     SlurmStatus, SlurmVersion, TenantAccess,
 };
+
+use paddock_domain::slurm_identity::{plan, Slurmdb};
+use sqlx::Connection;
 
 use super::{aged, micros, remove, sim_host_key, unavailable, SimKube};
 
@@ -160,6 +164,47 @@ impl SlurmDriver for SimKube {
                     reason: reason.unwrap_or_default(),
                 })
                 .collect())
+        })
+    }
+
+    /// The simulated Slurm's accounting (`paddock_sim.slurmdb`): read under a row lock, brought
+    /// to `desired` by the same plan the real driver follows, written back.
+    fn sync_identity<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        _slurm: &'a SlurmVersion,
+        desired: &'a Slurmdb,
+    ) -> BoxFuture<'a, Result<Vec<String>, DriverError>> {
+        Box::pin(async move {
+            let mut conn = self.conn().await?;
+            self.tenant(&mut conn, tenant).await?;
+            let id = tenant.cluster.cluster_id;
+            let mut tx = conn.begin().await.map_err(unavailable)?;
+            let state: Option<serde_json::Value> =
+                sqlx::query_scalar("select state from paddock_sim.slurmdb where cluster_id = $1 for update")
+                    .bind(id.uuid())
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(unavailable)?;
+            let mut db: Slurmdb = state.and_then(|s| serde_json::from_value(s).ok()).unwrap_or_default();
+            let changes = plan(desired, &db);
+            if changes.is_empty() {
+                return Ok(Vec::new());
+            }
+            for change in &changes {
+                db.apply(change);
+            }
+            sqlx::query(
+                "insert into paddock_sim.slurmdb (cluster_id, state) values ($1, $2) \
+                 on conflict (cluster_id) do update set state = excluded.state, updated_at = now()",
+            )
+            .bind(id.uuid())
+            .bind(sqlx::types::Json(&db))
+            .execute(&mut *tx)
+            .await
+            .map_err(unavailable)?;
+            tx.commit().await.map_err(unavailable)?;
+            Ok(changes.iter().map(ToString::to_string).collect())
         })
     }
 

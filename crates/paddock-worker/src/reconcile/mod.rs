@@ -16,7 +16,7 @@ mod reseal;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use cluster::{Autoscaler, ClusterReconciler, DriftCheck};
+pub use cluster::{Autoscaler, ClusterReconciler, DriftCheck, IdentitySync};
 pub use machine::{MachineReconciler, BMC_FIX_WAIT, RELEASE_POWER_OFF_FAILED};
 use paddock_domain::bmc::BmcDriver;
 use paddock_domain::driver::{ClusterRef, KubeDrivers, ServiceType};

@@ -24,6 +24,7 @@ mod control_plane;
 mod delete;
 mod drift_check;
 mod health;
+mod identity;
 mod machines;
 mod remediation;
 mod stack;
@@ -31,6 +32,7 @@ mod status;
 
 pub use autoscale::Autoscaler;
 pub use drift_check::DriftCheck;
+pub use identity::IdentitySync;
 use machines::nodes;
 use status::drift_corrected;
 
@@ -277,6 +279,7 @@ impl ClusterReconciler {
                     self.slurm(kube, run, access, observed).await?;
                     if observed.is_true(SLURM_READY) {
                         self.slurm_health(kube, cluster, held, access).await?;
+                        self.wake_identity_sync(cluster).await?;
                     }
                     self.ray(kube, run, access, observed).await?;
                 } else if cluster.spec.kind == ClusterKind::Slurm && cluster.spec.slurm.is_some() {

@@ -1,0 +1,245 @@
+//! A tenant's people in the cluster's Slurm accounting ([`SlurmDriver::sync_identity`]): read
+//! and written through slurmrestd's `slurmdb` endpoints (the pinned slurm-operator has no
+//! Account or User custom resources), in the data-parser version the release pins
+//! (`/slurmdb/v0.0.42/...` today), with the shapes of Slurm's OpenAPI for that version.
+//!
+//! Read: `GET qos/`, `accounts/`, `users/`, `associations/` (the last of the cluster
+//! [`super::cluster_name`] only, partition associations left out). What to write is
+//! [`paddock_domain::slurm_identity::plan`]'s; each change is one request:
+//!
+//! | change | request |
+//! |---|---|
+//! | QOS | `POST qos/` `{"qos": [{name, description, limits.max.active_jobs.count, limits.max.tres.minutes.total: [gres/gpu]}]}` |
+//! | account | `POST accounts/` `{"accounts": [{name, description, organization}]}` |
+//! | association | `POST associations/` `{"associations": [{account, user, cluster, shares_raw, qos, default.qos}]}` (the account's own: `user` empty, `parent_account` root) |
+//! | user | `POST users/` `{"users": [{name, default.account}]}` |
+//! | removals | `DELETE association/?account=&user=&cluster=`, `DELETE user/<name>`, `DELETE account/<name>`, `DELETE qos/<name>` |
+//!
+//! slurmrestd's POSTs create or update, so a repeated change converges. Proven against the
+//! slurmrestd stand-in of the tests (no real slurmdbd runs there yet).
+
+use paddock_domain::driver::{identity_unsupported, BoxFuture, DriverError, SlurmVersion, TenantAccess};
+use paddock_domain::slurm_identity::{plan, Account, Association, Change, Qos, Slurmdb, User};
+use serde_json::{json, Value};
+use tracing::{debug, instrument};
+
+use super::{ServiceProxyProbe, SlinkyDriver};
+
+/// A `v0.0.42_uint32_no_val_struct` (or `uint64`): `n`, or unlimited.
+fn no_val(n: Option<u64>) -> Value {
+    match n {
+        Some(n) => json!({ "set": true, "infinite": false, "number": n }),
+        None => json!({ "set": false, "infinite": true, "number": 0 }),
+    }
+}
+
+/// The number a no-val struct holds, if set and finite.
+fn number(v: &Value) -> Option<u64> {
+    (v["set"] == true && v["infinite"] != true).then(|| v["number"].as_u64()).flatten()
+}
+
+fn text(v: &Value) -> String {
+    v.as_str().unwrap_or_default().to_owned()
+}
+
+/// The items of `key` in an answer without `errors`.
+fn items<'a>(answer: &'a Value, key: &str) -> Result<&'a Vec<Value>, String> {
+    if let Some(errors) = answer["errors"].as_array().filter(|e| !e.is_empty()) {
+        return Err(format!("slurmrestd reports errors: {}", Value::Array(errors.clone())));
+    }
+    answer[key].as_array().ok_or_else(|| format!("no `{key}` list in the answer"))
+}
+
+/// Slurm's accounting of cluster `cluster` from the four answers (qos, accounts, users,
+/// associations).
+pub fn parse_slurmdb(answers: [&Value; 4], cluster: &str) -> Result<Slurmdb, String> {
+    let [qos, accounts, users, associations] = answers;
+    let qos = items(qos, "qos")?
+        .iter()
+        .map(|q| Qos {
+            name: text(&q["name"]),
+            description: text(&q["description"]),
+            max_jobs: number(&q["limits"]["max"]["active_jobs"]["count"]).and_then(|n| u32::try_from(n).ok()),
+            gpu_minutes: q["limits"]["max"]["tres"]["minutes"]["total"]
+                .as_array()
+                .and_then(|t| t.iter().find(|t| t["type"] == "gres" && t["name"] == "gpu"))
+                .and_then(|t| t["count"].as_u64()),
+        })
+        .collect();
+    let accounts = items(accounts, "accounts")?
+        .iter()
+        .map(|a| Account { name: text(&a["name"]), description: text(&a["description"]) })
+        .collect();
+    let users = items(users, "users")?
+        .iter()
+        .map(|u| User { name: text(&u["name"]), default_account: text(&u["default"]["account"]) })
+        .collect();
+    let associations = items(associations, "associations")?
+        .iter()
+        .filter(|a| a["partition"].as_str().unwrap_or_default().is_empty())
+        .filter(|a| a["cluster"].as_str().is_none_or(|c| c.is_empty() || c == cluster))
+        .map(|a| Association {
+            account: text(&a["account"]),
+            user: text(&a["user"]),
+            shares: a["shares_raw"].as_u64().and_then(|n| u32::try_from(n).ok()).unwrap_or(1),
+            qos: a["qos"].as_array().map(|q| q.iter().map(text).collect()).unwrap_or_default(),
+            default_qos: a["default"]["qos"].as_str().filter(|q| !q.is_empty()).map(str::to_owned),
+        })
+        .collect();
+    Ok(Slurmdb { qos, accounts, users, associations })
+}
+
+/// The request that makes `change`: (method, path below `/slurmdb/<version>/`, body).
+pub fn request(change: &Change, cluster: &str) -> (&'static str, String, Option<Value>) {
+    match change {
+        Change::Qos(q) => {
+            let gpu: Vec<Value> =
+                q.gpu_minutes.map(|n| json!({ "type": "gres", "name": "gpu", "count": n })).into_iter().collect();
+            let limits = json!({ "max": { "active_jobs": { "count": no_val(q.max_jobs.map(u64::from)) },
+                                          "tres": { "minutes": { "total": gpu } } } });
+            let body = json!({ "qos": [{ "name": q.name, "description": q.description, "limits": limits }] });
+            ("POST", "qos/".to_owned(), Some(body))
+        }
+        Change::Account(a) => {
+            let body =
+                json!({ "accounts": [{ "name": a.name, "description": a.description, "organization": "paddock" }] });
+            ("POST", "accounts/".to_owned(), Some(body))
+        }
+        Change::User(u) => {
+            let body = json!({ "users": [{ "name": u.name, "default": { "account": u.default_account } }] });
+            ("POST", "users/".to_owned(), Some(body))
+        }
+        Change::Association(a) => {
+            let mut assoc = json!({ "account": a.account, "user": a.user, "cluster": cluster,
+                                    "shares_raw": a.shares, "qos": a.qos,
+                                    "default": { "qos": a.default_qos.clone().unwrap_or_default() } });
+            if a.user.is_empty() {
+                assoc["parent_account"] = json!("root");
+            }
+            ("POST", "associations/".to_owned(), Some(json!({ "associations": [assoc] })))
+        }
+        Change::RemoveAssociation { account, user } => {
+            ("DELETE", format!("association/?account={account}&user={user}&cluster={cluster}"), None)
+        }
+        Change::RemoveUser(u) => ("DELETE", format!("user/{u}"), None),
+        Change::RemoveAccount(a) => ("DELETE", format!("account/{a}"), None),
+        Change::RemoveQos(q) => ("DELETE", format!("qos/{q}"), None),
+    }
+}
+
+impl ServiceProxyProbe {
+    /// Slurm's accounting of the cluster `cluster`, in `version`.
+    pub async fn slurmdb(&self, tenant: &TenantAccess, version: &str, cluster: &str) -> Result<Slurmdb, DriverError> {
+        let mut answers = Vec::with_capacity(4);
+        for path in ["qos/", "accounts/", "users/", "associations/"] {
+            let text = self.call_in("slurmdb", tenant, ("GET", version, path), None).await?.ok_or_else(|| {
+                let message = format!("slurmrestd does not serve GET /slurmdb/{version}/{path} (404)");
+                DriverError::transient("slurm_rest_not_found", message)
+            })?;
+            let value: Value = serde_json::from_str(&text).map_err(|e| unreadable(version, path, &e.to_string()))?;
+            answers.push(value);
+        }
+        let refs = [&answers[0], &answers[1], &answers[2], &answers[3]];
+        parse_slurmdb(refs, cluster).map_err(|why| unreadable(version, "...", &why))
+    }
+
+    /// Makes `change` in the accounting of cluster `cluster`, in `version`. A removal of
+    /// something already gone (404) is done.
+    pub async fn slurmdb_write(
+        &self,
+        tenant: &TenantAccess,
+        version: &str,
+        cluster: &str,
+        change: &Change,
+    ) -> Result<(), DriverError> {
+        let (method, path, body) = request(change, cluster);
+        let answer = self.call_in("slurmdb", tenant, (method, version, &path), body.as_ref()).await?;
+        let Some(text) = answer else {
+            if method == "DELETE" {
+                return Ok(());
+            }
+            let message = format!("slurmrestd does not serve {method} /slurmdb/{version}/{path} (404)");
+            return Err(DriverError::transient("slurm_rest_not_found", message));
+        };
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if let Some(errors) = value["errors"].as_array().filter(|e| !e.is_empty()) {
+            let message =
+                format!("slurmrestd refused {method} /slurmdb/{version}/{path}: {}", Value::Array(errors.clone()));
+            return Err(DriverError::transient("slurmdb_write_refused", message));
+        }
+        debug!(cluster.id = %tenant.cluster.cluster_id, "{method} /slurmdb/{version}/{path}");
+        Ok(())
+    }
+}
+
+fn unreadable(version: &str, path: &str, why: &str) -> DriverError {
+    DriverError::transient("slurm_rest_answer_invalid", format!("slurmrestd's GET /slurmdb/{version}/{path}: {why}"))
+}
+
+impl SlinkyDriver {
+    /// See [`paddock_domain::driver::SlurmDriver::sync_identity`]: reads the accounting, writes
+    /// the plan's changes one by one (a failure stops the run; the next sync reads again).
+    #[instrument(skip_all, fields(cluster.id = %tenant.cluster.cluster_id))]
+    pub async fn sync_identity(
+        &self,
+        tenant: &TenantAccess,
+        slurm: &SlurmVersion,
+        desired: &Slurmdb,
+    ) -> Result<Vec<String>, DriverError> {
+        let images = self.settings.catalog.images(&slurm.stack_version, &slurm.version)?;
+        let version = images.rest_api_version();
+        let cluster = super::cluster_name(tenant.cluster.cluster_id);
+        let observed = self.probe.slurmdb(tenant, version, &cluster).await?;
+        let changes = plan(desired, &observed);
+        for change in &changes {
+            self.probe.slurmdb_write(tenant, version, &cluster, change).await?;
+        }
+        Ok(changes.iter().map(ToString::to_string).collect())
+    }
+}
+
+/// The default of [`super::SlurmProbe::slurmdb`] for stand-ins that cannot.
+pub(super) fn unsupported<'a, T: Send + 'a>() -> BoxFuture<'a, Result<T, DriverError>> {
+    Box::pin(async { Err(identity_unsupported()) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use paddock_domain::slurm_identity::desired;
+    use paddock_domain::slurm_identity::GroupMembers;
+    use paddock_types::cluster::{SlurmAccount, SlurmAccountLimits};
+
+    #[test]
+    fn what_is_written_reads_back_as_written() {
+        let limits = SlurmAccountLimits { max_jobs: Some(5), gpu_minutes: Some(6000) };
+        let spec = SlurmAccount { group: "ml".into(), account: None, fairshare: 10, limits };
+        let groups = [GroupMembers { display_name: "ml".into(), members: vec![("alice".into(), true)] }];
+        let want = desired(&[spec], &groups);
+        // Each request's body is the item slurmrestd lists back (its GETs answer the same shapes).
+        let mut lists: [Vec<Value>; 4] = Default::default();
+        for change in plan(&want, &Slurmdb::default()) {
+            let (_, path, body) = request(&change, "c1");
+            let body = body.expect("a write");
+            let (slot, key) = match path.as_str() {
+                "qos/" => (0, "qos"),
+                "accounts/" => (1, "accounts"),
+                "users/" => (2, "users"),
+                _ => (3, "associations"),
+            };
+            lists[slot].extend(body[key].as_array().expect("items").iter().cloned());
+        }
+        let answers = [
+            json!({ "qos": lists[0], "errors": [] }),
+            json!({ "accounts": lists[1], "errors": [] }),
+            json!({ "users": lists[2], "errors": [] }),
+            json!({ "associations": lists[3], "errors": [] }),
+        ];
+        let read = parse_slurmdb([&answers[0], &answers[1], &answers[2], &answers[3]], "c1").expect("parses");
+        assert!(plan(&want, &read).is_empty(), "{read:?}");
+        let other = parse_slurmdb([&answers[0], &answers[1], &answers[2], &answers[3]], "c2").expect("parses");
+        assert!(other.associations.is_empty(), "another cluster's associations were read as this one's");
+        let failed = json!({ "qos": [], "errors": [{ "error": "Unable to connect to database" }] });
+        assert!(parse_slurmdb([&failed, &answers[1], &answers[2], &answers[3]], "c1").is_err());
+    }
+}
