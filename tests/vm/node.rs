@@ -179,7 +179,11 @@ impl Kamaji {
                     let controllers = ["defaults", "node-join", "workloads"];
                     let reach = Arc::new(OnceLock::new());
                     let egress = Egress::start(cluster.clone(), self.hub.clone(), reach.clone()).await;
-                    let args = [format!("--egress-selector-config-file={}", egress.config.display())];
+                    // Kamaji's API servers reach kubelets by address first, as these do.
+                    let args = [
+                        format!("--egress-selector-config-file={}", egress.config.display()),
+                        "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname".to_owned(),
+                    ];
                     let body = json!({ "controllers": controllers, "node_url": NODE_API_URL, "args": args });
                     let server = self.harness.create("tenant", body).await;
                     let _ = reach.set(server.client().await);
