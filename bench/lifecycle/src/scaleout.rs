@@ -35,13 +35,17 @@ impl Phase {
     }
 }
 
-/// Backends of the database waiting on a heavyweight lock, sampled every 100 ms.
-#[derive(Default, Clone, Copy)]
+/// Backends of the database waiting on a heavyweight lock, sampled every 100 ms; and, per waiter,
+/// what the backend it waits for was doing at that moment (its wait event, or its state with the
+/// statement it last ran: `idle in transaction` means the holder's process had not yet sent its
+/// next statement or its commit).
+#[derive(Default, Clone)]
 struct Locks {
     samples: u64,
     waiting: u64,
     max: i64,
     active: u64,
+    blockers: BTreeMap<String, u64>,
 }
 
 pub(super) async fn scale_out(admin_url: &str, args: &Args) -> anyhow::Result<()> {
@@ -152,8 +156,30 @@ async fn sample_locks(admin: PgPool, db: String, mut stop: watch::Receiver<bool>
             locks.waiting += waiting as u64;
             locks.active += active as u64;
             locks.max = locks.max.max(waiting);
+            if waiting > 0 {
+                for (key, n) in blockers(&admin, &db).await {
+                    *locks.blockers.entry(key).or_default() += n as u64;
+                }
+            }
         }
     }
+}
+
+/// For the backends waiting on a lock: the statement each waits in, and what the backend it waits
+/// for is doing (a wait event, or its state and the statement it ran last), counted.
+async fn blockers(admin: &PgPool, db: &str) -> Vec<(String, i64)> {
+    sqlx::query_as(
+        "select left(regexp_replace(w.query, '\\s+', ' ', 'g'), 60) || '  <-  ' || \
+           coalesce(b.wait_event_type || ':' || b.wait_event, b.state, '?') || ' [' || \
+           left(regexp_replace(b.query, '\\s+', ' ', 'g'), 60) || ']', count(*) \
+         from pg_stat_activity w cross join lateral unnest(pg_blocking_pids(w.pid)) as bp(pid) \
+         join pg_stat_activity b on b.pid = bp.pid \
+         where w.datname = $1 and w.wait_event_type = 'Lock' group by 1",
+    )
+    .bind(db)
+    .fetch_all(admin)
+    .await
+    .unwrap_or_default()
 }
 
 /// The statements that took the most time (pg_stat_statements), as (calls, total ms, text).
@@ -189,7 +215,7 @@ fn report(what: &str, unit: &str, p: &Phase) {
         d.commits as f64 / d.secs,
         d.postgres * 1e6 / d.commits.max(1) as f64
     );
-    let l = p.locks;
+    let l = &p.locks;
     let n = l.samples.max(1) as f64;
     println!(
         "{what}_lock_waits: {:.2} backends waiting on a lock on average (max {}), of {:.1} active; {} samples",
@@ -198,6 +224,13 @@ fn report(what: &str, unit: &str, p: &Phase) {
         l.active as f64 / n,
         l.samples
     );
+    let mut blockers: Vec<(&String, &u64)> = l.blockers.iter().collect();
+    blockers.sort_by(|a, b| b.1.cmp(a.1));
+    let total: u64 = l.blockers.values().sum();
+    println!("{what}_lock_blockers: what a waiter waited for, share of {total} (waiter, blocker) samples:");
+    for (key, count) in blockers.iter().take(8) {
+        println!("  {:>5.1}%  {key}", 100.0 * **count as f64 / total.max(1) as f64);
+    }
     println!(
         "{what}_rollbacks: {}; GETs sent again after a connection reset (all phases so far): {}",
         d.rollbacks,

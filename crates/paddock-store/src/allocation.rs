@@ -79,9 +79,14 @@ pub enum Allocation {
 /// classes (one allocator per class at a time), lets an earlier waiting cluster of the same class
 /// go first for at most `head_timeout` (after it, machines freed since are kept for that head),
 /// checks the tenant's quotas against what it already holds, takes clean available
-/// machines, consumes each one's verified clean in a new allocation, and enqueues the machines'
-/// reconcile jobs. On success the cluster stops waiting; otherwise it starts (keeping its place).
-/// The caller commits in either case (the waiting mark is the only write on failure).
+/// machines and consumes each one's verified clean in a new allocation. On success the cluster
+/// stops waiting; otherwise it starts (keeping its place). The caller commits in either case (the
+/// waiting mark is the only write on failure).
+///
+/// The class lock is held until the caller's commit, and every allocator of the class queues on
+/// it: the caller takes it last in its transaction and commits right after (nothing but the
+/// allocation's own writes in between), and hands the machines over with [`hand_over`] in a
+/// transaction of its own once the allocation is committed.
 pub async fn allocate(
     conn: &mut Conn,
     key: &LedgerKey,
@@ -93,34 +98,26 @@ pub async fn allocate(
     let mut classes: Vec<Uuid> = needs.iter().map(|n| n.machine_class_id.uuid()).collect();
     classes.sort();
     classes.dedup();
-    let names: Vec<(Uuid, String)> =
-        sqlx::query_as("select id, name from machine_classes where id = any($1) order by id for no key update")
-            .bind(&classes)
-            .fetch_all(&mut *conn)
-            .await?;
-    // The place in line: when it started waiting, or now for a first try.
+    // The place in line: when it started waiting, or now (the transaction's start) for a first
+    // try. Read before the lock: only this cluster's own run writes it, and no allocator of the
+    // class needs to wait for this read.
     let since: DateTime<Utc> =
         sqlx::query_scalar("select coalesce(waiting_since, now()) from clusters where tenant_id = $1 and id = $2")
             .bind(tenant.uuid())
             .bind(cluster.uuid())
             .fetch_one(&mut *conn)
             .await?;
+    let names: Vec<(Uuid, String)> =
+        sqlx::query_as("select id, name from machine_classes where id = any($1) order by id for no key update")
+            .bind(&classes)
+            .fetch_all(&mut *conn)
+            .await?;
     let line = Line { since, head_timeout };
     let outcome = try_allocate(conn, key, tenant, cluster, needs, line, &names).await?;
     match &outcome {
-        Allocation::Allocated(_) => {
-            sqlx::query("update clusters set waiting_since = null where tenant_id = $1 and id = $2")
-                .bind(tenant.uuid())
-                .bind(cluster.uuid())
-                .execute(&mut *conn)
-                .await?;
-            // Machines may be left for the next in line.
-            let classes: Vec<MachineClassId> = classes.into_iter().map(MachineClassId).collect();
-            wake_waiting(conn, &classes).await?;
-        }
         // Over its quota, a cluster waits for its own tenant, not in the line: it must not hold
         // up other clusters of the class.
-        Allocation::OverQuota { .. } => {
+        Allocation::Allocated(_) | Allocation::OverQuota { .. } => {
             sqlx::query("update clusters set waiting_since = null where tenant_id = $1 and id = $2")
                 .bind(tenant.uuid())
                 .bind(cluster.uuid())
@@ -139,6 +136,23 @@ pub async fn allocate(
         }
     }
     Ok(outcome)
+}
+
+/// What follows a committed allocation of `machines` for `needs`, in a transaction of its own
+/// after the allocation's commit (so that no allocator of the class waits for it): the machines'
+/// reconcile jobs, and a wake-up for the first cluster waiting for each class, for whom machines
+/// may be left. Both are also done without it: the allocating cluster's run, which is still
+/// leased when this is called and runs again if it ends before, queues the jobs of its
+/// `allocated` machines once its control plane is up, and a waiting cluster tries again within
+/// its wait. A wake-up sent after the commit cannot reach a run that would not see the machines.
+pub async fn hand_over(conn: &mut Conn, machines: &[MachineId], needs: &[Need]) -> Result<(), StoreError> {
+    for machine in machines {
+        enqueue_machine(conn, *machine, None).await?;
+    }
+    let mut classes: Vec<MachineClassId> = needs.iter().map(|n| n.machine_class_id).collect();
+    classes.sort_by_key(|c| c.uuid());
+    classes.dedup();
+    wake_waiting(conn, &classes).await
 }
 
 /// How long the cluster has waited in line for machines as of the transaction's start: since its
@@ -192,15 +206,11 @@ async fn try_allocate(
     if let Some(over) = over_quota(conn, tenant, needs).await? {
         return Ok(over);
     }
-    let kept = kept_since(conn, cluster, line, &classes).await?;
-    let picked = match pick(conn, needs, names, &kept).await? {
+    let picked = match pick(conn, cluster, line, needs, names).await? {
         Ok(picked) => picked,
         Err(short) => return Ok(short),
     };
     assign(conn, key, tenant, cluster, &picked).await?;
-    for (machine, _) in &picked {
-        enqueue_machine(conn, *machine, None).await?;
-    }
     Ok(Allocation::Allocated(picked.into_iter().map(|(m, _)| m).collect()))
 }
 
@@ -237,32 +247,6 @@ async fn waiting_ahead(
         .fetch_optional(&mut *conn)
         .await?;
     Ok(ahead.map(|(id, until)| (ClusterId(id), until)))
-}
-
-/// Per class, the moment from which freed machines are kept for the first cluster ahead (see
-/// [`AHEAD`]; past its head timeout, or [`waiting_ahead`] would have held this one back): the
-/// end of its timeout. Machines that became available (their clean completed) after it are not
-/// for later requests, so the head cannot starve.
-async fn kept_since(
-    conn: &mut Conn,
-    cluster: ClusterId,
-    line: Line,
-    classes: &[Uuid],
-) -> Result<Vec<(Uuid, DateTime<Utc>)>, StoreError> {
-    let sql = format!(
-        "select distinct on (p.machine_class_id) p.machine_class_id, \
-           c.waiting_since + make_interval(secs => $5) {AHEAD} \
-         order by p.machine_class_id, c.waiting_since, c.id"
-    );
-    let kept: Vec<(Uuid, DateTime<Utc>)> = sqlx::query_as(&sql)
-        .bind(cluster.uuid())
-        .bind(line.since)
-        .bind(classes)
-        .bind(&held()[..])
-        .bind(line.timeout_secs())
-        .fetch_all(&mut *conn)
-        .await?;
-    Ok(kept)
 }
 
 /// The tenant's node and GPU quotas against what it holds plus `needs` (the rule of
@@ -303,37 +287,44 @@ async fn over_quota(conn: &mut Conn, tenant: TenantId, needs: &[Need]) -> Result
     }))
 }
 
-/// Locks clean available machines for every need (skipping those another allocator holds and
-/// those `kept` for a waiting head: available since after its class's moment), or the first need
-/// that cannot be met.
+/// Locks clean available machines for every need, or names the first need that cannot be met.
+/// Skipped: machines another allocator holds, and those kept for the first cluster ahead of this
+/// one in the need's class (see [`AHEAD`]; past its head timeout, or [`waiting_ahead`] would have
+/// held this one back): machines that became available (their clean completed) after its
+/// timeout ended are for it, not for later requests, so the head cannot starve.
 async fn pick(
     conn: &mut Conn,
+    cluster: ClusterId,
+    line: Line,
     needs: &[Need],
     names: &[(Uuid, String)],
-    kept: &[(Uuid, DateTime<Utc>)],
 ) -> Result<Result<Vec<(MachineId, NodePoolId)>, Allocation>, StoreError> {
+    // The kept moment and the machines in one statement: one round trip fewer under the lock.
+    let sql = format!(
+        "with kept as (select c.waiting_since + make_interval(secs => $5) as at {AHEAD} \
+                       order by c.waiting_since, c.id limit 1) \
+         select m.id from machines m where m.machine_class_id = $6 and m.state = 'available' \
+           and m.maintenance_reason is null and m.retire_requested_at is null and m.id <> all($7) \
+           and (not exists (select 1 from kept) or exists (select 1 from machine_cleans k, kept \
+                where k.id = m.clean_id and k.completed_at <= kept.at)) \
+         order by m.id limit $8 for update of m skip locked"
+    );
     let mut picked: Vec<(MachineId, NodePoolId)> = Vec::new();
     for need in needs.iter().filter(|n| n.count > 0) {
-        let kept_from = kept.iter().find(|(c, _)| *c == need.machine_class_id.uuid()).map(|(_, at)| *at);
-        let ids: Vec<Uuid> = sqlx::query_scalar(
-            "select m.id from machines m where m.machine_class_id = $1 and m.state = 'available' \
-             and m.maintenance_reason is null and m.retire_requested_at is null and m.id <> all($2) \
-             and ($4::timestamptz is null or exists (select 1 from machine_cleans k \
-                  where k.id = m.clean_id and k.completed_at <= $4)) \
-             order by m.id limit $3 for update of m skip locked",
-        )
-        .bind(need.machine_class_id.uuid())
-        .bind(picked.iter().map(|(m, _)| m.uuid()).collect::<Vec<_>>())
-        .bind(i64::from(need.count))
-        .bind(kept_from)
-        .fetch_all(&mut *conn)
-        .await?;
+        let class = need.machine_class_id.uuid();
+        let ids: Vec<Uuid> = sqlx::query_scalar(&sql)
+            .bind(cluster.uuid())
+            .bind(line.since)
+            .bind([class].as_slice())
+            .bind(&held()[..])
+            .bind(line.timeout_secs())
+            .bind(class)
+            .bind(picked.iter().map(|(m, _)| m.uuid()).collect::<Vec<_>>())
+            .bind(i64::from(need.count))
+            .fetch_all(&mut *conn)
+            .await?;
         if ids.len() < need.count as usize {
-            let machine_class = names
-                .iter()
-                .find(|(id, _)| *id == need.machine_class_id.uuid())
-                .map(|(_, n)| n.clone())
-                .unwrap_or_default();
+            let machine_class = names.iter().find(|(id, _)| *id == class).map(|(_, n)| n.clone()).unwrap_or_default();
             let available = u32::try_from(ids.len()).unwrap_or(u32::MAX);
             return Ok(Err(Allocation::Short { machine_class, needed: need.count, available }));
         }

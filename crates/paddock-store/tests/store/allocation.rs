@@ -1,12 +1,14 @@
 //! Allocation (docs/architecture.md, cluster reconciler step 3): all or nothing, within quota, first come first served,
 //! one live allocation per machine.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use paddock_store::allocation::{self, Allocation, Need};
 use paddock_store::Store;
 use paddock_testkit::eventually;
 use paddock_types::{ClusterId, MachineId, TenantId};
+use tokio::sync::Barrier;
 
 use crate::support::{class, cluster, count, db, machine, state, tenant};
 
@@ -29,6 +31,12 @@ async fn allocate_within(
         .await
         .expect("allocate");
     tx.commit().await.expect("commit");
+    // As the cluster reconciler does: the machines are handed over once the allocation is in.
+    if let Allocation::Allocated(machines) = &outcome {
+        let mut tx = store.begin().await.expect("begin");
+        allocation::hand_over(&mut tx, machines, needs).await.expect("hand over");
+        tx.commit().await.expect("commit");
+    }
     outcome
 }
 
@@ -268,4 +276,115 @@ async fn a_machine_holds_one_live_allocation_even_when_two_clusters_race_for_it(
     .expect_err("a second live allocation");
     let db_error = second_live.as_database_error().expect("a database error");
     assert_eq!(db_error.constraint(), Some("machine_allocations_live_key"), "{db_error}");
+}
+
+#[tokio::test]
+async fn a_tenant_allocating_two_classes_at_once_stays_within_its_node_quota() {
+    let (_db, store) = db().await;
+    let t = tenant(&store, Some(2), None).await;
+    let (a_class, b_class) = (class(&store, "a", 0).await, class(&store, "b", 0).await);
+    for _ in 0..2 {
+        machine(&store, a_class).await;
+        machine(&store, b_class).await;
+    }
+    let (a, need_a) = cluster(&store, t, a_class, 0, 2).await;
+    let (b, need_b) = cluster(&store, t, b_class, 0, 1).await;
+
+    // A takes the whole quota and has not committed yet when B, of another class (so no class
+    // lock keeps them apart), asks for one more.
+    let mut first = store.begin().await.expect("begin");
+    let holder: i32 = sqlx::query_scalar("select pg_backend_pid()").fetch_one(&mut *first).await.expect("pid");
+    let got = allocation::allocate(&mut first, &paddock_testkit::ledger_key(), t, a, &[need_a], HEAD).await;
+    assert!(matches!(got.expect("a"), Allocation::Allocated(m) if m.len() == 2));
+    let racing = {
+        let store = store.clone();
+        tokio::spawn(async move { allocate(&store, t, b, &[need_b]).await })
+    };
+    // B either waits for A's transaction (the tenant's lock) or, were nothing to hold it, is done
+    // already: both end the wait, and only the first keeps the quota.
+    let blocked = "select exists (select 1 from pg_stat_activity where $1 = any(pg_blocking_pids(pid)))";
+    eventually(Duration::from_secs(30), || async {
+        let waits: bool = sqlx::query_scalar(blocked).bind(holder).fetch_one(store.pool()).await.expect("locks");
+        (waits || racing.is_finished()).then_some(())
+    })
+    .await;
+    first.commit().await.expect("commit");
+    let second = racing.await.expect("task");
+    assert_eq!(second, Allocation::OverQuota { quota: "max_nodes", limit: 2, would_hold: 3 });
+    let held = "select count(*) from machines where tenant_id = $1 and state = 'allocated'";
+    assert_eq!(count(&store, held, t.uuid()).await, 2, "the tenant holds its quota, not more");
+}
+
+/// One cluster's allocator in [`concurrent_allocators_share_no_machine_and_pass_no_quota`]: tries
+/// until it is served or has tried `tries` times, each try in a transaction of its own as the
+/// cluster reconciler makes them; what it was served.
+async fn allocator(store: Store, t: TenantId, c: ClusterId, need: Need, start: Arc<Barrier>) -> Vec<MachineId> {
+    start.wait().await;
+    for _ in 0..6 {
+        // A short head timeout, so that the line moves within the test.
+        if let Allocation::Allocated(machines) =
+            allocate_within(&store, t, c, std::slice::from_ref(&need), Duration::from_millis(1)).await
+        {
+            return machines;
+        }
+        tokio::task::yield_now().await;
+    }
+    Vec::new()
+}
+
+#[tokio::test]
+async fn concurrent_allocators_share_no_machine_and_pass_no_quota() {
+    let (_db, store) = db().await;
+    let (cpu, gpu) = (class(&store, "cpu", 0).await, class(&store, "gpu", 2).await);
+    for _ in 0..10 {
+        machine(&store, cpu).await;
+        machine(&store, gpu).await;
+    }
+    // Eight tenants, most with quotas below what their clusters ask for together; each has two
+    // clusters of each class asking for two machines: 64 machines asked of 20, every try of each
+    // cluster at once with all the others.
+    let quotas = [(Some(3), None), (Some(2), Some(4)), (None, Some(2)), (Some(4), Some(4)), (None, None)];
+    let mut tenants = Vec::new();
+    let mut tasks = Vec::new();
+    let start = Arc::new(Barrier::new(8 * 4));
+    for k in 0..8 {
+        let (max_nodes, max_gpus) = quotas[k % quotas.len()];
+        let t = tenant(&store, max_nodes, max_gpus).await;
+        tenants.push((t, max_nodes, max_gpus));
+        for (class, gpus) in [(cpu, 0), (cpu, 0), (gpu, 2), (gpu, 2)] {
+            let (c, need) = cluster(&store, t, class, gpus, 2).await;
+            tasks.push((c, tokio::spawn(allocator(store.clone(), t, c, need, start.clone()))));
+        }
+    }
+    let mut served: Vec<MachineId> = Vec::new();
+    for (c, task) in tasks {
+        let got = task.await.expect("an allocator failed");
+        // All or nothing: what a cluster got is all it asked for, and all it holds.
+        assert!(got.is_empty() || got.len() == 2, "cluster {c} got {got:?}");
+        let holds = "select count(*) from machines where cluster_id = $1 and state = 'allocated'";
+        assert_eq!(count(&store, holds, c.uuid()).await, got.len() as i64, "cluster {c}");
+        served.extend(got);
+    }
+    assert!(!served.is_empty(), "no allocator was ever served");
+    // No machine served twice, none allocated twice.
+    let mut unique = served.clone();
+    unique.sort_by_key(|m| m.uuid());
+    unique.dedup();
+    assert_eq!(unique.len(), served.len(), "a machine was served to two clusters");
+    for m in &served {
+        assert_eq!(count(&store, LIVE_ALLOCATIONS, m.uuid()).await, 1, "machine {m}");
+    }
+    // No tenant above its quotas.
+    for (t, max_nodes, max_gpus) in tenants {
+        let (nodes, gpus): (i64, i64) = sqlx::query_as(
+            "select count(*), coalesce(sum(c.gpu_count), 0)::bigint from machines m \
+             join machine_classes c on c.id = m.machine_class_id where m.tenant_id = $1 and m.state = 'allocated'",
+        )
+        .bind(t.uuid())
+        .fetch_one(store.pool())
+        .await
+        .expect("held");
+        assert!(max_nodes.is_none_or(|n| nodes <= i64::from(n)), "tenant {t} holds {nodes} nodes over {max_nodes:?}");
+        assert!(max_gpus.is_none_or(|g| gpus <= i64::from(g)), "tenant {t} holds {gpus} GPUs over {max_gpus:?}");
+    }
 }

@@ -660,10 +660,23 @@ impl Bench {
 
     async fn allocate(&self, tenant: TenantId, cluster: ClusterId, need: Need) -> Allocation {
         let mut tx = self.store.begin().await.expect("begin");
-        let outcome = allocation::allocate(&mut tx, &paddock_testkit::ledger_key(), tenant, cluster, &[need], HEAD)
-            .await
-            .expect("allocate");
+        let outcome = allocation::allocate(
+            &mut tx,
+            &paddock_testkit::ledger_key(),
+            tenant,
+            cluster,
+            std::slice::from_ref(&need),
+            HEAD,
+        )
+        .await
+        .expect("allocate");
         tx.commit().await.expect("commit");
+        // As the cluster reconciler does once the allocation is in.
+        if let Allocation::Allocated(machines) = &outcome {
+            let mut tx = self.store.begin().await.expect("begin");
+            allocation::hand_over(&mut tx, machines, &[need]).await.expect("hand over");
+            tx.commit().await.expect("commit");
+        }
         outcome
     }
 

@@ -298,11 +298,22 @@ impl Bench {
         let need = Need { node_pool_id: self.pool, machine_class_id: self.class, gpu_count: 0, count: 1 };
         let mut tx = self.store.begin().await.expect("begin");
         let key = paddock_testkit::ledger_key();
-        let outcome = allocation::allocate(&mut tx, &key, self.tenant, self.cluster, &[need], Duration::from_secs(600))
-            .await
-            .expect("allocate");
+        let outcome = allocation::allocate(
+            &mut tx,
+            &key,
+            self.tenant,
+            self.cluster,
+            std::slice::from_ref(&need),
+            Duration::from_secs(600),
+        )
+        .await
+        .expect("allocate");
         tx.commit().await.expect("commit");
         assert_eq!(outcome, Allocation::Allocated(vec![id]));
+        // As the cluster reconciler does once the allocation is in.
+        let mut tx = self.store.begin().await.expect("begin");
+        allocation::hand_over(&mut tx, &[id], &[need]).await.expect("hand over");
+        tx.commit().await.expect("commit");
     }
 
     fn reconciler(&self, bmc: Arc<Recording>) -> MachineReconciler {

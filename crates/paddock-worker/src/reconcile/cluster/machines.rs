@@ -10,7 +10,7 @@ use paddock_store::allocation::{self, Allocation, HeldMachine, Need};
 use paddock_store::{lifecycle, node_pool, operation, remediation, Conn, StoreError};
 use paddock_types::cluster::{ConditionStatus, NodePoolStatus};
 use paddock_types::machine::MachineState;
-use paddock_types::NodePoolId;
+use paddock_types::{MachineId, NodePoolId};
 
 use crate::metrics::{self};
 
@@ -43,8 +43,8 @@ impl ClusterReconciler {
     }
 
     /// Releases surplus machines, marks emptied deleting pools deleted and allocates the
-    /// shortfall, in one transaction; while the cluster waits for capacity (or quota), how long
-    /// until it tries again.
+    /// shortfall, in one transaction, then hands allocated machines over in a second one; while
+    /// the cluster waits for capacity (or quota), how long until it tries again.
     pub(super) async fn machines(
         &self,
         cluster: &Cluster,
@@ -72,28 +72,32 @@ impl ClusterReconciler {
             operation::succeed(&mut tx, pool.uuid(), None, &[operation::done(operation::step::RELEASE_MACHINES)])
                 .await?;
         }
-        let (waiting, allocated) = if plan.needs.is_empty() {
+        // The allocation comes last: it takes its classes' lock, which every allocator of those
+        // classes waits for until this transaction commits.
+        let asked = if plan.needs.is_empty() {
             observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
-            (None, None)
+            Asked::default()
         } else {
             self.allocate(&mut tx, cluster, &plan.needs, observed).await?
         };
         tx.commit().await.map_err(StoreError::from)?;
-        if let Some(waited) = allocated {
+        if let Some((machines, waited)) = asked.allocated {
+            let mut tx = self.services.store().begin().await?;
+            allocation::hand_over(&mut tx, &machines, &plan.needs).await?;
+            tx.commit().await.map_err(StoreError::from)?;
             metrics::observe(|w| w.allocated(waited));
         }
-        Ok(waiting)
+        Ok(asked.waiting)
     }
 
-    /// Allocates `needs` all or nothing in the caller's transaction; when the cluster waits, how
-    /// long until it tries again; when it got its machines, how long it had waited for them.
+    /// Allocates `needs` all or nothing in the caller's transaction (see [`Asked`]).
     async fn allocate(
         &self,
         conn: &mut Conn,
         cluster: &Cluster,
         needs: &[Need],
         observed: &mut Observed,
-    ) -> Result<(Option<Duration>, Option<Duration>), StoreError> {
+    ) -> Result<Asked, StoreError> {
         let (tenant, id, timeout) = (cluster.tenant_id, cluster.id, self.settings.allocation_head_timeout);
         let waited = allocation::waited(conn, tenant, id).await?;
         let outcome = allocation::allocate(conn, self.services.ledger_key(), tenant, id, needs, timeout).await?;
@@ -105,14 +109,15 @@ impl ClusterReconciler {
                 observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
                 let message = format!("{} machine(s) allocated", machines.len());
                 observed.events.push(("Normal", "MachinesAllocated", message));
-                return Ok((None, Some(waited)));
+                return Ok(Asked { waiting: None, allocated: Some((machines.clone(), waited)) });
             }
             Allocation::Behind { until, .. } => {
                 tracing::info!(tenant = %tenant, cluster = %id, outcome = ?outcome, "the cluster waits for machines");
                 self.insufficient(observed, "InsufficientCapacity", TENANT_WAITING);
                 // Nothing wakes it when the one in front stops holding it back: it wakes itself.
                 let left = (*until - Utc::now()).to_std().unwrap_or_default();
-                return Ok((Some(CAPACITY_WAIT.min(left + Duration::from_millis(100))), None));
+                let waiting = Some(CAPACITY_WAIT.min(left + Duration::from_millis(100)));
+                return Ok(Asked { waiting, allocated: None });
             }
             Allocation::Short { .. } => {
                 tracing::info!(tenant = %tenant, cluster = %id, outcome = ?outcome, "the cluster waits for machines");
@@ -123,7 +128,7 @@ impl ClusterReconciler {
                 self.insufficient(observed, "QuotaExceeded", &message);
             }
         }
-        Ok((Some(CAPACITY_WAIT), None))
+        Ok(Asked { waiting: Some(CAPACITY_WAIT), allocated: None })
     }
 
     fn insufficient(&self, observed: &mut Observed, reason: &'static str, message: &str) {
@@ -133,6 +138,15 @@ impl ClusterReconciler {
             observed.events.push(("Warning", reason, message.to_owned()));
         }
     }
+}
+
+/// How an allocation request in step 3 ended, for the run.
+#[derive(Default)]
+struct Asked {
+    /// While the cluster waits for capacity (or quota): how long until it tries again.
+    waiting: Option<Duration>,
+    /// The machines it got, and how long it had waited for them.
+    allocated: Option<(Vec<MachineId>, Duration)>,
 }
 
 /// What step 3 does to a cluster's pools.
