@@ -151,7 +151,12 @@ fn coredns() -> Vec<Value> {
         "serviceAccountName": "coredns",
         "dnsPolicy": "Default",
         "priorityClassName": "system-cluster-critical",
-        "tolerations": [{ "key": "CriticalAddonsOnly", "operator": "Exists" }, { "operator": "Exists" }],
+        // kubeadm's: never every taint, or its ReplicaSet's new pods would land on cordoned
+        // nodes as fast as a drain evicts them.
+        "tolerations": [
+            { "key": "CriticalAddonsOnly", "operator": "Exists" },
+            { "key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule" },
+        ],
         "containers": [{
             "name": "coredns",
             "image": COREDNS_IMAGE,
