@@ -359,9 +359,8 @@ fn run_worker(app: &TestApp, kube: KubeDrivers, settings: Settings) -> tokio::sy
     // on a loaded TCG host that outlasts the default 30 s, and a retried insert downloads it all
     // again (and sushy-tools keeps every copy). A BMC that fetches before answering needs the
     // longer wait; the default is for BMCs that answer first.
-    let bmc = Arc::new(
-        RedfishBmc::new(BmcLimiter::new(4)).with_tuning(|c| c.request_timeout = Duration::from_secs(300)),
-    );
+    let bmc =
+        Arc::new(RedfishBmc::new(BmcLimiter::new(4)).with_tuning(|c| c.request_timeout = Duration::from_secs(300)));
     let drivers = Drivers { bmc: Some(bmc), kube: Some(kube) };
     let cluster = ClusterReconciler::new(app.services.clone(), drivers.clone(), settings.clone());
     let handlers: Vec<Arc<dyn JobHandler>> = vec![
