@@ -4,8 +4,8 @@
 //! whole database) and holds it through its commit's WAL flush, so every such commit waits for the
 //! one before it to be flushed: commits that enqueue jobs, the API's and the workers' alike, go one
 //! flush at a time instead of sharing flushes. So no transaction that writes notifies.
-//! [`job::enqueue`](crate::job::enqueue) notes the kind of a due job in its [`Tx`], and
-//! [`Tx::commit`] hands the kinds to the store's [`Waker`] after the commit. The waker sends them
+//! [`job::enqueue`](crate::job::enqueue) notes the kind of a due job in its [`Txn`], and
+//! [`Txn::commit`] hands the kinds to the store's [`Waker`] after the commit. The waker sends them
 //! from a task of its own, all kinds that came in meanwhile in one statement, in a transaction
 //! that writes nothing and commits without waiting for its flush (`synchronous_commit = off`), so
 //! it holds the notify lock only for the moment it takes to queue the notifications.

@@ -16,7 +16,7 @@ use crate::{parse_state, Store, StoreError};
 /// The tail of every statement that ends a run (`done` returns `id, target_id`): the kinds of the
 /// other due jobs of the same target, which may start now. Their workers are woken once the
 /// statement has committed ([`Store::wake`]), not by a `pg_notify` in it, which would queue its
-/// commit on PostgreSQL's notify lock (see `Tx`).
+/// commit on PostgreSQL's notify lock (see [`Txn`](crate::Txn)).
 const WAKE: &str = "wake as ( \
          select coalesce(array_agg(distinct q.kind), '{}') as kinds from jobs q join done d on q.target_id = d.target_id \
          where q.state = 'queued' and q.run_at <= now() and q.id <> d.id \
