@@ -131,7 +131,7 @@ async fn run_due(store: &Store, sync: &PowerSync) -> Vec<(String, Outcome)> {
     for job in jobs {
         let outcome = tokio::time::timeout(Duration::from_secs(60), sync.run(&job)).await.expect("the run ends");
         // Completed whatever the outcome: each round starts with a fresh fleet job.
-        job::complete(&store, job.id, WORKER).await.expect("complete");
+        job::complete(store, job.id, WORKER).await.expect("complete");
         ran.push((job.target_type.clone(), outcome));
     }
     ran

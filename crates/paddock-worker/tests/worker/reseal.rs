@@ -36,7 +36,7 @@ async fn reseal_once(store: &Store, resealer: &Resealer) -> Outcome {
     let jobs = claim(store, WORKER, &[RESEAL], Duration::from_secs(60), 4).await;
     assert_eq!(jobs.len(), 1, "one re-seal job");
     let outcome = resealer.run(&jobs[0]).await;
-    job::complete(&store, jobs[0].id, WORKER).await.expect("complete");
+    job::complete(store, jobs[0].id, WORKER).await.expect("complete");
     outcome
 }
 
