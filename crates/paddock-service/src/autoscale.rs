@@ -8,7 +8,7 @@ use paddock_domain::autoscale::{Direction, Scale, ScaleMemory};
 use paddock_domain::cluster::{NodePool, NodePoolSpec};
 use paddock_domain::{Error, Result};
 use paddock_store::node_pool::{self, ScaleWrite};
-use paddock_store::{cluster_event, Conn};
+use paddock_store::{cluster_event, Txn};
 use paddock_types::operation::OperationView;
 use paddock_types::{ClusterId, TenantId};
 
@@ -52,7 +52,7 @@ pub(crate) fn patched(
 
 /// The event and the demand checks of an accepted patch of a pool's autoscaling.
 pub(crate) async fn changed(
-    conn: &mut Conn,
+    conn: &mut Txn<'_>,
     current: &NodePool,
     spec: &NodePoolSpec,
     desired: Option<u32>,

@@ -74,8 +74,9 @@ impl Autoscaler {
         let checked = async {
             self.look(&kube, tenant, id).await?;
             // The sweep watches from here on (merged into the queued one).
-            let mut conn = self.0.services.store().conn().await?;
-            store::enqueue_sweep(&mut conn, self.0.settings.autoscale_interval).await
+            let mut tx = self.0.services.store().begin().await?;
+            store::enqueue_sweep(&mut tx, self.0.settings.autoscale_interval).await?;
+            Ok(tx.commit().await?)
         };
         match checked.await {
             Ok(()) => Outcome::Done,
@@ -156,11 +157,11 @@ impl Autoscaler {
             .await;
         if !due.is_empty() {
             let armed = async {
-                let mut conn = self.0.services.store().conn().await?;
+                let mut tx = self.0.services.store().begin().await?;
                 for (tenant, cluster) in &due {
-                    store::arm(&mut conn, *tenant, *cluster, std::time::Duration::ZERO).await?;
+                    store::arm(&mut tx, *tenant, *cluster, std::time::Duration::ZERO).await?;
                 }
-                Ok::<_, StoreError>(())
+                Ok::<_, StoreError>(tx.commit().await?)
             };
             if let Err(e) = armed.await {
                 let chain = paddock_domain::error::chain(&e);

@@ -174,8 +174,9 @@ impl ClusterReconciler {
         if !maps && cluster.status.identity.is_none() {
             return Ok(());
         }
-        let mut conn = self.services.store().conn().await?;
-        lifecycle::enqueue_identity_sync(&mut conn, cluster.tenant_id, cluster.id).await
+        let mut tx = self.services.store().begin().await?;
+        lifecycle::enqueue_identity_sync(&mut tx, cluster.tenant_id, cluster.id).await?;
+        Ok(tx.commit().await?)
     }
 }
 
