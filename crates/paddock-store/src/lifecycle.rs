@@ -460,24 +460,25 @@ pub async fn record_forced_release(
 
 /// Enqueues a cluster's reconcile job (merged with one already queued).
 pub async fn enqueue_cluster(conn: &mut Txn<'_>, tenant: TenantId, cluster: ClusterId) -> Result<(), StoreError> {
-    let new = job::NewJob {
-        kind: paddock_domain::job_kind::CLUSTER_RECONCILE,
-        target_type: "cluster",
-        target_id: cluster.uuid(),
-        payload: ClusterJob { tenant_id: tenant, cluster_id: cluster }.to_value(),
-        tenant_id: Some(tenant),
-        operation_id: None,
-        run_at: None,
-    };
-    job::enqueue(conn, &new).await?;
-    Ok(())
+    enqueue_cluster_job(conn, paddock_domain::job_kind::CLUSTER_RECONCILE, tenant, cluster).await
 }
 
 /// Enqueues a cluster's identity sync (merged with one already queued): see
 /// [`paddock_domain::job_kind::CLUSTER_IDENTITY_SYNC`].
 pub async fn enqueue_identity_sync(conn: &mut Txn<'_>, tenant: TenantId, cluster: ClusterId) -> Result<(), StoreError> {
+    enqueue_cluster_job(conn, paddock_domain::job_kind::CLUSTER_IDENTITY_SYNC, tenant, cluster).await
+}
+
+/// Enqueues a job of `kind` on a cluster, its payload the cluster's ids (merged with one of the
+/// same kind already queued for it).
+async fn enqueue_cluster_job(
+    conn: &mut Txn<'_>,
+    kind: &'static str,
+    tenant: TenantId,
+    cluster: ClusterId,
+) -> Result<(), StoreError> {
     let new = job::NewJob {
-        kind: paddock_domain::job_kind::CLUSTER_IDENTITY_SYNC,
+        kind,
         target_type: "cluster",
         target_id: cluster.uuid(),
         payload: ClusterJob { tenant_id: tenant, cluster_id: cluster }.to_value(),

@@ -476,25 +476,10 @@ pub fn service_address(svc: &Service) -> Option<String> {
 mod tests {
     use k8s_openapi::ByteString;
     use paddock_types::cluster::{Partition, TaintEffect};
-    use paddock_types::NodePoolId;
 
     use super::*;
+    use crate::slurm::fixtures::pool;
     use crate::slurm::SlurmCatalog;
-
-    fn pool(name: &str, count: u32, gpus: u32) -> SlurmPool {
-        SlurmPool {
-            node_pool_id: NodePoolId::new(),
-            name: name.to_owned(),
-            count,
-            node_names: Vec::new(),
-            releasing: Vec::new(),
-            gpus_per_node: gpus,
-            class_size: (8, 32),
-            autoscaling_max: None,
-            taints: Vec::new(),
-            role: paddock_types::cluster::NodePoolRole::Compute,
-        }
-    }
 
     #[test]
     fn versions_map_to_the_pinned_images_of_the_clusters_stack() {
