@@ -14,14 +14,21 @@
 //! The slurm.conf a test gives is the part under test (nodes, NodeSets, partitions, what
 //! paddock's configuration adds); [`SlurmHost::start`] puts this host's own lines before it
 //! (the controller's host and ports, paths, authentication, plugins that need no cgroup).
+//!
+//! [`SlurmHost::start_with`] takes [`Options`]: the cluster's name (paddock names a tenant's
+//! cluster after its id), the JWT key (a tenant cluster's, so paddock's own tokens are accepted),
+//! and accounting: a MariaDB and slurmdbd of the test's own (`crate::slurm_host_db`), slurmctld
+//! storing its accounting there.
 
 use std::fmt::Write as _;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::skip;
+use crate::slurm_host_db::{self, Accounting};
 
 /// How long a daemon may take to answer on a loaded machine.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -36,6 +43,20 @@ pub struct SlurmHost {
     ctld: Child,
     /// The slurmds (and slurmrestd) this test started, by node name.
     slurmds: Vec<(String, Child)>,
+    /// MariaDB and slurmdbd, when the test asked for accounting.
+    accounting: Option<Accounting>,
+}
+
+/// What a test changes of the Slurm [`SlurmHost::start_with`] starts.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// `ClusterName` (default `paddocktest`).
+    pub cluster: Option<String>,
+    /// The key of `auth/jwt` (default: random bytes).
+    pub jwt_key: Option<Vec<u8>>,
+    /// Whether slurmctld keeps accounting in a slurmdbd (and MariaDB) of the test's own; without,
+    /// `accounting_storage/none`.
+    pub accounting: bool,
 }
 
 /// The root of `scripts/slurm-host` (`PADDOCK_TEST_SLURM_HOST`), when it is there and this test
@@ -50,19 +71,39 @@ pub fn root() -> Option<PathBuf> {
     skip::root("running slurmctld chrooted").then_some(root)
 }
 
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port on 127.0.0.1");
+/// [`root`], when the MariaDB root `scripts/slurm-host` builds beside it is there too (accounting
+/// needs it); otherwise a [`skip`].
+#[track_caller]
+pub fn root_with_accounting() -> Option<PathBuf> {
+    let root = root()?;
+    slurm_host_db::mariadb_root(&root)?;
+    Some(root)
+}
+
+pub(crate) fn free_port() -> u16 {
+    free_port_on(IpAddr::from([127, 0, 0, 1]))
+}
+
+fn free_port_on(ip: IpAddr) -> u16 {
+    let listener = std::net::TcpListener::bind((ip, 0)).expect("a free port");
     listener.local_addr().expect("its address").port()
 }
 
-/// This host's name, which `SlurmctldHost` must name for slurmctld to serve.
-fn hostname() -> String {
+/// This host's name, which `SlurmctldHost` (and `DbdHost`) must name for slurmctld (slurmdbd) to
+/// serve.
+pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").expect("the host's name").trim().to_owned()
 }
 
 impl SlurmHost {
     /// Starts slurmctld with this host's lines followed by `conf`, and waits until it answers.
     pub fn start(root: &Path, conf: &str) -> Self {
+        Self::start_with(root, conf, &Options::default())
+    }
+
+    /// [`SlurmHost::start`] with `options`; with accounting, MariaDB and slurmdbd start first (a
+    /// [`skip`] when the MariaDB root is missing).
+    pub fn start_with(root: &Path, conf: &str, options: &Options) -> Self {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let dir = format!("/run/paddock-test-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
         let host = root.join(dir.trim_start_matches('/'));
@@ -70,40 +111,45 @@ impl SlurmHost {
         for sub in ["state", "spool"] {
             std::fs::create_dir_all(host.join(sub)).expect("the test's Slurm directory");
         }
-        let mut key = vec![0u8; 1024];
-        std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").expect("/dev/urandom"), &mut key)
-            .expect("random bytes");
-        std::fs::write(host.join("slurm.key"), key).expect("slurm.key");
-        let private = std::os::unix::fs::PermissionsExt::from_mode(0o600);
-        std::fs::set_permissions(host.join("slurm.key"), private).expect("slurm.key's mode");
-        let mut jwt = vec![0u8; 32];
-        std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").expect("/dev/urandom"), &mut jwt)
-            .expect("random bytes");
-        std::fs::write(host.join("jwt.key"), jwt).expect("jwt.key");
-        std::fs::set_permissions(host.join("jwt.key"), std::os::unix::fs::PermissionsExt::from_mode(0o600))
-            .expect("jwt.key's mode");
+        write_private(&host.join("slurm.key"), &random(1024));
+        write_private(&host.join("jwt.key"), &options.jwt_key.clone().unwrap_or_else(|| random(32)));
         std::fs::write(host.join("cgroup.conf"), "CgroupPlugin=disabled\n").expect("cgroup.conf");
         // slurmctld runs as the root's `slurm` (401): its key and state are its own.
         let out = Command::new("chown").arg("-R").arg("401:401").arg(&host).output().expect("chown");
         assert!(out.status.success(), "chown: {}", String::from_utf8_lossy(&out.stderr));
         let ctld_port = free_port();
+        let dbd_port = free_port();
+        let storage = if options.accounting {
+            format!("AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=127.0.0.1\nAccountingStoragePort={dbd_port}\n")
+        } else {
+            "AccountingStorageType=accounting_storage/none\n".to_owned()
+        };
         let mut full = String::new();
         let _ = write!(
             full,
-            "ClusterName=paddocktest\nSlurmUser=slurm\nSlurmdUser=root\n\
+            "ClusterName={cluster}\nSlurmUser=slurm\nSlurmdUser=root\n\
              SlurmctldHost={host_name}(127.0.0.1)\nSlurmctldPort={ctld_port}\nSlurmdPort={slurmd_port}\n\
              StateSaveLocation={dir}/state\nSlurmdSpoolDir={dir}/spool\n\
              SlurmctldLogFile={dir}/slurmctld.log\nSlurmdLogFile={dir}/slurmd.log\n\
              SlurmctldPidFile={dir}/slurmctld.pid\nSlurmdPidFile={dir}/slurmd.pid\n\
              AuthType=auth/slurm\nCredType=cred/slurm\nAuthInfo={dir}/slurm.key\n\
              AuthAltTypes=auth/jwt\nAuthAltParameters=jwt_key={dir}/jwt.key\n\
-             AccountingStorageType=accounting_storage/none\nSlurmctldParameters=enable_configless\n\
+             {storage}SlurmctldParameters=enable_configless\n\
              ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nJobAcctGatherType=jobacct_gather/none\n\
              MailProg=/bin/true\nMaxNodeCount=1024\n{conf}\n",
+            cluster = options.cluster.as_deref().unwrap_or("paddocktest"),
             host_name = hostname(),
             slurmd_port = free_port(),
         );
         std::fs::write(host.join("slurm.conf"), full).expect("slurm.conf");
+        let accounting = if options.accounting {
+            let Some(mariadb) = slurm_host_db::mariadb_root(root) else {
+                panic!("accounting asked for without the MariaDB root: check slurm_host_db::mariadb_root first")
+            };
+            Some(Accounting::start(root, &mariadb, (&dir, &host), dbd_port))
+        } else {
+            None
+        };
         let ctld = Command::new("chroot")
             .arg(root)
             .args(["/usr/sbin/slurmctld", "-D", "-f"])
@@ -112,7 +158,7 @@ impl SlurmHost {
             .stderr(log(&host, "slurmctld.out"))
             .spawn()
             .expect("starting slurmctld");
-        let slurm = SlurmHost { root: root.to_owned(), dir, ctld_port, ctld, slurmds: Vec::new() };
+        let slurm = SlurmHost { root: root.to_owned(), dir, ctld_port, ctld, slurmds: Vec::new(), accounting };
         slurm.wait("slurmctld to answer", |s| s.run(&["scontrol", "ping"]).status.success().then_some(()));
         slurm
     }
@@ -156,19 +202,25 @@ impl SlurmHost {
     /// 127.0.0.1, as the root's `nobody` (slurmrestd refuses root and `SlurmUser`), and waits until
     /// it listens; returns its port. Stopped with the rest.
     pub fn start_slurmrestd(&mut self) -> u16 {
-        let port = free_port();
+        self.start_slurmrestd_on(IpAddr::from([127, 0, 0, 1]))
+    }
+
+    /// [`SlurmHost::start_slurmrestd`] on a free port of `ip` (an address of this host), e.g.
+    /// one an API server's service proxy reaches.
+    pub fn start_slurmrestd_on(&mut self, ip: IpAddr) -> u16 {
+        let port = free_port_on(ip);
         let child = Command::new("chroot")
             .arg(&self.root)
             .arg("env")
             .arg(format!("SLURM_CONF={}/slurm.conf", self.dir))
             .args(["SLURM_JWT=daemon", "slurmrestd", "-u", "65534", "-g", "65534", "-a", "rest_auth/jwt"])
-            .arg(format!("127.0.0.1:{port}"))
+            .arg(std::net::SocketAddr::from((ip, port)).to_string())
             .stdout(log(&self.dir(), "slurmrestd.out"))
             .stderr(log(&self.dir(), "slurmrestd.out"))
             .spawn()
             .expect("starting slurmrestd");
         self.slurmds.push(("slurmrestd".to_owned(), child));
-        self.wait("slurmrestd to listen", |_| std::net::TcpStream::connect(("127.0.0.1", port)).ok().map(|_| ()));
+        self.wait("slurmrestd to listen", |_| std::net::TcpStream::connect((ip, port)).ok().map(|_| ()));
         port
     }
 
@@ -224,17 +276,31 @@ impl Drop for SlurmHost {
             stop(child);
         }
         stop(&mut self.ctld);
+        drop(self.accounting.take());
         let _ = std::fs::remove_dir_all(self.dir());
     }
 }
 
+fn random(len: usize) -> Vec<u8> {
+    let mut bytes = vec![0u8; len];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").expect("/dev/urandom"), &mut bytes)
+        .expect("random bytes");
+    bytes
+}
+
+/// Writes a key only its owner may read.
+fn write_private(path: &Path, bytes: &[u8]) {
+    std::fs::write(path, bytes).expect("a key");
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("a key's mode");
+}
+
 /// Ends a daemon this harness started: SIGTERM by its id (its own clean exit), then waits.
-fn stop(child: &mut Child) {
+pub(crate) fn stop(child: &mut Child) {
     let _ = Command::new("kill").arg(child.id().to_string()).status();
     let _ = child.wait();
 }
 
-fn log(dir: &Path, name: &str) -> Stdio {
+pub(crate) fn log(dir: &Path, name: &str) -> Stdio {
     let file = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(name)).expect("a log file");
     Stdio::from(file)
 }

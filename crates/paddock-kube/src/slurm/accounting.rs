@@ -5,21 +5,25 @@
 //!
 //! Read: `GET qos/`, `accounts/`, `users/`, `associations/` (the last of the cluster
 //! [`super::cluster_name`] only, partition associations left out). What to write is
-//! [`paddock_domain::slurm_identity::plan`]'s; each change is one request:
+//! [`paddock_domain::slurm_identity::plan`]'s; each change is one request or two ([`requests`]):
 //!
 //! | change | request |
 //! |---|---|
 //! | QOS | `POST qos/` `{"qos": [{name, description, limits.max.active_jobs.count, limits.max.tres.minutes.total: [gres/gpu]}]}` |
 //! | account | `POST accounts/` `{"accounts": [{name, description, organization}]}` |
-//! | association | `POST associations/` `{"associations": [{account, user, cluster, shares_raw, qos, default.qos}]}` (the account's own: `user` empty, `parent_account` root) |
+//! | an account's own association | `POST accounts_association/` `{"association_condition": {accounts, clusters, association: {parent: root, fairshare, qoslevel, defaultqos}}, account}` (made when missing), then as a user's with `user` empty (set) |
+//! | a user's association | `POST associations/` `{"associations": [{account, user, cluster, shares_raw, qos, default.qos}]}` |
 //! | user | `POST users/` `{"users": [{name, default.account}]}` |
 //! | removals | `DELETE association/?account=&user=&cluster=`, `DELETE user/<name>`, `DELETE account/<name>`, `DELETE qos/<name>` |
 //!
-//! slurmrestd's POSTs create or update, so a repeated change converges. Proven against the
-//! slurmrestd stand-in of the tests (no real slurmdbd runs there yet).
+//! slurmrestd's POSTs create or update, so a repeated change converges. A user's default account
+//! is read from its default association (slurmdbd's `GET users/` leaves it empty). Proven against
+//! a real slurmrestd, slurmdbd and MariaDB (`tests/kube/slurm_accounting.rs`). A QOS's GPU minutes
+//! hold only where slurm.conf tracks `gres/gpu` (`AccountingStorageTRES`): slurmdbd drops a limit
+//! of a TRES it does not know, without an error.
 
 use paddock_domain::driver::{identity_unsupported, BoxFuture, DriverError, SlurmVersion, TenantAccess};
-use paddock_domain::slurm_identity::{plan, Account, Association, Change, Qos, Slurmdb, User};
+use paddock_domain::slurm_identity::{plan, Account, Association, Change, Qos, Slurmdb, User, OWNED};
 use serde_json::{json, Value};
 use tracing::{debug, instrument};
 
@@ -70,14 +74,27 @@ pub fn parse_slurmdb(answers: [&Value; 4], cluster: &str) -> Result<Slurmdb, Str
         .iter()
         .map(|a| Account { name: text(&a["name"]), description: text(&a["description"]) })
         .collect();
-    let users = items(users, "users")?
-        .iter()
-        .map(|u| User { name: text(&u["name"]), default_account: text(&u["default"]["account"]) })
-        .collect();
-    let associations = items(associations, "associations")?
+    let associations: Vec<&Value> = items(associations, "associations")?
         .iter()
         .filter(|a| a["partition"].as_str().unwrap_or_default().is_empty())
         .filter(|a| a["cluster"].as_str().is_none_or(|c| c.is_empty() || c == cluster))
+        .collect();
+    // slurmdbd lists a user's default account only when asked for the user's associations too;
+    // the default association of the user on this cluster says it.
+    let default_of = |user: &str| {
+        associations.iter().find(|a| a["user"] == user && a["is_default"] == true).map(|a| text(&a["account"]))
+    };
+    let users = items(users, "users")?
+        .iter()
+        .map(|u| {
+            let name = text(&u["name"]);
+            let listed = text(&u["default"]["account"]);
+            let default_account = if listed.is_empty() { default_of(&name).unwrap_or_default() } else { listed };
+            User { name, default_account }
+        })
+        .collect();
+    let associations = associations
+        .into_iter()
         .map(|a| Association {
             account: text(&a["account"]),
             user: text(&a["user"]),
@@ -89,8 +106,11 @@ pub fn parse_slurmdb(answers: [&Value; 4], cluster: &str) -> Result<Slurmdb, Str
     Ok(Slurmdb { qos, accounts, users, associations })
 }
 
-/// The request that makes `change`: (method, path below `/slurmdb/<version>/`, body).
-pub fn request(change: &Change, cluster: &str) -> (&'static str, String, Option<Value>) {
+/// One request to slurmrestd: method, path below `/slurmdb/<version>/`, body.
+pub type Request = (&'static str, String, Option<Value>);
+
+/// The requests that make `change`, in order.
+pub fn requests(change: &Change, cluster: &str) -> Vec<Request> {
     match change {
         Change::Qos(q) => {
             let gpu: Vec<Value> =
@@ -98,33 +118,54 @@ pub fn request(change: &Change, cluster: &str) -> (&'static str, String, Option<
             let limits = json!({ "max": { "active_jobs": { "count": no_val(q.max_jobs.map(u64::from)) },
                                           "tres": { "minutes": { "total": gpu } } } });
             let body = json!({ "qos": [{ "name": q.name, "description": q.description, "limits": limits }] });
-            ("POST", "qos/".to_owned(), Some(body))
+            vec![("POST", "qos/".to_owned(), Some(body))]
         }
         Change::Account(a) => {
             let body =
-                json!({ "accounts": [{ "name": a.name, "description": a.description, "organization": "paddock" }] });
-            ("POST", "accounts/".to_owned(), Some(body))
+                json!({ "accounts": [{ "name": a.name, "description": a.description, "organization": ORGANIZATION }] });
+            vec![("POST", "accounts/".to_owned(), Some(body))]
         }
         Change::User(u) => {
             let body = json!({ "users": [{ "name": u.name, "default": { "account": u.default_account } }] });
-            ("POST", "users/".to_owned(), Some(body))
+            vec![("POST", "users/".to_owned(), Some(body))]
         }
+        Change::Association(a) if a.user.is_empty() => account_association(a, cluster),
         Change::Association(a) => {
-            let mut assoc = json!({ "account": a.account, "user": a.user, "cluster": cluster,
-                                    "shares_raw": a.shares, "qos": a.qos,
-                                    "default": { "qos": a.default_qos.clone().unwrap_or_default() } });
-            if a.user.is_empty() {
-                assoc["parent_account"] = json!("root");
-            }
-            ("POST", "associations/".to_owned(), Some(json!({ "associations": [assoc] })))
+            let assoc = json!({ "account": a.account, "user": a.user, "cluster": cluster,
+                                "shares_raw": a.shares, "qos": a.qos,
+                                "default": { "qos": a.default_qos.clone().unwrap_or_default() } });
+            vec![("POST", "associations/".to_owned(), Some(json!({ "associations": [assoc] })))]
         }
         Change::RemoveAssociation { account, user } => {
-            ("DELETE", format!("association/?account={account}&user={user}&cluster={cluster}"), None)
+            vec![("DELETE", format!("association/?account={account}&user={user}&cluster={cluster}"), None)]
         }
-        Change::RemoveUser(u) => ("DELETE", format!("user/{u}"), None),
-        Change::RemoveAccount(a) => ("DELETE", format!("account/{a}"), None),
-        Change::RemoveQos(q) => ("DELETE", format!("qos/{q}"), None),
+        Change::RemoveUser(u) => vec![("DELETE", format!("user/{u}"), None)],
+        Change::RemoveAccount(a) => vec![("DELETE", format!("account/{a}"), None)],
+        Change::RemoveQos(q) => vec![("DELETE", format!("qos/{q}"), None)],
     }
+}
+
+/// The organization of the accounts paddock writes.
+const ORGANIZATION: &str = "paddock";
+
+/// An account's own association (no user) under `root`: made by `POST accounts_association/` as
+/// `sacctmgr add account` makes it (a no-op when it is there), then set by `POST associations/`.
+/// slurmdbd makes no account association from `POST associations/`: it takes its `"user": ""`
+/// (which it requires) for a user association of the user "", under which no user can be added;
+/// an existing account association it finds, and updates.
+fn account_association(a: &Association, cluster: &str) -> Vec<Request> {
+    let default_qos = a.default_qos.clone().unwrap_or_default();
+    let make = json!({
+        "association_condition": {
+            "accounts": [a.account], "clusters": [cluster],
+            "association": { "parent": "root", "fairshare": a.shares, "qoslevel": a.qos, "defaultqos": default_qos },
+        },
+        "account": { "description": format!("{OWNED}{}", a.account), "organization": ORGANIZATION },
+    });
+    let set = json!({ "associations": [{ "account": a.account, "user": "", "cluster": cluster,
+                                         "parent_account": "root", "shares_raw": a.shares, "qos": a.qos,
+                                         "default": { "qos": default_qos } }] });
+    vec![("POST", "accounts_association/".to_owned(), Some(make)), ("POST", "associations/".to_owned(), Some(set))]
 }
 
 impl ServiceProxyProbe {
@@ -152,22 +193,23 @@ impl ServiceProxyProbe {
         cluster: &str,
         change: &Change,
     ) -> Result<(), DriverError> {
-        let (method, path, body) = request(change, cluster);
-        let answer = self.call_in("slurmdb", tenant, (method, version, &path), body.as_ref()).await?;
-        let Some(text) = answer else {
-            if method == "DELETE" {
-                return Ok(());
+        for (method, path, body) in requests(change, cluster) {
+            let answer = self.call_in("slurmdb", tenant, (method, version, &path), body.as_ref()).await?;
+            let Some(text) = answer else {
+                if method == "DELETE" {
+                    continue;
+                }
+                let message = format!("slurmrestd does not serve {method} /slurmdb/{version}/{path} (404)");
+                return Err(DriverError::transient("slurm_rest_not_found", message));
+            };
+            let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+            if let Some(errors) = value["errors"].as_array().filter(|e| !e.is_empty()) {
+                let message =
+                    format!("slurmrestd refused {method} /slurmdb/{version}/{path}: {}", Value::Array(errors.clone()));
+                return Err(DriverError::transient("slurmdb_write_refused", message));
             }
-            let message = format!("slurmrestd does not serve {method} /slurmdb/{version}/{path} (404)");
-            return Err(DriverError::transient("slurm_rest_not_found", message));
-        };
-        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        if let Some(errors) = value["errors"].as_array().filter(|e| !e.is_empty()) {
-            let message =
-                format!("slurmrestd refused {method} /slurmdb/{version}/{path}: {}", Value::Array(errors.clone()));
-            return Err(DriverError::transient("slurmdb_write_refused", message));
+            debug!(cluster.id = %tenant.cluster.cluster_id, "{method} /slurmdb/{version}/{path}");
         }
-        debug!(cluster.id = %tenant.cluster.cluster_id, "{method} /slurmdb/{version}/{path}");
         Ok(())
     }
 }
@@ -218,14 +260,15 @@ mod tests {
         let want = desired(&[spec], &groups);
         // Each request's body is the item slurmrestd lists back (its GETs answer the same shapes).
         let mut lists: [Vec<Value>; 4] = Default::default();
-        for change in plan(&want, &Slurmdb::default()) {
-            let (_, path, body) = request(&change, "c1");
+        // (An account's own association is made, then set as listed: the second request's.)
+        for (_, path, body) in plan(&want, &Slurmdb::default()).iter().flat_map(|c| requests(c, "c1")) {
             let body = body.expect("a write");
             let (slot, key) = match path.as_str() {
                 "qos/" => (0, "qos"),
                 "accounts/" => (1, "accounts"),
                 "users/" => (2, "users"),
-                _ => (3, "associations"),
+                "associations/" => (3, "associations"),
+                _ => continue,
             };
             lists[slot].extend(body[key].as_array().expect("items").iter().cloned());
         }

@@ -231,7 +231,7 @@ impl Inputs {
             env_path("PADDOCK_TEST_UPSTREAM_STACKS").map(|d| d.join(STACK).join("slurm-operator/slurm-operator.yaml"));
         let chart =
             required(&format!("the rendered operator chart of stack {STACK} (PADDOCK_TEST_UPSTREAM_STACKS)"), chart)?;
-        let probe_ip = skip::require(routable_ip(), crate::slurm_probe::NO_ROUTABLE_ADDRESS)?;
+        let probe_ip = skip::require(routable_ip(), crate::slurm_rest::NO_ROUTABLE_ADDRESS)?;
         Some(Self { binary, tarball, chart, probe_ip })
     }
 }

@@ -6,22 +6,14 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use base64::Engine;
-use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
 use paddock_domain::driver::SlurmSecrets;
 use paddock_domain::secret::SecretString;
 use paddock_kube::slurm::{self, ServiceProxyProbe, SlurmNode};
-use paddock_kube::SlinkyDriver;
-use paddock_testkit::skip;
 use serde_json::{json, Value};
 
-use crate::played::operator::routable_ip;
-use crate::slurm::{access, b64, desired, pool, random_bytes, secrets, server, settings, unique};
-use crate::support;
+use crate::slurm::{b64, desired, pool, random_bytes, unique};
+use crate::slurm_rest::RestCluster;
 
 #[derive(Clone)]
 struct StandInRestd {
@@ -110,102 +102,30 @@ async fn restd_router(restd: StandInRestd) -> axum::Router {
         .with_state(restd)
 }
 
-/// PLAYS THE OPERATOR (and the kubelet): slurmrestd's pod in `ns`, with the stand-in's address
-/// `ip` as its IP (the API server proxies only to endpoint addresses that are the IPs of their
-/// target pods), and the RestApi's Service, its endpoint the stand-in's `port` (selector-less).
-pub(crate) async fn play_restapi(client: &Client, ns: &str, ip: std::net::IpAddr, port: u16) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": { "name": "slurm-restapi-0" },
-        "spec": { "nodeName": unique("n-restd"), "containers": [{ "name": "slurmrestd", "image": "example.invalid/c:1" }] },
-    }))
-    .expect("pod");
-    support::eventually(Duration::from_secs(30), "slurmrestd's pod to be created", || async {
-        pods.create(&PostParams::default(), &pod).await.ok().map(|_| ())
-    })
-    .await;
-    let pod_status =
-        json!({ "status": { "phase": "Running", "podIP": ip.to_string(), "podIPs": [{ "ip": ip.to_string() }] } });
-    pods.patch_status("slurm-restapi-0", &PatchParams::default(), &Patch::Merge(&pod_status)).await.expect("pod IP");
-    let target = json!({ "kind": "Pod", "name": "slurm-restapi-0", "namespace": ns });
-
-    let services: Api<Service> = Api::namespaced(client.clone(), ns);
-    let svc = json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": { "name": slurm::RESTAPI_SERVICE, "namespace": ns },
-        "spec": { "ports": [{ "name": "slurmrestd", "port": 6820, "targetPort": port }] },
-    });
-    services.patch(slurm::RESTAPI_SERVICE, &PatchParams::apply("stand-in"), &Patch::Apply(&svc)).await.expect("svc");
-    let endpoints: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        ns,
-        &ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("", "v1", "Endpoints")),
-    );
-    let ep = json!({
-        "apiVersion": "v1", "kind": "Endpoints",
-        "metadata": { "name": slurm::RESTAPI_SERVICE, "namespace": ns },
-        "subsets": [{ "addresses": [{ "ip": ip.to_string(), "targetRef": target }], "ports": [{ "name": "slurmrestd", "port": port }] }],
-    });
-    endpoints.patch(slurm::RESTAPI_SERVICE, &PatchParams::apply("stand-in"), &Patch::Apply(&ep)).await.expect("ep");
-    let slices: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        ns,
-        &ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("discovery.k8s.io", "v1", "EndpointSlice")),
-    );
-    let slice_name = format!("{}-stand-in", slurm::RESTAPI_SERVICE);
-    let slice = json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": { "name": slice_name, "namespace": ns,
-                      "labels": { "kubernetes.io/service-name": slurm::RESTAPI_SERVICE } },
-        "addressType": if ip.is_ipv4() { "IPv4" } else { "IPv6" },
-        "endpoints": [{ "addresses": [ip.to_string()], "conditions": { "ready": true }, "targetRef": target }],
-        "ports": [{ "name": "slurmrestd", "port": port, "protocol": "TCP" }],
-    });
-    slices.patch(&slice_name, &PatchParams::apply("stand-in"), &Patch::Apply(&slice)).await.expect("slice");
-}
-
-/// Why a test of paddock's probe through the API server's service proxy cannot run on this host.
-pub const NO_ROUTABLE_ADDRESS: &str =
-    "this host has no routable address for the slurmrestd stand-in (the API server proxies to no loopback address)";
-
 #[tokio::test]
 async fn the_service_proxy_probe_pings_and_drains_through_the_api_server() {
-    let Some(ip) = skip::require(routable_ip(), NO_ROUTABLE_ADDRESS) else { return };
-    let Some(server) = server().await else { return };
-    let client = server.client().await;
-    let tenant = access(&server);
-    let ns = unique("slurm");
-    let secrets = secrets();
-    // The production driver writes the JWT key Secret the probe reads.
-    let driver = SlinkyDriver::with_service_proxy(settings(&ns));
-    driver
-        .ensure_slurm(&tenant, &desired(vec![pool(&unique("cpu"), 1, 0, Vec::new())], &secrets))
-        .await
-        .expect("ensure");
-
-    let key = base64::engine::general_purpose::STANDARD.decode(secrets.jwt_hs256_key.expose()).expect("b64");
+    let Some(cluster) = RestCluster::new(vec![pool(&unique("cpu"), 1, 0, Vec::new())]).await else { return };
+    let RestCluster { tenant, ns, secrets, driver, .. } = &cluster;
     let nodes = Arc::new(Mutex::new(BTreeMap::from([("cpu-0".to_owned(), vec!["IDLE".to_owned()])])));
     // A tenant's admin drained `cpu-1` to report a fault (`scontrol update ... state=drain
     // reason="paddock:hw: ..."`).
     let failed = vec!["IDLE".to_owned(), "DRAIN".to_owned()];
     nodes.lock().expect("lock").insert("cpu-1".to_owned(), failed.clone());
     let reasons = Arc::new(Mutex::new(BTreeMap::from([("cpu-1".to_owned(), "paddock:hw: GPU 3 ECC".to_owned())])));
-    let restd = StandInRestd { key, nodes: nodes.clone(), reasons };
-    let listener = tokio::net::TcpListener::bind((ip, 0)).await.expect("bind the stand-in");
-    let port = listener.local_addr().expect("addr").port();
+    let restd = StandInRestd { key: cluster.jwt_key(), nodes: nodes.clone(), reasons };
+    let (listener, port) = cluster.listener().await;
     let app = restd_router(restd).await;
     tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
-
-    play_restapi(&client, &ns, ip, port).await;
+    cluster.route_to(port).await;
 
     let probe = ServiceProxyProbe::new(ns.clone());
-    assert!(probe.ping(&tenant, "v0.0.42").await.expect("ping through the service proxy"));
-    assert_eq!(probe.drain(&tenant, "v0.0.42", "cpu-0", slurm::DRAIN_REASON).await.expect("drain"), Some(true));
+    assert!(probe.ping(tenant, "v0.0.42").await.expect("ping through the service proxy"));
+    assert_eq!(probe.drain(tenant, "v0.0.42", "cpu-0", slurm::DRAIN_REASON).await.expect("drain"), Some(true));
     assert_eq!(nodes.lock().expect("lock")["cpu-0"], vec!["IDLE".to_owned(), "DRAIN".to_owned()]);
-    assert_eq!(probe.drain(&tenant, "v0.0.42", "cpu-0", slurm::DRAIN_REASON).await.expect("again"), Some(true));
-    assert_eq!(probe.drain(&tenant, "v0.0.42", "unknown-7", slurm::DRAIN_REASON).await.expect("unknown"), None);
+    assert_eq!(probe.drain(tenant, "v0.0.42", "cpu-0", slurm::DRAIN_REASON).await.expect("again"), Some(true));
+    assert_eq!(probe.drain(tenant, "v0.0.42", "unknown-7", slurm::DRAIN_REASON).await.expect("unknown"), None);
     // Every node with its state and reason: the tenant's fault report, and paddock's own drain.
-    let listed = probe.nodes(&tenant, "v0.0.42").await.expect("nodes through the service proxy");
+    let listed = probe.nodes(tenant, "v0.0.42").await.expect("nodes through the service proxy");
     let drained = |name: &str, reason: &str| SlurmNode {
         name: name.into(),
         state: failed.clone(),
@@ -215,9 +135,9 @@ async fn the_service_proxy_probe_pings_and_drains_through_the_api_server() {
     assert_eq!(listed, [drained("cpu-0", slurm::DRAIN_REASON), drained("cpu-1", "paddock:hw: GPU 3 ECC")]);
 
     // A token signed with another key is refused by the stand-in: the ping is not a success.
-    let other = secrets_with_jwt(&secrets, b64(&random_bytes(64)));
-    driver.ensure_slurm(&tenant, &desired(vec![pool(&unique("cpu"), 1, 0, Vec::new())], &other)).await.expect("ensure");
-    let denied = probe.ping(&tenant, "v0.0.42").await;
+    let other = secrets_with_jwt(secrets, b64(&random_bytes(64)));
+    driver.ensure_slurm(tenant, &desired(vec![pool(&unique("cpu"), 1, 0, Vec::new())], &other)).await.expect("ensure");
+    let denied = probe.ping(tenant, "v0.0.42").await;
     assert!(!matches!(denied, Ok(true)), "a token of the old key was accepted: {denied:?}");
 }
 
