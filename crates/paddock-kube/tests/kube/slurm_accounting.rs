@@ -69,12 +69,13 @@ fn names(slurm: &SlurmHost, what: &str, format: &str) -> Vec<String> {
     names
 }
 
-/// Accounts, QOS, users and associations are created in slurmdbd as `slurm.accounts` maps the
-/// tenant's groups; a second sync writes nothing; drift behind paddock's back (a member's
-/// association deleted, a stranger added to paddock's account, the QOS's limit changed) is
-/// restored; a deactivated member's user and association are removed; and what the tenant's admins
-/// made outside paddock's accounts (their account, user, QOS, Slurm's `root`) is left alone, also
-/// when the mapping goes and paddock removes its own.
+/// Accounts, QOS (with its GPU minutes), users and associations are created in slurmdbd as
+/// `slurm.accounts` maps the tenant's groups; a second sync writes nothing; drift behind paddock's
+/// back (a member's association deleted, strangers added to paddock's account, the account's
+/// fair-share and the QOS's limit changed) is restored in one sync; a deactivated member's user
+/// and association are removed, and with paddock's slurm.conf he can then submit no job; what the
+/// tenant's admins made outside paddock's accounts (their account, user, QOS, Slurm's `root`) is
+/// left alone, also when the mapping goes and paddock removes its own.
 #[tokio::test]
 async fn the_tenants_people_are_written_into_a_real_slurmdbd_and_drift_is_restored() {
     let Some(root) = slurm_host::root_with_accounting() else { return };
@@ -83,7 +84,9 @@ async fn the_tenants_people_are_written_into_a_real_slurmdbd_and_drift_is_restor
     let options = Options { cluster: Some(cluster.clone()), jwt_key: Some(rest.jwt_key()), accounting: true };
     // slurm.conf as paddock's Controller has it for a spec with that mapping.
     let spec = SlurmSpec { accounts: vec![ml_account()], ..SlurmSpec::default() };
-    let conf = format!("{}\nPartitionName=all Nodes=ALL Default=YES State=UP", objects::controller_extra_conf(&spec, &[]));
+    let extra = objects::controller_extra_conf(&spec, &[]);
+    // One node that never registers: accepted jobs wait (held).
+    let conf = format!("{extra}\nNodeName=cpu-0 State=FUTURE CPUs=1\nPartitionName=all Nodes=cpu-0 Default=YES State=UP");
     let mut slurm = SlurmHost::start_with(&root, &conf, &options);
     // slurmctld registers its cluster with slurmdbd at its start (with Slurm's `root` account).
     slurm.wait("slurmctld to register the cluster", |s| {
@@ -120,7 +123,6 @@ async fn the_tenants_people_are_written_into_a_real_slurmdbd_and_drift_is_restor
         assert!(users.contains(&vec![user.to_owned(), "ml".to_owned()]), "{user} with default account ml: {users:?}");
     }
     // Read back as written: a second sync writes nothing.
-    let probe = paddock_kube::slurm::ServiceProxyProbe::new(rest.ns.clone());
     let again = sync(&[("alice", true), ("bob", true)]).await;
     assert!(again.is_empty(), "a sync at rest wrote {again:?}");
 
@@ -144,23 +146,48 @@ async fn the_tenants_people_are_written_into_a_real_slurmdbd_and_drift_is_restor
     assert_eq!(own.map(|r| r[2].clone()).as_deref(), Some("10"), "the account's fair-share is restored");
     assert!(!names(&slurm, "user", "user").contains(&"mallory".to_owned()), "mallory is paddock's to remove");
 
-    // bob is deactivated: his association and user go.
+    assert_eq!(submit(&slurm, "bob", "ml").map(|_| ()), Ok(()), "bob submits in ml");
+
+    // bob is deactivated: his association and user go, and he can submit no more job; alice
+    // still can; mallory, whom paddock removed, cannot; dave, in his admins' own account, can.
     sync(&[("alice", true), ("bob", false)]).await;
     assert!(!pairs(&slurm, &cluster).contains(&pair("ml", "bob")));
     assert!(!names(&slurm, "user", "user").contains(&"bob".to_owned()), "bob's user is removed");
+    for (user, account) in [("bob", "ml"), ("bob", "lab"), ("mallory", "ml")] {
+        let refused = submit(&slurm, user, account).expect_err(&format!("{user} submits in {account}"));
+        assert!(refused.contains("Invalid account"), "{user} in {account}: {refused}");
+    }
+    submit(&slurm, "alice", "ml").expect("alice submits in ml");
+    submit(&slurm, "dave", "lab").expect("dave submits in lab");
 
     // The mapping goes: paddock's account, QOS and users go; the tenant's admins' own stay.
-    let gone = slurm_host_sync_nothing(&rest).await;
+    let gone = sync_no_mapping(&rest).await;
     assert!(!gone.is_empty());
     assert_eq!(associations(&slurm, &cluster), theirs, "only the tenant's own associations are left");
     let qos = names(&slurm, "qos", "name");
     assert!(qos.contains(&"lab-qos".to_owned()) && !qos.contains(&"paddock-ml".to_owned()), "{qos:?}");
     assert!(!names(&slurm, "account", "account").contains(&"ml".to_owned()));
-    slurm.stop_slurmd("slurmrestd");
+}
+
+/// `sbatch -A <account>` (held) as `user`, one of the Slurm root's people, with a JWT of theirs
+/// (the key file of `auth/slurm` is Slurm's own): the job's id, or sbatch's refusal.
+fn submit(slurm: &SlurmHost, user: &str, account: &str) -> Result<String, String> {
+    let jwt = format!("SLURM_JWT={}", slurm.token(user));
+    let as_user = format!("--reuid={user}");
+    let group = format!("--regid={user}");
+    let args = ["setpriv", &as_user, &group, "--clear-groups", "env", &jwt, "sbatch", "--parsable", "-H", "-A", account];
+    let mut all = args.to_vec();
+    all.extend_from_slice(&["-D", "/tmp", "--wrap", "hostname"]);
+    let out = slurm.run(&all);
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
+    }
 }
 
 /// A sync of a cluster that maps no group any more.
-async fn slurm_host_sync_nothing(rest: &RestCluster) -> Vec<String> {
+async fn sync_no_mapping(rest: &RestCluster) -> Vec<String> {
     let none = desired(&[], &[]);
     rest.driver.sync_identity(&rest.tenant, &version(), &none).await.expect("sync of no mapping")
 }
