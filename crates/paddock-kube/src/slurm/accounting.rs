@@ -101,6 +101,7 @@ pub fn parse_slurmdb(answers: [&Value; 4], cluster: &str) -> Result<Slurmdb, Str
             shares: a["shares_raw"].as_u64().and_then(|n| u32::try_from(n).ok()).unwrap_or(1),
             qos: a["qos"].as_array().map(|q| q.iter().map(text).collect()).unwrap_or_default(),
             default_qos: a["default"]["qos"].as_str().filter(|q| !q.is_empty()).map(str::to_owned),
+            locked: number(&a["max"]["jobs"]["total"]) == Some(0),
         })
         .collect();
     Ok(Slurmdb { qos, accounts, users, associations })
@@ -131,9 +132,11 @@ pub fn requests(change: &Change, cluster: &str) -> Vec<Request> {
         }
         Change::Association(a) if a.user.is_empty() => account_association(a, cluster),
         Change::Association(a) => {
+            let submit = no_val(a.locked.then_some(0));
             let assoc = json!({ "account": a.account, "user": a.user, "cluster": cluster,
                                 "shares_raw": a.shares, "qos": a.qos,
-                                "default": { "qos": a.default_qos.clone().unwrap_or_default() } });
+                                "default": { "qos": a.default_qos.clone().unwrap_or_default() },
+                                "max": { "jobs": { "total": submit } } });
             vec![("POST", "associations/".to_owned(), Some(json!({ "associations": [assoc] })))]
         }
         Change::RemoveAssociation { account, user } => {
@@ -232,12 +235,49 @@ impl SlinkyDriver {
         let version = images.rest_api_version();
         let cluster = super::cluster_name(tenant.cluster.cluster_id);
         let observed = self.probe.slurmdb(tenant, version, &cluster).await?;
-        let changes = plan(desired, &observed);
-        for change in &changes {
-            self.probe.slurmdb_write(tenant, version, &cluster, change).await?;
+        let mut written = Vec::new();
+        for change in &plan(desired, &observed) {
+            match self.probe.slurmdb_write(tenant, version, &cluster, change).await {
+                Ok(()) => written.push(change.to_string()),
+                Err(e) if jobs_active(&e) => {
+                    let locks = lock_out(change, &observed);
+                    for lock in &locks {
+                        self.probe.slurmdb_write(tenant, version, &cluster, lock).await?;
+                    }
+                    if !locks.is_empty() {
+                        written.push(format!("{change}: locked out until their active jobs end"));
+                    }
+                }
+                Err(e) => return Err(e),
+            }
         }
-        Ok(changes.iter().map(ToString::to_string).collect())
+        Ok(written)
     }
+}
+
+/// Whether slurmdbd refused a removal because jobs of the association are active (pending or
+/// running): `ESLURM_JOBS_RUNNING_ON_ASSOC`, "Job(s) active, cancel job(s) before remove".
+fn jobs_active(e: &DriverError) -> bool {
+    e.message.contains("Job(s) active")
+}
+
+/// What locks out the user of a removal slurmdbd refused while their jobs are active: each of
+/// their associations the removal covers, not locked yet, with no new job allowed. Their jobs
+/// go on; a later sync removes them once the jobs have ended.
+fn lock_out(change: &Change, observed: &Slurmdb) -> Vec<Change> {
+    let covered = |a: &&Association| match change {
+        Change::RemoveAssociation { account, user } => a.account == *account && a.user == *user,
+        Change::RemoveUser(user) => a.user == *user,
+        Change::RemoveAccount(account) => a.account == *account && !a.user.is_empty(),
+        _ => false,
+    };
+    observed
+        .associations
+        .iter()
+        .filter(covered)
+        .filter(|a| !a.locked)
+        .map(|a| Change::Association(Association { locked: true, ..a.clone() }))
+        .collect()
 }
 
 /// The default of [`super::SlurmProbe::slurmdb`] for stand-ins that cannot.

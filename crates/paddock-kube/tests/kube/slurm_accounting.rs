@@ -146,11 +146,32 @@ async fn the_tenants_people_are_written_into_a_real_slurmdbd_and_drift_is_restor
     assert_eq!(own.map(|r| r[2].clone()).as_deref(), Some("10"), "the account's fair-share is restored");
     assert!(!names(&slurm, "user", "user").contains(&"mallory".to_owned()), "mallory is paddock's to remove");
 
-    assert_eq!(submit(&slurm, "bob", "ml").map(|_| ()), Ok(()), "bob submits in ml");
+    let job = submit(&slurm, "bob", "ml").expect("bob submits in ml");
 
-    // bob is deactivated: his association and user go, and he can submit no more job; alice
-    // still can; mallory, whom paddock removed, cannot; dave, in his admins' own account, can.
-    sync(&[("alice", true), ("bob", false)]).await;
+    // bob is deactivated while a job of his waits: slurmdbd keeps the association of an active
+    // job, so paddock locks him out (no new job) and leaves the job alone.
+    let locked = sync(&[("alice", true), ("bob", false)]).await;
+    assert_eq!(locked, ["Slurm user bob (removed): locked out until their active jobs end"]);
+    assert!(sync(&[("alice", true), ("bob", false)]).await.is_empty(), "locked once");
+    let refused = submit(&slurm, "bob", "ml").expect_err("a locked-out bob submits");
+    assert!(refused.contains("Job violates accounting/QOS policy"), "{refused}");
+    assert!(pairs(&slurm, &cluster).contains(&pair("ml", "bob")), "the association of bob's job stays");
+    let out = slurm.run(&["squeue", "-h", "-j", &job, "-o", "%u %T"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "bob PENDING", "bob's job is left alone");
+    // Re-activated, bob is unlocked; deactivated again once his job has ended, he is removed.
+    sync(&[("alice", true), ("bob", true)]).await;
+    let again = submit(&slurm, "bob", "ml").expect("bob, active again, submits");
+    let out = slurm.run(&["scancel", "-u", "bob"]);
+    assert!(out.status.success(), "scancel: {}", String::from_utf8_lossy(&out.stderr));
+    slurm.wait("bob's jobs to end", |s| {
+        let out = s.run(&["squeue", "-h", "-u", "bob"]);
+        String::from_utf8_lossy(&out.stdout).trim().is_empty().then_some(())
+    });
+    let removed = sync(&[("alice", true), ("bob", false)]).await;
+    assert_eq!(removed, ["Slurm user bob (removed)"], "after {again}");
+
+    // bob is gone: his association and user, and he can submit no more job; alice still can;
+    // mallory, whom paddock removed, cannot; dave, in his admins' own account, can.
     assert!(!pairs(&slurm, &cluster).contains(&pair("ml", "bob")));
     assert!(!names(&slurm, "user", "user").contains(&"bob".to_owned()), "bob's user is removed");
     for (user, account) in [("bob", "ml"), ("bob", "lab"), ("mallory", "ml")] {
@@ -159,6 +180,12 @@ async fn the_tenants_people_are_written_into_a_real_slurmdbd_and_drift_is_restor
     }
     submit(&slurm, "alice", "ml").expect("alice submits in ml");
     submit(&slurm, "dave", "lab").expect("dave submits in lab");
+    let out = slurm.run(&["scancel", "-u", "alice"]);
+    assert!(out.status.success(), "scancel: {}", String::from_utf8_lossy(&out.stderr));
+    slurm.wait("alice's jobs to end", |s| {
+        let out = s.run(&["squeue", "-h", "-u", "alice"]);
+        String::from_utf8_lossy(&out.stdout).trim().is_empty().then_some(())
+    });
 
     // The mapping goes: paddock's account, QOS and users go; the tenant's admins' own stay.
     let gone = sync_no_mapping(&rest).await;
