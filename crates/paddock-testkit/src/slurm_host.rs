@@ -6,8 +6,9 @@
 //! host's), as root. A test's files live in a directory of its own under the root's `/run`
 //! (its slurm.conf, its `auth/slurm` key, slurmctld's state, the logs), removed when the
 //! [`SlurmHost`] drops, and its daemons listen on ports picked free on 127.0.0.1: tests run in
-//! parallel on one root. slurmctld needs no `/proc`; slurmd does, so each slurmd runs in a mount
-//! namespace of its own (`unshare --mount`) with `/proc` mounted into the root there. Jobs run
+//! parallel on one root. Each test's daemons and commands run in a mount namespace of the test's
+//! own ([`Namespace`]): `/proc` mounted into the root there (slurmd reads it), and the sockets of
+//! `auth/slurm` (fixed paths under the root's `/run`) the test's. Jobs run
 //! as root under `proctrack/linuxproc` and `task/none`, with cgroups disabled: a CI host need not
 //! have cgroup v2. Dropping the [`SlurmHost`] kills the daemons it started, by their process ids.
 //!
@@ -45,6 +46,66 @@ pub struct SlurmHost {
     slurmds: Vec<(String, Child)>,
     /// MariaDB and slurmdbd, when the test asked for accounting.
     accounting: Option<Accounting>,
+    /// The mount namespace every daemon and command of the test runs in.
+    ns: Namespace,
+}
+
+/// A mount namespace of the test's own, held open by a sleeping process (`unshare`), where the
+/// root's `/run/slurm`, `/run/slurmctld` and `/run/slurmdbd` are directories of the test's, and
+/// `/proc` is mounted in the root (slurmd reads it). Every daemon and command of the test runs in
+/// it (`nsenter`): the commands of `auth/slurm` get their credentials from the daemons' sockets
+/// there (fixed paths), which tests running at once on one root would otherwise share, asking
+/// another test's slurmctld to sign for theirs.
+#[derive(Debug)]
+pub(crate) struct Namespace {
+    root: PathBuf,
+    holder: Child,
+}
+
+impl Namespace {
+    fn start(root: &Path, host: &Path) -> Self {
+        let (r, h) = (root.display(), host.display());
+        let mut script = String::new();
+        for (d, owner) in [("slurm", "0:0"), ("slurmctld", "401:401"), ("slurmdbd", "401:401")] {
+            // The mount point in the root, and the test's own directory (each daemon's owner).
+            std::fs::create_dir_all(root.join("run").join(d)).expect("a mount point");
+            std::fs::create_dir_all(host.join("run").join(d)).expect("a socket directory");
+            let out = Command::new("chown").arg(owner).arg(host.join("run").join(d)).output().expect("chown");
+            assert!(out.status.success(), "chown: {}", String::from_utf8_lossy(&out.stderr));
+            let _ = write!(script, "mount --bind '{h}/run/{d}' '{r}/run/{d}' && ");
+        }
+        let _ = write!(script, "mount -t proc proc '{r}/proc' && touch '{h}/namespace' && exec sleep 2147483647");
+        let mut holder = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+            .stdin(Stdio::null())
+            .stdout(log(host, "namespace.out"))
+            .stderr(log(host, "namespace.out"))
+            .spawn()
+            .expect("a mount namespace (unshare from util-linux)");
+        let deadline = Instant::now() + PATIENCE;
+        while !host.join("namespace").exists() {
+            let exited = holder.try_wait().ok().flatten();
+            if exited.is_some() || Instant::now() >= deadline {
+                let out = std::fs::read_to_string(host.join("namespace.out")).unwrap_or_default();
+                panic!("the test's mount namespace ({exited:?}): {out}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Namespace { root: root.to_owned(), holder }
+    }
+
+    /// `chroot <root>` in the namespace, to which a daemon's or command's arguments are added.
+    pub(crate) fn chroot(&self) -> Command {
+        let mut command = Command::new("nsenter");
+        command.arg(format!("--mount=/proc/{}/ns/mnt", self.holder.id())).arg("chroot").arg(&self.root);
+        command
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        stop(&mut self.holder);
+    }
 }
 
 /// What a test changes of the Slurm [`SlurmHost::start_with`] starts.
@@ -117,6 +178,7 @@ impl SlurmHost {
         // slurmctld runs as the root's `slurm` (401): its key and state are its own.
         let out = Command::new("chown").arg("-R").arg("401:401").arg(&host).output().expect("chown");
         assert!(out.status.success(), "chown: {}", String::from_utf8_lossy(&out.stderr));
+        let ns = Namespace::start(root, &host);
         let ctld_port = free_port();
         let dbd_port = free_port();
         let storage = if options.accounting {
@@ -146,19 +208,19 @@ impl SlurmHost {
             let Some(mariadb) = slurm_host_db::mariadb_root(root) else {
                 panic!("accounting asked for without the MariaDB root: check slurm_host_db::mariadb_root first")
             };
-            Some(Accounting::start(root, &mariadb, (&dir, &host), dbd_port))
+            Some(Accounting::start(&ns, &mariadb, (&dir, &host), dbd_port))
         } else {
             None
         };
-        let ctld = Command::new("chroot")
-            .arg(root)
+        let ctld = ns
+            .chroot()
             .args(["/usr/sbin/slurmctld", "-D", "-f"])
             .arg(format!("{dir}/slurm.conf"))
             .stdout(log(&host, "slurmctld.out"))
             .stderr(log(&host, "slurmctld.out"))
             .spawn()
             .expect("starting slurmctld");
-        let slurm = SlurmHost { root: root.to_owned(), dir, ctld_port, ctld, slurmds: Vec::new(), accounting };
+        let slurm = SlurmHost { root: root.to_owned(), dir, ctld_port, ctld, slurmds: Vec::new(), accounting, ns };
         slurm.wait("slurmctld to answer", |s| s.run(&["scontrol", "ping"]).status.success().then_some(()));
         slurm
     }
@@ -171,8 +233,8 @@ impl SlurmHost {
     /// Runs a Slurm command (`sbatch`, `squeue`, `scontrol`, ...) of the root against this
     /// slurmctld.
     pub fn run(&self, args: &[&str]) -> Output {
-        Command::new("chroot")
-            .arg(&self.root)
+        self.ns
+            .chroot()
             .arg("env")
             .arg(format!("SLURM_CONF={}/slurm.conf", self.dir))
             .args(args)
@@ -184,17 +246,14 @@ impl SlurmHost {
     /// <conf>`, as a Slinky NodeSet pod's slurmd does with `--conf "Features=<nodeset>"`). One
     /// slurmd at a time: they share the configuration's `SlurmdPort`.
     pub fn start_slurmd(&mut self, name: &str, conf: &str) {
-        let root = self.root.display().to_string();
-        let script = format!(
-            "mount -t proc proc '{root}/proc' && exec chroot '{root}' slurmd -D -Z -f {dir}/slurm.conf -N {name} --conf '{conf}'",
-            dir = self.dir,
-        );
-        let child = Command::new("unshare")
-            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        let child = self
+            .ns
+            .chroot()
+            .args(["slurmd", "-D", "-Z", "-f", &format!("{}/slurm.conf", self.dir), "-N", name, "--conf", conf])
             .stdout(log(&self.dir(), &format!("slurmd-{name}.out")))
             .stderr(log(&self.dir(), &format!("slurmd-{name}.out")))
             .spawn()
-            .expect("starting slurmd (unshare from util-linux)");
+            .expect("starting slurmd (nsenter from util-linux)");
         self.slurmds.push((name.to_owned(), child));
     }
 
@@ -209,8 +268,9 @@ impl SlurmHost {
     /// one an API server's service proxy reaches.
     pub fn start_slurmrestd_on(&mut self, ip: IpAddr) -> u16 {
         let port = free_port_on(ip);
-        let child = Command::new("chroot")
-            .arg(&self.root)
+        let child = self
+            .ns
+            .chroot()
             .arg("env")
             .arg(format!("SLURM_CONF={}/slurm.conf", self.dir))
             .args(["SLURM_JWT=daemon", "slurmrestd", "-u", "65534", "-g", "65534", "-a", "rest_auth/jwt"])

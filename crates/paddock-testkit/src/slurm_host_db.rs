@@ -16,6 +16,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use crate::skip;
+use crate::slurm_host::Namespace;
 
 /// The database and user slurmdbd keeps its records in and as.
 const DATABASE: &str = "slurm_acct_db";
@@ -56,9 +57,10 @@ fn slurmdbd_conf(dir: &str, dbd_port: u16, db_port: u16, host_name: &str) -> Str
 }
 
 impl Accounting {
-    /// Starts MariaDB from `mariadb_root` and slurmdbd from `root` for the test directory `dir`
-    /// (`host` on this host), listening on `dbd_port`, and waits until slurmdbd listens.
-    pub(crate) fn start(root: &Path, mariadb_root: &Path, (dir, host): (&str, &Path), dbd_port: u16) -> Self {
+    /// Starts MariaDB from `mariadb_root` and slurmdbd from the Slurm root for the test directory `dir`
+    /// (`host` on this host), listening on `dbd_port`, slurmdbd in the test's namespace `ns`; waits
+    /// until slurmdbd listens.
+    pub(crate) fn start(ns: &Namespace, mariadb_root: &Path, (dir, host): (&str, &Path), dbd_port: u16) -> Self {
         let db_port = super::slurm_host::free_port();
         let (mariadb_dir, mariadb) = start_mariadb(mariadb_root, dir, db_port);
         let conf = slurmdbd_conf(dir, dbd_port, db_port, &super::slurm_host::hostname());
@@ -68,16 +70,9 @@ impl Accounting {
         assert!(out.status.success(), "chown: {}", String::from_utf8_lossy(&out.stderr));
         std::fs::set_permissions(host.join("slurmdbd.conf"), std::os::unix::fs::PermissionsExt::from_mode(0o600))
             .expect("slurmdbd.conf's mode");
-        // Its `auth/slurm` socket's directory, which slurmdbd (as `slurm`) cannot make in `/run`
-        // (slurmctld makes its own before it drops root). Shared by the tests' slurmdbds: each
-        // binds the socket anew; the tests' commands read the key and never use it.
-        let run = root.join("run/slurmdbd");
-        std::fs::create_dir_all(&run).expect("/run/slurmdbd");
-        let out = Command::new("chown").arg("401:401").arg(&run).output().expect("chown");
-        assert!(out.status.success(), "chown: {}", String::from_utf8_lossy(&out.stderr));
         // It finds slurmdbd.conf beside slurm.conf.
-        let slurmdbd = Command::new("chroot")
-            .arg(root)
+        let slurmdbd = ns
+            .chroot()
             .arg("env")
             .arg(format!("SLURM_CONF={dir}/slurm.conf"))
             .args(["/usr/sbin/slurmdbd", "-D"])
@@ -118,12 +113,15 @@ fn start_mariadb(mariadb_root: &Path, dir: &str, port: u16) -> (PathBuf, Child) 
          GRANT ALL ON {DATABASE}.* TO '{USER}'@'%';\n"
     );
     std::fs::write(host.join("init.sql"), init).expect("init.sql");
+    // Each its own tmpdir: two installs in one `/tmp` trip over each other's temporary tables.
+    std::fs::create_dir_all(host.join("tmp")).expect("MariaDB's tmpdir");
     let common = format!(
-        "--no-defaults --basedir=/usr --datadir={dir}/data --innodb-log-file-size=8M --innodb-buffer-pool-size=32M"
+        "--no-defaults --basedir=/usr --datadir={dir}/data --tmpdir={dir}/tmp \
+         --innodb-log-file-size=8M --innodb-buffer-pool-size=32M"
     );
     let root = mariadb_root.display();
     let script = format!(
-        "mount -t proc proc '{root}/proc' && chroot '{root}' chown mysql:mysql {dir} && \
+        "mount -t proc proc '{root}/proc' && chroot '{root}' chown mysql:mysql {dir} {dir}/tmp && \
          chroot '{root}' mariadb-install-db {common} --user=mysql --skip-test-db --skip-name-resolve --force \
              --auth-root-authentication-method=socket > '{root}{dir}/install.out' 2>&1 && \
          exec chroot '{root}' mariadbd {common} --user=mysql --skip-name-resolve --skip-log-bin \

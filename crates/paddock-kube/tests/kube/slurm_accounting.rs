@@ -69,46 +69,81 @@ fn names(slurm: &SlurmHost, what: &str, format: &str) -> Vec<String> {
     names
 }
 
+/// A cluster's real Slurm with accounting (slurmctld, slurmrestd behind the cluster's RestApi
+/// Service, slurmdbd, MariaDB) under paddock's slurm.conf for [`ml_account`], and the production
+/// driver that syncs into it.
+struct Accounted {
+    slurm: SlurmHost,
+    rest: RestCluster,
+    /// The Slurm cluster's name.
+    cluster: String,
+}
+
+impl Accounted {
+    async fn start() -> Option<Self> {
+        let root = slurm_host::root_with_accounting()?;
+        let rest = RestCluster::new(vec![pool(&unique("cpu"), 1, 0, Vec::new())]).await?;
+        let cluster = slurm::cluster_name(rest.tenant.cluster.cluster_id);
+        let options = Options { cluster: Some(cluster.clone()), jwt_key: Some(rest.jwt_key()), accounting: true };
+        // slurm.conf as paddock's Controller has it for a spec with that mapping, and one node
+        // that never registers: accepted jobs wait.
+        let spec = SlurmSpec { accounts: vec![ml_account()], ..SlurmSpec::default() };
+        let extra = objects::controller_extra_conf(&spec, &[]);
+        let conf = format!("{extra}\nNodeName=cpu-0 State=FUTURE CPUs=1\nPartitionName=all Nodes=cpu-0 Default=YES");
+        let mut slurm = SlurmHost::start_with(&root, &conf, &options);
+        // slurmctld registers its cluster with slurmdbd at its start (with Slurm's `root` account).
+        slurm.wait("slurmctld to register the cluster", |s| {
+            names(s, "cluster", "cluster").contains(&cluster).then_some(())
+        });
+        let port = slurm.start_slurmrestd_on(rest.ip);
+        rest.route_to(port).await;
+        Some(Accounted { slurm, rest, cluster })
+    }
+
+    /// Syncs ML with `members`: what was written.
+    async fn sync(&self, members: &[(&str, bool)]) -> Vec<String> {
+        self.sync_to(&ml(members)).await
+    }
+
+    async fn sync_to(&self, want: &paddock_domain::slurm_identity::Slurmdb) -> Vec<String> {
+        self.rest.driver.sync_identity(&self.rest.tenant, &version(), want).await.expect("sync")
+    }
+
+    /// The tenant's admins' own (`sacctmgr`): an account `lab` with a user `dave`, and a QOS.
+    fn admins_own(&self) {
+        let cluster = format!("cluster={}", self.cluster);
+        admin(&self.slurm, &["add", "account", "lab", "description=the lab's own", "organization=lab", &cluster]);
+        admin(&self.slurm, &["add", "user", "dave", "account=lab", &cluster]);
+        admin(&self.slurm, &["add", "qos", "lab-qos", "description=the lab's"]);
+    }
+
+    /// Cancels `user`'s jobs and waits until they have ended.
+    fn cancel(&self, user: &str) {
+        let out = self.slurm.run(&["scancel", "-u", user]);
+        assert!(out.status.success(), "scancel: {}", String::from_utf8_lossy(&out.stderr));
+        self.slurm.wait(&format!("{user}'s jobs to end"), |s| {
+            let out = s.run(&["squeue", "-h", "-u", user]);
+            String::from_utf8_lossy(&out.stdout).trim().is_empty().then_some(())
+        });
+    }
+}
+
 /// Accounts, QOS (with its GPU minutes), users and associations are created in slurmdbd as
 /// `slurm.accounts` maps the tenant's groups; a second sync writes nothing; drift behind paddock's
 /// back (a member's association deleted, strangers added to paddock's account, the account's
-/// fair-share and the QOS's limit changed) is restored in one sync; a deactivated member's user
-/// and association are removed, and with paddock's slurm.conf he can then submit no job; what the
-/// tenant's admins made outside paddock's accounts (their account, user, QOS, Slurm's `root`) is
-/// left alone, also when the mapping goes and paddock removes its own.
+/// fair-share and the QOS's limit changed) is restored in one sync; what the tenant's admins made
+/// outside paddock's accounts (their account, user, QOS, Slurm's `root`) is left alone, also when
+/// the mapping goes and paddock removes its own.
 #[tokio::test]
 async fn the_tenants_people_are_written_into_a_real_slurmdbd_and_drift_is_restored() {
-    let Some(root) = slurm_host::root_with_accounting() else { return };
-    let Some(rest) = RestCluster::new(vec![pool(&unique("cpu"), 1, 0, Vec::new())]).await else { return };
-    let cluster = slurm::cluster_name(rest.tenant.cluster.cluster_id);
-    let options = Options { cluster: Some(cluster.clone()), jwt_key: Some(rest.jwt_key()), accounting: true };
-    // slurm.conf as paddock's Controller has it for a spec with that mapping.
-    let spec = SlurmSpec { accounts: vec![ml_account()], ..SlurmSpec::default() };
-    let extra = objects::controller_extra_conf(&spec, &[]);
-    // One node that never registers: accepted jobs wait (held).
-    let conf = format!("{extra}\nNodeName=cpu-0 State=FUTURE CPUs=1\nPartitionName=all Nodes=cpu-0 Default=YES State=UP");
-    let mut slurm = SlurmHost::start_with(&root, &conf, &options);
-    // slurmctld registers its cluster with slurmdbd at its start (with Slurm's `root` account).
-    slurm.wait("slurmctld to register the cluster", |s| {
-        names(s, "cluster", "cluster").contains(&cluster).then_some(())
-    });
-    let port = slurm.start_slurmrestd_on(rest.ip);
-    rest.route_to(port).await;
-    let sync = |members: &[(&str, bool)]| {
-        let want = ml(members);
-        let (driver, tenant) = (&rest.driver, &rest.tenant);
-        async move { driver.sync_identity(tenant, &version(), &want).await.expect("sync") }
-    };
+    let Some(lab) = Accounted::start().await else { return };
+    let (slurm, cluster) = (&lab.slurm, lab.cluster.as_str());
+    lab.admins_own();
+    let theirs = associations(slurm, cluster);
 
-    // The tenant's admins' own: an account with a user, and a QOS.
-    admin(&slurm, &["add", "account", "lab", "description=the lab's own", "organization=lab", &format!("cluster={cluster}")]);
-    admin(&slurm, &["add", "user", "dave", "account=lab", &format!("cluster={cluster}")]);
-    admin(&slurm, &["add", "qos", "lab-qos", "description=the lab's"]);
-    let theirs = associations(&slurm, &cluster);
-
-    let written = sync(&[("alice", true), ("bob", true)]).await;
+    let written = lab.sync(&[("alice", true), ("bob", true)]).await;
     assert_eq!(written.len(), 7, "{written:?}");
-    let all = associations(&slurm, &cluster);
+    let all = associations(slurm, cluster);
     let row = |a: &str, u: &str| all.iter().find(|r| r[0] == a && r[1] == u).cloned();
     let own = row("ml", "").expect("the account's own association");
     assert_eq!((own[2].as_str(), own[3].as_str()), ("10", "paddock-ml"), "{own:?}");
@@ -116,84 +151,77 @@ async fn the_tenants_people_are_written_into_a_real_slurmdbd_and_drift_is_restor
         let r = row("ml", user).unwrap_or_else(|| panic!("{user}'s association in ml: {all:?}"));
         assert_eq!((r[3].as_str(), r[4].as_str()), ("paddock-ml", "paddock-ml"), "{r:?}");
     }
-    let qos = sacctmgr(&slurm, &["show", "qos", "paddock-ml", "format=name,grpjobs,grptresmins"]);
+    let qos = sacctmgr(slurm, &["show", "qos", "paddock-ml", "format=name,grpjobs,grptresmins"]);
     assert_eq!(qos, [["paddock-ml", "5", "gres/gpu=6000"]], "{qos:?}");
-    let users = sacctmgr(&slurm, &["show", "user", "format=user,defaultaccount"]);
+    let users = sacctmgr(slurm, &["show", "user", "format=user,defaultaccount"]);
     for user in ["alice", "bob"] {
         assert!(users.contains(&vec![user.to_owned(), "ml".to_owned()]), "{user} with default account ml: {users:?}");
     }
     // Read back as written: a second sync writes nothing.
-    let again = sync(&[("alice", true), ("bob", true)]).await;
+    let again = lab.sync(&[("alice", true), ("bob", true)]).await;
     assert!(again.is_empty(), "a sync at rest wrote {again:?}");
 
     // Behind paddock's back: alice's association goes, mallory and dave join paddock's account,
     // the account gets another fair-share and its QOS another limit.
-    admin(&slurm, &["delete", "user", "alice"]);
-    admin(&slurm, &["add", "user", "mallory", "account=ml", &format!("cluster={cluster}")]);
-    admin(&slurm, &["add", "user", "dave", "account=ml", &format!("cluster={cluster}")]);
-    admin(&slurm, &["modify", "qos", "paddock-ml", "set", "GrpJobs=99"]);
-    admin(&slurm, &["modify", "account", "ml", "set", "fairshare=3"]);
-    let restored = sync(&[("alice", true), ("bob", true)]).await;
-    assert!(!restored.is_empty());
-    assert!(sync(&[("alice", true), ("bob", true)]).await.is_empty(), "restored in one sync");
+    admin(slurm, &["delete", "user", "alice"]);
+    admin(slurm, &["add", "user", "mallory", "account=ml", &format!("cluster={cluster}")]);
+    admin(slurm, &["add", "user", "dave", "account=ml", &format!("cluster={cluster}")]);
+    admin(slurm, &["modify", "qos", "paddock-ml", "set", "GrpJobs=99"]);
+    admin(slurm, &["modify", "account", "ml", "set", "fairshare=3"]);
+    assert!(!lab.sync(&[("alice", true), ("bob", true)]).await.is_empty());
+    assert!(lab.sync(&[("alice", true), ("bob", true)]).await.is_empty(), "restored in one sync");
     let mut want: Vec<(String, String)> = theirs.iter().map(|[a, u, ..]| (a.clone(), u.clone())).collect();
     want.extend([pair("ml", ""), pair("ml", "alice"), pair("ml", "bob")]);
     want.sort();
-    assert_eq!(pairs(&slurm, &cluster), want);
-    let qos = sacctmgr(&slurm, &["show", "qos", "paddock-ml", "format=name,grpjobs"]);
-    assert_eq!(qos, [["paddock-ml", "5"]]);
-    let own = associations(&slurm, &cluster).into_iter().find(|r| r[0] == "ml" && r[1].is_empty());
+    assert_eq!(pairs(slurm, cluster), want);
+    assert_eq!(sacctmgr(slurm, &["show", "qos", "paddock-ml", "format=name,grpjobs"]), [["paddock-ml", "5"]]);
+    let own = associations(slurm, cluster).into_iter().find(|r| r[0] == "ml" && r[1].is_empty());
     assert_eq!(own.map(|r| r[2].clone()).as_deref(), Some("10"), "the account's fair-share is restored");
-    assert!(!names(&slurm, "user", "user").contains(&"mallory".to_owned()), "mallory is paddock's to remove");
-
-    let job = submit(&slurm, "bob", "ml").expect("bob submits in ml");
-
-    // bob is deactivated while a job of his waits: slurmdbd keeps the association of an active
-    // job, so paddock locks him out (no new job) and leaves the job alone.
-    let locked = sync(&[("alice", true), ("bob", false)]).await;
-    assert_eq!(locked, ["Slurm user bob (removed): locked out until their active jobs end"]);
-    assert!(sync(&[("alice", true), ("bob", false)]).await.is_empty(), "locked once");
-    let refused = submit(&slurm, "bob", "ml").expect_err("a locked-out bob submits");
-    assert!(refused.contains("Job violates accounting/QOS policy"), "{refused}");
-    assert!(pairs(&slurm, &cluster).contains(&pair("ml", "bob")), "the association of bob's job stays");
-    let out = slurm.run(&["squeue", "-h", "-j", &job, "-o", "%u %T"]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "bob PENDING", "bob's job is left alone");
-    // Re-activated, bob is unlocked; deactivated again once his job has ended, he is removed.
-    sync(&[("alice", true), ("bob", true)]).await;
-    let again = submit(&slurm, "bob", "ml").expect("bob, active again, submits");
-    let out = slurm.run(&["scancel", "-u", "bob"]);
-    assert!(out.status.success(), "scancel: {}", String::from_utf8_lossy(&out.stderr));
-    slurm.wait("bob's jobs to end", |s| {
-        let out = s.run(&["squeue", "-h", "-u", "bob"]);
-        String::from_utf8_lossy(&out.stdout).trim().is_empty().then_some(())
-    });
-    let removed = sync(&[("alice", true), ("bob", false)]).await;
-    assert_eq!(removed, ["Slurm user bob (removed)"], "after {again}");
-
-    // bob is gone: his association and user, and he can submit no more job; alice still can;
-    // mallory, whom paddock removed, cannot; dave, in his admins' own account, can.
-    assert!(!pairs(&slurm, &cluster).contains(&pair("ml", "bob")));
-    assert!(!names(&slurm, "user", "user").contains(&"bob".to_owned()), "bob's user is removed");
-    for (user, account) in [("bob", "ml"), ("bob", "lab"), ("mallory", "ml")] {
-        let refused = submit(&slurm, user, account).expect_err(&format!("{user} submits in {account}"));
-        assert!(refused.contains("Invalid account"), "{user} in {account}: {refused}");
-    }
-    submit(&slurm, "alice", "ml").expect("alice submits in ml");
-    submit(&slurm, "dave", "lab").expect("dave submits in lab");
-    let out = slurm.run(&["scancel", "-u", "alice"]);
-    assert!(out.status.success(), "scancel: {}", String::from_utf8_lossy(&out.stderr));
-    slurm.wait("alice's jobs to end", |s| {
-        let out = s.run(&["squeue", "-h", "-u", "alice"]);
-        String::from_utf8_lossy(&out.stdout).trim().is_empty().then_some(())
-    });
+    assert!(!names(slurm, "user", "user").contains(&"mallory".to_owned()), "mallory is paddock's to remove");
 
     // The mapping goes: paddock's account, QOS and users go; the tenant's admins' own stay.
-    let gone = sync_no_mapping(&rest).await;
-    assert!(!gone.is_empty());
-    assert_eq!(associations(&slurm, &cluster), theirs, "only the tenant's own associations are left");
-    let qos = names(&slurm, "qos", "name");
+    assert!(!lab.sync_to(&desired(&[], &[])).await.is_empty());
+    assert_eq!(associations(slurm, cluster), theirs, "only the tenant's own associations are left");
+    let qos = names(slurm, "qos", "name");
     assert!(qos.contains(&"lab-qos".to_owned()) && !qos.contains(&"paddock-ml".to_owned()), "{qos:?}");
-    assert!(!names(&slurm, "account", "account").contains(&"ml".to_owned()));
+    assert!(!names(slurm, "account", "account").contains(&"ml".to_owned()));
+}
+
+/// A member deactivated while a job of theirs waits is locked out (slurmdbd keeps the
+/// association of an active job): no new job, the job left alone; active again, they are
+/// unlocked; deactivated again once their jobs have ended, their user and association go and,
+/// with paddock's slurm.conf (accounting enforced), they can submit no job at all, as no one
+/// outside the mapped groups can; the members still can, and so can the admins' own users.
+#[tokio::test]
+async fn a_removed_member_is_locked_out_while_their_jobs_run_and_then_removed() {
+    let Some(lab) = Accounted::start().await else { return };
+    let (slurm, cluster) = (&lab.slurm, lab.cluster.as_str());
+    lab.admins_own();
+    lab.sync(&[("alice", true), ("bob", true)]).await;
+    let job = submit(slurm, "bob", "ml").expect("bob submits in ml");
+
+    let locked = lab.sync(&[("alice", true), ("bob", false)]).await;
+    assert_eq!(locked, ["Slurm user bob (removed): locked out until their active jobs end"]);
+    assert!(lab.sync(&[("alice", true), ("bob", false)]).await.is_empty(), "locked once");
+    let refused = submit(slurm, "bob", "ml").expect_err("a locked-out bob submits");
+    assert!(refused.contains("Job violates accounting/QOS policy"), "{refused}");
+    assert!(pairs(slurm, cluster).contains(&pair("ml", "bob")), "the association of bob's job stays");
+    let out = slurm.run(&["squeue", "-h", "-j", &job, "-o", "%u %T"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "bob PENDING", "bob's job is left alone");
+
+    lab.sync(&[("alice", true), ("bob", true)]).await;
+    submit(slurm, "bob", "ml").expect("bob, active again, submits");
+    lab.cancel("bob");
+    let removed = lab.sync(&[("alice", true), ("bob", false)]).await;
+    assert_eq!(removed, ["Slurm user bob (removed)"]);
+    assert!(!pairs(slurm, cluster).contains(&pair("ml", "bob")));
+    assert!(!names(slurm, "user", "user").contains(&"bob".to_owned()), "bob's user is removed");
+    for (user, account) in [("bob", "ml"), ("bob", "lab"), ("carol", "ml")] {
+        let refused = submit(slurm, user, account).expect_err(&format!("{user} submits in {account}"));
+        assert!(refused.contains("Invalid account"), "{user} in {account}: {refused}");
+    }
+    submit(slurm, "alice", "ml").expect("alice submits in ml");
+    submit(slurm, "dave", "lab").expect("dave submits in lab");
 }
 
 /// `sbatch -A <account>` (held) as `user`, one of the Slurm root's people, with a JWT of theirs
@@ -211,10 +239,4 @@ fn submit(slurm: &SlurmHost, user: &str, account: &str) -> Result<String, String
     } else {
         Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
     }
-}
-
-/// A sync of a cluster that maps no group any more.
-async fn sync_no_mapping(rest: &RestCluster) -> Vec<String> {
-    let none = desired(&[], &[]);
-    rest.driver.sync_identity(&rest.tenant, &version(), &none).await.expect("sync of no mapping")
 }
