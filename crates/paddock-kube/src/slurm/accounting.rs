@@ -325,4 +325,35 @@ mod tests {
         let failed = json!({ "qos": [], "errors": [{ "error": "Unable to connect to database" }] });
         assert!(parse_slurmdb([&failed, &answers[1], &answers[2], &answers[3]], "c1").is_err());
     }
+
+    #[test]
+    fn a_refused_removal_locks_out_the_associations_it_covers_once() {
+        let assoc = |account: &str, user: &str, locked: bool| Association {
+            account: account.into(),
+            user: user.into(),
+            shares: 1,
+            locked,
+            ..Association::default()
+        };
+        let observed = Slurmdb {
+            associations: vec![
+                assoc("ml", "", false),
+                assoc("ml", "bob", false),
+                assoc("cv", "bob", true),
+                assoc("ml", "al", false),
+            ],
+            ..Slurmdb::default()
+        };
+        let locks = lock_out(&Change::RemoveUser("bob".into()), &observed);
+        assert_eq!(locks, [Change::Association(assoc("ml", "bob", true))], "cv's is locked already");
+        let locks = lock_out(&Change::RemoveAccount("ml".into()), &observed);
+        assert_eq!(locks.len(), 2, "the users' associations, not the account's own: {locks:?}");
+        let (_, _, body) = requests(&locks[0], "c1").remove(0);
+        assert_eq!(body.expect("a write")["associations"][0]["max"]["jobs"]["total"]["number"], 0);
+        let refused = DriverError::permanent(
+            "kube_api_error",
+            "slurmdb_users_remove failed: Job(s) active, cancel job(s) before remove",
+        );
+        assert!(jobs_active(&refused) && !jobs_active(&DriverError::permanent("x", "Unable to connect to database")));
+    }
 }

@@ -40,12 +40,18 @@ fn admin(slurm: &SlurmHost, args: &[&str]) {
     let mut all = vec!["sacctmgr", "-i"];
     all.extend_from_slice(args);
     let out = slurm.run(&all);
-    assert!(out.status.success(), "sacctmgr {args:?}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "sacctmgr {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// The cluster's associations: account, user, raw shares, QOS, default QOS.
 fn associations(slurm: &SlurmHost, cluster: &str) -> Vec<[String; 5]> {
-    let rows = sacctmgr(slurm, &["show", "assoc", &format!("cluster={cluster}"), "format=account,user,share,qos,defaultqos"]);
+    let rows =
+        sacctmgr(slurm, &["show", "assoc", &format!("cluster={cluster}"), "format=account,user,share,qos,defaultqos"]);
     let mut rows: Vec<[String; 5]> =
         rows.into_iter().map(|r| [r[0].clone(), r[1].clone(), r[2].clone(), r[3].clone(), r[4].clone()]).collect();
     rows.sort();
@@ -230,7 +236,8 @@ fn submit(slurm: &SlurmHost, user: &str, account: &str) -> Result<String, String
     let jwt = format!("SLURM_JWT={}", slurm.token(user));
     let as_user = format!("--reuid={user}");
     let group = format!("--regid={user}");
-    let args = ["setpriv", &as_user, &group, "--clear-groups", "env", &jwt, "sbatch", "--parsable", "-H", "-A", account];
+    let args =
+        ["setpriv", &as_user, &group, "--clear-groups", "env", &jwt, "sbatch", "--parsable", "-H", "-A", account];
     let mut all = args.to_vec();
     all.extend_from_slice(&["-D", "/tmp", "--wrap", "hostname"]);
     let out = slurm.run(&all);
