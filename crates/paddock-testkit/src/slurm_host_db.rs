@@ -138,6 +138,7 @@ fn start_mariadb(mariadb_root: &Path, dir: &str, port: u16) -> (PathBuf, Child) 
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         let exited = mariadb.try_wait().ok().flatten();
         if exited.is_some() || Instant::now() >= deadline {
+            super::slurm_host::stop(&mut mariadb);
             let out = std::fs::read_to_string(host.join("mariadb.out")).unwrap_or_default();
             let install = std::fs::read_to_string(host.join("install.out")).unwrap_or_default();
             panic!("MariaDB does not listen ({exited:?}):\n{out}\nmariadb-install-db:\n{install}");
