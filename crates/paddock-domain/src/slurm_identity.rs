@@ -88,6 +88,10 @@ pub struct Slurmdb {
     pub users: Vec<User>,
     /// Associations.
     pub associations: Vec<Association>,
+    /// Wanted: the jobs of a user whose removal waits for them are cancelled
+    /// (`cancel_jobs_on_removal`), not left to end.
+    #[serde(default)]
+    pub cancel_jobs: bool,
 }
 
 /// A mapped group as the sync reads it: its name and members (`userName`, active).

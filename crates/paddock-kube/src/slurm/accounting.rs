@@ -104,7 +104,7 @@ pub fn parse_slurmdb(answers: [&Value; 4], cluster: &str) -> Result<Slurmdb, Str
             locked: number(&a["max"]["jobs"]["total"]) == Some(0),
         })
         .collect();
-    Ok(Slurmdb { qos, accounts, users, associations })
+    Ok(Slurmdb { qos, accounts, users, associations, cancel_jobs: false })
 }
 
 /// One request to slurmrestd: method, path below `/slurmdb/<version>/`, body.
@@ -217,6 +217,21 @@ impl ServiceProxyProbe {
     }
 }
 
+impl ServiceProxyProbe {
+    /// Cancels the jobs `filter` selects (`DELETE /slurm/<version>/jobs/`, as `scancel` with
+    /// filters).
+    pub async fn cancel_jobs(&self, tenant: &TenantAccess, version: &str, filter: &Value) -> Result<(), DriverError> {
+        let answer = self.call_in("slurm", tenant, ("DELETE", version, "jobs/"), Some(filter)).await?;
+        let value: Value = answer.as_deref().and_then(|t| serde_json::from_str(t).ok()).unwrap_or(Value::Null);
+        if let Some(errors) = value["errors"].as_array().filter(|e| !e.is_empty()) {
+            let message = format!("slurmrestd refused to cancel jobs ({filter}): {}", Value::Array(errors.clone()));
+            return Err(DriverError::transient("slurm_cancel_refused", message));
+        }
+        debug!(cluster.id = %tenant.cluster.cluster_id, "cancelled the jobs of {filter}");
+        Ok(())
+    }
+}
+
 fn unreadable(version: &str, path: &str, why: &str) -> DriverError {
     DriverError::transient("slurm_rest_answer_invalid", format!("slurmrestd's GET /slurmdb/{version}/{path}: {why}"))
 }
@@ -240,6 +255,11 @@ impl SlinkyDriver {
             match self.probe.slurmdb_write(tenant, version, &cluster, change).await {
                 Ok(()) => written.push(change.to_string()),
                 Err(e) if jobs_active(&e) => {
+                    let cancel = cancel_filter(change).filter(|_| desired.cancel_jobs);
+                    if let Some(filter) = &cancel {
+                        self.probe.cancel_jobs(tenant, version, filter).await?;
+                        written.push(format!("{change}: their jobs cancelled"));
+                    }
                     let locks = lock_out(change, &observed);
                     for lock in &locks {
                         self.probe.slurmdb_write(tenant, version, &cluster, lock).await?;
@@ -259,6 +279,17 @@ impl SlinkyDriver {
 /// running): `ESLURM_JOBS_RUNNING_ON_ASSOC`, "Job(s) active, cancel job(s) before remove".
 fn jobs_active(e: &DriverError) -> bool {
     e.message.contains("Job(s) active")
+}
+
+/// The filter of `DELETE /slurm/<version>/jobs/` for the jobs a removal waits for: the user's
+/// in the account, the user's, or the account's.
+fn cancel_filter(change: &Change) -> Option<Value> {
+    match change {
+        Change::RemoveAssociation { account, user } => Some(json!({ "account": account, "user_name": user })),
+        Change::RemoveUser(user) => Some(json!({ "user_name": user })),
+        Change::RemoveAccount(account) => Some(json!({ "account": account })),
+        _ => None,
+    }
 }
 
 /// What locks out the user of a removal slurmdbd refused while their jobs are active: each of

@@ -272,6 +272,7 @@ fn desired(pools: &[SlurmPool], secrets: &SlurmSecrets) -> SlurmDesired {
                 ssh_authorized_keys: vec!["ssh-ed25519 AAAAC3Nza alice@example".to_owned()],
             },
             accounts: Vec::new(),
+            cancel_jobs_on_removal: false,
         },
         stack_version: STACK.to_owned(),
         pools: pools.to_vec(),

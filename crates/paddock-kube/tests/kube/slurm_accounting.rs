@@ -230,6 +230,35 @@ async fn a_removed_member_is_locked_out_while_their_jobs_run_and_then_removed() 
     submit(slurm, "dave", "lab").expect("dave submits in lab");
 }
 
+/// With `cancel_jobs_on_removal`, a member deactivated while a job of theirs waits has the job
+/// cancelled, and is removed once it has ended.
+#[tokio::test]
+async fn a_removed_members_jobs_are_cancelled_when_the_cluster_asks() {
+    let Some(lab) = Accounted::start().await else { return };
+    let (slurm, cluster) = (&lab.slurm, lab.cluster.as_str());
+    lab.sync(&[("alice", true), ("bob", true)]).await;
+    let job = submit(slurm, "bob", "ml").expect("bob submits in ml");
+    let mut without_bob = ml(&[("alice", true), ("bob", false)]);
+    without_bob.cancel_jobs = true;
+    let written = lab.sync_to(&without_bob).await;
+    assert_eq!(
+        written.first().map(String::as_str),
+        Some("Slurm user bob (removed): their jobs cancelled"),
+        "{written:?}"
+    );
+    slurm.wait("bob's job to end", |s| {
+        let out = s.run(&["squeue", "-h", "-u", "bob"]);
+        String::from_utf8_lossy(&out.stdout).trim().is_empty().then_some(())
+    });
+    let out = slurm.run(&["sacct", "-n", "-X", "-j", &job, "-o", "State"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "CANCELLED+", "bob's job was cancelled");
+    // Removed by this sync or the next.
+    lab.sync_to(&without_bob).await;
+    assert!(!pairs(slurm, cluster).contains(&pair("ml", "bob")));
+    let refused = submit(slurm, "bob", "ml").expect_err("a removed bob submits");
+    assert!(refused.contains("Invalid account"), "{refused}");
+}
+
 /// `sbatch -A <account>` (held) as `user`, one of the Slurm root's people, with a JWT of theirs
 /// (the key file of `auth/slurm` is Slurm's own): the job's id, or sbatch's refusal.
 fn submit(slurm: &SlurmHost, user: &str, account: &str) -> Result<String, String> {
