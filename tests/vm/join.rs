@@ -233,11 +233,14 @@ async fn two_vms_join_one_tenant_talk_are_wiped_and_one_joins_the_next_with_noth
     vms.iter().for_each(reset);
 }
 
-/// Tenant A: both VMs from allocation to Ready Nodes, the network between them, then the pool to
-/// zero and both wiped; what of A's join must never be found again.
+/// Tenant A's Slurm cluster: a `system` pool and a `compute` pool of one VM each, from allocation
+/// to Ready Nodes, the network between them, its Slurm used (tests/vm/slurm.rs); then the compute
+/// pool to zero under a running job (drained first, released and wiped once the job ended) with
+/// the accounting kept, and the cluster deleted (the system VM wiped); what of A's join must
+/// never be found again.
 async fn tenant_a(lab: &NodeLab, a: &(String, String), vms: &[Vm], ids: &[String]) -> Vec<(String, Vec<u8>)> {
     let t0 = Instant::now();
-    let (a_cluster, a_pool) = cluster(lab, a, "first", 2).await;
+    let (a_cluster, pools) = slurm_cluster(lab, a, "first").await;
     let a_cluster_id = a_cluster.rsplit('/').next().expect("id").to_owned();
     for (vm, id) in vms.iter().zip(ids) {
         until(vm, "the VM is active in A's cluster", || async {
@@ -250,17 +253,21 @@ async fn tenant_a(lab: &NodeLab, a: &(String, String), vms: &[Vm], ids: &[String
     eprintln!("tenant A: allocation to both Nodes Ready in {:.1} s", t0.elapsed().as_secs_f64());
     let a_server = lab.kamaji.tenant(&a_cluster_id).expect("A's API server");
     let a_client = a_server.client().await;
-    let mut nodes = Vec::new();
-    let mut a_secrets = Vec::new();
-    for (vm, id) in vms.iter().zip(ids) {
+    let (mut nodes, mut a_secrets, mut compute) = (Vec::new(), Vec::new(), None);
+    for (i, (vm, id)) in vms.iter().zip(ids).enumerate() {
         eprintln!("tenant A, {}: {}", vm.name, phases(lab, id).await);
         let node = ready_node(&a_client, vm).await.expect("paddock calls it active: its Node is Ready in A's cluster");
         let m = machine(lab, id).await;
         assert_eq!(m["node_name"].as_str(), Some(node.name_any().as_str()), "{m}");
+        if m["node_pool_id"].as_str() == Some(pools.compute.as_str()) {
+            compute = Some(i);
+        }
         nodes.push(node.name_any());
         let disk = std::fs::read(boot_disk(vm)).expect("the boot disk");
         a_secrets.extend(secrets_of(&a_server, &a_client, &disk).await);
     }
+    let compute = compute.expect("one VM is the compute pool's");
+    let system = 1 - compute;
     // The kubelet's port is forwarded to this host, where an API server can reach it (a request
     // without credentials: the kubelet answers 401, as kubeadm configures it).
     let kubelet = vms[0].node.expect("a node VM").kubelet;
@@ -269,39 +276,93 @@ async fn tenant_a(lab: &NodeLab, a: &(String, String), vms: &[Vm], ids: &[String
     assert_eq!(rsp.status().as_u16(), 401, "the kubelet refuses an anonymous request");
     crate::network::check(&a_client, [&nodes[0], &nodes[1]], vms).await;
 
-    // A scales to zero: drained, powered off, its Nodes gone, wiped.
     let t1 = Instant::now();
-    lab.p.app.patch(&a_pool).token(&a.1).json(&json!({ "count": 0 })).send().await.expect(202);
-    for (vm, id) in vms.iter().zip(ids) {
-        until(vm, "the VM is released and wiped", || async {
-            (machine(lab, id).await["state"] == "available").then_some(())
-        })
-        .await;
+    let c = crate::slurm::ready(lab, a, &a_cluster, &a_client, &vms[system]).await;
+    eprintln!(
+        "tenant A: Slurm ready {:.1} s after the network checks; phase {}",
+        t1.elapsed().as_secs_f64(),
+        c["status"]["phase"]
+    );
+    assert_eq!(c["status"]["phase"], "ready", "Slurm answering, the cluster is ready: {}", c["status"]);
+    let job = crate::slurm::use_it(&a_client, &vms[system], &nodes[compute]).await;
+    let login = crate::slurm::pod(&a_client, "login", None).await.expect("the login pod");
+    let compute_vm = (&vms[compute], ids[compute].as_str());
+    crate::slurm::scale_to_zero_under_a_job(
+        lab,
+        a,
+        &pools.compute_path,
+        &a_client,
+        &login,
+        compute_vm,
+        &nodes[compute],
+    )
+    .await;
+    let sacct = format!("sacct -n -X -P -j {job} -o State");
+    let kept = crate::slurm::exec(&a_client, &login, "login", &sacct).await.expect("sacct");
+    assert_eq!(kept.trim(), "COMPLETED", "the accounting outlives the compute machine");
+
+    // The cluster deleted: the system VM released and wiped, A's control plane gone.
+    let t2 = Instant::now();
+    lab.p.app.delete(&a_cluster).token(&a.1).send().await.expect(202);
+    until(&vms[system], "the system VM is released and wiped", || async {
+        (machine(lab, &ids[system]).await["state"] == "available").then_some(())
+    })
+    .await;
+    for vm in vms {
         for d in &vm.disks {
             assert_eq!(not_erased(&d.path), None, "every byte of {} of {} is zero after the wipe", d.name, vm.name);
         }
     }
-    eprintln!("tenant A: pool to zero, release and wipe of both in {:.1} s", t1.elapsed().as_secs_f64());
-    assert_nothing_left(&a_client, &nodes).await;
-    let c = lab.p.app.get(&a_cluster).token(&a.1).send().await.expect(200).json();
-    eprintln!("A's cluster conditions (the stack's pods cannot run here): {}", c["status"]["conditions"]);
+    eprintln!("tenant A: cluster deletion to the system VM wiped in {:.1} s", t2.elapsed().as_secs_f64());
     a_secrets
 }
 
-/// A's cluster holds no Node, Lease or CSR of its machines once they are released.
-async fn assert_nothing_left(a_client: &Client, nodes: &[String]) {
+/// Tenant A's pools.
+struct Pools {
+    compute: String,
+    compute_path: String,
+}
+
+/// A `slurm` cluster of a `system` pool and a `compute` pool of one `node` machine each: (cluster
+/// path, pools).
+async fn slurm_cluster(lab: &NodeLab, tenant: &(String, String), name: &str) -> (String, Pools) {
+    let pools = json!([
+        { "name": "sys", "machine_class": "node", "count": 1, "role": "system" },
+        { "name": "compute", "machine_class": "node", "count": 1 },
+    ]);
+    let body = json!({ "name": name, "kind": "slurm", "isolation": "private-nodes", "node_pools": pools });
+    let clusters = format!("/v1/tenants/{}/clusters", tenant.0);
+    let created = lab.p.app.post(&clusters).token(&tenant.1).json(&body).send().await.expect(202).json();
+    let id = created["cluster"]["id"].as_str().expect("cluster id");
+    let all = created["cluster"]["node_pools"].as_array().expect("pools");
+    let compute = all.iter().find(|p| p["name"] == "compute").and_then(|p| p["id"].as_str()).expect("compute");
+    let compute_path = format!("{clusters}/{id}/node-pools/{compute}");
+    (format!("{clusters}/{id}"), Pools { compute: compute.to_owned(), compute_path })
+}
+
+/// A's cluster holds no Node, Lease or certificate signing request of `node` once its machine is
+/// released.
+pub async fn assert_nothing_left(a_client: &Client, node: &str) {
     let api: Api<Node> = Api::all(a_client.clone());
     let held: Vec<String> =
         api.list(&ListParams::default()).await.expect("nodes").items.iter().map(|n| n.name_any()).collect();
-    assert!(held.is_empty(), "A's cluster holds no Node of the VMs: {held:?}");
+    assert!(!held.iter().any(|n| n == node), "A's cluster holds no Node {node}: {held:?}");
     let leases: Api<Lease> = Api::namespaced(a_client.clone(), "kube-node-lease");
     let leases: Vec<String> =
         leases.list(&ListParams::default()).await.expect("leases").items.iter().map(|l| l.name_any()).collect();
-    assert!(!nodes.iter().any(|n| leases.contains(n)), "A's cluster holds no Lease of the VMs: {leases:?}");
+    assert!(!leases.iter().any(|l| l == node), "A's cluster holds no Lease of {node}: {leases:?}");
     let csrs: Api<CertificateSigningRequest> = Api::all(a_client.clone());
-    let csrs: Vec<String> =
-        csrs.list(&ListParams::default()).await.expect("CSRs").items.iter().map(|c| c.name_any()).collect();
-    assert!(csrs.is_empty(), "A's cluster holds no CSR of the VMs: {csrs:?}");
+    let subject = format!("system:node:{node}");
+    let held: Vec<String> = csrs
+        .list(&ListParams::default())
+        .await
+        .expect("CSRs")
+        .items
+        .iter()
+        .filter(|c| paddock_kube::csr::requests_for(c, &subject))
+        .map(|c| c.name_any())
+        .collect();
+    assert!(held.is_empty(), "A's cluster holds no CSR of {node}: {held:?}");
 }
 
 /// Tenant B gets one of the VMs (the BMC away during its install); it joins B's API server, with
