@@ -65,7 +65,7 @@ async fn pool_at(lab: &Lab, seat: &Seat, cluster: &str, pool: &str, target: u64)
 
 async fn demand(lab: &Lab, cluster: &str, pending_jobs: u32, pending_nodes: u32, busy_nodes: u32) {
     let cluster = ClusterId(cluster.parse().expect("uuid"));
-    let knob = SimDemand { pending_jobs, pending_nodes, busy_nodes };
+    let knob = SimDemand { pending_jobs, pending_nodes, busy_nodes, ..SimDemand::default() };
     lab.world.set_demand(cluster, "work", knob).await.expect("demand knob");
 }
 
@@ -401,7 +401,11 @@ async fn workers_killed_around_scaling_decisions_never_allocate_twice_nor_leave_
     for round in 0u64..8 {
         let busy = if round % 2 == 0 { 2 } else { 0 };
         world
-            .set_demand(cluster_id, "work", SimDemand { pending_jobs: busy, pending_nodes: busy, busy_nodes: 0 })
+            .set_demand(
+                cluster_id,
+                "work",
+                SimDemand { pending_jobs: busy, pending_nodes: busy, ..SimDemand::default() },
+            )
             .await
             .expect("knob");
         // The decision first (a loaded machine may take longer than a round to come to it), then
@@ -555,4 +559,71 @@ async fn a_demand_the_driver_cannot_read_is_said_once_and_the_checks_end() {
     assert_eq!(count(&lab.app, &checks).await, 0, "not checked again");
     let pool = pool_named(&created["cluster"], "work");
     assert_eq!(pool_of(&lab, &lab.own(), &cluster, &pool).await["status"]["desired_count"], 0);
+}
+
+/// Sets the demand of the pool `work` with its widest pending job singled out.
+async fn wide_demand(lab: &Lab, cluster: &str, pending_jobs: u32, pending_nodes: u32, widest_job_nodes: u32) {
+    let cluster = ClusterId(cluster.parse().expect("uuid"));
+    let knob = SimDemand { pending_jobs, pending_nodes, widest_job_nodes, ..SimDemand::default() };
+    lab.world.set_demand(cluster, "work", knob).await.expect("demand knob");
+}
+
+/// A job asking for more nodes than the pool can ever have pends in Slurm for good: the pool
+/// neither grows nor stays grown for it, and the tenant is told once (a Warning event naming the
+/// job and the numbers, and the pool's `DemandFits` condition), while work that fits still
+/// grows the pool.
+#[tokio::test]
+async fn a_job_wider_than_the_pools_max_neither_grows_nor_holds_the_pool_and_the_tenant_is_told() {
+    let lab = elastic_lab().await;
+    machine_class(&lab.app, "gpu", 8).await;
+    lab.available("gpu", &["w1", "w2", "w3", "w4"]).await;
+    let created =
+        lab.create(elastic_slurm("wide", 0, json!({ "min": 0, "max": 2, "scale_down_delay_seconds": 1 }))).await;
+    let (cluster, seat) = (id(&created["cluster"]), lab.own());
+    let pool = pool_named(&created["cluster"], "work");
+    lab.ready(&cluster).await;
+    pool_at(&lab, &seat, &cluster, &pool, 0).await;
+
+    // Job 1 asks for three nodes; the pool's max is two.
+    wide_demand(&lab, &cluster, 1, 3, 3).await;
+    let told = eventually(WAIT, || async {
+        let told = events(&lab, &cluster, "NodePoolDemandExceedsMax").await;
+        (!told.is_empty()).then_some(told)
+    })
+    .await;
+    let said = "job 1 asks for 3 nodes, more than the pool's partition can ever have (2): it stays pending, \
+                and the pool does not grow for it";
+    assert_eq!(told, [format!("node pool work: {said}")]);
+    // The event was written with the decision on that demand: the target did not move.
+    let view = pool_of(&lab, &seat, &cluster, &pool).await;
+    assert_eq!(view["status"]["desired_count"], 0, "{view}");
+    let fits = condition(&view, "DemandFits");
+    assert_eq!(
+        (&fits["status"], &fits["reason"], &fits["message"]),
+        (&json!("False"), &json!("JobExceedsMax"), &json!(said))
+    );
+    assert!(scalings(&lab, &pool).await.is_empty());
+
+    // A job of one node comes beside it: the pool grows for that one only.
+    wide_demand(&lab, &cluster, 2, 4, 3).await;
+    pool_at(&lab, &seat, &cluster, &pool, 1).await;
+    let ops = scalings(&lab, &pool).await;
+    assert_eq!(
+        ops.iter().map(|(_, reason)| reason.as_str()).collect::<Vec<_>>(),
+        ["scale_up: 1 pending jobs need 1 nodes"]
+    );
+
+    // It runs and ends; the wide job still pends, and holds nothing: the pool shrinks to zero.
+    wide_demand(&lab, &cluster, 1, 3, 3).await;
+    pool_at(&lab, &seat, &cluster, &pool, 0).await;
+
+    // The wide job is cancelled: the condition turns true, and the tenant was told once.
+    demand(&lab, &cluster, 0, 0, 0).await;
+    eventually(WAIT, || async {
+        let view = pool_of(&lab, &seat, &cluster, &pool).await;
+        (condition(&view, "DemandFits")["status"] == "True").then_some(())
+    })
+    .await;
+    assert_eq!(events(&lab, &cluster, "NodePoolDemandExceedsMax").await.len(), 1, "told once");
+    lab.check_invariants().await;
 }

@@ -214,7 +214,7 @@ async fn a_tenant_sourced_failure_swaps_the_machine_but_writes_no_credit() {
         status: HealthStatus::Failed,
         detail: "Node has not been Ready since a while".into(),
     };
-    let mut tx = lab.app.db.pool.begin().await.expect("tx");
+    let mut tx = paddock_store::Store::from_pool(lab.app.db.pool.clone()).begin().await.expect("tx");
     let key = paddock_testkit::ledger_key();
     let machine = MachineId(not_ready.parse().expect("uuid"));
     assert_eq!(

@@ -1017,11 +1017,11 @@ impl Lab {
     async fn reconcile_again(&self, t: &Tenant, cluster: &str) {
         let pool = &self.app.db.pool;
         let t0: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("select now()").fetch_one(pool).await.expect("now");
-        let mut conn = pool.acquire().await.expect("conn");
+        let mut tx = paddock_store::Store::from_pool(pool.clone()).begin().await.expect("begin");
         let (tenant_id, cluster_id) =
             (TenantId(t.id.parse().expect("uuid")), ClusterId(cluster.parse().expect("uuid")));
-        paddock_store::lifecycle::enqueue_cluster(&mut conn, tenant_id, cluster_id).await.expect("enqueue");
-        drop(conn);
+        paddock_store::lifecycle::enqueue_cluster(&mut tx, tenant_id, cluster_id).await.expect("enqueue");
+        tx.commit().await.expect("commit");
         eventually(WAIT, || async {
             let done: i64 = sqlx::query_scalar(
                 "select count(*) from jobs where target_id = $1::uuid and kind = 'cluster_reconcile' \

@@ -118,8 +118,9 @@ async fn a_machine_segment_opens_at_activation_and_closes_once_when_the_release_
     .await
     .expect("release"));
     assert_eq!(app.count("usage_segments where end_at is null").await, 1);
+    let mut tx = paddock_store::Store::from_pool(app.db.pool.clone()).begin().await.expect("begin");
     assert!(lifecycle::finish_release(
-        &mut conn,
+        &mut tx,
         &paddock_testkit::ledger_key(),
         m,
         MachineState::Releasing,
@@ -127,6 +128,7 @@ async fn a_machine_segment_opens_at_activation_and_closes_once_when_the_release_
     )
     .await
     .expect("finish"));
+    tx.commit().await.expect("commit");
     assert_eq!(app.count("usage_segments where end_at is null").await, 0);
     assert_eq!(app.count("usage_segments where close_reason = 'machine moved to cleaning'").await, 1);
     // The forced path's function closes nothing twice.

@@ -357,13 +357,7 @@ impl NodeLab {
 /// The worker as `paddock worker` runs it: the machine and cluster reconcilers (and the drift
 /// check) on the real Redfish and Kubernetes drivers; stopped when the returned sender sends.
 fn run_worker(app: &TestApp, kube: KubeDrivers, settings: Settings) -> tokio::sync::watch::Sender<bool> {
-    // sushy-tools downloads a virtual medium inside its InsertMedia request and answers once it
-    // has the whole image (the node OS image is ~870 MB); with two node VMs provisioning at once
-    // on a loaded TCG host that outlasts the default 30 s, and a retried insert downloads it all
-    // again (and sushy-tools keeps every copy). A BMC that fetches before answering needs the
-    // longer wait; the default is for BMCs that answer first.
-    let bmc =
-        Arc::new(RedfishBmc::new(BmcLimiter::new(4)).with_tuning(|c| c.request_timeout = Duration::from_secs(300)));
+    let bmc = Arc::new(RedfishBmc::new(BmcLimiter::new(4)));
     let drivers = Drivers { bmc: Some(bmc), kube: Some(kube) };
     let cluster = ClusterReconciler::new(app.services.clone(), drivers.clone(), settings.clone());
     let handlers: Vec<Arc<dyn JobHandler>> = vec![

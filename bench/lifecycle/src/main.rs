@@ -176,8 +176,9 @@ async fn serve(database_url: &str, args: &Args) -> anyhow::Result<()> {
     };
     {
         // As `paddock serve` does at a worker's start.
-        let mut conn = store.conn().await?;
-        paddock_store::autoscale::enqueue_sweep(&mut conn, Duration::ZERO).await?;
+        let mut tx = store.begin().await?;
+        paddock_store::autoscale::enqueue_sweep(&mut tx, Duration::ZERO).await?;
+        tx.commit().await?;
         eprintln!("serve: enqueued the demand sweep of elastic pools");
     }
     if !drift_interval.is_zero() {

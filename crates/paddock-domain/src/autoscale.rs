@@ -9,11 +9,73 @@
 //! break, so a pool shrinks at most once per delay however demand flaps. The part of a target
 //! no machine was allocated for yet (a scale-up waiting in the allocation line) is withdrawn at
 //! once when demand drops: it holds no machine and bills nothing.
+//!
+//! A pending job wider than the pool's partition can ever be (its elastic pools at `max`, its
+//! fixed pools at their count) would pend in the scheduler for good: it is set apart
+//! ([`set_apart`]), so the pool neither grows nor stays grown for it, and the pool's
+//! [`DEMAND_FITS`] condition names it.
 
 use chrono::{DateTime, Utc};
-use paddock_types::cluster::NodePoolAutoscaling;
+use paddock_types::cluster::{ConditionStatus, NodePoolAutoscaling};
 
-use crate::driver::PoolDemand;
+use crate::driver::{PoolDemand, WideJob};
+
+/// The condition of an autoscaled pool that says whether every pending job could ever run on it.
+pub const DEMAND_FITS: &str = "DemandFits";
+
+/// The reason of a false [`DEMAND_FITS`]: a pending job asks for more nodes than the pool's
+/// partition can ever have.
+pub const JOB_EXCEEDS_MAX: &str = "JobExceedsMax";
+
+/// How many jobs a [`DEMAND_FITS`] message names before it counts the rest.
+const NAMED_JOBS: usize = 5;
+
+/// The demand of a pool without the pending `jobs` (of several nodes, counted in `demand`) wider
+/// than `most`, the most nodes a job counted for the pool can ever be given, and those jobs.
+pub fn set_apart<'a>(
+    demand: &PoolDemand,
+    jobs: impl IntoIterator<Item = &'a WideJob>,
+    most: u32,
+) -> (PoolDemand, Vec<&'a WideJob>) {
+    let never: Vec<&WideJob> = jobs.into_iter().filter(|j| j.nodes > most).collect();
+    let nodes: u32 = never.iter().fold(0u32, |sum, j| sum.saturating_add(j.nodes));
+    let count = u32::try_from(never.len()).unwrap_or(u32::MAX);
+    let fits = PoolDemand {
+        pending: demand.pending.saturating_sub(count),
+        pending_nodes: demand.pending_nodes.saturating_sub(nodes),
+        ..*demand
+    };
+    (fits, never)
+}
+
+/// The [`DEMAND_FITS`] condition of a pool whose pending jobs `never` ask for more than `most`
+/// nodes, as (status, reason, message); `None` when every job fits and the pool never said
+/// otherwise (`said_so`): a pool that never had such a job carries no such condition.
+pub fn demand_fits(never: &[&WideJob], most: u32, said_so: bool) -> Option<(ConditionStatus, &'static str, String)> {
+    let message = match never {
+        [] if !said_so => return None,
+        [] => return Some((ConditionStatus::True, "Fits", "every pending job fits the pool's partition".to_owned())),
+        [job] => format!(
+            "job {} asks for {} nodes, more than the pool's partition can ever have ({most}): it stays pending, \
+             and the pool does not grow for it",
+            job.job, job.nodes
+        ),
+        jobs => {
+            let named: Vec<String> =
+                jobs.iter().take(NAMED_JOBS).map(|j| format!("{} ({} nodes)", j.job, j.nodes)).collect();
+            let more = match jobs.len().saturating_sub(NAMED_JOBS) {
+                0 => String::new(),
+                n => format!(" and {n} more"),
+            };
+            format!(
+                "jobs {}{more} ask for more nodes than the pool's partition can ever have ({most}): they stay \
+                 pending, and the pool does not grow for them",
+                named.join(", ")
+            )
+        }
+    };
+    Some((ConditionStatus::False, JOB_EXCEEDS_MAX, message))
+}
 
 /// Since when demand has asked for more, or for fewer, nodes than the target, without a break.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -177,6 +239,23 @@ mod tests {
         let at = t0 + Duration::seconds(599 + 600);
         let s = decide(&PoolNow { memory: later.memory, ..p }, &idle, "pending jobs", at).scale.expect("down");
         assert_eq!((s.to, s.reason.as_str()), (0, "scale_down: idle 600 s"));
+    }
+
+    #[test]
+    fn jobs_wider_than_the_partition_are_set_apart_and_named() {
+        let pool = paddock_types::NodePoolId::new();
+        let job = |id: &str, nodes| WideJob { node_pool_id: pool, job: id.to_owned(), nodes };
+        let jobs = [job("7", 3), job("8", 2), job("9", 5)];
+        let (fits, never) = set_apart(&demand(4, 11, 1, 0), &jobs, 2);
+        assert_eq!(fits, demand(2, 3, 1, 0), "one 2-node job and one of one node are left");
+        assert_eq!(never.iter().map(|j| j.job.as_str()).collect::<Vec<_>>(), ["7", "9"]);
+        let (status, reason, message) = demand_fits(&never, 2, false).expect("said");
+        assert_eq!((status, reason), (ConditionStatus::False, JOB_EXCEEDS_MAX));
+        assert!(message.starts_with("jobs 7 (3 nodes), 9 (5 nodes) ask for more nodes than"), "{message}");
+        let (_, _, one) = demand_fits(&never[..1], 2, false).expect("said");
+        assert!(one.starts_with("job 7 asks for 3 nodes, more than the pool's partition can ever have (2)"), "{one}");
+        assert_eq!(demand_fits(&[], 2, false), None, "nothing to say");
+        assert_eq!(demand_fits(&[], 2, true).map(|c| c.0), Some(ConditionStatus::True), "the pool said so before");
     }
 
     #[test]

@@ -339,14 +339,29 @@ impl PoolDemand {
     }
 }
 
-/// The answer of a demand read: per pool (in the order asked), and the idle Node names, the first
-/// to give back when the pool shrinks.
+/// The answer of a demand read: per pool (in the order asked), the idle Node names, the first
+/// to give back when the pool shrinks, and the pending jobs of several nodes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Demand {
     /// Per pool asked for, in order.
     pub pools: Vec<PoolDemand>,
     /// Idle Node names of those pools.
     pub idle_node_names: Vec<String>,
+    /// The pending jobs of more than one node counted in `pools` (`slurm`): the autoscaler sets
+    /// apart those wider than a pool can ever be (docs/tenants.md, "Elastic pools").
+    pub wide_jobs: Vec<WideJob>,
+}
+
+/// A pending job of more than one node, as counted in its pool's [`PoolDemand`] (one of its
+/// `pending`, its `nodes` in `pending_nodes`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WideJob {
+    /// The pool it counts for.
+    pub node_pool_id: NodePoolId,
+    /// The scheduler's id of the job.
+    pub job: String,
+    /// The whole nodes it asks for.
+    pub nodes: u32,
 }
 
 /// A driver that cannot read demand (the real drivers before their demand read lands).

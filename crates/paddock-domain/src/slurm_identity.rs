@@ -70,6 +70,11 @@ pub struct Association {
     pub qos: Vec<String>,
     /// Its default QOS.
     pub default_qos: Option<String>,
+    /// No new job may be submitted in it (`MaxSubmitJobs=0`): how a user paddock removes stays
+    /// locked out while jobs of theirs are still active, which slurmdbd will not remove the
+    /// association under. paddock wants none locked: one it wants again is unlocked.
+    #[serde(default)]
+    pub locked: bool,
 }
 
 /// The accounting of one Slurm cluster: what paddock wants there, or what Slurm reports.
@@ -83,6 +88,10 @@ pub struct Slurmdb {
     pub users: Vec<User>,
     /// Associations.
     pub associations: Vec<Association>,
+    /// Wanted: the jobs of a user whose removal waits for them are cancelled
+    /// (`cancel_jobs_on_removal`), not left to end.
+    #[serde(default)]
+    pub cancel_jobs: bool,
 }
 
 /// A mapped group as the sync reads it: its name and members (`userName`, active).
@@ -118,6 +127,7 @@ pub fn desired(accounts: &[SlurmAccount], groups: &[GroupMembers]) -> Slurmdb {
             shares,
             qos: vec![qos.clone()],
             default_qos: Some(qos.clone()),
+            locked: false,
         };
         db.associations.push(association("", spec.fairshare));
         for (user, _) in group.into_iter().flat_map(|g| g.members.iter()).filter(|(_, active)| *active) {

@@ -103,6 +103,8 @@
 pub mod accounting;
 mod demand;
 pub mod elastic;
+#[cfg(test)]
+mod fixtures;
 mod health;
 pub mod objects;
 mod probe;

@@ -107,6 +107,10 @@ impl Default for TaskPolicy {
 /// Systems member with its inventory links is a few KiB; expanded collections stay under 1 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 << 20;
 
+/// The default [`RedfishConfig::insert_timeout`]: 10 minutes, enough for a BMC that fetches a
+/// node OS image of about a gigabyte over a slow or busy link before it answers.
+pub const DEFAULT_INSERT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+
 /// Everything needed to talk to one BMC.
 #[derive(Debug, Clone)]
 pub struct RedfishConfig {
@@ -127,6 +131,11 @@ pub struct RedfishConfig {
     pub connect_timeout: Duration,
     /// Timeout of one HTTP request, from send to the end of the body.
     pub request_timeout: Duration,
+    /// Timeout of the request that inserts virtual media. Many BMCs (sushy-tools among them)
+    /// fetch the whole image before they answer it, so it is far longer than `request_timeout`.
+    /// The request is never sent again once it may have reached the BMC: another one would fetch
+    /// the image again (see `RedfishClient::insert_media`).
+    pub insert_timeout: Duration,
     /// The largest response body read; a larger one is cut off unread and the call fails
     /// (`BodyTooLarge`), so a broken or hostile BMC cannot make the worker hold its garbage.
     pub max_body_bytes: usize,
@@ -152,6 +161,7 @@ impl RedfishConfig {
             insecure_tls: false,
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
+            insert_timeout: DEFAULT_INSERT_TIMEOUT,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             retries: 3,
             backoff: Backoff::default(),

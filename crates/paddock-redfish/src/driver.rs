@@ -9,7 +9,9 @@
 //! and the collections; never the system read that checks the UUID before a destructive call,
 //! docs/security.md), and the power change a `start_*` call asked for and has not seen settle
 //! ([`PendingPower`]), so that a job can end its run while the BMC works and settle it in the
-//! next. A memo is about one endpoint (URL and system id): new credentials or another system id
+//! next. It also keeps, per machine and endpoint, the inserts of virtual media that got no answer
+//! ([`UnansweredInserts`]), so that a later call reads whether one landed instead of making the
+//! BMC fetch the image again. A memo is about one endpoint (URL and system id): new credentials or another system id
 //! start afresh. A layout that changed under a remembered discovery (a path that is gone, another
 //! UUID behind it) is discovered again at once, and the call repeated once.
 
@@ -24,7 +26,7 @@ use paddock_domain::bmc::{
 
 use crate::{
     BmcLimiter, Discovery, Password, PendingPower, PowerState, RedfishClient, RedfishConfig, RedfishError,
-    SystemInventory, SystemUuid, Url,
+    SystemInventory, SystemUuid, UnansweredInserts, Url,
 };
 
 /// What the driver remembers of one machine between calls.
@@ -49,6 +51,9 @@ pub struct RedfishBmc {
     limiter: BmcLimiter,
     tune: Option<Tune>,
     memos: Arc<Mutex<HashMap<String, Memo>>>,
+    /// Unanswered inserts by machine id and BMC URL; kept through failures (unlike the memo's
+    /// discovery), since a failure is what leaves one behind.
+    unanswered: Arc<Mutex<HashMap<(String, String), UnansweredInserts>>>,
 }
 
 impl std::fmt::Debug for RedfishBmc {
@@ -60,7 +65,7 @@ impl std::fmt::Debug for RedfishBmc {
 impl RedfishBmc {
     /// A driver whose clients share `limiter` (one per process) and use the default timeouts.
     pub fn new(limiter: BmcLimiter) -> Self {
-        Self { limiter, tune: None, memos: Arc::default() }
+        Self { limiter, tune: None, memos: Arc::default(), unanswered: Arc::default() }
     }
 
     /// Adjusts every client's config (timeouts, retries) after it is built from the access.
@@ -82,7 +87,9 @@ impl RedfishBmc {
             tune(&mut config);
         }
         let client = RedfishClient::new(config).map_err(map_error)?;
-        Ok(client.with_limiter(self.limiter.clone(), access.machine_id.to_string()))
+        let key = (access.machine_id.to_string(), access.url.clone());
+        let unanswered = self.unanswered.lock().map(|mut u| u.entry(key).or_default().clone()).unwrap_or_default();
+        Ok(client.with_limiter(self.limiter.clone(), access.machine_id.to_string()).with_unanswered_inserts(unanswered))
     }
 
     /// The machine's memo, empty when there is none or it is about another endpoint.

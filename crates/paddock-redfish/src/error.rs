@@ -208,6 +208,19 @@ pub enum RedfishError {
         /// The change.
         what: String,
     },
+    /// An insert of virtual media got no answer (it timed out, or the connection was lost after
+    /// it was sent) and the device does not show the image yet: the BMC may still be fetching
+    /// it. The insert is not sent again before the insert timeout has passed since; try later.
+    #[error("the BMC has not shown the media inserted into {device} yet, {waited:?} after its insert went unanswered")]
+    InsertUnconfirmed {
+        /// The virtual media device.
+        device: String,
+        /// Time since the insert's answer failed to come.
+        waited: Duration,
+        /// Why the insert got no answer, when this call sent it.
+        #[source]
+        source: Option<Box<RedfishError>>,
+    },
 }
 
 impl RedfishError {
@@ -217,7 +230,10 @@ impl RedfishError {
         match self {
             Self::Connect { .. } | Self::Timeout { .. } => true,
             Self::Status { status, .. } => status_is_transient(*status),
-            Self::PowerTimeout { .. } | Self::TaskTimeout { .. } | Self::NotApplied { .. } => true,
+            Self::PowerTimeout { .. }
+            | Self::TaskTimeout { .. }
+            | Self::NotApplied { .. }
+            | Self::InsertUnconfirmed { .. } => true,
             Self::Config { .. }
             | Self::CaCert { .. }
             | Self::ClientBuild { .. }
@@ -236,6 +252,15 @@ impl RedfishError {
             | Self::NoSuchVirtualMedia { .. }
             | Self::NoSecondVirtualMedia { .. }
             | Self::TaskFailed { .. } => false,
+        }
+    }
+
+    /// Whether the request may have reached the BMC although no answer came: a timeout or a
+    /// connection lost after the request was sent (not one that never connected).
+    pub fn may_have_reached_the_bmc(&self) -> bool {
+        match self {
+            Self::Timeout { source, .. } | Self::Connect { source, .. } => !source.is_connect(),
+            _ => false,
         }
     }
 
@@ -270,6 +295,7 @@ impl RedfishError {
             Self::TaskTimeout { .. } => "bmc_task_timeout",
             Self::TaskFailed { .. } => "bmc_task_failed",
             Self::NotApplied { .. } => "bmc_change_not_applied",
+            Self::InsertUnconfirmed { .. } => "bmc_media_insert_unconfirmed",
         }
     }
 }

@@ -45,8 +45,10 @@ mod model;
 mod redact;
 mod transport;
 
-pub use client::{Discovery, PendingPower, RedfishClient};
-pub use config::{Backoff, Password, PowerPolicy, RedfishConfig, TaskPolicy, DEFAULT_MAX_BODY_BYTES};
+pub use client::{Discovery, PendingPower, RedfishClient, UnansweredInserts};
+pub use config::{
+    Backoff, Password, PowerPolicy, RedfishConfig, TaskPolicy, DEFAULT_INSERT_TIMEOUT, DEFAULT_MAX_BODY_BYTES,
+};
 pub use driver::RedfishBmc;
 pub use error::RedfishError;
 pub use limiter::{BmcLimiter, BmcPermit};

@@ -6,6 +6,9 @@
 //!   credentials never travel to another host.
 //! - 401/403 and capability answers (404/405/501 on a change) are never retried.
 //! - One HTTP attempt holds one host permit; the wait between attempts holds none.
+//! - A change sent [`Sending::Once`] is sent again only when it surely never reached the BMC (no
+//!   connection) or the BMC answered that it did not take it (a retryable status); a timeout
+//!   or a connection lost after sending ends the call at once.
 
 use std::io;
 use std::time::{Duration, Instant};
@@ -55,6 +58,17 @@ impl Reply {
             retry_after: self.retry_after(),
         }
     }
+}
+
+/// How the request of a change is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sending {
+    /// With the client's timeout, sent again after any failure that may be transient.
+    Retried,
+    /// With this timeout, and never sent again once it may have reached the BMC: for a change
+    /// the BMC carries out inside the request at a cost (an insert of virtual media, which many
+    /// BMCs fetch whole before they answer).
+    Once(Duration),
 }
 
 /// The HTTP side of a [`RedfishClient`](crate::RedfishClient).
@@ -156,7 +170,7 @@ impl Transport {
         link: &str,
     ) -> Result<(T, Option<String>), RedfishError> {
         let url = self.resolve(link)?;
-        let reply = self.exchange(Method::GET, url, None, None, None).await?;
+        let reply = self.exchange(Method::GET, url, None, None, Sending::Retried, None).await?;
         match reply.status.as_u16() {
             200..=299 => {
                 let value = serde_json::from_slice(&reply.body)
@@ -179,25 +193,31 @@ impl Transport {
         if_match: Option<&str>,
         what: &str,
     ) -> Result<(), RedfishError> {
-        self.change_inner(method, link, body, if_match, what, None).await
+        self.change_inner(method, link, body, if_match, what, Sending::Retried, None).await
     }
 
-    /// A change whose body carries a secret (the seed URL): the BMC's answers, as logged and as
-    /// returned, go through `redact` first.
-    pub(crate) async fn change_redacted(
+    /// A change sent as `sending` says, its answers scrubbed with `redact` when given.
+    #[expect(clippy::too_many_arguments, reason = "the request, how it is sent and what to scrub")]
+    pub(crate) async fn change_sent(
         &self,
         method: Method,
         link: &str,
         body: &serde_json::Value,
         if_match: Option<&str>,
         what: &str,
-        redact: &Redactor,
+        sending: Sending,
+        redact: Option<&Redactor>,
     ) -> Result<(), RedfishError> {
-        self.change_inner(method, link, body, if_match, what, Some(redact))
-            .await
-            .map_err(|e| e.scrubbed(&|text: &str| redact.scrub(text)))
+        match redact {
+            Some(r) => self
+                .change_inner(method, link, body, if_match, what, sending, Some(r))
+                .await
+                .map_err(|e| e.scrubbed(&|text: &str| r.scrub(text))),
+            None => self.change_inner(method, link, body, if_match, what, sending, None).await,
+        }
     }
 
+    #[expect(clippy::too_many_arguments, reason = "the request, how it is sent and what to scrub")]
     async fn change_inner(
         &self,
         method: Method,
@@ -205,10 +225,11 @@ impl Transport {
         body: &serde_json::Value,
         if_match: Option<&str>,
         what: &str,
+        sending: Sending,
         redact: Option<&Redactor>,
     ) -> Result<(), RedfishError> {
         let url = self.resolve(link)?;
-        let reply = self.exchange(method.clone(), url, Some(body), if_match, redact).await?;
+        let reply = self.exchange(method.clone(), url, Some(body), if_match, sending, redact).await?;
         match reply.status.as_u16() {
             202 => match reply.headers.get(LOCATION).and_then(|v| v.to_str().ok()) {
                 Some(location) => {
@@ -252,7 +273,7 @@ impl Transport {
                 return Err(timeout());
             }
             tokio::time::sleep(wait).await;
-            let reply = self.exchange(Method::GET, url.clone(), None, None, None).await?;
+            let reply = self.exchange(Method::GET, url.clone(), None, None, Sending::Retried, None).await?;
             wait = reply.retry_after().unwrap_or(self.task.poll_interval).min(self.backoff.max_retry_after);
             let status = reply.status.as_u16();
             if status == 202 {
@@ -282,7 +303,8 @@ impl Transport {
         }
     }
 
-    /// Sends one request, retrying connection errors, timeouts and retryable statuses. Returns the
+    /// Sends one request, retrying connection errors, timeouts and retryable statuses (only what
+    /// never reached the BMC and retryable statuses when sent [`Sending::Once`]). Returns the
     /// first final answer; 401/403 become `AuthFailed`.
     async fn exchange(
         &self,
@@ -290,6 +312,7 @@ impl Transport {
         url: Url,
         body: Option<&serde_json::Value>,
         if_match: Option<&str>,
+        sending: Sending,
         redact: Option<&Redactor>,
     ) -> Result<Reply, RedfishError> {
         let path = url.path().to_owned();
@@ -301,7 +324,7 @@ impl Transport {
                     Some(limiter) => Some(limiter.acquire_host(&self.host_key).await),
                     None => None,
                 };
-                self.send_once(&method, &url, body, if_match).await
+                self.send_once(&method, &url, body, if_match, sending).await
             };
             let elapsed_ms = started.elapsed().as_millis() as u64;
             let (error, wait) = match outcome {
@@ -331,8 +354,11 @@ impl Transport {
                     return Err(RedfishError::BodyTooLarge { method, path, limit });
                 }
                 Err(Failure::Http(source)) => {
+                    // A request that may have reached the BMC is not sent again when once is all
+                    // it may be sent: the caller reads what became of it.
+                    let unsent = source.is_connect();
                     let error = classify(&method, &path, source);
-                    if matches!(error, RedfishError::Tls { .. }) {
+                    if matches!(error, RedfishError::Tls { .. }) || (sending != Sending::Retried && !unsent) {
                         return Err(error);
                     }
                     (error, self.backoff.delay(retry))
@@ -358,8 +384,12 @@ impl Transport {
         url: &Url,
         body: Option<&serde_json::Value>,
         if_match: Option<&str>,
+        sending: Sending,
     ) -> Result<Reply, Failure> {
         let mut request = self.http.request(method.clone(), url.clone()).header("OData-Version", "4.0");
+        if let Sending::Once(timeout) = sending {
+            request = request.timeout(timeout);
+        }
         if !self.username.is_empty() {
             request = request.basic_auth(&self.username, Some(self.password.expose()));
         }

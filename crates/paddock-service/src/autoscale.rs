@@ -4,11 +4,12 @@
 //! and the cluster's reconcile job that reaches the target through the pool-resize machinery,
 //! all in one transaction.
 
-use paddock_domain::autoscale::{Direction, Scale, ScaleMemory};
+use paddock_domain::autoscale::{Direction, Scale, ScaleMemory, DEMAND_FITS};
 use paddock_domain::cluster::{NodePool, NodePoolSpec};
 use paddock_domain::{Error, Result};
 use paddock_store::node_pool::{self, ScaleWrite};
-use paddock_store::{cluster_event, Conn};
+use paddock_store::{cluster_event, Txn};
+use paddock_types::cluster::{Condition, ConditionStatus};
 use paddock_types::operation::OperationView;
 use paddock_types::{ClusterId, TenantId};
 
@@ -52,7 +53,7 @@ pub(crate) fn patched(
 
 /// The event and the demand checks of an accepted patch of a pool's autoscaling.
 pub(crate) async fn changed(
-    conn: &mut Conn,
+    conn: &mut Txn<'_>,
     current: &NodePool,
     spec: &NodePoolSpec,
     desired: Option<u32>,
@@ -85,11 +86,15 @@ pub struct PoolDecision<'a> {
     pub scale: Option<Scale>,
     /// Idle Node names of the pool, given back first when it shrinks.
     pub idle_node_names: Vec<String>,
+    /// The pool's conditions, when its `DemandFits` changes (a pending job wider than the pool's
+    /// partition can ever be appeared, left or changed).
+    pub conditions: Option<Vec<Condition>>,
 }
 
 impl Services {
     /// Writes the autoscaler's decisions for one cluster's pools in one transaction: each pool's
-    /// target and memory (guarded by the generation read: a spec change in between wins); for
+    /// target, memory and changed conditions (guarded by the generation read: a spec change in
+    /// between wins), a Warning event when a pending job wider than a pool can ever be appears; for
     /// each moved target, a `node_pool_scale` operation with the reason (superseding the pool's
     /// earlier one), a cluster event, and the cluster's reconcile job. The operations created.
     pub async fn autoscale_write(
@@ -102,10 +107,24 @@ impl Services {
         let mut operations = Vec::new();
         for d in decisions {
             let target = d.scale.as_ref().map_or(d.pool.status.desired_count, |s| s.to);
-            let write =
-                ScaleWrite { target, memory: d.memory, scaled: d.scale.is_some(), release_first: &d.idle_node_names };
+            let write = ScaleWrite {
+                target,
+                memory: d.memory,
+                scaled: d.scale.is_some(),
+                release_first: &d.idle_node_names,
+                conditions: d.conditions.as_deref(),
+            };
             if !node_pool::set_scale(&mut tx, tenant, d.pool.id, d.pool.generation, &write).await? {
                 continue;
+            }
+            if let Some(never) = d.conditions.iter().flatten().find(|c| c.type_ == DEMAND_FITS) {
+                if never.status == ConditionStatus::False {
+                    // The tenant is told once per change of what can never run: the condition
+                    // stays as it is while the same jobs wait.
+                    let message = format!("node pool {}: {}", d.pool.spec.name, never.message);
+                    cluster_event::insert(&mut tx, tenant, cluster, "Warning", "NodePoolDemandExceedsMax", &message)
+                        .await?;
+                }
             }
             let Some(scale) = &d.scale else { continue };
             let change = Accepted {

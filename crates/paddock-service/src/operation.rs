@@ -4,7 +4,7 @@
 use paddock_domain::cursor::PageRequest;
 use paddock_domain::{Error, Permission, Result};
 use paddock_store::operation::{self as store, NewOperation, PlanContext};
-use paddock_store::{cluster, lifecycle, machine, Conn};
+use paddock_store::{cluster, lifecycle, machine, Conn, Txn};
 use paddock_types::cluster::ClusterKind;
 use paddock_types::machine::MachineState;
 use paddock_types::operation::OperationFilter;
@@ -41,13 +41,13 @@ pub(crate) struct Accepted<'a> {
 /// Records an accepted change in the write's transaction: its operation (superseding open ones)
 /// with its step plan for the target as the change found it, and, when the desired state
 /// changed, the reconcile job that carries it out (merged with one already queued). The audit event is the envelope's ([`Services::audited`]).
-pub(crate) async fn accept(conn: &mut Conn, target: Target, change: Accepted<'_>) -> Result<OperationView> {
+pub(crate) async fn accept(conn: &mut Txn<'_>, target: Target, change: Accepted<'_>) -> Result<OperationView> {
     accepted(conn, target, change, None).await
 }
 
 /// [`accept`] for a change paddock makes on its own, with the `reason` people are shown.
 pub(crate) async fn accept_explained(
-    conn: &mut Conn,
+    conn: &mut Txn<'_>,
     target: Target,
     change: Accepted<'_>,
     reason: &str,
@@ -56,7 +56,7 @@ pub(crate) async fn accept_explained(
 }
 
 async fn accepted(
-    conn: &mut Conn,
+    conn: &mut Txn<'_>,
     target: Target,
     change: Accepted<'_>,
     reason: Option<&str>,

@@ -11,6 +11,7 @@ use paddock_domain::driver::{
     BoxFuture, ClusterRef, ControlPlaneBackend, ControlPlaneSpec, ControlPlaneStatus, Demand, DemandPool, Drain,
     DriverError, Isolation, JoinConfig, NodeRef, NodeStatus, PlatformDriver, PoolDemand, RayDesired, RayDriver,
     RayStatus, RegisteredNode, Removal, StackStatus, TenantAccess, TenantCredentials, TenantNodes, TenantStack,
+    WideJob,
 };
 use paddock_domain::secret::SecretString;
 use paddock_domain::ssh;
@@ -428,12 +429,13 @@ impl SimKube {
 impl SimKube {
     /// The demand of `pools` as the knob ([`crate::SimWorld::set_demand`]) sets it: the busy nodes
     /// are at most the nodes the pool has; the rest of its nodes are idle (the last ones by name).
+    /// The widest job, when singled out, is listed as a job of several nodes.
     async fn demand(&self, tenant: &TenantAccess, pools: &[DemandPool]) -> Result<Demand, DriverError> {
         let mut conn = self.conn().await?;
         self.tenant(&mut conn, tenant).await?;
         let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
-        let rows: Vec<(String, i32, i32, i32)> = sqlx::query_as(
-            "select pool, pending_jobs, pending_nodes, busy_nodes from paddock_sim.demand
+        let rows: Vec<(String, i32, i32, i32, i32)> = sqlx::query_as(
+            "select pool, pending_jobs, pending_nodes, busy_nodes, widest_job_nodes from paddock_sim.demand
              where cluster_id = $1 and pool = any($2)",
         )
         .bind(tenant.cluster.cluster_id.uuid())
@@ -444,8 +446,13 @@ impl SimKube {
         let count = |v: i32| u32::try_from(v).unwrap_or(0);
         let mut demand = Demand::default();
         for pool in pools {
-            let (pending, pending_nodes, busy) =
-                rows.iter().find(|r| r.0 == pool.name).map_or((0, 0, 0), |r| (count(r.1), count(r.2), count(r.3)));
+            let row = rows.iter().find(|r| r.0 == pool.name);
+            let (pending, pending_nodes, busy) = row.map_or((0, 0, 0), |r| (count(r.1), count(r.2), count(r.3)));
+            let widest = row.map_or(0, |r| count(r.4));
+            if widest > 1 && pending > 0 {
+                // Slurm lists it by its id; the simulated queue has one such job a pool.
+                demand.wide_jobs.push(WideJob { node_pool_id: pool.node_pool_id, job: "1".to_owned(), nodes: widest });
+            }
             let mut nodes = pool.node_names.clone();
             nodes.sort();
             let known = u32::try_from(nodes.len()).unwrap_or(u32::MAX);

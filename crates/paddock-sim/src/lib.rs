@@ -305,6 +305,9 @@ pub struct SimDemand {
     pub pending_nodes: u32,
     /// The pool's nodes running something (at most the nodes it has); the others are idle.
     pub busy_nodes: u32,
+    /// The nodes the widest of the pending jobs asks for, of `pending_nodes` (a `slurm` job of
+    /// several nodes, listed by its id `1`); 0 or 1: none is singled out.
+    pub widest_job_nodes: u32,
 }
 
 /// [`SimWorld::set_demand`] on a connection of the world's database (`paddock sim-demand`).
@@ -316,16 +319,18 @@ pub async fn set_demand_on(
 ) -> Result<(), SimError> {
     let int = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
     sqlx::query(
-        "insert into paddock_sim.demand (cluster_id, pool, pending_jobs, pending_nodes, busy_nodes)
-         values ($1, $2, $3, $4, $5)
+        "insert into paddock_sim.demand (cluster_id, pool, pending_jobs, pending_nodes, busy_nodes, widest_job_nodes)
+         values ($1, $2, $3, $4, $5, $6)
          on conflict (cluster_id, pool) do update set pending_jobs = excluded.pending_jobs,
-           pending_nodes = excluded.pending_nodes, busy_nodes = excluded.busy_nodes, updated_at = now()",
+           pending_nodes = excluded.pending_nodes, busy_nodes = excluded.busy_nodes,
+           widest_job_nodes = excluded.widest_job_nodes, updated_at = now()",
     )
     .bind(cluster.uuid())
     .bind(pool)
     .bind(int(demand.pending_jobs))
     .bind(int(demand.pending_nodes))
     .bind(int(demand.busy_nodes))
+    .bind(int(demand.widest_job_nodes))
     .execute(conn)
     .await?;
     Ok(())

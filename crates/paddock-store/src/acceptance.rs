@@ -17,7 +17,7 @@ use sqlx::Connection;
 use uuid::Uuid;
 
 use crate::custody::{self, WORKER_ACTOR};
-use crate::{health, lifecycle, Conn, StoreError};
+use crate::{health, lifecycle, Conn, StoreError, Txn};
 
 /// Whether the machine's current stay in `cleaning` is one an acceptance follows: it began at the
 /// machine's enrollment (from `inspecting`) or at its return from maintenance. A stay that ends a
@@ -104,7 +104,7 @@ pub async fn start_after_wipe(
 /// on the acceptance run), with the report as the custody entry's evidence; wakes the first
 /// cluster waiting for its class. False when someone else moved the machine first.
 pub async fn pass(
-    conn: &mut Conn,
+    conn: &mut Txn<'_>,
     key: &LedgerKey,
     id: MachineId,
     status_version: i64,
@@ -151,7 +151,7 @@ pub struct Failure<'a> {
 /// health report with source `acceptance` is recorded, in one transaction. False when someone
 /// else moved the machine first (nothing written).
 pub async fn fail(
-    conn: &mut Conn,
+    conn: &mut Txn<'_>,
     key: &LedgerKey,
     id: MachineId,
     status_version: i64,

@@ -23,7 +23,7 @@ use uuid::Uuid;
 
 use crate::custody::{self, WORKER_ACTOR};
 use crate::lifecycle::{enqueue_machine, wake_waiting};
-use crate::{Conn, StoreError};
+use crate::{Conn, StoreError, Txn};
 
 /// [`HELD`] as stored, for queries.
 fn held() -> [&'static str; 3] {
@@ -145,7 +145,7 @@ pub async fn allocate(
 /// leased when this is called and runs again if it ends before, queues the jobs of its
 /// `allocated` machines once its control plane is up, and a waiting cluster tries again within
 /// its wait. A wake-up sent after the commit cannot reach a run that would not see the machines.
-pub async fn hand_over(conn: &mut Conn, machines: &[MachineId], needs: &[Need]) -> Result<(), StoreError> {
+pub async fn hand_over(conn: &mut Txn<'_>, machines: &[MachineId], needs: &[Need]) -> Result<(), StoreError> {
     for machine in machines {
         enqueue_machine(conn, *machine, None).await?;
     }

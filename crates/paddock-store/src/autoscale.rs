@@ -22,7 +22,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::allocation::{self, HeldMachine};
-use crate::{cluster, job, node_pool, Conn, StoreError};
+use crate::{cluster, job, node_pool, Conn, StoreError, Txn};
 
 /// The target type of the sweep.
 pub const FLEET_TARGET_TYPE: &str = "fleet";
@@ -33,12 +33,12 @@ const SWEEP_TARGET: Uuid = Uuid::from_u128(0x7061_6464_6f63_6b00_0000_0000_0000_
 
 /// Queues the cluster's demand check `after` from now (merged into a queued one: the earlier
 /// wins).
-pub async fn arm(conn: &mut Conn, tenant: TenantId, cluster: ClusterId, after: Duration) -> Result<(), StoreError> {
+pub async fn arm(conn: &mut Txn<'_>, tenant: TenantId, cluster: ClusterId, after: Duration) -> Result<(), StoreError> {
     job::arm_cluster(conn, CLUSTER_AUTOSCALE, tenant, cluster, after).await
 }
 
 /// Queues the sweep `after` from now (merged into the queued one: the earlier wins).
-pub async fn enqueue_sweep(conn: &mut Conn, after: Duration) -> Result<(), StoreError> {
+pub async fn enqueue_sweep(conn: &mut Txn<'_>, after: Duration) -> Result<(), StoreError> {
     let run_at = chrono::Utc::now() + chrono::Duration::from_std(after).unwrap_or(chrono::Duration::MAX);
     let new = job::NewJob {
         kind: CLUSTER_AUTOSCALE,

@@ -11,10 +11,10 @@ use paddock_domain::job_kind::CLUSTER_DRIFT_CHECK;
 use paddock_types::{ClusterId, TenantId};
 use uuid::Uuid;
 
-use crate::{job, Conn, StoreError};
+use crate::{job, Conn, StoreError, Txn};
 
 /// Queues the cluster's drift check `after` from now (merged into a queued one: the earlier wins).
-pub async fn arm(conn: &mut Conn, tenant: TenantId, cluster: ClusterId, after: Duration) -> Result<(), StoreError> {
+pub async fn arm(conn: &mut Txn<'_>, tenant: TenantId, cluster: ClusterId, after: Duration) -> Result<(), StoreError> {
     job::arm_cluster(conn, CLUSTER_DRIFT_CHECK, tenant, cluster, after).await
 }
 

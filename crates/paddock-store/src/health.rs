@@ -8,7 +8,7 @@ use paddock_types::MachineId;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use crate::{from_json, parse_state, remediation, Conn, StoreError};
+use crate::{from_json, parse_state, remediation, Conn, StoreError, Txn};
 
 /// A report to record.
 #[derive(Debug, Clone)]
@@ -59,7 +59,7 @@ const COLUMNS: &str = "r.id, r.machine_id, r.status, r.checks, r.source, r.repor
 /// Records a report against the machine's current tenancy, if it is in one (its tenant then reads
 /// it). `None` when the machine does not exist.
 pub async fn insert(
-    conn: &mut Conn,
+    conn: &mut Txn<'_>,
     key: &LedgerKey,
     new: &NewReport<'_>,
 ) -> Result<Option<HealthReportView>, StoreError> {
@@ -102,7 +102,7 @@ struct Failed {
 /// [`crate::remediation::start`]: only while a tenant holds it, where its pool remediates on its
 /// own, and once while one is open), in the report's transaction.
 async fn remediate(
-    conn: &mut Conn,
+    conn: &mut Txn<'_>,
     key: &LedgerKey,
     failed: &Failed,
     actor: &str,
@@ -195,7 +195,7 @@ pub async fn of_tenancy(
 /// rating that holds is recorded once, not at every read. A `failed` rating starts the machine's
 /// remediation (see [`insert`]), so the caller passes a transaction.
 pub async fn record_changes(
-    conn: &mut Conn,
+    conn: &mut Txn<'_>,
     key: &LedgerKey,
     source: HealthSource,
     ratings: &[(MachineId, HealthCheck)],

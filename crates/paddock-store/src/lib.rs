@@ -30,6 +30,7 @@ pub mod reseal;
 pub mod run;
 pub mod scim_token;
 pub mod tenant;
+mod tx;
 pub mod usage;
 pub mod webhook;
 
@@ -43,15 +44,15 @@ use sqlx::{PgPool, Postgres};
 /// The embedded migrations; every process and test uses this one static.
 pub static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
 
-/// A transaction.
-pub type Tx = sqlx::Transaction<'static, Postgres>;
 /// A connection, as the query functions take it (`&mut *tx` or `&mut *pooled`).
 pub use sqlx::PgConnection as Conn;
+pub use tx::{Tx, Txn, Waker};
 
 /// The database.
 #[derive(Clone, Debug)]
 pub struct Store {
     pool: PgPool,
+    waker: Waker,
 }
 
 impl Store {
@@ -84,12 +85,12 @@ impl Store {
             .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(5))
             .connect_lazy_with(options.application_name("paddock"));
-        Ok(Self { pool })
+        Ok(Self::from_pool(pool))
     }
 
     /// Wraps an existing pool (tests).
     pub fn from_pool(pool: PgPool) -> Self {
-        Self { pool }
+        Self { waker: Waker::new(pool.clone()), pool }
     }
 
     /// The pool.
@@ -137,7 +138,14 @@ impl Store {
 
     /// Starts a transaction.
     pub async fn begin(&self) -> Result<Tx, StoreError> {
-        Ok(self.pool.begin().await?)
+        Ok(Tx::new(self.pool.begin().await?, Some(self.waker.clone())))
+    }
+
+    /// Wakes idle workers of `kinds` (jobs of those kinds are due), from outside any transaction:
+    /// for a statement that committed on its own (a run's end) what [`Tx::commit`] does for a
+    /// transaction. Returns at once; see [`Waker`].
+    pub fn wake(&self, kinds: impl IntoIterator<Item = String>) {
+        self.waker.wake(kinds);
     }
 
     /// A pooled connection for reads outside a transaction.

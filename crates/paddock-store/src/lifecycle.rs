@@ -19,7 +19,7 @@ use sqlx::Connection;
 use uuid::Uuid;
 
 use crate::custody::{self, WORKER_ACTOR};
-use crate::{job, Conn, StoreError};
+use crate::{job, Conn, StoreError, Txn};
 
 /// An operator's intent as a transition returns it (a maintenance or force-release reason).
 type Intent = Option<String>;
@@ -37,7 +37,7 @@ fn error_json(code: &str, message: &str) -> Value {
 /// long the machine was in cleaning (from its custody entry into `cleaning` to the clean's
 /// completion); `None` when someone else moved the machine first (nothing written).
 pub async fn complete_clean(
-    conn: &mut Conn,
+    conn: &mut Txn<'_>,
     key: &LedgerKey,
     id: MachineId,
     status_version: i64,
@@ -296,7 +296,7 @@ pub async fn begin_release(
 /// Ends a machine's tenancy: from `releasing` (or `provision_failed`) to `cleaning`, closing its
 /// allocation and clearing its holder, in one statement; wakes the cluster it left. Guarded.
 pub async fn finish_release(
-    conn: &mut Conn,
+    conn: &mut Txn<'_>,
     key: &LedgerKey,
     id: MachineId,
     from: MachineState,
@@ -309,7 +309,7 @@ pub async fn finish_release(
 /// (code, message) as its maintenance reason (the code) and last error: a forced release whose
 /// power-off failed (docs/architecture.md). The machine leaves maintenance only through cleaning.
 pub async fn end_tenancy_in_maintenance(
-    conn: &mut Conn,
+    conn: &mut Txn<'_>,
     key: &LedgerKey,
     id: MachineId,
     from: MachineState,
@@ -321,7 +321,7 @@ pub async fn end_tenancy_in_maintenance(
 
 /// The one statement that ends a tenancy: to `cleaning`, or to `maintenance` with a failure.
 async fn end_tenancy(
-    conn: &mut Conn,
+    conn: &mut Txn<'_>,
     key: &LedgerKey,
     id: MachineId,
     from: MachineState,
@@ -459,25 +459,26 @@ pub async fn record_forced_release(
 }
 
 /// Enqueues a cluster's reconcile job (merged with one already queued).
-pub async fn enqueue_cluster(conn: &mut Conn, tenant: TenantId, cluster: ClusterId) -> Result<(), StoreError> {
-    let new = job::NewJob {
-        kind: paddock_domain::job_kind::CLUSTER_RECONCILE,
-        target_type: "cluster",
-        target_id: cluster.uuid(),
-        payload: ClusterJob { tenant_id: tenant, cluster_id: cluster }.to_value(),
-        tenant_id: Some(tenant),
-        operation_id: None,
-        run_at: None,
-    };
-    job::enqueue(conn, &new).await?;
-    Ok(())
+pub async fn enqueue_cluster(conn: &mut Txn<'_>, tenant: TenantId, cluster: ClusterId) -> Result<(), StoreError> {
+    enqueue_cluster_job(conn, paddock_domain::job_kind::CLUSTER_RECONCILE, tenant, cluster).await
 }
 
 /// Enqueues a cluster's identity sync (merged with one already queued): see
 /// [`paddock_domain::job_kind::CLUSTER_IDENTITY_SYNC`].
-pub async fn enqueue_identity_sync(conn: &mut Conn, tenant: TenantId, cluster: ClusterId) -> Result<(), StoreError> {
+pub async fn enqueue_identity_sync(conn: &mut Txn<'_>, tenant: TenantId, cluster: ClusterId) -> Result<(), StoreError> {
+    enqueue_cluster_job(conn, paddock_domain::job_kind::CLUSTER_IDENTITY_SYNC, tenant, cluster).await
+}
+
+/// Enqueues a job of `kind` on a cluster, its payload the cluster's ids (merged with one of the
+/// same kind already queued for it).
+async fn enqueue_cluster_job(
+    conn: &mut Txn<'_>,
+    kind: &'static str,
+    tenant: TenantId,
+    cluster: ClusterId,
+) -> Result<(), StoreError> {
     let new = job::NewJob {
-        kind: paddock_domain::job_kind::CLUSTER_IDENTITY_SYNC,
+        kind,
         target_type: "cluster",
         target_id: cluster.uuid(),
         payload: ClusterJob { tenant_id: tenant, cluster_id: cluster }.to_value(),
@@ -493,7 +494,7 @@ pub async fn enqueue_identity_sync(conn: &mut Conn, tenant: TenantId, cluster: C
 /// when an accepted request asked for it. The job works for the tenant holding the machine now
 /// (none while it is the fleet's): provisioning and releasing talk to that tenant's cluster.
 pub async fn enqueue_machine(
-    conn: &mut Conn,
+    conn: &mut Txn<'_>,
     machine: MachineId,
     operation: Option<OperationId>,
 ) -> Result<(), StoreError> {
@@ -517,7 +518,7 @@ pub async fn enqueue_machine(
 
 /// Wakes the first cluster waiting for machines of each class (first come, first served): a
 /// machine became available, or an allocation went through and the next in line may fit now.
-pub async fn wake_waiting(conn: &mut Conn, classes: &[MachineClassId]) -> Result<(), StoreError> {
+pub async fn wake_waiting(conn: &mut Txn<'_>, classes: &[MachineClassId]) -> Result<(), StoreError> {
     let ids: Vec<Uuid> = classes.iter().map(|c| c.uuid()).collect();
     let heads: Vec<(Uuid, Uuid)> = sqlx::query_as(
         "select distinct on (p.machine_class_id) c.tenant_id, c.id from clusters c \

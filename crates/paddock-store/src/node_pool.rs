@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use paddock_domain::autoscale::ScaleMemory;
 use paddock_domain::cluster::{NodePool, NodePoolSpec};
-use paddock_types::cluster::{NodePoolAutoscaling, NodePoolRole, NodePoolStatus, PoolMachineView, Taint};
+use paddock_types::cluster::{Condition, NodePoolAutoscaling, NodePoolRole, NodePoolStatus, PoolMachineView, Taint};
 use paddock_types::health::HealthStatus;
 use paddock_types::machine::MachineState;
 use paddock_types::remediation::NodePoolRemediation;
@@ -266,6 +266,7 @@ pub async fn set_scale(
         "update node_pools set desired_count = $4, scale_up_since = $5, scale_down_since = $6, \
            release_first = case when $8 then $7 else release_first end, \
            last_scaled_at = case when $8 then now() else last_scaled_at end, \
+           conditions = coalesce($9::jsonb, conditions), \
            status_version = status_version + 1, updated_at = now() \
          where tenant_id = $1 and id = $2 and generation = $3 and autoscale_min is not null \
            and deleted_at is null and deletion_requested_at is null",
@@ -278,6 +279,7 @@ pub async fn set_scale(
     .bind(write.memory.down_since)
     .bind(write.release_first)
     .bind(write.scaled)
+    .bind(write.conditions.map(Json))
     .execute(conn)
     .await?;
     Ok(done.rows_affected() == 1)
@@ -294,6 +296,8 @@ pub struct ScaleWrite<'a> {
     pub scaled: bool,
     /// The idle Node names to give back first.
     pub release_first: &'a [String],
+    /// The pool's conditions, when the autoscaler changed one (its `DemandFits`).
+    pub conditions: Option<&'a [Condition]>,
 }
 
 /// Asks for a pool's deletion.

@@ -18,7 +18,7 @@ use sqlx::Connection;
 use uuid::Uuid;
 
 use crate::custody::{self, WORKER_ACTOR};
-use crate::{job, Conn, StoreError};
+use crate::{job, Conn, StoreError, Txn};
 
 /// The target type of the one fleet-wide power-sync job.
 pub const FLEET_TARGET_TYPE: &str = "fleet";
@@ -55,7 +55,7 @@ fn millis(d: Duration) -> i64 {
 
 /// Enqueues the fleet-wide job to run now (merged into the queued one, if any). Called at worker
 /// start: idempotent, and any number of workers share the one job.
-pub async fn enqueue_fleet_job(conn: &mut Conn) -> Result<(), StoreError> {
+pub async fn enqueue_fleet_job(conn: &mut Txn<'_>) -> Result<(), StoreError> {
     let new = job::NewJob {
         kind: POWER_SYNC,
         target_type: FLEET_TARGET_TYPE,
@@ -71,7 +71,7 @@ pub async fn enqueue_fleet_job(conn: &mut Conn) -> Result<(), StoreError> {
 
 /// Enqueues a correction job for a machine whose power drifted. It shares the machine's target
 /// with `machine_reconcile`, so the queue never runs the two at once.
-pub async fn enqueue_correction(conn: &mut Conn, machine: MachineId) -> Result<(), StoreError> {
+pub async fn enqueue_correction(conn: &mut Txn<'_>, machine: MachineId) -> Result<(), StoreError> {
     let new = job::NewJob {
         kind: POWER_SYNC,
         target_type: MACHINE_TARGET_TYPE,

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use crate::custody::{self, WORKER_ACTOR};
 use crate::lifecycle::{begin_release, enqueue_cluster, enqueue_machine};
-use crate::{machine, parse_state, Conn, StoreError};
+use crate::{machine, parse_state, Conn, StoreError, Txn};
 
 /// What starts a remediation.
 #[derive(Debug, Clone)]
@@ -88,7 +88,7 @@ const COLUMNS: &str = "r.id, r.machine_id, r.tenant_id, r.cluster_id, r.node_poo
 /// starts one only where the machine's pool remediates on its own; a machine of a Slurm
 /// cluster's `system` pool is never released automatically: its remediation waits for an
 /// operator (`needs_operator`).
-pub async fn start(conn: &mut Conn, key: &LedgerKey, start: &Start<'_>) -> Result<Started, StoreError> {
+pub async fn start(conn: &mut Txn<'_>, key: &LedgerKey, start: &Start<'_>) -> Result<Started, StoreError> {
     let row: Option<Row> = sqlx::query_as(&format!(
         "with r as ( \
            insert into machine_remediations (id, machine_id, tenant_id, cluster_id, node_pool_id, allocation_id, \
@@ -307,11 +307,10 @@ pub async fn spare_lost(conn: &mut Conn, id: Uuid, spare: MachineId) -> Result<b
 /// transaction guarded on the remediation's state and the machine's state and version. False
 /// when either had moved on (nothing written).
 pub async fn release_replaced(
-    conn: &mut Conn,
+    conn: &mut Txn<'_>,
     key: &LedgerKey,
     remediation: &RemediationView,
 ) -> Result<bool, StoreError> {
-    use sqlx::Acquire;
     let mut tx = conn.begin().await?;
     let moved = sqlx::query(
         "update machine_remediations set state = 'releasing', updated_at = now() \
@@ -386,7 +385,7 @@ pub async fn keep_out_of_service(conn: &mut Conn, machine: MachineId) -> Result<
 /// Enqueues the power cycle of a machine a tenant holds, reporting to `operation` (its target is
 /// the machine: it never runs beside the machine's reconcile).
 pub async fn enqueue_power_cycle(
-    conn: &mut Conn,
+    conn: &mut Txn<'_>,
     machine: MachineId,
     allocation: Uuid,
     tenant: TenantId,

@@ -8,7 +8,7 @@
 use paddock_domain::job_kind::RESEAL;
 use uuid::Uuid;
 
-use crate::{job, Conn, StoreError};
+use crate::{job, Conn, StoreError, Txn};
 
 /// Every sealed column, as (table, column); each table's key is `id`, which the seal is bound to.
 pub const SEALED_COLUMNS: [(&str, &str); 4] = [
@@ -23,7 +23,7 @@ pub const RESEAL_TARGET_TYPE: &str = "reseal";
 const RESEAL_TARGET: Uuid = Uuid::from_u128(0x7061_6464_6f63_6b00_0000_0000_0000_0002);
 
 /// Enqueues the re-seal job (merged into the queued one, if any).
-pub async fn enqueue(conn: &mut Conn) -> Result<(), StoreError> {
+pub async fn enqueue(conn: &mut Txn<'_>) -> Result<(), StoreError> {
     let new = job::NewJob {
         kind: RESEAL,
         target_type: RESEAL_TARGET_TYPE,

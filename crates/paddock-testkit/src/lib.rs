@@ -8,6 +8,7 @@ mod db;
 mod http_client;
 pub mod skip;
 pub mod slurm_host;
+mod slurm_host_db;
 
 use std::sync::Arc;
 

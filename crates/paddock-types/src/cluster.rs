@@ -346,6 +346,11 @@ pub struct SlurmSpec {
     #[serde(default)]
     #[schema(max_items = 64)]
     pub accounts: Vec<SlurmAccount>,
+    /// What happens to the pending and running jobs of a user who loses an association of
+    /// `accounts` (deactivated, deleted, out of the group): `false` (default) leaves them to end,
+    /// the user locked out of new jobs meanwhile; `true` cancels them (`scancel`).
+    #[serde(default)]
+    pub cancel_jobs_on_removal: bool,
 }
 
 fn default_slurm_version() -> String {
@@ -359,6 +364,7 @@ impl Default for SlurmSpec {
             partitions: Vec::new(),
             login: LoginSpec::default(),
             accounts: Vec::new(),
+            cancel_jobs_on_removal: false,
         }
     }
 }

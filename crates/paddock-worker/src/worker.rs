@@ -550,13 +550,12 @@ async fn persist(inner: &Inner, job: &Job, write: &Write<'_>) -> Result<Written,
     loop {
         turn += 1;
         let result = async {
-            let mut conn = inner.store.conn().await?;
-            let (id, worker) = (job.id, inner.id.as_str());
-            Ok(match write {
-                Write::Complete => Written::Held(job::complete(&mut conn, id, worker).await?),
-                Write::Fail(problem) => Written::Held(job::fail(&mut conn, id, worker, problem).await?),
-                Write::Retry(e) => Written::Requeue(job::retry(&mut conn, id, worker, e, &inner.policy).await?),
-                Write::Wait(reason, after) => Written::Requeue(job::wait(&mut conn, id, worker, reason, *after).await?),
+            let (store, id, worker) = (&inner.store, job.id, inner.id.as_str());
+            Ok::<_, StoreError>(match write {
+                Write::Complete => Written::Held(job::complete(store, id, worker).await?),
+                Write::Fail(problem) => Written::Held(job::fail(store, id, worker, problem).await?),
+                Write::Retry(e) => Written::Requeue(job::retry(store, id, worker, e, &inner.policy).await?),
+                Write::Wait(reason, after) => Written::Requeue(job::wait(store, id, worker, reason, *after).await?),
             })
         }
         .await;

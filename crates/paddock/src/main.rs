@@ -104,6 +104,10 @@ enum Command {
         /// The pool's nodes running something (the rest are idle).
         #[arg(long, default_value_t = 0)]
         busy_nodes: u32,
+        /// The nodes the widest pending job asks for, of those asked (a Slurm job of several
+        /// nodes, listed as job `1`; 0: none singled out).
+        #[arg(long, default_value_t = 0)]
+        widest_job_nodes: u32,
     },
 }
 
@@ -138,9 +142,9 @@ fn main() -> anyhow::Result<()> {
             init_logging(&settings);
             dev::run(settings, args)
         }
-        Command::SimDemand { cluster, pool, pending_jobs, pending_nodes, busy_nodes } => {
+        Command::SimDemand { cluster, pool, pending_jobs, pending_nodes, busy_nodes, widest_job_nodes } => {
             let url = settings.database_url()?.to_owned();
-            let demand = paddock_sim::SimDemand { pending_jobs, pending_nodes, busy_nodes };
+            let demand = paddock_sim::SimDemand { pending_jobs, pending_nodes, busy_nodes, widest_job_nodes };
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             runtime.block_on(async {
                 let store = paddock_store::Store::connect_lazy(&url, 1)?;

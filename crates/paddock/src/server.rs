@@ -53,9 +53,9 @@ pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
 /// `PADDOCK_ENCRYPTION_OLD_KEYS` can be retired.
 pub async fn reseal(settings: &Settings) -> anyhow::Result<()> {
     let store = Store::connect_lazy(settings.database_url()?, 1)?;
-    let mut conn = store.conn().await.context("connecting to the database")?;
-    paddock_store::reseal::enqueue(&mut conn).await.context("enqueuing the re-seal job")?;
-    drop(conn);
+    let mut tx = store.begin().await.context("connecting to the database")?;
+    paddock_store::reseal::enqueue(&mut tx).await.context("enqueuing the re-seal job")?;
+    tx.commit().await.context("enqueuing the re-seal job")?;
     store.pool().close().await;
     tracing::info!("re-seal job enqueued: a worker seals every secret again under the current key");
     Ok(())
@@ -285,8 +285,9 @@ async fn run_worker(services: Services, worker: Worker, drift_interval: Duration
     // earlier start) enqueued it already, so this runs one check round now and costs nothing more.
     // A failure is not fatal: the next start enqueues it again.
     let enqueued = async {
-        let mut conn = store.conn().await?;
-        paddock_store::power::enqueue_fleet_job(&mut conn).await
+        let mut tx = store.begin().await?;
+        paddock_store::power::enqueue_fleet_job(&mut tx).await?;
+        Ok::<_, paddock_store::StoreError>(tx.commit().await?)
     }
     .await;
     if let Err(e) = enqueued {
@@ -311,8 +312,9 @@ async fn run_worker(services: Services, worker: Worker, drift_interval: Duration
     // earlier start) enqueued it already. A failure is not fatal: a cluster's demand check and the
     // next start enqueue it again.
     let enqueued = async {
-        let mut conn = store.conn().await?;
-        paddock_store::autoscale::enqueue_sweep(&mut conn, Duration::ZERO).await
+        let mut tx = store.begin().await?;
+        paddock_store::autoscale::enqueue_sweep(&mut tx, Duration::ZERO).await?;
+        Ok::<_, paddock_store::StoreError>(tx.commit().await?)
     }
     .await;
     if let Err(e) = enqueued {

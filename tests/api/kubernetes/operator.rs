@@ -11,11 +11,28 @@
 //!   its machine class as `nvidia.com/gpu`), and every pod the scheduler bound is marked Running
 //!   and Ready;
 //! - a volume provisioner for the stack's storage class;
-//! - slurmrestd: a labelled STAND-IN (no Slurm 25.11 can run here) for the operator (v0.0.44)
-//!   and for paddock's own probe and drain (v0.0.42, through the tenant API server's service
-//!   proxy to the slurmrestd pod, whose IP is this host's routable address, port 6820, which must
-//!   be free). One stand-in per lab: the lab runs one Slurm cluster. It keeps DRAIN reasons as
-//!   slurmctld does, and the test PLAYS a job on a node (ALLOCATED) to hold a drain open.
+//! - slurmrestd: a labelled STAND-IN for the operator (v0.0.44) and for paddock's own probe and
+//!   drain (v0.0.42, through the tenant API server's service proxy to the slurmrestd pod, whose
+//!   IP is this host's routable address, port 6820, which must be free). One stand-in per lab:
+//!   the lab runs one Slurm cluster. It keeps DRAIN reasons as slurmctld does, and the test PLAYS
+//!   a job on a node (ALLOCATED) to hold a drain open.
+//!
+//! Why a stand-in and not the real slurmctld and slurmrestd that `paddock_testkit::slurm_host`
+//! runs on this host: here Slurm's nodes are the played kubelets' slurmd pods, several at once on
+//! several machines, scaled up and drained down, and the stand-in registers each when its pod
+//! runs. With real daemons each pod would need a real slurmd registering under the pod's name,
+//! and this host runs one slurmd at a time (they share the `SlurmdPort` of the operator's
+//! slurm.conf, and each needs a mount namespace); the operator's slurm.conf would also have to be
+//! taken from its ConfigMap into the host's slurmctld, with the controller's address rewritten.
+//! That is the work of a VM test, which this test is not to become. What the stand-in answers is
+//! checked against the real daemons elsewhere, in `crates/paddock-kube/tests/kube`: paddock's
+//! ping, drain (of an idle node and of one running a job) and read of nodes through the service
+//! proxy against a real slurmrestd 26.05 with real slurmds (`slurm_probe.rs`), its reads of jobs
+//! and nodes with real jobs pending (`slurm_host.rs`), its accounting writes against a real
+//! slurmrestd, slurmdbd and MariaDB (`slurm_accounting.rs`), and paddock's slurm.conf lines
+//! against a real slurmctld (`slurm_host.rs` again). What only this test covers (the operator's
+//! v0.0.44 calls, the order of drain and release across the lab) stays proven against the
+//! stand-in only.
 //!
 //! The Kamaji player, the machines and their BMCs are the lab's as for the played operator.
 //!

@@ -12,7 +12,9 @@
 //!   begin time, a hold, a license or an accounting limit would wait on any number of nodes. It
 //!   counts for the first pool, in the order asked, whose partitions hold one of the job's
 //!   (`partition`, comma-separated when submitted to several).
-//! - **Nodes needed**: a job of more than one node (`node_count`) takes that many whole nodes;
+//! - **Nodes needed**: a job of more than one node (`node_count`) takes that many whole nodes
+//!   (and is listed in [`Demand::wide_jobs`], for the autoscaler to set apart one wider than the
+//!   pool's partition can ever be);
 //!   jobs of one node are packed first fit, largest first, onto nodes of the pool's class by their
 //!   CPUs (`cpus`), memory (`memory_per_node`, else `memory_per_cpu` times the CPUs, MB) and GPUs
 //!   (`gpu` in `tres_per_node`), at most one job a node when it asks for the node alone
@@ -36,7 +38,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use paddock_domain::driver::{Demand, DemandPool, PoolDemand};
+use paddock_domain::driver::{Demand, DemandPool, PoolDemand, WideJob};
 
 use crate::nodes::{nodes_needed, Request};
 
@@ -259,6 +261,8 @@ pub fn demand_of(pools: &[DemandPool], queue: &SlurmQueue) -> Demand {
         .collect();
     // Per pool: the pending jobs, the whole nodes of multi-node jobs, the one-node requests.
     let mut wanted: Vec<(u32, u64, Vec<Request>)> = vec![(0, 0, Vec::new()); pools.len()];
+    let count = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+    let mut demand = Demand::default();
     for job in queue.jobs.iter().filter(|j| curable(j)) {
         let asked: Vec<&str> = job.partition.split(',').map(str::trim).collect();
         let Some(i) = pools.iter().position(|p| partitions(p).iter().any(|q| asked.contains(q))) else { continue };
@@ -266,17 +270,19 @@ pub fn demand_of(pools: &[DemandPool], queue: &SlurmQueue) -> Demand {
         entry.0 += 1;
         match job.node_count.value().unwrap_or(1).max(1) {
             1 => entry.2.push(job_request(job, sizes[i])),
-            n => entry.1 = entry.1.saturating_add(n),
+            n => {
+                entry.1 = entry.1.saturating_add(n);
+                let (node_pool_id, job) = (pools[i].node_pool_id, job.job_id.to_string());
+                demand.wide_jobs.push(WideJob { node_pool_id, job, nodes: count(n) });
+            }
         }
     }
-    let mut demand = Demand::default();
     for ((pool, size), (pending, whole, one_node)) in pools.iter().zip(&sizes).zip(wanted) {
         // A one-node job larger than a node of the class still asks for one node.
         let fitting: Vec<Request> = one_node.iter().map(|r| if r.fits(*size) { *r } else { *size }).collect();
         let (_, packed) = nodes_needed(&fitting, *size);
         let mine: Vec<&SlurmNode> = queue.nodes.iter().filter(|n| !placeholder(n) && of_pool(n, pool)).collect();
         let idle_nodes: Vec<&SlurmNode> = mine.iter().copied().filter(|n| idle(n)).collect();
-        let count = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
         demand.pools.push(PoolDemand {
             pending,
             pending_nodes: count(whole.saturating_add(u64::from(packed))),

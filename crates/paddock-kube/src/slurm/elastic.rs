@@ -65,25 +65,8 @@ pub fn declared(pools: &[SlurmPool]) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use paddock_types::cluster::NodePoolRole;
-    use paddock_types::NodePoolId;
-
     use super::*;
-
-    fn pool(name: &str, count: u32, gpus: u32) -> SlurmPool {
-        SlurmPool {
-            node_pool_id: NodePoolId::new(),
-            name: name.to_owned(),
-            count,
-            node_names: Vec::new(),
-            releasing: Vec::new(),
-            gpus_per_node: gpus,
-            class_size: (8, 32),
-            autoscaling_max: None,
-            taints: Vec::new(),
-            role: NodePoolRole::Compute,
-        }
-    }
+    use crate::slurm::fixtures::pool;
 
     #[test]
     fn an_elastic_pool_declares_its_max_nodes_ahead_of_its_machines() {

@@ -184,17 +184,30 @@ pub fn accounting(ns: &str, cluster: ClusterId, images: Images<'_>, system: Opti
     )
 }
 
+/// What the accounting enforces in a cluster that maps groups to accounts.
+pub const ENFORCE: &str = "AccountingStorageEnforce=associations,limits,qos";
+
 pub(super) fn has_gpus(pools: &[SlurmPool]) -> bool {
     pools.iter().any(|p| p.gpus_per_node > 0)
 }
 
-/// The Controller's `extraConf`: `GresTypes=gpu` when a pool has GPUs, the nodes slurm.conf
-/// declares for the elastic pools ([`elastic::declared`]), and the spec's partitions (none when
-/// the spec has none: the NodeSets then carry one each).
+/// The Controller's `extraConf`: `GresTypes=gpu` when a pool has GPUs; when the spec maps
+/// groups to accounts, the accounting enforced (only users with an association submit, within
+/// their QOS's limits: without it a removed user still submits, and no limit holds) and
+/// `gres/gpu` tracked when an account limits GPU minutes (slurmdbd drops a QOS limit of a TRES it
+/// does not track, without an error); the nodes slurm.conf declares for the elastic pools
+/// ([`elastic::declared`]); and the spec's partitions (none when the spec has none: the NodeSets
+/// then carry one each).
 pub fn controller_extra_conf(spec: &SlurmSpec, pools: &[SlurmPool]) -> String {
     let mut lines = Vec::new();
     if has_gpus(pools) {
         lines.push("GresTypes=gpu".to_owned());
+    }
+    if !spec.accounts.is_empty() {
+        lines.push(ENFORCE.to_owned());
+    }
+    if spec.accounts.iter().any(|a| a.limits.gpu_minutes.is_some()) {
+        lines.push("AccountingStorageTRES=gres/gpu".to_owned());
     }
     lines.extend(elastic::declared(pools));
     let known: BTreeSet<&str> = pools.iter().map(|p| p.name.as_str()).collect();
@@ -476,25 +489,10 @@ pub fn service_address(svc: &Service) -> Option<String> {
 mod tests {
     use k8s_openapi::ByteString;
     use paddock_types::cluster::{Partition, TaintEffect};
-    use paddock_types::NodePoolId;
 
     use super::*;
+    use crate::slurm::fixtures::pool;
     use crate::slurm::SlurmCatalog;
-
-    fn pool(name: &str, count: u32, gpus: u32) -> SlurmPool {
-        SlurmPool {
-            node_pool_id: NodePoolId::new(),
-            name: name.to_owned(),
-            count,
-            node_names: Vec::new(),
-            releasing: Vec::new(),
-            gpus_per_node: gpus,
-            class_size: (8, 32),
-            autoscaling_max: None,
-            taints: Vec::new(),
-            role: paddock_types::cluster::NodePoolRole::Compute,
-        }
-    }
 
     #[test]
     fn versions_map_to_the_pinned_images_of_the_clusters_stack() {

@@ -98,6 +98,17 @@ pub trait SlurmProbe: Send + Sync {
         let _ = (tenant, version, cluster, change);
         super::accounting::unsupported()
     }
+
+    /// Cancels the jobs `filter` selects (`DELETE /slurm/<version>/jobs/`; `slurm/accounting.rs`).
+    fn cancel_jobs<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        version: &'a str,
+        filter: &'a Value,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        let _ = (tenant, version, filter);
+        super::accounting::unsupported()
+    }
 }
 
 /// slurmrestd through the tenant API server's service proxy (see the module documentation).
@@ -347,6 +358,15 @@ impl SlurmProbe for ServiceProxyProbe {
         change: &'a Change,
     ) -> BoxFuture<'a, Result<(), DriverError>> {
         ServiceProxyProbe::slurmdb_write(self, tenant, version, cluster, change).boxed()
+    }
+
+    fn cancel_jobs<'a>(
+        &'a self,
+        tenant: &'a TenantAccess,
+        version: &'a str,
+        filter: &'a Value,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        ServiceProxyProbe::cancel_jobs(self, tenant, version, filter).boxed()
     }
 }
 

@@ -40,5 +40,6 @@ mod slurm_demand;
 mod slurm_host;
 mod slurm_probe;
 mod slurm_release;
+mod slurm_rest;
 mod stack;
 mod workloads;

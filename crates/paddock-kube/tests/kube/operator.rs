@@ -231,7 +231,7 @@ impl Inputs {
             env_path("PADDOCK_TEST_UPSTREAM_STACKS").map(|d| d.join(STACK).join("slurm-operator/slurm-operator.yaml"));
         let chart =
             required(&format!("the rendered operator chart of stack {STACK} (PADDOCK_TEST_UPSTREAM_STACKS)"), chart)?;
-        let probe_ip = skip::require(routable_ip(), crate::slurm_probe::NO_ROUTABLE_ADDRESS)?;
+        let probe_ip = skip::require(routable_ip(), crate::slurm_rest::NO_ROUTABLE_ADDRESS)?;
         Some(Self { binary, tarball, chart, probe_ip })
     }
 }
@@ -272,6 +272,7 @@ fn desired(pools: &[SlurmPool], secrets: &SlurmSecrets) -> SlurmDesired {
                 ssh_authorized_keys: vec!["ssh-ed25519 AAAAC3Nza alice@example".to_owned()],
             },
             accounts: Vec::new(),
+            cancel_jobs_on_removal: false,
         },
         stack_version: STACK.to_owned(),
         pools: pools.to_vec(),

@@ -82,7 +82,7 @@ impl Inputs {
             .map(|k| stacks.join(format!("kuberay-crds/ray.io_{k}.yaml")).canonicalize().expect("a KubeRay CRD"))
             .to_vec();
         let manifest = stacks.join("kuberay-operator/kuberay-operator.yaml");
-        let probe_ip = skip::require(routable_ip(), crate::slurm_probe::NO_ROUTABLE_ADDRESS)?;
+        let probe_ip = skip::require(routable_ip(), crate::slurm_rest::NO_ROUTABLE_ADDRESS)?;
         Some(Self { binary, crds, manifest, probe_ip })
     }
 }

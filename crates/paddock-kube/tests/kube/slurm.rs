@@ -181,6 +181,7 @@ pub(crate) fn desired(pools: Vec<SlurmPool>, secrets: &SlurmSecrets) -> SlurmDes
                 ssh_authorized_keys: vec!["ssh-ed25519 AAAAC3Nza alice@example".to_owned()],
             },
             accounts: Vec::new(),
+            cancel_jobs_on_removal: false,
         },
         stack_version: paddock_domain::stack::latest_version().to_owned(),
         pools,

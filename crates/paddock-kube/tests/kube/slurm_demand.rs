@@ -1,22 +1,16 @@
 //! The demand of a `slurm` cluster's elastic pools ([`SlurmDriver::job_demand`]) read by the
 //! production probe through the API server's service proxy from the slurmrestd STAND-IN of the
-//! real-operator tests ([`restd`]), which answers v0.0.42's job and node lists in the shapes of
+//! real-operator tests (`played::restd`), which answers v0.0.42's job and node lists in the shapes of
 //! Slurm's OpenAPI. It listens on a free port of this host's routable address here (the
-//! real-operator tests hold port 6820). No real slurmctld runs here: the proof against real Slurm
-//! comes with the real-Slurm test path.
+//! real-operator tests hold port 6820). The same read of a real slurmrestd's answers, with real
+//! jobs pending in a real slurmctld, is `slurm_host.rs`'s.
 
 use paddock_domain::driver::{DemandPool, PoolDemand};
-use paddock_kube::SlinkyDriver;
-use paddock_testkit::skip;
 use paddock_types::NodePoolId;
 use serde_json::json;
 
-use base64::Engine;
-
-use crate::played::operator::routable_ip;
-use crate::played::restd;
-use crate::slurm::{access, desired, pool, secrets, server, settings, unique, version};
-use crate::slurm_probe::{play_restapi, NO_ROUTABLE_ADDRESS};
+use crate::slurm::{pool, unique, version};
+use crate::slurm_rest::RestCluster;
 
 /// A pool as the autoscaler asks about it: a NodeSet's own partition, 16 cores and 64 GiB.
 fn asked(name: &str) -> DemandPool {
@@ -35,24 +29,11 @@ fn asked(name: &str) -> DemandPool {
 
 #[tokio::test]
 async fn pending_jobs_and_idle_nodes_are_read_through_slurmrestd() {
-    let Some(ip) = skip::require(routable_ip(), NO_ROUTABLE_ADDRESS) else { return };
-    let Some(server) = server().await else { return };
-    let client = server.client().await;
-    let tenant = access(&server);
-    let ns = unique("slurm");
-    let secrets = secrets();
     let (cpu, gpu) = (unique("cpu"), unique("gpu"));
-    // The production driver writes the JWT key Secret the probe reads.
-    let driver = SlinkyDriver::with_service_proxy(settings(&ns));
     let pools = vec![pool(&cpu, 1, 0, Vec::new()), pool(&gpu, 0, 0, Vec::new())];
-    driver.ensure_slurm(&tenant, &desired(pools, &secrets)).await.expect("ensure");
-
-    let key = base64::engine::general_purpose::STANDARD.decode(secrets.jwt_hs256_key.expose()).expect("b64");
-    let restd = restd::StandInRestd::new(key);
-    let listener = tokio::net::TcpListener::bind((ip, 0)).await.expect("bind the stand-in");
-    let port = listener.local_addr().expect("addr").port();
-    let _serving = restd.clone().serve_on(listener);
-    play_restapi(&client, &ns, ip, port).await;
+    let Some(cluster) = RestCluster::new(pools).await else { return };
+    let RestCluster { tenant, ns, driver, .. } = &cluster;
+    let restd = cluster.stand_in().await;
 
     // The cpu pool's one machine: its slurmd registered (`--conf 'Features=<pool>'`, as the
     // operator starts it) and the operator wrote the node its pod's information.
@@ -62,7 +43,7 @@ async fn pending_jobs_and_idle_nodes_are_read_through_slurmrestd() {
     restd.set_comment(&slurmd, &info.to_string());
     let asked = [asked(&cpu), asked(&gpu)];
 
-    let at_rest = driver.job_demand(&tenant, &version(), &asked).await.expect("demand at rest");
+    let at_rest = driver.job_demand(tenant, &version(), &asked).await.expect("demand at rest");
     let idle_one = PoolDemand { pending: 0, pending_nodes: 0, nodes: 1, idle_nodes: 1 };
     assert_eq!(at_rest.pools, [idle_one, PoolDemand::default()]);
     assert_eq!(at_rest.idle_node_names, ["n-cpu-0"]);
@@ -75,14 +56,14 @@ async fn pending_jobs_and_idle_nodes_are_read_through_slurmrestd() {
     let running = restd.submit(&cpu, 1, 16);
     restd.set_job_state(running, Some("RUNNING"));
     restd.set_job(&slurmd, true);
-    let busy = driver.job_demand(&tenant, &version(), &asked).await.expect("demand with work");
+    let busy = driver.job_demand(tenant, &version(), &asked).await.expect("demand with work");
     assert_eq!(busy.pools[0], PoolDemand { pending: 2, pending_nodes: 2, nodes: 1, idle_nodes: 0 });
     assert_eq!(busy.pools[1], PoolDemand { pending: 1, pending_nodes: 2, nodes: 0, idle_nodes: 0 });
     assert!(busy.idle_node_names.is_empty(), "{:?}", busy.idle_node_names);
 
     // The wide job started elsewhere and ended: the gpu pool asks for nothing.
     restd.set_job_state(wide, None);
-    let after = driver.job_demand(&tenant, &version(), &asked).await.expect("demand after");
+    let after = driver.job_demand(tenant, &version(), &asked).await.expect("demand after");
     assert_eq!(after.pools[1], PoolDemand::default());
 
     // Through the pinned REST version, with tokens of the cluster's key.

@@ -1,226 +1,75 @@
 //! paddock's production slurmrestd probe ([`ServiceProxyProbe`]) through a real API server's
-//! service proxy, against a STAND-IN slurmrestd: a loopback HTTP server answering the real
-//! `/slurm/v0.0.42/...` JSON shapes behind a selector-less Service, with the tokens of the JWT key
-//! the driver wrote. Its ping, its drain and its read of the nodes' drain reasons (the proof
-//! against real Slurm daemons comes with the real-Slurm path).
+//! service proxy, against a REAL slurmrestd and slurmctld 26.05 with real slurmds registering as
+//! dynamic nodes (`paddock_testkit::slurm_host`), the slurmrestd on this host's routable address
+//! behind the cluster's RestApi Service and accepting tokens of the JWT key the driver wrote: its
+//! ping, its drain (of an idle node, and of one running a job), and its read of the nodes' drain
+//! reasons.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use base64::Engine;
-use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
 use paddock_domain::driver::SlurmSecrets;
 use paddock_domain::secret::SecretString;
-use paddock_kube::slurm::{self, ServiceProxyProbe, SlurmNode};
-use paddock_kube::SlinkyDriver;
-use paddock_testkit::skip;
-use serde_json::{json, Value};
+use paddock_kube::slurm::{self, ServiceProxyProbe};
+use paddock_testkit::slurm_host::{self, Options, SlurmHost};
 
-use crate::played::operator::routable_ip;
-use crate::slurm::{access, b64, desired, pool, random_bytes, secrets, server, settings, unique};
-use crate::support;
+use crate::slurm::{b64, desired, pool, random_bytes, unique};
+use crate::slurm_rest::RestCluster;
 
-#[derive(Clone)]
-struct StandInRestd {
-    key: Vec<u8>,
-    /// Slurm node -> state flags.
-    nodes: Arc<Mutex<BTreeMap<String, Vec<String>>>>,
-    /// Slurm node -> its reason, when it has one.
-    reasons: Arc<Mutex<BTreeMap<String, String>>>,
-}
-
-impl StandInRestd {
-    /// A node as slurmrestd v0.0.42 shows it (fields cut).
-    fn node(&self, name: &str, state: &[String]) -> Value {
-        let reason = self.reasons.lock().expect("lock").get(name).cloned().unwrap_or_default();
-        json!({ "name": name, "state": state, "reason": reason, "reason_set_by_user": "slurm" })
-    }
-}
-
-impl StandInRestd {
-    fn authorized(&self, headers: &axum::http::HeaderMap) -> bool {
-        let Some(token) = headers.get("X-SLURM-USER-TOKEN").and_then(|v| v.to_str().ok()) else { return false };
-        let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::HS256);
-        validation.set_required_spec_claims(&["exp"]);
-        let key = jsonwebtoken::DecodingKey::from_secret(&self.key);
-        jsonwebtoken::decode::<Value>(token, &key, &validation).is_ok_and(|t| t.claims["sun"] == "slurm")
-    }
-}
-
-async fn restd_router(restd: StandInRestd) -> axum::Router {
-    use axum::extract::{Path, State};
-    use axum::http::{HeaderMap, StatusCode};
-    use axum::routing::get;
-    use axum::Json;
-
-    type Answer = (StatusCode, Json<Value>);
-    async fn ping(State(r): State<StandInRestd>, headers: HeaderMap) -> Answer {
-        if !r.authorized(&headers) {
-            return (StatusCode::UNAUTHORIZED, Json(json!({"errors": [{"error": "unauthorized"}]})));
-        }
-        // The shape of slurmrestd v0.0.42's `GET /slurm/v0.0.42/ping`.
-        let pings = json!([{ "hostname": "slurm-controller-0", "pinged": "UP", "latency": 93, "mode": "primary",
-                             "primary": true, "responding": true }]);
-        (StatusCode::OK, Json(json!({ "pings": pings, "meta": {}, "errors": [], "warnings": [] })))
-    }
-    async fn node_get(State(r): State<StandInRestd>, Path(name): Path<String>, headers: HeaderMap) -> Answer {
-        if !r.authorized(&headers) {
-            return (StatusCode::UNAUTHORIZED, Json(json!({})));
-        }
-        let state = r.nodes.lock().expect("lock").get(&name).cloned();
-        match state {
-            Some(state) => (StatusCode::OK, Json(json!({ "nodes": [r.node(&name, &state)], "errors": [] }))),
-            None => (StatusCode::NOT_FOUND, Json(json!({ "nodes": [], "errors": [{ "error": "Invalid node name" }] }))),
-        }
-    }
-    async fn node_post(
-        State(r): State<StandInRestd>,
-        Path(name): Path<String>,
-        headers: HeaderMap,
-        Json(update): Json<Value>,
-    ) -> Answer {
-        if !r.authorized(&headers) {
-            return (StatusCode::UNAUTHORIZED, Json(json!({})));
-        }
-        let mut nodes = r.nodes.lock().expect("lock");
-        let Some(state) = nodes.get_mut(&name) else { return (StatusCode::NOT_FOUND, Json(json!({}))) };
-        let reason = update["reason"].as_str().unwrap_or_default();
-        if update["state"] == json!(["DRAIN"]) && !reason.is_empty() {
-            state.push("DRAIN".to_owned());
-            r.reasons.lock().expect("lock").insert(name, reason.to_owned());
-        }
-        (StatusCode::OK, Json(json!({ "errors": [] })))
-    }
-    // The shape of slurmrestd v0.0.42's `GET /slurm/v0.0.42/nodes`.
-    async fn nodes(State(r): State<StandInRestd>, headers: HeaderMap) -> Answer {
-        if !r.authorized(&headers) {
-            return (StatusCode::UNAUTHORIZED, Json(json!({})));
-        }
-        let all = r.nodes.lock().expect("lock").clone();
-        let nodes: Vec<Value> = all.iter().map(|(name, state)| r.node(name, state)).collect();
-        (StatusCode::OK, Json(json!({ "nodes": nodes, "last_update": {}, "meta": {}, "errors": [], "warnings": [] })))
-    }
-    axum::Router::new()
-        .route("/slurm/v0.0.42/ping", get(ping))
-        .route("/slurm/v0.0.42/nodes", get(nodes))
-        .route("/slurm/v0.0.42/node/{name}", get(node_get).post(node_post))
-        .with_state(restd)
-}
-
-/// PLAYS THE OPERATOR (and the kubelet): slurmrestd's pod in `ns`, with the stand-in's address
-/// `ip` as its IP (the API server proxies only to endpoint addresses that are the IPs of their
-/// target pods), and the RestApi's Service, its endpoint the stand-in's `port` (selector-less).
-pub(crate) async fn play_restapi(client: &Client, ns: &str, ip: std::net::IpAddr, port: u16) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": { "name": "slurm-restapi-0" },
-        "spec": { "nodeName": unique("n-restd"), "containers": [{ "name": "slurmrestd", "image": "example.invalid/c:1" }] },
-    }))
-    .expect("pod");
-    support::eventually(Duration::from_secs(30), "slurmrestd's pod to be created", || async {
-        pods.create(&PostParams::default(), &pod).await.ok().map(|_| ())
-    })
-    .await;
-    let pod_status =
-        json!({ "status": { "phase": "Running", "podIP": ip.to_string(), "podIPs": [{ "ip": ip.to_string() }] } });
-    pods.patch_status("slurm-restapi-0", &PatchParams::default(), &Patch::Merge(&pod_status)).await.expect("pod IP");
-    let target = json!({ "kind": "Pod", "name": "slurm-restapi-0", "namespace": ns });
-
-    let services: Api<Service> = Api::namespaced(client.clone(), ns);
-    let svc = json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": { "name": slurm::RESTAPI_SERVICE, "namespace": ns },
-        "spec": { "ports": [{ "name": "slurmrestd", "port": 6820, "targetPort": port }] },
+/// Waits until slurmd `node` registered and is `state` (as `sinfo` says it).
+fn wait_state(slurm: &SlurmHost, node: &str, state: &str) {
+    slurm.wait(&format!("{node} to be {state}"), |s| {
+        let out = s.run(&["sinfo", "-h", "-N", "-n", node, "-o", "%T"]);
+        (String::from_utf8_lossy(&out.stdout).trim() == state).then_some(())
     });
-    services.patch(slurm::RESTAPI_SERVICE, &PatchParams::apply("stand-in"), &Patch::Apply(&svc)).await.expect("svc");
-    let endpoints: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        ns,
-        &ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("", "v1", "Endpoints")),
-    );
-    let ep = json!({
-        "apiVersion": "v1", "kind": "Endpoints",
-        "metadata": { "name": slurm::RESTAPI_SERVICE, "namespace": ns },
-        "subsets": [{ "addresses": [{ "ip": ip.to_string(), "targetRef": target }], "ports": [{ "name": "slurmrestd", "port": port }] }],
-    });
-    endpoints.patch(slurm::RESTAPI_SERVICE, &PatchParams::apply("stand-in"), &Patch::Apply(&ep)).await.expect("ep");
-    let slices: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        ns,
-        &ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("discovery.k8s.io", "v1", "EndpointSlice")),
-    );
-    let slice_name = format!("{}-stand-in", slurm::RESTAPI_SERVICE);
-    let slice = json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": { "name": slice_name, "namespace": ns,
-                      "labels": { "kubernetes.io/service-name": slurm::RESTAPI_SERVICE } },
-        "addressType": if ip.is_ipv4() { "IPv4" } else { "IPv6" },
-        "endpoints": [{ "addresses": [ip.to_string()], "conditions": { "ready": true }, "targetRef": target }],
-        "ports": [{ "name": "slurmrestd", "port": port, "protocol": "TCP" }],
-    });
-    slices.patch(&slice_name, &PatchParams::apply("stand-in"), &Patch::Apply(&slice)).await.expect("slice");
 }
-
-/// Why a test of paddock's probe through the API server's service proxy cannot run on this host.
-pub const NO_ROUTABLE_ADDRESS: &str =
-    "this host has no routable address for the slurmrestd stand-in (the API server proxies to no loopback address)";
 
 #[tokio::test]
-async fn the_service_proxy_probe_pings_and_drains_through_the_api_server() {
-    let Some(ip) = skip::require(routable_ip(), NO_ROUTABLE_ADDRESS) else { return };
-    let Some(server) = server().await else { return };
-    let client = server.client().await;
-    let tenant = access(&server);
-    let ns = unique("slurm");
-    let secrets = secrets();
-    // The production driver writes the JWT key Secret the probe reads.
-    let driver = SlinkyDriver::with_service_proxy(settings(&ns));
-    driver
-        .ensure_slurm(&tenant, &desired(vec![pool(&unique("cpu"), 1, 0, Vec::new())], &secrets))
-        .await
-        .expect("ensure");
-
-    let key = base64::engine::general_purpose::STANDARD.decode(secrets.jwt_hs256_key.expose()).expect("b64");
-    let nodes = Arc::new(Mutex::new(BTreeMap::from([("cpu-0".to_owned(), vec!["IDLE".to_owned()])])));
-    // A tenant's admin drained `cpu-1` to report a fault (`scontrol update ... state=drain
-    // reason="paddock:hw: ..."`).
-    let failed = vec!["IDLE".to_owned(), "DRAIN".to_owned()];
-    nodes.lock().expect("lock").insert("cpu-1".to_owned(), failed.clone());
-    let reasons = Arc::new(Mutex::new(BTreeMap::from([("cpu-1".to_owned(), "paddock:hw: GPU 3 ECC".to_owned())])));
-    let restd = StandInRestd { key, nodes: nodes.clone(), reasons };
-    let listener = tokio::net::TcpListener::bind((ip, 0)).await.expect("bind the stand-in");
-    let port = listener.local_addr().expect("addr").port();
-    let app = restd_router(restd).await;
-    tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
-
-    play_restapi(&client, &ns, ip, port).await;
+async fn the_service_proxy_probe_pings_drains_and_reads_a_real_slurmrestd() {
+    let Some(root) = slurm_host::root() else { return };
+    let Some(rest) = RestCluster::new(vec![pool(&unique("cpu"), 1, 0, Vec::new())]).await else { return };
+    let RestCluster { tenant, ns, secrets, driver, .. } = &rest;
+    let options = Options {
+        cluster: Some(slurm::cluster_name(tenant.cluster.cluster_id)),
+        jwt_key: Some(rest.jwt_key()),
+        accounting: false,
+    };
+    // A NodeSet and its partition, as the operator writes them.
+    let conf = "NodeSet=cpu Feature=cpu\nPartitionName=cpu Nodes=cpu Default=YES State=UP";
+    let mut slurm = SlurmHost::start_with(&root, conf, &options);
+    // A tenant's admin drained `cpu-1` to report a fault; its slurmd then gave way to cpu-0's
+    // (one slurmd a host): Slurm keeps the node, drained, with the admin's reason.
+    slurm.start_slurmd("cpu-1", "Features=cpu");
+    wait_state(&slurm, "cpu-1", "idle");
+    let fault = "paddock:hw: GPU 3 ECC";
+    let out = slurm.run(&["scontrol", "update", "nodename=cpu-1", "state=drain", &format!("reason={fault}")]);
+    assert!(out.status.success(), "scontrol: {}", String::from_utf8_lossy(&out.stderr));
+    slurm.stop_slurmd("cpu-1");
+    slurm.start_slurmd("cpu-0", "Features=cpu");
+    wait_state(&slurm, "cpu-0", "idle");
+    let port = slurm.start_slurmrestd_on(rest.ip);
+    rest.route_to(port).await;
 
     let probe = ServiceProxyProbe::new(ns.clone());
-    assert!(probe.ping(&tenant, "v0.0.42").await.expect("ping through the service proxy"));
-    assert_eq!(probe.drain(&tenant, "v0.0.42", "cpu-0", slurm::DRAIN_REASON).await.expect("drain"), Some(true));
-    assert_eq!(nodes.lock().expect("lock")["cpu-0"], vec!["IDLE".to_owned(), "DRAIN".to_owned()]);
-    assert_eq!(probe.drain(&tenant, "v0.0.42", "cpu-0", slurm::DRAIN_REASON).await.expect("again"), Some(true));
-    assert_eq!(probe.drain(&tenant, "v0.0.42", "unknown-7", slurm::DRAIN_REASON).await.expect("unknown"), None);
-    // Every node with its state and reason: the tenant's fault report, and paddock's own drain.
-    let listed = probe.nodes(&tenant, "v0.0.42").await.expect("nodes through the service proxy");
-    let drained = |name: &str, reason: &str| SlurmNode {
-        name: name.into(),
-        state: failed.clone(),
-        reason: reason.into(),
-        ..SlurmNode::default()
-    };
-    assert_eq!(listed, [drained("cpu-0", slurm::DRAIN_REASON), drained("cpu-1", "paddock:hw: GPU 3 ECC")]);
+    assert!(probe.ping(tenant, "v0.0.42").await.expect("ping through the service proxy"));
+    // A job runs on cpu-0: the drain holds new work off and waits for it.
+    let out = slurm.run(&["sbatch", "--parsable", "-p", "cpu", "-w", "cpu-0", "--wrap", "sleep 600"]);
+    assert!(out.status.success(), "sbatch: {}", String::from_utf8_lossy(&out.stderr));
+    let job = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    wait_state(&slurm, "cpu-0", "allocated");
+    assert_eq!(probe.drain(tenant, "v0.0.42", "cpu-0", slurm::DRAIN_REASON).await.expect("drain"), Some(false));
+    let out = slurm.run(&["scancel", &job]);
+    assert!(out.status.success(), "scancel: {}", String::from_utf8_lossy(&out.stderr));
+    wait_state(&slurm, "cpu-0", "drained");
+    assert_eq!(probe.drain(tenant, "v0.0.42", "cpu-0", slurm::DRAIN_REASON).await.expect("again"), Some(true));
+    assert_eq!(probe.drain(tenant, "v0.0.42", "unknown-7", slurm::DRAIN_REASON).await.expect("unknown"), None);
+    // Every node with its reason: the tenant's fault report, and paddock's own drain.
+    let listed = probe.nodes(tenant, "v0.0.42").await.expect("nodes through the service proxy");
+    let mut reasons: Vec<(&str, &str)> = listed.iter().map(|n| (n.name.as_str(), n.reason.as_str())).collect();
+    reasons.sort_unstable();
+    assert_eq!(reasons, [("cpu-0", slurm::DRAIN_REASON), ("cpu-1", fault)], "{listed:?}");
+    assert!(listed.iter().all(|n| n.state.iter().any(|s| s == "DRAIN")), "{listed:?}");
 
-    // A token signed with another key is refused by the stand-in: the ping is not a success.
-    let other = secrets_with_jwt(&secrets, b64(&random_bytes(64)));
-    driver.ensure_slurm(&tenant, &desired(vec![pool(&unique("cpu"), 1, 0, Vec::new())], &other)).await.expect("ensure");
-    let denied = probe.ping(&tenant, "v0.0.42").await;
-    assert!(!matches!(denied, Ok(true)), "a token of the old key was accepted: {denied:?}");
-}
-
-fn secrets_with_jwt(secrets: &SlurmSecrets, jwt: String) -> SlurmSecrets {
-    SlurmSecrets { jwt_hs256_key: SecretString::new(jwt), ..secrets.clone() }
+    // A token signed with another key is refused: the ping is not a success.
+    let other = SlurmSecrets { jwt_hs256_key: SecretString::new(b64(&random_bytes(64))), ..secrets.clone() };
+    driver.ensure_slurm(tenant, &desired(vec![pool(&unique("cpu"), 1, 0, Vec::new())], &other)).await.expect("ensure");
+    let denied = probe.ping(tenant, "v0.0.42").await;
+    assert!(!matches!(denied, Ok(true)), "a token of another key was accepted: {denied:?}");
 }

@@ -1,11 +1,9 @@
-//! STAND-IN for slurmrestd (no Slurm 25.11 can run on these machines): the `v0.0.44` endpoints
+//! STAND-IN for slurmrestd (where a test says why it is not the real one): the `v0.0.44` endpoints
 //! that slurm-client v1.2.1 calls for the operator (nodes, reservations, jobs), answering only
 //! tokens signed with the JWT key paddock wrote (HS256, `sun` = `slurm`, `exp` required), and
 //! `v0.0.42`'s ping, node list and node read/update for paddock's own probe (its drain, and its
-//! read of the nodes' drain reasons), and job and node lists (the demand of elastic pools), and
-//! `v0.0.42`'s `slurmdb` endpoints for the tenant's people (QOS, accounts, users, associations:
-//! listed, created or updated, deleted; a user or account deleted with its associations, an
-//! association of a missing account refused, as slurmdbd does; [`StandInRestd::accounting`]). Its
+//! read of the nodes' drain reasons), and job and node lists (the demand of elastic pools). No
+//! `slurmdb` endpoints: paddock's accounting writes are tested against a real slurmdbd. Its
 //! Slurm nodes are the slurmd pods the played
 //! kubelet started ([`StandInRestd::register`], as `slurmd -Z --conf ...` registers a dynamic
 //! node with slurmctld); updates (comment, DRAIN/UNDRAIN with their reason, as slurmctld keeps a
@@ -88,20 +86,6 @@ struct Inner {
     /// Every node update, in order.
     updates: Mutex<Vec<Update>>,
     denied: AtomicUsize,
-    accounting: Mutex<Accounting>,
-}
-
-/// slurmdbd's records as the `slurmdb` endpoints were given them (each item as posted).
-#[derive(Default, Clone, Debug)]
-pub struct Accounting {
-    /// QOS by name.
-    pub qos: BTreeMap<String, Value>,
-    /// Accounts by name.
-    pub accounts: BTreeMap<String, Value>,
-    /// Users by name.
-    pub users: BTreeMap<String, Value>,
-    /// Associations by (account, user); the account's own has an empty user.
-    pub associations: BTreeMap<(String, String), Value>,
 }
 
 /// The stand-in; clones share its state.
@@ -264,22 +248,6 @@ impl StandInRestd {
         self.0.log.lock().expect("lock").clone()
     }
 
-    /// slurmdbd's records now.
-    pub fn accounting(&self) -> Accounting {
-        self.0.accounting.lock().expect("lock").clone()
-    }
-
-    /// PLAYS THE TENANT'S ADMIN with `sacctmgr`: removes an association, or adds one (`item`
-    /// as slurmrestd lists it), behind paddock's back.
-    pub fn set_association(&self, account: &str, user: &str, item: Option<Value>) {
-        let mut db = self.0.accounting.lock().expect("lock");
-        let key = (account.to_owned(), user.to_owned());
-        match item {
-            Some(item) => db.associations.insert(key, item),
-            None => db.associations.remove(&key),
-        };
-    }
-
     /// How many requests were refused (no token, or a token of another key).
     pub fn denied(&self) -> usize {
         self.0.denied.load(Ordering::SeqCst)
@@ -403,87 +371,6 @@ async fn ping() -> Answer {
     openapi(json!({ "pings": pings }))
 }
 
-fn dbd(body: Value) -> Answer {
-    let mut answer = openapi(body);
-    answer.1 .0["meta"] = json!({ "plugin": { "type": "openapi/slurmdbd", "name": "Slurm OpenAPI slurmdbd" } });
-    answer
-}
-
-fn refused(what: String) -> Answer {
-    (StatusCode::BAD_REQUEST, Json(json!({ "errors": [{ "error": what }], "warnings": [] })))
-}
-
-/// `GET /slurmdb/v0.0.42/<kind>/`: every record of the kind.
-async fn db_list(State(r): State<StandInRestd>, uri: Uri) -> Answer {
-    let db = r.accounting();
-    let kind = uri.path().trim_end_matches('/').rsplit('/').next().unwrap_or_default().to_owned();
-    let list: Vec<Value> = match kind.as_str() {
-        "qos" => db.qos.into_values().collect(),
-        "accounts" => db.accounts.into_values().collect(),
-        "users" => db.users.into_values().collect(),
-        _ => db.associations.into_values().collect(),
-    };
-    dbd(json!({ kind: list }))
-}
-
-/// `POST /slurmdb/v0.0.42/<kind>/`: creates or updates each item, as slurmdbd does; an
-/// association of an account that does not exist is refused.
-async fn db_post(State(r): State<StandInRestd>, uri: Uri, Json(body): Json<Value>) -> Answer {
-    let kind = uri.path().trim_end_matches('/').rsplit('/').next().unwrap_or_default().to_owned();
-    let mut db = r.0.accounting.lock().expect("lock");
-    for item in body[&kind].as_array().into_iter().flatten() {
-        let name = item["name"].as_str().unwrap_or_default().to_owned();
-        match kind.as_str() {
-            "qos" => drop(db.qos.insert(name, item.clone())),
-            "accounts" => drop(db.accounts.insert(name, item.clone())),
-            "users" => drop(db.users.insert(name, item.clone())),
-            _ => {
-                let account = item["account"].as_str().unwrap_or_default().to_owned();
-                if !db.accounts.contains_key(&account) {
-                    return refused(format!("account {account} does not exist"));
-                }
-                let user = item["user"].as_str().unwrap_or_default().to_owned();
-                db.associations.insert((account, user), item.clone());
-            }
-        }
-    }
-    dbd(json!({}))
-}
-
-/// `DELETE /slurmdb/v0.0.42/association/?account=&user=&cluster=`.
-async fn db_delete_association(
-    State(r): State<StandInRestd>,
-    axum::extract::Query(q): axum::extract::Query<BTreeMap<String, String>>,
-) -> Answer {
-    let key = (q.get("account").cloned().unwrap_or_default(), q.get("user").cloned().unwrap_or_default());
-    match r.0.accounting.lock().expect("lock").associations.remove(&key) {
-        Some(_) => dbd(json!({ "removed_associations": [format!("{}/{}", key.0, key.1)] })),
-        None => not_found(&format!("association {}/{}", key.0, key.1)),
-    }
-}
-
-/// `DELETE /slurmdb/v0.0.42/<kind>/<name>`: a user or account takes its associations with it.
-async fn db_delete(State(r): State<StandInRestd>, Path(name): Path<String>, uri: Uri) -> Answer {
-    let kind = uri.path().split('/').nth(3).unwrap_or_default().to_owned();
-    let mut db = r.0.accounting.lock().expect("lock");
-    let found = match kind.as_str() {
-        "qos" => db.qos.remove(&name).is_some(),
-        "user" => {
-            db.associations.retain(|(_, u), _| *u != name);
-            db.users.remove(&name).is_some()
-        }
-        _ => {
-            db.associations.retain(|(a, _), _| *a != name);
-            db.accounts.remove(&name).is_some()
-        }
-    };
-    if found {
-        dbd(json!({}))
-    } else {
-        not_found(&format!("{kind} {name}"))
-    }
-}
-
 async fn unknown(method: Method, uri: Uri) -> Answer {
     eprintln!("slurmrestd stand-in: no such endpoint here: {method} {uri}");
     not_found(&format!("{method} {uri}"))
@@ -509,15 +396,6 @@ fn router(restd: StandInRestd) -> axum::Router {
         .route("/slurm/v0.0.42/nodes", get(nodes))
         .route("/slurm/v0.0.42/ping", get(ping))
         .route("/slurm/v0.0.42/ping/", get(ping))
-        // and writes the tenant's people into slurmdbd through v0.0.42's `slurmdb` endpoints.
-        .route("/slurmdb/v0.0.42/qos/", get(db_list).post(db_post))
-        .route("/slurmdb/v0.0.42/accounts/", get(db_list).post(db_post))
-        .route("/slurmdb/v0.0.42/users/", get(db_list).post(db_post))
-        .route("/slurmdb/v0.0.42/associations/", get(db_list).post(db_post))
-        .route("/slurmdb/v0.0.42/association/", axum::routing::delete(db_delete_association))
-        .route("/slurmdb/v0.0.42/qos/{name}", axum::routing::delete(db_delete))
-        .route("/slurmdb/v0.0.42/user/{name}", axum::routing::delete(db_delete))
-        .route("/slurmdb/v0.0.42/account/{name}", axum::routing::delete(db_delete))
         .route_layer(axum::middleware::from_fn_with_state(restd.clone(), authorized))
         .fallback(unknown)
         .with_state(restd)

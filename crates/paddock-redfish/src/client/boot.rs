@@ -140,7 +140,7 @@ impl RedfishClient {
 
         self.converge_power(system, PowerState::Off).await?;
         let system = self.reread_guarded(&path, expected).await?;
-        self.eject_all(&system.res).await?;
+        self.eject_all_but_landed(&system.res, Some((&cd, image.as_str()))).await?;
         self.insert_into(&self.reread(&cd).await?, image.as_str(), None).await?;
         self.insert_into(&self.reread(&second).await?, seed.expose(), Some(&redactor)).await?;
         let system = self.reread_guarded(&path, expected).await?;
@@ -176,7 +176,7 @@ impl RedfishClient {
             return Ok(self.pending_progress());
         }
         info!(media.image_device = %cd.id(), media.seed_device = %second.id(), "booting from virtual media");
-        self.eject_all(&system.res).await?;
+        self.eject_all_but_landed(&system.res, Some((&cd, image.as_str()))).await?;
         self.insert_into(&self.reread(&cd).await?, image.as_str(), None).await?;
         self.insert_into(&self.reread(&second).await?, seed.expose(), Some(&redactor)).await?;
         let system = self.reread_guarded(&path, expected).await?;

@@ -1,8 +1,10 @@
 //! Virtual media: the devices, found through the links only, and their inserts and ejects.
 
+use std::time::Instant;
+
 use reqwest::Method;
 use serde_json::json;
-use tracing::{debug, info, instrument};
+use tracing::{debug, info, instrument, warn};
 use url::Url;
 
 use crate::error::RedfishError;
@@ -11,6 +13,7 @@ use crate::model::{
     VirtualMediaRes,
 };
 use crate::redact::Redactor;
+use crate::transport::Sending;
 
 use super::{gap, last_segment, RedfishClient};
 
@@ -30,6 +33,11 @@ impl DeviceRead {
     /// Whether the device holds (or names) an image.
     fn is_loaded(&self) -> bool {
         self.res.inserted == Some(true) || self.res.image.is_some()
+    }
+
+    /// Whether the device shows `image` inserted.
+    fn holds(&self, image: &str) -> bool {
+        self.res.inserted == Some(true) && self.res.image.as_deref() == Some(image)
     }
 }
 
@@ -56,6 +64,12 @@ impl RedfishClient {
     /// Inserts `image_url` into virtual media `device` (by `Id`, e.g. `Cd`). Already inserted is
     /// success; another image is ejected first (many BMCs refuse an insert over media). Checks the
     /// UUID first.
+    ///
+    /// Many BMCs fetch the whole image inside the insert's request, so it gets its own timeout
+    /// (`RedfishConfig::insert_timeout`) and is never sent again once it may have reached the
+    /// BMC: an insert left unanswered is followed by a read of the device, and until the device
+    /// shows the image, or the insert timeout has passed once more, every call answers
+    /// `InsertUnconfirmed` instead of sending it again.
     #[instrument(skip_all, fields(bmc.host = %self.host_key(), system.uuid = %expected, media.device = device))]
     pub async fn insert_media(
         &self,
@@ -67,7 +81,8 @@ impl RedfishClient {
         let system = self.guarded_system(expected).await?;
         let found = self.device(&system.res, device).await?;
         let image = image_url.as_str();
-        if found.res.inserted == Some(true) && found.res.image.as_deref() == Some(image) {
+        if found.holds(image) {
+            self.unanswered.forget(&found.path);
             return Ok(ChangeOutcome::AlreadyDone);
         }
         let found = if found.is_loaded() {
@@ -121,9 +136,25 @@ impl RedfishClient {
 
     /// Ejects every loaded device.
     pub(super) async fn eject_all(&self, system: &SystemRes) -> Result<ChangeOutcome, RedfishError> {
+        self.eject_all_but_landed(system, None).await
+    }
+
+    /// Ejects every loaded device but `keep` (a device and the image about to be inserted into
+    /// it) when it shows that image from an unanswered insert: that insert landed after all, and
+    /// ejecting it would only make the BMC fetch the image once more.
+    pub(super) async fn eject_all_but_landed(
+        &self,
+        system: &SystemRes,
+        keep: Option<(&DeviceRead, &str)>,
+    ) -> Result<ChangeOutcome, RedfishError> {
         let mut outcome = ChangeOutcome::AlreadyDone;
         for device in self.devices(system).await? {
-            if device.is_loaded() {
+            let landed = keep.is_some_and(|(keep, image)| {
+                device.path == keep.path && device.holds(image) && self.unanswered.since(&device.path, image).is_some()
+            });
+            if landed {
+                info!(media.device = %device.id(), "keeping the media an unanswered insert put in");
+            } else if device.is_loaded() {
                 self.eject(&device).await?;
                 info!(media.device = %device.id(), "ejected media");
                 outcome = ChangeOutcome::Applied;
@@ -134,6 +165,9 @@ impl RedfishClient {
 
     /// Inserts `image` (`InsertMedia`, or a PATCH of `Image` on a BMC without the action) and
     /// checks that the device shows media. With `redact`, the BMC's answers are scrubbed of it.
+    /// The insert is sent once, with the insert timeout: when it gets no answer, the device's
+    /// state says whether it landed, and an unanswered insert is not sent again before the
+    /// insert timeout has passed since (see [`insert_media`](Self::insert_media)).
     pub(super) async fn insert_into(
         &self,
         found: &DeviceRead,
@@ -141,15 +175,31 @@ impl RedfishClient {
         redact: Option<&Redactor>,
     ) -> Result<(), RedfishError> {
         let device = found.id();
+        if found.holds(image) {
+            // Already there (an earlier, unanswered insert of it landed): nothing to fetch again.
+            self.unanswered.forget(&found.path);
+            return Ok(());
+        }
+        if let Some(since) = self.unanswered.since(&found.path, image) {
+            let waited = since.elapsed();
+            if waited < self.insert_timeout {
+                return Err(RedfishError::InsertUnconfirmed { device, waited, source: None });
+            }
+            // As long again as the insert could take, and still nothing: taken as lost.
+            info!(media.device = %device, "an unanswered insert into {device} did not land; sending it again");
+            self.unanswered.forget(&found.path);
+        }
         let action = found.res.actions.as_ref().and_then(|a| a.insert.as_ref()).and_then(|a| a.target.clone());
         let body = json!({ "Image": image, "Inserted": true, "WriteProtected": true });
         let (method, link, if_match, what) = match &action {
             Some(action) => (Method::POST, action.as_str(), None, format!("VirtualMedia.InsertMedia on {device}")),
             None => (Method::PATCH, found.path.as_str(), found.etag.as_deref(), format!("PATCH of Image on {device}")),
         };
-        match redact {
-            Some(r) => self.transport.change_redacted(method, link, &body, if_match, &what, r).await?,
-            None => self.transport.change(method, link, &body, if_match, &what).await?,
+        let sending = Sending::Once(self.insert_timeout);
+        match self.transport.change_sent(method, link, &body, if_match, &what, sending, redact).await {
+            Ok(()) => {}
+            Err(e) if e.may_have_reached_the_bmc() => return self.confirm_unanswered(found, image, e).await,
+            Err(e) => return Err(e),
         }
         let after: VirtualMediaRes = self.transport.get(&found.path).await?;
         if after.inserted == Some(false) || (after.inserted.is_none() && after.image.is_none()) {
@@ -157,6 +207,28 @@ impl RedfishClient {
         }
         debug!(media.device = %device, "inserted media");
         Ok(())
+    }
+
+    /// After an insert that got no answer: reads the device instead of sending the insert again.
+    /// Shown there, it landed; else it is recorded as unanswered, and the BMC may still be
+    /// fetching the image.
+    async fn confirm_unanswered(
+        &self,
+        found: &DeviceRead,
+        image: &str,
+        error: RedfishError,
+    ) -> Result<(), RedfishError> {
+        let device = found.id();
+        let since = Instant::now();
+        let now = self.reread(found).await?;
+        if now.holds(image) {
+            info!(media.device = %device, "the insert into {device} got no answer, but landed");
+            return Ok(());
+        }
+        self.unanswered.record(&found.path, image, since);
+        let waited = since.elapsed();
+        warn!(media.device = %device, "the insert into {device} got no answer; not sending it again before it can have landed");
+        Err(RedfishError::InsertUnconfirmed { device, waited, source: Some(Box::new(error)) })
     }
 
     /// Ejects (`EjectMedia`, or a PATCH of `Image`/`Inserted` on a BMC without the action) and

@@ -22,7 +22,8 @@ mod media;
 mod power;
 mod storage;
 
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tracing::{debug, instrument, warn};
 
@@ -50,6 +51,58 @@ pub struct RedfishClient {
     system_path: tokio::sync::OnceCell<String>,
     /// The virtual media devices' paths (the collection's members), read once or given.
     media_members: std::sync::Mutex<Option<Vec<String>>>,
+    /// Timeout of an insert of virtual media (`RedfishConfig::insert_timeout`).
+    insert_timeout: Duration,
+    /// The inserts this machine's clients sent that got no answer, shared with the next client
+    /// of the machine (see [`UnansweredInserts`]).
+    unanswered: UnansweredInserts,
+}
+
+/// The inserts of virtual media into one machine's devices that got no answer (a timeout, a
+/// connection lost after sending), by device path: the BMC may still be fetching the image, so
+/// an insert of the same image is not sent again before the insert timeout has passed once more
+/// since the answer failed to come; the device's state tells when it landed. Shared by every
+/// client of one machine.
+#[derive(Clone, Default)]
+pub struct UnansweredInserts(Arc<Mutex<Vec<UnansweredInsert>>>);
+
+impl std::fmt::Debug for UnansweredInserts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The images are URLs, and a seed's carries a token: only the count is shown.
+        let count = self.0.lock().map(|u| u.len()).unwrap_or_default();
+        f.debug_struct("UnansweredInserts").field("count", &count).finish()
+    }
+}
+
+/// One unanswered insert.
+struct UnansweredInsert {
+    device_path: String,
+    image: String,
+    /// When its answer failed to come.
+    since: Instant,
+}
+
+impl UnansweredInserts {
+    /// When the answer to an insert of `image` into the device at `device_path` failed to come.
+    fn since(&self, device_path: &str, image: &str) -> Option<Instant> {
+        let known = self.0.lock().ok()?;
+        known.iter().find(|u| u.device_path == device_path && u.image == image).map(|u| u.since)
+    }
+
+    /// Records an unanswered insert (replacing any earlier one into the same device).
+    fn record(&self, device_path: &str, image: &str, since: Instant) {
+        if let Ok(mut known) = self.0.lock() {
+            known.retain(|u| u.device_path != device_path);
+            known.push(UnansweredInsert { device_path: device_path.to_owned(), image: image.to_owned(), since });
+        }
+    }
+
+    /// Forgets what is known of the device at `device_path`: its insert landed, or is taken as lost.
+    fn forget(&self, device_path: &str) {
+        if let Ok(mut known) = self.0.lock() {
+            known.retain(|u| u.device_path != device_path);
+        }
+    }
 }
 
 /// Where a client found the system and its virtual media devices on the BMC: what the driver
@@ -114,7 +167,15 @@ impl RedfishClient {
             limiter: None,
             system_path: tokio::sync::OnceCell::new(),
             media_members: std::sync::Mutex::new(None),
+            insert_timeout: config.insert_timeout,
+            unanswered: UnansweredInserts::default(),
         })
+    }
+
+    /// Shares the record of unanswered inserts with the other clients of the same machine.
+    pub fn with_unanswered_inserts(mut self, unanswered: UnansweredInserts) -> Self {
+        self.unanswered = unanswered;
+        self
     }
 
     /// Starts the client from what an earlier client of the same machine found out.

@@ -66,7 +66,7 @@ async fn several_systems_without_system_id_are_ambiguous() {
     let client = RedfishClient::new(emu.config(None)).expect("client");
     let err = client.system().await.expect_err("ambiguous");
     let RedfishError::AmbiguousSystem { ids } = &err else { panic!("expected AmbiguousSystem, got {err:?}") };
-    assert_eq!(ids.len(), 16);
+    assert_eq!(ids.len(), 18);
     assert!(!err.is_transient());
     assert_eq!(err.code(), "bmc_system_ambiguous");
 }
@@ -76,7 +76,7 @@ async fn unknown_system_id_is_not_found() {
     let emu = require!(emulators());
     let client = RedfishClient::new(emu.config(Some("no-such-system"))).expect("client");
     let err = client.system().await.expect_err("unknown system");
-    assert!(matches!(&err, RedfishError::SystemNotFound { available, .. } if available.len() == 16), "{err:?}");
+    assert!(matches!(&err, RedfishError::SystemNotFound { available, .. } if available.len() == 18), "{err:?}");
     assert!(!err.is_transient());
 }
 

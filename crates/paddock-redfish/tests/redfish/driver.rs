@@ -18,7 +18,9 @@ use crate::require;
 use crate::support::images::ImageServer;
 use crate::support::logs;
 use crate::support::proxy::{Fault, FaultProxy, Rule};
-use crate::support::{emulators, fast, tls_emulator, tls_pending_power, tls_system_lock, Emulators, Node, Raw};
+use crate::support::{
+    emulators, eventually, fast, tls_emulator, tls_pending_power, tls_system_lock, Emulators, Node, Raw,
+};
 
 fn driver() -> RedfishBmc {
     RedfishBmc::new(BmcLimiter::new(4)).with_tuning(|c: &mut RedfishConfig| *c = fast(c.clone()))
@@ -632,4 +634,36 @@ fn advertise_action(proxy: &FaultProxy, path: &str, name: &'static str, allowed:
             v["Actions"][name] = action;
         })),
     ));
+}
+
+/// A media boot whose image insert outlasts the insert timeout (the BMC fetches the image inside
+/// the request) fails as transient without sending the insert again; the next boot finds the
+/// image landed, keeps it instead of ejecting it, and boots. The BMC fetches the image once.
+#[tokio::test]
+async fn a_media_boot_whose_insert_outlasts_its_timeout_keeps_the_image_that_landed() {
+    let emu = require!(emulators());
+    let images = ImageServer::start().await;
+    images.delay_images(Duration::from_secs(5));
+    let raw = emu.raw();
+    let node = raw.node("node-017").await;
+    let access = access(emu, &emu.url, &node);
+    let bmc = RedfishBmc::new(BmcLimiter::new(4)).with_tuning(|c: &mut RedfishConfig| {
+        *c = fast(c.clone());
+        c.insert_timeout = Duration::from_secs(2);
+    });
+    let media = BootMedia {
+        image_url: images.url("node-os.iso").to_string(),
+        seed_url: SecretString::new(images.seed_url("tok-BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB").to_string()),
+    };
+
+    let err = bmc.boot_from_media(&access, &media).await.expect_err("the insert got no answer in time");
+    assert_eq!((err.kind, err.code.as_str()), (BmcErrorKind::Transient, "bmc_media_insert_unconfirmed"), "{err:?}");
+    let cd = || async { device(&raw, &node, "Cd").await };
+    eventually(Duration::from_secs(60), || async { cd().await["Inserted"] == true }).await;
+
+    bmc.boot_from_media(&access, &media).await.expect("boot with the image that landed");
+    assert_media_booted(&raw, &node, &media).await;
+    assert_eq!(images.downloads_of("node-os.iso"), 1, "the BMC fetched the image once");
+    bmc.finish_boot(&access, AfterBoot::PowerOff).await.expect("finish: power off");
+    assert_finished(&raw, &node, "Off").await;
 }

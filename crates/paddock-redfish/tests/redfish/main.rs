@@ -1,5 +1,5 @@
 //! Integration tests of the Redfish client against the real sushy-tools emulator started by
-//! `scripts/test` (`scripts/redfish-start`): a main emulator (HTTP, basic auth, 16 systems) and a
+//! `scripts/test` (`scripts/redfish-start`): a main emulator (HTTP, basic auth, 18 systems) and a
 //! TLS one (HTTPS, private CA, 1 system, 2 s power delay). Fault tests put the test-only proxy of
 //! `tests/support/proxy.rs` in front of the main emulator.
 //!
@@ -19,6 +19,8 @@
 //! | node-008 | faults: lost resets, capability gaps    |
 //! | node-009 | faults::failed_task_is_an_error (and paddock-worker's out-of-band erase tests, in its own test binary; ends Off) |
 //! | node-012 | media::unknown_device_*                 |
+//! | node-016 | media::an_insert_that_outlasts_its_timeout_* |
+//! | node-017 | driver::a_media_boot_whose_insert_outlasts_* |
 //! | node-010, node-011, node-013..015 | read-only tests, and one `driver` test each |
 //!
 //! The `driver` tests (`RedfishBmc`) change the systems the read-only tests only read: node-013

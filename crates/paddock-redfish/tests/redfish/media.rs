@@ -1,15 +1,16 @@
 //! Virtual media against the emulator (which downloads each image from our image server).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use paddock_redfish::{ChangeOutcome, RedfishClient, RedfishError};
 use reqwest::Method;
 use serde_json::Value;
 
 use crate::require;
-use crate::support::emulators;
 use crate::support::images::ImageServer;
 use crate::support::proxy::{Fault, FaultProxy, Rule};
+use crate::support::{emulators, eventually};
 
 #[tokio::test]
 async fn virtual_media_devices_are_listed() {
@@ -138,4 +139,36 @@ async fn a_single_virtual_media_device_is_visible_to_the_caller() {
     let devices = client.virtual_media_devices().await.expect("devices");
     assert_eq!(devices.len(), 1);
     assert_eq!(devices[0].id, "Cd");
+}
+
+/// sushy-tools, like many BMCs, fetches the whole image inside its `InsertMedia` request. One
+/// that outlasts the insert timeout is never sent again: the client reads the device instead,
+/// answers `InsertUnconfirmed` while the BMC still fetches, and finds the image once it landed.
+/// The BMC fetches the image once.
+#[tokio::test]
+async fn an_insert_that_outlasts_its_timeout_is_never_sent_again() {
+    let emu = require!(emulators());
+    let images = ImageServer::start().await;
+    images.delay_images(Duration::from_secs(5));
+    let raw = emu.raw();
+    let node = raw.node("node-016").await;
+    let mut config = emu.config(Some(&node.uuid));
+    config.insert_timeout = Duration::from_secs(2);
+    let client = RedfishClient::new(config).expect("client");
+    let expected = node.system_uuid();
+    let os = images.url("node-os.iso");
+
+    let err = client.insert_media(&expected, "Cd", &os).await.expect_err("no answer within the insert timeout");
+    assert!(matches!(err, RedfishError::InsertUnconfirmed { source: Some(_), .. }), "{err:?}");
+    assert!(err.is_transient());
+    assert_eq!(err.code(), "bmc_media_insert_unconfirmed");
+    // Asked again while the BMC still fetches: the device is read, nothing is sent.
+    let again = client.insert_media(&expected, "Cd", &os).await.expect_err("still fetching");
+    assert!(matches!(again, RedfishError::InsertUnconfirmed { source: None, .. }), "{again:?}");
+
+    eventually(Duration::from_secs(60), || async { raw.cd(&node).await["Inserted"] == true }).await;
+    assert_eq!(client.insert_media(&expected, "Cd", &os).await.expect("landed"), ChangeOutcome::AlreadyDone);
+    assert_eq!(raw.cd(&node).await["Image"], os.as_str());
+    assert_eq!(images.downloads_of("node-os.iso"), 1, "the BMC fetched the image once");
+    assert_eq!(client.eject_media(&expected, "Cd").await.expect("eject"), ChangeOutcome::Applied);
 }

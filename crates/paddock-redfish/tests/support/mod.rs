@@ -23,7 +23,7 @@ use serde_json::Value;
 /// The emulators this run talks to.
 #[derive(Debug)]
 pub struct Emulators {
-    /// The main emulator: HTTP, basic auth, 16 systems `node-000`..`node-015`, no power delay.
+    /// The main emulator: HTTP, basic auth, 18 systems `node-000`..`node-017`, no power delay.
     pub url: Url,
     pub user: String,
     pub password: String,

@@ -3,17 +3,27 @@
 use paddock_types::{JobId, OperationId, TenantId};
 use uuid::Uuid;
 
-use super::{NewJob, NOTIFY_CHANNEL, RACE_TURNS};
+use super::{NewJob, RACE_TURNS};
 use crate::operation::end_running_steps;
-use crate::{Conn, StoreError};
+use crate::{Conn, StoreError, Txn};
 
 /// Enqueues a job, or merges the request into the queued job of the same kind and target.
 ///
 /// Returns the id of the job that will carry the request out: a new job, the queued one it merged
 /// into (its `run_at` becomes the earlier of the two; a new `operation_id` replaces the old one,
 /// which is marked superseded if still open; the payload is kept), or a new follow-up job when the
-/// job of that kind is running. Call it in the transaction of the state change.
-pub async fn enqueue(conn: &mut Conn, job: &NewJob<'_>) -> Result<JobId, StoreError> {
+/// job of that kind is running. Call it in the transaction of the state change; a job due now
+/// wakes the workers of its kind once that transaction commits ([`Tx::commit`]).
+pub async fn enqueue(tx: &mut Txn<'_>, job: &NewJob<'_>) -> Result<JobId, StoreError> {
+    let due = enqueue_in(tx, job).await?;
+    if due.1 {
+        tx.wake_after_commit(job.kind);
+    }
+    Ok(due.0)
+}
+
+/// [`enqueue`]'s statements: the job, and whether it is due now.
+async fn enqueue_in(conn: &mut Conn, job: &NewJob<'_>) -> Result<(JobId, bool), StoreError> {
     let op = job.operation_id.map(OperationId::uuid);
     for turn in 0..RACE_TURNS {
         // The common case: no queued job of this kind for the target yet.
@@ -38,10 +48,7 @@ pub async fn enqueue(conn: &mut Conn, job: &NewJob<'_>) -> Result<JobId, StoreEr
             .fetch_optional(&mut *conn)
             .await?;
         if let Some((id, due)) = inserted {
-            if due {
-                notify(conn, job.kind).await?;
-            }
-            return Ok(JobId(id));
+            return Ok((JobId(id), due));
         }
         // A queued job exists: lock it (a claim skips locked rows, so it cannot start under us)
         // and merge. The sub-select reads the operation it carried before the update.
@@ -71,17 +78,14 @@ pub async fn enqueue(conn: &mut Conn, job: &NewJob<'_>) -> Result<JobId, StoreEr
                 supersede(conn, old).await?;
             }
         }
-        if due {
-            notify(conn, job.kind).await?;
-        }
-        return Ok(JobId(id));
+        return Ok((JobId(id), due));
     }
     unreachable_race()
 }
 
 /// The last turn of [`enqueue`] either inserts or fails with the unique violation, so the loop
 /// never falls through; this keeps the compiler satisfied without a panic.
-fn unreachable_race() -> Result<JobId, StoreError> {
+fn unreachable_race() -> Result<(JobId, bool), StoreError> {
     Err(StoreError::Corrupt("enqueue lost every race on jobs_queued_key".to_owned()))
 }
 
@@ -94,10 +98,5 @@ async fn supersede(conn: &mut Conn, operation: Uuid) -> Result<(), StoreError> {
     .bind(operation)
     .execute(conn)
     .await?;
-    Ok(())
-}
-
-async fn notify(conn: &mut Conn, kind: &str) -> Result<(), StoreError> {
-    sqlx::query("select pg_notify($1, $2)").bind(NOTIFY_CHANNEL).bind(kind).execute(conn).await?;
     Ok(())
 }

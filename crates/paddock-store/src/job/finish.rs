@@ -11,18 +11,20 @@ use super::{
     lost_race, millis, Job, JobError, JobState, Requeue, RetryPolicy, EXHAUSTED_STATUS, QUEUED_KEY, RACE_TURNS,
 };
 use crate::operation::end_running_steps;
-use crate::{parse_state, Conn, StoreError};
+use crate::{parse_state, Store, StoreError};
 
-/// of the same target may start now, so wake the workers of its kind.
-/// The tail of every statement that ends a run (`done` returns `id, target_id`): another due job
+/// The tail of every statement that ends a run (`done` returns `id, target_id`): the kinds of the
+/// other due jobs of the same target, which may start now. Their workers are woken once the
+/// statement has committed ([`Store::wake`]), not by a `pg_notify` in it, which would queue its
+/// commit on PostgreSQL's notify lock (see [`Txn`](crate::Txn)).
 const WAKE: &str = "wake as ( \
-         select pg_notify('paddock_jobs', q.kind) from jobs q join done d on q.target_id = d.target_id \
+         select coalesce(array_agg(distinct q.kind), '{}') as kinds from jobs q join done d on q.target_id = d.target_id \
          where q.state = 'queued' and q.run_at <= now() and q.id <> d.id \
      )";
 
 /// Marks a run succeeded, and its operation (if still open) `succeeded`. `false` when `worker`
 /// no longer holds the lease: nothing was written.
-pub async fn complete(conn: &mut Conn, id: JobId, worker: &str) -> Result<bool, StoreError> {
+pub async fn complete(store: &Store, id: JobId, worker: &str) -> Result<bool, StoreError> {
     let sql = format!(
         "with done as ( \
              update jobs set state = 'succeeded', locked_by = null, locked_until = null, \
@@ -34,17 +36,20 @@ pub async fn complete(conn: &mut Conn, id: JobId, worker: &str) -> Result<bool, 
                  finished_at = now(), updated_at = now() \
              from done d where o.id = d.operation_id and o.state in ('pending', 'running') \
          ), {WAKE} \
-         select (select count(*) from done), (select count(*) from wake)",
+         select (select count(*) from done), (select kinds from wake)",
         steps = end_running_steps("o", "succeeded"),
     );
-    let (done, _woken): (i64, i64) = sqlx::query_as(&sql).bind(id.uuid()).bind(worker).fetch_one(conn).await?;
+    let mut conn = store.conn().await?;
+    let (done, woken): (i64, Vec<String>) =
+        sqlx::query_as(&sql).bind(id.uuid()).bind(worker).fetch_one(&mut *conn).await?;
+    store.wake(woken);
     Ok(done == 1)
 }
 
 /// Marks a run permanently failed and its operation (if still open) `failed` with `problem` as
 /// its error; `instance` (the operation's path) and `request_id` (the job id, the key of the
 /// worker's log lines) are filled in here. `false` when `worker` no longer holds the lease.
-pub async fn fail(conn: &mut Conn, id: JobId, worker: &str, problem: &Problem) -> Result<bool, StoreError> {
+pub async fn fail(store: &Store, id: JobId, worker: &str, problem: &Problem) -> Result<bool, StoreError> {
     let problem_json =
         serde_json::to_value(problem).map_err(|e| StoreError::Corrupt(format!("problem is not JSON: {e}")))?;
     let sql = format!(
@@ -60,17 +65,19 @@ pub async fn fail(conn: &mut Conn, id: JobId, worker: &str, problem: &Problem) -
                      'request_id', d.id::text) \
              from done d where o.id = d.operation_id and o.state in ('pending', 'running') \
          ), {WAKE} \
-         select (select count(*) from done), (select count(*) from wake)",
+         select (select count(*) from done), (select kinds from wake)",
         steps = end_running_steps("o", "failed"),
     );
-    let (done, _woken): (i64, i64) = sqlx::query_as(&sql)
+    let mut conn = store.conn().await?;
+    let (done, woken): (i64, Vec<String>) = sqlx::query_as(&sql)
         .bind(id.uuid())
         .bind(worker)
         .bind(&problem.code)
         .bind(&problem.detail)
         .bind(problem_json)
-        .fetch_one(conn)
+        .fetch_one(&mut *conn)
         .await?;
+    store.wake(woken);
     Ok(done == 1)
 }
 
@@ -93,7 +100,7 @@ pub fn retries_exhausted(job: &Job, last: &JobError) -> Problem {
 /// backoff, or, at the policy's `max_attempts`, `failed` with the operation failed
 /// (`retries-exhausted` problem whose `code` is the error's code).
 pub async fn retry(
-    conn: &mut Conn,
+    store: &Store,
     id: JobId,
     worker: &str,
     error: &JobError,
@@ -113,7 +120,7 @@ pub async fn retry(
          'detail', format('gave up after %s attempts; last error: %s', d.attempts, $7::text), \
          'instance', '/v1/operations/' || o.id, 'code', $6::text, 'request_id', d.id::text)";
     let policy_max = i32::try_from(policy.max_attempts.max(1)).unwrap_or(i32::MAX);
-    requeue(conn, id, worker, set, failed_error, |q| {
+    requeue(store, id, worker, set, failed_error, |q| {
         q.bind(policy_max)
             .bind(millis(policy.base) as f64)
             .bind(millis(policy.cap) as f64)
@@ -130,7 +137,7 @@ pub async fn retry(
 /// after `after`, with `reason` as `last_error`, **without** using up an attempt. The operation
 /// stays `running`.
 pub async fn wait(
-    conn: &mut Conn,
+    store: &Store,
     id: JobId,
     worker: &str,
     reason: &JobError,
@@ -140,7 +147,7 @@ pub async fn wait(
          run_at = case when f.id is null then now() + $3 * interval '1 millisecond' else j.run_at end, \
          finished_at = case when f.id is not null then now() end, \
          last_error = jsonb_build_object('code', $4::text, 'message', $5::text, 'at', now())";
-    requeue(conn, id, worker, set, "null::jsonb", |q| {
+    requeue(store, id, worker, set, "null::jsonb", |q| {
         q.bind(millis(after)).bind(reason.code.clone()).bind(reason.message.clone())
     })
     .await
@@ -154,6 +161,7 @@ struct RequeueRow {
     attempts: i32,
     run_at: DateTime<Utc>,
     follow_id: Option<Uuid>,
+    woken: Vec<String>,
 }
 
 /// The shared statement of [`retry`] and [`wait`]. `set` assigns the job's columns (`j` is the
@@ -165,7 +173,7 @@ struct RequeueRow {
 /// this job ends `cancelled` and hands its operation over: the follow-up adopts it when it has
 /// none; when it has its own, the older one is superseded.
 async fn requeue(
-    conn: &mut Conn,
+    store: &Store,
     id: JobId,
     worker: &str,
     set: &str,
@@ -196,11 +204,11 @@ async fn requeue(
              from done d where o.id = d.operation_id and o.state in ('pending', 'running') \
                and (d.state = 'failed' or (d.follow_op is not null and d.follow_op <> d.operation_id)) \
          ), {WAKE} \
-         select d.state, d.attempts, d.run_at, d.follow_id from done d \
-         cross join (select count(*) from wake) w",
+         select d.state, d.attempts, d.run_at, d.follow_id, w.kinds as woken from done d cross join wake w",
         failed_steps = end_running_steps("o", "failed"),
         superseded_steps = end_running_steps("o", "superseded"),
     );
+    let mut conn = store.conn().await?;
     for _ in 0..RACE_TURNS {
         let q = bind(sqlx::query_as::<_, RequeueRow>(&sql).bind(id.uuid()).bind(worker));
         let row = match q.fetch_optional(&mut *conn).await.map_err(StoreError::from) {
@@ -213,6 +221,7 @@ async fn requeue(
         let Some(row) = row else {
             return Ok(Requeue::LeaseLost);
         };
+        store.wake(row.woken);
         let attempts = u32::try_from(row.attempts).unwrap_or(0);
         return Ok(match (parse_state(&row.state, JobState::parse)?, row.follow_id) {
             (JobState::Cancelled, Some(to)) => Requeue::HandedOver { to: JobId(to) },

@@ -20,10 +20,11 @@
 //!   completed -> `succeeded`, failed (or retries exhausted) -> `failed` with a Problem in
 //!   `error`. An operation that is no longer pending or running (superseded) is never touched.
 //!
-//! Enqueueing a due job, and ending a run while another job of the same target is due, sends
-//! `pg_notify('paddock_jobs', <kind>)` (delivered at commit) so idle workers wake at once;
-//! workers also poll, so a lost notification only costs latency. [`JobListener`] is the workers'
-//! end of the channel.
+//! Enqueueing a due job, and ending a run while another job of the same target is due, wakes idle
+//! workers of its kind with `pg_notify('paddock_jobs', <kind>)`, sent *after* the commit by the
+//! store's [`Waker`](crate::Waker) (a notification sent in the transaction would queue its commit
+//! on PostgreSQL's notify lock: see [`Txn`](crate::Txn)); workers also poll, so a lost
+//! notification only costs latency. [`JobListener`] is the workers' end of the channel.
 //!
 //! The functions expect PostgreSQL's default `read committed` isolation. [`claim`] runs as a
 //! statement of its own: call it outside a transaction.

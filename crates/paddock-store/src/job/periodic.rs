@@ -10,11 +10,11 @@ use paddock_types::{ClusterId, JobId, TenantId};
 use uuid::Uuid;
 
 use super::{enqueue, NewJob};
-use crate::{Conn, StoreError};
+use crate::{Conn, StoreError, Txn};
 
 /// Queues the cluster's `kind` job `after` from now (merged into a queued one: the earlier wins).
 pub async fn arm_cluster(
-    conn: &mut Conn,
+    conn: &mut Txn<'_>,
     kind: &str,
     tenant: TenantId,
     cluster: ClusterId,

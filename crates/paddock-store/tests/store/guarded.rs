@@ -13,6 +13,20 @@ use crate::support::{class, cluster as new_cluster, count, db, machine as new_ma
 const HEAD: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// The cluster's phase, conditions and status version as stored.
+/// `lifecycle::finish_release` in a transaction of its own.
+async fn finish_release(
+    store: &paddock_store::Store,
+    m: paddock_types::MachineId,
+    from: MachineState,
+    version: i64,
+    what: &str,
+) -> bool {
+    let mut tx = store.begin().await.expect("begin");
+    let moved = lifecycle::finish_release(&mut tx, &paddock_testkit::ledger_key(), m, from, version).await.expect(what);
+    tx.commit().await.expect("commit");
+    moved
+}
+
 async fn status(store: &paddock_store::Store, id: paddock_types::ClusterId) -> (String, serde_json::Value, i64) {
     sqlx::query_as("select phase, conditions, status_version from clusters where id = $1")
         .bind(id.uuid())
@@ -120,9 +134,7 @@ async fn machine_moves_on_a_stale_state_or_version_write_nothing() {
     assert!(!lifecycle::begin_release(&mut conn, &paddock_testkit::ledger_key(), m, MachineState::Active, v)
         .await
         .expect("wrong state"));
-    assert!(!lifecycle::finish_release(&mut conn, &paddock_testkit::ledger_key(), m, MachineState::Allocated, v)
-        .await
-        .expect("not releasing"));
+    assert!(!finish_release(&store, m, MachineState::Allocated, v, "not releasing").await);
     assert_eq!(state(&store, m).await, ("allocated".to_owned(), v));
     assert_eq!(count(&store, entries, m.uuid()).await, ledger);
     let started = "select count(*) from machine_allocations where machine_id = $1 and release_started_at is not null";
@@ -137,14 +149,10 @@ async fn machine_moves_on_a_stale_state_or_version_write_nothing() {
     assert!(!lifecycle::begin_release(&mut conn, &paddock_testkit::ledger_key(), m, MachineState::Allocated, v)
         .await
         .expect("again"));
-    assert!(!lifecycle::finish_release(&mut conn, &paddock_testkit::ledger_key(), m, MachineState::Releasing, v)
-        .await
-        .expect("stale"));
+    assert!(!finish_release(&store, m, MachineState::Releasing, v, "stale").await);
     assert_eq!(state(&store, m).await, ("releasing".to_owned(), v + 1));
 
-    assert!(lifecycle::finish_release(&mut conn, &paddock_testkit::ledger_key(), m, MachineState::Releasing, v + 1)
-        .await
-        .expect("finish"));
+    assert!(finish_release(&store, m, MachineState::Releasing, v + 1, "finish").await);
     assert_eq!(state(&store, m).await, ("cleaning".to_owned(), v + 2));
     let live = "select count(*) from machine_allocations where machine_id = $1 and released_at is null";
     assert_eq!(count(&store, live, m.uuid()).await, 0);

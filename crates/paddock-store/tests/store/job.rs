@@ -12,6 +12,14 @@ use crate::support::db;
 
 const LEASE: Duration = Duration::from_secs(30);
 
+/// `job::enqueue` in a transaction of its own.
+async fn enqueue(store: &paddock_store::Store, new: &NewJob<'_>, what: &str) -> paddock_types::JobId {
+    let mut tx = store.begin().await.expect("begin");
+    let id = job::enqueue(&mut tx, new).await.expect(what);
+    tx.commit().await.expect("commit");
+    id
+}
+
 fn new_job(kind: &'static str, target: Uuid) -> NewJob<'static> {
     NewJob {
         kind,
@@ -33,8 +41,8 @@ async fn the_next_due_time_skips_busy_targets_and_other_kinds() {
 
     let later = Utc::now() + chrono::Duration::minutes(10);
     let target = Uuid::now_v7();
-    job::enqueue(&mut conn, &NewJob { run_at: Some(later), ..new_job("a_kind", target) }).await.expect("later");
-    job::enqueue(&mut conn, &new_job("b_kind", Uuid::now_v7())).await.expect("other kind");
+    enqueue(&store, &NewJob { run_at: Some(later), ..new_job("a_kind", target) }, "later").await;
+    enqueue(&store, &new_job("b_kind", Uuid::now_v7()), "other kind").await;
     let not_yet = job::claim(&mut conn, "w1", &["a_kind"], LEASE, 10, u32::MAX).await.expect("claim");
     assert!(not_yet.jobs.is_empty(), "not due yet: {not_yet:?}");
     let due_in = not_yet.next_due_in.expect("a job");
@@ -43,11 +51,9 @@ async fn the_next_due_time_skips_busy_targets_and_other_kinds() {
     // A job due later whose target runs another job is not waited for while that run lasts, nor
     // is one whose target this very claim took.
     let busy = Uuid::now_v7();
-    job::enqueue(&mut conn, &new_job("c_kind", busy)).await.expect("runs");
+    enqueue(&store, &new_job("c_kind", busy), "runs").await;
     let soon = Utc::now() + chrono::Duration::seconds(30);
-    let queued = job::enqueue(&mut conn, &NewJob { run_at: Some(soon), ..new_job("a_kind", busy) })
-        .await
-        .expect("queued behind");
+    let queued = enqueue(&store, &NewJob { run_at: Some(soon), ..new_job("a_kind", busy) }, "queued behind").await;
     let running = job::claim(&mut conn, "w1", &["c_kind", "a_kind"], LEASE, 1, u32::MAX).await.expect("claim");
     assert_eq!(running.jobs.len(), 1);
     let due_in = running.next_due_in.expect("the one due in 10 minutes");
@@ -57,7 +63,7 @@ async fn the_next_due_time_skips_busy_targets_and_other_kinds() {
     assert!(behind.next_due_in.expect("a job") > Duration::from_secs(60), "{behind:?}");
 
     // Once that run ends, it is.
-    assert!(job::complete(&mut conn, running.jobs[0].id, "w1").await.expect("complete"));
+    assert!(job::complete(&store, running.jobs[0].id, "w1").await.expect("complete"));
     let free = job::claim(&mut conn, "w2", &["a_kind"], LEASE, 10, u32::MAX).await.expect("claim");
     assert!(free.jobs.is_empty());
     let due_in = free.next_due_in.expect("a job");
@@ -78,14 +84,13 @@ async fn a_merged_request_keeps_the_earlier_due_time_either_way() {
     let target = Uuid::now_v7();
     let soon = Utc::now() + chrono::Duration::minutes(1);
     let later = Utc::now() + chrono::Duration::hours(1);
-    let first = job::enqueue(&mut conn, &NewJob { run_at: Some(soon), ..new_job("a_kind", target) }).await.expect("1");
-    let second =
-        job::enqueue(&mut conn, &NewJob { run_at: Some(later), ..new_job("a_kind", target) }).await.expect("2");
+    let first = enqueue(&store, &NewJob { run_at: Some(soon), ..new_job("a_kind", target) }, "1").await;
+    let second = enqueue(&store, &NewJob { run_at: Some(later), ..new_job("a_kind", target) }, "2").await;
     assert_eq!(first, second, "one queued job per target and kind");
     let run_at = job::get(&mut conn, first).await.expect("get").expect("job").run_at;
     assert!((run_at - soon).num_milliseconds().abs() < 5, "a later request does not delay it");
 
-    let now = job::enqueue(&mut conn, &new_job("a_kind", target)).await.expect("now");
+    let now = enqueue(&store, &new_job("a_kind", target), "now").await;
     assert_eq!(now, first);
     assert!(
         job::get(&mut conn, first).await.expect("get").expect("job").run_at <= Utc::now(),
@@ -113,22 +118,21 @@ async fn a_backlog_on_a_table_without_statistics_gets_them_and_the_claim_reads_i
     let (_db, store) = db().await;
     let mut conn = store.conn().await.expect("conn");
     let kinds = ["a_kind", "b_kind"];
-    let enqueue = |n: usize| {
+    let backlog = |n: usize| {
         let store = store.clone();
         async move {
-            let mut conn = store.conn().await.expect("conn");
             for i in 0..n {
-                job::enqueue(&mut conn, &new_job(kinds[i % 2], Uuid::now_v7())).await.expect("enqueue");
+                enqueue(&store, &new_job(kinds[i % 2], Uuid::now_v7()), "enqueue").await;
             }
         }
     };
-    enqueue(40).await;
+    backlog(40).await;
     assert!(job::ensure_statistics(&mut conn).await.expect("analyze"), "a new table has no statistics");
     assert!(!job::ensure_statistics(&mut conn).await.expect("check"), "once is enough");
 
     // Statistics of 40 jobs still steer the plan when the backlog is a hundred times larger:
     // the due jobs are read in order from `jobs_ready_idx` and the read stops at the limit.
-    enqueue(4_000).await;
+    backlog(4_000).await;
     let plan = ready_plan(&store, &kinds).await;
     assert!(plan.contains("Index Scan using jobs_ready_idx") && !plan.contains("Sort"), "{plan}");
     let claimed = job::claim(&mut conn, "w1", &kinds, LEASE, 8, u32::MAX).await.expect("claim");

@@ -25,4 +25,5 @@ mod recorded;
 mod release;
 mod reseal;
 mod support;
+mod wake;
 mod worker;

@@ -130,9 +130,8 @@ async fn run_due(store: &Store, sync: &PowerSync) -> Vec<(String, Outcome)> {
     let mut ran = Vec::new();
     for job in jobs {
         let outcome = tokio::time::timeout(Duration::from_secs(60), sync.run(&job)).await.expect("the run ends");
-        let mut conn = store.conn().await.expect("conn");
         // Completed whatever the outcome: each round starts with a fresh fleet job.
-        job::complete(&mut conn, job.id, WORKER).await.expect("complete");
+        job::complete(store, job.id, WORKER).await.expect("complete");
         ran.push((job.target_type.clone(), outcome));
     }
     ran
@@ -142,8 +141,9 @@ async fn run_due(store: &Store, sync: &PowerSync) -> Vec<(String, Outcome)> {
 /// Returns the target types of the corrections run (`machine`).
 async fn round(store: &Store, sync: &PowerSync) -> Vec<String> {
     {
-        let mut conn = store.conn().await.expect("conn");
-        power::enqueue_fleet_job(&mut conn).await.expect("enqueue fleet job");
+        let mut tx = store.begin().await.expect("begin");
+        power::enqueue_fleet_job(&mut tx).await.expect("enqueue fleet job");
+        tx.commit().await.expect("commit");
     }
     let scan = run_due(store, sync).await;
     assert_eq!(scan.len(), 1, "the fleet job alone: {scan:?}");

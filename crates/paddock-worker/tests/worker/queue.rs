@@ -116,8 +116,7 @@ async fn an_enqueue_while_running_adds_one_follow_up_that_starts_after_the_run()
 
     // The follow-up is due, but its target is busy.
     assert!(claim(&store, "w2", &["machine_enroll"], LEASE, 10).await.is_empty());
-    let mut conn = store.conn().await.expect("conn");
-    assert!(job::complete(&mut conn, first, "w1").await.expect("complete"));
+    assert!(job::complete(&store, first, "w1").await.expect("complete"));
     let next = claim(&store, "w2", &["machine_enroll"], LEASE, 10).await;
     assert_eq!(next.iter().map(|j| j.id).collect::<Vec<_>>(), vec![follow_up]);
 }
@@ -171,8 +170,7 @@ async fn claim_starts_at_most_one_job_per_target_whatever_the_kinds() {
     );
 
     // Each completion frees the target for the next kind.
-    let mut conn = store.conn().await.expect("conn");
-    assert!(job::complete(&mut conn, busy, "w1").await.expect("complete"));
+    assert!(job::complete(&store, busy, "w1").await.expect("complete"));
     // A claim may come back empty once under a heavily loaded machine (seen once in a full
     // parallel run; the worker simply claims again at its next poll), so claim like the worker
     // does: again, until a deadline.
@@ -185,7 +183,7 @@ async fn claim_starts_at_most_one_job_per_target_whatever_the_kinds() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     };
     assert_eq!(next.len(), 1);
-    assert!(job::complete(&mut conn, next[0].id, "w2").await.expect("complete"));
+    assert!(job::complete(&store, next[0].id, "w2").await.expect("complete"));
     assert_eq!(claim(&store, "w2", &kinds, LEASE, 10).await.len(), 1);
 }
 
@@ -200,15 +198,14 @@ async fn claim_marks_the_operation_running_and_complete_marks_it_succeeded() {
     claim(&store, "w1", &["machine_enroll"], LEASE, 1).await;
     assert_eq!(op(&store, op_id).await.state, OperationState::Running);
 
-    let mut conn = store.conn().await.expect("conn");
-    assert!(job::complete(&mut conn, id, "w1").await.expect("complete"));
+    assert!(job::complete(&store, id, "w1").await.expect("complete"));
     let (j, o) = (get(&store, id).await, op(&store, op_id).await);
     assert_eq!((j.state, j.locked_by, j.locked_until), (JobState::Succeeded, None, None));
     assert!(j.finished_at.is_some());
     assert_eq!(o.state, OperationState::Succeeded);
     assert!(o.finished_at.is_some());
     // Completing twice is refused: the run is over.
-    assert!(!job::complete(&mut conn, id, "w1").await.expect("complete"));
+    assert!(!job::complete(&store, id, "w1").await.expect("complete"));
 }
 
 #[tokio::test]
@@ -222,8 +219,7 @@ async fn a_superseded_operation_stays_superseded() {
     let op2 = operation(&store, "machine_enroll", target).await;
     assert_eq!(op(&store, op1).await.state, OperationState::Superseded);
 
-    let mut conn = store.conn().await.expect("conn");
-    assert!(job::complete(&mut conn, id, "w1").await.expect("complete"));
+    assert!(job::complete(&store, id, "w1").await.expect("complete"));
     assert_eq!(op(&store, op1).await.state, OperationState::Superseded);
     assert_eq!(op(&store, op2).await.state, OperationState::Pending);
 }
@@ -268,18 +264,18 @@ async fn a_stale_worker_cannot_end_a_run_after_losing_its_lease() {
     let error = JobError::new("boom", "stale failure");
     let problem = problem("stale_problem");
     assert!(!job::heartbeat(&mut conn, id, "stale", LEASE).await.expect("heartbeat"));
-    assert!(!job::complete(&mut conn, id, "stale").await.expect("complete"));
-    assert!(!job::fail(&mut conn, id, "stale", &problem).await.expect("fail"));
-    assert_eq!(job::retry(&mut conn, id, "stale", &error, &policy(3)).await.expect("retry"), Requeue::LeaseLost);
-    assert_eq!(job::wait(&mut conn, id, "stale", &error, LEASE).await.expect("wait"), Requeue::LeaseLost);
+    assert!(!job::complete(&store, id, "stale").await.expect("complete"));
+    assert!(!job::fail(&store, id, "stale", &problem).await.expect("fail"));
+    assert_eq!(job::retry(&store, id, "stale", &error, &policy(3)).await.expect("retry"), Requeue::LeaseLost);
+    assert_eq!(job::wait(&store, id, "stale", &error, LEASE).await.expect("wait"), Requeue::LeaseLost);
     let j = get(&store, id).await;
     assert_eq!((j.state, j.locked_by.as_deref(), j.attempts), (JobState::Running, Some("fresh"), 1));
     assert_eq!(op(&store, op_id).await.state, OperationState::Running);
 
     // The current holder's result stands, and the stale one still cannot touch it.
     assert!(job::heartbeat(&mut conn, id, "fresh", LEASE).await.expect("heartbeat"));
-    assert!(job::complete(&mut conn, id, "fresh").await.expect("complete"));
-    assert!(!job::fail(&mut conn, id, "stale", &problem).await.expect("fail"));
+    assert!(job::complete(&store, id, "fresh").await.expect("complete"));
+    assert!(!job::fail(&store, id, "stale", &problem).await.expect("fail"));
     assert_eq!(get(&store, id).await.state, JobState::Succeeded);
     assert_eq!(op(&store, op_id).await.state, OperationState::Succeeded);
 }
@@ -316,7 +312,7 @@ async fn retry_backoff_doubles_is_capped_and_jittered() {
             // The database's clock, which `retry` reads (`now()`), before and after: no slack for
             // the distance between this process's clock and the server's.
             let before = db_clock(&mut conn).await;
-            let r = job::retry(&mut conn, id, "w1", &JobError::new("bmc_unreachable", "no route to the BMC"), &policy)
+            let r = job::retry(&store, id, "w1", &JobError::new("bmc_unreachable", "no route to the BMC"), &policy)
                 .await
                 .expect("retry");
             let after = db_clock(&mut conn).await;
@@ -352,13 +348,12 @@ async fn wait_reschedules_without_using_up_an_attempt() {
     let target = Uuid::now_v7();
     let op_id = operation(&store, "machine_enroll", target).await;
     let id = enqueue(&store, &NewJob { operation_id: Some(op_id), ..new_job("machine_enroll", target) }).await;
-    let mut conn = store.conn().await.expect("conn");
     for _ in 0..5 {
         make_due(&store, id).await;
         assert_eq!(claim(&store, "w1", &["machine_enroll"], LEASE, 1).await.len(), 1);
         let before = Utc::now();
         let r = job::wait(
-            &mut conn,
+            &store,
             id,
             "w1",
             &JobError::new("bmc_booting", "the BMC is still booting"),
@@ -383,12 +378,11 @@ async fn the_last_allowed_failure_fails_the_job_and_its_operation_with_a_readabl
     let target = Uuid::now_v7();
     let op_id = operation(&store, "machine_enroll", target).await;
     let id = enqueue(&store, &NewJob { operation_id: Some(op_id), ..new_job("machine_enroll", target) }).await;
-    let mut conn = store.conn().await.expect("conn");
     let error = JobError::new("bmc_unreachable", "the BMC at bmc-7 did not answer");
     for n in 1..=3u32 {
         make_due(&store, id).await;
         assert_eq!(claim(&store, "w1", &["machine_enroll"], LEASE, 1).await.len(), 1);
-        let r = job::retry(&mut conn, id, "w1", &error, &policy(3)).await.expect("retry");
+        let r = job::retry(&store, id, "w1", &error, &policy(3)).await.expect("retry");
         if n < 3 {
             assert!(matches!(r, Requeue::Queued { attempts, .. } if attempts == n), "{r:?}");
         } else {
@@ -436,8 +430,7 @@ async fn fail_ends_the_job_and_fails_its_operation_with_the_problem() {
     let op_id = operation(&store, "machine_enroll", target).await;
     let id = enqueue(&store, &NewJob { operation_id: Some(op_id), ..new_job("machine_enroll", target) }).await;
     claim(&store, "w1", &["machine_enroll"], LEASE, 1).await;
-    let mut conn = store.conn().await.expect("conn");
-    assert!(job::fail(&mut conn, id, "w1", &problem("inventory_mismatch")).await.expect("fail"));
+    assert!(job::fail(&store, id, "w1", &problem("inventory_mismatch")).await.expect("fail"));
 
     let j = get(&store, id).await;
     assert_eq!((j.state, j.attempts), (JobState::Failed, 0));
@@ -461,10 +454,8 @@ async fn a_run_that_would_requeue_hands_over_to_a_follow_up_of_its_kind() {
     // Requested again during the run, without an operation of its own.
     let follow = enqueue(&store, &new_job("machine_enroll", target)).await;
 
-    let mut conn = store.conn().await.expect("conn");
-    let r = job::retry(&mut conn, first, "w1", &JobError::new("bmc_unreachable", "timeout"), &policy(5))
-        .await
-        .expect("retry");
+    let r =
+        job::retry(&store, first, "w1", &JobError::new("bmc_unreachable", "timeout"), &policy(5)).await.expect("retry");
     assert_eq!(r, Requeue::HandedOver { to: follow });
     let j = get(&store, first).await;
     assert_eq!(j.state, JobState::Cancelled);
@@ -480,7 +471,7 @@ async fn a_run_that_would_requeue_hands_over_to_a_follow_up_of_its_kind() {
     assert_eq!(claimed[0].id, follow);
     let op2 = operation(&store, "machine_update_credentials", target).await;
     let follow2 = enqueue(&store, &NewJob { operation_id: Some(op2), ..new_job("machine_enroll", target) }).await;
-    let r = job::wait(&mut conn, follow, "w1", &JobError::new("bmc_booting", "booting"), LEASE).await.expect("wait");
+    let r = job::wait(&store, follow, "w1", &JobError::new("bmc_booting", "booting"), LEASE).await.expect("wait");
     assert_eq!(r, Requeue::HandedOver { to: follow2 });
     assert_eq!(op(&store, op1).await.state, OperationState::Superseded);
     assert_eq!(op(&store, op2).await.state, OperationState::Pending);
@@ -505,7 +496,7 @@ async fn cancel_depth_and_purge() {
     assert_eq!(job::cancel_queued(&mut conn, target, Some(&["machine_inspect"][..])).await.expect("cancel"), 1);
     assert_eq!(job::cancel_queued(&mut conn, target, None).await.expect("cancel"), 0);
     for j in &running {
-        assert!(job::complete(&mut conn, j.id, "w1").await.expect("complete"));
+        assert!(job::complete(&store, j.id, "w1").await.expect("complete"));
     }
     assert!(job::depth(&mut conn).await.expect("depth").is_empty());
 
@@ -581,7 +572,7 @@ async fn claim_never_gives_one_tenant_more_than_its_slots_on_a_worker() {
 
     // A run that ends frees one slot, and only one.
     let one = claimed.iter().find(|j| j.tenant_id.map(|t| t.0) == Some(busy)).expect("a busy job").id;
-    assert!(job::complete(&mut conn, one, "w1").await.expect("complete"));
+    assert!(job::complete(&store, one, "w1").await.expect("complete"));
     let next = claim_within(&store, "w1", &kinds, LEASE, 4, 2).await;
     assert_eq!(next.len(), 1, "{next:?}");
     assert_eq!(held(&store, "w1").await.get(&Some(busy)), Some(&2));

@@ -30,12 +30,13 @@ async fn passwords(store: &Store) -> Vec<(Uuid, Vec<u8>)> {
 
 /// Enqueues the job (as `paddock reseal` does), then claims, runs and completes it.
 async fn reseal_once(store: &Store, resealer: &Resealer) -> Outcome {
-    let mut conn = store.conn().await.expect("conn");
-    reseal::enqueue(&mut conn).await.expect("enqueue");
+    let mut tx = store.begin().await.expect("begin");
+    reseal::enqueue(&mut tx).await.expect("enqueue");
+    tx.commit().await.expect("commit");
     let jobs = claim(store, WORKER, &[RESEAL], Duration::from_secs(60), 4).await;
     assert_eq!(jobs.len(), 1, "one re-seal job");
     let outcome = resealer.run(&jobs[0]).await;
-    job::complete(&mut conn, jobs[0].id, WORKER).await.expect("complete");
+    job::complete(store, jobs[0].id, WORKER).await.expect("complete");
     outcome
 }
 

@@ -77,10 +77,12 @@ pub fn new_job(kind: &'static str, target: Uuid) -> NewJob<'static> {
     }
 }
 
-/// Enqueues outside any caller transaction.
+/// Enqueues in a transaction of its own.
 pub async fn enqueue(store: &Store, new: &NewJob<'_>) -> JobId {
-    let mut conn = store.conn().await.expect("conn");
-    job::enqueue(&mut conn, new).await.expect("enqueue")
+    let mut tx = store.begin().await.expect("begin");
+    let id = job::enqueue(&mut tx, new).await.expect("enqueue");
+    tx.commit().await.expect("commit");
+    id
 }
 
 /// A pending operation on `target`.

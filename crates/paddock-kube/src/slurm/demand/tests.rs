@@ -119,6 +119,10 @@ fn pending_jobs_become_nodes_of_their_partitions_pool() {
     assert_eq!(demand.pools[0], PoolDemand { pending: 4, pending_nodes: 3, nodes: 5, idle_nodes: 2 });
     assert_eq!(demand.pools[1], PoolDemand { pending: 2, pending_nodes: 3, nodes: 1, idle_nodes: 1 });
     assert_eq!(demand.idle_node_names, ["n-c1", "n-c2", "n-g0"]);
+    // The one job of several nodes is listed, for the autoscaler to set apart if too wide.
+    let wide: Vec<(NodePoolId, &str, u32)> =
+        demand.wide_jobs.iter().map(|j| (j.node_pool_id, j.job.as_str(), j.nodes)).collect();
+    assert_eq!(wide, [(pools[1].node_pool_id, "1", 2)]);
 }
 
 #[test]

@@ -6,22 +6,23 @@
 //!   pending jobs and idle nodes through slurmrestd; a `kubernetes` cluster's unschedulable pods),
 //!   [`SWEEP_CONCURRENCY`] clusters at a time, and decides in memory
 //!   ([`paddock_domain::autoscale::decide`]). It writes nothing: a cluster whose decision would
-//!   write (a target or the autoscaler's memory moves), or whose demand its driver can never
-//!   read and which was not told so since its pools last changed, gets its own job armed. At rest
-//!   that is three statements per interval and one demand read per cluster.
+//!   write (a target, the autoscaler's memory or a pool's `DemandFits` condition moves), or whose
+//!   demand its driver can never read and which was not told so since its pools last changed,
+//!   gets its own job armed. At rest that is three statements per interval and one demand read
+//!   per cluster.
 //! - **A cluster's job**: reads the cluster again, decides again and, when a target moves, writes
 //!   it with its operation, event and the cluster's reconcile job, which reaches the target
 //!   through the pool-resize machinery (allocation in line, drain, release, wipe). It shares the
 //!   cluster's target with its reconcile job, so the two never run at once; it runs once per
 //!   arming (the sweep, a pool made autoscaled or changed) and makes sure the sweep is queued.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
-use paddock_domain::autoscale::{decide, Direction, PoolNow};
-use paddock_domain::cluster::{resolved_partitions, Cluster, NodePool};
+use paddock_domain::autoscale::{decide, demand_fits, set_apart, Direction, PoolNow, DEMAND_FITS};
+use paddock_domain::cluster::{resolved_partitions, set_condition, Cluster, NodePool};
 use paddock_domain::driver::{
-    ClusterRef, Demand, DemandPool, DriverError, DriverErrorKind, KubeDrivers, SlurmVersion, TenantAccess,
+    ClusterRef, Demand, DemandPool, DriverError, DriverErrorKind, KubeDrivers, SlurmVersion, TenantAccess, WideJob,
 };
 use paddock_domain::job_kind::{ClusterJob, Payload, CLUSTER_AUTOSCALE};
 use paddock_domain::machine::HELD;
@@ -29,7 +30,7 @@ use paddock_service::autoscale::PoolDecision;
 use paddock_store::allocation::{self, HeldMachine};
 use paddock_store::autoscale::{self as store, Room, Watched, FLEET_TARGET_TYPE};
 use paddock_store::{cluster as cluster_store, cluster_event, node_pool, StoreError};
-use paddock_types::cluster::{ClusterKind, NodePoolRole};
+use paddock_types::cluster::{ClusterKind, Condition, NodePoolRole};
 use paddock_types::machine::MachineState;
 use paddock_types::{ClusterId, TenantId};
 
@@ -74,8 +75,9 @@ impl Autoscaler {
         let checked = async {
             self.look(&kube, tenant, id).await?;
             // The sweep watches from here on (merged into the queued one).
-            let mut conn = self.0.services.store().conn().await?;
-            store::enqueue_sweep(&mut conn, self.0.settings.autoscale_interval).await
+            let mut tx = self.0.services.store().begin().await?;
+            store::enqueue_sweep(&mut tx, self.0.settings.autoscale_interval).await?;
+            Ok(tx.commit().await?)
         };
         match checked.await {
             Ok(()) => Outcome::Done,
@@ -156,11 +158,11 @@ impl Autoscaler {
             .await;
         if !due.is_empty() {
             let armed = async {
-                let mut conn = self.0.services.store().conn().await?;
+                let mut tx = self.0.services.store().begin().await?;
                 for (tenant, cluster) in &due {
-                    store::arm(&mut conn, *tenant, *cluster, std::time::Duration::ZERO).await?;
+                    store::arm(&mut tx, *tenant, *cluster, std::time::Duration::ZERO).await?;
                 }
-                Ok::<_, StoreError>(())
+                Ok::<_, StoreError>(tx.commit().await?)
             };
             if let Err(e) = armed.await {
                 let chain = paddock_domain::error::chain(&e);
@@ -323,8 +325,14 @@ fn decisions<'a>(
         ClusterKind::Kubernetes | ClusterKind::Ray => "unschedulable pods",
     };
     let mut out = Vec::new();
-    for (pool, wants) in autoscaled.iter().zip(&demand.pools) {
+    for (pool, read) in autoscaled.iter().zip(&demand.pools) {
         let Some(autoscaling) = pool.spec.autoscaling else { continue };
+        // A job wider than the pool's partition can ever be pends for good: the pool neither
+        // grows nor stays grown for it, and its condition says so.
+        let most = most_nodes(found, pool);
+        let (wants, never) = set_apart(read, demand.wide_jobs.iter().filter(|j| j.node_pool_id == pool.id), most);
+        let wants = &wants;
+        let conditions = fits_conditions(pool, &never, most, now);
         let (ceiling, ceiling_by) = room.map_or((u32::MAX, None), |room| ceiling(found, room, pool));
         let now_pool = PoolNow {
             autoscaling,
@@ -335,7 +343,7 @@ fn decisions<'a>(
             ceiling_by,
         };
         let decided = decide(&now_pool, wants, noun, now);
-        if decided.scale.is_none() && decided.memory == pool.scaling {
+        if decided.scale.is_none() && decided.memory == pool.scaling && conditions.is_none() {
             continue;
         }
         let idle_node_names = match &decided.scale {
@@ -350,9 +358,38 @@ fn decisions<'a>(
             }
             None => pool.release_first.clone(),
         };
-        out.push(PoolDecision { pool, memory: decided.memory, scale: decided.scale, idle_node_names });
+        out.push(PoolDecision { pool, memory: decided.memory, scale: decided.scale, idle_node_names, conditions });
     }
     out
+}
+
+/// The most nodes one job counted for `pool` can ever be given: the largest of its partitions,
+/// each with its elastic pools at `max` and its fixed pools at their count (the pool alone when
+/// it is in no partition: a `kubernetes` cluster's).
+fn most_nodes(found: &Found, pool: &NodePool) -> u32 {
+    let ever = |p: &NodePool| p.spec.autoscaling.map_or(p.status.desired_count, |a| a.max);
+    let live: Vec<&NodePool> = found.pools.iter().filter(|p| !p.deleting).collect();
+    let compute: Vec<&str> =
+        live.iter().filter(|p| p.spec.role == NodePoolRole::Compute).map(|p| p.spec.name.as_str()).collect();
+    let partitions = found.cluster.spec.slurm.as_ref().map(|s| resolved_partitions(s, &compute)).unwrap_or_default();
+    partitions
+        .iter()
+        .filter(|part| part.node_pools.contains(&pool.spec.name))
+        .map(|part| {
+            let members = live.iter().filter(|p| part.node_pools.contains(&p.spec.name));
+            members.fold(0u32, |sum, p| sum.saturating_add(ever(p)))
+        })
+        .max()
+        .unwrap_or_else(|| ever(pool))
+}
+
+/// The pool's conditions with its [`DEMAND_FITS`] as the jobs that `never` fit say, when that
+/// changes it.
+fn fits_conditions(pool: &NodePool, never: &[&WideJob], most: u32, now: DateTime<Utc>) -> Option<Vec<Condition>> {
+    let said_so = pool.status.conditions.iter().any(|c| c.type_ == DEMAND_FITS);
+    let (status, reason, message) = demand_fits(never, most, said_so)?;
+    let mut conditions = pool.status.conditions.clone();
+    set_condition(&mut conditions, DEMAND_FITS, status, reason, &message, now).then_some(conditions)
 }
 
 /// The most `pool` could hold now besides its `max`, and what bounds it: the fleet of its class

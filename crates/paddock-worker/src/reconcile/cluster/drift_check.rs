@@ -32,8 +32,9 @@ impl DriftCheck {
             // with its retries, and arms the next check once the cluster is ready again.
             _ => {
                 let handed = async {
-                    let mut conn = self.0.services.store().conn().await?;
-                    lifecycle::enqueue_cluster(&mut conn, tenant, id).await
+                    let mut tx = self.0.services.store().begin().await?;
+                    lifecycle::enqueue_cluster(&mut tx, tenant, id).await?;
+                    Ok::<_, paddock_store::StoreError>(tx.commit().await?)
                 }
                 .await;
                 match handed {

@@ -87,7 +87,8 @@ impl IdentitySync {
             .map(|g| GroupMembers { display_name: g.display_name, members: g.members })
             .collect();
         tx.commit().await?;
-        let desired = slurm_identity::desired(&slurm.accounts, &groups);
+        let mut desired = slurm_identity::desired(&slurm.accounts, &groups);
+        desired.cancel_jobs = slurm.cancel_jobs_on_removal;
         let version = SlurmVersion { stack_version: cluster.stack_version.clone(), version: slurm.version.clone() };
         Ok(Some(Found { cluster, access, version, desired }))
     }
@@ -174,8 +175,9 @@ impl ClusterReconciler {
         if !maps && cluster.status.identity.is_none() {
             return Ok(());
         }
-        let mut conn = self.services.store().conn().await?;
-        lifecycle::enqueue_identity_sync(&mut conn, cluster.tenant_id, cluster.id).await
+        let mut tx = self.services.store().begin().await?;
+        lifecycle::enqueue_identity_sync(&mut tx, cluster.tenant_id, cluster.id).await?;
+        Ok(tx.commit().await?)
     }
 }
 

@@ -55,7 +55,7 @@ impl ClusterReconciler {
             let Some(spare) = r.spare_machine_id else { continue };
             match held.iter().find(|m| m.id == spare).map(|m| m.state) {
                 Some(MachineState::Active) => {
-                    let mut tx = conn.begin().await?;
+                    let mut tx = self.services.store().begin().await?;
                     if remediation::release_replaced(&mut tx, self.services.ledger_key(), r).await? {
                         let done = [operation::done(operation::step::RECONCILE)];
                         operation::succeed(&mut tx, r.id, None, &done).await?;

@@ -58,7 +58,7 @@ use paddock_domain::model::Machine;
 use paddock_domain::secret::SecretString;
 use paddock_service::Services;
 use paddock_store::run::Run;
-use paddock_store::{cluster, machine, node_pool, Conn, StoreError};
+use paddock_store::{cluster, machine, node_pool, StoreError, Tx};
 use paddock_types::machine::{LastError, MachineState};
 use paddock_types::MachineId;
 
@@ -229,7 +229,7 @@ impl MachineReconciler {
     /// again.
     async fn guarded<F>(&self, id: MachineId, write: F) -> Step
     where
-        F: for<'c> FnOnce(&'c mut Conn, &'c LedgerKey) -> BoxFuture<'c, Result<bool, StoreError>>,
+        F: for<'c> FnOnce(&'c mut Tx, &'c LedgerKey) -> BoxFuture<'c, Result<bool, StoreError>>,
     {
         self.guarded_then(id, write, |_| ()).await
     }
@@ -238,7 +238,7 @@ impl MachineReconciler {
     /// committed: what a metric may observe (never a write that was lost or rolled back).
     async fn guarded_then<T, F>(&self, id: MachineId, write: F, committed: impl FnOnce(T) + Send) -> Step
     where
-        F: for<'c> FnOnce(&'c mut Conn, &'c LedgerKey) -> BoxFuture<'c, Result<T, StoreError>>,
+        F: for<'c> FnOnce(&'c mut Tx, &'c LedgerKey) -> BoxFuture<'c, Result<T, StoreError>>,
     {
         let result = async {
             let mut tx = self.services.store().begin().await?;

@@ -247,11 +247,12 @@ impl MachineReconciler {
     /// Enqueues the reconcile of the machine's cluster; `Some` to stop on a store failure.
     async fn wake_cluster(&self, m: &Machine) -> Option<Step> {
         let (Some(tenant), Some(cluster)) = (m.tenant_id, m.cluster_id) else { return None };
-        let mut conn = match self.services.store().conn().await {
-            Ok(c) => c,
-            Err(e) => return Some(e.into()),
+        let woken = async {
+            let mut tx = self.services.store().begin().await?;
+            lifecycle::enqueue_cluster(&mut tx, tenant, cluster).await?;
+            Ok::<_, paddock_store::StoreError>(tx.commit().await?)
         };
-        lifecycle::enqueue_cluster(&mut conn, tenant, cluster).await.err().map(Step::from)
+        woken.await.err().map(Step::from)
     }
 
     /// Once the machine is off: deletes its Node and the Node's Lease, then any bootstrap token
