@@ -32,7 +32,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Value};
 
 use crate::node::{ApiServer, NodeLab};
-use crate::testbed::{console_tail, fill, not_erased, reset, BmcOutage, Testbed, Vm};
+use crate::testbed::{self, console_tail, fill, not_erased, reset, Answer, BmcOutage, Testbed, Vm};
 use crate::{enroll_as, settle};
 
 /// How long one step of a join may take (a provisioning's boot, install, reboot and the node's
@@ -40,16 +40,10 @@ use crate::{enroll_as, settle};
 /// running two node VMs on two cores, never a measurement (BENCHMARKS.md has those).
 pub const JOIN_BOUND: Duration = Duration::from_secs(1800);
 
-/// Waits until `what` (polled every 2 s) returns something; fails with `why` and the console.
-async fn until<T, F: std::future::Future<Output = Option<T>>>(vm: &Vm, why: &str, what: impl Fn() -> F) -> T {
-    let deadline = Instant::now() + JOIN_BOUND;
-    loop {
-        if let Some(found) = what().await {
-            return found;
-        }
-        assert!(Instant::now() < deadline, "{why} within {JOIN_BOUND:?}\nconsole:\n{}", console_tail(vm, 40));
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
+/// Waits until `what` finds what it waits for, within [`JOIN_BOUND`]; fails with `why` and `vm`'s
+/// console.
+pub async fn until<T, A: Answer<T>, F: std::future::Future<Output = A>>(vm: &Vm, why: &str, what: impl Fn() -> F) -> T {
+    testbed::until(why, JOIN_BOUND, what, || async { format!("console:\n{}", console_tail(vm, 40)) }).await
 }
 
 /// A tenant: (id, token).

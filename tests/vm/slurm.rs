@@ -9,7 +9,7 @@
 //! The tenant has no shared file system here (a tenant brings its own), so a batch job's output
 //! file is where Slurm writes it: on the compute node that ran it, read there.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{AttachParams, ListParams};
@@ -17,29 +17,12 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
 
-use crate::join::JOIN_BOUND;
+use crate::join::until;
 use crate::node::NodeLab;
-use crate::testbed::{console_tail, Vm};
+use crate::testbed::Vm;
 
 /// The tenant's Slurm namespace (paddock_kube::slurm::NAMESPACE).
 const NS: &str = paddock_kube::slurm::NAMESPACE;
-
-/// Polls `what` every 3 s until it gives something, within [`JOIN_BOUND`]; fails with `why`, its
-/// last answer and the system node's console.
-pub async fn until<T, F>(vm: &Vm, why: &str, what: impl Fn() -> F) -> T
-where
-    F: std::future::Future<Output = Result<T, String>>,
-{
-    let deadline = Instant::now() + JOIN_BOUND;
-    loop {
-        let last = match what().await {
-            Ok(found) => return found,
-            Err(last) => last,
-        };
-        assert!(Instant::now() < deadline, "{why} within {JOIN_BOUND:?}: {last}\nconsole:\n{}", console_tail(vm, 30));
-        tokio::time::sleep(Duration::from_secs(3)).await;
-    }
-}
 
 /// The cluster's condition `type_` (the API's view).
 pub fn condition<'a>(cluster: &'a Value, type_: &str) -> Option<&'a Value> {
@@ -137,6 +120,16 @@ pub async fn exec(client: &Client, pod: &str, container: &str, script: &str) -> 
     Ok(out)
 }
 
+/// Submits a batch job as a tenant's user does on the login node (`sbatch --parsable` with
+/// `args`, from /var/tmp): its id.
+async fn sbatch(client: &Client, login: &str, args: &str) -> String {
+    let script = format!("cd /var/tmp && sbatch --parsable {args}");
+    let out = exec(client, login, "login", &script).await.expect("sbatch");
+    let id = out.trim().split(';').next().unwrap_or_default().to_owned();
+    assert!(id.parse::<u64>().is_ok(), "sbatch --parsable answers a job id: {out:?}");
+    id
+}
+
 /// What a tenant's user does on the login node, and what each command must answer: a batch job
 /// runs on the compute node (its output read where Slurm wrote it), `srun` answers from that node,
 /// `sinfo` shows it idle and `sacct` has the job COMPLETED. Returns the batch job's id.
@@ -154,16 +147,7 @@ pub async fn use_it(client: &Client, vm: &Vm, compute_node: &str) -> String {
     })
     .await;
     eprintln!("slurm: the compute node idle in sinfo {:.1} s after Slurm was ready", t0.elapsed().as_secs_f64());
-    let submitted = exec(
-        client,
-        &login,
-        "login",
-        "cd /var/tmp && sbatch --parsable --output=/var/tmp/job-%j.out --wrap 'hostname; id'",
-    )
-    .await
-    .expect("sbatch");
-    let id = submitted.trim().split(';').next().expect("a job id").to_owned();
-    assert!(id.parse::<u64>().is_ok(), "sbatch --parsable answers a job id: {submitted:?}");
+    let id = sbatch(client, &login, "--output=/var/tmp/job-%j.out --wrap 'hostname; id'").await;
     let state = |id: String| {
         let login = login.clone();
         async move {
@@ -200,10 +184,8 @@ pub async fn scale_to_zero_under_a_job(
     let t0 = Instant::now();
     // The job ends when the test says so (a file in its node's /var/tmp: a job may get a /tmp of
     // its own), not after a guessed time.
-    let wrap =
-        "sbatch --parsable --output=/var/tmp/hold-%j.out --wrap 'until [ -e /var/tmp/release ]; do sleep 1; done'";
-    let id = exec(client, login, "login", wrap).await.expect("sbatch");
-    let id = id.trim().split(';').next().expect("a job id").to_owned();
+    let wrap = "--output=/var/tmp/hold-%j.out --wrap 'until [ -e /var/tmp/release ]; do sleep 1; done'";
+    let id = sbatch(client, login, wrap).await;
     let squeue = format!("squeue -h -j {id} -o '%T %N'");
     let host = until(vm, "the holding job runs", || async {
         let out = exec(client, login, "login", &squeue).await?;
