@@ -1,25 +1,27 @@
 //! A real join, end to end through the API: two node-sized VMs (scripts/vm-start's second count)
 //! booted through the BMC emulator install the node OS image (scripts/node-image) onto their boot
 //! disks, their kubelets bootstrap with the tokens paddock minted and the CA they verified against
-//! the pin, register, and paddock sees the Nodes Ready by the VMs' SMBIOS UUIDs; Kamaji's add-ons
-//! run on them and their pods talk over the tenant network (tests/vm/network.rs); scaling the
-//! pool to zero drains the nodes, powers the VMs off, removes their Nodes and wipes them; the next
-//! tenant's cluster gets one of them, which joins that tenant's API server and finds nothing of
-//! the first.
+//! the pin, register, and paddock sees the Nodes Ready by the VMs' SMBIOS UUIDs. They are tenant
+//! A's Slurm cluster, one VM its `system` pool and one its `compute` pool: Kamaji's add-ons run on
+//! them and their pods talk over the tenant network (tests/vm/network.rs); the real slurm-operator
+//! runs the tenant's Slurm on them and the tenant uses it (tests/vm/slurm.rs); the compute pool
+//! scaled to zero under a running job drains its Slurm node before the machine goes; the deleted
+//! cluster's machines are wiped; the next tenant's cluster gets one of them, which joins that
+//! tenant's API server and finds nothing of the first.
 //!
 //! Real: the Redfish driver and the BMC emulator, the VMs and their firmware, the installer, the
 //! node OS with containerd and the kubelet, the kubelet's TLS bootstrap, kube-proxy and CoreDNS,
-//! paddock's Kubernetes drivers (Kamaji backend, tenant nodes, tenant stack) against real
-//! kube-apiservers. Played: Kamaji and its add-ons' images (tests/vm/node.rs and addons.rs say
-//! why); a harness API server stands in for each tenant control plane. The node network is
+//! the slurm-operator, Slurm's daemons and MariaDB (Debian's packages, images/slurm), paddock's
+//! Kubernetes drivers (Kamaji backend, tenant nodes, tenant stack) and its Slurm probe against
+//! real kube-apiservers. Played: Kamaji and its add-ons' images (tests/vm/node.rs and addons.rs
+//! say why); a harness API server stands in for each tenant control plane. The node network is
 //! restricted: a guest reaches only its tenant's API server, paddock's agent endpoint (relayed by
 //! this test, as a provider's network would lead them) and, over the tenant network, the other
 //! machines of its cluster.
 //!
-//! The tenant base stack is applied as in production, but its pods cannot run here: Calico, the
-//! NVIDIA device plugin and local-path-provisioner come from registries this machine cannot
-//! reach. The nodes keep a bridge CNI baked into their image instead (routed over the tenant
-//! network: images/node/rcS), so the cluster's `StackReady` stays false, and the test says so.
+//! The tenant base stack is the production one but for what no image can be had for here
+//! (tests/vm/stack.rs): Calico and the NVIDIA device plugin are left out, and the nodes keep a
+//! bridge CNI baked into their image instead (routed over the tenant network: images/node/rcS).
 
 use std::time::{Duration, Instant};
 
@@ -194,9 +196,10 @@ async fn bmc_away_during_install(lab: &NodeLab, vm: &Vm, id: &str) {
     eprintln!("tenant B: the BMC was away for {:.1} s of the install", (chrono::Utc::now() - stopped).as_seconds_f64());
 }
 
-/// Two node-sized VMs join tenant A's cluster for real, and their pods talk over the tenant
-/// network (tests/vm/network.rs); the pool scaled to zero releases and wipes both for real; then
-/// tenant B's cluster gets one of them, which joins B's API server and finds nothing of A's.
+/// Two node-sized VMs join tenant A's Slurm cluster for real, their pods talk over the tenant
+/// network (tests/vm/network.rs) and A's people use its Slurm (tests/vm/slurm.rs); the compute
+/// pool to zero and the cluster's deletion release and wipe both for real; then tenant B's
+/// cluster gets one of them, which joins B's API server and finds nothing of A's.
 #[tokio::test(flavor = "multi_thread")]
 async fn two_vms_join_one_tenant_talk_are_wiped_and_one_joins_the_next_with_nothing_of_the_first() {
     let Some(bed) = Testbed::from_env() else { return };
