@@ -173,7 +173,7 @@ def main():
     env = os.environ
     prefix, base = env["VM_PREFIX"], env["VM_BASE"]
     size = int(env["VM_DISK_MIB"]) * 1024 * 1024
-    node_size = int(env.get("VM_NODE_DISK_MIB", "1536")) * 1024 * 1024
+    node_size = int(env.get("VM_NODE_DISK_MIB", "4096")) * 1024 * 1024
     conn = libvirt.open("qemu:///system")
     machines = []
     for i in range(int(env["VM_N"])):

@@ -24,6 +24,8 @@ import (
 	"k8s.io/kubernetes/pkg/controller/replicaset"
 	"k8s.io/kubernetes/pkg/controller/statefulset"
 	persistentvolumecontroller "k8s.io/kubernetes/pkg/controller/volume/persistentvolume"
+	"k8s.io/kubernetes/pkg/controller/volume/pvcprotection"
+	"k8s.io/kubernetes/pkg/controller/volume/pvprotection"
 	"k8s.io/kubernetes/pkg/scheduler"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 	"k8s.io/kubernetes/pkg/scheduler/profile"
@@ -49,13 +51,20 @@ const (
 	// Binds PersistentVolumeClaims to matching PersistentVolumes (static
 	// binding; dynamic provisioning is left to an external provisioner).
 	ctrlPVBinder = "persistentvolume-binder"
+	// The finalizers every PersistentVolumeClaim and PersistentVolume gets
+	// (kubernetes.io/pvc-protection, pv-protection), removed once no pod
+	// uses the claim and no claim the volume: without them a deleted claim
+	// stays Terminating, as in no real cluster.
+	ctrlPVCProtection = "pvc-protection"
+	ctrlPVProtection  = "pv-protection"
 	// The real kube-scheduler (default profile): binds Pods to Nodes.
 	ctrlScheduler = "scheduler"
 )
 
 // workloadControllers is the "workloads" group.
 var workloadControllers = []string{ctrlDeployment, ctrlReplicaSet, ctrlStatefulSet,
-	ctrlDaemonSet, ctrlJob, ctrlDisruption, ctrlEndpointSlice, ctrlEndpoints, ctrlPVBinder, ctrlScheduler}
+	ctrlDaemonSet, ctrlJob, ctrlDisruption, ctrlEndpointSlice, ctrlEndpoints, ctrlPVBinder,
+	ctrlPVCProtection, ctrlPVProtection, ctrlScheduler}
 
 // Names of controller groups a request may use instead of single names.
 const (
@@ -127,6 +136,16 @@ func newWorkloadController(ctx context.Context, name string, cs clientset.Interf
 		return func() { ec.Run(ctx, concurrentEndpointSyncs) }, nil
 	case ctrlPVBinder:
 		return newPVBinder(ctx, cs, factory)
+	case ctrlPVCProtection:
+		pc, err := pvcprotection.NewPVCProtectionController(klog.FromContext(ctx),
+			core.PersistentVolumeClaims(), core.Pods(), cs)
+		if err != nil {
+			return nil, err
+		}
+		return func() { pc.Run(ctx, 1) }, nil
+	case ctrlPVProtection:
+		pc := pvprotection.NewPVProtectionController(klog.FromContext(ctx), core.PersistentVolumes(), cs)
+		return func() { pc.Run(ctx, 1) }, nil
 	}
 	return nil, fmt.Errorf("unknown workload controller %q", name)
 }

@@ -232,13 +232,10 @@ async fn a_read_only_disk_ends_in_clean_failed_naming_the_drive() {
     testbed::reset(vm);
 }
 
-/// Polls `what` once a second until it holds, failing with `why` and the console after `within`.
+/// Polls `what` until it holds, failing with `why` and the console after `within`.
 async fn until(vm: &Vm, within: Duration, why: &str, what: impl Fn() -> bool) {
-    let deadline = std::time::Instant::now() + within;
-    while !what() {
-        assert!(std::time::Instant::now() < deadline, "{why} within {within:?}; console:\n{}", console_tail(vm, 30));
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    let context = || async { format!("console:\n{}", console_tail(vm, 30)) };
+    testbed::until(why, within, || async { what().then_some(()) }, context).await;
 }
 
 /// The BMC emulator stopped while the VM wipes (the VM goes on: it wipes, reports and powers itself

@@ -1,25 +1,27 @@
 //! A real join, end to end through the API: two node-sized VMs (scripts/vm-start's second count)
 //! booted through the BMC emulator install the node OS image (scripts/node-image) onto their boot
 //! disks, their kubelets bootstrap with the tokens paddock minted and the CA they verified against
-//! the pin, register, and paddock sees the Nodes Ready by the VMs' SMBIOS UUIDs; Kamaji's add-ons
-//! run on them and their pods talk over the tenant network (tests/vm/network.rs); scaling the
-//! pool to zero drains the nodes, powers the VMs off, removes their Nodes and wipes them; the next
-//! tenant's cluster gets one of them, which joins that tenant's API server and finds nothing of
-//! the first.
+//! the pin, register, and paddock sees the Nodes Ready by the VMs' SMBIOS UUIDs. They are tenant
+//! A's Slurm cluster, one VM its `system` pool and one its `compute` pool: Kamaji's add-ons run on
+//! them and their pods talk over the tenant network (tests/vm/network.rs); the real slurm-operator
+//! runs the tenant's Slurm on them and the tenant uses it (tests/vm/slurm.rs); the compute pool
+//! scaled to zero under a running job drains its Slurm node before the machine goes; the deleted
+//! cluster's machines are wiped; the next tenant's cluster gets one of them, which joins that
+//! tenant's API server and finds nothing of the first.
 //!
 //! Real: the Redfish driver and the BMC emulator, the VMs and their firmware, the installer, the
 //! node OS with containerd and the kubelet, the kubelet's TLS bootstrap, kube-proxy and CoreDNS,
-//! paddock's Kubernetes drivers (Kamaji backend, tenant nodes, tenant stack) against real
-//! kube-apiservers. Played: Kamaji and its add-ons' images (tests/vm/node.rs and addons.rs say
-//! why); a harness API server stands in for each tenant control plane. The node network is
+//! the slurm-operator, Slurm's daemons and MariaDB (Debian's packages, images/slurm), paddock's
+//! Kubernetes drivers (Kamaji backend, tenant nodes, tenant stack) and its Slurm probe against
+//! real kube-apiservers. Played: Kamaji and its add-ons' images (tests/vm/node.rs and addons.rs
+//! say why); a harness API server stands in for each tenant control plane. The node network is
 //! restricted: a guest reaches only its tenant's API server, paddock's agent endpoint (relayed by
 //! this test, as a provider's network would lead them) and, over the tenant network, the other
 //! machines of its cluster.
 //!
-//! The tenant base stack is applied as in production, but its pods cannot run here: Calico, the
-//! NVIDIA device plugin and local-path-provisioner come from registries this machine cannot
-//! reach. The nodes keep a bridge CNI baked into their image instead (routed over the tenant
-//! network: images/node/rcS), so the cluster's `StackReady` stays false, and the test says so.
+//! The tenant base stack is the production one but for what no image can be had for here
+//! (tests/vm/stack.rs): Calico and the NVIDIA device plugin are left out, and the nodes keep a
+//! bridge CNI baked into their image instead (routed over the tenant network: images/node/rcS).
 
 use std::time::{Duration, Instant};
 
@@ -32,7 +34,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Value};
 
 use crate::node::{ApiServer, NodeLab};
-use crate::testbed::{console_tail, fill, not_erased, reset, BmcOutage, Testbed, Vm};
+use crate::testbed::{self, console_tail, fill, not_erased, reset, Answer, BmcOutage, Testbed, Vm};
 use crate::{enroll_as, settle};
 
 /// How long one step of a join may take (a provisioning's boot, install, reboot and the node's
@@ -40,16 +42,10 @@ use crate::{enroll_as, settle};
 /// running two node VMs on two cores, never a measurement (BENCHMARKS.md has those).
 pub const JOIN_BOUND: Duration = Duration::from_secs(1800);
 
-/// Waits until `what` (polled every 2 s) returns something; fails with `why` and the console.
-async fn until<T, F: std::future::Future<Output = Option<T>>>(vm: &Vm, why: &str, what: impl Fn() -> F) -> T {
-    let deadline = Instant::now() + JOIN_BOUND;
-    loop {
-        if let Some(found) = what().await {
-            return found;
-        }
-        assert!(Instant::now() < deadline, "{why} within {JOIN_BOUND:?}\nconsole:\n{}", console_tail(vm, 40));
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
+/// Waits until `what` finds what it waits for, within [`JOIN_BOUND`]; fails with `why` and `vm`'s
+/// console.
+pub async fn until<T, A: Answer<T>, F: std::future::Future<Output = A>>(vm: &Vm, why: &str, what: impl Fn() -> F) -> T {
+    testbed::until(why, JOIN_BOUND, what, || async { format!("console:\n{}", console_tail(vm, 40)) }).await
 }
 
 /// A tenant: (id, token).
@@ -200,9 +196,10 @@ async fn bmc_away_during_install(lab: &NodeLab, vm: &Vm, id: &str) {
     eprintln!("tenant B: the BMC was away for {:.1} s of the install", (chrono::Utc::now() - stopped).as_seconds_f64());
 }
 
-/// Two node-sized VMs join tenant A's cluster for real, and their pods talk over the tenant
-/// network (tests/vm/network.rs); the pool scaled to zero releases and wipes both for real; then
-/// tenant B's cluster gets one of them, which joins B's API server and finds nothing of A's.
+/// Two node-sized VMs join tenant A's Slurm cluster for real, their pods talk over the tenant
+/// network (tests/vm/network.rs) and A's people use its Slurm (tests/vm/slurm.rs); the compute
+/// pool to zero and the cluster's deletion release and wipe both for real; then tenant B's
+/// cluster gets one of them, which joins B's API server and finds nothing of A's.
 #[tokio::test(flavor = "multi_thread")]
 async fn two_vms_join_one_tenant_talk_are_wiped_and_one_joins_the_next_with_nothing_of_the_first() {
     let Some(bed) = Testbed::from_env() else { return };
@@ -233,11 +230,14 @@ async fn two_vms_join_one_tenant_talk_are_wiped_and_one_joins_the_next_with_noth
     vms.iter().for_each(reset);
 }
 
-/// Tenant A: both VMs from allocation to Ready Nodes, the network between them, then the pool to
-/// zero and both wiped; what of A's join must never be found again.
+/// Tenant A's Slurm cluster: a `system` pool and a `compute` pool of one VM each, from allocation
+/// to Ready Nodes, the network between them, its Slurm used (tests/vm/slurm.rs); then the compute
+/// pool to zero under a running job (drained first, released and wiped once the job ended) with
+/// the accounting kept, and the cluster deleted (the system VM wiped); what of A's join must
+/// never be found again.
 async fn tenant_a(lab: &NodeLab, a: &(String, String), vms: &[Vm], ids: &[String]) -> Vec<(String, Vec<u8>)> {
     let t0 = Instant::now();
-    let (a_cluster, a_pool) = cluster(lab, a, "first", 2).await;
+    let (a_cluster, pools) = slurm_cluster(lab, a, "first").await;
     let a_cluster_id = a_cluster.rsplit('/').next().expect("id").to_owned();
     for (vm, id) in vms.iter().zip(ids) {
         until(vm, "the VM is active in A's cluster", || async {
@@ -250,17 +250,21 @@ async fn tenant_a(lab: &NodeLab, a: &(String, String), vms: &[Vm], ids: &[String
     eprintln!("tenant A: allocation to both Nodes Ready in {:.1} s", t0.elapsed().as_secs_f64());
     let a_server = lab.kamaji.tenant(&a_cluster_id).expect("A's API server");
     let a_client = a_server.client().await;
-    let mut nodes = Vec::new();
-    let mut a_secrets = Vec::new();
-    for (vm, id) in vms.iter().zip(ids) {
+    let (mut nodes, mut a_secrets, mut compute) = (Vec::new(), Vec::new(), None);
+    for (i, (vm, id)) in vms.iter().zip(ids).enumerate() {
         eprintln!("tenant A, {}: {}", vm.name, phases(lab, id).await);
         let node = ready_node(&a_client, vm).await.expect("paddock calls it active: its Node is Ready in A's cluster");
         let m = machine(lab, id).await;
         assert_eq!(m["node_name"].as_str(), Some(node.name_any().as_str()), "{m}");
+        if m["node_pool_id"].as_str() == Some(pools.compute.as_str()) {
+            compute = Some(i);
+        }
         nodes.push(node.name_any());
         let disk = std::fs::read(boot_disk(vm)).expect("the boot disk");
         a_secrets.extend(secrets_of(&a_server, &a_client, &disk).await);
     }
+    let compute = compute.expect("one VM is the compute pool's");
+    let system = 1 - compute;
     // The kubelet's port is forwarded to this host, where an API server can reach it (a request
     // without credentials: the kubelet answers 401, as kubeadm configures it).
     let kubelet = vms[0].node.expect("a node VM").kubelet;
@@ -269,39 +273,93 @@ async fn tenant_a(lab: &NodeLab, a: &(String, String), vms: &[Vm], ids: &[String
     assert_eq!(rsp.status().as_u16(), 401, "the kubelet refuses an anonymous request");
     crate::network::check(&a_client, [&nodes[0], &nodes[1]], vms).await;
 
-    // A scales to zero: drained, powered off, its Nodes gone, wiped.
     let t1 = Instant::now();
-    lab.p.app.patch(&a_pool).token(&a.1).json(&json!({ "count": 0 })).send().await.expect(202);
-    for (vm, id) in vms.iter().zip(ids) {
-        until(vm, "the VM is released and wiped", || async {
-            (machine(lab, id).await["state"] == "available").then_some(())
-        })
-        .await;
+    let c = crate::slurm::ready(lab, a, &a_cluster, &a_client, &vms[system]).await;
+    eprintln!(
+        "tenant A: Slurm ready {:.1} s after the network checks; phase {}",
+        t1.elapsed().as_secs_f64(),
+        c["status"]["phase"]
+    );
+    assert_eq!(c["status"]["phase"], "ready", "Slurm answering, the cluster is ready: {}", c["status"]);
+    let job = crate::slurm::use_it(&a_client, &vms[system], &nodes[compute]).await;
+    let login = crate::slurm::pod(&a_client, "login", None).await.expect("the login pod");
+    let compute_vm = (&vms[compute], ids[compute].as_str());
+    crate::slurm::scale_to_zero_under_a_job(
+        lab,
+        a,
+        &pools.compute_path,
+        &a_client,
+        &login,
+        compute_vm,
+        &nodes[compute],
+    )
+    .await;
+    let sacct = format!("sacct -n -X -P -j {job} -o State");
+    let kept = crate::slurm::exec(&a_client, &login, "login", &sacct).await.expect("sacct");
+    assert_eq!(kept.trim(), "COMPLETED", "the accounting outlives the compute machine");
+
+    // The cluster deleted: the system VM released and wiped, A's control plane gone.
+    let t2 = Instant::now();
+    lab.p.app.delete(&a_cluster).token(&a.1).send().await.expect(202);
+    until(&vms[system], "the system VM is released and wiped", || async {
+        (machine(lab, &ids[system]).await["state"] == "available").then_some(())
+    })
+    .await;
+    for vm in vms {
         for d in &vm.disks {
             assert_eq!(not_erased(&d.path), None, "every byte of {} of {} is zero after the wipe", d.name, vm.name);
         }
     }
-    eprintln!("tenant A: pool to zero, release and wipe of both in {:.1} s", t1.elapsed().as_secs_f64());
-    assert_nothing_left(&a_client, &nodes).await;
-    let c = lab.p.app.get(&a_cluster).token(&a.1).send().await.expect(200).json();
-    eprintln!("A's cluster conditions (the stack's pods cannot run here): {}", c["status"]["conditions"]);
+    eprintln!("tenant A: cluster deletion to the system VM wiped in {:.1} s", t2.elapsed().as_secs_f64());
     a_secrets
 }
 
-/// A's cluster holds no Node, Lease or CSR of its machines once they are released.
-async fn assert_nothing_left(a_client: &Client, nodes: &[String]) {
+/// Tenant A's pools.
+struct Pools {
+    compute: String,
+    compute_path: String,
+}
+
+/// A `slurm` cluster of a `system` pool and a `compute` pool of one `node` machine each: (cluster
+/// path, pools).
+async fn slurm_cluster(lab: &NodeLab, tenant: &(String, String), name: &str) -> (String, Pools) {
+    let pools = json!([
+        { "name": "sys", "machine_class": "node", "count": 1, "role": "system" },
+        { "name": "compute", "machine_class": "node", "count": 1 },
+    ]);
+    let body = json!({ "name": name, "kind": "slurm", "isolation": "private-nodes", "node_pools": pools });
+    let clusters = format!("/v1/tenants/{}/clusters", tenant.0);
+    let created = lab.p.app.post(&clusters).token(&tenant.1).json(&body).send().await.expect(202).json();
+    let id = created["cluster"]["id"].as_str().expect("cluster id");
+    let all = created["cluster"]["node_pools"].as_array().expect("pools");
+    let compute = all.iter().find(|p| p["name"] == "compute").and_then(|p| p["id"].as_str()).expect("compute");
+    let compute_path = format!("{clusters}/{id}/node-pools/{compute}");
+    (format!("{clusters}/{id}"), Pools { compute: compute.to_owned(), compute_path })
+}
+
+/// A's cluster holds no Node, Lease or certificate signing request of `node` once its machine is
+/// released.
+pub async fn assert_nothing_left(a_client: &Client, node: &str) {
     let api: Api<Node> = Api::all(a_client.clone());
     let held: Vec<String> =
         api.list(&ListParams::default()).await.expect("nodes").items.iter().map(|n| n.name_any()).collect();
-    assert!(held.is_empty(), "A's cluster holds no Node of the VMs: {held:?}");
+    assert!(!held.iter().any(|n| n == node), "A's cluster holds no Node {node}: {held:?}");
     let leases: Api<Lease> = Api::namespaced(a_client.clone(), "kube-node-lease");
     let leases: Vec<String> =
         leases.list(&ListParams::default()).await.expect("leases").items.iter().map(|l| l.name_any()).collect();
-    assert!(!nodes.iter().any(|n| leases.contains(n)), "A's cluster holds no Lease of the VMs: {leases:?}");
+    assert!(!leases.iter().any(|l| l == node), "A's cluster holds no Lease of {node}: {leases:?}");
     let csrs: Api<CertificateSigningRequest> = Api::all(a_client.clone());
-    let csrs: Vec<String> =
-        csrs.list(&ListParams::default()).await.expect("CSRs").items.iter().map(|c| c.name_any()).collect();
-    assert!(csrs.is_empty(), "A's cluster holds no CSR of the VMs: {csrs:?}");
+    let subject = format!("system:node:{node}");
+    let held: Vec<String> = csrs
+        .list(&ListParams::default())
+        .await
+        .expect("CSRs")
+        .items
+        .iter()
+        .filter(|c| paddock_kube::csr::requests_for(c, &subject))
+        .map(|c| c.name_any())
+        .collect();
+    assert!(held.is_empty(), "A's cluster holds no CSR of {node}: {held:?}");
 }
 
 /// Tenant B gets one of the VMs (the BMC away during its install); it joins B's API server, with

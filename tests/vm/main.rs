@@ -16,6 +16,8 @@ mod faults;
 mod join;
 mod network;
 mod node;
+mod slurm;
+mod stack;
 mod tenantnet;
 mod testbed;
 

@@ -6,16 +6,16 @@
 //! (the node image's); what the client saw comes back as its termination message, read from the
 //! pod's status (the API server cannot reach a kubelet here to exec or read logs).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
-use kube::api::{ListParams, LogParams, PostParams};
+use kube::api::{LogParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
 use crate::join::JOIN_BOUND;
-use crate::testbed::{console_tail, Vm};
+use crate::testbed::{self, console_tail, Vm};
 
 const BUSYBOX: &str = "paddock.local/library/busybox:1.35.0";
 const NS: &str = "net";
@@ -159,51 +159,18 @@ async fn wait_pod(client: &Client, name: &str, vms: &[Vm], what: impl Fn(&Pod) -
     .await
 }
 
-/// Waits until `what` answers; fails with every pod's state and the consoles.
+/// Waits until `what` answers, within [`JOIN_BOUND`]; fails with every pod's state and the
+/// consoles.
 async fn until<T, F: std::future::Future<Output = Option<T>>>(
     client: &Client,
     vms: &[Vm],
     why: &str,
     what: impl Fn() -> F,
 ) -> T {
-    let deadline = Instant::now() + JOIN_BOUND;
-    loop {
-        if let Some(found) = what().await {
-            return found;
-        }
-        if Instant::now() > deadline {
-            panic!(
-                "{why} within {JOIN_BOUND:?}
-pods:
-{}
-{}",
-                pods_summary(client).await,
-                consoles(vms)
-            );
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
+    let context = || async { format!("pods:{}\n{}", crate::slurm::pods_now(client).await, consoles(vms)) };
+    testbed::until(why, JOIN_BOUND, what, context).await
 }
 
 fn consoles(vms: &[Vm]) -> String {
     vms.iter().map(|vm| format!("{}:\n{}", vm.name, console_tail(vm, 30))).collect::<Vec<_>>().join("\n")
-}
-
-/// Every pod of the cluster with its node and phase, for a failure's message.
-pub async fn pods_summary(client: &Client) -> String {
-    let pods: Api<Pod> = Api::all(client.clone());
-    let list = pods.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
-    list.iter()
-        .map(|p| {
-            let s = p.status.as_ref();
-            format!(
-                "{}/{} on {:?}: {:?}",
-                p.metadata.namespace.as_deref().unwrap_or_default(),
-                p.metadata.name.as_deref().unwrap_or_default(),
-                p.spec.as_ref().and_then(|s| s.node_name.clone()),
-                s.and_then(|s| s.phase.clone())
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }

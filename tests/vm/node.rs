@@ -23,11 +23,10 @@ use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt};
 use paddock_domain::driver::KubeDrivers;
-use paddock_domain::stack::latest_version;
 use paddock_kube::isolation::LABEL_CLUSTER_ID;
 use paddock_kube::kamaji::{self, ADMIN_KUBECONFIG_KEY};
 use paddock_kube::slurm::{SlinkyDriver, SlinkySettings};
-use paddock_kube::{KamajiBackend, KubePlatform, KubeTenantCredentials, KubeTenantNodes, KubeTenantStack};
+use paddock_kube::{KamajiBackend, KubePlatform, KubeTenantCredentials, KubeTenantNodes};
 use paddock_redfish::{BmcLimiter, RedfishBmc};
 use paddock_service::agent::AgentSettings;
 use paddock_testkit::{skip, TestApp};
@@ -254,6 +253,8 @@ pub struct NodeLab {
     pub kamaji: Arc<Kamaji>,
     pub hub: Arc<Hub>,
     platform: ApiServer,
+    /// The tenant stack's files (tests/vm/stack.rs).
+    stack_dir: PathBuf,
 }
 
 impl NodeLab {
@@ -280,8 +281,9 @@ impl NodeLab {
         })
         .await;
         let kube_platform = KubePlatform::connect(Some(&platform.kubeconfig)).await.expect("platform");
-        let stack = KubeTenantStack::new(PathBuf::from(stacks));
-        stack.verify(latest_version()).expect("the stack files verify");
+        let tag = &uuid::Uuid::new_v4().simple().to_string()[..8];
+        let stack_dir = std::env::temp_dir().join(format!("paddock-vm-stack-{}-{tag}", std::process::id()));
+        let stack = crate::stack::local(&PathBuf::from(stacks), &stack_dir);
         let kube = KubeDrivers {
             control_plane: Arc::new(KamajiBackend::new(kube_platform.client().clone())),
             platform: Arc::new(kube_platform),
@@ -313,7 +315,7 @@ impl NodeLab {
             egress: Mutex::new(Vec::new()),
         });
         tokio::spawn(kamaji.clone().run(stop.subscribe()));
-        Some(NodeLab { p: Paddock::new(app, stop), kamaji, hub, platform })
+        Some(NodeLab { p: Paddock::new(app, stop), kamaji, hub, platform, stack_dir })
     }
 
     /// Opens `ports`' doors for the node VM whose system UUID is `uuid`: the agent door to this
@@ -348,6 +350,7 @@ impl NodeLab {
             self.kamaji.harness.delete(&name).await;
         }
         self.kamaji.harness.delete(&self.platform.name).await;
+        let _ = std::fs::remove_dir_all(&self.stack_dir);
     }
 }
 

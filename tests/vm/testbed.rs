@@ -209,6 +209,44 @@ fn vm_bmc(action: &str) {
     assert!(status.success(), "scripts/vm-bmc {action} main");
 }
 
+/// What one poll of [`until`] answers: what it waited for, or not yet (`Err` with what it saw).
+pub trait Answer<T> {
+    fn found(self) -> Result<T, String>;
+}
+
+impl<T> Answer<T> for Option<T> {
+    fn found(self) -> Result<T, String> {
+        self.ok_or_else(|| "not yet".to_owned())
+    }
+}
+
+impl<T> Answer<T> for Result<T, String> {
+    fn found(self) -> Result<T, String> {
+        self
+    }
+}
+
+/// Polls `what` every 2 s until it finds what it waits for, within `within`; fails with `why`,
+/// what the last poll saw and what `context` gathers then (consoles, pods).
+pub async fn until<T, A, F, C>(why: &str, within: Duration, what: impl Fn() -> F, context: impl FnOnce() -> C) -> T
+where
+    A: Answer<T>,
+    F: std::future::Future<Output = A>,
+    C: std::future::Future<Output = String>,
+{
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let last = match what().await.found() {
+            Ok(found) => return found,
+            Err(last) => last,
+        };
+        if std::time::Instant::now() >= deadline {
+            panic!("{why} within {within:?}; last seen: {last}\n{}", context().await);
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
 /// The last `lines` of `vm`'s serial console, for failure messages.
 pub fn console_tail(vm: &Vm, lines: usize) -> String {
     let text = std::fs::read_to_string(&vm.console).unwrap_or_default();

@@ -39,7 +39,7 @@ pub(crate) async fn delete_of_node(client: &Client, node: &NodeRef) -> Result<()
 
 /// Whether `csr` asks for a certificate of `subject`: its requester (a node renewing its own), or
 /// the subject inside its PKCS#10 request (the bootstrap request, made with the bootstrap token).
-fn requests_for(csr: &CertificateSigningRequest, subject: &str) -> bool {
+pub fn requests_for(csr: &CertificateSigningRequest, subject: &str) -> bool {
     if csr.spec.username.as_deref() == Some(subject) {
         return true;
     }

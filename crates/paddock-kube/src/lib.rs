@@ -33,7 +33,7 @@
 mod access;
 pub mod apply;
 pub mod credentials;
-mod csr;
+pub mod csr;
 pub mod drain;
 mod driver;
 mod error;
