@@ -5,9 +5,9 @@
 //! A's Slurm cluster, one VM its `system` pool and one its `compute` pool: Kamaji's add-ons run on
 //! them and their pods talk over the tenant network (tests/vm/network.rs); the real slurm-operator
 //! runs the tenant's Slurm on them and the tenant uses it (tests/vm/slurm.rs); the compute pool
-//! scaled to zero under a running job drains its Slurm node before the machine goes; the deleted
-//! cluster's machines are wiped; the next tenant's cluster gets one of them, which joins that
-//! tenant's API server and finds nothing of the first.
+//! scaled to zero under a running job drains its Slurm node before its machine is released and
+//! wiped; the cluster's deletion releases and wipes the system machine; the next tenant's cluster
+//! gets one of them, which joins that tenant's API server and finds nothing of the first.
 //!
 //! Real: the Redfish driver and the BMC emulator, the VMs and their firmware, the installer, the
 //! node OS with containerd and the kubelet, the kubelet's TLS bootstrap, kube-proxy and CoreDNS,
