@@ -114,10 +114,24 @@ async fn trim(
 
 /// Waits up to 1.5 s for a worker that runs the job of a machine in `provisioning` (its
 /// activation opens a usage segment) or `releasing` (its power-off closes one); that worker and
-/// the state.
-async fn aim(pool: &PgPool, procs: &Mutex<Procs>) -> Option<(usize, String)> {
+/// the state. It looks for the state aimed at least so far (`aimed`) and takes the other only
+/// when the wait ends: a release is over in a few simulated milliseconds while a provisioning
+/// job runs most of the time, so a first-found aim would almost never hit a release.
+async fn aim(pool: &PgPool, procs: &Mutex<Procs>, aimed: &Mutex<BTreeMap<String, usize>>) -> Option<(usize, String)> {
+    let want = {
+        let aimed = aimed.lock().expect("aimed");
+        let count = |state: &str| aimed.get(state).copied().unwrap_or(0);
+        if count("releasing") < count("provisioning") {
+            "releasing"
+        } else {
+            "provisioning"
+        }
+    };
     let until = Instant::now() + Duration::from_millis(1500);
+    let mut other = None;
     while Instant::now() < until {
+        // Only the last look's other state counts: an older one's job may be over.
+        other = None;
         let running: Vec<(String, String)> = sqlx::query_as(
             "select j.locked_by, m.state from jobs j join machines m on m.id = j.target_id \
               where j.state = 'running' and j.target_type = 'machine' and j.locked_until > now() \
@@ -129,13 +143,15 @@ async fn aim(pool: &PgPool, procs: &Mutex<Procs>) -> Option<(usize, String)> {
         for (worker, state) in running {
             // `default_worker_id`: worker-<pid>-<random>.
             let pid = worker.split('-').nth(1).and_then(|p| p.parse().ok());
-            if let Some(i) = pid.and_then(|pid| procs.lock().expect("procs").worker_of(pid)) {
+            let Some(i) = pid.and_then(|pid| procs.lock().expect("procs").worker_of(pid)) else { continue };
+            if state == want {
                 return Some((i, state));
             }
+            other = Some((i, state));
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    None
+    other
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -325,7 +341,7 @@ impl Killer {
             let mut events = Vec::new();
             while !stop2.load(Ordering::SeqCst) {
                 tokio::time::sleep(Duration::from_millis(rng.random_range(300..1500))).await;
-                let target = if rng.random_bool(0.5) { aim(&pool, &procs).await } else { None };
+                let target = if rng.random_bool(0.5) { aim(&pool, &procs, &aimed2).await } else { None };
                 let (i, why) = match target {
                     Some((i, state)) => {
                         let why = format!(" running the job of a machine in {state}");
