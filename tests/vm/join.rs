@@ -6,8 +6,9 @@
 //! them and their pods talk over the tenant network (tests/vm/network.rs); the real slurm-operator
 //! runs the tenant's Slurm on them and the tenant uses it (tests/vm/slurm.rs); the compute pool
 //! scaled to zero under a running job drains its Slurm node before its machine is released and
-//! wiped; the cluster's deletion releases and wipes the system machine; the next tenant's cluster
-//! gets one of them, which joins that tenant's API server and finds nothing of the first.
+//! wiped; the next tenant's cluster gets that machine, which joins that tenant's API server and
+//! finds nothing of the first, while the first cluster's deletion releases and wipes the system
+//! machine.
 //!
 //! Real: the Redfish driver and the BMC emulator, the VMs and their firmware, the installer, the
 //! node OS with containerd and the kubelet, the kubelet's TLS bootstrap, kube-proxy and CoreDNS,
@@ -198,8 +199,9 @@ async fn bmc_away_during_install(lab: &NodeLab, vm: &Vm, id: &str) {
 
 /// Two node-sized VMs join tenant A's Slurm cluster for real, their pods talk over the tenant
 /// network (tests/vm/network.rs) and A's people use its Slurm (tests/vm/slurm.rs); the compute
-/// pool to zero and the cluster's deletion release and wipe both for real; then tenant B's
-/// cluster gets one of them, which joins B's API server and finds nothing of A's.
+/// pool to zero releases and wipes its VM for real; tenant B's cluster gets that VM, which joins
+/// B's API server and finds nothing of A's, while A's cluster is deleted and the system VM wiped
+/// (the two at once: each claim is its own, and the test is the CI run's longest).
 #[tokio::test(flavor = "multi_thread")]
 async fn two_vms_join_one_tenant_talk_are_wiped_and_one_joins_the_next_with_nothing_of_the_first() {
     let Some(bed) = Testbed::from_env() else { return };
@@ -224,8 +226,11 @@ async fn two_vms_join_one_tenant_talk_are_wiped_and_one_joins_the_next_with_noth
         assert_eq!(m["state"], "available", "{m}\nconsole:\n{}", console_tail(vm, 30));
     }
     let a = tenant(&lab, "tenant-a").await;
-    let a_secrets = tenant_a(&lab, &a, &vms, &ids).await;
-    tenant_b(&lab, &vms, &ids, &a_secrets).await;
+    let (a_cluster, system, a_secrets) = tenant_a(&lab, &a, &vms, &ids).await;
+    // B's cluster is made before A's is deleted, so it gets the compute VM, the one available.
+    let b = b_allocated(&lab, &vms, &ids).await;
+    assert_ne!(b.which, system, "B gets the VM released first, the compute pool's");
+    tokio::join!(delete_a(&lab, &a, &a_cluster, &vms[system], &ids[system]), b_joins(&lab, &vms, &ids, &b, &a_secrets));
     lab.finish().await;
     vms.iter().for_each(reset);
 }
@@ -233,9 +238,14 @@ async fn two_vms_join_one_tenant_talk_are_wiped_and_one_joins_the_next_with_noth
 /// Tenant A's Slurm cluster: a `system` pool and a `compute` pool of one VM each, from allocation
 /// to Ready Nodes, the network between them, its Slurm used (tests/vm/slurm.rs); then the compute
 /// pool to zero under a running job (drained first, released and wiped once the job ended) with
-/// the accounting kept, and the cluster deleted (the system VM wiped); what of A's join must
-/// never be found again.
-async fn tenant_a(lab: &NodeLab, a: &(String, String), vms: &[Vm], ids: &[String]) -> Vec<(String, Vec<u8>)> {
+/// the accounting kept. Returns the cluster's path, the system VM's index and what of A's join
+/// must never be found again.
+async fn tenant_a(
+    lab: &NodeLab,
+    a: &(String, String),
+    vms: &[Vm],
+    ids: &[String],
+) -> (String, usize, Vec<(String, Vec<u8>)>) {
     let t0 = Instant::now();
     let (a_cluster, pools) = slurm_cluster(lab, a, "first").await;
     let a_cluster_id = a_cluster.rsplit('/').next().expect("id").to_owned();
@@ -297,21 +307,28 @@ async fn tenant_a(lab: &NodeLab, a: &(String, String), vms: &[Vm], ids: &[String
     let sacct = format!("sacct -n -X -P -j {job} -o State");
     let kept = crate::slurm::exec(&a_client, &login, "login", &sacct).await.expect("sacct");
     assert_eq!(kept.trim(), "COMPLETED", "the accounting outlives the compute machine");
+    assert_erased(&vms[compute]);
+    (a_cluster, system, a_secrets)
+}
 
-    // The cluster deleted: the system VM released and wiped, A's control plane gone.
-    let t2 = Instant::now();
-    lab.p.app.delete(&a_cluster).token(&a.1).send().await.expect(202);
-    until(&vms[system], "the system VM is released and wiped", || async {
-        (machine(lab, &ids[system]).await["state"] == "available").then_some(())
+/// Every byte of every disk of `vm` is zero (read after its wipe, before anyone has it again).
+fn assert_erased(vm: &Vm) {
+    for d in &vm.disks {
+        assert_eq!(not_erased(&d.path), None, "every byte of {} of {} is zero after the wipe", d.name, vm.name);
+    }
+}
+
+/// A's cluster deleted: its system VM (`vm`, machine `id`) released and wiped, A's control plane
+/// gone.
+async fn delete_a(lab: &NodeLab, a: &(String, String), a_cluster: &str, vm: &Vm, id: &str) {
+    let t = Instant::now();
+    lab.p.app.delete(a_cluster).token(&a.1).send().await.expect(202);
+    until(vm, "the system VM is released and wiped", || async {
+        (machine(lab, id).await["state"] == "available").then_some(())
     })
     .await;
-    for vm in vms {
-        for d in &vm.disks {
-            assert_eq!(not_erased(&d.path), None, "every byte of {} of {} is zero after the wipe", d.name, vm.name);
-        }
-    }
-    eprintln!("tenant A: cluster deletion to the system VM wiped in {:.1} s", t2.elapsed().as_secs_f64());
-    a_secrets
+    assert_erased(vm);
+    eprintln!("tenant A: cluster deletion to the system VM wiped in {:.1} s", t.elapsed().as_secs_f64());
 }
 
 /// Tenant A's pools.
@@ -362,32 +379,45 @@ pub async fn assert_nothing_left(a_client: &Client, node: &str) {
     assert!(held.is_empty(), "A's cluster holds no CSR of {node}: {held:?}");
 }
 
-/// Tenant B gets one of the VMs (the BMC away during its install); it joins B's API server, with
-/// nothing of A's on its disk.
-async fn tenant_b(lab: &NodeLab, vms: &[Vm], ids: &[String], a_secrets: &[(String, Vec<u8>)]) {
+/// Tenant B's one-machine cluster, and which of the VMs it was given.
+struct TenantB {
+    cluster_id: String,
+    which: usize,
+    since: Instant,
+}
+
+/// Tenant B's cluster, once one of the VMs is allocated to it.
+async fn b_allocated(lab: &NodeLab, vms: &[Vm], ids: &[String]) -> TenantB {
     let b = tenant(lab, "tenant-b").await;
-    let t2 = Instant::now();
+    let since = Instant::now();
     let (b_cluster, _) = cluster(lab, &b, "second", 1).await;
-    let b_cluster_id = b_cluster.rsplit('/').next().expect("id").to_owned();
+    let cluster_id = b_cluster.rsplit('/').next().expect("id").to_owned();
     let which = until(&vms[0], "one VM is allocated to B's cluster", || async {
         for (i, id) in ids.iter().enumerate() {
-            if machine(lab, id).await["cluster_id"].as_str() == Some(b_cluster_id.as_str()) {
+            if machine(lab, id).await["cluster_id"].as_str() == Some(cluster_id.as_str()) {
                 return Some(i);
             }
         }
         None
     })
     .await;
-    let (vm, id) = (&vms[which], &ids[which]);
+    TenantB { cluster_id, which, since }
+}
+
+/// B's VM installs (the BMC away meanwhile) and joins B's API server, with nothing of A's on its
+/// disk.
+async fn b_joins(lab: &NodeLab, vms: &[Vm], ids: &[String], b: &TenantB, a_secrets: &[(String, Vec<u8>)]) {
+    let (vm, id) = (&vms[b.which], &ids[b.which]);
     bmc_away_during_install(lab, vm, id).await;
     until(vm, "the VM is active in B's cluster", || async {
         let m = machine(lab, id).await;
         assert!(!["provision_failed", "maintenance"].contains(&m["state"].as_str().unwrap_or_default()), "{m}");
-        (m["state"] == "active" && m["cluster_id"].as_str() == Some(b_cluster_id.as_str())).then_some(())
+        (m["state"] == "active" && m["cluster_id"].as_str() == Some(b.cluster_id.as_str())).then_some(())
     })
     .await;
-    eprintln!("tenant B: allocation to Node Ready in {:.1} s ({})", t2.elapsed().as_secs_f64(), phases(lab, id).await);
-    let b_client = lab.kamaji.tenant(&b_cluster_id).expect("B's API server").client().await;
+    let took = b.since.elapsed().as_secs_f64();
+    eprintln!("tenant B: allocation to Node Ready in {took:.1} s ({})", phases(lab, id).await);
+    let b_client = lab.kamaji.tenant(&b.cluster_id).expect("B's API server").client().await;
     assert!(ready_node(&b_client, vm).await.is_some(), "the VM's Node is Ready in B's cluster");
     let disk = std::fs::read(boot_disk(vm)).expect("the boot disk");
     assert_eq!(found_on(&disk, a_secrets), Vec::<String>::new(), "nothing of A's join is on the VM's disk");
