@@ -91,3 +91,55 @@ async fn a_node_drained_with_the_fault_prefix_is_reported_once_and_swapped_witho
     );
     assert_eq!(lab.machine_in(&other, "active").await["state"], "active");
 }
+
+/// A node Slurm holds down (here as slurmctld leaves one whose slurmd registered after an
+/// unexpected reboot) is no health report and takes no machine away: the cluster stays `ready`
+/// and says so in `SlurmNodesUp`, with one `SlurmNodeDown` event, until the tenant resumes it.
+#[tokio::test]
+async fn a_node_down_in_slurm_shows_in_the_status_and_takes_no_machine() {
+    let lab = Lab::tuned(|s| s.drift_interval = Duration::from_millis(100), |drivers| drivers).await;
+    machine_class(&lab.app, "gpu", 8).await;
+    lab.available("gpu", &["s1", "g1"]).await;
+    let created = lab.create(slurm("s", gpu_and_system(1))).await;
+    let cluster = id(&created["cluster"]);
+    lab.ready(&cluster).await;
+    let gpu_pool = pool_named(&created["cluster"], "gpu");
+    let gpu = held(&lab, &cluster).await.into_iter().find(|m| m["node_pool_id"] == gpu_pool.as_str()).expect("gpu");
+    let (machine, node) = (id(&gpu), gpu["node_name"].as_str().expect("node name").to_owned());
+    let cluster_id = ClusterId(cluster.parse().expect("uuid"));
+    let up = |c: &Value| condition(c, "SlurmNodesUp").clone();
+    eventually(WAIT, || async { (up(&lab.cluster(&cluster).await)["status"] == "True").then_some(()) }).await;
+
+    let reason = "Node unexpectedly rebooted";
+    assert!(lab.world.set_slurm_down(cluster_id, &node, Some(reason)).await.expect("down"));
+    let c = eventually(WAIT, || async {
+        let c = lab.cluster(&cluster).await;
+        (up(&c)["status"] == "False").then_some(c)
+    })
+    .await;
+    assert_eq!(up(&c)["reason"], "SlurmNodeDown");
+    assert_eq!(up(&c)["message"], format!("down in Slurm: {node} on {node} ({reason})").as_str());
+    // The cluster stays ready: one event, no health report, no swap.
+    let events_path = format!("{}/events", lab.cluster_path(&cluster));
+    let down_events = || async {
+        let page = lab.app.get(&events_path).token(&lab.tenant_token).send().await.expect(200).json();
+        let items = page["items"].as_array().expect("items").clone();
+        items.into_iter().filter(|e| e["reason"] == "SlurmNodeDown").count()
+    };
+    eventually(WAIT, || async { (down_events().await == 1).then_some(()) }).await;
+    // Later runs read it again: Slurm's new reason shows, with no second event.
+    let reason = "Not responding";
+    assert!(lab.world.set_slurm_down(cluster_id, &node, Some(reason)).await.expect("down"));
+    let message = format!("down in Slurm: {node} on {node} ({reason})");
+    eventually(WAIT, || async { (up(&lab.cluster(&cluster).await)["message"] == message.as_str()).then_some(()) })
+        .await;
+    let c = lab.cluster(&cluster).await;
+    assert_eq!((c["status"]["phase"].as_str(), down_events().await), (Some("ready"), 1), "{}", c["status"]);
+    assert!(slurm_reports(&lab, &machine).await.iter().all(|(status, _)| status == "healthy"));
+    assert!(remediations(&lab, &machine).await.is_empty(), "a node down in Slurm started a swap");
+    assert_eq!(lab.machine_in(&machine, "active").await["cluster_id"], cluster.as_str());
+
+    // The tenant resumes it: up again.
+    assert!(lab.world.set_slurm_down(cluster_id, &node, None).await.expect("up"));
+    eventually(WAIT, || async { (up(&lab.cluster(&cluster).await)["status"] == "True").then_some(()) }).await;
+}

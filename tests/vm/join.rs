@@ -4,9 +4,10 @@
 //! the pin, register, and paddock sees the Nodes Ready by the VMs' SMBIOS UUIDs. They are tenant
 //! A's Slurm cluster, one VM its `system` pool and one its `compute` pool: Kamaji's add-ons run on
 //! them and their pods talk over the tenant network (tests/vm/network.rs); the real slurm-operator
-//! runs the tenant's Slurm on them and the tenant uses it (tests/vm/slurm.rs); the compute pool
-//! scaled to zero under a running job drains its Slurm node before its machine is released and
-//! wiped; the next tenant's cluster gets that machine, which joins that tenant's API server and
+//! runs the tenant's Slurm on them and the tenant uses it (tests/vm/slurm.rs); the compute node
+//! rebooted under a running job is marked down by Slurm, shown by paddock and kept by the tenant;
+//! the compute pool scaled to zero under a running job drains its Slurm node before its machine is
+//! released and wiped; the next tenant's cluster gets that machine, which joins that tenant's API server and
 //! finds nothing of the first, while the first cluster's deletion releases and wipes the system
 //! machine.
 //!
@@ -75,7 +76,7 @@ async fn machine(lab: &NodeLab, id: &str) -> Value {
 }
 
 /// The Node of `vm` in `client`'s cluster (by its system UUID) once it is Ready.
-async fn ready_node(client: &Client, vm: &Vm) -> Option<Node> {
+pub async fn ready_node(client: &Client, vm: &Vm) -> Option<Node> {
     let nodes: Api<Node> = Api::all(client.clone());
     nodes.list(&ListParams::default()).await.ok()?.items.into_iter().find(|n| {
         let status = n.status.as_ref();
@@ -236,8 +237,8 @@ async fn two_vms_join_one_tenant_talk_are_wiped_and_one_joins_the_next_with_noth
 }
 
 /// Tenant A's Slurm cluster: a `system` pool and a `compute` pool of one VM each, from allocation
-/// to Ready Nodes, the network between them, its Slurm used (tests/vm/slurm.rs); then the compute
-/// pool to zero under a running job (drained first, released and wiped once the job ended) with
+/// to Ready Nodes, the network between them, its Slurm used (tests/vm/slurm.rs), the compute node
+/// rebooted under a job; then the compute pool to zero under a running job (drained first, released and wiped once the job ended) with
 /// the accounting kept. Returns the cluster's path, the system VM's index and what of A's join
 /// must never be found again.
 async fn tenant_a(
@@ -294,6 +295,7 @@ async fn tenant_a(
     let job = crate::slurm::use_it(&a_client, &vms[system], &nodes[compute]).await;
     let login = crate::slurm::pod(&a_client, "login", None).await.expect("the login pod");
     let compute_vm = (&vms[compute], ids[compute].as_str());
+    crate::slurm::reboot_under_a_job(lab, (a, &a_cluster), &a_client, &login, compute_vm, &nodes[compute]).await;
     crate::slurm::scale_to_zero_under_a_job(
         lab,
         a,

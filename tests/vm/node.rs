@@ -301,6 +301,9 @@ impl NodeLab {
             poll: Duration::from_secs(2),
             // A BMC that comes back is tried again within seconds (the join test takes it away).
             outage_wait: Duration::from_secs(5),
+            // A ready cluster's drift check reads its Nodes and Slurm nodes again: often, so that
+            // the join test sees paddock's status follow a node rebooted under a job.
+            drift_interval: Duration::from_secs(20),
             ..Settings::default()
         };
         let stop = run_worker(&app, kube, settings);

@@ -168,6 +168,83 @@ pub async fn use_it(client: &Client, vm: &Vm, compute_node: &str) -> String {
     id
 }
 
+/// The compute node rebooted under a running job, as a kernel panic or a power glitch would do it
+/// (the VM reset, its disk kept): Slurm marks the node down (`Node unexpectedly rebooted`) and
+/// requeues the job; paddock's status follows Slurm (`SlurmNodesUp=False` naming the node and
+/// Slurm's reason) and no machine leaves the tenant on its own: the machine stays active in the
+/// cluster with its Node Ready again, no health report says failed and no remediation starts.
+/// The tenant's admin resumes the node, and paddock's status follows again. The requeued job is
+/// cancelled: it would wait Slurm's requeue delay (two minutes) before it may start again.
+pub async fn reboot_under_a_job(
+    lab: &NodeLab,
+    (tenant, cluster): (&(String, String), &str),
+    client: &Client,
+    login: &str,
+    (vm, machine): (&Vm, &str),
+    node: &str,
+) {
+    let t0 = Instant::now();
+    let id = sbatch(client, login, "--output=/var/tmp/reboot-%j.out --wrap 'sleep 3600'").await;
+    let squeue = format!("squeue -h -j {id} -o '%T %N'");
+    let host = until(vm, "the job runs", || async {
+        let out = exec(client, login, "login", &squeue).await?;
+        out.trim().strip_prefix("RUNNING ").map(str::to_owned).ok_or(out)
+    })
+    .await;
+    crate::testbed::virsh(&["reset", &vm.name]);
+    let sinfo = format!("sinfo -h -n {host} -o '%T|%E'");
+    until(vm, "Slurm marks the rebooted node down", || async {
+        let out = exec(client, login, "login", &sinfo).await?;
+        (out.trim() == "down|Node unexpectedly rebooted").then_some(()).ok_or(out)
+    })
+    .await;
+    eprintln!("slurm: the reset to the node down in Slurm {:.1} s", t0.elapsed().as_secs_f64());
+    let requeued = until(vm, "Slurm requeues the job", || async {
+        let out = exec(client, login, "login", &squeue).await?;
+        if out.trim().starts_with("PENDING") {
+            Ok(out)
+        } else {
+            Err(out)
+        }
+    })
+    .await;
+    let runs = exec(client, login, "login", &format!("sacct -n -D -X -P -j {id} -o State")).await.expect("sacct");
+    assert!(
+        runs.lines().next().is_some_and(|s| s == "NODE_FAIL"),
+        "the run on the rebooted node: {runs:?} ({requeued})"
+    );
+    let up = |c: &Value| condition(c, "SlurmNodesUp").cloned().unwrap_or_default();
+    let c = until(vm, "paddock's status shows the node down", || async {
+        let c = lab.p.app.get(cluster).token(&tenant.1).send().await.expect(200).json();
+        (up(&c)["status"] == "False").then_some(c.clone()).ok_or_else(|| c["status"]["conditions"].to_string())
+    })
+    .await;
+    let message = up(&c)["message"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(up(&c)["reason"], "SlurmNodeDown", "{}", c["status"]);
+    assert!(message.contains(&format!("on {node} (Node unexpectedly rebooted)")), "{message}");
+    assert_eq!(c["status"]["phase"], "ready", "a node down in Slurm is the tenant's to resume: {}", c["status"]);
+    until(vm, "the Node is Ready again", || crate::join::ready_node(client, vm)).await;
+    let m = lab.p.get(&format!("/v1/machines/{machine}")).await;
+    assert!(m["state"] == "active" && m["cluster_id"].is_string() && m["health"] != "failed", "{m}");
+    let remediations = lab.p.app.get(format!("{cluster}/remediations")).token(&tenant.1).send().await.expect(200);
+    let remediations = remediations.json()["items"].as_array().map(Vec::len);
+    assert_eq!(remediations, Some(0), "no machine leaves the tenant on its own");
+
+    exec(client, login, "login", &format!("scontrol update nodename={host} state=resume")).await.expect("resume");
+    until(vm, "paddock's status shows the node up again", || async {
+        let c = lab.p.app.get(cluster).token(&tenant.1).send().await.expect(200).json();
+        (up(&c)["status"] == "True").then_some(()).ok_or_else(|| c["status"]["conditions"].to_string())
+    })
+    .await;
+    exec(client, login, "login", &format!("scancel {id}")).await.expect("scancel");
+    until(vm, "the resumed node is idle", || async {
+        let out = exec(client, login, "login", &sinfo).await?;
+        out.trim().starts_with("idle|").then_some(()).ok_or(out)
+    })
+    .await;
+    eprintln!("slurm: the reboot under a job, followed and resumed, in {:.1} s", t0.elapsed().as_secs_f64());
+}
+
 /// The compute pool to zero while a job runs on its node: paddock drains the Slurm node with its
 /// reason (the job goes on, nothing new starts there) and the machine stays the tenant's while the
 /// job runs; once the job ended on its own, the machine is released and wiped, and the cluster

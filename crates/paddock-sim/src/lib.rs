@@ -574,6 +574,27 @@ impl SimWorld {
         Ok(done.rows_affected() == 1)
     }
 
+    /// Marks the simulated Slurm node on the Node `node_name` of the tenant cluster `cluster`
+    /// down with Slurm's `reason` (as slurmctld does when a node's slurmd registers after an
+    /// unexpected reboot, `Node unexpectedly rebooted`), or up again (`None`, as a tenant's
+    /// `scontrol update nodename=... state=resume`). False when the cluster has no such Node.
+    pub async fn set_slurm_down(
+        &self,
+        cluster: ClusterId,
+        node_name: &str,
+        reason: Option<&str>,
+    ) -> Result<bool, SimError> {
+        let mut conn = self.inner.store.conn().await?;
+        let done =
+            sqlx::query("update paddock_sim.nodes set slurm_down_reason = $3 where cluster_id = $1 and node_name = $2")
+                .bind(cluster.uuid())
+                .bind(node_name)
+                .bind(reason)
+                .execute(&mut *conn)
+                .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// The simulated Slurm accounting of cluster `cluster` (empty before its first sync).
     pub async fn slurmdb(&self, cluster: ClusterId) -> Result<paddock_domain::slurm_identity::Slurmdb, SimError> {
         let mut conn = self.inner.store.conn().await?;

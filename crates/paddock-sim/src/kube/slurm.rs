@@ -1,7 +1,8 @@
 //! The simulated Slurm of a tenant cluster (the `slurm_*` columns of `paddock_sim.clusters`, and
-//! a Slurm node on each simulated Node, drained or not: `paddock_sim.nodes.slurm_drain_reason`).
-//! No job runs and no slurmd pod exists: a drain completes at once. Its accounting (users,
-//! accounts, QOS, associations) is one document per cluster in `paddock_sim.slurmdb`.
+//! a Slurm node on each simulated Node, drained or not and down or not:
+//! `paddock_sim.nodes.slurm_drain_reason` and `slurm_down_reason`). No job runs and no slurmd pod
+//! exists: a drain completes at once. Its accounting (users, accounts, QOS, associations) is one
+//! document per cluster in `paddock_sim.slurmdb`.
 
 use paddock_domain::driver::{
     BoxFuture, Demand, DemandPool, DriverError, Removal, SlurmDesired, SlurmDrain, SlurmDriver, SlurmNodeState,
@@ -137,8 +138,8 @@ impl SlurmDriver for SimKube {
     }
 
     /// The simulated Slurm's nodes: one on each registered Node of the cluster, named as its
-    /// Node, idle, or drained with the reason the knob ([`crate::SimWorld::set_slurm_drain`]) or
-    /// paddock's own drain gave it.
+    /// Node, idle or down ([`crate::SimWorld::set_slurm_down`]), drained or not with the reason
+    /// the knob ([`crate::SimWorld::set_slurm_drain`]) or paddock's own drain gave it.
     fn node_states<'a>(
         &'a self,
         tenant: &'a TenantAccess,
@@ -147,8 +148,8 @@ impl SlurmDriver for SimKube {
         Box::pin(async move {
             let mut conn = self.conn().await?;
             self.tenant(&mut conn, tenant).await?;
-            let rows: Vec<(String, Option<String>)> = sqlx::query_as(
-                "select node_name, slurm_drain_reason from paddock_sim.nodes \
+            let rows: Vec<(String, Option<String>, Option<String>)> = sqlx::query_as(
+                "select node_name, slurm_drain_reason, slurm_down_reason from paddock_sim.nodes \
                  where cluster_id = $1 and joined_at is not null order by node_name",
             )
             .bind(tenant.cluster.cluster_id.uuid())
@@ -157,11 +158,14 @@ impl SlurmDriver for SimKube {
             .map_err(unavailable)?;
             Ok(rows
                 .into_iter()
-                .map(|(node_name, reason)| SlurmNodeState {
-                    slurm_node: node_name.clone(),
-                    node_name,
-                    states: if reason.is_some() { vec!["IDLE".into(), "DRAIN".into()] } else { vec!["IDLE".into()] },
-                    reason: reason.unwrap_or_default(),
+                .map(|(node_name, drain, down)| {
+                    let mut states = vec![if down.is_some() { "DOWN" } else { "IDLE" }.to_owned()];
+                    if drain.is_some() {
+                        states.push("DRAIN".into());
+                    }
+                    // Slurm keeps one reason: the drain's when there is one.
+                    let reason = drain.or(down).unwrap_or_default();
+                    SlurmNodeState { slurm_node: node_name.clone(), node_name, states, reason }
                 })
                 .collect())
         })

@@ -8,6 +8,10 @@
 //!   drained a `healthy` one ([`paddock_domain::health::slurm_node_rating`]). A drain stays one
 //!   rating however many runs see it, so it is recorded once; a drain for any other reason
 //!   (paddock's own `paddock:release: ...` among them) rates nothing.
+//!
+//! The same read of the Slurm nodes sets the cluster's `SlurmNodesUp`: a node Slurm holds down
+//! (after an unexpected reboot, a slurmd that stopped answering, a tenant's `state=down`) is no
+//! health report, since the machine may well be sound, but the tenant sees it in the status.
 
 use chrono::{DateTime, Utc};
 use paddock_domain::cluster::Cluster;
@@ -21,7 +25,7 @@ use paddock_types::machine::MachineState;
 use paddock_types::MachineId;
 use tracing::{info, warn};
 
-use super::ClusterReconciler;
+use super::{ClusterReconciler, Observed, SLURM_NODES_UP, SLURM_NODE_DOWN};
 
 /// The check of a report from the tenant's Kubernetes.
 const NODE_READY_CHECK: &str = "kubernetes.node_ready";
@@ -51,6 +55,7 @@ impl ClusterReconciler {
         cluster: &Cluster,
         held: &[HeldMachine],
         access: &TenantAccess,
+        observed: &mut Observed,
     ) -> Result<(), StoreError> {
         let (ClusterKind::Slurm, Some(slurm)) = (cluster.spec.kind, &cluster.spec.slurm) else {
             return Ok(());
@@ -64,6 +69,7 @@ impl ClusterReconciler {
                 return Ok(());
             }
         };
+        slurm_nodes_up(held, &states, observed);
         self.record(HealthSource::Slurm, &slurm_ratings(held, &states)).await
     }
 
@@ -82,6 +88,40 @@ impl ClusterReconciler {
             info!(reports = written, "recorded {written} health report(s) from the tenant cluster ({source})");
         }
         Ok(())
+    }
+}
+
+/// `SlurmNodesUp` from the Slurm nodes of the active machines: false while Slurm holds one
+/// `DOWN`, naming each with Slurm's reason, and a `Warning` event when it turns false.
+fn slurm_nodes_up(held: &[HeldMachine], states: &[SlurmNodeState], observed: &mut Observed) {
+    const NAMED: usize = 5;
+    let mut down: Vec<String> = held
+        .iter()
+        .filter(|m| m.state == MachineState::Active)
+        .flat_map(|m| {
+            let node = m.node_name.clone().unwrap_or_else(|| node_name(m.id));
+            states
+                .iter()
+                .filter(move |s| s.node_name == node && s.states.iter().any(|f| f.eq_ignore_ascii_case("DOWN")))
+        })
+        .map(|s| match s.reason.trim() {
+            "" => format!("{} on {}", s.slurm_node, s.node_name),
+            reason => format!("{} on {} ({reason})", s.slurm_node, s.node_name),
+        })
+        .collect();
+    if down.is_empty() {
+        observed.set(SLURM_NODES_UP, true, "Up", "no node of the cluster's machines is down in Slurm");
+        return;
+    }
+    down.sort();
+    let mut message = format!("down in Slurm: {}", down.iter().take(NAMED).cloned().collect::<Vec<_>>().join("; "));
+    if down.len() > NAMED {
+        message.push_str(&format!(" and {} more", down.len() - NAMED));
+    }
+    let was_down = observed.has_reason(SLURM_NODES_UP, SLURM_NODE_DOWN);
+    observed.set(SLURM_NODES_UP, false, SLURM_NODE_DOWN, &message);
+    if !was_down {
+        observed.events.push(("Warning", SLURM_NODE_DOWN, message));
     }
 }
 
@@ -137,6 +177,7 @@ fn ratings(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use paddock_types::cluster::ConditionStatus;
 
     fn machine(uuid: &str) -> HeldMachine {
         HeldMachine {
@@ -186,6 +227,50 @@ mod tests {
                 (held[1].id, HealthStatus::Healthy, "Slurm node cpu-1 is not drained"),
             ]
         );
+    }
+
+    fn observed() -> Observed {
+        Observed {
+            conditions: Vec::new(),
+            endpoints: Default::default(),
+            events: Vec::new(),
+            now: Utc::now(),
+            changed: Vec::new(),
+            faulted: false,
+            scaling: false,
+        }
+    }
+
+    #[test]
+    fn a_node_down_in_slurm_shows_in_the_status_with_one_event_until_it_is_up() {
+        let held = [machine("a"), machine("b")];
+        let mut releasing = machine("c");
+        releasing.state = MachineState::Releasing;
+        let node = |m: &HeldMachine| node_name(m.id);
+        let all: Vec<HeldMachine> = held.iter().cloned().chain([releasing.clone()]).collect();
+        let states = [
+            slurm_node(&node(&held[0]), "cpu-0", &["IDLE", "DRAIN"], "maintenance window"),
+            slurm_node(&node(&held[1]), "cpu-1", &["DOWN"], "Node unexpectedly rebooted"),
+            slurm_node(&node(&releasing), "cpu-2", &["DOWN", "DRAIN"], "paddock:release: machine released"),
+        ];
+        let mut o = observed();
+        slurm_nodes_up(&all, &states, &mut o);
+        let c = o.conditions.iter().find(|c| c.type_ == SLURM_NODES_UP).expect("the condition");
+        let message = format!("down in Slurm: cpu-1 on {} (Node unexpectedly rebooted)", node(&held[1]));
+        assert_eq!(
+            (c.status, c.reason.as_str(), c.message.as_str()),
+            (ConditionStatus::False, SLURM_NODE_DOWN, message.as_str())
+        );
+        assert_eq!(o.events, [("Warning", SLURM_NODE_DOWN, message.clone())]);
+        // Read again, still down: no second event.
+        o.events.clear();
+        slurm_nodes_up(&all, &states, &mut o);
+        assert!(o.events.is_empty(), "{:?}", o.events);
+        // Resumed by the tenant: up again.
+        let resumed = [slurm_node(&node(&held[1]), "cpu-1", &["IDLE"], "")];
+        slurm_nodes_up(&all, &resumed, &mut o);
+        let c = o.conditions.iter().find(|c| c.type_ == SLURM_NODES_UP).expect("the condition");
+        assert_eq!((c.status, c.reason.as_str()), (ConditionStatus::True, "Up"));
     }
 
     #[test]

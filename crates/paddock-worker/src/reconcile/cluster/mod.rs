@@ -75,6 +75,11 @@ const STACK_READY: &str = "StackReady";
 const SLURM_READY: &str = "SlurmReady";
 
 const RAY_READY: &str = "RayReady";
+/// A Slurm cluster's nodes as its Slurm sees them: false while Slurm holds the node of an active
+/// machine down. Not required for `Ready`: Slurm runs, and resuming a node is the tenant's call.
+const SLURM_NODES_UP: &str = "SlurmNodesUp";
+/// `SlurmNodesUp`'s reason (and its event's) while a node is down.
+const SLURM_NODE_DOWN: &str = "SlurmNodeDown";
 
 const READY: &str = "Ready";
 
@@ -278,7 +283,7 @@ impl ClusterReconciler {
                 if self.stack(kube, cluster, access, observed).await? {
                     self.slurm(kube, run, access, observed).await?;
                     if observed.is_true(SLURM_READY) {
-                        self.slurm_health(kube, cluster, held, access).await?;
+                        self.slurm_health(kube, cluster, held, access, observed).await?;
                         self.wake_identity_sync(cluster).await?;
                     }
                     self.ray(kube, run, access, observed).await?;
