@@ -562,16 +562,8 @@ impl SimWorld {
         node_name: &str,
         reason: Option<&str>,
     ) -> Result<bool, SimError> {
-        let mut conn = self.inner.store.conn().await?;
-        let done = sqlx::query(
-            "update paddock_sim.nodes set slurm_drain_reason = $3 where cluster_id = $1 and node_name = $2",
-        )
-        .bind(cluster.uuid())
-        .bind(node_name)
-        .bind(reason)
-        .execute(&mut *conn)
-        .await?;
-        Ok(done.rows_affected() == 1)
+        let sql = "update paddock_sim.nodes set slurm_drain_reason = $3 where cluster_id = $1 and node_name = $2";
+        self.set_slurm_node(sql, cluster, node_name, reason).await
     }
 
     /// Marks the simulated Slurm node on the Node `node_name` of the tenant cluster `cluster`
@@ -584,14 +576,20 @@ impl SimWorld {
         node_name: &str,
         reason: Option<&str>,
     ) -> Result<bool, SimError> {
+        let sql = "update paddock_sim.nodes set slurm_down_reason = $3 where cluster_id = $1 and node_name = $2";
+        self.set_slurm_node(sql, cluster, node_name, reason).await
+    }
+
+    /// Runs `sql`, an update of one Slurm node's column to `$3`: whether the node was found.
+    async fn set_slurm_node(
+        &self,
+        sql: &'static str,
+        cluster: ClusterId,
+        node_name: &str,
+        reason: Option<&str>,
+    ) -> Result<bool, SimError> {
         let mut conn = self.inner.store.conn().await?;
-        let done =
-            sqlx::query("update paddock_sim.nodes set slurm_down_reason = $3 where cluster_id = $1 and node_name = $2")
-                .bind(cluster.uuid())
-                .bind(node_name)
-                .bind(reason)
-                .execute(&mut *conn)
-                .await?;
+        let done = sqlx::query(sql).bind(cluster.uuid()).bind(node_name).bind(reason).execute(&mut *conn).await?;
         Ok(done.rows_affected() == 1)
     }
 
