@@ -9,7 +9,7 @@
 //! The tenant has no shared file system here (a tenant brings its own), so a batch job's output
 //! file is where Slurm writes it: on the compute node that ran it, read there.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{AttachParams, ListParams};
@@ -98,9 +98,21 @@ pub async fn pod(client: &Client, container: &str, node: Option<&str>) -> Result
     })
 }
 
+/// How long one `exec` may take before it counts as failed (a poll tries again): an exec whose
+/// stream went quiet, which a node reset next to it has been seen to leave open for good.
+const EXEC_BOUND: Duration = Duration::from_secs(120);
+
 /// Runs `script` with `sh -c` in container `container` of pod `pod` (as the tenant's admin does
-/// with `kubectl exec`): its standard output, or its standard error and status.
+/// with `kubectl exec`): its standard output, or its standard error and status; an error after
+/// [`EXEC_BOUND`].
 pub async fn exec(client: &Client, pod: &str, container: &str, script: &str) -> Result<String, String> {
+    match tokio::time::timeout(EXEC_BOUND, exec_once(client, pod, container, script)).await {
+        Ok(done) => done,
+        Err(_) => Err(format!("`{script}` in {pod}: no answer within {} s", EXEC_BOUND.as_secs())),
+    }
+}
+
+async fn exec_once(client: &Client, pod: &str, container: &str, script: &str) -> Result<String, String> {
     let pods = Api::<Pod>::namespaced(client.clone(), NS);
     let params = AttachParams::default().container(container).stdout(true).stderr(true);
     let mut attached = pods.exec(pod, ["sh", "-c", script], &params).await.map_err(|e| format!("exec: {e}"))?;
