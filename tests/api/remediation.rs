@@ -192,6 +192,35 @@ async fn without_a_spare_the_cluster_says_so_without_fleet_counts_drains_the_nod
 }
 
 #[tokio::test]
+async fn a_failed_machine_its_pool_can_do_without_is_released_into_maintenance_without_a_spare() {
+    let lab = Lab::new().await;
+    machine_class(&lab.app, "gpu", 8).await;
+    lab.available("gpu", &["h1", "h2"]).await;
+    let created = lab.create(kubernetes(2, None)).await;
+    let cluster = id(&created["cluster"]);
+    lab.ready(&cluster).await;
+    let machines = held(&lab, &cluster).await;
+    let (failed, kept) = (id(&machines[0]), id(&machines[1]));
+    report(&lab, &failed, FAILED).await;
+    eventually(WAIT, || async {
+        let c = lab.cluster(&cluster).await;
+        (condition(&c, "NodesReady")["reason"] == "AwaitingSpare").then_some(())
+    })
+    .await;
+
+    // The pool is scaled to one while the failed machine waits for a spare: the healthy machine
+    // is that one, so no spare will ever come, and the failed machine leaves at once.
+    lab.scale(&cluster, &id(&created["cluster"]["node_pools"][0]), 1).await;
+    let m = lab.machine_in(&failed, "maintenance").await;
+    assert!(m["maintenance_reason"].as_str().is_some_and(|r| r.contains("uncorrectable ECC")), "{m}");
+    lab.ready(&cluster).await;
+    let now_held: Vec<String> = held(&lab, &cluster).await.iter().map(id).collect();
+    assert_eq!(now_held, [kept], "the healthy machine stays");
+    let ended = ended(&lab, &failed).await;
+    assert_eq!((ended.2.as_deref(), ended.3.as_deref()), (None, Some("released")), "{ended:?}");
+}
+
+#[tokio::test]
 async fn a_pool_without_automatic_remediation_keeps_its_failed_machine() {
     let lab = Lab::new().await;
     machine_class(&lab.app, "gpu", 8).await;

@@ -257,8 +257,9 @@ pub async fn end_departed(conn: &mut Conn, tenant: TenantId, cluster: ClusterId)
 }
 
 /// Makes the machines just allocated to the cluster (`allocated`) the spares of its remediations
-/// awaiting one, pool by pool, oldest remediation first (guarded on `awaiting_spare`), in the
-/// allocation's transaction: a spare is linked exactly when it is allocated.
+/// awaiting one whose machine it still holds, pool by pool, oldest remediation first (guarded on
+/// `awaiting_spare`), in the allocation's transaction: a spare is linked exactly when it is
+/// allocated, never to a machine already on its way out.
 pub async fn link_spares(
     conn: &mut Conn,
     tenant: TenantId,
@@ -272,7 +273,8 @@ pub async fn link_spares(
            from machines m where m.id = any($3) and m.tenant_id = $1 and m.cluster_id = $2), \
          waiting as ( \
            select r.id, r.node_pool_id, row_number() over (partition by r.node_pool_id order by r.started_at, r.id) as n \
-           from machine_remediations r \
+           from machine_remediations r join machines m on m.id = r.machine_id \
+             and m.state in ('allocated', 'provisioning', 'active') \
            where r.tenant_id = $1 and r.cluster_id = $2 and r.state = 'awaiting_spare') \
          update machine_remediations r set state = 'replacing', spare_machine_id = s.id, updated_at = now() \
          from waiting w join spares s on s.node_pool_id = w.node_pool_id and s.n = w.n \

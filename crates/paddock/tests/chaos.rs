@@ -592,12 +592,15 @@ async fn summarize(
 }
 
 /// Reports an active machine of a compute pool failed (an operator's report), which starts its
-/// remediation; the machine and its class, if there is one.
+/// remediation; the machine and its class, if there is one. Never one reported before: each
+/// report must start a remediation of its own.
 async fn report_failed(api: &Api, pool: &PgPool) -> Option<(String, usize)> {
     let found: Option<(String, String)> = sqlx::query_as(
         "select m.id::text, c.name from machines m join node_pools p on p.id = m.node_pool_id \
            join machine_classes c on c.id = m.machine_class_id \
-         where m.state = 'active' and p.role = 'compute' order by m.id limit 1",
+         where m.state = 'active' and p.role = 'compute' \
+           and not exists (select 1 from machine_remediations r where r.machine_id = m.id) \
+         order by m.id limit 1",
     )
     .fetch_optional(pool)
     .await

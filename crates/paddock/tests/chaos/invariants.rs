@@ -271,8 +271,10 @@ async fn no_activation_went_unbilled(pool: &PgPool) -> Vec<String> {
 /// from the report to its segment's close.
 async fn swapped_and_credited(pool: &PgPool, failed: &[String]) -> Vec<String> {
     let found: Vec<String> = sqlx::query_scalar(
-        "select format('machine %s: state %s, remediations %s (ended %s), credits %s of %s seconds, window %s', \
+        "select format('machine %s: state %s, remediations %s (ended %s; states %s, spares %s), \
+             credits %s of %s seconds, window %s', \
              m.id, m.state, count(distinct r.id), count(distinct r.id) filter (where r.ended_at is not null), \
+             string_agg(distinct r.state, ','), string_agg(distinct r.spare_machine_id::text, ','), \
              (select count(*) from usage_adjustments a where a.machine_id = m.id and a.category = 'credit'), \
              (select sum(-a.node_seconds) from usage_adjustments a where a.machine_id = m.id and a.category = 'credit'), \
              max(w.seconds)) \

@@ -44,15 +44,17 @@ impl ClusterReconciler {
 
     /// Releases surplus machines, marks emptied deleting pools deleted and allocates the
     /// shortfall, in one transaction, then hands allocated machines over in a second one; while
-    /// the cluster waits for capacity (or quota), how long until it tries again.
+    /// the cluster waits for capacity (or quota), how long until it tries again. `held` are the
+    /// machines the pools count; `awaiting`, those that wait for a spare (see [`MachinePlan::of`]).
     pub(super) async fn machines(
         &self,
         cluster: &Cluster,
         pools: &[NodePool],
         held: &[HeldMachine],
+        awaiting: &[HeldMachine],
         observed: &mut Observed,
     ) -> Result<Option<Duration>, Stop> {
-        let plan = MachinePlan::of(pools, held);
+        let plan = MachinePlan::of(pools, held, awaiting);
         if plan.release.is_empty() && plan.gone_pools.is_empty() && plan.needs.is_empty() {
             observed.set(MACHINES_ALLOCATED, true, "Allocated", "");
             return Ok(None);
@@ -161,13 +163,20 @@ struct MachinePlan {
 }
 
 impl MachinePlan {
-    fn of(pools: &[NodePool], held: &[HeldMachine]) -> Self {
+    /// The plan for `held`, the machines the pools count, and `awaiting`, the machines under
+    /// remediation that wait for a spare (oldest first): the shortfall gives spares to the oldest;
+    /// those beyond it get none (the pool holds enough without them: a scale-down overtook their
+    /// failure, or more failed than it lacks), so they are released at once, into maintenance
+    /// (`keep_out_of_service`), instead of waiting for ever.
+    fn of(pools: &[NodePool], held: &[HeldMachine], awaiting: &[HeldMachine]) -> Self {
         let mut plan = Self::default();
         for pool in pools {
             // An autoscaled pool's target is its status (`desired_count`), anyone else's `count`.
             let want = if pool.deleting { 0 } else { pool.status.desired_count as usize };
             let mut holding: Vec<&HeldMachine> =
                 held.iter().filter(|m| m.node_pool_id == pool.id && HELD.contains(&m.state)).collect();
+            let shortfall = want.saturating_sub(holding.len());
+            plan.release.extend(awaiting.iter().filter(|m| m.node_pool_id == pool.id).skip(shortfall).cloned());
             if holding.len() > want {
                 // Give back the machines that serve least first: not yet provisioned, then
                 // provisioning, then active (those a scale-down found idle first); the newest

@@ -260,7 +260,8 @@ impl ClusterReconciler {
         let cp = self.control_plane(kube, run, observed).await?;
         let open = self.remediations(cluster, held, observed).await?;
         let allocating = remediation::for_allocation(held, pools, &open);
-        let capacity_wait = self.machines(cluster, pools, &allocating, observed).await?;
+        let awaiting = remediation::awaiting_spare(held, pools, &open);
+        let capacity_wait = self.machines(cluster, pools, &allocating, &awaiting, observed).await?;
         let access = self.tenant_access(run, &cp)?;
         if let Some(access) = &access {
             self.start_provisioning(held).await?;

@@ -131,6 +131,21 @@ pub(super) fn for_allocation(held: &[HeldMachine], pools: &[NodePool], open: &[R
     without(held, pools, open, &states)
 }
 
+/// The machines whose remediation awaits a spare, oldest remediation first (the order in which
+/// the allocation links spares, `remediation::link_spares`); none of a deleting pool, which gives
+/// back all it holds anyway. Step 3 releases those its pool's shortfall leaves without a spare.
+pub(super) fn awaiting_spare(held: &[HeldMachine], pools: &[NodePool], open: &[RemediationView]) -> Vec<HeldMachine> {
+    let mut waiting: Vec<&RemediationView> =
+        open.iter().filter(|r| r.state == RemediationState::AwaitingSpare).collect();
+    waiting.sort_by_key(|r| (r.started_at, r.id));
+    waiting
+        .iter()
+        .filter_map(|r| held.iter().find(|m| m.id == r.machine_id && HELD.contains(&m.state)))
+        .filter(|m| !pools.iter().any(|p| p.id == m.node_pool_id && p.deleting))
+        .cloned()
+        .collect()
+}
+
 /// The machines `NodesReady` counts: none under remediation is ready for work.
 pub(super) fn for_readiness(held: &[HeldMachine], pools: &[NodePool], open: &[RemediationView]) -> Vec<HeldMachine> {
     let states = [
