@@ -326,7 +326,14 @@ async fn delete_a(lab: &NodeLab, a: &(String, String), a_cluster: &str, vm: &Vm,
     let t = Instant::now();
     lab.p.app.delete(a_cluster).token(&a.1).send().await.expect(202);
     until(vm, "the system VM is released and wiped", || async {
-        (machine(lab, id).await["state"] == "available").then_some(())
+        let m = machine(lab, id).await;
+        let state = m["state"].as_str().unwrap_or_default();
+        assert!(!["clean_failed", "maintenance"].contains(&state), "{m}\nconsole:\n{}", console_tail(vm, 30));
+        if state == "available" {
+            Ok(())
+        } else {
+            Err(format!("{m}"))
+        }
     })
     .await;
     assert_erased(vm);
@@ -414,7 +421,12 @@ async fn b_joins(lab: &NodeLab, vms: &[Vm], ids: &[String], b: &TenantB, a_secre
     until(vm, "the VM is active in B's cluster", || async {
         let m = machine(lab, id).await;
         assert!(!["provision_failed", "maintenance"].contains(&m["state"].as_str().unwrap_or_default()), "{m}");
-        (m["state"] == "active" && m["cluster_id"].as_str() == Some(b.cluster_id.as_str())).then_some(())
+        let joined = m["state"] == "active" && m["cluster_id"].as_str() == Some(b.cluster_id.as_str());
+        if joined {
+            Ok(())
+        } else {
+            Err(format!("{m}"))
+        }
     })
     .await;
     let took = b.since.elapsed().as_secs_f64();
