@@ -213,6 +213,12 @@ async fn a_failed_machine_its_pool_can_do_without_is_released_into_maintenance_w
     lab.scale(&cluster, &id(&created["cluster"]["node_pools"][0]), 1).await;
     let m = lab.machine_in(&failed, "maintenance").await;
     assert!(m["maintenance_reason"].as_str().is_some_and(|r| r.contains("uncorrectable ECC")), "{m}");
+    let path = format!("/v1/machines/{failed}/custody");
+    let custody = lab.app.get(path).token(&admin()).send().await.expect(200).json();
+    let items = custody["items"].as_array().expect("entries");
+    let release = items.iter().rev().find(|e| e["to"] == "releasing").expect("the release's entry");
+    let why = release["reason"].as_str().unwrap_or_default();
+    assert!(why.starts_with("tenancy ends for maintenance: ") && why.contains("uncorrectable ECC"), "{release}");
     lab.ready(&cluster).await;
     let now_held: Vec<String> = held(&lab, &cluster).await.iter().map(id).collect();
     assert_eq!(now_held, [kept], "the healthy machine stays");

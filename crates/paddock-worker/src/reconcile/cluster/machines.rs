@@ -61,6 +61,8 @@ impl ClusterReconciler {
         }
         let mut tx = self.services.store().begin().await?;
         for m in &plan.release {
+            // A machine under remediation leaves for maintenance, and its ledger says so.
+            remediation::keep_out_of_service(&mut tx, m.id).await?;
             if lifecycle::begin_release(&mut tx, self.services.ledger_key(), m.id, m.state, m.status_version).await? {
                 lifecycle::enqueue_machine(&mut tx, m.id, None).await?;
             }
