@@ -95,15 +95,9 @@ impl ClusterReconciler {
 /// `DOWN`, naming each with Slurm's reason, and a `Warning` event when it turns false.
 fn slurm_nodes_up(held: &[HeldMachine], states: &[SlurmNodeState], observed: &mut Observed) {
     const NAMED: usize = 5;
-    let mut down: Vec<String> = held
-        .iter()
-        .filter(|m| m.state == MachineState::Active)
-        .flat_map(|m| {
-            let node = m.node_name.clone().unwrap_or_else(|| node_name(m.id));
-            states
-                .iter()
-                .filter(move |s| s.node_name == node && s.states.iter().any(|f| f.eq_ignore_ascii_case("DOWN")))
-        })
+    let mut down: Vec<String> = on_active(held, states)
+        .flat_map(|(_, on)| on)
+        .filter(|s| s.states.iter().any(|f| f.eq_ignore_ascii_case("DOWN")))
         .map(|s| match s.reason.trim() {
             "" => format!("{} on {}", s.slurm_node, s.node_name),
             reason => format!("{} on {} ({reason})", s.slurm_node, s.node_name),
@@ -114,7 +108,7 @@ fn slurm_nodes_up(held: &[HeldMachine], states: &[SlurmNodeState], observed: &mu
         return;
     }
     down.sort();
-    let mut message = format!("down in Slurm: {}", down.iter().take(NAMED).cloned().collect::<Vec<_>>().join("; "));
+    let mut message = format!("down in Slurm: {}", down[..down.len().min(NAMED)].join("; "));
     if down.len() > NAMED {
         message.push_str(&format!(" and {} more", down.len() - NAMED));
     }
@@ -128,15 +122,10 @@ fn slurm_nodes_up(held: &[HeldMachine], states: &[SlurmNodeState], observed: &mu
 /// Each active machine's rating by the Slurm node(s) on its Node: failed if one of them says so,
 /// else healthy if one does; none when no node rates it.
 fn slurm_ratings(held: &[HeldMachine], states: &[SlurmNodeState]) -> Vec<(MachineId, HealthCheck)> {
-    held.iter()
-        .filter(|m| m.state == MachineState::Active)
-        .filter_map(|m| {
-            let node = m.node_name.clone().unwrap_or_else(|| node_name(m.id));
-            let rated: Vec<(HealthStatus, &SlurmNodeState)> = states
-                .iter()
-                .filter(|s| s.node_name == node)
-                .filter_map(|s| Some((slurm_node_rating(&s.states, &s.reason)?, s)))
-                .collect();
+    on_active(held, states)
+        .filter_map(|(m, on)| {
+            let rated: Vec<(HealthStatus, &SlurmNodeState)> =
+                on.filter_map(|s| Some((slurm_node_rating(&s.states, &s.reason)?, s))).collect();
             let (status, s) =
                 rated.iter().find(|(status, _)| *status == HealthStatus::Failed).or_else(|| rated.first()).copied()?;
             let detail = match status {
@@ -146,6 +135,17 @@ fn slurm_ratings(held: &[HeldMachine], states: &[SlurmNodeState]) -> Vec<(Machin
             Some((m.id, HealthCheck { name: SLURM_DRAIN_CHECK.into(), status, detail }))
         })
         .collect()
+}
+
+/// Each active machine with the Slurm nodes on its Node (matched by the Node's name).
+fn on_active<'a>(
+    held: &'a [HeldMachine],
+    states: &'a [SlurmNodeState],
+) -> impl Iterator<Item = (&'a HeldMachine, impl Iterator<Item = &'a SlurmNodeState>)> {
+    held.iter().filter(|m| m.state == MachineState::Active).map(move |m| {
+        let node = m.node_name.clone().unwrap_or_else(|| node_name(m.id));
+        (m, states.iter().filter(move |s| s.node_name == node))
+    })
 }
 
 /// Each active machine's rating by its Node (matched by system UUID) at `now`.
