@@ -18,7 +18,7 @@ use uuid::Uuid;
 use crate::common::{id, machine_class};
 use crate::focus::rows;
 use crate::lifecycle::Lab;
-use crate::remediation::{ended, held, kubernetes, report, FAILED};
+use crate::remediation::{ended, held, kubernetes, ready_kubernetes, report, FAILED};
 
 const WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -194,11 +194,7 @@ async fn an_operators_failed_report_credits_the_fault_window_to_the_second_once_
 #[tokio::test]
 async fn a_tenant_sourced_failure_swaps_the_machine_but_writes_no_credit() {
     let lab = Lab::new().await;
-    machine_class(&lab.app, "gpu", 8).await;
-    lab.available("gpu", &["t1", "t2"]).await;
-    let created = lab.create(kubernetes(2, None)).await;
-    let cluster = id(&created["cluster"]);
-    lab.ready(&cluster).await;
+    let (_, _, cluster) = ready_kubernetes(&lab, &["t1", "t2"], 2).await;
     let machines: Vec<String> = held(&lab, &cluster).await.iter().map(id).collect();
     let (replaced, not_ready) = (&machines[0], &machines[1]);
     past(&lab, started(&lab, not_ready).await.max(started(&lab, replaced).await)).await;

@@ -61,6 +61,18 @@ pub(crate) fn kubernetes(count: u32, remediation: Option<Value>) -> Value {
     json!({ "name": "k", "kind": "kubernetes", "isolation": "private-nodes", "node_pools": [pool] })
 }
 
+/// A `gpu` class with machines `names` available, and the tenant's Kubernetes cluster of one
+/// pool `gpu` of `count` (automatic remediation), ready: (the machines' ids, the creation's
+/// answer, the cluster's id).
+pub(crate) async fn ready_kubernetes(lab: &Lab, names: &[&str], count: u32) -> (Vec<String>, Value, String) {
+    machine_class(&lab.app, "gpu", 8).await;
+    let ids = lab.available("gpu", names).await;
+    let created = lab.create(kubernetes(count, None)).await;
+    let cluster = id(&created["cluster"]);
+    lab.ready(&cluster).await;
+    (ids, created, cluster)
+}
+
 /// The machines the tenant's cluster holds, by id.
 pub(crate) async fn held(lab: &Lab, cluster: &str) -> Vec<Value> {
     let path = format!("{}/machines", lab.cluster_path(cluster));
@@ -194,11 +206,7 @@ async fn without_a_spare_the_cluster_says_so_without_fleet_counts_drains_the_nod
 #[tokio::test]
 async fn a_failed_machine_its_pool_can_do_without_is_released_into_maintenance_without_a_spare() {
     let lab = Lab::new().await;
-    machine_class(&lab.app, "gpu", 8).await;
-    lab.available("gpu", &["h1", "h2"]).await;
-    let created = lab.create(kubernetes(2, None)).await;
-    let cluster = id(&created["cluster"]);
-    lab.ready(&cluster).await;
+    let (_, created, cluster) = ready_kubernetes(&lab, &["h1", "h2"], 2).await;
     let machines = held(&lab, &cluster).await;
     let (failed, kept) = (id(&machines[0]), id(&machines[1]));
     report(&lab, &failed, FAILED).await;
@@ -257,11 +265,7 @@ async fn a_pool_without_automatic_remediation_keeps_its_failed_machine() {
 #[tokio::test]
 async fn a_flapping_report_starts_exactly_one_remediation() {
     let lab = Lab::new().await;
-    machine_class(&lab.app, "gpu", 8).await;
-    lab.available("gpu", &["h1"]).await;
-    let created = lab.create(kubernetes(1, None)).await;
-    let cluster = id(&created["cluster"]);
-    lab.ready(&cluster).await;
+    let (_, _, cluster) = ready_kubernetes(&lab, &["h1"], 1).await;
     let machine = id(&held(&lab, &cluster).await[0]);
     for status in ["healthy", "failed", "healthy", "failed", "healthy", "failed"] {
         report(&lab, &machine, &json!({ "status": status }).to_string()).await;
@@ -319,11 +323,7 @@ async fn the_runtime_role_cannot_delete_a_remediation_or_rewrite_what_started_it
 #[tokio::test]
 async fn a_tenant_replaces_a_machine_it_holds_and_reads_the_remediation_and_nothing_else() {
     let lab = Lab::new().await;
-    machine_class(&lab.app, "gpu", 8).await;
-    let ids = lab.available("gpu", &["h1", "h2", "h3"]).await;
-    let created = lab.create(kubernetes(1, None)).await;
-    let cluster = id(&created["cluster"]);
-    lab.ready(&cluster).await;
+    let (ids, _, cluster) = ready_kubernetes(&lab, &["h1", "h2", "h3"], 1).await;
     let machine = id(&held(&lab, &cluster).await[0]);
     let machines = format!("{}/machines", lab.cluster_path(&cluster));
     let replace = |m: &str| format!("{machines}/{m}/replace");
@@ -382,11 +382,7 @@ async fn a_tenant_replaces_a_machine_it_holds_and_reads_the_remediation_and_noth
 #[tokio::test]
 async fn a_tenant_power_cycles_a_machine_it_holds_through_its_bmc_and_keeps_it() {
     let lab = Lab::new().await;
-    machine_class(&lab.app, "gpu", 8).await;
-    let ids = lab.available("gpu", &["p1", "p2"]).await;
-    let created = lab.create(kubernetes(1, None)).await;
-    let cluster = id(&created["cluster"]);
-    lab.ready(&cluster).await;
+    let (ids, _, cluster) = ready_kubernetes(&lab, &["p1", "p2"], 1).await;
     let machine = id(&held(&lab, &cluster).await[0]);
     let name = lab.machine_in(&machine, "active").await["name"].as_str().expect("name").to_owned();
     let cycle = |m: &str| format!("{}/machines/{m}/power-cycle", lab.cluster_path(&cluster));
@@ -428,11 +424,7 @@ async fn a_tenant_power_cycles_a_machine_it_holds_through_its_bmc_and_keeps_it()
 #[tokio::test]
 async fn a_cluster_without_remediations_does_not_try_to_end_any_while_it_reconciles() {
     let lab = Lab::new().await;
-    machine_class(&lab.app, "gpu", 8).await;
-    lab.available("gpu", &["q1", "q2"]).await;
-    let created = lab.create(kubernetes(1, None)).await;
-    let cluster = id(&created["cluster"]);
-    lab.ready(&cluster).await;
+    let (_, created, cluster) = ready_kubernetes(&lab, &["q1", "q2"], 1).await;
     // From here a statement that ends remediations fails, even one that matches no row: a
     // reconcile that tried to end remediations the cluster does not have would fail.
     sqlx::raw_sql(
