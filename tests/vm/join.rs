@@ -7,8 +7,8 @@
 //! runs the tenant's Slurm on them and the tenant uses it (tests/vm/slurm.rs); the compute node
 //! rebooted under a running job is marked down by Slurm, shown by paddock and kept by the tenant;
 //! the compute pool scaled to zero under a running job drains its Slurm node before its machine is
-//! released and wiped; the next tenant's cluster gets that machine, which joins that tenant's API server and
-//! finds nothing of the first, while the first cluster's deletion releases and wipes the system
+//! released and wiped; the next tenant's cluster gets that machine, which joins that tenant's API
+//! server and finds nothing of the first, while the first cluster's deletion releases and wipes the system
 //! machine.
 //!
 //! Real: the Redfish driver and the BMC emulator, the VMs and their firmware, the installer, the
@@ -167,8 +167,9 @@ async fn phases(lab: &NodeLab, id: &str) -> String {
     )
 }
 
-/// The BMC goes away while the installer writes: the VM installs and reports without it, and the machine waits in `provisioning` (booting it from
-/// its disk needs the BMC), neither failed nor handed on, until the BMC is back.
+/// The BMC goes away while the installer writes: the VM installs and reports without it, and the
+/// machine waits in `provisioning` (booting it from its disk needs the BMC), neither failed nor
+/// handed on, until the BMC is back.
 async fn bmc_away_during_install(lab: &NodeLab, vm: &Vm, id: &str) {
     // The console file holds the current boot only (libvirt truncates it at each start), and the
     // boot before this one was the wipe's: the line is this install's.
@@ -238,8 +239,8 @@ async fn two_vms_join_one_tenant_talk_are_wiped_and_one_joins_the_next_with_noth
 
 /// Tenant A's Slurm cluster: a `system` pool and a `compute` pool of one VM each, from allocation
 /// to Ready Nodes, the network between them, its Slurm used (tests/vm/slurm.rs), the compute node
-/// rebooted under a job; then the compute pool to zero under a running job (drained first, released and wiped once the job ended) with
-/// the accounting kept. Returns the cluster's path, the system VM's index and what of A's join
+/// rebooted under a job; then the compute pool to zero under a running job (drained first,
+/// released and wiped once the job ended) with the accounting kept. Returns the cluster's path, the system VM's index and what of A's join
 /// must never be found again.
 async fn tenant_a(
     lab: &NodeLab,
