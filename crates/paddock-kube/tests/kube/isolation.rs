@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, LimitRange, Namespace, Pod, PodSpec, ResourceQuota};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, LimitRange, Namespace, Pod, PodSpec, ResourceQuota};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
@@ -45,15 +45,25 @@ pub async fn stored(client: &Client, cluster: &ClusterRef) -> Vec<(String, Strin
     out
 }
 
-/// Waits until the resource-quota controller has written `status.used`: after that nothing but
-/// paddock changes the objects, so resourceVersions are stable.
+/// Waits until the resource-quota controller has settled: `status.used` names every resource of
+/// `spec.hard` and counts the namespace's ConfigMaps, `kube-root-ca.crt` among them (another
+/// controller publishes it a moment after the namespace appears, and the quota is written again
+/// when it does). After that nothing but paddock changes the objects, so resourceVersions are
+/// stable.
 async fn quota_computed(client: &Client, cluster: &ClusterRef) {
-    let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), &isolation::namespace_name(cluster.cluster_id));
-    eventually(Duration::from_secs(60), "the quota's status.used", || {
-        let quotas = quotas.clone();
+    let ns = isolation::namespace_name(cluster.cluster_id);
+    let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    eventually(Duration::from_secs(60), "the quota's status.used to count every object", || {
+        let (quotas, config_maps) = (quotas.clone(), config_maps.clone());
         async move {
+            config_maps.get_opt("kube-root-ca.crt").await.ok()??;
+            let listed = config_maps.list(&ListParams::default()).await.ok()?.items.len();
             let q = quotas.get(isolation::QUOTA_NAME).await.ok()?;
-            q.status.and_then(|s| s.used).filter(|u| !u.is_empty()).map(|_| ())
+            let hard = q.spec?.hard?;
+            let used = q.status?.used?;
+            let counted = used.get("configmaps")?.0.parse::<usize>().ok()?;
+            (hard.keys().all(|k| used.contains_key(k)) && counted == listed).then_some(())
         }
     })
     .await;
