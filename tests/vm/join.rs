@@ -8,8 +8,8 @@
 //! rebooted under a running job is marked down by Slurm, shown by paddock and kept by the tenant;
 //! the compute pool scaled to zero under a running job drains its Slurm node before its machine is
 //! released and wiped; the next tenant's cluster gets that machine, which joins that tenant's API
-//! server and finds nothing of the first, while the first cluster's deletion releases and wipes the system
-//! machine.
+//! server and finds nothing of the first, while the first cluster's deletion releases and wipes the
+//! system machine.
 //!
 //! Real: the Redfish driver and the BMC emulator, the VMs and their firmware, the installer, the
 //! node OS with containerd and the kubelet, the kubelet's TLS bootstrap, kube-proxy and CoreDNS,
@@ -240,8 +240,8 @@ async fn two_vms_join_one_tenant_talk_are_wiped_and_one_joins_the_next_with_noth
 /// Tenant A's Slurm cluster: a `system` pool and a `compute` pool of one VM each, from allocation
 /// to Ready Nodes, the network between them, its Slurm used (tests/vm/slurm.rs), the compute node
 /// rebooted under a job; then the compute pool to zero under a running job (drained first,
-/// released and wiped once the job ended) with the accounting kept. Returns the cluster's path, the system VM's index and what of A's join
-/// must never be found again.
+/// released and wiped once the job ended) with the accounting kept. Returns the cluster's path,
+/// the system VM's index and what of A's join must never be found again.
 async fn tenant_a(
     lab: &NodeLab,
     a: &(String, String),
@@ -330,11 +330,7 @@ async fn delete_a(lab: &NodeLab, a: &(String, String), a_cluster: &str, vm: &Vm,
         let m = machine(lab, id).await;
         let state = m["state"].as_str().unwrap_or_default();
         assert!(!["clean_failed", "maintenance"].contains(&state), "{m}\nconsole:\n{}", console_tail(vm, 30));
-        if state == "available" {
-            Ok(())
-        } else {
-            Err(format!("{m}"))
-        }
+        (state == "available").then_some(()).ok_or_else(|| format!("{m}"))
     })
     .await;
     assert_erased(vm);
@@ -423,11 +419,7 @@ async fn b_joins(lab: &NodeLab, vms: &[Vm], ids: &[String], b: &TenantB, a_secre
         let m = machine(lab, id).await;
         assert!(!["provision_failed", "maintenance"].contains(&m["state"].as_str().unwrap_or_default()), "{m}");
         let joined = m["state"] == "active" && m["cluster_id"].as_str() == Some(b.cluster_id.as_str());
-        if joined {
-            Ok(())
-        } else {
-            Err(format!("{m}"))
-        }
+        joined.then_some(()).ok_or_else(|| format!("{m}"))
     })
     .await;
     let took = b.since.elapsed().as_secs_f64();
