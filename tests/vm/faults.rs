@@ -250,7 +250,7 @@ async fn the_bmc_stopped_mid_wipe_then_started_again_the_clean_resumes() {
     let id = enroll(&p, &bed, vm, false).await;
     let booted = || std::fs::read_to_string(&vm.console).is_ok_and(|c| c.contains("paddock-agent: seed on"));
     until(vm, Duration::from_secs(600), "the VM booted the wipe image", booted).await;
-    let outage = BmcOutage::begin().await;
+    let outage = BmcOutage::begin(&lease);
     let off = || virsh(&["domstate", &vm.name]) == "shut off";
     until(vm, Duration::from_secs(600), "the agent wiped, reported and powered the VM off", off).await;
     let m = p.get(&format!("/v1/machines/{id}")).await;

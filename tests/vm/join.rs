@@ -175,7 +175,7 @@ async fn bmc_away_during_install(lab: &NodeLab, vm: &Vm, id: &str) {
     // boot before this one was the wipe's: the line is this install's.
     let installing = || std::fs::read_to_string(&vm.console).is_ok_and(|c| c.contains("paddock-agent: installing"));
     until(vm, "the installer writes the node OS", || async { installing().then_some(()) }).await;
-    let outage = BmcOutage::begin().await;
+    let outage = BmcOutage::unleased().await;
     let pool = &lab.p.app.db.pool;
     let stopped: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("select now()").fetch_one(pool).await.expect("now");
     until(vm, "the install is reported and paddock finds the BMC gone", || async {

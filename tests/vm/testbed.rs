@@ -181,22 +181,33 @@ pub fn reset(vm: &Vm) {
 }
 
 /// The main BMC emulator stopped (`scripts/vm-bmc`) until this is dropped, when it starts again.
-/// One outage at a time in this binary: tests that stop the BMC never start it under each other.
-pub struct BmcOutage(
-    #[expect(dead_code, reason = "held for the outage's length")] tokio::sync::MutexGuard<'static, ()>,
-);
+/// The BMC emulators are shared by every leased test ([`Lease`]), so an outage is had only with
+/// them to oneself: under the test's exclusive lease, or, for a test that leases no VM, by waiting
+/// until no leased test runs and holding off new ones until the outage ends.
+pub enum BmcOutage<'a> {
+    /// Under a test's exclusive lease, which must outlive the outage.
+    Leased(#[expect(dead_code, reason = "borrowed for the outage's length")] &'a Lease),
+    /// The BMCs held by the outage itself.
+    Unleased(#[expect(dead_code, reason = "held for the outage's length")] tokio::sync::RwLockWriteGuard<'static, ()>),
+}
 
-static OUTAGES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-impl BmcOutage {
-    pub async fn begin() -> BmcOutage {
-        let held = OUTAGES.lock().await;
+impl<'a> BmcOutage<'a> {
+    /// An outage under `lease`, which must hold the BMCs exclusively.
+    pub fn begin(lease: &'a Lease) -> BmcOutage<'a> {
+        assert!(matches!(lease._bmcs, Bmcs::Exclusive(_)), "a BMC outage needs an exclusive lease");
         vm_bmc("stop");
-        BmcOutage(held)
+        BmcOutage::Leased(lease)
+    }
+
+    /// An outage for a test that leases no VM.
+    pub async fn unleased() -> BmcOutage<'static> {
+        let held = BMCS.write().await;
+        vm_bmc("stop");
+        BmcOutage::Unleased(held)
     }
 }
 
-impl Drop for BmcOutage {
+impl Drop for BmcOutage<'_> {
     fn drop(&mut self) {
         vm_bmc("start");
     }
