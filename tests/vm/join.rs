@@ -260,6 +260,7 @@ async fn tenant_a(
         .await;
     }
     eprintln!("tenant A: allocation to both Nodes Ready in {:.1} s", t0.elapsed().as_secs_f64());
+    let nodes_ready = chrono::Utc::now();
     let a_server = lab.kamaji.tenant(&a_cluster_id).expect("A's API server");
     let a_client = a_server.client().await;
     let (mut nodes, mut a_secrets, mut compute) = (Vec::new(), Vec::new(), None);
@@ -292,6 +293,7 @@ async fn tenant_a(
         t1.elapsed().as_secs_f64(),
         c["status"]["phase"]
     );
+    eprintln!("tenant A, s after both Nodes Ready:{}", crate::slurm::timeline(&a_client, &c, nodes_ready).await);
     assert_eq!(c["status"]["phase"], "ready", "Slurm answering, the cluster is ready: {}", c["status"]);
     let job = crate::slurm::use_it(&a_client, &vms[system], &nodes[compute]).await;
     let login = crate::slurm::pod(&a_client, "login", None).await.expect("the login pod");

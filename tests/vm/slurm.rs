@@ -9,10 +9,12 @@
 //! The tenant has no shared file system here (a tenant brings its own), so a batch job's output
 //! file is where Slurm writes it: on the compute node that ran it, read there.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{AttachParams, ListParams};
+use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{AttachParams, ListParams, LogParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
@@ -309,4 +311,76 @@ pub async fn scale_to_zero_under_a_job(
     let state = exec(client, login, "login", &sacct).await.expect("sacct");
     assert_eq!(state.trim(), "COMPLETED", "the job ended on its own, before the release");
     crate::join::assert_nothing_left(client, node).await;
+}
+
+/// Where the time to a ready Slurm went, in seconds from `since`: when each of the cluster's
+/// conditions (paddock's view) last turned, and, from its API server, when each pod was created,
+/// scheduled, initialized and ready, its warning events by reason, and for each restarted
+/// container how its last run ended with its last log lines. Printed, never asserted on; bounded
+/// so that a kubelet that does not answer cannot hold the test.
+pub async fn timeline(client: &Client, cluster: &Value, since: chrono::DateTime<chrono::Utc>) -> String {
+    let rel = |t: chrono::DateTime<chrono::Utc>| format!("{:.0}", (t - since).as_seconds_f64());
+    let mut out = String::from("\n  conditions:");
+    for c in cluster["status"]["conditions"].as_array().into_iter().flatten() {
+        let at = c["last_transition_time"].as_str().and_then(|t| t.parse::<chrono::DateTime<chrono::Utc>>().ok());
+        out += &format!(
+            " {} {} at {};",
+            c["type"].as_str().unwrap_or_default(),
+            c["status"],
+            at.map(rel).unwrap_or_default()
+        );
+    }
+    match tokio::time::timeout(Duration::from_secs(60), pods_timeline(client, &rel)).await {
+        Ok(pods) => out + &pods,
+        Err(_) => out + "\n  (the pods' timeline took over 60 s)",
+    }
+}
+
+async fn pods_timeline(client: &Client, rel: &impl Fn(chrono::DateTime<chrono::Utc>) -> String) -> String {
+    let Ok(pods) = Api::<Pod>::all(client.clone()).list(&ListParams::default()).await else {
+        return "\n  (the pods could not be listed)".to_owned();
+    };
+    let events = Api::<Event>::all(client.clone()).list(&ListParams::default()).await.map(|l| l.items);
+    let events = events.unwrap_or_default();
+    let at = |t: Option<&Time>| t.map_or_else(|| "-".to_owned(), |t| rel(t.0));
+    let mut out = String::new();
+    for p in &pods.items {
+        let status = p.status.clone().unwrap_or_default();
+        let conditions = status.conditions.unwrap_or_default();
+        let when = |type_: &str| {
+            let c = conditions.iter().find(|c| c.type_ == type_ && c.status == "True");
+            at(c.and_then(|c| c.last_transition_time.as_ref()))
+        };
+        let (ns, name) = (p.namespace().unwrap_or_default(), p.name_any());
+        let mut warnings = BTreeMap::<String, i32>::new();
+        for e in events.iter().filter(|e| e.type_.as_deref() == Some("Warning")) {
+            let o = &e.involved_object;
+            if o.namespace.as_deref() == Some(ns.as_str()) && o.name.as_deref() == Some(name.as_str()) {
+                *warnings.entry(e.reason.clone().unwrap_or_default()).or_default() += e.count.unwrap_or(1);
+            }
+        }
+        let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+        out += &format!(
+            "\n  {ns}/{name} on {node}: created {}, scheduled {}, initialized {}, ready {}; warnings {warnings:?}",
+            at(p.metadata.creation_timestamp.as_ref()),
+            when("PodScheduled"),
+            when("Initialized"),
+            when("Ready"),
+        );
+        for c in status.container_statuses.iter().flatten().filter(|c| c.restart_count > 0) {
+            let last = c.last_state.as_ref().and_then(|s| s.terminated.as_ref());
+            let how = last.map(|t| format!("{} {}", t.reason.clone().unwrap_or_default(), t.exit_code));
+            let params = LogParams {
+                container: Some(c.name.clone()),
+                previous: true,
+                tail_lines: Some(4),
+                ..LogParams::default()
+            };
+            let log = Api::<Pod>::namespaced(client.clone(), &ns).logs(&name, &params).await;
+            let log = log.unwrap_or_else(|e| format!("(no log: {e})"));
+            let how = how.unwrap_or_default();
+            out += &format!("\n    {} restarted {} times, last {how}:\n{}", c.name, c.restart_count, log.trim_end());
+        }
+    }
+    out
 }
