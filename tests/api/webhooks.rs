@@ -342,46 +342,40 @@ async fn a_worker_killed_mid_delivery_leaves_it_to_another_under_the_same_webhoo
     assert_eq!(deliveries["items"][0]["event_id"], event["id"]);
 }
 
-/// An idle deliverer is woken by a new event through the worker's `LISTEN paddock_jobs`, not by
-/// its poll: here the poll is 10 minutes, longer than the test's deadline.
+/// An idle deliverer finds a new event by its quick look for events (`event_poll`), not by its
+/// whole round (`poll_interval`, here 10 minutes, longer than the test's deadline); and writing
+/// the event sent no notification: the transaction that changed the resource did not take
+/// PostgreSQL's notify lock.
 #[tokio::test]
-async fn a_new_event_wakes_an_idle_deliverer_through_the_job_queues_channel() {
+async fn an_idle_deliverer_finds_a_new_event_without_a_notification() {
     let app = app().await;
     let receiver = Receiver::default();
     let url = receiver.serve().await;
     subscribe(&app, "/v1/webhooks", &admin(), &url, &["usage.period_closed"]).await;
-    let worker = paddock_worker::Worker::new(
-        app.services.store().clone(),
-        "w-listen",
-        vec![],
-        paddock_worker::WorkerConfig::default(),
-    )
-    .expect("a worker");
-    let idle = DeliveryConfig { poll_interval: Duration::from_secs(600), ..config("w1") };
-    let d = deliverer(&app, loopback_guard(), Arc::new(SystemLookup), idle);
-    worker.wake_on(paddock_worker::webhook::WAKE_PAYLOAD, d.waker());
-    let listening = tokio::spawn(async move { worker.run(std::future::pending()).await });
-    eventually(DEADLINE, || async {
-        let n: i64 = sqlx::query_scalar(
-            "select count(*) from pg_stat_activity where datname = current_database() and query like 'LISTEN%'",
-        )
-        .fetch_one(&app.db.pool)
-        .await
-        .expect("sessions");
-        (n > 0).then_some(())
-    })
-    .await;
-    let delivering = start(d);
+    let mut listener = sqlx::postgres::PgListener::connect_with(&app.db.pool).await.expect("a listener");
+    listener.listen(paddock_store::job::NOTIFY_CHANNEL).await.expect("listen");
+    let idle = DeliveryConfig {
+        event_poll: Duration::from_millis(100),
+        poll_interval: Duration::from_secs(600),
+        ..config("w1")
+    };
+    let delivering = start(deliverer(&app, loopback_guard(), Arc::new(SystemLookup), idle));
     // The first event may be found by the deliverer's first round; once it is in, the deliverer
-    // is idle, and only a wake-up can bring the second one within the deadline.
-    crate::common::close_period(&app, "2026-01", "wake-1").await;
+    // is idle, and only its look for new events can bring the second one within the deadline.
+    crate::common::close_period(&app, "2026-01", "poll-1").await;
     eventually(DEADLINE, || async { (receiver.got().len() == 1).then_some(()) }).await;
-    crate::common::close_period(&app, "2026-02", "wake-2").await;
+    crate::common::close_period(&app, "2026-02", "poll-2").await;
     let got = eventually(DEADLINE, || async { Some(receiver.got()).filter(|g| g.len() == 2) }).await;
     delivering.abort();
-    listening.abort();
     let second: Value = serde_json::from_str(&got[1].body).expect("json");
     assert_eq!(second["subject"], "/v1/usage/periods/2026-02");
+    // Every notification sent meanwhile (the job queue's wake-ups among them), until none came for
+    // half a second.
+    let mut payloads = Vec::new();
+    while let Ok(Ok(Some(n))) = tokio::time::timeout(Duration::from_millis(500), listener.try_recv()).await {
+        payloads.push(n.payload().to_owned());
+    }
+    assert!(!payloads.iter().any(|p| p == "webhook"), "no event notified at commit: {payloads:?}");
 }
 
 /// A resolver that answers from a table, so no test sends a packet outside loopback.

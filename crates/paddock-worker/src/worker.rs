@@ -116,8 +116,6 @@ struct Inner {
     metrics: Arc<WorkerMetrics>,
     /// Whether the jobs table's statistics were checked (see [`Inner::measure_queue`]).
     measured: AtomicBool,
-    /// Other loops of this process woken by notifications on the channel (see [`Worker::wake_on`]).
-    wakes: std::sync::Mutex<Vec<(&'static str, Arc<Notify>)>>,
 }
 
 impl Worker {
@@ -165,18 +163,7 @@ impl Worker {
             RetryPolicy { max_attempts: config.max_attempts, base: config.backoff_base, cap: config.backoff_cap };
         let metrics = Arc::new(WorkerMetrics::new(&kinds));
         let measured = AtomicBool::new(false);
-        let wakes = std::sync::Mutex::new(Vec::new());
-        Ok(Self {
-            inner: Arc::new(Inner { store, id, handlers: by_kind, kinds, config, policy, metrics, measured, wakes }),
-        })
-    }
-
-    /// Wakes `notify` when a notification on [`NOTIFY_CHANNEL`] carries `payload`, and after each
-    /// reconnection of the listener (notifications sent meanwhile are lost): another loop of this
-    /// process (the webhook deliverer, on `webhook`) shares the worker's `LISTEN` connection
-    /// instead of opening one of its own. Only while [`WorkerConfig::listen`] is set.
-    pub fn wake_on(&self, payload: &'static str, notify: Arc<Notify>) {
-        self.inner.wakes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((payload, notify));
+        Ok(Self { inner: Arc::new(Inner { store, id, handlers: by_kind, kinds, config, policy, metrics, measured }) })
     }
 
     /// The worker id written to `locked_by`.
@@ -383,16 +370,6 @@ impl Inner {
     }
 }
 
-impl Inner {
-    /// Wakes the loops registered for `payload` with [`Worker::wake_on`] (`None`: all of them).
-    fn wake_others(&self, payload: Option<&str>) {
-        let wakes = self.wakes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for (_, notify) in wakes.iter().filter(|(p, _)| payload.is_none_or(|payload| payload == *p)) {
-            notify.notify_one();
-        }
-    }
-}
-
 /// Listens on `paddock_jobs` and wakes the claim loop for the kinds this worker runs. After a
 /// (re)connection it wakes it anyway: notifications sent meanwhile are lost.
 async fn listen(inner: Arc<Inner>, wake: Arc<Notify>) {
@@ -415,21 +392,15 @@ async fn listen(inner: Arc<Inner>, wake: Arc<Notify>) {
         };
         failures = 0;
         wake.notify_one();
-        inner.wake_others(None);
         let lost = loop {
             match listener.next_kind().await {
                 Ok(Some(kind)) => {
                     if inner.handlers.contains_key(kind.as_str()) {
                         wake.notify_one();
-                    } else {
-                        inner.wake_others(Some(&kind));
                     }
                 }
                 // The connection dropped and sqlx reconnects; whatever was sent meanwhile is lost.
-                Ok(None) => {
-                    wake.notify_one();
-                    inner.wake_others(None);
-                }
+                Ok(None) => wake.notify_one(),
                 Err(e) => break e,
             }
         };

@@ -138,11 +138,6 @@ pub async fn run(
     };
     let worker = if roles.worker { Some(build_worker(settings, &services, drivers)?) } else { None };
     let deliverer = if roles.worker { Some(build_deliverer(settings, &services)?) } else { None };
-    // A new event notifies the job queue's channel (payload `webhook`): the worker's listener
-    // wakes the deliverer, whose slow poll is only the safety net.
-    if let (Some(worker), Some(deliverer)) = (&worker, &deliverer) {
-        worker.wake_on(paddock_worker::webhook::WAKE_PAYLOAD, deliverer.waker());
-    }
     let sources = Sources(match (&worker, &deliverer) {
         (Some(w), Some(d)) => {
             let (jobs, deliveries) = (w.metrics(), d.metrics());

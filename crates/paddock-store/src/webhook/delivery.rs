@@ -58,6 +58,11 @@ pub async fn next_due(conn: &mut Conn) -> Result<Option<DateTime<Utc>>, StoreErr
     .await?)
 }
 
+/// Whether an event waits to be fanned out (a probe of the partial index of such events).
+pub async fn new_events(conn: &mut Conn) -> Result<bool, StoreError> {
+    Ok(sqlx::query_scalar("select exists (select 1 from webhook_events where not fanned_out)").fetch_one(conn).await?)
+}
+
 /// The work not done yet, for the metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Backlog {

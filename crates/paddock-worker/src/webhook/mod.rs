@@ -18,7 +18,6 @@ use paddock_service::webhook::secret_binding;
 use paddock_store::webhook::delivery::{self, Claimed, Recorded, Tried};
 use paddock_store::{Store, StoreError};
 pub use resolve::{GuardedResolver, Lookup, SystemLookup};
-use tokio::sync::Notify;
 
 /// How deliveries are made.
 #[derive(Debug, Clone)]
@@ -33,8 +32,12 @@ pub struct DeliveryConfig {
     pub lease: Duration,
     /// The most one try may take (connect, send, answer).
     pub attempt_timeout: Duration,
-    /// The longest an idle deliverer waits before it looks for work again: the safety net. A new
-    /// event wakes it at once (see [`Deliverer::waker`]), a retry coming due at its time.
+    /// How often an idle deliverer looks for new events (one probe of an index of the events not
+    /// yet fanned out): the longest a new event waits before it is fanned out and sent.
+    pub event_poll: Duration,
+    /// The longest an idle deliverer waits before it makes a whole round again (deliveries
+    /// redelivered or re-enabled, claims that expired): the safety net. A retry is tried when it
+    /// comes due.
     pub poll_interval: Duration,
     /// The first retry's delay; doubled per try, with jitter.
     pub retry_base: Duration,
@@ -51,6 +54,7 @@ impl DeliveryConfig {
             concurrency: 16,
             lease: Duration::from_secs(60),
             attempt_timeout: Duration::from_secs(15),
+            event_poll: Duration::from_millis(500),
             poll_interval: Duration::from_secs(10),
             retry_base: Duration::from_secs(5),
             retry_cap: Duration::from_secs(3600),
@@ -74,13 +78,8 @@ pub struct Deliverer {
     guard: Arc<AddressGuard>,
     client: reqwest::Client,
     config: Arc<DeliveryConfig>,
-    wake: Arc<Notify>,
     metrics: Arc<DeliveryMetrics>,
 }
-
-/// The payload on the job queue's channel (`paddock_jobs`) that a new webhook event sends at
-/// commit (`webhook_emit`): what [`Deliverer::waker`] is woken by.
-pub const WAKE_PAYLOAD: &str = "webhook";
 
 impl std::fmt::Debug for Deliverer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -113,19 +112,13 @@ impl Deliverer {
             .user_agent("paddock-webhooks/1")
             .build()
             .map_err(DelivererError::Client)?;
-        let (config, wake, metrics) = (Arc::new(config), Arc::new(Notify::new()), Arc::default());
-        Ok(Self { store, cipher, guard, client, config, wake, metrics })
+        let (config, metrics) = (Arc::new(config), Arc::default());
+        Ok(Self { store, cipher, guard, client, config, metrics })
     }
 
     /// This deliverer's metrics (see `docs/webhooks.md`).
     pub fn metrics(&self) -> Arc<DeliveryMetrics> {
         self.metrics.clone()
-    }
-
-    /// What wakes an idle [`Deliverer::run`] at once: notified when a notification with
-    /// [`WAKE_PAYLOAD`] arrives (the worker's listener does it, `Worker::wake_on`).
-    pub fn waker(&self) -> Arc<Notify> {
-        self.wake.clone()
     }
 
     /// Delivers until `shutdown` completes (a delivery in flight then is dropped; its claim
@@ -161,8 +154,7 @@ impl Deliverer {
                 let idle = self.idle_wait().await;
                 tokio::select! {
                     () = &mut shutdown => return,
-                    () = self.wake.notified() => {}
-                    () = tokio::time::sleep(idle) => {}
+                    () = self.new_event(idle) => {}
                 }
             }
         }
@@ -181,6 +173,33 @@ impl Deliverer {
             Err(e) => {
                 tracing::debug!(error = &e as &dyn std::error::Error, "the next webhook retry could not be read");
                 poll
+            }
+        }
+    }
+
+    /// Returns once an event not yet fanned out is found, looking every
+    /// [`DeliveryConfig::event_poll`], or after `idle`. Events are found by looking, not announced:
+    /// a notification sent by the transaction that writes an event would take PostgreSQL's notify
+    /// lock at its commit and hold it through the commit's flush, so every commit that changes a
+    /// subscribed resource would wait for the one before it (docs/webhooks.md).
+    async fn new_event(&self, idle: Duration) {
+        let until = Instant::now() + idle;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            tokio::time::sleep(self.config.event_poll.min(left)).await;
+            let found = async {
+                let mut conn = self.store.conn().await?;
+                delivery::new_events(&mut conn).await
+            };
+            match found.await {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::debug!(error = &e as &dyn std::error::Error, "new webhook events could not be looked for")
+                }
             }
         }
     }
