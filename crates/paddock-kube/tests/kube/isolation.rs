@@ -57,13 +57,13 @@ async fn quota_computed(client: &Client, cluster: &ClusterRef) {
     eventually(Duration::from_secs(60), "the quota's status.used to count every object", || {
         let (quotas, config_maps) = (quotas.clone(), config_maps.clone());
         async move {
-            config_maps.get_opt("kube-root-ca.crt").await.ok()??;
-            let listed = config_maps.list(&ListParams::default()).await.ok()?.items.len();
+            let listed = config_maps.list(&ListParams::default()).await.ok()?.items;
+            listed.iter().any(|c| c.metadata.name.as_deref() == Some("kube-root-ca.crt")).then_some(())?;
             let q = quotas.get(isolation::QUOTA_NAME).await.ok()?;
             let hard = q.spec?.hard?;
             let used = q.status?.used?;
             let counted = used.get("configmaps")?.0.parse::<usize>().ok()?;
-            (hard.keys().all(|k| used.contains_key(k)) && counted == listed).then_some(())
+            (hard.keys().all(|k| used.contains_key(k)) && counted == listed.len()).then_some(())
         }
     })
     .await;
