@@ -54,7 +54,7 @@ async fn cluster_create_fills_defaults_and_enqueues_its_reconcile_job() {
     assert_eq!(resp.header("location"), Some(format!("/v1/tenants/{tenant_id}/clusters/{}", id(cluster)).as_str()));
     assert_eq!(cluster["kubernetes_version"], "v1.35.0");
     assert_eq!(cluster["slurm"]["version"], "26.05", "the newest stack's default release");
-    assert_eq!(cluster["stack_version"], "2026.12.2", "a new cluster runs the newest base stack");
+    assert_eq!(cluster["stack_version"], "2026.12.3", "a new cluster runs the newest base stack");
     assert_eq!(cluster["slurm"]["login"], json!({ "replicas": 1, "ssh_authorized_keys": [] }));
     let partitions = cluster["slurm"]["partitions"].as_array().expect("partitions");
     assert_eq!(partitions.len(), 1, "one partition per compute pool by default");
@@ -285,7 +285,7 @@ async fn slurm_versions_follow_the_clusters_base_stack() {
         assert_eq!(problem["code"], "validation_failed", "{problem}");
         assert_eq!(problem["errors"][0]["field"], "slurm.version", "{problem}");
         let says =
-            format!("Slurm {version} is not supported by the cluster's base stack 2026.12.2 (supported: 25.11, 26.05)");
+            format!("Slurm {version} is not supported by the cluster's base stack 2026.12.3 (supported: 25.11, 26.05)");
         assert!(problem["errors"].to_string().contains(&says), "{problem}");
     }
     let count: i64 = sqlx::query_scalar("select count(*) from clusters").fetch_one(&app.db.pool).await.expect("count");
@@ -295,7 +295,7 @@ async fn slurm_versions_follow_the_clusters_base_stack() {
         chosen["slurm"] = json!({ "version": version });
         let created = app.post(&clusters).token(&t).json(&chosen).send().await.expect(202).json();
         assert_eq!(created["cluster"]["slurm"]["version"], version);
-        assert_eq!(created["cluster"]["stack_version"], "2026.12.2");
+        assert_eq!(created["cluster"]["stack_version"], "2026.12.3");
     }
 
     // A cluster created on 2026.12.0 keeps that stack and its 25.11: the new stack's 26.05 is not
@@ -364,7 +364,7 @@ async fn a_cluster_moves_to_a_newer_base_stack_only_with_a_slurm_that_stack_runs
     for (body, says) in [
         (
             json!({ "stack_version": "2099.1.0" }),
-            "no stack definition has version 2099.1.0 (known: 2026.11.0, 2026.12.0, 2026.12.1, 2026.12.2)",
+            "no stack definition has version 2099.1.0 (known: 2026.11.0, 2026.12.0, 2026.12.1, 2026.12.2, 2026.12.3)",
         ),
         (json!({ "stack_version": null }), "cannot be removed"),
         (json!({ "stack_version": 3 }), "such as 2026.12.0"),

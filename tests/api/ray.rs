@@ -69,7 +69,7 @@ async fn ray_clusters_need_a_head_pool_of_theirs_and_a_ray_version_of_their_stac
     let unsupported = with(base.clone(), "/ray/version", json!("2.9.0"));
     let problem = app.post(&path).token(&t).json(&unsupported).send().await.problem(422, "validation_failed");
     let says =
-        "Ray 2.9.0 is not in the Ray catalogue of the cluster's base stack 2026.12.2 (supported: 2.46.0, 2.52.0)";
+        "Ray 2.9.0 is not in the Ray catalogue of the cluster's base stack 2026.12.3 (supported: 2.46.0, 2.52.0)";
     assert!(problem["errors"].to_string().contains(says), "{problem}");
     // An unknown field of the `ray` object is refused like any other.
     let unknown = with(base.clone(), "/ray/autoscaling", json!(true));
@@ -80,7 +80,7 @@ async fn ray_clusters_need_a_head_pool_of_theirs_and_a_ray_version_of_their_stac
     let created = app.post(&path).token(&t).json(&base).send().await.expect(202).json();
     let cluster = &created["cluster"];
     assert_eq!(cluster["kind"], "ray");
-    assert_eq!(cluster["stack_version"], "2026.12.2");
+    assert_eq!(cluster["stack_version"], "2026.12.3");
     assert_eq!(cluster["ray"], json!({ "version": "2.46.0", "head": { "node_pool": "cpu" }, "dashboard": true }));
     assert_eq!(cluster["slurm"], Value::Null);
     let op = app.get(format!("/v1/operations/{}", id(&created["operation"]))).token(&admin()).send().await;

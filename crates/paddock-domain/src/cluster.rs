@@ -785,7 +785,7 @@ mod tests {
         assert!(version_key("v1.9.0") < version_key("v1.10.0"));
     }
 
-    const LATEST: &str = "2026.12.2";
+    const LATEST: &str = "2026.12.3";
 
     #[test]
     fn slurm_versions_follow_the_clusters_base_stack() {
@@ -796,7 +796,7 @@ mod tests {
         assert_eq!(crate::stack::latest_version(), LATEST);
         assert!(on("25.11", LATEST).is_ok() && on("26.05", LATEST).is_ok());
         assert_eq!(SlurmSpec::default().version, "26.05", "the default runs on the newest stack");
-        let e = on("25.05", LATEST).expect_err("the operator of 2026.12.2 needs 25.11 or newer");
+        let e = on("25.05", LATEST).expect_err("the operator of 2026.12.3 needs 25.11 or newer");
         let text = format!("{e:?}");
         assert!(text.contains("slurm.version") && text.contains("supported: 25.11, 26.05"), "{text}");
         // A cluster created on an older stack keeps its releases.

@@ -29,6 +29,7 @@ pub const DEFINITIONS: &[(&str, &str)] = &[
     ("2026.12.0", include_str!("../../../stacks/2026.12.0.json")),
     ("2026.12.1", include_str!("../../../stacks/2026.12.1.json")),
     ("2026.12.2", include_str!("../../../stacks/2026.12.2.json")),
+    ("2026.12.3", include_str!("../../../stacks/2026.12.3.json")),
 ];
 
 /// The version of the newest embedded stack definition: the base stack of new clusters.
