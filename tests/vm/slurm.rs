@@ -378,9 +378,21 @@ async fn pods_timeline(client: &Client, rel: &impl Fn(chrono::DateTime<chrono::U
             };
             let log = Api::<Pod>::namespaced(client.clone(), &ns).logs(&name, &params).await;
             let log = log.unwrap_or_else(|e| format!("(no log: {e})"));
+            // The kubelet's copy of the log's tail (FallbackToLogsOnError), which outlives the log.
+            let kept = last.and_then(|t| t.message.as_deref()).filter(|m| !m.trim().is_empty());
+            let log = match kept {
+                Some(m) if log.trim().is_empty() || log.starts_with("(no log") => last_lines(m, 4),
+                _ => log,
+            };
             let how = how.unwrap_or_default();
             out += &format!("\n    {} restarted {} times, last {how}:\n{}", c.name, c.restart_count, log.trim_end());
         }
     }
     out
+}
+
+/// The last `n` lines of `text`.
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.trim_end().lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }

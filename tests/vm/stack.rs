@@ -9,6 +9,9 @@
 //!   for their image references: `paddock.local/...` names of the same releases built from the
 //!   same sources (images/node/build, images/slurm/build). The provisioner's helper pods run the
 //!   node image's busybox.
+//! - The operator's container also gets `terminationMessagePolicy: FallbackToLogsOnError`, for
+//!   diagnosis only: when it exits in error, the kubelet keeps the tail of its log in the pod's
+//!   status, which outlives the container's log (the join's timeline prints it).
 //!
 //! Everything else (the Slinky CRDs, the operator's RBAC and Deployment, the storage class, every
 //! readiness rule) is the production stack's, applied by paddock's stack driver as in production,
@@ -28,7 +31,8 @@ const LOCAL_IMAGES: [(&str, &str, &str); 3] = [
     (
         "slurm-operator/slurm-operator.yaml",
         "image: ghcr.io/slinkyproject/slurm-operator:1.2.1\n",
-        "image: paddock.local/slinkyproject/slurm-operator:1.2.1\n",
+        "image: paddock.local/slinkyproject/slurm-operator:1.2.1\n          \
+         terminationMessagePolicy: FallbackToLogsOnError\n",
     ),
     (
         "local-path-provisioner/local-path-storage.yaml",
