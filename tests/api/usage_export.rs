@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use paddock_service::usage::UsageSettings;
 use paddock_testkit::{eventually, token, token_with, TestApp};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
@@ -109,7 +110,7 @@ async fn a_caller_runs_at_most_its_exports_at_once_and_gets_429_beyond() {
     let refused = open_export(&client, &app, &alice).await;
     assert_eq!(refused.status().as_u16(), 429);
     assert!(refused.headers().get("retry-after").is_some(), "429 says when to retry");
-    let problem: serde_json::Value = refused.json().await.expect("problem");
+    let problem: Value = refused.json().await.expect("problem");
     assert_eq!(problem["code"], "too_many_exports");
     // The cap is the caller's: another caller exports meanwhile.
     assert_eq!(open_export(&client, &app, &bob).await.status().as_u16(), 200);
@@ -178,4 +179,47 @@ async fn an_export_read_in_keyset_pages_is_the_bytes_the_signed_manifest_hashes(
     assert_eq!(hex::encode(Sha256::digest(&export.body)), manifest["export"]["sha256"].as_str().expect("sha"));
     let lines = export.body.split(|b| *b == b'\n').filter(|l| !l.is_empty()).count();
     assert_eq!(lines, 2_506, "every record once, and the summary");
+}
+
+#[tokio::test]
+async fn records_begun_before_the_range_fill_pages_of_their_own_before_the_later_ones() {
+    let app = TestApp::new().await;
+    let busy: Uuid = id(&common::tenant(&app, "busy").await).parse().expect("uuid");
+    // 1,500 segments begun before October and running into it: all clipped to its first second,
+    // more than a page of records ordered by id alone; then 1,200 begun in it.
+    sqlx::query(
+        "insert into usage_segments (id, kind, tenant_id, cluster_id, node_pool_id, machine_id, allocation_id, \
+           machine_class, gpu_count, start_at, end_at, close_reason) \
+         select gen_random_uuid(), 'machine', $1, $2, $3, gen_random_uuid(), gen_random_uuid(), 'gpu-8', 8, \
+           timestamptz '2026-09-30T20:00:00Z' + make_interval(secs => i), \
+           timestamptz '2026-10-01T02:00:00Z' + make_interval(secs => i), 'fixture' \
+         from generate_series(0, 1499) i",
+    )
+    .bind(busy)
+    .bind(Uuid::now_v7())
+    .bind(Uuid::now_v7())
+    .execute(&app.db.pool)
+    .await
+    .expect("inserting segments");
+    many_segments(&app, busy, 1_200).await;
+    let closed = common::close_period(&app, "2026-10", "k1").await;
+    let manifest = &closed["manifest"];
+    assert_eq!(manifest["row_count"], 2_700);
+    let q = format!(
+        "from=2026-10-01T00:00:00Z&to=2026-11-01T00:00:00Z&as_of={}&format=ndjson",
+        manifest["as_of"].as_str().expect("as_of")
+    );
+    let export = app.get(format!("/v1/usage/export?{q}")).token(&reader("alice")).send().await.expect(200);
+    // The signed manifest hashes one query's rows: the pages are those rows, in that order.
+    assert_eq!(hex::encode(Sha256::digest(&export.body)), manifest["export"]["sha256"].as_str().expect("sha"));
+    let records: Vec<Value> = export
+        .body
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).expect("json"))
+        .filter(|v: &Value| v["type"] == "record")
+        .collect();
+    assert_eq!(records.len(), 2_700, "every record once");
+    let clipped = records.iter().take_while(|r| r["start"] == "2026-10-01T00:00:00Z").count();
+    assert!(clipped >= 1_500, "the records clipped to the range's start come first: {clipped}");
 }

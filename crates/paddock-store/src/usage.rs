@@ -183,33 +183,96 @@ pub struct Query {
     pub kind: Option<UsageKind>,
 }
 
+// The pieces of the records' CTEs ([`RECORDS`], [`PAGE_RECORDS`]): a segment's columns clipped
+// to `[from, min(to, as_of))`, the filters $4..$8, and the record of a segment or an adjustment.
+macro_rules! segment_columns {
+    ($start:literal) => {
+        concat!(
+            "id, kind, tenant_id, cluster_id, node_pool_id, machine_id, machine_class, gpu_count, ",
+            $start,
+            " as st, least(case when end_at <= $3 then end_at else $3 end, $2) as en"
+        )
+    };
+}
+macro_rules! filters {
+    ($kind:literal) => {
+        concat!(
+            "($4::uuid is null or tenant_id = $4) and ($5::uuid is null or cluster_id = $5) \
+             and ($6::uuid is null or node_pool_id = $6) and ($7::text is null or machine_class = $7) \
+             and ($8::text is null or ",
+            $kind,
+            ")"
+        )
+    };
+}
+macro_rules! segment_record {
+    () => {
+        "select id, kind, tenant_id, cluster_id, node_pool_id, machine_id, machine_class, gpu_count, \
+           st as start_at, en as end_at, \
+           case when kind = 'machine' then extract(epoch from en - st)::bigint else 0 end as node_seconds, \
+           case when kind = 'machine' then extract(epoch from en - st)::bigint * gpu_count else 0 end as gpu_seconds, \
+           case when kind = 'control_plane' then extract(epoch from en - st)::bigint else 0 end as control_plane_seconds, \
+           null::text as corrects_period, null::text as category"
+    };
+}
+macro_rules! adjustment_record {
+    () => {
+        "select id, 'adjustment', tenant_id, cluster_id, node_pool_id, machine_id, machine_class, 0, recorded_at, \
+           recorded_at, node_seconds, gpu_seconds, control_plane_seconds, corrects_period, category \
+         from usage_adjustments"
+    };
+}
+
 /// The records of a query, clipped to `[from, min(to, as_of))`, as a CTE `r` with parameters
 /// $1..$8. Segments contribute their clipped seconds; adjustments count whole, at the second
 /// they were recorded (under a pool filter: those that name the pool).
-const RECORDS: &str = "with s as ( \
-     select id, kind, tenant_id, cluster_id, node_pool_id, machine_id, machine_class, gpu_count, \
-       greatest(start_at, $1) as st, least(case when end_at <= $3 then end_at else $3 end, $2) as en \
-     from usage_segments \
-     where start_at < least($2, $3) and (end_at is null or end_at > $1) \
-       and ($4::uuid is null or tenant_id = $4) and ($5::uuid is null or cluster_id = $5) \
-       and ($6::uuid is null or node_pool_id = $6) and ($7::text is null or machine_class = $7) \
-       and ($8::text is null or kind = $8)), \
-   r as ( \
-     select id, kind, tenant_id, cluster_id, node_pool_id, machine_id, machine_class, gpu_count, \
-       st as start_at, en as end_at, \
-       case when kind = 'machine' then extract(epoch from en - st)::bigint else 0 end as node_seconds, \
-       case when kind = 'machine' then extract(epoch from en - st)::bigint * gpu_count else 0 end as gpu_seconds, \
-       case when kind = 'control_plane' then extract(epoch from en - st)::bigint else 0 end as control_plane_seconds, \
-       null::text as corrects_period, null::text as category \
-     from s where en > st \
-     union all \
-     select id, 'adjustment', tenant_id, cluster_id, node_pool_id, machine_id, machine_class, 0, recorded_at, \
-       recorded_at, node_seconds, gpu_seconds, control_plane_seconds, corrects_period, category \
-     from usage_adjustments \
-     where recorded_at >= $1 and recorded_at < least($2, $3) \
-       and ($4::uuid is null or tenant_id = $4) and ($5::uuid is null or cluster_id = $5) \
-       and ($6::uuid is null or node_pool_id = $6) and ($7::text is null or machine_class = $7) \
-       and ($8::text is null or $8 = 'adjustment'))";
+const RECORDS: &str = concat!(
+    "with s as (select ",
+    segment_columns!("greatest(start_at, $1)"),
+    " from usage_segments where start_at < least($2, $3) and (end_at is null or end_at > $1) and ",
+    filters!("kind = $8"),
+    "), r as (",
+    segment_record!(),
+    " from s where en > st union all ",
+    adjustment_record!(),
+    " where recorded_at >= $1 and recorded_at < least($2, $3) and ",
+    filters!("$8 = 'adjustment'"),
+    ")"
+);
+
+/// [`RECORDS`]' rows of one export page: the first $11 after the keyset position, in the order
+/// (clipped start, id), each table read by an index in that order and cut at $11, so that a page
+/// costs its own rows whatever the table holds (over the whole CTE the position cannot use an
+/// index: every page was a scan of every segment). The order has two parts:
+/// - the records clipped to `from` (segments begun at or before it, adjustments recorded at it),
+///   by id: read while $12 is true, after the id $13 (none: from the first);
+/// - then every later record by (start, id), after ($9, $10): segments by their own start, which
+///   is their clipped start there (index `(start_at, id)`), adjustments by `(recorded_at, id)`.
+///   Before any of them, the position is (`from`, the greatest id).
+const PAGE_RECORDS: &str = concat!(
+    "with s as ((select ",
+    segment_columns!("greatest(start_at, $1)"),
+    " from usage_segments where $12 and start_at <= $1 and start_at < least($2, $3) \
+       and (end_at is null or end_at > $1) and ($13::uuid is null or id > $13) \
+       and least(case when end_at <= $3 then end_at else $3 end, $2) > $1 and ",
+    filters!("kind = $8"),
+    " order by id limit $11) union all (select ",
+    segment_columns!("start_at"),
+    " from usage_segments where (start_at, id) > ($9, $10) and start_at < least($2, $3) \
+       and least(case when end_at <= $3 then end_at else $3 end, $2) > start_at and ",
+    filters!("kind = $8"),
+    " order by start_at, id limit $11)), r as (",
+    segment_record!(),
+    " from s union all (",
+    adjustment_record!(),
+    " where $12 and recorded_at = $1 and recorded_at < least($2, $3) and ($13::uuid is null or id > $13) and ",
+    filters!("$8 = 'adjustment'"),
+    " order by id limit $11) union all (",
+    adjustment_record!(),
+    " where (recorded_at, id) > ($9, $10) and recorded_at < least($2, $3) and ",
+    filters!("$8 = 'adjustment'"),
+    " order by recorded_at, id limit $11))"
+);
 
 fn bind_query<'q>(sql: &'q str, q: &'q Query) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
     sqlx::query(sql)
@@ -256,17 +319,26 @@ pub async fn records(
     after: Option<(DateTime<Utc>, Uuid)>,
     limit: u32,
 ) -> Result<Vec<UsageRecord>, StoreError> {
-    let sql = format!(
-        "{RECORDS} select {RECORD_COLUMNS} from r \
-         where $9::timestamptz is null or (start_at, id) > ($9, $10) order by start_at, id limit $11"
-    );
-    let rows = bind_query(&sql, q)
-        .bind(after.map(|a| a.0))
-        .bind(after.map(|a| a.1))
-        .bind(i64::from(limit))
-        .fetch_all(conn)
-        .await?;
+    let sql = format!("{PAGE_RECORDS} select {RECORD_COLUMNS} from r order by start_at, id limit $11");
+    let rows = bind_page(&sql, q, after, limit).fetch_all(conn).await?;
     rows.iter().map(record_from).collect()
+}
+
+/// [`PAGE_RECORDS`]' parameters for the page after `after` (see there): $9..$13.
+fn bind_page<'q>(
+    sql: &'q str,
+    q: &'q Query,
+    after: Option<(DateTime<Utc>, Uuid)>,
+    limit: u32,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let last = Uuid::from_u128(u128::MAX);
+    // Records clipped to `from` come first; a position past them is a later record's.
+    let (clipped, clipped_after, later) = match after {
+        None => (true, None, (q.from, last)),
+        Some((start, id)) if start <= q.from => (true, Some(id), (q.from, last)),
+        Some(position) => (false, None, position),
+    };
+    bind_query(sql, q).bind(later.0).bind(later.1).bind(i64::from(limit)).bind(clipped).bind(clipped_after)
 }
 
 /// Every record ordered by (start, id), streamed from the database (memory stays flat).
@@ -306,19 +378,13 @@ pub async fn focus_records(
     limit: u32,
 ) -> Result<Vec<FocusRecord>, StoreError> {
     let sql = format!(
-        "{RECORDS} select r.*, coalesce(t.name, r.tenant_id::text) as tenant_name, \
+        "{PAGE_RECORDS} select r.*, coalesce(t.name, r.tenant_id::text) as tenant_name, \
            coalesce(c.name, r.cluster_id::text) as cluster_name, p.period is not null as correction \
          from r left join tenants t on t.id = r.tenant_id left join clusters c on c.id = r.cluster_id \
            left join usage_periods p on p.period = r.corrects_period and p.as_of <= r.start_at \
-         where $9::timestamptz is null or (r.start_at, r.id) > ($9, $10) \
          order by r.start_at, r.id limit $11"
     );
-    let rows = bind_query(&sql, q)
-        .bind(after.map(|a| a.0))
-        .bind(after.map(|a| a.1))
-        .bind(i64::from(limit))
-        .fetch_all(conn)
-        .await?;
+    let rows = bind_page(&sql, q, after, limit).fetch_all(conn).await?;
     rows.iter()
         .map(|row| {
             Ok(FocusRecord {
