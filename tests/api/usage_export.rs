@@ -15,15 +15,15 @@ use uuid::Uuid;
 
 use crate::common::{self, id};
 
-/// `count` closed machine segments of `tenant`, one a minute from 2026-10-01 (several MB of
-/// export), ten of them starting at each minute so that pages meet ties of `start`.
+/// `count` closed machine segments of `tenant` from 2026-10-01 (several MB of export), seven
+/// starting at each minute, so that pages (4,000 records) meet ties of `start`.
 async fn many_segments(app: &TestApp, tenant: Uuid, count: i64) {
     sqlx::query(
         "insert into usage_segments (id, kind, tenant_id, cluster_id, node_pool_id, machine_id, allocation_id, \
            machine_class, gpu_count, start_at, end_at, close_reason) \
          select gen_random_uuid(), 'machine', $1, $2, $3, gen_random_uuid(), gen_random_uuid(), 'gpu-8', 8, \
-           timestamptz '2026-10-01T00:00:00Z' + make_interval(mins => (i / 10)::int), \
-           timestamptz '2026-10-01T01:00:00Z' + make_interval(mins => (i / 10)::int), 'fixture' \
+           timestamptz '2026-10-01T00:00:00Z' + make_interval(mins => (i / 7)::int), \
+           timestamptz '2026-10-01T01:00:00Z' + make_interval(mins => (i / 7)::int), 'fixture' \
          from generate_series(0, $4 - 1) i",
     )
     .bind(tenant)
@@ -167,33 +167,45 @@ async fn an_export_read_in_keyset_pages_is_the_bytes_the_signed_manifest_hashes(
     let app = TestApp::new().await;
     let busy = id(&common::tenant(&app, "busy").await);
     // Several pages, with ties of `start` across the page boundaries.
-    many_segments(&app, busy.parse().expect("uuid"), 2_505).await;
-    let closed = common::close_period(&app, "2026-10", "k1").await;
+    many_segments(&app, busy.parse().expect("uuid"), 8_505).await;
+    let lines = october_export_is_its_manifest(&app, 8_505).await;
+    assert_eq!(lines.len(), 8_506, "every record once, and the summary");
+}
+
+/// Closes 2026-10 with `rows` records and reads its NDJSON export at the manifest's `as_of`:
+/// the bytes must be those the signed manifest hashes (one query's rows, in their order).
+/// Returns the export's lines.
+async fn october_export_is_its_manifest(app: &TestApp, rows: u64) -> Vec<Value> {
+    let closed = common::close_period(app, "2026-10", "k1").await;
     let manifest = &closed["manifest"];
-    assert_eq!(manifest["row_count"], 2_505);
+    assert_eq!(manifest["row_count"], rows);
     let q = format!(
         "from=2026-10-01T00:00:00Z&to=2026-11-01T00:00:00Z&as_of={}&format=ndjson",
         manifest["as_of"].as_str().expect("as_of")
     );
     let export = app.get(format!("/v1/usage/export?{q}")).token(&reader("alice")).send().await.expect(200);
     assert_eq!(hex::encode(Sha256::digest(&export.body)), manifest["export"]["sha256"].as_str().expect("sha"));
-    let lines = export.body.split(|b| *b == b'\n').filter(|l| !l.is_empty()).count();
-    assert_eq!(lines, 2_506, "every record once, and the summary");
+    export
+        .body
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).expect("json"))
+        .collect()
 }
 
 #[tokio::test]
 async fn records_begun_before_the_range_fill_pages_of_their_own_before_the_later_ones() {
     let app = TestApp::new().await;
     let busy: Uuid = id(&common::tenant(&app, "busy").await).parse().expect("uuid");
-    // 1,500 segments begun before October and running into it: all clipped to its first second,
-    // more than a page of records ordered by id alone; then 1,200 begun in it.
+    // 4,500 segments begun before October and running into it: all clipped to its first second,
+    // more than a page (4,000) of records ordered by id alone; then 1,200 begun in it.
     sqlx::query(
         "insert into usage_segments (id, kind, tenant_id, cluster_id, node_pool_id, machine_id, allocation_id, \
            machine_class, gpu_count, start_at, end_at, close_reason) \
          select gen_random_uuid(), 'machine', $1, $2, $3, gen_random_uuid(), gen_random_uuid(), 'gpu-8', 8, \
            timestamptz '2026-09-30T20:00:00Z' + make_interval(secs => i), \
            timestamptz '2026-10-01T02:00:00Z' + make_interval(secs => i), 'fixture' \
-         from generate_series(0, 1499) i",
+         from generate_series(0, 4499) i",
     )
     .bind(busy)
     .bind(Uuid::now_v7())
@@ -202,24 +214,9 @@ async fn records_begun_before_the_range_fill_pages_of_their_own_before_the_later
     .await
     .expect("inserting segments");
     many_segments(&app, busy, 1_200).await;
-    let closed = common::close_period(&app, "2026-10", "k1").await;
-    let manifest = &closed["manifest"];
-    assert_eq!(manifest["row_count"], 2_700);
-    let q = format!(
-        "from=2026-10-01T00:00:00Z&to=2026-11-01T00:00:00Z&as_of={}&format=ndjson",
-        manifest["as_of"].as_str().expect("as_of")
-    );
-    let export = app.get(format!("/v1/usage/export?{q}")).token(&reader("alice")).send().await.expect(200);
-    // The signed manifest hashes one query's rows: the pages are those rows, in that order.
-    assert_eq!(hex::encode(Sha256::digest(&export.body)), manifest["export"]["sha256"].as_str().expect("sha"));
-    let records: Vec<Value> = export
-        .body
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .map(|l| serde_json::from_slice(l).expect("json"))
-        .filter(|v: &Value| v["type"] == "record")
-        .collect();
-    assert_eq!(records.len(), 2_700, "every record once");
+    let lines = october_export_is_its_manifest(&app, 5_700).await;
+    let records: Vec<&Value> = lines.iter().filter(|v| v["type"] == "record").collect();
+    assert_eq!(records.len(), 5_700, "every record once");
     let clipped = records.iter().take_while(|r| r["start"] == "2026-10-01T00:00:00Z").count();
-    assert!(clipped >= 1_500, "the records clipped to the range's start come first: {clipped}");
+    assert!(clipped >= 4_500, "the records clipped to the range's start come first: {clipped}");
 }

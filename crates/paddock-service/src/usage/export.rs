@@ -2,7 +2,8 @@
 //!
 //! The records are read in keyset pages of [`PAGE`] rows ordered by (start, id), each page on a
 //! pooled connection taken for that one query and given back before its bytes are handed on: an
-//! export the client reads slowly, or not at all, holds no connection. At one `as_of` every page
+//! export the client reads slowly, or not at all, holds no connection. The next page is read while
+//! one is written, so the database's work and paddock's overlap. At one `as_of` every page
 //! reads the same snapshot, so the pages together are the same rows, in the same order, as one
 //! query: the bytes are those of a single read.
 //!
@@ -32,7 +33,7 @@ use super::focus::Focus;
 use super::{rfc3339, ExportFormat, Sums};
 
 /// Records per keyset page (one short query each).
-pub(super) const PAGE: u32 = 1000;
+pub(super) const PAGE: u32 = 4000;
 
 /// Seconds a caller refused for too many exports is told to wait.
 const RETRY_AFTER_SECS: u64 = 5;
@@ -216,14 +217,46 @@ pub(super) fn spawn(
     .boxed()
 }
 
-/// One page of records after `after`, on a connection held for that query only.
-async fn page(
-    store: &Store,
-    q: &Query,
-    after: Option<&UsageRecord>,
-) -> std::result::Result<Vec<UsageRecord>, StoreError> {
-    let mut conn = store.conn().await?;
-    store::records(&mut conn, q, after.map(|r| (r.start, r.id)), PAGE).await
+/// Where a page ends: the (start, id) of its last record.
+type Key = (chrono::DateTime<chrono::Utc>, uuid::Uuid);
+
+/// Streams the records that `fetch` reads page by page (each page on a pooled connection held for
+/// its query only) into `out`, each record written by `write`. The next page's query runs while
+/// the page before it is written and handed on, so the database and the writing overlap; at most
+/// two pages are in memory.
+async fn stream_pages<T, F, Fut>(
+    out: &mut Chunks,
+    mut fetch: F,
+    key: impl Fn(&T) -> Key,
+    mut write: impl FnMut(&T, &mut Vec<u8>) -> std::result::Result<(), Stop>,
+) -> std::result::Result<(), Stop>
+where
+    F: FnMut(Option<Key>) -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<Vec<T>, StoreError>>,
+{
+    out.sink.check_deadline()?;
+    let mut records = fetch(None).await?;
+    loop {
+        let after = records.last().filter(|_| records.len() >= PAGE as usize).map(&key);
+        let next = async {
+            match after {
+                Some(after) => fetch(Some(after)).await.map(Some),
+                None => Ok(None),
+            }
+        };
+        let written = async {
+            for record in &records {
+                write(record, &mut out.buf)?;
+                out.flush_full().await?;
+            }
+            Ok::<_, Stop>(())
+        };
+        let (next, written) = tokio::join!(next, written);
+        written?;
+        let Some(next) = next? else { return Ok(()) };
+        out.sink.check_deadline()?;
+        records = next;
+    }
 }
 
 /// Streams the CSV or NDJSON export of `q` into `sink`, page by page.
@@ -233,24 +266,20 @@ async fn write_plain(store: &Store, q: &Query, format: ExportFormat, sink: Sink)
         out.buf.extend_from_slice(CSV_HEADER.as_bytes());
     }
     let (mut count, mut sums) = (0u64, Sums::default());
-    let mut after: Option<UsageRecord> = None;
-    loop {
-        out.sink.check_deadline()?;
-        let records = page(store, q, after.as_ref()).await?;
-        for record in &records {
-            count += 1;
-            sums.add_record(record).map_err(|_| Stop::Overflow)?;
-            match format {
-                ExportFormat::Ndjson => ndjson_line(record, &mut out.buf),
-                ExportFormat::Csv | ExportFormat::Focus => csv_line(record, &mut out.buf),
-            }
-            out.flush_full().await?;
+    let fetch = |after| async move {
+        let mut conn = store.conn().await?;
+        store::records(&mut conn, q, after, PAGE).await
+    };
+    let write = |record: &UsageRecord, buf: &mut Vec<u8>| {
+        count += 1;
+        sums.add_record(record).map_err(|_| Stop::Overflow)?;
+        match format {
+            ExportFormat::Ndjson => ndjson_line(record, buf),
+            ExportFormat::Csv | ExportFormat::Focus => csv_line(record, buf),
         }
-        if records.len() < PAGE as usize {
-            break;
-        }
-        after = records.into_iter().last();
-    }
+        Ok(())
+    };
+    stream_pages(&mut out, fetch, |r: &UsageRecord| (r.start, r.id), write).await?;
     if format == ExportFormat::Ndjson {
         ndjson_summary(count, sums.0, &mut out.buf);
     }
@@ -261,22 +290,13 @@ async fn write_plain(store: &Store, q: &Query, format: ExportFormat, sink: Sink)
 async fn write_focus(store: &Store, q: &Query, focus: &Focus, sink: Sink) -> std::result::Result<(), Stop> {
     let mut out = Chunks::new(sink);
     Focus::header(&mut out.buf);
-    let mut after = None;
-    loop {
-        out.sink.check_deadline()?;
-        let records = {
-            let mut conn = store.conn().await?;
-            store::focus_records(&mut conn, q, after, PAGE).await?
-        };
-        for record in &records {
-            focus.rows(record, &mut out.buf)?;
-            out.flush_full().await?;
-        }
-        if records.len() < PAGE as usize {
-            break;
-        }
-        after = records.last().map(|r| (r.record.start, r.record.id));
-    }
+    let fetch = |after| async move {
+        let mut conn = store.conn().await?;
+        store::focus_records(&mut conn, q, after, PAGE).await
+    };
+    let key = |r: &store::FocusRecord| (r.record.start, r.record.id);
+    let write = |record: &store::FocusRecord, buf: &mut Vec<u8>| Ok(focus.rows(record, buf)?);
+    stream_pages(&mut out, fetch, key, write).await?;
     out.finish().await
 }
 
