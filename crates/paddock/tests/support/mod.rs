@@ -30,11 +30,12 @@ impl Dev {
     /// included).
     pub fn start_with(env: &[(&str, String)]) -> Dev {
         let dir = std::env::temp_dir().join(format!("paddock-dev-test-{}", uuid::Uuid::new_v4().simple()));
-        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
         let mut child = Command::new(env!("CARGO_BIN_EXE_paddock"))
             .args(["dev", "--data-dir"])
             .arg(&dir)
-            .env("PADDOCK_LISTEN", format!("127.0.0.1:{port}"))
+            // Any free port, chosen by paddock as it binds (its banner names it): a port picked
+            // here and released could be taken by another test before paddock binds it.
+            .env("PADDOCK_LISTEN", "127.0.0.1:0")
             .env("PADDOCK_LOG", "warn")
             .env_remove("PADDOCK_DATABASE_URL")
             .envs(env.iter().map(|(name, value)| (name, value)))
