@@ -223,7 +223,8 @@ type Key = (chrono::DateTime<chrono::Utc>, uuid::Uuid);
 /// Streams the records that `fetch` reads page by page (each page on a pooled connection held for
 /// its query only) into `out`, each record written by `write`. The next page's query runs while
 /// the page before it is written and handed on, so the database and the writing overlap; at most
-/// two pages are in memory.
+/// two pages are in memory. Whichever of the two fails first ends the export, without waiting for
+/// the other (a client gone need not wait for a query, nor a failed query for a slow client).
 async fn stream_pages<T, F, Fut>(
     out: &mut Chunks,
     mut fetch: F,
@@ -240,7 +241,7 @@ where
         let after = records.last().filter(|_| records.len() >= PAGE as usize).map(&key);
         let next = async {
             match after {
-                Some(after) => fetch(Some(after)).await.map(Some),
+                Some(after) => fetch(Some(after)).await.map(Some).map_err(Stop::from),
                 None => Ok(None),
             }
         };
@@ -251,9 +252,8 @@ where
             }
             Ok::<_, Stop>(())
         };
-        let (next, written) = tokio::join!(next, written);
-        written?;
-        let Some(next) = next? else { return Ok(()) };
+        let (next, ()) = tokio::try_join!(next, written)?;
+        let Some(next) = next else { return Ok(()) };
         out.sink.check_deadline()?;
         records = next;
     }
