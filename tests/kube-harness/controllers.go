@@ -234,10 +234,15 @@ func startControllers(ctx context.Context, restConfig *restclient.Config, names 
 			discoveryFunc := cs.Discovery().ServerPreferredNamespacedResources
 			quotaConfig := quotainstall.NewQuotaConfigurationForControllers(
 				quotageneric.ListerFuncForResourceFunc(factory.ForResource), factory)
+			// The full recount every 15 s, not kube-controller-manager's 5 min: the
+			// quota monitor replenishes on updates and deletes only (admission counts
+			// creates), so a create admitted while the controller recounts from a cache
+			// that has not seen it yet is undercounted until the next full recount.
+			// Tests that wait for status.used to settle wait for that recount.
 			rq, err := resourcequotacontroller.NewController(ctx, &resourcequotacontroller.ControllerOptions{
 				QuotaClient:               cs.CoreV1(),
 				ResourceQuotaInformer:     factory.Core().V1().ResourceQuotas(),
-				ResyncPeriod:              pkgcontroller.StaticResyncPeriodFunc(5 * time.Minute),
+				ResyncPeriod:              pkgcontroller.StaticResyncPeriodFunc(15 * time.Second),
 				InformerFactory:           objectOrMetadataInformers,
 				ReplenishmentResyncPeriod: pkgcontroller.StaticResyncPeriodFunc(12 * time.Hour),
 				DiscoveryFunc:             discoveryFunc,
