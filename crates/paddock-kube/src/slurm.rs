@@ -58,7 +58,9 @@
 //! `SlurmRestApiReady` (Deployment `<restapi>-restapi`), `SlurmLoginReady` (Deployment
 //! `<loginset>`), `NodeSetsReady: <pool> <ready>/<count>, ...` (the NodeSet's
 //! `status.observedGeneration` current and `status.replicas` == `status.readyReplicas` ==
-//! `count`), then `SlurmRestApiPing` ([`SlurmProbe::ping`], only asked once all else holds). A
+//! `count`), then `SlurmRestApiPing` ([`SlurmProbe::ping`], asked once all but the NodeSets
+//! holds; while they wait, its answer nudges the operator about those still without their pods:
+//! `slurm/nudge.rs` says why). A
 //! workload is ready when its `status.observedGeneration` is current and its ready (and
 //! updated) replicas reach `spec.replicas`. The workload names are those of the operator's
 //! sources (`api/v1beta1/*_keys.go`, `internal/builder/*builder`).
@@ -106,6 +108,7 @@ pub mod elastic;
 #[cfg(test)]
 mod fixtures;
 mod health;
+pub mod nudge;
 pub mod objects;
 mod probe;
 mod release;
@@ -116,6 +119,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::chrono::Utc;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, Client, Resource};
 use paddock_domain::driver::{
@@ -218,6 +222,8 @@ pub const LABEL_POD_HOSTNAME: &str = "nodeset.slinky.slurm.net/pod-hostname";
 pub const ANNOTATION_CORDON_REASON: &str = "nodeset.slinky.slurm.net/node-cordon-reason";
 /// The controller's entry in what Slurm waits for.
 const CONTROLLER_WAITING: &str = "SlurmControllerReady";
+/// The NodeSets' entry of `reason`.
+const NODESETS_WAITING: &str = "NodeSetsReady";
 
 /// The reason paddock drains a released machine's Slurm node with (prefix `paddock:release`).
 pub const DRAIN_REASON: &str = paddock_domain::health::SLURM_RELEASE_REASON;
@@ -439,13 +445,7 @@ impl SlinkyDriver {
             true => self.controller_fault(&client).await?,
             false => None,
         };
-        if waiting.is_empty() {
-            match self.probe.ping(tenant, images.rest_api_version()).await {
-                Ok(true) => {}
-                Ok(false) => waiting.push("SlurmRestApiPing".to_owned()),
-                Err(e) => waiting.push(format!("SlurmRestApiPing ({e})")),
-            }
-        }
+        self.ping(tenant, &client, images, &nodesets, &mut waiting).await?;
         let mut status = self.endpoints(&client, waiting).await?;
         status.fault = fault;
         if !changed.is_empty() {
@@ -454,6 +454,33 @@ impl SlinkyDriver {
         status.changed = changed;
         debug!(cluster.id = %cluster, ready = status.ready, reason = %status.reason, "ensured Slurm");
         Ok(status)
+    }
+
+    /// Pings slurmctld through slurmrestd once all but the NodeSets holds. When all holds, a
+    /// failed ping is what is `waiting`; while NodeSets wait, an answer nudges those still
+    /// without their pods (`slurm/nudge.rs`).
+    async fn ping(
+        &self,
+        tenant: &TenantAccess,
+        client: &Client,
+        images: Images<'_>,
+        nodesets: &[(&SlurmPool, u32, DynamicObject)],
+        waiting: &mut Vec<String>,
+    ) -> Result<(), KubeError> {
+        if !waiting.iter().all(|w| w.starts_with(NODESETS_WAITING)) {
+            return Ok(());
+        }
+        match (waiting.is_empty(), self.probe.ping(tenant, images.rest_api_version()).await) {
+            (false, Ok(true)) => {
+                let objects: Vec<&DynamicObject> = nodesets.iter().map(|(_, _, o)| o).collect();
+                let api = self.dynamic(client, "NodeSet");
+                nudge::nudge_unstarted(&api, &self.settings.namespace, &objects, Utc::now()).await?;
+            }
+            (false, _) | (true, Ok(true)) => {}
+            (true, Ok(false)) => waiting.push("SlurmRestApiPing".to_owned()),
+            (true, Err(e)) => waiting.push(format!("SlurmRestApiPing ({e})")),
+        }
+        Ok(())
     }
 
     /// Applies the Secrets, the ConfigMap, MariaDB and the Slinky custom resources but the
@@ -576,7 +603,7 @@ impl SlinkyDriver {
             })
             .collect();
         if !behind.is_empty() {
-            waiting.push(format!("NodeSetsReady: {}", behind.join(", ")));
+            waiting.push(format!("{NODESETS_WAITING}: {}", behind.join(", ")));
         }
         Ok(waiting)
     }

@@ -38,6 +38,7 @@ mod slurm;
 mod slurm_accounting;
 mod slurm_demand;
 mod slurm_host;
+mod slurm_nudge;
 mod slurm_probe;
 mod slurm_release;
 mod slurm_rest;
