@@ -58,9 +58,9 @@
 //! `SlurmRestApiReady` (Deployment `<restapi>-restapi`), `SlurmLoginReady` (Deployment
 //! `<loginset>`), `NodeSetsReady: <pool> <ready>/<count>, ...` (the NodeSet's
 //! `status.observedGeneration` current and `status.replicas` == `status.readyReplicas` ==
-//! `count`), then `SlurmRestApiPing` ([`SlurmProbe::ping`], asked once all but the NodeSets
-//! holds; while they wait, its answer nudges the operator about those still without their pods:
-//! `slurm/nudge.rs` says why). A
+//! `count`), then `SlurmRestApiPing` ([`SlurmProbe::ping`], asked once slurmctld and slurmrestd
+//! are ready; while anything else waits, its answer nudges the operator about the NodeSets still
+//! without their pods: `slurm/nudge.rs` says why). A
 //! workload is ready when its `status.observedGeneration` is current and its ready (and
 //! updated) replicas reach `spec.replicas`. The workload names are those of the operator's
 //! sources (`api/v1beta1/*_keys.go`, `internal/builder/*builder`).
@@ -222,7 +222,9 @@ pub const LABEL_POD_HOSTNAME: &str = "nodeset.slinky.slurm.net/pod-hostname";
 pub const ANNOTATION_CORDON_REASON: &str = "nodeset.slinky.slurm.net/node-cordon-reason";
 /// The controller's entry in what Slurm waits for.
 const CONTROLLER_WAITING: &str = "SlurmControllerReady";
-/// The NodeSets' entry of `reason`.
+/// slurmrestd's entry in what Slurm waits for.
+const RESTAPI_WAITING: &str = "SlurmRestApiReady";
+/// The NodeSets' entry in what Slurm waits for.
 const NODESETS_WAITING: &str = "NodeSetsReady";
 
 /// The reason paddock drains a released machine's Slurm node with (prefix `paddock:release`).
@@ -456,9 +458,10 @@ impl SlinkyDriver {
         Ok(status)
     }
 
-    /// Pings slurmctld through slurmrestd once all but the NodeSets holds. When all holds, a
-    /// failed ping is what is `waiting`; while NodeSets wait, an answer nudges those still
-    /// without their pods (`slurm/nudge.rs`).
+    /// Pings slurmctld through slurmrestd once slurmctld and slurmrestd are ready. When nothing
+    /// else is `waiting`, a failed ping is; before that, an answer nudges the NodeSets still
+    /// without their pods (`slurm/nudge.rs`), whatever else (MariaDB's probe, the login pods)
+    /// is still coming.
     async fn ping(
         &self,
         tenant: &TenantAccess,
@@ -467,7 +470,7 @@ impl SlinkyDriver {
         nodesets: &[(&SlurmPool, u32, DynamicObject)],
         waiting: &mut Vec<String>,
     ) -> Result<(), KubeError> {
-        if !waiting.iter().all(|w| w.starts_with(NODESETS_WAITING)) {
+        if waiting.iter().any(|w| w == CONTROLLER_WAITING || w == RESTAPI_WAITING) {
             return Ok(());
         }
         match (waiting.is_empty(), self.probe.ping(tenant, images.rest_api_version()).await) {
@@ -589,7 +592,7 @@ impl SlinkyDriver {
                 waiting.push(condition.to_owned());
             }
         }
-        for (name, condition) in [(RESTAPI_SERVICE, "SlurmRestApiReady"), (LOGIN_SERVICE, "SlurmLoginReady")] {
+        for (name, condition) in [(RESTAPI_SERVICE, RESTAPI_WAITING), (LOGIN_SERVICE, "SlurmLoginReady")] {
             if !get(&deployments, "Deployment", ns, name).await?.as_ref().is_some_and(deployment_ready) {
                 waiting.push(condition.to_owned());
             }

@@ -1,5 +1,5 @@
-//! The nudge (`slurm/nudge.rs`) against a real API server: once slurmctld answers, a NodeSet
-//! still without its pods is annotated (an update the operator reconciles at once), not again
+//! The nudge (`slurm/nudge.rs`) against a real API server: once slurmctld answers (slurmctld and
+//! slurmrestd ready, whatever else still waits), a NodeSet still without its pods is annotated (an update the operator reconciles at once), not again
 //! within 30 s, again when the last nudge is older; a NodeSet with its pods, or a ping without an
 //! answer, writes nothing, and paddock's own apply keeps the annotation of the other manager.
 
@@ -40,27 +40,29 @@ async fn a_nodeset_without_its_pods_is_nudged_once_slurmctld_answers_and_not_mor
         async move { cr(&client, &ns, "NodeSet", &name).await.expect("the NodeSet") }
     };
 
-    // Everything but the NodeSets ready; `cpu` has its pods (the operator's status says so).
+    // An answer before slurmctld and slurmrestd are ready is not asked for.
+    probe.up.store(true, Ordering::SeqCst);
     ensure().await;
-    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
-    let generation = sts.get(MARIADB).await.expect("MariaDB").metadata.generation.expect("generation");
-    set_ready(&sts, MARIADB, generation, 1).await;
-    play_statefulset(&client, &ns, slurm::ACCOUNTING_WORKLOAD).await;
+    assert_eq!(answered_at(&nodeset(gpu.clone()).await), None, "nothing ready, no nudge");
+    probe.up.store(false, Ordering::SeqCst);
+
+    // slurmctld and slurmrestd ready, MariaDB, slurmdbd and the login pods not yet; `cpu` has
+    // its pods (the operator's status says so), `gpu` none.
     play_statefulset(&client, &ns, slurm::CONTROLLER_WORKLOAD).await;
     play_deployment(&client, &ns, slurm::RESTAPI_SERVICE, 1).await;
-    play_deployment(&client, &ns, slurm::LOGIN_SERVICE, 2).await;
     play_nodeset(&client, &ns, &cpu, 2).await;
+    let waiting = format!("MariaDbReady; SlurmAccountingReady; SlurmLoginReady; NodeSetsReady: {gpu} 0/1");
 
     let status = ensure().await;
-    assert_eq!(status.reason, format!("NodeSetsReady: {gpu} 0/1"), "a ping without an answer is not named yet");
+    assert_eq!(status.reason, waiting, "a ping without an answer is not named yet");
     assert_eq!(answered_at(&nodeset(gpu.clone()).await), None, "no answer, no nudge");
 
     probe.up.store(true, Ordering::SeqCst);
     let before = Utc::now() - Duration::seconds(1);
     let status = ensure().await;
-    assert_eq!((status.reason.as_str(), status.changed.len()), (format!("NodeSetsReady: {gpu} 0/1").as_str(), 0));
+    assert_eq!((status.reason.as_str(), status.changed.len()), (waiting.as_str(), 0));
     let nudged = nodeset(gpu.clone()).await;
-    let stamp = answered_at(&nudged).expect("the NodeSet without its pod is nudged");
+    let stamp = answered_at(&nudged).expect("the NodeSet without its pod is nudged, whatever else still waits");
     assert!(stamp >= before && stamp <= Utc::now(), "stamped now: {stamp}");
     assert_eq!(answered_at(&nodeset(cpu.clone()).await), None, "the NodeSet with its pods is not");
 
@@ -80,7 +82,12 @@ async fn a_nodeset_without_its_pods_is_nudged_once_slurmctld_answers_and_not_mor
     let renewed = answered_at(&nodeset(gpu.clone()).await).expect("still annotated");
     assert!(renewed > DateTime::parse_from_rfc3339(&old).expect("old").with_timezone(&Utc), "nudged again: {renewed}");
 
-    // Its pod came: ready, and the annotation stays as it was.
+    // The rest and its pod came: ready, and the annotation stays as it was.
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let generation = sts.get(MARIADB).await.expect("MariaDB").metadata.generation.expect("generation");
+    set_ready(&sts, MARIADB, generation, 1).await;
+    play_statefulset(&client, &ns, slurm::ACCOUNTING_WORKLOAD).await;
+    play_deployment(&client, &ns, slurm::LOGIN_SERVICE, 2).await;
     play_nodeset(&client, &ns, &gpu, 1).await;
     let status = ensure().await;
     assert!(status.ready, "{}", status.reason);
